@@ -1,0 +1,68 @@
+// Command skillbox is the one binary: the daemon (serve), the local runner
+// (run), and the tools people use around them (skills, policy, audit, images).
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// exitError carries a specific exit code (a script's, or 2 for usage) out of
+// an action without printing anything more than its message.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+// exitCode wraps msg so the command exits with code after printing it.
+func exitCode(code int, format string, args ...any) error {
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:    "skillbox",
+		Usage:   "run AI-agent skill scripts in isolated sandboxes",
+		Version: version,
+		Commands: []*cli.Command{
+			serveCommand(),
+			runCommand(),
+			callCommand(),
+			readCommand(),
+			skillsCommand(),
+			policyCommand(),
+			auditCommand(),
+			imagesCommand(),
+			benchCommand(),
+		},
+		// Usage errors exit 2 with one line, like the rest of the CLI.
+		OnUsageError: func(c *cli.Context, err error, _ bool) error {
+			return exitCode(2, "usage: %v (see 'skillbox %s --help')", err, c.Command.FullName())
+		},
+		ExitErrHandler: func(*cli.Context, error) {},
+	}
+}
+
+func main() {
+	err := newApp().Run(os.Args)
+	if err == nil {
+		return
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.msg != "" {
+			fmt.Fprintln(os.Stderr, "skillbox: "+ee.msg)
+		}
+		os.Exit(ee.code)
+	}
+	fmt.Fprintln(os.Stderr, "skillbox: "+err.Error())
+	os.Exit(1)
+}

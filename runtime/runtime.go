@@ -1,0 +1,219 @@
+// Package runtime runs one job in one fresh OCI container and tears it down.
+//
+// The Runtime interface is deliberately one call wide (Run) so that a warm pool
+// of pre-booted single-use sandboxes, or a containerd backend, can slot in
+// behind it later without the callers changing. Backends register themselves
+// by name; callers pick one with New and never fall back to another.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Sentinel errors; backends wrap them with %w so callers can classify failures.
+var (
+	// ErrUnavailable: the backend binary is missing or unusable on this host.
+	ErrUnavailable = errors.New("runtime unavailable")
+	// ErrInvalidJob: the job itself is malformed (bad env name, bad path, ...).
+	ErrInvalidJob = errors.New("invalid job")
+	// ErrUnknownRuntime: no backend is registered under that name.
+	ErrUnknownRuntime = errors.New("unknown runtime")
+)
+
+// Reason says why a run ended.
+type Reason string
+
+const (
+	ReasonExit      Reason = "exit"       // the process exited by itself
+	ReasonTimeout   Reason = "timeout"    // wall-clock limit hit; the sandbox was killed
+	ReasonOOM       Reason = "oom"        // memory limit hit
+	ReasonPids      Reason = "pids"       // pids limit hit
+	ReasonOutputCap Reason = "output_cap" // stdout/stderr over the cap; the sandbox was killed
+	ReasonKilled    Reason = "killed"     // killed from outside (caller cancelled, signal)
+)
+
+// Paths inside every container.
+const (
+	SkillMount   = "/skill" // the skill directory, read-only
+	WorkDir      = "/work"  // writable size-capped tmpfs, the cwd
+	OutputsDir   = "/work/outputs"
+	ContainerUID = 65534 // scripts run as nobody
+	ContainerGID = 65534
+)
+
+// Limits bound one run. Zero values mean "use DefaultLimits".
+type Limits struct {
+	Timeout      time.Duration `json:"timeout_ms"`
+	MemoryBytes  int64         `json:"memory_bytes"`
+	Pids         int64         `json:"pids"`
+	CPUs         float64       `json:"cpus"`
+	WorkdirBytes int64         `json:"workdir_bytes"` // tmpfs size of /work
+	TmpBytes     int64         `json:"tmp_bytes"`     // tmpfs size of /tmp
+	StdoutBytes  int64         `json:"stdout_bytes"`  // cap per stream
+	StderrBytes  int64         `json:"stderr_bytes"`
+	OutputBytes  int64         `json:"output_bytes"` // total bytes of collected outputs/
+	OutputFiles  int           `json:"output_files"` // max number of collected outputs/
+}
+
+// DefaultLimits are used for every field left zero.
+var DefaultLimits = Limits{
+	Timeout:      30 * time.Second,
+	MemoryBytes:  512 << 20,
+	Pids:         128,
+	CPUs:         1,
+	WorkdirBytes: 64 << 20,
+	TmpBytes:     64 << 20,
+	StdoutBytes:  1 << 20,
+	StderrBytes:  1 << 20,
+	OutputBytes:  16 << 20,
+	OutputFiles:  64,
+}
+
+// WithDefaults returns l with every zero field taken from DefaultLimits.
+func (l Limits) WithDefaults() Limits {
+	d := DefaultLimits
+	if l.Timeout > 0 {
+		d.Timeout = l.Timeout
+	}
+	if l.MemoryBytes > 0 {
+		d.MemoryBytes = l.MemoryBytes
+	}
+	if l.Pids > 0 {
+		d.Pids = l.Pids
+	}
+	if l.CPUs > 0 {
+		d.CPUs = l.CPUs
+	}
+	if l.WorkdirBytes > 0 {
+		d.WorkdirBytes = l.WorkdirBytes
+	}
+	if l.TmpBytes > 0 {
+		d.TmpBytes = l.TmpBytes
+	}
+	if l.StdoutBytes > 0 {
+		d.StdoutBytes = l.StdoutBytes
+	}
+	if l.StderrBytes > 0 {
+		d.StderrBytes = l.StderrBytes
+	}
+	if l.OutputBytes > 0 {
+		d.OutputBytes = l.OutputBytes
+	}
+	if l.OutputFiles > 0 {
+		d.OutputFiles = l.OutputFiles
+	}
+	return d
+}
+
+// InputFile is a file the caller passes into the run's workdir.
+type InputFile struct {
+	Name string // base name only; it lands at /work/<Name>
+	Data []byte
+	Mode uint32 // permission bits; 0 means 0644
+}
+
+// Job is everything a backend needs to run one script once.
+type Job struct {
+	ID       string   // unique, [a-zA-Z0-9_-]; also the container id
+	RootFS   string   // host path of the unpacked image rootfs (mounted read-only)
+	SkillDir string   // host path of the skill directory (mounted read-only at SkillMount)
+	Args     []string // argv inside the container, e.g. ["python3", "/skill/scripts/x.py", "a"]
+	Env      []string // KEY=VALUE, already allowlisted by the caller; PATH/HOME/LANG are added
+	Stdin    []byte
+	Files    []InputFile
+	Limits   Limits
+	Network  bool // false: no network at all (the default)
+	// Stdout and Stderr, when set, also receive the streams live (after capping).
+	Stdout StreamSink `json:"-"`
+	Stderr StreamSink `json:"-"`
+}
+
+// StreamSink receives live output; Write must not block for long.
+type StreamSink interface {
+	Write(p []byte) (int, error)
+}
+
+// OutputFile is a regular file the script left under /work/outputs.
+type OutputFile struct {
+	Path   string `json:"path"` // relative to outputs/
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	Data   []byte `json:"-"`
+}
+
+// Result is what a run produced. A non-nil error from Run means the sandbox
+// itself could not be set up or torn down; a script failing is a Result.
+type Result struct {
+	ExitCode        int           `json:"exit_code"`
+	Signal          string        `json:"signal,omitempty"`
+	Reason          Reason        `json:"reason"`
+	Stdout          []byte        `json:"-"`
+	Stderr          []byte        `json:"-"`
+	StdoutTruncated bool          `json:"stdout_truncated"`
+	StderrTruncated bool          `json:"stderr_truncated"`
+	Duration        time.Duration `json:"-"`
+	Outputs         []OutputFile  `json:"outputs,omitempty"`
+	// OutputsSkipped names outputs that were not collected and why.
+	OutputsSkipped []string `json:"outputs_skipped,omitempty"`
+	Runtime        string   `json:"runtime"`
+	RuntimeVersion string   `json:"runtime_version"`
+}
+
+// Runtime runs jobs. Implementations must remove every container, bundle and
+// mount they made before Run returns, whatever happened, including when ctx is
+// cancelled (then the Result has Reason killed).
+type Runtime interface {
+	Name() string
+	// Version reports the backend's version, or ErrUnavailable with a hint.
+	Version(ctx context.Context) (string, error)
+	Run(ctx context.Context, job Job) (*Result, error)
+}
+
+// Options configure a backend. Fields a backend does not use are ignored.
+type Options struct {
+	Binary   string   // path or name of the CLI; default the backend's name
+	StateDir string   // --root for the runtime's state; default /run/skillbox/<name>
+	RunDir   string   // where bundles and workdirs are made; default /run/skillbox/runs
+	Platform string   // runsc --platform; default the runtime's own
+	Flags    []string // extra global flags, passed before the subcommand
+	Logger   Logger
+}
+
+// Logger is the subset of hclog.Logger the backends use.
+type Logger interface {
+	Debug(msg string, args ...interface{})
+	Info(msg string, args ...interface{})
+	Warn(msg string, args ...interface{})
+	Error(msg string, args ...interface{})
+}
+
+// Factory makes a backend from options.
+type Factory func(Options) (Runtime, error)
+
+var factories = map[string]Factory{}
+
+// Register adds a backend; called from init in each backend's file.
+func Register(name string, f Factory) { factories[name] = f }
+
+// Names lists the registered backends, sorted.
+func Names() []string {
+	var out []string
+	for n := range factories {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// New makes the named backend. It never substitutes another one.
+func New(name string, opts Options) (Runtime, error) {
+	f, ok := factories[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q: choose one of %v", ErrUnknownRuntime, name, Names())
+	}
+	return f(opts)
+}

@@ -1,0 +1,40 @@
+// Package skills understands Agent Skills: it parses and validates SKILL.md
+// files as the open standard defines them, indexes skills from several roots
+// with precedence and content digests, renders the prompt blocks hosts give to
+// models, and reads skill files without ever leaving the skill's directory.
+package skills
+
+import "errors"
+
+// Sentinel errors, wrapped with %w by every function in this package.
+var (
+	ErrNotFound   = errors.New("not found")     // no such skill or file
+	ErrInvalid    = errors.New("invalid skill") // SKILL.md fails parsing or validation
+	ErrEscape     = errors.New("path escapes the skill directory")
+	ErrNotRegular = errors.New("not a regular file")
+	ErrTooLarge   = errors.New("too large")
+	ErrBadName    = errors.New("invalid skill name")
+)
+
+// Skill is one indexed skill. Properties keeps the frontmatter as written
+// (keys as in the file, e.g. "allowed-tools"), with metadata values as strings.
+type Skill struct {
+	Name          string            `json:"name"`
+	Description   string            `json:"description"`
+	License       string            `json:"license,omitempty"`
+	Compatibility string            `json:"compatibility,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+	// AllowedTools is nil when the field is absent, empty when declared empty.
+	AllowedTools []string `json:"allowed-tools,omitempty"`
+	// Extension fields (accepted with AllowExtensions, or leniently when indexing).
+	DisableModelInvocation bool     `json:"disable-model-invocation,omitempty"`
+	Tags                   []string `json:"tags,omitempty"`
+	Requires               []string `json:"requires,omitempty"`
+
+	Properties map[string]any `json:"-"` // the frontmatter, for receipts and `skills show`
+	Body       string         `json:"-"` // markdown after the frontmatter
+	Dir        string         `json:"-"` // absolute path of the skill directory
+	Location   string         `json:"-"` // absolute path of SKILL.md
+	Digest     string         `json:"-"` // "sha256:<hex>" over the whole directory
+	Warnings   []string       `json:"-"` // problems tolerated by lenient indexing
+}
