@@ -180,7 +180,19 @@ type Options struct {
 	RunDir   string   // where bundles and workdirs are made; default /run/skillbox/runs
 	Platform string   // runsc --platform; default the runtime's own
 	Flags    []string // extra global flags, passed before the subcommand
-	Logger   Logger
+	Logger   Logger   // an hclog.Logger is Named per backend; nil logs nothing
+
+	// Added by the backends (issue 3):
+
+	// NetNS is the path of a prepared network namespace (e.g. made by CNI or
+	// `ip netns add`) that jobs with Network join. Without it such jobs are
+	// refused with ErrUnavailable rather than silently given no network.
+	NetNS string
+	// UserNSBase is the first host uid/gid of the 65536 ids runc maps the
+	// container's ids to; 0 means DefaultUserNSBase. NoUserNS turns the user
+	// namespace off (e.g. on hosts that forbid them). runsc ignores both.
+	UserNSBase uint32
+	NoUserNS   bool
 }
 
 // Logger is the subset of hclog.Logger the backends use.

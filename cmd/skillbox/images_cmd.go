@@ -1,10 +1,277 @@
 package main
 
-import "github.com/urfave/cli/v2"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
 
-// imagesCommand is a placeholder until its implementation lands.
+	"github.com/hashicorp/go-hclog"
+	"github.com/urfave/cli/v2"
+
+	"github.com/skillbox/skillbox/images"
+)
+
+// imagesCommand is `skillbox images build|list|prune`: it builds the
+// interpreter images sandboxes run from, with Debian's mmdebstrap, into an
+// OCI layout on disk.
 func imagesCommand() *cli.Command {
-	return &cli.Command{Name: "images", Usage: "not yet available", Action: func(*cli.Context) error {
-		return exitCode(1, "'images' is not implemented yet")
-	}}
+	dirFlag := &cli.StringFlag{
+		Name:    "dir",
+		Usage:   "image store directory",
+		Value:   images.DefaultDir,
+		EnvVars: []string{"SKILLBOX_IMAGES_DIR"},
+	}
+	recipesFlag := &cli.StringSliceFlag{
+		Name:  "recipes",
+		Usage: "directory of extra recipe files (*.hcl); a recipe there overrides the built-in one of the same name; repeatable",
+	}
+	return &cli.Command{
+		Name:  "images",
+		Usage: "build and list the interpreter images scripts run in",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "build",
+				Usage:     "build images from their recipes with mmdebstrap (all when no NAME is given)",
+				ArgsUsage: "[NAME...]",
+				Flags: []cli.Flag{dirFlag, recipesFlag,
+					&cli.BoolFlag{Name: "if-needed", Usage: "skip images that are built and match their recipe (for setup scripts and CI)"},
+					&cli.BoolFlag{Name: "no-unpack", Usage: "do not unpack the rootfs cache after building"},
+					&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
+				},
+				Action: imagesBuild,
+			},
+			{
+				Name:  "list",
+				Usage: "list built images (name, digest, size, age, stale) and recipes not built yet",
+				Flags: []cli.Flag{dirFlag, recipesFlag,
+					&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+				},
+				Action: imagesList,
+			},
+			{
+				Name:   "prune",
+				Usage:  "delete blobs and rootfs trees no image refers to (stop sandboxes on old images first)",
+				Flags:  []cli.Flag{dirFlag},
+				Action: imagesPrune,
+			},
+		},
+	}
+}
+
+// imagesLogger logs warnings and errors to stderr; SKILLBOX_LOG_LEVEL=info
+// or debug shows more.
+func imagesLogger() hclog.Logger {
+	level := hclog.LevelFromString(os.Getenv("SKILLBOX_LOG_LEVEL"))
+	if level == hclog.NoLevel {
+		level = hclog.Warn
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "skillbox", Level: level, Output: os.Stderr})
+}
+
+// openImages loads the recipes (built-in plus --recipes) and opens the store.
+func openImages(c *cli.Context, logger hclog.Logger) (*images.Store, map[string]*images.Recipe, error) {
+	recipes, err := images.LoadRecipes(c.StringSlice("recipes")...)
+	if err != nil {
+		return nil, nil, exitCode(2, "%v", err)
+	}
+	store, err := images.OpenStore(c.String("dir"), logger)
+	if err != nil {
+		return nil, nil, exitCode(1, "%v", err)
+	}
+	store.SetRecipes(recipes)
+	return store, recipes, nil
+}
+
+func imagesBuild(c *cli.Context) error {
+	logger := imagesLogger()
+	store, recipes, err := openImages(c, logger)
+	if err != nil {
+		return err
+	}
+	names := c.Args().Slice()
+	if len(names) == 0 {
+		for n := range recipes {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+	}
+	for _, n := range names {
+		if _, ok := recipes[n]; !ok {
+			known := make([]string, 0, len(recipes))
+			for k := range recipes {
+				known = append(known, k)
+			}
+			sort.Strings(known)
+			return exitCode(2, "%v %q: no recipe has that name (known: %s); add a recipe file and pass its directory with --recipes",
+				images.ErrUnknownImage, n, strings.Join(known, ", "))
+		}
+	}
+	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	progress := os.Stderr
+	if c.Bool("quiet") {
+		progress = nil
+	}
+	var failed []string
+	for _, n := range names {
+		start := time.Now()
+		if c.Bool("if-needed") {
+			if img, err := store.Get(n); err == nil && !img.Stale {
+				if !c.Bool("no-unpack") {
+					if _, err := store.RootFS(ctx, img); err != nil {
+						fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
+						failed = append(failed, n)
+						continue
+					}
+				}
+				fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\tup to date\n", img.Name, img.Digest, images.HumanSize(img.Size))
+				continue
+			}
+		}
+		var img *images.Image
+		var err error
+		if progress != nil {
+			img, err = store.Build(ctx, recipes[n], progress)
+		} else {
+			img, err = store.Build(ctx, recipes[n], nil)
+		}
+		if err == nil && !c.Bool("no-unpack") {
+			_, err = store.RootFS(ctx, img)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
+			failed = append(failed, n)
+			if errors.Is(err, context.Canceled) {
+				break
+			}
+			continue
+		}
+		fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\t%s\n", img.Name, img.Digest, images.HumanSize(img.Size),
+			time.Since(start).Round(time.Second))
+	}
+	if len(failed) > 0 {
+		return exitCode(1, "%d of %d image builds failed: %s", len(failed), len(names), strings.Join(failed, ", "))
+	}
+	return nil
+}
+
+// listEntry is one line of `images list --json`.
+type listEntry struct {
+	Name         string    `json:"name"`
+	Built        bool      `json:"built"`
+	Digest       string    `json:"digest,omitempty"`
+	Size         int64     `json:"size,omitempty"`
+	UnpackedSize int64     `json:"unpacked_size,omitempty"`
+	Created      time.Time `json:"created,omitzero"`
+	BuiltAt      time.Time `json:"built_at,omitzero"`
+	Stale        bool      `json:"stale"`
+	RecipeHash   string    `json:"recipe_hash,omitempty"`
+	Recipe       string    `json:"recipe,omitempty"`
+	Interpreters []string  `json:"interpreters,omitempty"`
+}
+
+func imagesList(c *cli.Context) error {
+	store, recipes, err := openImages(c, imagesLogger())
+	if err != nil {
+		return err
+	}
+	imgs, err := store.List()
+	if err != nil {
+		return exitCode(1, "%v", err)
+	}
+	var entries []listEntry
+	seen := map[string]bool{}
+	for _, img := range imgs {
+		seen[img.Name] = true
+		e := listEntry{
+			Name: img.Name, Built: true, Digest: img.Digest, Size: img.Size, UnpackedSize: img.UnpackedSize,
+			Created: img.Created, BuiltAt: img.Built, Stale: img.Stale, RecipeHash: img.RecipeHash,
+			Recipe: img.RecipeFile, Interpreters: img.Interpreters,
+		}
+		if r, ok := recipes[img.Name]; ok {
+			e.Recipe = r.File
+		}
+		entries = append(entries, e)
+	}
+	for n, r := range recipes {
+		if !seen[n] {
+			entries = append(entries, listEntry{Name: n, Recipe: r.File, Interpreters: r.Interpreters})
+		}
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
+
+	if c.Bool("json") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		if entries == nil {
+			entries = []listEntry{}
+		}
+		return enc.Encode(entries)
+	}
+	tw := tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tDIGEST\tSIZE\tUNPACKED\tBUILT\tSTATE")
+	for _, e := range entries {
+		if !e.Built {
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\tnot built (skillbox images build %s)\n", e.Name, e.Name)
+			continue
+		}
+		state := "ok"
+		if e.Stale {
+			state = "stale: recipe changed (skillbox images build " + e.Name + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, shortDigest(e.Digest), images.HumanSize(e.Size),
+			images.HumanSize(e.UnpackedSize), age(e.BuiltAt), state)
+	}
+	return tw.Flush()
+}
+
+func imagesPrune(c *cli.Context) error {
+	store, err := images.OpenStore(c.String("dir"), imagesLogger())
+	if err != nil {
+		return exitCode(1, "%v", err)
+	}
+	removed, err := store.Prune(c.Context)
+	for _, p := range removed {
+		fmt.Fprintln(c.App.Writer, "removed", p)
+	}
+	if err != nil {
+		return exitCode(1, "%v", err)
+	}
+	return nil
+}
+
+// shortDigest keeps "sha256:" and 12 hex digits, enough to tell images
+// apart on a terminal; --json has the full digest.
+func shortDigest(d string) string {
+	if len(d) > len("sha256:")+12 {
+		return d[:len("sha256:")+12]
+	}
+	return d
+}
+
+// age says how long ago t was, coarsely.
+func age(t time.Time) string {
+	if t.IsZero() {
+		return "?"
+	}
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return "just now"
+	case d < time.Hour:
+		return fmt.Sprintf("%d minutes ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%d hours ago", int(d.Hours()))
+	default:
+		return fmt.Sprintf("%d days ago", int(d.Hours()/24))
+	}
 }

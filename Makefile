@@ -1,0 +1,58 @@
+# skillbox: `make demo` sets up a fresh Debian 12 machine (as root) and runs a
+# sample skill script in gVisor; `make test` runs the unit tests, and as root
+# also the integration tests against real runsc and runc containers.
+
+GO        ?= go
+BIN       := bin/skillbox
+IMAGES    ?= /var/lib/skillbox/images
+ROOT      := $(shell id -u)
+GOFLAGS_TEST ?= -count=1
+VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
+export PATH := $(PATH):/usr/local/go/bin
+
+.PHONY: all build test unit integration deps images demo fuzz bench lint clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/skillbox
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) vet -tags integration ./...
+
+unit:
+	$(GO) test $(GOFLAGS_TEST) ./...
+
+# Integration tests need root, runsc, runc and the interpreter images; they run
+# one package at a time so two cores are not oversubscribed by sandboxes.
+integration: deps build images
+	SKILLBOX_IMAGES=$(IMAGES) SKILLBOX_BIN=$(CURDIR)/$(BIN) \
+	  $(GO) test $(GOFLAGS_TEST) -p 1 -timeout 40m -tags integration ./...
+
+ifeq ($(ROOT),0)
+test: lint integration
+else
+test: lint unit
+	@echo "make test: not root, so the integration tests (real runsc/runc sandboxes) were skipped; run 'sudo make test' to include them"
+endif
+
+deps:
+	./hack/install-deps.sh
+
+images: build
+	$(BIN) images build --dir $(IMAGES)
+
+demo: deps build images
+	./hack/demo.sh
+
+fuzz:
+	./hack/fuzz.sh 30s
+
+bench: build
+	$(BIN) bench
+
+clean:
+	rm -rf bin

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/skillbox/skillbox/images"
+	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox"
+	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/skills"
+)
+
+// loadConfig reads the config file, or the built-in defaults when path is "".
+func loadConfig(path string) (*policy.Config, error) {
+	if path == "" {
+		return policy.Default(), nil
+	}
+	cfg, err := policy.Load(path)
+	if err != nil {
+		return nil, fmt.Errorf("config %s: %w (check it with: skillbox policy check %s)", path, err, path)
+	}
+	return cfg, nil
+}
+
+// newLogger is the CLI's hclog root; level from SKILLBOX_LOG (default warn
+// for one-shot commands, info for serve).
+func newLogger(name string, def hclog.Level, w io.Writer) hclog.Logger {
+	lvl := def
+	if v := os.Getenv("SKILLBOX_LOG"); v != "" {
+		lvl = hclog.LevelFromString(v)
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: name, Level: lvl, Output: w})
+}
+
+// openRegistry indexes the given roots (or the config's) once.
+func openRegistry(ctx context.Context, cfg *policy.Config, roots []string, log hclog.Logger) (*skills.Registry, error) {
+	if len(roots) == 0 {
+		roots = cfg.Skills.Roots
+	}
+	abs := make([]string, 0, len(roots))
+	for _, r := range roots {
+		a, err := filepath.Abs(r)
+		if err != nil {
+			return nil, err
+		}
+		abs = append(abs, a)
+	}
+	reg, err := skills.NewRegistry(skills.RegistryOptions{
+		Roots:           abs,
+		MaxDepth:        cfg.Skills.MaxDepth,
+		MaxSkills:       cfg.Skills.MaxSkills,
+		AllowExtensions: true, // lenient indexing: cosmetic problems become warnings
+		Logger:          log.Named("skills"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := reg.Reload(ctx); err != nil {
+		return nil, err
+	}
+	return reg, nil
+}
+
+// engineOptions are the knobs the CLI exposes over the config.
+type engineOptions struct {
+	runtime  string // overrides daemon.runtime
+	imageDir string // overrides images.dir
+	noBuild  bool
+	progress io.Writer
+	audit    *audit.Log
+}
+
+// newEngine builds the run engine the daemon and `skillbox run` share.
+func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*sandbox.Engine, error) {
+	name := cfg.Daemon.Runtime
+	if o.runtime != "" {
+		name = o.runtime
+	}
+	ropts := cfg.RuntimeOptions(name)
+	ropts.Logger = log.Named("runtime." + name)
+	rt, err := runtime.New(name, ropts)
+	if err != nil {
+		return nil, err
+	}
+	dir := cfg.Images.Dir
+	if o.imageDir != "" {
+		dir = o.imageDir
+	} else if v := os.Getenv("SKILLBOX_IMAGES"); v != "" {
+		dir = v
+	}
+	store, err := images.OpenStore(dir, log.Named("images"))
+	if err != nil {
+		return nil, err
+	}
+	recipes, err := images.LoadRecipes(cfg.Images.RecipesDirs...)
+	if err != nil {
+		return nil, err
+	}
+	store.SetRecipes(recipes)
+	eng := &sandbox.Engine{
+		Config:   cfg,
+		Images:   &sandbox.StoreImages{Store: store, Recipes: recipes, Build: !o.noBuild},
+		Runtime:  rt,
+		Logger:   log.Named("engine"),
+		Progress: o.progress,
+	}
+	if o.audit != nil {
+		eng.Audit = o.audit
+	}
+	return eng, nil
+}
+
+// openAudit opens the config's audit log, or returns nil when it names none.
+func openAudit(cfg *policy.Config, log hclog.Logger) (*audit.Log, error) {
+	if cfg.Daemon.AuditDir == "" {
+		return nil, nil
+	}
+	key, err := cfg.Audit.LoadCheckpointKey()
+	if err != nil {
+		return nil, err
+	}
+	l, err := audit.Open(cfg.Daemon.AuditDir, audit.Options{
+		RotateBytes:     cfg.Audit.RotateBytes,
+		RotateAge:       cfg.Audit.RotateAge,
+		SigningKey:      key,
+		CheckpointEvery: cfg.Audit.CheckpointInterval,
+		Logger:          log.Named("audit"),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("audit log %s: %w", cfg.Daemon.AuditDir, err)
+	}
+	return l, nil
+}

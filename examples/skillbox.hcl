@@ -1,0 +1,108 @@
+# skillbox.hcl — example configuration. Check it with:
+#   skillbox policy check examples/skillbox.hcl
+# Unknown keys are errors. Commented settings show their defaults.
+
+daemon {
+  socket    = "/run/skillbox/skillbox.sock"
+  state_dir = "/var/lib/skillbox"
+  audit_dir = "/var/log/skillbox"
+  approvers = ["root"]          # users (names or uids) allowed to approve confirmations
+
+  # socket_mode         = "0660"      # octal, quoted
+  # socket_group        = "skillbox"  # group owning the socket (default: unchanged)
+  # max_connections     = 64
+  # max_concurrent_runs = 4
+  # max_active_skills   = 8           # skills loaded at once per session
+  # run_queue_timeout   = "30s"       # how long a run waits for a free slot
+  # idle_timeout        = "30m"       # idle client connections are closed after this
+  # max_line_bytes      = "16MiB"     # largest JSON-RPC request line
+  # confirmation_ttl    = "10m"       # approvals expire after this
+  # runtime             = "runsc"     # runsc | runc | containerd
+  # tool_mode           = "restrict"  # restrict | preapprove (meaning of a skill's allowed-tools)
+}
+
+skills {
+  roots = ["/etc/skillbox/skills"]
+
+  # allow_extensions = false    # accept tags/requires/... in SKILL.md frontmatter
+  # catalog_budget   = 16000    # characters of <available_skills> in the prompt
+  # max_depth        = 4        # directory levels scanned under each root
+  # max_skills       = 50000
+  # max_read_bytes   = "1MiB"   # largest skills.read answer
+}
+
+policy "default" {
+  skills = ["*"]                         # glob on skill names
+  tools  = ["skills.read", "skills.run_script"]
+}
+
+policy "needs-approval" {
+  skills  = ["guarded-*"]
+  confirm = ["skills.run_script"]
+}
+
+# More rules. All rules matching a skill apply together, in any order:
+# deny beats confirm beats allow; limits take the strictest value; network is
+# on only if some matching rule sets it true and none sets it false.
+#
+# policy "git-helpers" {
+#   skills  = ["git-*"]
+#   tools   = ["Read", "Bash(git:*)", "mcp__github"]
+#   deny    = ["Bash(git push:*)"]
+#   confirm = ["network"]              # network runs need an approver
+#   network = true
+#   limits {
+#     timeout = "2m"
+#     memory  = "256MiB"
+#   }
+# }
+
+# runtime "runsc" {
+#   binary    = "runsc"
+#   state_dir = "/run/skillbox/runsc"
+#   platform  = "systrap"              # systrap | ptrace | kvm
+#   flags     = ["--overlay2=root:memory"]
+# }
+# runtime "runc" {
+#   binary    = "runc"
+#   state_dir = "/run/skillbox/runc"
+# }
+# runtime "containerd" {
+#   address   = "/run/containerd/containerd.sock"
+#   namespace = "skillbox"
+# }
+
+# images {
+#   dir          = "/var/lib/skillbox/images"   # default: <state_dir>/images
+#   recipes_dirs = ["/etc/skillbox/recipes"]
+# }
+
+# Built in: python (.py → python3), shell (.sh .bash → bash),
+# node (.js .mjs .cjs → node). Add or override:
+# image "ruby" {
+#   extensions  = [".rb"]
+#   interpreter = ["ruby"]
+#   shebangs    = ["ruby"]
+#   recipe      = "ruby"
+# }
+
+# Defaults for every run; rules can only lower them.
+# limits {
+#   timeout      = "30s"
+#   memory       = "512MiB"
+#   pids         = 128
+#   cpus         = 1
+#   workdir      = "64MiB"
+#   tmp          = "64MiB"
+#   stdout       = "1MiB"
+#   stderr       = "1MiB"
+#   outputs      = "16MiB"
+#   output_files = 64
+# }
+
+# audit {
+#   rotate_bytes        = "64MiB"    # or rotate_size
+#   rotate_age          = "24h"
+#   checkpoint_key      = "/etc/skillbox/audit.key"   # Ed25519 private key (PEM PKCS#8)
+#   checkpoint_interval = "1h"
+# }

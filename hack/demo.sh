@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The newcomer's tour: validate and list the sample skills, render the prompt
+# block a host gives its model, run a sample script in gVisor with an audit
+# log, and show and verify the audit records it left.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=./bin/skillbox
+demo=$(mktemp -d /tmp/skillbox-demo.XXXXXX)
+cat >"$demo/skillbox.hcl" <<HCL
+daemon {
+  socket    = "$demo/skillbox.sock"
+  state_dir = "$demo/state"
+  audit_dir = "$demo/audit"
+  approvers = ["root"]
+}
+skills {
+  roots = ["$PWD/examples/skills"]
+}
+images {
+  dir = "${SKILLBOX_IMAGES:-/var/lib/skillbox/images}"
+}
+policy "default" {
+  skills = ["*"]
+  tools  = ["skills.read", "skills.run_script"]
+}
+HCL
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+
+step "validate the sample skills"
+$bin skills validate --allow-extensions examples/skills/*/
+
+step "index them"
+$bin skills list --root examples/skills
+
+step "the catalog a host puts in its model's prompt"
+$bin skills prompt examples/skills/*/
+
+step "run hello-python/scripts/hello.py in gVisor (runsc)"
+$bin run --config "$demo/skillbox.hcl" --runtime runsc hello-python scripts/hello.py -- from the demo
+
+step "the same run, as the structured result a host gets"
+$bin run --config "$demo/skillbox.hcl" --json hello-python scripts/hello.py -- again
+
+step "the audit records those runs left ($demo/audit)"
+$bin audit query --dir "$demo/audit"
+$bin audit tail --dir "$demo/audit" -n 1
+
+step "verify the audit hash chain"
+$bin audit verify --dir "$demo/audit"

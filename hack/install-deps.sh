@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs the host packages skillbox needs to build images and run sandboxes
+# (Debian 12). Idempotent and quiet when everything is already there.
+set -euo pipefail
+
+pkgs=(runsc runc mmdebstrap ca-certificates iproute2 procps)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  if [[ $(id -u) -ne 0 ]]; then
+    echo "install-deps: missing ${missing[*]}; run as root: apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null 2>&1 && [[ ! -x /usr/local/go/bin/go ]]; then
+  echo "install-deps: Go 1.26 is required (https://go.dev/doc/install)" >&2
+  exit 1
+fi
+echo "install-deps: runsc $(runsc --version 2>/dev/null | head -1 | awk '{print $3}'), runc $(runc --version | head -1 | awk '{print $3}'), mmdebstrap $(mmdebstrap --version | awk '{print $2}')" >&2

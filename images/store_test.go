@@ -1,0 +1,450 @@
+package images
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+func commitSample(t *testing.T, s *Store, r *Recipe, tarBytes []byte, epoch time.Time) *Image {
+	t.Helper()
+	img, err := s.commit(context.Background(), r, bytes.NewReader(tarBytes), epoch, "test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img
+}
+
+func readJSON(t *testing.T, p string, v any) {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		t.Fatalf("%s: %v", p, err)
+	}
+}
+
+func TestOCILayout(t *testing.T) {
+	s := openTestStore(t)
+	s.SetRecipes(map[string]*Recipe{"shell": testRecipe("shell")})
+	img := commitSample(t, s, testRecipe("shell"), sampleRootfs(t), testEpoch)
+
+	var layout v1.ImageLayout
+	readJSON(t, filepath.Join(s.LayoutDir(), "oci-layout"), &layout)
+	if layout.Version != v1.ImageLayoutVersion {
+		t.Errorf("oci-layout version %q", layout.Version)
+	}
+	var idx v1.Index
+	readJSON(t, filepath.Join(s.LayoutDir(), "index.json"), &idx)
+	if idx.SchemaVersion != 2 || len(idx.Manifests) != 1 {
+		t.Fatalf("index: %+v", idx)
+	}
+	desc := idx.Manifests[0]
+	if desc.Annotations[v1.AnnotationRefName] != "shell" || desc.Digest.String() != img.Digest ||
+		desc.MediaType != v1.MediaTypeImageManifest {
+		t.Errorf("index entry: %+v", desc)
+	}
+	blob := func(d digest.Digest) []byte {
+		b, err := os.ReadFile(filepath.Join(s.LayoutDir(), "blobs", "sha256", d.Encoded()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if digest.FromBytes(b) != d {
+			t.Fatalf("blob %s has the wrong content", d)
+		}
+		return b
+	}
+	var man v1.Manifest
+	if err := json.Unmarshal(blob(desc.Digest), &man); err != nil {
+		t.Fatal(err)
+	}
+	if man.MediaType != v1.MediaTypeImageManifest || len(man.Layers) != 1 ||
+		man.Layers[0].MediaType != v1.MediaTypeImageLayerGzip || man.Annotations[AnnotationRecipeHash] != testRecipe("shell").Hash() {
+		t.Fatalf("manifest: %+v", man)
+	}
+	var cfg v1.Image
+	if err := json.Unmarshal(blob(man.Config.Digest), &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.OS != "linux" || cfg.Architecture == "" || !cfg.Created.Equal(testEpoch) ||
+		cfg.Config.Labels[LabelInterpreters] != "bash,sh" || len(cfg.RootFS.DiffIDs) != 1 {
+		t.Fatalf("config: %+v", cfg)
+	}
+
+	// The layer is gzip; its uncompressed bytes hash to the diffID and hold
+	// the normalised entries.
+	zr, err := gzip.NewReader(bytes.NewReader(blob(man.Layers[0].Digest)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if digest.FromBytes(raw) != cfg.RootFS.DiffIDs[0] {
+		t.Error("layer diffID mismatch")
+	}
+	tr := tar.NewReader(bytes.NewReader(raw))
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		names = append(names, h.Name)
+		if h.ModTime.After(testEpoch) {
+			t.Errorf("%s: mtime %v not clamped to %v", h.Name, h.ModTime, testEpoch)
+		}
+		if h.Uname != "" || !h.AccessTime.IsZero() {
+			t.Errorf("%s: uname/atime kept", h.Name)
+		}
+		if h.Name == "usr/bin/tool-alias" && (h.Typeflag != tar.TypeLink || h.Linkname != "usr/bin/tool") {
+			t.Errorf("hard link: %+v", h)
+		}
+	}
+	if names[0] != "bin" || strings.HasPrefix(strings.Join(names, " "), "./") {
+		t.Errorf("names not normalised: %v", names)
+	}
+
+	got, err := s.Get("shell")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Digest != img.Digest || got.Size <= 0 || got.UnpackedSize != int64(len(raw)) ||
+		got.Built.IsZero() || got.Stale || len(got.Layers) != 1 || len(got.Env) == 0 {
+		t.Errorf("Get: %+v", got)
+	}
+}
+
+func TestDigestStable(t *testing.T) {
+	tarBytes := sampleRootfs(t)
+	a := commitSample(t, openTestStore(t), testRecipe("shell"), tarBytes, testEpoch)
+	b := commitSample(t, openTestStore(t), testRecipe("shell"), tarBytes, testEpoch)
+	if a.Digest != b.Digest || a.Layers[0] != b.Layers[0] {
+		t.Fatalf("same input, different digests: %s %s", a.Digest, b.Digest)
+	}
+	// Build-time noise (atime, user names, mtimes past the epoch) must not
+	// reach the digest.
+	noisy := makeTar(t, []entry{
+		{name: "./", typ: tar.TypeDir, mtime: time.Now()},
+		{name: "./etc/", typ: tar.TypeDir, uname: "root", mtime: time.Now()},
+		{name: "./etc/motd", body: "hello\n", mtime: time.Now(), pax: map[string]string{"SCHILY.xattr.user.k": "v"}},
+	})
+	quiet := makeTar(t, []entry{
+		{name: "etc/", typ: tar.TypeDir, mtime: testEpoch},
+		{name: "etc/motd", body: "hello\n", mtime: testEpoch, pax: map[string]string{"SCHILY.xattr.user.k": "v"}},
+	})
+	c := commitSample(t, openTestStore(t), testRecipe("shell"), noisy, testEpoch)
+	d := commitSample(t, openTestStore(t), testRecipe("shell"), quiet, testEpoch)
+	if c.Digest != d.Digest {
+		t.Errorf("normalisation failed: %s vs %s", c.Digest, d.Digest)
+	}
+	if e := commitSample(t, openTestStore(t), testRecipe("shell"), tarBytes, testEpoch.Add(time.Second)); e.Digest == a.Digest {
+		t.Error("different epoch, same digest")
+	}
+	other := testRecipe("shell")
+	other.Packages = []string{"bash", "jq"}
+	if e := commitSample(t, openTestStore(t), other, tarBytes, testEpoch); e.Digest == a.Digest {
+		t.Error("different recipe, same digest")
+	}
+}
+
+func TestRootFS(t *testing.T) {
+	s := openTestStore(t)
+	img := commitSample(t, s, testRecipe("shell"), sampleRootfs(t), testEpoch)
+	root, err := s.RootFS(context.Background(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hex := strings.TrimPrefix(img.Digest, "sha256:")
+	if root != filepath.Join(s.Dir(), "rootfs", "sha256-"+hex) {
+		t.Errorf("rootfs at %s", root)
+	}
+	b, err := os.ReadFile(filepath.Join(root, "etc/motd"))
+	if err != nil || string(b) != "hello\n" {
+		t.Fatalf("motd: %q %v", b, err)
+	}
+	if l, _ := os.Readlink(filepath.Join(root, "bin")); l != "usr/bin" {
+		t.Errorf("bin -> %q", l)
+	}
+	if l, _ := os.Readlink(filepath.Join(root, "usr/bin/abs")); l != "/usr/bin/tool" {
+		t.Errorf("absolute symlink target rewritten: %q", l)
+	}
+	st1, err := os.Stat(filepath.Join(root, "usr/bin/tool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st2, err := os.Stat(filepath.Join(root, "usr/bin/tool-alias"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(st1, st2) {
+		t.Error("hard link not preserved")
+	}
+	if st1.Mode()&os.ModeSetuid == 0 || st1.Mode().Perm() != 0o755 {
+		t.Errorf("tool mode %v", st1.Mode())
+	}
+	if st, _ := os.Stat(filepath.Join(root, "tmp")); st.Mode()&os.ModeSticky == 0 || st.Mode().Perm() != 0o777 {
+		t.Errorf("tmp mode %v", st.Mode())
+	}
+	if st, _ := os.Stat(filepath.Join(root, "etc/hostname.d")); st.Mode().Perm() != 0o700 || !st.ModTime().Equal(testEpoch.Add(-time.Hour)) {
+		t.Errorf("dir mode/mtime %v %v", st.Mode(), st.ModTime())
+	}
+	if st, _ := os.Stat(filepath.Join(root, "etc/motd")); !st.ModTime().Equal(testEpoch) {
+		t.Errorf("motd mtime %v, want clamped %v", st.ModTime(), testEpoch)
+	}
+	if st, err := os.Lstat(filepath.Join(root, "run/fifo")); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+		t.Errorf("fifo: %v %v", st, err)
+	}
+	if os.Geteuid() == 0 {
+		var sys syscall.Stat_t
+		syscall.Stat(filepath.Join(root, "etc/motd"), &sys)
+		if sys.Uid != 0 {
+			t.Errorf("owner %d", sys.Uid)
+		}
+	}
+	// Cached: the same directory, no second unpack.
+	again, err := s.RootFS(context.Background(), img)
+	if err != nil || again != root {
+		t.Fatalf("second RootFS: %s %v", again, err)
+	}
+	leftovers, _ := filepath.Glob(filepath.Join(s.Dir(), "rootfs", ".tmp-*"))
+	if len(leftovers) != 0 {
+		t.Errorf("temporary unpack dirs left: %v", leftovers)
+	}
+}
+
+func TestRootFSDetectsDamage(t *testing.T) {
+	s := openTestStore(t)
+	img := commitSample(t, s, testRecipe("shell"), sampleRootfs(t), testEpoch)
+	layer := filepath.Join(s.LayoutDir(), "blobs", "sha256", strings.TrimPrefix(img.Layers[0], "sha256:"))
+	b, _ := os.ReadFile(layer)
+	b[len(b)-12] ^= 0xff // inside the deflate data or trailer
+	os.WriteFile(layer, b, 0o644)
+	if _, err := s.RootFS(context.Background(), img); err == nil {
+		t.Fatal("damaged layer unpacked")
+	}
+	if entries, _ := os.ReadDir(filepath.Join(s.Dir(), "rootfs")); len(entries) != 0 {
+		t.Errorf("rootfs dir not clean after failure: %v", entries)
+	}
+}
+
+func TestStaleAndNotBuilt(t *testing.T) {
+	s := openTestStore(t)
+	r := testRecipe("shell")
+	s.SetRecipes(map[string]*Recipe{"shell": r, "python": testRecipe("python")})
+	commitSample(t, s, r, sampleRootfs(t), testEpoch)
+
+	imgs, err := s.List()
+	if err != nil || len(imgs) != 1 || imgs[0].Stale {
+		t.Fatalf("fresh: %v %v", imgs, err)
+	}
+	changed := testRecipe("shell")
+	changed.Packages = append(changed.Packages, "jq")
+	s.SetRecipes(map[string]*Recipe{"shell": changed})
+	imgs, _ = s.List()
+	if !imgs[0].Stale {
+		t.Error("changed recipe not reported stale by List")
+	}
+	if img, _ := s.Get("shell"); !img.Stale {
+		t.Error("changed recipe not reported stale by Get")
+	}
+	notes := testRecipe("shell")
+	notes.Notes = "edited prose only"
+	s.SetRecipes(map[string]*Recipe{"shell": notes, "python": testRecipe("python")})
+	if img, _ := s.Get("shell"); img.Stale {
+		t.Error("a notes-only change made the image stale")
+	}
+
+	_, err = s.Get("python")
+	if !errors.Is(err, ErrNotBuilt) || !strings.Contains(err.Error(), "run: skillbox images build python") {
+		t.Errorf("not built: %v", err)
+	}
+	_, err = s.Get("cobol")
+	if !errors.Is(err, ErrUnknownImage) {
+		t.Errorf("unknown: %v", err)
+	}
+	_, _, err = s.Ensure(context.Background(), testRecipe("python"), false, nil)
+	if !errors.Is(err, ErrNotBuilt) || !strings.Contains(err.Error(), "skillbox images build python") {
+		t.Errorf("Ensure without build: %v", err)
+	}
+}
+
+func TestBuildWithFakeMmdebstrap(t *testing.T) {
+	s := openTestStore(t)
+	tree := writeTree(t, map[string]string{"usr/bin/hello": "#!/bin/sh\necho hi\n", "etc/os-release": "ID=debian\n"})
+	s.mmdebstrap = fakeMmdebstrap(t, tree)
+
+	var progress bytes.Buffer
+	r := testRecipe("shell")
+	img, root, err := s.Ensure(context.Background(), r, true, &progress)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(progress.String(), "[shell] I: fake mmdebstrap starting") ||
+		!strings.Contains(progress.String(), "SOURCE_DATE_EPOCH=1746868662") {
+		t.Errorf("progress: %s", progress.String())
+	}
+	if !img.Created.Equal(time.Unix(1746868662, 0)) {
+		t.Errorf("created %v", img.Created)
+	}
+	if _, err := os.Stat(filepath.Join(root, "usr/bin/hello")); err != nil {
+		t.Error(err)
+	}
+	// Ensure again: no rebuild, same image.
+	progress.Reset()
+	img2, root2, err := s.Ensure(context.Background(), r, true, &progress)
+	if err != nil || img2.Digest != img.Digest || root2 != root || progress.Len() != 0 {
+		t.Errorf("second Ensure rebuilt or moved: %v %s %q", err, root2, progress.String())
+	}
+	// Build again from the same tree: same digest (timestamps are clamped).
+	img3, err := s.Build(context.Background(), r, nil)
+	if err != nil || img3.Digest != img.Digest {
+		t.Errorf("rebuild digest %s vs %s (%v)", img3.Digest, img.Digest, err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(s.Dir(), "tmp")); len(entries) != 0 {
+		t.Errorf("scratch left in tmp: %v", entries)
+	}
+}
+
+func TestBuildFailure(t *testing.T) {
+	s := openTestStore(t)
+	s.mmdebstrap = fakeMmdebstrap(t, "fail")
+	_, err := s.Build(context.Background(), testRecipe("shell"), nil)
+	if !errors.Is(err, ErrBuildFailed) || !strings.Contains(err.Error(), "E: cannot reach the mirror") ||
+		!strings.Contains(err.Error(), "skillbox images build shell") {
+		t.Errorf("err = %v", err)
+	}
+	if _, err := s.Get("shell"); !errors.Is(err, ErrNotBuilt) {
+		t.Errorf("failed build left an image: %v", err)
+	}
+	s.mmdebstrap = "/nonexistent/mmdebstrap"
+	if _, err := s.Build(context.Background(), testRecipe("shell"), nil); !errors.Is(err, ErrBuildFailed) ||
+		!strings.Contains(err.Error(), "apt-get install mmdebstrap") {
+		t.Errorf("missing tool: %v", err)
+	}
+	bad := testRecipe("shell")
+	bad.Packages = []string{"--evil"}
+	if _, err := s.Build(context.Background(), bad, nil); !errors.Is(err, ErrBuildFailed) {
+		t.Errorf("invalid recipe: %v", err)
+	}
+}
+
+func TestBuildCancel(t *testing.T) {
+	s := openTestStore(t)
+	script := filepath.Join(t.TempDir(), "mmdebstrap")
+	os.WriteFile(script, []byte("#!/bin/sh\nsleep 30 & wait\n"), 0o755)
+	s.mmdebstrap = script
+	t.Setenv("SOURCE_DATE_EPOCH", "1746868662")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	_, err := s.Build(ctx, testRecipe("shell"), nil)
+	if !errors.Is(err, ErrBuildFailed) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("err = %v", err)
+	}
+	// The whole process group dies, so the pipe closes without WaitDelay.
+	if time.Since(start) > 5*time.Second {
+		t.Errorf("cancel took %v", time.Since(start))
+	}
+}
+
+func TestConcurrentBuilds(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "store")
+	tree := writeTree(t, map[string]string{"usr/bin/hello": "hi"})
+	fake := fakeMmdebstrap(t, tree)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Separate Store values act like separate processes: the
+			// locks are flock on separately opened files.
+			s, err := OpenStore(dir, nil)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			s.mmdebstrap = fake
+			name := []string{"shell", "node"}[i%2]
+			_, _, errs[i] = s.Ensure(context.Background(), testRecipe(name), true, nil)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := OpenStore(dir, nil)
+	imgs, err := s.List()
+	if err != nil || len(imgs) != 2 {
+		t.Fatalf("list after concurrent builds: %v %v", imgs, err)
+	}
+	for _, img := range imgs {
+		if _, err := s.RootFS(context.Background(), img); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestPrune(t *testing.T) {
+	s := openTestStore(t)
+	r := testRecipe("shell")
+	old := commitSample(t, s, r, sampleRootfs(t), testEpoch)
+	oldRoot, err := s.RootFS(context.Background(), old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur := commitSample(t, s, r, makeTar(t, []entry{{name: "./etc/", typ: tar.TypeDir}, {name: "./etc/new", body: "n"}}), testEpoch)
+	curRoot, _ := s.RootFS(context.Background(), cur)
+	removed, err := s.Prune(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Old manifest, config and layer, and the old rootfs.
+	if len(removed) != 4 {
+		t.Errorf("removed %v", removed)
+	}
+	if _, err := os.Stat(oldRoot); !os.IsNotExist(err) {
+		t.Error("old rootfs kept")
+	}
+	if _, err := os.Stat(curRoot); err != nil {
+		t.Error("current rootfs removed")
+	}
+	if _, err := s.imageFromDescriptor(mustDesc(t, s, "shell")); err != nil {
+		t.Errorf("current image damaged by prune: %v", err)
+	}
+}
+
+func mustDesc(t *testing.T, s *Store, name string) v1.Descriptor {
+	idx, err := s.readIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ok := findRef(idx, name)
+	if !ok {
+		t.Fatalf("%s not in index", name)
+	}
+	return d
+}

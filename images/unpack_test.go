@@ -1,0 +1,163 @@
+package images
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestUnpackConfinement feeds hostile layers to the unpacker. Each must be
+// refused, and nothing may appear outside the target directory.
+func TestUnpackConfinement(t *testing.T) {
+	tests := []struct {
+		name    string
+		entries []entry
+	}{
+		{"dot-dot", []entry{{name: "../evil", body: "x"}}},
+		{"dot-dot inside", []entry{{name: "a/../../evil", body: "x"}}},
+		{"absolute", []entry{{name: "/evil", body: "x"}}},
+		{"absolute dir", []entry{{name: "/tmp/", typ: tar.TypeDir}}},
+		{"hardlink out with dot-dot", []entry{{name: "h", typ: tar.TypeLink, link: "../outside/secret"}}},
+		{"hardlink absolute", []entry{{name: "h", typ: tar.TypeLink, link: "/etc/hostname"}}},
+		{"hardlink to missing", []entry{{name: "h", typ: tar.TypeLink, link: "nothere"}}},
+		{"file through absolute symlink", []entry{
+			{name: "link", typ: tar.TypeSymlink, link: "/"},
+			{name: "link/evil", body: "x"},
+		}},
+		{"file through relative escaping symlink", []entry{
+			{name: "link", typ: tar.TypeSymlink, link: "../outside"},
+			{name: "link/evil", body: "x"},
+		}},
+		{"file through inside symlink", []entry{
+			{name: "sub/", typ: tar.TypeDir},
+			{name: "link", typ: tar.TypeSymlink, link: "sub"},
+			{name: "link/evil", body: "x"},
+		}},
+		{"dir replaced by symlink", []entry{
+			{name: "d/", typ: tar.TypeDir},
+			{name: "d", typ: tar.TypeSymlink, link: "../outside"},
+			{name: "d/evil", body: "x"},
+		}},
+		{"hardlink through symlink", []entry{
+			{name: "link", typ: tar.TypeSymlink, link: "../outside"},
+			{name: "h", typ: tar.TypeLink, link: "link/secret"},
+		}},
+		{"whiteout through symlink", []entry{
+			{name: "link", typ: tar.TypeSymlink, link: "../outside"},
+			{name: "link/.wh.secret", body: ""},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			base := t.TempDir()
+			target := filepath.Join(base, "root")
+			outside := filepath.Join(base, "outside")
+			for _, d := range []string{target, outside} {
+				if err := os.Mkdir(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err := UnpackTar(context.Background(), bytes.NewReader(makeTar(t, tt.entries)), target, nil)
+			if err == nil {
+				t.Fatal("hostile layer unpacked without error")
+			}
+			if !errors.Is(err, ErrUnsafeLayer) {
+				t.Logf("refused (by os.Root or the kernel rather than the unpacker's own check): %v", err)
+			}
+			// Nothing escaped: base holds root and outside only, outside
+			// holds only the secret, untouched.
+			ents, _ := os.ReadDir(base)
+			if len(ents) != 2 {
+				t.Errorf("base dir now holds %v", ents)
+			}
+			ents, _ = os.ReadDir(outside)
+			if len(ents) != 1 || ents[0].Name() != "secret" {
+				t.Errorf("outside dir now holds %v", ents)
+			}
+			if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "s" {
+				t.Error("secret changed")
+			}
+			if _, err := os.Lstat("/evil"); err == nil {
+				t.Error("/evil exists")
+			}
+			filepath.Walk(target, func(p string, info os.FileInfo, err error) error {
+				if err == nil && info.Mode().IsRegular() && info.Name() == "secret" {
+					t.Errorf("secret linked into the tree at %s", p)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+func TestUnpackReplacesAndWhiteouts(t *testing.T) {
+	dir := t.TempDir()
+	layer := makeTar(t, []entry{
+		{name: "etc/", typ: tar.TypeDir},
+		{name: "etc/a", body: "first"},
+		{name: "etc/a", body: "second"},                  // later entry wins
+		{name: "etc/b", typ: tar.TypeSymlink, link: "a"}, // symlink, then
+		{name: "etc/b", body: "file now"},                // replaced by a file, not written through
+		{name: "ro/", typ: tar.TypeDir, mode: 0o555},     // read-only dir
+		{name: "ro/inside", body: "still written"},       // ...still gets its entry
+		{name: "gone/", typ: tar.TypeDir},                //
+		{name: "gone/x", body: "x"},                      //
+		{name: ".wh.gone", body: ""},                     // whiteout removes gone/
+		{name: "opq/", typ: tar.TypeDir},                 //
+		{name: "opq/old", body: "old"},                   //
+		{name: "opq/.wh..wh..opq", body: ""},             // opaque: clears opq/
+		{name: "opq/new", body: "new"},                   //
+		{name: "deep/er/file", body: "parents made"},     // no dir entries for parents
+		{name: "deep/er/link", typ: tar.TypeLink, link: "deep/er/file"},
+	})
+	if err := UnpackTar(context.Background(), bytes.NewReader(layer), dir, nil); err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) string {
+		b, err := os.ReadFile(filepath.Join(dir, p))
+		if err != nil {
+			return "<" + err.Error() + ">"
+		}
+		return string(b)
+	}
+	for p, want := range map[string]string{
+		"etc/a": "second", "etc/b": "file now", "ro/inside": "still written",
+		"opq/new": "new", "deep/er/file": "parents made", "deep/er/link": "parents made",
+	} {
+		if got := read(p); got != want {
+			t.Errorf("%s = %q, want %q", p, got, want)
+		}
+	}
+	for _, p := range []string{"gone", "opq/old", ".wh.gone", "opq/.wh..wh..opq"} {
+		if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {
+			t.Errorf("%s should not exist", p)
+		}
+	}
+	if st, _ := os.Stat(filepath.Join(dir, "ro")); st.Mode().Perm() != 0o555 {
+		t.Errorf("ro mode %v", st.Mode())
+	}
+	os.Chmod(filepath.Join(dir, "ro"), 0o755) // let t.TempDir clean up as non-root
+}
+
+func TestLayerNameRules(t *testing.T) {
+	for in, want := range map[string]string{
+		"./": "", ".": "", "./usr/bin/": "usr/bin", "usr//bin/./x": "usr/bin/x", "etc": "etc",
+	} {
+		got, err := layerName(in)
+		if err != nil || got != want {
+			t.Errorf("layerName(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"/etc", "../x", "a/../../x", "a/.."} {
+		if _, err := layerName(in); !errors.Is(err, ErrUnsafeLayer) {
+			t.Errorf("layerName(%q) accepted", in)
+		}
+	}
+}

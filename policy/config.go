@@ -1,0 +1,321 @@
+package policy
+
+import (
+	"crypto/ed25519"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/skillbox/skillbox/runtime"
+)
+
+// ToolMode says what a skill's own allowed-tools means (see DESIGN.md, tools.check).
+type ToolMode string
+
+const (
+	// ToolModeRestrict: while a skill that declares allowed-tools is active,
+	// calls outside the list are denied. The default.
+	ToolModeRestrict ToolMode = "restrict"
+	// ToolModePreapprove: calls in the list skip confirmation; others keep
+	// the policy's outcome (Claude Code's meaning of the field).
+	ToolModePreapprove ToolMode = "preapprove"
+)
+
+// Runtime names the daemon can be configured with.
+var runtimeNames = []string{"runsc", "runc", "containerd"}
+
+// Config is a decoded, validated skillbox.hcl. Every field holds its
+// effective value (defaults filled in), so callers never re-apply defaults.
+type Config struct {
+	// File is the path the config was read from ("" for Default()).
+	File string
+
+	Daemon   Daemon
+	Skills   Skills
+	Runtimes map[string]*RuntimeConfig // always has runsc, runc and containerd
+	Images   Images
+	// Limits are the defaults for every run: runtime.DefaultLimits with the
+	// file's top-level limits block laid over them.
+	Limits    runtime.Limits
+	LimitsPos Pos
+	Audit     Audit
+	// Rules in file order. When the file declares no policy block at all,
+	// one built-in rule ("default") allows skills.read and skills.run_script
+	// for every skill, so a minimal file (or none) is usable.
+	Rules []*Rule
+
+	hash string
+}
+
+// Daemon is the daemon {} block.
+type Daemon struct {
+	Socket            string
+	SocketMode        fs.FileMode
+	SocketGroup       string // "" leaves the group as created
+	StateDir          string
+	AuditDir          string // "" means no audit log (skillbox run); serve needs one
+	Approvers         []string
+	MaxConnections    int
+	MaxConcurrentRuns int
+	MaxActiveSkills   int
+	RunQueueTimeout   time.Duration
+	IdleTimeout       time.Duration // idle client connections are closed after this
+	MaxLineBytes      int           // largest JSON-RPC request line
+	ConfirmationTTL   time.Duration
+	Runtime           string
+	ToolMode          ToolMode
+	Pos               Pos
+}
+
+// Skills is the skills {} block.
+type Skills struct {
+	Roots []string
+	// AllowExtensions accepts frontmatter fields beyond the Agent Skills
+	// spec (tags, requires, disable-model-invocation) in strict validation.
+	AllowExtensions bool
+	CatalogBudget   int   // characters of <available_skills> in the prompt
+	MaxDepth        int   // directory levels scanned below each root
+	MaxSkills       int   // skills indexed at most, over all roots
+	MaxReadBytes    int64 // largest skills.read answer
+	Pos             Pos
+}
+
+// RuntimeConfig is a runtime "NAME" {} block.
+type RuntimeConfig struct {
+	Name      string
+	Binary    string
+	StateDir  string
+	Platform  string // runsc only; "" keeps runsc's default
+	Flags     []string
+	Address   string // containerd only: its socket
+	Namespace string // containerd only
+	Pos       Pos
+}
+
+// Images is the images {} block plus every image "NAME" {} block.
+type Images struct {
+	Dir         string
+	RecipesDirs []string
+	Pos         Pos
+	List        []*Image // sorted by name
+}
+
+// Image maps script extensions (and shebang interpreters) to an interpreter
+// image and the argv prefix that runs a script in it.
+type Image struct {
+	Name        string
+	Extensions  []string // lower case, with the dot
+	Interpreter []string // argv prefix; the script path is appended
+	Shebangs    []string // interpreter names in a #! line that pick this image
+	Recipe      string
+	Pos         Pos
+}
+
+// Rule names the image block, e.g. `image "python" (skillbox.hcl:20)`.
+func (im *Image) Rule() string { return fmt.Sprintf("image %q (%s)", im.Name, im.Pos) }
+
+// Audit is the audit {} block.
+type Audit struct {
+	RotateBytes        int64
+	RotateAge          time.Duration // 0: no rotation by age
+	CheckpointKey      string        // path of an Ed25519 private key; "" disables checkpoints
+	CheckpointInterval time.Duration
+	Pos                Pos
+}
+
+// Rule is a policy "NAME" {} block. Lists hold the patterns as written.
+type Rule struct {
+	Name    string
+	Skills  []string // path.Match globs on skill names
+	Tools   []string
+	Deny    []string
+	Confirm []string
+	// Network is nil when the rule does not say; otherwise it votes.
+	Network *bool
+	// Limits set by the rule; zero fields are not set.
+	Limits runtime.Limits
+	Pos    Pos
+
+	tools, deny, confirm []toolPattern
+}
+
+// String names the rule the way decisions do: `policy "x" (skillbox.hcl:12)`.
+func (r *Rule) String() string { return fmt.Sprintf("policy %q (%s)", r.Name, r.Pos) }
+
+// Built-in defaults. They are conservative (network off, small limits) and
+// match the paths the packaging creates.
+func defaults() *Config {
+	c := &Config{
+		Daemon: Daemon{
+			Socket:            "/run/skillbox/skillbox.sock",
+			SocketMode:        0o660,
+			StateDir:          "/var/lib/skillbox",
+			Approvers:         []string{"root"},
+			MaxConnections:    64,
+			MaxConcurrentRuns: 4,
+			MaxActiveSkills:   8,
+			RunQueueTimeout:   30 * time.Second,
+			IdleTimeout:       30 * time.Minute,
+			MaxLineBytes:      16 << 20,
+			ConfirmationTTL:   10 * time.Minute,
+			Runtime:           "runsc",
+			ToolMode:          ToolModeRestrict,
+		},
+		Skills: Skills{
+			Roots:         []string{"/etc/skillbox/skills"},
+			CatalogBudget: 16000,
+			MaxDepth:      4,
+			MaxSkills:     50000,
+			MaxReadBytes:  1 << 20,
+		},
+		Runtimes: map[string]*RuntimeConfig{},
+		Limits:   runtime.DefaultLimits,
+		Audit: Audit{
+			RotateBytes:        64 << 20,
+			CheckpointInterval: time.Hour,
+		},
+	}
+	for _, n := range runtimeNames {
+		rc := &RuntimeConfig{Name: n, StateDir: "/run/skillbox/" + n}
+		if n == "containerd" {
+			rc.Address = "/run/containerd/containerd.sock"
+			rc.Namespace = "skillbox"
+		} else {
+			rc.Binary = n
+		}
+		c.Runtimes[n] = rc
+	}
+	for _, im := range []*Image{
+		{Name: "node", Extensions: []string{".js", ".mjs", ".cjs"}, Interpreter: []string{"node"}, Shebangs: []string{"node", "nodejs"}},
+		{Name: "python", Extensions: []string{".py"}, Interpreter: []string{"python3"}, Shebangs: []string{"python3", "python"}},
+		{Name: "shell", Extensions: []string{".sh", ".bash"}, Interpreter: []string{"bash"}, Shebangs: []string{"bash", "sh"}},
+	} {
+		im.Recipe = im.Name
+		c.Images.List = append(c.Images.List, im)
+	}
+	return c
+}
+
+// builtinRule is used when a file declares no policy block.
+func builtinRule() *Rule {
+	r := &Rule{Name: "default", Skills: []string{"*"}, Tools: []string{"skills.read", "skills.run_script"}}
+	for _, t := range r.Tools {
+		p, _ := parseToolPattern(t)
+		r.tools = append(r.tools, p)
+	}
+	return r
+}
+
+// Default is the configuration used when no file is given (skillbox run):
+// the built-in defaults and the built-in "default" rule.
+func Default() *Config {
+	c, err := Parse(nil, "")
+	if err != nil {
+		panic("policy: built-in defaults do not validate: " + err.Error())
+	}
+	return c
+}
+
+// Load reads and parses a config file. Relative paths inside it are taken
+// relative to the file's directory.
+func Load(path string) (*Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(src, path)
+}
+
+// Parse decodes and validates src. filename is used in positions and to
+// resolve relative paths; a name ending in ".json" selects HCL's JSON syntax.
+// Every problem found is returned at once in a *ConfigError (wrapping ErrConfig).
+func Parse(src []byte, filename string) (*Config, error) {
+	c := defaults()
+	c.File = filename
+	sum := sha256.Sum256(src)
+	c.hash = "sha256:" + hex.EncodeToString(sum[:])
+	d := &decoder{file: filename, cfg: c}
+	if filename != "" {
+		d.dir = filepath.Dir(filename)
+	}
+	d.decodeFile(src)
+	if len(d.problems) > 0 {
+		e := &ConfigError{Problems: d.problems}
+		e.sort()
+		return nil, e
+	}
+	if len(c.Rules) == 0 {
+		c.Rules = []*Rule{builtinRule()}
+	}
+	sort.Slice(c.Images.List, func(i, j int) bool { return c.Images.List[i].Name < c.Images.List[j].Name })
+	if c.Images.Dir == "" {
+		c.Images.Dir = filepath.Join(c.Daemon.StateDir, "images")
+	}
+	return c, nil
+}
+
+// Hash identifies the config for the audit log: "sha256:<hex>" of the file's
+// bytes (of no bytes for Default()).
+func (c *Config) Hash() string { return c.hash }
+
+// Image returns the image block with this name, or nil.
+func (c *Config) Image(name string) *Image {
+	for _, im := range c.Images.List {
+		if im.Name == name {
+			return im
+		}
+	}
+	return nil
+}
+
+// RuntimeOptions turns the runtime "NAME" block into options for runtime.New.
+func (c *Config) RuntimeOptions(name string) runtime.Options {
+	rc := c.Runtimes[name]
+	if rc == nil {
+		return runtime.Options{}
+	}
+	return runtime.Options{
+		Binary:   rc.Binary,
+		StateDir: rc.StateDir,
+		Platform: rc.Platform,
+		Flags:    append([]string(nil), rc.Flags...),
+	}
+}
+
+// LoadCheckpointKey reads audit.checkpoint_key: a PEM "PRIVATE KEY" (PKCS#8,
+// as `openssl genpkey -algorithm ed25519` writes), or a raw 32-byte seed or
+// 64-byte key. It returns nil, nil when no key is configured.
+func (a *Audit) LoadCheckpointKey() (ed25519.PrivateKey, error) {
+	if a.CheckpointKey == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(a.CheckpointKey)
+	if err != nil {
+		return nil, fmt.Errorf("audit.checkpoint_key: %w", err)
+	}
+	if blk, _ := pem.Decode(raw); blk != nil {
+		k, err := x509.ParsePKCS8PrivateKey(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("audit.checkpoint_key %s: %v", a.CheckpointKey, err)
+		}
+		ek, ok := k.(ed25519.PrivateKey)
+		if !ok {
+			return nil, fmt.Errorf("audit.checkpoint_key %s: a %T, not an Ed25519 key", a.CheckpointKey, k)
+		}
+		return ek, nil
+	}
+	switch len(raw) {
+	case ed25519.SeedSize:
+		return ed25519.NewKeyFromSeed(raw), nil
+	case ed25519.PrivateKeySize:
+		return ed25519.PrivateKey(raw), nil
+	}
+	return nil, fmt.Errorf("audit.checkpoint_key %s: not a PEM PKCS#8 Ed25519 key nor a raw 32/64-byte key", a.CheckpointKey)
+}

@@ -1,0 +1,343 @@
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/user"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/skillbox/skillbox/runtime"
+)
+
+// Effect is a decision's outcome.
+type Effect string
+
+const (
+	EffectAllow   Effect = "allow"
+	EffectDeny    Effect = "deny"
+	EffectConfirm Effect = "confirm"
+)
+
+// rank orders effects from least to most restrictive.
+func (e Effect) rank() int {
+	switch e {
+	case EffectAllow:
+		return 0
+	case EffectConfirm:
+		return 1
+	}
+	return 2
+}
+
+// Request is one question to the engine: may this skill's session call Tool
+// with Input?
+type Request struct {
+	Skill string
+	// AllowedTools is the skill's own allowed-tools field; nil means the
+	// skill does not declare it (an empty, non-nil list declares "none").
+	AllowedTools []string
+	Tool         string
+	Input        json.RawMessage // JSON object, e.g. {"command": "git status"}; may be empty
+	// Source optionally says where allowed-tools was declared
+	// ("/srv/skills/x/SKILL.md:4") so decisions can name it.
+	Source string
+}
+
+// Decision is the engine's answer. Rule names what decided, with file:line.
+type Decision struct {
+	Effect Effect `json:"decision"`
+	Rule   string `json:"rule"`
+	Reason string `json:"reason"`
+}
+
+// Rule names for decisions no policy block made.
+const (
+	RuleDefaultDeny = "default deny"
+	RuleBadRequest  = "invalid request"
+	// RuleNetworkDefault: no matching rule says network = true.
+	RuleNetworkDefault = "default: network off (no matching rule sets network = true)"
+)
+
+// Strictest combines decisions (one per active skill, say): any deny wins,
+// then any confirm, then allow. No decisions at all is a deny.
+func Strictest(ds ...Decision) Decision {
+	if len(ds) == 0 {
+		return Decision{Effect: EffectDeny, Rule: RuleDefaultDeny, Reason: "nothing was decided"}
+	}
+	best := ds[0]
+	for _, d := range ds[1:] {
+		if d.Effect.rank() > best.Effect.rank() {
+			best = d
+		}
+	}
+	return best
+}
+
+// matching returns the rules that apply to a skill, sorted by name so that
+// which rule a decision names never depends on the order of the file.
+func (c *Config) matching(skill string) []*Rule {
+	var out []*Rule
+	for _, r := range c.Rules {
+		for _, p := range r.Skills {
+			if ok, _ := path.Match(p, skill); ok {
+				out = append(out, r)
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+func ruleList(rs []*Rule) string {
+	if len(rs) == 0 {
+		return "none"
+	}
+	names := make([]string, len(rs))
+	for i, r := range rs {
+		names[i] = r.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+// Decide answers a tools.check (or a skillbox tool call) for one skill.
+//
+// Policy first: among the rules matching the skill, a deny pattern covering
+// the call denies; otherwise a confirm pattern asks for confirmation;
+// otherwise a tools pattern allows; otherwise it is denied by default. Then
+// the skill's allowed-tools, per daemon.tool_mode: restrict denies calls
+// outside the list; preapprove turns a confirmation into an allow for calls
+// in the list. Neither can turn a policy deny into anything else.
+func (c *Config) Decide(req Request) Decision {
+	if req.Tool == "" || !validToolNameChars(req.Tool, false) {
+		return Decision{Effect: EffectDeny, Rule: RuleBadRequest,
+			Reason: fmt.Sprintf("invalid tool name %q: give the bare tool name and put its arguments in input", req.Tool)}
+	}
+	if req.Tool == NetworkTool {
+		return c.decideNetwork(req.Skill)
+	}
+	cl, err := newCall(req.Tool, req.Input)
+	if err != nil {
+		return Decision{Effect: EffectDeny, Rule: RuleBadRequest, Reason: err.Error()}
+	}
+	d := c.decidePolicy(req.Skill, cl)
+	if req.AllowedTools == nil || d.Effect == EffectDeny {
+		return d
+	}
+
+	src := fmt.Sprintf("allowed-tools of skill %q", req.Skill)
+	if req.Source != "" {
+		src += " (" + req.Source + ")"
+	}
+	var pats []toolPattern
+	for _, s := range req.AllowedTools {
+		if p, err := parseToolPattern(s); err == nil {
+			pats = append(pats, p)
+		}
+	}
+	p, listed := firstMatch(pats, cl, modeGrant)
+	switch c.Daemon.ToolMode {
+	case ToolModePreapprove:
+		if listed && d.Effect == EffectConfirm {
+			return Decision{Effect: EffectAllow, Rule: src,
+				Reason: fmt.Sprintf("tool %q is pre-approved by %q in the skill's allowed-tools (skipping the confirmation %s asks for)", req.Tool, p.raw, d.Rule)}
+		}
+	default:
+		if !listed {
+			list := "it declares none"
+			if len(req.AllowedTools) > 0 {
+				list = "it declares: " + strings.Join(req.AllowedTools, " ")
+			}
+			return Decision{Effect: EffectDeny, Rule: src,
+				Reason: fmt.Sprintf("this %q call is outside the allowed-tools of skill %q (%s); while the skill is active only those calls may run", req.Tool, req.Skill, list)}
+		}
+	}
+	return d
+}
+
+func (c *Config) decidePolicy(skill string, cl *call) Decision {
+	rules := c.matching(skill)
+	for _, r := range rules {
+		if p, ok := firstMatch(r.deny, cl, modeRestrict); ok {
+			return Decision{Effect: EffectDeny, Rule: r.String(),
+				Reason: fmt.Sprintf("tool %q is denied for skill %q by %q in deny", cl.tool, skill, p.raw)}
+		}
+	}
+	for _, r := range rules {
+		if p, ok := firstMatch(r.confirm, cl, modeRestrict); ok {
+			return Decision{Effect: EffectConfirm, Rule: r.String(),
+				Reason: fmt.Sprintf("tool %q for skill %q needs an approver's confirmation (%q in confirm)", cl.tool, skill, p.raw)}
+		}
+	}
+	for _, r := range rules {
+		if p, ok := firstMatch(r.tools, cl, modeGrant); ok {
+			return Decision{Effect: EffectAllow, Rule: r.String(),
+				Reason: fmt.Sprintf("tool %q is allowed for skill %q by %q in tools", cl.tool, skill, p.raw)}
+		}
+	}
+	return Decision{Effect: EffectDeny, Rule: RuleDefaultDeny,
+		Reason: fmt.Sprintf("no policy rule allows tool %q (with this input) for skill %q; rules for this skill: %s", cl.tool, skill, ruleList(rules))}
+}
+
+// decideNetwork answers the "network" pseudo-tool: denied unless network is
+// allowed for the skill, then confirm if a matching rule lists "network" in
+// confirm, else allow.
+func (c *Config) decideNetwork(skill string) Decision {
+	ok, rule := c.NetworkFor(skill)
+	if !ok {
+		return Decision{Effect: EffectDeny, Rule: rule, Reason: fmt.Sprintf("network access is off for skill %q", skill)}
+	}
+	for _, r := range c.matching(skill) {
+		for _, p := range r.confirm {
+			if p.name == NetworkTool && !p.hasSpec {
+				return Decision{Effect: EffectConfirm, Rule: r.String(),
+					Reason: fmt.Sprintf("network access for skill %q needs an approver's confirmation", skill)}
+			}
+		}
+	}
+	return Decision{Effect: EffectAllow, Rule: rule, Reason: fmt.Sprintf("network access is allowed for skill %q", skill)}
+}
+
+// NetworkFor says whether runs of a skill may use the network: only if a
+// matching rule sets network = true and none sets it false. The string names
+// the deciding rule.
+func (c *Config) NetworkFor(skill string) (bool, string) {
+	var yes *Rule
+	for _, r := range c.matching(skill) {
+		if r.Network == nil {
+			continue
+		}
+		if !*r.Network {
+			return false, r.String()
+		}
+		if yes == nil {
+			yes = r
+		}
+	}
+	if yes == nil {
+		return false, RuleNetworkDefault
+	}
+	return true, yes.String()
+}
+
+// limitField is one field of runtime.Limits, for field-wise minimums.
+type limitField struct {
+	name string
+	set  func(l *runtime.Limits) bool
+	less func(a, b *runtime.Limits) bool // a stricter than b
+	copy func(dst, src *runtime.Limits)
+}
+
+var limitFields = []limitField{
+	{"timeout", func(l *runtime.Limits) bool { return l.Timeout > 0 },
+		func(a, b *runtime.Limits) bool { return a.Timeout < b.Timeout },
+		func(d, s *runtime.Limits) { d.Timeout = s.Timeout }},
+	{"memory", func(l *runtime.Limits) bool { return l.MemoryBytes > 0 },
+		func(a, b *runtime.Limits) bool { return a.MemoryBytes < b.MemoryBytes },
+		func(d, s *runtime.Limits) { d.MemoryBytes = s.MemoryBytes }},
+	{"pids", func(l *runtime.Limits) bool { return l.Pids > 0 },
+		func(a, b *runtime.Limits) bool { return a.Pids < b.Pids },
+		func(d, s *runtime.Limits) { d.Pids = s.Pids }},
+	{"cpus", func(l *runtime.Limits) bool { return l.CPUs > 0 },
+		func(a, b *runtime.Limits) bool { return a.CPUs < b.CPUs },
+		func(d, s *runtime.Limits) { d.CPUs = s.CPUs }},
+	{"workdir", func(l *runtime.Limits) bool { return l.WorkdirBytes > 0 },
+		func(a, b *runtime.Limits) bool { return a.WorkdirBytes < b.WorkdirBytes },
+		func(d, s *runtime.Limits) { d.WorkdirBytes = s.WorkdirBytes }},
+	{"tmp", func(l *runtime.Limits) bool { return l.TmpBytes > 0 },
+		func(a, b *runtime.Limits) bool { return a.TmpBytes < b.TmpBytes },
+		func(d, s *runtime.Limits) { d.TmpBytes = s.TmpBytes }},
+	{"stdout", func(l *runtime.Limits) bool { return l.StdoutBytes > 0 },
+		func(a, b *runtime.Limits) bool { return a.StdoutBytes < b.StdoutBytes },
+		func(d, s *runtime.Limits) { d.StdoutBytes = s.StdoutBytes }},
+	{"stderr", func(l *runtime.Limits) bool { return l.StderrBytes > 0 },
+		func(a, b *runtime.Limits) bool { return a.StderrBytes < b.StderrBytes },
+		func(d, s *runtime.Limits) { d.StderrBytes = s.StderrBytes }},
+	{"outputs", func(l *runtime.Limits) bool { return l.OutputBytes > 0 },
+		func(a, b *runtime.Limits) bool { return a.OutputBytes < b.OutputBytes },
+		func(d, s *runtime.Limits) { d.OutputBytes = s.OutputBytes }},
+	{"output_files", func(l *runtime.Limits) bool { return l.OutputFiles > 0 },
+		func(a, b *runtime.Limits) bool { return a.OutputFiles < b.OutputFiles },
+		func(d, s *runtime.Limits) { d.OutputFiles = s.OutputFiles }},
+}
+
+// Tighten returns base with every field that req sets and that is stricter
+// taken from req (zero fields in either mean "not set"). Use it to apply a
+// caller's requested limits (timeout_ms, --memory) without ever loosening
+// what policy gives.
+func Tighten(base, req runtime.Limits) runtime.Limits {
+	out := base
+	for _, f := range limitFields {
+		if f.set(&req) && (!f.set(&out) || f.less(&req, &out)) {
+			f.copy(&out, &req)
+		}
+	}
+	return out
+}
+
+// LimitsFor returns a skill's run limits: per field, the strictest of the
+// config's limits and every matching rule's limits. The strings name the
+// sources that set at least one resulting value (the config's limits block
+// first, then rules by name).
+func (c *Config) LimitsFor(skill string) (runtime.Limits, []string) {
+	out := c.Limits.WithDefaults()
+	src := make([]string, len(limitFields))
+	base := "limits (" + c.LimitsPos.String() + ")"
+	for i := range src {
+		src[i] = base
+	}
+	for _, r := range c.matching(skill) {
+		for i, f := range limitFields {
+			if f.set(&r.Limits) && f.less(&r.Limits, &out) {
+				f.copy(&out, &r.Limits)
+				src[i] = r.String()
+			}
+		}
+	}
+	var names []string
+	seen := map[string]bool{}
+	add := func(s string) {
+		if !seen[s] {
+			seen[s] = true
+			names = append(names, s)
+		}
+	}
+	for _, s := range src {
+		if s == base {
+			add(s)
+		}
+	}
+	for _, r := range c.matching(skill) {
+		for _, s := range src {
+			if s == r.String() {
+				add(s)
+			}
+		}
+	}
+	return out, names
+}
+
+// IsApprover reports whether a peer may approve confirmations: its uid or its
+// user name is in daemon.approvers. An empty username is looked up from uid.
+func (c *Config) IsApprover(uid uint32, username string) bool {
+	id := strconv.FormatUint(uint64(uid), 10)
+	looked := false
+	for _, a := range c.Daemon.Approvers {
+		if a == id {
+			return true
+		}
+		if username == "" && !looked {
+			looked = true
+			if u, err := user.LookupId(id); err == nil {
+				username = u.Username
+			}
+		}
+		if username != "" && a == username {
+			return true
+		}
+	}
+	return false
+}

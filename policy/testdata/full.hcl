@@ -1,0 +1,76 @@
+daemon {
+  socket              = "/run/sb/sb.sock"
+  socket_mode         = "0600"
+  socket_group        = "skillbox"
+  state_dir           = "/var/lib/sb"
+  audit_dir           = "/var/log/sb"
+  approvers           = ["alice", "1001"]
+  max_connections     = 10
+  max_concurrent_runs = 2
+  max_active_skills   = 3
+  run_queue_timeout   = "5s"
+  idle_timeout        = "1h"
+  max_line_bytes      = "1MiB"
+  confirmation_ttl    = "2m"
+  runtime             = "runc"
+  tool_mode           = "preapprove"
+}
+skills {
+  roots            = ["/srv/skills", "local"]
+  allow_extensions = true
+  catalog_budget   = 8000
+  max_depth        = 2
+  max_skills       = 100
+  max_read_bytes   = 65536
+}
+runtime "runsc" {
+  binary    = "/usr/local/bin/runsc"
+  state_dir = "/run/sb/runsc"
+  platform  = "ptrace"
+  flags     = ["--debug"]
+}
+runtime "runc" {
+  binary = "runc"
+}
+images {
+  dir          = "/var/lib/sb/images"
+  recipes_dirs = ["recipes"]
+}
+image "python" {
+  extensions = [".py", ".pyw"]
+}
+image "ruby" {
+  extensions  = [".rb"]
+  interpreter = ["ruby", "--disable-gems"]
+}
+limits {
+  timeout      = "1m"
+  memory       = "1G"
+  pids         = 256
+  cpus         = 2
+  workdir      = "128MiB"
+  tmp          = "32MiB"
+  stdout       = "2MiB"
+  stderr       = 4096
+  outputs      = "8MiB"
+  output_files = 10
+}
+audit {
+  rotate_size         = "100MB"
+  rotate_age          = "24h"
+  checkpoint_key      = "keys/audit.pem"
+  checkpoint_interval = "10m"
+}
+policy "default" {
+  skills = ["*"]
+  tools  = ["skills.read", "skills.run_script", "Read"]
+}
+policy "net" {
+  skills  = ["web-*"]
+  network = true
+  confirm = ["network"]
+  limits {
+    timeout = "10s"
+    memory  = "256MiB"
+  }
+}

@@ -1,0 +1,5 @@
+# want: bad_glob.hcl:3: policy "x".skills: invalid glob "[a-"
+policy "x" {
+  skills = ["[a-"]
+  tools  = ["Read"]
+}

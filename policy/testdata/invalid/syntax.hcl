@@ -1,0 +1,4 @@
+# want: syntax.hcl:3:
+daemon {
+  socket = "/run/x.sock
+}

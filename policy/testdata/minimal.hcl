@@ -1,0 +1,6 @@
+daemon {
+  socket = "/run/skillbox/skillbox.sock"
+}
+skills {
+  roots = ["skills"]
+}

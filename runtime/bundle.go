@@ -1,0 +1,223 @@
+package runtime
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// A Bundle is one run's prepared OCI bundle: a directory under the run dir
+// holding config.json and the workdir, a tmpfs of Limits.WorkdirBytes with
+// the input files already in it. Preparing is separate from starting so that
+// a warm pool can prepare and create sandboxes ahead of time and a containerd
+// backend can reuse the same spec and workdir handling. Every Bundle must be
+// Removed, whatever happens to the container.
+type Bundle struct {
+	ID      string
+	Dir     string // RunDir/<id>: config.json lives here
+	Workdir string // Dir/work: the host side of /work
+	Spec    *specs.Spec
+	Limits  Limits // with defaults applied
+	// OwnerUID/OwnerGID are the host IDs that the container's nobody has
+	// (65534, or its mapping in a user namespace); workdir files belong to it.
+	OwnerUID, OwnerGID int
+	mounted            bool
+	lock               *os.File // the run dir, flocked while the run lives
+}
+
+// Names inside a bundle directory.
+const (
+	bundleConfig  = "config.json"
+	bundleWorkdir = "work"
+	// workdirInodes caps the number of files in /work, so a script cannot
+	// use the tmpfs to pin kernel memory with millions of empty files.
+	workdirInodes = 65536
+)
+
+// PrepareBundle makes RunDir/<job.ID>: mounts the workdir tmpfs, copies the
+// input files in (owned by the container user), creates outputs/, and writes
+// config.json built by BuildSpec. opts.WorkdirSource is filled in here. On
+// error nothing is left behind. Needs root (mount).
+func PrepareBundle(job Job, runDir string, opts SpecOptions) (b *Bundle, err error) {
+	if err := ValidateJob(job); err != nil {
+		return nil, err
+	}
+	if !isCleanAbs(runDir) {
+		return nil, fmt.Errorf("%w: run dir %q must be an absolute, clean path", ErrInvalidJob, runDir)
+	}
+	// 0711: runtimes in a user namespace must be able to walk to the
+	// workdir; nobody may list the run ids.
+	if err := os.MkdirAll(runDir, 0o711); err != nil {
+		return nil, fmt.Errorf("make run dir: %w", err)
+	}
+	dir := filepath.Join(runDir, job.ID)
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("%w: a run with id %q already exists in %s", ErrInvalidJob, job.ID, runDir)
+		}
+		return nil, fmt.Errorf("make bundle dir: %w", err)
+	}
+	uid, gid := ContainerUID, ContainerGID
+	if opts.UserNS != nil {
+		uid = int(opts.UserNS.HostUID) + ContainerUID
+		gid = int(opts.UserNS.HostGID) + ContainerGID
+	}
+	b = &Bundle{
+		ID:       job.ID,
+		Dir:      dir,
+		Workdir:  filepath.Join(dir, bundleWorkdir),
+		Limits:   job.Limits.WithDefaults(),
+		OwnerUID: uid,
+		OwnerGID: gid,
+	}
+	defer func() {
+		if err != nil {
+			_ = b.Remove()
+		}
+	}()
+	// The lock tells Sweep (in another process, after a crash) that this
+	// run dir is alive; the kernel drops it if we die.
+	if b.lock, err = lockDir(dir, false); err != nil {
+		return b, err
+	}
+
+	if err := os.Mkdir(b.Workdir, 0o700); err != nil {
+		return b, fmt.Errorf("make workdir: %w", err)
+	}
+	data := "size=" + strconv.FormatInt(b.Limits.WorkdirBytes, 10) +
+		",nr_inodes=" + strconv.Itoa(workdirInodes) +
+		",mode=0755,uid=" + strconv.Itoa(uid) + ",gid=" + strconv.Itoa(gid)
+	if err := unix.Mount("tmpfs", b.Workdir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return b, fmt.Errorf("mount workdir tmpfs on %s: %w", b.Workdir, err)
+	}
+	b.mounted = true
+	if err := b.writeInputs(job.Files); err != nil {
+		return b, err
+	}
+
+	opts.WorkdirSource = b.Workdir
+	spec, err := BuildSpec(job, opts)
+	if err != nil {
+		return b, err
+	}
+	b.Spec = spec
+	raw, err := json.MarshalIndent(spec, "", "\t")
+	if err != nil {
+		return b, fmt.Errorf("encode config.json: %w", err)
+	}
+	// 0600: the spec holds the job's environment, which may carry secrets.
+	if err := os.WriteFile(filepath.Join(dir, bundleConfig), raw, 0o600); err != nil {
+		return b, fmt.Errorf("write config.json: %w", err)
+	}
+	return b, nil
+}
+
+// writeInputs puts the input files and an empty outputs/ in the workdir,
+// owned by the container user so the script can change or remove them.
+func (b *Bundle) writeInputs(files []InputFile) error {
+	wd, err := unix.Open(b.Workdir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open workdir: %w", err)
+	}
+	defer unix.Close(wd)
+	for _, f := range files {
+		mode := f.Mode & 0o777
+		if mode == 0 {
+			mode = 0o644
+		}
+		fd, err := unix.Openat(wd, f.Name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
+		if err != nil {
+			return fmt.Errorf("create input file %q: %w", f.Name, err)
+		}
+		file := os.NewFile(uintptr(fd), f.Name)
+		_, werr := file.Write(f.Data)
+		if werr == nil {
+			werr = file.Chown(b.OwnerUID, b.OwnerGID)
+		}
+		if werr == nil {
+			werr = file.Chmod(os.FileMode(mode)) // not subject to umask
+		}
+		cerr := file.Close()
+		if werr != nil || cerr != nil {
+			if errors.Is(werr, unix.ENOSPC) {
+				return fmt.Errorf("%w: input files do not fit in the %d-byte workdir", ErrInvalidJob, b.Limits.WorkdirBytes)
+			}
+			return fmt.Errorf("write input file %q: %w", f.Name, errors.Join(werr, cerr))
+		}
+	}
+	out := filepath.Base(OutputsDir)
+	if err := unix.Mkdirat(wd, out, 0o755); err != nil {
+		return fmt.Errorf("make outputs dir: %w", err)
+	}
+	if err := unix.Fchownat(wd, out, b.OwnerUID, b.OwnerGID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("chown outputs dir: %w", err)
+	}
+	return nil
+}
+
+// ConfigPath is the bundle's config.json.
+func (b *Bundle) ConfigPath() string { return filepath.Join(b.Dir, bundleConfig) }
+
+// Remove unmounts the workdir and deletes the bundle directory. It is safe to
+// call more than once. The workdir is detached lazily if a plain unmount
+// fails (e.g. a runtime still holds it), so the directory can go anyway.
+func (b *Bundle) Remove() error {
+	var errs []error
+	if b.mounted {
+		if err := unmount(b.Workdir); err != nil {
+			errs = append(errs, err)
+		} else {
+			b.mounted = false
+		}
+	}
+	if !b.mounted {
+		if err := os.RemoveAll(b.Dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove bundle: %w", err))
+		} else if b.lock != nil {
+			_ = b.lock.Close()
+			b.lock = nil
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// lockDir opens dir and takes an exclusive flock on it. With nonBlocking, a
+// lock held by someone else is reported as errLocked.
+func lockDir(dir string, nonBlocking bool) (*os.File, error) {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	how := unix.LOCK_EX
+	if nonBlocking {
+		how |= unix.LOCK_NB
+	}
+	if err := unix.Flock(fd, how); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, errLocked
+		}
+		return nil, fmt.Errorf("lock %s: %w", dir, err)
+	}
+	return os.NewFile(uintptr(fd), dir), nil
+}
+
+var errLocked = errors.New("in use by a live run")
+
+// unmount unmounts target, lazily if it is busy; not mounted is not an error.
+func unmount(target string) error {
+	err := unix.Unmount(target, unix.UMOUNT_NOFOLLOW)
+	if err == nil || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err2 := unix.Unmount(target, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW); err2 != nil && !errors.Is(err2, unix.EINVAL) {
+		return fmt.Errorf("unmount %s: %w", target, err)
+	}
+	return nil
+}

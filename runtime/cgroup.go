@@ -1,0 +1,131 @@
+package runtime
+
+import (
+	"bufio"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Each run has a fixed cgroup path (CgroupParent/<id>), so after the
+// container's process has ended but before the runtime deletes the
+// container, its counters tell why it ended: the memory controller counts
+// OOM kills, the pids controller counts refused forks. Both cgroup v1 (the
+// hybrid hierarchy this project's hosts use) and v2 are read.
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroupEvents are the counters that explain a run's end.
+type cgroupEvents struct {
+	OOMKills int64 // processes the kernel OOM-killed in the cgroup
+	PidsMax  int64 // forks refused because of pids.max
+	MemFail  int64 // times memory usage hit the limit (v1 memory.failcnt)
+}
+
+func isCgroup2() bool {
+	var st unix.Statfs_t
+	return unix.Statfs(cgroupRoot, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC
+}
+
+// cgroupDirs returns every host directory that backs cgroup path p.
+func cgroupDirs(p string) []string {
+	p = filepath.Clean("/" + p)
+	if isCgroup2() {
+		return []string{filepath.Join(cgroupRoot, p)}
+	}
+	entries, err := os.ReadDir(cgroupRoot)
+	if err != nil {
+		return nil
+	}
+	var dirs []string
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue // links such as cpu,cpuacct -> cpu
+		}
+		dirs = append(dirs, filepath.Join(cgroupRoot, e.Name(), p))
+	}
+	return dirs
+}
+
+// readCgroupEvents reads the OOM and pids counters of cgroup path p. Missing
+// files read as zero: not every host has every controller.
+func readCgroupEvents(p string) cgroupEvents {
+	p = filepath.Clean("/" + p)
+	var ev cgroupEvents
+	if isCgroup2() {
+		dir := filepath.Join(cgroupRoot, p)
+		ev.OOMKills = keyedValue(filepath.Join(dir, "memory.events"), "oom_kill")
+		ev.PidsMax = keyedValue(filepath.Join(dir, "pids.events"), "max")
+		return ev
+	}
+	ev.OOMKills = keyedValue(filepath.Join(cgroupRoot, "memory", p, "memory.oom_control"), "oom_kill")
+	ev.MemFail = singleValue(filepath.Join(cgroupRoot, "memory", p, "memory.failcnt"))
+	ev.PidsMax = keyedValue(filepath.Join(cgroupRoot, "pids", p, "pids.events"), "max")
+	return ev
+}
+
+// keyedValue reads "key value" lines and returns value for key (0 if absent).
+func keyedValue(file, key string) int64 {
+	f, err := os.Open(file)
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), " ")
+		if ok && k == key {
+			n, _ := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+func singleValue(file string) int64 {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(raw)), 10, 64)
+	return n
+}
+
+// removeCgroup removes the run's cgroup directories the runtime left behind
+// (children first). A cgroup that still has tasks cannot be removed; that is
+// reported.
+func removeCgroup(p string) error {
+	if p == "" || filepath.Clean("/"+p) == "/" {
+		return nil
+	}
+	var errs []error
+	for _, dir := range cgroupDirs(p) {
+		if err := removeCgroupDir(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func removeCgroupDir(dir string) error {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	for _, e := range entries {
+		if e.IsDir() {
+			if err := removeCgroupDir(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	// cgroupfs directories are removed with rmdir even though they list files.
+	if err := unix.Rmdir(dir); err != nil && !errors.Is(err, unix.ENOENT) {
+		return &os.PathError{Op: "rmdir cgroup", Path: dir, Err: err}
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package runtime
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The container environment is an allowlist: PATH, HOME and LANG are set by
+// us and the job may add variables, but never ones that make an interpreter,
+// the dynamic loader or a shell load code from somewhere other than the script
+// it was asked to run. The script can still do anything it likes inside the
+// sandbox; the point is that a caller who only controls env (and not the
+// script) cannot turn "run this reviewed skill script" into "run my code", and
+// that the interpreter is the one the image chose.
+
+// Default environment entries every container gets.
+const (
+	DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	DefaultLang = "C.UTF-8"
+)
+
+// Caps on the environment a job may pass.
+const (
+	maxEnvVars     = 128
+	maxEnvBytes    = 128 << 10 // total of all KEY=VALUE strings
+	maxEnvValueLen = 32 << 10
+)
+
+// reservedEnv are names we set ourselves; a job may not override them
+// (PATH decides which interpreter "python3" is; HOME is the workdir).
+var reservedEnv = map[string]bool{
+	"PATH": true,
+	"HOME": true,
+}
+
+// refusedEnv are names that load code or change how code is found or parsed.
+var refusedEnv = map[string]bool{
+	// dynamic loader and libc
+	"GCONV_PATH": true, "GLIBC_TUNABLES": true, "LOCPATH": true, "NLSPATH": true,
+	"HOSTALIASES": true, "RES_OPTIONS": true, "LOCALDOMAIN": true,
+	// shells
+	"BASH_ENV": true, "ENV": true, "IFS": true, "SHELLOPTS": true, "BASHOPTS": true,
+	"PS4": true, "PROMPT_COMMAND": true, "CDPATH": true, "GLOBIGNORE": true,
+	"BASH_XTRACEFD": true, "BASH_LOADABLES_PATH": true, "SHELL": true,
+	// node
+	"NODE_OPTIONS": true, "NODE_PATH": true, "NODE_REPL_EXTERNAL_MODULE": true,
+	// perl, ruby, java, openssl
+	"PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true, "PERL5DB": true,
+	"RUBYOPT": true, "RUBYLIB": true,
+	"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true, "CLASSPATH": true,
+	"OPENSSL_CONF": true, "OPENSSL_ENGINES": true, "OPENSSL_MODULES": true,
+}
+
+// refusedEnvPrefixes catch whole families (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH,
+// bash exported functions, glibc malloc tunables, ...).
+var refusedEnvPrefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "MALLOC_", "PERL", "RUBY"}
+
+// pythonEnvAllowed are the PYTHON* variables that only change output or
+// hashing; every other PYTHON* name (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME,
+// PYTHONWARNINGS which imports modules, PYTHONBREAKPOINT, ...) is refused.
+var pythonEnvAllowed = map[string]bool{
+	"PYTHONUNBUFFERED":        true,
+	"PYTHONDONTWRITEBYTECODE": true,
+	"PYTHONIOENCODING":        true,
+	"PYTHONHASHSEED":          true,
+	"PYTHONUTF8":              true,
+	"PYTHONFAULTHANDLER":      true,
+	"PYTHONNOUSERSITE":        true,
+}
+
+// validEnvName reports whether name is a portable shell identifier.
+func validEnvName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i, c := range name {
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// envRefusal says why name may not be set by a job, or "" when it may.
+func envRefusal(name string) string {
+	if !validEnvName(name) {
+		return "is not a valid name ([A-Za-z_][A-Za-z0-9_]*)"
+	}
+	if reservedEnv[name] {
+		return "is set by skillbox and cannot be overridden"
+	}
+	if refusedEnv[name] {
+		return "can make the interpreter or loader run other code"
+	}
+	for _, p := range refusedEnvPrefixes {
+		if strings.HasPrefix(name, p) {
+			return "can make the interpreter or loader run other code"
+		}
+	}
+	if strings.HasPrefix(name, "PYTHON") && !pythonEnvAllowed[name] {
+		return "can make the interpreter or loader run other code"
+	}
+	return ""
+}
+
+// ValidateEnv checks job environment entries (KEY=VALUE) against the
+// allowlist rules; the error wraps ErrInvalidJob and names the variable.
+func ValidateEnv(env []string) error {
+	_, err := ContainerEnv(env)
+	return err
+}
+
+// ContainerEnv returns the full environment of the container process: PATH,
+// HOME=/work and LANG=C.UTF-8, then the job's entries in their order (a job's
+// LANG replaces the default). It refuses dangerous, reserved, malformed and
+// duplicate names, NUL bytes, and oversized environments.
+func ContainerEnv(env []string) ([]string, error) {
+	if len(env) > maxEnvVars {
+		return nil, fmt.Errorf("%w: %d environment variables, at most %d", ErrInvalidJob, len(env), maxEnvVars)
+	}
+	seen := make(map[string]bool, len(env))
+	total := 0
+	lang := "LANG=" + DefaultLang
+	var extra []string
+	for _, kv := range env {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("%w: environment entry %q is not KEY=VALUE", ErrInvalidJob, truncateForError(kv))
+		}
+		if why := envRefusal(name); why != "" {
+			return nil, fmt.Errorf("%w: environment variable %q %s", ErrInvalidJob, truncateForError(name), why)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%w: environment variable %q given twice", ErrInvalidJob, name)
+		}
+		seen[name] = true
+		if strings.IndexByte(value, 0) >= 0 {
+			return nil, fmt.Errorf("%w: environment variable %q contains a NUL byte", ErrInvalidJob, name)
+		}
+		if len(value) > maxEnvValueLen {
+			return nil, fmt.Errorf("%w: environment variable %q is %d bytes, at most %d", ErrInvalidJob, name, len(value), maxEnvValueLen)
+		}
+		total += len(kv)
+		if total > maxEnvBytes {
+			return nil, fmt.Errorf("%w: environment is over %d bytes", ErrInvalidJob, maxEnvBytes)
+		}
+		if name == "LANG" {
+			lang = kv
+			continue
+		}
+		extra = append(extra, kv)
+	}
+	out := make([]string, 0, 3+len(extra))
+	out = append(out, "PATH="+DefaultPath, "HOME="+WorkDir, lang)
+	return append(out, extra...), nil
+}
+
+func truncateForError(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}

@@ -1,0 +1,912 @@
+//go:build integration
+
+package runtime_test
+
+// Integration tests: real runsc and runc containers, the same table against
+// both. They need root, the runtime binaries and a rootfs with python3, bash,
+// coreutils and node: $SKILLBOX_TEST_ROOTFS, or one built once by
+// hack/test-rootfs.sh into /var/cache/skillbox/test-rootfs. Run them with
+//
+//	go test -tags integration ./runtime/ -v
+//
+// No assertion depends on timing beyond generous timeouts: the machine this
+// runs on may have two busy cores.
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/skillbox/skillbox/runtime"
+)
+
+const (
+	defaultRootfsCache = "/var/cache/skillbox/test-rootfs"
+	testBase           = "/run/skillbox-test"
+)
+
+var backends = []string{"runsc", "runc"}
+
+var (
+	rootfsOnce sync.Once
+	rootfsPath string
+	rootfsErr  error
+)
+
+// testRootfs returns the rootfs the tests run in, building it once.
+func testRootfs(t testing.TB) string {
+	t.Helper()
+	rootfsOnce.Do(func() {
+		if p := os.Getenv("SKILLBOX_TEST_ROOTFS"); p != "" {
+			rootfsPath = p
+			return
+		}
+		rootfsPath = defaultRootfsCache
+		if _, err := os.Stat(filepath.Join(rootfsPath, "usr/bin/node")); err == nil {
+			return
+		}
+		script, _ := filepath.Abs("../hack/test-rootfs.sh")
+		out, err := exec.Command(script, rootfsPath).CombinedOutput()
+		if err != nil {
+			rootfsErr = fmt.Errorf("building the test rootfs with %s failed: %v\n%s", script, err, out)
+		}
+	})
+	if rootfsErr != nil {
+		t.Fatal(rootfsErr)
+	}
+	for _, bin := range []string{"usr/bin/python3", "bin/bash", "usr/bin/node"} {
+		if _, err := os.Stat(filepath.Join(rootfsPath, bin)); err != nil {
+			t.Fatalf("test rootfs %s lacks %s (set SKILLBOX_TEST_ROOTFS to a rootfs with python3, bash, node): %v", rootfsPath, bin, err)
+		}
+	}
+	return rootfsPath
+}
+
+// needBackend skips, loudly, when the test cannot run here.
+func needBackend(t testing.TB, name string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root and runsc/runc: run via make test as root")
+	}
+	if _, err := exec.LookPath(name); err != nil {
+		t.Skipf("needs root and runsc/runc: run via make test as root (%s not found: %v)", name, err)
+	}
+}
+
+// newBackend makes a backend with its own state and run dirs.
+func newBackend(t testing.TB, name string) (runtime.Runtime, runtime.Options) {
+	t.Helper()
+	needBackend(t, name)
+	opts := runtime.Options{
+		StateDir: filepath.Join(testBase, name, "state"),
+		RunDir:   filepath.Join(testBase, name, "runs"),
+		Logger: hclog.New(&hclog.LoggerOptions{
+			Name:   "test",
+			Level:  hclog.LevelFromString(os.Getenv("SKILLBOX_TEST_LOG")),
+			Output: os.Stderr,
+		}),
+	}
+	rt, err := runtime.New(name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Version(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return rt, opts
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// makeSkill writes files (relative path -> content) into a fresh skill dir
+// readable by the container's nobody.
+func makeSkill(t testing.TB, files map[string]string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "skillbox-skill-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for rel, content := range files {
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+var idSeq struct {
+	sync.Mutex
+	n int
+}
+
+func newID() string {
+	idSeq.Lock()
+	defer idSeq.Unlock()
+	idSeq.n++
+	return fmt.Sprintf("%stest-%d-%s", runtime.IDPrefix, idSeq.n, randomHex(3))
+}
+
+// hostSecret is a file on the host the sandbox must not see.
+type hostSecret struct {
+	path, value string
+}
+
+func newHostSecret(t testing.TB) hostSecret {
+	t.Helper()
+	s := hostSecret{path: "/tmp/skillbox-secret-" + randomHex(6), value: "SECRET-" + randomHex(12)}
+	if err := os.WriteFile(s.path, []byte(s.value+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(s.path) })
+	return s
+}
+
+const hostEnvName = "SKILLBOX_TEST_HOST_SECRET"
+
+type runCase struct {
+	name   string
+	skill  map[string]string // files of the skill dir
+	links  map[string]string // symlinks in the skill dir: name -> target
+	args   func(c *caseEnv) []string
+	env    []string
+	files  []runtime.InputFile
+	stdin  string
+	limits runtime.Limits
+	check  func(t *testing.T, c *caseEnv, res *runtime.Result)
+}
+
+// caseEnv is what a case's args and checks can refer to.
+type caseEnv struct {
+	backend string
+	secret  hostSecret
+	envVal  string
+	marker  string
+}
+
+func py(script string) func(*caseEnv) []string {
+	return func(*caseEnv) []string { return []string{"python3", "/skill/scripts/" + script} }
+}
+
+func wantExit(t *testing.T, res *runtime.Result, code int, reason runtime.Reason) {
+	t.Helper()
+	if res.ExitCode != code || res.Reason != reason {
+		t.Errorf("exit %d reason %s, want exit %d reason %s\nstdout: %s\nstderr: %s",
+			res.ExitCode, res.Reason, code, reason, clip(res.Stdout), clip(res.Stderr))
+	}
+}
+
+func clip(b []byte) string {
+	if len(b) > 2000 {
+		return string(b[:2000]) + "..."
+	}
+	return string(b)
+}
+
+func noSecret(t *testing.T, res *runtime.Result, secrets ...string) {
+	t.Helper()
+	for _, s := range secrets {
+		if bytes.Contains(res.Stdout, []byte(s)) || bytes.Contains(res.Stderr, []byte(s)) {
+			t.Errorf("secret %q visible in the sandbox\nstdout: %s\nstderr: %s", s, clip(res.Stdout), clip(res.Stderr))
+		}
+	}
+}
+
+func hostRelease(t *testing.T) string {
+	out, err := exec.Command("uname", "-r").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// hostProcsWith lists host processes whose argv contains marker.
+func hostProcsWith(marker string) []string {
+	var found []string
+	ents, _ := os.ReadDir("/proc")
+	self := fmt.Sprint(os.Getpid())
+	for _, e := range ents {
+		if e.Name() == self || e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err == nil && bytes.Contains(raw, []byte(marker)) {
+			found = append(found, e.Name()+": "+strings.ReplaceAll(string(raw), "\x00", " "))
+		}
+	}
+	return found
+}
+
+var cases = []runCase{
+	{
+		name:  "hello_python_args_exit",
+		skill: map[string]string{"scripts/hello.py": "import sys\nprint('hello', *sys.argv[1:])\nsys.exit(3)\n"},
+		args: func(*caseEnv) []string {
+			return []string{"python3", "/skill/scripts/hello.py", "a b", "c"}
+		},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 3, runtime.ReasonExit)
+			if string(res.Stdout) != "hello a b c\n" || len(res.Stderr) != 0 {
+				t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+			}
+			if res.Runtime != c.backend || res.RuntimeVersion == "" || res.Signal != "" {
+				t.Errorf("runtime %q version %q signal %q", res.Runtime, res.RuntimeVersion, res.Signal)
+			}
+		},
+	},
+	{
+		name:  "hello_bash_args_exit",
+		skill: map[string]string{"scripts/hello.sh": "echo \"hello $1|$2 from $0\"\nexit 7\n"},
+		args: func(*caseEnv) []string {
+			return []string{"bash", "/skill/scripts/hello.sh", "x y", "z"}
+		},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 7, runtime.ReasonExit)
+			if string(res.Stdout) != "hello x y|z from /skill/scripts/hello.sh\n" {
+				t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+			}
+		},
+	},
+	{
+		name:  "hello_node_args_exit",
+		skill: map[string]string{"scripts/hello.js": "console.log('hello', process.argv.slice(2).join(','));\nprocess.exit(5);\n"},
+		args: func(*caseEnv) []string {
+			return []string{"node", "/skill/scripts/hello.js", "n1", "n2"}
+		},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 5, runtime.ReasonExit)
+			if string(res.Stdout) != "hello n1,n2\n" {
+				t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+			}
+		},
+	},
+	{
+		name: "stderr_apart_from_stdout",
+		skill: map[string]string{"scripts/streams.py": `import sys
+for i in range(3):
+    print("out", i, flush=True)
+    print("err", i, file=sys.stderr, flush=True)
+`},
+		args: py("streams.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			if string(res.Stdout) != "out 0\nout 1\nout 2\n" || string(res.Stderr) != "err 0\nerr 1\nerr 2\n" {
+				t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+			}
+		},
+	},
+	{
+		name:  "stdin_and_env",
+		skill: map[string]string{"scripts/env.py": "import os, sys\nprint(sys.stdin.read().upper(), end='')\nfor k in ('FOO', 'HOME', 'LANG', 'PATH'):\n    print(k, os.environ.get(k))\nprint('cwd', os.getcwd())\n"},
+		args:  py("env.py"),
+		env:   []string{"FOO=bar baz"},
+		stdin: "piped in\n",
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			want := "PIPED IN\nFOO bar baz\nHOME /work\nLANG C.UTF-8\nPATH " + runtime.DefaultPath + "\ncwd /work\n"
+			if string(res.Stdout) != want {
+				t.Errorf("stdout %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
+			}
+		},
+	},
+	{
+		name: "kernel_seen_by_script",
+		skill: map[string]string{"scripts/kernel.py": `import os
+print(open('/proc/version').read().strip())
+print('release', os.uname().release)
+`},
+		args: py("kernel.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			host := hostRelease(t)
+			out := string(res.Stdout)
+			if c.backend == "runsc" {
+				// gVisor reports its own (fixed) kernel version, never the host's.
+				if strings.Contains(out, host) || !strings.Contains(out, "release 4.4.0") {
+					t.Errorf("runsc: want gVisor's kernel, not the host's %s: %s", host, out)
+				}
+			} else if !strings.Contains(out, "release "+host) {
+				t.Errorf("runc: want the host kernel %s: %s", host, out)
+			}
+		},
+	},
+	{
+		name: "fork_bomb_python",
+		skill: map[string]string{"scripts/forks.py": `import os, time
+n = 0
+try:
+    while n < 100000:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        n += 1
+except OSError as e:
+    print("fork failed after", n, e, flush=True)
+`},
+		args:   py("forks.py"),
+		limits: runtime.Limits{Pids: 32, Timeout: 60 * time.Second},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			if res.Reason != runtime.ReasonPids {
+				t.Errorf("reason %s exit %d, want pids\nstdout: %s\nstderr: %s", res.Reason, res.ExitCode, clip(res.Stdout), clip(res.Stderr))
+			}
+		},
+	},
+	{
+		name:   "fork_bomb_bash",
+		skill:  map[string]string{"scripts/bomb.sh": "b() { b | b & }\nb\nsleep 5\n"},
+		args:   func(*caseEnv) []string { return []string{"bash", "/skill/scripts/bomb.sh"} },
+		limits: runtime.Limits{Pids: 32, Timeout: 60 * time.Second},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			if res.Reason != runtime.ReasonPids {
+				t.Errorf("reason %s exit %d, want pids\nstderr: %s", res.Reason, res.ExitCode, clip(res.Stderr))
+			}
+		},
+	},
+	{
+		name: "memory_hog",
+		skill: map[string]string{"scripts/hog.py": `chunks = []
+while True:
+    chunks.append(bytearray(8 << 20))
+`},
+		args:   py("hog.py"),
+		limits: runtime.Limits{MemoryBytes: 128 << 20, Timeout: 60 * time.Second},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			if res.Reason != runtime.ReasonOOM || res.Signal != "SIGKILL" {
+				t.Errorf("reason %s exit %d signal %q, want oom by SIGKILL\nstderr: %s", res.Reason, res.ExitCode, res.Signal, clip(res.Stderr))
+			}
+		},
+	},
+	{
+		name: "timeout_evasion",
+		skill: map[string]string{"scripts/evade.py": `import os, signal, sys, time
+marker = sys.argv[1]
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execvp("python3", ["python3", "-c",
+            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(1000)", marker])
+    os._exit(0)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+`},
+		args: func(c *caseEnv) []string {
+			return []string{"python3", "/skill/scripts/evade.py", c.marker}
+		},
+		limits: runtime.Limits{Timeout: 3 * time.Second},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			if res.Reason != runtime.ReasonTimeout || res.Signal != "SIGKILL" {
+				t.Errorf("reason %s signal %q, want timeout by SIGKILL", res.Reason, res.Signal)
+			}
+			if !strings.Contains(string(res.Stdout), "ready") {
+				t.Errorf("script did not start: %s %s", res.Stdout, res.Stderr)
+			}
+			if left := hostProcsWith(c.marker); len(left) > 0 {
+				t.Errorf("processes left on the host: %v", left)
+			}
+		},
+	},
+	{
+		name: "timeout_term_delivered",
+		skill: map[string]string{"scripts/term.py": `import signal, sys, time
+def on_term(*_):
+    print("got TERM", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+print("waiting", flush=True)
+time.sleep(1000)
+`},
+		args:   py("term.py"),
+		limits: runtime.Limits{Timeout: 2 * time.Second},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			// The script handles TERM within the grace period and exits 0; the
+			// run still ended because of the timeout.
+			wantExit(t, res, 0, runtime.ReasonTimeout)
+			if string(res.Stdout) != "waiting\ngot TERM\n" {
+				t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+			}
+		},
+	},
+	{
+		name:   "output_flood",
+		skill:  map[string]string{"scripts/flood.py": "import sys\nline = 'x' * 1023 + '\\n'\nwhile True:\n    sys.stdout.write(line)\n"},
+		args:   py("flood.py"),
+		limits: runtime.Limits{StdoutBytes: 64 << 10, Timeout: 60 * time.Second},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			if res.Reason != runtime.ReasonOutputCap || !res.StdoutTruncated || len(res.Stdout) != 64<<10 {
+				t.Errorf("reason %s truncated %v len %d, want output_cap, truncated, %d bytes", res.Reason, res.StdoutTruncated, len(res.Stdout), 64<<10)
+			}
+		},
+	},
+	{
+		name:   "stderr_flood",
+		skill:  map[string]string{"scripts/eflood.sh": "yes error-line >&2\n"},
+		args:   func(*caseEnv) []string { return []string{"bash", "/skill/scripts/eflood.sh"} },
+		limits: runtime.Limits{StderrBytes: 16 << 10, Timeout: 60 * time.Second},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			if res.Reason != runtime.ReasonOutputCap || !res.StderrTruncated || len(res.Stderr) != 16<<10 || res.StdoutTruncated {
+				t.Errorf("reason %s stderr truncated %v len %d", res.Reason, res.StderrTruncated, len(res.Stderr))
+			}
+		},
+	},
+	{
+		name: "network_blocked",
+		skill: map[string]string{"scripts/net.py": `import socket
+for host, port in (("1.1.1.1", 80), ("169.254.169.254", 80), ("127.0.0.1", 22)):
+    try:
+        s = socket.create_connection((host, port), timeout=5)
+        print("CONNECTED", host)
+    except OSError as e:
+        print("blocked", host, type(e).__name__)
+try:
+    print("RESOLVED", socket.getaddrinfo("deb.debian.org", 80))
+except OSError as e:
+    print("dns blocked", type(e).__name__)
+`},
+		args:   py("net.py"),
+		limits: runtime.Limits{Timeout: 60 * time.Second},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			out := string(res.Stdout)
+			if strings.Contains(out, "CONNECTED") || strings.Contains(out, "RESOLVED") || strings.Count(out, "blocked") != 4 {
+				t.Errorf("network reachable:\n%s\n%s", out, res.Stderr)
+			}
+		},
+	},
+	{
+		name: "host_files_invisible",
+		skill: map[string]string{"scripts/peek.py": `import sys
+for p in sys.argv[1:]:
+    try:
+        print(p, "READ", open(p).read())
+    except OSError as e:
+        print(p, "denied", type(e).__name__)
+`},
+		links: map[string]string{"scripts/link": "SECRET_PATH"},
+		args: func(c *caseEnv) []string {
+			return []string{"python3", "/skill/scripts/peek.py", c.secret.path, "/proc/1/root" + c.secret.path, "/skill/scripts/link", "/proc/self/root" + c.secret.path}
+		},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			noSecret(t, res, c.secret.value)
+			if strings.Count(string(res.Stdout), "denied") != 4 {
+				t.Errorf("want 4 denials:\n%s", res.Stdout)
+			}
+		},
+	},
+	{
+		name:  "host_env_invisible",
+		skill: map[string]string{"scripts/environ.py": "import os\nprint(dict(os.environ))\nprint(open('/proc/1/environ').read())\n"},
+		args:  py("environ.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			noSecret(t, res, c.envVal, hostEnvName)
+		},
+	},
+	{
+		name: "skill_read_only",
+		skill: map[string]string{"scripts/write.py": `import os
+for p in ("/skill/new.txt", "/skill/scripts/write.py", "/etc/passwd", "/usr/bin/new"):
+    try:
+        with open(p, "a") as f:
+            f.write("x")
+        print(p, "WRITTEN")
+    except OSError as e:
+        print(p, "refused", e.errno)
+`},
+		args: py("write.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			if strings.Contains(string(res.Stdout), "WRITTEN") || strings.Count(string(res.Stdout), "refused") != 4 {
+				t.Errorf("writes outside /work:\n%s", res.Stdout)
+			}
+		},
+	},
+	{
+		name:  "no_capabilities",
+		skill: map[string]string{"scripts/caps.py": "for l in open('/proc/self/status'):\n    if l.startswith(('Cap', 'NoNewPrivs', 'Uid', 'Gid')):\n        print(l.strip())\n"},
+		args:  py("caps.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			out := string(res.Stdout)
+			for _, want := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000", "Uid:\t65534\t65534\t65534\t65534"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("missing %q in\n%s", want, out)
+				}
+			}
+			if c.backend == "runc" && !strings.Contains(out, "NoNewPrivs:\t1") {
+				t.Errorf("no_new_privs not set:\n%s", out)
+			}
+		},
+	},
+	{
+		name: "inputs_and_outputs",
+		skill: map[string]string{"scripts/io.py": `import os
+print(open("data.csv").read(), end="")
+print(oct(os.stat("run.sh").st_mode & 0o777))
+os.makedirs("outputs/sub", exist_ok=True)
+open("outputs/result.txt", "w").write("result\n")
+open("outputs/sub/nested.txt", "w").write("nested\n")
+os.symlink("/etc/passwd", "outputs/passwd-link")
+os.mkfifo("outputs/fifo")
+`},
+		files: []runtime.InputFile{
+			{Name: "data.csv", Data: []byte("a,b\n1,2\n")},
+			{Name: "run.sh", Data: []byte("#!/bin/sh\n"), Mode: 0o755},
+		},
+		args: py("io.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			if string(res.Stdout) != "a,b\n1,2\n0o755\n" {
+				t.Errorf("inputs not seen: %q %s", res.Stdout, res.Stderr)
+			}
+			got := map[string]string{}
+			for _, o := range res.Outputs {
+				got[o.Path] = string(o.Data)
+			}
+			if len(got) != 2 || got["result.txt"] != "result\n" || got["sub/nested.txt"] != "nested\n" {
+				t.Errorf("outputs %v", got)
+			}
+			sk := strings.Join(res.OutputsSkipped, "\n")
+			// gVisor keeps a FIFO made on a gofer mount inside the sandbox;
+			// runc leaves it on the host tmpfs, where it must be skipped.
+			if !strings.Contains(sk, "passwd-link: symlink") || (c.backend == "runc" && !strings.Contains(sk, "fifo: fifo")) {
+				t.Errorf("skipped %q", res.OutputsSkipped)
+			}
+		},
+	},
+	{
+		name:   "workdir_size_capped",
+		skill:  map[string]string{"scripts/fill.py": "import errno\ntry:\n    open('big', 'wb').write(b'x' * (8 << 20))\n    print('WROTE')\nexcept OSError as e:\n    print('full', errno.errorcode[e.errno])\n"},
+		args:   py("fill.py"),
+		limits: runtime.Limits{WorkdirBytes: 4 << 20},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			if string(res.Stdout) != "full ENOSPC\n" {
+				t.Errorf("workdir not capped: %q %s", res.Stdout, res.Stderr)
+			}
+		},
+	},
+}
+
+func TestRun(t *testing.T) {
+	rootfs := testRootfs(t)
+	secret := newHostSecret(t)
+	envVal := "ENVSECRET-" + randomHex(10)
+	t.Setenv(hostEnvName, envVal)
+	for _, name := range backends {
+		t.Run(name, func(t *testing.T) {
+			rt, opts := newBackend(t, name)
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					c := &caseEnv{backend: name, secret: secret, envVal: envVal, marker: "skillbox-marker-" + randomHex(8)}
+					dir := makeSkill(t, tc.skill)
+					for link, target := range tc.links {
+						if target == "SECRET_PATH" {
+							target = secret.path
+						}
+						if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+							t.Fatal(err)
+						}
+					}
+					job := runtime.Job{
+						ID:       newID(),
+						RootFS:   rootfs,
+						SkillDir: dir,
+						Args:     tc.args(c),
+						Env:      tc.env,
+						Stdin:    []byte(tc.stdin),
+						Files:    tc.files,
+						Limits:   tc.limits,
+					}
+					if job.Limits.Timeout == 0 {
+						job.Limits.Timeout = 60 * time.Second
+					}
+					res, err := rt.Run(context.Background(), job)
+					if err != nil {
+						t.Fatalf("Run: %v", err)
+					}
+					tc.check(t, c, res)
+					assertClean(t, name, opts, job.ID)
+				})
+			}
+		})
+	}
+}
+
+// assertClean checks that a run left nothing: no container in our state dir,
+// no mount under the run dir, no run dir, no cgroup.
+func assertClean(t *testing.T, backend string, opts runtime.Options, id string) {
+	t.Helper()
+	out, err := exec.Command(backend, "--root", opts.StateDir, "list", "--quiet").CombinedOutput()
+	if err != nil {
+		t.Errorf("%s list: %v %s", backend, err, out)
+	} else if strings.TrimSpace(string(out)) != "" {
+		t.Errorf("containers left in %s: %s", opts.StateDir, out)
+	}
+	mi, _ := os.ReadFile("/proc/self/mountinfo")
+	for _, line := range strings.Split(string(mi), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], opts.RunDir+"/") {
+			t.Errorf("mount left: %s", line)
+		}
+	}
+	if ents, _ := os.ReadDir(opts.RunDir); len(ents) > 0 {
+		t.Errorf("run dirs left in %s: %v", opts.RunDir, ents)
+	}
+	for _, ctrl := range []string{"memory", "pids", "cpu", "unified"} {
+		p := filepath.Join("/sys/fs/cgroup", ctrl, runtime.CgroupParent, id)
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("cgroup left: %s", p)
+		}
+	}
+}
+
+func TestInvalidJobStartsNothing(t *testing.T) {
+	rootfs := testRootfs(t)
+	for _, name := range backends {
+		t.Run(name, func(t *testing.T) {
+			rt, opts := newBackend(t, name)
+			dir := makeSkill(t, nil)
+			for _, env := range [][]string{{"LD_PRELOAD=/work/x.so"}, {"PYTHONPATH=/work"}, {"BAD NAME=1"}} {
+				job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"true"}, Env: env}
+				_, err := rt.Run(context.Background(), job)
+				if !errors.Is(err, runtime.ErrInvalidJob) {
+					t.Errorf("env %v: err %v, want ErrInvalidJob", env, err)
+				}
+				assertClean(t, name, opts, job.ID)
+			}
+			// Network without a configured namespace is refused, not faked.
+			job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"true"}, Network: true}
+			if _, err := rt.Run(context.Background(), job); !errors.Is(err, runtime.ErrUnavailable) {
+				t.Errorf("network without netns: err %v, want ErrUnavailable", err)
+			}
+			assertClean(t, name, opts, job.ID)
+		})
+	}
+}
+
+func TestCancelKills(t *testing.T) {
+	rootfs := testRootfs(t)
+	for _, name := range backends {
+		t.Run(name, func(t *testing.T) {
+			rt, opts := newBackend(t, name)
+			marker := "skillbox-marker-" + randomHex(8)
+			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import sys, time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
+			ctx, cancel := context.WithCancel(context.Background())
+			job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"python3", "/skill/scripts/sleep.py", marker},
+				Stdout: sinkFunc(func(p []byte) {
+					if bytes.Contains(p, []byte("up")) {
+						cancel()
+					}
+				})}
+			res, err := rt.Run(ctx, job)
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Reason != runtime.ReasonKilled || res.Signal != "SIGKILL" {
+				t.Errorf("reason %s signal %q, want killed by SIGKILL", res.Reason, res.Signal)
+			}
+			if left := hostProcsWith(marker); len(left) > 0 {
+				t.Errorf("processes left: %v", left)
+			}
+			assertClean(t, name, opts, job.ID)
+		})
+	}
+}
+
+type sinkFunc func(p []byte)
+
+func (f sinkFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+// TestOutputFloodMemoryBounded checks that a flood costs us no more than the
+// cap: the Go heap after the run stays near where it was.
+func TestOutputFloodMemoryBounded(t *testing.T) {
+	rootfs := testRootfs(t)
+	for _, name := range backends {
+		t.Run(name, func(t *testing.T) {
+			rt, opts := newBackend(t, name)
+			dir := makeSkill(t, map[string]string{"scripts/flood.sh": "head -c 300000000 /dev/zero; sleep 100\n"})
+			var before, after goruntime.MemStats
+			goruntime.GC()
+			goruntime.ReadMemStats(&before)
+			job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"bash", "/skill/scripts/flood.sh"},
+				Limits: runtime.Limits{StdoutBytes: 1 << 20, Timeout: 120 * time.Second}}
+			res, err := rt.Run(context.Background(), job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			goruntime.ReadMemStats(&after)
+			if res.Reason != runtime.ReasonOutputCap || len(res.Stdout) != 1<<20 {
+				t.Errorf("reason %s len %d", res.Reason, len(res.Stdout))
+			}
+			// TotalAlloc counts every byte ever allocated during the run; a
+			// reader that buffered the flood would show hundreds of MiB.
+			if grew := after.TotalAlloc - before.TotalAlloc; grew > 32<<20 {
+				t.Errorf("allocated %d MiB while draining a capped flood", grew>>20)
+			}
+			assertClean(t, name, opts, job.ID)
+		})
+	}
+}
+
+// crashEnv makes the test binary act as a process that dies (SIGKILL) in
+// the middle of a run, leaving its container, run dir, mount and cgroup.
+const crashEnv = "SKILLBOX_TEST_CRASH_HELPER"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(crashEnv); spec != "" {
+		crashHelper(spec)
+		os.Exit(3) // not reached: the helper kills itself
+	}
+	os.Exit(m.Run())
+}
+
+func crashHelper(spec string) {
+	f := strings.Split(spec, "|")
+	backend, stateDir, runDir, id, rootfs, skill, marker := f[0], f[1], f[2], f[3], f[4], f[5], f[6]
+	rt, err := runtime.New(backend, runtime.Options{StateDir: stateDir, RunDir: runDir})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	job := runtime.Job{ID: id, RootFS: rootfs, SkillDir: skill,
+		Args: []string{"python3", "/skill/scripts/sleep.py", marker},
+		Stdout: sinkFunc(func(p []byte) {
+			if bytes.Contains(p, []byte("up")) {
+				fmt.Println("crashing now")
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
+		}),
+		Limits: runtime.Limits{Timeout: 10 * time.Minute},
+	}
+	_, err = rt.Run(context.Background(), job)
+	fmt.Fprintln(os.Stderr, "run ended without the crash:", err)
+	os.Exit(2)
+}
+
+// TestSweep crashes a helper process mid-run and checks that Sweep removes
+// the container it left running, its run dir, workdir mount and cgroup.
+func TestSweep(t *testing.T) {
+	rootfs := testRootfs(t)
+	for _, name := range backends {
+		t.Run(name, func(t *testing.T) {
+			rt, opts := newBackend(t, name)
+			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
+			id := newID()
+			marker := "skillbox-marker-" + randomHex(8)
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{name, opts.StateDir, opts.RunDir, id, rootfs, dir, marker}, "|"))
+			out, err := cmd.CombinedOutput()
+			if !strings.Contains(string(out), "crashing now") {
+				t.Fatalf("crash helper: %v\n%s", err, out)
+			}
+			list, _ := exec.Command(name, "--root", opts.StateDir, "list", "--quiet").Output()
+			if !strings.Contains(string(list), id) {
+				t.Fatalf("the crash left no container %s: %q", id, list)
+			}
+			// A run in progress here must survive the sweep.
+			up := make(chan struct{})
+			var once sync.Once
+			liveJob := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir,
+				Args: []string{"python3", "-c", "import time; print('up', flush=True); time.sleep(3); print('done')"},
+				Stdout: sinkFunc(func(p []byte) {
+					if bytes.Contains(p, []byte("up")) {
+						once.Do(func() { close(up) })
+					}
+				})}
+			type outcome struct {
+				res *runtime.Result
+				err error
+			}
+			liveDone := make(chan outcome, 1)
+			go func() {
+				res, err := rt.Run(context.Background(), liveJob)
+				liveDone <- outcome{res, err}
+			}()
+			select {
+			case <-up:
+			case o := <-liveDone:
+				t.Fatalf("live run ended early: %v %+v", o.err, o.res)
+			}
+			// Age both run dirs past the "just made" window.
+			old := time.Now().Add(-time.Minute)
+			for _, d := range []string{id, liveJob.ID} {
+				if err := os.Chtimes(filepath.Join(opts.RunDir, d), old, old); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := runtime.Sweep(context.Background(), rt); err != nil {
+				t.Fatalf("Sweep: %v", err)
+			}
+			o := <-liveDone
+			if o.err != nil || o.res.Reason != runtime.ReasonExit || string(o.res.Stdout) != "up\ndone\n" {
+				t.Errorf("the live run was disturbed by Sweep: %v %+v", o.err, o.res)
+			}
+			assertClean(t, name, opts, id)
+			deadline := time.Now().Add(10 * time.Second)
+			for len(hostProcsWith(marker)) > 0 && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if left := hostProcsWith(marker); len(left) > 0 {
+				t.Errorf("processes left after Sweep: %v", left)
+			}
+		})
+	}
+}
+
+// BenchmarkColdRun measures one cold run of hello.py end to end (bundle,
+// container, teardown) per backend, next to a native python3. Run with
+//
+//	go test -tags integration -run '^$' -bench ColdRun -benchtime 20x ./runtime/
+//
+// It reports the median as "median-ms" besides Go's mean ns/op.
+func BenchmarkColdRun(b *testing.B) {
+	rootfs := testRootfs(b)
+	report := func(b *testing.B, d []time.Duration) {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		b.ReportMetric(float64(d[len(d)/2].Microseconds())/1000, "median-ms")
+	}
+	for _, name := range backends {
+		b.Run(name, func(b *testing.B) {
+			rt, _ := newBackend(b, name)
+			dir := makeSkill(b, map[string]string{"scripts/hello.py": "print('hello')\n"})
+			var d []time.Duration
+			for i := 0; i < b.N; i++ {
+				job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"python3", "/skill/scripts/hello.py"}}
+				start := time.Now()
+				res, err := rt.Run(context.Background(), job)
+				d = append(d, time.Since(start))
+				if err != nil || string(res.Stdout) != "hello\n" {
+					b.Fatalf("run: %v %+v", err, res)
+				}
+			}
+			report(b, d)
+		})
+	}
+	b.Run("native", func(b *testing.B) {
+		// The distribution's python3, not a version manager's shim first in PATH.
+		python := "/usr/bin/python3"
+		if _, err := os.Stat(python); err != nil {
+			python = "python3"
+		}
+		var d []time.Duration
+		for i := 0; i < b.N; i++ {
+			start := time.Now()
+			if out, err := exec.Command(python, "-c", "print(1)").Output(); err != nil || string(out) != "1\n" {
+				b.Fatalf("native python3: %v %q", err, out)
+			}
+			d = append(d, time.Since(start))
+		}
+		report(b, d)
+	})
+}

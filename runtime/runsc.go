@@ -1,0 +1,234 @@
+package runtime
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Runsc runs jobs in gVisor through the runsc CLI: every script talks to
+// gVisor's user-space kernel (the sentry) rather than the host's, with the
+// network off (--network=none) unless the job asks for it.
+//
+// Two things differ from runc and are handled here:
+//
+//   - Memory and pids cgroups are created by us before runsc starts. runsc
+//     joins a cgroup that already exists without touching its limits or
+//     deleting it afterwards, so its OOM and pids counters survive the end of
+//     `runsc run` (which deletes the container) and can be read.
+//   - The host pids limit is scaled. With the ptrace platform every guest
+//     process costs several host tasks (a stub process and its threads) and
+//     the sentry has its own threads, so the job's Pids would stop a script
+//     after a dozen forks. This gVisor has no pids limit of its own; a fork
+//     bomb runs into the scaled host limit, the sentry cannot make a thread
+//     and the whole sandbox dies, which pids.events records (reason pids).
+type Runsc struct {
+	opts Options
+	cli  *ociCLI
+	eng  *engine
+}
+
+var _ Runtime = (*Runsc)(nil)
+
+func init() {
+	Register("runsc", func(o Options) (Runtime, error) { return NewRunsc(o) })
+}
+
+// Host pids per guest process and the sandbox's own baseline; measured on
+// runsc 20221219 with the ptrace platform (about 5-6 host tasks per sleeping
+// guest process, 20-45 for the sentry, gofer and stubs).
+const (
+	runscPidsPerProcess = 8
+	runscPidsBase       = 64
+)
+
+// NewRunsc makes the gVisor backend. A missing runsc binary is reported by
+// Version and Run (ErrUnavailable), not here, so a daemon can start and say
+// what to install.
+func NewRunsc(opts Options) (*Runsc, error) {
+	opts = withDefaults(opts, "runsc")
+	global := []string{}
+	if opts.Platform != "" {
+		global = append(global, "--platform="+opts.Platform)
+	}
+	global = append(global, opts.Flags...)
+	r := &Runsc{opts: opts}
+	r.cli = &ociCLI{
+		name:    "runsc",
+		binary:  opts.Binary,
+		root:    opts.StateDir,
+		global:  global,
+		install: "apt-get install runsc",
+	}
+	r.eng = &engine{
+		name:   "runsc",
+		cli:    r.cli,
+		runDir: opts.RunDir,
+		log:    namedLogger(opts.Logger, "runtime.runsc"),
+		grace:  defaultGrace,
+		d:      r,
+	}
+	return r, nil
+}
+
+// withDefaults fills the directory and binary defaults for backend name.
+func withDefaults(o Options, name string) Options {
+	if o.Binary == "" {
+		o.Binary = name
+	}
+	if o.StateDir == "" {
+		o.StateDir = filepath.Join(DefaultStateBase, name)
+	}
+	if o.RunDir == "" {
+		o.RunDir = DefaultRunDir
+	}
+	return o
+}
+
+func (r *Runsc) Name() string { return "runsc" }
+
+// Version is the first line of `runsc --version`.
+func (r *Runsc) Version(ctx context.Context) (string, error) { return r.cli.Version(ctx) }
+
+// Run runs job in a fresh gVisor sandbox and removes it.
+func (r *Runsc) Run(ctx context.Context, job Job) (*Result, error) { return r.eng.run(ctx, job) }
+
+// Sweep removes what crashed runs left: see Sweep.
+func (r *Runsc) Sweep(ctx context.Context) error { return r.eng.sweep(ctx) }
+
+func (r *Runsc) specOptions(job Job) SpecOptions {
+	// No seccomp (gVisor filters the sentry itself), no user namespace
+	// (runsc already runs the sandbox unprivileged in its own one).
+	return SpecOptions{NetNS: r.opts.NetNS}
+}
+
+func (r *Runsc) runCommand(job Job, b *Bundle) ([]string, []string) {
+	network := "--network=none"
+	if job.Network {
+		network = "--network=sandbox"
+	}
+	global := []string{network, "--log=" + filepath.Join(b.Dir, runscLog), "--log-format=json"}
+	return global, []string{"run", "--bundle", b.Dir, b.ID}
+}
+
+const runscLog = "runsc.log"
+
+// runsc exits 128 when it fails itself, and logs why at level error.
+func (r *Runsc) setupError(b *Bundle, code int) error {
+	if code != 128 {
+		return nil
+	}
+	if msg := logErrors(filepath.Join(b.Dir, runscLog)); msg != "" {
+		return fmt.Errorf("runsc could not run the container: %s", msg)
+	}
+	return nil
+}
+
+// runscHostPids is the host pids.max for a job allowed pids processes.
+func runscHostPids(pids int64) int64 { return pids*runscPidsPerProcess + runscPidsBase }
+
+func (r *Runsc) setupCgroup(b *Bundle) error {
+	return createCgroup(b.Spec.Linux.CgroupsPath, b.Limits.MemoryBytes, runscHostPids(b.Limits.Pids))
+}
+
+// createCgroup makes the run's memory and pids cgroups with their limits
+// (memory+swap equal to memory where swap is accounted).
+func createCgroup(p string, memory, pids int64) error {
+	p = filepath.Clean("/" + p)
+	mem := strconv.FormatInt(memory, 10)
+	if isCgroup2() {
+		if err := enableControllers(filepath.Dir(p), "+memory +pids +cpu"); err != nil {
+			return err
+		}
+		dir := filepath.Join(cgroupRoot, p)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("make cgroup: %w", err)
+		}
+		return writeFiles(dir, [][2]string{
+			{"memory.max", mem}, {"memory.swap.max", "0"}, {"pids.max", strconv.FormatInt(pids, 10)},
+		}, "memory.swap.max")
+	}
+	mdir := filepath.Join(cgroupRoot, "memory", p)
+	if err := os.MkdirAll(mdir, 0o755); err != nil {
+		return fmt.Errorf("make memory cgroup: %w", err)
+	}
+	if err := writeFiles(mdir, [][2]string{
+		{"memory.limit_in_bytes", mem}, {"memory.memsw.limit_in_bytes", mem},
+	}, "memory.memsw.limit_in_bytes"); err != nil {
+		return err
+	}
+	pdir := filepath.Join(cgroupRoot, "pids", p)
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		return fmt.Errorf("make pids cgroup: %w", err)
+	}
+	return writeFiles(pdir, [][2]string{{"pids.max", strconv.FormatInt(pids, 10)}}, "")
+}
+
+// writeFiles writes name=value pairs in dir; optional may be missing.
+func writeFiles(dir string, kv [][2]string, optional string) error {
+	for _, f := range kv {
+		err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0)
+		if err != nil && !(f[0] == optional && os.IsNotExist(err)) {
+			return fmt.Errorf("set %s in %s: %w", f[0], dir, err)
+		}
+	}
+	return nil
+}
+
+// enableControllers turns on controllers for the children of every level
+// from the cgroup v2 root down to parent.
+func enableControllers(parent, ctrl string) error {
+	dir := cgroupRoot
+	parts := strings.Split(strings.Trim(parent, "/"), "/")
+	for i := 0; ; i++ {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(ctrl), 0); err != nil {
+			return fmt.Errorf("enable %s in %s: %w", ctrl, dir, err)
+		}
+		if i >= len(parts) || parts[i] == "" {
+			return nil
+		}
+		dir = filepath.Join(dir, parts[i])
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("make cgroup: %w", err)
+		}
+	}
+}
+
+// logErrors returns the error-level messages of a JSON log (runc, runsc).
+func logErrors(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var msgs []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		// runsc writes its JSON records without newlines between them.
+		dec := json.NewDecoder(strings.NewReader(sc.Text()))
+		for {
+			var rec struct {
+				Level string `json:"level"`
+				Msg   string `json:"msg"`
+			}
+			if err := dec.Decode(&rec); err != nil {
+				break
+			}
+			switch strings.ToLower(rec.Level) {
+			case "error", "fatal", "panic":
+				msgs = append(msgs, rec.Msg)
+			}
+		}
+	}
+	if len(msgs) == 0 {
+		return ""
+	}
+	// The last one is the summary both CLIs print when they give up.
+	return msgs[len(msgs)-1]
+}

@@ -1,0 +1,315 @@
+package runtime
+
+import (
+	"fmt"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+)
+
+// SpecOptions are the per-backend and per-run choices BuildSpec cannot derive
+// from the Job itself. Keeping them explicit makes the spec a pure function of
+// (Job, SpecOptions), which is what the golden tests pin down.
+type SpecOptions struct {
+	// WorkdirSource is the host directory bind-mounted read-write at /work
+	// (normally a size-capped tmpfs the bundle code mounted). Required.
+	WorkdirSource string
+	// CgroupsPath is the run's fixed cgroup, so its OOM and pids counters can
+	// be read after the process ended. Default CgroupParent + "/" + job.ID.
+	CgroupsPath string
+	// Seccomp adds DefaultSeccomp (runc). gVisor filters in its own sentry and
+	// the spec's profile would only apply inside it, so runsc leaves it off.
+	Seccomp bool
+	// UserNS, when set, runs the container in a user namespace mapping
+	// container IDs 0..Size-1 to host IDs HostID..HostID+Size-1.
+	UserNS *IDMap
+	// CgroupNS gives the container its own cgroup namespace (runc), so
+	// /proc/self/cgroup does not show host paths.
+	CgroupNS bool
+	// SwapLimit sets memory+swap equal to memory (no swap). Leave it off on
+	// hosts without swap accounting, where runc refuses the field.
+	SwapLimit bool
+	// NetNS is the path of a configured network namespace joined when
+	// job.Network is set. Without it a job asking for network is refused:
+	// an empty namespace would give it no network while looking like it did.
+	NetNS string
+}
+
+// IDMap is a contiguous user/group ID mapping for a user namespace.
+type IDMap struct {
+	HostUID uint32
+	HostGID uint32
+	Size    uint32
+}
+
+// CgroupParent is the cgroup under which every run gets its own child.
+const CgroupParent = "/skillbox"
+
+// Hostname is the container's hostname (also its domainname is left empty).
+const Hostname = "skillbox"
+
+// Sizes of the small fixed tmpfs mounts under /dev.
+const (
+	devTmpfsSize = 64 << 10
+	shmSize      = 64 << 20
+)
+
+// Rlimits every process starts with. NPROC is deliberately absent: it counts
+// per host uid, and all runs share uid 65534, so concurrent runs would starve
+// each other; the pids cgroup bounds processes per run instead.
+var defaultRlimits = []specs.POSIXRlimit{
+	{Type: "RLIMIT_NOFILE", Hard: 1024, Soft: 1024},
+	{Type: "RLIMIT_CORE", Hard: 0, Soft: 0},
+	{Type: "RLIMIT_MEMLOCK", Hard: 64 << 10, Soft: 64 << 10},
+	{Type: "RLIMIT_MSGQUEUE", Hard: 800 << 10, Soft: 800 << 10},
+}
+
+// maskedPaths and readonlyPaths follow what containerd and Docker hide from
+// containers by default: kernel memory, keys, timers and firmware are masked;
+// knobs under /proc that would change the host are read-only.
+var maskedPaths = []string{
+	"/proc/acpi",
+	"/proc/asound",
+	"/proc/interrupts",
+	"/proc/kcore",
+	"/proc/keys",
+	"/proc/latency_stats",
+	"/proc/sched_debug",
+	"/proc/scsi",
+	"/proc/timer_list",
+	"/proc/timer_stats",
+	"/sys/devices/virtual/powercap",
+	"/sys/firmware",
+}
+
+var readonlyPaths = []string{
+	"/proc/bus",
+	"/proc/fs",
+	"/proc/irq",
+	"/proc/sys",
+	"/proc/sysrq-trigger",
+}
+
+var (
+	jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	maxInputs    = 256
+	maxArgs      = 4096
+	maxArgBytes  = 256 << 10
+)
+
+// ValidateJob checks the parts of a job every backend relies on; errors wrap
+// ErrInvalidJob. It does not touch the file system.
+func ValidateJob(job Job) error {
+	if !jobIDPattern.MatchString(job.ID) {
+		return fmt.Errorf("%w: job id %q must be 1-64 of [A-Za-z0-9_-], starting with a letter or digit", ErrInvalidJob, truncateForError(job.ID))
+	}
+	if !isCleanAbs(job.RootFS) {
+		return fmt.Errorf("%w: rootfs %q must be an absolute, clean host path", ErrInvalidJob, job.RootFS)
+	}
+	if !isCleanAbs(job.SkillDir) {
+		return fmt.Errorf("%w: skill dir %q must be an absolute, clean host path", ErrInvalidJob, job.SkillDir)
+	}
+	if len(job.Args) == 0 || job.Args[0] == "" {
+		return fmt.Errorf("%w: no command to run (Args is empty)", ErrInvalidJob)
+	}
+	if len(job.Args) > maxArgs {
+		return fmt.Errorf("%w: %d arguments, at most %d", ErrInvalidJob, len(job.Args), maxArgs)
+	}
+	n := 0
+	for i, a := range job.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("%w: argument %d contains a NUL byte", ErrInvalidJob, i)
+		}
+		n += len(a) + 1
+	}
+	if n > maxArgBytes {
+		return fmt.Errorf("%w: arguments are %d bytes, at most %d", ErrInvalidJob, n, maxArgBytes)
+	}
+	if _, err := ContainerEnv(job.Env); err != nil {
+		return err
+	}
+	lim := job.Limits.WithDefaults()
+	if len(job.Files) > maxInputs {
+		return fmt.Errorf("%w: %d input files, at most %d", ErrInvalidJob, len(job.Files), maxInputs)
+	}
+	var total int64
+	names := make(map[string]bool, len(job.Files))
+	for _, f := range job.Files {
+		if err := validInputName(f.Name); err != nil {
+			return err
+		}
+		if names[f.Name] {
+			return fmt.Errorf("%w: input file %q given twice", ErrInvalidJob, f.Name)
+		}
+		names[f.Name] = true
+		if f.Mode&^0o777 != 0 {
+			return fmt.Errorf("%w: input file %q mode %#o: only permission bits are allowed", ErrInvalidJob, f.Name, f.Mode)
+		}
+		total += int64(len(f.Data))
+	}
+	if total > lim.WorkdirBytes {
+		return fmt.Errorf("%w: input files total %d bytes, over the %d-byte workdir", ErrInvalidJob, total, lim.WorkdirBytes)
+	}
+	return nil
+}
+
+func validInputName(name string) error {
+	switch {
+	case name == "", name == ".", name == "..":
+		return fmt.Errorf("%w: input file name %q is not a file name", ErrInvalidJob, name)
+	case strings.ContainsAny(name, "/\x00"):
+		return fmt.Errorf("%w: input file name %q must be a base name (no '/')", ErrInvalidJob, truncateForError(name))
+	case len(name) > 255:
+		return fmt.Errorf("%w: input file name is %d bytes, at most 255", ErrInvalidJob, len(name))
+	case name == path.Base(OutputsDir):
+		return fmt.Errorf("%w: input file name %q is reserved for the outputs folder", ErrInvalidJob, name)
+	}
+	return nil
+}
+
+func isCleanAbs(p string) bool {
+	return p != "" && filepath.IsAbs(p) && filepath.Clean(p) == p && !strings.ContainsRune(p, 0)
+}
+
+// BuildSpec returns the OCI runtime spec for one run of job. It validates the
+// job (ErrInvalidJob) and applies DefaultLimits to zero limits. The spec is
+// the whole isolation contract for runc; for runsc gVisor adds its own kernel
+// between the script and the host on top of it.
+func BuildSpec(job Job, opts SpecOptions) (*specs.Spec, error) {
+	if err := ValidateJob(job); err != nil {
+		return nil, err
+	}
+	if !isCleanAbs(opts.WorkdirSource) {
+		return nil, fmt.Errorf("%w: workdir source %q must be an absolute, clean host path", ErrInvalidJob, opts.WorkdirSource)
+	}
+	if job.Network && opts.NetNS == "" {
+		return nil, fmt.Errorf("%w: the job asks for network but no network namespace is configured for this runtime (set its netns to a prepared namespace, e.g. /var/run/netns/skillbox)", ErrUnavailable)
+	}
+	if opts.UserNS != nil && opts.UserNS.Size <= ContainerUID {
+		return nil, fmt.Errorf("%w: user namespace size %d must cover uid %d", ErrInvalidJob, opts.UserNS.Size, ContainerUID)
+	}
+	env, err := ContainerEnv(job.Env)
+	if err != nil {
+		return nil, err
+	}
+	lim := job.Limits.WithDefaults()
+	cgPath := opts.CgroupsPath
+	if cgPath == "" {
+		cgPath = CgroupParent + "/" + job.ID
+	}
+
+	empty := []string{}
+	s := &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			Terminal: false,
+			User:     specs.User{UID: ContainerUID, GID: ContainerGID},
+			Args:     append([]string(nil), job.Args...),
+			Env:      env,
+			Cwd:      WorkDir,
+			// Non-nil with empty sets: runc then clears every set, including
+			// bounding and ambient; a nil pointer would leave them alone.
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: empty, Effective: empty, Inheritable: empty, Permitted: empty, Ambient: empty,
+			},
+			Rlimits:         append([]specs.POSIXRlimit(nil), defaultRlimits...),
+			NoNewPrivileges: true,
+		},
+		Root:     &specs.Root{Path: job.RootFS, Readonly: true},
+		Hostname: Hostname,
+		Mounts:   buildMounts(job, opts, lim),
+		Linux: &specs.Linux{
+			Resources:     buildResources(lim, opts.SwapLimit),
+			CgroupsPath:   cgPath,
+			Namespaces:    buildNamespaces(job, opts),
+			MaskedPaths:   append([]string(nil), maskedPaths...),
+			ReadonlyPaths: append([]string(nil), readonlyPaths...),
+		},
+	}
+	if opts.UserNS != nil {
+		s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: opts.UserNS.HostUID, Size: opts.UserNS.Size}}
+		s.Linux.GIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: opts.UserNS.HostGID, Size: opts.UserNS.Size}}
+	}
+	if opts.Seccomp {
+		s.Linux.Seccomp = DefaultSeccomp()
+	}
+	return s, nil
+}
+
+func buildNamespaces(job Job, opts SpecOptions) []specs.LinuxNamespace {
+	ns := []specs.LinuxNamespace{
+		{Type: specs.PIDNamespace},
+		{Type: specs.IPCNamespace},
+		{Type: specs.UTSNamespace},
+		{Type: specs.MountNamespace},
+	}
+	if job.Network {
+		ns = append(ns, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: opts.NetNS})
+	} else {
+		// A fresh namespace has only a loopback device (down, for runc): no
+		// route anywhere, including the cloud metadata address.
+		ns = append(ns, specs.LinuxNamespace{Type: specs.NetworkNamespace})
+	}
+	if opts.CgroupNS {
+		ns = append(ns, specs.LinuxNamespace{Type: specs.CgroupNamespace})
+	}
+	if opts.UserNS != nil {
+		ns = append(ns, specs.LinuxNamespace{Type: specs.UserNamespace})
+	}
+	return ns
+}
+
+func buildMounts(job Job, opts SpecOptions, lim Limits) []specs.Mount {
+	size := func(n int64) string { return "size=" + strconv.FormatInt(n, 10) }
+	m := []specs.Mount{
+		{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+		{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", size(devTmpfsSize)}},
+		{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+		{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", size(min(shmSize, lim.TmpBytes))}},
+		{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+	}
+	// sysfs may only be mounted by the owner of the network namespace, so it
+	// is there only when the container has a fresh one (the default).
+	if !job.Network {
+		m = append(m, specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}})
+	}
+	m = append(m,
+		// Not noexec: a script run through its shebang is exec'd from here.
+		// Nothing is gained by noexec anyway, as /work is writable.
+		specs.Mount{Destination: SkillMount, Type: "bind", Source: job.SkillDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+		specs.Mount{Destination: WorkDir, Type: "bind", Source: opts.WorkdirSource, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
+		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", size(lim.TmpBytes)}},
+	)
+	return m
+}
+
+// cpuPeriod is the CFS period; the quota is CPUs times it.
+const cpuPeriod = 100000
+
+func buildResources(lim Limits, swap bool) *specs.LinuxResources {
+	mem := lim.MemoryBytes
+	pids := lim.Pids
+	quota := int64(lim.CPUs * cpuPeriod)
+	if quota < 1000 {
+		quota = 1000 // the kernel's minimum quota is 1ms
+	}
+	period := uint64(cpuPeriod)
+	deny := false
+	r := &specs.LinuxResources{
+		// Deny every device node; runc still creates its small default set
+		// (null, zero, full, random, urandom, tty) and allows just those.
+		Devices: []specs.LinuxDeviceCgroup{{Allow: deny, Access: "rwm"}},
+		Memory:  &specs.LinuxMemory{Limit: &mem},
+		Pids:    &specs.LinuxPids{Limit: &pids},
+		CPU:     &specs.LinuxCPU{Quota: &quota, Period: &period},
+	}
+	if swap {
+		total := mem
+		r.Memory.Swap = &total
+	}
+	return r
+}

@@ -1,0 +1,606 @@
+// Package client is the Go client for the skillbox daemon, for hosts (agent
+// runtimes, chat apps, IDE agents) that delegate skill work to it over its
+// Unix socket. It speaks the daemon's JSON-RPC 2.0 protocol, one JSON object
+// per line, and offers a typed method per tool call (types.go holds the wire
+// structs, which the daemon encodes too, so both sides cannot drift).
+//
+// One Client multiplexes concurrent calls over one connection (responses are
+// matched by id). Cancelling a call's ctx tells the daemon to stop it (the
+// "rpc.cancel" notification), so a host that gives up on a run does not leave
+// a sandbox running. If the daemon drops the connection (idle timeout,
+// restart), the next call dials again; calls that were in flight fail, and
+// are never retried, since a run is not idempotent. Sessions live in the
+// daemon's state, so they survive reconnects and daemon restarts.
+package client
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultSocket is where the daemon listens unless configured otherwise;
+// EnvSocket overrides it for SocketPath.
+const (
+	DefaultSocket = "/run/skillbox/skillbox.sock"
+	EnvSocket     = "SKILLBOX_SOCKET"
+)
+
+// SocketPath returns $SKILLBOX_SOCKET, or DefaultSocket when it is unset.
+func SocketPath() string {
+	if p := os.Getenv(EnvSocket); p != "" {
+		return p
+	}
+	return DefaultSocket
+}
+
+// MaxResponseBytes bounds one response line; run results carry base64
+// outputs, so it is well above the daemon's request limit.
+const MaxResponseBytes = 256 << 20
+
+// Error kinds (data.kind of an RPC error), as the daemon sends them.
+const (
+	KindNotFound             = "not_found"
+	KindInvalidParams        = "invalid_params"
+	KindDenied               = "denied"
+	KindConfirmationRequired = "confirmation_required"
+	KindLimitExceeded        = "limit_exceeded"
+	KindUnavailable          = "unavailable"
+	KindInternal             = "internal"
+)
+
+// ErrClosed is returned by calls on a Client after Close.
+var ErrClosed = errors.New("skillbox client closed")
+
+// ErrConnectionLost is returned by calls that were in flight when the
+// connection to the daemon broke; whether they ran is unknown.
+var ErrConnectionLost = errors.New("connection to skillbox lost")
+
+// Error is an error the daemon returned for a call. Kind is data.kind (one of
+// the Kind constants); Data holds the other data fields, e.g.
+// confirmation_id for KindConfirmationRequired.
+type Error struct {
+	Code    int
+	Message string
+	Kind    string
+	Data    map[string]any
+}
+
+func (e *Error) Error() string {
+	if e.Kind == "" {
+		return e.Message
+	}
+	return e.Kind + ": " + e.Message
+}
+
+// UnmarshalJSON reads a JSON-RPC error object, lifting data.kind into Kind.
+func (e *Error) UnmarshalJSON(b []byte) error {
+	var w struct {
+		Code    int             `json:"code"`
+		Message string          `json:"message"`
+		Data    json.RawMessage `json:"data"`
+	}
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	e.Code, e.Message, e.Kind, e.Data = w.Code, w.Message, "", nil
+	var data map[string]any
+	if len(w.Data) > 0 && json.Unmarshal(w.Data, &data) == nil {
+		if k, ok := data["kind"].(string); ok {
+			e.Kind = k
+		}
+		delete(data, "kind")
+		if len(data) > 0 {
+			e.Data = data
+		}
+	} else if len(w.Data) > 0 && string(w.Data) != "null" {
+		e.Data = map[string]any{"data": json.RawMessage(w.Data)}
+	}
+	return nil
+}
+
+// MarshalJSON writes the error back in wire form.
+func (e *Error) MarshalJSON() ([]byte, error) {
+	data := map[string]any{}
+	for k, v := range e.Data {
+		data[k] = v
+	}
+	if e.Kind != "" {
+		data["kind"] = e.Kind
+	}
+	return json.Marshal(struct {
+		Code    int            `json:"code"`
+		Message string         `json:"message"`
+		Data    map[string]any `json:"data,omitempty"`
+	}{e.Code, e.Message, data})
+}
+
+// ConfirmationRequired returns the confirmation to get approved when the
+// daemon held a run for approval.
+func (e *Error) ConfirmationRequired() (*ConfirmationRequiredData, bool) {
+	if e.Kind != KindConfirmationRequired {
+		return nil, false
+	}
+	b, err := json.Marshal(e.Data)
+	if err != nil {
+		return nil, false
+	}
+	var d ConfirmationRequiredData
+	if json.Unmarshal(b, &d) != nil || d.ConfirmationID == "" {
+		return nil, false
+	}
+	return &d, true
+}
+
+// IsKind reports whether err is an RPC error of kind.
+func IsKind(err error, kind string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Kind == kind
+}
+
+// Client is a connection to the daemon; safe for concurrent use.
+type Client struct {
+	path   string
+	nextID atomic.Uint64
+
+	mu     sync.Mutex
+	cur    *conn
+	closed bool
+}
+
+// Dial connects to the daemon's socket.
+func Dial(ctx context.Context, socketPath string) (*Client, error) {
+	c := &Client{path: socketPath}
+	cc, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.cur = cc
+	return c, nil
+}
+
+func (c *Client) dial(ctx context.Context) (*conn, error) {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "unix", c.path)
+	if err != nil {
+		return nil, fmt.Errorf("cannot connect to skillbox at %s (is `skillbox serve` running? set --socket or %s): %w", c.path, EnvSocket, err)
+	}
+	cc := &conn{nc: nc, pending: map[uint64]chan response{}, done: make(chan struct{})}
+	go cc.readLoop()
+	return cc, nil
+}
+
+// connection returns the live connection, dialling again if the last one
+// broke.
+func (c *Client) connection(ctx context.Context) (*conn, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	if c.cur != nil && !c.cur.dead() {
+		return c.cur, nil
+	}
+	cc, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.cur = cc
+	return cc, nil
+}
+
+// Close closes the connection; calls in flight fail with ErrClosed.
+func (c *Client) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	if c.cur != nil {
+		c.cur.fail(ErrClosed)
+	}
+	return nil
+}
+
+// Call sends method with params (any JSON-encodable value; nil sends no
+// params) and decodes the result into result (a pointer; nil discards it).
+// An error from the daemon is an *Error. When ctx ends first the daemon is
+// asked to cancel the call and ctx's error is returned.
+func (c *Client) Call(ctx context.Context, method string, params, result any) error {
+	cc, err := c.connection(ctx)
+	if err != nil {
+		return err
+	}
+	id := c.nextID.Add(1)
+	req := struct {
+		JSONRPC string `json:"jsonrpc"`
+		// The id goes before the params, so the daemon can still answer by
+		// id when the line is too long to read whole.
+		ID     uint64 `json:"id"`
+		Method string `json:"method"`
+		Params any    `json:"params,omitempty"`
+	}{"2.0", id, method, params}
+	line, err := json.Marshal(req)
+	if err != nil {
+		return fmt.Errorf("encoding %s params: %w", method, err)
+	}
+	line = append(line, '\n')
+
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ch := make(chan response, 1)
+	if err := cc.register(id, ch); err != nil {
+		return err
+	}
+	if err := cc.write(ctx, line); err != nil {
+		cc.unregister(id)
+		return err
+	}
+	select {
+	case r := <-ch:
+		return r.decode(method, result)
+	case <-ctx.Done():
+		cc.unregister(id)
+		select {
+		case r := <-ch: // answered meanwhile
+			return r.decode(method, result)
+		default:
+		}
+		go cc.cancel(id)
+		return ctx.Err()
+	case <-cc.done:
+		select {
+		case r := <-ch:
+			return r.decode(method, result)
+		default:
+		}
+		return cc.failure()
+	}
+}
+
+type response struct {
+	result json.RawMessage
+	err    *Error
+}
+
+func (r response) decode(method string, result any) error {
+	if r.err != nil {
+		return r.err
+	}
+	if result == nil {
+		return nil
+	}
+	if err := json.Unmarshal(r.result, result); err != nil {
+		return fmt.Errorf("decoding the result of %s: %w", method, err)
+	}
+	return nil
+}
+
+// conn is one connection to the daemon.
+type conn struct {
+	nc  net.Conn
+	wmu sync.Mutex
+
+	mu      sync.Mutex
+	pending map[uint64]chan response
+	err     error // why the connection ended
+	connErr *Error
+	done    chan struct{}
+}
+
+func (cc *conn) dead() bool {
+	select {
+	case <-cc.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (cc *conn) register(id uint64, ch chan response) error {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.err != nil {
+		return cc.failureLocked()
+	}
+	cc.pending[id] = ch
+	return nil
+}
+
+func (cc *conn) unregister(id uint64) {
+	cc.mu.Lock()
+	delete(cc.pending, id)
+	cc.mu.Unlock()
+}
+
+// failure is the error for calls cut off by the connection's end.
+func (cc *conn) failure() error {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.failureLocked()
+}
+
+func (cc *conn) failureLocked() error {
+	if cc.connErr != nil {
+		// The daemon said why before it hung up (too many connections,
+		// refused peer, shutting down).
+		return cc.connErr
+	}
+	if errors.Is(cc.err, ErrClosed) {
+		return ErrClosed
+	}
+	return fmt.Errorf("%w: %v", ErrConnectionLost, cc.err)
+}
+
+// fail ends the connection with err (first error wins).
+func (cc *conn) fail(err error) {
+	cc.mu.Lock()
+	if cc.err == nil {
+		cc.err = err
+		close(cc.done)
+	}
+	cc.mu.Unlock()
+	cc.nc.Close()
+}
+
+// write sends one line whole; a write cut short leaves half a line on the
+// stream, so any write error ends the connection.
+func (cc *conn) write(ctx context.Context, line []byte) error {
+	cc.wmu.Lock()
+	defer cc.wmu.Unlock()
+	if cc.dead() {
+		return cc.failure()
+	}
+	deadline, _ := ctx.Deadline()
+	cc.nc.SetWriteDeadline(deadline)
+	stop := context.AfterFunc(ctx, func() { cc.nc.SetWriteDeadline(time.Now()) })
+	_, err := cc.nc.Write(line)
+	stopped := stop()
+	if err != nil {
+		// The daemon may have hung up after saying why (e.g. too many
+		// connections); give the reader a moment to pick that up.
+		if ctx.Err() == nil {
+			select {
+			case <-cc.done:
+			case <-time.After(time.Second):
+			}
+		}
+		cc.fail(err)
+		if !stopped && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return cc.failure()
+	}
+	return nil
+}
+
+// cancel asks the daemon to stop call id (best effort).
+func (cc *conn) cancel(id uint64) {
+	line := []byte(`{"jsonrpc":"2.0","method":"rpc.cancel","params":{"id":` + strconv.FormatUint(id, 10) + "}}\n")
+	ctx, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	cc.write(ctx, line)
+}
+
+// readLoop delivers responses to their calls until the connection ends.
+func (cc *conn) readLoop() {
+	br := bufio.NewReaderSize(cc.nc, 64<<10)
+	var buf []byte
+	for {
+		buf = buf[:0]
+		var err error
+		for {
+			var chunk []byte
+			chunk, err = br.ReadSlice('\n')
+			if len(buf)+len(chunk) > MaxResponseBytes {
+				err = fmt.Errorf("a response is longer than %d bytes", MaxResponseBytes)
+				break
+			}
+			buf = append(buf, chunk...)
+			if err != bufio.ErrBufferFull {
+				break
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the daemon closed the connection")
+			}
+			cc.fail(err) // waiting calls wake on done
+			return
+		}
+		cc.deliver(bytes.TrimSpace(buf))
+		if cap(buf) > 1<<20 {
+			buf = nil
+		}
+	}
+}
+
+func (cc *conn) deliver(line []byte) {
+	if len(line) == 0 {
+		return
+	}
+	var w struct {
+		ID     json.RawMessage `json:"id"`
+		Result json.RawMessage `json:"result"`
+		Error  *Error          `json:"error"`
+	}
+	if err := json.Unmarshal(line, &w); err != nil {
+		cc.fail(fmt.Errorf("the daemon sent something that is not JSON-RPC: %v", err))
+		return
+	}
+	id, err := strconv.ParseUint(string(w.ID), 10, 64)
+	if err != nil {
+		// An error without a usable id is about the connection itself.
+		if w.Error != nil {
+			cc.mu.Lock()
+			cc.connErr = w.Error
+			cc.mu.Unlock()
+		}
+		return
+	}
+	cc.mu.Lock()
+	ch := cc.pending[id]
+	delete(cc.pending, id)
+	cc.mu.Unlock()
+	if ch == nil {
+		return // cancelled call answered late
+	}
+	if w.Error != nil {
+		ch <- response{err: w.Error}
+		return
+	}
+	if w.Result == nil {
+		w.Result = json.RawMessage("null")
+	}
+	ch <- response{result: w.Result}
+}
+
+// ---- typed methods ----
+
+// CreateSession starts a session and returns its id.
+func (c *Client) CreateSession(ctx context.Context) (string, error) {
+	var r CreateSessionResult
+	if err := c.Call(ctx, MethodSessionsCreate, struct{}{}, &r); err != nil {
+		return "", err
+	}
+	return r.SessionID, nil
+}
+
+// CloseSession ends a session.
+func (c *Client) CloseSession(ctx context.Context, sessionID string) error {
+	return c.Call(ctx, MethodSessionsClose, SessionParams{SessionID: sessionID}, nil)
+}
+
+// Instructions returns the instructions for the host's next LLM call.
+func (c *Client) Instructions(ctx context.Context, sessionID string) (*InstructionsResult, error) {
+	var r InstructionsResult
+	if err := c.Call(ctx, MethodSessionsInstructions, SessionParams{SessionID: sessionID}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// ListSkills lists the indexed skills.
+func (c *Client) ListSkills(ctx context.Context, p ListSkillsParams) ([]SkillInfo, error) {
+	var raw json.RawMessage
+	if err := c.Call(ctx, MethodSkillsList, p, &raw); err != nil {
+		return nil, err
+	}
+	var out []SkillInfo
+	return out, decodeList(raw, "skills", &out)
+}
+
+// Load activates skills in a session and returns the receipt.
+func (c *Client) Load(ctx context.Context, p LoadParams) (*LoadResult, error) {
+	var r LoadResult
+	if err := c.Call(ctx, MethodSkillsLoad, p, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Unload deactivates skills and returns the updated receipt.
+func (c *Client) Unload(ctx context.Context, p UnloadParams) (*LoadResult, error) {
+	var r LoadResult
+	if err := c.Call(ctx, MethodSkillsUnload, p, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Read reads a file of a loaded skill.
+func (c *Client) Read(ctx context.Context, p ReadParams) (*ReadResult, error) {
+	var r ReadResult
+	if err := c.Call(ctx, MethodSkillsRead, p, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// RunScript runs a script of a loaded skill in a sandbox. When policy holds
+// the run for approval the error is an *Error of KindConfirmationRequired;
+// see (*Error).ConfirmationRequired.
+func (c *Client) RunScript(ctx context.Context, p RunScriptParams) (*RunScriptResult, error) {
+	var r RunScriptResult
+	if err := c.Call(ctx, MethodSkillsRunScript, p, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// CheckTool asks whether the host may call one of its own tools now.
+func (c *Client) CheckTool(ctx context.Context, p CheckToolParams) (*CheckToolResult, error) {
+	var r CheckToolResult
+	if err := c.Call(ctx, MethodToolsCheck, p, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// ListConfirmations lists confirmation requests the caller may see.
+func (c *Client) ListConfirmations(ctx context.Context, p ListConfirmationsParams) ([]Confirmation, error) {
+	var raw json.RawMessage
+	if err := c.Call(ctx, MethodConfirmationsList, p, &raw); err != nil {
+		return nil, err
+	}
+	var out []Confirmation
+	return out, decodeList(raw, "confirmations", &out)
+}
+
+// Approve approves a pending confirmation (the caller must be an approver).
+func (c *Client) Approve(ctx context.Context, id string) (*Confirmation, error) {
+	var r Confirmation
+	if err := c.Call(ctx, MethodConfirmationsApprove, ConfirmationIDParams{ID: id}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// Deny denies a confirmation; denials are final.
+func (c *Client) Deny(ctx context.Context, id string) (*Confirmation, error) {
+	var r Confirmation
+	if err := c.Call(ctx, MethodConfirmationsDeny, ConfirmationIDParams{ID: id}, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// decodeList accepts a list result either as a bare array or wrapped in an
+// object under key ({"skills": [...]}).
+func decodeList(raw json.RawMessage, key string, out any) error {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) > 0 && raw[0] == '{' {
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return err
+		}
+		raw = m[key]
+	}
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	return json.Unmarshal(raw, out)
+}
+
+// NewFile makes an input file for RunScriptParams.Files.
+func NewFile(name string, data []byte) File {
+	return File{Name: name, Content: base64.StdEncoding.EncodeToString(data)}
+}
+
+// Data decodes an output file's content.
+func (o Output) Data() ([]byte, error) {
+	return base64.StdEncoding.DecodeString(o.Content)
+}

@@ -1,0 +1,265 @@
+package client
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The wire types of skillbox's tool calls (DESIGN.md, "The tool calls").
+// The daemon's handlers encode these same structs, so a field renamed here is
+// renamed on both sides; JSON names are the protocol's and must not drift.
+
+// Method names.
+const (
+	MethodSessionsCreate       = "sessions.create"
+	MethodSessionsClose        = "sessions.close"
+	MethodSessionsInstructions = "sessions.instructions"
+	MethodSkillsList           = "skills.list"
+	MethodSkillsLoad           = "skills.load"
+	MethodSkillsUnload         = "skills.unload"
+	MethodSkillsRead           = "skills.read"
+	MethodSkillsRunScript      = "skills.run_script"
+	MethodToolsCheck           = "tools.check"
+	MethodConfirmationsList    = "confirmations.list"
+	MethodConfirmationsApprove = "confirmations.approve"
+	MethodConfirmationsDeny    = "confirmations.deny"
+)
+
+// Load modes for LoadParams.Mode.
+const (
+	LoadReplace = "replace"
+	LoadAdd     = "add"
+)
+
+// Decisions in CheckToolResult.Decision.
+const (
+	DecisionAllow   = "allow"
+	DecisionDeny    = "deny"
+	DecisionConfirm = "confirm"
+)
+
+// Run end reasons in RunScriptResult.Reason.
+const (
+	ReasonExit      = "exit"
+	ReasonTimeout   = "timeout"
+	ReasonOOM       = "oom"
+	ReasonPids      = "pids"
+	ReasonOutputCap = "output_cap"
+	ReasonKilled    = "killed"
+)
+
+// SessionParams names a session: sessions.close, sessions.instructions.
+type SessionParams struct {
+	SessionID string `json:"session_id"`
+}
+
+// CreateSessionResult is sessions.create's result.
+type CreateSessionResult struct {
+	SessionID string `json:"session_id"`
+}
+
+// CloseSessionResult is sessions.close's result.
+type CloseSessionResult struct {
+	Closed bool `json:"closed"`
+}
+
+// InstructionsResult is sessions.instructions' result: the text to put in
+// the host's next LLM call (the loading rule, <available_skills> and
+// <active_skills> in load order), and its two rendered parts on their own.
+type InstructionsResult struct {
+	Instructions    string `json:"instructions"`
+	AvailableSkills string `json:"available_skills,omitempty"`
+	ActiveSkills    string `json:"active_skills,omitempty"`
+}
+
+// ListSkillsParams filters skills.list; both fields are optional.
+type ListSkillsParams struct {
+	SessionID string `json:"session_id,omitempty"`
+	Query     string `json:"query,omitempty"`
+}
+
+// SkillInfo is one entry of skills.list. Skills whose SKILL.md disables model
+// invocation are listed with ModelInvocable false rather than hidden.
+type SkillInfo struct {
+	Name           string   `json:"name"`
+	Description    string   `json:"description"`
+	Location       string   `json:"location"`
+	Digest         string   `json:"digest"`
+	Tags           []string `json:"tags,omitempty"`
+	ModelInvocable bool     `json:"model_invocable"`
+}
+
+// LoadParams is skills.load's request.
+type LoadParams struct {
+	SessionID string   `json:"session_id"`
+	Names     []string `json:"names"`
+	// Mode is LoadReplace (default) or LoadAdd.
+	Mode string `json:"mode,omitempty"`
+}
+
+// UnloadParams is skills.unload's request: Names, or All.
+type UnloadParams struct {
+	SessionID string   `json:"session_id"`
+	Names     []string `json:"names,omitempty"`
+	All       bool     `json:"all,omitempty"`
+}
+
+// LoadResult is the receipt skills.load and skills.unload return: the active
+// skills in load order, and hints (e.g. a loaded skill's unloaded requires).
+type LoadResult struct {
+	ActiveSkills []ActiveSkill `json:"active_skills"`
+	Hints        []string      `json:"hints,omitempty"`
+}
+
+// ActiveSkill is one loaded skill in a receipt.
+type ActiveSkill struct {
+	Name       string         `json:"name"`
+	Location   string         `json:"location"`
+	RootDir    string         `json:"root_dir"`
+	Digest     string         `json:"digest"`
+	Properties map[string]any `json:"properties,omitempty"`
+}
+
+// ReadParams is skills.read's request. Skill defaults to the most recently
+// loaded skill; Offset and Length select a byte range.
+type ReadParams struct {
+	SessionID string `json:"session_id"`
+	Skill     string `json:"skill,omitempty"`
+	Path      string `json:"path"`
+	Offset    int64  `json:"offset,omitempty"`
+	Length    int64  `json:"length,omitempty"`
+}
+
+// ReadResult is skills.read's result. Content is text when Encoding is
+// "utf-8" and base64 when it is "base64".
+type ReadResult struct {
+	Skill     string `json:"skill"`
+	Path      string `json:"path"`
+	Size      int64  `json:"size"`
+	SHA256    string `json:"sha256"`
+	Encoding  string `json:"encoding"`
+	Content   string `json:"content"`
+	Truncated bool   `json:"truncated"`
+}
+
+// File is an input file for a run; it lands in the run's working directory
+// under Name. Content is base64 (standard encoding, padded).
+type File struct {
+	Name    string `json:"name"`
+	Content string `json:"content"`
+}
+
+// RunScriptParams is skills.run_script's request. Path lies under the
+// skill's scripts/; the interpreter comes from its extension, never from the
+// caller. ConfirmationID repeats a call that policy held for approval.
+type RunScriptParams struct {
+	SessionID      string            `json:"session_id"`
+	Skill          string            `json:"skill,omitempty"`
+	Path           string            `json:"path"`
+	Args           []string          `json:"args,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	Stdin          string            `json:"stdin,omitempty"`
+	TimeoutMS      int64             `json:"timeout_ms,omitempty"`
+	Files          []File            `json:"files,omitempty"`
+	Network        bool              `json:"network,omitempty"`
+	ConfirmationID string            `json:"confirmation_id,omitempty"`
+}
+
+// RunScriptResult is skills.run_script's result. A script that fails is
+// still a result (ExitCode, Reason); errors are for runs that did not happen.
+type RunScriptResult struct {
+	RunID           string   `json:"run_id"`
+	Path            string   `json:"path"`
+	ExitCode        int      `json:"exit_code"`
+	Signal          string   `json:"signal,omitempty"`
+	Stdout          string   `json:"stdout"`
+	Stderr          string   `json:"stderr"`
+	StdoutTruncated bool     `json:"stdout_truncated"`
+	StderrTruncated bool     `json:"stderr_truncated"`
+	DurationMS      int64    `json:"duration_ms"`
+	Reason          string   `json:"reason"`
+	Outputs         []Output `json:"outputs,omitempty"`
+	Image           string   `json:"image,omitempty"`
+	ImageDigest     string   `json:"image_digest,omitempty"`
+	Runtime         string   `json:"runtime,omitempty"`
+}
+
+// Output is a file the script wrote to its outputs folder. Content is base64.
+type Output struct {
+	Path      string `json:"path"`
+	Size      int64  `json:"size"`
+	SHA256    string `json:"sha256"`
+	Content   string `json:"content,omitempty"`
+	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// CheckToolParams is tools.check's request: may the host call Tool (in the
+// ecosystem's syntax, e.g. "Bash" or "skills.run_script") with Input now?
+type CheckToolParams struct {
+	SessionID string          `json:"session_id"`
+	Tool      string          `json:"tool"`
+	Input     json.RawMessage `json:"input,omitempty"`
+}
+
+// CheckToolResult is tools.check's result.
+type CheckToolResult struct {
+	Decision string `json:"decision"`
+	Rule     string `json:"rule"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// ListConfirmationsParams filters confirmations.list; both are optional.
+type ListConfirmationsParams struct {
+	SessionID string `json:"session_id,omitempty"`
+	State     string `json:"state,omitempty"`
+}
+
+// ConfirmationIDParams names a confirmation: confirmations.approve and
+// confirmations.deny.
+type ConfirmationIDParams struct {
+	ID string `json:"id"`
+}
+
+// Confirmation states.
+const (
+	ConfirmationPending  = "pending"
+	ConfirmationApproved = "approved"
+	ConfirmationDenied   = "denied"
+	ConfirmationExpired  = "expired"
+	ConfirmationUsed     = "used"
+)
+
+// Confirmation is a request for approval as confirmations.* report it.
+type Confirmation struct {
+	ID          string            `json:"id"`
+	SessionID   string            `json:"session_id"`
+	Digest      string            `json:"digest"`
+	Reason      string            `json:"reason"`
+	Rule        string            `json:"rule"`
+	State       string            `json:"state"`
+	Created     time.Time         `json:"created"`
+	Expires     time.Time         `json:"expires"`
+	RequestedBy uint32            `json:"requested_by"`
+	DecidedBy   *Peer             `json:"decided_by,omitempty"`
+	DecidedAt   *time.Time        `json:"decided_at,omitempty"`
+	UsedAt      *time.Time        `json:"used_at,omitempty"`
+	Details     map[string]string `json:"details,omitempty"`
+}
+
+// Peer is a process identified by the kernel (SO_PEERCRED).
+type Peer struct {
+	UID     uint32 `json:"uid"`
+	GID     uint32 `json:"gid"`
+	PID     int32  `json:"pid"`
+	Process string `json:"process,omitempty"`
+}
+
+// ConfirmationRequiredData is the data of a confirmation_required error: the
+// host shows Reason to an approver and repeats the call with
+// ConfirmationID once it is approved.
+type ConfirmationRequiredData struct {
+	ConfirmationID string `json:"confirmation_id"`
+	Reason         string `json:"reason"`
+	Rule           string `json:"rule"`
+	Digest         string `json:"digest"`
+}

@@ -1,0 +1,761 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/user"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/client"
+	"github.com/skillbox/skillbox/skills"
+)
+
+// SkillIndex is what the daemon needs of the registry.
+type SkillIndex interface {
+	Get(name string) (*skills.Skill, error)
+	List() []*skills.Skill
+}
+
+// DaemonOptions wires the daemon's parts; the caller owns their lifetimes.
+type DaemonOptions struct {
+	Config        *policy.Config
+	Skills        SkillIndex
+	Engine        *Engine
+	Sessions      *SessionStore
+	Confirmations *ConfirmationStore
+	Audit         *audit.Log
+	Logger        hclog.Logger
+}
+
+// Daemon serves the tool calls of the Agent Skills runtime protocol.
+type Daemon struct {
+	cfg      *policy.Config
+	skills   SkillIndex
+	engine   *Engine
+	sessions *SessionStore
+	confirms *ConfirmationStore
+	audit    *audit.Log
+	log      hclog.Logger
+	server   *Server
+
+	runSlots  chan struct{}
+	queueWait time.Duration
+
+	mu     sync.Mutex
+	active map[string]context.CancelFunc // run_id → cancel, for shutdown
+}
+
+// NewDaemon builds the daemon and registers every method on its server.
+func NewDaemon(o DaemonOptions) *Daemon {
+	log := o.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	dc := o.Config.Daemon
+	d := &Daemon{
+		cfg:       o.Config,
+		skills:    o.Skills,
+		engine:    o.Engine,
+		sessions:  o.Sessions,
+		confirms:  o.Confirmations,
+		audit:     o.Audit,
+		log:       log,
+		runSlots:  make(chan struct{}, max(1, dc.MaxConcurrentRuns)),
+		queueWait: dc.RunQueueTimeout,
+		active:    map[string]context.CancelFunc{},
+	}
+	d.server = NewServer(ServerOptions{
+		MaxConnections: dc.MaxConnections,
+		MaxLineBytes:   dc.MaxLineBytes,
+		IdleTimeout:    dc.IdleTimeout,
+		Logger:         log.Named("rpc"),
+		OnAuthRefused:  d.authRefused,
+	})
+	for method, h := range map[string]Handler{
+		"sessions.create":       d.sessionsCreate,
+		"sessions.close":        d.sessionsClose,
+		"sessions.instructions": d.sessionsInstructions,
+		"skills.list":           d.skillsList,
+		"skills.load":           d.skillsLoad,
+		"skills.unload":         d.skillsUnload,
+		"skills.read":           d.skillsRead,
+		"skills.run_script":     d.skillsRunScript,
+		"tools.check":           d.toolsCheck,
+		"confirmations.list":    d.confirmationsList,
+		"confirmations.approve": d.confirmationsApprove,
+		"confirmations.deny":    d.confirmationsDeny,
+	} {
+		d.server.Handle(method, d.guard(method, h))
+	}
+	return d
+}
+
+// Server exposes the JSON-RPC server (Serve, Shutdown, Listen).
+func (d *Daemon) Server() *Server { return d.server }
+
+// guard decodes nothing itself; it recovers the audit for calls refused
+// before a handler could say why, and logs every failure once.
+func (d *Daemon) guard(method string, h Handler) Handler {
+	return func(ctx context.Context, call *Call) (any, error) {
+		res, err := h(ctx, call)
+		if err != nil {
+			d.log.Debug("call failed", "method", method, "uid", call.Peer.UID, "pid", call.Peer.PID, "error", err)
+		}
+		return res, err
+	}
+}
+
+func (d *Daemon) authRefused(p Peer, reason string) {
+	d.record(context.Background(), &audit.Record{Event: audit.EventAuthRefused, Peer: auditPeer(p), Outcome: "refused", Error: reason})
+}
+
+// record appends to the audit log; a failure is logged, and the log's
+// Healthy() makes the next run refuse.
+func (d *Daemon) record(ctx context.Context, r *audit.Record) error {
+	if d.audit == nil {
+		return nil
+	}
+	if err := d.audit.Append(ctx, r); err != nil {
+		d.log.Error("audit append failed", "event", r.Event, "error", err)
+		return fmt.Errorf("%w: audit log: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+func auditPeer(p Peer) *audit.Peer {
+	return &audit.Peer{UID: p.UID, GID: p.GID, PID: p.PID, Process: p.Process}
+}
+
+func baseRecord(call *Call, event, session string) *audit.Record {
+	return &audit.Record{Event: event, Peer: auditPeer(call.Peer), SessionID: session, RequestID: string(call.ID)}
+}
+
+func decode(call *Call, v any) error {
+	if len(call.Params) == 0 || string(call.Params) == "null" {
+		call.Params = []byte("{}")
+	}
+	dec := json.NewDecoder(strings.NewReader(string(call.Params)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidParams, err)
+	}
+	return nil
+}
+
+func (d *Daemon) session(call *Call, id string) (*Session, error) {
+	if id == "" {
+		return nil, fmt.Errorf("%w: session_id is required: call sessions.create first", ErrInvalidParams)
+	}
+	s, err := d.sessions.Get(id, call.Peer.UID)
+	if err != nil {
+		return nil, fmt.Errorf("%w: session %q: call sessions.create for a new one", ErrNotFound, id)
+	}
+	return s, nil
+}
+
+// ---- sessions ----
+
+func (d *Daemon) sessionsCreate(ctx context.Context, call *Call) (any, error) {
+	var p struct{}
+	if err := decode(call, &p); err != nil {
+		return nil, err
+	}
+	s, err := d.sessions.Create(call.Peer.UID)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.record(ctx, baseRecord(call, audit.EventSessionCreate, s.ID)); err != nil {
+		return nil, err
+	}
+	return map[string]string{"session_id": s.ID}, nil
+}
+
+func (d *Daemon) sessionsClose(ctx context.Context, call *Call) (any, error) {
+	var p struct {
+		SessionID string `json:"session_id"`
+	}
+	if err := decode(call, &p); err != nil {
+		return nil, err
+	}
+	if _, err := d.session(call, p.SessionID); err != nil {
+		return nil, err
+	}
+	if err := d.sessions.Close(p.SessionID, call.Peer.UID); err != nil {
+		return nil, err
+	}
+	d.record(ctx, baseRecord(call, audit.EventSessionClose, p.SessionID))
+	return map[string]any{"closed": true}, nil
+}
+
+// instructionsRule is the per-call rule the runtime spec asks hosts to give
+// their model: skills are used only after loading them.
+const instructionsRule = `You can use Agent Skills. The skills available are listed in <available_skills>. ` +
+	`Before you use a skill, load it with skills.load; its instructions then appear in <active_skills>. ` +
+	`Read its files with skills.read and run its scripts with skills.run_script; do not guess their contents.`
+
+func (d *Daemon) sessionsInstructions(ctx context.Context, call *Call) (any, error) {
+	var p struct {
+		SessionID string `json:"session_id"`
+	}
+	if err := decode(call, &p); err != nil {
+		return nil, err
+	}
+	s, err := d.session(call, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	available := skills.RenderAvailable(d.skills.List(), d.cfg.Skills.CatalogBudget)
+	var act []*skills.Skill
+	for _, a := range s.Active {
+		if sk, err := d.skills.Get(a.Name); err == nil {
+			act = append(act, sk)
+		}
+	}
+	active := skills.RenderActive(act)
+	return map[string]any{
+		"instructions":     instructionsRule + "\n\n" + available + "\n\n" + active,
+		"available_skills": available,
+		"active_skills":    active,
+	}, nil
+}
+
+// ---- skills ----
+
+func (d *Daemon) skillsList(ctx context.Context, call *Call) (any, error) {
+	var p struct {
+		SessionID string `json:"session_id"`
+		Query     string `json:"query"`
+	}
+	if err := decode(call, &p); err != nil {
+		return nil, err
+	}
+	if p.SessionID != "" {
+		if _, err := d.session(call, p.SessionID); err != nil {
+			return nil, err
+		}
+	}
+	q := strings.ToLower(p.Query)
+	out := []client.SkillInfo{}
+	for _, s := range d.skills.List() {
+		if q != "" && !strings.Contains(strings.ToLower(s.Name+" "+s.Description+" "+strings.Join(s.Tags, " ")), q) {
+			continue
+		}
+		out = append(out, client.SkillInfo{
+			Name: s.Name, Description: s.Description, Location: s.Location, Digest: s.Digest,
+			Tags: s.Tags, ModelInvocable: !s.DisableModelInvocation,
+		})
+	}
+	return map[string]any{"skills": out}, nil
+}
+
+func (d *Daemon) receipt(s *Session) (*client.LoadResult, error) {
+	res := &client.LoadResult{ActiveSkills: []client.ActiveSkill{}}
+	loaded := map[string]bool{}
+	for _, a := range s.Active {
+		loaded[a.Name] = true
+	}
+	for _, a := range s.Active {
+		sk, err := d.skills.Get(a.Name)
+		if err != nil {
+			res.Hints = append(res.Hints, fmt.Sprintf("skill %q is loaded but no longer indexed; unload it", a.Name))
+			continue
+		}
+		res.ActiveSkills = append(res.ActiveSkills, client.ActiveSkill{
+			Name: sk.Name, Location: sk.Location, RootDir: sk.Dir, Digest: a.Digest, Properties: sk.Properties,
+		})
+		for _, r := range sk.Requires {
+			if !loaded[r] {
+				res.Hints = append(res.Hints, fmt.Sprintf("skill %q requires %q, which is not loaded; load it too if the task needs it", sk.Name, r))
+			}
+		}
+	}
+	return res, nil
+}
+
+func (d *Daemon) skillsLoad(ctx context.Context, call *Call) (any, error) {
+	var p struct {
+		SessionID string   `json:"session_id"`
+		Names     []string `json:"names"`
+		Mode      string   `json:"mode"`
+	}
+	if err := decode(call, &p); err != nil {
+		return nil, err
+	}
+	if _, err := d.session(call, p.SessionID); err != nil {
+		return nil, err
+	}
+	if p.Mode == "" {
+		p.Mode = "replace"
+	}
+	if p.Mode != "replace" && p.Mode != "add" {
+		return nil, fmt.Errorf("%w: mode %q: use \"replace\" (default) or \"add\"", ErrInvalidParams, p.Mode)
+	}
+	if len(p.Names) == 0 {
+		return nil, fmt.Errorf("%w: names is empty: give the skills to load, see skills.list", ErrInvalidParams)
+	}
+	var found []*skills.Skill
+	var missing []string
+	for _, n := range p.Names {
+		if err := skills.ValidName(n); err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrInvalidParams, err)
+		}
+		sk, err := d.skills.Get(n)
+		if err != nil {
+			missing = append(missing, n)
+			continue
+		}
+		found = append(found, sk)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: no skill named %s: call skills.list to see the available names", ErrNotFound, quoteList(missing))
+	}
+	maxActive := d.cfg.Daemon.MaxActiveSkills
+	var sess *Session
+	err := d.sessions.Update(p.SessionID, call.Peer.UID, func(s *Session) error {
+		var next []ActiveSkill
+		if p.Mode == "add" {
+			next = append(next, s.Active...)
+		}
+		for _, sk := range found {
+			kept := next[:0]
+			for _, a := range next {
+				if a.Name != sk.Name {
+					kept = append(kept, a)
+				}
+			}
+			next = append(kept, ActiveSkill{Name: sk.Name, Digest: sk.Digest, Dir: sk.Dir, LoadedAt: time.Now().UTC()})
+		}
+		if maxActive > 0 && len(next) > maxActive {
+			return fmt.Errorf("%w: %d skills would be active, the limit is %d: unload some (skills.unload) or load with mode \"replace\"", ErrLimitExceeded, len(next), maxActive)
+		}
+		s.Active = next
+		sess = s
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, sk := range found {
+		r := baseRecord(call, audit.EventSkillLoad, p.SessionID)
+		r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+		if err := d.record(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	return d.receipt(sess)
+}
+
+func (d *Daemon) skillsUnload(ctx context.Context, call *Call) (any, error) {
+	var p struct {
+		SessionID string   `json:"session_id"`
+		Names     []string `json:"names"`
+		All       bool     `json:"all"`
+	}
+	if err := decode(call, &p); err != nil {
+		return nil, err
+	}
+	if _, err := d.session(call, p.SessionID); err != nil {
+		return nil, err
+	}
+	if !p.All && len(p.Names) == 0 {
+		return nil, fmt.Errorf("%w: give names or all: true", ErrInvalidParams)
+	}
+	var removed []ActiveSkill
+	var sess *Session
+	err := d.sessions.Update(p.SessionID, call.Peer.UID, func(s *Session) error {
+		drop := map[string]bool{}
+		for _, n := range p.Names {
+			drop[n] = true
+		}
+		var kept []ActiveSkill
+		for _, a := range s.Active {
+			if p.All || drop[a.Name] {
+				removed = append(removed, a)
+				delete(drop, a.Name)
+			} else {
+				kept = append(kept, a)
+			}
+		}
+		if len(drop) > 0 {
+			var names []string
+			for n := range drop {
+				names = append(names, n)
+			}
+			return fmt.Errorf("%w: %s not loaded in this session", ErrNotFound, quoteList(names))
+		}
+		s.Active = kept
+		sess = s
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range removed {
+		r := baseRecord(call, audit.EventSkillUnload, p.SessionID)
+		r.Skill = &audit.SkillRef{Name: a.Name, Digest: a.Digest}
+		d.record(ctx, r)
+	}
+	return d.receipt(sess)
+}
+
+// activeSkill resolves which loaded skill a call is about: the named one, or
+// the most recently loaded. It refuses a skill whose files changed since load.
+func (d *Daemon) activeSkill(s *Session, name string) (*skills.Skill, error) {
+	if len(s.Active) == 0 {
+		return nil, fmt.Errorf("%w: no skill is loaded in this session: call skills.load first", ErrInvalidParams)
+	}
+	var a *ActiveSkill
+	if name == "" {
+		a = &s.Active[len(s.Active)-1]
+	} else {
+		for i := range s.Active {
+			if s.Active[i].Name == name {
+				a = &s.Active[i]
+			}
+		}
+		if a == nil {
+			return nil, fmt.Errorf("%w: skill %q is not loaded in this session: call skills.load with it first", ErrInvalidParams, name)
+		}
+	}
+	sk, err := d.skills.Get(a.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: skill %q is no longer available: unload it", ErrNotFound, a.Name)
+	}
+	if sk.Digest != a.Digest {
+		return nil, fmt.Errorf("%w: skill %q changed on disk since it was loaded (%s → %s): call skills.load again to use the new version", ErrInvalidParams, a.Name, a.Digest, sk.Digest)
+	}
+	return sk, nil
+}
+
+// decideTool asks policy whether the session may use tool with skill; the
+// decision is audited. A deny is returned as an error.
+func (d *Daemon) decideTool(ctx context.Context, call *Call, sessionID string, sk *skills.Skill, tool string, input []byte) (policy.Decision, error) {
+	dec, err := d.engine.Decide(ctx, sk, tool, input, *baseRecord(call, audit.EventDecision, sessionID))
+	if err != nil {
+		return dec, err
+	}
+	if dec.Effect == policy.EffectDeny {
+		return dec, fmt.Errorf("%w: %s for skill %q: %s (%s)", ErrDenied, tool, sk.Name, dec.Reason, dec.Rule)
+	}
+	return dec, nil
+}
+
+func (d *Daemon) skillsRead(ctx context.Context, call *Call) (any, error) {
+	var p struct {
+		SessionID string `json:"session_id"`
+		Skill     string `json:"skill"`
+		Path      string `json:"path"`
+		Offset    int64  `json:"offset"`
+		Length    int64  `json:"length"`
+	}
+	if err := decode(call, &p); err != nil {
+		return nil, err
+	}
+	s, err := d.session(call, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	sk, err := d.activeSkill(s, p.Skill)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := d.decideTool(ctx, call, p.SessionID, sk, "skills.read", nil); err != nil {
+		return nil, err
+	}
+	rec := baseRecord(call, audit.EventSkillRead, p.SessionID)
+	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+	fc, err := skills.ReadFile(sk.Dir, p.Path, skills.ReadOptions{Offset: p.Offset, Length: p.Length, MaxBytes: d.cfg.Skills.MaxReadBytes})
+	if err != nil {
+		rec.Read = &audit.ReadInfo{Path: p.Path}
+		rec.Outcome, rec.Error = "refused", err.Error()
+		d.record(ctx, rec)
+		return nil, readError(err)
+	}
+	rec.Read = &audit.ReadInfo{Path: fc.Path, Bytes: fc.Size, SHA256: fc.SHA256}
+	rec.Outcome = "ok"
+	if err := d.record(ctx, rec); err != nil {
+		return nil, err
+	}
+	return client.ReadResult{Skill: sk.Name, Path: fc.Path, Size: fc.Size, SHA256: fc.SHA256, Encoding: fc.Encoding, Content: fc.Content, Truncated: fc.Truncated}, nil
+}
+
+func readError(err error) error {
+	switch {
+	case errors.Is(err, skills.ErrNotFound):
+		return fmt.Errorf("%w: %v", ErrNotFound, err)
+	case errors.Is(err, skills.ErrEscape), errors.Is(err, skills.ErrNotRegular), errors.Is(err, skills.ErrTooLarge):
+		return fmt.Errorf("%w: %v", ErrInvalidParams, err)
+	default:
+		return fmt.Errorf("%w: %v", ErrInvalidParams, err)
+	}
+}
+
+func (d *Daemon) skillsRunScript(ctx context.Context, call *Call) (any, error) {
+	var p client.RunScriptParams
+	if err := decode(call, &p); err != nil {
+		return nil, err
+	}
+	s, err := d.session(call, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	sk, err := d.activeSkill(s, p.Skill)
+	if err != nil {
+		return nil, err
+	}
+	input, _ := json.Marshal(map[string]any{"path": p.Path, "args": p.Args})
+	dec, err := d.decideTool(ctx, call, p.SessionID, sk, "skills.run_script", input)
+	if err != nil {
+		return nil, err
+	}
+	files := make([]runtime.InputFile, 0, len(p.Files))
+	for _, f := range p.Files {
+		data, err := base64.StdEncoding.DecodeString(f.Content)
+		if err != nil {
+			return nil, fmt.Errorf("%w: files[%q].content is not base64: %v", ErrInvalidParams, f.Name, err)
+		}
+		files = append(files, runtime.InputFile{Name: f.Name, Data: data})
+	}
+	req := RunRequest{
+		Skill: sk, Script: p.Path, Args: p.Args, Env: p.Env, Stdin: []byte(p.Stdin), Files: files,
+		Limits:  runtime.Limits{Timeout: time.Duration(p.TimeoutMS) * time.Millisecond},
+		Network: p.Network,
+		Peer:    auditPeer(call.Peer), SessionID: p.SessionID, RequestID: string(call.ID),
+	}
+	plan, err := d.engine.Prepare(req)
+	if err != nil {
+		return nil, err
+	}
+
+	needConfirm := dec.Effect == policy.EffectConfirm
+	reason, rule := dec.Reason, dec.Rule
+	if plan.Network && !needConfirm {
+		nd := d.cfg.Decide(policy.Request{Skill: sk.Name, AllowedTools: sk.AllowedTools, Tool: "network"})
+		if nd.Effect == policy.EffectConfirm {
+			needConfirm, reason, rule = true, "network access: "+nd.Reason, nd.Rule
+		}
+	}
+	if needConfirm {
+		if p.ConfirmationID == "" {
+			c, err := d.confirms.Request(p.SessionID, call.Peer.UID, plan.Digest, reason, rule, d.cfg.Daemon.ConfirmationTTL)
+			if err != nil {
+				return nil, err
+			}
+			r := baseRecord(call, audit.EventConfirmRequest, p.SessionID)
+			r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+			r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest, Rule: rule, Reason: reason}
+			if err := d.record(ctx, r); err != nil {
+				return nil, err
+			}
+			return nil, &ConfirmationRequiredError{ID: c.ID, Reason: reason, Rule: rule, Digest: plan.Digest}
+		}
+		if err := d.confirms.Consume(p.ConfirmationID, p.SessionID, plan.Digest); err != nil {
+			r := baseRecord(call, audit.EventConfirmUse, p.SessionID)
+			r.Confirmation = &audit.ConfirmationInfo{ID: p.ConfirmationID, Digest: plan.Digest}
+			r.Outcome, r.Error = "refused", err.Error()
+			d.record(ctx, r)
+			return nil, err
+		}
+		r := baseRecord(call, audit.EventConfirmUse, p.SessionID)
+		r.Confirmation = &audit.ConfirmationInfo{ID: p.ConfirmationID, Digest: plan.Digest}
+		r.Outcome = "used"
+		if err := d.record(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+
+	release, err := d.acquireRunSlot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	out, err := d.engine.Execute(ctx, plan)
+	if err != nil {
+		return nil, err
+	}
+	return ResultOf(out, true), nil
+}
+
+// acquireRunSlot bounds concurrent runs; a run waits briefly for a slot and
+// then fails limit_exceeded so a host can back off.
+func (d *Daemon) acquireRunSlot(ctx context.Context) (func(), error) {
+	wait := d.queueWait
+	if wait <= 0 {
+		wait = 5 * time.Second
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case d.runSlots <- struct{}{}:
+		return func() { <-d.runSlots }, nil
+	case <-t.C:
+		return nil, fmt.Errorf("%w: %d runs are already in progress (max_concurrent_runs); retry shortly", ErrLimitExceeded, cap(d.runSlots))
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Result is the wire form of a finished run (skills.run_script's result and
+// `skillbox run --json`).
+type Result = client.RunScriptResult
+
+// ResultOf turns an outcome into its wire form; output file contents are
+// included (base64) only when withContent is set.
+func ResultOf(o *Outcome, withContent bool) Result {
+	r := o.Result
+	res := Result{
+		RunID: o.RunID, Path: o.Plan.Script, ExitCode: r.ExitCode, Signal: r.Signal,
+		Stdout: string(r.Stdout), Stderr: string(r.Stderr),
+		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
+		DurationMS: r.Duration.Milliseconds(), Reason: string(r.Reason),
+		Image: o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
+	}
+	for _, f := range r.Outputs {
+		out := client.Output{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+		if withContent {
+			out.Content = base64.StdEncoding.EncodeToString(f.Data)
+		}
+		res.Outputs = append(res.Outputs, out)
+	}
+	return res
+}
+
+// ---- tools.check ----
+
+func (d *Daemon) toolsCheck(ctx context.Context, call *Call) (any, error) {
+	var p struct {
+		SessionID string          `json:"session_id"`
+		Tool      string          `json:"tool"`
+		Input     json.RawMessage `json:"input"`
+	}
+	if err := decode(call, &p); err != nil {
+		return nil, err
+	}
+	if p.Tool == "" {
+		return nil, fmt.Errorf("%w: tool is required, e.g. \"Bash\" or \"skills.run_script\"", ErrInvalidParams)
+	}
+	s, err := d.session(call, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	if len(s.Active) == 0 {
+		return map[string]string{"decision": string(policy.EffectAllow), "rule": "no skills are active in this session"}, nil
+	}
+	// Every active skill constrains the host's tools; the strictest wins.
+	best := policy.Decision{Effect: policy.EffectAllow}
+	rank := map[policy.Effect]int{policy.EffectAllow: 0, policy.EffectConfirm: 1, policy.EffectDeny: 2}
+	first := true
+	for _, a := range s.Active {
+		sk, err := d.skills.Get(a.Name)
+		if err != nil {
+			continue
+		}
+		dec, err := d.engine.Decide(ctx, sk, p.Tool, p.Input, *baseRecord(call, audit.EventDecision, p.SessionID))
+		if err != nil {
+			return nil, err
+		}
+		if first || rank[dec.Effect] > rank[best.Effect] {
+			best, first = dec, false
+		}
+	}
+	return map[string]string{"decision": string(best.Effect), "rule": best.Rule, "reason": best.Reason}, nil
+}
+
+// ---- confirmations ----
+
+func (d *Daemon) isApprover(p Peer) bool {
+	name := ""
+	if u, err := user.LookupId(strconv.FormatUint(uint64(p.UID), 10)); err == nil {
+		name = u.Username
+	}
+	return d.cfg.IsApprover(p.UID, name)
+}
+
+func (d *Daemon) confirmationsList(ctx context.Context, call *Call) (any, error) {
+	var p struct {
+		SessionID string `json:"session_id"`
+		State     string `json:"state"`
+	}
+	if err := decode(call, &p); err != nil {
+		return nil, err
+	}
+	all, err := d.confirms.List(ConfirmationFilter{SessionID: p.SessionID, State: p.State})
+	if err != nil {
+		return nil, err
+	}
+	// Approvers see every request; others only their own.
+	approver := d.isApprover(call.Peer)
+	out := []*Confirmation{}
+	for _, c := range all {
+		if approver || c.RequestedBy == call.Peer.UID {
+			out = append(out, c)
+		}
+	}
+	return map[string]any{"confirmations": out}, nil
+}
+
+func (d *Daemon) decideConfirmation(ctx context.Context, call *Call, approve bool) (any, error) {
+	var p struct {
+		ID string `json:"id"`
+	}
+	if err := decode(call, &p); err != nil {
+		return nil, err
+	}
+	event := audit.EventConfirmApprove
+	if !approve {
+		event = audit.EventConfirmDeny
+	}
+	r := baseRecord(call, event, "")
+	r.Confirmation = &audit.ConfirmationInfo{ID: p.ID}
+	if !d.isApprover(call.Peer) {
+		r.Outcome, r.Error = "refused", "not an approver"
+		d.record(ctx, r)
+		return nil, fmt.Errorf("%w: uid %d is not an approver: the config's daemon.approvers names who may approve", ErrDenied, call.Peer.UID)
+	}
+	var c *Confirmation
+	var err error
+	if approve {
+		c, err = d.confirms.Approve(p.ID, call.Peer)
+	} else {
+		c, err = d.confirms.Deny(p.ID, call.Peer)
+	}
+	if err != nil {
+		r.Outcome, r.Error = "refused", err.Error()
+		d.record(ctx, r)
+		return nil, err
+	}
+	r.SessionID = c.SessionID
+	r.Confirmation.Digest, r.Confirmation.Rule, r.Confirmation.Reason = c.Digest, c.Rule, c.Reason
+	r.Outcome = string(c.State)
+	if err := d.record(ctx, r); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (d *Daemon) confirmationsApprove(ctx context.Context, call *Call) (any, error) {
+	return d.decideConfirmation(ctx, call, true)
+}
+
+func (d *Daemon) confirmationsDeny(ctx context.Context, call *Call) (any, error) {
+	return d.decideConfirmation(ctx, call, false)
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}

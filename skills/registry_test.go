@@ -1,0 +1,372 @@
+package skills
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+func testLogger(t testing.TB) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Name: "test", Level: hclog.Debug, Output: testWriter{t}})
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func writeSkill(t testing.TB, dir, name, desc string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	content := fmt.Sprintf("---\nname: %s\ndescription: %s\n---\nBody of %s.\n", name, desc, name)
+	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func names(skills []*Skill) string {
+	var out []string
+	for _, s := range skills {
+		out = append(out, s.Name)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestRegistryFixtures(t *testing.T) {
+	roots := []string{"testdata/roots/global", "testdata/roots/user", "testdata/roots/project"}
+	reg, err := NewRegistry(RegistryOptions{Roots: roots, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("list sorted, dot-dirs and node_modules skipped", func(t *testing.T) {
+		if got := names(reg.List()); got != "alpha,beta,grouped,lenient,shared" {
+			t.Errorf("names = %s", got)
+		}
+	})
+	t.Run("later root wins", func(t *testing.T) {
+		s, err := reg.Get("shared")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Description != "Shared skill, project version." || !strings.Contains(s.Dir, "project") {
+			t.Errorf("shared = %q from %s", s.Description, s.Dir)
+		}
+	})
+	t.Run("lenient indexing keeps warnings", func(t *testing.T) {
+		s, err := reg.Get("lenient")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(s.Warnings) != 2 {
+			t.Errorf("warnings = %q", s.Warnings)
+		}
+	})
+	t.Run("unusable skill reported", func(t *testing.T) {
+		probs := reg.Problems()
+		if len(probs) != 1 || filepath.Base(probs[0].Path) != "broken" || !strings.Contains(probs[0].Err.Error(), "description") {
+			t.Fatalf("problems = %v", probs)
+		}
+		_, err := reg.Get("broken")
+		if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "could not be loaded") {
+			t.Errorf("Get(broken) = %v", err)
+		}
+	})
+	t.Run("digests", func(t *testing.T) {
+		for _, s := range reg.List() {
+			if !strings.HasPrefix(s.Digest, "sha256:") {
+				t.Errorf("%s digest = %q", s.Name, s.Digest)
+			}
+		}
+	})
+	t.Run("get errors", func(t *testing.T) {
+		tests := []struct {
+			name string
+			want error
+			msg  string
+		}{
+			{"alpah", ErrNotFound, `did you mean "alpha"`},
+			{"nothing-like-it", ErrNotFound, "skills.list"},
+			{"../alpha", ErrBadName, "not paths"},
+			{"alpha/SKILL.md", ErrBadName, "not paths"},
+			{"a\x00", ErrBadName, "not paths"},
+			{"", ErrBadName, "empty"},
+			{"ALPHA", ErrBadName, "lowercase"},
+		}
+		for _, tt := range tests {
+			t.Run(tt.name, func(t *testing.T) {
+				_, err := reg.Get(tt.name)
+				if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+					t.Errorf("Get(%q) = %v, want %v containing %q", tt.name, err, tt.want, tt.msg)
+				}
+			})
+		}
+	})
+}
+
+func TestRegistryNFKCLookup(t *testing.T) {
+	root := t.TempDir()
+	writeSkill(t, filepath.Join(root, "café"), "café", "Precomposed.")
+	reg, _ := NewRegistry(RegistryOptions{Roots: []string{root}})
+	reg.Reload(context.Background())
+	if _, err := reg.Get("cafe\u0301"); err != nil {
+		t.Fatalf("decomposed lookup: %v", err)
+	}
+}
+
+func TestRegistryBounds(t *testing.T) {
+	root := t.TempDir()
+	writeSkill(t, filepath.Join(root, "a", "b", "c", "deep3"), "deep3", "Three levels down.")
+	writeSkill(t, filepath.Join(root, "a", "b", "c", "d", "deep4"), "deep4", "Four levels down.")
+	for i := range 5 {
+		n := fmt.Sprintf("s%d", i)
+		writeSkill(t, filepath.Join(root, n), n, "Counted.")
+	}
+	os.Symlink(root, filepath.Join(root, "a", "loop")) // must not recurse forever
+
+	t.Run("depth", func(t *testing.T) {
+		reg, _ := NewRegistry(RegistryOptions{Roots: []string{root}, MaxDepth: 4})
+		reg.Reload(context.Background())
+		if got := names(reg.List()); got != "deep3,s0,s1,s2,s3,s4" {
+			t.Errorf("names = %s", got)
+		}
+	})
+	t.Run("count", func(t *testing.T) {
+		reg, _ := NewRegistry(RegistryOptions{Roots: []string{root}, MaxSkills: 3})
+		reg.Reload(context.Background())
+		if len(reg.List()) != 3 {
+			t.Errorf("indexed %d, want 3", len(reg.List()))
+		}
+		probs := reg.Problems()
+		if len(probs) != 1 || !errors.Is(probs[0].Err, ErrTooLarge) {
+			t.Errorf("problems = %v", probs)
+		}
+	})
+	t.Run("duplicate in one root", func(t *testing.T) {
+		root := t.TempDir()
+		writeSkill(t, filepath.Join(root, "one", "dup"), "dup", "First.")
+		writeSkill(t, filepath.Join(root, "two", "dup"), "dup", "Second.")
+		reg, _ := NewRegistry(RegistryOptions{Roots: []string{root}})
+		reg.Reload(context.Background())
+		s, err := reg.Get("dup")
+		if err != nil || s.Description != "First." {
+			t.Fatalf("dup = %v, %v", s, err)
+		}
+		if p := reg.Problems(); len(p) != 1 || !strings.Contains(p[0].Err.Error(), "already used") {
+			t.Errorf("problems = %v", p)
+		}
+	})
+	t.Run("missing root is not an error", func(t *testing.T) {
+		reg, _ := NewRegistry(RegistryOptions{Roots: []string{filepath.Join(root, "nope"), root}})
+		if err := reg.Reload(context.Background()); err != nil || len(reg.Problems()) != 0 {
+			t.Errorf("err = %v, problems = %v", err, reg.Problems())
+		}
+	})
+	t.Run("root that is a skill", func(t *testing.T) {
+		reg, _ := NewRegistry(RegistryOptions{Roots: []string{filepath.Join(root, "s1")}})
+		reg.Reload(context.Background())
+		if names(reg.List()) != "s1" {
+			t.Errorf("names = %s", names(reg.List()))
+		}
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		reg, _ := NewRegistry(RegistryOptions{Roots: []string{root}})
+		if err := reg.Reload(ctx); !errors.Is(err, context.Canceled) {
+			t.Errorf("err = %v", err)
+		}
+	})
+}
+
+// TestRegistryReloadReuses checks that an unchanged skill is not parsed or
+// hashed again, and a changed one is.
+func TestRegistryReloadReuses(t *testing.T) {
+	root := t.TempDir()
+	writeSkill(t, filepath.Join(root, "a"), "a", "A.")
+	writeSkill(t, filepath.Join(root, "b"), "b", "B.")
+	reg, _ := NewRegistry(RegistryOptions{Roots: []string{root}})
+	ctx := context.Background()
+	reg.Reload(ctx)
+	a1, _ := reg.Get("a")
+	b1, _ := reg.Get("b")
+	gen := reg.Generation()
+	reg.Reload(ctx)
+	if a2, _ := reg.Get("a"); a2 != a1 || reg.Generation() != gen {
+		t.Error("unchanged reload rebuilt skill a or bumped the generation")
+	}
+	os.WriteFile(filepath.Join(root, "b", "notes.txt"), []byte("x"), 0o644)
+	reg.Reload(ctx)
+	b2, _ := reg.Get("b")
+	if b2 == b1 || b2.Digest == b1.Digest || reg.Generation() == gen {
+		t.Error("change inside skill b not picked up")
+	}
+}
+
+func TestRegistryWatch(t *testing.T) {
+	global, project := t.TempDir(), t.TempDir()
+	writeSkill(t, filepath.Join(global, "base"), "base", "Base skill.")
+	reg, err := NewRegistry(RegistryOptions{
+		Roots:    []string{global, project},
+		Logger:   testLogger(t),
+		Debounce: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := reg.Reload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- reg.Watch(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Watch: %v", err)
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // let Watch set up its watches
+
+	// within waits up to a second for cond, failing with what it last saw.
+	within := func(t *testing.T, what string, cond func() (bool, string)) {
+		t.Helper()
+		start := time.Now()
+		var last string
+		for time.Since(start) < time.Second {
+			ok, state := cond()
+			if ok {
+				t.Logf("%s after %v", what, time.Since(start).Round(time.Millisecond))
+				return
+			}
+			last = state
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%s not visible within a second; last state: %s", what, last)
+	}
+	desc := func(name string) func() (bool, string) {
+		return func() (bool, string) {
+			s, err := reg.Get(name)
+			if err != nil {
+				return false, err.Error()
+			}
+			return true, s.Description
+		}
+	}
+	dir := filepath.Join(project, "fresh")
+
+	t.Run("add", func(t *testing.T) {
+		writeSkill(t, dir, "fresh", "Version one.")
+		within(t, "new skill", desc("fresh"))
+	})
+	t.Run("change", func(t *testing.T) {
+		writeSkill(t, dir, "fresh", "Version two.")
+		within(t, "changed description", func() (bool, string) {
+			s, err := reg.Get("fresh")
+			return err == nil && s.Description == "Version two.", fmt.Sprint(s, err)
+		})
+	})
+	t.Run("change a script", func(t *testing.T) {
+		os.MkdirAll(filepath.Join(dir, "scripts"), 0o755)
+		time.Sleep(200 * time.Millisecond) // the new directory gets indexed and watched
+		before, _ := reg.Get("fresh")
+		os.WriteFile(filepath.Join(dir, "scripts", "run.sh"), []byte("echo hi\n"), 0o755)
+		within(t, "new digest", func() (bool, string) {
+			s, _ := reg.Get("fresh")
+			return s.Digest != before.Digest, s.Digest
+		})
+	})
+	t.Run("broken edit keeps last good version", func(t *testing.T) {
+		os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte("---\nname: fresh\ndescription: [broken\n---\n"), 0o644)
+		within(t, "problem reported", func() (bool, string) {
+			for _, p := range reg.Problems() {
+				if p.Path == dir && strings.Contains(p.Err.Error(), "keeping the last good version") {
+					return true, ""
+				}
+			}
+			return false, fmt.Sprint(reg.Problems())
+		})
+		s, err := reg.Get("fresh")
+		if err != nil || s.Description != "Version two." {
+			t.Fatalf("last good version lost: %v %v", s, err)
+		}
+	})
+	t.Run("fixed edit", func(t *testing.T) {
+		writeSkill(t, dir, "fresh", "Version three.")
+		within(t, "fixed skill", func() (bool, string) {
+			s, err := reg.Get("fresh")
+			return err == nil && s.Description == "Version three." && len(reg.Problems()) == 0, fmt.Sprint(s, err, reg.Problems())
+		})
+	})
+	t.Run("override and restore", func(t *testing.T) {
+		writeSkill(t, filepath.Join(project, "base"), "base", "Project override.")
+		within(t, "override", func() (bool, string) {
+			s, _ := reg.Get("base")
+			return s.Description == "Project override.", s.Description
+		})
+		os.RemoveAll(filepath.Join(project, "base"))
+		within(t, "global version back", func() (bool, string) {
+			s, _ := reg.Get("base")
+			return s.Description == "Base skill.", s.Description
+		})
+	})
+	t.Run("remove", func(t *testing.T) {
+		os.RemoveAll(dir)
+		within(t, "removal", func() (bool, string) {
+			_, err := reg.Get("fresh")
+			return errors.Is(err, ErrNotFound), fmt.Sprint(err)
+		})
+	})
+	t.Run("root removed and recreated", func(t *testing.T) {
+		os.RemoveAll(project)
+		time.Sleep(200 * time.Millisecond)
+		writeSkill(t, filepath.Join(project, "again"), "again", "Back again.")
+		within(t, "skill in the recreated root", desc("again"))
+	})
+	t.Run("root created later", func(t *testing.T) {
+		// A root that does not exist yet is found through its parent.
+		late := filepath.Join(t.TempDir(), "late", "skills")
+		reg2, _ := NewRegistry(RegistryOptions{Roots: []string{late}, Debounce: 20 * time.Millisecond})
+		ctx2, cancel2 := context.WithCancel(ctx)
+		defer cancel2()
+		go reg2.Watch(ctx2)
+		time.Sleep(50 * time.Millisecond)
+		writeSkill(t, filepath.Join(late, "later"), "later", "Appeared later.")
+		start := time.Now()
+		for time.Since(start) < time.Second {
+			if _, err := reg2.Get("later"); err == nil {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatal("skill in a late root not found within a second")
+	})
+}
+
+func BenchmarkRegistryReload(b *testing.B) {
+	root := b.TempDir()
+	for i := range 1000 {
+		n := fmt.Sprintf("skill-%04d", i)
+		writeSkill(b, filepath.Join(root, n), n, "A benchmark skill with a description of typical length for the catalog.")
+	}
+	reg, _ := NewRegistry(RegistryOptions{Roots: []string{root}})
+	ctx := context.Background()
+	reg.Reload(ctx)
+	b.ResetTimer()
+	for b.Loop() {
+		reg.Reload(ctx)
+	}
+}
