@@ -49,9 +49,19 @@ var dpkgExcludes = []string{
 // host's /etc/hostname and /etc/resolv.conf in, which would make the image
 // depend on the host; resolv.conf stays as an empty file because runtimes
 // bind-mount over it and cannot create it on a read-only rootfs. The *-old
-// files are dpkg/debconf backups nobody reads.
+// files are dpkg/debconf backups nobody reads. apt's partial/ directories
+// are owned by _apt or root depending on whether apt could drop privileges
+// for the download (it cannot when a parent of the store is not
+// world-searchable), so they are reset to root, or removed with the rest of
+// apt's state when the image has no apt at all. /skill and /work are the
+// mount points the runtime binds the skill and the workdir on
+// (runtime.SkillMount, runtime.WorkDir): they must exist in the image, since
+// the shared rootfs is read-only and a runtime must not create them there.
 const customizeHook = `rm -f "$1/etc/hostname" "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old && ` +
-	`rm -f "$1/etc/resolv.conf" && : > "$1/etc/resolv.conf" && chmod 0644 "$1/etc/resolv.conf"`
+	`rm -f "$1/etc/resolv.conf" && : > "$1/etc/resolv.conf" && chmod 0644 "$1/etc/resolv.conf" && ` +
+	`if [ -e "$1/usr/bin/apt-get" ]; then chown 0:0 "$1/var/cache/apt/archives/partial" "$1/var/lib/apt/lists/partial"; ` +
+	`else rm -rf "$1/var/cache/apt" "$1/var/lib/apt"; fi && ` +
+	`mkdir -m 0755 -p "$1/skill" "$1/work"`
 
 // Build builds the image for r with mmdebstrap and stores it, replacing the
 // image of that name. Progress lines go to progress (nil discards them).

@@ -3,6 +3,7 @@ package images
 import (
 	"archive/tar"
 	"compress/gzip"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -69,7 +70,7 @@ func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); retur
 // access/change times, user and group names and every PAX record except
 // extended attributes are dropped. The entry order is kept as mmdebstrap
 // wrote it (sorted by name).
-func writeLayer(r io.Reader, tmpDir string, epoch time.Time) (lb *layerBlob, err error) {
+func writeLayer(ctx context.Context, r io.Reader, tmpDir string, epoch time.Time) (lb *layerBlob, err error) {
 	f, err := os.CreateTemp(tmpDir, "layer-*.tar.gz")
 	if err != nil {
 		return nil, err
@@ -94,7 +95,10 @@ func writeLayer(r io.Reader, tmpDir string, epoch time.Time) (lb *layerBlob, err
 	tw := tar.NewWriter(io.MultiWriter(gz, uncompressed.Hash(), ucount))
 
 	tr := tar.NewReader(r)
-	for {
+	for n := 0; ; n++ {
+		if n%256 == 0 && ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		hdr, err := tr.Next()
 		if err == io.EOF {
 			break

@@ -265,7 +265,7 @@ func (s *Store) getFor(r *Recipe) (*Image, error) {
 // (outside any lock, it is the slow part), then under the store lock moves
 // the blobs into place and points the ref at the new manifest.
 func (s *Store) commit(ctx context.Context, r *Recipe, rootfsTar io.Reader, epoch time.Time, history string) (*Image, error) {
-	layer, err := writeLayer(rootfsTar, s.tmpDir(), epoch)
+	layer, err := writeLayer(ctx, rootfsTar, s.tmpDir(), epoch)
 	if err != nil {
 		return nil, err
 	}

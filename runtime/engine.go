@@ -76,6 +76,13 @@ const (
 	DefaultRunDir    = "/run/skillbox/runs"
 )
 
+func graceOr(d time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return defaultGrace
+}
+
 // namedLogger returns an hclog logger named name from opts, or a null logger.
 func namedLogger(l Logger, name string) Logger {
 	switch lg := l.(type) {
@@ -235,6 +242,13 @@ func (e *engine) run(ctx context.Context, job Job) (res *Result, err error) {
 		}
 	}
 
+	// Checked once the drains are done, so the rule does not depend on timing.
+	if reason == ReasonExit && (isClosed(outCap.over) || isClosed(errCap.over)) {
+		// The script went over the cap and ended before our kill landed:
+		// the same run as one we killed, so the same reason, whatever won
+		// the race.
+		reason = ReasonOutputCap
+	}
 	code, signal := exitStatus(cmd.ProcessState)
 	ev := readCgroupEvents(cgPath)
 	// A run that we stopped, or that ran into its memory or pids limit,
@@ -383,5 +397,14 @@ func removeCgroupRetry(ctx context.Context, p string) error {
 			return err
 		case <-time.After(50 * time.Millisecond):
 		}
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }

@@ -51,6 +51,9 @@ var (
 // testRootfs returns the rootfs the tests run in, building it once.
 func testRootfs(t testing.TB) string {
 	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root and runsc/runc: run via make test as root")
+	}
 	rootfsOnce.Do(func() {
 		if p := os.Getenv("SKILLBOX_TEST_ROOTFS"); p != "" {
 			rootfsPath = p
@@ -95,6 +98,10 @@ func newBackend(t testing.TB, name string) (runtime.Runtime, runtime.Options) {
 	opts := runtime.Options{
 		StateDir: filepath.Join(testBase, name, "state"),
 		RunDir:   filepath.Join(testBase, name, "runs"),
+		// Generous, so that a script handling TERM gets to run its
+		// handler on a loaded machine; the sequence is the same as with
+		// the default second.
+		KillGrace: 5 * time.Second,
 		Logger: hclog.New(&hclog.LoggerOptions{
 			Name:   "test",
 			Level:  hclog.LevelFromString(os.Getenv("SKILLBOX_TEST_LOG")),
@@ -448,6 +455,19 @@ time.sleep(1000)
 		},
 	},
 	{
+		name:   "output_over_cap_then_exit",
+		skill:  map[string]string{"scripts/over.py": "import sys\nsys.stdout.write('y' * 5000)\n"},
+		args:   py("over.py"),
+		limits: runtime.Limits{StdoutBytes: 4096},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			// Whether the script's exit or our kill came first, the reason
+			// is the same.
+			if res.Reason != runtime.ReasonOutputCap || !res.StdoutTruncated || string(res.Stdout) != strings.Repeat("y", 4096) {
+				t.Errorf("reason %s truncated %v len %d", res.Reason, res.StdoutTruncated, len(res.Stdout))
+			}
+		},
+	},
+	{
 		name:   "stderr_flood",
 		skill:  map[string]string{"scripts/eflood.sh": "yes error-line >&2\n"},
 		args:   func(*caseEnv) []string { return []string{"bash", "/skill/scripts/eflood.sh"} },
@@ -545,6 +565,28 @@ for p in ("/skill/new.txt", "/skill/scripts/write.py", "/etc/passwd", "/usr/bin/
 			}
 			if c.backend == "runc" && !strings.Contains(out, "NoNewPrivs:\t1") {
 				t.Errorf("no_new_privs not set:\n%s", out)
+			}
+		},
+	},
+	{
+		name: "namespace_and_mount_refused",
+		skill: map[string]string{"scripts/ns.py": `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
+r = libc.unshare(CLONE_NEWUSER | CLONE_NEWNS)
+print("unshare", r, ctypes.get_errno())
+r = libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)
+print("mount", r, ctypes.get_errno())
+`},
+		args: py("ns.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			out := string(res.Stdout)
+			// runc: the seccomp profile refuses both with EPERM. gVisor
+			// implements namespaces inside its own kernel, so there only the
+			// mount (no capability) must fail.
+			if !strings.Contains(out, "mount -1 1\n") || (c.backend == "runc" && !strings.Contains(out, "unshare -1 1\n")) {
+				t.Errorf("want EPERM:\n%s%s", out, res.Stderr)
 			}
 		},
 	},
@@ -662,10 +704,14 @@ func assertClean(t *testing.T, backend string, opts runtime.Options, id string) 
 	if ents, _ := os.ReadDir(opts.RunDir); len(ents) > 0 {
 		t.Errorf("run dirs left in %s: %v", opts.RunDir, ents)
 	}
+	// With no id: no cgroup of any test run may be left.
 	for _, ctrl := range []string{"memory", "pids", "cpu", "unified"} {
-		p := filepath.Join("/sys/fs/cgroup", ctrl, runtime.CgroupParent, id)
-		if _, err := os.Stat(p); err == nil {
-			t.Errorf("cgroup left: %s", p)
+		parent := filepath.Join("/sys/fs/cgroup", ctrl, runtime.CgroupParent)
+		kids, _ := os.ReadDir(parent)
+		for _, k := range kids {
+			if k.IsDir() && (k.Name() == id || id == "" && strings.HasPrefix(k.Name(), runtime.IDPrefix+"test-")) {
+				t.Errorf("cgroup left: %s", filepath.Join(parent, k.Name()))
+			}
 		}
 	}
 }
@@ -755,6 +801,44 @@ func TestOutputFloodMemoryBounded(t *testing.T) {
 				t.Errorf("allocated %d MiB while draining a capped flood", grew>>20)
 			}
 			assertClean(t, name, opts, job.ID)
+		})
+	}
+}
+
+// TestConcurrentRuns runs a few jobs at once on each backend: every run gets
+// its own output, inputs and exit code back.
+func TestConcurrentRuns(t *testing.T) {
+	rootfs := testRootfs(t)
+	for _, name := range backends {
+		t.Run(name, func(t *testing.T) {
+			rt, opts := newBackend(t, name)
+			dir := makeSkill(t, map[string]string{"scripts/echo.py": "import sys\nprint(open('in.txt').read() + sys.argv[1])\nsys.exit(int(sys.argv[1]))\n"})
+			const n = 4
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for i := 0; i < n; i++ {
+				wg.Add(1)
+				go func(i int) {
+					defer wg.Done()
+					job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir,
+						Args:  []string{"python3", "/skill/scripts/echo.py", fmt.Sprint(i)},
+						Files: []runtime.InputFile{{Name: "in.txt", Data: []byte(fmt.Sprintf("run-%d:", i))}}}
+					res, err := rt.Run(context.Background(), job)
+					if err != nil {
+						errs <- err
+						return
+					}
+					if want := fmt.Sprintf("run-%d:%d\n", i, i); string(res.Stdout) != want || res.ExitCode != i {
+						errs <- fmt.Errorf("run %d: stdout %q exit %d, want %q exit %d", i, res.Stdout, res.ExitCode, want, i)
+					}
+				}(i)
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			assertClean(t, name, opts, "")
 		})
 	}
 }

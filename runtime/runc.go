@@ -58,7 +58,7 @@ func NewRunc(opts Options) (*Runc, error) {
 		cli:    r.cli,
 		runDir: opts.RunDir,
 		log:    namedLogger(opts.Logger, "runtime.runc"),
-		grace:  defaultGrace,
+		grace:  graceOr(opts.KillGrace),
 		d:      r,
 	}
 	return r, nil

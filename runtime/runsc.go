@@ -70,7 +70,7 @@ func NewRunsc(opts Options) (*Runsc, error) {
 		cli:    r.cli,
 		runDir: opts.RunDir,
 		log:    namedLogger(opts.Logger, "runtime.runsc"),
-		grace:  defaultGrace,
+		grace:  graceOr(opts.KillGrace),
 		d:      r,
 	}
 	return r, nil

@@ -4,6 +4,16 @@
 // of pre-booted single-use sandboxes, or a containerd backend, can slot in
 // behind it later without the callers changing. Backends register themselves
 // by name; callers pick one with New and never fall back to another.
+//
+// What the backends share lives here too: BuildSpec turns a Job into the OCI
+// runtime spec that is the isolation contract (read-only image, read-only
+// skill, capped tmpfs workdir and /tmp, nobody without capabilities, an
+// allowlisted environment, no network, cgroup limits); PrepareBundle makes a
+// run's bundle and workdir; CollectOutputs reads back outputs/ without
+// following links; Sweep removes what a crashed process left. The runsc
+// (gVisor, the default) and runc backends drive their CLIs through one run
+// driver (engine.go), which separates preparing a bundle from starting,
+// watching and tearing down its container so a warm pool can pre-create.
 package runtime
 
 import (
@@ -193,6 +203,9 @@ type Options struct {
 	// namespace off (e.g. on hosts that forbid them). runsc ignores both.
 	UserNSBase uint32
 	NoUserNS   bool
+	// KillGrace is how long a timed-out script has between SIGTERM and
+	// SIGKILL; 0 means one second.
+	KillGrace time.Duration
 }
 
 // Logger is the subset of hclog.Logger the backends use.

@@ -180,7 +180,7 @@ func NewConfirmationStore(st *StateDB, opts ConfirmationOptions) *ConfirmationSt
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &ConfirmationStore{db: st.db, opts: opts, log: log.Named("confirmations")}
+	return &ConfirmationStore{db: st.db, opts: opts, log: namedLogger(log, "confirmations")}
 }
 
 func (s *ConfirmationStore) now() time.Time { return s.opts.Now().UTC().Round(0) }

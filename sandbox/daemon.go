@@ -9,7 +9,6 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -34,8 +33,10 @@ type DaemonOptions struct {
 	Engine        *Engine
 	Sessions      *SessionStore
 	Confirmations *ConfirmationStore
-	Audit         *audit.Log
-	Logger        hclog.Logger
+	// Audit receives every event; nil means none (tests). The daemon
+	// refuses runs while it is unhealthy.
+	Audit  Auditor
+	Logger hclog.Logger
 }
 
 // Daemon serves the tool calls of the Agent Skills runtime protocol.
@@ -45,15 +46,12 @@ type Daemon struct {
 	engine   *Engine
 	sessions *SessionStore
 	confirms *ConfirmationStore
-	audit    *audit.Log
+	audit    Auditor
 	log      hclog.Logger
 	server   *Server
 
 	runSlots  chan struct{}
 	queueWait time.Duration
-
-	mu     sync.Mutex
-	active map[string]context.CancelFunc // run_id → cancel, for shutdown
 }
 
 // NewDaemon builds the daemon and registers every method on its server.
@@ -73,7 +71,12 @@ func NewDaemon(o DaemonOptions) *Daemon {
 		log:       log,
 		runSlots:  make(chan struct{}, max(1, dc.MaxConcurrentRuns)),
 		queueWait: dc.RunQueueTimeout,
-		active:    map[string]context.CancelFunc{},
+	}
+	if d.audit != nil {
+		// A typed nil (*audit.Log)(nil) must mean "no audit", not a panic.
+		if l, ok := d.audit.(*audit.Log); ok && l == nil {
+			d.audit = nil
+		}
 	}
 	d.server = NewServer(ServerOptions{
 		MaxConnections: dc.MaxConnections,
@@ -138,20 +141,11 @@ func auditPeer(p Peer) *audit.Peer {
 }
 
 func baseRecord(call *Call, event, session string) *audit.Record {
-	return &audit.Record{Event: event, Peer: auditPeer(call.Peer), SessionID: session, RequestID: string(call.ID)}
+	return &audit.Record{Event: event, Peer: auditPeer(call.Peer), SessionID: session, RequestID: string(call.ID), Method: call.Method}
 }
 
-func decode(call *Call, v any) error {
-	if len(call.Params) == 0 || string(call.Params) == "null" {
-		call.Params = []byte("{}")
-	}
-	dec := json.NewDecoder(strings.NewReader(string(call.Params)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidParams, err)
-	}
-	return nil
-}
+// decode binds the params strictly (unknown fields are errors that name them).
+func decode(call *Call, v any) error { return call.Bind(v) }
 
 func (d *Daemon) session(call *Call, id string) (*Session, error) {
 	if id == "" {
@@ -217,17 +211,24 @@ func (d *Daemon) sessionsInstructions(ctx context.Context, call *Call) (any, err
 	}
 	available := skills.RenderAvailable(d.skills.List(), d.cfg.Skills.CatalogBudget)
 	var act []*skills.Skill
+	var notes []string
 	for _, a := range s.Active {
-		if sk, err := d.skills.Get(a.Name); err == nil {
-			act = append(act, sk)
+		sk, err := d.skills.Get(a.Name)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("Skill %q is loaded but no longer available; unload it with skills.unload.", a.Name))
+			continue
 		}
+		if sk.Digest != a.Digest {
+			notes = append(notes, fmt.Sprintf("Skill %q changed on disk since it was loaded; its files cannot be read or run until it is loaded again with skills.load.", a.Name))
+		}
+		act = append(act, sk)
 	}
 	active := skills.RenderActive(act)
-	return map[string]any{
-		"instructions":     instructionsRule + "\n\n" + available + "\n\n" + active,
-		"available_skills": available,
-		"active_skills":    active,
-	}, nil
+	text := instructionsRule + "\n\n" + available + "\n\n" + active
+	if len(notes) > 0 {
+		text += "\n" + strings.Join(notes, "\n") + "\n"
+	}
+	return client.InstructionsResult{Instructions: text, AvailableSkills: available, ActiveSkills: active}, nil
 }
 
 // ---- skills ----
@@ -477,17 +478,28 @@ func (d *Daemon) skillsRead(ctx context.Context, call *Call) (any, error) {
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
 	fc, err := skills.ReadFile(sk.Dir, p.Path, skills.ReadOptions{Offset: p.Offset, Length: p.Length, MaxBytes: d.cfg.Skills.MaxReadBytes})
 	if err != nil {
-		rec.Read = &audit.ReadInfo{Path: p.Path}
-		rec.Outcome, rec.Error = "refused", err.Error()
-		d.record(ctx, rec)
+		rec.Read = &audit.ReadInfo{Path: p.Path, Offset: p.Offset, Length: p.Length}
+		rec.Outcome, rec.Error = audit.OutcomeRefused, err.Error()
+		if aerr := d.record(ctx, rec); aerr != nil {
+			return nil, aerr
+		}
 		return nil, readError(err)
 	}
-	rec.Read = &audit.ReadInfo{Path: fc.Path, Bytes: fc.Size, SHA256: fc.SHA256}
-	rec.Outcome = "ok"
+	rec.Read = &audit.ReadInfo{Path: fc.Path, Offset: p.Offset, Length: p.Length, Bytes: fc.Size, Served: servedBytes(fc), SHA256: fc.SHA256, Truncated: fc.Truncated}
+	rec.Outcome = audit.OutcomeOK
 	if err := d.record(ctx, rec); err != nil {
 		return nil, err
 	}
 	return client.ReadResult{Skill: sk.Name, Path: fc.Path, Size: fc.Size, SHA256: fc.SHA256, Encoding: fc.Encoding, Content: fc.Content, Truncated: fc.Truncated}, nil
+}
+
+// servedBytes is how many bytes of the file a read answer carries.
+func servedBytes(fc *skills.FileContent) int64 {
+	if fc.Encoding == "base64" {
+		n := len(fc.Content)
+		return int64(n/4*3 - (n - len(strings.TrimRight(fc.Content, "="))))
+	}
+	return int64(len(fc.Content))
 }
 
 func readError(err error) error {
@@ -531,7 +543,10 @@ func (d *Daemon) skillsRunScript(ctx context.Context, call *Call) (any, error) {
 		Skill: sk, Script: p.Path, Args: p.Args, Env: p.Env, Stdin: []byte(p.Stdin), Files: files,
 		Limits:  runtime.Limits{Timeout: time.Duration(p.TimeoutMS) * time.Millisecond},
 		Network: p.Network,
-		Peer:    auditPeer(call.Peer), SessionID: p.SessionID, RequestID: string(call.ID),
+		Peer:    auditPeer(call.Peer), SessionID: p.SessionID, RequestID: string(call.ID), Method: call.Method,
+	}
+	if p.TimeoutMS < 0 {
+		return nil, fmt.Errorf("%w: timeout_ms must not be negative", ErrInvalidParams)
 	}
 	plan, err := d.engine.Prepare(req)
 	if err != nil {
@@ -540,46 +555,75 @@ func (d *Daemon) skillsRunScript(ctx context.Context, call *Call) (any, error) {
 
 	needConfirm := dec.Effect == policy.EffectConfirm
 	reason, rule := dec.Reason, dec.Rule
-	if plan.Network && !needConfirm {
-		nd := d.cfg.Decide(policy.Request{Skill: sk.Name, AllowedTools: sk.AllowedTools, Tool: "network"})
-		if nd.Effect == policy.EffectConfirm {
+	if plan.Network {
+		nd, err := d.engine.Decide(ctx, sk, policy.NetworkTool, nil, *baseRecord(call, audit.EventDecision, p.SessionID))
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case nd.Effect == policy.EffectDeny:
+			return nil, fmt.Errorf("%w: network for skill %q: %s (%s)", ErrDenied, sk.Name, nd.Reason, nd.Rule)
+		case nd.Effect == policy.EffectConfirm && !needConfirm:
 			needConfirm, reason, rule = true, "network access: "+nd.Reason, nd.Rule
 		}
 	}
-	if needConfirm {
-		if p.ConfirmationID == "" {
-			c, err := d.confirms.Request(p.SessionID, call.Peer.UID, plan.Digest, reason, rule, d.cfg.Daemon.ConfirmationTTL)
-			if err != nil {
-				return nil, err
-			}
-			r := baseRecord(call, audit.EventConfirmRequest, p.SessionID)
-			r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
-			r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest, Rule: rule, Reason: reason}
-			if err := d.record(ctx, r); err != nil {
-				return nil, err
-			}
-			return nil, &ConfirmationRequiredError{ID: c.ID, Reason: reason, Rule: rule, Digest: plan.Digest}
+	if needConfirm && p.ConfirmationID == "" {
+		details := map[string]string{
+			"skill": sk.Name, "skill_digest": sk.Digest, "script": plan.Script, "script_sha256": plan.ScriptSHA256,
+			"args": strings.Join(quoteAll(p.Args), " "), "network": fmt.Sprint(plan.Network),
 		}
-		if err := d.confirms.Consume(p.ConfirmationID, p.SessionID, plan.Digest); err != nil {
-			r := baseRecord(call, audit.EventConfirmUse, p.SessionID)
-			r.Confirmation = &audit.ConfirmationInfo{ID: p.ConfirmationID, Digest: plan.Digest}
-			r.Outcome, r.Error = "refused", err.Error()
-			d.record(ctx, r)
+		if names, _ := audit.EnvSummary(p.Env); len(names) > 0 {
+			details["env_names"] = strings.Join(names, " ")
+		}
+		c, err := d.confirms.Request(p.SessionID, call.Peer.UID, plan.Digest, reason, rule, d.cfg.Daemon.ConfirmationTTL, WithDetails(details))
+		if err != nil {
 			return nil, err
 		}
-		r := baseRecord(call, audit.EventConfirmUse, p.SessionID)
-		r.Confirmation = &audit.ConfirmationInfo{ID: p.ConfirmationID, Digest: plan.Digest}
-		r.Outcome = "used"
+		r := baseRecord(call, audit.EventConfirmRequest, p.SessionID)
+		r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+		uid := call.Peer.UID
+		r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid, Expires: c.Expires}
+		r.Run = &audit.RunInfo{Script: plan.Script, ScriptSHA256: plan.ScriptSHA256, Args: p.Args, Network: plan.Network, Digest: plan.Digest}
+		r.Outcome = string(c.State)
 		if err := d.record(ctx, r); err != nil {
 			return nil, err
 		}
+		return nil, &ConfirmationRequiredError{ID: c.ID, Reason: reason, Rule: rule, Digest: plan.Digest}
 	}
 
+	// Take a run slot and make sure the run can be audited before an
+	// approval is used up, so a busy or failing daemon does not burn it.
 	release, err := d.acquireRunSlot(ctx)
 	if err != nil {
 		return nil, err
 	}
 	defer release()
+	if d.audit != nil {
+		if err := d.audit.Healthy(); err != nil {
+			return nil, fmt.Errorf("%w: runs are refused while the audit log cannot be written: %v", ErrUnavailable, err)
+		}
+	}
+
+	if p.ConfirmationID != "" {
+		// An id on a call that needs none is still checked: a host that
+		// sends one expects it to be honoured, not silently ignored.
+		r := baseRecord(call, audit.EventConfirmUse, p.SessionID)
+		r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+		r.Confirmation = &audit.ConfirmationInfo{ID: p.ConfirmationID, Digest: plan.Digest}
+		if err := d.confirms.Consume(p.ConfirmationID, p.SessionID, plan.Digest); err != nil {
+			r.Outcome, r.Error = audit.OutcomeRefused, err.Error()
+			if aerr := d.record(ctx, r); aerr != nil {
+				return nil, aerr
+			}
+			return nil, err
+		}
+		r.Outcome = string(ConfirmationUsed)
+		if err := d.record(ctx, r); err != nil {
+			return nil, err
+		}
+		plan.Request.ConfirmationID = p.ConfirmationID
+	}
+
 	out, err := d.engine.Execute(ctx, plan)
 	if err != nil {
 		return nil, err
@@ -650,26 +694,33 @@ func (d *Daemon) toolsCheck(ctx context.Context, call *Call) (any, error) {
 		return nil, err
 	}
 	if len(s.Active) == 0 {
-		return map[string]string{"decision": string(policy.EffectAllow), "rule": "no skills are active in this session"}, nil
+		return client.CheckToolResult{Decision: string(policy.EffectAllow), Rule: "no skills are active in this session",
+			Reason: "tools.check only constrains tools while skills are loaded"}, nil
 	}
-	// Every active skill constrains the host's tools; the strictest wins.
-	best := policy.Decision{Effect: policy.EffectAllow}
-	rank := map[policy.Effect]int{policy.EffectAllow: 0, policy.EffectConfirm: 1, policy.EffectDeny: 2}
-	first := true
+	// Every active skill constrains the host's tools; the strictest wins. A
+	// loaded skill that is gone or changed on disk cannot vouch for
+	// anything: fail closed until it is unloaded or loaded again.
+	var decs []policy.Decision
 	for _, a := range s.Active {
 		sk, err := d.skills.Get(a.Name)
 		if err != nil {
+			decs = append(decs, policy.Decision{Effect: policy.EffectDeny, Rule: fmt.Sprintf("skill %q", a.Name),
+				Reason: fmt.Sprintf("skill %q is loaded but no longer available; unload it (skills.unload)", a.Name)})
+			continue
+		}
+		if sk.Digest != a.Digest {
+			decs = append(decs, policy.Decision{Effect: policy.EffectDeny, Rule: fmt.Sprintf("skill %q", a.Name),
+				Reason: fmt.Sprintf("skill %q changed on disk since it was loaded; load it again (skills.load)", a.Name)})
 			continue
 		}
 		dec, err := d.engine.Decide(ctx, sk, p.Tool, p.Input, *baseRecord(call, audit.EventDecision, p.SessionID))
 		if err != nil {
 			return nil, err
 		}
-		if first || rank[dec.Effect] > rank[best.Effect] {
-			best, first = dec, false
-		}
+		decs = append(decs, dec)
 	}
-	return map[string]string{"decision": string(best.Effect), "rule": best.Rule, "reason": best.Reason}, nil
+	best := policy.Strictest(decs...)
+	return client.CheckToolResult{Decision: string(best.Effect), Rule: best.Rule, Reason: best.Reason}, nil
 }
 
 // ---- confirmations ----

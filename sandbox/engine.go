@@ -11,6 +11,7 @@ import (
 	"path"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -64,6 +65,7 @@ type Engine struct {
 	// Progress receives image build progress (stderr for the CLI).
 	Progress io.Writer
 
+	verMu          sync.Mutex // runs call version concurrently
 	runtimeVersion string
 }
 
@@ -82,6 +84,10 @@ type RunRequest struct {
 	Peer      *audit.Peer
 	SessionID string
 	RequestID string
+	Method    string // the JSON-RPC method, when the run came over the socket
+	// ConfirmationID is the approval the run used, if any (audit only; it is
+	// not part of the digest the approval is bound to).
+	ConfirmationID string
 
 	// Optional live copies of the streams (the CLI's terminal).
 	Stdout, Stderr runtime.StreamSink
@@ -91,6 +97,7 @@ type RunRequest struct {
 // under which limits. Its Digest binds a confirmation to exactly this run.
 type Plan struct {
 	RunID        string
+	JobID        string // the container id: runtime.IDPrefix + the run id's hex
 	Request      RunRequest
 	Script       string // cleaned relative path
 	ScriptSHA256 string
@@ -166,8 +173,19 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	argv = append(argv, path.Join(runtime.SkillMount, rel))
 	argv = append(argv, req.Args...)
 
+	runID := newID("run_")
+	jobID := runtime.IDPrefix + strings.TrimPrefix(runID, "run_")
+	// Check what the backend would refuse (env names, input files, argv
+	// size) now, before a confirmation is asked for or a run is audited.
+	if err := runtime.ValidateJob(runtime.Job{
+		ID: jobID, RootFS: "/", SkillDir: "/", Args: argv, Env: env, Files: req.Files, Limits: limits,
+	}); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalidParams, err)
+	}
+
 	p := &Plan{
-		RunID:        newID("run_"),
+		RunID:        runID,
+		JobID:        jobID,
 		Request:      req,
 		Script:       rel,
 		ScriptSHA256: hex.EncodeToString(sum[:]),
@@ -201,20 +219,24 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	rtVersion := e.version(ctx)
 
 	req := p.Request
+	began := time.Now()
 	start := &audit.Record{
 		Event:     audit.EventRunStart,
 		Peer:      req.Peer,
 		SessionID: req.SessionID,
 		RequestID: req.RequestID,
-		Skill:     &audit.SkillRef{Name: req.Skill.Name, Digest: req.Skill.Digest},
+		Method:    req.Method,
+		Skill:     &audit.SkillRef{Name: req.Skill.Name, Digest: req.Skill.Digest, Location: req.Skill.Location},
 		Run:       e.runInfo(p, img, rtVersion),
+		Detail:    planDetail(p),
 	}
+	start.Run.Started = began.UTC()
 	if err := e.append(ctx, start); err != nil {
 		return nil, err
 	}
 
 	job := runtime.Job{
-		ID:       "skillbox-" + strings.TrimPrefix(p.RunID, "run_"),
+		ID:       p.JobID,
 		RootFS:   rootfs,
 		SkillDir: req.Skill.Dir,
 		Args:     p.Argv,
@@ -227,7 +249,6 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Stderr:   req.Stderr,
 	}
 	log.Debug("run starting", "run_id", p.RunID, "skill", req.Skill.Name, "script", p.Script, "image", img.Digest)
-	began := time.Now()
 	res, runErr := e.Runtime.Run(ctx, job)
 
 	end := &audit.Record{
@@ -235,13 +256,18 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Peer:      req.Peer,
 		SessionID: req.SessionID,
 		RequestID: req.RequestID,
+		Method:    req.Method,
 		Skill:     start.Skill,
 		Run:       e.runInfo(p, img, rtVersion),
+		Detail:    start.Detail,
 	}
 	end.Run.Started = began.UTC()
 	end.Run.Ended = time.Now().UTC()
+	if runErr == nil && res == nil {
+		runErr = fmt.Errorf("runtime %s returned no result", e.Runtime.Name())
+	}
 	if runErr != nil {
-		end.Outcome = "error"
+		end.Outcome = audit.OutcomeError
 		end.Error = runErr.Error()
 	} else {
 		end.Outcome = string(res.Reason)
@@ -275,7 +301,10 @@ func (e *Engine) Decide(ctx context.Context, s *skills.Skill, tool string, input
 	d := e.Config.Decide(policy.Request{Skill: s.Name, AllowedTools: s.AllowedTools, Tool: tool, Input: input})
 	rec.Event = audit.EventDecision
 	rec.Skill = &audit.SkillRef{Name: s.Name, Digest: s.Digest}
-	rec.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(d.Effect), Rule: d.Rule, Reason: d.Reason}
+	rec.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(d.Effect), Rule: d.Rule, Reason: d.Reason, Mode: string(e.Config.Daemon.ToolMode)}
+	if len(input) > 0 {
+		rec.Decision.InputSHA256 = sha256Hex(input)
+	}
 	rec.Outcome = string(d.Effect)
 	if err := e.append(ctx, &rec); err != nil {
 		return d, err
@@ -300,8 +329,11 @@ func (e *Engine) logger() hclog.Logger {
 	return e.Logger
 }
 
-// version caches the runtime's version; it is asked once per engine.
+// version caches the runtime's version; it is asked once per engine (until
+// it answers).
 func (e *Engine) version(ctx context.Context) string {
+	e.verMu.Lock()
+	defer e.verMu.Unlock()
 	if e.runtimeVersion == "" {
 		v, err := e.Runtime.Version(ctx)
 		if err != nil {
@@ -315,7 +347,7 @@ func (e *Engine) version(ctx context.Context) string {
 func (e *Engine) runInfo(p *Plan, img ImageRef, rtVersion string) *audit.RunInfo {
 	req := p.Request
 	names, envHash := audit.EnvSummary(req.Env)
-	return &audit.RunInfo{
+	ri := &audit.RunInfo{
 		RunID:          p.RunID,
 		Script:         p.Script,
 		ScriptSHA256:   p.ScriptSHA256,
@@ -329,7 +361,31 @@ func (e *Engine) runInfo(p *Plan, img ImageRef, rtVersion string) *audit.RunInfo
 		Limits:         audit.Limits(p.Limits),
 		Network:        p.Network,
 		Digest:         p.Digest,
+		ConfirmationID: req.ConfirmationID,
 	}
+	if len(req.Stdin) > 0 {
+		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), sha256Hex(req.Stdin)
+	}
+	for _, f := range req.Files {
+		ri.Inputs = append(ri.Inputs, audit.FileRef{Path: f.Name, Size: int64(len(f.Data)), SHA256: sha256Hex(f.Data)})
+	}
+	return ri
+}
+
+// planDetail names the configuration that shaped a run: the image block
+// that chose the interpreter, the sources of its limits and the network rule.
+func planDetail(p *Plan) map[string]string {
+	d := map[string]string{"interpreter": strings.Join(p.Interpreter.Argv, " ")}
+	if p.Interpreter.Rule != "" {
+		d["interpreter_rule"] = p.Interpreter.Rule
+	}
+	if len(p.LimitRules) > 0 {
+		d["limit_rules"] = strings.Join(p.LimitRules, "; ")
+	}
+	if p.NetworkRule != "" {
+		d["network_rule"] = p.NetworkRule
+	}
+	return d
 }
 
 func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
@@ -346,6 +402,7 @@ func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
 	for _, o := range res.Outputs {
 		ri.Outputs = append(ri.Outputs, audit.FileRef{Path: o.Path, Size: o.Size, SHA256: o.SHA256})
 	}
+	ri.OutputsSkipped = res.OutputsSkipped
 }
 
 // CleanScriptPath checks that p names a file under scripts/ without any way

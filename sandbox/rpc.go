@@ -106,7 +106,8 @@ type ServerOptions struct {
 	// WriteTimeout bounds writing one response; a client that does not read
 	// its responses is disconnected (and its calls cancelled).
 	WriteTimeout time.Duration
-	// Logger receives transport events; the server logs under the name "rpc".
+	// Logger receives transport events; the server logs under the name "rpc"
+	// (added unless the logger's name already ends with it).
 	Logger hclog.Logger
 	// Authorize, when set, decides whether a peer may use the socket at all
 	// (beyond the socket file's mode). A non-nil error refuses the connection:
@@ -242,7 +243,7 @@ func NewServer(opts ServerOptions) *Server {
 	}
 	return &Server{
 		opts:      opts,
-		log:       log.Named("rpc"),
+		log:       namedLogger(log, "rpc"),
 		handlers:  map[string]Handler{},
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
@@ -261,6 +262,15 @@ func (s *Server) Handle(method string, h Handler) {
 		panic(fmt.Sprintf("sandbox: Handle(%q): method already registered", method))
 	}
 	s.handlers[method] = h
+}
+
+// namedLogger names log sub unless it already carries that name, so a
+// caller that passes log.Named("rpc") does not get "rpc.rpc".
+func namedLogger(log hclog.Logger, sub string) hclog.Logger {
+	if n := log.Name(); n == sub || strings.HasSuffix(n, "."+sub) {
+		return log
+	}
+	return log.Named(sub)
 }
 
 // Methods returns the registered method names, sorted.

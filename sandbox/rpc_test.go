@@ -847,12 +847,12 @@ func TestHandleRejectsReserved(t *testing.T) {
 func TestPeekID(t *testing.T) {
 	cases := map[string]string{
 		`{"jsonrpc":"2.0","id":12,"method":"x","params":{"a":"`: "12",
-		`{"id":"a\"b","params":`:                                 `"a\"b"`,
-		`{"params":{"a":1},"id":3`:                               "3",
-		`{"params":{"a":"xxxxx`:                                  "",
-		`[1,2`:                                                   "",
-		`{"id":{"x":1}}`:                                         "",
-		``:                                                       "",
+		`{"id":"a\"b","params":`:                                `"a\"b"`,
+		`{"params":{"a":1},"id":3`:                              "3",
+		`{"params":{"a":"xxxxx`:                                 "",
+		`[1,2`:                                                  "",
+		`{"id":{"x":1}}`:                                        "",
+		``:                                                      "",
 	}
 	for in, want := range cases {
 		if got := string(peekID([]byte(in))); got != want {

@@ -166,7 +166,7 @@ func NewSessionStore(st *StateDB, opts SessionOptions) *SessionStore {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &SessionStore{db: st.db, opts: opts, log: log.Named("sessions"), touched: map[string]time.Time{}}
+	return &SessionStore{db: st.db, opts: opts, log: namedLogger(log, "sessions"), touched: map[string]time.Time{}}
 }
 
 func (s *SessionStore) now() time.Time { return s.opts.Now().UTC().Round(0) }

@@ -2,6 +2,7 @@ package skills
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -54,6 +55,14 @@ type Problem struct {
 }
 
 func (p Problem) String() string { return p.Path + ": " + p.Err.Error() }
+
+// MarshalJSON renders the problem as {"path": ..., "error": ...}.
+func (p Problem) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Path  string `json:"path"`
+		Error string `json:"error"`
+	}{p.Path, p.Err.Error()})
+}
 
 // Registry indexes the skills under a set of roots. Lookups read an
 // immutable snapshot, so they never wait for a reload; Skill values it hands

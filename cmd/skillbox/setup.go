@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -24,10 +26,37 @@ func loadConfig(path string) (*policy.Config, error) {
 	}
 	cfg, err := policy.Load(path)
 	if err != nil {
-		return nil, fmt.Errorf("config %s: %w (check it with: skillbox policy check %s)", path, err, path)
+		return nil, configError(path, err)
 	}
 	return cfg, nil
 }
+
+// configError renders a config failure as one line: every problem with its
+// file:line, joined, and what to run for the full explanation.
+func configError(path string, err error) error {
+	var ce *policy.ConfigError
+	if !errors.As(err, &ce) || len(ce.Problems) == 0 {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	msgs := make([]string, len(ce.Problems))
+	for i, p := range ce.Problems {
+		msgs[i] = strings.Join(strings.Fields(p.String()), " ")
+	}
+	what := "invalid config"
+	if len(msgs) > 1 {
+		what = fmt.Sprintf("invalid config (%d problems)", len(msgs))
+	}
+	return &oneLineError{msg: fmt.Sprintf("%s: %s (details: skillbox policy check %s)", what, strings.Join(msgs, "; "), path), err: err}
+}
+
+// oneLineError replaces a multi-line error's text, keeping it for errors.Is.
+type oneLineError struct {
+	msg string
+	err error
+}
+
+func (e *oneLineError) Error() string { return e.msg }
+func (e *oneLineError) Unwrap() error { return e.err }
 
 // newLogger is the CLI's hclog root; level from SKILLBOX_LOG (default warn
 // for one-shot commands, info for serve).

@@ -89,7 +89,9 @@ func (o Options) withDefaults(dir string) Options {
 	if o.Logger == nil {
 		o.Logger = hclog.NewNullLogger()
 	}
-	o.Logger = o.Logger.Named("audit")
+	if n := o.Logger.Name(); n != "audit" && !strings.HasSuffix(n, ".audit") {
+		o.Logger = o.Logger.Named("audit")
+	}
 	return o
 }
 
@@ -291,6 +293,9 @@ func (l *Log) headFrom(name string, first, last []byte) error {
 		return fmt.Errorf("%w: %s: last record: %v; run 'skillbox audit verify --dir %s'", ErrTampered, name, err, l.dir)
 	}
 	l.logID, l.curStart, l.seq, l.hash = r1.Log.ID, r1.Time, rl.Seq, h
+	if rl.Event == EventCheckpoint {
+		l.lastCP = rl.Seq // nothing new to sign since the last run's final checkpoint
+	}
 	return nil
 }
 

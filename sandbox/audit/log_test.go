@@ -53,7 +53,7 @@ func TestAppendFillsRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	seq, h := l.Head()
-	if s.Seq != 2 || s.Hash != h || seq != 2 || s.PrevHash != l.LogID() && s.PrevHash == "" {
+	if s.Seq != 2 || s.Hash != h || seq != 2 || len(s.PrevHash) != 64 || s.PrevHash == l.LogID() {
 		t.Fatalf("record seq %d hash %s prev %s; head %d %s", s.Seq, s.Hash, s.PrevHash, seq, h)
 	}
 	if s.Time.Location() != time.UTC || s.Time.Before(before.Add(-time.Second)) {

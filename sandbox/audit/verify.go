@@ -30,11 +30,11 @@ const (
 
 // TamperError is Verify's finding: the first record that is not as written.
 type TamperError struct {
-	Seq    uint64 // the first bad seq
-	Reason Reason
-	File   string // where it was found (may be empty for checkpoint findings)
-	Line   int
-	Detail string
+	Seq    uint64 `json:"seq"` // the first bad seq
+	Reason Reason `json:"reason"`
+	File   string `json:"file,omitempty"` // where it was found (may be empty for checkpoint findings)
+	Line   int    `json:"line,omitempty"`
+	Detail string `json:"detail,omitempty"`
 }
 
 func (e *TamperError) Error() string {
@@ -67,39 +67,39 @@ type VerifyOptions struct {
 
 // Report summarizes a verified log (or the part before a failure).
 type Report struct {
-	Dir       string
-	LogID     string
-	Files     []string
-	Records   uint64
-	FirstSeq  uint64
-	LastSeq   uint64
-	FirstTime time.Time
-	LastTime  time.Time
-	Head      string // hash of the last record
+	Dir       string    `json:"dir"`
+	LogID     string    `json:"log_id"`
+	Files     []string  `json:"files"`
+	Records   uint64    `json:"records"`
+	FirstSeq  uint64    `json:"first_seq"`
+	LastSeq   uint64    `json:"last_seq"`
+	FirstTime time.Time `json:"first_time"`
+	LastTime  time.Time `json:"last_time"`
+	Head      string    `json:"head"` // hash of the last record
 	// Partial is set when the chain starts at a rotate record (VerifyOptions.Partial).
-	Partial bool
+	Partial bool `json:"partial,omitempty"`
 	// LogCheckpoints counts audit.checkpoint records; SignaturesChecked says
 	// whether their signatures were verified.
-	LogCheckpoints    int
-	SignaturesChecked bool
+	LogCheckpoints    int  `json:"log_checkpoints"`
+	SignaturesChecked bool `json:"signatures_checked"`
 	// FileCheckpoints counts checkpoints from VerifyOptions.Checkpoints that
 	// the log matched; SkippedCheckpoints those before a Partial log's start.
-	FileCheckpoints    int
-	SkippedCheckpoints int
+	FileCheckpoints    int `json:"file_checkpoints"`
+	SkippedCheckpoints int `json:"skipped_checkpoints,omitempty"`
 	// Recoveries lists torn tails the writer dropped on open, with the seq
 	// of the audit.recovered record that reports each.
-	Recoveries []Recovery
+	Recoveries []Recovery `json:"recoveries,omitempty"`
 	// Outages counts audit.resumed records (times the log could not be
 	// written for a while; runs were refused meanwhile).
-	Outages int
+	Outages int `json:"outages,omitempty"`
 	// TornTail is the length of an incomplete last line: a write in progress
 	// or cut by a crash (the writer drops and records it on its next Open).
-	TornTail int
+	TornTail int `json:"torn_tail,omitempty"`
 }
 
 // Recovery is one audit.recovered record.
 type Recovery struct {
-	Seq uint64
+	Seq uint64 `json:"seq"`
 	Dropped
 }
 

@@ -326,3 +326,27 @@ func TestVerifyEmptyDir(t *testing.T) {
 		t.Fatalf("%v", err)
 	}
 }
+
+// Reopening and closing a log with nothing new adds no checkpoint.
+func TestNoCheckpointWithoutNews(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(t.TempDir(), "k")
+	if _, err := GenerateKey(key); err != nil {
+		t.Fatal(err)
+	}
+	priv, _ := LoadPrivateKey(key)
+	opts := Options{SigningKey: priv, CheckpointEvery: -1}
+	l := openT(t, dir, opts)
+	appendN(t, l, 3)
+	l.Close()
+	seq, _ := l.Head()
+	l = openT(t, dir, opts)
+	l.Close()
+	if s2, _ := l.Head(); s2 != seq {
+		t.Fatalf("reopen and close with nothing new moved the head %d -> %d", seq, s2)
+	}
+	cps, _ := ReadCheckpoints(filepath.Join(dir, checkpointsName))
+	if len(cps) != 1 {
+		t.Fatalf("%d checkpoints, want 1", len(cps))
+	}
+}
