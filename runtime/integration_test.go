@@ -409,7 +409,7 @@ while True:
 		args: func(c *caseEnv) []string {
 			return []string{"python3", "/skill/scripts/evade.py", c.marker}
 		},
-		limits: runtime.Limits{Timeout: 3 * time.Second},
+		limits: runtime.Limits{Timeout: 12 * time.Second}, // room to start on a loaded machine
 		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
 			if res.Reason != runtime.ReasonTimeout || res.Signal != "SIGKILL" {
 				t.Errorf("reason %s signal %q, want timeout by SIGKILL", res.Reason, res.Signal)
@@ -433,7 +433,7 @@ print("waiting", flush=True)
 time.sleep(1000)
 `},
 		args:   py("term.py"),
-		limits: runtime.Limits{Timeout: 2 * time.Second},
+		limits: runtime.Limits{Timeout: 12 * time.Second}, // room to start on a loaded machine
 		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
 			// The script handles TERM within the grace period and exits 0; the
 			// run still ended because of the timeout.

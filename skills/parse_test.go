@@ -229,7 +229,7 @@ func TestParseHostile(t *testing.T) {
 			var err error
 			cpu, wall := measure(func() { _, err = Parse([]byte(tt.in)) })
 			t.Logf("cpu %v, wall %v", cpu, wall)
-			if cpu > 500*time.Millisecond || wall > 10*time.Second {
+			if cpu > raceSlowdown*500*time.Millisecond || wall > raceSlowdown*10*time.Second {
 				t.Errorf("Parse took %v of CPU (%v wall), want well under a second", cpu, wall)
 			}
 			if tt.wantErr == "" {

@@ -32,14 +32,8 @@ func openConfined(root, rel string) (*os.File, error) {
 	defer unix.Close(rootFD)
 
 	pathFD, err := openat2(rootFD, rel, unix.O_PATH|unix.O_CLOEXEC)
-	switch {
-	case errors.Is(err, unix.ENOSYS):
+	if errors.Is(err, unix.ENOSYS) {
 		noOpenat2.Store(true)
-		return openWithRoot(root, rel)
-	case errors.Is(err, unix.EPERM):
-		// Old container seccomp profiles answer EPERM for syscalls they do
-		// not know. os.Root is confined too, so trying it is safe: a real
-		// permission problem fails there as well.
 		return openWithRoot(root, rel)
 	}
 	if err != nil {

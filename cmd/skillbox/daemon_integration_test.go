@@ -1,0 +1,1067 @@
+//go:build integration
+
+package main
+
+// End-to-end tests of `skillbox serve`: the real binary, a real socket, real
+// gVisor sandboxes, the real audit log. They need root, runsc and the python
+// and shell images (`skillbox images build python shell`); otherwise every
+// test skips and says why. Run them with
+//
+//	go test -tags integration ./cmd/skillbox/ -run Daemon -v
+//
+// SKILLBOX_BIN names a prebuilt binary (default: built once here);
+// SKILLBOX_IMAGES the image store (default /var/lib/skillbox/images).
+// Nothing asserts on timing: the machine may have two busy cores, so every
+// wait is generous.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/client"
+)
+
+var (
+	itBin       string // the skillbox binary under test
+	itRepo      string // the repository root (for examples/skills)
+	itImages    string // the image store
+	itSkip      string // why the tests cannot run here, "" if they can
+	itBuildDir  string
+	itCallLimit = 3 * time.Minute // a generous bound for any one call
+)
+
+func TestMain(m *testing.M) {
+	code := func() int {
+		if err := setupIntegration(); err != nil {
+			fmt.Fprintln(os.Stderr, "integration setup:", err)
+			return 1
+		}
+		return m.Run()
+	}()
+	if itBuildDir != "" {
+		os.RemoveAll(itBuildDir)
+	}
+	os.Exit(code)
+}
+
+// setupIntegration finds (or builds) the binary and checks the machine. A
+// machine that cannot run the tests sets itSkip; only real failures (a build
+// that does not compile) are errors.
+func setupIntegration() error {
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	itRepo = filepath.Clean(filepath.Join(wd, "..", ".."))
+	itImages = os.Getenv("SKILLBOX_IMAGES")
+	if itImages == "" {
+		itImages = "/var/lib/skillbox/images"
+	}
+	switch {
+	case os.Geteuid() != 0:
+		itSkip = "the daemon integration tests need root (gVisor sandboxes, tmpfs mounts, a second uid): run them with sudo or `make integration`"
+		return nil
+	case !haveBinary("runsc"):
+		itSkip = "runsc (gVisor) is not in PATH: install it (hack/setup.sh) to run the daemon integration tests"
+		return nil
+	}
+	if p := os.Getenv("SKILLBOX_BIN"); p != "" {
+		itBin, err = filepath.Abs(p)
+		if err != nil {
+			return err
+		}
+	} else {
+		itBuildDir, err = os.MkdirTemp("", "skillbox-it-bin-")
+		if err != nil {
+			return err
+		}
+		itBin = filepath.Join(itBuildDir, "skillbox")
+		cmd := exec.Command("go", "build", "-o", itBin, ".")
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("go build ./cmd/skillbox: %w", err)
+		}
+	}
+	out, err := exec.Command(itBin, "images", "list", "--json", "--dir", itImages).Output()
+	if err != nil {
+		itSkip = fmt.Sprintf("cannot list the images in %s (%v): build them with `skillbox images build python shell`", itImages, err)
+		return nil
+	}
+	built := map[string]bool{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var e struct {
+			Name  string `json:"name"`
+			Built bool   `json:"built"`
+		}
+		if err := dec.Decode(&e); err == io.EOF {
+			break
+		} else if err != nil {
+			// One JSON array rather than a stream.
+			var list []struct {
+				Name  string `json:"name"`
+				Built bool   `json:"built"`
+			}
+			if jerr := json.Unmarshal(out, &list); jerr != nil {
+				return fmt.Errorf("images list --json: %v", jerr)
+			}
+			for _, e := range list {
+				built[e.Name] = e.Built
+			}
+			break
+		}
+		built[e.Name] = e.Built
+	}
+	var missing []string
+	for _, n := range []string{"python", "shell"} {
+		if !built[n] {
+			missing = append(missing, n)
+		}
+	}
+	if len(missing) > 0 {
+		itSkip = fmt.Sprintf("images %s are not built in %s: run `skillbox images build %s` (or set SKILLBOX_IMAGES)",
+			strings.Join(missing, ", "), itImages, strings.Join(missing, " "))
+	}
+	return nil
+}
+
+func haveBinary(name string) bool {
+	_, err := exec.LookPath(name)
+	return err == nil
+}
+
+func needDaemon(t *testing.T) {
+	t.Helper()
+	if itSkip != "" {
+		t.Skip(itSkip)
+	}
+}
+
+// ---- a daemon under test ----
+
+const itPolicy = `
+policy "default" {
+  skills = ["*"]
+  tools  = ["skills.read", "skills.run_script"]
+}
+policy "needs-approval" {
+  skills  = ["guarded-*"]
+  confirm = ["skills.run_script"]
+}
+`
+
+type itDaemon struct {
+	t        *testing.T
+	base     string // 0755, so a second uid can reach the socket
+	cfgPath  string
+	socket   string
+	auditDir string
+	stateDir string
+	runscDir string
+	logPath  string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// newItDaemon writes the issue's config (plus temp dirs, the image dir and
+// the given extra skill roots) and returns a daemon that is not yet started.
+func newItDaemon(t *testing.T, extraRoots ...string) *itDaemon {
+	t.Helper()
+	base, err := os.MkdirTemp("", "sbit-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := &itDaemon{
+		t: t, base: base,
+		cfgPath:  filepath.Join(base, "skillbox.hcl"),
+		socket:   filepath.Join(base, "run", "skillbox.sock"),
+		auditDir: filepath.Join(base, "audit"),
+		stateDir: filepath.Join(base, "state"),
+		runscDir: filepath.Join(base, "runsc"),
+		logPath:  filepath.Join(base, "serve.log"),
+	}
+	roots := []string{filepath.Join(itRepo, "examples", "skills")}
+	roots = append(roots, extraRoots...)
+	quoted := make([]string, len(roots))
+	for i, r := range roots {
+		quoted[i] = fmt.Sprintf("%q", r)
+	}
+	cfg := fmt.Sprintf(`
+daemon {
+  socket      = %q
+  socket_mode = "0666"
+  state_dir   = %q
+  audit_dir   = %q
+  approvers   = ["root"]
+}
+skills { roots = [%s] }
+images { dir = %q }
+runtime "runsc" { state_dir = %q }
+`, d.socket, d.stateDir, d.auditDir, strings.Join(quoted, ", "), itImages, d.runscDir) + itPolicy
+	if err := os.WriteFile(d.cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		d.stop()
+		d.removeLeftoverContainers()
+		if t.Failed() {
+			if b, err := os.ReadFile(d.logPath); err == nil {
+				t.Logf("daemon log (%s):\n%s", d.logPath, tailLines(string(b), 60))
+			}
+			t.Logf("kept %s for inspection", base)
+			return
+		}
+		os.RemoveAll(base)
+	})
+	return d
+}
+
+// start runs `skillbox serve` and waits until the socket answers.
+func (d *itDaemon) start() {
+	d.t.Helper()
+	logf, err := os.OpenFile(d.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	cmd := exec.Command(itBin, "serve", "--config", d.cfgPath, "--grace", "20s")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = append(os.Environ(), "SKILLBOX_LOG=debug")
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		d.t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait(); logf.Close() }()
+	d.mu.Lock()
+	d.cmd, d.done = cmd, done
+	d.mu.Unlock()
+
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		select {
+		case err := <-done:
+			done <- err
+			b, _ := os.ReadFile(d.logPath)
+			d.t.Fatalf("skillbox serve exited before serving (%v):\n%s", err, tailLines(string(b), 40))
+		default:
+		}
+		if c, err := net.Dial("unix", d.socket); err == nil {
+			c.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("skillbox serve did not open %s within 3 minutes", d.socket)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (d *itDaemon) stop() {
+	d.mu.Lock()
+	cmd, done := d.cmd, d.done
+	d.cmd = nil
+	d.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			d.t.Errorf("skillbox serve exited with %v after SIGTERM", err)
+		}
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		d.t.Errorf("skillbox serve did not stop within 2 minutes of SIGTERM")
+	}
+}
+
+// kill9 kills the daemon the way a crash would.
+func (d *itDaemon) kill9() {
+	d.mu.Lock()
+	cmd, done := d.cmd, d.done
+	d.cmd = nil
+	d.mu.Unlock()
+	if cmd == nil {
+		d.t.Fatal("kill9: daemon not running")
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+func (d *itDaemon) client() *client.Client {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := client.Dial(ctx, d.socket)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// containers lists the sandboxes runsc knows in this daemon's state dir.
+func (d *itDaemon) containers() []string {
+	out, err := exec.Command("runsc", "--root", d.runscDir, "list", "-quiet").Output()
+	if err != nil {
+		return nil // no state dir yet: nothing there
+	}
+	var ids []string
+	for _, l := range strings.Fields(string(out)) {
+		ids = append(ids, l)
+	}
+	return ids
+}
+
+func (d *itDaemon) removeLeftoverContainers() {
+	for _, id := range d.containers() {
+		exec.Command("runsc", "--root", d.runscDir, "delete", "-force", id).Run()
+	}
+}
+
+// records reads the audit log back.
+func (d *itDaemon) records() []*audit.Record {
+	d.t.Helper()
+	var out []*audit.Record
+	if err := audit.Read(d.auditDir, func(r *audit.Record) error {
+		out = append(out, r)
+		return nil
+	}); err != nil {
+		d.t.Fatalf("reading the audit log: %v", err)
+	}
+	return out
+}
+
+// verify runs `skillbox audit verify --dir dir`.
+func verify(t *testing.T, dir string) (string, int) {
+	t.Helper()
+	cmd := exec.Command(itBin, "audit", "verify", "--dir", dir)
+	out, err := cmd.CombinedOutput()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return string(out), code
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), itCallLimit)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func wantKind(t *testing.T, what string, err error, kind string) *client.Error {
+	t.Helper()
+	var e *client.Error
+	if !errors.As(err, &e) {
+		t.Fatalf("%s: want a %s error, got %v", what, kind, err)
+	}
+	if e.Kind != kind {
+		t.Fatalf("%s: want kind %s, got %s: %s", what, kind, e.Kind, e.Message)
+	}
+	return e
+}
+
+func must[T any](t *testing.T, what string) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		return v
+	}
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// ---- issue 4: the walk through the tool calls ----
+
+func TestDaemonWalkthrough(t *testing.T) {
+	needDaemon(t)
+	d := newItDaemon(t)
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+
+	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+
+	list := must[[]client.SkillInfo](t, "skills.list")(c.ListSkills(ctx, client.ListSkillsParams{SessionID: sid}))
+	names := map[string]client.SkillInfo{}
+	for _, s := range list {
+		names[s.Name] = s
+	}
+	for _, n := range []string{"hello-python", "shell-tools", "node-hello", "guarded-deploy"} {
+		if s, ok := names[n]; !ok || !strings.HasPrefix(s.Digest, "sha256:") || !strings.HasSuffix(s.Location, n+"/SKILL.md") {
+			t.Errorf("skills.list: %s missing or incomplete: %+v", n, s)
+		}
+	}
+
+	_, err := c.Read(ctx, client.ReadParams{SessionID: sid, Path: "SKILL.md"})
+	wantKind(t, "read before load", err, client.KindInvalidParams)
+
+	lr := must[*client.LoadResult](t, "skills.load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
+	if len(lr.ActiveSkills) != 1 || lr.ActiveSkills[0].Digest != names["hello-python"].Digest || lr.ActiveSkills[0].RootDir == "" {
+		t.Fatalf("load receipt: %+v", lr)
+	}
+
+	rr := must[*client.ReadResult](t, "skills.read")(c.Read(ctx, client.ReadParams{SessionID: sid, Path: "references/usage.md"}))
+	if rr.Skill != "hello-python" || rr.Size == 0 || rr.Content == "" || len(rr.SHA256) != 64 {
+		t.Errorf("read: %+v", rr)
+	}
+	for _, p := range []string{"../shell-tools/SKILL.md", "/etc/passwd", "references/../../../../../etc/shadow"} {
+		_, err := c.Read(ctx, client.ReadParams{SessionID: sid, Path: p})
+		wantKind(t, "escape read "+p, err, client.KindInvalidParams)
+	}
+
+	res := must[*client.RunScriptResult](t, "run_script")(c.RunScript(ctx, client.RunScriptParams{
+		SessionID: sid, Path: "scripts/hello.py", Args: []string{"a b", "c"}, Env: map[string]string{"GREETING_STYLE": "plain"},
+	}))
+	if res.ExitCode != 0 || res.Reason != "exit" || res.Runtime != "runsc" || res.Image != "python" || !strings.HasPrefix(res.ImageDigest, "sha256:") ||
+		!strings.Contains(res.Stdout, "Hello from Python 3") || !strings.Contains(res.Stdout, "1: a b") || !strings.Contains(res.Stdout, "2: c") {
+		t.Fatalf("run in gVisor: %+v", res)
+	}
+
+	ins := must[*client.InstructionsResult](t, "instructions")(c.Instructions(ctx, sid))
+	for _, want := range []string{"<available_skills>", "</available_skills>", "<active_skills>", "</active_skills>",
+		"# Hello, Python", "scripts/hello.py", "guarded-deploy", "skills.load"} {
+		if !strings.Contains(ins.Instructions, want) {
+			t.Errorf("instructions lack %q", want)
+		}
+	}
+
+	// The guarded skill needs an approver; root is one.
+	must[*client.LoadResult](t, "load guarded")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}, Mode: client.LoadAdd}))
+	deploy := client.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"web", "staging", "1.2.3"}}
+	_, err = c.RunScript(ctx, deploy)
+	ce := wantKind(t, "guarded run", err, client.KindConfirmationRequired)
+	conf, ok := ce.ConfirmationRequired()
+	if !ok || !strings.Contains(conf.Rule, "needs-approval") {
+		t.Fatalf("confirmation data: %+v", ce.Data)
+	}
+	pending := must[[]client.Confirmation](t, "confirmations.list")(c.ListConfirmations(ctx, client.ListConfirmationsParams{State: "pending"}))
+	if len(pending) != 1 || pending[0].ID != conf.ConfirmationID {
+		t.Fatalf("pending confirmations: %+v", pending)
+	}
+	approved := must[*client.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
+	if approved.State != client.ConfirmationApproved {
+		t.Fatalf("approve: %+v", approved)
+	}
+	deploy.ConfirmationID = conf.ConfirmationID
+	res = must[*client.RunScriptResult](t, "approved run")(c.RunScript(ctx, deploy))
+	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "deployed web@1.2.3 to staging (simulated)") {
+		t.Fatalf("approved run: %+v", res)
+	}
+	other := deploy
+	other.Args = []string{"web", "production", "1.2.3"}
+	_, err = c.RunScript(ctx, other)
+	wantKind(t, "same confirmation, other args", err, client.KindInvalidParams)
+	_, err = c.RunScript(ctx, deploy)
+	wantKind(t, "same confirmation again", err, client.KindInvalidParams)
+
+	ur := must[*client.LoadResult](t, "unload")(c.Unload(ctx, client.UnloadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
+	if len(ur.ActiveSkills) != 1 || ur.ActiveSkills[0].Name != "hello-python" {
+		t.Fatalf("unload: %+v", ur)
+	}
+
+	// Protocol errors on one raw connection, which keeps working.
+	nc, err := net.Dial("unix", d.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	br := bufio.NewReader(nc)
+	send := func(line string) map[string]any {
+		t.Helper()
+		nc.SetDeadline(time.Now().Add(time.Minute))
+		if _, err := io.WriteString(nc, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		b, err := br.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("reading the answer to %s: %v", line, err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("answer %q: %v", b, err)
+		}
+		return m
+	}
+	errCode := func(m map[string]any) int {
+		e, _ := m["error"].(map[string]any)
+		f, _ := e["code"].(float64)
+		return int(f)
+	}
+	if m := send(`{"jsonrpc":"2.0","id":1,"method":"skills.list",`); errCode(m) != -32700 {
+		t.Errorf("malformed JSON: %v", m)
+	}
+	if m := send(`{"jsonrpc":"2.0","id":2,"method":"skills.frobnicate","params":{}}`); errCode(m) != -32601 {
+		t.Errorf("unknown method: %v", m)
+	}
+	if m := send(`{"jsonrpc":"2.0","id":3,"method":"sessions.instructions","params":{"session_id":"` + sid + `"}}`); m["error"] != nil || m["result"] == nil {
+		t.Errorf("connection did not keep working: %v", m)
+	}
+
+	// Eight sessions at once, each running a script in its own sandbox.
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			cl, err := client.Dial(ctx, d.socket)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer cl.Close()
+			s, err := cl.CreateSession(ctx)
+			if err != nil {
+				errs <- fmt.Errorf("session %d: %w", i, err)
+				return
+			}
+			if _, err := cl.Load(ctx, client.LoadParams{SessionID: s, Names: []string{"hello-python"}}); err != nil {
+				errs <- fmt.Errorf("session %d: load: %w", i, err)
+				return
+			}
+			r, err := cl.RunScript(ctx, client.RunScriptParams{SessionID: s, Path: "scripts/hello.py", Args: []string{fmt.Sprintf("run-%d", i)}})
+			if err != nil {
+				errs <- fmt.Errorf("session %d: run: %w", i, err)
+				return
+			}
+			if r.ExitCode != 0 || !strings.Contains(r.Stdout, fmt.Sprintf("1: run-%d", i)) {
+				errs <- fmt.Errorf("session %d: result %+v", i, r)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	// Restart: the first session still has its skill.
+	d.stop()
+	d.start()
+	c2 := d.client()
+	ins = must[*client.InstructionsResult](t, "instructions after restart")(c2.Instructions(ctx, sid))
+	if !strings.Contains(ins.ActiveSkills, `name="hello-python"`) || strings.Contains(ins.ActiveSkills, `name="guarded-deploy"`) {
+		t.Errorf("after restart the session's active skills are:\n%s", ins.ActiveSkills)
+	}
+	// And it still runs.
+	res = must[*client.RunScriptResult](t, "run after restart")(c2.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
+	if res.ExitCode != 0 {
+		t.Errorf("run after restart: %+v", res)
+	}
+	d.stop()
+
+	if out, code := verify(t, d.auditDir); code != 0 || !strings.Contains(out, "intact") {
+		t.Errorf("audit verify after the walk-through: exit %d\n%s", code, out)
+	}
+	recs := d.records()
+	counts := map[string]int{}
+	for _, r := range recs {
+		counts[r.Event]++
+	}
+	for ev, min := range map[string]int{
+		audit.EventDaemonStart: 2, audit.EventDaemonStop: 2, audit.EventSessionCreate: 9, audit.EventSkillLoad: 10,
+		audit.EventSkillUnload: 1, audit.EventSkillRead: 4, audit.EventRunStart: 11, audit.EventRunEnd: 11,
+		audit.EventConfirmRequest: 1, audit.EventConfirmApprove: 1, audit.EventConfirmUse: 3, audit.EventDecision: 14,
+	} {
+		if counts[ev] < min {
+			t.Errorf("audit log has %d %s records, want at least %d", counts[ev], ev, min)
+		}
+	}
+}
+
+// ---- peer credentials with a real second uid ----
+
+func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
+	needDaemon(t)
+	d := newItDaemon(t)
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+
+	// The binary must be reachable for nobody.
+	bin := filepath.Join(d.base, "skillbox")
+	data, err := os.ReadFile(itBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	asNobody := func(method, params string) (string, string, int) {
+		t.Helper()
+		args := []string{"call", "--socket", d.socket, "--timeout", "2m", method}
+		if params != "" {
+			args = append(args, params)
+		}
+		cmd := exec.Command(bin, args...)
+		cmd.Dir = "/"
+		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return out.String(), errb.String(), code
+	}
+
+	// Root's session, with a skill loaded and a confirmation pending.
+	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
+	_, err = c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"api", "staging"}})
+	conf, _ := wantKind(t, "guarded run", err, client.KindConfirmationRequired).ConfirmationRequired()
+
+	// nobody cannot see or use root's session ...
+	for _, tc := range []struct{ method, params string }{
+		{"sessions.instructions", `{"session_id":"` + sid + `"}`},
+		{"skills.read", `{"session_id":"` + sid + `","path":"SKILL.md"}`},
+		{"skills.run_script", `{"session_id":"` + sid + `","path":"scripts/deploy.sh","args":["api","staging"],"confirmation_id":"` + conf.ConfirmationID + `"}`},
+		{"sessions.close", `{"session_id":"` + sid + `"}`},
+	} {
+		_, stderr, code := asNobody(tc.method, tc.params)
+		if code != 1 || !strings.Contains(stderr, "error (not_found)") {
+			t.Errorf("nobody %s on root's session: exit %d, stderr %q", tc.method, code, stderr)
+		}
+	}
+	// ... nor its confirmations, and cannot approve.
+	out, stderr, code := asNobody("confirmations.list", "")
+	if code != 0 || strings.Contains(out, conf.ConfirmationID) {
+		t.Errorf("nobody lists confirmations: exit %d, %s %s", code, out, stderr)
+	}
+	_, stderr, code = asNobody("confirmations.approve", `{"id":"`+conf.ConfirmationID+`"}`)
+	if code != 1 || !strings.Contains(stderr, "error (denied)") || !strings.Contains(stderr, "65534") {
+		t.Errorf("nobody approves: exit %d, stderr %q", code, stderr)
+	}
+
+	// nobody's own session is invisible to root.
+	out, stderr, code = asNobody("sessions.create", "")
+	if code != 0 {
+		t.Fatalf("nobody creates a session: exit %d %s", code, stderr)
+	}
+	var created client.CreateSessionResult
+	if err := json.Unmarshal([]byte(out), &created); err != nil || created.SessionID == "" {
+		t.Fatalf("sessions.create output %q: %v", out, err)
+	}
+	_, err = c.Instructions(ctx, created.SessionID)
+	wantKind(t, "root reads nobody's session", err, client.KindNotFound)
+	_, stderr, code = asNobody("sessions.instructions", `{"session_id":"`+created.SessionID+`"}`)
+	if code != 0 {
+		t.Errorf("nobody reads its own session: exit %d %s", code, stderr)
+	}
+
+	// Root's confirmation was not touched.
+	list := must[[]client.Confirmation](t, "list")(c.ListConfirmations(ctx, client.ListConfirmationsParams{}))
+	if len(list) != 1 || list[0].State != client.ConfirmationPending {
+		t.Errorf("root's confirmation after nobody's attempts: %+v", list)
+	}
+	d.stop()
+
+	// The audit log names who did what.
+	var nobodyCreate, refusedApprove bool
+	for _, r := range d.records() {
+		if r.Peer == nil || r.Peer.UID != 65534 {
+			continue
+		}
+		if r.Event == audit.EventSessionCreate && r.Peer.GID == 65534 && r.Peer.PID > 0 && r.Peer.Process == "skillbox" {
+			nobodyCreate = true
+		}
+		if r.Event == audit.EventConfirmApprove && r.Outcome == audit.OutcomeRefused {
+			refusedApprove = true
+		}
+	}
+	if !nobodyCreate || !refusedApprove {
+		t.Errorf("audit: nobody's session.create recorded %v, refused approval recorded %v", nobodyCreate, refusedApprove)
+	}
+}
+
+// ---- issue 5: what the log holds, and that tampering is caught ----
+
+func TestDaemonAuditRecordsAndTamper(t *testing.T) {
+	needDaemon(t)
+	d := newItDaemon(t)
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+
+	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	lr := must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"shell-tools"}}))
+	digest := lr.ActiveSkills[0].Digest
+	must[*client.ReadResult](t, "read")(c.Read(ctx, client.ReadParams{SessionID: sid, Path: "scripts/count.sh"}))
+	_, err := c.Read(ctx, client.ReadParams{SessionID: sid, Path: "../hello-python/SKILL.md"})
+	wantKind(t, "refused read", err, client.KindInvalidParams)
+	res := must[*client.RunScriptResult](t, "run")(c.RunScript(ctx, client.RunScriptParams{
+		SessionID: sid, Path: "scripts/count.sh", Args: []string{"in.txt"},
+		Env:   map[string]string{"SECRET_TOKEN": "hunter2", "MODE": "x"},
+		Files: []client.File{client.NewFile("in.txt", []byte("one two\nthree\n"))},
+	}))
+	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "in.txt") {
+		t.Fatalf("count.sh: %+v", res)
+	}
+	d.stop()
+
+	raw, err := os.ReadFile(filepath.Join(d.auditDir, "audit-000001.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte("hunter2")) {
+		t.Error("an env value reached the audit log")
+	}
+	recs := d.records()
+	find := func(event string, ok func(*audit.Record) bool) *audit.Record {
+		for _, r := range recs {
+			if r.Event == event && (ok == nil || ok(r)) {
+				return r
+			}
+		}
+		t.Fatalf("no %s record", event)
+		return nil
+	}
+	me := uint32(os.Getuid())
+	peerOK := func(r *audit.Record) {
+		t.Helper()
+		if r.Peer == nil || r.Peer.UID != me || r.Peer.GID != uint32(os.Getgid()) || r.Peer.PID != int32(os.Getpid()) || r.Peer.Process == "" {
+			t.Errorf("%s: peer %+v", r.Event, r.Peer)
+		}
+		if r.SessionID != sid {
+			t.Errorf("%s: session %q", r.Event, r.SessionID)
+		}
+	}
+	load := find(audit.EventSkillLoad, nil)
+	peerOK(load)
+	if load.Skill == nil || load.Skill.Name != "shell-tools" || load.Skill.Digest != digest {
+		t.Errorf("load record skill %+v", load.Skill)
+	}
+	read := find(audit.EventSkillRead, func(r *audit.Record) bool { return r.Outcome == audit.OutcomeOK })
+	peerOK(read)
+	if read.Read == nil || read.Read.Path != "scripts/count.sh" || len(read.Read.SHA256) != 64 || read.Read.Bytes == 0 || read.Skill.Digest != digest {
+		t.Errorf("read record %+v", read.Read)
+	}
+	refused := find(audit.EventSkillRead, func(r *audit.Record) bool { return r.Outcome == audit.OutcomeRefused })
+	peerOK(refused)
+	if refused.Read == nil || refused.Read.Path != "../hello-python/SKILL.md" || refused.Error == "" {
+		t.Errorf("refused read record %+v %q", refused.Read, refused.Error)
+	}
+	start := find(audit.EventRunStart, nil)
+	end := find(audit.EventRunEnd, nil)
+	for _, r := range []*audit.Record{start, end} {
+		peerOK(r)
+		ri := r.Run
+		if r.Skill == nil || r.Skill.Name != "shell-tools" || r.Skill.Digest != digest {
+			t.Errorf("%s: skill %+v", r.Event, r.Skill)
+		}
+		if ri == nil || ri.RunID != res.RunID || ri.Script != "scripts/count.sh" || len(ri.ScriptSHA256) != 64 ||
+			strings.Join(ri.Args, " ") != "in.txt" || strings.Join(ri.EnvNames, ",") != "MODE,SECRET_TOKEN" ||
+			ri.Runtime != "runsc" || !strings.Contains(ri.RuntimeVersion, "runsc") || ri.Image != "shell" || ri.ImageDigest != res.ImageDigest ||
+			ri.Limits.Timeout <= 0 || ri.Limits.MemoryBytes <= 0 || ri.Limits.Pids <= 0 || ri.Network || len(ri.Inputs) != 1 {
+			t.Errorf("%s: run info %+v", r.Event, ri)
+		}
+	}
+	if start.Seq >= end.Seq || start.Run.ExitCode != nil {
+		t.Errorf("run.start (seq %d) must precede run.end (seq %d) and hold no result", start.Seq, end.Seq)
+	}
+	e := end.Run
+	if e.ExitCode == nil || *e.ExitCode != 0 || e.Reason != "exit" || e.StdoutBytes != int64(len(res.Stdout)) || len(e.StdoutSHA256) != 64 ||
+		len(e.StderrSHA256) != 64 || e.DurationMS <= 0 || end.Outcome != "exit" {
+		t.Errorf("run.end result %+v", e)
+	}
+
+	// The untouched log verifies; each kind of tampering is caught, naming
+	// the seq.
+	if out, code := verify(t, d.auditDir); code != 0 {
+		t.Fatalf("verify: exit %d\n%s", code, out)
+	}
+	lines := strings.SplitAfter(strings.TrimSuffix(string(raw), "\n"), "\n")
+	for i := range lines {
+		if !strings.HasSuffix(lines[i], "\n") {
+			lines[i] += "\n"
+		}
+	}
+	mid := len(lines) / 2
+	seqOf := func(line string) uint64 {
+		var r struct{ Seq uint64 }
+		json.Unmarshal([]byte(line), &r)
+		return r.Seq
+	}
+	midSeq := seqOf(lines[mid])
+	tamper := func(name string, edit func([]string) []string, wantSeqs ...uint64) {
+		t.Helper()
+		dir := filepath.Join(d.base, "tamper-"+name)
+		if err := os.MkdirAll(dir, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		cp := edit(append([]string(nil), lines...))
+		if err := os.WriteFile(filepath.Join(dir, "audit-000001.jsonl"), []byte(strings.Join(cp, "")), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		out, code := verify(t, dir)
+		if code == 0 {
+			t.Errorf("%s: verify accepted a tampered log:\n%s", name, out)
+			return
+		}
+		for _, s := range wantSeqs {
+			if strings.Contains(out, fmt.Sprintf("first bad seq %d:", s)) {
+				return
+			}
+		}
+		t.Errorf("%s: verify does not name seq %v:\n%s", name, wantSeqs, out)
+	}
+	tamper("byte", func(ls []string) []string {
+		b := []byte(ls[mid])
+		i := bytes.Index(b, []byte(`"event":"`)) + len(`"event":"`)
+		b[i] ^= 0x20 // one letter changes case
+		ls[mid] = string(b)
+		return ls
+	}, midSeq)
+	tamper("drop", func(ls []string) []string {
+		return append(ls[:mid], ls[mid+1:]...)
+	}, midSeq)
+	tamper("swap", func(ls []string) []string {
+		ls[mid], ls[mid+1] = ls[mid+1], ls[mid]
+		return ls
+	}, midSeq, midSeq+1)
+}
+
+// ---- issue 5: fail closed when the log cannot be written ----
+
+func TestDaemonAuditFullFailsClosed(t *testing.T) {
+	needDaemon(t)
+	d := newItDaemon(t)
+	if err := os.MkdirAll(d.auditDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", d.auditDir, "tmpfs", 0, "size=256k,mode=0750"); err != nil {
+		t.Skipf("cannot mount a tmpfs for the audit dir: %v", err)
+	}
+	// Cleanups run last-registered first: this one stops the daemon before
+	// unmounting, then newItDaemon's removes the directories.
+	t.Cleanup(func() {
+		d.stop()
+		if err := unix.Unmount(d.auditDir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", d.auditDir, err)
+		}
+	})
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
+	must[*client.RunScriptResult](t, "run before the disk fills")(c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
+
+	// Fill the file system, then write small audited calls until the log
+	// hits the wall (the last page of its file may still have had room).
+	filler := filepath.Join(d.auditDir, "filler")
+	f, err := os.Create(filler)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := make([]byte, 4096)
+	for {
+		if _, err := f.Write(chunk); err != nil {
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("filling the tmpfs: %v", err)
+			}
+			break
+		}
+	}
+	f.Close()
+	full := false
+	for i := 0; i < 200 && !full; i++ {
+		_, err := c.CheckTool(ctx, client.CheckToolParams{SessionID: sid, Tool: "skills.read"})
+		if err != nil {
+			wantKind(t, "tools.check on a full disk", err, client.KindUnavailable)
+			full = true
+		}
+	}
+	if !full {
+		t.Fatal("200 audited calls succeeded on a full tmpfs")
+	}
+
+	_, err = c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/hello.py", Args: []string{"must-not-run"}})
+	e := wantKind(t, "run with a full audit log", err, client.KindUnavailable)
+	if !strings.Contains(e.Message, "audit") || !strings.Contains(e.Message, "no space left") {
+		t.Errorf("the refusal does not say why: %s", e.Message)
+	}
+
+	// Space returns: the next run works, with no restart.
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	res := must[*client.RunScriptResult](t, "run after space returned")(c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/hello.py", Args: []string{"after"}}))
+	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "1: after") {
+		t.Fatalf("run after recovery: %+v", res)
+	}
+	d.stop()
+
+	if out, code := verify(t, d.auditDir); code != 0 {
+		t.Errorf("verify after the outage: exit %d\n%s", code, out)
+	}
+	var resumed bool
+	for _, r := range d.records() {
+		if r.Event == audit.EventResumed {
+			resumed = true
+		}
+		if r.Run != nil && strings.Join(r.Run.Args, " ") == "must-not-run" {
+			t.Errorf("the refused run left a %s record", r.Event)
+		}
+	}
+	if !resumed {
+		t.Error("no audit.resumed record marks the outage")
+	}
+}
+
+// ---- issue 5: a crash in the middle of a run ----
+
+func TestDaemonCrashMidRun(t *testing.T) {
+	needDaemon(t)
+	extra, err := os.MkdirTemp("", "sbit-skills-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(extra, 0o755)
+	t.Cleanup(func() { os.RemoveAll(extra) })
+	sk := filepath.Join(extra, "sleeper")
+	os.MkdirAll(filepath.Join(sk, "scripts"), 0o755)
+	os.WriteFile(filepath.Join(sk, "SKILL.md"), []byte("---\nname: sleeper\ndescription: Sleeps for a long time; used to test crashes mid-run.\n---\n# Sleeper\n\nRun scripts/sleep.sh.\n"), 0o644)
+	os.WriteFile(filepath.Join(sk, "scripts", "sleep.sh"), []byte("echo sleeping\nsleep 600\n"), 0o644)
+
+	d := newItDaemon(t, extra)
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+
+	runErr := make(chan error, 1)
+	go func() {
+		_, err := c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
+		runErr <- err
+	}()
+	// Wait until the run has been audited and its sandbox exists.
+	var runID string
+	deadline := time.Now().Add(3 * time.Minute)
+	for runID == "" || len(d.containers()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run did not start within 3 minutes (run %q, containers %v)", runID, d.containers())
+		}
+		select {
+		case err := <-runErr:
+			t.Fatalf("the run ended early: %v", err)
+		default:
+		}
+		audit.Read(d.auditDir, func(r *audit.Record) error {
+			if r.Event == audit.EventRunStart && r.SessionID == sid {
+				runID = r.Run.RunID
+			}
+			return nil
+		})
+		time.Sleep(200 * time.Millisecond)
+	}
+	jobID := "skillbox-" + strings.TrimPrefix(runID, "run_")
+	if cs := d.containers(); len(cs) != 1 || cs[0] != jobID {
+		t.Fatalf("containers %v, want [%s]", cs, jobID)
+	}
+
+	d.kill9()
+	if err := <-runErr; !errors.Is(err, client.ErrConnectionLost) && err == nil {
+		t.Errorf("the client's run ended with %v after the crash", err)
+	}
+	// A write torn by the crash: half a record at the end of the log.
+	files, _ := filepath.Glob(filepath.Join(d.auditDir, "audit-*.jsonl"))
+	sort.Strings(files)
+	last := files[len(files)-1]
+	f, err := os.OpenFile(last, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(`{"seq":99999,"time":"2026-01-01T00:00:00Z","event":"run.e`)
+	f.Close()
+
+	d.start()
+	// No sandbox is left behind: the sweep at start removed it.
+	if cs := d.containers(); len(cs) != 0 {
+		t.Errorf("containers left after the restart: %v", cs)
+	}
+	if _, err := os.Stat(filepath.Join("/run/skillbox/runs", jobID)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the run dir of %s is still there (%v)", jobID, err)
+	}
+	for _, parent := range []string{"/sys/fs/cgroup/skillbox", "/sys/fs/cgroup/memory/skillbox", "/sys/fs/cgroup/pids/skillbox"} {
+		if _, err := os.Stat(filepath.Join(parent, jobID)); err == nil {
+			t.Errorf("cgroup %s/%s is still there", parent, jobID)
+		}
+	}
+	// The daemon works after the crash.
+	c2 := d.client()
+	ins := must[*client.InstructionsResult](t, "instructions after the crash")(c2.Instructions(ctx, sid))
+	if !strings.Contains(ins.ActiveSkills, `name="sleeper"`) {
+		t.Errorf("session lost its skill in the crash:\n%s", ins.ActiveSkills)
+	}
+	d.stop()
+
+	if out, code := verify(t, d.auditDir); code != 0 {
+		t.Fatalf("verify after the crash: exit %d\n%s", code, out)
+	}
+	var started, ended, recovered bool
+	for _, r := range d.records() {
+		switch {
+		case r.Event == audit.EventRunStart && r.Run.RunID == runID:
+			started = true
+			if r.Run.Script != "scripts/sleep.sh" || r.Run.ScriptSHA256 == "" || r.Peer == nil {
+				t.Errorf("interrupted run's start record: %+v", r.Run)
+			}
+		case r.Event == audit.EventRunEnd && r.Run.RunID == runID:
+			ended = true
+		case r.Event == audit.EventRecovered:
+			recovered = true
+			if r.Log == nil || r.Log.Dropped == nil || r.Log.Dropped.Bytes == 0 {
+				t.Errorf("recovered record without what was dropped: %+v", r.Log)
+			}
+		}
+	}
+	if !started || ended || !recovered {
+		t.Errorf("after the crash: run.start %v (want true), run.end %v (want false), audit.recovered %v (want true)", started, ended, recovered)
+	}
+}

@@ -1,0 +1,7 @@
+//go:build race
+
+package skills
+
+// raceSlowdown scales CPU-time limits in tests: the race detector makes
+// code several times slower.
+const raceSlowdown = 10
