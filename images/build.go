@@ -49,14 +49,13 @@ var dpkgExcludes = []string{
 // host's /etc/hostname and /etc/resolv.conf in, which would make the image
 // depend on the host; resolv.conf stays as an empty file because runtimes
 // bind-mount over it and cannot create it on a read-only rootfs. The *-old
-// files are dpkg/debconf backups nobody reads. apt's partial/ directories
-// are owned by _apt or root depending on whether apt could drop privileges
-// for the download (it cannot when a parent of the store is not
-// world-searchable), so they are reset to root, or removed with the rest of
-// apt's state when the image has no apt at all. /skill and /work are the
-// mount points the runtime binds the skill and the workdir on
-// (runtime.SkillMount, runtime.WorkDir): they must exist in the image, since
-// the shared rootfs is read-only and a runtime must not create them there.
+// files are dpkg/debconf backups nobody reads. apt's cache and state go when
+// the image has no apt (mmdebstrap's own cleanup, which runs after this hook,
+// still leaves /var/lib/apt/lists/{lock,partial}; see chrootTmp for why
+// their owner is stable). /skill and /work are the mount points the runtime
+// binds the skill and the workdir on (runtime.SkillMount, runtime.WorkDir):
+// they must exist in the image, since the shared rootfs is read-only and a
+// runtime must not create them there.
 const customizeHook = `rm -f "$1/etc/hostname" "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old && ` +
 	`rm -f "$1/etc/resolv.conf" && : > "$1/etc/resolv.conf" && chmod 0644 "$1/etc/resolv.conf" && ` +
 	`if [ -e "$1/usr/bin/apt-get" ]; then chown 0:0 "$1/var/cache/apt/archives/partial" "$1/var/lib/apt/lists/partial"; ` +
@@ -108,18 +107,25 @@ func (s *Store) build(ctx context.Context, r *Recipe, progress io.Writer, onlyIf
 	if err := os.Chmod(work, 0o755); err != nil { // see OpenStore: _apt needs to get in
 		return nil, err
 	}
+	chroot, err := chrootTmp(work)
+	if err != nil {
+		return nil, err
+	}
+	if chroot != work {
+		defer removeTree(chroot)
+	}
 	tarPath := filepath.Join(work, "rootfs.tar")
 	args := mmdebstrapArgs(r, tarPath, dirExists(mergedUsrHooks))
 
 	out := newLineWriter(progress, "["+r.Name+"] ")
 	fmt.Fprintf(progress, "[%s] mmdebstrap %s\n", r.Name, strings.Join(args, " "))
-	runErr := s.runMmdebstrap(ctx, bin, args, buildEnv(epoch, work), out, s.asRoot)
+	runErr := s.runMmdebstrap(ctx, bin, args, buildEnv(epoch, chroot), out, s.asRoot)
 	if runErr != nil && s.asRoot && errors.Is(runErr, syscall.EPERM) && ctx.Err() == nil {
 		// Root without CAP_SYS_ADMIN (inside some containers) cannot make
 		// a mount namespace; mmdebstrap still cleans up its mounts unless
 		// it is killed.
 		s.logger.Warn("cannot create a private mount namespace for mmdebstrap; running it without one", "error", runErr)
-		runErr = s.runMmdebstrap(ctx, bin, args, buildEnv(epoch, work), out, false)
+		runErr = s.runMmdebstrap(ctx, bin, args, buildEnv(epoch, chroot), out, false)
 	}
 	out.Flush()
 	if runErr != nil {
@@ -144,6 +150,43 @@ func (s *Store) build(ctx context.Context, r *Recipe, progress io.Writer, onlyIf
 	fmt.Fprintf(progress, "[%s] built %s (%s compressed, %s unpacked) in %s\n", r.Name, img.Digest,
 		HumanSize(img.Size), HumanSize(img.UnpackedSize), time.Since(start).Round(time.Second))
 	return img, nil
+}
+
+// chrootTmp returns the directory mmdebstrap builds its chroot in (its
+// TMPDIR): the build's work directory in the store when the unprivileged
+// _apt user can reach it, else a fresh world-searchable directory under the
+// system temp dir. It matters for the image bytes: apt downloads as _apt
+// only when _apt can reach the chroot, and the owner of
+// /var/lib/apt/lists/partial in the image (_apt or root) records which one
+// happened, so a store below a 0700 directory would otherwise build
+// different digests from the default one.
+func chrootTmp(work string) (string, error) {
+	if othersCanReach(work) {
+		return work, nil
+	}
+	d, err := os.MkdirTemp("", "skillbox-chroot-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.Chmod(d, 0o755); err != nil || !othersCanReach(d) {
+		os.Remove(d)
+		return work, nil // nothing better to offer; mmdebstrap warns and goes on
+	}
+	return d, nil
+}
+
+// othersCanReach says whether every directory from / down to p is
+// searchable by any user.
+func othersCanReach(p string) bool {
+	for d := p; ; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil || st.Mode().Perm()&0o001 == 0 {
+			return false
+		}
+		if d == filepath.Dir(d) {
+			return true
+		}
+	}
 }
 
 // runMmdebstrap runs the build command. It gets its own process group, so

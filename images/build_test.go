@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -90,5 +92,23 @@ func TestHumanSize(t *testing.T) {
 		if got := HumanSize(n); got != want {
 			t.Errorf("HumanSize(%d) = %q, want %q", n, got, want)
 		}
+	}
+}
+
+func TestChrootTmp(t *testing.T) {
+	private := t.TempDir() // 0700: _apt could not get in
+	os.Chmod(private, 0o700)
+	work := filepath.Join(private, "work")
+	os.Mkdir(work, 0o755)
+	got, err := chrootTmp(work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got == work || !othersCanReach(got) {
+		t.Errorf("chroot dir %s for unreachable %s", got, work)
+	}
+	os.Remove(got)
+	if !othersCanReach("/") {
+		t.Error("/ is searchable")
 	}
 }

@@ -62,12 +62,14 @@ func buildShell(t *testing.T) (*Image, string) {
 // of the shell image against the same archive state give the same layer and
 // manifest digests. What makes that hold: SOURCE_DATE_EPOCH (the Release
 // date) clamps every timestamp, mmdebstrap removes its logs and caches and
-// sorts the tarball, the customize hook drops the build host's /etc/hostname,
-// empties /etc/resolv.conf and removes apt's partial/ directories (their
-// owner was _apt or root depending on whether the _apt user could reach the
-// store directory: the one difference seen between a build in /tmp/x (0700
-// parents) and one in /var/lib/skillbox/images), and writeLayer rewrites headers (no atime,
-// ctime, user names) and compresses with a zero gzip header. What breaks it:
+// sorts the tarball, the customize hook drops the build host's /etc/hostname
+// and empties /etc/resolv.conf, the chroot is always built where the _apt
+// user can reach it (chrootTmp) — the owner of /var/lib/apt/lists/partial in
+// the image records whether apt could drop to _apt for downloads, and was the
+// one difference seen between a store below a 0700 directory and
+// /var/lib/skillbox/images before that — and writeLayer rewrites headers (no
+// atime, ctime, user names) and compresses with a zero gzip header. What
+// breaks it:
 // any change in the archive between the two builds (a point release, a
 // security update — the security suite moves weekly), since the Release date
 // and package versions change with it; a different mmdebstrap, dpkg or Go

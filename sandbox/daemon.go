@@ -107,8 +107,7 @@ func NewDaemon(o DaemonOptions) *Daemon {
 // Server exposes the JSON-RPC server (Serve, Shutdown, Listen).
 func (d *Daemon) Server() *Server { return d.server }
 
-// guard decodes nothing itself; it recovers the audit for calls refused
-// before a handler could say why, and logs every failure once.
+// guard wraps every handler: it logs each failed call once, with the peer.
 func (d *Daemon) guard(method string, h Handler) Handler {
 	return func(ctx context.Context, call *Call) (any, error) {
 		res, err := h(ctx, call)
@@ -131,7 +130,7 @@ func (d *Daemon) record(ctx context.Context, r *audit.Record) error {
 	}
 	if err := d.audit.Append(ctx, r); err != nil {
 		d.log.Error("audit append failed", "event", r.Event, "error", err)
-		return fmt.Errorf("%w: audit log: %v", ErrUnavailable, err)
+		return auditDown(err)
 	}
 	return nil
 }
@@ -153,7 +152,13 @@ func (d *Daemon) session(call *Call, id string) (*Session, error) {
 	}
 	s, err := d.sessions.Get(id, call.Peer.UID)
 	if err != nil {
-		return nil, fmt.Errorf("%w: session %q: call sessions.create for a new one", ErrNotFound, id)
+		// The store's not-found says why (unknown, another uid's, expired)
+		// without telling which; anything else is the daemon's problem and
+		// must not pass for a missing session.
+		if errors.Is(err, ErrNotFound) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: reading session %q: %v", ErrInternal, id, err)
 	}
 	return s, nil
 }
@@ -600,7 +605,7 @@ func (d *Daemon) skillsRunScript(ctx context.Context, call *Call) (any, error) {
 	defer release()
 	if d.audit != nil {
 		if err := d.audit.Healthy(); err != nil {
-			return nil, fmt.Errorf("%w: runs are refused while the audit log cannot be written: %v", ErrUnavailable, err)
+			return nil, auditDown(err)
 		}
 	}
 

@@ -209,7 +209,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	log := e.logger()
 	if e.Audit != nil {
 		if err := e.Audit.Healthy(); err != nil {
-			return nil, fmt.Errorf("%w: runs are refused while the audit log cannot be written: %v", ErrUnavailable, err)
+			return nil, auditDown(err)
 		}
 	}
 	img, rootfs, err := e.Images.Ensure(ctx, p.Interpreter.Image, e.Progress)
@@ -317,9 +317,16 @@ func (e *Engine) append(ctx context.Context, r *audit.Record) error {
 		return nil
 	}
 	if err := e.Audit.Append(ctx, r); err != nil {
-		return fmt.Errorf("%w: audit log: %v (runs are refused until it can be written)", ErrUnavailable, err)
+		return auditDown(err)
 	}
 	return nil
+}
+
+// auditDown is the error of a call refused because the audit log cannot be
+// written (fail closed). It says so once, with the log's own reason.
+func auditDown(err error) error {
+	why := strings.TrimPrefix(err.Error(), audit.ErrUnavailable.Error()+": ")
+	return fmt.Errorf("%w: the audit log cannot be written (%s); skillbox refuses audited calls, runs included, until it can", ErrUnavailable, why)
 }
 
 func (e *Engine) logger() hclog.Logger {

@@ -62,9 +62,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// setupIntegration finds (or builds) the binary and checks the machine. A
-// machine that cannot run the tests sets itSkip; only real failures (a build
-// that does not compile) are errors.
+// setupIntegration finds (or builds) the binary. A machine that cannot run
+// the tests at all (not root) sets itSkip; what only some tests need (runsc,
+// runc, images) they check themselves. Only real failures (a build that does
+// not compile) are errors.
 func setupIntegration() error {
 	wd, err := os.Getwd()
 	if err != nil {
@@ -75,12 +76,8 @@ func setupIntegration() error {
 	if itImages == "" {
 		itImages = "/var/lib/skillbox/images"
 	}
-	switch {
-	case os.Geteuid() != 0:
-		itSkip = "the daemon integration tests need root (gVisor sandboxes, tmpfs mounts, a second uid): run them with sudo or `make integration`"
-		return nil
-	case !haveBinary("runsc"):
-		itSkip = "runsc (gVisor) is not in PATH: install it (hack/setup.sh) to run the daemon integration tests"
+	if os.Geteuid() != 0 {
+		itSkip = "the integration tests need root (sandboxes, tmpfs mounts, a second uid): run them with sudo or `make integration`"
 		return nil
 	}
 	if p := os.Getenv("SKILLBOX_BIN"); p != "" {
@@ -88,57 +85,20 @@ func setupIntegration() error {
 		if err != nil {
 			return err
 		}
-	} else {
-		itBuildDir, err = os.MkdirTemp("", "skillbox-it-bin-")
-		if err != nil {
-			return err
+		if _, err := os.Stat(itBin); err != nil {
+			return fmt.Errorf("SKILLBOX_BIN: %w", err)
 		}
-		itBin = filepath.Join(itBuildDir, "skillbox")
-		cmd := exec.Command("go", "build", "-o", itBin, ".")
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("go build ./cmd/skillbox: %w", err)
-		}
-	}
-	out, err := exec.Command(itBin, "images", "list", "--json", "--dir", itImages).Output()
-	if err != nil {
-		itSkip = fmt.Sprintf("cannot list the images in %s (%v): build them with `skillbox images build python shell`", itImages, err)
 		return nil
 	}
-	built := map[string]bool{}
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for {
-		var e struct {
-			Name  string `json:"name"`
-			Built bool   `json:"built"`
-		}
-		if err := dec.Decode(&e); err == io.EOF {
-			break
-		} else if err != nil {
-			// One JSON array rather than a stream.
-			var list []struct {
-				Name  string `json:"name"`
-				Built bool   `json:"built"`
-			}
-			if jerr := json.Unmarshal(out, &list); jerr != nil {
-				return fmt.Errorf("images list --json: %v", jerr)
-			}
-			for _, e := range list {
-				built[e.Name] = e.Built
-			}
-			break
-		}
-		built[e.Name] = e.Built
+	itBuildDir, err = os.MkdirTemp("", "skillbox-it-bin-")
+	if err != nil {
+		return err
 	}
-	var missing []string
-	for _, n := range []string{"python", "shell"} {
-		if !built[n] {
-			missing = append(missing, n)
-		}
-	}
-	if len(missing) > 0 {
-		itSkip = fmt.Sprintf("images %s are not built in %s: run `skillbox images build %s` (or set SKILLBOX_IMAGES)",
-			strings.Join(missing, ", "), itImages, strings.Join(missing, " "))
+	itBin = filepath.Join(itBuildDir, "skillbox")
+	cmd := exec.Command("go", "build", "-o", itBin, ".")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("go build ./cmd/skillbox: %w", err)
 	}
 	return nil
 }
@@ -148,10 +108,52 @@ func haveBinary(name string) bool {
 	return err == nil
 }
 
+var (
+	daemonImagesOnce sync.Once
+	daemonImagesSkip string
+)
+
+// needDaemon skips unless the daemon tests can run here: root, runsc, and
+// the python and shell images built in itImages.
 func needDaemon(t *testing.T) {
 	t.Helper()
 	if itSkip != "" {
 		t.Skip(itSkip)
+	}
+	if !haveBinary("runsc") {
+		t.Skip("runsc (gVisor) is not in PATH: install it (hack/setup.sh) to run the daemon integration tests")
+	}
+	daemonImagesOnce.Do(func() {
+		out, err := exec.Command(itBin, "images", "list", "--json", "--dir", itImages).Output()
+		if err != nil {
+			daemonImagesSkip = fmt.Sprintf("cannot list the images in %s (%v): build them with `skillbox images build python shell`", itImages, err)
+			return
+		}
+		var list []struct {
+			Name  string `json:"name"`
+			Built bool   `json:"built"`
+		}
+		if err := json.Unmarshal(out, &list); err != nil {
+			daemonImagesSkip = fmt.Sprintf("cannot read `skillbox images list --json` (%v)", err)
+			return
+		}
+		built := map[string]bool{}
+		for _, e := range list {
+			built[e.Name] = e.Built
+		}
+		var missing []string
+		for _, n := range []string{"python", "shell"} {
+			if !built[n] {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) > 0 {
+			daemonImagesSkip = fmt.Sprintf("images %s are not built in %s: run `skillbox images build %s` (or set SKILLBOX_IMAGES)",
+				strings.Join(missing, ", "), itImages, strings.Join(missing, " "))
+		}
+	})
+	if daemonImagesSkip != "" {
+		t.Skip(daemonImagesSkip)
 	}
 }
 
@@ -216,6 +218,8 @@ daemon {
   state_dir   = %q
   audit_dir   = %q
   approvers   = ["root"]
+  # Generous for a busy two-core machine: 8 concurrent runs queue for 4 slots.
+  run_queue_timeout = "5m"
 }
 skills { roots = [%s] }
 images { dir = %q }
@@ -455,6 +459,7 @@ func TestDaemonWalkthrough(t *testing.T) {
 		!strings.Contains(res.Stdout, "Hello from Python 3") || !strings.Contains(res.Stdout, "1: a b") || !strings.Contains(res.Stdout, "2: c") {
 		t.Fatalf("run in gVisor: %+v", res)
 	}
+	t.Logf("hello.py in gVisor: %d ms, stdout %q", res.DurationMS, res.Stdout)
 
 	ins := must[*client.InstructionsResult](t, "instructions")(c.Instructions(ctx, sid))
 	for _, want := range []string{"<available_skills>", "</available_skills>", "<active_skills>", "</active_skills>",
@@ -597,6 +602,7 @@ func TestDaemonWalkthrough(t *testing.T) {
 	for _, r := range recs {
 		counts[r.Event]++
 	}
+	t.Logf("audit log: %d records: %v", len(recs), counts)
 	for ev, min := range map[string]int{
 		audit.EventDaemonStart: 2, audit.EventDaemonStop: 2, audit.EventSessionCreate: 9, audit.EventSkillLoad: 10,
 		audit.EventSkillUnload: 1, audit.EventSkillRead: 4, audit.EventRunStart: 11, audit.EventRunEnd: 11,
@@ -720,9 +726,32 @@ func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
 
 // ---- issue 5: what the log holds, and that tampering is caught ----
 
+// extraSkill writes a one-script skill into a new root and returns the root.
+func extraSkill(t *testing.T, name, script, body string) string {
+	t.Helper()
+	root, err := os.MkdirTemp("", "sbit-skills-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(root, 0o755)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	dir := filepath.Join(root, name)
+	if err := os.MkdirAll(filepath.Join(dir, "scripts"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	md := fmt.Sprintf("---\nname: %s\ndescription: Test skill %s for the daemon integration tests.\n---\n# %s\n\nRun %s.\n", name, name, name, script)
+	if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(md), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, script), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
 func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 	needDaemon(t)
-	d := newItDaemon(t)
+	d := newItDaemon(t, extraSkill(t, "reporter", "scripts/report.sh", "mkdir -p outputs\nprintf 'total: 42\\n' > outputs/report.txt\necho wrote report\n"))
 	d.start()
 	c := d.client()
 	ctx := ctxT(t)
@@ -740,6 +769,16 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 	}))
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "in.txt") {
 		t.Fatalf("count.sh: %+v", res)
+	}
+	// A second session whose script leaves an output file.
+	sid2 := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	must[*client.LoadResult](t, "load reporter")(c.Load(ctx, client.LoadParams{SessionID: sid2, Names: []string{"reporter"}}))
+	rep := must[*client.RunScriptResult](t, "report.sh")(c.RunScript(ctx, client.RunScriptParams{SessionID: sid2, Path: "scripts/report.sh"}))
+	if rep.ExitCode != 0 || len(rep.Outputs) != 1 || rep.Outputs[0].Path != "report.txt" {
+		t.Fatalf("report.sh: %+v", rep)
+	}
+	if data, err := rep.Outputs[0].Data(); err != nil || string(data) != "total: 42\n" {
+		t.Errorf("output content %q, %v", data, err)
 	}
 	d.stop()
 
@@ -785,8 +824,12 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 	if refused.Read == nil || refused.Read.Path != "../hello-python/SKILL.md" || refused.Error == "" {
 		t.Errorf("refused read record %+v %q", refused.Read, refused.Error)
 	}
-	start := find(audit.EventRunStart, nil)
-	end := find(audit.EventRunEnd, nil)
+	repEnd := find(audit.EventRunEnd, func(r *audit.Record) bool { return r.SessionID == sid2 })
+	if o := repEnd.Run.Outputs; len(o) != 1 || o[0].Path != "report.txt" || o[0].Size != 10 || o[0].SHA256 != rep.Outputs[0].SHA256 {
+		t.Errorf("outputs in the run.end record: %+v", o)
+	}
+	start := find(audit.EventRunStart, func(r *audit.Record) bool { return r.SessionID == sid })
+	end := find(audit.EventRunEnd, func(r *audit.Record) bool { return r.SessionID == sid })
 	for _, r := range []*audit.Record{start, end} {
 		peerOK(r)
 		ri := r.Run
@@ -925,6 +968,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	if !strings.Contains(e.Message, "audit") || !strings.Contains(e.Message, "no space left") {
 		t.Errorf("the refusal does not say why: %s", e.Message)
 	}
+	t.Logf("refused: %s", e.Message)
 
 	// Space returns: the next run works, with no restart.
 	if err := os.Remove(filler); err != nil {
@@ -957,17 +1001,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 
 func TestDaemonCrashMidRun(t *testing.T) {
 	needDaemon(t)
-	extra, err := os.MkdirTemp("", "sbit-skills-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	os.Chmod(extra, 0o755)
-	t.Cleanup(func() { os.RemoveAll(extra) })
-	sk := filepath.Join(extra, "sleeper")
-	os.MkdirAll(filepath.Join(sk, "scripts"), 0o755)
-	os.WriteFile(filepath.Join(sk, "SKILL.md"), []byte("---\nname: sleeper\ndescription: Sleeps for a long time; used to test crashes mid-run.\n---\n# Sleeper\n\nRun scripts/sleep.sh.\n"), 0o644)
-	os.WriteFile(filepath.Join(sk, "scripts", "sleep.sh"), []byte("echo sleeping\nsleep 600\n"), 0o644)
-
+	extra := extraSkill(t, "sleeper", "scripts/sleep.sh", "echo sleeping\nsleep 600\n")
 	d := newItDaemon(t, extra)
 	d.start()
 	c := d.client()
@@ -1006,8 +1040,8 @@ func TestDaemonCrashMidRun(t *testing.T) {
 	}
 
 	d.kill9()
-	if err := <-runErr; !errors.Is(err, client.ErrConnectionLost) && err == nil {
-		t.Errorf("the client's run ended with %v after the crash", err)
+	if err := <-runErr; err == nil {
+		t.Error("the client's run succeeded although the daemon was killed")
 	}
 	// A write torn by the crash: half a record at the end of the log.
 	files, _ := filepath.Glob(filepath.Join(d.auditDir, "audit-*.jsonl"))
@@ -1021,17 +1055,31 @@ func TestDaemonCrashMidRun(t *testing.T) {
 	f.Close()
 
 	d.start()
-	// No sandbox is left behind: the sweep at start removed it.
-	if cs := d.containers(); len(cs) != 0 {
-		t.Errorf("containers left after the restart: %v", cs)
-	}
-	if _, err := os.Stat(filepath.Join("/run/skillbox/runs", jobID)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the run dir of %s is still there (%v)", jobID, err)
-	}
-	for _, parent := range []string{"/sys/fs/cgroup/skillbox", "/sys/fs/cgroup/memory/skillbox", "/sys/fs/cgroup/pids/skillbox"} {
-		if _, err := os.Stat(filepath.Join(parent, jobID)); err == nil {
-			t.Errorf("cgroup %s/%s is still there", parent, jobID)
+	// No sandbox is left behind: the sweeps at start remove it (a run dir
+	// only a moment old is spared by the first, so allow for the second).
+	leftovers := func() []string {
+		var out []string
+		for _, id := range d.containers() {
+			out = append(out, "container "+id)
 		}
+		paths := []string{filepath.Join("/run/skillbox/runs", jobID)}
+		for _, parent := range []string{"/sys/fs/cgroup/skillbox", "/sys/fs/cgroup/memory/skillbox", "/sys/fs/cgroup/pids/skillbox", "/sys/fs/cgroup/cpu/skillbox"} {
+			paths = append(paths, filepath.Join(parent, jobID))
+		}
+		for _, p := range paths {
+			if _, err := os.Stat(p); err == nil {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	deadline = time.Now().Add(2 * time.Minute)
+	for left := leftovers(); len(left) > 0; left = leftovers() {
+		if time.Now().After(deadline) {
+			t.Errorf("left behind 2 minutes after the restart: %v", left)
+			break
+		}
+		time.Sleep(250 * time.Millisecond)
 	}
 	// The daemon works after the crash.
 	c2 := d.client()

@@ -1,23 +1,39 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"math"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/skills"
 )
+
+// exitTimeout is the exit code of a run that hit its time limit but whose
+// script still exited 0 (it caught SIGTERM): like timeout(1), a run that
+// was cut short must not look like a success.
+const exitTimeout = 124
 
 func runCommand() *cli.Command {
 	return &cli.Command{
@@ -25,73 +41,130 @@ func runCommand() *cli.Command {
 		Usage:     "run one skill script in a fresh sandbox, the way the daemon would",
 		ArgsUsage: "SKILL SCRIPT [-- ARGS...]",
 		Description: "SCRIPT is relative to the skill and must lie under its scripts/ directory.\n" +
-			"The interpreter and image come from the script's extension (config image blocks).\n" +
-			"The command exits with the script's exit code (128+N when killed by signal N).",
+			"The interpreter and image come from the script's extension (config image blocks),\n" +
+			"or from its #! line when it has none; a missing image is built first.\n" +
+			"Flags go before SKILL; everything after SCRIPT (after an optional --) goes to the script.\n" +
+			"The script's stdout and stderr stream to this command's stdout and stderr (--json\n" +
+			"prints the whole result as one JSON object instead). The command exits with the\n" +
+			"script's exit code (128+N when killed by signal N, 124 when it outlived its time\n" +
+			"limit yet exited 0, 130 when interrupted with Ctrl-C, which removes the sandbox);\n" +
+			"errors of skillbox itself exit 1, usage errors 2.",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "root", Usage: "skill root `DIR` (repeatable; later roots override earlier); default: the config's skills.roots"},
 			&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` (policy, limits, images, audit_dir); default: built-in defaults"},
-			&cli.StringFlag{Name: "runtime", Usage: "runsc, runc (default: the config's daemon.runtime, runsc)"},
-			&cli.DurationFlag{Name: "timeout", Usage: "wall-clock limit (may only lower the policy's)"},
+			&cli.StringFlag{Name: "runtime", Usage: "`NAME` of the sandbox runtime: runsc or runc (default: the config's daemon.runtime, runsc)"},
+			&cli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 10s (may only lower the policy's)"},
 			&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE`, e.g. 256MiB (may only lower the policy's)"},
 			&cli.Int64Flag{Name: "pids", Usage: "process limit (may only lower the policy's)"},
-			&cli.Float64Flag{Name: "cpus", Usage: "CPU limit (may only lower the policy's)"},
-			&cli.StringSliceFlag{Name: "env", Usage: "`K=V` passed to the script (repeatable; dangerous names such as LD_PRELOAD are refused)"},
+			&cli.Float64Flag{Name: "cpus", Usage: "CPU limit, e.g. 0.5 (may only lower the policy's)"},
+			&cli.StringSliceFlag{Name: "env", Usage: "`K=V` passed to the script (repeatable; names such as LD_PRELOAD that load other code are refused)"},
 			&cli.StringSliceFlag{Name: "file", Usage: "host `PATH` copied into the run's working directory under its base name (repeatable)"},
-			&cli.StringFlag{Name: "outputs", Usage: "`DIR` that receives the files the script wrote to outputs/"},
+			&cli.StringFlag{Name: "outputs", Usage: "`DIR` that receives the files the script wrote to outputs/ (created if missing)"},
 			&cli.BoolFlag{Name: "network", Usage: "ask for network access (a policy rule must allow it)"},
 			&cli.BoolFlag{Name: "no-build", Usage: "fail instead of building a missing image"},
-			&cli.BoolFlag{Name: "yes", Usage: "confirm, as the person at this terminal, a run that policy marks as needing confirmation"},
+			&cli.BoolFlag{Name: "yes", Usage: "confirm, as the approver at this terminal, a run that policy marks as needing confirmation"},
 			&cli.BoolFlag{Name: "json", Usage: "print the full structured result as JSON instead of streaming the output"},
-			&cli.StringFlag{Name: "images", Usage: "image store `DIR` (default: the config's images.dir, or $SKILLBOX_IMAGES)"},
+			&cli.StringFlag{Name: "images", Usage: "image store `DIR` (default: $SKILLBOX_IMAGES, else the config's images.dir)"},
+		},
+		// Flag errors are one line and exit 2, like every other usage error.
+		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
+			return exitCode(2, "usage: %v (see 'skillbox run --help')", err)
 		},
 		Action: runAction,
 	}
 }
 
-func runAction(c *cli.Context) error {
+// runOptions are the validated flags of one `skillbox run`.
+type runOptions struct {
+	skill, script string
+	args          []string
+	limits        runtime.Limits
+	env           map[string]string
+	files         []runtime.InputFile
+	outputs       string
+	runtime       string
+}
+
+// parseRunArgs splits the positional arguments and validates every flag that
+// can be checked without touching a skill, an image or a sandbox. Its errors
+// are usage errors (exit 2) except for unreadable --file paths (exit 1).
+func parseRunArgs(c *cli.Context) (*runOptions, error) {
 	args := c.Args().Slice()
 	if len(args) < 2 {
-		return exitCode(2, "usage: skillbox run [flags] SKILL SCRIPT [-- ARGS...] (e.g. skillbox run --root ./skills pdf scripts/extract.py -- in.pdf)")
+		return nil, exitCode(2, "usage: skillbox run [flags] SKILL SCRIPT [-- ARGS...] (e.g. skillbox run --root ./skills pdf scripts/extract.py -- in.pdf)")
 	}
-	skillName, script, scriptArgs := args[0], args[1], args[2:]
-	if len(scriptArgs) > 0 && scriptArgs[0] == "--" {
-		scriptArgs = scriptArgs[1:]
+	o := &runOptions{skill: args[0], script: args[1], args: args[2:]}
+	if len(o.args) > 0 && o.args[0] == "--" {
+		o.args = o.args[1:]
 	}
-	if strings.HasPrefix(skillName, "-") || strings.HasPrefix(script, "-") {
-		return exitCode(2, "usage: flags go before SKILL SCRIPT; script arguments after --")
+	if strings.HasPrefix(o.skill, "-") || strings.HasPrefix(o.script, "-") {
+		return nil, exitCode(2, "usage: flags go before SKILL SCRIPT, script arguments after them (or after --): skillbox run [flags] SKILL SCRIPT [-- ARGS...]")
 	}
+	var err error
+	if o.limits, err = limitsFromFlags(c); err != nil {
+		return nil, exitCode(2, "%v", err)
+	}
+	if o.env, err = envFromFlags(c.StringSlice("env")); err != nil {
+		return nil, exitCode(2, "%v", err)
+	}
+	if o.runtime = c.String("runtime"); o.runtime != "" && !slices.Contains(runtime.Names(), o.runtime) {
+		return nil, exitCode(2, "--runtime %q: unknown runtime: choose one of %s", o.runtime, strings.Join(runtime.Names(), ", "))
+	}
+	if o.files, err = filesFromFlags(c.StringSlice("file")); err != nil {
+		if errors.Is(err, errFileFlagUsage) {
+			return nil, exitCode(2, "%v", err)
+		}
+		return nil, err
+	}
+	o.outputs = c.String("outputs")
+	return o, nil
+}
 
-	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+func runAction(c *cli.Context) error {
+	o, err := parseRunArgs(c)
+	if err != nil {
+		return err
+	}
+	if err := runScript(c, o); err != nil {
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return err
+		}
+		return cliError(err)
+	}
+	return nil
+}
+
+func runScript(c *cli.Context, o *runOptions) error {
+	ctx, interrupted, stop := interruptContext(c.Context)
 	defer stop()
+	// A closed stdout (skillbox run … | head) must not kill skillbox with
+	// SIGPIPE in the middle of a run: the sandbox would be left behind.
+	// Catching the signal (rather than ignoring it, which children would
+	// inherit) turns it into write errors, which the stream sinks swallow.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 
 	log := newLogger("skillbox", hclog.Warn, os.Stderr)
 	cfg, err := loadConfig(c.String("config"))
 	if err != nil {
 		return err
 	}
+	// Make sure the outputs can be kept before anything runs.
+	if o.outputs != "" {
+		if err := prepareOutputsDir(o.outputs); err != nil {
+			return err
+		}
+	}
 	reg, err := openRegistry(ctx, cfg, c.StringSlice("root"), log)
 	if err != nil {
 		return err
 	}
-	sk, err := reg.Get(skillName)
+	sk, err := reg.Get(o.skill)
 	if err != nil {
-		return err
+		return skillNotFound(err, reg.Roots())
 	}
-
-	req := sandbox.RunRequest{Skill: sk, Script: script, Args: scriptArgs, Network: c.Bool("network")}
-	if req.Limits, err = limitsFromFlags(c); err != nil {
-		return exitCode(2, "%v", err)
-	}
-	if req.Env, err = envFromFlags(c.StringSlice("env")); err != nil {
-		return exitCode(2, "%v", err)
-	}
-	if req.Files, err = filesFromFlags(c.StringSlice("file")); err != nil {
-		return err
-	}
-	if !c.Bool("json") {
-		req.Stdout, req.Stderr = os.Stdout, os.Stderr
-	}
-	req.Peer = selfPeer()
 
 	auditLog, err := openAudit(cfg, log)
 	if err != nil {
@@ -100,37 +173,43 @@ func runAction(c *cli.Context) error {
 	if auditLog != nil {
 		defer auditLog.Close()
 	}
+	imageDir := c.String("images")
 	eng, err := newEngine(cfg, engineOptions{
-		runtime: c.String("runtime"), imageDir: c.String("images"), noBuild: c.Bool("no-build"),
+		runtime: o.runtime, imageDir: imageDir, noBuild: c.Bool("no-build"),
 		progress: os.Stderr, audit: auditLog,
 	}, log)
 	if err != nil {
 		return err
 	}
+	// Failures come back as the one-line error; the engine's own error log
+	// would say the same again (SKILLBOX_LOG=debug shows it).
+	eng.Logger = newLogger("skillbox.engine", hclog.Off, os.Stderr)
+	if si, ok := eng.Images.(*sandbox.StoreImages); ok {
+		eng.Images = &cliImages{StoreImages: si, noBuild: c.Bool("no-build")}
+	}
 
-	// The same policy as the daemon: deny refuses; confirm needs --yes, the
-	// person at the terminal being the one who confirms.
-	dec, err := eng.Decide(ctx, sk, "skills.run_script", nil, audit.Record{Peer: req.Peer})
-	if err != nil {
-		return err
+	req := sandbox.RunRequest{
+		Skill: sk, Script: o.script, Args: o.args, Env: o.env, Files: o.files, Limits: o.limits,
+		Network: c.Bool("network"), Peer: selfPeer(), Method: "skillbox run",
 	}
-	switch dec.Effect {
-	case policy.EffectDeny:
-		return fmt.Errorf("skills.run_script for skill %q is denied: %s (%s)", sk.Name, dec.Reason, dec.Rule)
-	case policy.EffectConfirm:
-		if !c.Bool("yes") {
-			return fmt.Errorf("running scripts of skill %q needs confirmation (%s): re-run with --yes to confirm it yourself", sk.Name, dec.Rule)
-		}
+	if !c.Bool("json") {
+		req.Stdout, req.Stderr = &liveSink{w: os.Stdout}, &liveSink{w: os.Stderr}
 	}
+	// Validate the request (script path, interpreter, env, files) before
+	// asking policy, so a mistyped path is reported as such.
 	plan, err := eng.Prepare(req)
 	if err != nil {
 		return err
 	}
-	if plan.Network {
-		if nd := cfg.Decide(policy.Request{Skill: sk.Name, AllowedTools: sk.AllowedTools, Tool: "network"}); nd.Effect == policy.EffectConfirm && !c.Bool("yes") {
-			return fmt.Errorf("network access for skill %q needs confirmation (%s): re-run with --yes to confirm it yourself", sk.Name, nd.Rule)
+	if err := decideRun(ctx, c, cfg, eng, sk, plan); err != nil {
+		return err
+	}
+	if !c.Bool("json") {
+		for _, w := range loweredLimits(o.limits, plan.Limits) {
+			fmt.Fprintln(os.Stderr, "skillbox: "+w)
 		}
 	}
+
 	out, err := eng.Execute(ctx, plan)
 	if err != nil {
 		return err
@@ -138,127 +217,412 @@ func runAction(c *cli.Context) error {
 	res := out.Result
 
 	var saved []string
-	if dir := c.String("outputs"); dir != "" && len(res.Outputs) > 0 {
-		if saved, err = saveOutputs(dir, res.Outputs); err != nil {
+	if o.outputs != "" {
+		if saved, err = saveOutputs(o.outputs, res.Outputs); err != nil {
 			return err
 		}
 	}
 
 	if c.Bool("json") {
-		r := struct {
-			sandbox.Result
-			RuntimeVersion string   `json:"runtime_version"`
-			SavedOutputs   []string `json:"saved_outputs,omitempty"`
-		}{sandbox.ResultOf(out, false), res.RuntimeVersion, saved}
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
-		if err := enc.Encode(r); err != nil {
+		if err := enc.Encode(newRunJSON(out, saved)); err != nil {
 			return err
 		}
 	} else {
-		if res.StdoutTruncated || res.StderrTruncated {
-			fmt.Fprintf(os.Stderr, "skillbox: output was truncated at the configured cap\n")
-		}
-		if len(res.Outputs) > 0 && c.String("outputs") == "" {
-			fmt.Fprintf(os.Stderr, "skillbox: the script wrote %d file(s) to outputs/; pass --outputs DIR to keep them\n", len(res.Outputs))
-		}
-		switch res.Reason {
-		case runtime.ReasonExit:
-		case runtime.ReasonTimeout:
-			fmt.Fprintf(os.Stderr, "skillbox: the script was killed after its %s time limit\n", plan.Limits.Timeout)
-		case runtime.ReasonOOM:
-			fmt.Fprintf(os.Stderr, "skillbox: the script was killed: it exceeded its memory limit (%d MiB)\n", plan.Limits.MemoryBytes>>20)
-		case runtime.ReasonPids:
-			fmt.Fprintf(os.Stderr, "skillbox: the script hit its process limit (%d)\n", plan.Limits.Pids)
-		case runtime.ReasonOutputCap:
-			fmt.Fprintf(os.Stderr, "skillbox: the script was killed: its output exceeded the cap\n")
-		default:
-			fmt.Fprintf(os.Stderr, "skillbox: the run ended: %s\n", res.Reason)
-		}
+		reportRun(os.Stderr, out, o.outputs)
 	}
-	if code := scriptExitCode(res); code != 0 {
+	code := scriptExitCode(res)
+	if n := interrupted(); n > 0 && res.Reason == runtime.ReasonKilled {
+		code = 128 + n // like any command stopped with Ctrl-C
+	}
+	if code != 0 {
 		return &exitError{code: code}
 	}
 	return nil
 }
 
-// scriptExitCode is what the shell would report for the script.
-func scriptExitCode(res *runtime.Result) int {
-	if res.Signal != "" {
-		if n := signalNumber(res.Signal); n > 0 {
-			return 128 + n
+// interruptContext is cancelled by the first SIGINT or SIGTERM, which stops
+// the run and removes its sandbox; interrupted reports that signal's number.
+// A second one is not caught: it ends skillbox at once, the way it would end
+// any command.
+func interruptContext(parent context.Context) (ctx context.Context, interrupted func() int, stop func()) {
+	ctx, cancel := context.WithCancel(parent)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	var got atomic.Int32
+	done := make(chan struct{})
+	go func() {
+		select {
+		case s := <-ch:
+			if n, ok := s.(syscall.Signal); ok {
+				got.Store(int32(n))
+			}
+			signal.Stop(ch)
+			cancel()
+		case <-done:
 		}
-		return 137
+	}()
+	return ctx, func() int { return int(got.Load()) }, func() {
+		signal.Stop(ch)
+		close(done)
+		cancel()
 	}
-	return res.ExitCode
+}
+
+// decideRun applies the policy the daemon applies: a deny refuses; confirm
+// (for the run, or for its network access) needs --yes from an approver,
+// the person at the terminal being the one who confirms. Every decision is
+// audited, and so is a confirmation given with --yes.
+func decideRun(ctx context.Context, c *cli.Context, cfg *policy.Config, eng *sandbox.Engine, sk *skills.Skill, plan *sandbox.Plan) error {
+	peer := plan.Request.Peer
+	input, _ := json.Marshal(map[string]any{"path": plan.Script, "args": plan.Request.Args})
+	dec, err := eng.Decide(ctx, sk, "skills.run_script", input, audit.Record{Peer: peer, Method: "skillbox run"})
+	if err != nil {
+		return err
+	}
+	if dec.Effect == policy.EffectDeny {
+		return fmt.Errorf("running scripts of skill %q is denied by %s: %s; a policy deny cannot be overridden, change the rule if the run is intended", sk.Name, dec.Rule, dec.Reason)
+	}
+	needConfirm, what, rule, reason := dec.Effect == policy.EffectConfirm, "running scripts of skill "+strconv.Quote(sk.Name), dec.Rule, dec.Reason
+	if plan.Network {
+		nd, err := eng.Decide(ctx, sk, policy.NetworkTool, nil, audit.Record{Peer: peer, Method: "skillbox run"})
+		if err != nil {
+			return err
+		}
+		switch {
+		case nd.Effect == policy.EffectDeny:
+			return fmt.Errorf("network access for skill %q is denied by %s: %s; run without --network", sk.Name, nd.Rule, nd.Reason)
+		case nd.Effect == policy.EffectConfirm && !needConfirm:
+			needConfirm, what, rule, reason = true, "network access for skill "+strconv.Quote(sk.Name), nd.Rule, nd.Reason
+		}
+	}
+	if !needConfirm {
+		return nil
+	}
+	if !c.Bool("yes") {
+		return fmt.Errorf("%s needs confirmation (%s): re-run with --yes to confirm it yourself", what, rule)
+	}
+	name := ""
+	if u, err := user.LookupId(strconv.Itoa(os.Getuid())); err == nil {
+		name = u.Username
+	}
+	if !cfg.IsApprover(uint32(os.Getuid()), name) {
+		return fmt.Errorf("%s needs confirmation (%s) and uid %d is not one of the approvers (daemon.approvers): ask an approver to run it", what, rule, os.Getuid())
+	}
+	// The approval is recorded like the daemon's, bound to this run's digest.
+	id := "cli_" + strings.TrimPrefix(plan.RunID, "run_")
+	uid := uint32(os.Getuid())
+	r := &audit.Record{
+		Event: audit.EventConfirmApprove, Peer: peer, Method: "skillbox run",
+		Skill:        &audit.SkillRef{Name: sk.Name, Digest: sk.Digest},
+		Confirmation: &audit.ConfirmationInfo{ID: id, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid},
+		Outcome:      string(sandbox.ConfirmationApproved),
+		Detail:       map[string]string{"via": "--yes"},
+	}
+	if eng.Audit != nil {
+		if err := eng.Audit.Append(ctx, r); err != nil {
+			return fmt.Errorf("%w: audit log: %v (runs are refused until it can be written)", sandbox.ErrUnavailable, err)
+		}
+	}
+	plan.Request.ConfirmationID = id
+	return nil
+}
+
+// reportRun tells the person at the terminal what the streams do not: why a
+// run ended early, truncation, and outputs that were or were not kept.
+func reportRun(w io.Writer, out *sandbox.Outcome, outputsDir string) {
+	res, lim := out.Result, out.Plan.Limits
+	if res.StdoutTruncated || res.StderrTruncated {
+		fmt.Fprintf(w, "skillbox: output was truncated at the cap (stdout %s, stderr %s per run)\n", policy.FormatSize(lim.StdoutBytes), policy.FormatSize(lim.StderrBytes))
+	}
+	if len(res.Outputs) > 0 && outputsDir == "" {
+		fmt.Fprintf(w, "skillbox: the script wrote %d file(s) to outputs/; pass --outputs DIR to keep them\n", len(res.Outputs))
+	}
+	for _, s := range res.OutputsSkipped {
+		fmt.Fprintf(w, "skillbox: outputs/%s\n", s)
+	}
+	switch res.Reason {
+	case runtime.ReasonExit:
+	case runtime.ReasonTimeout:
+		fmt.Fprintf(w, "skillbox: the script was killed after its %s time limit\n", lim.Timeout)
+	case runtime.ReasonOOM:
+		fmt.Fprintf(w, "skillbox: the script was killed: it exceeded its memory limit (%s)\n", policy.FormatSize(lim.MemoryBytes))
+	case runtime.ReasonPids:
+		fmt.Fprintf(w, "skillbox: the script hit its process limit (%d)\n", lim.Pids)
+	case runtime.ReasonOutputCap:
+		fmt.Fprintf(w, "skillbox: the script was killed: its output exceeded the cap\n")
+	case runtime.ReasonKilled:
+		fmt.Fprintf(w, "skillbox: the run was interrupted and its sandbox removed\n")
+	default:
+		fmt.Fprintf(w, "skillbox: the run ended: %s\n", res.Reason)
+	}
+}
+
+// runJSON is what --json prints: the daemon's run_script result (same
+// names) with every field present, plus what only the CLI knows.
+type runJSON struct {
+	RunID           string          `json:"run_id"`
+	Skill           string          `json:"skill"`
+	SkillDigest     string          `json:"skill_digest"`
+	Path            string          `json:"path"`
+	ExitCode        int             `json:"exit_code"`
+	Signal          string          `json:"signal"`
+	Reason          string          `json:"reason"`
+	Stdout          string          `json:"stdout"`
+	Stderr          string          `json:"stderr"`
+	StdoutTruncated bool            `json:"stdout_truncated"`
+	StderrTruncated bool            `json:"stderr_truncated"`
+	DurationMS      int64           `json:"duration_ms"`
+	Image           string          `json:"image"`
+	ImageDigest     string          `json:"image_digest"`
+	Runtime         string          `json:"runtime"`
+	RuntimeVersion  string          `json:"runtime_version"`
+	Network         bool            `json:"network"`
+	Limits          runJSONLimits   `json:"limits"`
+	Outputs         []runJSONOutput `json:"outputs"`
+	OutputsSkipped  []string        `json:"outputs_skipped"`
+	SavedOutputs    []string        `json:"saved_outputs"`
+	ConfirmationID  string          `json:"confirmation_id,omitempty"`
+}
+
+type runJSONLimits struct {
+	TimeoutMS   int64   `json:"timeout_ms"`
+	MemoryBytes int64   `json:"memory_bytes"`
+	Pids        int64   `json:"pids"`
+	CPUs        float64 `json:"cpus"`
+}
+
+type runJSONOutput struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+func newRunJSON(o *sandbox.Outcome, saved []string) *runJSON {
+	r, p := o.Result, o.Plan
+	j := &runJSON{
+		RunID: o.RunID, Skill: p.Request.Skill.Name, SkillDigest: p.Request.Skill.Digest, Path: p.Script,
+		ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason),
+		Stdout: string(r.Stdout), Stderr: string(r.Stderr),
+		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
+		DurationMS: r.Duration.Milliseconds(),
+		Image:      o.Image.Name, ImageDigest: o.Image.Digest,
+		Runtime: r.Runtime, RuntimeVersion: r.RuntimeVersion, Network: p.Network,
+		Limits: runJSONLimits{
+			TimeoutMS: p.Limits.Timeout.Milliseconds(), MemoryBytes: p.Limits.MemoryBytes,
+			Pids: p.Limits.Pids, CPUs: p.Limits.CPUs,
+		},
+		Outputs:        []runJSONOutput{},
+		OutputsSkipped: append([]string{}, r.OutputsSkipped...),
+		SavedOutputs:   append([]string{}, saved...),
+		ConfirmationID: p.Request.ConfirmationID,
+	}
+	for _, f := range r.Outputs {
+		j.Outputs = append(j.Outputs, runJSONOutput{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
+	}
+	return j
+}
+
+// scriptExitCode is what the shell would report for the script; a run that
+// ended for a reason other than its own exit is never reported as success.
+func scriptExitCode(res *runtime.Result) int {
+	code := res.ExitCode
+	if res.Signal != "" {
+		code = 137
+		if n := signalNumber(res.Signal); n > 0 {
+			code = 128 + n
+		}
+	}
+	if code == 0 && res.Reason != runtime.ReasonExit && res.Reason != "" {
+		if res.Reason == runtime.ReasonTimeout {
+			return exitTimeout
+		}
+		return 1
+	}
+	return code
 }
 
 func signalNumber(name string) int {
 	return int(unix.SignalNum("SIG" + strings.TrimPrefix(strings.ToUpper(name), "SIG")))
 }
 
+// limitsFromFlags reads the limit flags; zero means "not given".
 func limitsFromFlags(c *cli.Context) (runtime.Limits, error) {
 	var l runtime.Limits
-	l.Timeout = c.Duration("timeout")
-	if s := c.String("memory"); s != "" {
-		n, err := policy.ParseSize(s)
+	if c.IsSet("timeout") {
+		l.Timeout = c.Duration("timeout")
+		if l.Timeout <= 0 {
+			return l, fmt.Errorf("--timeout %s: must be positive, e.g. 10s", l.Timeout)
+		}
+	}
+	if c.IsSet("memory") {
+		n, err := parseMemory(c.String("memory"))
 		if err != nil {
-			return l, fmt.Errorf("--memory %q: %v (e.g. 256MiB)", s, err)
+			return l, err
 		}
 		l.MemoryBytes = n
 	}
-	l.Pids = c.Int64("pids")
-	l.CPUs = c.Float64("cpus")
+	if c.IsSet("pids") {
+		l.Pids = c.Int64("pids")
+		if l.Pids <= 0 {
+			return l, fmt.Errorf("--pids %d: must be at least 1", l.Pids)
+		}
+	}
+	if c.IsSet("cpus") {
+		l.CPUs = c.Float64("cpus")
+		if !(l.CPUs > 0) || math.IsInf(l.CPUs, 0) {
+			return l, fmt.Errorf("--cpus %v: must be a positive number, e.g. 0.5 or 2", l.CPUs)
+		}
+	}
 	return l, nil
 }
 
+func parseMemory(s string) (int64, error) {
+	n, err := policy.ParseSize(s)
+	if err != nil {
+		return 0, fmt.Errorf("--memory: %v", err)
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("--memory %q: must be positive, e.g. 256MiB", s)
+	}
+	return n, nil
+}
+
+// loweredLimits says which requested limits policy did not grant because it
+// sets a stricter one (flags may only lower the policy's limits).
+func loweredLimits(req, got runtime.Limits) []string {
+	var out []string
+	if req.Timeout > 0 && got.Timeout < req.Timeout {
+		out = append(out, fmt.Sprintf("--timeout %s is above the policy's limit; using %s", req.Timeout, got.Timeout))
+	}
+	if req.MemoryBytes > 0 && got.MemoryBytes < req.MemoryBytes {
+		out = append(out, fmt.Sprintf("--memory %s is above the policy's limit; using %s", policy.FormatSize(req.MemoryBytes), policy.FormatSize(got.MemoryBytes)))
+	}
+	if req.Pids > 0 && got.Pids < req.Pids {
+		out = append(out, fmt.Sprintf("--pids %d is above the policy's limit; using %d", req.Pids, got.Pids))
+	}
+	if req.CPUs > 0 && got.CPUs < req.CPUs {
+		out = append(out, fmt.Sprintf("--cpus %v is above the policy's limit; using %v", req.CPUs, got.CPUs))
+	}
+	return out
+}
+
+// envFromFlags parses --env K=V, refusing malformed, repeated and dangerous
+// names up front with the flag in the message.
 func envFromFlags(kvs []string) (map[string]string, error) {
 	env := map[string]string{}
 	for _, kv := range kvs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("--env %q: want KEY=VALUE", kv)
+			return nil, fmt.Errorf("--env %q: want KEY=VALUE (to pass a variable of yours, write --env %s=\"$%s\")", kv, kvName(kv), kvName(kv))
+		}
+		if _, dup := env[k]; dup {
+			return nil, fmt.Errorf("--env %s is given twice: give each variable once", k)
+		}
+		if err := runtime.ValidateEnv([]string{kv}); err != nil {
+			msg := strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": ")
+			return nil, fmt.Errorf("--env %s refused: %s; pass only settings the script itself reads", k, msg)
 		}
 		env[k] = v
 	}
+	if len(env) > 0 {
+		list := make([]string, 0, len(env))
+		for k, v := range env {
+			list = append(list, k+"="+v)
+		}
+		if err := runtime.ValidateEnv(list); err != nil {
+			return nil, fmt.Errorf("--env: %s", strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+		}
+	}
 	return env, nil
+}
+
+func kvName(kv string) string {
+	if k, _, _ := strings.Cut(kv, "="); k != "" {
+		return k
+	}
+	return "NAME"
 }
 
 // maxInputFile bounds one --file; the workdir's tmpfs caps the total.
 const maxInputFile = 64 << 20
 
+// errFileFlagUsage marks --file errors that are usage errors (exit 2).
+var errFileFlagUsage = errors.New("--file usage")
+
+type fileUsageError struct{ msg string }
+
+func (e *fileUsageError) Error() string        { return e.msg }
+func (e *fileUsageError) Is(target error) bool { return target == errFileFlagUsage }
+
 func filesFromFlags(paths []string) ([]runtime.InputFile, error) {
 	var out []runtime.InputFile
-	seen := map[string]bool{}
+	seen := map[string]string{}
 	for _, p := range paths {
-		st, err := os.Stat(p)
+		name := filepath.Base(p)
+		switch {
+		case p == "":
+			return nil, &fileUsageError{"--file needs a PATH"}
+		case name == "outputs":
+			return nil, &fileUsageError{fmt.Sprintf("--file %s: the name %q is reserved for the outputs folder: copy or rename the file first", p, name)}
+		case seen[name] != "":
+			return nil, &fileUsageError{fmt.Sprintf("--file %s: --file %s already has the base name %q (files land in the workdir under their base names): rename one", p, seen[name], name)}
+		}
+		seen[name] = p
+		f, err := os.Open(p)
 		if err != nil {
+			return nil, fmt.Errorf("--file %s: %w", p, unwrapPathError(err))
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
 			return nil, fmt.Errorf("--file %s: %w", p, err)
 		}
 		if !st.Mode().IsRegular() {
-			return nil, fmt.Errorf("--file %s: not a regular file", p)
+			f.Close()
+			return nil, &fileUsageError{fmt.Sprintf("--file %s: not a regular file", p)}
 		}
-		if st.Size() > maxInputFile {
-			return nil, fmt.Errorf("--file %s: %d bytes is over the %d byte limit", p, st.Size(), maxInputFile)
-		}
-		name := filepath.Base(p)
-		if seen[name] {
-			return nil, fmt.Errorf("--file %s: another --file already has the base name %q", p, name)
-		}
-		seen[name] = true
-		data, err := os.ReadFile(p)
+		data, err := io.ReadAll(io.LimitReader(f, maxInputFile+1))
+		f.Close()
 		if err != nil {
 			return nil, fmt.Errorf("--file %s: %w", p, err)
+		}
+		if len(data) > maxInputFile {
+			return nil, &fileUsageError{fmt.Sprintf("--file %s: over the %s limit for one input file", p, policy.FormatSize(maxInputFile))}
 		}
 		out = append(out, runtime.InputFile{Name: name, Data: data, Mode: uint32(st.Mode().Perm())})
 	}
 	return out, nil
 }
 
-// saveOutputs writes collected outputs under dir without ever leaving it.
-func saveOutputs(dir string, outs []runtime.OutputFile) ([]string, error) {
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// prepareOutputsDir makes sure --outputs names a usable directory before
+// the run, so a script's outputs are not lost to a typo afterwards.
+func prepareOutputsDir(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("--outputs %s: %w", dir, err)
+		return fmt.Errorf("--outputs %s: %w", dir, unwrapPathError(err))
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("--outputs %s: %w", dir, unwrapPathError(err))
+	}
+	return root.Close()
+}
+
+// saveOutputs writes collected outputs under dir without ever leaving it:
+// every path is resolved inside dir (no "..", no absolute paths, no symlink
+// already in dir leading out), and files are written, never linked.
+func saveOutputs(dir string, outs []runtime.OutputFile) ([]string, error) {
+	if err := prepareOutputsDir(dir); err != nil {
+		return nil, err
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -267,17 +631,123 @@ func saveOutputs(dir string, outs []runtime.OutputFile) ([]string, error) {
 	defer root.Close()
 	var saved []string
 	for _, o := range outs {
-		if d := filepath.Dir(o.Path); d != "." {
+		rel := filepath.FromSlash(o.Path)
+		if !filepath.IsLocal(rel) {
+			return saved, fmt.Errorf("--outputs: output %q is not a relative path inside outputs/; not saved", o.Path)
+		}
+		if d := filepath.Dir(rel); d != "." {
 			if err := root.MkdirAll(d, 0o755); err != nil {
 				return saved, fmt.Errorf("--outputs: %s: %w", o.Path, err)
 			}
 		}
-		if err := root.WriteFile(o.Path, o.Data, 0o644); err != nil {
+		// Replace, never write through, whatever is there (a symlink left
+		// in dir must not redirect the write).
+		if st, err := root.Lstat(rel); err == nil && !st.IsDir() {
+			if err := root.Remove(rel); err != nil {
+				return saved, fmt.Errorf("--outputs: %s: %w", o.Path, err)
+			}
+		}
+		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
 			return saved, fmt.Errorf("--outputs: %s: %w", o.Path, err)
 		}
-		saved = append(saved, filepath.Join(dir, o.Path))
+		_, werr := f.Write(o.Data)
+		if cerr := f.Close(); werr == nil {
+			werr = cerr
+		}
+		if werr != nil {
+			return saved, fmt.Errorf("--outputs: %s: %w", o.Path, werr)
+		}
+		saved = append(saved, filepath.Join(dir, rel))
 	}
 	return saved, nil
+}
+
+// cliImages adds to the store's image source what a person at a terminal
+// needs: a line saying a missing image is being built (the build's own
+// progress follows), and with --no-build an error that says how to build it.
+type cliImages struct {
+	*sandbox.StoreImages
+	noBuild bool
+}
+
+func (c *cliImages) Ensure(ctx context.Context, name string, progress io.Writer) (sandbox.ImageRef, string, error) {
+	if _, err := c.Store.Get(name); errors.Is(err, images.ErrNotBuilt) {
+		dir := c.Store.Dir()
+		if c.noBuild {
+			return sandbox.ImageRef{}, "", fmt.Errorf("image %q is not built in %s and --no-build forbids building it: run 'skillbox images build --dir %s %s' first, or drop --no-build", name, dir, dir, name)
+		}
+		if progress != nil {
+			fmt.Fprintf(progress, "skillbox: image %q is not built in %s yet; building it now (this takes a few minutes)\n", name, dir)
+		}
+	}
+	return c.StoreImages.Ensure(ctx, name, progress)
+}
+
+// liveSink copies a stream to the terminal; once the terminal goes away
+// (EPIPE) the rest is dropped, the run goes on and is still captured.
+type liveSink struct {
+	mu   sync.Mutex
+	w    io.Writer
+	dead bool
+}
+
+func (s *liveSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.dead {
+		return len(p), nil
+	}
+	if _, err := s.w.Write(p); err != nil {
+		s.dead = true
+	}
+	return len(p), nil
+}
+
+// skillNotFound names the roots that were searched and how to list them.
+func skillNotFound(err error, roots []string) error {
+	if !errors.Is(err, skills.ErrNotFound) {
+		return err
+	}
+	list := "skillbox skills list"
+	for _, r := range roots {
+		list += " --root " + r
+	}
+	msg := strings.Replace(err.Error(), "skills.list or 'skillbox skills list --root DIR'", "'"+list+"'", 1)
+	var missing []string
+	for _, r := range roots {
+		if _, serr := os.Stat(r); serr != nil {
+			missing = append(missing, r)
+		}
+	}
+	if len(missing) > 0 {
+		msg += fmt.Sprintf(" (skill root %s does not exist: give the right one with --root DIR)", strings.Join(missing, ", "))
+	}
+	return &oneLineError{msg: msg, err: err}
+}
+
+// sentinelPrefixes are the texts of wrapped sentinels ("not found: …") that
+// mean something to a host branching on kinds but only clutter a terminal.
+var sentinelPrefixes = []string{
+	sandbox.ErrNotFound.Error(), sandbox.ErrInvalidParams.Error(), sandbox.ErrDenied.Error(),
+	sandbox.ErrUnavailable.Error(), sandbox.ErrLimitExceeded.Error(), sandbox.ErrInternal.Error(),
+	runtime.ErrInvalidJob.Error(), runtime.ErrUnavailable.Error(),
+}
+
+// cliError renders err as the one line the CLI prints, keeping it for
+// errors.Is. Exit code 1.
+func cliError(err error) error {
+	msg := err.Error()
+	for again := true; again; {
+		again = false
+		for _, p := range sentinelPrefixes {
+			if rest, ok := strings.CutPrefix(msg, p+": "); ok {
+				msg, again = rest, true
+			}
+		}
+	}
+	msg = strings.TrimSpace(strings.NewReplacer("\r\n", "; ", "\n", "; ").Replace(strings.TrimSpace(msg)))
+	return &oneLineError{msg: msg, err: err}
 }
 
 func selfPeer() *audit.Peer {
