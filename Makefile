@@ -43,7 +43,7 @@ deps:
 	./hack/install-deps.sh
 
 images: build
-	$(BIN) images build --dir $(IMAGES)
+	$(BIN) images build --if-needed --dir $(IMAGES)
 
 demo: deps build images
 	./hack/demo.sh

@@ -27,7 +27,7 @@ func imagesCommand() *cli.Command {
 		Name:    "dir",
 		Usage:   "image store directory",
 		Value:   images.DefaultDir,
-		EnvVars: []string{"SKILLBOX_IMAGES_DIR"},
+		EnvVars: []string{"SKILLBOX_IMAGES"},
 	}
 	recipesFlag := &cli.StringSliceFlag{
 		Name:  "recipes",

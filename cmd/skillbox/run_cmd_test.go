@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox"
 	"github.com/skillbox/skillbox/skills"
@@ -393,5 +396,36 @@ func TestSkillNotFoundNamesRoots(t *testing.T) {
 	other := errors.New("boom")
 	if skillNotFound(other, nil) != other {
 		t.Errorf("other errors must pass through")
+	}
+}
+
+func TestCLIImagesNoBuild(t *testing.T) {
+	dir := t.TempDir()
+	store, err := images.OpenStore(dir, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipes, err := images.LoadRecipes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	store.SetRecipes(recipes)
+	src := &cliImages{StoreImages: &sandbox.StoreImages{Store: store, Recipes: recipes}, noBuild: true}
+	var progress strings.Builder
+	_, _, err = src.Ensure(context.Background(), "shell", &progress)
+	if err == nil {
+		t.Fatal("--no-build with an empty store: no error")
+	}
+	for _, w := range []string{`"shell"`, "--no-build", "skillbox images build --dir " + dir + " shell"} {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%q does not mention %q", err, w)
+		}
+	}
+	if progress.Len() != 0 {
+		t.Errorf("nothing should be built: %q", progress.String())
+	}
+	// An image no recipe knows is reported by the store as it is.
+	if _, _, err := src.Ensure(context.Background(), "cobol", &progress); err == nil || !errors.Is(err, images.ErrUnknownImage) {
+		t.Errorf("unknown image: %v", err)
 	}
 }
