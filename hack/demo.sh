@@ -44,7 +44,8 @@ $bin run --config "$demo/skillbox.hcl" --json hello-python scripts/hello.py -- a
 
 step "the audit records those runs left ($demo/audit)"
 $bin audit query --dir "$demo/audit"
-$bin audit tail --dir "$demo/audit" -n 1
+step "the last run's end record, as stored (hash-chained JSON line)"
+$bin audit tail --dir "$demo/audit" -n 1 --json
 
 step "verify the audit hash chain"
 $bin audit verify --dir "$demo/audit"
