@@ -40,8 +40,8 @@ var (
 	runItImagesErr  error
 )
 
-// needRunTests skips unless the machine can run sandboxes with rt.
-func needRunTests(t *testing.T, rt string) {
+// runItNeed skips unless the machine can run sandboxes with rt.
+func runItNeed(t *testing.T, rt string) {
 	t.Helper()
 	if itSkip != "" {
 		t.Skip("skillbox run integration tests: " + itSkip)
@@ -51,8 +51,8 @@ func needRunTests(t *testing.T, rt string) {
 	}
 }
 
-// needImage skips unless the named image is built in the test store.
-func needImage(t *testing.T, name string) {
+// runItNeedImage skips unless the named image is built in the test store.
+func runItNeedImage(t *testing.T, name string) {
 	t.Helper()
 	runItImagesOnce.Do(func() {
 		out, err := exec.Command(itBin, "images", "list", "--json", "--dir", itImages).Output()
@@ -91,8 +91,8 @@ func (o runOut) String() string {
 	return fmt.Sprintf("exit %d\n--- stdout:\n%s--- stderr:\n%s", o.code, o.stdout, o.stderr)
 }
 
-// skillbox runs the binary with args; the image store is the test one.
-func skillbox(t *testing.T, args ...string) runOut {
+// runItExec runs the skillbox binary with args; the image store is the test one.
+func runItExec(t *testing.T, args ...string) runOut {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), runItCallLimit)
 	defer cancel()
@@ -116,9 +116,9 @@ func skillbox(t *testing.T, args ...string) runOut {
 	return o
 }
 
-// wantOneLineError checks a refused run: exit code, a single "skillbox: …"
+// runItWantError checks a refused run: exit code, a single "skillbox: …"
 // line on stderr mentioning every part of want, nothing on stdout.
-func wantOneLineError(t *testing.T, what string, o runOut, code int, want ...string) {
+func runItWantError(t *testing.T, what string, o runOut, code int, want ...string) {
 	t.Helper()
 	if o.code != code {
 		t.Fatalf("%s: want exit %d\n%s", what, code, o)
@@ -204,10 +204,10 @@ func newRunFixture(t *testing.T) *runFixture {
 			files[p] = s
 		}
 		for p, s := range files {
-			writeFile(t, filepath.Join(f.root, name, p), s)
+			runItWriteFile(t, filepath.Join(f.root, name, p), s)
 		}
 	}
-	writeFile(t, f.input, "payload-42\n")
+	runItWriteFile(t, f.input, "payload-42\n")
 	// Every directory readable and searchable by the sandboxes' uids.
 	err = filepath.WalkDir(base, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
@@ -224,7 +224,7 @@ func newRunFixture(t *testing.T) *runFixture {
 	return f
 }
 
-func writeFile(t *testing.T, p, s string) {
+func runItWriteFile(t *testing.T, p, s string) {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		t.Fatal(err)
@@ -259,13 +259,13 @@ policy "ask-first" {
 }
 `
 	p := filepath.Join(f.base, name)
-	writeFile(t, p, cfg)
+	runItWriteFile(t, p, cfg)
 	return p
 }
 
-// runJSONOut is what --json prints, decoded loosely so a missing field is
+// runItJSON decodes what --json prints loosely so a missing field is
 // told apart from a zero one.
-func decodeRunJSON(t *testing.T, o runOut) map[string]any {
+func runItJSON(t *testing.T, o runOut) map[string]any {
 	t.Helper()
 	var m map[string]any
 	if err := json.Unmarshal([]byte(o.stdout), &m); err != nil {
@@ -289,13 +289,13 @@ type runHarness struct {
 // run is `skillbox run --runtime RT --root ROOT args...`.
 func (h *runHarness) run(t *testing.T, args ...string) runOut {
 	t.Helper()
-	return skillbox(t, append([]string{"run", "--runtime", h.rt, "--root", h.f.root}, args...)...)
+	return runItExec(t, append([]string{"run", "--runtime", h.rt, "--root", h.f.root}, args...)...)
 }
 
 func TestRunEndToEnd(t *testing.T) {
 	for _, rt := range []string{"runsc", "runc"} {
 		t.Run(rt, func(t *testing.T) {
-			needRunTests(t, rt)
+			runItNeed(t, rt)
 			h := &runHarness{rt: rt, f: newRunFixture(t)}
 			for _, tc := range runCases {
 				t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
@@ -305,33 +305,33 @@ func TestRunEndToEnd(t *testing.T) {
 }
 
 var runCases = []runCase{
-	{"hello-py", func(t *testing.T, h *runHarness) { helloCase(t, h, "py", "python") }},
-	{"hello-sh", func(t *testing.T, h *runHarness) { helloCase(t, h, "sh", "shell") }},
-	{"hello-js", func(t *testing.T, h *runHarness) { helloCase(t, h, "js", "node") }},
+	{"hello-py", func(t *testing.T, h *runHarness) { runItHello(t, h, "py", "python") }},
+	{"hello-sh", func(t *testing.T, h *runHarness) { runItHello(t, h, "sh", "shell") }},
+	{"hello-js", func(t *testing.T, h *runHarness) { runItHello(t, h, "js", "node") }},
 	{"shebang-without-extension", func(t *testing.T, h *runHarness) {
-		needImage(t, "python")
+		runItNeedImage(t, "python")
 		o := h.run(t, "--json", "run-tests", "scripts/pytool")
 		if o.code != 0 {
 			t.Fatalf("shebang script:\n%s", o)
 		}
-		m := decodeRunJSON(t, o)
+		m := runItJSON(t, o)
 		if m["image"] != "python" || !strings.Contains(fmt.Sprint(m["stdout"]), "major=3") {
 			t.Errorf("a #!/usr/bin/env python3 script should run in the python image: image %v, stdout %q", m["image"], m["stdout"])
 		}
 	}},
 	{"unknown-extension", func(t *testing.T, h *runHarness) {
 		o := h.run(t, "run-tests", "scripts/tool.rb")
-		wantOneLineError(t, ".rb script", o, 1, `".rb"`, "image block")
+		runItWantError(t, ".rb script", o, 1, `".rb"`, "image block")
 	}},
 	{"file-input", func(t *testing.T, h *runHarness) {
-		needImage(t, "shell")
+		runItNeedImage(t, "shell")
 		o := h.run(t, "--file", h.f.input, "run-tests", "scripts/input.sh")
 		if o.code != 0 || !strings.Contains(o.stdout, "cwd=/work") || !strings.Contains(o.stdout, "payload-42") {
 			t.Fatalf("--file input.txt should be readable as ./input.txt:\n%s", o)
 		}
 	}},
 	{"outputs", func(t *testing.T, h *runHarness) {
-		needImage(t, "shell")
+		runItNeedImage(t, "shell")
 		dir := filepath.Join(h.f.base, "outputs-"+h.rt, "not-yet")
 		o := h.run(t, "--outputs", dir, "run-tests", "scripts/outputs.sh")
 		if o.code != 0 || !strings.Contains(o.stdout, "wrote") {
@@ -351,12 +351,12 @@ var runCases = []runCase{
 		}
 	}},
 	{"json", func(t *testing.T, h *runHarness) {
-		needImage(t, "python")
+		runItNeedImage(t, "python")
 		o := h.run(t, "--json", "run-tests", "scripts/hello.py", "--", "3", "x")
 		if o.code != 3 {
 			t.Fatalf("--json still exits with the script's code (3):\n%s", o)
 		}
-		m := decodeRunJSON(t, o)
+		m := runItJSON(t, o)
 		for _, k := range []string{"run_id", "exit_code", "signal", "reason", "stdout", "stderr", "stdout_truncated",
 			"stderr_truncated", "duration_ms", "image", "image_digest", "runtime", "runtime_version", "limits", "outputs"} {
 			if _, ok := m[k]; !ok {
@@ -388,13 +388,13 @@ var runCases = []runCase{
 		}
 	}},
 	{"env", func(t *testing.T, h *runHarness) {
-		needImage(t, "shell")
+		runItNeedImage(t, "shell")
 		o := h.run(t, "--env", "FOO=bar", "run-tests", "scripts/env.sh")
 		if o.code != 0 || o.stdout != "FOO=bar\n" {
 			t.Fatalf("--env FOO=bar:\n%s", o)
 		}
 		o = h.run(t, "--env", "LD_PRELOAD=x", "run-tests", "scripts/env.sh")
-		wantOneLineError(t, "--env LD_PRELOAD=x", o, 2, "LD_PRELOAD", "refused")
+		runItWantError(t, "--env LD_PRELOAD=x", o, 2, "LD_PRELOAD", "refused")
 	}},
 	{"script-outside-scripts", func(t *testing.T, h *runHarness) {
 		for _, p := range []string{"SKILL.md", "../x", "/etc/passwd", "scripts/../SKILL.md", "scripts/missing.sh"} {
@@ -403,13 +403,13 @@ var runCases = []runCase{
 			if p == "scripts/missing.sh" {
 				want = "not found"
 			}
-			wantOneLineError(t, "SCRIPT "+p, o, 1, want)
+			runItWantError(t, "SCRIPT "+p, o, 1, want)
 		}
 	}},
 	{"timeout", func(t *testing.T, h *runHarness) {
-		needImage(t, "shell")
+		runItNeedImage(t, "shell")
 		o := h.run(t, "--timeout", "2s", "--json", "run-tests", "scripts/sleep.sh")
-		m := decodeRunJSON(t, o)
+		m := runItJSON(t, o)
 		if m["reason"] != "timeout" || o.code == 0 {
 			t.Fatalf("--timeout 2s on a sleeping script: reason %v, exit %d\n%s", m["reason"], o.code, o)
 		}
@@ -423,10 +423,10 @@ var runCases = []runCase{
 	}},
 	{"unknown-skill", func(t *testing.T, h *runHarness) {
 		o := h.run(t, "no-such-skill", "scripts/hello.py")
-		wantOneLineError(t, "unknown skill", o, 1, `"no-such-skill"`, "skillbox skills list")
+		runItWantError(t, "unknown skill", o, 1, `"no-such-skill"`, "skillbox skills list")
 	}},
 	{"proc-version", func(t *testing.T, h *runHarness) {
-		needImage(t, "shell")
+		runItNeedImage(t, "shell")
 		var u unix.Utsname
 		if err := unix.Uname(&u); err != nil {
 			t.Fatal(err)
@@ -446,28 +446,28 @@ var runCases = []runCase{
 	{"no-build-empty-store", func(t *testing.T, h *runHarness) {
 		empty := filepath.Join(h.f.base, "empty-images-"+h.rt)
 		o := h.run(t, "--no-build", "--images", empty, "run-tests", "scripts/hello.sh")
-		wantOneLineError(t, "--no-build with an empty store", o, 1, `"shell"`, "--no-build", "skillbox images build")
+		runItWantError(t, "--no-build with an empty store", o, 1, `"shell"`, "--no-build", "skillbox images build")
 	}},
 	{"policy-deny", func(t *testing.T, h *runHarness) {
 		cfg := h.f.writeConfig(t, "deny-"+h.rt+".hcl", "")
 		o := h.run(t, "--config", cfg, "denied-run", "scripts/hello.sh")
-		wantOneLineError(t, "denied skill", o, 1, `policy "no-runs"`, filepath.Base(cfg)+":", "denied")
+		runItWantError(t, "denied skill", o, 1, `policy "no-runs"`, filepath.Base(cfg)+":", "denied")
 		// --yes does not override a deny.
 		o = h.run(t, "--config", cfg, "--yes", "denied-run", "scripts/hello.sh")
-		wantOneLineError(t, "denied skill with --yes", o, 1, `policy "no-runs"`)
+		runItWantError(t, "denied skill with --yes", o, 1, `policy "no-runs"`)
 	}},
 	{"policy-confirm", func(t *testing.T, h *runHarness) {
-		needImage(t, "shell")
+		runItNeedImage(t, "shell")
 		cfg := h.f.writeConfig(t, "confirm-"+h.rt+".hcl", "")
 		o := h.run(t, "--config", cfg, "guarded-run", "scripts/hello.sh")
-		wantOneLineError(t, "confirm without --yes", o, 1, `policy "ask-first"`, "--yes")
+		runItWantError(t, "confirm without --yes", o, 1, `policy "ask-first"`, "--yes")
 		o = h.run(t, "--config", cfg, "--yes", "guarded-run", "scripts/hello.sh", "--", "ok")
 		if o.code != 0 || o.stdout != "hello sh args=ok\n" {
 			t.Fatalf("confirm with --yes should run:\n%s", o)
 		}
 	}},
 	{"audit", func(t *testing.T, h *runHarness) {
-		needImage(t, "shell")
+		runItNeedImage(t, "shell")
 		auditDir := filepath.Join(h.f.base, "audit-"+h.rt)
 		cfg := h.f.writeConfig(t, "audit-"+h.rt+".hcl", auditDir)
 		if o := h.run(t, "--config", cfg, "run-tests", "scripts/hello.sh", "--", "5"); o.code != 5 {
@@ -479,10 +479,10 @@ var runCases = []runCase{
 		if o := h.run(t, "--config", cfg, "denied-run", "scripts/hello.sh"); o.code != 1 {
 			t.Fatalf("audited denied run:\n%s", o)
 		}
-		if o := skillbox(t, "audit", "verify", "--dir", auditDir); o.code != 0 {
+		if o := runItExec(t, "audit", "verify", "--dir", auditDir); o.code != 0 {
 			t.Fatalf("audit verify after runs:\n%s", o)
 		}
-		o := skillbox(t, "audit", "query", "--dir", auditDir, "--json")
+		o := runItExec(t, "audit", "query", "--dir", auditDir, "--json")
 		if o.code != 0 {
 			t.Fatalf("audit query:\n%s", o)
 		}
@@ -530,17 +530,17 @@ var runCases = []runCase{
 		if starts != 2 || ends != 2 || approvals != 1 || denies != 1 {
 			t.Errorf("audit: %d run.start, %d run.end, %d confirmation.approve, %d deny decisions; want 2, 2, 1, 1\n%s", starts, ends, approvals, denies, o.stdout)
 		}
-		table := skillbox(t, "audit", "query", "--dir", auditDir, "--event", "run")
+		table := runItExec(t, "audit", "query", "--dir", auditDir, "--event", "run")
 		if !strings.Contains(table.stdout, "run.start") || !strings.Contains(table.stdout, "run.end") {
 			t.Errorf("audit query --event run should show run.start and run.end:\n%s", table)
 		}
 	}},
 }
 
-// helloCase runs the hello script of one language with args, then with an
+// runItHello runs the hello script of one language with args, then with an
 // exit code, checking stdout and stderr stay apart.
-func helloCase(t *testing.T, h *runHarness, ext, image string) {
-	needImage(t, image)
+func runItHello(t *testing.T, h *runHarness, ext, image string) {
+	runItNeedImage(t, image)
 	script := "scripts/hello." + ext
 	o := h.run(t, "run-tests", script, "--", "a", "b c")
 	if o.code != 0 {
@@ -561,20 +561,20 @@ func helloCase(t *testing.T, h *runHarness, ext, image string) {
 // TestRunBuildsMissingImage checks that a run whose image is missing builds
 // it first, with progress on stderr. Opt-in: it takes minutes.
 func TestRunBuildsMissingImage(t *testing.T) {
-	needRunTests(t, "runsc")
+	runItNeed(t, "runsc")
 	if os.Getenv("SKILLBOX_TEST_BUILD") != "1" {
 		t.Skip("building an image takes minutes: set SKILLBOX_TEST_BUILD=1 to check that skillbox run builds a missing image")
 	}
 	f := newRunFixture(t)
 	store := filepath.Join(f.base, "images")
-	o := skillbox(t, "run", "--images", store, "--root", f.root, "run-tests", "scripts/hello.sh", "--", "built")
+	o := runItExec(t, "run", "--images", store, "--root", f.root, "run-tests", "scripts/hello.sh", "--", "built")
 	if o.code != 0 || o.stdout != "hello sh args=built\n" {
 		t.Fatalf("run with a missing image:\n%s", o)
 	}
 	if !strings.Contains(o.stderr, `image "shell" is not built`) || !strings.Contains(o.stderr, "[shell]") {
 		t.Errorf("the build's progress should be on stderr:\n%s", o)
 	}
-	o = skillbox(t, "run", "--no-build", "--images", store, "--root", f.root, "run-tests", "scripts/hello.sh")
+	o = runItExec(t, "run", "--no-build", "--images", store, "--root", f.root, "run-tests", "scripts/hello.sh")
 	if o.code != 0 || strings.Contains(o.stderr, "[shell]") {
 		t.Errorf("the second run should use the built image:\n%s", o)
 	}
