@@ -27,8 +27,25 @@ func exitCode(code int, format string, args ...any) error {
 	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
+// usageError makes a flag or argument mistake one line and exit code 2,
+// instead of the whole help text.
+func usageError(c *cli.Context, err error, _ bool) error {
+	return exitCode(2, "usage: %v (add --help to see the command's flags)", err)
+}
+
+// setUsageErrors gives every command without its own handler usageError;
+// urfave/cli applies the app's handler to the top level only.
+func setUsageErrors(cmds []*cli.Command) {
+	for _, c := range cmds {
+		if c.OnUsageError == nil {
+			c.OnUsageError = usageError
+		}
+		setUsageErrors(c.Subcommands)
+	}
+}
+
 func newApp() *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:    "skillbox",
 		Usage:   "run AI-agent skill scripts in isolated sandboxes",
 		Version: version,
@@ -44,11 +61,11 @@ func newApp() *cli.App {
 			benchCommand(),
 		},
 		// Usage errors exit 2 with one line, like the rest of the CLI.
-		OnUsageError: func(c *cli.Context, err error, _ bool) error {
-			return exitCode(2, "usage: %v (see 'skillbox %s --help')", err, c.Command.FullName())
-		},
+		OnUsageError:   usageError,
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
+	setUsageErrors(app.Commands)
+	return app
 }
 
 func main() {
