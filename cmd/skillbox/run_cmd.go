@@ -58,6 +58,7 @@ func runCommand() *cli.Command {
 			&cli.Int64Flag{Name: "pids", Usage: "process limit (may only lower the policy's)"},
 			&cli.Float64Flag{Name: "cpus", Usage: "CPU limit, e.g. 0.5 (may only lower the policy's)"},
 			&cli.StringSliceFlag{Name: "env", Usage: "`K=V` passed to the script (repeatable; names such as LD_PRELOAD that load other code are refused)"},
+			&cli.StringFlag{Name: "stdin", Usage: "`FILE` whose bytes are the script's standard input (- for this terminal's stdin); default: none"},
 			&cli.StringSliceFlag{Name: "file", Usage: "host `PATH` copied into the run's working directory under its base name (repeatable)"},
 			&cli.StringFlag{Name: "outputs", Usage: "`DIR` that receives the files the script wrote to outputs/ (created if missing)"},
 			&cli.BoolFlag{Name: "network", Usage: "ask for network access (a policy rule must allow it)"},
@@ -83,6 +84,7 @@ type runOptions struct {
 	files         []runtime.InputFile
 	outputs       string
 	runtime       string
+	stdin         []byte
 }
 
 // parseRunArgs splits the positional arguments and validates every flag that
@@ -114,6 +116,9 @@ func parseRunArgs(c *cli.Context) (*runOptions, error) {
 		if errors.Is(err, errFileFlagUsage) {
 			return nil, exitCode(2, "%v", err)
 		}
+		return nil, err
+	}
+	if o.stdin, err = stdinFromFlag(c.String("stdin")); err != nil {
 		return nil, err
 	}
 	o.outputs = c.String("outputs")
@@ -189,7 +194,7 @@ func runScript(c *cli.Context, o *runOptions) error {
 	}
 
 	req := sandbox.RunRequest{
-		Skill: sk, Script: o.script, Args: o.args, Env: o.env, Files: o.files, Limits: o.limits,
+		Skill: sk, Script: o.script, Args: o.args, Env: o.env, Files: o.files, Limits: o.limits, Stdin: o.stdin,
 		Network: c.Bool("network"), Peer: selfPeer(), Method: "skillbox run",
 	}
 	if !c.Bool("json") {
@@ -752,4 +757,29 @@ func cliError(err error) error {
 
 func selfPeer() *audit.Peer {
 	return &audit.Peer{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: int32(os.Getpid()), Process: "skillbox"}
+}
+
+// stdinFromFlag reads what --stdin names, capped like an input file: the
+// sandbox gets bytes, never the terminal itself.
+func stdinFromFlag(name string) ([]byte, error) {
+	if name == "" {
+		return nil, nil
+	}
+	var r io.Reader = os.Stdin
+	if name != "-" {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("--stdin %s: %w", name, err)
+		}
+		defer f.Close()
+		r = f
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxInputFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("--stdin %s: %w", name, err)
+	}
+	if len(b) > maxInputFile {
+		return nil, exitCode(2, "--stdin %s: more than %d bytes", name, maxInputFile)
+	}
+	return b, nil
 }

@@ -429,3 +429,29 @@ func TestCLIImagesNoBuild(t *testing.T) {
 		t.Errorf("unknown image: %v", err)
 	}
 }
+
+func TestStdinFromFlag(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "in.txt")
+	if err := os.WriteFile(p, []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, arg, want string
+		wantErr         bool
+	}{
+		{"none", "", "", false},
+		{"file", p, "hello\n", false},
+		{"missing", filepath.Join(dir, "nope"), "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := stdinFromFlag(tc.arg)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, want error %v", err, tc.wantErr)
+			}
+			if string(got) != tc.want {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
