@@ -56,12 +56,13 @@ func PrepareBundle(job Job, runDir string, opts SpecOptions) (b *Bundle, err err
 	if err := os.MkdirAll(runDir, 0o711); err != nil {
 		return nil, fmt.Errorf("make run dir: %w", err)
 	}
+	// The lock tells Sweep (in another process, after a crash) that this
+	// run dir is alive; the kernel drops it if we die. The dir is never
+	// visible without it (see makeRunDir).
 	dir := filepath.Join(runDir, job.ID)
-	if err := os.Mkdir(dir, 0o711); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			return nil, fmt.Errorf("%w: a run with id %q already exists in %s", ErrInvalidJob, job.ID, runDir)
-		}
-		return nil, fmt.Errorf("make bundle dir: %w", err)
+	lock, err := makeRunDir(runDir, job.ID)
+	if err != nil {
+		return nil, err
 	}
 	uid, gid := ContainerUID, ContainerGID
 	if opts.UserNS != nil {
@@ -75,17 +76,13 @@ func PrepareBundle(job Job, runDir string, opts SpecOptions) (b *Bundle, err err
 		Limits:   job.Limits.WithDefaults(),
 		OwnerUID: uid,
 		OwnerGID: gid,
+		lock:     lock,
 	}
 	defer func() {
 		if err != nil {
 			_ = b.Remove()
 		}
 	}()
-	// The lock tells Sweep (in another process, after a crash) that this
-	// run dir is alive; the kernel drops it if we die.
-	if b.lock, err = lockDir(dir, false); err != nil {
-		return b, err
-	}
 
 	if err := os.Mkdir(b.Workdir, 0o700); err != nil {
 		return b, fmt.Errorf("make workdir: %w", err)
@@ -185,6 +182,85 @@ func (b *Bundle) Remove() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// prepPrefix starts the hidden name under which a run dir is made and
+// locked before it is renamed to its id.
+const prepPrefix = ".prep-"
+
+// makeRunDirTries bounds how often makeRunDir starts over because a
+// concurrent Sweep removed its unlocked, just-made directory.
+const makeRunDirTries = 10
+
+// makeRunDir makes runDir/id and returns it locked. A run dir must never be
+// visible without its lock: Sweep takes an unlocked run dir for a dead run's
+// and removes it with its container, mount and cgroup, whatever its age. So
+// the dir is made under a hidden temporary name (which Sweep treats apart:
+// it only ever removes such a dir empty, holding its lock), locked, and
+// only then renamed into place; flock belongs to the open directory and
+// survives the rename. A Sweep that removed the temporary dir between its
+// mkdir and our lock makes us start over.
+func makeRunDir(runDir, id string) (*os.File, error) {
+	dir := filepath.Join(runDir, id)
+	for try := 0; try < makeRunDirTries; try++ {
+		tmp, err := os.MkdirTemp(runDir, prepPrefix+id+"-")
+		if err != nil {
+			return nil, fmt.Errorf("make bundle dir: %w", err)
+		}
+		lock, err := lockDir(tmp, false)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // swept before we opened it
+		}
+		if err != nil {
+			_ = unix.Rmdir(tmp)
+			return nil, err
+		}
+		if !samePath(lock, tmp) {
+			lock.Close() // swept while we waited for the lock
+			continue
+		}
+		// 0711: runtimes in a user namespace must walk through it to the
+		// workdir; nobody else may list it.
+		err = lock.Chmod(0o711)
+		if err == nil {
+			err = renameNoReplace(tmp, dir)
+		}
+		if err == nil {
+			return lock, nil
+		}
+		_ = unix.Rmdir(tmp)
+		lock.Close()
+		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
+			return nil, fmt.Errorf("%w: a run with id %q already exists in %s", ErrInvalidJob, id, runDir)
+		}
+		return nil, fmt.Errorf("make bundle dir: %w", err)
+	}
+	return nil, fmt.Errorf("make bundle dir %s: removed by a concurrent sweep %d times in a row", dir, makeRunDirTries)
+}
+
+// samePath reports whether path still names the directory f has open.
+func samePath(f *os.File, path string) bool {
+	a, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	b, err := os.Lstat(path)
+	return err == nil && os.SameFile(a, b)
+}
+
+// renameNoReplace renames oldpath to newpath unless newpath exists (a plain
+// rename would replace an empty directory).
+func renameNoReplace(oldpath, newpath string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, oldpath, unix.AT_FDCWD, newpath, unix.RENAME_NOREPLACE)
+	if !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOSYS) {
+		return err
+	}
+	// A file system without RENAME_NOREPLACE: check, then rename. Run ids
+	// are unique, so the check only guards against a caller's mistake.
+	if _, err := os.Lstat(newpath); err == nil {
+		return unix.EEXIST
+	}
+	return os.Rename(oldpath, newpath)
 }
 
 // lockDir opens dir and takes an exclusive flock on it. With nonBlocking, a

@@ -2,11 +2,15 @@ package runtime
 
 import (
 	"bufio"
+	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -128,4 +132,55 @@ func removeCgroupDir(dir string) error {
 		return &os.PathError{Op: "rmdir cgroup", Path: dir, Err: err}
 	}
 	return nil
+}
+
+// killCgroupProcs SIGKILLs every process in cgroup path p and its children
+// until none is left. Sweep uses it on the cgroup of a dead run only.
+func killCgroupProcs(ctx context.Context, p string) error {
+	if p == "" || filepath.Clean("/"+p) == "/" {
+		return nil
+	}
+	giveUp := time.After(killWait)
+	for {
+		pids := cgroupProcs(p)
+		if len(pids) == 0 {
+			return nil
+		}
+		for _, pid := range pids {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("processes left in cgroup %s: %w", p, ctx.Err())
+		case <-giveUp:
+			return fmt.Errorf("processes %v left in cgroup %s after SIGKILL", pids, p)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// cgroupProcs lists the processes in cgroup path p and its children, in
+// every hierarchy (a process shows up once per hierarchy on cgroup v1).
+func cgroupProcs(p string) []int {
+	seen := map[int]bool{}
+	var pids []int
+	for _, dir := range cgroupDirs(p) {
+		_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			raw, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+			if err != nil {
+				return nil
+			}
+			for _, f := range strings.Fields(string(raw)) {
+				if pid, err := strconv.Atoi(f); err == nil && pid > 0 && !seen[pid] {
+					seen[pid] = true
+					pids = append(pids, pid)
+				}
+			}
+			return nil
+		})
+	}
+	return pids
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	goruntime "runtime"
 	"syscall"
 	"time"
 
@@ -15,7 +16,8 @@ import (
 
 // engine is the run driver runc and runsc share. A run is:
 //
-//	prepare  PrepareBundle: run dir, workdir tmpfs with inputs, config.json
+//	prepare  PrepareBundle: run dir (locked before it is visible: the run's
+//	         record for Sweep), workdir tmpfs with inputs, config.json
 //	cgroup   driver.setupCgroup (runsc pre-creates the cgroups it reads)
 //	run      `<cli> run` in the foreground with our pipes as the container's
 //	         stdio, drained concurrently and capped
@@ -24,8 +26,8 @@ import (
 //	explain  cgroup counters (OOM kills, refused forks) read before delete
 //	collect  outputs read from the host side of the stopped container's /work
 //	teardown delete --force, kill the CLI's process group, remove the cgroup,
-//	         unmount the workdir and remove the run dir (fresh context, also
-//	         on panic and cancel)
+//	         unmount the workdir and remove the run dir, last, releasing its
+//	         lock (fresh context, also on panic and cancel)
 //
 // `run` rather than create+start: the runtime CLI is then the parent of the
 // container (runc) or sandbox (runsc) and so the only process that can learn
@@ -176,7 +178,7 @@ func (e *engine) run(ctx context.Context, job Job) (res *Result, err error) {
 
 	e.log.Debug("run starting", "id", job.ID, "bundle", b.Dir, "args", cmd.Args)
 	started := time.Now()
-	startErr := cmd.Start()
+	exited, startErr := startTied(cmd)
 	// The child has its copies; ours must go or the drains never see EOF.
 	stdoutW.Close()
 	stderrW.Close()
@@ -196,11 +198,6 @@ func (e *engine) run(ctx context.Context, job Job) (res *Result, err error) {
 			_ = stdinW.Close()
 		}()
 	}
-	exited := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(exited)
-	}()
 
 	reason := ReasonExit
 	timer := time.NewTimer(lim.Timeout)
@@ -287,6 +284,42 @@ func (e *engine) run(ctx context.Context, job Job) (res *Result, err error) {
 		"duration", duration, "oom_kills", ev.OOMKills, "pids_max_events", ev.PidsMax,
 		"stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "outputs", len(outs))
 	return res, nil
+}
+
+// startTied starts the runtime CLI's run command so that it dies with us,
+// and returns a channel closed once it has exited and been waited for.
+//
+// The CLI runs in its own process group, so a kill -9 of the daemon would
+// leave it running: it could go on to create the container after a new
+// daemon's Sweep, finding the run dir unlocked, had looked for one. With
+// Pdeathsig the kernel SIGKILLs it in the same exit that drops the run
+// dir's lock. (What it already made, a container or sandbox, lives on
+// without it; that is Sweep's.) Pdeathsig fires when the forking thread
+// ends, not the process (go.dev/issue/27505), so the fork happens on a
+// thread locked to one goroutine for the CLI's whole life: no other
+// goroutine can end that thread under it.
+func startTied(cmd *exec.Cmd) (<-chan struct{}, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	exited := make(chan struct{})
+	started := make(chan error, 1)
+	go func() {
+		goruntime.LockOSThread()
+		defer goruntime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
 }
 
 // exitStatus turns the CLI's exit into (code, signal name). Both CLIs exit

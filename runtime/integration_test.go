@@ -13,6 +13,7 @@ package runtime_test
 // runs on may have two busy cores.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -844,7 +845,10 @@ func TestConcurrentRuns(t *testing.T) {
 }
 
 // crashEnv makes the test binary act as a process that dies (SIGKILL) in
-// the middle of a run, leaving its container, run dir, mount and cgroup.
+// the middle of a run, leaving its container, run dir, mount and cgroup. In
+// mode "up" it kills itself once the script has printed "up"; in mode
+// "early" it prints "running" as it starts the run and waits for the test
+// to kill it.
 const crashEnv = "SKILLBOX_TEST_CRASH_HELPER"
 
 func TestMain(m *testing.M) {
@@ -857,7 +861,7 @@ func TestMain(m *testing.M) {
 
 func crashHelper(spec string) {
 	f := strings.Split(spec, "|")
-	backend, stateDir, runDir, id, rootfs, skill, marker := f[0], f[1], f[2], f[3], f[4], f[5], f[6]
+	backend, stateDir, runDir, id, rootfs, skill, marker, mode := f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
 	rt, err := runtime.New(backend, runtime.Options{StateDir: stateDir, RunDir: runDir})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -866,12 +870,15 @@ func crashHelper(spec string) {
 	job := runtime.Job{ID: id, RootFS: rootfs, SkillDir: skill,
 		Args: []string{"python3", "/skill/scripts/sleep.py", marker},
 		Stdout: sinkFunc(func(p []byte) {
-			if bytes.Contains(p, []byte("up")) {
+			if mode == "up" && bytes.Contains(p, []byte("up")) {
 				fmt.Println("crashing now")
 				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}
 		}),
 		Limits: runtime.Limits{Timeout: 10 * time.Minute},
+	}
+	if mode == "early" {
+		fmt.Println("running")
 	}
 	_, err = rt.Run(context.Background(), job)
 	fmt.Fprintln(os.Stderr, "run ended without the crash:", err)
@@ -889,7 +896,7 @@ func TestSweep(t *testing.T) {
 			id := newID()
 			marker := "skillbox-marker-" + randomHex(8)
 			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{name, opts.StateDir, opts.RunDir, id, rootfs, dir, marker}, "|"))
+			cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{name, opts.StateDir, opts.RunDir, id, rootfs, dir, marker, "up"}, "|"))
 			out, err := cmd.CombinedOutput()
 			if !strings.Contains(string(out), "crashing now") {
 				t.Fatalf("crash helper: %v\n%s", err, out)
@@ -922,13 +929,6 @@ func TestSweep(t *testing.T) {
 			case o := <-liveDone:
 				t.Fatalf("live run ended early: %v %+v", o.err, o.res)
 			}
-			// Age both run dirs past the "just made" window.
-			old := time.Now().Add(-time.Minute)
-			for _, d := range []string{id, liveJob.ID} {
-				if err := os.Chtimes(filepath.Join(opts.RunDir, d), old, old); err != nil {
-					t.Fatal(err)
-				}
-			}
 			if err := runtime.Sweep(context.Background(), rt); err != nil {
 				t.Fatalf("Sweep: %v", err)
 			}
@@ -944,6 +944,250 @@ func TestSweep(t *testing.T) {
 			if left := hostProcsWith(marker); len(left) > 0 {
 				t.Errorf("processes left after Sweep: %v", left)
 			}
+		})
+	}
+}
+
+// TestSweepContainerWithoutRunDir: a container whose run dir is gone (as
+// when a run's teardown fails to delete it and removes the run dir anyway;
+// here the test removes the run dir of a crashed run) is removed by Sweep,
+// because its bundle was a run dir of this RunDir, and so is its cgroup
+// once nothing runs in it.
+func TestSweepContainerWithoutRunDir(t *testing.T) {
+	rootfs := testRootfs(t)
+	for _, name := range backends {
+		t.Run(name, func(t *testing.T) {
+			rt, opts := newBackend(t, name)
+			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
+			id := newID()
+			marker := "skillbox-marker-" + randomHex(8)
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{name, opts.StateDir, opts.RunDir, id, rootfs, dir, marker, "up"}, "|"))
+			out, err := cmd.CombinedOutput()
+			if !strings.Contains(string(out), "crashing now") {
+				t.Fatalf("crash helper: %v\n%s", err, out)
+			}
+			runDir := filepath.Join(opts.RunDir, id)
+			if err := syscall.Unmount(filepath.Join(runDir, "work"), syscall.MNT_DETACH); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.RemoveAll(runDir); err != nil {
+				t.Fatal(err)
+			}
+			list, _ := exec.Command(name, "--root", opts.StateDir, "list", "--quiet").Output()
+			if !strings.Contains(string(list), id) {
+				t.Fatalf("the crash left no container %s: %q", id, list)
+			}
+			if err := runtime.Sweep(context.Background(), rt); err != nil {
+				t.Errorf("Sweep: %v", err)
+			}
+			assertClean(t, name, opts, id)
+			deadline := time.Now().Add(30 * time.Second)
+			for len(hostProcsWith(marker)) > 0 && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if left := hostProcsWith(marker); len(left) > 0 {
+				t.Errorf("processes left after Sweep: %v", left)
+			}
+		})
+	}
+}
+
+// youngCrashDelays are how long after the helper starts its run it is
+// killed: by default around when the bundle is made and the runtime CLI is
+// creating the container, the window a fixed "too young to sweep" age used
+// to cover (what the crash leaves varies with the machine's speed; each
+// delay is logged with it). Override with SKILLBOX_TEST_CRASH_DELAYS
+// (comma-separated durations) to probe others.
+func youngCrashDelays(t *testing.T) []time.Duration {
+	env := os.Getenv("SKILLBOX_TEST_CRASH_DELAYS")
+	if env == "" {
+		return []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 500 * time.Millisecond}
+	}
+	var ds []time.Duration
+	for _, f := range strings.Split(env, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil {
+			t.Fatalf("SKILLBOX_TEST_CRASH_DELAYS: %v", err)
+		}
+		ds = append(ds, d)
+	}
+	return ds
+}
+
+// TestSweepYoungCrash kills -9 a helper process a moment after it started a
+// run (its run dir only just made, its container being created) and sweeps
+// at once, as a daemon restarted right after a crash does: nothing of the
+// run may be left, however young it was.
+func TestSweepYoungCrash(t *testing.T) {
+	rootfs := testRootfs(t)
+	for _, name := range backends {
+		t.Run(name, func(t *testing.T) {
+			rt, opts := newBackend(t, name)
+			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
+			for _, delay := range youngCrashDelays(t) {
+				t.Run(delay.String(), func(t *testing.T) {
+					id := newID()
+					marker := "skillbox-marker-" + randomHex(8)
+					cmd := exec.Command(os.Args[0], "-test.run=^$")
+					cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{name, opts.StateDir, opts.RunDir, id, rootfs, dir, marker, "early"}, "|"))
+					cmd.Stderr = os.Stderr
+					cmd.WaitDelay = 10 * time.Second
+					stdout, err := cmd.StdoutPipe()
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := cmd.Start(); err != nil {
+						t.Fatal(err)
+					}
+					line, err := bufio.NewReader(stdout).ReadString('\n')
+					if line != "running\n" {
+						cmd.Process.Kill()
+						cmd.Wait()
+						t.Fatalf("crash helper did not start its run: %q %v", line, err)
+					}
+					time.Sleep(delay)
+					if err := cmd.Process.Kill(); err != nil {
+						t.Fatal(err)
+					}
+					_ = cmd.Wait()
+					// What the crash left, for the log: it varies with timing.
+					list, _ := exec.Command(name, "--root", opts.StateDir, "list", "--quiet").Output()
+					_, dirErr := os.Stat(filepath.Join(opts.RunDir, id))
+					_, cgErr := os.Stat(filepath.Join("/sys/fs/cgroup/memory", runtime.CgroupParent, id))
+					t.Logf("killed %v after the run started; left: containers %q, run dir %v, memory cgroup %v",
+						delay, strings.Fields(string(list)), dirErr == nil, cgErr == nil)
+
+					if err := runtime.Sweep(context.Background(), rt); err != nil {
+						t.Errorf("Sweep: %v", err)
+					}
+					assertClean(t, name, opts, id)
+					// The killed processes may take init a moment to reap.
+					deadline := time.Now().Add(30 * time.Second)
+					for len(hostProcsWith(id))+len(hostProcsWith(marker)) > 0 && time.Now().Before(deadline) {
+						time.Sleep(100 * time.Millisecond)
+					}
+					if left := append(hostProcsWith(id), hostProcsWith(marker)...); len(left) > 0 {
+						t.Errorf("processes left after Sweep: %v", left)
+					}
+				})
+			}
+		})
+	}
+}
+
+// TestSweepSparesOtherRunDir sweeps one runtime instance (its own state and
+// run dir) while another instance of the same backend has a run in
+// progress and a run just made, its cgroup still empty: the sweep must leave
+// both runs and their cgroups alone, like an empty cgroup under
+// CgroupParent that no one can attribute, and still do its own work.
+func TestSweepSparesOtherRunDir(t *testing.T) {
+	rootfs := testRootfs(t)
+	for _, name := range backends {
+		t.Run(name, func(t *testing.T) {
+			rt, opts := newBackend(t, name)
+			otherOpts := opts
+			otherOpts.StateDir = filepath.Join(testBase, name+"-other", "state")
+			otherOpts.RunDir = filepath.Join(testBase, name+"-other", "runs")
+			other, err := runtime.New(name, otherOpts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
+			cgDirs := func(id string) []string {
+				return []string{
+					filepath.Join("/sys/fs/cgroup/memory", runtime.CgroupParent, id),
+					filepath.Join("/sys/fs/cgroup/pids", runtime.CgroupParent, id),
+				}
+			}
+
+			// A run in progress.
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			up := make(chan struct{})
+			var once sync.Once
+			live := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"python3", "/skill/scripts/sleep.py"},
+				Limits: runtime.Limits{Timeout: 10 * time.Minute},
+				Stdout: sinkFunc(func(p []byte) {
+					if bytes.Contains(p, []byte("up")) {
+						once.Do(func() { close(up) })
+					}
+				})}
+			type outcome struct {
+				res *runtime.Result
+				err error
+			}
+			liveDone := make(chan outcome, 1)
+			go func() {
+				res, err := rt.Run(ctx, live)
+				liveDone <- outcome{res, err}
+			}()
+			// A run just made: its bundle and its (runsc-style, pre-made)
+			// cgroups exist, nothing runs in them yet.
+			young := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"true"}}
+			b, err := runtime.PrepareBundle(young, opts.RunDir, runtime.SpecOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Remove()
+			// A cgroup of no run anyone knows.
+			stray := runtime.IDPrefix + "test-stray-" + randomHex(4)
+			made := append(cgDirs(young.ID), cgDirs(stray)...)
+			defer func() {
+				for _, d := range made {
+					os.Remove(d)
+				}
+			}()
+			for _, d := range made {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A dead run of the swept instance, which it must remove.
+			dead := newID()
+			if err := os.MkdirAll(filepath.Join(otherOpts.RunDir, dead, "work"), 0o711); err != nil {
+				t.Fatal(err)
+			}
+
+			select {
+			case <-up:
+			case o := <-liveDone:
+				t.Fatalf("live run ended early: %v %+v", o.err, o.res)
+			}
+			if err := runtime.Sweep(context.Background(), other); err != nil {
+				t.Errorf("Sweep: %v", err)
+			}
+
+			for _, p := range append(append([]string{
+				filepath.Join(opts.RunDir, live.ID), filepath.Join(opts.RunDir, young.ID),
+			}, cgDirs(live.ID)...), made...) {
+				if _, err := os.Stat(p); err != nil {
+					t.Errorf("Sweep of another run dir removed %s", p)
+				}
+			}
+			list, _ := exec.Command(name, "--root", opts.StateDir, "list", "--quiet").Output()
+			if !strings.Contains(string(list), live.ID) {
+				t.Errorf("Sweep of another run dir removed the live container %s: %q", live.ID, list)
+			}
+			if _, err := os.Stat(filepath.Join(otherOpts.RunDir, dead)); err == nil {
+				t.Errorf("Sweep left its own dead run dir %s", dead)
+			}
+
+			cancel()
+			o := <-liveDone
+			if o.err != nil || o.res.Reason != runtime.ReasonKilled || string(o.res.Stdout) != "up\n" {
+				t.Errorf("the live run was disturbed by Sweep: %v %+v", o.err, o.res)
+			}
+			if err := b.Remove(); err != nil {
+				t.Error(err)
+			}
+			for _, d := range made {
+				if err := os.Remove(d); err != nil {
+					t.Error(err)
+				}
+			}
+			assertClean(t, name, opts, "")
+			assertClean(t, name, otherOpts, "")
 		})
 	}
 }

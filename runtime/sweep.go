@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Sweeper is implemented by backends that can clean up after a crash.
@@ -16,12 +18,28 @@ type Sweeper interface {
 }
 
 // Sweep removes what runs of rt left behind when the process driving them
-// died (daemon crash, kill -9, power loss of /run is moot): containers in the
-// backend's state dir whose id starts with IDPrefix, run dirs with their
-// workdir mounts, and the runs' cgroups. Runs still in progress, in this
-// process or another (`skillbox run` next to the daemon), hold a lock on
-// their run dir and are left alone. The daemon calls it once at start.
-// Backends that keep no local state (none yet) need not implement Sweeper.
+// died (daemon crash, kill -9, power loss of /run is moot), and nothing else.
+// The backend's RunDir is the record: a run locks its run dir before anything
+// of the run exists and removes it last (after its container and cgroup), so
+//
+//   - a run dir whose lock is held belongs to a run in progress, in this
+//     process or another (`skillbox run` next to the daemon), however young,
+//     and is left alone with its container and cgroup;
+//   - a run dir whose lock is free is a dead run's: Sweep removes its
+//     container (from the backend's state dir), the processes still in its
+//     cgroup, the cgroup, the workdir mount and the dir;
+//   - a container in the backend's state dir with IDPrefix whose bundle is
+//     RunDir/<id> but whose run dir is gone is a leftover of a run whose
+//     teardown failed to delete it (teardown deletes the container before it
+//     removes the run dir): Sweep deletes it, then its cgroup if no process
+//     is left in it.
+//
+// Cgroups under CgroupParent are shared by every RunDir and state dir on the
+// host (test runs, a second daemon), so Sweep only removes one whose id it
+// attributed as above; an empty cgroup it cannot attribute stays, which is
+// harmless, where removing another instance's would not be. The daemon calls
+// Sweep once at start. Backends that keep no local state (none yet) need not
+// implement Sweeper.
 func Sweep(ctx context.Context, rt Runtime) error {
 	s, ok := rt.(Sweeper)
 	if !ok {
@@ -30,120 +48,215 @@ func Sweep(ctx context.Context, rt Runtime) error {
 	return s.Sweep(ctx)
 }
 
-// sweepMinAge protects a run dir made a moment ago but not yet locked.
-const sweepMinAge = 2 * time.Second
+// sweeper is one Sweep of one backend. What it does to the host is in
+// function fields so that the liveness logic can be tested without root, a
+// runtime CLI or cgroups.
+type sweeper struct {
+	runDir string
+	log    Logger
+	// list returns the containers in the backend's state dir; state one of
+	// them (an error that isNotExist recognises if there is none); delete
+	// removes one (not existing is no error).
+	list   func(ctx context.Context) ([]ContainerState, error)
+	state  func(ctx context.Context, id string) (*ContainerState, error)
+	delete func(ctx context.Context, id string) error
+	// unmount detaches the workdir tmpfs of a dead run.
+	unmount func(target string) error
+	// killCgroup SIGKILLs the processes left in a dead run's cgroup;
+	// removeCgroup removes a cgroup in which no process is left (it never
+	// kills).
+	killCgroup   func(ctx context.Context, cgPath string) error
+	removeCgroup func(ctx context.Context, cgPath string) error
+}
 
 func (e *engine) sweep(ctx context.Context) error {
 	if _, err := e.cli.lookup(); err != nil {
 		return err
 	}
+	return e.sweeper().sweep(ctx)
+}
+
+func (e *engine) sweeper() *sweeper {
+	return &sweeper{
+		runDir:       e.runDir,
+		log:          e.log,
+		list:         e.cli.list,
+		state:        e.cli.state,
+		delete:       e.deleteRetry,
+		unmount:      unmount,
+		killCgroup:   killCgroupProcs,
+		removeCgroup: removeCgroupRetry,
+	}
+}
+
+func (s *sweeper) sweep(ctx context.Context) error {
 	var errs []error
-	list, err := e.cli.list(ctx)
+	// The containers first: a run makes (and locks) its run dir before its
+	// container, so a container listed now whose run dir is missing below
+	// is not one of a run being set up.
+	list, err := s.list(ctx)
 	if err != nil {
 		errs = append(errs, err)
 	}
-	for _, c := range list {
-		if !strings.HasPrefix(c.ID, IDPrefix) || !jobIDPattern.MatchString(c.ID) {
-			continue
-		}
-		dir := filepath.Join(e.runDir, c.ID)
-		if e.live(dir) {
-			continue
-		}
-		// The list may be stale by now (earlier deletes can take seconds):
-		// a run that ended meanwhile has removed its container itself.
-		if _, err := e.cli.state(ctx, c.ID); err != nil && isNotExist(err) {
-			continue
-		}
-		e.log.Info("removing leftover container", "id", c.ID, "status", c.Status)
-		if err := e.deleteRetry(ctx, c.ID); err != nil {
-			errs = append(errs, err)
-		}
-	}
-
-	entries, err := os.ReadDir(e.runDir)
+	entries, err := os.ReadDir(s.runDir)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, fmt.Errorf("read run dir: %w", err))
 	}
+	withDir := map[string]bool{}
 	for _, ent := range entries {
-		id := ent.Name()
-		if !ent.IsDir() || !jobIDPattern.MatchString(id) {
-			continue
-		}
-		if err := e.sweepRunDir(ctx, id); err != nil {
-			errs = append(errs, err)
-		}
-	}
-
-	// Cgroups of runs whose run dir is already gone.
-	for _, parent := range cgroupDirs(CgroupParent) {
-		kids, _ := os.ReadDir(parent)
-		for _, k := range kids {
-			id := k.Name()
-			if !k.IsDir() || !strings.HasPrefix(id, IDPrefix) || !jobIDPattern.MatchString(id) {
-				continue
-			}
-			if e.live(filepath.Join(e.runDir, id)) {
-				continue
-			}
-			if err := removeCgroupDir(filepath.Join(parent, id)); err != nil {
+		name := ent.Name()
+		switch {
+		case !ent.IsDir():
+		case strings.HasPrefix(name, prepPrefix):
+			if err := s.sweepPrepDir(name); err != nil {
 				errs = append(errs, err)
 			}
+		case jobIDPattern.MatchString(name):
+			found, err := s.sweepRunDir(ctx, name)
+			if err != nil {
+				errs = append(errs, err)
+			}
+			withDir[name] = found
+		}
+	}
+	for _, c := range list {
+		if withDir[c.ID] {
+			continue // left alive, or removed with its run dir
+		}
+		if err := s.sweepContainer(ctx, c); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// live reports whether a run dir belongs to a run in progress.
-func (e *engine) live(dir string) bool {
-	st, err := os.Lstat(dir)
-	if err != nil {
-		return false
-	}
-	if time.Since(st.ModTime()) < sweepMinAge {
-		return true
-	}
-	f, err := lockDir(dir, true)
-	if err != nil {
-		return errors.Is(err, errLocked)
-	}
-	f.Close()
-	return false
-}
-
-// sweepRunDir removes one stale run dir: its container (if this backend
-// made it), workdir mount, cgroup and files.
-func (e *engine) sweepRunDir(ctx context.Context, id string) error {
-	dir := filepath.Join(e.runDir, id)
-	st, err := os.Lstat(dir)
-	if err != nil || time.Since(st.ModTime()) < sweepMinAge {
-		return nil
-	}
+// sweepRunDir removes the run dir RunDir/id, with its container, workdir
+// mount and cgroup, unless its run is alive. found is false when the dir
+// was gone by the time Sweep came to lock it.
+func (s *sweeper) sweepRunDir(ctx context.Context, id string) (found bool, err error) {
+	dir := filepath.Join(s.runDir, id)
 	lock, err := lockDir(dir, true)
-	if errors.Is(err, errLocked) {
-		return nil
-	}
-	if err != nil {
-		return err
+	switch {
+	case errors.Is(err, errLocked):
+		return true, nil // a live run
+	case errors.Is(err, os.ErrNotExist):
+		return false, nil // its run ended meanwhile
+	case err != nil:
+		return true, err
 	}
 	defer lock.Close()
-	e.log.Info("removing leftover run dir", "id", id, "dir", dir)
+	if !samePath(lock, dir) {
+		return false, nil // the run ended (and removed it) before we locked it
+	}
+	// Holding the lock, the run is dead and stays so: its process died, and
+	// the runtime CLI that could still have made its container was killed
+	// in the same exit (startTied).
+	s.log.Info("removing leftover run dir", "id", id, "dir", dir)
 	var errs []error
-	if strings.HasPrefix(id, IDPrefix) {
-		if err := e.deleteRetry(ctx, id); err != nil {
+	owned := true
+	st, err := s.state(ctx, id)
+	switch {
+	case err == nil && st.Bundle != "" && !bundleIs(st.Bundle, dir):
+		// A container of that name made from another bundle is not this
+		// run's; nor, then, is the cgroup of that name.
+		s.log.Warn("a container named like a dead run has another bundle; leaving it and its cgroup",
+			"id", id, "bundle", st.Bundle, "run_dir", dir)
+		owned = false
+	case err != nil && isNotExist(err):
+		// The run died before its container was made, or after it was
+		// deleted.
+	default:
+		// It exists, or state failed (half-written state of a CLI killed
+		// while creating it): delete --force copes with both.
+		if err := s.delete(ctx, id); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := unmount(filepath.Join(dir, bundleWorkdir)); err != nil {
-		errs = append(errs, err)
+	if owned {
+		cg := CgroupParent + "/" + id
+		// What the runtime could not delete: processes of a container whose
+		// CLI died before it recorded its state.
+		if err := s.killCgroup(ctx, cg); err != nil {
+			errs = append(errs, err)
+		}
+		if err := s.removeCgroup(ctx, cg); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	if err := removeCgroupRetry(ctx, CgroupParent+"/"+id); err != nil {
+	if err := s.unmount(filepath.Join(dir, bundleWorkdir)); err != nil {
 		errs = append(errs, err)
 	}
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove run dir: %w", err))
 	}
-	return errors.Join(errs...)
+	return true, errors.Join(errs...)
+}
+
+// sweepContainer removes a container of the state dir that has no run dir
+// (its run's teardown failed to delete it). It must carry IDPrefix and have
+// been made from the bundle RunDir/<id>; then its cgroup goes too, if
+// nothing runs in it.
+func (s *sweeper) sweepContainer(ctx context.Context, c ContainerState) error {
+	if !strings.HasPrefix(c.ID, IDPrefix) || !jobIDPattern.MatchString(c.ID) {
+		return nil
+	}
+	dir := filepath.Join(s.runDir, c.ID)
+	if !bundleIs(c.Bundle, dir) {
+		// Another RunDir's run sharing our state dir: not ours to judge.
+		s.log.Debug("leaving a container of another run dir", "id", c.ID, "bundle", c.Bundle)
+		return nil
+	}
+	if _, err := os.Lstat(dir); err == nil {
+		return nil // a run dir appeared: the next Sweep judges it by its lock
+	}
+	// The list may be stale by now (earlier deletes can take seconds): a
+	// run that ended meanwhile has removed its container itself.
+	st, err := s.state(ctx, c.ID)
+	if err != nil {
+		if isNotExist(err) {
+			return nil
+		}
+		return err
+	}
+	if !bundleIs(st.Bundle, dir) {
+		return nil
+	}
+	s.log.Info("removing leftover container", "id", c.ID, "status", st.Status)
+	if err := s.delete(ctx, c.ID); err != nil {
+		return err
+	}
+	// Not killCgroup: rmdir fails on a cgroup with processes, and only an
+	// empty one is removed.
+	return s.removeCgroup(ctx, CgroupParent+"/"+c.ID)
+}
+
+// sweepPrepDir removes a temporary run dir (see makeRunDir) that a process
+// died with before renaming it. One that is locked is being made now.
+func (s *sweeper) sweepPrepDir(name string) error {
+	p := filepath.Join(s.runDir, name)
+	lock, err := lockDir(p, true)
+	switch {
+	case errors.Is(err, errLocked), errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		return err
+	}
+	defer lock.Close()
+	if !samePath(lock, p) {
+		return nil // renamed into place meanwhile
+	}
+	// Empty: nothing is put in it before the rename. A full one is not one
+	// of ours; leave it.
+	if err := unix.Rmdir(p); err != nil && !errors.Is(err, unix.ENOENT) {
+		return &os.PathError{Op: "remove temporary run dir", Path: p, Err: err}
+	}
+	return nil
+}
+
+// bundleIs reports whether a container's bundle is dir. Both runtimes
+// report it; an empty one (a state too broken to tell) is not attributed.
+func bundleIs(bundle, dir string) bool {
+	return bundle != "" && filepath.Clean(bundle) == dir
 }
 
 // deleteRetry retries delete --force a few times. After a crash the killed

@@ -1,0 +1,403 @@
+package runtime
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// sweepFake is a backend state dir and host for the sweeper: containers by
+// id, and a record of everything the sweeper did to them.
+type sweepFake struct {
+	mu         sync.Mutex
+	containers map[string]ContainerState
+	calls      []string // "delete id", "kill id", "rmcg id", "umount path"
+	// check, when set, is called with every id the sweeper acts on.
+	check func(op, id string)
+}
+
+func newSweepFake(cs ...ContainerState) *sweepFake {
+	f := &sweepFake{containers: map[string]ContainerState{}}
+	for _, c := range cs {
+		f.containers[c.ID] = c
+	}
+	return f
+}
+
+func (f *sweepFake) record(op, id string) {
+	if f.check != nil {
+		f.check(op, id)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls = append(f.calls, op+" "+id)
+}
+
+func (f *sweepFake) sweeper(runDir string) *sweeper {
+	cgID := func(p string) string { return strings.TrimPrefix(p, CgroupParent+"/") }
+	return &sweeper{
+		runDir: runDir,
+		log:    hclog.NewNullLogger(),
+		list: func(context.Context) ([]ContainerState, error) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			var out []ContainerState
+			for _, c := range f.containers {
+				out = append(out, c)
+			}
+			sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+			return out, nil
+		},
+		state: func(_ context.Context, id string) (*ContainerState, error) {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if c, ok := f.containers[id]; ok {
+				return &c, nil
+			}
+			return nil, fmt.Errorf("container %q does not exist", id)
+		},
+		delete: func(_ context.Context, id string) error {
+			f.record("delete", id)
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			delete(f.containers, id)
+			return nil
+		},
+		unmount: func(target string) error {
+			f.record("umount", target)
+			return nil
+		},
+		killCgroup: func(_ context.Context, p string) error {
+			f.record("kill", cgID(p))
+			return nil
+		},
+		removeCgroup: func(_ context.Context, p string) error {
+			f.record("rmcg", cgID(p))
+			return nil
+		},
+	}
+}
+
+func (f *sweepFake) recorded() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := slices.Clone(f.calls)
+	sort.Strings(out)
+	return out
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+func TestMakeRunDir(t *testing.T) {
+	runDir := t.TempDir()
+	lock, err := makeRunDir(runDir, "skillbox-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(runDir, "skillbox-a")
+	st, err := os.Lstat(dir)
+	if err != nil || !st.IsDir() || st.Mode().Perm() != 0o711 {
+		t.Fatalf("run dir %v %v", st, err)
+	}
+	if _, err := lockDir(dir, true); !errors.Is(err, errLocked) {
+		t.Errorf("run dir not locked: %v", err)
+	}
+	if _, err := makeRunDir(runDir, "skillbox-a"); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("second run dir with the same id: %v", err)
+	}
+	// An empty directory of that name is not replaced either.
+	if err := os.Mkdir(filepath.Join(runDir, "skillbox-b"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := makeRunDir(runDir, "skillbox-b"); !errors.Is(err, ErrInvalidJob) {
+		t.Errorf("run dir over an empty dir: %v", err)
+	}
+	ents, _ := os.ReadDir(runDir)
+	if len(ents) != 2 {
+		t.Errorf("temporary dirs left: %v", ents)
+	}
+	lock.Close()
+	l2, err := lockDir(dir, true)
+	if err != nil {
+		t.Errorf("lock not released on close: %v", err)
+	} else {
+		l2.Close()
+	}
+}
+
+// TestSweepAttribution: Sweep acts on dead runs of its own run dir and on
+// containers it owns that lost their run dir, never on live runs, other run
+// dirs' containers or ids it cannot attribute.
+func TestSweepAttribution(t *testing.T) {
+	runDir := t.TempDir()
+	other := t.TempDir()
+	at := func(id string) string { return filepath.Join(runDir, id) }
+
+	// A live run: locked run dir and its container.
+	liveLock, err := makeRunDir(runDir, "skillbox-live")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer liveLock.Close()
+	// A dead run that got as far as its container, and one that did not.
+	for _, id := range []string{"skillbox-dead", "skillbox-dead-early", "custom-dead"} {
+		if err := os.MkdirAll(filepath.Join(at(id), bundleWorkdir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newSweepFake(
+		ContainerState{ID: "skillbox-live", Status: "running", Bundle: at("skillbox-live")},
+		ContainerState{ID: "skillbox-dead", Status: "running", Bundle: at("skillbox-dead")},
+		// A dead run without IDPrefix: its run dir makes it ours.
+		ContainerState{ID: "custom-dead", Status: "running", Bundle: at("custom-dead")},
+		// A run that died after removing its run dir.
+		ContainerState{ID: "skillbox-orphan", Status: "stopped", Bundle: at("skillbox-orphan")},
+		// Another RunDir's run sharing the state dir.
+		ContainerState{ID: "skillbox-foreign", Status: "running", Bundle: filepath.Join(other, "skillbox-foreign")},
+		// Not made by skillbox.
+		ContainerState{ID: "someone-else", Status: "running", Bundle: at("someone-else")},
+		// A bundle we cannot tell.
+		ContainerState{ID: "skillbox-nobundle", Status: "running"},
+	)
+	if err := f.sweeper(runDir).sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"delete custom-dead", "delete skillbox-dead", "delete skillbox-orphan",
+		"kill custom-dead", "kill skillbox-dead", "kill skillbox-dead-early",
+		"rmcg custom-dead", "rmcg skillbox-dead", "rmcg skillbox-dead-early", "rmcg skillbox-orphan",
+		"umount " + filepath.Join(at("custom-dead"), bundleWorkdir),
+		"umount " + filepath.Join(at("skillbox-dead"), bundleWorkdir),
+		"umount " + filepath.Join(at("skillbox-dead-early"), bundleWorkdir),
+	}
+	sort.Strings(want)
+	if got := f.recorded(); !slices.Equal(got, want) {
+		t.Errorf("sweep did\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	if !exists(at("skillbox-live")) {
+		t.Error("the live run's dir was removed")
+	}
+	for _, id := range []string{"skillbox-dead", "skillbox-dead-early", "custom-dead"} {
+		if exists(at(id)) {
+			t.Errorf("dead run dir %s left", id)
+		}
+	}
+}
+
+// A dead run dir whose id names a container made from another bundle: the
+// container and the cgroup of that name are not the run's.
+func TestSweepDeadRunDirForeignContainer(t *testing.T) {
+	runDir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(runDir, "skillbox-x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	f := newSweepFake(ContainerState{ID: "skillbox-x", Status: "running", Bundle: "/elsewhere/skillbox-x"})
+	if err := f.sweeper(runDir).sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"umount " + filepath.Join(runDir, "skillbox-x", bundleWorkdir)}
+	if got := f.recorded(); !slices.Equal(got, want) {
+		t.Errorf("sweep did %v, want %v", got, want)
+	}
+}
+
+// Temporary run dirs: a crashed one (unlocked) is removed, one being made
+// (locked) is not, nor one with something in it.
+func TestSweepPrepDirs(t *testing.T) {
+	runDir := t.TempDir()
+	stale := filepath.Join(runDir, prepPrefix+"skillbox-a-1")
+	busy := filepath.Join(runDir, prepPrefix+"skillbox-b-2")
+	full := filepath.Join(runDir, prepPrefix+"skillbox-c-3")
+	for _, d := range []string{stale, busy, filepath.Join(full, "x")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := lockDir(busy, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	f := newSweepFake()
+	err = f.sweeper(runDir).sweep(context.Background())
+	if err == nil || !strings.Contains(err.Error(), full) {
+		t.Errorf("want an error about %s, got %v", full, err)
+	}
+	if exists(stale) || !exists(busy) || !exists(full) {
+		t.Errorf("stale %v busy %v full %v; want only stale gone", exists(stale), exists(busy), exists(full))
+	}
+	if got := f.recorded(); len(got) != 0 {
+		t.Errorf("sweep acted on containers or cgroups: %v", got)
+	}
+}
+
+// TestSweepRacesRunDirs runs sweeps back to back while runs make, hold and
+// remove their run dirs as fast as they can: no sweep may ever act on a run
+// that holds its run dir, however young, and no run may lose its dir.
+func TestSweepRacesRunDirs(t *testing.T) {
+	runDir := t.TempDir()
+	var mu sync.Mutex
+	live := map[string]bool{}
+	var violations []string
+	f := newSweepFake()
+	f.check = func(op, id string) {
+		id = strings.TrimPrefix(id, runDir+"/")
+		id, _, _ = strings.Cut(id, "/")
+		mu.Lock()
+		defer mu.Unlock()
+		if live[id] {
+			violations = append(violations, op+" "+id)
+		}
+	}
+	s := f.sweeper(runDir)
+
+	done := make(chan struct{})
+	var sweeps int
+	sweepErr := make(chan error, 1)
+	go func() {
+		defer close(sweepErr)
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if err := s.sweep(context.Background()); err != nil {
+				sweepErr <- err
+				return
+			}
+			sweeps++
+		}
+	}()
+
+	const runners, runs = 2, 300
+	var wg sync.WaitGroup
+	errs := make(chan error, runners)
+	for r := 0; r < runners; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			for i := 0; i < runs; i++ {
+				id := fmt.Sprintf("skillbox-%d-%d", r, i)
+				lock, err := makeRunDir(runDir, id)
+				if err != nil {
+					errs <- err
+					return
+				}
+				mu.Lock()
+				live[id] = true
+				mu.Unlock()
+				dir := filepath.Join(runDir, id)
+				// The run makes its bundle while a sweep may be looking.
+				if err := os.Mkdir(filepath.Join(dir, bundleWorkdir), 0o700); err != nil {
+					errs <- fmt.Errorf("run %s lost its run dir: %w", id, err)
+					return
+				}
+				mu.Lock()
+				delete(live, id)
+				mu.Unlock()
+				if err := os.RemoveAll(dir); err != nil {
+					errs <- err
+					return
+				}
+				lock.Close()
+			}
+		}(r)
+	}
+	wg.Wait()
+	close(done)
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if err := <-sweepErr; err != nil {
+		t.Errorf("sweep: %v", err)
+	}
+	if len(violations) > 0 {
+		t.Errorf("sweeps acted on live runs: %v", violations)
+	}
+	if ents, _ := os.ReadDir(runDir); len(ents) > 0 {
+		t.Errorf("left in the run dir: %v", ents)
+	}
+	t.Logf("%d sweeps raced %d runs", sweeps, runners*runs)
+}
+
+const tiedHelperEnv = "SKILLBOX_TEST_TIED_HELPER"
+
+// TestStartTiedHelper is the process that dies in TestStartTied.
+func TestStartTiedHelper(t *testing.T) {
+	if os.Getenv(tiedHelperEnv) == "" {
+		t.Skip("helper of TestStartTied")
+	}
+	cmd := exec.Command("sleep", "3600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // as ociCLI.command
+	if _, err := startTied(cmd); err != nil {
+		fmt.Println("start:", err)
+		os.Exit(2)
+	}
+	fmt.Println("child", cmd.Process.Pid)
+	_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+}
+
+// TestStartTied: a runtime CLI started by a process that is killed -9 does
+// not outlive it, although it runs in its own process group.
+func TestStartTied(t *testing.T) {
+	if _, err := exec.LookPath("sleep"); err != nil {
+		t.Skip("needs sleep(1)")
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestStartTiedHelper$")
+	cmd.Env = append(os.Environ(), tiedHelperEnv+"=1")
+	out, _ := cmd.Output()
+	var pid int
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) == 2 && f[0] == "child" {
+			pid, _ = strconv.Atoi(f[1])
+		}
+	}
+	if pid <= 0 {
+		t.Fatalf("helper did not start its child: %q", out)
+	}
+	// Generous: the kernel kills it at once; reaping it takes init a moment.
+	deadline := time.Now().Add(60 * time.Second)
+	for alive(pid) {
+		if time.Now().After(deadline) {
+			syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("child %d of the killed helper still runs", pid)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// alive reports whether pid is a live (not zombie) sleep process.
+func alive(pid int) bool {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// pid (comm) state ...
+	s := string(raw)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || !strings.Contains(s[:i], "(sleep") {
+		return false
+	}
+	f := strings.Fields(s[i+1:])
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
