@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
@@ -188,6 +189,28 @@ func (b *Bundle) Remove() error {
 // locked before it is renamed to its id.
 const prepPrefix = ".prep-"
 
+// prepName is the MkdirTemp pattern of a run dir being made. It carries the
+// maker's pid so Sweep leaves the dirs of living makers alone: between mkdir
+// and flock such a dir is unlocked, and only a dead maker's is litter.
+func prepName(id string) string {
+	return fmt.Sprintf("%s%s-%d-", prepPrefix, id, os.Getpid())
+}
+
+// prepMakerAlive reports whether the process that made the prep dir name
+// still runs (when the name cannot be parsed, it is treated as alive).
+func prepMakerAlive(name string) bool {
+	parts := strings.Split(name, "-")
+	if len(parts) < 3 {
+		return true
+	}
+	pid, err := strconv.Atoi(parts[len(parts)-2])
+	if err != nil || pid <= 0 {
+		return true
+	}
+	err = unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
+}
+
 // makeRunDirTries bounds how often makeRunDir starts over because a
 // concurrent Sweep removed its unlocked, just-made directory.
 const makeRunDirTries = 10
@@ -203,7 +226,7 @@ const makeRunDirTries = 10
 func makeRunDir(runDir, id string) (*os.File, error) {
 	dir := filepath.Join(runDir, id)
 	for try := 0; try < makeRunDirTries; try++ {
-		tmp, err := os.MkdirTemp(runDir, prepPrefix+id+"-")
+		tmp, err := os.MkdirTemp(runDir, prepName(id))
 		if err != nil {
 			return nil, fmt.Errorf("make bundle dir: %w", err)
 		}

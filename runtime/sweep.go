@@ -234,6 +234,9 @@ func (s *sweeper) sweepContainer(ctx context.Context, c ContainerState) error {
 // died with before renaming it. One that is locked is being made now.
 func (s *sweeper) sweepPrepDir(name string) error {
 	p := filepath.Join(s.runDir, name)
+	if prepMakerAlive(name) {
+		return nil // being made right now (unlocked until its maker flocks it)
+	}
 	lock, err := lockDir(p, true)
 	switch {
 	case errors.Is(err, errLocked), errors.Is(err, os.ErrNotExist):

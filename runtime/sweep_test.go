@@ -218,14 +218,17 @@ func TestSweepDeadRunDirForeignContainer(t *testing.T) {
 	}
 }
 
-// Temporary run dirs: a crashed one (unlocked) is removed, one being made
-// (locked) is not, nor one with something in it.
+// Temporary run dirs: a crashed maker's (unlocked) is removed; one being
+// made (locked, or unlocked but its maker alive) is not, nor one with
+// something in it.
 func TestSweepPrepDirs(t *testing.T) {
 	runDir := t.TempDir()
-	stale := filepath.Join(runDir, prepPrefix+"skillbox-a-1")
-	busy := filepath.Join(runDir, prepPrefix+"skillbox-b-2")
-	full := filepath.Join(runDir, prepPrefix+"skillbox-c-3")
-	for _, d := range []string{stale, busy, filepath.Join(full, "x")} {
+	const deadPid = "999999999" // above any pid_max: no such process
+	stale := filepath.Join(runDir, prepPrefix+"skillbox-a-"+deadPid+"-1")
+	busy := filepath.Join(runDir, prepPrefix+"skillbox-b-"+deadPid+"-2")
+	full := filepath.Join(runDir, prepPrefix+"skillbox-c-"+deadPid+"-3")
+	making := filepath.Join(runDir, prepName("skillbox-d")+"4")
+	for _, d := range []string{stale, busy, making, filepath.Join(full, "x")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -240,8 +243,8 @@ func TestSweepPrepDirs(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), full) {
 		t.Errorf("want an error about %s, got %v", full, err)
 	}
-	if exists(stale) || !exists(busy) || !exists(full) {
-		t.Errorf("stale %v busy %v full %v; want only stale gone", exists(stale), exists(busy), exists(full))
+	if exists(stale) || !exists(busy) || !exists(full) || !exists(making) {
+		t.Errorf("stale %v busy %v full %v making %v; want only stale gone", exists(stale), exists(busy), exists(full), exists(making))
 	}
 	if got := f.recorded(); len(got) != 0 {
 		t.Errorf("sweep acted on containers or cgroups: %v", got)
