@@ -103,8 +103,12 @@ type RuntimeConfig struct {
 type Images struct {
 	Dir         string
 	RecipesDirs []string
-	Pos         Pos
-	List        []*Image // sorted by name
+	// BuildOnDemand lets the daemon build a missing image inside the first
+	// run that needs it (minutes). Off by default: such a run fails fast
+	// with "unavailable", naming `skillbox images build NAME`.
+	BuildOnDemand bool
+	Pos           Pos
+	List          []*Image // sorted by name
 }
 
 // Image maps script extensions (and shebang interpreters) to an interpreter

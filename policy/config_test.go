@@ -306,3 +306,24 @@ func TestParseMode(t *testing.T) {
 		}
 	}
 }
+
+func TestImagesBuildOnDemand(t *testing.T) {
+	if Default().Images.BuildOnDemand {
+		t.Error("build_on_demand is on by default: a missing image would be built inside a call")
+	}
+	c, err := Parse([]byte("images {\n  build_on_demand = true\n}\n"), "b.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.Images.BuildOnDemand {
+		t.Error("build_on_demand = true not read")
+	}
+	c, err = Parse([]byte("images {\n  dir = \"/x\"\n  build_on_demand = false\n}\n"), "b.hcl")
+	if err != nil || c.Images.BuildOnDemand || c.Images.Dir != "/x" {
+		t.Errorf("build_on_demand = false: %+v %v", c.Images, err)
+	}
+	_, err = Parse([]byte("images {\n  build_on_demand = \"yes\"\n}\n"), "b.hcl")
+	if err == nil || !strings.Contains(err.Error(), "b.hcl:2") || !strings.Contains(err.Error(), "true or false") {
+		t.Errorf("build_on_demand = \"yes\": %v", err)
+	}
+}

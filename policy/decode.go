@@ -43,7 +43,7 @@ var (
 		"catalog_budget", "max_depth", "max_skills", "max_read_bytes")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
 		"address", "namespace")}
-	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs")}
+	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
 	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe")}
 	limitsSchema = &hcl.BodySchema{Attributes: attrs("timeout", "memory", "pids", "cpus",
 		"workdir", "tmp", "stdout", "stderr", "outputs", "output_files")}
@@ -542,6 +542,7 @@ func (d *decoder) images(blk *hcl.Block) {
 	b, _ := d.body(blk.Body, "images", imagesSchema)
 	b.path("dir", &ic.Dir)
 	b.paths("recipes_dirs", &ic.RecipesDirs)
+	b.boolean("build_on_demand", &ic.BuildOnDemand)
 }
 
 func (d *decoder) image(blk *hcl.Block) {

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -142,6 +143,11 @@ type ConfirmationOptions struct {
 	Retention time.Duration
 	// Logger is named "confirmations".
 	Logger hclog.Logger
+	// OnExpire is called (outside any transaction) once for each
+	// confirmation whose expiry the store records: by Sweep, or by an
+	// Approve, Deny or Consume that finds it timed out. The confirmation
+	// passed is in state expired.
+	OnExpire func(Confirmation)
 	// Now replaces time.Now in tests.
 	Now func() time.Time
 }
@@ -160,6 +166,9 @@ type ConfirmationStore struct {
 	db   *bolt.DB
 	opts ConfirmationOptions
 	log  hclog.Logger
+
+	hookMu sync.Mutex
+	hooks  []func(Confirmation)
 }
 
 // NewConfirmationStore returns the confirmation store over st.
@@ -180,7 +189,36 @@ func NewConfirmationStore(st *StateDB, opts ConfirmationOptions) *ConfirmationSt
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &ConfirmationStore{db: st.db, opts: opts, log: namedLogger(log, "confirmations")}
+	s := &ConfirmationStore{db: st.db, opts: opts, log: namedLogger(log, "confirmations")}
+	if opts.OnExpire != nil {
+		s.hooks = append(s.hooks, opts.OnExpire)
+	}
+	return s
+}
+
+// AddExpireHook adds f to the functions called like ConfirmationOptions.
+// OnExpire (after it). The daemon uses it to audit expiries.
+func (s *ConfirmationStore) AddExpireHook(f func(Confirmation)) {
+	s.hookMu.Lock()
+	s.hooks = append(s.hooks, f)
+	s.hookMu.Unlock()
+}
+
+// expired tells the hooks about confirmations whose expiry was just
+// committed.
+func (s *ConfirmationStore) expired(cs ...*Confirmation) {
+	if len(cs) == 0 {
+		return
+	}
+	s.hookMu.Lock()
+	hooks := s.hooks
+	s.hookMu.Unlock()
+	for _, c := range cs {
+		s.log.Info("confirmation expired", "id", c.ID, "session", c.SessionID, "expires", c.Expires)
+		for _, f := range hooks {
+			f(*c)
+		}
+	}
 }
 
 func (s *ConfirmationStore) now() time.Time { return s.opts.Now().UTC().Round(0) }
@@ -291,7 +329,8 @@ func notFoundConfirmation(id string) error {
 // update loads confirmation id in a write transaction, lets fn change it
 // (fn returns whether to save and the error to report after the commit) and
 // returns the saved state. A state change made before an error (e.g. marking
-// an expired one expired) is still written.
+// an expired one expired) is still written, and an expiry it records is
+// reported to the OnExpire hooks.
 func (s *ConfirmationStore) update(id string, fn func(c *Confirmation, now time.Time) (bool, error)) (*Confirmation, error) {
 	if !validRandomID(id, "cnf_") {
 		return nil, notFoundConfirmation(id)
@@ -299,6 +338,7 @@ func (s *ConfirmationStore) update(id string, fn func(c *Confirmation, now time.
 	now := s.now()
 	var out *Confirmation
 	var fnErr error
+	expiredNow := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketConfirmations)
 		v := b.Get([]byte(id))
@@ -309,15 +349,21 @@ func (s *ConfirmationStore) update(id string, fn func(c *Confirmation, now time.
 		if err != nil {
 			return err
 		}
+		was := c.State
 		save, ferr := fn(c, now)
 		fnErr, out = ferr, c
 		if save {
+			expiredNow = was != ConfirmationExpired && c.State == ConfirmationExpired
 			return putConfirmation(b, c)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	if expiredNow {
+		cp := *out
+		s.expired(&cp)
 	}
 	return out, fnErr
 }
@@ -478,11 +524,13 @@ func (s *ConfirmationStore) List(f ConfirmationFilter) ([]*Confirmation, error) 
 	return out, err
 }
 
-// Sweep marks timed-out confirmations expired and deletes final ones older
-// than Retention. It returns how many it deleted.
+// Sweep marks timed-out confirmations expired (telling the OnExpire hooks
+// about each) and deletes final ones older than Retention. It returns how
+// many it deleted.
 func (s *ConfirmationStore) Sweep() (int, error) {
 	now := s.now()
 	deleted := 0
+	var expiredNow []*Confirmation
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketConfirmations)
 		var dels [][]byte
@@ -517,6 +565,7 @@ func (s *ConfirmationStore) Sweep() (int, error) {
 				return err
 			}
 		}
+		expiredNow = puts
 		for _, k := range dels {
 			if err := b.Delete(k); err != nil {
 				return err
@@ -528,6 +577,7 @@ func (s *ConfirmationStore) Sweep() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("sweeping confirmations: %w", err)
 	}
+	s.expired(expiredNow...)
 	return deleted, nil
 }
 

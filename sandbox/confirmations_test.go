@@ -292,3 +292,69 @@ func TestErrorMapping(t *testing.T) {
 // pinnedDigest is RequestDigest("skill", "pdf"), computed independently from
 // the documented encoding: sha256("skillbox/request-digest/v1\n" 0x05 "skill" 0x03 "pdf").
 const pinnedDigest = "9168eeeacd36d57d97a238d8f9aceb4e7837167eaa5bd5e0bac3e019431455b7"
+
+// OnExpire hears of each confirmation once, when its expiry is recorded:
+// by Sweep, or by the Approve, Deny or Consume that finds it timed out.
+func TestConfirmationExpireHookOncePerConfirmation(t *testing.T) {
+	clk := newClock()
+	st := openState(t, t.TempDir())
+	t.Cleanup(func() { st.Close() })
+	var mu sync.Mutex
+	seen := map[string][]string{}
+	note := func(tag string) func(Confirmation) {
+		return func(c Confirmation) {
+			mu.Lock()
+			defer mu.Unlock()
+			if c.State != ConfirmationExpired {
+				t.Errorf("hook got state %s", c.State)
+			}
+			seen[c.ID] = append(seen[c.ID], tag)
+		}
+	}
+	cs := NewConfirmationStore(st, ConfirmationOptions{Now: clk.Now, OnExpire: note("opt")})
+	cs.AddExpireHook(note("added"))
+
+	req := func(d string) *Confirmation {
+		c, err := cs.Request("ses_1", 1, d, "r", "rule", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	byApprove, byDeny, byConsume, bySweep, used := req("sha256:a"), req("sha256:b"), req("sha256:c"), req("sha256:d"), req("sha256:e")
+	cs.Approve(byConsume.ID, approver)
+	cs.Approve(used.ID, approver)
+	if err := cs.Consume(used.ID, "ses_1", "sha256:e"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Minute)
+	if _, err := cs.Approve(byApprove.ID, approver); !errors.Is(err, ErrConfirmationExpired) {
+		t.Fatalf("approve: %v", err)
+	}
+	if _, err := cs.Deny(byDeny.ID, approver); !errors.Is(err, ErrConfirmationExpired) {
+		t.Fatalf("deny: %v", err)
+	}
+	if err := cs.Consume(byConsume.ID, "ses_1", "sha256:c"); !errors.Is(err, ErrConfirmationExpired) {
+		t.Fatalf("consume: %v", err)
+	}
+	// Looking again, and sweeping twice, reports nothing new.
+	cs.Approve(byApprove.ID, approver)
+	cs.Consume(byConsume.ID, "ses_1", "sha256:c")
+	cs.Get(bySweep.ID)
+	cs.List(ConfirmationFilter{})
+	for i := 0; i < 2; i++ {
+		if _, err := cs.Sweep(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, c := range []*Confirmation{byApprove, byDeny, byConsume, bySweep} {
+		if got := strings.Join(seen[c.ID], ","); got != "opt,added" {
+			t.Errorf("%s: hooks %q, want once each", c.ID, got)
+		}
+	}
+	if len(seen[used.ID]) != 0 || len(seen) != 4 {
+		t.Errorf("hooks for confirmations that did not expire: %v", seen)
+	}
+}

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"os/user"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -37,9 +39,44 @@ type DaemonOptions struct {
 	// refuses runs while it is unhealthy.
 	Audit  Auditor
 	Logger hclog.Logger
+	// MaxRefusedRecords bounds the call.refused records written for one
+	// connection (0: DefaultMaxRefusedRecords; negative: no bound). See
+	// Daemon's comment.
+	MaxRefusedRecords int
 }
 
+// DefaultMaxRefusedRecords is how many refused calls of one connection are
+// audited one by one before the rest are only counted.
+const DefaultMaxRefusedRecords = 64
+
+// refusedAuditTimeout bounds the wait for a call.refused record: the
+// refusal's answer waits for it.
+const refusedAuditTimeout = 10 * time.Second
+
 // Daemon serves the tool calls of the Agent Skills runtime protocol.
+//
+// Every call that is refused or fails is audited. The handlers record what
+// they refuse in detail (a refused read, a policy deny, a confirmation
+// refusal, a run's end) and mark those errors (markAudited); every other
+// error answer, including the transport's own (a line that is not JSON, an
+// invalid request, an unknown method, an over-long line), gets one
+// call.refused record before the answer is sent, with the peer, method,
+// request id, error kind and message, and of the params only their size and
+// sha256, never their content (they may carry env values or stdin). A
+// client that loops sending garbage could otherwise grow the log without
+// bound, so each connection gets at most MaxRefusedRecords such records;
+// further refusals on it are counted by kind and summed up in one
+// call.refused record (outcome "suppressed") when the connection closes.
+// The log therefore grows by at most MaxRefusedRecords+1 records per
+// connection. That bounds a flood on one connection, not a client that
+// reconnects in a loop; such a client is still slowed down, since each of
+// its refusals waits for an fsynced record before it is answered, and the
+// peer it runs as is in every record. A failure to write these records is
+// logged and changes nothing else: the call was refused anyway.
+//
+// NewDaemon also hooks the stores' expiry: a session or confirmation that
+// expires is audited once (session.close / confirmation.expire, outcome
+// "expired").
 type Daemon struct {
 	cfg      *policy.Config
 	skills   SkillIndex
@@ -52,6 +89,18 @@ type Daemon struct {
 
 	runSlots  chan struct{}
 	queueWait time.Duration
+
+	refusedCap int
+	refMu      sync.Mutex
+	refused    map[uint64]*refusedTally // by connection; only those with refusals
+}
+
+// refusedTally counts one connection's refused calls.
+type refusedTally struct {
+	peer       Peer
+	recorded   int
+	suppressed int
+	kinds      map[string]int // suppressed refusals by error kind
 }
 
 // NewDaemon builds the daemon and registers every method on its server.
@@ -71,6 +120,12 @@ func NewDaemon(o DaemonOptions) *Daemon {
 		log:       log,
 		runSlots:  make(chan struct{}, max(1, dc.MaxConcurrentRuns)),
 		queueWait: dc.RunQueueTimeout,
+
+		refusedCap: o.MaxRefusedRecords,
+		refused:    map[uint64]*refusedTally{},
+	}
+	if d.refusedCap == 0 {
+		d.refusedCap = DefaultMaxRefusedRecords
 	}
 	if d.audit != nil {
 		// A typed nil (*audit.Log)(nil) must mean "no audit", not a panic.
@@ -84,7 +139,15 @@ func NewDaemon(o DaemonOptions) *Daemon {
 		IdleTimeout:    dc.IdleTimeout,
 		Logger:         log.Named("rpc"),
 		OnAuthRefused:  d.authRefused,
+		OnCallError:    d.callRefused,
+		OnConnClosed:   d.connClosed,
 	})
+	if d.sessions != nil {
+		d.sessions.AddExpireHook(d.sessionExpired)
+	}
+	if d.confirms != nil {
+		d.confirms.AddExpireHook(d.confirmationExpired)
+	}
 	for method, h := range map[string]Handler{
 		"sessions.create":       d.sessionsCreate,
 		"sessions.close":        d.sessionsClose,
@@ -122,6 +185,169 @@ func (d *Daemon) authRefused(p Peer, reason string) {
 	d.record(context.Background(), &audit.Record{Event: audit.EventAuthRefused, Peer: auditPeer(p), Outcome: "refused", Error: reason})
 }
 
+// callRefused audits a refused or failed call that no handler audited in
+// detail (see Daemon's comment), within the connection's cap.
+func (d *Daemon) callRefused(ce *CallError) {
+	if d.audit == nil || ce.Resp == nil || (ce.Err != nil && wasAudited(ce.Err)) {
+		return
+	}
+	if !d.tallyRefused(ce.ConnID, ce.Peer, ce.Resp.Kind) {
+		return
+	}
+	rec := refusedRecord(ce)
+	ctx, cancel := context.WithTimeout(context.Background(), refusedAuditTimeout)
+	defer cancel()
+	if err := d.audit.Append(ctx, rec); err != nil {
+		d.log.Warn("audit of a refused call failed", "method", rec.Method, "kind", ce.Resp.Kind, "error", err)
+	}
+}
+
+// tallyRefused counts a refusal on conn and reports whether it is still
+// within the connection's cap of records.
+func (d *Daemon) tallyRefused(conn uint64, p Peer, kind string) bool {
+	d.refMu.Lock()
+	defer d.refMu.Unlock()
+	t := d.refused[conn]
+	if t == nil {
+		t = &refusedTally{peer: p}
+		d.refused[conn] = t
+	}
+	if d.refusedCap < 0 || t.recorded < d.refusedCap {
+		t.recorded++
+		return true
+	}
+	t.suppressed++
+	if t.kinds == nil {
+		t.kinds = map[string]int{}
+	}
+	t.kinds[kind]++
+	return false
+}
+
+// connClosed forgets a connection's tally, first writing the summary of the
+// refusals that went over its cap.
+func (d *Daemon) connClosed(conn uint64, _ Peer) {
+	d.refMu.Lock()
+	t := d.refused[conn]
+	delete(d.refused, conn)
+	d.refMu.Unlock()
+	if t == nil || t.suppressed == 0 || d.audit == nil {
+		return
+	}
+	kinds := make([]string, 0, len(t.kinds))
+	for k, n := range t.kinds {
+		kinds = append(kinds, k+"="+strconv.Itoa(n))
+	}
+	sort.Strings(kinds)
+	rec := &audit.Record{
+		Event: audit.EventCallRefused, Peer: auditPeer(t.peer), Outcome: "suppressed",
+		Error: fmt.Sprintf("%d more calls were refused on this connection after the first %d refusals were recorded; they were only counted", t.suppressed, t.recorded),
+		Detail: map[string]string{
+			"conn": strconv.FormatUint(conn, 10), "suppressed": strconv.Itoa(t.suppressed),
+			"recorded": strconv.Itoa(t.recorded), "kinds": strings.Join(kinds, " "),
+		},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), refusedAuditTimeout)
+	defer cancel()
+	if err := d.audit.Append(ctx, rec); err != nil {
+		d.log.Warn("audit of suppressed refusals failed", "conn", conn, "suppressed", t.suppressed, "error", err)
+	}
+}
+
+// Bounds on client-controlled text in audit records.
+const (
+	maxAuditMethod    = 128
+	maxAuditRequestID = 128
+	maxAuditMessage   = 512
+	maxAuditLineStart = 32
+)
+
+// refusedRecord is the call.refused record of ce. The params are never
+// copied: a run's env values or stdin must not reach the log.
+func refusedRecord(ce *CallError) *audit.Record {
+	r := &audit.Record{
+		Event:     audit.EventCallRefused,
+		Peer:      auditPeer(ce.Peer),
+		RequestID: auditRequestID(ce.ID),
+		Method:    clipText(ce.Method, maxAuditMethod),
+		Outcome:   audit.OutcomeRefused,
+		Error:     clipText(ce.Resp.Message, maxAuditMessage),
+		Detail: map[string]string{
+			"kind": ce.Resp.Kind,
+			"code": strconv.Itoa(ce.Resp.Code),
+			"conn": strconv.FormatUint(ce.ConnID, 10),
+		},
+	}
+	if ce.Resp.Kind == KindInternal {
+		r.Outcome = audit.OutcomeError
+	}
+	if ce.Params != nil {
+		r.SessionID = paramsSession(ce.Params)
+		r.Detail["params_bytes"] = strconv.Itoa(len(ce.Params))
+		r.Detail["params_sha256"] = sha256Hex(ce.Params)
+	}
+	if ce.Line != nil || ce.LineBytes > 0 {
+		r.Detail["line_bytes"] = strconv.Itoa(ce.LineBytes)
+		if len(ce.Line) == ce.LineBytes {
+			r.Detail["line_sha256"] = sha256Hex(ce.Line)
+		}
+		if ce.Resp.Code == CodeParseError {
+			// Not JSON at all: the start of the line, escaped, says what
+			// was talking to the socket (an HTTP client, a shell, ...).
+			r.Detail["line_start"] = strconv.QuoteToASCII(string(ce.Line[:min(len(ce.Line), maxAuditLineStart)]))
+		}
+	}
+	return r
+}
+
+// paramsSession is the params' session_id when it is well-formed.
+func paramsSession(params json.RawMessage) string {
+	var p struct {
+		SessionID string `json:"session_id"`
+	}
+	if json.Unmarshal(params, &p) == nil && validRandomID(p.SessionID, "ses_") {
+		return p.SessionID
+	}
+	return ""
+}
+
+// auditRequestID is a request id as audit records keep it: the raw JSON,
+// clipped (ids are the client's and may be long).
+func auditRequestID(id json.RawMessage) string {
+	return clipText(string(id), maxAuditRequestID)
+}
+
+// clipText cuts s to at most n bytes of valid UTF-8, saying how long it was.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// sessionExpired audits a session a sweep removed.
+func (d *Daemon) sessionExpired(s Session) {
+	d.record(context.Background(), &audit.Record{
+		Event: audit.EventSessionClose, SessionID: s.ID, Outcome: "expired",
+		Detail: map[string]string{"owner_uid": strconv.FormatUint(uint64(s.OwnerUID), 10), "last_used": s.LastUsed.UTC().Format(time.RFC3339)},
+	})
+}
+
+// confirmationExpired audits a confirmation that timed out (once: the store
+// calls this when it records the expiry).
+func (d *Daemon) confirmationExpired(c Confirmation) {
+	uid := c.RequestedBy
+	was := string(ConfirmationPending)
+	if c.DecidedAt != nil {
+		was = string(ConfirmationApproved)
+	}
+	d.record(context.Background(), &audit.Record{
+		Event: audit.EventConfirmExpire, SessionID: c.SessionID, Outcome: string(ConfirmationExpired),
+		Confirmation: &audit.ConfirmationInfo{ID: c.ID, Digest: c.Digest, Rule: c.Rule, Reason: c.Reason, RequestedBy: &uid, Expires: c.Expires},
+		Detail:       map[string]string{"was": was},
+	})
+}
+
 // record appends to the audit log; a failure is logged, and the log's
 // Healthy() makes the next run refuse.
 func (d *Daemon) record(ctx context.Context, r *audit.Record) error {
@@ -140,7 +366,7 @@ func auditPeer(p Peer) *audit.Peer {
 }
 
 func baseRecord(call *Call, event, session string) *audit.Record {
-	return &audit.Record{Event: event, Peer: auditPeer(call.Peer), SessionID: session, RequestID: string(call.ID), Method: call.Method}
+	return &audit.Record{Event: event, Peer: auditPeer(call.Peer), SessionID: session, RequestID: auditRequestID(call.ID), Method: call.Method}
 }
 
 // decode binds the params strictly (unknown fields are errors that name them).
@@ -175,6 +401,10 @@ func (d *Daemon) sessionsCreate(ctx context.Context, call *Call) (any, error) {
 		return nil, err
 	}
 	if err := d.record(ctx, baseRecord(call, audit.EventSessionCreate, s.ID)); err != nil {
+		// Fail closed: no session the log does not know of is left behind.
+		if cerr := d.sessions.Close(s.ID, call.Peer.UID); cerr != nil {
+			d.log.Error("cannot remove a session whose creation was not audited", "session", s.ID, "error", cerr)
+		}
 		return nil, err
 	}
 	return map[string]string{"session_id": s.ID}, nil
@@ -257,12 +487,18 @@ func (d *Daemon) skillsList(ctx context.Context, call *Call) (any, error) {
 		if q != "" && !strings.Contains(strings.ToLower(s.Name+" "+s.Description+" "+strings.Join(s.Tags, " ")), q) {
 			continue
 		}
+		tags := s.Tags
+		if tags == nil {
+			tags = []string{}
+		}
 		out = append(out, client.SkillInfo{
 			Name: s.Name, Description: s.Description, Location: s.Location, Digest: s.Digest,
-			Tags: s.Tags, ModelInvocable: !s.DisableModelInvocation,
+			Tags: tags, ModelInvocable: !s.DisableModelInvocation,
 		})
 	}
-	return map[string]any{"skills": out}, nil
+	// The DESIGN's shape: a bare array, [{name, description, location,
+	// digest, tags, model_invocable}], sorted by name (as the index is).
+	return out, nil
 }
 
 func (d *Daemon) receipt(s *Session) (*client.LoadResult, error) {
@@ -452,7 +688,8 @@ func (d *Daemon) decideTool(ctx context.Context, call *Call, sessionID string, s
 		return dec, err
 	}
 	if dec.Effect == policy.EffectDeny {
-		return dec, fmt.Errorf("%w: %s for skill %q: %s (%s)", ErrDenied, tool, sk.Name, dec.Reason, dec.Rule)
+		// The decision record just written says why.
+		return dec, markAudited(fmt.Errorf("%w: %s for skill %q: %s (%s)", ErrDenied, tool, sk.Name, dec.Reason, dec.Rule))
 	}
 	return dec, nil
 }
@@ -488,7 +725,7 @@ func (d *Daemon) skillsRead(ctx context.Context, call *Call) (any, error) {
 		if aerr := d.record(ctx, rec); aerr != nil {
 			return nil, aerr
 		}
-		return nil, readError(err)
+		return nil, markAudited(readError(err))
 	}
 	rec.Read = &audit.ReadInfo{Path: fc.Path, Offset: p.Offset, Length: p.Length, Bytes: fc.Size, Served: servedBytes(fc), SHA256: fc.SHA256, Truncated: fc.Truncated}
 	rec.Outcome = audit.OutcomeOK
@@ -557,6 +794,11 @@ func (d *Daemon) skillsRunScript(ctx context.Context, call *Call) (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A missing image fails now, before an approver is asked or an
+	// approval is used up, and without building it inside the call.
+	if err := d.engine.CheckImage(plan); err != nil {
+		return nil, err
+	}
 
 	needConfirm := dec.Effect == policy.EffectConfirm
 	reason, rule := dec.Reason, dec.Rule
@@ -567,7 +809,7 @@ func (d *Daemon) skillsRunScript(ctx context.Context, call *Call) (any, error) {
 		}
 		switch {
 		case nd.Effect == policy.EffectDeny:
-			return nil, fmt.Errorf("%w: network for skill %q: %s (%s)", ErrDenied, sk.Name, nd.Reason, nd.Rule)
+			return nil, markAudited(fmt.Errorf("%w: network for skill %q: %s (%s)", ErrDenied, sk.Name, nd.Reason, nd.Rule))
 		case nd.Effect == policy.EffectConfirm && !needConfirm:
 			needConfirm, reason, rule = true, "network access: "+nd.Reason, nd.Rule
 		}
@@ -593,7 +835,7 @@ func (d *Daemon) skillsRunScript(ctx context.Context, call *Call) (any, error) {
 		if err := d.record(ctx, r); err != nil {
 			return nil, err
 		}
-		return nil, &ConfirmationRequiredError{ID: c.ID, Reason: reason, Rule: rule, Digest: plan.Digest}
+		return nil, markAudited(&ConfirmationRequiredError{ID: c.ID, Reason: reason, Rule: rule, Digest: plan.Digest})
 	}
 
 	// Take a run slot and make sure the run can be audited before an
@@ -620,7 +862,7 @@ func (d *Daemon) skillsRunScript(ctx context.Context, call *Call) (any, error) {
 			if aerr := d.record(ctx, r); aerr != nil {
 				return nil, aerr
 			}
-			return nil, err
+			return nil, markAudited(err)
 		}
 		r.Outcome = string(ConfirmationUsed)
 		if err := d.record(ctx, r); err != nil {
@@ -776,8 +1018,11 @@ func (d *Daemon) decideConfirmation(ctx context.Context, call *Call, approve boo
 	r.Confirmation = &audit.ConfirmationInfo{ID: p.ID}
 	if !d.isApprover(call.Peer) {
 		r.Outcome, r.Error = "refused", "not an approver"
-		d.record(ctx, r)
-		return nil, fmt.Errorf("%w: uid %d is not an approver: the config's daemon.approvers names who may approve", ErrDenied, call.Peer.UID)
+		err := fmt.Errorf("%w: uid %d is not an approver: the config's daemon.approvers names who may approve", ErrDenied, call.Peer.UID)
+		if d.record(ctx, r) == nil {
+			err = markAudited(err)
+		}
+		return nil, err
 	}
 	var c *Confirmation
 	var err error
@@ -788,7 +1033,9 @@ func (d *Daemon) decideConfirmation(ctx context.Context, call *Call, approve boo
 	}
 	if err != nil {
 		r.Outcome, r.Error = "refused", err.Error()
-		d.record(ctx, r)
+		if d.record(ctx, r) == nil {
+			err = markAudited(err)
+		}
 		return nil, err
 	}
 	r.SessionID = c.SessionID

@@ -246,7 +246,11 @@ func defaultSkills() []skillSpec {
 	}
 }
 
-func newHarness(t *testing.T, config string, specs []skillSpec) *daemonHarness {
+// harnessOption changes the daemon's options (with the harness's state DB
+// at hand) before NewDaemon.
+type harnessOption func(o *DaemonOptions, st *StateDB)
+
+func newHarness(t *testing.T, config string, specs []skillSpec, opts ...harnessOption) *daemonHarness {
 	t.Helper()
 	cfg, err := policy.Parse([]byte(config), "test.hcl")
 	if err != nil {
@@ -265,12 +269,16 @@ func newHarness(t *testing.T, config string, specs []skillSpec) *daemonHarness {
 	rt := &fakeRuntime{}
 	au := &fakeAuditor{}
 	eng := &Engine{Config: cfg, Images: &fakeImages{}, Runtime: rt, Audit: au}
-	d := NewDaemon(DaemonOptions{
+	o := DaemonOptions{
 		Config: cfg, Skills: idx, Engine: eng,
 		Sessions:      NewSessionStore(st, SessionOptions{}),
 		Confirmations: NewConfirmationStore(st, ConfirmationOptions{}),
 		Audit:         au,
-	})
+	}
+	for _, f := range opts {
+		f(&o, st)
+	}
+	d := NewDaemon(o)
 	return &daemonHarness{t: t, d: d, rt: rt, audit: au, index: idx, root: root, cfg: cfg, state: st, engine: eng}
 }
 

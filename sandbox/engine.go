@@ -201,6 +201,16 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	return p, nil
 }
 
+// CheckImage reports whether the image p runs in can be had now, without
+// building or unpacking anything (see ImageChecker); an image source that
+// cannot tell says yes, and Execute finds out.
+func (e *Engine) CheckImage(p *Plan) error {
+	if ic, ok := e.Images.(ImageChecker); ok {
+		return ic.Available(p.Interpreter.Image)
+	}
+	return nil
+}
+
 // Execute runs a prepared plan. The audit start record is written (and
 // fsynced) before the sandbox starts and the end record before the result is
 // returned; if either cannot be written the run is refused or its result
@@ -281,7 +291,8 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	}
 	if runErr != nil {
 		log.Error("run failed", "run_id", p.RunID, "error", runErr)
-		return nil, classifyRuntimeErr(runErr)
+		// The run.end record holds the failure.
+		return nil, markAudited(classifyRuntimeErr(runErr))
 	}
 	log.Info("run finished", "run_id", p.RunID, "skill", req.Skill.Name, "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
 	return &Outcome{RunID: p.RunID, Plan: p, Image: img, Result: res}, nil

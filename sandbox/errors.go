@@ -242,3 +242,27 @@ func ToRPCError(err error) *Error {
 	}
 	return &Error{Code: CodeForKind(kind), Message: err.Error(), Kind: kind, Data: data}
 }
+
+// auditedError marks an error whose refusal a handler has already written
+// to the audit log in detail (a refused read, a policy deny, a confirmation
+// refusal, a run's end), so the daemon does not add a call.refused record
+// for the same call. It changes nothing else: kind, code, message and data
+// come from the error it wraps.
+type auditedError struct{ err error }
+
+func (e *auditedError) Error() string { return e.err.Error() }
+func (e *auditedError) Unwrap() error { return e.err }
+
+// markAudited returns err marked as audited (nil stays nil).
+func markAudited(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &auditedError{err: err}
+}
+
+// wasAudited reports whether err carries the mark of markAudited.
+func wasAudited(err error) bool {
+	var a *auditedError
+	return errors.As(err, &a)
+}

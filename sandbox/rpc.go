@@ -117,6 +117,48 @@ type ServerOptions struct {
 	// could not be read (Peer is zero then) or an Authorize refusal. The
 	// daemon audits these. It must not block.
 	OnAuthRefused func(p Peer, reason string)
+	// OnCallError is told about every call that ends in an error: the
+	// transport's own refusals (a line that is not JSON, an invalid request,
+	// an unknown method, an over-long line, a duplicate id, a call during
+	// shutdown) and every handler error. It runs before the error response
+	// is written, so whatever it records precedes the answer, and also for
+	// notifications, which get no answer. It may run concurrently for one
+	// connection (on its reader and on its calls' goroutines); it should not
+	// block for long, since the connection's answers wait for it. A panic in
+	// it is logged and swallowed. The daemon audits these calls.
+	OnCallError func(*CallError)
+	// OnConnClosed is told when a connection that was being served ends,
+	// after all its calls (and their OnCallError hooks) have returned. Peer
+	// is zero when the credentials could not be read.
+	OnConnClosed func(connID uint64, p Peer)
+}
+
+// CallError describes one failed or refused call for
+// ServerOptions.OnCallError. The byte slices are only valid during the hook.
+type CallError struct {
+	ConnID uint64
+	Peer   Peer
+	// ID is the request id as sent (a JSON string, number or null); nil for
+	// a notification or when the line could not be read that far.
+	ID json.RawMessage
+	// Method is the method asked for; "" when the request could not be
+	// decoded that far (for an over-long line it is taken from the line's
+	// start when it is there).
+	Method string
+	// Params is the raw params of a decoded request (nil when absent).
+	Params json.RawMessage
+	// Line is the request line of a request that could not be decoded
+	// (parse error, invalid request), or the start of an over-long line
+	// (at most 4 KiB); LineBytes is the whole line's length, newline not
+	// counted. Both are zero for decoded requests.
+	Line      []byte
+	LineBytes int
+	// Err is the handler's error (nil for the transport's own refusals);
+	// callers may look for markers in it with errors.Is/As.
+	Err error
+	// Resp is the error the client is told (or would be, for a
+	// notification).
+	Resp *Error
 }
 
 // Handler serves one method. ctx is cancelled when the call should stop (see
@@ -517,6 +559,9 @@ func (c *conn) serve() {
 	defer func() {
 		c.close(ErrClientGone)
 		c.calls.Wait()
+		if s.opts.OnConnClosed != nil {
+			c.hook("OnConnClosed", func() { s.opts.OnConnClosed(c.id, c.peer) })
+		}
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
@@ -555,13 +600,16 @@ func (c *conn) serve() {
 		var tl *lineTooLongError
 		switch {
 		case errors.As(err, &tl):
-			c.log.Warn("request line too long; discarded", "limit", s.opts.MaxLineBytes)
-			c.writeError(peekID(tl.prefix), &Error{
+			c.log.Warn("request line too long; discarded", "limit", s.opts.MaxLineBytes, "bytes", tl.size)
+			id := peekID(tl.prefix)
+			e := &Error{
 				Code:    CodeInvalidRequest,
 				Kind:    KindLimitExceeded,
 				Message: fmt.Sprintf("request line is longer than the %d-byte limit; send less per call (e.g. smaller files[])", s.opts.MaxLineBytes),
 				Data:    map[string]any{"limit": s.opts.MaxLineBytes},
-			})
+			}
+			c.callError(&CallError{ID: id, Method: peekMethod(tl.prefix), Line: tl.prefix, LineBytes: tl.size, Resp: e})
+			c.writeError(id, e)
 			continue
 		case err != nil:
 			c.readFailed(err)
@@ -635,7 +683,10 @@ var (
 	errEOF  = errors.New("client closed its end")
 )
 
-type lineTooLongError struct{ prefix []byte }
+type lineTooLongError struct {
+	prefix []byte // the line's first bytes (at most peekPrefix)
+	size   int    // the whole line's length, newline not counted
+}
 
 func (e *lineTooLongError) Error() string { return "request line too long" }
 
@@ -672,9 +723,11 @@ func (c *conn) readLine(br *bufio.Reader) ([]byte, error) {
 	}
 	c.buf = c.buf[:0]
 	tooLong := false
+	total := 0
 	limit := o.MaxLineBytes + 1 // the newline is not counted
 	for {
 		chunk, err := br.ReadSlice('\n')
+		total += len(chunk)
 		if !tooLong && len(c.buf)+len(chunk) > limit {
 			tooLong = true
 			c.buf = append(c.buf, chunk[:min(len(chunk), max(0, peekPrefix-len(c.buf)))]...)
@@ -696,7 +749,7 @@ func (c *conn) readLine(br *bufio.Reader) ([]byte, error) {
 		return nil, endOfStream(err)
 	}
 	if tooLong {
-		return nil, &lineTooLongError{prefix: c.buf}
+		return nil, &lineTooLongError{prefix: c.buf, size: total - 1}
 	}
 	return c.buf, nil
 }
@@ -725,6 +778,7 @@ func (c *conn) dispatch(line []byte) {
 	req, errID, rerr := decodeRequest(line)
 	if rerr != nil {
 		c.log.Debug("bad request", "error", rerr.Message)
+		c.callError(&CallError{ID: errID, Method: req.Method, Line: line, LineBytes: len(line), Resp: rerr})
 		c.writeError(errID, rerr)
 		return
 	}
@@ -732,11 +786,15 @@ func (c *conn) dispatch(line []byte) {
 		c.cancelCall(req)
 		return
 	}
+	refuse := func(e *Error) {
+		c.callError(&CallError{ID: req.ID, Method: req.Method, Params: req.Params, Resp: e})
+		if req.ID != nil {
+			c.writeError(req.ID, e)
+		}
+	}
 	h := c.s.handler(req.Method)
 	if h == nil {
-		if req.ID != nil {
-			c.writeError(req.ID, methodNotFound(req.Method, c.s.Methods()))
-		}
+		refuse(methodNotFound(req.Method, c.s.Methods()))
 		return
 	}
 	key := string(req.ID)
@@ -745,7 +803,7 @@ func (c *conn) dispatch(line []byte) {
 		_, dup := c.inflight[key]
 		c.imu.Unlock()
 		if dup {
-			c.writeError(req.ID, &Error{Code: CodeInvalidRequest, Kind: KindInvalidParams,
+			refuse(&Error{Code: CodeInvalidRequest, Kind: KindInvalidParams,
 				Message: fmt.Sprintf("id %s is already used by a call in flight on this connection; use a new id per request", key)})
 			return
 		}
@@ -761,9 +819,7 @@ func (c *conn) dispatch(line []byte) {
 	if s.closing {
 		s.mu.Unlock()
 		<-c.sem
-		if req.ID != nil {
-			c.writeError(req.ID, ToRPCError(ErrShuttingDown))
-		}
+		refuse(ToRPCError(ErrShuttingDown))
 		return
 	}
 	s.calls.Add(1)
@@ -800,6 +856,7 @@ func (c *conn) run(ctx context.Context, cancel context.CancelCauseFunc, h Handle
 	<-c.sem
 
 	var rerr *Error
+	herr := err // as the handler returned it, for OnCallError
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// Say why the call stopped, not just "context canceled".
@@ -814,19 +871,44 @@ func (c *conn) run(ctx context.Context, cancel context.CancelCauseFunc, h Handle
 	} else {
 		c.log.Trace("call done", "method", call.Method, "duration", time.Since(start))
 	}
-	if call.ID == nil {
-		return
-	}
 	var raw json.RawMessage
-	if rerr == nil {
+	if rerr == nil && call.ID != nil {
 		raw, err = json.Marshal(result)
 		if err != nil {
 			c.log.Error("cannot marshal result", "method", call.Method, "error", err)
+			herr = err
 			rerr = &Error{Code: CodeInternal, Kind: KindInternal,
 				Message: fmt.Sprintf("internal error: the result of %s could not be encoded", call.Method)}
 		}
 	}
+	if rerr != nil {
+		c.callError(&CallError{ID: call.ID, Method: call.Method, Params: call.Params, Err: herr, Resp: rerr})
+	}
+	if call.ID == nil {
+		return
+	}
 	c.write(call.ID, raw, rerr)
+}
+
+// callError tells OnCallError about a refused or failed call.
+func (c *conn) callError(ce *CallError) {
+	f := c.s.opts.OnCallError
+	if f == nil {
+		return
+	}
+	ce.ConnID, ce.Peer = c.id, c.peer
+	c.hook("OnCallError", func() { f(ce) })
+}
+
+// hook runs a ServerOptions hook, turning a panic into a log line: a bug in
+// a hook must not take the daemon down.
+func (c *conn) hook(name string, f func()) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error("hook panicked", "hook", name, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	f()
 }
 
 // invoke calls h, turning a panic into an internal error.
@@ -922,13 +1004,15 @@ type request struct {
 }
 
 // decodeRequest parses one line. On failure it returns the error to send and
-// the id to send it with (nil → null: the id could not be determined).
+// the id to send it with (nil → null: the id could not be determined), and a
+// request holding the method when the line named one (for the audit).
 // Member names match exactly (encoding/json alone would also accept "ID" or
 // "Method"); members other than jsonrpc, id, method and params are ignored.
 func decodeRequest(line []byte) (request, json.RawMessage, *Error) {
 	line = trimJSONSpace(line)
+	var partial request // what is known of a refused request
 	invalid := func(id json.RawMessage, format string, args ...any) (request, json.RawMessage, *Error) {
-		return request{}, id, &Error{Code: CodeInvalidRequest, Kind: KindInvalidParams, Message: "invalid request: " + fmt.Sprintf(format, args...)}
+		return partial, id, &Error{Code: CodeInvalidRequest, Kind: KindInvalidParams, Message: "invalid request: " + fmt.Sprintf(format, args...)}
 	}
 	if !json.Valid(line) {
 		var v any
@@ -949,6 +1033,9 @@ func decodeRequest(line []byte) (request, json.RawMessage, *Error) {
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(line, &m); err != nil || m == nil {
 		return invalid(nil, "a request must be a JSON object")
+	}
+	if raw, ok := m["method"]; ok && len(raw) > 0 && raw[0] == '"' {
+		json.Unmarshal(raw, &partial.Method)
 	}
 	var id json.RawMessage
 	if raw, ok := m["id"]; ok {
@@ -999,6 +1086,26 @@ func validID(raw json.RawMessage) bool {
 // peekID finds a top-level "id" in the start of a (possibly cut off) request
 // object; nil when there is none before the cut.
 func peekID(prefix []byte) json.RawMessage {
+	if v := peekMember(prefix, "id"); validID(v) {
+		return v
+	}
+	return nil
+}
+
+// peekMethod finds a top-level string "method" in the start of a (possibly
+// cut off) request object; "" when there is none before the cut.
+func peekMethod(prefix []byte) string {
+	var m string
+	if v := peekMember(prefix, "method"); len(v) > 0 && v[0] == '"' && json.Unmarshal(v, &m) == nil {
+		return m
+	}
+	return ""
+}
+
+// peekMember returns the value of the first top-level member named key in
+// the start of a (possibly cut off) JSON object; nil when it is not there
+// before the cut.
+func peekMember(prefix []byte, key string) json.RawMessage {
 	dec := json.NewDecoder(bytes.NewReader(prefix))
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
 		return nil
@@ -1012,11 +1119,8 @@ func peekID(prefix []byte) json.RawMessage {
 		if err := dec.Decode(&v); err != nil {
 			return nil
 		}
-		if key, _ := tok.(string); key == "id" {
-			if validID(v) {
-				return v
-			}
-			return nil
+		if k, _ := tok.(string); k == key {
+			return v
 		}
 	}
 	return nil

@@ -862,3 +862,114 @@ func TestPeekID(t *testing.T) {
 		}
 	}
 }
+
+func TestPeekMethod(t *testing.T) {
+	cases := map[string]string{
+		`{"jsonrpc":"2.0","id":12,"method":"skills.read","params":{"a":"`: "skills.read",
+		`{"id":1,"params":{"method":"inner"},"method":"outer","x":"`:      "outer",
+		`{"method":7,"params":"`: "",
+		`{"params":{"a":"xxxxx`:  "",
+		`not json`:               "",
+	}
+	for in, want := range cases {
+		if got := peekMethod([]byte(in)); got != want {
+			t.Errorf("peekMethod(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+// OnCallError hears of every refused or failed call, transport-level or
+// from a handler, before the answer; a panicking hook harms nothing;
+// OnConnClosed comes after all of a connection's calls.
+func TestCallErrorHooks(t *testing.T) {
+	var mu sync.Mutex
+	var got []CallError
+	var closed []uint64
+	sentinel := errors.New("the handler's own error")
+	ts := startServer(t, ServerOptions{
+		MaxLineBytes: 1024,
+		OnCallError: func(ce *CallError) {
+			mu.Lock()
+			defer mu.Unlock()
+			cp := *ce
+			cp.Line = append([]byte(nil), ce.Line...)
+			got = append(got, cp)
+			if ce.Method == "panic.hook" {
+				panic("hook bug")
+			}
+		},
+		OnConnClosed: func(id uint64, p Peer) {
+			mu.Lock()
+			closed = append(closed, id)
+			mu.Unlock()
+		},
+	}, func(s *Server) {
+		s.Handle("fail", func(ctx context.Context, c *Call) (any, error) {
+			return nil, fmt.Errorf("wrapped: %w: %w", sentinel, ErrNotFound)
+		})
+	})
+	c := ts.dial(t)
+	c.send(`not json`)
+	wantError(t, c.recv(), CodeParseError, KindInvalidParams)
+	c.send(`{"jsonrpc":"1.0","id":2,"method":"echo"}`)
+	wantError(t, c.recv(), CodeInvalidRequest, KindInvalidParams)
+	wantError(t, c.call(3, "nope", `{"k":1}`), CodeMethodNotFound, KindNotFound)
+	c.send(`{"jsonrpc":"2.0","id":4,"method":"echo","params":{"pad":"` + strings.Repeat("y", 2000) + `"}}`)
+	wantError(t, c.recv(), CodeInvalidRequest, KindLimitExceeded)
+	wantError(t, c.call(5, "fail", `{"a":1}`), CodeNotFound, KindNotFound)
+	c.send(`{"jsonrpc":"2.0","method":"fail"}`) // a notification: no answer
+	wantError(t, c.call(6, "panic.hook", ""), CodeMethodNotFound, KindNotFound)
+	if r := c.call(7, "echo", `{"still":"up"}`); r.Error != nil {
+		t.Fatalf("server unusable after a hook panicked: %+v", r.Error)
+	}
+	c.nc.Close()
+	waitFor(t, "OnConnClosed", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(closed) == 1
+	})
+
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != 7 {
+		t.Fatalf("%d hook calls, want 7: %+v", len(got), got)
+	}
+	me := uint32(os.Getuid())
+	for i, ce := range got {
+		if ce.ConnID != closed[0] || ce.Peer.UID != me || ce.Resp == nil {
+			t.Errorf("call %d: conn %d peer %+v resp %v", i, ce.ConnID, ce.Peer, ce.Resp)
+		}
+	}
+	if ce := got[0]; ce.ID != nil || ce.Method != "" || string(ce.Line) != "not json" || ce.LineBytes != 8 || ce.Resp.Code != CodeParseError || ce.Err != nil {
+		t.Errorf("parse error: %+v", ce)
+	}
+	if ce := got[1]; string(ce.ID) != "2" || ce.Method != "echo" || ce.Resp.Code != CodeInvalidRequest {
+		t.Errorf("invalid request: %+v", ce)
+	}
+	if ce := got[2]; string(ce.ID) != "3" || ce.Method != "nope" || string(ce.Params) != `{"k":1}` || ce.Line != nil || ce.Resp.Code != CodeMethodNotFound {
+		t.Errorf("unknown method: %+v", ce)
+	}
+	if ce := got[3]; string(ce.ID) != "4" || ce.Method != "echo" || len(ce.Line) == 0 || ce.LineBytes <= 2000 || ce.Resp.Kind != KindLimitExceeded {
+		t.Errorf("over-long line: id %s method %q line %d/%d", ce.ID, ce.Method, len(ce.Line), ce.LineBytes)
+	}
+	if ce := got[4]; string(ce.ID) != "5" || !errors.Is(ce.Err, sentinel) || ce.Resp.Kind != KindNotFound {
+		t.Errorf("handler error: %+v", ce)
+	}
+	// The notification's handler runs on its own goroutine: its hook may
+	// come before or after the next line's.
+	var note, pan *CallError
+	for i := 5; i < 7; i++ {
+		switch got[i].Method {
+		case "fail":
+			note = &got[i]
+		case "panic.hook":
+			pan = &got[i]
+		}
+	}
+	if note == nil || note.ID != nil || note.Err == nil {
+		t.Errorf("failed notification: %+v", note)
+	}
+	if pan == nil || string(pan.ID) != "6" {
+		t.Errorf("panicking hook's call: %+v", pan)
+	}
+}

@@ -149,6 +149,7 @@ type SessionStore struct {
 
 	mu      sync.Mutex
 	touched map[string]time.Time // last use not yet written to disk
+	hooks   []func(Session)      // OnExpire and AddExpireHook's, under mu
 }
 
 // NewSessionStore returns the session store over st.
@@ -166,7 +167,20 @@ func NewSessionStore(st *StateDB, opts SessionOptions) *SessionStore {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	return &SessionStore{db: st.db, opts: opts, log: namedLogger(log, "sessions"), touched: map[string]time.Time{}}
+	s := &SessionStore{db: st.db, opts: opts, log: namedLogger(log, "sessions"), touched: map[string]time.Time{}}
+	if opts.OnExpire != nil {
+		s.hooks = append(s.hooks, opts.OnExpire)
+	}
+	return s
+}
+
+// AddExpireHook adds f to the functions called (outside any transaction,
+// after SessionOptions.OnExpire) for each session a sweep removes. The
+// daemon uses it to audit expiries.
+func (s *SessionStore) AddExpireHook(f func(Session)) {
+	s.mu.Lock()
+	s.hooks = append(s.hooks, f)
+	s.mu.Unlock()
 }
 
 func (s *SessionStore) now() time.Time { return s.opts.Now().UTC().Round(0) }
@@ -431,6 +445,7 @@ func (s *SessionStore) Sweep() (int, error) {
 		return 0, fmt.Errorf("sweeping sessions: %w", err)
 	}
 	s.mu.Lock()
+	hooks := s.hooks
 	for _, ses := range gone {
 		delete(s.touched, ses.ID)
 	}
@@ -443,8 +458,8 @@ func (s *SessionStore) Sweep() (int, error) {
 	s.mu.Unlock()
 	for _, ses := range gone {
 		s.log.Info("session expired", "session", ses.ID, "uid", ses.OwnerUID, "last_used", ses.LastUsed)
-		if s.opts.OnExpire != nil {
-			s.opts.OnExpire(ses)
+		for _, f := range hooks {
+			f(ses)
 		}
 	}
 	return len(gone), nil

@@ -142,8 +142,9 @@ func TestSessionExpiry(t *testing.T) {
 	dir := t.TempDir()
 	st := openState(t, dir)
 	clk := newClock()
-	var expired []string
+	var expired, added []string
 	ss := NewSessionStore(st, SessionOptions{TTL: time.Hour, Now: clk.Now, OnExpire: func(s Session) { expired = append(expired, s.ID) }})
+	ss.AddExpireHook(func(s Session) { added = append(added, s.ID) })
 	a, _ := ss.Create(7)
 	b, _ := ss.Create(7)
 
@@ -157,8 +158,8 @@ func TestSessionExpiry(t *testing.T) {
 		t.Fatalf("idle session: %v", err)
 	}
 	n, err := ss.Sweep()
-	if err != nil || n != 1 || len(expired) != 1 || expired[0] != b.ID {
-		t.Fatalf("Sweep = %d, %v; expired %v", n, err, expired)
+	if err != nil || n != 1 || len(expired) != 1 || expired[0] != b.ID || len(added) != 1 || added[0] != b.ID {
+		t.Fatalf("Sweep = %d, %v; expired %v, added hook %v", n, err, expired, added)
 	}
 	// The sweep wrote a's use mark: a reopened store (no memory) keeps it.
 	st.Close()

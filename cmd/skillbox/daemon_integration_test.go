@@ -35,6 +35,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skillbox/skillbox/sandbox"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
 )
@@ -179,6 +180,7 @@ type itDaemon struct {
 	stateDir string
 	runscDir string
 	logPath  string
+	grace    string // serve --grace (default 20s)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -250,7 +252,11 @@ func (d *itDaemon) start() {
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	cmd := exec.Command(itBin, "serve", "--config", d.cfgPath, "--grace", "20s")
+	grace := d.grace
+	if grace == "" {
+		grace = "20s"
+	}
+	cmd := exec.Command(itBin, "serve", "--config", d.cfgPath, "--grace", grace)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = append(os.Environ(), "SKILLBOX_LOG=debug")
 	if err := cmd.Start(); err != nil {
@@ -607,10 +613,210 @@ func TestDaemonWalkthrough(t *testing.T) {
 		audit.EventDaemonStart: 2, audit.EventDaemonStop: 2, audit.EventSessionCreate: 9, audit.EventSkillLoad: 10,
 		audit.EventSkillUnload: 1, audit.EventSkillRead: 4, audit.EventRunStart: 11, audit.EventRunEnd: 11,
 		audit.EventConfirmRequest: 1, audit.EventConfirmApprove: 1, audit.EventConfirmUse: 3, audit.EventDecision: 14,
+		// read before load, the malformed line, the unknown method
+		audit.EventCallRefused: 3,
 	} {
 		if counts[ev] < min {
 			t.Errorf("audit log has %d %s records, want at least %d", counts[ev], ev, min)
 		}
+	}
+}
+
+// Every refused call is in the log, the transport's refusals included, and
+// only once: the refusals the handlers record in detail get no call.refused
+// record of their own.
+func TestDaemonRefusedCallsInAuditLog(t *testing.T) {
+	needDaemon(t)
+	d := newItDaemon(t)
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	_, err := c.Read(ctx, client.ReadParams{SessionID: sid, Path: "SKILL.md"})
+	wantKind(t, "read before load", err, client.KindInvalidParams)
+	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
+	_, err = c.Read(ctx, client.ReadParams{SessionID: sid, Path: "../shell-tools/SKILL.md"})
+	wantKind(t, "escaping read", err, client.KindInvalidParams)
+
+	nc, err := net.Dial("unix", d.socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(nc)
+	for _, line := range []string{
+		"GET / HTTP/1.1",
+		`{"jsonrpc":"2.0","id":"x1","method":"skills.frobnicate","params":{"token":"hunter2"}}`,
+		`{"jsonrpc":"2.0","id":"x2","method":"sessions.create","params":{"token":"hunter2"}}`,
+	} {
+		nc.SetDeadline(time.Now().Add(time.Minute))
+		if _, err := io.WriteString(nc, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := br.ReadBytes('\n'); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nc.Close()
+	d.stop()
+
+	if out, code := verify(t, d.auditDir); code != 0 {
+		t.Fatalf("verify: exit %d\n%s", code, out)
+	}
+	raw, err := os.ReadFile(filepath.Join(d.auditDir, "audit-000001.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bytes.Contains(raw, []byte("hunter2")) {
+		t.Error("params reached the audit log")
+	}
+	var refused []*audit.Record
+	for _, r := range d.records() {
+		if r.Event == audit.EventCallRefused {
+			refused = append(refused, r)
+		}
+	}
+	got := map[string]*audit.Record{}
+	for _, r := range refused {
+		got[r.Method+" "+r.Detail["code"]] = r
+		if r.Peer == nil || r.Peer.UID != uint32(os.Getuid()) || r.Peer.PID != int32(os.Getpid()) || r.Error == "" {
+			t.Errorf("incomplete call.refused record %+v", r)
+		}
+	}
+	for _, k := range []string{"skills.read -32602", " -32700", "skills.frobnicate -32601", "sessions.create -32602"} {
+		if got[k] == nil {
+			t.Errorf("no call.refused record for %q; have %v", k, got)
+		}
+	}
+	if len(refused) != 4 {
+		t.Errorf("%d call.refused records, want 4 (the escaping read is a skills.read record)", len(refused))
+	}
+	if r := got["skills.read -32602"]; r != nil && r.SessionID != sid {
+		t.Errorf("read before load: session %q", r.SessionID)
+	}
+	if r := got[" -32700"]; r != nil && r.Detail["line_start"] != `"GET / HTTP/1.1"` {
+		t.Errorf("parse error record %+v", r.Detail)
+	}
+}
+
+// SIGTERM lets runs finish and saves the sessions' last use; a second
+// signal during the grace period kills the runs at once, and the daemon
+// still writes daemon.stop and removes its socket.
+func TestDaemonShutdownSignals(t *testing.T) {
+	needDaemon(t)
+	d := newItDaemon(t, extraSkill(t, "sleeper", "scripts/sleep.sh", "echo sleeping\nsleep 600\n"))
+	d.grace = "30m" // far longer than the test may take: only a second signal ends it early
+	// Runs may last as long too (the default limit is 30s).
+	f, err := os.OpenFile(d.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("limits {\n  timeout = \"30m\"\n}\n")
+	f.Close()
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+
+	// A clean stop: the sweepers' last sweep saves the session's last use
+	// before the state database is closed.
+	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	time.Sleep(20 * time.Millisecond)
+	must[*client.InstructionsResult](t, "instructions")(c.Instructions(ctx, sid))
+	d.stop()
+	st, err := sandbox.OpenStateDB(d.stateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := sandbox.NewSessionStore(st, sandbox.SessionOptions{}).List(uint32(os.Getuid()))
+	st.Close()
+	if err != nil || len(list) != 1 || list[0].ID != sid || !list[0].LastUsed.After(list[0].Created) {
+		t.Fatalf("after a clean stop the session's last use was not saved: %+v %v", list, err)
+	}
+
+	// A run in flight, then two signals.
+	d.start()
+	c = d.client()
+	sid = must[string](t, "sessions.create")(c.CreateSession(ctx))
+	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+	runErr := make(chan error, 1)
+	go func() {
+		_, err := c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 20 * 60 * 1000})
+		runErr <- err
+	}()
+	var runID string
+	deadline := time.Now().Add(3 * time.Minute)
+	for runID == "" || len(d.containers()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run did not start within 3 minutes (run %q)", runID)
+		}
+		audit.Read(d.auditDir, func(r *audit.Record) error {
+			if r.Event == audit.EventRunStart && r.SessionID == sid {
+				runID = r.Run.RunID
+			}
+			return nil
+		})
+		time.Sleep(200 * time.Millisecond)
+	}
+	d.mu.Lock()
+	cmd, done := d.cmd, d.done
+	d.cmd = nil
+	d.mu.Unlock()
+	cmd.Process.Signal(syscall.SIGTERM)
+	// The socket goes at once; the run goes on.
+	deadline = time.Now().Add(2 * time.Minute)
+	for {
+		if _, err := os.Lstat(d.socket); errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the socket is still there 2 minutes after SIGTERM")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the daemon exited on the first SIGTERM with a run in flight and a 30m grace (%v)", err)
+	case err := <-runErr:
+		t.Fatalf("the run ended on the first SIGTERM: %v", err)
+	default:
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("forced stop: serve exited with %v", err)
+		}
+	case <-time.After(3 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("the daemon did not stop within 3 minutes of the second SIGTERM")
+	}
+	if err := <-runErr; err == nil {
+		t.Error("the run succeeded although the daemon was stopped by force")
+	}
+	if _, err := os.Lstat(d.socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left behind: %v", err)
+	}
+	if cs := d.containers(); len(cs) != 0 {
+		t.Errorf("sandboxes left behind: %v", cs)
+	}
+	if out, code := verify(t, d.auditDir); code != 0 {
+		t.Fatalf("verify: exit %d\n%s", code, out)
+	}
+	var ended bool
+	var stop *audit.Record
+	for _, r := range d.records() {
+		if r.Event == audit.EventRunEnd && r.Run != nil && r.Run.RunID == runID {
+			ended = true
+		}
+		if r.Event == audit.EventDaemonStop {
+			stop = r
+		}
+	}
+	if !ended {
+		t.Error("the killed run has no run.end record")
+	}
+	if stop == nil || !strings.Contains(stop.Outcome, "forced") {
+		t.Errorf("last daemon.stop record %+v", stop)
 	}
 }
 

@@ -6,12 +6,16 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox"
@@ -26,7 +30,7 @@ func serveCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "HCL config `FILE`", Value: "/etc/skillbox/skillbox.hcl"},
 			&cli.StringFlag{Name: "socket", Usage: "override daemon.socket"},
-			&cli.DurationFlag{Name: "grace", Usage: "on SIGTERM, how long runs in flight may finish before they are killed", Value: 30 * time.Second},
+			&cli.DurationFlag{Name: "grace", Usage: "on SIGTERM or SIGINT, how long runs in flight may finish before they are killed; a second signal kills them at once", Value: 30 * time.Second},
 		},
 		Action: serveAction,
 	}
@@ -64,19 +68,37 @@ func serveAction(c *cli.Context) error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGTERM, os.Interrupt)
 	defer signal.Stop(sigs)
+	why := "signal"
+	var serveErr error
 	select {
 	case sig := <-sigs:
-		log.Info("shutting down", "signal", sig.String(), "grace", c.Duration("grace"))
-	case err := <-d.done:
-		if err != nil {
-			d.close(context.Background(), "serve failed: "+err.Error())
-			return err
-		}
+		log.Info("shutting down; runs in flight may finish (send the signal again to kill them now)", "signal", sig.String(), "grace", c.Duration("grace"))
+	case serveErr = <-d.done:
+		why = "serve failed: " + serveErr.Error()
+		log.Error("serving stopped; shutting down", "error", serveErr)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.Duration("grace"))
+	d.stopGracefully(c.Duration("grace"), why, sigs)
+	return serveErr
+}
+
+// stopGracefully stops the daemon, letting runs in flight finish for up to
+// grace; a signal on sigs meanwhile forces the stop: runs are cancelled (and
+// their sandboxes killed) at once, and the daemon.stop record says so.
+func (rd *runningDaemon) stopGracefully(grace time.Duration, why string, sigs <-chan os.Signal) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	d.close(ctx, "signal")
-	return nil
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case sig := <-sigs:
+			rd.log.Warn("second signal: stopping now; runs in flight are cancelled", "signal", sig.String())
+			rd.forced.Store(true)
+			cancel()
+		case <-stopped:
+		}
+	}()
+	rd.close(ctx, why)
 }
 
 // resweepAfter is when serve sweeps leftovers a second time: after the
@@ -92,6 +114,11 @@ type runningDaemon struct {
 	state  *sandbox.StateDB
 	cancel context.CancelFunc
 	done   chan error
+	// bg counts the goroutines that use the state DB (the session and
+	// confirmation sweepers); close waits for them before closing it.
+	bg sync.WaitGroup
+	// forced is set when a second signal cut the grace period short.
+	forced atomic.Bool
 }
 
 // startDaemon opens everything the daemon needs and starts serving. It
@@ -101,6 +128,7 @@ func startDaemon(parent context.Context, cfg *policy.Config, log hclog.Logger) (
 	rd := &runningDaemon{cfg: cfg, log: log, cancel: cancel, done: make(chan error, 1)}
 	fail := func(err error) (*runningDaemon, error) {
 		cancel()
+		rd.bg.Wait()
 		if rd.state != nil {
 			rd.state.Close()
 		}
@@ -130,6 +158,13 @@ func startDaemon(parent context.Context, cfg *policy.Config, log hclog.Logger) (
 	if err != nil {
 		return fail(err)
 	}
+	if si, ok := eng.Images.(*sandbox.StoreImages); ok {
+		// Building an image takes minutes: inside a call only when the
+		// config asks for it; otherwise a missing image fails the call at
+		// once, and start-up says which are missing.
+		si.Build = cfg.Images.BuildOnDemand
+		checkImages(cfg, si, log.Named("images"))
+	}
 	rtVersion, err := eng.Runtime.Version(ctx)
 	if err != nil {
 		// No silent fallback: a daemon that cannot run scripts says so now.
@@ -155,19 +190,16 @@ func startDaemon(parent context.Context, cfg *policy.Config, log hclog.Logger) (
 	if rd.state, err = sandbox.OpenStateDB(cfg.Daemon.StateDir); err != nil {
 		return fail(err)
 	}
-	sessions := sandbox.NewSessionStore(rd.state, sandbox.SessionOptions{
-		Logger: log,
-		OnExpire: func(s sandbox.Session) {
-			rd.audit.Append(context.Background(), &audit.Record{Event: audit.EventSessionClose, SessionID: s.ID, Outcome: "expired"})
-		},
-	})
+	sessions := sandbox.NewSessionStore(rd.state, sandbox.SessionOptions{Logger: log})
 	confirms := sandbox.NewConfirmationStore(rd.state, sandbox.ConfirmationOptions{DefaultTTL: cfg.Daemon.ConfirmationTTL, Logger: log})
-	go sessions.RunSweeper(ctx, time.Minute)
-	go confirms.RunSweeper(ctx, time.Minute)
-
+	// The daemon audits expiries (it hooks the stores), so it exists before
+	// the sweepers start.
 	rd.daemon = sandbox.NewDaemon(sandbox.DaemonOptions{
 		Config: cfg, Skills: reg, Engine: eng, Sessions: sessions, Confirmations: confirms, Audit: rd.audit, Logger: log,
 	})
+	rd.bg.Add(2)
+	go func() { defer rd.bg.Done(); sessions.RunSweeper(ctx, time.Minute) }()
+	go func() { defer rd.bg.Done(); confirms.RunSweeper(ctx, time.Minute) }()
 	ln, err := sandbox.Listen(cfg.Daemon.Socket, cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
 	if err != nil {
 		return fail(err)
@@ -189,17 +221,69 @@ func startDaemon(parent context.Context, cfg *policy.Config, log hclog.Logger) (
 	return rd, nil
 }
 
-// close stops accepting, lets calls in flight finish until ctx ends, kills the
-// rest, and writes the daemon.stop record last.
+// sweeperStopWait bounds how long close waits for the sweepers' last sweep.
+const sweeperStopWait = 30 * time.Second
+
+// close stops accepting (the socket file goes at once), lets calls in flight
+// finish until ctx ends, cancels the rest, waits for the sweepers (the
+// session sweeper's last sweep saves the sessions' last-use times) and then
+// writes the daemon.stop record, before it closes the state DB and the log.
 func (rd *runningDaemon) close(ctx context.Context, why string) {
-	if err := rd.daemon.Server().Shutdown(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		rd.log.Warn("shutdown", "error", err)
+	serr := rd.daemon.Server().Shutdown(ctx)
+	switch {
+	case serr == nil:
+	case errors.Is(serr, context.DeadlineExceeded), errors.Is(serr, context.Canceled):
+		rd.log.Warn("calls still in flight were cancelled", "forced", rd.forced.Load())
+	default:
+		rd.log.Warn("shutdown", "error", serr)
 	}
 	rd.cancel()
-	rd.audit.Append(context.Background(), &audit.Record{Event: audit.EventDaemonStop, Peer: selfPeer(), Outcome: why})
-	rd.state.Close()
+	waited := make(chan struct{})
+	go func() { rd.bg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+	case <-time.After(sweeperStopWait):
+		rd.log.Error("the sweepers did not stop; closing the state database anyway", "waited", sweeperStopWait)
+	}
+	stop := &audit.Record{Event: audit.EventDaemonStop, Peer: selfPeer(), Outcome: why}
+	if rd.forced.Load() {
+		stop.Outcome = why + " (forced by a second signal)"
+	}
+	if serr != nil {
+		stop.Error = "calls in flight were cancelled: " + serr.Error()
+	}
+	actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := rd.audit.Append(actx, stop); err != nil {
+		rd.log.Error("cannot write the daemon.stop record", "error", err)
+	}
+	acancel()
+	if err := rd.state.Close(); err != nil {
+		rd.log.Warn("closing the state database", "error", err)
+	}
 	rd.audit.Close()
 	rd.log.Info("stopped")
+}
+
+// checkImages warns at start-up about every configured image that is not
+// built, naming the command that builds it.
+func checkImages(cfg *policy.Config, si *sandbox.StoreImages, log hclog.Logger) {
+	for _, im := range cfg.Images.List {
+		err := si.Built(im.Name)
+		switch {
+		case err == nil:
+		case errors.Is(err, images.ErrNotBuilt):
+			what := "scripts that need it are refused (unavailable) until it is built"
+			if si.Build {
+				what = "the first script that needs it builds it (images.build_on_demand), which takes minutes"
+			}
+			log.Warn("image is not built; "+what, "image", im.Name, "extensions", strings.Join(im.Extensions, " "),
+				"dir", si.Store.Dir(), "fix", sandbox.BuildCommand(si.Store.Dir(), im.Recipe))
+		case errors.Is(err, images.ErrUnknownImage):
+			log.Warn("image has no recipe; scripts that need it cannot run", "image", im.Name, "error", err)
+		default:
+			log.Warn("cannot tell whether the image is built", "image", im.Name, "error", err)
+		}
+	}
 }
 
 // logWriter turns image build progress into log lines.

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/sandbox"
 )
 
 // serve (and run) report config errors on one line that names every problem
@@ -56,5 +61,46 @@ func TestServeConfigErrorsOneLine(t *testing.T) {
 	err = newApp().Run([]string{"skillbox", "serve", "--config", filepath.Join(dir, "missing.hcl")})
 	if err == nil || !strings.Contains(err.Error(), "missing.hcl") || !strings.Contains(err.Error(), "no such file") {
 		t.Errorf("missing config: %v", err)
+	}
+}
+
+// serve says at start which configured images are missing and how to build
+// them, instead of building one inside the first call that needs it.
+func TestServeWarnsAboutMissingImages(t *testing.T) {
+	dir := t.TempDir()
+	store, err := images.OpenStore(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recipes, err := images.DefaultRecipes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := policy.Parse([]byte("image \"ruby\" {\n  extensions = [\".rb\"]\n  interpreter = [\"ruby\"]\n}\n"), "s.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	log := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
+	si := &sandbox.StoreImages{Store: store, Recipes: recipes}
+	checkImages(cfg, si, log)
+	out := buf.String()
+	for _, name := range []string{"python", "shell", "node"} {
+		want := "fix=\"skillbox images build --dir " + store.Dir() + " " + name + "\""
+		if !strings.Contains(out, "image="+name) || !strings.Contains(out, want) {
+			t.Errorf("no warning naming %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(out, "refused (unavailable) until it is built") {
+		t.Errorf("the warning does not say what happens meanwhile:\n%s", out)
+	}
+	if !strings.Contains(out, "image has no recipe") || !strings.Contains(out, "image=ruby") {
+		t.Errorf("no warning about the image without a recipe:\n%s", out)
+	}
+	buf.Reset()
+	si.Build = true
+	checkImages(cfg, si, log)
+	if !strings.Contains(buf.String(), "build_on_demand") {
+		t.Errorf("with build_on_demand the warning does not say so:\n%s", buf.String())
 	}
 }

@@ -129,7 +129,7 @@ func TestSkillsListCommand(t *testing.T) {
 	if _, _, code := runSkills(t, "skills", "list"); code != 2 {
 		t.Errorf("no root: exit %d, want 2", code)
 	}
-	if _, _, code := runSkills(t, "skills", "list", "--root", "/nonexistent"); code != 1 {
+	if _, _, code := runSkills(t, "skills", "list", "--root", filepath.Join(t.TempDir(), "missing")); code != 1 {
 		t.Errorf("missing root: exit %d, want 1", code)
 	}
 }

@@ -32,6 +32,13 @@ const (
 	EventConfirmExpire  = "confirmation.expire"  // confirmation
 	EventConfirmUse     = "confirmation.use"     // confirmation consumed (or refused) by a run
 	EventAuthRefused    = "auth.refused"         // peer, method; error says why
+	// EventCallRefused is a call refused or failed with nothing more
+	// specific recorded for it (bad params, unknown session or method,
+	// malformed lines): peer, method, request id, detail.kind and code,
+	// error (the message, clipped), and of the params only their size and
+	// sha256. Outcome "suppressed" is the per-connection summary written
+	// once a connection's cap of such records was reached.
+	EventCallRefused = "call.refused"
 
 	EventGenesis    = "audit.genesis"    // first record of a log: log.id anchors the chain
 	EventRotate     = "audit.rotate"     // first record of every later file

@@ -493,14 +493,21 @@ func (c *Client) Instructions(ctx context.Context, sessionID string) (*Instructi
 	return &r, nil
 }
 
-// ListSkills lists the indexed skills.
+// ListSkills lists the indexed skills matching p. skills.list answers with
+// a bare array, [{name, description, location, digest, tags,
+// model_invocable}]; skills disabled for model invocation are in it, marked
+// ModelInvocable false. (The {"skills": [...]} object of earlier daemons is
+// still read.)
 func (c *Client) ListSkills(ctx context.Context, p ListSkillsParams) ([]SkillInfo, error) {
 	var raw json.RawMessage
 	if err := c.Call(ctx, MethodSkillsList, p, &raw); err != nil {
 		return nil, err
 	}
-	var out []SkillInfo
-	return out, decodeList(raw, "skills", &out)
+	out := []SkillInfo{}
+	if err := decodeList(raw, "skills", &out); err != nil {
+		return nil, fmt.Errorf("skillbox: decoding the skills.list result: %w", err)
+	}
+	return out, nil
 }
 
 // Load activates skills in a session and returns the receipt.

@@ -77,8 +77,16 @@ func TestTypedMethodsRoundTrip(t *testing.T) {
 			return client.InstructionsResult{Instructions: "use skills", AvailableSkills: "<available_skills/>"}, nil
 		})
 		bind(s, client.MethodSkillsList, func(p client.ListSkillsParams) (any, error) {
-			// The daemon wraps the list in an object; the client takes either.
-			return map[string]any{"skills": []client.SkillInfo{{Name: "pdf", Description: "PDFs", Digest: "sha256:a", ModelInvocable: true}}}, nil
+			// The daemon answers with a bare array; the object of earlier
+			// daemons ({"skills": [...]}) is still read (query "legacy").
+			list := []client.SkillInfo{{Name: "pdf", Description: "PDFs", Digest: "sha256:a", Tags: []string{"docs"}, ModelInvocable: true}}
+			if p.Query == "legacy" {
+				return map[string]any{"skills": list}, nil
+			}
+			if p.Query == "none" {
+				return []client.SkillInfo{}, nil
+			}
+			return list, nil
 		})
 		bind(s, client.MethodSkillsLoad, func(p client.LoadParams) (any, error) {
 			return client.LoadResult{ActiveSkills: []client.ActiveSkill{{Name: p.Names[0], RootDir: "/s/" + p.Names[0], Digest: "sha256:a",
@@ -126,9 +134,18 @@ func TestTypedMethodsRoundTrip(t *testing.T) {
 	if err != nil || ins.Instructions != "use skills" {
 		t.Fatalf("Instructions = %+v, %v", ins, err)
 	}
-	sk, err := c.ListSkills(ctx, client.ListSkillsParams{Query: "pdf"})
-	if err != nil || len(sk) != 1 || sk[0].Name != "pdf" || !sk[0].ModelInvocable {
-		t.Fatalf("ListSkills = %+v, %v", sk, err)
+	for _, q := range []string{"pdf", "legacy"} {
+		sk, err := c.ListSkills(ctx, client.ListSkillsParams{Query: q})
+		if err != nil || len(sk) != 1 || sk[0].Name != "pdf" || !sk[0].ModelInvocable || len(sk[0].Tags) != 1 {
+			t.Fatalf("ListSkills(%s) = %+v, %v", q, sk, err)
+		}
+	}
+	if sk, err := c.ListSkills(ctx, client.ListSkillsParams{Query: "none"}); err != nil || sk == nil || len(sk) != 0 {
+		t.Fatalf("ListSkills(none) = %#v, %v; want an empty, non-nil list", sk, err)
+	}
+	var raw json.RawMessage
+	if err := c.Call(ctx, client.MethodSkillsList, client.ListSkillsParams{}, &raw); err != nil || !strings.HasPrefix(string(raw), "[") {
+		t.Fatalf("skills.list on the wire = %s, %v; want a bare array", raw, err)
 	}
 	lr, err := c.Load(ctx, client.LoadParams{SessionID: id, Names: []string{"pdf"}, Mode: client.LoadAdd})
 	if err != nil || lr.ActiveSkills[0].RootDir != "/s/pdf" || lr.Hints[0] != "mode=add" || lr.ActiveSkills[0].Properties["license"] != "MIT" {

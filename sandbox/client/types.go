@@ -78,14 +78,16 @@ type ListSkillsParams struct {
 	Query     string `json:"query,omitempty"`
 }
 
-// SkillInfo is one entry of skills.list. Skills whose SKILL.md disables model
-// invocation are listed with ModelInvocable false rather than hidden.
+// SkillInfo is one entry of skills.list (whose result is a bare array of
+// them, sorted by name). Skills whose SKILL.md disables model invocation are
+// listed with ModelInvocable false rather than hidden. Tags is always
+// present on the wire ([] when the skill declares none).
 type SkillInfo struct {
 	Name           string   `json:"name"`
 	Description    string   `json:"description"`
 	Location       string   `json:"location"`
 	Digest         string   `json:"digest"`
-	Tags           []string `json:"tags,omitempty"`
+	Tags           []string `json:"tags"`
 	ModelInvocable bool     `json:"model_invocable"`
 }
 
