@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 
 	"github.com/hashicorp/go-hclog"
@@ -133,9 +134,13 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*sandbox.
 		return nil, err
 	}
 	store.SetRecipes(recipes)
+	byImage, err := recipesByImage(cfg, recipes)
+	if err != nil {
+		return nil, err
+	}
 	eng := &sandbox.Engine{
 		Config:   cfg,
-		Images:   &sandbox.StoreImages{Store: store, Recipes: recipes, Build: !o.noBuild},
+		Images:   &sandbox.StoreImages{Store: store, Recipes: byImage, Build: !o.noBuild},
 		Runtime:  rt,
 		Logger:   log.Named("engine"),
 		Progress: o.progress,
@@ -166,4 +171,25 @@ func openAudit(cfg *policy.Config, log hclog.Logger) (*audit.Log, error) {
 		return nil, fmt.Errorf("audit log %s: %w", cfg.Daemon.AuditDir, err)
 	}
 	return l, nil
+}
+
+// recipesByImage maps each config image block to the recipe it names
+// (image "py3" { recipe = "python" } runs in the python image), so a block
+// naming a recipe that does not exist is caught at start, not at a run.
+func recipesByImage(cfg *policy.Config, recipes map[string]*images.Recipe) (map[string]*images.Recipe, error) {
+	out := make(map[string]*images.Recipe, len(cfg.Images.List))
+	for _, im := range cfg.Images.List {
+		r, ok := recipes[im.Recipe]
+		if !ok {
+			known := make([]string, 0, len(recipes))
+			for n := range recipes {
+				known = append(known, n)
+			}
+			sort.Strings(known)
+			return nil, fmt.Errorf("%s: recipe %q does not exist (known recipes: %s): add a recipe file to images.recipes_dirs or fix the block",
+				im.Rule(), im.Recipe, strings.Join(known, ", "))
+		}
+		out[im.Name] = r
+	}
+	return out, nil
 }
