@@ -1261,8 +1261,7 @@ func TestDaemonCrashMidRun(t *testing.T) {
 	f.Close()
 
 	d.start()
-	// No sandbox is left behind: the sweeps at start remove it (a run dir
-	// only a moment old is spared by the first, so allow for the second).
+	// No sandbox is left behind: the sweep at start removes it.
 	leftovers := func() []string {
 		var out []string
 		for _, id := range d.containers() {

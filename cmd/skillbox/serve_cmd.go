@@ -101,10 +101,6 @@ func (rd *runningDaemon) stopGracefully(grace time.Duration, why string, sigs <-
 	rd.close(ctx, why)
 }
 
-// resweepAfter is when serve sweeps leftovers a second time: after the
-// runtime's grace for run dirs being set up (a few seconds).
-const resweepAfter = 5 * time.Second
-
 // runningDaemon holds what serve started, to stop it in order.
 type runningDaemon struct {
 	cfg    *policy.Config
@@ -170,23 +166,12 @@ func startDaemon(parent context.Context, cfg *policy.Config, log hclog.Logger) (
 		// No silent fallback: a daemon that cannot run scripts says so now.
 		return fail(fmt.Errorf("runtime %s: %w", eng.Runtime.Name(), err))
 	}
-	// Remove the sandboxes, run dirs and cgroups a crashed daemon left. The
-	// sweep spares run dirs younger than a moment (they may belong to a run
-	// being set up by another process), so a daemon restarted right after a
-	// crash sweeps once more shortly after start.
+	// Remove the sandboxes, run dirs and cgroups a crashed daemon left. Runs
+	// in progress (another process's) hold their run dir's lock and are
+	// spared, whatever their age.
 	if err := runtime.Sweep(ctx, eng.Runtime); err != nil {
 		log.Warn("sweeping leftovers of an earlier run failed", "error", err)
 	}
-	go func() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(resweepAfter):
-		}
-		if err := runtime.Sweep(ctx, eng.Runtime); err != nil && ctx.Err() == nil {
-			log.Warn("sweeping leftovers of an earlier run failed", "error", err)
-		}
-	}()
 	if rd.state, err = sandbox.OpenStateDB(cfg.Daemon.StateDir); err != nil {
 		return fail(err)
 	}
