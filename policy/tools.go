@@ -87,35 +87,6 @@ func parseToolPattern(s string) (toolPattern, error) {
 	return toolPattern{raw: s, name: name, spec: spec, hasSpec: true}, nil
 }
 
-// ParseToolList splits a skill's allowed-tools string ("Read, Bash(git:*)
-// Bash(npm run test:*)") into patterns: separators are spaces and commas
-// outside parentheses.
-func ParseToolList(s string) []string {
-	var out []string
-	var cur strings.Builder
-	depth := 0
-	flush := func() {
-		if t := strings.TrimSpace(cur.String()); t != "" {
-			out = append(out, t)
-		}
-		cur.Reset()
-	}
-	for _, r := range s {
-		switch {
-		case r == '(':
-			depth++
-		case r == ')' && depth > 0:
-			depth--
-		case depth == 0 && (r == ',' || r == ' ' || r == '\t' || r == '\n'):
-			flush()
-			continue
-		}
-		cur.WriteRune(r)
-	}
-	flush()
-	return out
-}
-
 // call is one tool call being decided.
 type call struct {
 	tool  string

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"strings"
 	"testing"
 )
 
@@ -86,19 +85,6 @@ func TestParseToolPatternErrors(t *testing.T) {
 	for _, s := range []string{"Read", "Bash(git:*)", "Bash(npm run test:*)", "mcp__server__tool", "skills.run_script", "*", "Bash(echo (x))"} {
 		if _, err := parseToolPattern(s); err != nil {
 			t.Errorf("%q: %v", s, err)
-		}
-	}
-}
-
-func TestParseToolList(t *testing.T) {
-	for in, want := range map[string]string{
-		"Read Bash(git:*)":                    "Read|Bash(git:*)",
-		"Read, Grep,Bash(npm run test:*)  ":   "Read|Grep|Bash(npm run test:*)",
-		"":                                    "",
-		"Bash(echo a, b) skills.run_script\n": "Bash(echo a, b)|skills.run_script",
-	} {
-		if got := strings.Join(ParseToolList(in), "|"); got != want {
-			t.Errorf("ParseToolList(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

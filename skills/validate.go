@@ -392,7 +392,7 @@ func (v *validator) stringList(field string, raw any) []string {
 	case nil:
 		return []string{}
 	case string:
-		return splitTools(x)
+		return SplitToolList(x)
 	case []any:
 		out := make([]string, 0, len(x))
 		for i, item := range x {
@@ -425,8 +425,10 @@ func (v *validator) toolList(field string, raw any) []string {
 	return tools
 }
 
-// splitTools splits on blanks and commas outside parentheses.
-func splitTools(s string) []string {
+// SplitToolList splits the string form of allowed-tools ("Read, Bash(git:*)
+// Bash(npm run test:*)") into tool patterns: separators are blanks and commas
+// outside parentheses, so a pattern's specifier stays whole.
+func SplitToolList(s string) []string {
 	out := []string{}
 	var cur strings.Builder
 	depth := 0

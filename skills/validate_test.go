@@ -337,3 +337,18 @@ func TestLoadDirRefusesUnsafeSkillFile(t *testing.T) {
 		}
 	})
 }
+
+func TestSplitToolList(t *testing.T) {
+	for in, want := range map[string]string{
+		"Read Bash(git:*)":                    "Read|Bash(git:*)",
+		"Read, Grep,Bash(npm run test:*)  ":   "Read|Grep|Bash(npm run test:*)",
+		"":                                    "",
+		"Bash(echo a, b) skills.run_script\n": "Bash(echo a, b)|skills.run_script",
+	} {
+		t.Run(in, func(t *testing.T) {
+			if got := strings.Join(SplitToolList(in), "|"); got != want {
+				t.Errorf("SplitToolList(%q) = %q, want %q", in, got, want)
+			}
+		})
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/skills"
 	"github.com/urfave/cli/v2"
 )
 
@@ -117,7 +118,7 @@ func policyCheck(c *cli.Context) error {
 	if o.tool != "" {
 		req := policy.Request{Skill: o.skill, Tool: o.tool, Input: json.RawMessage(o.input)}
 		if o.allowedSet {
-			req.AllowedTools = policy.ParseToolList(o.allowed)
+			req.AllowedTools = skills.SplitToolList(o.allowed)
 			if req.AllowedTools == nil {
 				req.AllowedTools = []string{}
 			}
