@@ -46,7 +46,7 @@ images: build
 	$(BIN) images build --if-needed --dir $(IMAGES)
 
 demo: deps build images
-	./hack/demo.sh
+	SKILLBOX_IMAGES=$(IMAGES) ./hack/demo.sh
 
 fuzz:
 	./hack/fuzz.sh 30s
