@@ -1318,3 +1318,70 @@ func TestDaemonCrashMidRun(t *testing.T) {
 		t.Errorf("after the crash: run.start %v (want true), run.end %v (want false), audit.recovered %v (want true)", started, ended, recovered)
 	}
 }
+
+// A client that hangs up in the middle of a run takes the run with it: the
+// sandbox is killed and removed, and the run's end record says so.
+func TestDaemonClientDisconnectKillsRun(t *testing.T) {
+	needDaemon(t)
+	d := newItDaemon(t, extraSkill(t, "sleeper", "scripts/sleep.sh", "echo sleeping\nsleep 600\n"))
+	d.start()
+	defer d.stop()
+	ctx := ctxT(t)
+	c := d.client()
+	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+
+	runErr := make(chan error, 1)
+	go func() {
+		_, err := c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
+		runErr <- err
+	}()
+	deadline := time.Now().Add(3 * time.Minute)
+	for len(d.containers()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the run's sandbox did not appear within 3 minutes")
+		}
+		select {
+		case err := <-runErr:
+			t.Fatalf("the run ended early: %v", err)
+		default:
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	c.Close() // hang up mid-run
+	<-runErr
+	deadline = time.Now().Add(time.Minute)
+	for len(d.containers()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox still there a minute after the client hung up: %v", d.containers())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The end record is written before the handler returns; allow the
+	// daemon a moment to get there after the sandbox is gone.
+	deadline = time.Now().Add(30 * time.Second)
+	for {
+		var end *audit.Record
+		for _, r := range d.records() {
+			if r.Event == audit.EventRunEnd && r.SessionID == sid {
+				end = r
+			}
+		}
+		if end != nil {
+			if end.Run == nil || end.Run.Reason != "killed" {
+				t.Fatalf("run.end after the hang-up: %+v", end.Run)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no run.end record after the client hung up")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	// The daemon still serves other clients.
+	c2 := d.client()
+	if _, err := c2.CreateSession(ctx); err != nil {
+		t.Fatalf("daemon after a hang-up: %v", err)
+	}
+}
