@@ -70,18 +70,14 @@ func hashEntry(h hash.Hash, dir, rel string, fi fs.FileInfo) error {
 	mode := fi.Mode()
 	switch {
 	case mode.IsDir():
-		fmt.Fprintf(h, "D\x00%s\x00", rel)
+		hashDir(h, rel)
 	case mode&fs.ModeSymlink != 0:
 		target, err := os.Readlink(filepath.Join(dir, rel))
 		if err != nil {
 			return fmt.Errorf("digest: %w", err)
 		}
-		fmt.Fprintf(h, "L\x00%s\x00%s\x00", rel, target)
+		hashSymlink(h, rel, target)
 	case mode.IsRegular():
-		exec := "-"
-		if mode&0o111 != 0 {
-			exec = "x"
-		}
 		// O_NOFOLLOW and O_NONBLOCK: a file swapped for a link or a FIFO
 		// after the walk saw it must not be followed or block the hash.
 		f, err := os.OpenFile(filepath.Join(dir, rel), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
@@ -96,15 +92,36 @@ func hashEntry(h hash.Hash, dir, rel string, fi fs.FileInfo) error {
 		if !st.Mode().IsRegular() {
 			return fmt.Errorf("digest: %s changed while hashing; try again", rel)
 		}
-		fmt.Fprintf(h, "F\x00%s\x00%s\x00%d\x00", rel, exec, st.Size())
+		hashFileHeader(h, rel, mode, st.Size())
 		if _, err := io.CopyN(h, f, st.Size()); err != nil {
 			return fmt.Errorf("digest: %s changed while hashing; try again", rel)
 		}
 	default:
 		// FIFOs, sockets, devices: recorded by type, never opened.
-		fmt.Fprintf(h, "O\x00%s\x00%s\x00", rel, modeName(mode))
+		hashOther(h, rel, mode)
 	}
 	return nil
+}
+
+// The digest's framing of each kind of entry; Snapshot writes the same.
+
+func hashDir(h hash.Hash, rel string) { fmt.Fprintf(h, "D\x00%s\x00", rel) }
+
+func hashSymlink(h hash.Hash, rel, target string) {
+	fmt.Fprintf(h, "L\x00%s\x00%s\x00", rel, target)
+}
+
+// hashFileHeader precedes a regular file's size bytes of content.
+func hashFileHeader(h hash.Hash, rel string, mode fs.FileMode, size int64) {
+	exec := "-"
+	if mode&0o111 != 0 {
+		exec = "x"
+	}
+	fmt.Fprintf(h, "F\x00%s\x00%s\x00%d\x00", rel, exec, size)
+}
+
+func hashOther(h hash.Hash, rel string, mode fs.FileMode) {
+	fmt.Fprintf(h, "O\x00%s\x00%s\x00", rel, modeName(mode))
 }
 
 // walkSkill calls fn for every entry under dir (not dir itself) in lexical

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"unicode"
@@ -373,7 +375,7 @@ func (v *validator) metadata(raw any) map[string]string {
 		return nil
 	}
 	out := make(map[string]string, len(m))
-	keys := sortedKeys(m)
+	keys := slices.Sorted(maps.Keys(m))
 	for _, k := range keys {
 		s, ok := m[k].(string)
 		if !ok {
@@ -482,27 +484,9 @@ func sentinelOf(err error) error {
 	return ErrInvalid
 }
 
-func isStandard(key string) bool { return contains(StandardFields, key) }
+func isStandard(key string) bool { return slices.Contains(StandardFields, key) }
 
-func isExtension(key string) bool { return contains(ExtensionFields, key) }
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
+func isExtension(key string) bool { return slices.Contains(ExtensionFields, key) }
 
 // sortByField orders problems as the fields appear in the file.
 func sortByField(errs ValidationErrors, doc *Document) {

@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -166,12 +167,12 @@ func skillsShow(c *cli.Context) error {
 			row("allowed-tools", "(none)")
 		}
 	}
-	for _, k := range skillsSortedKeys(s.Metadata) {
+	for _, k := range slices.Sorted(maps.Keys(s.Metadata)) {
 		row("metadata."+k, s.Metadata[k])
 	}
 	// Extension fields, as written.
-	for _, k := range skillsSortedKeys(s.Properties) {
-		if skillsIsStandard(k) {
+	for _, k := range slices.Sorted(maps.Keys(s.Properties)) {
+		if slices.Contains(skills.StandardFields, k) {
 			continue
 		}
 		b, _ := json.Marshal(s.Properties[k])
@@ -181,24 +182,6 @@ func skillsShow(c *cli.Context) error {
 	row("digest", s.Digest)
 	row("body", fmt.Sprintf("%d lines", strings.Count(s.Body, "\n")))
 	return tw.Flush()
-}
-
-func skillsIsStandard(k string) bool {
-	for _, f := range skills.StandardFields {
-		if f == k {
-			return true
-		}
-	}
-	return false
-}
-
-func skillsSortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func skillsPrompt(c *cli.Context) error {
