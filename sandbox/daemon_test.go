@@ -268,7 +268,7 @@ func newHarness(t *testing.T, config string, specs []skillSpec, opts ...harnessO
 	t.Cleanup(func() { st.Close() })
 	rt := &fakeRuntime{}
 	au := &fakeAuditor{}
-	eng := &Engine{Config: cfg, Images: &fakeImages{}, Runtime: rt, Audit: au}
+	eng := &Engine{Config: cfg, Images: &fakeImages{}, Runtime: rt, Audit: au, Pins: livePins{}}
 	o := DaemonOptions{
 		Config: cfg, Skills: idx, Engine: eng,
 		Sessions:      NewSessionStore(st, SessionOptions{}),

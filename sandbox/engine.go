@@ -60,8 +60,11 @@ type Engine struct {
 	Config  *policy.Config
 	Images  ImageSource
 	Runtime runtime.Runtime
-	Audit   Auditor
-	Logger  hclog.Logger
+	// Pins gives each run a copy of the skill version it was checked
+	// against; required (a run never mounts the live skill directory).
+	Pins   SkillPinner
+	Audit  Auditor
+	Logger hclog.Logger
 	// Progress receives image build progress (stderr for the CLI).
 	Progress io.Writer
 
@@ -100,6 +103,7 @@ type Plan struct {
 	JobID        string // the container id: runtime.IDPrefix + the run id's hex
 	Request      RunRequest
 	Script       string // cleaned relative path
+	SkillRoot    string // the pinned copy of the skill the run mounts
 	ScriptSHA256 string
 	Interpreter  policy.Interpreter
 	Argv         []string
@@ -129,7 +133,16 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	f, err := skills.OpenInRoot(req.Skill.Dir, rel)
+	if e.Pins == nil {
+		return nil, fmt.Errorf("%w: the engine has no skill snapshot store", ErrUnavailable)
+	}
+	// Everything below reads the pinned copy: the script hashed here is the
+	// one the sandbox will see, whatever happens to the skill's directory.
+	root, err := e.Pins.Pin(req.Skill)
+	if err != nil {
+		return nil, err
+	}
+	f, err := skills.OpenInRoot(root, rel)
 	if err != nil {
 		if errors.Is(err, skills.ErrNotFound) {
 			return nil, fmt.Errorf("%w: script %q not found in skill %q: list its scripts/ with skills.read or skills list", ErrNotFound, rel, req.Skill.Name)
@@ -188,6 +201,7 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 		JobID:        jobID,
 		Request:      req,
 		Script:       rel,
+		SkillRoot:    root,
 		ScriptSHA256: hex.EncodeToString(sum[:]),
 		Interpreter:  interp,
 		Argv:         argv,
@@ -248,7 +262,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	job := runtime.Job{
 		ID:       p.JobID,
 		RootFS:   rootfs,
-		SkillDir: req.Skill.Dir,
+		SkillDir: p.SkillRoot,
 		Args:     p.Argv,
 		Env:      p.Env,
 		Stdin:    req.Stdin,

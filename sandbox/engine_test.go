@@ -83,7 +83,7 @@ func newTestEngine(t *testing.T, config string) (*Engine, *fakeRuntime) {
 		t.Fatal(err)
 	}
 	rt := &fakeRuntime{}
-	return &Engine{Config: cfg, Images: &fakeImages{}, Runtime: rt}, rt
+	return &Engine{Config: cfg, Images: &fakeImages{}, Runtime: rt, Pins: livePins{}}, rt
 }
 
 func engineSkill(t *testing.T, name string) *skills.Skill {
@@ -303,3 +303,9 @@ func TestExecuteFailClosed(t *testing.T) {
 		t.Errorf("failed run's end record: %+v", last)
 	}
 }
+
+// livePins mounts the skill's own directory: the fakes here never run
+// anything, so there is nothing to pin.
+type livePins struct{}
+
+func (livePins) Pin(sk *skills.Skill) (string, error) { return sk.Dir, nil }

@@ -1385,3 +1385,54 @@ func TestDaemonClientDisconnectKillsRun(t *testing.T) {
 		t.Fatalf("daemon after a hang-up: %v", err)
 	}
 }
+
+// What runs is what was approved: a script swapped on disk after the
+// approval either is refused (the index noticed the change) or does not
+// run (the run mounts the copy pinned when the confirmation was asked for).
+func TestDaemonApprovedScriptCannotBeSwapped(t *testing.T) {
+	needDaemon(t)
+	root := extraSkill(t, "guarded-swap", "scripts/x.sh", "echo approved-bytes\n")
+	d := newItDaemon(t, root)
+	d.start()
+	defer d.stop()
+	ctx := ctxT(t)
+	c := d.client()
+	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"guarded-swap"}}))
+	req := client.RunScriptParams{SessionID: sid, Path: "scripts/x.sh"}
+	_, err := c.RunScript(ctx, req)
+	ce := wantKind(t, "guarded run", err, client.KindConfirmationRequired)
+	conf, _ := ce.ConfirmationRequired()
+	must[*client.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
+
+	// Swap the script by rename while the approved call is being set up,
+	// as an attacker with write access to the skills root would.
+	script := filepath.Join(root, "guarded-swap", "scripts", "x.sh")
+	if err := os.WriteFile(script+".new", []byte("echo UNAPPROVED-bytes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	req.ConfirmationID = conf.ConfirmationID
+	type answer struct {
+		res *client.RunScriptResult
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		res, err := c.RunScript(ctx, req)
+		done <- answer{res, err}
+	}()
+	time.Sleep(30 * time.Millisecond)
+	if err := os.Rename(script+".new", script); err != nil {
+		t.Fatal(err)
+	}
+	a := <-done
+	res, err := a.res, a.err
+	switch {
+	case err != nil:
+		wantKind(t, "run of a swapped script", err, client.KindInvalidParams)
+	case strings.Contains(res.Stdout, "UNAPPROVED"):
+		t.Fatalf("the swapped, unapproved script ran: %+v", res)
+	case !strings.Contains(res.Stdout, "approved-bytes"):
+		t.Fatalf("approved run: %+v", res)
+	}
+}

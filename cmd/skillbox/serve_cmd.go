@@ -101,6 +101,10 @@ func (rd *runningDaemon) stopGracefully(grace time.Duration, why string, sigs <-
 	rd.close(ctx, why)
 }
 
+// snapshotMaxAge is how long a skill version's copy may go unused before
+// the daemon's start removes it.
+const snapshotMaxAge = 24 * time.Hour
+
 // runningDaemon holds what serve started, to stop it in order.
 type runningDaemon struct {
 	cfg    *policy.Config
@@ -171,6 +175,13 @@ func startDaemon(parent context.Context, cfg *policy.Config, log hclog.Logger) (
 	// spared, whatever their age.
 	if err := runtime.Sweep(ctx, eng.Runtime); err != nil {
 		log.Warn("sweeping leftovers of an earlier run failed", "error", err)
+	}
+	if ss, ok := eng.Pins.(*sandbox.SnapshotStore); ok {
+		if n, err := ss.Prune(snapshotMaxAge); err != nil {
+			log.Warn("pruning old skill snapshots failed", "dir", ss.Dir, "error", err)
+		} else if n > 0 {
+			log.Info("pruned skill snapshots not used for a day", "count", n)
+		}
 	}
 	if rd.state, err = sandbox.OpenStateDB(cfg.Daemon.StateDir); err != nil {
 		return fail(err)

@@ -142,6 +142,7 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*sandbox.
 		Config:   cfg,
 		Images:   &sandbox.StoreImages{Store: store, Recipes: byImage, Build: !o.noBuild},
 		Runtime:  rt,
+		Pins:     &sandbox.SnapshotStore{Dir: sandbox.DefaultSnapshotDir},
 		Logger:   log.Named("engine"),
 		Progress: o.progress,
 	}
