@@ -9,6 +9,9 @@ import (
 	"os"
 	"path"
 	"sort"
+	"strconv"
+	"strings"
+	"unicode"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,17 +52,50 @@ func CollectOutputs(workdir string, lim Limits) ([]OutputFile, []string, error) 
 	if err := c.walkDir(wd, name, "", 0); err != nil {
 		return nil, nil, err
 	}
+	if c.unlisted > 0 {
+		c.skipped = append(c.skipped, fmt.Sprintf("... and %d more entries not collected (only the first %d are named)", c.unlisted, maxSkippedNamed))
+	}
 	return c.files, c.skipped, nil
 }
 
+// A script decides how many entries outputs/ holds and how they are named;
+// what is reported about them (in results and audit records) stays small.
+const (
+	maxSkippedNamed = 100 // skipped entries named one by one
+	maxNameReported = 256 // bytes of a path kept in a report
+	maxOutputWalk   = 1e5 // entries visited at most
+)
+
 type collector struct {
-	lim     Limits
-	files   []OutputFile
-	skipped []string
-	total   int64
+	lim      Limits
+	files    []OutputFile
+	skipped  []string
+	unlisted int // skipped but not named
+	visited  int
+	total    int64
 }
 
-func (c *collector) skip(rel, why string) { c.skipped = append(c.skipped, rel+": "+why) }
+func (c *collector) skip(rel, why string) {
+	if len(c.skipped) >= maxSkippedNamed {
+		c.unlisted++
+		return
+	}
+	c.skipped = append(c.skipped, reportName(rel)+": "+why)
+}
+
+// reportName makes a script-chosen path safe to show and store: quoted when
+// it holds anything but printable characters, and cut to a bounded length.
+func reportName(rel string) string {
+	if len(rel) > maxNameReported {
+		rel = strings.ToValidUTF8(rel[:maxNameReported], "") + "..."
+	}
+	for _, r := range rel {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(rel)
+		}
+	}
+	return rel
+}
 
 // walkDir opens name inside parent (no symlinks) and collects its entries;
 // rel is its path relative to outputs/ ("" for outputs/ itself).
@@ -81,6 +117,10 @@ func (c *collector) walkDir(parent int, name, rel string, depth int) error {
 		r := n
 		if rel != "" {
 			r = rel + "/" + n
+		}
+		if c.visited++; c.visited > maxOutputWalk {
+			c.unlisted++
+			continue
 		}
 		var st unix.Stat_t
 		if err := unix.Fstatat(fd, n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -120,5 +121,39 @@ func TestCollectOutputsDepth(t *testing.T) {
 	files, skipped, err := CollectOutputs(wd, Limits{})
 	if err != nil || len(files) != 1 || files[0].Path != "top" || len(skipped) != 1 || !strings.Contains(skipped[0], "deeper") {
 		t.Errorf("depth: %v %q %v", files, skipped, err)
+	}
+}
+
+// However many entries a script leaves and however it names them, the
+// report about what was skipped stays small and printable.
+func TestCollectOutputsSkippedReportIsBounded(t *testing.T) {
+	wd := t.TempDir()
+	files := map[string]string{}
+	for i := 0; i < 3*maxSkippedNamed; i++ {
+		// Paths longer than a report keeps: a long directory, a long name.
+		files[filepath.Join("outputs", strings.Repeat("d", 200), strings.Repeat("n", 200)+strconv.Itoa(i))] = "x"
+	}
+	files["outputs/evil\nname\x1b[31m"] = "x"
+	writeTree(t, wd, files)
+	got, skipped, err := CollectOutputs(wd, Limits{OutputFiles: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("collected %d files, want 1", len(got))
+	}
+	if len(skipped) != maxSkippedNamed+1 {
+		t.Fatalf("%d skipped lines, want %d named plus one summary", len(skipped), maxSkippedNamed)
+	}
+	if last := skipped[len(skipped)-1]; !strings.Contains(last, "more entries not collected") {
+		t.Errorf("no summary line: %q", last)
+	}
+	for _, s := range skipped {
+		if len(s) > maxNameReported+200 {
+			t.Errorf("line of %d bytes: %.80q...", len(s), s)
+		}
+		if strings.ContainsAny(s, "\n\x1b") {
+			t.Errorf("unescaped control character in %q", s)
+		}
 	}
 }
