@@ -251,13 +251,17 @@ func splitShell(cmd string) (parts []shellPart, opaque bool) {
 					j++
 				}
 				if j < len(cmd) && cmd[j] == '&' {
-					// fd duplication like 2>&1: writes nothing new
+					// 2>&1 and >&- only duplicate or close a descriptor;
+					// >&word (bash: stdout and stderr to the file word)
+					// writes a file.
+					if !fdWord(cmd[j+1:]) {
+						writes = true
+					}
 					cur.WriteString(cmd[i : j+1])
 					i = j
 					continue
 				}
-				rest := strings.TrimLeft(cmd[j:], " \t")
-				if !strings.HasPrefix(rest, "/dev/null") {
+				if !toDevNull(strings.TrimLeft(cmd[j:], " \t")) {
 					writes = true
 				}
 			}
@@ -280,6 +284,35 @@ func splitShell(cmd string) (parts []shellPart, opaque bool) {
 	}
 	flush()
 	return parts, false
+}
+
+// fdWord reports whether the word after ">&" names a descriptor (digits)
+// or closes one ("-"), rather than a file.
+func fdWord(rest string) bool {
+	end := strings.IndexAny(rest, " \t\n;&|)")
+	if end < 0 {
+		end = len(rest)
+	}
+	w := rest[:end]
+	if w == "-" {
+		return true
+	}
+	if w == "" {
+		return false
+	}
+	for _, r := range w {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// toDevNull reports whether a redirection target is exactly /dev/null, not
+// merely a path that starts with it (/dev/nullx, /dev/null/../../etc/x).
+func toDevNull(rest string) bool {
+	after, ok := strings.CutPrefix(rest, "/dev/null")
+	return ok && (after == "" || strings.ContainsRune(" \t\n;&|)", rune(after[0])))
 }
 
 // matchCommand matches a Bash specifier against a command line.
