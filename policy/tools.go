@@ -346,26 +346,59 @@ func matchCommand(spec, cmd string, mode matchMode) bool {
 		return true
 	}
 	for _, p := range parts {
-		if one(p.text) || one(stripCommandNoise(p.text)) {
+		bare, opaque := stripCommandNoise(p.text)
+		if opaque || one(p.text) || one(bare) {
 			return true
 		}
 	}
 	return false
 }
 
-// stripCommandNoise removes leading VAR=value assignments and the directory
-// of the command word, so that deny = ["Bash(rm:*)"] also catches
-// "X=1 /bin/rm -rf x". It is only used for restricting patterns.
-func stripCommandNoise(s string) string {
+// Words that run the rest of their command line as a command.
+var commandWrappers = map[string]bool{
+	"env": true, "command": true, "exec": true, "builtin": true, "nohup": true,
+	"nice": true, "time": true, "timeout": true, "stdbuf": true, "sudo": true, "doas": true, "xargs": true,
+}
+
+// Shells whose -c argument is a command line of its own.
+var nestedShells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "busybox": true}
+
+// stripCommandNoise reduces one command to what a deny or confirm pattern
+// should see: leading VAR=value assignments, quoting and backslashes in the
+// command word, its directory, and wrappers such as env, command, exec,
+// nohup or timeout (with their options) are dropped, so 'rm', /bin/rm,
+// r\m and env rm all read as rm. A nested shell (sh -c ...) cannot be
+// analysed; opaque says so, and a restricting pattern then counts as a match.
+// This is best effort: deny lists over shell commands narrow, they do not
+// sandbox; the sandbox is the runtime's job.
+func stripCommandNoise(s string) (bare string, opaque bool) {
 	f := strings.Fields(s)
-	for len(f) > 0 && strings.Contains(f[0], "=") && !strings.HasPrefix(f[0], "=") {
-		f = f[1:]
+	for guard := 0; len(f) > 0 && guard < 16; guard++ {
+		if strings.Contains(f[0], "=") && !strings.HasPrefix(f[0], "=") {
+			f = f[1:]
+			continue
+		}
+		w := path.Base(strings.NewReplacer("'", "", `"`, "", `\`, "").Replace(f[0]))
+		f[0] = w
+		switch {
+		case nestedShells[w]:
+			return "", true
+		case commandWrappers[w]:
+			f = f[1:]
+			for len(f) > 0 && strings.HasPrefix(f[0], "-") {
+				f = f[1:]
+			}
+			if w == "timeout" && len(f) > 0 {
+				f = f[1:] // the duration
+			}
+			continue
+		}
+		break
 	}
 	if len(f) == 0 {
-		return ""
+		return "", false
 	}
-	f[0] = path.Base(f[0])
-	return strings.Join(f, " ")
+	return strings.Join(f, " "), false
 }
 
 // matchPath matches a path glob where '*' stays within one path element and
