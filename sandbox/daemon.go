@@ -370,7 +370,6 @@ func baseRecord(call *Call, event, session string) *audit.Record {
 }
 
 // decode binds the params strictly (unknown fields are errors that name them).
-func decode(call *Call, v any) error { return call.Bind(v) }
 
 func (d *Daemon) session(call *Call, id string) (*Session, error) {
 	if id == "" {
@@ -393,7 +392,7 @@ func (d *Daemon) session(call *Call, id string) (*Session, error) {
 
 func (d *Daemon) sessionsCreate(ctx context.Context, call *Call) (any, error) {
 	var p struct{}
-	if err := decode(call, &p); err != nil {
+	if err := call.Bind(&p); err != nil {
 		return nil, err
 	}
 	s, err := d.sessions.Create(call.Peer.UID)
@@ -414,7 +413,7 @@ func (d *Daemon) sessionsClose(ctx context.Context, call *Call) (any, error) {
 	var p struct {
 		SessionID string `json:"session_id"`
 	}
-	if err := decode(call, &p); err != nil {
+	if err := call.Bind(&p); err != nil {
 		return nil, err
 	}
 	if _, err := d.session(call, p.SessionID); err != nil {
@@ -437,7 +436,7 @@ func (d *Daemon) sessionsInstructions(ctx context.Context, call *Call) (any, err
 	var p struct {
 		SessionID string `json:"session_id"`
 	}
-	if err := decode(call, &p); err != nil {
+	if err := call.Bind(&p); err != nil {
 		return nil, err
 	}
 	s, err := d.session(call, p.SessionID)
@@ -473,7 +472,7 @@ func (d *Daemon) skillsList(ctx context.Context, call *Call) (any, error) {
 		SessionID string `json:"session_id"`
 		Query     string `json:"query"`
 	}
-	if err := decode(call, &p); err != nil {
+	if err := call.Bind(&p); err != nil {
 		return nil, err
 	}
 	if p.SessionID != "" {
@@ -531,7 +530,7 @@ func (d *Daemon) skillsLoad(ctx context.Context, call *Call) (any, error) {
 		Names     []string `json:"names"`
 		Mode      string   `json:"mode"`
 	}
-	if err := decode(call, &p); err != nil {
+	if err := call.Bind(&p); err != nil {
 		return nil, err
 	}
 	if _, err := d.session(call, p.SessionID); err != nil {
@@ -604,7 +603,7 @@ func (d *Daemon) skillsUnload(ctx context.Context, call *Call) (any, error) {
 		Names     []string `json:"names"`
 		All       bool     `json:"all"`
 	}
-	if err := decode(call, &p); err != nil {
+	if err := call.Bind(&p); err != nil {
 		return nil, err
 	}
 	if _, err := d.session(call, p.SessionID); err != nil {
@@ -702,7 +701,7 @@ func (d *Daemon) skillsRead(ctx context.Context, call *Call) (any, error) {
 		Offset    int64  `json:"offset"`
 		Length    int64  `json:"length"`
 	}
-	if err := decode(call, &p); err != nil {
+	if err := call.Bind(&p); err != nil {
 		return nil, err
 	}
 	s, err := d.session(call, p.SessionID)
@@ -757,7 +756,7 @@ func readError(err error) error {
 
 func (d *Daemon) skillsRunScript(ctx context.Context, call *Call) (any, error) {
 	var p client.RunScriptParams
-	if err := decode(call, &p); err != nil {
+	if err := call.Bind(&p); err != nil {
 		return nil, err
 	}
 	s, err := d.session(call, p.SessionID)
@@ -930,7 +929,7 @@ func (d *Daemon) toolsCheck(ctx context.Context, call *Call) (any, error) {
 		Tool      string          `json:"tool"`
 		Input     json.RawMessage `json:"input"`
 	}
-	if err := decode(call, &p); err != nil {
+	if err := call.Bind(&p); err != nil {
 		return nil, err
 	}
 	if p.Tool == "" {
@@ -985,7 +984,7 @@ func (d *Daemon) confirmationsList(ctx context.Context, call *Call) (any, error)
 		SessionID string `json:"session_id"`
 		State     string `json:"state"`
 	}
-	if err := decode(call, &p); err != nil {
+	if err := call.Bind(&p); err != nil {
 		return nil, err
 	}
 	all, err := d.confirms.List(ConfirmationFilter{SessionID: p.SessionID, State: p.State})
@@ -1007,7 +1006,7 @@ func (d *Daemon) decideConfirmation(ctx context.Context, call *Call, approve boo
 	var p struct {
 		ID string `json:"id"`
 	}
-	if err := decode(call, &p); err != nil {
+	if err := call.Bind(&p); err != nil {
 		return nil, err
 	}
 	event := audit.EventConfirmApprove
