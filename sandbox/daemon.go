@@ -369,8 +369,6 @@ func baseRecord(call *Call, event, session string) *audit.Record {
 	return &audit.Record{Event: event, Peer: auditPeer(call.Peer), SessionID: session, RequestID: auditRequestID(call.ID), Method: call.Method}
 }
 
-// decode binds the params strictly (unknown fields are errors that name them).
-
 func (d *Daemon) session(call *Call, id string) (*Session, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%w: session_id is required: call sessions.create first", ErrInvalidParams)
