@@ -43,6 +43,7 @@ const (
 	ReasonOOM       Reason = "oom"        // memory limit hit
 	ReasonPids      Reason = "pids"       // pids limit hit
 	ReasonOutputCap Reason = "output_cap" // stdout/stderr over the cap; the sandbox was killed
+	ReasonCancelled Reason = "cancelled"  // stopped on request (runs.cancel); the sandbox was killed
 	ReasonKilled    Reason = "killed"     // killed from outside (caller cancelled, signal)
 )
 

@@ -9,10 +9,8 @@ import (
 	"math"
 	"os"
 	"os/signal"
-	"os/user"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,8 +23,8 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
-	"github.com/skillbox/skillbox/sandbox"
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -187,35 +185,35 @@ func runScript(c *cli.Context, o *runOptions) error {
 		return err
 	}
 	// Failures come back as the one-line error; the engine's own error log
-	// would say the same again (SKILLBOX_LOG=debug shows it).
-	eng.Logger = newLogger("skillbox.engine", hclog.Off, os.Stderr)
-	if si, ok := eng.Images.(*sandbox.StoreImages); ok {
+	// would say the same again (SKILLBOX_LOG_LEVEL=debug shows it).
+	quiet := newLogger("skillbox", hclog.Off, os.Stderr)
+	eng.Logger = quiet.Named("engine")
+	if si, ok := eng.Images.(*service.StoreImages); ok {
 		eng.Images = &cliImages{StoreImages: si, noBuild: c.Bool("no-build")}
 	}
 
-	req := sandbox.RunRequest{
+	req := service.RunRequest{
 		Skill: sk, Script: o.script, Args: o.args, Env: o.env, Files: o.files, Limits: o.limits, Stdin: o.stdin,
-		Network: c.Bool("network"), Peer: selfPeer(), Method: "skillbox run",
+		Network: c.Bool("network"),
 	}
 	if !c.Bool("json") {
 		req.Stdout, req.Stderr = &liveSink{w: os.Stdout}, &liveSink{w: os.Stderr}
 	}
-	// Validate the request (script path, interpreter, env, files) before
-	// asking policy, so a mistyped path is reported as such.
-	plan, err := eng.Prepare(req)
-	if err != nil {
-		return err
-	}
-	if err := decideRun(ctx, c, cfg, eng, sk, plan); err != nil {
-		return err
-	}
-	if !c.Bool("json") {
-		for _, w := range loweredLimits(o.limits, plan.Limits) {
-			fmt.Fprintln(os.Stderr, "skillbox: "+w)
-		}
-	}
-
-	out, err := eng.Execute(ctx, plan)
+	// The daemon's authorization path, with the person at the terminal as
+	// the approver (--yes) instead of a confirmation request.
+	svc := service.New(service.Options{Config: cfg, Skills: reg, Engine: eng, Audit: eng.Audit, Logger: quiet})
+	out, err := svc.Run(ctx, selfPeer(), req, service.RunOptions{
+		Method:          "skillbox run",
+		SelfApprove:     c.Bool("yes"),
+		SelfApproveHint: "re-run with --yes to confirm it yourself",
+		Authorized: func(plan *service.Plan) {
+			if !c.Bool("json") {
+				for _, w := range loweredLimits(o.limits, plan.Limits) {
+					fmt.Fprintln(os.Stderr, "skillbox: "+w)
+				}
+			}
+		},
+	})
 	if err != nil {
 		return err
 	}
@@ -275,68 +273,9 @@ func interruptContext(parent context.Context) (ctx context.Context, interrupted 
 	}
 }
 
-// decideRun applies the policy the daemon applies: a deny refuses; confirm
-// (for the run, or for its network access) needs --yes from an approver,
-// the person at the terminal being the one who confirms. Every decision is
-// audited, and so is a confirmation given with --yes.
-func decideRun(ctx context.Context, c *cli.Context, cfg *policy.Config, eng *sandbox.Engine, sk *skills.Skill, plan *sandbox.Plan) error {
-	peer := plan.Request.Peer
-	input, _ := json.Marshal(map[string]any{"path": plan.Script, "args": plan.Request.Args})
-	dec, err := eng.Decide(ctx, sk, "skills.run_script", input, audit.Record{Peer: peer, Method: "skillbox run"})
-	if err != nil {
-		return err
-	}
-	if dec.Effect == policy.EffectDeny {
-		return fmt.Errorf("running scripts of skill %q is denied by %s: %s; a policy deny cannot be overridden, change the rule if the run is intended", sk.Name, dec.Rule, dec.Reason)
-	}
-	needConfirm, what, rule, reason := dec.Effect == policy.EffectConfirm, "running scripts of skill "+strconv.Quote(sk.Name), dec.Rule, dec.Reason
-	if plan.Network {
-		nd, err := eng.Decide(ctx, sk, policy.NetworkTool, nil, audit.Record{Peer: peer, Method: "skillbox run"})
-		if err != nil {
-			return err
-		}
-		switch {
-		case nd.Effect == policy.EffectDeny:
-			return fmt.Errorf("network access for skill %q is denied by %s: %s; run without --network", sk.Name, nd.Rule, nd.Reason)
-		case nd.Effect == policy.EffectConfirm && !needConfirm:
-			needConfirm, what, rule, reason = true, "network access for skill "+strconv.Quote(sk.Name), nd.Rule, nd.Reason
-		}
-	}
-	if !needConfirm {
-		return nil
-	}
-	if !c.Bool("yes") {
-		return fmt.Errorf("%s needs confirmation (%s): re-run with --yes to confirm it yourself", what, rule)
-	}
-	name := ""
-	if u, err := user.LookupId(strconv.Itoa(os.Getuid())); err == nil {
-		name = u.Username
-	}
-	if !cfg.IsApprover(uint32(os.Getuid()), name) {
-		return fmt.Errorf("%s needs confirmation (%s) and uid %d is not one of the approvers (daemon.approvers): ask an approver to run it", what, rule, os.Getuid())
-	}
-	// The approval is recorded like the daemon's, bound to this run's digest.
-	id := "cli_" + strings.TrimPrefix(plan.RunID, "run_")
-	uid := uint32(os.Getuid())
-	r := &audit.Record{
-		Event: audit.EventConfirmApprove, Peer: peer, Method: "skillbox run",
-		Skill:        &audit.SkillRef{Name: sk.Name, Digest: sk.Digest},
-		Confirmation: &audit.ConfirmationInfo{ID: id, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid},
-		Outcome:      string(sandbox.ConfirmationApproved),
-		Detail:       map[string]string{"via": "--yes"},
-	}
-	if eng.Audit != nil {
-		if err := eng.Audit.Append(ctx, r); err != nil {
-			return fmt.Errorf("%w: audit log: %v (runs are refused until it can be written)", sandbox.ErrUnavailable, err)
-		}
-	}
-	plan.Request.ConfirmationID = id
-	return nil
-}
-
 // reportRun tells the person at the terminal what the streams do not: why a
 // run ended early, truncation, and outputs that were or were not kept.
-func reportRun(w io.Writer, out *sandbox.Outcome, outputsDir string) {
+func reportRun(w io.Writer, out *service.Outcome, outputsDir string) {
 	res, lim := out.Result, out.Plan.Limits
 	if res.StdoutTruncated || res.StderrTruncated {
 		fmt.Fprintf(w, "skillbox: output was truncated at the cap (stdout %s, stderr %s per run)\n", policy.FormatSize(lim.StdoutBytes), policy.FormatSize(lim.StderrBytes))
@@ -384,18 +323,11 @@ type runJSON struct {
 	Runtime         string          `json:"runtime"`
 	RuntimeVersion  string          `json:"runtime_version"`
 	Network         bool            `json:"network"`
-	Limits          runJSONLimits   `json:"limits"`
+	Limits          runtime.Limits  `json:"limits"`
 	Outputs         []runJSONOutput `json:"outputs"`
 	OutputsSkipped  []string        `json:"outputs_skipped"`
 	SavedOutputs    []string        `json:"saved_outputs"`
 	ConfirmationID  string          `json:"confirmation_id,omitempty"`
-}
-
-type runJSONLimits struct {
-	TimeoutMS   int64   `json:"timeout_ms"`
-	MemoryBytes int64   `json:"memory_bytes"`
-	Pids        int64   `json:"pids"`
-	CPUs        float64 `json:"cpus"`
 }
 
 type runJSONOutput struct {
@@ -404,7 +336,7 @@ type runJSONOutput struct {
 	SHA256 string `json:"sha256"`
 }
 
-func newRunJSON(o *sandbox.Outcome, saved []string) *runJSON {
+func newRunJSON(o *service.Outcome, saved []string) *runJSON {
 	r, p := o.Result, o.Plan
 	j := &runJSON{
 		RunID: o.RunID, Skill: p.Request.Skill.Name, SkillDigest: p.Request.Skill.Digest, Path: p.Script,
@@ -414,10 +346,7 @@ func newRunJSON(o *sandbox.Outcome, saved []string) *runJSON {
 		DurationMS: r.Duration.Milliseconds(),
 		Image:      o.Image.Name, ImageDigest: o.Image.Digest,
 		Runtime: r.Runtime, RuntimeVersion: r.RuntimeVersion, Network: p.Network,
-		Limits: runJSONLimits{
-			TimeoutMS: p.Limits.Timeout.Milliseconds(), MemoryBytes: p.Limits.MemoryBytes,
-			Pids: p.Limits.Pids, CPUs: p.Limits.CPUs,
-		},
+		Limits:         p.Limits,
 		Outputs:        []runJSONOutput{},
 		OutputsSkipped: append([]string{}, r.OutputsSkipped...),
 		SavedOutputs:   append([]string{}, saved...),
@@ -672,15 +601,29 @@ func saveOutputs(dir string, outs []runtime.OutputFile) ([]string, error) {
 // needs: a line saying a missing image is being built (the build's own
 // progress follows), and with --no-build an error that says how to build it.
 type cliImages struct {
-	*sandbox.StoreImages
+	*service.StoreImages
 	noBuild bool
 }
 
-func (c *cliImages) Ensure(ctx context.Context, name string, progress io.Writer) (sandbox.ImageRef, string, error) {
+// Available implements service.ImageChecker: with --no-build a missing
+// image is refused before anything is decided, saying how to build it.
+func (c *cliImages) Available(name string) error {
+	if _, err := c.Store.Get(name); errors.Is(err, images.ErrNotBuilt) && c.noBuild {
+		return c.noBuildError(name)
+	}
+	return c.StoreImages.Available(name)
+}
+
+func (c *cliImages) noBuildError(name string) error {
+	dir := c.Store.Dir()
+	return fmt.Errorf("image %q is not built in %s and --no-build forbids building it: run 'skillbox images build --dir %s %s' first, or drop --no-build", name, dir, dir, name)
+}
+
+func (c *cliImages) Ensure(ctx context.Context, name string, progress io.Writer) (service.ImageRef, string, error) {
 	if _, err := c.Store.Get(name); errors.Is(err, images.ErrNotBuilt) {
 		dir := c.Store.Dir()
 		if c.noBuild {
-			return sandbox.ImageRef{}, "", fmt.Errorf("image %q is not built in %s and --no-build forbids building it: run 'skillbox images build --dir %s %s' first, or drop --no-build", name, dir, dir, name)
+			return service.ImageRef{}, "", c.noBuildError(name)
 		}
 		if progress != nil {
 			fmt.Fprintf(progress, "skillbox: image %q is not built in %s yet; building it now (this takes a few minutes)\n", name, dir)
@@ -734,8 +677,8 @@ func skillNotFound(err error, roots []string) error {
 // sentinelPrefixes are the texts of wrapped sentinels ("not found: …") that
 // mean something to a host branching on kinds but only clutter a terminal.
 var sentinelPrefixes = []string{
-	sandbox.ErrNotFound.Error(), sandbox.ErrInvalidParams.Error(), sandbox.ErrDenied.Error(),
-	sandbox.ErrUnavailable.Error(), sandbox.ErrLimitExceeded.Error(), sandbox.ErrInternal.Error(),
+	api.ErrNotFound.Error(), api.ErrInvalidParams.Error(), api.ErrDenied.Error(),
+	api.ErrUnavailable.Error(), api.ErrLimitExceeded.Error(), api.ErrInternal.Error(),
 	runtime.ErrInvalidJob.Error(), runtime.ErrUnavailable.Error(),
 }
 
@@ -755,9 +698,12 @@ func cliError(err error) error {
 	return &oneLineError{msg: msg, err: err}
 }
 
-func selfPeer() *audit.Peer {
-	return &audit.Peer{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: int32(os.Getpid()), Process: "skillbox"}
+// selfPeer is the caller of a local command: this process.
+func selfPeer() api.Peer {
+	return api.Peer{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: int32(os.Getpid()), Process: "skillbox"}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // stdinFromFlag reads what --stdin names, capped like an input file: the
 // sandbox gets bytes, never the terminal itself.

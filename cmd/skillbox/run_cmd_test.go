@@ -17,7 +17,8 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
-	"github.com/skillbox/skillbox/sandbox"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -373,15 +374,15 @@ func TestScriptExitCode(t *testing.T) {
 }
 
 func TestCLIErrorOneLine(t *testing.T) {
-	err := fmt.Errorf("%w: %w: environment variable %q can make the interpreter run other code", sandbox.ErrInvalidParams, runtime.ErrInvalidJob, "LD_AUDIT")
+	err := fmt.Errorf("%w: %w: environment variable %q can make the interpreter run other code", api.ErrInvalidParams, runtime.ErrInvalidJob, "LD_AUDIT")
 	got := cliError(err)
 	if got.Error() != `environment variable "LD_AUDIT" can make the interpreter run other code` {
 		t.Errorf("got %q", got)
 	}
-	if !errors.Is(got, sandbox.ErrInvalidParams) || !errors.Is(got, runtime.ErrInvalidJob) {
+	if !errors.Is(got, api.ErrInvalidParams) || !errors.Is(got, runtime.ErrInvalidJob) {
 		t.Errorf("the sentinels are lost: %v", got)
 	}
-	got = cliError(fmt.Errorf("%w: sandbox failed: runsc: exit 1\nstderr line\n", sandbox.ErrInternal))
+	got = cliError(fmt.Errorf("%w: sandbox failed: runsc: exit 1\nstderr line\n", api.ErrInternal))
 	if strings.Contains(got.Error(), "\n") || !strings.HasPrefix(got.Error(), "sandbox failed") {
 		t.Errorf("got %q", got)
 	}
@@ -410,7 +411,7 @@ func TestCLIImagesNoBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	store.SetRecipes(recipes)
-	src := &cliImages{StoreImages: &sandbox.StoreImages{Store: store, Recipes: recipes}, noBuild: true}
+	src := &cliImages{StoreImages: &service.StoreImages{Store: store, Recipes: recipes}, noBuild: true}
 	var progress strings.Builder
 	_, _, err = src.Ensure(context.Background(), "shell", &progress)
 	if err == nil {

@@ -1,7 +1,9 @@
-package sandbox
+package service_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -9,6 +11,9 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -38,19 +43,19 @@ func TestCleanScriptPath(t *testing.T) {
 		{"scriptsx/run.py", "", "not under"},
 		{"Scripts/run.py", "", "not under"},
 	} {
-		got, err := CleanScriptPath(tc.in)
+		got, err := service.CleanScriptPath(tc.in)
 		if tc.want != "" {
 			if err != nil || got != tc.want {
-				t.Errorf("CleanScriptPath(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+				t.Errorf("service.CleanScriptPath(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 			}
 			continue
 		}
 		if err == nil {
-			t.Errorf("CleanScriptPath(%q) = %q, want an error", tc.in, got)
+			t.Errorf("service.CleanScriptPath(%q) = %q, want an error", tc.in, got)
 			continue
 		}
-		if !errors.Is(err, ErrInvalidParams) || !strings.Contains(err.Error(), tc.msg) {
-			t.Errorf("CleanScriptPath(%q) error %v, want invalid params mentioning %q", tc.in, err, tc.msg)
+		if !errors.Is(err, api.ErrInvalidParams) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("service.CleanScriptPath(%q) error %v, want invalid params mentioning %q", tc.in, err, tc.msg)
 		}
 	}
 }
@@ -76,18 +81,18 @@ policy "online" {
 }
 `
 
-func newTestEngine(t *testing.T, config string) (*Engine, *fakeRuntime) {
+func newTestEngine(t *testing.T, config string) (*service.Engine, *servicetest.Runtime) {
 	t.Helper()
 	cfg, err := policy.Parse([]byte(config), "engine.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
-	rt := &fakeRuntime{}
-	return &Engine{Config: cfg, Images: &fakeImages{}, Runtime: rt, Pins: livePins{}}, rt
+	rt := &servicetest.Runtime{}
+	return &service.Engine{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Pins: servicetest.LivePins{}}, rt
 }
 
 func engineSkill(t *testing.T, name string) *skills.Skill {
-	return makeSkill(t, t.TempDir(), skillSpec{name: name, files: map[string]string{
+	return servicetest.MakeSkill(t, t.TempDir(), servicetest.SkillSpec{Name: name, Files: map[string]string{
 		"scripts/a.py":     "print(1)\n",
 		"scripts/b.sh":     "echo 1\n",
 		"scripts/c.js":     "console.log(1)\n",
@@ -117,7 +122,7 @@ func TestPrepareInterpreterByExtension(t *testing.T) {
 		{"scripts/noext", "python", "python3"}, // shebang fallback
 		{"scripts/binsh", "shell", "bash"},
 	} {
-		p, err := e.Prepare(RunRequest{Skill: sk, Script: tc.script, Args: []string{"x"}})
+		p, err := e.Prepare(service.RunRequest{Skill: sk, Script: tc.script, Args: []string{"x"}})
 		if err != nil {
 			t.Errorf("%s: %v", tc.script, err)
 			continue
@@ -135,20 +140,20 @@ func TestPrepareInterpreterByExtension(t *testing.T) {
 		target error
 		msg    string
 	}{
-		{"scripts/plain", ErrInvalidParams, "no #! line"},
-		{"scripts/x.rb", ErrInvalidParams, ".rb"},
-		{"scripts/missing.py", ErrNotFound, "not found"},
-		{"references/r.py", ErrInvalidParams, "scripts/"},
-		{"scripts", ErrInvalidParams, "scripts/"},
+		{"scripts/plain", api.ErrInvalidParams, "no #! line"},
+		{"scripts/x.rb", api.ErrInvalidParams, ".rb"},
+		{"scripts/missing.py", api.ErrNotFound, "not found"},
+		{"references/r.py", api.ErrInvalidParams, "scripts/"},
+		{"scripts", api.ErrInvalidParams, "scripts/"},
 	} {
-		_, err := e.Prepare(RunRequest{Skill: sk, Script: tc.script})
+		_, err := e.Prepare(service.RunRequest{Skill: sk, Script: tc.script})
 		if !errors.Is(err, tc.target) || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%s: error %v, want %v mentioning %q", tc.script, err, tc.target, tc.msg)
 		}
 	}
 	// The caller cannot pick the interpreter: a request has no field for
 	// it, and args go after the script path.
-	p, err := e.Prepare(RunRequest{Skill: sk, Script: "scripts/a.py", Args: []string{"-c", "import os"}})
+	p, err := e.Prepare(service.RunRequest{Skill: sk, Script: "scripts/a.py", Args: []string{"-c", "import os"}})
 	if err != nil || p.Argv[0] != "python3" || p.Argv[1] != "/skill/scripts/a.py" {
 		t.Errorf("args before the script: %q %v", p.Argv, err)
 	}
@@ -159,25 +164,25 @@ func TestPrepareLimitsOnlyLowered(t *testing.T) {
 	tool := engineSkill(t, "tool")
 	other := engineSkill(t, "other")
 
-	p, err := e.Prepare(RunRequest{Skill: other, Script: "scripts/a.py"})
+	p, err := e.Prepare(service.RunRequest{Skill: other, Script: "scripts/a.py"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Limits.Timeout != 30*time.Second || p.Limits.MemoryBytes != 256<<20 || p.Limits.Pids != runtime.DefaultLimits.Pids {
 		t.Errorf("config limits: %+v", p.Limits)
 	}
-	p, _ = e.Prepare(RunRequest{Skill: tool, Script: "scripts/a.py"})
+	p, _ = e.Prepare(service.RunRequest{Skill: tool, Script: "scripts/a.py"})
 	if p.Limits.Pids != 16 || !strings.Contains(strings.Join(p.LimitRules, ";"), `policy "tight"`) {
 		t.Errorf("rule limits: %+v from %q", p.Limits, p.LimitRules)
 	}
 	// Asking for more is ignored, asking for less is honoured.
-	p, _ = e.Prepare(RunRequest{Skill: tool, Script: "scripts/a.py", Limits: runtime.Limits{
+	p, _ = e.Prepare(service.RunRequest{Skill: tool, Script: "scripts/a.py", Limits: runtime.Limits{
 		Timeout: time.Hour, MemoryBytes: 8 << 30, Pids: 1000, CPUs: 64,
 	}})
 	if p.Limits.Timeout != 30*time.Second || p.Limits.MemoryBytes != 256<<20 || p.Limits.Pids != 16 || p.Limits.CPUs != runtime.DefaultLimits.CPUs {
 		t.Errorf("raised limits: %+v", p.Limits)
 	}
-	p, _ = e.Prepare(RunRequest{Skill: tool, Script: "scripts/a.py", Limits: runtime.Limits{
+	p, _ = e.Prepare(service.RunRequest{Skill: tool, Script: "scripts/a.py", Limits: runtime.Limits{
 		Timeout: 2 * time.Second, MemoryBytes: 64 << 20, Pids: 4, CPUs: 0.5,
 	}})
 	if p.Limits.Timeout != 2*time.Second || p.Limits.MemoryBytes != 64<<20 || p.Limits.Pids != 4 || p.Limits.CPUs != 0.5 {
@@ -190,20 +195,20 @@ func TestPrepareNetwork(t *testing.T) {
 	tool := engineSkill(t, "tool")
 	netter := engineSkill(t, "netter")
 
-	p, err := e.Prepare(RunRequest{Skill: tool, Script: "scripts/a.py"})
+	p, err := e.Prepare(service.RunRequest{Skill: tool, Script: "scripts/a.py"})
 	if err != nil || p.Network {
 		t.Fatalf("default network: %v %v", p.Network, err)
 	}
-	_, err = e.Prepare(RunRequest{Skill: tool, Script: "scripts/a.py", Network: true})
-	if !errors.Is(err, ErrDenied) || !strings.Contains(err.Error(), "network") {
+	_, err = e.Prepare(service.RunRequest{Skill: tool, Script: "scripts/a.py", Network: true})
+	if !errors.Is(err, api.ErrDenied) || !strings.Contains(err.Error(), "network") {
 		t.Errorf("network without a rule: %v", err)
 	}
 	// Allowed by a rule, but only when asked for.
-	p, err = e.Prepare(RunRequest{Skill: netter, Script: "scripts/a.py"})
+	p, err = e.Prepare(service.RunRequest{Skill: netter, Script: "scripts/a.py"})
 	if err != nil || p.Network {
 		t.Errorf("network not asked for: %v %v", p.Network, err)
 	}
-	p, err = e.Prepare(RunRequest{Skill: netter, Script: "scripts/a.py", Network: true})
+	p, err = e.Prepare(service.RunRequest{Skill: netter, Script: "scripts/a.py", Network: true})
 	if err != nil || !p.Network || !strings.Contains(p.NetworkRule, `policy "online"`) {
 		t.Errorf("network with a rule: %+v %v", p, err)
 	}
@@ -214,7 +219,7 @@ policy "offline" {
   network = false
 }
 `)
-	if _, err := e2.Prepare(RunRequest{Skill: netter, Script: "scripts/a.py", Network: true}); !errors.Is(err, ErrDenied) {
+	if _, err := e2.Prepare(service.RunRequest{Skill: netter, Script: "scripts/a.py", Network: true}); !errors.Is(err, api.ErrDenied) {
 		t.Errorf("network = false did not win: %v", err)
 	}
 }
@@ -222,7 +227,7 @@ policy "offline" {
 func TestPrepareDigestBindsTheRun(t *testing.T) {
 	e, _ := newTestEngine(t, engineConfig)
 	sk := engineSkill(t, "tool")
-	base := RunRequest{Skill: sk, Script: "scripts/a.py", Args: []string{"a", "b"}, Env: map[string]string{"K": "v"}}
+	base := service.RunRequest{Skill: sk, Script: "scripts/a.py", Args: []string{"a", "b"}, Env: map[string]string{"K": "v"}}
 	p0, err := e.Prepare(base)
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +236,7 @@ func TestPrepareDigestBindsTheRun(t *testing.T) {
 	if p0.Digest != p1.Digest || p0.RunID == p1.RunID {
 		t.Fatalf("same request: digests %s %s, run ids %s %s", p0.Digest, p1.Digest, p0.RunID, p1.RunID)
 	}
-	variants := map[string]RunRequest{}
+	variants := map[string]service.RunRequest{}
 	v := base
 	v.Args = []string{"a b"}
 	variants["args joined"] = v
@@ -264,7 +269,7 @@ func TestPrepareDigestBindsTheRun(t *testing.T) {
 	}
 	// Env values are checked here, before any confirmation or audit.
 	for _, env := range []map[string]string{{"LD_PRELOAD": "x"}, {"PATH": "/tmp"}, {"A=B": "x"}, {"K": "a\x00b"}} {
-		if _, err := e.Prepare(RunRequest{Skill: sk, Script: "scripts/a.py", Env: env}); !errors.Is(err, ErrInvalidParams) {
+		if _, err := e.Prepare(service.RunRequest{Skill: sk, Script: "scripts/a.py", Env: env}); !errors.Is(err, api.ErrInvalidParams) {
 			t.Errorf("env %q: %v", env, err)
 		}
 	}
@@ -272,21 +277,21 @@ func TestPrepareDigestBindsTheRun(t *testing.T) {
 
 func TestExecuteFailClosed(t *testing.T) {
 	e, rt := newTestEngine(t, engineConfig)
-	au := &fakeAuditor{}
+	au := &servicetest.Auditor{}
 	e.Audit = au
 	sk := engineSkill(t, "tool")
-	p, err := e.Prepare(RunRequest{Skill: sk, Script: "scripts/a.py"})
+	p, err := e.Prepare(service.RunRequest{Skill: sk, Script: "scripts/a.py"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	au.fail(errors.New("quota exceeded"))
-	if _, err := e.Execute(context.Background(), p); !errors.Is(err, ErrUnavailable) {
+	au.Fail(errors.New("quota exceeded"))
+	if _, err := e.Execute(context.Background(), p); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("execute with a failing audit log: %v", err)
 	}
 	if len(rt.Jobs()) != 0 {
 		t.Fatal("ran without audit")
 	}
-	au.fail(nil)
+	au.Fail(nil)
 	out, err := e.Execute(context.Background(), p)
 	if err != nil || out.Result.Reason != runtime.ReasonExit {
 		t.Fatalf("execute: %+v %v", out, err)
@@ -298,14 +303,13 @@ func TestExecuteFailClosed(t *testing.T) {
 	if _, err := e.Execute(context.Background(), p); err == nil || !strings.Contains(err.Error(), "runsc exploded") {
 		t.Fatalf("runtime failure: %v", err)
 	}
-	ends := au.events("run.end")
+	ends := au.Events("run.end")
 	if last := ends[len(ends)-1]; last.Outcome != "error" || !strings.Contains(last.Error, "runsc exploded") {
 		t.Errorf("failed run's end record: %+v", last)
 	}
 }
 
-// livePins mounts the skill's own directory: the fakes here never run
-// anything, so there is nothing to pin.
-type livePins struct{}
-
-func (livePins) Pin(sk *skills.Skill) (string, error) { return sk.Dir, nil }
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package sandbox
+package service_test
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -27,8 +29,8 @@ func snapshotSkill(t *testing.T, script string) *skills.Skill {
 	return &skills.Skill{Name: "pinned", Dir: dir, Digest: d}
 }
 
-func newSnapshotStore(t *testing.T) *SnapshotStore {
-	s := &SnapshotStore{Dir: filepath.Join(t.TempDir(), "snapshots")}
+func newSnapshotStore(t *testing.T) *service.SnapshotStore {
+	s := &service.SnapshotStore{Dir: filepath.Join(t.TempDir(), "snapshots")}
 	t.Cleanup(func() { s.Prune(-time.Hour) })
 	return s
 }
@@ -67,8 +69,8 @@ func TestSnapshotStoreRefusesAChangedSkill(t *testing.T) {
 	// The file changes after indexing, before the first run.
 	os.WriteFile(filepath.Join(sk.Dir, "scripts", "run.py"), []byte("print('swapped')\n"), 0o644)
 	_, err := s.Pin(sk)
-	if !errors.Is(err, ErrSkillChanged) || !errors.Is(err, ErrInvalidParams) {
-		t.Fatalf("pin of a changed skill: %v, want ErrSkillChanged (invalid_params)", err)
+	if !errors.Is(err, service.ErrSkillChanged) || !errors.Is(err, api.ErrInvalidParams) {
+		t.Fatalf("pin of a changed skill: %v, want service.ErrSkillChanged (invalid_params)", err)
 	}
 	entries, _ := os.ReadDir(s.Dir)
 	if len(entries) != 0 {
@@ -106,7 +108,7 @@ func TestPrepareUsesThePinnedCopy(t *testing.T) {
 	store := newSnapshotStore(t)
 	eng.Pins = store
 	sk := snapshotSkill(t, "print('approved')\n")
-	p, err := eng.Prepare(RunRequest{Skill: sk, Script: "scripts/run.py"})
+	p, err := eng.Prepare(service.RunRequest{Skill: sk, Script: "scripts/run.py"})
 	if err != nil {
 		t.Fatal(err)
 	}

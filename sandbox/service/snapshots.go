@@ -1,4 +1,4 @@
-package sandbox
+package service
 
 import (
 	"errors"
@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -46,7 +47,7 @@ var _ SkillPinner = (*SnapshotStore)(nil)
 func (s *SnapshotStore) Pin(sk *skills.Skill) (string, error) {
 	hexDigest, ok := strings.CutPrefix(sk.Digest, "sha256:")
 	if !ok || len(hexDigest) != 64 || strings.ContainsAny(hexDigest, "/.") {
-		return "", fmt.Errorf("%w: skill %q has no usable digest (%q)", ErrInternal, sk.Name, sk.Digest)
+		return "", fmt.Errorf("%w: skill %q has no usable digest (%q)", api.ErrInternal, sk.Name, sk.Digest)
 	}
 	final := filepath.Join(s.Dir, "sha256-"+hexDigest)
 	if st, err := os.Lstat(final); err == nil && st.IsDir() {
@@ -56,14 +57,14 @@ func (s *SnapshotStore) Pin(sk *skills.Skill) (string, error) {
 	}
 	// 0711: runtimes inside a user namespace must walk through to the copy.
 	if err := os.MkdirAll(s.Dir, 0o711); err != nil {
-		return "", fmt.Errorf("%w: skill snapshots: %v", ErrUnavailable, err)
+		return "", fmt.Errorf("%w: skill snapshots: %v", api.ErrUnavailable, err)
 	}
 	if err := os.Chmod(s.Dir, 0o711); err != nil {
-		return "", fmt.Errorf("%w: skill snapshots: %v", ErrUnavailable, err)
+		return "", fmt.Errorf("%w: skill snapshots: %v", api.ErrUnavailable, err)
 	}
 	tmp, err := os.MkdirTemp(s.Dir, ".tmp-")
 	if err != nil {
-		return "", fmt.Errorf("%w: skill snapshots: %v", ErrUnavailable, err)
+		return "", fmt.Errorf("%w: skill snapshots: %v", api.ErrUnavailable, err)
 	}
 	maxBytes := s.MaxBytes
 	if maxBytes <= 0 {
@@ -73,14 +74,14 @@ func (s *SnapshotStore) Pin(sk *skills.Skill) (string, error) {
 	if err != nil {
 		removeAll(tmp)
 		if errors.Is(err, skills.ErrTooLarge) {
-			return "", fmt.Errorf("%w: skill %q: %v", ErrInvalidParams, sk.Name, err)
+			return "", fmt.Errorf("%w: skill %q: %v", api.ErrInvalidParams, sk.Name, err)
 		}
-		return "", fmt.Errorf("%w: copying skill %q for the run: %v", ErrUnavailable, sk.Name, err)
+		return "", fmt.Errorf("%w: copying skill %q for the run: %v", api.ErrUnavailable, sk.Name, err)
 	}
 	if got != sk.Digest {
 		removeAll(tmp)
 		return "", fmt.Errorf("%w: %w: skill %q is now %s on disk, not the %s it was indexed with: wait for the index to catch up, then load it again",
-			ErrInvalidParams, ErrSkillChanged, sk.Name, got, sk.Digest)
+			api.ErrInvalidParams, ErrSkillChanged, sk.Name, got, sk.Digest)
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		removeAll(tmp)
@@ -88,7 +89,7 @@ func (s *SnapshotStore) Pin(sk *skills.Skill) (string, error) {
 		if st, serr := os.Lstat(final); serr == nil && st.IsDir() {
 			return final, nil
 		}
-		return "", fmt.Errorf("%w: skill snapshots: %v", ErrUnavailable, err)
+		return "", fmt.Errorf("%w: skill snapshots: %v", api.ErrUnavailable, err)
 	}
 	return final, nil
 }

@@ -1,4 +1,4 @@
-package sandbox
+package store
 
 // Sessions are per-conversation state: which skills a host has loaded, in
 // which order. They are kept in a bbolt database under the state directory so
@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/skillbox/skillbox/sandbox/api"
 	bolt "go.etcd.io/bbolt"
 )
 
@@ -54,7 +55,7 @@ func OpenStateDB(stateDir string) (*StateDB, error) {
 	path := filepath.Join(stateDir, StateFile)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("state database %s is in use by another process (is another skillbox serving with this state_dir?): %w", path, ErrUnavailable)
+		return nil, fmt.Errorf("state database %s is in use by another process (is another skillbox serving with this state_dir?): %w", path, api.ErrUnavailable)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening state database %s: %w", path, err)
@@ -167,7 +168,7 @@ func NewSessionStore(st *StateDB, opts SessionOptions) *SessionStore {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	s := &SessionStore{db: st.db, opts: opts, log: namedLogger(log, "sessions"), touched: map[string]time.Time{}}
+	s := &SessionStore{db: st.db, opts: opts, log: log.Named("sessions"), touched: map[string]time.Time{}}
 	if opts.OnExpire != nil {
 		s.hooks = append(s.hooks, opts.OnExpire)
 	}
@@ -194,9 +195,9 @@ func randomID(prefix string) (string, error) {
 	return prefix + hex.EncodeToString(b[:]), nil
 }
 
-// validID reports whether id looks like prefix + 32 lower-case hex digits;
+// ValidID reports whether id looks like prefix + 32 lower-case hex digits;
 // anything else is "not found" without touching the database.
-func validRandomID(id, prefix string) bool {
+func ValidID(id, prefix string) bool {
 	if !strings.HasPrefix(id, prefix) || len(id) != len(prefix)+32 {
 		return false
 	}
@@ -209,7 +210,7 @@ func validRandomID(id, prefix string) bool {
 }
 
 func notFoundSession(id string) error {
-	return fmt.Errorf("session %q not found: call sessions.create for a new one: %w", id, ErrNotFound)
+	return fmt.Errorf("session %q not found: call sessions.create for a new one: %w", id, api.ErrNotFound)
 }
 
 // lastUsed is the later of the stored and the in-memory use time.
@@ -244,9 +245,9 @@ func putSession(b *bolt.Bucket, ses *Session) error {
 }
 
 // load reads id for uid inside tx; another uid's session, an expired one
-// and a missing one are all ErrNotFound.
+// and a missing one are all api.ErrNotFound.
 func (s *SessionStore) load(tx *bolt.Tx, id string, uid uint32, now time.Time) (*Session, error) {
-	if !validRandomID(id, "ses_") {
+	if !ValidID(id, "ses_") {
 		return nil, notFoundSession(id)
 	}
 	v := tx.Bucket(bucketSessions).Get([]byte(id))
@@ -261,7 +262,7 @@ func (s *SessionStore) load(tx *bolt.Tx, id string, uid uint32, now time.Time) (
 		return nil, notFoundSession(id)
 	}
 	if s.expired(ses, now) {
-		return nil, fmt.Errorf("session %q expired after %s unused: call sessions.create for a new one: %w", id, s.opts.TTL, ErrNotFound)
+		return nil, fmt.Errorf("session %q expired after %s unused: call sessions.create for a new one: %w", id, s.opts.TTL, api.ErrNotFound)
 	}
 	return ses, nil
 }
@@ -293,7 +294,7 @@ func (s *SessionStore) Create(owner uint32) (*Session, error) {
 				return err
 			}
 			if n >= s.opts.MaxPerOwner {
-				return fmt.Errorf("uid %d already has %d open sessions (the limit): close some with sessions.close: %w", owner, n, ErrLimitExceeded)
+				return fmt.Errorf("uid %d already has %d open sessions (the limit): close some with sessions.close: %w", owner, n, api.ErrLimitExceeded)
 			}
 		}
 		return putSession(b, ses)

@@ -1,4 +1,4 @@
-package sandbox
+package store
 
 import (
 	"errors"
@@ -8,9 +8,11 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
-var approver = Peer{UID: 0, GID: 0, PID: 1, Process: "skillbox"}
+var approver = api.Peer{UID: 0, GID: 0, PID: 1, Process: "skillbox"}
 
 func newConfirmations(t *testing.T, clk *fakeClock) (*ConfirmationStore, *StateDB, string) {
 	t.Helper()
@@ -29,7 +31,7 @@ func TestConfirmationApproveConsumeSingleUse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(c.ID, "cnf_") || c.State != ConfirmationPending || c.Details["script"] != "scripts/fetch.py" {
+	if !strings.HasPrefix(c.ID, "cnf_") || c.State != api.ConfirmationPending || c.Details["script"] != "scripts/fetch.py" {
 		t.Fatalf("request: %+v", c)
 	}
 	// Repeating the call before approval returns the same request.
@@ -40,15 +42,15 @@ func TestConfirmationApproveConsumeSingleUse(t *testing.T) {
 
 	// Pending: the error carries the id again.
 	err = cs.Consume(c.ID, "ses_1", digest)
-	if !errors.Is(err, ErrConfirmationPending) || ErrorKind(err) != KindConfirmationRequired {
-		t.Fatalf("consume pending: %v (kind %s)", err, ErrorKind(err))
+	if !errors.Is(err, api.ErrConfirmationPending) || api.KindOf(err) != api.KindConfirmationRequired {
+		t.Fatalf("consume pending: %v (kind %s)", err, api.KindOf(err))
 	}
-	if re := ToRPCError(err); re.Data["confirmation_id"] != c.ID {
-		t.Fatalf("pending error data: %v", re.Data)
+	if d := api.ErrorData(err); d["confirmation_id"] != c.ID {
+		t.Fatalf("pending error data: %v", d)
 	}
 
 	a, err := cs.Approve(c.ID, approver)
-	if err != nil || a.State != ConfirmationApproved || a.DecidedBy == nil || a.DecidedBy.PID != 1 {
+	if err != nil || a.State != api.ConfirmationApproved || a.DecidedBy == nil || a.DecidedBy.PID != 1 {
 		t.Fatalf("Approve = %+v, %v", a, err)
 	}
 	if _, err := cs.Approve(c.ID, approver); !errors.Is(err, ErrConfirmationDecided) {
@@ -58,11 +60,11 @@ func TestConfirmationApproveConsumeSingleUse(t *testing.T) {
 		t.Fatalf("Consume: %v", err)
 	}
 	err = cs.Consume(c.ID, "ses_1", digest)
-	if !errors.Is(err, ErrConfirmationUsed) || ErrorKind(err) != KindInvalidParams {
+	if !errors.Is(err, ErrConfirmationUsed) || api.KindOf(err) != api.KindInvalidParams {
 		t.Fatalf("second Consume: %v", err)
 	}
 	got, _ := cs.Get(c.ID)
-	if got.State != ConfirmationUsed || got.UsedAt == nil {
+	if got.State != api.ConfirmationUsed || got.UsedAt == nil {
 		t.Fatalf("after use: %+v", got)
 	}
 }
@@ -103,14 +105,14 @@ func TestConfirmationMismatch(t *testing.T) {
 	if !errors.Is(err, ErrConfirmationMismatch) {
 		t.Fatalf("other digest: %v", err)
 	}
-	if err := cs.Consume(c.ID, "ses_2", d); !errors.Is(err, ErrNotFound) {
+	if err := cs.Consume(c.ID, "ses_2", d); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("other session: %v", err)
 	}
 	// The approval survives those attempts for the exact call.
 	if err := cs.Consume(c.ID, "ses_1", d); err != nil {
 		t.Fatalf("exact call after mismatches: %v", err)
 	}
-	if err := cs.Consume("cnf_nope", "ses_1", d); !errors.Is(err, ErrNotFound) {
+	if err := cs.Consume("cnf_nope", "ses_1", d); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("unknown id: %v", err)
 	}
 }
@@ -120,15 +122,15 @@ func TestConfirmationDenyFinal(t *testing.T) {
 	cs, _, _ := newConfirmations(t, clk)
 	c, _ := cs.Request("ses_1", 1, "sha256:d", "r", "rule", 0)
 	d, err := cs.Deny(c.ID, approver)
-	if err != nil || d.State != ConfirmationDenied {
+	if err != nil || d.State != api.ConfirmationDenied {
 		t.Fatalf("Deny = %+v, %v", d, err)
 	}
 	if _, err := cs.Approve(c.ID, approver); !errors.Is(err, ErrConfirmationDecided) {
 		t.Fatalf("approve after deny: %v", err)
 	}
 	err = cs.Consume(c.ID, "ses_1", "sha256:d")
-	if !errors.Is(err, ErrConfirmationDenied) || ErrorKind(err) != KindDenied {
-		t.Fatalf("consume denied: %v (%s)", err, ErrorKind(err))
+	if !errors.Is(err, ErrConfirmationDenied) || api.KindOf(err) != api.KindDenied {
+		t.Fatalf("consume denied: %v (%s)", err, api.KindOf(err))
 	}
 	// An approval can be withdrawn before use.
 	c2, _ := cs.Request("ses_1", 1, "sha256:e", "r", "rule", 0)
@@ -190,7 +192,7 @@ func TestConfirmationsPersistAndSweep(t *testing.T) {
 	if n, err := cs.Sweep(); err != nil || n != 0 {
 		t.Fatalf("early sweep deleted %d (%v)", n, err)
 	}
-	if g, _ := cs.Get(p.ID); g.State != ConfirmationExpired {
+	if g, _ := cs.Get(p.ID); g.State != api.ConfirmationExpired {
 		t.Fatalf("sweep did not expire: %v", g.State)
 	}
 	clk.Advance(2 * time.Hour)
@@ -213,10 +215,10 @@ func TestConfirmationPendingLimit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := cs.Request("ses_1", 1, "sha256:x", "r", "rule", 0); !errors.Is(err, ErrLimitExceeded) {
+	if _, err := cs.Request("ses_1", 1, "sha256:x", "r", "rule", 0); !errors.Is(err, api.ErrLimitExceeded) {
 		t.Fatalf("fourth pending: %v", err)
 	}
-	if _, err := cs.Request("ses_1", 1, "", "r", "rule", 0); !errors.Is(err, ErrInvalidParams) {
+	if _, err := cs.Request("ses_1", 1, "", "r", "rule", 0); !errors.Is(err, api.ErrInvalidParams) {
 		t.Fatalf("empty digest: %v", err)
 	}
 }
@@ -249,46 +251,6 @@ func TestRequestDigest(t *testing.T) {
 	}
 }
 
-func TestErrorMapping(t *testing.T) {
-	errOther := errors.New("other package's not found")
-	RegisterErrorKind(errOther, KindNotFound)
-	cases := []struct {
-		err  error
-		kind string
-		code int
-	}{
-		{fmt.Errorf("x: %w", ErrNotFound), KindNotFound, CodeNotFound},
-		{fmt.Errorf("x: %w", ErrInvalidParams), KindInvalidParams, CodeInvalidParams},
-		{fmt.Errorf("x: %w", ErrDenied), KindDenied, CodeDenied},
-		{fmt.Errorf("x: %w", ErrLimitExceeded), KindLimitExceeded, CodeLimitExceeded},
-		{fmt.Errorf("x: %w", ErrUnavailable), KindUnavailable, CodeUnavailable},
-		{fmt.Errorf("x: %w", errOther), KindNotFound, CodeNotFound},
-		{errors.New("plain"), KindInternal, CodeInternal},
-		{&Error{Message: "custom", Kind: KindDenied}, KindDenied, CodeDenied},
-		{fmt.Errorf("wrapped: %w", &Error{Code: -32050, Message: "custom", Kind: KindDenied}), KindDenied, -32050},
-		{ErrShuttingDown, KindUnavailable, CodeUnavailable},
-	}
-	for _, tc := range cases {
-		e := ToRPCError(tc.err)
-		if e.Kind != tc.kind || e.Code != tc.code {
-			t.Errorf("%v → %s %d, want %s %d", tc.err, e.Kind, e.Code, tc.kind, tc.code)
-		}
-	}
-	if ToRPCError(nil) != nil {
-		t.Error("nil error mapped to non-nil")
-	}
-	// Data: outermost wins, kind is reserved.
-	err := WithData(fmt.Errorf("outer: %w", WithData(ErrDenied, map[string]any{"a": 1, "b": 1, "kind": "x"})), map[string]any{"a": 2})
-	e := ToRPCError(err)
-	if e.Data["a"] != 2 || e.Data["b"] != 1 || e.Data["kind"] != nil {
-		t.Errorf("data %v", e.Data)
-	}
-	b, _ := e.MarshalJSON()
-	if !strings.Contains(string(b), `"kind":"denied"`) {
-		t.Errorf("marshal %s", b)
-	}
-}
-
 // pinnedDigest is RequestDigest("skill", "pdf"), computed independently from
 // the documented encoding: sha256("skillbox/request-digest/v1\n" 0x05 "skill" 0x03 "pdf").
 const pinnedDigest = "9168eeeacd36d57d97a238d8f9aceb4e7837167eaa5bd5e0bac3e019431455b7"
@@ -301,11 +263,11 @@ func TestConfirmationExpireHookOncePerConfirmation(t *testing.T) {
 	t.Cleanup(func() { st.Close() })
 	var mu sync.Mutex
 	seen := map[string][]string{}
-	note := func(tag string) func(Confirmation) {
-		return func(c Confirmation) {
+	note := func(tag string) func(api.Confirmation) {
+		return func(c api.Confirmation) {
 			mu.Lock()
 			defer mu.Unlock()
-			if c.State != ConfirmationExpired {
+			if c.State != api.ConfirmationExpired {
 				t.Errorf("hook got state %s", c.State)
 			}
 			seen[c.ID] = append(seen[c.ID], tag)
@@ -314,7 +276,7 @@ func TestConfirmationExpireHookOncePerConfirmation(t *testing.T) {
 	cs := NewConfirmationStore(st, ConfirmationOptions{Now: clk.Now, OnExpire: note("opt")})
 	cs.AddExpireHook(note("added"))
 
-	req := func(d string) *Confirmation {
+	req := func(d string) *api.Confirmation {
 		c, err := cs.Request("ses_1", 1, d, "r", "rule", time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -349,7 +311,7 @@ func TestConfirmationExpireHookOncePerConfirmation(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	for _, c := range []*Confirmation{byApprove, byDeny, byConsume, bySweep} {
+	for _, c := range []*api.Confirmation{byApprove, byDeny, byConsume, bySweep} {
 		if got := strings.Join(seen[c.ID], ","); got != "opt,added" {
 			t.Errorf("%s: hooks %q, want once each", c.ID, got)
 		}

@@ -1,9 +1,10 @@
-package sandbox
+package service
 
 import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,12 +19,11 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/skills"
 )
-
-// ErrInternal marks failures that are skillbox's, not the caller's.
-var ErrInternal = errors.New("internal error")
 
 // ScriptsDir is the only part of a skill whose files may be run.
 const ScriptsDir = "scripts"
@@ -84,7 +84,7 @@ type RunRequest struct {
 	Network bool           // requested; needs a policy rule that allows it
 
 	// Who asked, for audit.
-	Peer      *audit.Peer
+	Peer      *api.Peer
 	SessionID string
 	RequestID string
 	Method    string // the JSON-RPC method, when the run came over the socket
@@ -124,17 +124,17 @@ type Outcome struct {
 }
 
 // Prepare validates req against the skill and the policy without running
-// anything. Errors wrap ErrInvalidParams, ErrNotFound or ErrDenied.
+// anything. Errors wrap api.ErrInvalidParams, api.ErrNotFound or api.ErrDenied.
 func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	if req.Skill == nil {
-		return nil, fmt.Errorf("%w: no skill given", ErrInvalidParams)
+		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
 	}
 	rel, err := CleanScriptPath(req.Script)
 	if err != nil {
 		return nil, err
 	}
 	if e.Pins == nil {
-		return nil, fmt.Errorf("%w: the engine has no skill snapshot store", ErrUnavailable)
+		return nil, fmt.Errorf("%w: the engine has no skill snapshot store", api.ErrUnavailable)
 	}
 	// Everything below reads the pinned copy: the script hashed here is the
 	// one the sandbox will see, whatever happens to the skill's directory.
@@ -145,23 +145,23 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	f, err := skills.OpenInRoot(root, rel)
 	if err != nil {
 		if errors.Is(err, skills.ErrNotFound) {
-			return nil, fmt.Errorf("%w: script %q not found in skill %q: list its scripts/ with skills.read or skills list", ErrNotFound, rel, req.Skill.Name)
+			return nil, fmt.Errorf("%w: script %q not found in skill %q: list its scripts/ with skills.read or skills list", api.ErrNotFound, rel, req.Skill.Name)
 		}
-		return nil, fmt.Errorf("%w: script %q: %v", ErrInvalidParams, rel, err)
+		return nil, fmt.Errorf("%w: script %q: %v", api.ErrInvalidParams, rel, err)
 	}
 	script, err := io.ReadAll(io.LimitReader(f, maxScriptBytes+1))
 	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading script %q: %v", ErrInternal, rel, err)
+		return nil, fmt.Errorf("%w: reading script %q: %v", api.ErrInternal, rel, err)
 	}
 	if len(script) > maxScriptBytes {
-		return nil, fmt.Errorf("%w: script %q is larger than %d bytes", ErrInvalidParams, rel, maxScriptBytes)
+		return nil, fmt.Errorf("%w: script %q is larger than %d bytes", api.ErrInvalidParams, rel, maxScriptBytes)
 	}
 	sum := sha256.Sum256(script)
 
 	interp, err := e.Config.Interpreter(rel, script[:min(len(script), 256)])
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidParams, err)
+		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
 	}
 
 	limits, rules := e.Config.LimitsFor(req.Skill.Name)
@@ -172,7 +172,7 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	if req.Network {
 		ok, rule := e.Config.NetworkFor(req.Skill.Name)
 		if !ok {
-			return nil, fmt.Errorf("%w: network access for skill %q is not allowed by any policy rule; ask an administrator to set network = true in a policy block for it", ErrDenied, req.Skill.Name)
+			return nil, fmt.Errorf("%w: network access for skill %q is not allowed by any policy rule; ask an administrator to set network = true in a policy block for it", api.ErrDenied, req.Skill.Name)
 		}
 		network, netRule = true, rule
 	}
@@ -193,7 +193,7 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	if err := runtime.ValidateJob(runtime.Job{
 		ID: jobID, RootFS: "/", SkillDir: "/", Args: argv, Env: env, Files: req.Files, Limits: limits,
 	}); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalidParams, err)
+		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
 	}
 
 	p := &Plan{
@@ -238,7 +238,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	}
 	img, rootfs, err := e.Images.Ensure(ctx, p.Interpreter.Image, e.Progress)
 	if err != nil {
-		return nil, fmt.Errorf("%w: image %q for %s: %v", ErrUnavailable, p.Interpreter.Image, p.Script, err)
+		return nil, fmt.Errorf("%w: image %q for %s: %v", api.ErrUnavailable, p.Interpreter.Image, p.Script, err)
 	}
 	rtVersion := e.version(ctx)
 
@@ -274,6 +274,9 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	}
 	log.Debug("run starting", "run_id", p.RunID, "skill", req.Skill.Name, "script", p.Script, "image", img.Digest)
 	res, runErr := e.Runtime.Run(ctx, job)
+	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
+		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
+	}
 
 	end := &audit.Record{
 		Event:     audit.EventRunEnd,
@@ -306,7 +309,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	if runErr != nil {
 		log.Error("run failed", "run_id", p.RunID, "error", runErr)
 		// The run.end record holds the failure.
-		return nil, markAudited(classifyRuntimeErr(runErr))
+		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
 	log.Info("run finished", "run_id", p.RunID, "skill", req.Skill.Name, "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
 	return &Outcome{RunID: p.RunID, Plan: p, Image: img, Result: res}, nil
@@ -351,7 +354,7 @@ func (e *Engine) append(ctx context.Context, r *audit.Record) error {
 // written (fail closed). It says so once, with the log's own reason.
 func auditDown(err error) error {
 	why := strings.TrimPrefix(err.Error(), audit.ErrUnavailable.Error()+": ")
-	return fmt.Errorf("%w: the audit log cannot be written (%s); skillbox refuses audited calls, runs included, until it can", ErrUnavailable, why)
+	return fmt.Errorf("%w: the audit log cannot be written (%s); skillbox refuses audited calls, runs included, until it can", api.ErrUnavailable, why)
 }
 
 func (e *Engine) logger() hclog.Logger {
@@ -390,7 +393,7 @@ func (e *Engine) runInfo(p *Plan, img ImageRef, rtVersion string) *audit.RunInfo
 		RuntimeVersion: rtVersion,
 		Image:          img.Name,
 		ImageDigest:    img.Digest,
-		Limits:         audit.Limits(p.Limits),
+		Limits:         p.Limits,
 		Network:        p.Network,
 		Digest:         p.Digest,
 		ConfirmationID: req.ConfirmationID,
@@ -441,22 +444,22 @@ func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
 // out: relative, no "..", no NUL. It returns the cleaned path.
 func CleanScriptPath(p string) (string, error) {
 	if p == "" {
-		return "", fmt.Errorf("%w: path is empty: give a script under %s/, e.g. %s/run.py", ErrInvalidParams, ScriptsDir, ScriptsDir)
+		return "", fmt.Errorf("%w: path is empty: give a script under %s/, e.g. %s/run.py", api.ErrInvalidParams, ScriptsDir, ScriptsDir)
 	}
 	if strings.ContainsRune(p, 0) {
-		return "", fmt.Errorf("%w: path contains a NUL byte", ErrInvalidParams)
+		return "", fmt.Errorf("%w: path contains a NUL byte", api.ErrInvalidParams)
 	}
 	if path.IsAbs(p) {
-		return "", fmt.Errorf("%w: path %q is absolute: give it relative to the skill, under %s/", ErrInvalidParams, p, ScriptsDir)
+		return "", fmt.Errorf("%w: path %q is absolute: give it relative to the skill, under %s/", api.ErrInvalidParams, p, ScriptsDir)
 	}
 	for _, part := range strings.Split(p, "/") {
 		if part == ".." {
-			return "", fmt.Errorf("%w: path %q contains \"..\": only files under the skill's %s/ can run", ErrInvalidParams, p, ScriptsDir)
+			return "", fmt.Errorf("%w: path %q contains \"..\": only files under the skill's %s/ can run", api.ErrInvalidParams, p, ScriptsDir)
 		}
 	}
 	c := path.Clean(p)
 	if !strings.HasPrefix(c, ScriptsDir+"/") {
-		return "", fmt.Errorf("%w: path %q is not under the skill's %s/ directory: only scripts there can run", ErrInvalidParams, p, ScriptsDir)
+		return "", fmt.Errorf("%w: path %q is not under the skill's %s/ directory: only scripts there can run", api.ErrInvalidParams, p, ScriptsDir)
 	}
 	return c, nil
 }
@@ -467,10 +470,10 @@ func envList(env map[string]string) ([]string, error) {
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, fmt.Errorf("%w: environment name %q is malformed", ErrInvalidParams, k)
+			return nil, fmt.Errorf("%w: environment name %q is malformed", api.ErrInvalidParams, k)
 		}
 		if strings.ContainsRune(env[k], 0) {
-			return nil, fmt.Errorf("%w: environment value of %q contains a NUL byte", ErrInvalidParams, k)
+			return nil, fmt.Errorf("%w: environment value of %q contains a NUL byte", api.ErrInvalidParams, k)
 		}
 		keys = append(keys, k)
 	}
@@ -490,7 +493,7 @@ func planDigest(p *Plan) string {
 	for _, f := range req.Files {
 		files = append(files, f.Name+":"+sha256Hex(f.Data))
 	}
-	return RequestDigest(
+	return store.RequestDigest(
 		"skill", req.Skill.Name,
 		"skill_digest", req.Skill.Digest,
 		"script", p.Script,
@@ -530,10 +533,32 @@ func newID(prefix string) string {
 func classifyRuntimeErr(err error) error {
 	switch {
 	case errors.Is(err, runtime.ErrUnavailable):
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	case errors.Is(err, runtime.ErrInvalidJob):
-		return fmt.Errorf("%w: %v", ErrInvalidParams, err)
+		return fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
 	default:
-		return fmt.Errorf("%w: sandbox failed: %v", ErrInternal, err)
+		return fmt.Errorf("%w: sandbox failed: %v", api.ErrInternal, err)
 	}
+}
+
+// ResultOf turns an outcome into its wire form (skills.run_script's
+// result); output file contents are included (base64) only when
+// withContent is set.
+func ResultOf(o *Outcome, withContent bool) api.RunScriptResult {
+	r := o.Result
+	res := api.RunScriptResult{
+		RunID: o.RunID, Path: o.Plan.Script, ExitCode: r.ExitCode, Signal: r.Signal,
+		Stdout: string(r.Stdout), Stderr: string(r.Stderr),
+		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
+		DurationMS: r.Duration.Milliseconds(), Reason: string(r.Reason),
+		Image: o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
+	}
+	for _, f := range r.Outputs {
+		out := api.Output{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+		if withContent {
+			out.Content = base64.StdEncoding.EncodeToString(f.Data)
+		}
+		res.Outputs = append(res.Outputs, out)
+	}
+	return res
 }

@@ -1,4 +1,4 @@
-package sandbox
+package store
 
 // Confirmations implement "a person approves this exact run": when policy
 // says a run needs confirmation, the daemon records a pending request bound
@@ -17,78 +17,35 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/skillbox/skillbox/sandbox/api"
 	bolt "go.etcd.io/bbolt"
 )
 
-// ConfirmationState is where a confirmation is in its life. pending →
-// approved → used, or pending → denied, or pending/approved → expired;
-// denied, expired and used are final.
-type ConfirmationState string
-
-// Confirmation states.
-const (
-	ConfirmationPending  ConfirmationState = "pending"
-	ConfirmationApproved ConfirmationState = "approved"
-	ConfirmationDenied   ConfirmationState = "denied"
-	ConfirmationExpired  ConfirmationState = "expired"
-	ConfirmationUsed     ConfirmationState = "used"
-)
-
-func (s ConfirmationState) final() bool {
-	return s == ConfirmationDenied || s == ConfirmationExpired || s == ConfirmationUsed
-}
-
-// Confirmation is one request for approval. Its JSON is the wire form of
-// confirmations.list/approve/deny (client.Confirmation).
-type Confirmation struct {
-	ID        string            `json:"id"`
-	SessionID string            `json:"session_id"`
-	Digest    string            `json:"digest"`
-	Reason    string            `json:"reason"`
-	Rule      string            `json:"rule"`
-	State     ConfirmationState `json:"state"`
-	Created   time.Time         `json:"created"`
-	Expires   time.Time         `json:"expires"`
-	// RequestedBy is the uid that owns the session the run was asked in.
-	RequestedBy uint32     `json:"requested_by"`
-	DecidedBy   *Peer      `json:"decided_by,omitempty"`
-	DecidedAt   *time.Time `json:"decided_at,omitempty"`
-	UsedAt      *time.Time `json:"used_at,omitempty"`
-	// Details is what an approver is shown besides Reason (skill, script,
-	// args, ...), set with WithDetails.
-	Details map[string]string `json:"details,omitempty"`
-}
-
 type confirmationRecord struct {
 	V int `json:"v"`
-	Confirmation
+	api.Confirmation
 }
 
 // Errors of Consume, Approve and Deny. Each also matches (errors.Is) the
 // sentinel that gives its RPC kind.
 var (
-	// ErrConfirmationPending: nobody has decided yet. Consume returns a
-	// *ConfirmationRequiredError that matches it, so the response carries
-	// the confirmation's id again (kind confirmation_required).
-	ErrConfirmationPending = errors.New("confirmation pending")
 	// ErrConfirmationDenied: an approver said no (kind denied).
-	ErrConfirmationDenied error = &kindSentinel{"confirmation denied", ErrDenied}
+	ErrConfirmationDenied error = &kindSentinel{"confirmation denied", api.ErrDenied}
 	// ErrConfirmationExpired, ErrConfirmationUsed, ErrConfirmationMismatch:
 	// the confirmation_id cannot be used for this call; the host repeats
 	// the call without it to ask for a new approval (kind invalid_params).
-	ErrConfirmationExpired  error = &kindSentinel{"confirmation expired", ErrInvalidParams}
-	ErrConfirmationUsed     error = &kindSentinel{"confirmation already used", ErrInvalidParams}
-	ErrConfirmationMismatch error = &kindSentinel{"confirmation does not match this call", ErrInvalidParams}
+	ErrConfirmationExpired  error = &kindSentinel{"confirmation expired", api.ErrInvalidParams}
+	ErrConfirmationUsed     error = &kindSentinel{"confirmation already used", api.ErrInvalidParams}
+	ErrConfirmationMismatch error = &kindSentinel{"confirmation does not match this call", api.ErrInvalidParams}
 	// ErrConfirmationDecided: Approve or Deny of a confirmation that is no
 	// longer open to that decision (kind invalid_params).
-	ErrConfirmationDecided error = &kindSentinel{"confirmation already decided", ErrInvalidParams}
+	ErrConfirmationDecided error = &kindSentinel{"confirmation already decided", api.ErrInvalidParams}
 )
 
 // kindSentinel is a sentinel error that also matches a kind sentinel.
@@ -99,35 +56,6 @@ type kindSentinel struct {
 
 func (e *kindSentinel) Error() string { return e.msg }
 func (e *kindSentinel) Unwrap() error { return e.kind }
-
-// ConfirmationRequiredError is the error of a run that needs approval. Its
-// data (confirmation_id, reason, rule, digest) is what the host shows an
-// approver and passes back; ToRPCError puts it in the response's data.
-type ConfirmationRequiredError struct {
-	ID, Reason, Rule, Digest string
-	// Pending marks the answer to a call that passed the id of a request
-	// nobody has decided yet.
-	Pending bool
-}
-
-func (e *ConfirmationRequiredError) Error() string {
-	if e.Pending {
-		return fmt.Sprintf("confirmation %s is still waiting for an approver (confirmations.approve); repeat this call with confirmation_id %q once it is approved", e.ID, e.ID)
-	}
-	return fmt.Sprintf("this run needs approval (%s; rule %s): ask an approver to approve confirmation %s (confirmations.approve), then repeat the same call with confirmation_id %q", e.Reason, e.Rule, e.ID, e.ID)
-}
-
-func (e *ConfirmationRequiredError) Unwrap() error { return ErrConfirmationRequired }
-
-// Is makes a pending answer match ErrConfirmationPending.
-func (e *ConfirmationRequiredError) Is(target error) bool {
-	return e.Pending && target == ErrConfirmationPending
-}
-
-// ErrorData is the response's data.
-func (e *ConfirmationRequiredError) ErrorData() map[string]any {
-	return map[string]any{"confirmation_id": e.ID, "reason": e.Reason, "rule": e.Rule, "digest": e.Digest}
-}
 
 // ConfirmationOptions configure a ConfirmationStore; zero values take
 // defaults.
@@ -147,7 +75,7 @@ type ConfirmationOptions struct {
 	// confirmation whose expiry the store records: by Sweep, or by an
 	// Approve, Deny or Consume that finds it timed out. The confirmation
 	// passed is in state expired.
-	OnExpire func(Confirmation)
+	OnExpire func(api.Confirmation)
 	// Now replaces time.Now in tests.
 	Now func() time.Time
 }
@@ -168,7 +96,7 @@ type ConfirmationStore struct {
 	log  hclog.Logger
 
 	hookMu sync.Mutex
-	hooks  []func(Confirmation)
+	hooks  []func(api.Confirmation)
 }
 
 // NewConfirmationStore returns the confirmation store over st.
@@ -189,7 +117,7 @@ func NewConfirmationStore(st *StateDB, opts ConfirmationOptions) *ConfirmationSt
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	s := &ConfirmationStore{db: st.db, opts: opts, log: namedLogger(log, "confirmations")}
+	s := &ConfirmationStore{db: st.db, opts: opts, log: log.Named("confirmations")}
 	if opts.OnExpire != nil {
 		s.hooks = append(s.hooks, opts.OnExpire)
 	}
@@ -198,7 +126,7 @@ func NewConfirmationStore(st *StateDB, opts ConfirmationOptions) *ConfirmationSt
 
 // AddExpireHook adds f to the functions called like ConfirmationOptions.
 // OnExpire (after it). The daemon uses it to audit expiries.
-func (s *ConfirmationStore) AddExpireHook(f func(Confirmation)) {
+func (s *ConfirmationStore) AddExpireHook(f func(api.Confirmation)) {
 	s.hookMu.Lock()
 	s.hooks = append(s.hooks, f)
 	s.hookMu.Unlock()
@@ -206,7 +134,7 @@ func (s *ConfirmationStore) AddExpireHook(f func(Confirmation)) {
 
 // expired tells the hooks about confirmations whose expiry was just
 // committed.
-func (s *ConfirmationStore) expired(cs ...*Confirmation) {
+func (s *ConfirmationStore) expired(cs ...*api.Confirmation) {
 	if len(cs) == 0 {
 		return
 	}
@@ -224,11 +152,11 @@ func (s *ConfirmationStore) expired(cs ...*Confirmation) {
 func (s *ConfirmationStore) now() time.Time { return s.opts.Now().UTC().Round(0) }
 
 // RequestOption adds to a confirmation request.
-type RequestOption func(*Confirmation)
+type RequestOption func(*api.Confirmation)
 
 // WithDetails attaches what an approver should see besides the reason.
 func WithDetails(d map[string]string) RequestOption {
-	return func(c *Confirmation) {
+	return func(c *api.Confirmation) {
 		if len(d) == 0 {
 			return
 		}
@@ -239,7 +167,7 @@ func WithDetails(d map[string]string) RequestOption {
 	}
 }
 
-func decodeConfirmation(v []byte) (*Confirmation, error) {
+func decodeConfirmation(v []byte) (*api.Confirmation, error) {
 	var r confirmationRecord
 	if err := json.Unmarshal(v, &r); err != nil {
 		return nil, fmt.Errorf("corrupt confirmation record: %w", err)
@@ -247,7 +175,7 @@ func decodeConfirmation(v []byte) (*Confirmation, error) {
 	return &r.Confirmation, nil
 }
 
-func putConfirmation(b *bolt.Bucket, c *Confirmation) error {
+func putConfirmation(b *bolt.Bucket, c *api.Confirmation) error {
 	v, err := json.Marshal(confirmationRecord{V: 1, Confirmation: *c})
 	if err != nil {
 		return err
@@ -256,9 +184,9 @@ func putConfirmation(b *bolt.Bucket, c *Confirmation) error {
 }
 
 // effective applies expiry: an open confirmation past Expires is expired.
-func effective(c *Confirmation, now time.Time) ConfirmationState {
-	if (c.State == ConfirmationPending || c.State == ConfirmationApproved) && !now.Before(c.Expires) {
-		return ConfirmationExpired
+func effective(c *api.Confirmation, now time.Time) api.ConfirmationState {
+	if (c.State == api.ConfirmationPending || c.State == api.ConfirmationApproved) && !now.Before(c.Expires) {
+		return api.ConfirmationExpired
 	}
 	return c.State
 }
@@ -268,9 +196,9 @@ func effective(c *Confirmation, now time.Time) ConfirmationState {
 // <= 0). If the same session already has a pending, unexpired request for
 // the same digest, that one is returned instead, so a host that repeats the
 // call before approval does not pile up requests.
-func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, reason, rule string, ttl time.Duration, opts ...RequestOption) (*Confirmation, error) {
+func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, reason, rule string, ttl time.Duration, opts ...RequestOption) (*api.Confirmation, error) {
 	if digest == "" {
-		return nil, fmt.Errorf("confirmation request without a digest: %w", ErrInvalidParams)
+		return nil, fmt.Errorf("confirmation request without a digest: %w", api.ErrInvalidParams)
 	}
 	if ttl <= 0 {
 		ttl = s.opts.DefaultTTL
@@ -280,20 +208,20 @@ func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, r
 		return nil, err
 	}
 	now := s.now()
-	c := &Confirmation{
+	c := &api.Confirmation{
 		ID: id, SessionID: sessionID, Digest: digest, Reason: reason, Rule: rule,
-		State: ConfirmationPending, Created: now, Expires: now.Add(ttl), RequestedBy: ownerUID,
+		State: api.ConfirmationPending, Created: now, Expires: now.Add(ttl), RequestedBy: ownerUID,
 	}
 	for _, o := range opts {
 		o(c)
 	}
-	var existing *Confirmation
+	var existing *api.Confirmation
 	err = s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketConfirmations)
 		pending := 0
 		err := b.ForEach(func(_, v []byte) error {
 			o, err := decodeConfirmation(v)
-			if err != nil || effective(o, now) != ConfirmationPending {
+			if err != nil || effective(o, now) != api.ConfirmationPending {
 				return nil
 			}
 			if o.SessionID == sessionID && o.Digest == digest && existing == nil {
@@ -308,7 +236,7 @@ func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, r
 			return err
 		}
 		if s.opts.MaxPendingPerOwner > 0 && pending >= s.opts.MaxPendingPerOwner {
-			return fmt.Errorf("uid %d already has %d confirmations waiting for an approver (the limit): wait for decisions before asking again: %w", ownerUID, pending, ErrLimitExceeded)
+			return fmt.Errorf("uid %d already has %d confirmations waiting for an approver (the limit): wait for decisions before asking again: %w", ownerUID, pending, api.ErrLimitExceeded)
 		}
 		return putConfirmation(b, c)
 	})
@@ -323,7 +251,7 @@ func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, r
 }
 
 func notFoundConfirmation(id string) error {
-	return fmt.Errorf("confirmation %q not found (confirmations.list shows the open ones): %w", id, ErrNotFound)
+	return fmt.Errorf("confirmation %q not found (confirmations.list shows the open ones): %w", id, api.ErrNotFound)
 }
 
 // update loads confirmation id in a write transaction, lets fn change it
@@ -331,12 +259,12 @@ func notFoundConfirmation(id string) error {
 // returns the saved state. A state change made before an error (e.g. marking
 // an expired one expired) is still written, and an expiry it records is
 // reported to the OnExpire hooks.
-func (s *ConfirmationStore) update(id string, fn func(c *Confirmation, now time.Time) (bool, error)) (*Confirmation, error) {
-	if !validRandomID(id, "cnf_") {
+func (s *ConfirmationStore) update(id string, fn func(c *api.Confirmation, now time.Time) (bool, error)) (*api.Confirmation, error) {
+	if !ValidID(id, "cnf_") {
 		return nil, notFoundConfirmation(id)
 	}
 	now := s.now()
-	var out *Confirmation
+	var out *api.Confirmation
 	var fnErr error
 	expiredNow := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -353,7 +281,7 @@ func (s *ConfirmationStore) update(id string, fn func(c *Confirmation, now time.
 		save, ferr := fn(c, now)
 		fnErr, out = ferr, c
 		if save {
-			expiredNow = was != ConfirmationExpired && c.State == ConfirmationExpired
+			expiredNow = was != api.ConfirmationExpired && c.State == api.ConfirmationExpired
 			return putConfirmation(b, c)
 		}
 		return nil
@@ -369,21 +297,21 @@ func (s *ConfirmationStore) update(id string, fn func(c *Confirmation, now time.
 }
 
 // expire marks c expired when its time is up, reporting whether it did.
-func expire(c *Confirmation, now time.Time) bool {
-	if effective(c, now) == ConfirmationExpired && c.State != ConfirmationExpired {
-		c.State = ConfirmationExpired
+func expire(c *api.Confirmation, now time.Time) bool {
+	if effective(c, now) == api.ConfirmationExpired && c.State != api.ConfirmationExpired {
+		c.State = api.ConfirmationExpired
 		return true
 	}
 	return false
 }
 
 // Get returns confirmation id.
-func (s *ConfirmationStore) Get(id string) (*Confirmation, error) {
-	if !validRandomID(id, "cnf_") {
+func (s *ConfirmationStore) Get(id string) (*api.Confirmation, error) {
+	if !ValidID(id, "cnf_") {
 		return nil, notFoundConfirmation(id)
 	}
 	now := s.now()
-	var c *Confirmation
+	var c *api.Confirmation
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketConfirmations).Get([]byte(id))
 		if v == nil {
@@ -404,15 +332,15 @@ func (s *ConfirmationStore) Get(id string) (*Confirmation, error) {
 // caller has already checked against policy). Anything but an open pending
 // request is an error wrapping ErrConfirmationDecided or
 // ErrConfirmationExpired.
-func (s *ConfirmationStore) Approve(id string, approver Peer) (*Confirmation, error) {
-	c, err := s.update(id, func(c *Confirmation, now time.Time) (bool, error) {
+func (s *ConfirmationStore) Approve(id string, approver api.Peer) (*api.Confirmation, error) {
+	c, err := s.update(id, func(c *api.Confirmation, now time.Time) (bool, error) {
 		if expire(c, now) {
 			return true, fmt.Errorf("%w: %s expired at %s before it was approved; the host must ask again", ErrConfirmationExpired, c.ID, c.Expires.Format(time.RFC3339))
 		}
-		if c.State != ConfirmationPending {
+		if c.State != api.ConfirmationPending {
 			return false, fmt.Errorf("%w: %s is already %s; decisions are final", ErrConfirmationDecided, c.ID, c.State)
 		}
-		c.State = ConfirmationApproved
+		c.State = api.ConfirmationApproved
 		c.DecidedBy = &approver
 		c.DecidedAt = &now
 		return true, nil
@@ -425,15 +353,15 @@ func (s *ConfirmationStore) Approve(id string, approver Peer) (*Confirmation, er
 
 // Deny denies a confirmation (pending, or approved and not yet used: an
 // approver may withdraw an approval). Denials are final.
-func (s *ConfirmationStore) Deny(id string, approver Peer) (*Confirmation, error) {
-	c, err := s.update(id, func(c *Confirmation, now time.Time) (bool, error) {
+func (s *ConfirmationStore) Deny(id string, approver api.Peer) (*api.Confirmation, error) {
+	c, err := s.update(id, func(c *api.Confirmation, now time.Time) (bool, error) {
 		if expire(c, now) {
 			return true, fmt.Errorf("%w: %s already expired at %s", ErrConfirmationExpired, c.ID, c.Expires.Format(time.RFC3339))
 		}
-		if c.State != ConfirmationPending && c.State != ConfirmationApproved {
+		if c.State != api.ConfirmationPending && c.State != api.ConfirmationApproved {
 			return false, fmt.Errorf("%w: %s is already %s; decisions are final", ErrConfirmationDecided, c.ID, c.State)
 		}
-		c.State = ConfirmationDenied
+		c.State = api.ConfirmationDenied
 		c.DecidedBy = &approver
 		c.DecidedAt = &now
 		return true, nil
@@ -451,7 +379,7 @@ func (s *ConfirmationStore) Deny(id string, approver Peer) (*Confirmation, error
 // leaves the approval in place (the host may still repeat the approved call).
 // A confirmation of another session is "not found".
 func (s *ConfirmationStore) Consume(id, sessionID, digest string) error {
-	_, err := s.update(id, func(c *Confirmation, now time.Time) (bool, error) {
+	_, err := s.update(id, func(c *api.Confirmation, now time.Time) (bool, error) {
 		if c.SessionID != sessionID {
 			return false, notFoundConfirmation(id)
 		}
@@ -459,23 +387,23 @@ func (s *ConfirmationStore) Consume(id, sessionID, digest string) error {
 			return true, fmt.Errorf("%w: %s expired at %s; repeat the call without confirmation_id to ask for a new approval", ErrConfirmationExpired, c.ID, c.Expires.Format(time.RFC3339))
 		}
 		switch c.State {
-		case ConfirmationPending:
-			return false, &ConfirmationRequiredError{ID: c.ID, Reason: c.Reason, Rule: c.Rule, Digest: c.Digest, Pending: true}
-		case ConfirmationDenied:
+		case api.ConfirmationPending:
+			return false, &api.ConfirmationRequiredError{ID: c.ID, Reason: c.Reason, Rule: c.Rule, Digest: c.Digest, Pending: true}
+		case api.ConfirmationDenied:
 			by := "an approver"
 			if c.DecidedBy != nil {
 				by = fmt.Sprintf("uid %d", c.DecidedBy.UID)
 			}
 			return false, fmt.Errorf("%w: %s was denied by %s; this run may not proceed", ErrConfirmationDenied, c.ID, by)
-		case ConfirmationUsed:
+		case api.ConfirmationUsed:
 			return false, fmt.Errorf("%w: %s was already used by a run; approvals are single-use, so repeat the call without confirmation_id to ask again", ErrConfirmationUsed, c.ID)
-		case ConfirmationExpired:
+		case api.ConfirmationExpired:
 			return false, fmt.Errorf("%w: %s expired; repeat the call without confirmation_id to ask for a new approval", ErrConfirmationExpired, c.ID)
 		}
 		if subtle.ConstantTimeCompare([]byte(c.Digest), []byte(digest)) != 1 {
 			return false, fmt.Errorf("%w: %s approved a different request (%s) than this call (%s); repeat exactly the approved call, or call without confirmation_id to ask for a new approval", ErrConfirmationMismatch, c.ID, c.Digest, digest)
 		}
-		c.State = ConfirmationUsed
+		c.State = api.ConfirmationUsed
 		c.UsedAt = &now
 		return true, nil
 	})
@@ -497,9 +425,9 @@ type ConfirmationFilter struct {
 
 // List returns the confirmations matching f, oldest first, with expiry
 // applied to their state.
-func (s *ConfirmationStore) List(f ConfirmationFilter) ([]*Confirmation, error) {
+func (s *ConfirmationStore) List(f ConfirmationFilter) ([]*api.Confirmation, error) {
 	now := s.now()
-	out := []*Confirmation{}
+	out := []*api.Confirmation{}
 	err := s.db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketConfirmations).ForEach(func(_, v []byte) error {
 			c, err := decodeConfirmation(v)
@@ -530,11 +458,11 @@ func (s *ConfirmationStore) List(f ConfirmationFilter) ([]*Confirmation, error) 
 func (s *ConfirmationStore) Sweep() (int, error) {
 	now := s.now()
 	deleted := 0
-	var expiredNow []*Confirmation
+	var expiredNow []*api.Confirmation
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketConfirmations)
 		var dels [][]byte
-		var puts []*Confirmation
+		var puts []*api.Confirmation
 		err := b.ForEach(func(k, v []byte) error {
 			c, err := decodeConfirmation(v)
 			if err != nil {
@@ -544,7 +472,7 @@ func (s *ConfirmationStore) Sweep() (int, error) {
 			if expire(c, now) {
 				puts = append(puts, c)
 			}
-			if c.State.final() {
+			if c.State.Final() {
 				end := c.Expires
 				for _, t := range []*time.Time{c.DecidedAt, c.UsedAt} {
 					if t != nil && t.After(end) {

@@ -1,4 +1,4 @@
-package sandbox
+package daemon
 
 import (
 	"bufio"
@@ -6,202 +6,24 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
+	"github.com/skillbox/skillbox/sandbox/jsonrpc"
+	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/service/servicetest"
+	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/skills"
 )
-
-// ---- fakes ----
-
-// fakeRuntime is a runtime.Runtime whose behaviour each test sets.
-type fakeRuntime struct {
-	RunFunc     func(ctx context.Context, job runtime.Job) (*runtime.Result, error)
-	VersionFunc func(ctx context.Context) (string, error)
-
-	mu   sync.Mutex
-	jobs []runtime.Job
-}
-
-var _ runtime.Runtime = (*fakeRuntime)(nil)
-
-func (f *fakeRuntime) Name() string { return "fake" }
-
-func (f *fakeRuntime) Version(ctx context.Context) (string, error) {
-	if f.VersionFunc != nil {
-		return f.VersionFunc(ctx)
-	}
-	return "fake-1.0", nil
-}
-
-func (f *fakeRuntime) Run(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-	f.mu.Lock()
-	f.jobs = append(f.jobs, job)
-	f.mu.Unlock()
-	if f.RunFunc != nil {
-		return f.RunFunc(ctx, job)
-	}
-	return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit, Stdout: []byte("ran " + strings.Join(job.Args, " ") + "\n"), Runtime: "fake"}, nil
-}
-
-func (f *fakeRuntime) Jobs() []runtime.Job {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]runtime.Job(nil), f.jobs...)
-}
-
-// fakeImages hands out a fixed rootfs for every image name.
-type fakeImages struct {
-	EnsureFunc func(ctx context.Context, name string) (ImageRef, string, error)
-}
-
-func (f *fakeImages) Ensure(ctx context.Context, name string, _ io.Writer) (ImageRef, string, error) {
-	if f.EnsureFunc != nil {
-		return f.EnsureFunc(ctx, name)
-	}
-	return ImageRef{Name: name, Digest: "sha256:" + strings.Repeat("ab", 32)}, "/var/lib/fake/" + name, nil
-}
-
-// fakeAuditor keeps records in memory; FailWith makes appends fail.
-type fakeAuditor struct {
-	mu       sync.Mutex
-	records  []audit.Record
-	FailWith error
-}
-
-func (a *fakeAuditor) Append(_ context.Context, r *audit.Record) error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.FailWith != nil {
-		return fmt.Errorf("%w: %v", audit.ErrUnavailable, a.FailWith)
-	}
-	r.Seq = uint64(len(a.records) + 1)
-	a.records = append(a.records, *r)
-	return nil
-}
-
-func (a *fakeAuditor) Healthy() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.FailWith != nil {
-		return fmt.Errorf("%w: %v", audit.ErrUnavailable, a.FailWith)
-	}
-	return nil
-}
-
-func (a *fakeAuditor) fail(err error) {
-	a.mu.Lock()
-	a.FailWith = err
-	a.mu.Unlock()
-}
-
-func (a *fakeAuditor) events(event string) []audit.Record {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var out []audit.Record
-	for _, r := range a.records {
-		if r.Event == event {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
-// memIndex is an in-memory SkillIndex.
-type memIndex struct {
-	mu     sync.Mutex
-	skills map[string]*skills.Skill
-}
-
-func (m *memIndex) Get(name string) (*skills.Skill, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s, ok := m.skills[name]
-	if !ok {
-		return nil, fmt.Errorf("skill %q: %w", name, skills.ErrNotFound)
-	}
-	return s, nil
-}
-
-func (m *memIndex) List() []*skills.Skill {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	var out []*skills.Skill
-	for _, s := range m.skills {
-		out = append(out, s)
-	}
-	return out
-}
-
-func (m *memIndex) put(s *skills.Skill) {
-	m.mu.Lock()
-	m.skills[s.Name] = s
-	m.mu.Unlock()
-}
-
-func (m *memIndex) remove(name string) {
-	m.mu.Lock()
-	delete(m.skills, name)
-	m.mu.Unlock()
-}
-
-// skillSpec describes a skill directory to create for a test.
-type skillSpec struct {
-	name     string
-	allowed  []string // nil: allowed-tools not declared
-	requires []string
-	files    map[string]string
-}
-
-// makeSkill writes a skill directory under root and returns it as the
-// registry would index it (digest computed from the files).
-func makeSkill(t *testing.T, root string, sp skillSpec) *skills.Skill {
-	t.Helper()
-	dir := filepath.Join(root, sp.name)
-	body := "# " + sp.name + "\n\nUse scripts/run.py for " + sp.name + ".\n"
-	front := "---\nname: " + sp.name + "\ndescription: Test skill " + sp.name + ".\n"
-	if sp.allowed != nil {
-		front += "allowed-tools: " + strings.Join(sp.allowed, " ") + "\n"
-	}
-	front += "---\n"
-	files := map[string]string{"SKILL.md": front + body}
-	for k, v := range sp.files {
-		files[k] = v
-	}
-	for rel, content := range files {
-		p := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return indexSkill(t, dir, sp, body)
-}
-
-func indexSkill(t *testing.T, dir string, sp skillSpec, body string) *skills.Skill {
-	t.Helper()
-	dg, err := skills.Digest(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &skills.Skill{
-		Name: sp.name, Description: "Test skill " + sp.name + ".", AllowedTools: sp.allowed, Requires: sp.requires,
-		Body: body, Dir: dir, Location: filepath.Join(dir, "SKILL.md"), Digest: dg,
-		Properties: map[string]any{"name": sp.name},
-	}
-}
 
 // ---- harness ----
 
@@ -223,88 +45,89 @@ policy "needs-approval" {
 type daemonHarness struct {
 	t      *testing.T
 	d      *Daemon
-	rt     *fakeRuntime
-	audit  *fakeAuditor
-	index  *memIndex
+	rt     *servicetest.Runtime
+	audit  *servicetest.Auditor
+	index  *servicetest.Index
 	root   string
 	cfg    *policy.Config
-	state  *StateDB
-	engine *Engine
+	state  *store.StateDB
+	engine *service.Engine
+	opts   Options
 }
 
-func defaultSkills() []skillSpec {
-	return []skillSpec{
-		{name: "hello", allowed: []string{"skills.read", "skills.run_script"}, files: map[string]string{
+func defaultSkills() []servicetest.SkillSpec {
+	return []servicetest.SkillSpec{
+		{Name: "hello", Allowed: []string{"skills.read", "skills.run_script"}, Files: map[string]string{
 			"scripts/run.py":  "print('hi')\n",
 			"scripts/run.sh":  "echo hi\n",
 			"references/a.md": "reference A\n",
 		}},
-		{name: "other", requires: []string{"hello"}, files: map[string]string{"scripts/run.py": "print('other')\n"}},
-		{name: "third", files: map[string]string{"scripts/run.py": "print('third')\n"}},
-		{name: "fourth", files: map[string]string{"scripts/run.py": "print('fourth')\n"}},
-		{name: "guarded-deploy", files: map[string]string{"scripts/deploy.sh": "echo deploying \"$@\"\n"}},
+		{Name: "other", Requires: []string{"hello"}, Files: map[string]string{"scripts/run.py": "print('other')\n"}},
+		{Name: "third", Files: map[string]string{"scripts/run.py": "print('third')\n"}},
+		{Name: "fourth", Files: map[string]string{"scripts/run.py": "print('fourth')\n"}},
+		{Name: "guarded-deploy", Files: map[string]string{"scripts/deploy.sh": "echo deploying \"$@\"\n"}},
 	}
 }
 
 // harnessOption changes the daemon's options (with the harness's state DB
 // at hand) before NewDaemon.
-type harnessOption func(o *DaemonOptions, st *StateDB)
+type harnessOption func(o *Options, st *store.StateDB)
 
-func newHarness(t *testing.T, config string, specs []skillSpec, opts ...harnessOption) *daemonHarness {
+func newHarness(t *testing.T, config string, specs []servicetest.SkillSpec, opts ...harnessOption) *daemonHarness {
 	t.Helper()
 	cfg, err := policy.Parse([]byte(config), "test.hcl")
 	if err != nil {
 		t.Fatalf("config: %v", err)
 	}
 	root := t.TempDir()
-	idx := &memIndex{skills: map[string]*skills.Skill{}}
+	idx := servicetest.NewIndex()
 	for _, sp := range specs {
-		idx.put(makeSkill(t, root, sp))
+		idx.Put(servicetest.MakeSkill(t, root, sp))
 	}
-	st, err := OpenStateDB(t.TempDir())
+	st, err := store.OpenStateDB(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	rt := &fakeRuntime{}
-	au := &fakeAuditor{}
-	eng := &Engine{Config: cfg, Images: &fakeImages{}, Runtime: rt, Audit: au, Pins: livePins{}}
-	o := DaemonOptions{
+	rt := &servicetest.Runtime{}
+	au := &servicetest.Auditor{}
+	eng := &service.Engine{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Audit: au, Pins: servicetest.LivePins{}}
+	o := Options{
 		Config: cfg, Skills: idx, Engine: eng,
-		Sessions:      NewSessionStore(st, SessionOptions{}),
-		Confirmations: NewConfirmationStore(st, ConfirmationOptions{}),
+		Sessions:      store.NewSessionStore(st, store.SessionOptions{}),
+		Confirmations: store.NewConfirmationStore(st, store.ConfirmationOptions{}),
 		Audit:         au,
 	}
 	for _, f := range opts {
 		f(&o, st)
 	}
-	d := NewDaemon(o)
-	return &daemonHarness{t: t, d: d, rt: rt, audit: au, index: idx, root: root, cfg: cfg, state: st, engine: eng}
+	d := New(o)
+	return &daemonHarness{t: t, d: d, rt: rt, audit: au, index: idx, root: root, cfg: cfg, state: st, engine: eng, opts: o}
 }
 
 var (
-	peerA        = Peer{UID: 1000, GID: 1000, PID: 111, Process: "host-a"}
-	peerB        = Peer{UID: 1001, GID: 1001, PID: 222, Process: "host-b"}
-	peerRoot     = Peer{UID: 0, GID: 0, PID: 1, Process: "approver"}
-	peerApprover = Peer{UID: 4242, GID: 4242, PID: 333, Process: "approver-uid"}
+	peerA        = api.Peer{UID: 1000, GID: 1000, PID: 111, Process: "host-a"}
+	peerB        = api.Peer{UID: 1001, GID: 1001, PID: 222, Process: "host-b"}
+	peerRoot     = api.Peer{UID: 0, GID: 0, PID: 1, Process: "approver"}
+	peerApprover = api.Peer{UID: 4242, GID: 4242, PID: 333, Process: "approver-uid"}
 )
 
 // call invokes method through the daemon's registered handler, as the
 // server would for a connection from peer. It returns the JSON result or
 // the error as it would go on the wire.
-func (h *daemonHarness) call(peer Peer, method string, params any) (json.RawMessage, *Error) {
+func (h *daemonHarness) call(peer api.Peer, method string, params any) (json.RawMessage, *jsonrpc.Error) {
 	h.t.Helper()
 	raw, err := json.Marshal(params)
 	if err != nil {
 		h.t.Fatal(err)
 	}
-	handler := h.d.Server().handler(method)
+	handler := h.d.Server().Handler(method)
 	if handler == nil {
 		h.t.Fatalf("no handler for %s", method)
 	}
-	res, herr := handler(context.Background(), &Call{ID: json.RawMessage(`7`), Method: method, Params: raw, Peer: peer, ConnID: 1})
+	res, herr := handler(context.Background(), &jsonrpc.Call{ID: json.RawMessage(`7`), Method: method, Params: raw, Peer: peer, ConnID: 1})
 	if herr != nil {
-		return nil, ToRPCError(herr)
+		return nil, jsonrpc.ToRPCError(herr)
 	}
 	out, err := json.Marshal(res)
 	if err != nil {
@@ -314,7 +137,7 @@ func (h *daemonHarness) call(peer Peer, method string, params any) (json.RawMess
 }
 
 // ok calls and fails the test on an error; it decodes the result into v.
-func (h *daemonHarness) ok(peer Peer, method string, params, v any) {
+func (h *daemonHarness) ok(peer api.Peer, method string, params, v any) {
 	h.t.Helper()
 	raw, e := h.call(peer, method, params)
 	if e != nil {
@@ -328,14 +151,14 @@ func (h *daemonHarness) ok(peer Peer, method string, params, v any) {
 }
 
 // fails calls and wants an error of kind whose message contains every want.
-func (h *daemonHarness) fails(peer Peer, method string, params any, kind string, wants ...string) *Error {
+func (h *daemonHarness) fails(peer api.Peer, method string, params any, kind string, wants ...string) *jsonrpc.Error {
 	h.t.Helper()
 	raw, e := h.call(peer, method, params)
 	if e == nil {
 		h.t.Fatalf("%s: want %s error, got result %s", method, kind, raw)
 	}
-	if e.Kind != kind || e.Code != CodeForKind(kind) {
-		h.t.Fatalf("%s: want kind %s (code %d), got %s (code %d): %s", method, kind, CodeForKind(kind), e.Kind, e.Code, e.Message)
+	if e.Kind != kind || e.Code != jsonrpc.CodeForKind(kind) {
+		h.t.Fatalf("%s: want kind %s (code %d), got %s (code %d): %s", method, kind, jsonrpc.CodeForKind(kind), e.Kind, e.Code, e.Message)
 	}
 	for _, w := range wants {
 		if !strings.Contains(e.Message, w) {
@@ -345,9 +168,9 @@ func (h *daemonHarness) fails(peer Peer, method string, params any, kind string,
 	return e
 }
 
-func (h *daemonHarness) session(peer Peer) string {
+func (h *daemonHarness) session(peer api.Peer) string {
 	h.t.Helper()
-	var r client.CreateSessionResult
+	var r api.CreateSessionResult
 	h.ok(peer, "sessions.create", nil, &r)
 	if !strings.HasPrefix(r.SessionID, "ses_") {
 		h.t.Fatalf("session id %q", r.SessionID)
@@ -355,14 +178,14 @@ func (h *daemonHarness) session(peer Peer) string {
 	return r.SessionID
 }
 
-func (h *daemonHarness) load(peer Peer, sid, mode string, names ...string) client.LoadResult {
+func (h *daemonHarness) load(peer api.Peer, sid, mode string, names ...string) api.LoadResult {
 	h.t.Helper()
-	var r client.LoadResult
-	h.ok(peer, "skills.load", client.LoadParams{SessionID: sid, Names: names, Mode: mode}, &r)
+	var r api.LoadResult
+	h.ok(peer, "skills.load", api.LoadParams{SessionID: sid, Names: names, Mode: mode}, &r)
 	return r
 }
 
-func activeNames(r client.LoadResult) []string {
+func activeNames(r api.LoadResult) []string {
 	var out []string
 	for _, a := range r.ActiveSkills {
 		out = append(out, a.Name)
@@ -375,24 +198,24 @@ func activeNames(r client.LoadResult) []string {
 func TestDaemonReadBeforeLoad(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	sid := h.session(peerA)
-	h.fails(peerA, "skills.read", client.ReadParams{SessionID: sid, Path: "SKILL.md"}, KindInvalidParams, "skills.load")
-	h.fails(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, KindInvalidParams, "skills.load")
+	h.fails(peerA, "skills.read", api.ReadParams{SessionID: sid, Path: "SKILL.md"}, api.KindInvalidParams, "skills.load")
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, api.KindInvalidParams, "skills.load")
 	h.load(peerA, sid, "", "hello")
 	// A skill that is indexed but not loaded in this session is refused too.
-	h.fails(peerA, "skills.read", client.ReadParams{SessionID: sid, Skill: "other", Path: "SKILL.md"}, KindInvalidParams, "not loaded")
+	h.fails(peerA, "skills.read", api.ReadParams{SessionID: sid, Skill: "other", Path: "SKILL.md"}, api.KindInvalidParams, "not loaded")
 
-	var rr client.ReadResult
-	h.ok(peerA, "skills.read", client.ReadParams{SessionID: sid, Path: "references/a.md"}, &rr)
+	var rr api.ReadResult
+	h.ok(peerA, "skills.read", api.ReadParams{SessionID: sid, Path: "references/a.md"}, &rr)
 	if rr.Skill != "hello" || rr.Content != "reference A\n" || rr.Encoding != "utf-8" || rr.Size != 12 {
 		t.Errorf("read result %+v", rr)
 	}
 	for _, p := range []string{"../other/SKILL.md", "/etc/passwd", "references/../../other/SKILL.md"} {
-		h.fails(peerA, "skills.read", client.ReadParams{SessionID: sid, Path: p}, KindInvalidParams)
+		h.fails(peerA, "skills.read", api.ReadParams{SessionID: sid, Path: p}, api.KindInvalidParams)
 	}
-	h.fails(peerA, "skills.read", client.ReadParams{SessionID: sid, Path: "references/missing.md"}, KindNotFound)
+	h.fails(peerA, "skills.read", api.ReadParams{SessionID: sid, Path: "references/missing.md"}, api.KindNotFound)
 
 	// Reads are audited: served and refused alike.
-	reads := h.audit.events(audit.EventSkillRead)
+	reads := h.audit.Events(audit.EventSkillRead)
 	if len(reads) != 5 {
 		t.Fatalf("%d read records, want 5", len(reads))
 	}
@@ -433,35 +256,35 @@ func TestDaemonLoadReplaceAddCap(t *testing.T) {
 		t.Fatalf("add third: %v", got)
 	}
 	// Over the cap: refused, and the session is unchanged.
-	h.fails(peerA, "skills.load", client.LoadParams{SessionID: sid, Names: []string{"fourth"}, Mode: "add"}, KindLimitExceeded, "limit is 3", "skills.unload")
-	h.fails(peerA, "skills.load", client.LoadParams{SessionID: sid, Names: []string{"hello", "other", "third", "fourth"}}, KindLimitExceeded)
-	var ins client.InstructionsResult
-	h.ok(peerA, "sessions.instructions", client.SessionParams{SessionID: sid}, &ins)
+	h.fails(peerA, "skills.load", api.LoadParams{SessionID: sid, Names: []string{"fourth"}, Mode: "add"}, api.KindLimitExceeded, "limit is 3", "skills.unload")
+	h.fails(peerA, "skills.load", api.LoadParams{SessionID: sid, Names: []string{"hello", "other", "third", "fourth"}}, api.KindLimitExceeded)
+	var ins api.InstructionsResult
+	h.ok(peerA, "sessions.instructions", api.SessionParams{SessionID: sid}, &ins)
 	if strings.Contains(ins.ActiveSkills, `name="fourth"`) || !strings.Contains(ins.ActiveSkills, `name="third"`) {
 		t.Errorf("cap refusal changed the session: %s", ins.ActiveSkills)
 	}
 	// Unknown names, bad names, bad modes, nothing to load.
-	h.fails(peerA, "skills.load", client.LoadParams{SessionID: sid, Names: []string{"nope"}}, KindNotFound, `"nope"`, "skills.list")
-	h.fails(peerA, "skills.load", client.LoadParams{SessionID: sid, Names: []string{"Bad Name"}}, KindInvalidParams)
-	h.fails(peerA, "skills.load", client.LoadParams{SessionID: sid, Names: []string{"hello"}, Mode: "merge"}, KindInvalidParams, "replace")
-	h.fails(peerA, "skills.load", client.LoadParams{SessionID: sid}, KindInvalidParams)
-	h.fails(peerA, "skills.load", map[string]any{"session_id": sid, "names": []string{"hello"}, "nmae": 1}, KindInvalidParams, "nmae")
+	h.fails(peerA, "skills.load", api.LoadParams{SessionID: sid, Names: []string{"nope"}}, api.KindNotFound, `"nope"`, "skills.list")
+	h.fails(peerA, "skills.load", api.LoadParams{SessionID: sid, Names: []string{"Bad Name"}}, api.KindInvalidParams)
+	h.fails(peerA, "skills.load", api.LoadParams{SessionID: sid, Names: []string{"hello"}, Mode: "merge"}, api.KindInvalidParams, "replace")
+	h.fails(peerA, "skills.load", api.LoadParams{SessionID: sid}, api.KindInvalidParams)
+	h.fails(peerA, "skills.load", map[string]any{"session_id": sid, "names": []string{"hello"}, "nmae": 1}, api.KindInvalidParams, "nmae")
 
 	// Unload one, unload all.
-	var ur client.LoadResult
-	h.ok(peerA, "skills.unload", client.UnloadParams{SessionID: sid, Names: []string{"other"}}, &ur)
+	var ur api.LoadResult
+	h.ok(peerA, "skills.unload", api.UnloadParams{SessionID: sid, Names: []string{"other"}}, &ur)
 	if got := activeNames(ur); strings.Join(got, ",") != "hello,third" {
 		t.Fatalf("unload: %v", got)
 	}
-	h.fails(peerA, "skills.unload", client.UnloadParams{SessionID: sid, Names: []string{"other"}}, KindNotFound)
-	h.ok(peerA, "skills.unload", client.UnloadParams{SessionID: sid, All: true}, &ur)
+	h.fails(peerA, "skills.unload", api.UnloadParams{SessionID: sid, Names: []string{"other"}}, api.KindNotFound)
+	h.ok(peerA, "skills.unload", api.UnloadParams{SessionID: sid, All: true}, &ur)
 	if len(ur.ActiveSkills) != 0 {
 		t.Fatalf("unload all: %v", activeNames(ur))
 	}
-	if n := len(h.audit.events(audit.EventSkillLoad)); n != 5 {
+	if n := len(h.audit.Events(audit.EventSkillLoad)); n != 5 {
 		t.Errorf("%d load records, want 5 (one per skill loaded)", n)
 	}
-	if n := len(h.audit.events(audit.EventSkillUnload)); n != 3 {
+	if n := len(h.audit.Events(audit.EventSkillUnload)); n != 3 {
 		t.Errorf("%d unload records, want 3", n)
 	}
 }
@@ -470,7 +293,7 @@ func TestDaemonDigestChangedSinceLoad(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	sid := h.session(peerA)
 	h.load(peerA, sid, "", "hello")
-	h.ok(peerA, "skills.read", client.ReadParams{SessionID: sid, Path: "references/a.md"}, nil)
+	h.ok(peerA, "skills.read", api.ReadParams{SessionID: sid, Path: "references/a.md"}, nil)
 
 	// The skill's files change on disk and the registry re-indexes it.
 	sk, _ := h.index.Get("hello")
@@ -483,20 +306,20 @@ func TestDaemonDigestChangedSinceLoad(t *testing.T) {
 		t.Fatalf("digest did not change: %v", err)
 	}
 	changed.Digest = dg
-	h.index.put(&changed)
+	h.index.Put(&changed)
 
-	h.fails(peerA, "skills.read", client.ReadParams{SessionID: sid, Path: "references/a.md"}, KindInvalidParams, "changed on disk", "skills.load")
-	h.fails(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, KindInvalidParams, "changed on disk")
+	h.fails(peerA, "skills.read", api.ReadParams{SessionID: sid, Path: "references/a.md"}, api.KindInvalidParams, "changed on disk", "skills.load")
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, api.KindInvalidParams, "changed on disk")
 	if n := len(h.rt.Jobs()); n != 0 {
 		t.Fatalf("a changed skill ran %d times", n)
 	}
-	var cr client.CheckToolResult
-	h.ok(peerA, "tools.check", client.CheckToolParams{SessionID: sid, Tool: "skills.read"}, &cr)
+	var cr api.CheckToolResult
+	h.ok(peerA, "tools.check", api.CheckToolParams{SessionID: sid, Tool: "skills.read"}, &cr)
 	if cr.Decision != "deny" || !strings.Contains(cr.Reason, "changed on disk") {
 		t.Errorf("tools.check with a changed skill: %+v", cr)
 	}
-	var ins client.InstructionsResult
-	h.ok(peerA, "sessions.instructions", client.SessionParams{SessionID: sid}, &ins)
+	var ins api.InstructionsResult
+	h.ok(peerA, "sessions.instructions", api.SessionParams{SessionID: sid}, &ins)
 	if !strings.Contains(ins.Instructions, `"hello" changed on disk`) {
 		t.Errorf("instructions do not flag the changed skill:\n%s", ins.Instructions)
 	}
@@ -506,12 +329,12 @@ func TestDaemonDigestChangedSinceLoad(t *testing.T) {
 	if r.ActiveSkills[0].Digest != dg {
 		t.Fatalf("reload digest %s, want %s", r.ActiveSkills[0].Digest, dg)
 	}
-	h.ok(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, nil)
+	h.ok(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, nil)
 
 	// A loaded skill that disappears from the index.
-	h.index.remove("hello")
-	h.fails(peerA, "skills.read", client.ReadParams{SessionID: sid, Path: "references/a.md"}, KindNotFound, "unload")
-	h.ok(peerA, "tools.check", client.CheckToolParams{SessionID: sid, Tool: "skills.read"}, &cr)
+	h.index.Remove("hello")
+	h.fails(peerA, "skills.read", api.ReadParams{SessionID: sid, Path: "references/a.md"}, api.KindNotFound, "unload")
+	h.ok(peerA, "tools.check", api.CheckToolParams{SessionID: sid, Tool: "skills.read"}, &cr)
 	if cr.Decision != "deny" {
 		t.Errorf("tools.check with a vanished skill: %+v", cr)
 	}
@@ -521,9 +344,9 @@ func TestDaemonConfirmationBinding(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	sid := h.session(peerA)
 	h.load(peerA, sid, "", "guarded-deploy")
-	params := client.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"web", "staging"}}
+	params := api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"web", "staging"}}
 
-	e := h.fails(peerA, "skills.run_script", params, KindConfirmationRequired, "confirmation_id")
+	e := h.fails(peerA, "skills.run_script", params, api.KindConfirmationRequired, "confirmation_id")
 	id, _ := e.Data["confirmation_id"].(string)
 	digest, _ := e.Data["digest"].(string)
 	if !strings.HasPrefix(id, "cnf_") || !strings.HasPrefix(digest, "sha256:") || !strings.Contains(fmt.Sprint(e.Data["rule"]), "needs-approval") {
@@ -533,34 +356,34 @@ func TestDaemonConfirmationBinding(t *testing.T) {
 		t.Fatalf("ran before approval")
 	}
 	// Asking again before a decision returns the same request.
-	e2 := h.fails(peerA, "skills.run_script", params, KindConfirmationRequired)
+	e2 := h.fails(peerA, "skills.run_script", params, api.KindConfirmationRequired)
 	if e2.Data["confirmation_id"] != id {
 		t.Errorf("repeat asked again: %v vs %s", e2.Data["confirmation_id"], id)
 	}
 	// Pending: using the id says it is still waiting.
 	withID := params
 	withID.ConfirmationID = id
-	h.fails(peerA, "skills.run_script", withID, KindConfirmationRequired, "still waiting")
+	h.fails(peerA, "skills.run_script", withID, api.KindConfirmationRequired, "still waiting")
 
 	// The requester sees its own request; a stranger sees nothing.
 	var lst struct {
-		Confirmations []client.Confirmation `json:"confirmations"`
+		Confirmations []api.Confirmation `json:"confirmations"`
 	}
-	h.ok(peerA, "confirmations.list", client.ListConfirmationsParams{}, &lst)
+	h.ok(peerA, "confirmations.list", api.ListConfirmationsParams{}, &lst)
 	if len(lst.Confirmations) != 1 || lst.Confirmations[0].ID != id || lst.Confirmations[0].Details["script"] != "scripts/deploy.sh" {
 		t.Errorf("requester's list: %+v", lst.Confirmations)
 	}
-	h.ok(peerB, "confirmations.list", client.ListConfirmationsParams{}, &lst)
+	h.ok(peerB, "confirmations.list", api.ListConfirmationsParams{}, &lst)
 	if len(lst.Confirmations) != 0 {
 		t.Errorf("another uid sees %d confirmations", len(lst.Confirmations))
 	}
 
 	// Non-approvers cannot approve, not even their own request.
-	h.fails(peerA, "confirmations.approve", client.ConfirmationIDParams{ID: id}, KindDenied, "uid 1000 is not an approver")
-	h.fails(peerB, "confirmations.approve", client.ConfirmationIDParams{ID: id}, KindDenied)
-	h.fails(peerB, "confirmations.deny", client.ConfirmationIDParams{ID: id}, KindDenied)
+	h.fails(peerA, "confirmations.approve", api.ConfirmationIDParams{ID: id}, api.KindDenied, "uid 1000 is not an approver")
+	h.fails(peerB, "confirmations.approve", api.ConfirmationIDParams{ID: id}, api.KindDenied)
+	h.fails(peerB, "confirmations.deny", api.ConfirmationIDParams{ID: id}, api.KindDenied)
 	refusals := 0
-	for _, r := range h.audit.events(audit.EventConfirmApprove) {
+	for _, r := range h.audit.Events(audit.EventConfirmApprove) {
 		if r.Outcome == audit.OutcomeRefused {
 			refusals++
 		}
@@ -570,12 +393,12 @@ func TestDaemonConfirmationBinding(t *testing.T) {
 	}
 
 	// An approver named by uid sees it and approves it.
-	h.ok(peerApprover, "confirmations.list", client.ListConfirmationsParams{State: "pending"}, &lst)
+	h.ok(peerApprover, "confirmations.list", api.ListConfirmationsParams{State: "pending"}, &lst)
 	if len(lst.Confirmations) != 1 {
 		t.Fatalf("approver's list: %+v", lst.Confirmations)
 	}
-	var c client.Confirmation
-	h.ok(peerApprover, "confirmations.approve", client.ConfirmationIDParams{ID: id}, &c)
+	var c api.Confirmation
+	h.ok(peerApprover, "confirmations.approve", api.ConfirmationIDParams{ID: id}, &c)
 	if c.State != "approved" || c.DecidedBy == nil || c.DecidedBy.UID != peerApprover.UID {
 		t.Fatalf("approve: %+v", c)
 	}
@@ -584,46 +407,46 @@ func TestDaemonConfirmationBinding(t *testing.T) {
 	// limits, script or session are refused and leave the approval intact.
 	other := withID
 	other.Args = []string{"web", "production"}
-	h.fails(peerA, "skills.run_script", other, KindInvalidParams, "different request")
+	h.fails(peerA, "skills.run_script", other, api.KindInvalidParams, "different request")
 	other = withID
 	other.Env = map[string]string{"DEBUG": "1"}
-	h.fails(peerA, "skills.run_script", other, KindInvalidParams, "different request")
+	h.fails(peerA, "skills.run_script", other, api.KindInvalidParams, "different request")
 	other = withID
 	other.TimeoutMS = 1000
-	h.fails(peerA, "skills.run_script", other, KindInvalidParams, "different request")
+	h.fails(peerA, "skills.run_script", other, api.KindInvalidParams, "different request")
 	sidB := h.session(peerA)
 	h.load(peerA, sidB, "", "guarded-deploy")
 	other = withID
 	other.SessionID = sidB
-	h.fails(peerA, "skills.run_script", other, KindNotFound)
+	h.fails(peerA, "skills.run_script", other, api.KindNotFound)
 	if n := len(h.rt.Jobs()); n != 0 {
 		t.Fatalf("a mismatched call ran")
 	}
 
 	// The approved call runs once.
-	var res client.RunScriptResult
+	var res api.RunScriptResult
 	h.ok(peerA, "skills.run_script", withID, &res)
 	if res.ExitCode != 0 || res.Reason != "exit" {
 		t.Fatalf("approved run: %+v", res)
 	}
-	starts := h.audit.events(audit.EventRunStart)
+	starts := h.audit.Events(audit.EventRunStart)
 	if len(starts) != 1 || starts[0].Run.ConfirmationID != id || starts[0].Run.Digest != digest {
 		t.Errorf("run.start does not name the approval: %+v", starts)
 	}
-	h.fails(peerA, "skills.run_script", withID, KindInvalidParams, "already used")
+	h.fails(peerA, "skills.run_script", withID, api.KindInvalidParams, "already used")
 	if n := len(h.rt.Jobs()); n != 1 {
 		t.Fatalf("%d runs, want exactly 1", n)
 	}
 
 	// A denied request cannot run.
-	e = h.fails(peerA, "skills.run_script", params, KindConfirmationRequired)
+	e = h.fails(peerA, "skills.run_script", params, api.KindConfirmationRequired)
 	id2 := e.Data["confirmation_id"].(string)
 	if id2 == id {
 		t.Fatal("a used confirmation was handed out again")
 	}
-	h.ok(peerRoot, "confirmations.deny", client.ConfirmationIDParams{ID: id2}, &c)
+	h.ok(peerRoot, "confirmations.deny", api.ConfirmationIDParams{ID: id2}, &c)
 	withID.ConfirmationID = id2
-	h.fails(peerA, "skills.run_script", withID, KindDenied, "denied")
+	h.fails(peerA, "skills.run_script", withID, api.KindDenied, "denied")
 }
 
 func TestDaemonSessionsInvisibleAcrossUIDs(t *testing.T) {
@@ -635,42 +458,42 @@ func TestDaemonSessionsInvisibleAcrossUIDs(t *testing.T) {
 		method string
 		params any
 	}{
-		{"sessions.instructions", client.SessionParams{SessionID: sid}},
-		{"skills.list", client.ListSkillsParams{SessionID: sid}},
-		{"skills.load", client.LoadParams{SessionID: sid, Names: []string{"other"}}},
-		{"skills.unload", client.UnloadParams{SessionID: sid, All: true}},
-		{"skills.read", client.ReadParams{SessionID: sid, Path: "SKILL.md"}},
-		{"skills.run_script", client.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}},
-		{"tools.check", client.CheckToolParams{SessionID: sid, Tool: "Read"}},
-		{"sessions.close", client.SessionParams{SessionID: sid}},
+		{"sessions.instructions", api.SessionParams{SessionID: sid}},
+		{"skills.list", api.ListSkillsParams{SessionID: sid}},
+		{"skills.load", api.LoadParams{SessionID: sid, Names: []string{"other"}}},
+		{"skills.unload", api.UnloadParams{SessionID: sid, All: true}},
+		{"skills.read", api.ReadParams{SessionID: sid, Path: "SKILL.md"}},
+		{"skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}},
+		{"tools.check", api.CheckToolParams{SessionID: sid, Tool: "Read"}},
+		{"sessions.close", api.SessionParams{SessionID: sid}},
 	} {
 		// Not "forbidden": another uid cannot even tell the session exists.
-		e := h.fails(peerB, tc.method, tc.params, KindNotFound, sid)
+		e := h.fails(peerB, tc.method, tc.params, api.KindNotFound, sid)
 		if strings.Contains(e.Message, "1000") {
 			t.Errorf("%s leaks the owner: %s", tc.method, e.Message)
 		}
 		// Root is not special either: sessions belong to their uid.
-		h.fails(peerRoot, tc.method, tc.params, KindNotFound)
+		h.fails(peerRoot, tc.method, tc.params, api.KindNotFound)
 	}
 	// The owner's session is untouched.
-	var ins client.InstructionsResult
-	h.ok(peerA, "sessions.instructions", client.SessionParams{SessionID: sid}, &ins)
+	var ins api.InstructionsResult
+	h.ok(peerA, "sessions.instructions", api.SessionParams{SessionID: sid}, &ins)
 	if !strings.Contains(ins.ActiveSkills, `name="hello"`) {
 		t.Errorf("owner's session lost its skill: %s", ins.ActiveSkills)
 	}
 	if n := len(h.rt.Jobs()); n != 0 {
 		t.Errorf("another uid ran a script in the session")
 	}
-	h.ok(peerA, "sessions.close", client.SessionParams{SessionID: sid}, nil)
-	h.fails(peerA, "sessions.instructions", client.SessionParams{SessionID: sid}, KindNotFound, "sessions.create")
+	h.ok(peerA, "sessions.close", api.SessionParams{SessionID: sid}, nil)
+	h.fails(peerA, "sessions.instructions", api.SessionParams{SessionID: sid}, api.KindNotFound, "sessions.create")
 }
 
 func TestDaemonInstructions(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	sid := h.session(peerA)
 	h.load(peerA, sid, "", "other", "hello")
-	var ins client.InstructionsResult
-	h.ok(peerA, "sessions.instructions", client.SessionParams{SessionID: sid}, &ins)
+	var ins api.InstructionsResult
+	h.ok(peerA, "sessions.instructions", api.SessionParams{SessionID: sid}, &ins)
 	for _, want := range []string{"skills.load", "<available_skills>", "</available_skills>", "<active_skills>", "</active_skills>", "Use scripts/run.py for hello."} {
 		if !strings.Contains(ins.Instructions, want) {
 			t.Errorf("instructions lack %q:\n%s", want, ins.Instructions)
@@ -716,12 +539,12 @@ policy "zz-deny-push" {
 }
 `
 
-func toolSkills() []skillSpec {
-	return []skillSpec{
-		{name: "gitter"}, // declares no allowed-tools
-		{name: "reader", allowed: []string{"Read", "skills.read"}},
-		{name: "writer", allowed: []string{"Write", "Bash(git push:*)"}},
-		{name: "writer-b"}, // also needs confirmation for Write, lists nothing
+func toolSkills() []servicetest.SkillSpec {
+	return []servicetest.SkillSpec{
+		{Name: "gitter"}, // declares no allowed-tools
+		{Name: "reader", Allowed: []string{"Read", "skills.read"}},
+		{Name: "writer", Allowed: []string{"Write", "Bash(git push:*)"}},
+		{Name: "writer-b"}, // also needs confirmation for Write, lists nothing
 	}
 }
 
@@ -789,11 +612,11 @@ func TestDaemonToolsCheck(t *testing.T) {
 					h.load(peerA, sid, "replace", tc.active...)
 				}
 				for _, c := range tc.checks {
-					p := client.CheckToolParams{SessionID: sid, Tool: c.tool}
+					p := api.CheckToolParams{SessionID: sid, Tool: c.tool}
 					if c.input != "" {
 						p.Input = json.RawMessage(c.input)
 					}
-					var r client.CheckToolResult
+					var r api.CheckToolResult
 					h.ok(peerA, "tools.check", p, &r)
 					if r.Decision != c.want || !strings.Contains(r.Rule, c.rule) {
 						t.Errorf("%s %s: got %s by %q (%s), want %s by %q", c.tool, c.input, r.Decision, r.Rule, r.Reason, c.want, c.rule)
@@ -804,10 +627,10 @@ func TestDaemonToolsCheck(t *testing.T) {
 	}
 	h := newHarness(t, fmt.Sprintf(toolsConfig, ""), toolSkills())
 	sid := h.session(peerA)
-	h.fails(peerA, "tools.check", client.CheckToolParams{SessionID: sid}, KindInvalidParams, "tool is required")
+	h.fails(peerA, "tools.check", api.CheckToolParams{SessionID: sid}, api.KindInvalidParams, "tool is required")
 	h.load(peerA, sid, "", "gitter")
-	h.ok(peerA, "tools.check", client.CheckToolParams{SessionID: sid, Tool: "Read"}, nil)
-	if recs := h.audit.events(audit.EventDecision); len(recs) != 1 || recs[0].Decision.Tool != "Read" || recs[0].Decision.Effect != "allow" || recs[0].SessionID != sid {
+	h.ok(peerA, "tools.check", api.CheckToolParams{SessionID: sid, Tool: "Read"}, nil)
+	if recs := h.audit.Events(audit.EventDecision); len(recs) != 1 || recs[0].Decision.Tool != "Read" || recs[0].Decision.Effect != "allow" || recs[0].SessionID != sid {
 		t.Errorf("decision not audited: %+v", recs)
 	}
 }
@@ -829,10 +652,10 @@ policy "slow" {
 		return &runtime.Result{ExitCode: 3, Reason: runtime.ReasonExit, Stdout: []byte("out"), Stderr: []byte("err!"),
 			Outputs: []runtime.OutputFile{{Path: "r.txt", Size: 2, SHA256: "abc", Data: []byte("ok")}}, Runtime: "fake"}, nil
 	}
-	var res client.RunScriptResult
-	h.ok(peerA, "skills.run_script", client.RunScriptParams{
+	var res api.RunScriptResult
+	h.ok(peerA, "skills.run_script", api.RunScriptParams{
 		SessionID: sid, Path: "scripts/run.py", Args: []string{"a b", "--x"}, Env: map[string]string{"MODE": "fast"},
-		Stdin: "input", TimeoutMS: 5000, Files: []client.File{client.NewFile("in.txt", []byte("data"))},
+		Stdin: "input", TimeoutMS: 5000, Files: []api.File{api.NewFile("in.txt", []byte("data"))},
 	}, &res)
 	if res.ExitCode != 3 || res.Stdout != "out" || res.Stderr != "err!" || len(res.Outputs) != 1 || res.Outputs[0].Content == "" || res.Image != "python" {
 		t.Errorf("result %+v", res)
@@ -855,7 +678,7 @@ policy "slow" {
 		t.Errorf("job id %q rootfs %q", j.ID, j.RootFS)
 	}
 
-	starts, ends := h.audit.events(audit.EventRunStart), h.audit.events(audit.EventRunEnd)
+	starts, ends := h.audit.Events(audit.EventRunStart), h.audit.Events(audit.EventRunEnd)
 	if len(starts) != 1 || len(ends) != 1 {
 		t.Fatalf("%d starts, %d ends", len(starts), len(ends))
 	}
@@ -886,17 +709,17 @@ policy "slow" {
 
 	// Refusals before anything runs.
 	for _, tc := range []struct {
-		p    client.RunScriptParams
+		p    api.RunScriptParams
 		kind string
 		want string
 	}{
-		{client.RunScriptParams{Path: "SKILL.md"}, KindInvalidParams, "scripts/"},
-		{client.RunScriptParams{Path: "scripts/../SKILL.md"}, KindInvalidParams, ".."},
-		{client.RunScriptParams{Path: "scripts/missing.py"}, KindNotFound, "not found"},
-		{client.RunScriptParams{Path: "scripts/run.py", Env: map[string]string{"LD_PRELOAD": "/x.so"}}, KindInvalidParams, "LD_PRELOAD"},
-		{client.RunScriptParams{Path: "scripts/run.py", Files: []client.File{client.NewFile("../x", nil)}}, KindInvalidParams, "base name"},
-		{client.RunScriptParams{Path: "scripts/run.py", Network: true}, KindDenied, "network"},
-		{client.RunScriptParams{Path: "scripts/run.py", TimeoutMS: -1}, KindInvalidParams, "timeout_ms"},
+		{api.RunScriptParams{Path: "SKILL.md"}, api.KindInvalidParams, "scripts/"},
+		{api.RunScriptParams{Path: "scripts/../SKILL.md"}, api.KindInvalidParams, ".."},
+		{api.RunScriptParams{Path: "scripts/missing.py"}, api.KindNotFound, "not found"},
+		{api.RunScriptParams{Path: "scripts/run.py", Env: map[string]string{"LD_PRELOAD": "/x.so"}}, api.KindInvalidParams, "LD_PRELOAD"},
+		{api.RunScriptParams{Path: "scripts/run.py", Files: []api.File{api.NewFile("../x", nil)}}, api.KindInvalidParams, "base name"},
+		{api.RunScriptParams{Path: "scripts/run.py", Network: true}, api.KindDenied, "network"},
+		{api.RunScriptParams{Path: "scripts/run.py", TimeoutMS: -1}, api.KindInvalidParams, "timeout_ms"},
 	} {
 		tc.p.SessionID = sid
 		h.fails(peerA, "skills.run_script", tc.p, tc.kind, tc.want)
@@ -910,46 +733,46 @@ func TestDaemonRunRefusedWhenAuditFails(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	sid := h.session(peerA)
 	h.load(peerA, sid, "", "hello")
-	h.audit.fail(errors.New("no space left on device"))
-	h.fails(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, KindUnavailable, "audit log cannot be written", "no space left", "runs included")
-	h.fails(peerA, "skills.read", client.ReadParams{SessionID: sid, Path: "SKILL.md"}, KindUnavailable)
+	h.audit.Fail(errors.New("no space left on device"))
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, api.KindUnavailable, "audit log cannot be written", "no space left", "runs included")
+	h.fails(peerA, "skills.read", api.ReadParams{SessionID: sid, Path: "SKILL.md"}, api.KindUnavailable)
 	if n := len(h.rt.Jobs()); n != 0 {
 		t.Fatalf("ran without an audit log")
 	}
-	h.audit.fail(nil)
-	h.ok(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, nil)
+	h.audit.Fail(nil)
+	h.ok(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, nil)
 
 	// The run.start record is written before the sandbox starts: if it
 	// fails the runtime is never called; if the end record fails the
 	// result is withheld.
 	h.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-		h.audit.fail(errors.New("disk died"))
+		h.audit.Fail(errors.New("disk died"))
 		return &runtime.Result{Reason: runtime.ReasonExit, Stdout: []byte("secret")}, nil
 	}
-	h.fails(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, KindUnavailable, "disk died")
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, api.KindUnavailable, "disk died")
 }
 
 func TestDaemonApprovalNotBurnedWhenAuditDown(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	sid := h.session(peerA)
 	h.load(peerA, sid, "", "guarded-deploy")
-	p := client.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"web", "staging"}}
-	e := h.fails(peerA, "skills.run_script", p, KindConfirmationRequired)
+	p := api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"web", "staging"}}
+	e := h.fails(peerA, "skills.run_script", p, api.KindConfirmationRequired)
 	p.ConfirmationID = e.Data["confirmation_id"].(string)
-	h.ok(peerRoot, "confirmations.approve", client.ConfirmationIDParams{ID: p.ConfirmationID}, nil)
+	h.ok(peerRoot, "confirmations.approve", api.ConfirmationIDParams{ID: p.ConfirmationID}, nil)
 
 	// The decision record goes first, so an outage refuses the call before
 	// the approval is looked at; once the log is back the approval works.
-	h.audit.fail(errors.New("read-only file system"))
-	h.fails(peerA, "skills.run_script", p, KindUnavailable)
-	h.audit.fail(nil)
+	h.audit.Fail(errors.New("read-only file system"))
+	h.fails(peerA, "skills.run_script", p, api.KindUnavailable)
+	h.audit.Fail(nil)
 	h.ok(peerA, "skills.run_script", p, nil)
 }
 
 func TestDaemonOverSocket(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	path := filepath.Join(t.TempDir(), "d.sock")
-	ln, err := Listen(path, 0o600, "")
+	ln, err := jsonrpc.Listen(path, 0o600, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -973,15 +796,15 @@ func TestDaemonOverSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"hello"}}); err != nil {
+	if _, err := cl.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hello"}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := cl.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/run.sh", Args: []string{"x"}})
+	res, err := cl.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh", Args: []string{"x"}})
 	if err != nil || !strings.Contains(res.Stdout, "bash /skill/scripts/run.sh x") {
 		t.Fatalf("run over the socket: %+v %v", res, err)
 	}
 	// The peer is the kernel's: this process.
-	if recs := h.audit.events(audit.EventSessionCreate); len(recs) != 1 || recs[0].Peer.UID != uint32(os.Getuid()) || recs[0].Peer.PID != int32(os.Getpid()) {
+	if recs := h.audit.Events(audit.EventSessionCreate); len(recs) != 1 || recs[0].Peer.UID != uint32(os.Getuid()) || recs[0].Peer.PID != int32(os.Getpid()) {
 		t.Errorf("session.create peer %+v", recs)
 	}
 
@@ -1013,10 +836,10 @@ func TestDaemonOverSocket(t *testing.T) {
 		c, _ := e["code"].(float64)
 		return c
 	}
-	if m := roundTrip(`{"jsonrpc":"2.0","id":1,"method":"sessions.create"`); code(m) != CodeParseError {
+	if m := roundTrip(`{"jsonrpc":"2.0","id":1,"method":"sessions.create"`); code(m) != jsonrpc.CodeParseError {
 		t.Errorf("malformed JSON: %v", m)
 	}
-	if m := roundTrip(`{"jsonrpc":"2.0","id":2,"method":"skills.lodd","params":{}}`); code(m) != CodeMethodNotFound || !strings.Contains(fmt.Sprint(m["error"]), "skills.load") {
+	if m := roundTrip(`{"jsonrpc":"2.0","id":2,"method":"skills.lodd","params":{}}`); code(m) != jsonrpc.CodeMethodNotFound || !strings.Contains(fmt.Sprint(m["error"]), "skills.load") {
 		t.Errorf("unknown method: %v", m)
 	}
 	if m := roundTrip(`{"jsonrpc":"2.0","id":3,"method":"skills.list","params":{"session_id":"` + sid + `"}}`); m["error"] != nil || m["result"] == nil {

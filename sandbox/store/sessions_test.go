@@ -1,4 +1,4 @@
-package sandbox
+package store
 
 import (
 	"errors"
@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // fakeClock is a settable clock for the stores.
@@ -45,7 +47,7 @@ func TestSessionsPersistAcrossReopen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !validRandomID(s.ID, "ses_") {
+	if !ValidID(s.ID, "ses_") {
 		t.Fatalf("session id %q", s.ID)
 	}
 	var seen *Session
@@ -91,30 +93,30 @@ func TestSessionsInvisibleToOtherUIDs(t *testing.T) {
 
 	_, errB := ss.Get(a.ID, 1001)
 	_, errNone := ss.Get("ses_"+strings.Repeat("0", 32), 1001)
-	if !errors.Is(errB, ErrNotFound) || !errors.Is(errNone, ErrNotFound) {
+	if !errors.Is(errB, api.ErrNotFound) || !errors.Is(errNone, api.ErrNotFound) {
 		t.Fatalf("Get by another uid: %v", errB)
 	}
 	// The answer does not reveal that the session exists.
 	if strings.Replace(errB.Error(), a.ID, "X", 1) != strings.Replace(errNone.Error(), "ses_"+strings.Repeat("0", 32), "X", 1) {
 		t.Fatalf("errors differ: %q vs %q", errB, errNone)
 	}
-	if err := ss.Update(a.ID, 1001, func(*Session) error { return nil }); !errors.Is(err, ErrNotFound) {
+	if err := ss.Update(a.ID, 1001, func(*Session) error { return nil }); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("Update by another uid: %v", err)
 	}
-	if err := ss.Close(a.ID, 1001); !errors.Is(err, ErrNotFound) {
+	if err := ss.Close(a.ID, 1001); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("Close by another uid: %v", err)
 	}
 	if l, _ := ss.List(1001); len(l) != 0 {
 		t.Fatalf("List by another uid: %v", l)
 	}
-	if _, err := ss.Get("../../etc", 1000); !errors.Is(err, ErrNotFound) {
+	if _, err := ss.Get("../../etc", 1000); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("malformed id: %v", err)
 	}
 	// The owner still has it, and can close it once.
 	if err := ss.Close(a.ID, 1000); err != nil {
 		t.Fatal(err)
 	}
-	if err := ss.Close(a.ID, 1000); !errors.Is(err, ErrNotFound) {
+	if err := ss.Close(a.ID, 1000); !errors.Is(err, api.ErrNotFound) {
 		t.Fatalf("second Close: %v", err)
 	}
 }
@@ -154,7 +156,7 @@ func TestSessionExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	clk.Advance(20 * time.Minute)
-	if _, err := ss.Get(b.ID, 7); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), "expired") {
+	if _, err := ss.Get(b.ID, 7); !errors.Is(err, api.ErrNotFound) || !strings.Contains(err.Error(), "expired") {
 		t.Fatalf("idle session: %v", err)
 	}
 	n, err := ss.Sweep()
@@ -181,7 +183,7 @@ func TestSessionLimitPerOwner(t *testing.T) {
 	ss := NewSessionStore(st, SessionOptions{MaxPerOwner: 2})
 	ss.Create(5)
 	ss.Create(5)
-	if _, err := ss.Create(5); !errors.Is(err, ErrLimitExceeded) {
+	if _, err := ss.Create(5); !errors.Is(err, api.ErrLimitExceeded) {
 		t.Fatalf("third session: %v", err)
 	}
 	if _, err := ss.Create(6); err != nil {
@@ -193,7 +195,7 @@ func TestStateDBSingleOpener(t *testing.T) {
 	dir := t.TempDir()
 	st := openState(t, dir)
 	defer st.Close()
-	if _, err := OpenStateDB(dir); err == nil || !errors.Is(err, ErrUnavailable) {
+	if _, err := OpenStateDB(dir); err == nil || !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("second open: %v", err)
 	}
 }

@@ -1,52 +1,13 @@
-package client
+package api
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"time"
 )
 
-// The wire types of skillbox's tool calls (DESIGN.md, "The tool calls").
-// The daemon's handlers encode these same structs, so a field renamed here is
-// renamed on both sides; JSON names are the protocol's and must not drift.
-
-// Method names.
-const (
-	MethodSessionsCreate       = "sessions.create"
-	MethodSessionsClose        = "sessions.close"
-	MethodSessionsInstructions = "sessions.instructions"
-	MethodSkillsList           = "skills.list"
-	MethodSkillsLoad           = "skills.load"
-	MethodSkillsUnload         = "skills.unload"
-	MethodSkillsRead           = "skills.read"
-	MethodSkillsRunScript      = "skills.run_script"
-	MethodToolsCheck           = "tools.check"
-	MethodConfirmationsList    = "confirmations.list"
-	MethodConfirmationsApprove = "confirmations.approve"
-	MethodConfirmationsDeny    = "confirmations.deny"
-)
-
-// Load modes for LoadParams.Mode.
-const (
-	LoadReplace = "replace"
-	LoadAdd     = "add"
-)
-
-// Decisions in CheckToolResult.Decision.
-const (
-	DecisionAllow   = "allow"
-	DecisionDeny    = "deny"
-	DecisionConfirm = "confirm"
-)
-
-// Run end reasons in RunScriptResult.Reason.
-const (
-	ReasonExit      = "exit"
-	ReasonTimeout   = "timeout"
-	ReasonOOM       = "oom"
-	ReasonPids      = "pids"
-	ReasonOutputCap = "output_cap"
-	ReasonKilled    = "killed"
-)
+// The params and results of the tool calls (docs/ARCHITECTURE.md).
+// JSON names are the protocol's and must not drift.
 
 // SessionParams names a session: sessions.close, sessions.instructions.
 type SessionParams struct {
@@ -151,9 +112,17 @@ type File struct {
 	Content string `json:"content"`
 }
 
+// NewFile makes an input file of data.
+func NewFile(name string, data []byte) File {
+	return File{Name: name, Content: base64.StdEncoding.EncodeToString(data)}
+}
+
 // RunScriptParams is skills.run_script's request. Path lies under the
 // skill's scripts/; the interpreter comes from its extension, never from the
 // caller. ConfirmationID repeats a call that policy held for approval.
+// Stream asks for run.started, run.output and run.exited events while the
+// script runs (JSON-RPC notifications; the result still carries the whole,
+// capped output).
 type RunScriptParams struct {
 	SessionID      string            `json:"session_id"`
 	Skill          string            `json:"skill,omitempty"`
@@ -164,11 +133,30 @@ type RunScriptParams struct {
 	TimeoutMS      int64             `json:"timeout_ms,omitempty"`
 	Files          []File            `json:"files,omitempty"`
 	Network        bool              `json:"network,omitempty"`
+	Stream         bool              `json:"stream,omitempty"`
 	ConfirmationID string            `json:"confirmation_id,omitempty"`
 }
 
-// RunScriptResult is skills.run_script's result. A script that fails is
-// still a result (ExitCode, Reason); errors are for runs that did not happen.
+// RunCodeParams is skills.run_code's request: code the caller wrote, run in
+// the same kind of sandbox as a script, with every active skill mounted
+// read-only. Language is LanguagePython, LanguageShell or LanguageNode.
+// Its result is a RunScriptResult.
+type RunCodeParams struct {
+	SessionID      string            `json:"session_id"`
+	Language       string            `json:"language"`
+	Code           string            `json:"code"`
+	Args           []string          `json:"args,omitempty"`
+	Files          []File            `json:"files,omitempty"`
+	Stdin          string            `json:"stdin,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	TimeoutMS      int64             `json:"timeout_ms,omitempty"`
+	Stream         bool              `json:"stream,omitempty"`
+	ConfirmationID string            `json:"confirmation_id,omitempty"`
+}
+
+// RunScriptResult is skills.run_script's (and skills.run_code's) result. A
+// script that fails is still a result (ExitCode, Reason); errors are for
+// runs that did not happen.
 type RunScriptResult struct {
 	RunID           string   `json:"run_id"`
 	Path            string   `json:"path"`
@@ -195,6 +183,24 @@ type Output struct {
 	Truncated bool   `json:"truncated,omitempty"`
 }
 
+// Data decodes an output file's content.
+func (o Output) Data() ([]byte, error) {
+	return base64.StdEncoding.DecodeString(o.Content)
+}
+
+// CancelRunParams is runs.cancel's request: stop run RunID (a run of the
+// caller's own uid) now. The run's own call then returns its result with
+// Reason "cancelled".
+type CancelRunParams struct {
+	RunID string `json:"run_id"`
+}
+
+// CancelRunResult is runs.cancel's result.
+type CancelRunResult struct {
+	RunID     string `json:"run_id"`
+	Cancelled bool   `json:"cancelled"`
+}
+
 // CheckToolParams is tools.check's request: may the host call Tool (in the
 // ecosystem's syntax, e.g. "Bash" or "skills.run_script") with Input now?
 type CheckToolParams struct {
@@ -216,44 +222,55 @@ type ListConfirmationsParams struct {
 	State     string `json:"state,omitempty"`
 }
 
+// ListConfirmationsResult is confirmations.list's result.
+type ListConfirmationsResult struct {
+	Confirmations []*Confirmation `json:"confirmations"`
+}
+
 // ConfirmationIDParams names a confirmation: confirmations.approve and
 // confirmations.deny.
 type ConfirmationIDParams struct {
 	ID string `json:"id"`
 }
 
+// ConfirmationState is where a confirmation is in its life. pending →
+// approved → used, or pending → denied, or pending/approved → expired;
+// denied, expired and used are final.
+type ConfirmationState string
+
 // Confirmation states.
 const (
-	ConfirmationPending  = "pending"
-	ConfirmationApproved = "approved"
-	ConfirmationDenied   = "denied"
-	ConfirmationExpired  = "expired"
-	ConfirmationUsed     = "used"
+	ConfirmationPending  ConfirmationState = "pending"
+	ConfirmationApproved ConfirmationState = "approved"
+	ConfirmationDenied   ConfirmationState = "denied"
+	ConfirmationExpired  ConfirmationState = "expired"
+	ConfirmationUsed     ConfirmationState = "used"
 )
 
-// Confirmation is a request for approval as confirmations.* report it.
-type Confirmation struct {
-	ID          string            `json:"id"`
-	SessionID   string            `json:"session_id"`
-	Digest      string            `json:"digest"`
-	Reason      string            `json:"reason"`
-	Rule        string            `json:"rule"`
-	State       string            `json:"state"`
-	Created     time.Time         `json:"created"`
-	Expires     time.Time         `json:"expires"`
-	RequestedBy uint32            `json:"requested_by"`
-	DecidedBy   *Peer             `json:"decided_by,omitempty"`
-	DecidedAt   *time.Time        `json:"decided_at,omitempty"`
-	UsedAt      *time.Time        `json:"used_at,omitempty"`
-	Details     map[string]string `json:"details,omitempty"`
+// Final reports whether no further change of state is possible.
+func (s ConfirmationState) Final() bool {
+	return s == ConfirmationDenied || s == ConfirmationExpired || s == ConfirmationUsed
 }
 
-// Peer is a process identified by the kernel (SO_PEERCRED).
-type Peer struct {
-	UID     uint32 `json:"uid"`
-	GID     uint32 `json:"gid"`
-	PID     int32  `json:"pid"`
-	Process string `json:"process,omitempty"`
+// Confirmation is one request for approval, as confirmations.* report it
+// and as the store keeps it.
+type Confirmation struct {
+	ID        string            `json:"id"`
+	SessionID string            `json:"session_id"`
+	Digest    string            `json:"digest"`
+	Reason    string            `json:"reason"`
+	Rule      string            `json:"rule"`
+	State     ConfirmationState `json:"state"`
+	Created   time.Time         `json:"created"`
+	Expires   time.Time         `json:"expires"`
+	// RequestedBy is the uid that owns the session the run was asked in.
+	RequestedBy uint32     `json:"requested_by"`
+	DecidedBy   *Peer      `json:"decided_by,omitempty"`
+	DecidedAt   *time.Time `json:"decided_at,omitempty"`
+	UsedAt      *time.Time `json:"used_at,omitempty"`
+	// Details is what an approver is shown besides Reason (skill, script,
+	// args, ...).
+	Details map[string]string `json:"details,omitempty"`
 }
 
 // ConfirmationRequiredData is the data of a confirmation_required error: the

@@ -1,4 +1,4 @@
-package sandbox
+package service
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"io"
 
 	"github.com/skillbox/skillbox/images"
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // StoreImages supplies rootfs from the local image store, building an image
@@ -15,7 +16,7 @@ type StoreImages struct {
 	Store   *images.Store
 	Recipes map[string]*images.Recipe
 	// Build lets Ensure build a missing image (minutes, inside the call that
-	// needs it). Without it a missing image fails fast with ErrUnavailable,
+	// needs it). Without it a missing image fails fast with api.ErrUnavailable,
 	// naming the command that builds it.
 	Build bool
 }
@@ -46,7 +47,7 @@ func (s *StoreImages) Built(name string) error {
 }
 
 // Available implements ImageChecker: an image that is built, or that may be
-// built on demand, is available; a missing one is ErrUnavailable with the
+// built on demand, is available; a missing one is api.ErrUnavailable with the
 // command that builds it.
 func (s *StoreImages) Available(name string) error {
 	err := s.Built(name)
@@ -58,11 +59,11 @@ func (s *StoreImages) Available(name string) error {
 			return nil
 		}
 		return fmt.Errorf("%w: image %s is not built: run %s (or set images { build_on_demand = true } in the config to build it on first use, which takes minutes)",
-			ErrUnavailable, name, BuildCommand(s.Store.Dir(), s.Recipes[name].Name))
+			api.ErrUnavailable, name, BuildCommand(s.Store.Dir(), s.Recipes[name].Name))
 	case errors.Is(err, images.ErrUnknownImage):
-		return fmt.Errorf("%w: %v", ErrInvalidParams, err)
+		return fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
 	default:
-		return fmt.Errorf("%w: image store %s: %v", ErrUnavailable, s.Store.Dir(), err)
+		return fmt.Errorf("%w: image store %s: %v", api.ErrUnavailable, s.Store.Dir(), err)
 	}
 }
 

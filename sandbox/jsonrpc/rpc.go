@@ -1,4 +1,4 @@
-package sandbox
+package jsonrpc
 
 // The JSON-RPC 2.0 transport: hosts talk to the daemon over a Unix stream
 // socket, one JSON object per line in each direction. The transport knows
@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/skillbox/skillbox/sandbox/api"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,6 +57,9 @@ const (
 	DefaultIdleTimeout     = 15 * time.Minute
 	DefaultLineTimeout     = 30 * time.Second
 	DefaultWriteTimeout    = 30 * time.Second
+	// DefaultNotificationQueue bounds the notifications waiting to be
+	// written to one connection.
+	DefaultNotificationQueue = 256
 )
 
 // MethodCancel is the built-in notification a client sends to cancel one of
@@ -71,11 +75,11 @@ var ErrServerClosed = errors.New("skillbox rpc server closed")
 // Errors used as the cancellation cause of a call's ctx (context.Cause), so
 // a handler (and the log) can tell why it was stopped.
 var (
-	ErrClientGone      = fmt.Errorf("the client closed its connection: %w", ErrUnavailable)
-	ErrCallCancelled   = fmt.Errorf("the client cancelled the call: %w", ErrUnavailable)
-	ErrShuttingDown    = fmt.Errorf("skillbox is shutting down; retry once it is back: %w", ErrUnavailable)
-	errWriteFailed     = fmt.Errorf("writing to the client failed: %w", ErrUnavailable)
-	errTooManyConns    = fmt.Errorf("too many connections to skillbox; close idle ones or retry later: %w", ErrUnavailable)
+	ErrClientGone      = fmt.Errorf("the client closed its connection: %w", api.ErrUnavailable)
+	ErrCallCancelled   = fmt.Errorf("the client cancelled the call: %w", api.ErrUnavailable)
+	ErrShuttingDown    = fmt.Errorf("skillbox is shutting down; retry once it is back: %w", api.ErrUnavailable)
+	errWriteFailed     = fmt.Errorf("writing to the client failed: %w", api.ErrUnavailable)
+	errTooManyConns    = fmt.Errorf("too many connections to skillbox; close idle ones or retry later: %w", api.ErrUnavailable)
 	errPeerCredentials = errors.New("peer credentials unreadable")
 )
 
@@ -106,17 +110,21 @@ type ServerOptions struct {
 	// WriteTimeout bounds writing one response; a client that does not read
 	// its responses is disconnected (and its calls cancelled).
 	WriteTimeout time.Duration
-	// Logger receives transport events; the server logs under the name "rpc"
-	// (added unless the logger's name already ends with it).
+	// NotificationQueue bounds the notifications (run output while a
+	// script runs) waiting to be written to one connection; when it is
+	// full, further ones are dropped (Call.TryNotify) rather than slowing
+	// the run or anyone else down.
+	NotificationQueue int
+	// Logger receives transport events; the server names it "rpc".
 	Logger hclog.Logger
 	// Authorize, when set, decides whether a peer may use the socket at all
 	// (beyond the socket file's mode). A non-nil error refuses the connection:
 	// the client gets one "denied" error line with the error's message.
-	Authorize func(Peer) error
+	Authorize func(api.Peer) error
 	// OnAuthRefused is told about every refused connection: credentials that
 	// could not be read (Peer is zero then) or an Authorize refusal. The
 	// daemon audits these. It must not block.
-	OnAuthRefused func(p Peer, reason string)
+	OnAuthRefused func(p api.Peer, reason string)
 	// OnCallError is told about every call that ends in an error: the
 	// transport's own refusals (a line that is not JSON, an invalid request,
 	// an unknown method, an over-long line, a duplicate id, a call during
@@ -130,14 +138,14 @@ type ServerOptions struct {
 	// OnConnClosed is told when a connection that was being served ends,
 	// after all its calls (and their OnCallError hooks) have returned. Peer
 	// is zero when the credentials could not be read.
-	OnConnClosed func(connID uint64, p Peer)
+	OnConnClosed func(connID uint64, p api.Peer)
 }
 
 // CallError describes one failed or refused call for
 // ServerOptions.OnCallError. The byte slices are only valid during the hook.
 type CallError struct {
 	ConnID uint64
-	Peer   Peer
+	Peer   api.Peer
 	// ID is the request id as sent (a JSON string, number or null); nil for
 	// a notification or when the line could not be read that far.
 	ID json.RawMessage
@@ -179,10 +187,50 @@ type Call struct {
 	// or null. Use Bind to decode it.
 	Params json.RawMessage
 	// Peer is the kernel-reported identity of the connecting process.
-	Peer Peer
+	Peer api.Peer
 	// ConnID numbers connections from 1 in accept order; the audit log and
 	// the daemon's log use it to tie calls to a connection.
 	ConnID uint64
+
+	conn     *conn // nil for calls made outside a connection (tests)
+	notified atomic.Bool
+}
+
+// TryNotify queues a notification (a request without id) to the call's
+// client without waiting: it reports false, sending nothing, when the
+// connection's queue of notifications is full because the client reads
+// slowly. Notifications of a call are written before its response.
+func (c *Call) TryNotify(method string, params any) bool {
+	if c.conn == nil {
+		return false
+	}
+	line, err := marshalNotification(method, params)
+	if err != nil {
+		c.conn.log.Error("cannot marshal notification", "method", method, "error", err)
+		return false
+	}
+	c.notified.Store(true)
+	select {
+	case c.conn.notes <- note{line: line}:
+		return true
+	default:
+		return false
+	}
+}
+
+// Notify queues a notification, waiting for room until ctx is done or the
+// connection closes (a client that stops reading is disconnected after
+// WriteTimeout).
+func (c *Call) Notify(ctx context.Context, method string, params any) error {
+	if c.conn == nil {
+		return nil
+	}
+	line, err := marshalNotification(method, params)
+	if err != nil {
+		return err
+	}
+	c.notified.Store(true)
+	return c.conn.enqueue(ctx, note{line: line})
 }
 
 // IsNotification reports whether the call expects no response.
@@ -191,7 +239,7 @@ func (c *Call) IsNotification() bool { return c.ID == nil }
 // Bind decodes the params into v strictly: unknown fields are rejected (a
 // misspelt "sesion_id" should be an error that names it, not a silently
 // missing session), absent or null params decode as {}. Errors wrap
-// ErrInvalidParams and say which field is wrong.
+// api.ErrInvalidParams and say which field is wrong.
 func (c *Call) Bind(v any) error {
 	p := []byte(c.Params)
 	if len(p) == 0 || string(p) == "null" {
@@ -200,10 +248,10 @@ func (c *Call) Bind(v any) error {
 	dec := json.NewDecoder(bytes.NewReader(p))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("invalid params for %s: %s: %w", c.Method, describeJSONError(err), ErrInvalidParams)
+		return fmt.Errorf("invalid params for %s: %s: %w", c.Method, describeJSONError(err), api.ErrInvalidParams)
 	}
 	if dec.More() {
-		return fmt.Errorf("invalid params for %s: trailing data after the params value: %w", c.Method, ErrInvalidParams)
+		return fmt.Errorf("invalid params for %s: trailing data after the params value: %w", c.Method, api.ErrInvalidParams)
 	}
 	return nil
 }
@@ -279,13 +327,16 @@ func NewServer(opts ServerOptions) *Server {
 	if opts.WriteTimeout == 0 {
 		opts.WriteTimeout = DefaultWriteTimeout
 	}
+	if opts.NotificationQueue <= 0 {
+		opts.NotificationQueue = DefaultNotificationQueue
+	}
 	log := opts.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
 	return &Server{
 		opts:      opts,
-		log:       namedLogger(log, "rpc"),
+		log:       log.Named("rpc"),
 		handlers:  map[string]Handler{},
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
@@ -296,23 +347,14 @@ func NewServer(opts ServerOptions) *Server {
 // name, a nil handler or a duplicate: those are programming errors.
 func (s *Server) Handle(method string, h Handler) {
 	if method == "" || strings.HasPrefix(method, "rpc.") || h == nil {
-		panic(fmt.Sprintf("sandbox: Handle(%q): invalid method name or nil handler", method))
+		panic(fmt.Sprintf("jsonrpc: Handle(%q): invalid method name or nil handler", method))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, dup := s.handlers[method]; dup {
-		panic(fmt.Sprintf("sandbox: Handle(%q): method already registered", method))
+		panic(fmt.Sprintf("jsonrpc: Handle(%q): method already registered", method))
 	}
 	s.handlers[method] = h
-}
-
-// namedLogger names log sub unless it already carries that name, so a
-// caller that passes log.Named("rpc") does not get "rpc.rpc".
-func namedLogger(log hclog.Logger, sub string) hclog.Logger {
-	if n := log.Name(); n == sub || strings.HasSuffix(n, "."+sub) {
-		return log
-	}
-	return log.Named(sub)
 }
 
 // Methods returns the registered method names, sorted.
@@ -327,7 +369,8 @@ func (s *Server) Methods() []string {
 	return out
 }
 
-func (s *Server) handler(method string) Handler {
+// Handler returns the handler registered for method, or nil.
+func (s *Server) Handler(method string) Handler {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.handlers[method]
@@ -427,6 +470,7 @@ func (s *Server) startConn(ctx context.Context, nc net.Conn) {
 		cancel:   cancel,
 		inflight: map[string]context.CancelCauseFunc{},
 		sem:      make(chan struct{}, s.opts.MaxCallsPerConn),
+		notes:    make(chan note, s.opts.NotificationQueue),
 		log:      s.log.With("conn", id),
 	}
 	// Cancelling the conn (client gone, Shutdown, Serve's ctx) closes the
@@ -436,6 +480,7 @@ func (s *Server) startConn(ctx context.Context, nc net.Conn) {
 	s.connWG.Add(1)
 	s.mu.Unlock()
 	go c.serve()
+	go c.writeNotes()
 }
 
 // reject writes one error line (id null) to a connection that will not be
@@ -530,7 +575,7 @@ type conn struct {
 	s      *Server
 	id     uint64
 	nc     net.Conn
-	peer   Peer
+	peer   api.Peer
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	log    hclog.Logger
@@ -545,6 +590,45 @@ type conn struct {
 	active atomic.Int32
 
 	buf []byte // the current request line
+
+	notes chan note // notifications waiting for writeNotes
+}
+
+// note is a queued notification line, or (done set) a barrier that
+// writeNotes closes once every line queued before it is written.
+type note struct {
+	line []byte
+	done chan struct{}
+}
+
+// enqueue waits for room in the notification queue.
+func (c *conn) enqueue(ctx context.Context, n note) error {
+	select {
+	case c.notes <- n:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.ctx.Done():
+		return context.Cause(c.ctx)
+	}
+}
+
+// writeNotes writes queued notifications until the connection ends. It is
+// the only goroutine that waits for a slow client to read notifications,
+// so neither the calls that emit them nor other connections wait.
+func (c *conn) writeNotes() {
+	for {
+		select {
+		case <-c.ctx.Done():
+			return
+		case n := <-c.notes:
+			if n.done != nil {
+				close(n.done)
+				continue
+			}
+			c.writeLine(n.line)
+		}
+	}
 }
 
 // close cancels the conn's calls with cause and closes the socket; the
@@ -573,7 +657,7 @@ func (c *conn) serve() {
 	if err != nil {
 		c.log.Warn("connection refused: cannot read peer credentials", "error", err)
 		if s.opts.OnAuthRefused != nil {
-			s.opts.OnAuthRefused(Peer{}, err.Error())
+			s.opts.OnAuthRefused(api.Peer{}, err.Error())
 		}
 		c.cancel(errPeerCredentials)
 		return
@@ -587,7 +671,7 @@ func (c *conn) serve() {
 				s.opts.OnAuthRefused(peer, err.Error())
 			}
 			e := ToRPCError(err)
-			e.Kind, e.Code = KindDenied, CodeDenied
+			e.Kind, e.Code = api.KindDenied, CodeDenied
 			s.reject(c.nc, e)
 			return
 		}
@@ -604,7 +688,7 @@ func (c *conn) serve() {
 			id := peekID(tl.prefix)
 			e := &Error{
 				Code:    CodeInvalidRequest,
-				Kind:    KindLimitExceeded,
+				Kind:    api.KindLimitExceeded,
 				Message: fmt.Sprintf("request line is longer than the %d-byte limit; send less per call (e.g. smaller files[])", s.opts.MaxLineBytes),
 				Data:    map[string]any{"limit": s.opts.MaxLineBytes},
 			}
@@ -792,7 +876,7 @@ func (c *conn) dispatch(line []byte) {
 			c.writeError(req.ID, e)
 		}
 	}
-	h := c.s.handler(req.Method)
+	h := c.s.Handler(req.Method)
 	if h == nil {
 		refuse(methodNotFound(req.Method, c.s.Methods()))
 		return
@@ -803,7 +887,7 @@ func (c *conn) dispatch(line []byte) {
 		_, dup := c.inflight[key]
 		c.imu.Unlock()
 		if dup {
-			refuse(&Error{Code: CodeInvalidRequest, Kind: KindInvalidParams,
+			refuse(&Error{Code: CodeInvalidRequest, Kind: api.KindInvalidParams,
 				Message: fmt.Sprintf("id %s is already used by a call in flight on this connection; use a new id per request", key)})
 			return
 		}
@@ -833,7 +917,7 @@ func (c *conn) dispatch(line []byte) {
 	}
 	c.active.Add(1)
 	c.calls.Add(1)
-	call := &Call{ID: req.ID, Method: req.Method, Params: req.Params, Peer: c.peer, ConnID: c.id}
+	call := &Call{ID: req.ID, Method: req.Method, Params: req.Params, Peer: c.peer, ConnID: c.id, conn: c}
 	go c.run(ctx, cancel, h, call)
 }
 
@@ -864,7 +948,7 @@ func (c *conn) run(ctx context.Context, cancel context.CancelCauseFunc, h Handle
 		}
 		rerr = ToRPCError(err)
 		lvl := hclog.Debug
-		if rerr.Kind == KindInternal {
+		if rerr.Kind == api.KindInternal {
 			lvl = hclog.Error
 		}
 		c.log.Log(lvl, "call failed", "method", call.Method, "kind", rerr.Kind, "error", err, "duration", time.Since(start))
@@ -877,12 +961,22 @@ func (c *conn) run(ctx context.Context, cancel context.CancelCauseFunc, h Handle
 		if err != nil {
 			c.log.Error("cannot marshal result", "method", call.Method, "error", err)
 			herr = err
-			rerr = &Error{Code: CodeInternal, Kind: KindInternal,
+			rerr = &Error{Code: CodeInternal, Kind: api.KindInternal,
 				Message: fmt.Sprintf("internal error: the result of %s could not be encoded", call.Method)}
 		}
 	}
 	if rerr != nil {
 		c.callError(&CallError{ID: call.ID, Method: call.Method, Params: call.Params, Err: herr, Resp: rerr})
+	}
+	if call.notified.Load() {
+		// Its notifications go out before the response.
+		done := make(chan struct{})
+		if c.enqueue(context.Background(), note{done: done}) == nil {
+			select {
+			case <-done:
+			case <-c.ctx.Done():
+			}
+		}
 	}
 	if call.ID == nil {
 		return
@@ -917,7 +1011,7 @@ func (c *conn) invoke(ctx context.Context, h Handler, call *Call) (result any, e
 		if p := recover(); p != nil {
 			c.log.Error("handler panicked", "method", call.Method, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
 			result = nil
-			err = &Error{Code: CodeInternal, Kind: KindInternal,
+			err = &Error{Code: CodeInternal, Kind: api.KindInternal,
 				Message: fmt.Sprintf("internal error in %s; the daemon logged the details", call.Method)}
 		}
 	}()
@@ -954,6 +1048,11 @@ func (c *conn) write(id, result json.RawMessage, e *Error) {
 		c.log.Error("cannot marshal response", "error", err)
 		return
 	}
+	c.writeLine(b)
+}
+
+// writeLine writes one whole line under the write lock.
+func (c *conn) writeLine(b []byte) {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
 	if c.s.opts.WriteTimeout > 0 {
@@ -965,6 +1064,19 @@ func (c *conn) write(id, result json.RawMessage, e *Error) {
 		}
 		c.close(errWriteFailed)
 	}
+}
+
+// marshalNotification builds one notification line (with its newline).
+func marshalNotification(method string, params any) ([]byte, error) {
+	b, err := json.Marshal(struct {
+		JSONRPC string `json:"jsonrpc"`
+		Method  string `json:"method"`
+		Params  any    `json:"params,omitempty"`
+	}{"2.0", method, params})
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }
 
 // marshalResponse builds one response line (with its newline).
@@ -1012,7 +1124,7 @@ func decodeRequest(line []byte) (request, json.RawMessage, *Error) {
 	line = trimJSONSpace(line)
 	var partial request // what is known of a refused request
 	invalid := func(id json.RawMessage, format string, args ...any) (request, json.RawMessage, *Error) {
-		return partial, id, &Error{Code: CodeInvalidRequest, Kind: KindInvalidParams, Message: "invalid request: " + fmt.Sprintf(format, args...)}
+		return partial, id, &Error{Code: CodeInvalidRequest, Kind: api.KindInvalidParams, Message: "invalid request: " + fmt.Sprintf(format, args...)}
 	}
 	if !json.Valid(line) {
 		var v any
@@ -1021,7 +1133,7 @@ func decodeRequest(line []byte) (request, json.RawMessage, *Error) {
 		if err != nil {
 			msg += ": " + describeJSONError(err)
 		}
-		return request{}, nil, &Error{Code: CodeParseError, Kind: KindInvalidParams,
+		return request{}, nil, &Error{Code: CodeParseError, Kind: api.KindInvalidParams,
 			Message: "parse error: " + msg + "; send one JSON-RPC request object per line"}
 	}
 	if len(line) > 0 && line[0] == '[' {
@@ -1152,7 +1264,7 @@ func methodNotFound(method string, known []string) *Error {
 	for i, c := range close {
 		names[i] = c.name
 	}
-	e := &Error{Code: CodeMethodNotFound, Kind: KindNotFound}
+	e := &Error{Code: CodeMethodNotFound, Kind: api.KindNotFound}
 	switch {
 	case len(names) > 0:
 		e.Message = fmt.Sprintf("unknown method %q; did you mean %s?", method, quoteJoin(names))
@@ -1219,12 +1331,12 @@ const maxSocketPath = 107
 // and releases the lock.
 func Listen(path string, mode os.FileMode, group string) (net.Listener, error) {
 	if path == "" {
-		return nil, fmt.Errorf("socket path is empty: %w", ErrInvalidParams)
+		return nil, fmt.Errorf("socket path is empty: %w", api.ErrInvalidParams)
 	}
 	path = filepath.Clean(path)
 	if len(path) > maxSocketPath {
 		return nil, fmt.Errorf("socket path %s is %d bytes; Unix socket paths are limited to %d: %w",
-			path, len(path), maxSocketPath, ErrInvalidParams)
+			path, len(path), maxSocketPath, api.ErrInvalidParams)
 	}
 	mode = mode.Perm()
 	gid := -1
@@ -1247,7 +1359,7 @@ func Listen(path string, mode os.FileMode, group string) (net.Listener, error) {
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		lock.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("another skillbox is serving on %s (it holds %s.lock): %w", path, path, ErrUnavailable)
+			return nil, fmt.Errorf("another skillbox is serving on %s (it holds %s.lock): %w", path, path, api.ErrUnavailable)
 		}
 		return nil, fmt.Errorf("locking %s.lock: %w", path, err)
 	}
@@ -1271,12 +1383,12 @@ func bindSocket(path, dir string, mode os.FileMode, gid int) (*net.UnixListener,
 	switch {
 	case err == nil && fi.Mode()&os.ModeSocket == 0:
 		return nil, fmt.Errorf("%s exists and is not a socket (%s); remove it or choose another socket path: %w",
-			path, fi.Mode().Type(), ErrInvalidParams)
+			path, fi.Mode().Type(), api.ErrInvalidParams)
 	case err == nil:
 		probe, derr := net.DialTimeout("unix", path, time.Second)
 		if derr == nil {
 			probe.Close()
-			return nil, fmt.Errorf("another skillbox is serving on %s: %w", path, ErrUnavailable)
+			return nil, fmt.Errorf("another skillbox is serving on %s: %w", path, api.ErrUnavailable)
 		}
 		if !errors.Is(derr, syscall.ECONNREFUSED) {
 			return nil, fmt.Errorf("cannot tell whether %s is in use (%v); remove it if no daemon is running", path, derr)
@@ -1349,10 +1461,10 @@ func ensureSocketDir(dir string, mode os.FileMode, gid int) error {
 		return fmt.Errorf("socket directory: %w", err)
 	}
 	if !fi.IsDir() {
-		return fmt.Errorf("socket directory %s is not a directory: %w", dir, ErrInvalidParams)
+		return fmt.Errorf("socket directory %s is not a directory: %w", dir, api.ErrInvalidParams)
 	}
 	if fi.Mode().Perm()&0o002 != 0 && fi.Mode()&os.ModeSticky == 0 {
-		return fmt.Errorf("socket directory %s is writable by every user, so one could replace the socket; use a directory only the daemon can write (e.g. /run/skillbox): %w", dir, ErrDenied)
+		return fmt.Errorf("socket directory %s is writable by every user, so one could replace the socket; use a directory only the daemon can write (e.g. /run/skillbox): %w", dir, api.ErrDenied)
 	}
 	return nil
 }
@@ -1364,11 +1476,11 @@ func lookupGroup(group string) (int, error) {
 	}
 	g, err := user.LookupGroup(group)
 	if err != nil {
-		return 0, fmt.Errorf("unknown socket group %q (create it with groupadd, or give a gid): %w", group, ErrInvalidParams)
+		return 0, fmt.Errorf("unknown socket group %q (create it with groupadd, or give a gid): %w", group, api.ErrInvalidParams)
 	}
 	n, err := strconv.Atoi(g.Gid)
 	if err != nil {
-		return 0, fmt.Errorf("group %q has a non-numeric gid %q: %w", group, g.Gid, ErrInvalidParams)
+		return 0, fmt.Errorf("group %q has a non-numeric gid %q: %w", group, g.Gid, api.ErrInvalidParams)
 	}
 	return n, nil
 }

@@ -1,4 +1,4 @@
-package sandbox
+package jsonrpc
 
 import (
 	"bufio"
@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 )
 
 // testServer runs a Server on a real socket in a temp dir.
@@ -178,7 +181,7 @@ func TestEchoAndPeerCredentials(t *testing.T) {
 	}
 
 	r = c.call(2, "peer", "")
-	var p Peer
+	var p api.Peer
 	if err := json.Unmarshal(r.Result, &p); err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +199,7 @@ func TestParseErrorKeepsConnection(t *testing.T) {
 	for _, bad := range []string{`{"jsonrpc":"2.0",`, "\x00\x01\xff\xfe binary", `{"a":}`, `nope`} {
 		c.send(bad)
 		r := c.recv()
-		wantError(t, r, CodeParseError, KindInvalidParams)
+		wantError(t, r, CodeParseError, api.KindInvalidParams)
 		if string(r.ID) != "null" {
 			t.Fatalf("parse error id %s, want null", r.ID)
 		}
@@ -216,7 +219,7 @@ func TestMethodNotFoundSuggests(t *testing.T) {
 	})
 	c := ts.dial(t)
 	r := c.call(1, "skills.lod", "")
-	wantError(t, r, CodeMethodNotFound, KindNotFound)
+	wantError(t, r, CodeMethodNotFound, api.KindNotFound)
 	if !strings.Contains(r.Error.Message, `"skills.load"`) {
 		t.Fatalf("message does not suggest skills.load: %s", r.Error.Message)
 	}
@@ -225,7 +228,7 @@ func TestMethodNotFoundSuggests(t *testing.T) {
 	}
 	// Nothing close: all methods are listed.
 	r = c.call(2, "zzzzzzzzzzzzzz", "")
-	wantError(t, r, CodeMethodNotFound, KindNotFound)
+	wantError(t, r, CodeMethodNotFound, api.KindNotFound)
 	if !strings.Contains(r.Error.Message, "skills.list") {
 		t.Fatalf("message does not list the methods: %s", r.Error.Message)
 	}
@@ -253,7 +256,7 @@ func TestInvalidRequest(t *testing.T) {
 	for _, tc := range cases {
 		c.send(tc.line)
 		r := c.recv()
-		wantError(t, r, CodeInvalidRequest, KindInvalidParams)
+		wantError(t, r, CodeInvalidRequest, api.KindInvalidParams)
 		if !strings.Contains(r.Error.Message, tc.want) {
 			t.Errorf("%s: message %q does not mention %q", tc.line, r.Error.Message, tc.want)
 		}
@@ -264,8 +267,8 @@ func TestInvalidRequest(t *testing.T) {
 }
 
 func TestInvalidParamsAndDomainErrors(t *testing.T) {
-	errThing := errors.New("thing exploded")
-	RegisterErrorKind(errThing, KindLimitExceeded)
+	// Other packages' errors take their kind from the api sentinel they wrap.
+	errThing := fmt.Errorf("thing exploded: %w", api.ErrLimitExceeded)
 	ts := startServer(t, ServerOptions{}, func(s *Server) {
 		s.Handle("strict", func(ctx context.Context, c *Call) (any, error) {
 			var p struct {
@@ -278,10 +281,10 @@ func TestInvalidParamsAndDomainErrors(t *testing.T) {
 			return p, nil
 		})
 		s.Handle("missing", func(context.Context, *Call) (any, error) {
-			return nil, WithData(fmt.Errorf("skill %q is not indexed: call skills.list: %w", "pdf", ErrNotFound), map[string]any{"skill": "pdf"})
+			return nil, api.WithData(fmt.Errorf("skill %q is not indexed: call skills.list: %w", "pdf", api.ErrNotFound), map[string]any{"skill": "pdf"})
 		})
 		s.Handle("confirm", func(context.Context, *Call) (any, error) {
-			return nil, fmt.Errorf("run: %w", &ConfirmationRequiredError{ID: "cnf_1", Reason: "network", Rule: "a.hcl:3", Digest: "sha256:x"})
+			return nil, fmt.Errorf("run: %w", &api.ConfirmationRequiredError{ID: "cnf_1", Reason: "network", Rule: "a.hcl:3", Digest: "sha256:x"})
 		})
 		s.Handle("registered", func(context.Context, *Call) (any, error) {
 			return nil, fmt.Errorf("boom: %w", errThing)
@@ -296,12 +299,12 @@ func TestInvalidParamsAndDomainErrors(t *testing.T) {
 	c := ts.dial(t)
 
 	r := c.call(1, "strict", `{"sesion_id":"x"}`)
-	wantError(t, r, CodeInvalidParams, KindInvalidParams)
+	wantError(t, r, CodeInvalidParams, api.KindInvalidParams)
 	if !strings.Contains(r.Error.Message, `"sesion_id"`) {
 		t.Errorf("message does not name the unknown field: %s", r.Error.Message)
 	}
 	r = c.call(2, "strict", `{"n":"seven"}`)
-	wantError(t, r, CodeInvalidParams, KindInvalidParams)
+	wantError(t, r, CodeInvalidParams, api.KindInvalidParams)
 	if !strings.Contains(r.Error.Message, `"n" must be a number`) {
 		t.Errorf("message: %s", r.Error.Message)
 	}
@@ -310,19 +313,19 @@ func TestInvalidParamsAndDomainErrors(t *testing.T) {
 	}
 
 	r = c.call(4, "missing", "")
-	wantError(t, r, CodeNotFound, KindNotFound)
+	wantError(t, r, CodeNotFound, api.KindNotFound)
 	if r.Error.Data["skill"] != "pdf" || !strings.Contains(r.Error.Message, "skills.list") {
 		t.Errorf("not_found error: %+v", r.Error)
 	}
 	r = c.call(5, "confirm", "")
-	wantError(t, r, CodeConfirmationRequired, KindConfirmationRequired)
+	wantError(t, r, CodeConfirmationRequired, api.KindConfirmationRequired)
 	if r.Error.Data["confirmation_id"] != "cnf_1" || r.Error.Data["rule"] != "a.hcl:3" || r.Error.Data["digest"] != "sha256:x" {
 		t.Errorf("confirmation data: %v", r.Error.Data)
 	}
-	wantError(t, c.call(6, "registered", ""), CodeLimitExceeded, KindLimitExceeded)
+	wantError(t, c.call(6, "registered", ""), CodeLimitExceeded, api.KindLimitExceeded)
 	r = c.call(7, "plain", "")
-	wantError(t, r, CodeInternal, KindInternal)
-	wantError(t, c.call(8, "unmarshalable", ""), CodeInternal, KindInternal)
+	wantError(t, r, CodeInternal, api.KindInternal)
+	wantError(t, c.call(8, "unmarshalable", ""), CodeInternal, api.KindInternal)
 }
 
 func TestOverlongLine(t *testing.T) {
@@ -331,7 +334,7 @@ func TestOverlongLine(t *testing.T) {
 	big := strings.Repeat("x", 200_000)
 	c.send(`{"jsonrpc":"2.0","id":41,"method":"echo","params":{"s":"` + big + `"}}`)
 	r := c.recv()
-	wantError(t, r, CodeInvalidRequest, KindLimitExceeded)
+	wantError(t, r, CodeInvalidRequest, api.KindLimitExceeded)
 	if string(r.ID) != "41" {
 		t.Errorf("over-long line answered with id %s, want 41 (read from the line's start)", r.ID)
 	}
@@ -447,7 +450,7 @@ func TestCancelNotification(t *testing.T) {
 		t.Fatalf("cause %v, want ErrCallCancelled", err)
 	}
 	r := c.recv()
-	wantError(t, r, CodeUnavailable, KindUnavailable)
+	wantError(t, r, CodeUnavailable, api.KindUnavailable)
 	if string(r.ID) != "7" || !strings.Contains(r.Error.Message, "cancelled") {
 		t.Fatalf("cancelled call answered %s %q", r.ID, r.Error.Message)
 	}
@@ -506,7 +509,7 @@ func TestMaxConnections(t *testing.T) {
 	b.call(1, "echo", "{}")
 	c := ts.dial(t)
 	r := c.recv()
-	wantError(t, r, CodeUnavailable, KindUnavailable)
+	wantError(t, r, CodeUnavailable, api.KindUnavailable)
 	if !strings.Contains(r.Error.Message, "too many connections") {
 		t.Fatalf("message %q", r.Error.Message)
 	}
@@ -546,7 +549,7 @@ func TestPanicInHandler(t *testing.T) {
 	})
 	c := ts.dial(t)
 	r := c.call(1, "panic", "")
-	wantError(t, r, CodeInternal, KindInternal)
+	wantError(t, r, CodeInternal, api.KindInternal)
 	if strings.Contains(r.Error.Message, "kaboom") {
 		t.Errorf("panic value leaked to the client: %s", r.Error.Message)
 	}
@@ -560,10 +563,10 @@ func TestAuthorizeRefuses(t *testing.T) {
 	var mu sync.Mutex
 	var reason string
 	ts := startServer(t, ServerOptions{
-		Authorize: func(p Peer) error {
+		Authorize: func(p api.Peer) error {
 			return fmt.Errorf("uid %d may not use skillbox: add it to daemon.allowed_uids", p.UID)
 		},
-		OnAuthRefused: func(p Peer, r string) {
+		OnAuthRefused: func(p api.Peer, r string) {
 			mu.Lock()
 			reason = r
 			mu.Unlock()
@@ -574,7 +577,7 @@ func TestAuthorizeRefuses(t *testing.T) {
 	}, nil)
 	c := ts.dial(t)
 	r := c.recv()
-	wantError(t, r, CodeDenied, KindDenied)
+	wantError(t, r, CodeDenied, api.KindDenied)
 	c.expectEOF(2 * time.Second)
 	if refused.Load() != 1 {
 		t.Fatalf("OnAuthRefused called %d times with our pid", refused.Load())
@@ -588,7 +591,7 @@ func TestAuthorizeRefuses(t *testing.T) {
 
 func TestNonUnixConnRefused(t *testing.T) {
 	var refused atomic.Int32
-	s := NewServer(ServerOptions{OnAuthRefused: func(p Peer, _ string) { refused.Add(1) }})
+	s := NewServer(ServerOptions{OnAuthRefused: func(p api.Peer, _ string) { refused.Add(1) }})
 	s.Handle("echo", func(context.Context, *Call) (any, error) { return 1, nil })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -754,7 +757,7 @@ func TestShutdownWaitsThenCancels(t *testing.T) {
 	// A new call during shutdown is refused as unavailable.
 	time.Sleep(20 * time.Millisecond)
 	c.send(`{"jsonrpc":"2.0","id":2,"method":"echo"}`)
-	wantError(t, c.recv(), CodeUnavailable, KindUnavailable)
+	wantError(t, c.recv(), CodeUnavailable, api.KindUnavailable)
 	// No new connections.
 	if _, err := os.Lstat(ts.path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket file still there during shutdown: %v", err)
@@ -898,32 +901,32 @@ func TestCallErrorHooks(t *testing.T) {
 				panic("hook bug")
 			}
 		},
-		OnConnClosed: func(id uint64, p Peer) {
+		OnConnClosed: func(id uint64, p api.Peer) {
 			mu.Lock()
 			closed = append(closed, id)
 			mu.Unlock()
 		},
 	}, func(s *Server) {
 		s.Handle("fail", func(ctx context.Context, c *Call) (any, error) {
-			return nil, fmt.Errorf("wrapped: %w: %w", sentinel, ErrNotFound)
+			return nil, fmt.Errorf("wrapped: %w: %w", sentinel, api.ErrNotFound)
 		})
 	})
 	c := ts.dial(t)
 	c.send(`not json`)
-	wantError(t, c.recv(), CodeParseError, KindInvalidParams)
+	wantError(t, c.recv(), CodeParseError, api.KindInvalidParams)
 	c.send(`{"jsonrpc":"1.0","id":2,"method":"echo"}`)
-	wantError(t, c.recv(), CodeInvalidRequest, KindInvalidParams)
-	wantError(t, c.call(3, "nope", `{"k":1}`), CodeMethodNotFound, KindNotFound)
+	wantError(t, c.recv(), CodeInvalidRequest, api.KindInvalidParams)
+	wantError(t, c.call(3, "nope", `{"k":1}`), CodeMethodNotFound, api.KindNotFound)
 	c.send(`{"jsonrpc":"2.0","id":4,"method":"echo","params":{"pad":"` + strings.Repeat("y", 2000) + `"}}`)
-	wantError(t, c.recv(), CodeInvalidRequest, KindLimitExceeded)
-	wantError(t, c.call(5, "fail", `{"a":1}`), CodeNotFound, KindNotFound)
+	wantError(t, c.recv(), CodeInvalidRequest, api.KindLimitExceeded)
+	wantError(t, c.call(5, "fail", `{"a":1}`), CodeNotFound, api.KindNotFound)
 	c.send(`{"jsonrpc":"2.0","method":"fail"}`) // a notification: no answer
-	wantError(t, c.call(6, "panic.hook", ""), CodeMethodNotFound, KindNotFound)
+	wantError(t, c.call(6, "panic.hook", ""), CodeMethodNotFound, api.KindNotFound)
 	if r := c.call(7, "echo", `{"still":"up"}`); r.Error != nil {
 		t.Fatalf("server unusable after a hook panicked: %+v", r.Error)
 	}
 	c.nc.Close()
-	waitFor(t, "OnConnClosed", func() bool {
+	servicetest.WaitFor(t, "OnConnClosed", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(closed) == 1
@@ -949,10 +952,10 @@ func TestCallErrorHooks(t *testing.T) {
 	if ce := got[2]; string(ce.ID) != "3" || ce.Method != "nope" || string(ce.Params) != `{"k":1}` || ce.Line != nil || ce.Resp.Code != CodeMethodNotFound {
 		t.Errorf("unknown method: %+v", ce)
 	}
-	if ce := got[3]; string(ce.ID) != "4" || ce.Method != "echo" || len(ce.Line) == 0 || ce.LineBytes <= 2000 || ce.Resp.Kind != KindLimitExceeded {
+	if ce := got[3]; string(ce.ID) != "4" || ce.Method != "echo" || len(ce.Line) == 0 || ce.LineBytes <= 2000 || ce.Resp.Kind != api.KindLimitExceeded {
 		t.Errorf("over-long line: id %s method %q line %d/%d", ce.ID, ce.Method, len(ce.Line), ce.LineBytes)
 	}
-	if ce := got[4]; string(ce.ID) != "5" || !errors.Is(ce.Err, sentinel) || ce.Resp.Kind != KindNotFound {
+	if ce := got[4]; string(ce.ID) != "5" || !errors.Is(ce.Err, sentinel) || ce.Resp.Kind != api.KindNotFound {
 		t.Errorf("handler error: %+v", ce)
 	}
 	// The notification's handler runs on its own goroutine: its hook may

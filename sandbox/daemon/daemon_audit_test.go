@@ -1,4 +1,4 @@
-package sandbox
+package daemon
 
 import (
 	"bufio"
@@ -17,8 +17,12 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/sandbox/client"
+	"github.com/skillbox/skillbox/sandbox/jsonrpc"
+	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/service/servicetest"
+	"github.com/skillbox/skillbox/sandbox/store"
 )
 
 // serveSocket serves the harness's daemon on a fresh socket until the test
@@ -27,7 +31,7 @@ func (h *daemonHarness) serveSocket() string {
 	t := h.t
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "d.sock")
-	ln, err := Listen(path, 0o600, "")
+	ln, err := jsonrpc.Listen(path, 0o600, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,46 +122,34 @@ func byRequestID(t *testing.T, recs []audit.Record, id string) *audit.Record {
 	return found
 }
 
-// waitFor polls cond for up to a minute (the machine may be busy).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestDaemonRefusedCallsAudited(t *testing.T) {
 	cfg := strings.Replace(testConfig, "max_active_skills = 3", "max_active_skills = 3\n  max_line_bytes = 4096", 1)
 	h := newHarness(t, cfg, defaultSkills())
 	c := dialLines(t, h.serveSocket())
-	me := Peer{UID: uint32(os.Getuid()), PID: int32(os.Getpid())}
+	me := api.Peer{UID: uint32(os.Getuid()), PID: int32(os.Getpid())}
 
 	// Transport-level refusals.
-	if e := c.roundTrip("GET / HTTP/1.1"); e["code"] != float64(CodeParseError) {
+	if e := c.roundTrip("GET / HTTP/1.1"); e["code"] != float64(jsonrpc.CodeParseError) {
 		t.Fatalf("not JSON: %v", e)
 	}
-	if e := c.roundTrip(`{"id":2,"method":"sessions.create"}`); e["code"] != float64(CodeInvalidRequest) {
+	if e := c.roundTrip(`{"id":2,"method":"sessions.create"}`); e["code"] != float64(jsonrpc.CodeInvalidRequest) {
 		t.Fatalf("no jsonrpc: %v", e)
 	}
 	unknownParams := `{"x":"hunter2"}`
-	if e := c.roundTrip(`{"jsonrpc":"2.0","id":3,"method":"skills.lodd","params":` + unknownParams + `}`); e["code"] != float64(CodeMethodNotFound) {
+	if e := c.roundTrip(`{"jsonrpc":"2.0","id":3,"method":"skills.lodd","params":` + unknownParams + `}`); e["code"] != float64(jsonrpc.CodeMethodNotFound) {
 		t.Fatalf("unknown method: %v", e)
 	}
 	long := `{"jsonrpc":"2.0","id":4,"method":"skills.read","params":{"pad":"` + strings.Repeat("x", 5000) + `"}}`
-	if e := c.roundTrip(long); e["code"] != float64(CodeInvalidRequest) {
+	if e := c.roundTrip(long); e["code"] != float64(jsonrpc.CodeInvalidRequest) {
 		t.Fatalf("over-long line: %v", e)
 	}
 	// Refused by a handler, with nothing more specific recorded.
 	badParams := `{"secret":"hunter2"}`
-	if e := c.roundTrip(`{"jsonrpc":"2.0","id":5,"method":"sessions.create","params":` + badParams + `}`); e["code"] != float64(CodeInvalidParams) {
+	if e := c.roundTrip(`{"jsonrpc":"2.0","id":5,"method":"sessions.create","params":` + badParams + `}`); e["code"] != float64(jsonrpc.CodeInvalidParams) {
 		t.Fatalf("bad params: %v", e)
 	}
 	ghost := "ses_" + strings.Repeat("0", 32)
-	if e := c.roundTrip(`{"jsonrpc":"2.0","id":"six","method":"skills.load","params":{"session_id":"` + ghost + `","names":["hello"]}}`); e["code"] != float64(CodeNotFound) {
+	if e := c.roundTrip(`{"jsonrpc":"2.0","id":"six","method":"skills.load","params":{"session_id":"` + ghost + `","names":["hello"]}}`); e["code"] != float64(jsonrpc.CodeNotFound) {
 		t.Fatalf("unknown session: %v", e)
 	}
 	// A notification gets no answer but is audited all the same; the next
@@ -170,18 +162,18 @@ func TestDaemonRefusedCallsAudited(t *testing.T) {
 
 	// A refusal a handler audits in detail gets no second record.
 	res, e := c.exchange(`{"jsonrpc":"2.0","id":8,"method":"sessions.create"}`)
-	var cr client.CreateSessionResult
+	var cr api.CreateSessionResult
 	if e != nil || json.Unmarshal(res, &cr) != nil {
 		t.Fatalf("sessions.create: %s %v", res, e)
 	}
 	if e := c.roundTrip(`{"jsonrpc":"2.0","id":9,"method":"skills.load","params":{"session_id":"` + cr.SessionID + `","names":["hello"]}}`); e != nil {
 		t.Fatalf("load: %v", e)
 	}
-	if e := c.roundTrip(`{"jsonrpc":"2.0","id":10,"method":"skills.read","params":{"session_id":"` + cr.SessionID + `","path":"../other/SKILL.md"}}`); e["code"] != float64(CodeInvalidParams) {
+	if e := c.roundTrip(`{"jsonrpc":"2.0","id":10,"method":"skills.read","params":{"session_id":"` + cr.SessionID + `","path":"../other/SKILL.md"}}`); e["code"] != float64(jsonrpc.CodeInvalidParams) {
 		t.Fatalf("escaping read: %v", e)
 	}
 
-	recs := h.audit.events(audit.EventCallRefused)
+	recs := h.audit.Events(audit.EventCallRefused)
 	if len(recs) != 7 {
 		for _, r := range recs {
 			t.Logf("%+v", r)
@@ -205,11 +197,11 @@ func TestDaemonRefusedCallsAudited(t *testing.T) {
 	if r := byRequestID(t, recs, "2"); r.Method != "sessions.create" || r.Detail["code"] != "-32600" || r.Detail["line_start"] != "" {
 		t.Errorf("invalid request record %+v", r)
 	}
-	if r := byRequestID(t, recs, "3"); r.Method != "skills.lodd" || r.Detail["code"] != "-32601" || r.Detail["kind"] != KindNotFound ||
+	if r := byRequestID(t, recs, "3"); r.Method != "skills.lodd" || r.Detail["code"] != "-32601" || r.Detail["kind"] != api.KindNotFound ||
 		r.Detail["params_sha256"] != hexSHA(unknownParams) || r.Detail["params_bytes"] != "15" || !strings.Contains(r.Error, "skills.load") {
 		t.Errorf("unknown method record %+v", r)
 	}
-	if r := byRequestID(t, recs, "4"); r.Method != "skills.read" || r.Detail["kind"] != KindLimitExceeded || r.Detail["line_bytes"] != strconv.Itoa(len(long)) ||
+	if r := byRequestID(t, recs, "4"); r.Method != "skills.read" || r.Detail["kind"] != api.KindLimitExceeded || r.Detail["line_bytes"] != strconv.Itoa(len(long)) ||
 		r.Detail["line_sha256"] != "" {
 		t.Errorf("over-long line record %+v (line is %d bytes)", r, len(long))
 	}
@@ -217,7 +209,7 @@ func TestDaemonRefusedCallsAudited(t *testing.T) {
 		r.Detail["params_sha256"] != hexSHA(badParams) {
 		t.Errorf("bad params record %+v", r)
 	}
-	if r := byRequestID(t, recs, `"six"`); r.Method != "skills.load" || r.SessionID != ghost || r.Detail["kind"] != KindNotFound {
+	if r := byRequestID(t, recs, `"six"`); r.Method != "skills.load" || r.SessionID != ghost || r.Detail["kind"] != api.KindNotFound {
 		t.Errorf("unknown session record %+v", r)
 	}
 	if r := recs[6]; r.Method != "nope.notify" || r.RequestID != "" || r.Detail["code"] != "-32601" {
@@ -225,7 +217,7 @@ func TestDaemonRefusedCallsAudited(t *testing.T) {
 	}
 	// The escaping read has its skills.read record, and only that.
 	var refusedRead bool
-	for _, r := range h.audit.events(audit.EventSkillRead) {
+	for _, r := range h.audit.Events(audit.EventSkillRead) {
 		refusedRead = refusedRead || (r.RequestID == "10" && r.Outcome == audit.OutcomeRefused)
 	}
 	if !refusedRead {
@@ -234,25 +226,25 @@ func TestDaemonRefusedCallsAudited(t *testing.T) {
 }
 
 func TestDaemonRefusedRecordsCappedPerConnection(t *testing.T) {
-	h := newHarness(t, testConfig, defaultSkills(), func(o *DaemonOptions, _ *StateDB) { o.MaxRefusedRecords = 3 })
+	h := newHarness(t, testConfig, defaultSkills(), func(o *Options, _ *store.StateDB) { o.MaxRefusedRecords = 3 })
 	path := h.serveSocket()
 	c := dialLines(t, path)
 	for i := 0; i < 10; i++ {
-		if e := c.roundTrip("garbage"); e["code"] != float64(CodeParseError) {
+		if e := c.roundTrip("garbage"); e["code"] != float64(jsonrpc.CodeParseError) {
 			t.Fatalf("garbage %d: %v", i, e)
 		}
 	}
 	// Other kinds count too.
-	if e := c.roundTrip(`{"jsonrpc":"2.0","id":1,"method":"x.y"}`); e["code"] != float64(CodeMethodNotFound) {
+	if e := c.roundTrip(`{"jsonrpc":"2.0","id":1,"method":"x.y"}`); e["code"] != float64(jsonrpc.CodeMethodNotFound) {
 		t.Fatalf("unknown method: %v", e)
 	}
-	if n := len(h.audit.events(audit.EventCallRefused)); n != 3 {
+	if n := len(h.audit.Events(audit.EventCallRefused)); n != 3 {
 		t.Fatalf("%d records before the connection closed, want the cap of 3", n)
 	}
 	c.nc.Close()
 	var sum audit.Record
-	waitFor(t, "the summary record", func() bool {
-		recs := h.audit.events(audit.EventCallRefused)
+	servicetest.WaitFor(t, "the summary record", func() bool {
+		recs := h.audit.Events(audit.EventCallRefused)
 		if len(recs) == 4 {
 			sum = recs[3]
 			return true
@@ -272,7 +264,7 @@ func TestDaemonRefusedRecordsCappedPerConnection(t *testing.T) {
 	if e := c3.roundTrip(`{"jsonrpc":"2.0","id":1,"method":"skills.list"}`); e != nil {
 		t.Fatal(e)
 	}
-	if n := len(h.audit.events(audit.EventCallRefused)); n != 5 {
+	if n := len(h.audit.Events(audit.EventCallRefused)); n != 5 {
 		t.Errorf("%d records, want 5", n)
 	}
 }
@@ -280,29 +272,29 @@ func TestDaemonRefusedRecordsCappedPerConnection(t *testing.T) {
 func TestDaemonRefusedAuditFailureHarmless(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	c := dialLines(t, h.serveSocket())
-	h.audit.fail(errors.New("disk gone"))
+	h.audit.Fail(errors.New("disk gone"))
 	for i := 0; i < 3; i++ {
-		if e := c.roundTrip("{not json"); e["code"] != float64(CodeParseError) {
+		if e := c.roundTrip("{not json"); e["code"] != float64(jsonrpc.CodeParseError) {
 			t.Fatalf("garbage: %v", e)
 		}
 	}
 	if e := c.roundTrip(`{"jsonrpc":"2.0","id":1,"method":"skills.list"}`); e != nil {
 		t.Fatalf("skills.list with the audit log down: %v", e)
 	}
-	h.audit.fail(nil)
-	if e := c.roundTrip("{still not json"); e["code"] != float64(CodeParseError) {
+	h.audit.Fail(nil)
+	if e := c.roundTrip("{still not json"); e["code"] != float64(jsonrpc.CodeParseError) {
 		t.Fatalf("garbage: %v", e)
 	}
-	if n := len(h.audit.events(audit.EventCallRefused)); n != 1 {
+	if n := len(h.audit.Events(audit.EventCallRefused)); n != 1 {
 		t.Errorf("%d records once the log is back, want 1", n)
 	}
 }
 
 // handlerErr calls a handler directly and returns its error as is.
-func (h *daemonHarness) handlerErr(peer Peer, method string, params any) error {
+func (h *daemonHarness) handlerErr(peer api.Peer, method string, params any) error {
 	h.t.Helper()
 	raw, _ := json.Marshal(params)
-	_, err := h.d.Server().handler(method)(context.Background(), &Call{ID: json.RawMessage(`1`), Method: method, Params: raw, Peer: peer, ConnID: 1})
+	_, err := h.d.Server().Handler(method)(context.Background(), &jsonrpc.Call{ID: json.RawMessage(`1`), Method: method, Params: raw, Peer: peer, ConnID: 1})
 	if err == nil {
 		h.t.Fatalf("%s: no error", method)
 	}
@@ -321,10 +313,10 @@ policy "no-read" {
 	h := newHarness(t, cfg, defaultSkills())
 	sid := h.session(peerA)
 	h.load(peerA, sid, "add", "hello", "third", "guarded-deploy")
-	run := client.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"x"}}
-	e := h.fails(peerA, "skills.run_script", run, KindConfirmationRequired)
+	run := api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"x"}}
+	e := h.fails(peerA, "skills.run_script", run, api.KindConfirmationRequired)
 	cid := e.Data["confirmation_id"].(string)
-	h.ok(peerRoot, "confirmations.approve", client.ConfirmationIDParams{ID: cid}, nil)
+	h.ok(peerRoot, "confirmations.approve", api.ConfirmationIDParams{ID: cid}, nil)
 	mismatch := run
 	mismatch.Args, mismatch.ConfirmationID = []string{"y"}, cid
 
@@ -332,92 +324,92 @@ policy "no-read" {
 		what    string
 		method  string
 		params  any
-		peer    Peer
+		peer    api.Peer
 		audited bool
 	}{
-		{"escaping read", "skills.read", client.ReadParams{SessionID: sid, Skill: "hello", Path: "../x"}, peerA, true},
-		{"missing file", "skills.read", client.ReadParams{SessionID: sid, Skill: "hello", Path: "nope.md"}, peerA, true},
-		{"policy deny", "skills.read", client.ReadParams{SessionID: sid, Skill: "third", Path: "SKILL.md"}, peerA, true},
-		{"needs confirmation", "skills.run_script", client.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"z"}}, peerA, true},
+		{"escaping read", "skills.read", api.ReadParams{SessionID: sid, Skill: "hello", Path: "../x"}, peerA, true},
+		{"missing file", "skills.read", api.ReadParams{SessionID: sid, Skill: "hello", Path: "nope.md"}, peerA, true},
+		{"policy deny", "skills.read", api.ReadParams{SessionID: sid, Skill: "third", Path: "SKILL.md"}, peerA, true},
+		{"needs confirmation", "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"z"}}, peerA, true},
 		{"approval mismatch", "skills.run_script", mismatch, peerA, true},
-		{"not an approver", "confirmations.approve", client.ConfirmationIDParams{ID: cid}, peerA, true},
-		{"unknown confirmation", "confirmations.deny", client.ConfirmationIDParams{ID: "cnf_" + strings.Repeat("1", 32)}, peerRoot, true},
-		{"unknown session", "skills.read", client.ReadParams{SessionID: "ses_" + strings.Repeat("1", 32), Path: "SKILL.md"}, peerA, false},
+		{"not an approver", "confirmations.approve", api.ConfirmationIDParams{ID: cid}, peerA, true},
+		{"unknown confirmation", "confirmations.deny", api.ConfirmationIDParams{ID: "cnf_" + strings.Repeat("1", 32)}, peerRoot, true},
+		{"unknown session", "skills.read", api.ReadParams{SessionID: "ses_" + strings.Repeat("1", 32), Path: "SKILL.md"}, peerA, false},
 		{"bad params", "skills.load", map[string]any{"session_id": sid, "nmes": []string{"x"}}, peerA, false},
-		{"not loaded", "skills.read", client.ReadParams{SessionID: sid, Skill: "fourth", Path: "SKILL.md"}, peerA, false},
-		{"script outside scripts/", "skills.run_script", client.RunScriptParams{SessionID: sid, Skill: "hello", Path: "SKILL.md"}, peerA, false},
+		{"not loaded", "skills.read", api.ReadParams{SessionID: sid, Skill: "fourth", Path: "SKILL.md"}, peerA, false},
+		{"script outside scripts/", "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "hello", Path: "SKILL.md"}, peerA, false},
 	} {
 		err := h.handlerErr(tc.peer, tc.method, tc.params)
-		if got := wasAudited(err); got != tc.audited {
+		if got := api.IsAudited(err); got != tc.audited {
 			t.Errorf("%s: marked audited %v, want %v (%v)", tc.what, got, tc.audited, err)
 		}
 		// The mark changes nothing on the wire.
-		if re := ToRPCError(err); re.Kind == "" || re.Message != err.Error() {
+		if re := jsonrpc.ToRPCError(err); re.Kind == "" || re.Message != err.Error() {
 			t.Errorf("%s: wire error %+v", tc.what, re)
 		}
 	}
 	// The confirmation's data survives the mark.
-	err := h.handlerErr(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"w"}})
-	if re := ToRPCError(err); re.Kind != KindConfirmationRequired || re.Data["confirmation_id"] == nil {
+	err := h.handlerErr(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"w"}})
+	if re := jsonrpc.ToRPCError(err); re.Kind != api.KindConfirmationRequired || re.Data["confirmation_id"] == nil {
 		t.Errorf("confirmation_required lost its data: %+v", re)
 	}
 	// A run that failed in the sandbox is in its run.end record.
 	h.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 		return nil, errors.New("sandbox exploded")
 	}
-	err = h.handlerErr(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Skill: "hello", Path: "scripts/run.py"})
-	if !wasAudited(err) || ErrorKind(err) != KindInternal {
-		t.Errorf("failed run: audited %v, kind %s: %v", wasAudited(err), ErrorKind(err), err)
+	err = h.handlerErr(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "hello", Path: "scripts/run.py"})
+	if !api.IsAudited(err) || api.KindOf(err) != api.KindInternal {
+		t.Errorf("failed run: audited %v, kind %s: %v", api.IsAudited(err), api.KindOf(err), err)
 	}
-	if ends := h.audit.events(audit.EventRunEnd); len(ends) == 0 || !strings.Contains(ends[len(ends)-1].Error, "sandbox exploded") {
+	if ends := h.audit.Events(audit.EventRunEnd); len(ends) == 0 || !strings.Contains(ends[len(ends)-1].Error, "sandbox exploded") {
 		t.Errorf("run.end records %+v", ends)
 	}
 }
 
 func TestDaemonSessionCreateRolledBackWhenUnaudited(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
-	h.audit.fail(errors.New("read-only file system"))
-	h.fails(peerA, "sessions.create", nil, KindUnavailable, "audit log cannot be written")
-	if ss, err := h.d.sessions.List(peerA.UID); err != nil || len(ss) != 0 {
+	h.audit.Fail(errors.New("read-only file system"))
+	h.fails(peerA, "sessions.create", nil, api.KindUnavailable, "audit log cannot be written")
+	if ss, err := h.opts.Sessions.List(peerA.UID); err != nil || len(ss) != 0 {
 		t.Fatalf("an unaudited session was left behind: %+v %v", ss, err)
 	}
-	h.audit.fail(nil)
+	h.audit.Fail(nil)
 	sid := h.session(peerA)
-	if ss, _ := h.d.sessions.List(peerA.UID); len(ss) != 1 || ss[0].ID != sid {
+	if ss, _ := h.opts.Sessions.List(peerA.UID); len(ss) != 1 || ss[0].ID != sid {
 		t.Fatalf("sessions %+v", ss)
 	}
-	if recs := h.audit.events(audit.EventSessionCreate); len(recs) != 1 || recs[0].SessionID != sid {
+	if recs := h.audit.Events(audit.EventSessionCreate); len(recs) != 1 || recs[0].SessionID != sid {
 		t.Errorf("session.create records %+v", recs)
 	}
 }
 
 func TestDaemonExpiriesAudited(t *testing.T) {
-	clk := newClock()
-	h := newHarness(t, testConfig, defaultSkills(), func(o *DaemonOptions, st *StateDB) {
-		o.Sessions = NewSessionStore(st, SessionOptions{Now: clk.Now, TTL: time.Hour})
-		o.Confirmations = NewConfirmationStore(st, ConfirmationOptions{Now: clk.Now})
+	clk := servicetest.NewClock()
+	h := newHarness(t, testConfig, defaultSkills(), func(o *Options, st *store.StateDB) {
+		o.Sessions = store.NewSessionStore(st, store.SessionOptions{Now: clk.Now, TTL: time.Hour})
+		o.Confirmations = store.NewConfirmationStore(st, store.ConfirmationOptions{Now: clk.Now})
 	})
 	sid := h.session(peerA)
 	h.load(peerA, sid, "", "guarded-deploy")
 	ask := func(arg string) string {
-		e := h.fails(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{arg}}, KindConfirmationRequired)
+		e := h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{arg}}, api.KindConfirmationRequired)
 		return e.Data["confirmation_id"].(string)
 	}
 	c1, c2, c3 := ask("1"), ask("2"), ask("3")
-	h.ok(peerRoot, "confirmations.approve", client.ConfirmationIDParams{ID: c2}, nil)
+	h.ok(peerRoot, "confirmations.approve", api.ConfirmationIDParams{ID: c2}, nil)
 	clk.Advance(h.cfg.Daemon.ConfirmationTTL + time.Second)
 
 	// Found expired by an approver, by the run that wanted to use it, and
 	// by the sweep: one record each, however often it is looked at.
-	h.fails(peerRoot, "confirmations.approve", client.ConfirmationIDParams{ID: c1}, KindInvalidParams, "expired")
-	h.fails(peerRoot, "confirmations.deny", client.ConfirmationIDParams{ID: c1}, KindInvalidParams)
-	h.fails(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"2"}, ConfirmationID: c2}, KindInvalidParams, "expired")
+	h.fails(peerRoot, "confirmations.approve", api.ConfirmationIDParams{ID: c1}, api.KindInvalidParams, "expired")
+	h.fails(peerRoot, "confirmations.deny", api.ConfirmationIDParams{ID: c1}, api.KindInvalidParams)
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"2"}, ConfirmationID: c2}, api.KindInvalidParams, "expired")
 	for i := 0; i < 2; i++ {
-		if _, err := h.d.confirms.Sweep(); err != nil {
+		if _, err := h.opts.Confirmations.Sweep(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	recs := h.audit.events(audit.EventConfirmExpire)
+	recs := h.audit.Events(audit.EventConfirmExpire)
 	if len(recs) != 3 {
 		t.Fatalf("%d confirmation.expire records, want 3: %+v", len(recs), recs)
 	}
@@ -442,11 +434,11 @@ func TestDaemonExpiriesAudited(t *testing.T) {
 
 	// A session that goes unused past its TTL is audited when swept.
 	clk.Advance(2 * time.Hour)
-	if n, err := h.d.sessions.Sweep(); err != nil || n != 1 {
+	if n, err := h.opts.Sessions.Sweep(); err != nil || n != 1 {
 		t.Fatalf("session sweep: %d, %v", n, err)
 	}
 	var expired []audit.Record
-	for _, r := range h.audit.events(audit.EventSessionClose) {
+	for _, r := range h.audit.Events(audit.EventSessionClose) {
 		if r.Outcome == "expired" {
 			expired = append(expired, r)
 		}
@@ -458,10 +450,10 @@ func TestDaemonExpiriesAudited(t *testing.T) {
 
 func TestDaemonSkillsListShape(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
-	hidden := makeSkill(t, h.root, skillSpec{name: "manual-only"})
+	hidden := servicetest.MakeSkill(t, h.root, servicetest.SkillSpec{Name: "manual-only"})
 	hidden.DisableModelInvocation = true
 	hidden.Tags = []string{"ops", "manual"}
-	h.index.put(hidden)
+	h.index.Put(hidden)
 
 	raw, e := h.call(peerA, "skills.list", nil)
 	if e != nil {
@@ -488,12 +480,12 @@ func TestDaemonSkillsListShape(t *testing.T) {
 		}
 	}
 	// A query matches tags too; no match is an empty array, not null.
-	var got []client.SkillInfo
-	h.ok(peerA, "skills.list", client.ListSkillsParams{Query: "OPS"}, &got)
+	var got []api.SkillInfo
+	h.ok(peerA, "skills.list", api.ListSkillsParams{Query: "OPS"}, &got)
 	if len(got) != 1 || got[0].Name != "manual-only" || got[0].ModelInvocable || strings.Join(got[0].Tags, ",") != "ops,manual" {
 		t.Errorf("query ops: %+v", got)
 	}
-	if raw, e := h.call(peerA, "skills.list", client.ListSkillsParams{Query: "no such thing"}); e != nil || string(raw) != "[]" {
+	if raw, e := h.call(peerA, "skills.list", api.ListSkillsParams{Query: "no such thing"}); e != nil || string(raw) != "[]" {
 		t.Errorf("no match: %s %v", raw, e)
 	}
 }
@@ -504,7 +496,7 @@ func TestDaemonSkillsListShape(t *testing.T) {
 func TestDaemonMissingImageFailsFast(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	dir := t.TempDir()
-	store, err := images.OpenStore(dir, nil)
+	imgs, err := images.OpenStore(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -512,43 +504,43 @@ func TestDaemonMissingImageFailsFast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	si := &StoreImages{Store: store, Recipes: recipes}
+	si := &service.StoreImages{Store: imgs, Recipes: recipes}
 	h.engine.Images = si
 
 	sid := h.session(peerA)
 	h.load(peerA, sid, "add", "hello", "guarded-deploy")
-	e := h.fails(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Skill: "hello", Path: "scripts/run.py"}, KindUnavailable,
-		"image python is not built", "skillbox images build --dir "+store.Dir()+" python", "build_on_demand")
+	e := h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "hello", Path: "scripts/run.py"}, api.KindUnavailable,
+		"image python is not built", "skillbox images build --dir "+imgs.Dir()+" python", "build_on_demand")
 	t.Logf("refusal: %s", e.Message)
-	h.fails(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh"}, KindUnavailable, "image shell is not built")
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh"}, api.KindUnavailable, "image shell is not built")
 	if n := len(h.rt.Jobs()); n != 0 {
 		t.Fatalf("%d runs", n)
 	}
 	for _, ev := range []string{audit.EventRunStart, audit.EventConfirmRequest} {
-		if recs := h.audit.events(ev); len(recs) != 0 {
+		if recs := h.audit.Events(ev); len(recs) != 0 {
 			t.Errorf("%s records for runs that could not start: %+v", ev, recs)
 		}
 	}
-	if pend, _ := h.d.confirms.List(ConfirmationFilter{}); len(pend) != 0 {
+	if pend, _ := h.opts.Confirmations.List(store.ConfirmationFilter{}); len(pend) != 0 {
 		t.Errorf("an approver was asked about a run that cannot start: %+v", pend)
 	}
 	// The refusal is not marked as audited: the daemon's call.refused
 	// record covers it.
-	if err := h.handlerErr(peerA, "skills.run_script", client.RunScriptParams{SessionID: sid, Skill: "hello", Path: "scripts/run.py"}); wasAudited(err) {
+	if err := h.handlerErr(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "hello", Path: "scripts/run.py"}); api.IsAudited(err) {
 		t.Error("missing image refusal marked audited")
 	}
 
 	if err := si.Built("python"); !errors.Is(err, images.ErrNotBuilt) {
 		t.Errorf("Built(python) = %v", err)
 	}
-	if err := si.Available("nope"); ErrorKind(err) != KindInvalidParams {
+	if err := si.Available("nope"); api.KindOf(err) != api.KindInvalidParams {
 		t.Errorf("Available(nope) = %v", err)
 	}
 	si.Build = true
 	if err := si.Available("python"); err != nil {
 		t.Errorf("with build on demand: %v", err)
 	}
-	if got := BuildCommand(images.DefaultDir, "python"); got != "skillbox images build python" {
-		t.Errorf("BuildCommand(default) = %q", got)
+	if got := service.BuildCommand(images.DefaultDir, "python"); got != "skillbox images build python" {
+		t.Errorf("service.BuildCommand(default) = %q", got)
 	}
 }
