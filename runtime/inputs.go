@@ -86,9 +86,12 @@ func (f *InputFile) kind() InputKind {
 	return f.Kind
 }
 
-// validateInputs checks every entry, their combination and their total
-// size against the workdir; errors wrap ErrInvalidJob and name the entry.
-func validateInputs(files []InputFile, workdirBytes int64) error {
+// ValidateInputs checks input entries the way ValidateJob does: every name
+// (ValidateInputName), kind and mode, no name twice, no entry under a file
+// or symlink entry, "outputs" only as a directory, at most MaxInputEntries,
+// and file bytes in total at most workdirBytes (the run's
+// Limits.WorkdirBytes). Errors wrap ErrInvalidJob and name the entry.
+func ValidateInputs(files []InputFile, workdirBytes int64) error {
 	if len(files) > MaxInputEntries {
 		return fmt.Errorf("%w: %d input entries, at most %d", ErrInvalidJob, len(files), MaxInputEntries)
 	}

@@ -90,7 +90,7 @@ func TestValidateInputs(t *testing.T) {
 		{"too big", []InputFile{{Name: "a", Data: make([]byte, 6)}, {Name: "b/c", Data: make([]byte, 5)}}, "over the 10-byte workdir"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := validateInputs(tc.files, 10)
+			err := ValidateInputs(tc.files, 10)
 			if tc.why == "" {
 				if err != nil {
 					t.Fatal(err)
@@ -139,7 +139,7 @@ func FuzzValidateInputName(f *testing.F) {
 // test's own user (no root needed), and returns the manifest.
 func writeTestInputs(t *testing.T, dir string, files []InputFile) inputManifest {
 	t.Helper()
-	if err := validateInputs(files, 1<<30); err != nil {
+	if err := ValidateInputs(files, 1<<30); err != nil {
 		t.Fatal(err)
 	}
 	wd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
@@ -240,7 +240,7 @@ func TestOutputsAreWhatChanged(t *testing.T) {
 	}
 	must(os.Chtimes(p("touched.txt"), time.Unix(1, 0), time.Unix(1, 0)))
 	must(os.WriteFile(p("rewritten.txt"), []byte("rewritten"), 0o644)) // same bytes
-	must(os.WriteFile(p("edited.txt"), []byte("after!"), 0o644))      // same size, other bytes
+	must(os.WriteFile(p("edited.txt"), []byte("after!"), 0o644))       // same size, other bytes
 	must(os.WriteFile(p("grown.txt"), []byte("longer now"), 0o644))
 	must(os.Remove(p("replaced.txt")))
 	must(os.WriteFile(p("replaced.txt"), []byte("REPLACED"), 0o644)) // new inode, same size

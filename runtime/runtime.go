@@ -49,8 +49,8 @@ const (
 
 // Paths inside every container.
 const (
-	SkillMount   = "/skill" // the skill directory, read-only
-	WorkDir      = "/work"  // writable size-capped tmpfs, the cwd
+	SkillMount = "/skill" // the skill directory, read-only
+	WorkDir    = "/work"  // writable size-capped tmpfs, the cwd
 	// OutputsDir is made empty in every workdir: a convention for scripts,
 	// not a limit (every file changed anywhere in WorkDir is an output).
 	OutputsDir = "/work/outputs"
@@ -79,10 +79,10 @@ type Limits struct {
 
 // DefaultLimits are used for every field left zero.
 var DefaultLimits = Limits{
-	Timeout:      30 * time.Second,
-	MemoryBytes:  512 << 20,
-	Pids:         128,
-	CPUs:         1,
+	Timeout:     30 * time.Second,
+	MemoryBytes: 512 << 20,
+	Pids:        128,
+	CPUs:        1,
 	// The output caps fit an unpacked office document (thousands of parts,
 	// hundreds of MiB); the tmpfs sizes are ceilings, allocated as written
 	// and charged to the run's memory limit.
@@ -171,10 +171,10 @@ type Job struct {
 	// ModuleEnv is set by the service, never from a caller's env: the
 	// interpreter's module path from ModulePathEnv (PYTHONPATH, NODE_PATH).
 	ModuleEnv []string
-	Stdin    []byte
-	Files    []InputFile
-	Limits   Limits
-	Network  bool // false: no network at all (the default)
+	Stdin     []byte
+	Files     []InputFile
+	Limits    Limits
+	Network   bool // false: no network at all (the default)
 	// Stdout and Stderr, when set, also receive the streams live (after capping).
 	Stdout StreamSink `json:"-"`
 	Stderr StreamSink `json:"-"`
@@ -217,8 +217,8 @@ type Result struct {
 	OutputsTruncatedBy  string `json:"outputs_truncated_by,omitempty"`
 	OutputsOmittedFiles int    `json:"outputs_omitted_files,omitempty"`
 	OutputsOmittedBytes int64  `json:"outputs_omitted_bytes,omitempty"`
-	Runtime        string   `json:"runtime"`
-	RuntimeVersion string   `json:"runtime_version"`
+	Runtime             string `json:"runtime"`
+	RuntimeVersion      string `json:"runtime_version"`
 }
 
 // Runtime runs jobs. Implementations must remove every container, bundle and

@@ -137,7 +137,7 @@ func ValidateJob(job Job) error {
 	if err := validateModuleEnv(job.ModuleEnv); err != nil {
 		return err
 	}
-	return validateInputs(job.Files, job.Limits.WithDefaults().WorkdirBytes)
+	return ValidateInputs(job.Files, job.Limits.WithDefaults().WorkdirBytes)
 }
 
 func isCleanAbs(p string) bool {
