@@ -135,6 +135,19 @@ func FuzzValidateInputName(f *testing.F) {
 	})
 }
 
+// newTestWriter is an inputWriter on dir that makes entries owned by the
+// test's own user (no root needed), closed when the test ends.
+func newTestWriter(t *testing.T, dir string) *inputWriter {
+	t.Helper()
+	wd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &inputWriter{wd: wd, uid: os.Getuid(), gid: os.Getgid(), lastFD: -1, manifest: inputManifest{}}
+	t.Cleanup(func() { w.close(); unix.Close(wd) })
+	return w
+}
+
 // writeTestInputs writes files into dir as writeInputs does, owned by the
 // test's own user (no root needed), and returns the manifest.
 func writeTestInputs(t *testing.T, dir string, files []InputFile) inputManifest {
@@ -142,13 +155,7 @@ func writeTestInputs(t *testing.T, dir string, files []InputFile) inputManifest 
 	if err := ValidateInputs(files, 1<<30); err != nil {
 		t.Fatal(err)
 	}
-	wd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(wd)
-	w := &inputWriter{wd: wd, uid: os.Getuid(), gid: os.Getgid(), lastFD: -1, manifest: inputManifest{}}
-	defer w.close()
+	w := newTestWriter(t, dir)
 	for i := range files {
 		if err := w.write(&files[i]); err != nil {
 			t.Fatal(err)
@@ -199,13 +206,7 @@ func TestInputWriterNeverFollowsLinks(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(wd, "l")); err != nil {
 		t.Fatal(err)
 	}
-	dir, err := unix.Open(wd, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(dir)
-	w := &inputWriter{wd: dir, uid: os.Getuid(), gid: os.Getgid(), lastFD: -1, manifest: inputManifest{}}
-	defer w.close()
+	w := newTestWriter(t, wd)
 	for _, f := range []InputFile{{Name: "l/evil", Data: []byte("x")}, {Name: "l/sub/evil", Data: []byte("x")}, {Name: "l", Kind: InputDir}, {Name: "l/d", Kind: InputDir}} {
 		if err := w.write(&f); err == nil {
 			t.Errorf("%s: written through a symlink", f.Name)
