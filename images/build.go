@@ -55,12 +55,14 @@ var dpkgExcludes = []string{
 // their owner is stable). /skill and /work are the mount points the runtime
 // binds the skill and the workdir on (runtime.SkillMount, runtime.WorkDir):
 // they must exist in the image, since the shared rootfs is read-only and a
-// runtime must not create them there.
+// runtime must not create them there. /etc/hosts is the mount point of the
+// hosts file the runtime generates (so localhost resolves in the sandbox).
 const customizeHook = `rm -f "$1/etc/hostname" "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old && ` +
 	`rm -f "$1/etc/resolv.conf" && : > "$1/etc/resolv.conf" && chmod 0644 "$1/etc/resolv.conf" && ` +
 	`if [ -e "$1/usr/bin/apt-get" ]; then chown 0:0 "$1/var/cache/apt/archives/partial" "$1/var/lib/apt/lists/partial"; ` +
 	`else rm -rf "$1/var/cache/apt" "$1/var/lib/apt"; fi && ` +
-	`mkdir -m 0755 -p "$1/skill" "$1/work"`
+	`mkdir -m 0755 -p "$1/skill" "$1/work" && ` +
+	`if [ ! -e "$1/etc/hosts" ]; then printf '127.0.0.1\tlocalhost\n::1\tlocalhost\n' > "$1/etc/hosts"; fi`
 
 // Build builds the image for r with mmdebstrap and stores it, replacing the
 // image of that name. Progress lines go to progress (nil discards them).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/signal"
@@ -57,8 +58,8 @@ func runCommand() *cli.Command {
 			&cli.Float64Flag{Name: "cpus", Usage: "CPU limit, e.g. 0.5 (may only lower the policy's)"},
 			&cli.StringSliceFlag{Name: "env", Usage: "`K=V` passed to the script (repeatable; names such as LD_PRELOAD that load other code are refused)"},
 			&cli.StringFlag{Name: "stdin", Usage: "`FILE` whose bytes are the script's standard input (- for this terminal's stdin); default: none"},
-			&cli.StringSliceFlag{Name: "file", Usage: "host `PATH` copied into the run's working directory under its base name (repeatable)"},
-			&cli.StringFlag{Name: "outputs", Usage: "`DIR` that receives the files the script wrote to outputs/ (created if missing)"},
+			&cli.StringSliceFlag{Name: "file", Usage: "host `PATH[:NAME]` copied into the run's working directory (/work, the script's cwd) under its base name, or under the relative NAME (may contain /); a directory is copied whole, symlinks in it as symlinks (never followed), special files refused (repeatable)"},
+			&cli.StringFlag{Name: "outputs", Usage: "`DIR` that receives every file the script created or changed in /work, at its relative path (created if missing; symlinks in DIR are never written through)"},
 			&cli.BoolFlag{Name: "network", Usage: "ask for network access (a policy rule must allow it)"},
 			&cli.BoolFlag{Name: "no-build", Usage: "fail instead of building a missing image"},
 			&cli.BoolFlag{Name: "yes", Usage: "confirm, as the approver at this terminal, a run that policy marks as needing confirmation"},
@@ -479,8 +480,9 @@ func kvName(kv string) string {
 	return "NAME"
 }
 
-// maxInputFile bounds one --file; the workdir's tmpfs caps the total.
-const maxInputFile = 64 << 20
+// maxInputFile bounds one file given with --file; the workdir's tmpfs caps
+// the total (runtime.ValidateInputs).
+const maxInputFile = 256 << 20
 
 // errFileFlagUsage marks --file errors that are usage errors (exit 2).
 var errFileFlagUsage = errors.New("--file usage")
@@ -490,42 +492,160 @@ type fileUsageError struct{ msg string }
 func (e *fileUsageError) Error() string        { return e.msg }
 func (e *fileUsageError) Is(target error) bool { return target == errFileFlagUsage }
 
-func filesFromFlags(paths []string) ([]runtime.InputFile, error) {
+func fileUsage(format string, args ...any) error {
+	return &fileUsageError{fmt.Sprintf(format, args...)}
+}
+
+// splitFileFlag splits --file PATH[:NAME] at its last colon; a PATH that
+// itself holds a colon is taken whole when it exists and its prefix does not.
+func splitFileFlag(spec string) (host, name string) {
+	i := strings.LastIndexByte(spec, ':')
+	if i <= 0 {
+		return spec, ""
+	}
+	if _, err := os.Lstat(spec); err == nil {
+		if _, err := os.Lstat(spec[:i]); err != nil {
+			return spec, ""
+		}
+	}
+	return spec[:i], spec[i+1:]
+}
+
+// filesFromFlags reads every --file PATH[:NAME] into input entries. PATH
+// itself is followed if it is a link (it was named on the command line);
+// inside a directory nothing is: links are copied as links, special files
+// are refused, so what the sandbox gets is exactly the tree on disk.
+func filesFromFlags(specs []string) ([]runtime.InputFile, error) {
 	var out []runtime.InputFile
-	seen := map[string]string{}
-	for _, p := range paths {
-		name := filepath.Base(p)
+	seen := map[string]string{} // name -> the --file that gave it
+	for _, spec := range specs {
+		if spec == "" {
+			return nil, fileUsage("--file needs a PATH")
+		}
+		host, name := splitFileFlag(spec)
+		if name == "" {
+			if strings.HasSuffix(spec, ":") {
+				return nil, fileUsage("--file %s: NAME after the colon is empty: write PATH or PATH:NAME", spec)
+			}
+			name = filepath.Base(filepath.Clean(host))
+		}
+		if err := runtime.ValidateInputName(name); err != nil {
+			return nil, fileUsage("--file %s: %s; give a relative NAME with --file PATH:NAME", spec, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+		}
+		if prev := seen[name]; prev != "" {
+			return nil, fileUsage("--file %s: --file %s already has the name %q in the working directory: rename one with --file PATH:NAME", spec, prev, name)
+		}
+		seen[name] = spec
+		st, err := os.Stat(host)
+		if err != nil {
+			return nil, fmt.Errorf("--file %s: %w", host, unwrapPathError(err))
+		}
 		switch {
-		case p == "":
-			return nil, &fileUsageError{"--file needs a PATH"}
-		case name == "outputs":
-			return nil, &fileUsageError{fmt.Sprintf("--file %s: the name %q is reserved for the outputs folder: copy or rename the file first", p, name)}
-		case seen[name] != "":
-			return nil, &fileUsageError{fmt.Sprintf("--file %s: --file %s already has the base name %q (files land in the workdir under their base names): rename one", p, seen[name], name)}
-		}
-		seen[name] = p
-		f, err := os.Open(p)
-		if err != nil {
-			return nil, fmt.Errorf("--file %s: %w", p, unwrapPathError(err))
-		}
-		st, err := f.Stat()
-		if err != nil {
+		case st.Mode().IsRegular():
+			f, err := os.Open(host)
+			if err != nil {
+				return nil, fmt.Errorf("--file %s: %w", host, unwrapPathError(err))
+			}
+			data, err := readInputFile(f, spec)
 			f.Close()
-			return nil, fmt.Errorf("--file %s: %w", p, err)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, runtime.InputFile{Name: name, Data: data, Mode: uint32(st.Mode().Perm())})
+		case st.IsDir():
+			entries, err := dirInputs(host, name, spec)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, entries...)
+		default:
+			return nil, fileUsage("--file %s: not a regular file or directory (%s): special files cannot be copied into the sandbox", spec, st.Mode().Type())
 		}
-		if !st.Mode().IsRegular() {
-			f.Close()
-			return nil, &fileUsageError{fmt.Sprintf("--file %s: not a regular file", p)}
+		if len(out) > runtime.MaxInputEntries {
+			return nil, fileUsage("--file %s: more than %d files and directories in all", spec, runtime.MaxInputEntries)
 		}
-		data, err := io.ReadAll(io.LimitReader(f, maxInputFile+1))
-		f.Close()
+	}
+	if err := runtime.ValidateInputs(out, math.MaxInt64); err != nil {
+		return nil, fileUsage("--file: %s", strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+	}
+	return out, nil
+}
+
+func readInputFile(f *os.File, spec string) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(f, maxInputFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("--file %s: %w", spec, err)
+	}
+	if len(data) > maxInputFile {
+		return nil, fileUsage("--file %s: %s is over the %s limit for one input file", spec, f.Name(), policy.FormatSize(maxInputFile))
+	}
+	return data, nil
+}
+
+// dirInputs reads the tree at host into entries under name: the directory
+// itself, then its contents in lexical order. It works inside an os.Root
+// and opens files with O_NOFOLLOW, so no link is followed on the host.
+func dirInputs(host, name, spec string) ([]runtime.InputFile, error) {
+	root, err := os.OpenRoot(host)
+	if err != nil {
+		return nil, fmt.Errorf("--file %s: %w", spec, unwrapPathError(err))
+	}
+	defer root.Close()
+	st, err := root.Stat(".")
+	if err != nil {
+		return nil, fmt.Errorf("--file %s: %w", spec, err)
+	}
+	out := []runtime.InputFile{{Name: name, Kind: runtime.InputDir, Mode: uint32(st.Mode().Perm())}}
+	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return nil, fmt.Errorf("--file %s: %w", p, err)
+			return fmt.Errorf("--file %s: %w", spec, err)
 		}
-		if len(data) > maxInputFile {
-			return nil, &fileUsageError{fmt.Sprintf("--file %s: over the %s limit for one input file", p, policy.FormatSize(maxInputFile))}
+		if rel == "." {
+			return nil
 		}
-		out = append(out, runtime.InputFile{Name: name, Data: data, Mode: uint32(st.Mode().Perm())})
+		if len(out) > runtime.MaxInputEntries {
+			return fileUsage("--file %s: more than %d files and directories", spec, runtime.MaxInputEntries)
+		}
+		entry := name + "/" + rel
+		where := filepath.Join(host, filepath.FromSlash(rel))
+		if err := runtime.ValidateInputName(entry); err != nil {
+			return fileUsage("--file %s: %s: %s", spec, where, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+		}
+		switch t := d.Type(); {
+		case t.IsDir():
+			info, err := d.Info()
+			if err != nil {
+				return fmt.Errorf("--file %s: %w", spec, err)
+			}
+			out = append(out, runtime.InputFile{Name: entry, Kind: runtime.InputDir, Mode: uint32(info.Mode().Perm())})
+		case t&fs.ModeSymlink != 0:
+			target, err := root.Readlink(rel)
+			if err != nil {
+				return fmt.Errorf("--file %s: %w", spec, err)
+			}
+			out = append(out, runtime.InputFile{Name: entry, Kind: runtime.InputSymlink, Target: target})
+		case t.IsRegular():
+			f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+			if err != nil {
+				return fmt.Errorf("--file %s: %w", spec, err)
+			}
+			defer f.Close()
+			info, err := f.Stat()
+			if err != nil || !info.Mode().IsRegular() {
+				return fileUsage("--file %s: %s changed while it was read", spec, where)
+			}
+			data, err := readInputFile(f, spec)
+			if err != nil {
+				return err
+			}
+			out = append(out, runtime.InputFile{Name: entry, Data: data, Mode: uint32(info.Mode().Perm())})
+		default:
+			return fileUsage("--file %s: %s is a special file (%s), which cannot be copied into the sandbox: remove it or copy the directory without it", spec, where, t.Type())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -551,9 +671,12 @@ func prepareOutputsDir(dir string) error {
 	return root.Close()
 }
 
-// saveOutputs writes collected outputs under dir without ever leaving it:
-// every path is resolved inside dir (no "..", no absolute paths, no symlink
-// already in dir leading out), and files are written, never linked.
+// saveOutputs writes collected outputs under dir, keeping their relative
+// paths, without ever leaving it or following a link: every path must be
+// local, each directory on the way is made or must be a real directory (a
+// symlink there is refused, not followed), and a file is written fresh,
+// replacing a regular file or symlink in its place but never writing
+// through it. Special files and directories in the way are refused.
 func saveOutputs(dir string, outs []runtime.OutputFile) ([]string, error) {
 	if err := prepareOutputsDir(dir); err != nil {
 		return nil, err
@@ -563,38 +686,86 @@ func saveOutputs(dir string, outs []runtime.OutputFile) ([]string, error) {
 		return nil, fmt.Errorf("--outputs %s: %w", dir, err)
 	}
 	defer root.Close()
+	made := map[string]bool{} // directories already checked or made
 	var saved []string
 	for _, o := range outs {
 		rel := filepath.FromSlash(o.Path)
 		if !filepath.IsLocal(rel) {
-			return saved, fmt.Errorf("--outputs: output %q is not a relative path inside outputs/; not saved", o.Path)
+			return saved, fmt.Errorf("--outputs: output %q is not a relative path inside the working directory; not saved", o.Path)
 		}
-		if d := filepath.Dir(rel); d != "." {
-			if err := root.MkdirAll(d, 0o755); err != nil {
-				return saved, fmt.Errorf("--outputs: %s: %w", o.Path, err)
+		if err := outputParents(root, filepath.Dir(rel), made); err != nil {
+			return saved, fmt.Errorf("--outputs %s: %s: %w", dir, o.Path, err)
+		}
+		if st, err := root.Lstat(rel); err == nil {
+			switch {
+			case st.Mode().IsRegular(), st.Mode()&fs.ModeSymlink != 0:
+				// Replace, never write through (a symlink must not
+				// redirect the write).
+				if err := root.Remove(rel); err != nil {
+					return saved, fmt.Errorf("--outputs %s: %s: %w", dir, o.Path, err)
+				}
+			default:
+				return saved, fmt.Errorf("--outputs %s: %s: a %s is in the way; not replaced (move it away and run again)", dir, o.Path, fileKind(st.Mode()))
 			}
 		}
-		// Replace, never write through, whatever is there (a symlink left
-		// in dir must not redirect the write).
-		if st, err := root.Lstat(rel); err == nil && !st.IsDir() {
-			if err := root.Remove(rel); err != nil {
-				return saved, fmt.Errorf("--outputs: %s: %w", o.Path, err)
-			}
-		}
-		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 		if err != nil {
-			return saved, fmt.Errorf("--outputs: %s: %w", o.Path, err)
+			return saved, fmt.Errorf("--outputs %s: %s: %w", dir, o.Path, err)
 		}
 		_, werr := f.Write(o.Data)
 		if cerr := f.Close(); werr == nil {
 			werr = cerr
 		}
 		if werr != nil {
-			return saved, fmt.Errorf("--outputs: %s: %w", o.Path, werr)
+			return saved, fmt.Errorf("--outputs %s: %s: %w", dir, o.Path, werr)
 		}
 		saved = append(saved, filepath.Join(dir, rel))
 	}
 	return saved, nil
+}
+
+// outputParents makes the directories of rel inside root, one component at
+// a time; an existing component must be a directory, not a link to one.
+func outputParents(root *os.Root, rel string, made map[string]bool) error {
+	if rel == "." || made[rel] {
+		return nil
+	}
+	if err := outputParents(root, filepath.Dir(rel), made); err != nil {
+		return err
+	}
+	st, err := root.Lstat(rel)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := root.Mkdir(rel, 0o755); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case st.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("%s is a symlink in the outputs directory; refusing to write through it (remove it and run again)", rel)
+	case !st.IsDir():
+		return fmt.Errorf("%s is a %s, not a directory; not replaced (move it away and run again)", rel, fileKind(st.Mode()))
+	}
+	made[rel] = true
+	return nil
+}
+
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	case m.IsRegular():
+		return "regular file"
+	}
+	return "special file"
 }
 
 // cliImages adds to the store's image source what a person at a terminal
