@@ -717,7 +717,7 @@ policy "slow" {
 		{api.RunScriptParams{Path: "scripts/../SKILL.md"}, api.KindInvalidParams, ".."},
 		{api.RunScriptParams{Path: "scripts/missing.py"}, api.KindNotFound, "not found"},
 		{api.RunScriptParams{Path: "scripts/run.py", Env: map[string]string{"LD_PRELOAD": "/x.so"}}, api.KindInvalidParams, "LD_PRELOAD"},
-		{api.RunScriptParams{Path: "scripts/run.py", Files: []api.File{api.NewFile("../x", nil)}}, api.KindInvalidParams, "base name"},
+		{api.RunScriptParams{Path: "scripts/run.py", Files: []api.File{api.NewFile("../x", nil)}}, api.KindInvalidParams, "inside the working directory"},
 		{api.RunScriptParams{Path: "scripts/run.py", Network: true}, api.KindDenied, "network"},
 		{api.RunScriptParams{Path: "scripts/run.py", TimeoutMS: -1}, api.KindInvalidParams, "timeout_ms"},
 	} {
