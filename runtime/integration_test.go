@@ -38,8 +38,18 @@ import (
 
 const (
 	defaultRootfsCache = "/var/cache/skillbox/test-rootfs"
-	testBase           = "/run/skillbox-test"
+	defaultTestBase    = "/run/skillbox-test"
 )
+
+// testBase holds the runtimes' state and run dirs of these tests;
+// SKILLBOX_TEST_STATE moves it so two checkouts can run the suite at once
+// without taking each other's containers for leftovers.
+var testBase = func() string {
+	if p := os.Getenv("SKILLBOX_TEST_STATE"); p != "" {
+		return p
+	}
+	return defaultTestBase
+}()
 
 var backends = []string{"runsc", "runc"}
 
