@@ -256,14 +256,7 @@ func (e *engine) run(ctx context.Context, job Job) (res *Result, err error) {
 			return nil, serr
 		}
 	}
-	switch {
-	case reason == ReasonKilled:
-		// the caller asked; that explains everything
-	case ev.OOMKills > 0:
-		reason = ReasonOOM
-	case ev.PidsMax > 0:
-		reason = ReasonPids
-	}
+	reason = finalReason(reason, ev)
 
 	res = &Result{
 		ExitCode:       code,

@@ -165,6 +165,7 @@ const itPolicy = `
 policy "default" {
   skills = ["*"]
   tools  = ["skills.read", "skills.run_script"]
+  env    = ["GREETING_STYLE", "SECRET_TOKEN", "MODE"]
 }
 policy "needs-approval" {
   skills  = ["guarded-*"]

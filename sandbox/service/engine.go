@@ -181,6 +181,18 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The environment is an allowlist: names no rule can allow are
+	// malformed requests, names no matching rule allows are denied.
+	if err := runtime.ValidateEnv(env); err != nil {
+		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+	}
+	names := make([]string, 0, len(req.Env))
+	for k := range req.Env {
+		names = append(names, k)
+	}
+	if err := e.Config.CheckEnv(req.Skill.Name, names); err != nil {
+		return nil, fmt.Errorf("%w: %v", api.ErrDenied, strings.TrimPrefix(err.Error(), policy.ErrDenied.Error()+": "))
+	}
 
 	argv := append([]string{}, interp.Argv...)
 	argv = append(argv, path.Join(runtime.SkillMount, rel))

@@ -1,0 +1,57 @@
+package runtime
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+// Finding 7: output names with escape sequences or newlines never reach
+// results or logs raw.
+func TestOutputNamesWithControlCharacters(t *testing.T) {
+	wd := t.TempDir()
+	for _, n := range []string{"ok.txt", "a\nb.txt", "\x1b[31mred.txt", "tab\there.txt"} {
+		if err := os.WriteFile(filepath.Join(wd, n), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := collect(t, wd, DefaultLimits)
+	for _, f := range o.Files {
+		if strings.IndexFunc(f.Path, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			t.Errorf("output path %q holds control characters", f.Path)
+		}
+	}
+	for _, s := range o.Skipped {
+		if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			t.Errorf("skipped entry %q holds control characters", s)
+		}
+	}
+	if len(o.Files) != 1 || len(o.Skipped) != 3 {
+		t.Errorf("files %v skipped %q: want ok.txt collected and the three others named as skipped", o.Files, o.Skipped)
+	}
+}
+
+// Finding 7: a run killed by its time limit is labelled timeout even when
+// it also ran into its pids limit (a fork bomb), and one that ended on its
+// own after hitting the pids limit is labelled pids.
+func TestReasonByWhatTriggered(t *testing.T) {
+	for _, tc := range []struct {
+		reason Reason
+		ev     cgroupEvents
+		want   Reason
+	}{
+		{ReasonTimeout, cgroupEvents{PidsMax: 100}, ReasonTimeout},
+		{ReasonTimeout, cgroupEvents{OOMKills: 1}, ReasonTimeout},
+		{ReasonExit, cgroupEvents{PidsMax: 3}, ReasonPids},
+		{ReasonExit, cgroupEvents{OOMKills: 1}, ReasonOOM},
+		{ReasonKilled, cgroupEvents{OOMKills: 1}, ReasonKilled},
+		{ReasonOutputCap, cgroupEvents{PidsMax: 1}, ReasonOutputCap},
+		{ReasonExit, cgroupEvents{}, ReasonExit},
+	} {
+		if got := finalReason(tc.reason, tc.ev); got != tc.want {
+			t.Errorf("finalReason(%s, %+v) = %s, want %s", tc.reason, tc.ev, got, tc.want)
+		}
+	}
+}
