@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os/user"
 	"strconv"
 	"strings"
@@ -281,6 +282,15 @@ func (s *Service) Instructions(ctx context.Context, caller api.Peer, p api.Sessi
 		}
 		if sk.Digest != a.Digest {
 			notes = append(notes, fmt.Sprintf("Skill %q changed on disk since it was loaded; its files cannot be read or run until it is loaded again with skills.load.", a.Name))
+			// Render the version the receipt names, never the edited file.
+			body, ok := s.pinnedBody(a.Digest)
+			if !ok {
+				notes = append(notes, fmt.Sprintf("The instructions of skill %q as loaded are not available; load it again to see the current ones.", a.Name))
+				continue
+			}
+			pinned := *sk
+			pinned.Body = body
+			sk = &pinned
 		}
 		act = append(act, sk)
 	}
@@ -291,6 +301,45 @@ func (s *Service) Instructions(ctx context.Context, caller api.Peer, p api.Sessi
 	}
 	return &api.InstructionsResult{Instructions: text, AvailableSkills: available, ActiveSkills: active}, nil
 }
+
+// SnapshotLookup finds the pinned copy of a skill version by digest; the
+// SnapshotStore implements it.
+type SnapshotLookup interface {
+	Lookup(digest string) (string, bool)
+}
+
+// pinnedBody is the SKILL.md body of the pinned copy of the version with
+// digest, if the pinner keeps one.
+func (s *Service) pinnedBody(digest string) (string, bool) {
+	if s.engine == nil {
+		return "", false
+	}
+	l, ok := s.engine.Pins.(SnapshotLookup)
+	if !ok {
+		return "", false
+	}
+	dir, ok := l.Lookup(digest)
+	if !ok {
+		return "", false
+	}
+	f, err := skills.OpenInRoot(dir, "SKILL.md")
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxSkillMDBytes))
+	if err != nil {
+		return "", false
+	}
+	doc, err := skills.Parse(data)
+	if err != nil {
+		return "", false
+	}
+	return doc.Body, true
+}
+
+// maxSkillMDBytes bounds a SKILL.md read back from a pinned copy.
+const maxSkillMDBytes = 4 << 20
 
 // ---- skills ----
 
@@ -373,6 +422,15 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: no skill named %s: call skills.list to see the available names", api.ErrNotFound, quoteList(missing))
+	}
+	// Keep a copy of each version loaded, so that what is rendered and run
+	// later is this version even if the files change (see pinnedBody).
+	if s.engine != nil && s.engine.Pins != nil {
+		for _, sk := range found {
+			if _, err := s.engine.Pins.Pin(sk); err != nil {
+				s.log.Warn("could not keep a copy of the loaded skill version", "skill", sk.Name, "digest", sk.Digest, "error", err)
+			}
+		}
 	}
 	maxActive := s.cfg.Daemon.MaxActiveSkills
 	var sess *store.Session
