@@ -338,6 +338,15 @@ func (e *Engine) Run(ctx context.Context, req RunRequest) (*Outcome, error) {
 
 // Decide asks the policy about a tool for a skill and audits the decision.
 func (e *Engine) Decide(ctx context.Context, s *skills.Skill, tool string, input []byte, rec audit.Record) (policy.Decision, error) {
+	d, r := e.decision(s, tool, input, rec)
+	if err := e.append(ctx, r); err != nil {
+		return d, err
+	}
+	return d, nil
+}
+
+// decision is Decide without writing its record.
+func (e *Engine) decision(s *skills.Skill, tool string, input []byte, rec audit.Record) (policy.Decision, *audit.Record) {
 	d := e.Config.Decide(policy.Request{Skill: s.Name, AllowedTools: s.AllowedTools, Tool: tool, Input: input})
 	rec.Event = audit.EventDecision
 	rec.Skill = &audit.SkillRef{Name: s.Name, Digest: s.Digest}
@@ -346,10 +355,7 @@ func (e *Engine) Decide(ctx context.Context, s *skills.Skill, tool string, input
 		rec.Decision.InputSHA256 = sha256Hex(input)
 	}
 	rec.Outcome = string(d.Effect)
-	if err := e.append(ctx, &rec); err != nil {
-		return d, err
-	}
-	return d, nil
+	return d, &rec
 }
 
 func (e *Engine) append(ctx context.Context, r *audit.Record) error {

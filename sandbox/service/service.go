@@ -63,7 +63,8 @@ type Service struct {
 	audit    Auditor
 	log      hclog.Logger
 
-	runSlots  chan struct{}
+	runSlots  *runSlots
+	reads     *readAudit
 	queueWait time.Duration
 	runs      runRegistry
 }
@@ -87,10 +88,11 @@ func New(o Options) *Service {
 		confirms:  o.Confirmations,
 		audit:     o.Audit,
 		log:       log.Named("service"),
-		runSlots:  make(chan struct{}, max(1, dc.MaxConcurrentRuns)),
+		runSlots:  newRunSlots(dc.MaxConcurrentRuns, dc.ApproverRuns, dc.MaxRunsPerUID, dc.MaxQueuedRunsPerUID),
 		queueWait: dc.RunQueueTimeout,
 		runs:      runRegistry{runs: map[string]*activeRun{}},
 	}
+	s.reads = newReadAudit(o.Config.Audit.ReadsPerInterval, o.Config.Audit.AggregateInterval, s.writeAggregate)
 	if s.audit != nil {
 		// A typed nil (*audit.Log)(nil) must mean "no audit", not a panic.
 		if l, ok := s.audit.(*audit.Log); ok && l == nil {
@@ -555,8 +557,14 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.decideTool(ctx, caller, method, p.SessionID, sk, method, nil); err != nil {
-		return nil, err
+	// The decision is recorded with the read's outcome: one by one for a
+	// deny or a refused read, within the uid's budget otherwise (readAudit).
+	dec, drec := s.engine.decision(sk, method, nil, *base(ctx, caller, method, audit.EventDecision, p.SessionID))
+	if dec.Effect == policy.EffectDeny {
+		if err := s.record(ctx, drec); err != nil {
+			return nil, err
+		}
+		return nil, api.MarkAudited(fmt.Errorf("%w: %s for skill %q is denied by %s: %s; a policy deny cannot be overridden, change the rule if this is intended", api.ErrDenied, method, sk.Name, dec.Rule, dec.Reason))
 	}
 	rec := base(ctx, caller, method, audit.EventSkillRead, p.SessionID)
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
@@ -564,6 +572,9 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 	if err != nil {
 		rec.Read = &audit.ReadInfo{Path: p.Path, Offset: p.Offset, Length: p.Length}
 		rec.Outcome, rec.Error = audit.OutcomeRefused, err.Error()
+		if aerr := s.record(ctx, drec); aerr != nil {
+			return nil, aerr
+		}
 		if aerr := s.record(ctx, rec); aerr != nil {
 			return nil, aerr
 		}
@@ -571,8 +582,19 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 	}
 	rec.Read = &audit.ReadInfo{Path: fc.Path, Offset: p.Offset, Length: p.Length, Bytes: fc.Size, Served: servedBytes(fc), SHA256: fc.SHA256, Truncated: fc.Truncated}
 	rec.Outcome = audit.OutcomeOK
-	if err := s.record(ctx, rec); err != nil {
-		return nil, err
+	if s.reads.allow(caller, sk.Name, fc.Path, rec.Read.Served) {
+		if err := s.record(ctx, drec); err != nil {
+			return nil, err
+		}
+		if err := s.record(ctx, rec); err != nil {
+			return nil, err
+		}
+	} else if s.audit != nil {
+		// Counted, not recorded: the log must still be writable, or the
+		// read is refused like any audited call (fail closed).
+		if err := s.audit.Healthy(); err != nil {
+			return nil, auditDown(err)
+		}
 	}
 	return &api.ReadResult{Skill: sk.Name, Path: fc.Path, Size: fc.Size, SHA256: fc.SHA256, Encoding: fc.Encoding, Content: fc.Content, Truncated: fc.Truncated}, nil
 }
