@@ -2,9 +2,14 @@ package jsonrpc
 
 import (
 	"bytes"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // Finding 7: an id that is not valid UTF-8 is never echoed raw.
@@ -25,4 +30,52 @@ func TestInvalidUTF8IDNotEchoed(t *testing.T) {
 			t.Errorf("response echoes an invalid UTF-8 id: %q", got)
 		}
 	}
+}
+
+// Finding 2: one uid gets at most MaxConnsPerUID connections, and the
+// reserve of MaxConnections is kept for privileged peers (approvers).
+func TestConnectionsPerUIDAndReserve(t *testing.T) {
+	var privileged atomic.Bool
+	var refusedMu sync.Mutex
+	var refused []string
+	ts := startServer(t, ServerOptions{MaxConnections: 4, ReservedConns: 1, MaxConnsPerUID: 2,
+		Privileged:    func(api.Peer) bool { return privileged.Load() },
+		OnConnRefused: func(p api.Peer, why string) { refusedMu.Lock(); refused = append(refused, why); refusedMu.Unlock() },
+	}, nil)
+	a, b := ts.dial(t), ts.dial(t)
+	a.call(1, "echo", "{}")
+	b.call(1, "echo", "{}")
+	c := ts.dial(t)
+	r := c.recv()
+	wantError(t, r, CodeLimitExceeded, api.KindLimitExceeded)
+	if !strings.Contains(r.Error.Message, "max_connections_per_uid") {
+		t.Fatalf("message %q", r.Error.Message)
+	}
+	// An approver is not bound by the per-uid cap and may use the reserve.
+	privileged.Store(true)
+	d, e := ts.dial(t), ts.dial(t)
+	d.call(1, "echo", "{}")
+	e.call(1, "echo", "{}")
+	f := ts.dial(t)
+	wantError(t, f.recv(), CodeUnavailable, api.KindUnavailable)
+	refusedMu.Lock()
+	defer refusedMu.Unlock()
+	if len(refused) != 2 {
+		t.Errorf("OnConnRefused told %d times, want 2: %q", len(refused), refused)
+	}
+}
+
+// Finding 2: the bytes of one uid's requests in flight are bounded.
+func TestRequestBytesPerUID(t *testing.T) {
+	ts := startServer(t, ServerOptions{MaxRequestBytesPerUID: 300}, nil)
+	c := ts.dial(t)
+	pad := strings.Repeat(" ", 200)
+	c.send(`{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":3000` + pad + `}}`)
+	time.Sleep(50 * time.Millisecond)
+	c.send(`{"jsonrpc":"2.0","id":2,"method":"echo","params":{"x":1` + pad + `}}`)
+	r := c.recv()
+	if string(r.ID) != "2" {
+		t.Fatalf("first answer is for id %s", r.ID)
+	}
+	wantError(t, r, CodeLimitExceeded, api.KindLimitExceeded)
 }

@@ -43,6 +43,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -135,6 +136,23 @@ type ServerOptions struct {
 	// block for long, since the connection's answers wait for it. A panic in
 	// it is logged and swallowed. The daemon audits these calls.
 	OnCallError func(*CallError)
+	// MaxConnsPerUID bounds the open connections of one uid (0: no bound
+	// beyond MaxConnections); privileged peers are not bound by it.
+	MaxConnsPerUID int
+	// ReservedConns of MaxConnections are kept for privileged peers (the
+	// daemon's approvers), so a flood of other connections never locks
+	// them out.
+	ReservedConns int
+	// Privileged tells whether a peer may use the reserve and is exempt
+	// from MaxConnsPerUID (nil: nobody is).
+	Privileged func(api.Peer) bool
+	// MaxRequestBytesPerUID bounds the bytes of request lines of one uid
+	// whose calls are in flight, over all its connections (0: no bound).
+	// A call over it is refused (limit_exceeded) rather than held.
+	MaxRequestBytesPerUID int64
+	// OnConnRefused is told about every connection turned away for a
+	// limit (the daemon audits them, aggregated). It must not block.
+	OnConnRefused func(p api.Peer, reason string)
 	// OnConnClosed is told when a connection that was being served ends,
 	// after all its calls (and their OnCallError hooks) have returned. Peer
 	// is zero when the credentials could not be read.
@@ -297,6 +315,8 @@ type Server struct {
 	handlers  map[string]Handler
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	perUID    map[uint32]int   // open connections by uid
+	reqBytes  map[uint32]int64 // request bytes of calls in flight by uid
 	closing   bool
 	// calls counts calls in flight server-wide, connWG connection
 	// goroutines; both are only Add-ed under mu while !closing, which is
@@ -305,6 +325,7 @@ type Server struct {
 	connWG sync.WaitGroup
 
 	nextConnID atomic.Uint64
+	lastFree   atomic.Int64 // unix nanos of the last returnMemory
 }
 
 // NewServer returns a server with no handlers.
@@ -340,6 +361,8 @@ func NewServer(opts ServerOptions) *Server {
 		handlers:  map[string]Handler{},
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
+		perUID:    map[uint32]int{},
+		reqBytes:  map[uint32]int64{},
 	}
 }
 
@@ -444,22 +467,44 @@ func (s *Server) isClosing() bool {
 	return s.closing
 }
 
-// startConn registers nc and starts its goroutine, or turns it away.
+// startConn registers nc and starts its goroutine, or turns it away. The
+// peer's credentials are read first, so that the caps are per uid: one uid
+// gets at most MaxConnsPerUID connections, and the last ReservedConns of
+// MaxConnections only go to privileged peers.
 func (s *Server) startConn(ctx context.Context, nc net.Conn) {
 	id := s.nextConnID.Add(1)
+	peer, perr := PeerCredentials(nc)
+	privileged := perr == nil && s.opts.Privileged != nil && s.opts.Privileged(peer)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		go s.reject(nc, ToRPCError(ErrShuttingDown))
 		return
 	}
-	if len(s.conns) >= s.opts.MaxConnections {
+	limit := s.opts.MaxConnections
+	if !privileged {
+		limit -= min(max(0, s.opts.ReservedConns), limit-1)
+	}
+	var refuse *Error
+	switch {
+	case len(s.conns) >= limit:
+		refuse = ToRPCError(errTooManyConns)
+		refuse.Data = map[string]any{"limit": s.opts.MaxConnections}
+	case perr == nil && !privileged && s.opts.MaxConnsPerUID > 0 && s.perUID[peer.UID] >= s.opts.MaxConnsPerUID:
+		refuse = ToRPCError(fmt.Errorf("uid %d already has %d connections open to skillbox (daemon.max_connections_per_uid); close idle ones or reuse one: %w", peer.UID, s.perUID[peer.UID], api.ErrLimitExceeded))
+		refuse.Data = map[string]any{"limit": s.opts.MaxConnsPerUID}
+	}
+	if refuse != nil {
 		s.mu.Unlock()
-		s.log.Warn("connection refused: too many connections", "conn", id, "max", s.opts.MaxConnections)
-		e := ToRPCError(errTooManyConns)
-		e.Data = map[string]any{"limit": s.opts.MaxConnections}
-		go s.reject(nc, e)
+		s.log.Debug("connection refused", "conn", id, "peer", peer.String(), "reason", refuse.Message)
+		if s.opts.OnConnRefused != nil {
+			s.opts.OnConnRefused(peer, refuse.Message)
+		}
+		go s.reject(nc, refuse)
 		return
+	}
+	if perr == nil {
+		s.perUID[peer.UID]++
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	c := &conn{
@@ -472,6 +517,8 @@ func (s *Server) startConn(ctx context.Context, nc net.Conn) {
 		sem:      make(chan struct{}, s.opts.MaxCallsPerConn),
 		notes:    make(chan note, s.opts.NotificationQueue),
 		log:      s.log.With("conn", id),
+		peer:     peer,
+		peerErr:  perr,
 	}
 	// Cancelling the conn (client gone, Shutdown, Serve's ctx) closes the
 	// socket, which ends the reader.
@@ -572,13 +619,14 @@ func waitTimeout(wg *sync.WaitGroup, done <-chan struct{}) bool {
 
 // conn is one client connection.
 type conn struct {
-	s      *Server
-	id     uint64
-	nc     net.Conn
-	peer   api.Peer
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	log    hclog.Logger
+	s       *Server
+	id      uint64
+	nc      net.Conn
+	peer    api.Peer
+	peerErr error // from reading the credentials at accept
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	log     hclog.Logger
 
 	wmu sync.Mutex // serialises response lines
 
@@ -648,12 +696,17 @@ func (c *conn) serve() {
 		}
 		s.mu.Lock()
 		delete(s.conns, c)
+		if c.peerErr == nil {
+			if s.perUID[c.peer.UID]--; s.perUID[c.peer.UID] <= 0 {
+				delete(s.perUID, c.peer.UID)
+			}
+		}
 		s.mu.Unlock()
 		s.connWG.Done()
 		c.log.Debug("connection closed", "cause", context.Cause(c.ctx))
 	}()
 
-	peer, err := PeerCredentials(c.nc)
+	peer, err := c.peer, c.peerErr
 	if err != nil {
 		c.log.Warn("connection refused: cannot read peer credentials", "error", err)
 		if s.opts.OnAuthRefused != nil {
@@ -662,7 +715,6 @@ func (c *conn) serve() {
 		c.cancel(errPeerCredentials)
 		return
 	}
-	c.peer = peer
 	c.log = c.log.With("uid", peer.UID, "pid", peer.PID)
 	if s.opts.Authorize != nil {
 		if err := s.opts.Authorize(peer); err != nil {
@@ -892,10 +944,19 @@ func (c *conn) dispatch(line []byte) {
 			return
 		}
 	}
+	size := int64(len(line))
+	if !c.s.holdBytes(c.peer.UID, size) {
+		refuse(&Error{Code: CodeLimitExceeded, Kind: api.KindLimitExceeded,
+			Message: fmt.Sprintf("uid %d has more than %d bytes of requests in flight (daemon.max_request_bytes_per_uid); wait for calls to finish or send less per call", c.peer.UID, c.s.opts.MaxRequestBytesPerUID),
+			Data:    map[string]any{"limit": c.s.opts.MaxRequestBytesPerUID}})
+		return
+	}
+	release := func() { c.s.releaseBytes(c.peer.UID, size) }
 	// Backpressure: wait for a free call slot rather than failing the call.
 	select {
 	case c.sem <- struct{}{}:
 	case <-c.ctx.Done():
+		release()
 		return
 	}
 	s := c.s
@@ -903,6 +964,7 @@ func (c *conn) dispatch(line []byte) {
 	if s.closing {
 		s.mu.Unlock()
 		<-c.sem
+		release()
 		refuse(ToRPCError(ErrShuttingDown))
 		return
 	}
@@ -918,7 +980,51 @@ func (c *conn) dispatch(line []byte) {
 	c.active.Add(1)
 	c.calls.Add(1)
 	call := &Call{ID: req.ID, Method: req.Method, Params: req.Params, Peer: c.peer, ConnID: c.id, conn: c}
-	go c.run(ctx, cancel, h, call)
+	go func() {
+		c.run(ctx, cancel, h, call)
+		release()
+		if size >= bigRequest {
+			c.s.returnMemory()
+		}
+	}()
+}
+
+// bigRequest is the size of a request line after whose call the server
+// returns freed memory to the system (see returnMemory).
+const bigRequest = 1 << 20
+
+// returnMemory gives the heap of finished large requests back to the
+// system, at most once a second, so a burst of large requests does not
+// leave the daemon's RSS at its peak for good.
+func (s *Server) returnMemory() {
+	now := time.Now().UnixNano()
+	last := s.lastFree.Load()
+	if now-last < int64(time.Second) || !s.lastFree.CompareAndSwap(last, now) {
+		return
+	}
+	debug.FreeOSMemory()
+}
+
+// holdBytes accounts n bytes of a uid's request in flight; false when it
+// would go over MaxRequestBytesPerUID (a uid with nothing in flight may
+// always send one line).
+func (s *Server) holdBytes(uid uint32, n int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	max := s.opts.MaxRequestBytesPerUID
+	if max > 0 && s.reqBytes[uid] > 0 && s.reqBytes[uid]+n > max {
+		return false
+	}
+	s.reqBytes[uid] += n
+	return true
+}
+
+func (s *Server) releaseBytes(uid uint32, n int64) {
+	s.mu.Lock()
+	if s.reqBytes[uid] -= n; s.reqBytes[uid] <= 0 {
+		delete(s.reqBytes, uid)
+	}
+	s.mu.Unlock()
 }
 
 // run executes one call and writes its response.
@@ -1152,7 +1258,7 @@ func decodeRequest(line []byte) (request, json.RawMessage, *Error) {
 	var id json.RawMessage
 	if raw, ok := m["id"]; ok {
 		if !validID(raw) {
-			return invalid(nil, "id must be a string, a number or null")
+			return invalid(nil, "id must be a string (valid UTF-8), a number or null")
 		}
 		id = raw
 	}
@@ -1187,7 +1293,11 @@ func validID(raw json.RawMessage) bool {
 		return false
 	}
 	switch b := raw[0]; {
-	case b == '"', b == '-', b >= '0' && b <= '9':
+	case b == '"':
+		// Echoed back as sent: it must be valid UTF-8 without raw
+		// control characters (json.Valid lets invalid UTF-8 through).
+		return utf8.Valid(raw)
+	case b == '-', b >= '0' && b <= '9':
 		return true
 	case b == 'n':
 		return string(raw) == "null"
