@@ -132,8 +132,8 @@ func New(o Options) *Daemon {
 		OnConnRefused:         d.conns.refused,
 		Logger:                log,
 		OnAuthRefused:         d.authRefused,
-		OnCallError:    d.callRefused,
-		OnConnClosed:   d.connClosed,
+		OnCallError:           d.callRefused,
+		OnConnClosed:          d.connClosed,
 	})
 	jsonrpc.RegisterService(d.server, d.svc)
 	return d
