@@ -49,7 +49,7 @@ demo: deps build images
 	SKILLBOX_IMAGES=$(IMAGES) ./hack/demo.sh
 
 fuzz:
-	./hack/fuzz.sh 30s
+	./hack/fuzz.sh 15s
 
 bench: build
 	$(BIN) bench

@@ -55,3 +55,23 @@ func TestReasonByWhatTriggered(t *testing.T) {
 		}
 	}
 }
+
+// FuzzOutputName: whatever a script names a file, what results and logs
+// carry is printable and bounded.
+func FuzzOutputName(f *testing.F) {
+	for _, s := range []string{"ok.txt", "a\nb", "\x1b[31mred", "\xff\xfe", strings.Repeat("n", 600)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		r := reportName(name)
+		if strings.IndexFunc(r, func(c rune) bool { return !unicode.IsPrint(c) }) >= 0 {
+			t.Fatalf("reportName(%q) = %q holds unprintable characters", name, r)
+		}
+		if len(r) > 4*maxNameReported+16 {
+			t.Fatalf("reportName of %d bytes gave %d bytes", len(name), len(r))
+		}
+		if printableName(name) && reportName(name) != name && len(name) <= maxNameReported {
+			t.Fatalf("a printable short name was changed: %q → %q", name, r)
+		}
+	})
+}
