@@ -25,6 +25,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -583,71 +584,37 @@ func readInputFile(f *os.File, spec string) ([]byte, error) {
 }
 
 // dirInputs reads the tree at host into entries under name: the directory
-// itself, then its contents in lexical order. It works inside an os.Root
-// and opens files with O_NOFOLLOW, so no link is followed on the host.
+// itself, then its contents in lexical order (client.WalkDir: no link is
+// followed on the host, special files are refused).
 func dirInputs(host, name, spec string) ([]runtime.InputFile, error) {
-	root, err := os.OpenRoot(host)
-	if err != nil {
-		return nil, fmt.Errorf("--file %s: %w", spec, unwrapPathError(err))
-	}
-	defer root.Close()
-	st, err := root.Stat(".")
-	if err != nil {
-		return nil, fmt.Errorf("--file %s: %w", spec, err)
-	}
-	out := []runtime.InputFile{{Name: name, Kind: runtime.InputDir, Mode: uint32(st.Mode().Perm())}}
-	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("--file %s: %w", spec, err)
-		}
-		if rel == "." {
-			return nil
-		}
-		if len(out) > runtime.MaxInputEntries {
+	var out []runtime.InputFile
+	err := client.WalkDir(host, name, maxInputFile, func(e client.DirEntry) error {
+		if len(out) >= runtime.MaxInputEntries {
 			return fileUsage("--file %s: more than %d files and directories", spec, runtime.MaxInputEntries)
 		}
-		entry := name + "/" + rel
-		where := filepath.Join(host, filepath.FromSlash(rel))
-		if err := runtime.ValidateInputName(entry); err != nil {
-			return fileUsage("--file %s: %s: %s", spec, where, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+		if err := runtime.ValidateInputName(e.Name); err != nil {
+			return fileUsage("--file %s: %s: %s", spec, e.HostPath, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
 		}
-		switch t := d.Type(); {
-		case t.IsDir():
-			info, err := d.Info()
-			if err != nil {
-				return fmt.Errorf("--file %s: %w", spec, err)
-			}
-			out = append(out, runtime.InputFile{Name: entry, Kind: runtime.InputDir, Mode: uint32(info.Mode().Perm())})
-		case t&fs.ModeSymlink != 0:
-			target, err := root.Readlink(rel)
-			if err != nil {
-				return fmt.Errorf("--file %s: %w", spec, err)
-			}
-			out = append(out, runtime.InputFile{Name: entry, Kind: runtime.InputSymlink, Target: target})
-		case t.IsRegular():
-			f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-			if err != nil {
-				return fmt.Errorf("--file %s: %w", spec, err)
-			}
-			defer f.Close()
-			info, err := f.Stat()
-			if err != nil || !info.Mode().IsRegular() {
-				return fileUsage("--file %s: %s changed while it was read", spec, where)
-			}
-			data, err := readInputFile(f, spec)
-			if err != nil {
-				return err
-			}
-			out = append(out, runtime.InputFile{Name: entry, Data: data, Mode: uint32(info.Mode().Perm())})
-		default:
-			return fileUsage("--file %s: %s is a special file (%s), which cannot be copied into the sandbox: remove it or copy the directory without it", spec, where, t.Type())
+		f := runtime.InputFile{Name: e.Name, Data: e.Data, Mode: e.Mode}
+		switch e.Type {
+		case api.FileTypeDir:
+			f.Kind = runtime.InputDir
+		case api.FileTypeSymlink:
+			f.Kind, f.Target, f.Mode = runtime.InputSymlink, e.Target, 0
 		}
+		out = append(out, f)
 		return nil
 	})
-	if err != nil {
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.Is(err, errFileFlagUsage):
 		return nil, err
+	case errors.Is(err, client.ErrNotCopyable):
+		return nil, fileUsage("--file %s: %s", spec, strings.TrimSuffix(err.Error(), ": "+client.ErrNotCopyable.Error()))
+	default:
+		return nil, fmt.Errorf("--file %s: %w", spec, unwrapPathError(err))
 	}
-	return out, nil
 }
 
 func unwrapPathError(err error) error {
