@@ -347,7 +347,7 @@ func reportOutputs(w io.Writer, res *runtime.Result, lim runtime.Limits, outputs
 		}
 	}
 	for _, s := range res.OutputsSkipped {
-		fmt.Fprintf(w, "skillbox: not collected: %s\n", s)
+		fmt.Fprintf(w, "skillbox: in /work: %s\n", s)
 	}
 	if res.OutputsTruncated {
 		fmt.Fprintf(w, "skillbox: outputs truncated by the %s cap (%s): %d file(s) of %s left out; raise limits %s in the config or have the script write less\n",
