@@ -687,7 +687,7 @@ func dirInputs(host, name, spec string) ([]runtime.InputFile, error) {
 			return fileUsage("--file %s: more than %d files and directories", spec, runtime.MaxInputEntries)
 		}
 		if err := runtime.ValidateInputName(e.Name); err != nil {
-			return fileUsage("--file %s: %s: %s", spec, e.HostPath, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+			return fileUsage("--file %s: %s: %s", spec, quoteUnprintable(e.HostPath), strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
 		}
 		f := runtime.InputFile{Name: e.Name, Data: e.Data, Mode: e.Mode}
 		switch e.Type {
