@@ -766,7 +766,7 @@ func saveOutputs(dir string, outs []runtime.OutputFile) ([]string, error) {
 					return saved, fmt.Errorf("--outputs %s: %s: %w", dir, o.Path, err)
 				}
 			default:
-				return saved, fmt.Errorf("--outputs %s: %s: a %s is in the way; not replaced (move it away and run again)", dir, o.Path, fileKind(st.Mode()))
+				return saved, fmt.Errorf("--outputs %s: %s: a %s is in the way; not replaced (move it away and run again)", dir, o.Path, client.FileKind(st.Mode()))
 			}
 		}
 		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
@@ -805,28 +805,10 @@ func outputParents(root *os.Root, rel string, made map[string]bool) error {
 	case st.Mode()&fs.ModeSymlink != 0:
 		return fmt.Errorf("%s is a symlink in the outputs directory; refusing to write through it (remove it and run again)", rel)
 	case !st.IsDir():
-		return fmt.Errorf("%s is a %s, not a directory; not replaced (move it away and run again)", rel, fileKind(st.Mode()))
+		return fmt.Errorf("%s is a %s, not a directory; not replaced (move it away and run again)", rel, client.FileKind(st.Mode()))
 	}
 	made[rel] = true
 	return nil
-}
-
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "directory"
-	case m&fs.ModeSymlink != 0:
-		return "symlink"
-	case m&fs.ModeNamedPipe != 0:
-		return "fifo"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	case m.IsRegular():
-		return "regular file"
-	}
-	return "special file"
 }
 
 // cliImages adds to the store's image source what a person at a terminal

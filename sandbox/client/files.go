@@ -86,7 +86,7 @@ func WalkDir(hostDir, name string, maxFileBytes int64, fn func(DirEntry) error) 
 			}
 			e.Type, e.Data, e.Mode = api.FileTypeFile, data, mode
 		default:
-			return fmt.Errorf("%s is a special file (%s), which %w: remove it or pass the directory without it", e.HostPath, specialKind(t), ErrNotCopyable)
+			return fmt.Errorf("%s is a special file (%s), which %w: remove it or pass the directory without it", e.HostPath, FileKind(t), ErrNotCopyable)
 		}
 		return fn(e)
 	})
@@ -140,16 +140,22 @@ func DirFiles(hostDir, name string) ([]api.File, error) {
 	return out, nil
 }
 
-func specialKind(m fs.FileMode) string {
+// FileKind names the kind of file a mode stands for, for messages
+// ("fifo", "symlink", "directory", ...).
+func FileKind(m fs.FileMode) string {
 	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
 	case m&fs.ModeNamedPipe != 0:
 		return "fifo"
 	case m&fs.ModeSocket != 0:
 		return "socket"
-	case m&fs.ModeCharDevice != 0:
-		return "character device"
 	case m&fs.ModeDevice != 0:
 		return "device"
+	case m.IsRegular():
+		return "regular file"
 	}
 	return "special file"
 }
