@@ -29,7 +29,7 @@ var defaultRecipeFS embed.FS
 
 // Recipe defaults, applied when a recipe leaves the attribute out.
 const (
-	DefaultSuite  = "bookworm"
+	DefaultSuite  = "trixie"
 	DefaultMirror = "http://deb.debian.org/debian"
 	// DefaultVariant is mmdebstrap's "essential": the Essential:yes set plus
 	// the recipe's packages (installed by apt running outside the chroot), so
@@ -41,14 +41,14 @@ const (
 // buildFormat is folded into every recipe hash. Bump it whenever the way a
 // recipe turns into an image changes (mmdebstrap options, layer
 // normalisation, config fields), so existing images show up as stale.
-const buildFormat = "skillbox-images/3"
+const buildFormat = "skillbox-images/4"
 
 // Recipe says how to build one interpreter image with mmdebstrap.
 type Recipe struct {
 	// Name is the block label: `image "python" { … }`. It names the image in
 	// the store, on the command line and in the config's image blocks.
 	Name string
-	// Suite is the Debian suite (bookworm).
+	// Suite is the Debian suite (trixie).
 	Suite string
 	// Mirror is the Debian mirror the suite comes from.
 	Mirror string
