@@ -677,13 +677,15 @@ type cliImages struct {
 }
 
 func (c *cliImages) Ensure(ctx context.Context, name string, progress io.Writer) (sandbox.ImageRef, string, error) {
-	if _, err := c.Store.Get(name); errors.Is(err, images.ErrNotBuilt) {
-		dir := c.Store.Dir()
+	// name is the config's image block; the store knows the recipe it names
+	// (image "python" { recipe = "python-slim" }).
+	if err := c.Built(name); errors.Is(err, images.ErrNotBuilt) {
+		dir, recipe := c.Store.Dir(), c.Recipes[name].Name
 		if c.noBuild {
-			return sandbox.ImageRef{}, "", fmt.Errorf("image %q is not built in %s and --no-build forbids building it: run 'skillbox images build --dir %s %s' first, or drop --no-build", name, dir, dir, name)
+			return sandbox.ImageRef{}, "", fmt.Errorf("image %q is not built in %s and --no-build forbids building it: run 'skillbox images build --dir %s %s' first, or drop --no-build", recipe, dir, dir, recipe)
 		}
 		if progress != nil {
-			fmt.Fprintf(progress, "skillbox: image %q is not built in %s yet; building it now (this takes a few minutes)\n", name, dir)
+			fmt.Fprintf(progress, "skillbox: image %q is not built in %s yet; building it now (this takes a few minutes)\n", recipe, dir)
 		}
 	}
 	return c.StoreImages.Ensure(ctx, name, progress)
