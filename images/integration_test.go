@@ -73,7 +73,7 @@ func buildShell(t *testing.T) (*Image, string) {
 // any change in the archive between the two builds (a point release, a
 // security update — the security suite moves weekly), since the Release date
 // and package versions change with it; a different mmdebstrap, dpkg or Go
-// version (gzip output is only stable for one compress/flate implementation).
+// version (gzip output is only stable for one version of klauspost/compress).
 func TestIntegrationShellImage(t *testing.T) {
 	needBuildHost(t)
 	img, root := buildShell(t)
