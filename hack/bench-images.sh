@@ -11,7 +11,12 @@ runs=${1:-10}
 runsc=${2:-runsc}
 bin=./bin/skillbox
 tmp=$(mktemp -d /tmp/skillbox-bench-images.XXXXXX)
-trap 'rm -rf "$tmp"' EXIT
+# A current runsc leaves a mount (its null network namespace) in its state dir.
+cleanup() {
+  findmnt -rno TARGET | grep "^$tmp/" | sort -r | while read -r m; do umount "$m"; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
 platform=""
 [[ $runsc != runsc ]] && platform='platform = "systrap"'
 for img in python python-slim; do

@@ -12,7 +12,8 @@ package main
 //
 //	go test -tags integration ./cmd/skillbox/ -run TestSkillImages -v
 //
-// The runsc on PATH is used; see docs/BENCHMARKS.md for what differs between
+// The runsc on PATH is used, or SKILLBOX_TEST_RUNSC (a current build, run
+// with the systrap platform); docs/BENCHMARKS.md says what differs between
 // Debian 12's runsc and a current one.
 
 import (
@@ -80,14 +81,18 @@ func newSkillImagesEnv(t *testing.T, rt string) *skillImagesEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	binary := ""
+	if p := os.Getenv("SKILLBOX_TEST_RUNSC"); p != "" && rt == "runsc" {
+		binary = fmt.Sprintf("  binary    = %q\n  platform  = \"systrap\"\n", p)
+	}
 	common := fmt.Sprintf(`runtime %q {
   state_dir = %q
-}
+%s}
 limits {
   timeout = "5m"
   memory  = "1GiB"
 }
-`, rt, filepath.Join(base, "state-"+rt))
+`, rt, filepath.Join(base, "state-"+rt), binary)
 	e.config = filepath.Join(base, "skillbox.hcl")
 	e.slim = filepath.Join(base, "slim.hcl")
 	for p, body := range map[string]string{
