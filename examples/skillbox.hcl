@@ -43,7 +43,8 @@ policy "needs-approval" {
 
 # More rules. All rules matching a skill apply together, in any order:
 # deny beats confirm beats allow; limits take the strictest value; network is
-# on only if some matching rule sets it true and none sets it false.
+# on only if some matching rule sets it true and none sets it false;
+# script_dirs (unset: any file of the skill may be run) intersect.
 #
 # policy "git-helpers" {
 #   skills  = ["git-*"]
@@ -51,6 +52,7 @@ policy "needs-approval" {
 #   deny    = ["Bash(git push:*)"]
 #   confirm = ["network"]              # network runs need an approver
 #   network = true
+#   script_dirs = ["scripts", "core"]  # only files under these may be run
 #   limits {
 #     timeout = "2m"
 #     memory  = "256MiB"
@@ -102,12 +104,13 @@ policy "needs-approval" {
 #   memory       = "512MiB"
 #   pids         = 128
 #   cpus         = 1
-#   workdir      = "64MiB"
-#   tmp          = "64MiB"
+#   workdir      = "1GiB"      # tmpfs ceilings, allocated as written
+#   tmp          = "256MiB"    # /tmp, also $HOME
 #   stdout       = "1MiB"
 #   stderr       = "1MiB"
-#   outputs      = "16MiB"
-#   output_files = 64
+#   outputs      = "512MiB"    # all files the script created or changed in /work
+#   output_files = 20000
+#   output_file_bytes = "256MiB"  # one output file; caps are reported, never silent
 # }
 
 # audit {

@@ -1,7 +1,8 @@
 #!/bin/sh
 # test-rootfs.sh DIR — build the rootfs the runtime integration tests run in:
 # Debian bookworm with python3, bash, coreutils and nodejs, made by mmdebstrap
-# (no container registry, no daemon). The tests cache it at
+# (no container registry, no daemon). /etc/hosts must exist: the runtime
+# mounts its generated hosts file on it. The tests cache it at
 # /var/cache/skillbox/test-rootfs; set SKILLBOX_TEST_ROOTFS to use another one.
 # Later the images package supplies real interpreter images; this is only the
 # stand-in the runtime tests need. Needs root (device nodes, ownership).
@@ -32,6 +33,7 @@ mmdebstrap --variant=apt --mode=root \
 	--dpkgopt='path-exclude=/usr/share/doc/*' \
 	--dpkgopt='path-exclude=/usr/share/locale/*' \
 	--customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*' \
+	--customize-hook='[ -e "$1/etc/hosts" ] || printf "127.0.0.1\tlocalhost\n::1\tlocalhost\n" > "$1/etc/hosts"' \
 	bookworm "$tmp" "$mirror"
 
 rm -rf "$dir"

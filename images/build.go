@@ -54,9 +54,10 @@ var dpkgExcludes = []string{
 // their owner is stable). /skill and /work are the mount points the runtime
 // binds the skill and the workdir on (runtime.SkillMount, runtime.WorkDir):
 // they must exist in the image, since the shared rootfs is read-only and a
-// runtime must not create them there. /etc/hosts is written whole (the
-// essential set has none; netbase's differs between suites) so "localhost"
-// resolves even where a runtime does not bind its own over it.
+// runtime must not create them there. /etc/hosts is the mount point of the
+// hosts file the runtime generates; it is written whole (the essential set
+// has none; netbase's differs between suites) so "localhost" resolves even
+// where a runtime does not bind its own over it.
 //
 // LibreOffice's launchers in /usr/bin are symlinks to shell scripts that find
 // their install directory by parsing `ls -l` of their own path; Debian 12's

@@ -143,6 +143,9 @@ type Rule struct {
 	Confirm []string
 	// Network is nil when the rule does not say; otherwise it votes.
 	Network *bool
+	// ScriptDirs, when set, are the directories of the skill (relative,
+	// "/"-separated, e.g. "scripts") whose files may be run; nil: any file.
+	ScriptDirs []string
 	// Limits set by the rule; zero fields are not set.
 	Limits runtime.Limits
 	Pos    Pos

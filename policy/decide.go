@@ -262,6 +262,9 @@ var limitFields = []limitField{
 	{"output_files", func(l *runtime.Limits) bool { return l.OutputFiles > 0 },
 		func(a, b *runtime.Limits) bool { return a.OutputFiles < b.OutputFiles },
 		func(d, s *runtime.Limits) { d.OutputFiles = s.OutputFiles }},
+	{"output_file_bytes", func(l *runtime.Limits) bool { return l.OutputFileBytes > 0 },
+		func(a, b *runtime.Limits) bool { return a.OutputFileBytes < b.OutputFileBytes },
+		func(d, s *runtime.Limits) { d.OutputFileBytes = s.OutputFileBytes }},
 }
 
 // Tighten returns base with every field that req sets and that is stricter

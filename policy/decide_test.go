@@ -185,10 +185,14 @@ func TestLimitsStrictest(t *testing.T) {
 	}{
 		{"plain", func(*runtime.Limits) {}, []string{"limits"}},
 		{"guarded-x", func(l *runtime.Limits) { l.MemoryBytes = 256 << 20 }, []string{"limits", `policy "guarded"`}},
-		{"guarded-secret", func(l *runtime.Limits) { l.MemoryBytes, l.Timeout, l.Pids = 256<<20, 10*time.Second, 16 },
+		{"guarded-secret", func(l *runtime.Limits) {
+			l.MemoryBytes, l.Timeout, l.Pids, l.OutputFileBytes = 256<<20, 10*time.Second, 16, 1<<20
+		},
 			[]string{"limits", `policy "guarded"`, `policy "lockdown"`}},
 		// "generous" asks for more; it cannot raise anything.
-		{"evil", func(l *runtime.Limits) { l.MemoryBytes, l.Timeout, l.Pids = 512<<20, 10*time.Second, 16 },
+		{"evil", func(l *runtime.Limits) {
+			l.MemoryBytes, l.Timeout, l.Pids, l.OutputFileBytes = 512<<20, 10*time.Second, 16, 1<<20
+		},
 			[]string{"limits", `policy "lockdown"`}},
 	}
 	for _, tc := range cases {
@@ -270,5 +274,62 @@ func TestIsApprover(t *testing.T) {
 	// Default approvers are root; the name is looked up when not given.
 	if !Default().IsApprover(0, "") || Default().IsApprover(12345, "") {
 		t.Error("default approvers")
+	}
+}
+
+func TestScriptDirsFor(t *testing.T) {
+	c := mustLoad(t, "testdata/rules.hcl")
+	for _, tc := range []struct {
+		skill string
+		dirs  []string // nil: any file
+		rules []string
+	}{
+		{"plain", nil, nil},
+		{"guarded-x", []string{"core", "scripts"}, []string{`policy "guarded"`}},
+		// guarded ∩ lockdown: the narrower directories inside both.
+		{"guarded-secret", []string{"core/gif", "scripts/tools"}, []string{`policy "guarded"`, `policy "lockdown"`}},
+		// lockdown ∩ generous share nothing: no script may run.
+		{"evil", []string{}, []string{`policy "generous"`, `policy "lockdown"`}},
+	} {
+		t.Run(tc.skill, func(t *testing.T) {
+			dirs, rule := c.ScriptDirsFor(tc.skill)
+			if (dirs == nil) != (tc.dirs == nil) || strings.Join(dirs, ",") != strings.Join(tc.dirs, ",") {
+				t.Errorf("dirs %q, want %q", dirs, tc.dirs)
+			}
+			if tc.rules == nil {
+				if rule != RuleScriptDirsDefault {
+					t.Errorf("rule %q", rule)
+				}
+				return
+			}
+			for _, r := range tc.rules {
+				if !strings.Contains(rule, r+" (testdata/rules.hcl:") {
+					t.Errorf("rule %q does not name %s with its line", rule, r)
+				}
+			}
+		})
+	}
+}
+
+func TestScriptInDirs(t *testing.T) {
+	for _, tc := range []struct {
+		script string
+		dirs   []string
+		want   bool
+	}{
+		{"anything/at/all.py", nil, true},
+		{"run.py", nil, true},
+		{"scripts/x.py", []string{"scripts"}, true},
+		{"scripts/sub/x.py", []string{"core", "scripts"}, true},
+		{"scriptsx/x.py", []string{"scripts"}, false},
+		{"scripts", []string{"scripts"}, false},
+		{"run.py", []string{"scripts"}, false},
+		{"scripts/x.py", []string{}, false},
+		{"core/gif/make.py", []string{"core/gif"}, true},
+		{"core/other.py", []string{"core/gif"}, false},
+	} {
+		if got := ScriptInDirs(tc.script, tc.dirs); got != tc.want {
+			t.Errorf("ScriptInDirs(%q, %q) = %v", tc.script, tc.dirs, got)
+		}
 	}
 }

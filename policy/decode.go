@@ -46,11 +46,11 @@ var (
 	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
 	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe")}
 	limitsSchema = &hcl.BodySchema{Attributes: attrs("timeout", "memory", "pids", "cpus",
-		"workdir", "tmp", "stdout", "stderr", "outputs", "output_files")}
+		"workdir", "tmp", "stdout", "stderr", "outputs", "output_files", "output_file_bytes")}
 	auditSchema = &hcl.BodySchema{Attributes: attrs("rotate_bytes", "rotate_size", "rotate_age",
 		"checkpoint_key", "checkpoint_interval")}
 	policySchema = &hcl.BodySchema{
-		Attributes: attrs("skills", "tools", "deny", "confirm", "network"),
+		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs"),
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}},
 	}
 )
@@ -643,6 +643,7 @@ func (d *decoder) limits(blk *hcl.Block, prefix string) (runtime.Limits, Pos) {
 	b.size("stderr", &l.StderrBytes)
 	b.size("outputs", &l.OutputBytes)
 	b.intField("output_files", 1, &l.OutputFiles)
+	b.size("output_file_bytes", &l.OutputFileBytes)
 	return l, d.pos(blk.DefRange)
 }
 
@@ -711,6 +712,23 @@ func (d *decoder) policy(blk *hcl.Block) {
 	var net bool
 	if b.boolean("network", &net) != nil {
 		r.Network = &net
+	}
+	var dirs []string
+	if a := b.strs("script_dirs", &dirs); a != nil {
+		ok := true
+		for _, dir := range dirs {
+			if err := checkScriptDir(dir); err != "" {
+				b.bad(a, "%q %s", dir, err)
+				ok = false
+			}
+		}
+		if ok && len(dirs) == 0 {
+			b.bad(a, "is empty, which would allow no script at all: list directories like [\"scripts\"], or leave script_dirs out to allow any file of the skill")
+			ok = false
+		}
+		if ok {
+			r.ScriptDirs = dirs
+		}
 	}
 	for i, lb := range blocks {
 		if i > 0 {

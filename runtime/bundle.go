@@ -30,27 +30,36 @@ type Bundle struct {
 	OwnerUID, OwnerGID int
 	mounted            bool
 	lock               *os.File // the run dir, flocked while the run lives
+	// inputs records what writeInputs put in the workdir, so that
+	// CollectOutputs returns only what the script created or changed.
+	inputs inputManifest
 }
 
 // Names inside a bundle directory.
 const (
 	bundleConfig  = "config.json"
 	bundleWorkdir = "work"
+	bundleHosts   = "hosts"
 	// workdirInodes caps the number of files in /work, so a script cannot
 	// use the tmpfs to pin kernel memory with millions of empty files.
 	workdirInodes = 65536
 )
 
-// PrepareBundle makes RunDir/<job.ID>: mounts the workdir tmpfs, copies the
-// input files in (owned by the container user), creates outputs/, and writes
-// config.json built by BuildSpec. opts.WorkdirSource is filled in here. On
-// error nothing is left behind. Needs root (mount).
+// PrepareBundle makes RunDir/<job.ID>: mounts the workdir tmpfs, writes the
+// inputs in (owned by the container user), creates outputs/, writes the
+// hosts file, and writes config.json built by BuildSpec. opts.WorkdirSource
+// and opts.HostsSource are filled in here. The image must have an
+// /etc/hosts file to mount the hosts file on. On error nothing is left
+// behind. Needs root (mount).
 func PrepareBundle(job Job, runDir string, opts SpecOptions) (b *Bundle, err error) {
 	if err := ValidateJob(job); err != nil {
 		return nil, err
 	}
 	if !isCleanAbs(runDir) {
 		return nil, fmt.Errorf("%w: run dir %q must be an absolute, clean path", ErrInvalidJob, runDir)
+	}
+	if err := checkHostsMountPoint(job.RootFS); err != nil {
+		return nil, err
 	}
 	// 0711: runtimes in a user namespace must be able to walk to the
 	// workdir; nobody may list the run ids.
@@ -99,7 +108,12 @@ func PrepareBundle(job Job, runDir string, opts SpecOptions) (b *Bundle, err err
 		return b, err
 	}
 
+	hosts := filepath.Join(dir, bundleHosts)
+	if err := os.WriteFile(hosts, []byte(hostsFile), 0o644); err != nil {
+		return b, fmt.Errorf("write hosts file: %w", err)
+	}
 	opts.WorkdirSource = b.Workdir
+	opts.HostsSource = hosts
 	spec, err := BuildSpec(job, opts)
 	if err != nil {
 		return b, err
@@ -116,46 +130,51 @@ func PrepareBundle(job Job, runDir string, opts SpecOptions) (b *Bundle, err err
 	return b, nil
 }
 
-// writeInputs puts the input files and an empty outputs/ in the workdir,
-// owned by the container user so the script can change or remove them.
+// hostsFile is the sandbox's /etc/hosts: localhost and the container's
+// hostname on loopback, so a script can serve on localhost and reach itself.
+const hostsFile = "127.0.0.1\tlocalhost " + Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+
+// checkHostsMountPoint makes sure the read-only rootfs has the /etc/hosts
+// file the generated one is mounted on: a runtime cannot create it there,
+// and running without it would leave localhost unresolvable.
+func checkHostsMountPoint(rootfs string) error {
+	p := filepath.Join(rootfs, "etc", "hosts")
+	st, err := os.Lstat(p)
+	if err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("%w: the image at %s has no regular file /etc/hosts to mount the sandbox's hosts file on: rebuild the image with this skillbox (skillbox images build NAME)", ErrUnavailable, rootfs)
+	}
+	return nil
+}
+
+// writeInputs puts the input entries and an empty outputs/ in the workdir,
+// owned by the container user so the script can change or remove them, and
+// records what it wrote in b.inputs.
 func (b *Bundle) writeInputs(files []InputFile) error {
 	wd, err := unix.Open(b.Workdir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open workdir: %w", err)
 	}
 	defer unix.Close(wd)
-	for _, f := range files {
-		mode := f.Mode & 0o777
-		if mode == 0 {
-			mode = 0o644
-		}
-		fd, err := unix.Openat(wd, f.Name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
-		if err != nil {
-			return fmt.Errorf("create input file %q: %w", f.Name, err)
-		}
-		file := os.NewFile(uintptr(fd), f.Name)
-		_, werr := file.Write(f.Data)
-		if werr == nil {
-			werr = file.Chown(b.OwnerUID, b.OwnerGID)
-		}
-		if werr == nil {
-			werr = file.Chmod(os.FileMode(mode)) // not subject to umask
-		}
-		cerr := file.Close()
-		if werr != nil || cerr != nil {
-			if errors.Is(werr, unix.ENOSPC) {
-				return fmt.Errorf("%w: input files do not fit in the %d-byte workdir", ErrInvalidJob, b.Limits.WorkdirBytes)
+	w := &inputWriter{wd: wd, uid: b.OwnerUID, gid: b.OwnerGID, lastFD: -1, manifest: make(inputManifest, len(files))}
+	defer w.close()
+	for i := range files {
+		if err := w.write(&files[i]); err != nil {
+			if errors.Is(err, unix.ENOSPC) {
+				return fmt.Errorf("%w: the inputs do not fit in the workdir (%d bytes, %d files) at %s", ErrInvalidJob, b.Limits.WorkdirBytes, workdirInodes, quoteName(files[i].Name))
 			}
-			return fmt.Errorf("write input file %q: %w", f.Name, errors.Join(werr, cerr))
+			return err
 		}
 	}
 	out := filepath.Base(OutputsDir)
-	if err := unix.Mkdirat(wd, out, 0o755); err != nil {
-		return fmt.Errorf("make outputs dir: %w", err)
+	if _, given := w.manifest[out]; !given {
+		fd, err := w.mkdirOpen(wd, out, 0o755, false)
+		if err != nil {
+			return fmt.Errorf("make outputs dir: %w", err)
+		}
+		unix.Close(fd)
+		w.manifest[out] = &inputRecord{kind: InputDir}
 	}
-	if err := unix.Fchownat(wd, out, b.OwnerUID, b.OwnerGID, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return fmt.Errorf("chown outputs dir: %w", err)
-	}
+	b.inputs = w.manifest
 	return nil
 }
 

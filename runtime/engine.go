@@ -24,7 +24,8 @@ import (
 //	watch    exit, wall-clock timeout, output cap or ctx cancel; the last three
 //	         stop the container (TERM to all, grace, KILL to all, delete)
 //	explain  cgroup counters (OOM kills, refused forks) read before delete
-//	collect  outputs read from the host side of the stopped container's /work
+//	collect  what the script created or changed, read from the host side of
+//	         the stopped container's /work
 //	teardown delete --force, kill the CLI's process group, remove the cgroup,
 //	         unmount the workdir and remove the run dir, last, releasing its
 //	         lock (fresh context, also on panic and cancel)
@@ -274,15 +275,18 @@ func (e *engine) run(ctx context.Context, job Job) (res *Result, err error) {
 	}
 	res.Stdout, res.StdoutTruncated = outCap.result()
 	res.Stderr, res.StderrTruncated = errCap.result()
-	outs, skipped, oerr := CollectOutputs(b.Workdir, lim)
+	outs, oerr := b.CollectOutputs()
 	if oerr != nil {
+		// The run happened; what it wrote cannot be read back. Say so in
+		// the result rather than fail the run or return nothing silently.
 		e.log.Warn("collecting outputs failed", "id", job.ID, "error", oerr)
-		skipped = append(skipped, "outputs: "+oerr.Error())
+		outs = &Outputs{Skipped: []string{"outputs not collected: " + oerr.Error()}}
 	}
-	res.Outputs, res.OutputsSkipped = outs, skipped
+	outs.apply(res)
 	e.log.Debug("run finished", "id", job.ID, "reason", reason, "exit_code", code, "signal", signal,
 		"duration", duration, "oom_kills", ev.OOMKills, "pids_max_events", ev.PidsMax,
-		"stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "outputs", len(outs))
+		"stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "outputs", len(res.Outputs),
+		"outputs_truncated_by", res.OutputsTruncatedBy)
 	return res, nil
 }
 

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"fmt"
+	"path"
 	"strings"
 )
 
@@ -27,7 +28,7 @@ const (
 )
 
 // reservedEnv are names we set ourselves; a job may not override them
-// (PATH decides which interpreter "python3" is; HOME is the workdir).
+// (PATH decides which interpreter "python3" is; HOME is HomeDir).
 var reservedEnv = map[string]bool{
 	"PATH": true,
 	"HOME": true,
@@ -114,7 +115,7 @@ func ValidateEnv(env []string) error {
 }
 
 // ContainerEnv returns the full environment of the container process: PATH,
-// HOME=/work and LANG=C.UTF-8, then the job's entries in their order (a job's
+// HOME=/tmp (HomeDir: writable, outside the workdir) and LANG=C.UTF-8, then the job's entries in their order (a job's
 // LANG replaces the default). It refuses dangerous, reserved, malformed and
 // duplicate names, NUL bytes, and oversized environments.
 func ContainerEnv(env []string) ([]string, error) {
@@ -154,7 +155,7 @@ func ContainerEnv(env []string) ([]string, error) {
 		extra = append(extra, kv)
 	}
 	out := make([]string, 0, 3+len(extra))
-	out = append(out, "PATH="+DefaultPath, "HOME="+WorkDir, lang)
+	out = append(out, "PATH="+DefaultPath, "HOME="+HomeDir, lang)
 	return append(out, extra...), nil
 }
 
@@ -163,4 +164,68 @@ func truncateForError(s string) string {
 		return s[:64] + "..."
 	}
 	return s
+}
+
+// ModulePathEnv returns the module-path variables that let a script of
+// interpreter family ("python", "node", "shell"; an image name such as
+// "python-slim" counts as its family) import its skill's own code: the skill
+// root (SkillMount) and the script's own directory, in that order. Skills
+// are written to be run from their root, so `from scripts.utils import x`
+// must work when scripts/x.py runs, and so must importing a sibling module.
+// scriptRel is the script's path relative to the skill root, e.g.
+// "scripts/fill.py".
+//
+// python gets PYTHONPATH=/skill:/skill/scripts; node gets NODE_PATH (which
+// require() honours; ES modules ignore it); other families get nothing.
+// A script at the skill root, or a directory that cannot be a path list
+// element (it holds ':' or is not a clean relative path), adds only the root.
+//
+// The result goes into Job.ModuleEnv, not Job.Env: callers may never set
+// these names (ContainerEnv refuses them), the service sets them to paths
+// inside the read-only skill mount.
+func ModulePathEnv(family, scriptRel string) []string {
+	fam, _, _ := strings.Cut(family, "-")
+	var name string
+	switch fam {
+	case "python":
+		name = "PYTHONPATH"
+	case "node":
+		name = "NODE_PATH"
+	default:
+		return nil
+	}
+	dirs := []string{SkillMount}
+	if d := path.Dir(scriptRel); d != "." && d == path.Clean(d) && !path.IsAbs(d) &&
+		d != ".." && !strings.HasPrefix(d, "../") && !strings.ContainsAny(d, ":\x00") {
+		dirs = append(dirs, SkillMount+"/"+d)
+	}
+	return []string{name + "=" + strings.Join(dirs, ":")}
+}
+
+// moduleEnvNames are the only names Job.ModuleEnv may set.
+var moduleEnvNames = map[string]bool{"PYTHONPATH": true, "NODE_PATH": true}
+
+// validateModuleEnv checks Job.ModuleEnv: each of moduleEnvNames at most
+// once, every element an absolute, clean path in the container.
+func validateModuleEnv(env []string) error {
+	seen := map[string]bool{}
+	for _, kv := range env {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || !moduleEnvNames[name] {
+			return fmt.Errorf("%w: module path entry %q: only PYTHONPATH and NODE_PATH are allowed (see ModulePathEnv)", ErrInvalidJob, truncateForError(kv))
+		}
+		if seen[name] {
+			return fmt.Errorf("%w: module path %s given twice", ErrInvalidJob, name)
+		}
+		seen[name] = true
+		if len(value) > maxEnvValueLen {
+			return fmt.Errorf("%w: module path %s is %d bytes, at most %d", ErrInvalidJob, name, len(value), maxEnvValueLen)
+		}
+		for _, p := range strings.Split(value, ":") {
+			if !path.IsAbs(p) || path.Clean(p) != p || strings.IndexByte(p, 0) >= 0 {
+				return fmt.Errorf("%w: module path %s element %q must be an absolute, clean path", ErrInvalidJob, name, truncateForError(p))
+			}
+		}
+	}
+	return nil
 }

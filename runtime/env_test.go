@@ -94,8 +94,44 @@ func TestContainerEnvOrder(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"PATH=" + DefaultPath, "HOME=/work", "LANG=C", "B=2", "A=1"}
+	want := []string{"PATH=" + DefaultPath, "HOME=/tmp", "LANG=C", "B=2", "A=1"}
 	if strings.Join(got, "|") != strings.Join(want, "|") {
 		t.Errorf("env %q, want %q", got, want)
+	}
+}
+
+func TestModulePathEnv(t *testing.T) {
+	for _, tc := range []struct {
+		family, script string
+		want           []string
+	}{
+		{"python", "scripts/fill.py", []string{"PYTHONPATH=/skill:/skill/scripts"}},
+		{"python-slim", "core/gif/make.py", []string{"PYTHONPATH=/skill:/skill/core/gif"}},
+		{"python", "run.py", []string{"PYTHONPATH=/skill"}},
+		{"python", "odd:dir/x.py", []string{"PYTHONPATH=/skill"}},
+		{"python", "../x.py", []string{"PYTHONPATH=/skill"}},
+		{"python", "/abs/x.py", []string{"PYTHONPATH=/skill"}},
+		{"node", "scripts/build.js", []string{"NODE_PATH=/skill:/skill/scripts"}},
+		{"shell", "scripts/x.sh", nil},
+		{"", "scripts/x", nil},
+	} {
+		got := ModulePathEnv(tc.family, tc.script)
+		if strings.Join(got, "|") != strings.Join(tc.want, "|") {
+			t.Errorf("ModulePathEnv(%q, %q) = %q, want %q", tc.family, tc.script, got, tc.want)
+		}
+		if err := validateModuleEnv(got); err != nil {
+			t.Errorf("ModulePathEnv(%q, %q) does not validate: %v", tc.family, tc.script, err)
+		}
+	}
+	// The caller still cannot set them; the service sets them in ModuleEnv.
+	for _, kv := range []string{"PYTHONPATH=/skill", "NODE_PATH=/skill"} {
+		if err := ValidateEnv([]string{kv}); err == nil {
+			t.Errorf("caller env %s accepted", kv)
+		}
+	}
+	for _, bad := range [][]string{{"PYTHONSTARTUP=/skill/x.py"}, {"PYTHONPATH=/skill", "PYTHONPATH=/skill"}, {"PYTHONPATH=skill"}, {"PYTHONPATH="}} {
+		if err := validateModuleEnv(bad); !errors.Is(err, ErrInvalidJob) {
+			t.Errorf("module env %q: %v", bad, err)
+		}
 	}
 }

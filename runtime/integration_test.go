@@ -38,8 +38,18 @@ import (
 
 const (
 	defaultRootfsCache = "/var/cache/skillbox/test-rootfs"
-	testBase           = "/run/skillbox-test"
+	defaultTestBase    = "/run/skillbox-test"
 )
+
+// testBase holds the runtimes' state and run dirs of these tests;
+// SKILLBOX_TEST_STATE moves it so two checkouts can run the suite at once
+// without taking each other's containers for leftovers.
+var testBase = func() string {
+	if p := os.Getenv("SKILLBOX_TEST_STATE"); p != "" {
+		return p
+	}
+	return defaultTestBase
+}()
 
 var backends = []string{"runsc", "runc"}
 
@@ -212,6 +222,29 @@ func wantExit(t *testing.T, res *runtime.Result, code int, reason runtime.Reason
 	}
 }
 
+// capCase writes four files (4, 4, 1000 and 1 bytes) and expects the cap
+// named by its name to leave some out, saying so.
+func capCase(capName string, lim runtime.Limits, collected, omitted int, omittedBytes int64) runCase {
+	return runCase{
+		name:   "cap_" + capName,
+		skill:  map[string]string{"scripts/caps.py": "open('a', 'w').write('aaaa')\nopen('b', 'w').write('bbbb')\nopen('c', 'w').write('c' * 1000)\nopen('d', 'w').write('d')\n"},
+		args:   py("caps.py"),
+		limits: lim,
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			if len(res.Outputs) != collected || !res.OutputsTruncated || res.OutputsTruncatedBy != capName ||
+				res.OutputsOmittedFiles != omitted || res.OutputsOmittedBytes != omittedBytes {
+				t.Errorf("%d outputs, truncated %v by %q, omitted %d files %d bytes; want %d outputs, %d omitted (%d bytes) by %s",
+					len(res.Outputs), res.OutputsTruncated, res.OutputsTruncatedBy, res.OutputsOmittedFiles, res.OutputsOmittedBytes,
+					collected, omitted, omittedBytes, capName)
+			}
+			if !strings.Contains(strings.Join(res.OutputsSkipped, "\n"), "("+capName+")") {
+				t.Errorf("skipped %q does not name the cap", res.OutputsSkipped)
+			}
+		},
+	}
+}
+
 func clip(b []byte) string {
 	if len(b) > 2000 {
 		return string(b[:2000]) + "..."
@@ -319,7 +352,7 @@ for i in range(3):
 		stdin: "piped in\n",
 		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
 			wantExit(t, res, 0, runtime.ReasonExit)
-			want := "PIPED IN\nFOO bar baz\nHOME /work\nLANG C.UTF-8\nPATH " + runtime.DefaultPath + "\ncwd /work\n"
+			want := "PIPED IN\nFOO bar baz\nHOME /tmp\nLANG C.UTF-8\nPATH " + runtime.DefaultPath + "\ncwd /work\n"
 			if string(res.Stdout) != want {
 				t.Errorf("stdout %q, want %q (stderr %q)", res.Stdout, want, res.Stderr)
 			}
@@ -616,7 +649,8 @@ os.mkfifo("outputs/fifo")
 			for _, o := range res.Outputs {
 				got[o.Path] = string(o.Data)
 			}
-			if len(got) != 2 || got["result.txt"] != "result\n" || got["sub/nested.txt"] != "nested\n" {
+			// Unchanged inputs (data.csv, run.sh) are not outputs.
+			if len(got) != 2 || got["outputs/result.txt"] != "result\n" || got["outputs/sub/nested.txt"] != "nested\n" {
 				t.Errorf("outputs %v", got)
 			}
 			sk := strings.Join(res.OutputsSkipped, "\n")
@@ -624,6 +658,172 @@ os.mkfifo("outputs/fifo")
 			// runc leaves it on the host tmpfs, where it must be skipped.
 			if !strings.Contains(sk, "passwd-link: symlink") || (c.backend == "runc" && !strings.Contains(sk, "fifo: fifo")) {
 				t.Errorf("skipped %q", res.OutputsSkipped)
+			}
+		},
+	},
+	{
+		name: "directory_inputs_round_trip",
+		skill: map[string]string{"scripts/tree.py": `import os
+for root, dirs, files in sorted(os.walk(".")):
+    dirs.sort()
+    for n in sorted(dirs + files):
+        p = os.path.join(root, n)[2:]
+        kind = "L" if os.path.islink(p) else "D" if os.path.isdir(p) else "F"
+        print(kind, p, oct(os.lstat(p).st_mode & 0o777))
+print("link", os.readlink("unpacked/link"))
+print(open("unpacked/ppt/slides/slide1.xml").read())
+open("unpacked/ppt/presentation.xml", "w").write("<changed/>")
+os.makedirs("unpacked/ppt/media", exist_ok=True)
+open("unpacked/ppt/media/image1.png", "wb").write(b"\x89PNG")
+open("top.txt", "w").write("top")
+os.makedirs("a/b/c/d", exist_ok=True)
+open("a/b/c/d/deep.txt", "w").write("deep")
+# HOME is writable and outside /work: a tool profile there is no output.
+os.makedirs(os.path.expanduser("~/.config/libreoffice"), exist_ok=True)
+open(os.path.expanduser("~/.config/libreoffice/profile.xcu"), "w").write("profile")
+print("home", os.environ["HOME"], os.path.expanduser("~"))
+`},
+		files: []runtime.InputFile{
+			{Name: "unpacked", Kind: runtime.InputDir},
+			{Name: "unpacked/[Content_Types].xml", Data: []byte("<Types/>")},
+			{Name: "unpacked/ppt/presentation.xml", Data: []byte("<p/>")},
+			{Name: "unpacked/ppt/slides/slide1.xml", Data: []byte("<slide1/>"), Mode: 0o600},
+			{Name: "unpacked/ppt/empty", Kind: runtime.InputDir, Mode: 0o750},
+			{Name: "unpacked/link", Kind: runtime.InputSymlink, Target: "../../etc/passwd"},
+		},
+		args: py("tree.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			want := `D outputs 0o755
+D unpacked 0o755
+F unpacked/[Content_Types].xml 0o644
+L unpacked/link 0o777
+D unpacked/ppt 0o755
+D unpacked/ppt/empty 0o750
+F unpacked/ppt/presentation.xml 0o644
+D unpacked/ppt/slides 0o755
+F unpacked/ppt/slides/slide1.xml 0o600
+link ../../etc/passwd
+<slide1/>
+home /tmp /tmp
+`
+			if string(res.Stdout) != want {
+				t.Errorf("tree in the sandbox:\n%s\nwant:\n%s\nstderr: %s", res.Stdout, want, res.Stderr)
+			}
+			var got []string
+			for _, o := range res.Outputs {
+				got = append(got, o.Path+"="+string(o.Data))
+			}
+			// Changed and new files anywhere in /work, with their paths;
+			// unchanged inputs and the input link are not reported.
+			if w := "a/b/c/d/deep.txt=deep,top.txt=top,unpacked/ppt/media/image1.png=\x89PNG,unpacked/ppt/presentation.xml=<changed/>"; strings.Join(got, ",") != w {
+				t.Errorf("outputs %q, want %q", got, w)
+			}
+			if len(res.OutputsSkipped) != 0 || res.OutputsTruncated {
+				t.Errorf("skipped %q truncated %v", res.OutputsSkipped, res.OutputsTruncated)
+			}
+		},
+	},
+	{
+		name: "hostile_outputs_not_followed",
+		skill: map[string]string{"scripts/hostile.py": `import os, socket
+os.symlink("/etc/passwd", "abs-link")
+os.symlink("../../../../etc/shadow", "rel-escape")
+os.symlink("nowhere", "dangling")
+os.symlink("/tmp", "dirlink")
+open("dirlink/through.txt", "w").write("via the link")
+os.makedirs("outputs", exist_ok=True)
+os.symlink("/etc", "outputs/etc")
+os.mkfifo("fifo")
+s = socket.socket(socket.AF_UNIX)
+s.bind("sock")
+open("outputs/real.txt", "w").write("real")
+`},
+		args: py("hostile.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			if len(res.Outputs) != 1 || res.Outputs[0].Path != "outputs/real.txt" || string(res.Outputs[0].Data) != "real" {
+				var paths []string
+				for _, o := range res.Outputs {
+					paths = append(paths, o.Path)
+				}
+				t.Errorf("outputs %q, want only outputs/real.txt", paths)
+			}
+			sk := strings.Join(res.OutputsSkipped, "\n")
+			for _, w := range []string{"abs-link: symlink", "rel-escape: symlink", "dangling: symlink", "dirlink: symlink", "outputs/etc: symlink"} {
+				if !strings.Contains(sk, w) {
+					t.Errorf("skipped %q lacks %q", res.OutputsSkipped, w)
+				}
+			}
+			// gVisor keeps FIFOs and sockets made on a gofer mount inside
+			// the sandbox; runc leaves them on the host tmpfs.
+			if c.backend == "runc" && (!strings.Contains(sk, "fifo: fifo") || !strings.Contains(sk, "sock: socket")) {
+				t.Errorf("skipped %q lacks the fifo and the socket", res.OutputsSkipped)
+			}
+		},
+	},
+	{
+		name:  "five_thousand_outputs",
+		skill: map[string]string{"scripts/many.py": "import os\nfor d in range(50):\n    os.makedirs(f'parts/p{d:02}', exist_ok=True)\n    for f in range(100):\n        open(f'parts/p{d:02}/{f:03}.xml', 'w').write(f'<x n=\"{d}.{f}\"/>')\n"},
+		args:  py("many.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			if len(res.Outputs) != 5000 || res.OutputsTruncated || len(res.OutputsSkipped) != 0 {
+				t.Fatalf("%d outputs, truncated %v, skipped %q", len(res.Outputs), res.OutputsTruncated, res.OutputsSkipped)
+			}
+			if o := res.Outputs[4999]; o.Path != "parts/p49/099.xml" || string(o.Data) != `<x n="49.99"/>` {
+				t.Errorf("last output %s=%q", o.Path, o.Data)
+			}
+		},
+	},
+	capCase(runtime.CapOutputFiles, runtime.Limits{OutputFiles: 2}, 2, 2, 1000+1),
+	capCase(runtime.CapOutputBytes, runtime.Limits{OutputBytes: 10}, 3, 1, 1000),
+	capCase(runtime.CapOutputFileBytes, runtime.Limits{OutputFileBytes: 100}, 3, 1, 1000),
+	{
+		name: "localhost_server",
+		skill: map[string]string{"scripts/serve.py": `import http.server, socket, threading, urllib.request
+print("resolves", socket.gethostbyname("localhost"))
+srv = http.server.HTTPServer(("localhost", 0), http.server.SimpleHTTPRequestHandler)
+threading.Thread(target=srv.serve_forever, daemon=True).start()
+open("page.txt", "w").write("served from the sandbox")
+print(urllib.request.urlopen("http://localhost:%d/page.txt" % srv.server_address[1], timeout=20).read().decode())
+`},
+		args: py("serve.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			if string(res.Stdout) != "resolves 127.0.0.1\nserved from the sandbox\n" {
+				t.Errorf("stdout %q stderr %s", res.Stdout, res.Stderr)
+			}
+		},
+	},
+	{
+		name:  "loopback_up_from_shell",
+		skill: map[string]string{"scripts/lo.sh": "getent hosts localhost | awk '{print $2}'\n(echo hi > /dev/tcp/127.0.0.1/9) 2>&1 | tail -n 1 | sed 's/.*: //'\n(echo x >> /etc/hosts) 2>/dev/null && echo WRITABLE\nexit 0\n"},
+		args: func(*caseEnv) []string {
+			return []string{"bash", "/skill/scripts/lo.sh"}
+		},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			// Refused (nothing listens), not unreachable: lo is up; and
+			// the hosts file is read-only.
+			if out := string(res.Stdout); out != "localhost\nConnection refused\n" {
+				t.Errorf("stdout %q stderr %s", res.Stdout, res.Stderr)
+			}
+		},
+	},
+	{
+		name: "module_path_from_skill_root",
+		skill: map[string]string{
+			"scripts/__init__.py": "",
+			"scripts/utils.py":    "def greet(): return 'from scripts.utils'\n",
+			"scripts/sibling.py":  "NAME = 'sibling'\n",
+			"scripts/main.py":     "from scripts.utils import greet\nimport sibling\nprint(greet(), sibling.NAME)\n",
+		},
+		args: py("main.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			if string(res.Stdout) != "from scripts.utils sibling\n" {
+				t.Errorf("stdout %q stderr %s", res.Stdout, res.Stderr)
 			}
 		},
 	},
@@ -670,6 +870,10 @@ func TestRun(t *testing.T) {
 						Stdin:    []byte(tc.stdin),
 						Files:    tc.files,
 						Limits:   tc.limits,
+					}
+					if a := job.Args; len(a) > 1 && strings.HasPrefix(a[1], runtime.SkillMount+"/") {
+						family := map[string]string{"python3": "python", "node": "node"}[a[0]]
+						job.ModuleEnv = runtime.ModulePathEnv(family, strings.TrimPrefix(a[1], runtime.SkillMount+"/"))
 					}
 					if job.Limits.Timeout == 0 {
 						job.Limits.Timeout = 60 * time.Second
@@ -731,6 +935,32 @@ func TestInvalidJobStartsNothing(t *testing.T) {
 				}
 				assertClean(t, name, opts, job.ID)
 			}
+			// Input names that would leave the workdir, or that are not
+			// printable, are refused before anything is made.
+			for _, files := range [][]runtime.InputFile{
+				{{Name: "../escape.txt", Data: []byte("x")}},
+				{{Name: "a/../../escape.txt", Data: []byte("x")}},
+				{{Name: "/etc/cron.d/evil", Data: []byte("x")}},
+				{{Name: "evil\x1b[31m.txt", Data: []byte("x")}},
+				{{Name: "evil\nname", Data: []byte("x")}},
+				{{Name: "nul\x00.txt", Data: []byte("x")}},
+				{{Name: "l", Kind: runtime.InputSymlink, Target: "/etc"}, {Name: "l/cron.d/evil", Data: []byte("x")}},
+			} {
+				job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"true"}, Files: files}
+				_, err := rt.Run(context.Background(), job)
+				if !errors.Is(err, runtime.ErrInvalidJob) {
+					t.Errorf("files %q: err %v, want ErrInvalidJob", files[len(files)-1].Name, err)
+				}
+				assertClean(t, name, opts, job.ID)
+			}
+			// An image without the /etc/hosts mount point is refused, not
+			// run with localhost unresolvable.
+			bare := t.TempDir()
+			job0 := runtime.Job{ID: newID(), RootFS: bare, SkillDir: dir, Args: []string{"true"}}
+			if _, err := rt.Run(context.Background(), job0); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "/etc/hosts") {
+				t.Errorf("rootfs without /etc/hosts: err %v, want ErrUnavailable naming /etc/hosts", err)
+			}
+			assertClean(t, name, opts, job0.ID)
 			// Network without a configured namespace is refused, not faked.
 			job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"true"}, Network: true}
 			if _, err := rt.Run(context.Background(), job); !errors.Is(err, runtime.ErrUnavailable) {

@@ -1,13 +1,12 @@
 package runtime
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -20,42 +19,69 @@ import (
 // in the sandbox can swap a file for a link while we read. Even so every
 // open is relative to an already-open directory with O_NOFOLLOW, and only
 // regular files and directories are entered: a symlink the script left
-// behind (to /etc/shadow, say) is named in OutputsSkipped, never followed.
+// behind (to /etc/shadow, say) is named in Skipped, never followed.
+//
+// Every regular file the script created or changed anywhere in the workdir
+// is an output; inputs it left alone are not. An input is unchanged when
+// its host-side fingerprint (inode, size, mtime, ctime) is what it was
+// after writing it, or, when that differs, when its bytes still equal the
+// input's.
 
-// maxOutputDepth bounds how deep outputs/ is walked.
-const maxOutputDepth = 16
+// maxOutputDepth bounds how deep the workdir is walked.
+const maxOutputDepth = 64
 
-// CollectOutputs reads the regular files under workdir/outputs (host side),
-// up to lim.OutputFiles files and lim.OutputBytes bytes in total. Files are
+// Caps an output can hit; Result.OutputsTruncatedBy names one of them.
+const (
+	CapOutputFiles     = "output_files"      // Limits.OutputFiles
+	CapOutputBytes     = "output_bytes"      // Limits.OutputBytes, all outputs together
+	CapOutputFileBytes = "output_file_bytes" // Limits.OutputFileBytes, one output
+)
+
+// Outputs is what CollectOutputs found.
+type Outputs struct {
+	Files []OutputFile
+	// Skipped names entries not collected and why ("path: why"), the first
+	// maxSkippedNamed by name, then one line counting the rest.
+	Skipped []string
+	// Truncated says a cap left changed files out; TruncatedBy is the
+	// first cap hit; OmittedFiles and OmittedBytes count what caps left out.
+	Truncated    bool
+	TruncatedBy  string
+	OmittedFiles int
+	OmittedBytes int64
+}
+
+// apply copies o into a result.
+func (o *Outputs) apply(r *Result) {
+	r.Outputs, r.OutputsSkipped = o.Files, o.Skipped
+	r.OutputsTruncated, r.OutputsTruncatedBy = o.Truncated, o.TruncatedBy
+	r.OutputsOmittedFiles, r.OutputsOmittedBytes = o.OmittedFiles, o.OmittedBytes
+}
+
+// CollectOutputs reads, from the host side of the stopped container's
+// workdir, every regular file the script created or changed, within the
+// bundle's Limits (OutputFiles, OutputBytes, OutputFileBytes). Files are
 // visited in lexical order, so which ones fit under the caps is stable.
-// Anything skipped is reported as "path: why". A missing outputs/ is not an
-// error (the script may have removed it).
-func CollectOutputs(workdir string, lim Limits) ([]OutputFile, []string, error) {
+func (b *Bundle) CollectOutputs() (*Outputs, error) {
+	return collectOutputs(b.Workdir, b.Limits, b.inputs)
+}
+
+// collectOutputs walks workdir; inputs says what was written there before
+// the run (nil: nothing).
+func collectOutputs(workdir string, lim Limits, inputs inputManifest) (*Outputs, error) {
 	lim = lim.WithDefaults()
 	wd, err := unix.Open(workdir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("open workdir: %w", err)
+		return nil, fmt.Errorf("open workdir: %w", err)
 	}
-	defer unix.Close(wd)
-	c := &collector{lim: lim}
-	name := path.Base(OutputsDir)
-	var st unix.Stat_t
-	if err := unix.Fstatat(wd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil, nil, nil
-		}
-		return nil, nil, fmt.Errorf("stat outputs: %w", err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return nil, []string{name + ": " + kindOf(st.Mode) + ", not a directory; nothing collected"}, nil
-	}
-	if err := c.walkDir(wd, name, "", 0); err != nil {
-		return nil, nil, err
-	}
+	dir := os.NewFile(uintptr(wd), workdir)
+	defer dir.Close()
+	c := &collector{lim: lim, inputs: inputs}
+	c.walkDir(dir, "", 0)
 	if c.unlisted > 0 {
-		c.skipped = append(c.skipped, fmt.Sprintf("... and %d more entries not collected (only the first %d are named)", c.unlisted, maxSkippedNamed))
+		c.out.Skipped = append(c.out.Skipped, fmt.Sprintf("... and %d more entries not collected (only the first %d are named)", c.unlisted, maxSkippedNamed))
 	}
-	return c.files, c.skipped, nil
+	return &c.out, nil
 }
 
 // A script decides how many entries outputs/ holds and how they are named;
@@ -68,19 +94,30 @@ const (
 
 type collector struct {
 	lim      Limits
-	files    []OutputFile
-	skipped  []string
+	inputs   inputManifest
+	out      Outputs
 	unlisted int // skipped but not named
 	visited  int
-	total    int64
+	total    int64 // bytes collected
 }
 
 func (c *collector) skip(rel, why string) {
-	if len(c.skipped) >= maxSkippedNamed {
+	if len(c.out.Skipped) >= maxSkippedNamed {
 		c.unlisted++
 		return
 	}
-	c.skipped = append(c.skipped, reportName(rel)+": "+why)
+	c.out.Skipped = append(c.out.Skipped, reportName(rel)+": "+why)
+}
+
+// omit records a changed file a cap left out.
+func (c *collector) omit(rel string, size int64, capName, why string) {
+	c.out.Truncated = true
+	if c.out.TruncatedBy == "" {
+		c.out.TruncatedBy = capName
+	}
+	c.out.OmittedFiles++
+	c.out.OmittedBytes += size
+	c.skip(rel, why+" ("+capName+"); not collected")
 }
 
 // reportName makes a script-chosen path safe to show and store: quoted when
@@ -97,22 +134,16 @@ func reportName(rel string) string {
 	return rel
 }
 
-// walkDir opens name inside parent (no symlinks) and collects its entries;
-// rel is its path relative to outputs/ ("" for outputs/ itself).
-func (c *collector) walkDir(parent int, name, rel string, depth int) error {
-	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		c.skip(relOr(rel, name), "cannot open directory: "+err.Error())
-		return nil
-	}
-	dir := os.NewFile(uintptr(fd), name)
-	defer dir.Close()
+// walkDir collects the entries of the open directory dir, whose path
+// relative to the workdir is rel ("" for the workdir itself).
+func (c *collector) walkDir(dir *os.File, rel string, depth int) {
 	names, err := dir.Readdirnames(-1)
 	if err != nil {
-		c.skip(relOr(rel, name), "cannot list directory: "+err.Error())
-		return nil
+		c.skip(relOr(rel, "."), "cannot list directory: "+err.Error())
+		return
 	}
 	sort.Strings(names)
+	fd := int(dir.Fd())
 	for _, n := range names {
 		r := n
 		if rel != "" {
@@ -130,62 +161,119 @@ func (c *collector) walkDir(parent int, name, rel string, depth int) error {
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFDIR:
 			if depth+1 >= maxOutputDepth {
-				c.skip(r, fmt.Sprintf("directory nested deeper than %d levels", maxOutputDepth))
+				c.skip(r, fmt.Sprintf("directory nested deeper than %d levels, not collected", maxOutputDepth))
 				continue
 			}
-			if err := c.walkDir(fd, n, r, depth+1); err != nil {
-				return err
+			sfd, err := unix.Openat(fd, n, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			if err != nil {
+				c.skip(r, "cannot open directory: "+err.Error())
+				continue
 			}
+			sub := os.NewFile(uintptr(sfd), n)
+			c.walkDir(sub, r, depth+1)
+			sub.Close()
 		case unix.S_IFREG:
-			c.readFile(fd, n, r, st.Size)
+			c.regular(fd, n, r, &st)
+		case unix.S_IFLNK:
+			if in := c.inputs[r]; in != nil && in.kind == InputSymlink && c.sameTarget(fd, n, in.target) {
+				continue // an input link left as it was
+			}
+			c.skip(r, "symlink, not followed")
 		default:
 			c.skip(r, kindOf(st.Mode)+", not collected")
 		}
 	}
-	return nil
 }
 
-func (c *collector) readFile(dirfd int, name, rel string, size int64) {
-	if len(c.files) >= c.lim.OutputFiles {
-		c.skip(rel, fmt.Sprintf("over the cap of %d output files", c.lim.OutputFiles))
+func (c *collector) sameTarget(dirfd int, name, target string) bool {
+	buf := make([]byte, len(target)+1)
+	n, err := unix.Readlinkat(dirfd, name, buf)
+	return err == nil && n == len(target) && string(buf[:n]) == target
+}
+
+// regular collects one regular file unless it is an unchanged input or a
+// cap leaves it out.
+func (c *collector) regular(dirfd int, name, rel string, st *unix.Stat_t) {
+	in := c.inputs[rel]
+	if in != nil && in.kind != InputRegular {
+		in = nil // a file where an input dir or link was: new
+	}
+	if in != nil && fingerprintOf(st) == in.fp {
+		return // not written to since we wrote it
+	}
+	size := st.Size
+	// An input whose size is unchanged may still hold its bytes; read it
+	// before the caps decide, to compare.
+	mayBeSame := in != nil && size == int64(len(in.data))
+	if !mayBeSame && !c.fits(rel, size) {
 		return
 	}
-	if c.total+size > c.lim.OutputBytes {
-		c.skip(rel, fmt.Sprintf("%d bytes would exceed the %d-byte output cap", size, c.lim.OutputBytes))
+	data, ok := c.read(dirfd, name, rel, size)
+	if !ok {
 		return
 	}
-	// O_NONBLOCK so that a FIFO swapped in (it cannot be: the container is
-	// stopped) would not hang us; we check the type again on the open fd.
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		c.skip(rel, "cannot open: "+err.Error())
-		return
-	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		c.skip(rel, "changed while collecting, not collected")
-		return
-	}
-	remaining := c.lim.OutputBytes - c.total
-	data, err := io.ReadAll(io.LimitReader(f, remaining+1))
-	if err != nil {
-		c.skip(rel, "cannot read: "+err.Error())
-		return
-	}
-	if int64(len(data)) > remaining {
-		c.skip(rel, fmt.Sprintf("grew past the %d-byte output cap while reading", c.lim.OutputBytes))
-		return
+	if mayBeSame {
+		if bytes.Equal(data, in.data) {
+			return
+		}
+		if !c.fits(rel, size) {
+			return
+		}
 	}
 	sum := sha256.Sum256(data)
-	c.total += int64(len(data))
-	c.files = append(c.files, OutputFile{
+	c.out.Files = append(c.out.Files, OutputFile{
 		Path:   rel,
 		Size:   int64(len(data)),
 		SHA256: hex.EncodeToString(sum[:]),
 		Data:   data,
 	})
+	c.total += int64(len(data))
+}
+
+// fits checks the caps for one more file of size bytes; a file left out is
+// recorded (never silently).
+func (c *collector) fits(rel string, size int64) bool {
+	switch {
+	case len(c.out.Files) >= c.lim.OutputFiles:
+		c.omit(rel, size, CapOutputFiles, fmt.Sprintf("over the cap of %d output files", c.lim.OutputFiles))
+	case size > c.lim.OutputFileBytes:
+		c.omit(rel, size, CapOutputFileBytes, fmt.Sprintf("%d bytes, over the %d-byte cap for one output file", size, c.lim.OutputFileBytes))
+	case c.total+size > c.lim.OutputBytes:
+		c.omit(rel, size, CapOutputBytes, fmt.Sprintf("%d bytes would exceed the %d-byte cap for all outputs", size, c.lim.OutputBytes))
+	default:
+		return true
+	}
+	return false
+}
+
+// read reads a file of the size fstatat reported, refusing one that is no
+// longer that regular file.
+func (c *collector) read(dirfd int, name, rel string, size int64) ([]byte, bool) {
+	// O_NONBLOCK so that a FIFO swapped in (it cannot be: the container is
+	// stopped) would not hang us; we check the type again on the open fd.
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		c.skip(rel, "cannot open: "+err.Error())
+		return nil, false
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != size {
+		c.skip(rel, "changed while collecting, not collected")
+		return nil, false
+	}
+	data := make([]byte, size)
+	if _, err := io.ReadFull(f, data); err != nil {
+		c.skip(rel, "cannot read: "+err.Error())
+		return nil, false
+	}
+	var one [1]byte
+	if n, _ := f.Read(one[:]); n > 0 {
+		c.skip(rel, "grew while collecting, not collected")
+		return nil, false
+	}
+	return data, true
 }
 
 func relOr(rel, name string) string {

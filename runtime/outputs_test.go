@@ -24,6 +24,16 @@ func writeTree(t *testing.T, root string, files map[string]string) {
 	}
 }
 
+// collect runs the collector over wd with no inputs: everything is new.
+func collect(t *testing.T, wd string, lim Limits) *Outputs {
+	t.Helper()
+	o, err := collectOutputs(wd, lim, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
 func TestCollectOutputs(t *testing.T) {
 	wd := t.TempDir()
 	secret := filepath.Join(t.TempDir(), "secret")
@@ -31,7 +41,8 @@ func TestCollectOutputs(t *testing.T) {
 		"outputs/a.txt":       "alpha",
 		"outputs/sub/b.txt":   "bravo",
 		"outputs/sub/c/d.txt": "delta",
-		"not-an-output.txt":   "ignored",
+		"unpacked/ppt/p.xml":  "<p/>",
+		"top.txt":             "top",
 	})
 	writeTree(t, filepath.Dir(secret), map[string]string{"secret": "TOP SECRET"})
 	if err := os.Symlink(secret, filepath.Join(wd, "outputs/link")); err != nil {
@@ -40,34 +51,40 @@ func TestCollectOutputs(t *testing.T) {
 	if err := os.Symlink(filepath.Dir(secret), filepath.Join(wd, "outputs/dirlink")); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Symlink("../../etc/passwd", filepath.Join(wd, "rel")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("nowhere", filepath.Join(wd, "dangling")); err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Mkfifo(filepath.Join(wd, "outputs/fifo"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	files, skipped, err := CollectOutputs(wd, Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	o := collect(t, wd, Limits{})
 	var paths []string
-	for _, f := range files {
+	for _, f := range o.Files {
 		paths = append(paths, f.Path+"="+string(f.Data))
 		sum := sha256.Sum256(f.Data)
 		if f.SHA256 != hex.EncodeToString(sum[:]) || f.Size != int64(len(f.Data)) {
 			t.Errorf("%s: size/hash wrong", f.Path)
 		}
 	}
-	if got := strings.Join(paths, ","); got != "a.txt=alpha,sub/b.txt=bravo,sub/c/d.txt=delta" {
+	if got := strings.Join(paths, ","); got != "outputs/a.txt=alpha,outputs/sub/b.txt=bravo,outputs/sub/c/d.txt=delta,top.txt=top,unpacked/ppt/p.xml=<p/>" {
 		t.Errorf("collected %s", got)
 	}
-	sk := strings.Join(skipped, "\n")
-	for _, want := range []string{"link: symlink", "dirlink: symlink", "fifo: fifo"} {
+	sk := strings.Join(o.Skipped, "\n")
+	for _, want := range []string{"outputs/link: symlink", "outputs/dirlink: symlink", "outputs/fifo: fifo", "rel: symlink", "dangling: symlink"} {
 		if !strings.Contains(sk, want) {
-			t.Errorf("skipped %q lacks %q", skipped, want)
+			t.Errorf("skipped %q lacks %q", o.Skipped, want)
 		}
 	}
-	for _, f := range files {
+	for _, f := range o.Files {
 		if strings.Contains(string(f.Data), "SECRET") {
 			t.Error("followed a symlink")
 		}
+	}
+	if o.Truncated || o.OmittedFiles != 0 {
+		t.Errorf("truncated without a cap: %+v", o)
 	}
 }
 
@@ -79,28 +96,38 @@ func TestCollectOutputsCaps(t *testing.T) {
 		"outputs/3": "3333",
 		"outputs/4": "44444444",
 	})
-	files, skipped, err := CollectOutputs(wd, Limits{OutputFiles: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) != 2 || len(skipped) != 2 || !strings.Contains(skipped[0], "3: over the cap of 2 output files") {
-		t.Errorf("files %d skipped %q", len(files), skipped)
-	}
-	files, skipped, err = CollectOutputs(wd, Limits{OutputBytes: 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) != 2 || len(skipped) != 2 || !strings.Contains(skipped[1], "4: 8 bytes would exceed the 10-byte output cap") {
-		t.Errorf("files %d skipped %q", len(files), skipped)
+	for _, tc := range []struct {
+		name      string
+		lim       Limits
+		files     int
+		by        string
+		omitted   int
+		omittedB  int64
+		skipFirst string
+	}{
+		{"files", Limits{OutputFiles: 2}, 2, CapOutputFiles, 2, 12, "outputs/3: over the cap of 2 output files (output_files)"},
+		{"total bytes", Limits{OutputBytes: 10}, 2, CapOutputBytes, 2, 12, "outputs/3: 4 bytes would exceed the 10-byte cap for all outputs (output_bytes)"},
+		{"file bytes", Limits{OutputFileBytes: 5}, 3, CapOutputFileBytes, 1, 8, "outputs/4: 8 bytes, over the 5-byte cap for one output file (output_file_bytes)"},
+		{"none", Limits{}, 4, "", 0, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := collect(t, wd, tc.lim)
+			if len(o.Files) != tc.files || o.TruncatedBy != tc.by || o.Truncated != (tc.by != "") ||
+				o.OmittedFiles != tc.omitted || o.OmittedBytes != tc.omittedB || len(o.Skipped) != tc.omitted {
+				t.Fatalf("got %d files, %+v", len(o.Files), o)
+			}
+			if tc.skipFirst != "" && !strings.Contains(o.Skipped[0], tc.skipFirst) {
+				t.Errorf("skipped %q, want %q", o.Skipped[0], tc.skipFirst)
+			}
+		})
 	}
 }
 
 func TestCollectOutputsOddOutputsDir(t *testing.T) {
 	// No outputs/: nothing, no error.
 	wd := t.TempDir()
-	files, skipped, err := CollectOutputs(wd, Limits{})
-	if err != nil || files != nil || skipped != nil {
-		t.Errorf("no outputs dir: %v %v %v", files, skipped, err)
+	if o := collect(t, wd, Limits{}); o.Files != nil || o.Skipped != nil {
+		t.Errorf("empty workdir: %+v", o)
 	}
 	// outputs/ replaced by a symlink to somewhere else: not followed.
 	target := t.TempDir()
@@ -108,9 +135,8 @@ func TestCollectOutputsOddOutputsDir(t *testing.T) {
 	if err := os.Symlink(target, filepath.Join(wd, "outputs")); err != nil {
 		t.Fatal(err)
 	}
-	files, skipped, err = CollectOutputs(wd, Limits{})
-	if err != nil || len(files) != 0 || len(skipped) != 1 || !strings.Contains(skipped[0], "symlink") {
-		t.Errorf("outputs symlink: %v %q %v", files, skipped, err)
+	if o := collect(t, wd, Limits{}); len(o.Files) != 0 || len(o.Skipped) != 1 || !strings.Contains(o.Skipped[0], "symlink") {
+		t.Errorf("outputs symlink: %+v", o)
 	}
 }
 
@@ -118,14 +144,15 @@ func TestCollectOutputsDepth(t *testing.T) {
 	wd := t.TempDir()
 	deep := "outputs/" + strings.Repeat("d/", maxOutputDepth+2) + "f"
 	writeTree(t, wd, map[string]string{deep: "deep", "outputs/top": "top"})
-	files, skipped, err := CollectOutputs(wd, Limits{})
-	if err != nil || len(files) != 1 || files[0].Path != "top" || len(skipped) != 1 || !strings.Contains(skipped[0], "deeper") {
-		t.Errorf("depth: %v %q %v", files, skipped, err)
+	o := collect(t, wd, Limits{})
+	if len(o.Files) != 1 || o.Files[0].Path != "outputs/top" || len(o.Skipped) != 1 || !strings.Contains(o.Skipped[0], "deeper") {
+		t.Errorf("depth: %+v", o)
 	}
 }
 
 // However many entries a script leaves and however it names them, the
-// report about what was skipped stays small and printable.
+// report about what was skipped stays small and printable, and the counts
+// stay exact.
 func TestCollectOutputsSkippedReportIsBounded(t *testing.T) {
 	wd := t.TempDir()
 	files := map[string]string{}
@@ -135,13 +162,14 @@ func TestCollectOutputsSkippedReportIsBounded(t *testing.T) {
 	}
 	files["outputs/evil\nname\x1b[31m"] = "x"
 	writeTree(t, wd, files)
-	got, skipped, err := CollectOutputs(wd, Limits{OutputFiles: 1})
-	if err != nil {
-		t.Fatal(err)
+	o := collect(t, wd, Limits{OutputFiles: 1})
+	if len(o.Files) != 1 {
+		t.Fatalf("collected %d files, want 1", len(o.Files))
 	}
-	if len(got) != 1 {
-		t.Fatalf("collected %d files, want 1", len(got))
+	if o.OmittedFiles != 3*maxSkippedNamed || o.TruncatedBy != CapOutputFiles {
+		t.Errorf("omitted %d by %q, want %d by output_files", o.OmittedFiles, o.TruncatedBy, 3*maxSkippedNamed)
 	}
+	skipped := o.Skipped
 	if len(skipped) != maxSkippedNamed+1 {
 		t.Fatalf("%d skipped lines, want %d named plus one summary", len(skipped), maxSkippedNamed)
 	}
@@ -154,6 +182,31 @@ func TestCollectOutputsSkippedReportIsBounded(t *testing.T) {
 		}
 		if strings.ContainsAny(s, "\n\x1b") {
 			t.Errorf("unescaped control character in %q", s)
+		}
+	}
+}
+
+// BenchmarkCollectOutputs5000 collects 5,000 small new files in 50
+// directories, the shape of a large unpacked document.
+func BenchmarkCollectOutputs5000(b *testing.B) {
+	wd := b.TempDir()
+	data := []byte(strings.Repeat("<w:p>x</w:p>", 100))
+	for d := 0; d < 50; d++ {
+		dir := filepath.Join(wd, "unpacked", "part"+strconv.Itoa(d))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		for f := 0; f < 100; f++ {
+			if err := os.WriteFile(filepath.Join(dir, strconv.Itoa(f)+".xml"), data, 0o644); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		o, err := collectOutputs(wd, Limits{}, nil)
+		if err != nil || len(o.Files) != 5000 || o.Truncated {
+			b.Fatalf("%d files, %v", len(o.Files), err)
 		}
 	}
 }

@@ -8,9 +8,10 @@
 // What the backends share lives here too: BuildSpec turns a Job into the OCI
 // runtime spec that is the isolation contract (read-only image, read-only
 // skill, capped tmpfs workdir and /tmp, nobody without capabilities, an
-// allowlisted environment, no network, cgroup limits); PrepareBundle makes a
-// run's bundle and workdir; CollectOutputs reads back outputs/ without
-// following links; Sweep removes what a crashed process left. The runsc
+// allowlisted environment, no network but loopback, cgroup limits);
+// PrepareBundle makes a run's bundle and workdir with the inputs in it;
+// CollectOutputs reads back every file the script created or changed in the
+// workdir without following links; Sweep removes what a crashed process left. The runsc
 // (gVisor, the default) and runc backends drive their CLIs through one run
 // driver (engine.go), which separates preparing a bundle from starting,
 // watching and tearing down its container so a warm pool can pre-create.
@@ -43,14 +44,20 @@ const (
 	ReasonOOM       Reason = "oom"        // memory limit hit
 	ReasonPids      Reason = "pids"       // pids limit hit
 	ReasonOutputCap Reason = "output_cap" // stdout/stderr over the cap; the sandbox was killed
+	ReasonCancelled Reason = "cancelled"  // stopped on request (runs.cancel); the sandbox was killed
 	ReasonKilled    Reason = "killed"     // killed from outside (caller cancelled, signal)
 )
 
 // Paths inside every container.
 const (
-	SkillMount   = "/skill" // the skill directory, read-only
-	WorkDir      = "/work"  // writable size-capped tmpfs, the cwd
-	OutputsDir   = "/work/outputs"
+	SkillMount = "/skill" // the skill directory, read-only
+	WorkDir    = "/work"  // writable size-capped tmpfs, the cwd
+	// OutputsDir is made empty in every workdir: a convention for scripts,
+	// not a limit (every file changed anywhere in WorkDir is an output).
+	OutputsDir = "/work/outputs"
+	// HomeDir is $HOME: writable (the /tmp tmpfs) and outside WorkDir, so
+	// the profiles and caches tools keep there never come back as outputs.
+	HomeDir      = "/tmp"
 	ContainerUID = 65534 // scripts run as nobody
 	ContainerGID = 65534
 )
@@ -65,22 +72,28 @@ type Limits struct {
 	TmpBytes     int64         `json:"tmp_bytes"`     // tmpfs size of /tmp
 	StdoutBytes  int64         `json:"stdout_bytes"`  // cap per stream
 	StderrBytes  int64         `json:"stderr_bytes"`
-	OutputBytes  int64         `json:"output_bytes"` // total bytes of collected outputs/
-	OutputFiles  int           `json:"output_files"` // max number of collected outputs/
+	OutputBytes  int64         `json:"output_bytes"` // total bytes of collected outputs
+	OutputFiles  int           `json:"output_files"` // max number of collected outputs
+	// OutputFileBytes caps one output file; a bigger one is left out.
+	OutputFileBytes int64 `json:"output_file_bytes"`
 }
 
 // DefaultLimits are used for every field left zero.
 var DefaultLimits = Limits{
-	Timeout:      30 * time.Second,
-	MemoryBytes:  512 << 20,
-	Pids:         128,
-	CPUs:         1,
-	WorkdirBytes: 64 << 20,
-	TmpBytes:     64 << 20,
-	StdoutBytes:  1 << 20,
-	StderrBytes:  1 << 20,
-	OutputBytes:  16 << 20,
-	OutputFiles:  64,
+	Timeout:     30 * time.Second,
+	MemoryBytes: 512 << 20,
+	Pids:        128,
+	CPUs:        1,
+	// The output caps fit an unpacked office document (thousands of parts,
+	// hundreds of MiB); the tmpfs sizes are ceilings, allocated as written
+	// and charged to the run's memory limit.
+	WorkdirBytes:    1 << 30,
+	TmpBytes:        256 << 20,
+	StdoutBytes:     1 << 20,
+	StderrBytes:     1 << 20,
+	OutputBytes:     512 << 20,
+	OutputFiles:     20000,
+	OutputFileBytes: 256 << 20,
 }
 
 // WithDefaults returns l with every zero field taken from DefaultLimits.
@@ -116,14 +129,37 @@ func (l Limits) WithDefaults() Limits {
 	if l.OutputFiles > 0 {
 		d.OutputFiles = l.OutputFiles
 	}
+	if l.OutputFileBytes > 0 {
+		d.OutputFileBytes = l.OutputFileBytes
+	}
 	return d
 }
 
-// InputFile is a file the caller passes into the run's workdir.
+// InputKind says what an InputFile entry makes in the workdir.
+type InputKind string
+
+const (
+	// InputRegular is a regular file holding Data; "" means the same.
+	InputRegular InputKind = "file"
+	// InputDir is a directory (an empty one too); Data must be empty.
+	InputDir InputKind = "dir"
+	// InputSymlink is a symbolic link whose target, Target, is kept
+	// verbatim; it is never followed on the host, and no other entry may
+	// lie under it.
+	InputSymlink InputKind = "symlink"
+)
+
+// InputFile is one entry the caller passes into the run's workdir: a file,
+// a directory or a symlink at a relative path such as
+// "unpacked/ppt/presentation.xml". Directories a path needs are made
+// (0755) whether or not they are given as entries. ValidateInputName and
+// ValidateJob say which names are allowed.
 type InputFile struct {
-	Name string // base name only; it lands at /work/<Name>
-	Data []byte
-	Mode uint32 // permission bits; 0 means 0644
+	Name   string    // relative, "/"-separated path under /work
+	Kind   InputKind // "" is InputRegular
+	Data   []byte    // InputRegular only
+	Mode   uint32    // permission bits; 0 means 0644 (file) or 0755 (dir); ignored for links
+	Target string    // InputSymlink only
 }
 
 // Job is everything a backend needs to run one script once.
@@ -133,10 +169,13 @@ type Job struct {
 	SkillDir string   // host path of the skill directory (mounted read-only at SkillMount)
 	Args     []string // argv inside the container, e.g. ["python3", "/skill/scripts/x.py", "a"]
 	Env      []string // KEY=VALUE, already allowlisted by the caller; PATH/HOME/LANG are added
-	Stdin    []byte
-	Files    []InputFile
-	Limits   Limits
-	Network  bool // false: no network at all (the default)
+	// ModuleEnv is set by the service, never from a caller's env: the
+	// interpreter's module path from ModulePathEnv (PYTHONPATH, NODE_PATH).
+	ModuleEnv []string
+	Stdin     []byte
+	Files     []InputFile
+	Limits    Limits
+	Network   bool // false: no network at all (the default)
 	// Stdout and Stderr, when set, also receive the streams live (after capping).
 	Stdout StreamSink `json:"-"`
 	Stderr StreamSink `json:"-"`
@@ -147,9 +186,9 @@ type StreamSink interface {
 	Write(p []byte) (int, error)
 }
 
-// OutputFile is a regular file the script left under /work/outputs.
+// OutputFile is a regular file the script created or changed under /work.
 type OutputFile struct {
-	Path   string `json:"path"` // relative to outputs/
+	Path   string `json:"path"` // relative to /work, e.g. "outputs/report.pdf"
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
 	Data   []byte `json:"-"`
@@ -167,10 +206,20 @@ type Result struct {
 	StderrTruncated bool          `json:"stderr_truncated"`
 	Duration        time.Duration `json:"-"`
 	Outputs         []OutputFile  `json:"outputs,omitempty"`
-	// OutputsSkipped names outputs that were not collected and why.
+	// OutputsSkipped names entries that were not collected and why
+	// (symlinks and special files the script made, files over a cap, ...),
+	// at most 100 by name, then a count.
 	OutputsSkipped []string `json:"outputs_skipped,omitempty"`
-	Runtime        string   `json:"runtime"`
-	RuntimeVersion string   `json:"runtime_version"`
+	// OutputsTruncated says a cap left changed files out; OutputsTruncatedBy
+	// names the first cap hit (CapOutputFiles, CapOutputBytes or
+	// CapOutputFileBytes), OutputsOmittedFiles and OutputsOmittedBytes count
+	// what the caps left out (bytes by the files' sizes).
+	OutputsTruncated    bool   `json:"outputs_truncated,omitempty"`
+	OutputsTruncatedBy  string `json:"outputs_truncated_by,omitempty"`
+	OutputsOmittedFiles int    `json:"outputs_omitted_files,omitempty"`
+	OutputsOmittedBytes int64  `json:"outputs_omitted_bytes,omitempty"`
+	Runtime             string `json:"runtime"`
+	RuntimeVersion      string `json:"runtime_version"`
 }
 
 // Runtime runs jobs. Implementations must remove every container, bundle and

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"fmt"
-	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -18,6 +17,10 @@ type SpecOptions struct {
 	// WorkdirSource is the host directory bind-mounted read-write at /work
 	// (normally a size-capped tmpfs the bundle code mounted). Required.
 	WorkdirSource string
+	// HostsSource is the host file bind-mounted read-only at /etc/hosts
+	// (the image must have that file as its mount point), so that
+	// localhost resolves. Required; PrepareBundle writes it.
+	HostsSource string
 	// CgroupsPath is the run's fixed cgroup, so its OOM and pids counters can
 	// be read after the process ended. Default CgroupParent + "/" + job.ID.
 	CgroupsPath string
@@ -96,7 +99,6 @@ var readonlyPaths = []string{
 
 var (
 	jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
-	maxInputs    = 256
 	maxArgs      = 4096
 	maxArgBytes  = 256 << 10
 )
@@ -132,43 +134,10 @@ func ValidateJob(job Job) error {
 	if _, err := ContainerEnv(job.Env); err != nil {
 		return err
 	}
-	lim := job.Limits.WithDefaults()
-	if len(job.Files) > maxInputs {
-		return fmt.Errorf("%w: %d input files, at most %d", ErrInvalidJob, len(job.Files), maxInputs)
+	if err := validateModuleEnv(job.ModuleEnv); err != nil {
+		return err
 	}
-	var total int64
-	names := make(map[string]bool, len(job.Files))
-	for _, f := range job.Files {
-		if err := validInputName(f.Name); err != nil {
-			return err
-		}
-		if names[f.Name] {
-			return fmt.Errorf("%w: input file %q given twice", ErrInvalidJob, f.Name)
-		}
-		names[f.Name] = true
-		if f.Mode&^0o777 != 0 {
-			return fmt.Errorf("%w: input file %q mode %#o: only permission bits are allowed", ErrInvalidJob, f.Name, f.Mode)
-		}
-		total += int64(len(f.Data))
-	}
-	if total > lim.WorkdirBytes {
-		return fmt.Errorf("%w: input files total %d bytes, over the %d-byte workdir", ErrInvalidJob, total, lim.WorkdirBytes)
-	}
-	return nil
-}
-
-func validInputName(name string) error {
-	switch {
-	case name == "", name == ".", name == "..":
-		return fmt.Errorf("%w: input file name %q is not a file name", ErrInvalidJob, name)
-	case strings.ContainsAny(name, "/\x00"):
-		return fmt.Errorf("%w: input file name %q must be a base name (no '/')", ErrInvalidJob, truncateForError(name))
-	case len(name) > 255:
-		return fmt.Errorf("%w: input file name is %d bytes, at most 255", ErrInvalidJob, len(name))
-	case name == path.Base(OutputsDir):
-		return fmt.Errorf("%w: input file name %q is reserved for the outputs folder", ErrInvalidJob, name)
-	}
-	return nil
+	return ValidateInputs(job.Files, job.Limits.WithDefaults().WorkdirBytes)
 }
 
 func isCleanAbs(p string) bool {
@@ -192,10 +161,14 @@ func BuildSpec(job Job, opts SpecOptions) (*specs.Spec, error) {
 	if opts.UserNS != nil && opts.UserNS.Size <= ContainerUID {
 		return nil, fmt.Errorf("%w: user namespace size %d must cover uid %d", ErrInvalidJob, opts.UserNS.Size, ContainerUID)
 	}
+	if !isCleanAbs(opts.HostsSource) {
+		return nil, fmt.Errorf("%w: hosts file source %q must be an absolute, clean host path", ErrInvalidJob, opts.HostsSource)
+	}
 	env, err := ContainerEnv(job.Env)
 	if err != nil {
 		return nil, err
 	}
+	env = append(env, job.ModuleEnv...)
 	lim := job.Limits.WithDefaults()
 	cgPath := opts.CgroupsPath
 	if cgPath == "" {
@@ -250,8 +223,10 @@ func buildNamespaces(job Job, opts SpecOptions) []specs.LinuxNamespace {
 	if job.Network {
 		ns = append(ns, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: opts.NetNS})
 	} else {
-		// A fresh namespace has only a loopback device (down, for runc): no
-		// route anywhere, including the cloud metadata address.
+		// A fresh namespace has only a loopback device: no route anywhere,
+		// including the cloud metadata address. runc brings lo up in a new
+		// namespace and runsc --network=none gives one too, so a script can
+		// serve on localhost and talk to itself.
 		ns = append(ns, specs.LinuxNamespace{Type: specs.NetworkNamespace})
 	}
 	if opts.CgroupNS {
@@ -283,6 +258,7 @@ func buildMounts(job Job, opts SpecOptions, lim Limits) []specs.Mount {
 		specs.Mount{Destination: SkillMount, Type: "bind", Source: job.SkillDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
 		specs.Mount{Destination: WorkDir, Type: "bind", Source: opts.WorkdirSource, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", size(lim.TmpBytes)}},
+		specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: opts.HostsSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
 	)
 	return m
 }

@@ -40,7 +40,7 @@ var goldenCases = []struct {
 	{
 		name: "runsc_default",
 		job:  goldenJob,
-		opts: SpecOptions{WorkdirSource: "/run/skillbox/runs/skillbox-golden-1/work"},
+		opts: SpecOptions{WorkdirSource: "/run/skillbox/runs/skillbox-golden-1/work", HostsSource: "/run/skillbox/runs/skillbox-golden-1/hosts"},
 	},
 	{
 		name: "runc_hardened",
@@ -51,6 +51,7 @@ var goldenCases = []struct {
 		},
 		opts: SpecOptions{
 			WorkdirSource: "/run/skillbox/runs/skillbox-golden-1/work",
+			HostsSource:   "/run/skillbox/runs/skillbox-golden-1/hosts",
 			Seccomp:       true,
 			CgroupNS:      true,
 			SwapLimit:     true,
@@ -68,6 +69,7 @@ var goldenCases = []struct {
 		},
 		opts: SpecOptions{
 			WorkdirSource: "/run/skillbox/runs/skillbox-golden-1/work",
+			HostsSource:   "/run/skillbox/runs/skillbox-golden-1/hosts",
 			NetNS:         "/var/run/netns/skillbox",
 			CgroupsPath:   "/custom/parent/skillbox-golden-1",
 		},
@@ -129,6 +131,9 @@ func mustSpec(t *testing.T, job Job, opts SpecOptions) *specs.Spec {
 	if opts.WorkdirSource == "" {
 		opts.WorkdirSource = "/run/skillbox/runs/x/work"
 	}
+	if opts.HostsSource == "" {
+		opts.HostsSource = "/run/skillbox/runs/x/hosts"
+	}
 	s, err := BuildSpec(job, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -173,8 +178,11 @@ func TestSpecIsolationProperties(t *testing.T) {
 	if m := findMount(s, "/work"); m == nil || m.Type != "bind" || !slices.Contains(m.Options, "rw") || !slices.Contains(m.Options, "nodev") {
 		t.Errorf("/work mount %+v", m)
 	}
-	if m := findMount(s, "/tmp"); m == nil || m.Type != "tmpfs" || !slices.Contains(m.Options, "size=67108864") {
+	if m := findMount(s, "/tmp"); m == nil || m.Type != "tmpfs" || !slices.Contains(m.Options, "size=268435456") {
 		t.Errorf("/tmp mount %+v", m)
+	}
+	if m := findMount(s, "/etc/hosts"); m == nil || m.Type != "bind" || m.Source != "/run/skillbox/runs/x/hosts" || !slices.Contains(m.Options, "ro") {
+		t.Errorf("/etc/hosts mount %+v", m)
 	}
 	var netns *specs.LinuxNamespace
 	for i, ns := range s.Linux.Namespaces {
@@ -208,7 +216,7 @@ func TestSpecIsolationProperties(t *testing.T) {
 		t.Errorf("rlimits %+v", p.Rlimits)
 	}
 	env := strings.Join(p.Env, "\n")
-	if env != "PATH="+DefaultPath+"\nHOME=/work\nLANG=de_DE.UTF-8\nFOO=bar" {
+	if env != "PATH="+DefaultPath+"\nHOME=/tmp\nLANG=de_DE.UTF-8\nFOO=bar" {
 		t.Errorf("env %q", p.Env)
 	}
 }
@@ -270,7 +278,7 @@ func TestSpecOptions(t *testing.T) {
 func TestSpecNetwork(t *testing.T) {
 	job := goldenJob()
 	job.Network = true
-	if _, err := BuildSpec(job, SpecOptions{WorkdirSource: "/w"}); !errors.Is(err, ErrUnavailable) {
+	if _, err := BuildSpec(job, SpecOptions{WorkdirSource: "/w", HostsSource: "/h"}); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("network without netns: %v, want ErrUnavailable", err)
 	}
 	s := mustSpec(t, job, SpecOptions{NetNS: "/var/run/netns/x"})
@@ -290,26 +298,38 @@ func TestValidateJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	bad := map[string]func(j *Job){
-		"empty id":             func(j *Job) { j.ID = "" },
-		"id with slash":        func(j *Job) { j.ID = "a/b" },
-		"id with dot":          func(j *Job) { j.ID = "../x" },
-		"id too long":          func(j *Job) { j.ID = strings.Repeat("a", 65) },
-		"relative rootfs":      func(j *Job) { j.RootFS = "rootfs" },
-		"unclean rootfs":       func(j *Job) { j.RootFS = "/a/../b" },
-		"relative skill":       func(j *Job) { j.SkillDir = "skills/x" },
-		"no args":              func(j *Job) { j.Args = nil },
-		"empty argv0":          func(j *Job) { j.Args = []string{""} },
-		"nul in arg":           func(j *Job) { j.Args = []string{"python3", "a\x00b"} },
-		"bad env":              func(j *Job) { j.Env = []string{"LD_PRELOAD=/x.so"} },
-		"file with slash":      func(j *Job) { j.Files = []InputFile{{Name: "a/b"}} },
-		"file dotdot":          func(j *Job) { j.Files = []InputFile{{Name: ".."}} },
+		"empty id":          func(j *Job) { j.ID = "" },
+		"id with slash":     func(j *Job) { j.ID = "a/b" },
+		"id with dot":       func(j *Job) { j.ID = "../x" },
+		"id too long":       func(j *Job) { j.ID = strings.Repeat("a", 65) },
+		"relative rootfs":   func(j *Job) { j.RootFS = "rootfs" },
+		"unclean rootfs":    func(j *Job) { j.RootFS = "/a/../b" },
+		"relative skill":    func(j *Job) { j.SkillDir = "skills/x" },
+		"no args":           func(j *Job) { j.Args = nil },
+		"empty argv0":       func(j *Job) { j.Args = []string{""} },
+		"nul in arg":        func(j *Job) { j.Args = []string{"python3", "a\x00b"} },
+		"bad env":           func(j *Job) { j.Env = []string{"LD_PRELOAD=/x.so"} },
+		"file dotdot":       func(j *Job) { j.Files = []InputFile{{Name: ".."}} },
+		"file under dotdot": func(j *Job) { j.Files = []InputFile{{Name: "a/../../b"}} },
+		"file absolute":     func(j *Job) { j.Files = []InputFile{{Name: "/etc/passwd"}} },
+		"file control char": func(j *Job) { j.Files = []InputFile{{Name: "a\x1bb"}} },
+		"file nul":          func(j *Job) { j.Files = []InputFile{{Name: "a\x00b"}} },
+		"file under a file": func(j *Job) { j.Files = []InputFile{{Name: "a"}, {Name: "a/b"}} },
+		"file under a link": func(j *Job) {
+			j.Files = []InputFile{{Name: "l", Kind: InputSymlink, Target: "/etc"}, {Name: "l/passwd"}}
+		},
+		"link without target":  func(j *Job) { j.Files = []InputFile{{Name: "l", Kind: InputSymlink}} },
+		"dir with data":        func(j *Job) { j.Files = []InputFile{{Name: "d", Kind: InputDir, Data: []byte("x")}} },
+		"unknown kind":         func(j *Job) { j.Files = []InputFile{{Name: "d", Kind: "fifo"}} },
+		"bad module env":       func(j *Job) { j.ModuleEnv = []string{"LD_PRELOAD=/x.so"} },
+		"relative module path": func(j *Job) { j.ModuleEnv = []string{"PYTHONPATH=/skill:x"} },
 		"file empty":           func(j *Job) { j.Files = []InputFile{{Name: ""}} },
 		"file outputs":         func(j *Job) { j.Files = []InputFile{{Name: "outputs"}} },
 		"file twice":           func(j *Job) { j.Files = []InputFile{{Name: "a"}, {Name: "a"}} },
 		"file setuid":          func(j *Job) { j.Files = []InputFile{{Name: "a", Mode: 0o4755}} },
 		"files over workdir":   func(j *Job) { j.Limits.WorkdirBytes = 4; j.Files = []InputFile{{Name: "a", Data: []byte("12345")}} },
 		"file name too long":   func(j *Job) { j.Files = []InputFile{{Name: strings.Repeat("n", 256)}} },
-		"too many input files": func(j *Job) { j.Files = make([]InputFile, maxInputs+1) },
+		"too many input files": func(j *Job) { j.Files = make([]InputFile, MaxInputEntries+1) },
 	}
 	for name, mut := range bad {
 		j := goldenJob()
@@ -333,16 +353,16 @@ func TestLimitsDefaults(t *testing.T) {
 	// The documented defaults, so a change to them is a conscious one.
 	d := DefaultLimits
 	if d.Timeout != 30*time.Second || d.MemoryBytes != 512<<20 || d.Pids != 128 || d.CPUs != 1 ||
-		d.WorkdirBytes != 64<<20 || d.TmpBytes != 64<<20 || d.StdoutBytes != 1<<20 || d.StderrBytes != 1<<20 ||
-		d.OutputBytes != 16<<20 || d.OutputFiles != 64 {
+		d.WorkdirBytes != 1<<30 || d.TmpBytes != 256<<20 || d.StdoutBytes != 1<<20 || d.StderrBytes != 1<<20 ||
+		d.OutputBytes != 512<<20 || d.OutputFiles != 20000 || d.OutputFileBytes != 256<<20 {
 		t.Errorf("DefaultLimits changed: %+v", d)
 	}
 	// A job's zero limits reach the spec as the defaults.
-	s, err := BuildSpec(goldenJob(), SpecOptions{WorkdirSource: "/w"})
+	s, err := BuildSpec(goldenJob(), SpecOptions{WorkdirSource: "/w", HostsSource: "/h"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *s.Linux.Resources.Pids.Limit != 128 || findMount(s, "/tmp").Options[3] != "size=67108864" {
+	if *s.Linux.Resources.Pids.Limit != 128 || findMount(s, "/tmp").Options[3] != "size=268435456" {
 		t.Errorf("defaults not applied: pids %d, /tmp %v", *s.Linux.Resources.Pids.Limit, findMount(s, "/tmp").Options)
 	}
 }

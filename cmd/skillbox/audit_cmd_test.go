@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
 
@@ -50,7 +51,7 @@ func auditFixture(t *testing.T) (dir, pub, cps string) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	peer := &audit.Peer{UID: 1000, GID: 1000, PID: 42, Process: "host"}
+	peer := &api.Peer{UID: 1000, GID: 1000, PID: 42, Process: "host"}
 	code := 3
 	for _, r := range []*audit.Record{
 		{Event: audit.EventSessionCreate, Peer: peer, SessionID: "s1"},
@@ -58,7 +59,7 @@ func auditFixture(t *testing.T) (dir, pub, cps string) {
 		{Event: audit.EventRunStart, Peer: peer, SessionID: "s1", Skill: &audit.SkillRef{Name: "pdf"}, Run: &audit.RunInfo{Script: "scripts/x.py"}},
 		{Event: audit.EventRunEnd, Peer: peer, SessionID: "s1", Skill: &audit.SkillRef{Name: "pdf"}, Run: &audit.RunInfo{Script: "scripts/x.py", ExitCode: &code, Reason: "exit"},
 			Outcome: "exit", Error: "boom\n2099-01-01T00:00:00Z  1  run.end  0  fake  \x1b[2J"},
-		{Event: audit.EventAuthRefused, Peer: &audit.Peer{UID: 4242, PID: 7}, Outcome: "refused", Error: "uid not allowed"},
+		{Event: audit.EventAuthRefused, Peer: &api.Peer{UID: 4242, PID: 7}, Outcome: "refused", Error: "uid not allowed"},
 	} {
 		if err := l.Append(ctx, r); err != nil {
 			t.Fatal(err)

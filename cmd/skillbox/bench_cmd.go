@@ -20,9 +20,10 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
-	"github.com/skillbox/skillbox/sandbox"
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
+	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -158,7 +159,7 @@ func (b *bench) native(n int) (float64, error) {
 	return med, nil
 }
 
-func (b *bench) engine(rt string, log hclog.Logger) (*sandbox.Engine, *skills.Skill, error) {
+func (b *bench) engine(rt string, log hclog.Logger) (*service.Engine, *skills.Skill, error) {
 	cfg := policy.Default()
 	eng, err := newEngine(cfg, engineOptions{runtime: rt, imageDir: b.c.String("images"), progress: os.Stderr}, log)
 	if err != nil {
@@ -182,13 +183,13 @@ func (b *bench) cold(ctx context.Context, rt string, n int, native float64) (flo
 		return 0, err
 	}
 	// One untimed run builds/unpacks the image if needed.
-	if _, err := eng.Run(ctx, sandbox.RunRequest{Skill: sk, Script: "scripts/hello.py"}); err != nil {
+	if _, err := eng.Run(ctx, service.RunRequest{Skill: sk, Script: "scripts/hello.py"}); err != nil {
 		return 0, fmt.Errorf("%s: %w", rt, err)
 	}
 	var ds []time.Duration
 	for i := 0; i < n; i++ {
 		t := time.Now()
-		out, err := eng.Run(ctx, sandbox.RunRequest{Skill: sk, Script: "scripts/hello.py"})
+		out, err := eng.Run(ctx, service.RunRequest{Skill: sk, Script: "scripts/hello.py"})
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", rt, err)
 		}
@@ -248,12 +249,12 @@ images { dir = %q }
 }
 
 func loadedSession(ctx context.Context, cl *client.Client) (string, error) {
-	var s client.CreateSessionResult
+	var s api.CreateSessionResult
 	if err := cl.Call(ctx, "sessions.create", struct{}{}, &s); err != nil {
 		return "", err
 	}
-	var lr client.LoadResult
-	if err := cl.Call(ctx, "skills.load", client.LoadParams{SessionID: s.SessionID, Names: []string{"hello-python"}}, &lr); err != nil {
+	var lr api.LoadResult
+	if err := cl.Call(ctx, "skills.load", api.LoadParams{SessionID: s.SessionID, Names: []string{"hello-python"}}, &lr); err != nil {
 		return "", err
 	}
 	return s.SessionID, nil
@@ -276,8 +277,8 @@ func (b *bench) daemon(ctx context.Context, n int, coldRunsc, native float64) er
 		return err
 	}
 	run := func() error {
-		var r client.RunScriptResult
-		if err := cl.Call(ctx, "skills.run_script", client.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}, &r); err != nil {
+		var r api.RunScriptResult
+		if err := cl.Call(ctx, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}, &r); err != nil {
 			return err
 		}
 		if r.ExitCode != 0 {
@@ -339,8 +340,8 @@ func (b *bench) throughput(ctx context.Context, conc, perClient int) error {
 				return
 			}
 			for i := 0; i < perClient; i++ {
-				var r client.RunScriptResult
-				if err := cl.Call(ctx, "skills.run_script", client.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}, &r); err != nil {
+				var r api.RunScriptResult
+				if err := cl.Call(ctx, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}, &r); err != nil {
 					errs <- err
 					return
 				}
@@ -421,7 +422,7 @@ func (b *bench) audit(ctx context.Context, n int) error {
 	for i := 0; i < n; i++ {
 		run := &audit.RunInfo{RunID: fmt.Sprintf("run_%032d", i), Script: "scripts/hello.py", ScriptSHA256: strings.Repeat("ab", 32),
 			Args: []string{"a", "b"}, Runtime: "runsc", Image: "python", ImageDigest: "sha256:" + strings.Repeat("cd", 32),
-			Limits: audit.Limits(runtime.DefaultLimits)}
+			Limits: runtime.DefaultLimits}
 		for _, ev := range []string{audit.EventRunStart, audit.EventRunEnd} {
 			r := &audit.Record{Event: ev, SessionID: "ses_bench", Skill: &audit.SkillRef{Name: "hello-python", Digest: "sha256:" + strings.Repeat("ef", 32)}, Run: run}
 			if ev == audit.EventRunEnd {

@@ -29,11 +29,15 @@ func callCommand() *cli.Command {
 		ArgsUsage: "METHOD [JSON|-]",
 		Description: "JSON is the call's params (an object); '-' reads it from stdin; none sends no params.\n" +
 			"The result is printed as indented JSON. An error prints one line, `error (KIND): MESSAGE`\n" +
-			"followed by its data as JSON, on stderr, and exits 1.\n\n" +
+			"followed by its data as JSON, on stderr, and exits 1. Notifications the daemon sends\n" +
+			"meanwhile (a run called with \"stream\": true: run.started, run.output, run.exited) are\n" +
+			"printed live on stderr, one line each: METHOD PARAMS.\n\n" +
 			"Examples:\n" +
 			"   skillbox call sessions.create\n" +
 			"   skillbox call skills.load '{\"session_id\":\"ses_…\",\"names\":[\"pdf\"]}'\n" +
 			"   skillbox call confirmations.list '{\"state\":\"pending\"}'\n" +
+			"   skillbox call skills.run_script '{\"session_id\":\"ses_…\",\"path\":\"scripts/x.sh\",\"stream\":true}'\n" +
+			"   skillbox call runs.cancel '{\"run_id\":\"run_…\"}'\n" +
 			"   echo '{\"id\":\"cnf_…\"}' | skillbox call confirmations.approve -",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "socket", Usage: "daemon socket `PATH`", Value: client.DefaultSocket, EnvVars: []string{client.EnvSocket}},
@@ -83,6 +87,13 @@ func callAction(c *cli.Context) error {
 		return exitCode(1, "%v", err)
 	}
 	defer cl.Close()
+
+	// Notifications (the events of a run called with "stream": true) are
+	// printed live on stderr, one line each, before the result.
+	errOut := c.App.ErrWriter
+	cl.OnNotification(func(n client.Notification) {
+		fmt.Fprintf(errOut, "%s %s\n", n.Method, bytes.TrimSpace(n.Params))
+	})
 
 	var p any
 	if params != nil {

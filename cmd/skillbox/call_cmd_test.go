@@ -10,25 +10,26 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skillbox/skillbox/sandbox"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 )
 
 func callServer(t *testing.T) string {
 	t.Helper()
-	s := sandbox.NewServer(sandbox.ServerOptions{})
-	s.Handle("echo", func(ctx context.Context, c *sandbox.Call) (any, error) { return c.Params, nil })
-	s.Handle("sessions.create", func(ctx context.Context, c *sandbox.Call) (any, error) {
+	s := jsonrpc.NewServer(jsonrpc.ServerOptions{})
+	s.Handle("echo", func(ctx context.Context, c *jsonrpc.Call) (any, error) { return c.Params, nil })
+	s.Handle("sessions.create", func(ctx context.Context, c *jsonrpc.Call) (any, error) {
 		return map[string]string{"session_id": "ses_1"}, nil
 	})
-	s.Handle("skills.run_script", func(ctx context.Context, c *sandbox.Call) (any, error) {
-		return nil, &sandbox.ConfirmationRequiredError{ID: "cnf_1", Reason: "network", Rule: "f.hcl:2", Digest: "sha256:d"}
+	s.Handle("skills.run_script", func(ctx context.Context, c *jsonrpc.Call) (any, error) {
+		return nil, &api.ConfirmationRequiredError{ID: "cnf_1", Reason: "network", Rule: "f.hcl:2", Digest: "sha256:d"}
 	})
-	s.Handle("block", func(ctx context.Context, c *sandbox.Call) (any, error) {
+	s.Handle("block", func(ctx context.Context, c *jsonrpc.Call) (any, error) {
 		<-ctx.Done()
 		return nil, ctx.Err()
 	})
 	path := filepath.Join(t.TempDir(), "s.sock")
-	ln, err := sandbox.Listen(path, 0o600, "")
+	ln, err := jsonrpc.Listen(path, 0o600, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,9 +35,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/skillbox/skillbox/sandbox"
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
+	"github.com/skillbox/skillbox/sandbox/store"
 )
 
 var (
@@ -258,7 +259,7 @@ func (d *itDaemon) start() {
 	}
 	cmd := exec.Command(itBin, "serve", "--config", d.cfgPath, "--grace", grace)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(), "SKILLBOX_LOG=debug")
+	cmd.Env = append(os.Environ(), EnvLogLevel+"=debug")
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		d.t.Fatal(err)
@@ -430,8 +431,8 @@ func TestDaemonWalkthrough(t *testing.T) {
 
 	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
 
-	list := must[[]client.SkillInfo](t, "skills.list")(c.ListSkills(ctx, client.ListSkillsParams{SessionID: sid}))
-	names := map[string]client.SkillInfo{}
+	list := must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.ListSkillsParams{SessionID: sid}))
+	names := map[string]api.SkillInfo{}
 	for _, s := range list {
 		names[s.Name] = s
 	}
@@ -441,24 +442,24 @@ func TestDaemonWalkthrough(t *testing.T) {
 		}
 	}
 
-	_, err := c.Read(ctx, client.ReadParams{SessionID: sid, Path: "SKILL.md"})
-	wantKind(t, "read before load", err, client.KindInvalidParams)
+	_, err := c.Read(ctx, api.ReadParams{SessionID: sid, Path: "SKILL.md"})
+	wantKind(t, "read before load", err, api.KindInvalidParams)
 
-	lr := must[*client.LoadResult](t, "skills.load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
+	lr := must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
 	if len(lr.ActiveSkills) != 1 || lr.ActiveSkills[0].Digest != names["hello-python"].Digest || lr.ActiveSkills[0].RootDir == "" {
 		t.Fatalf("load receipt: %+v", lr)
 	}
 
-	rr := must[*client.ReadResult](t, "skills.read")(c.Read(ctx, client.ReadParams{SessionID: sid, Path: "references/usage.md"}))
+	rr := must[*api.ReadResult](t, "skills.read")(c.Read(ctx, api.ReadParams{SessionID: sid, Path: "references/usage.md"}))
 	if rr.Skill != "hello-python" || rr.Size == 0 || rr.Content == "" || len(rr.SHA256) != 64 {
 		t.Errorf("read: %+v", rr)
 	}
 	for _, p := range []string{"../shell-tools/SKILL.md", "/etc/passwd", "references/../../../../../etc/shadow"} {
-		_, err := c.Read(ctx, client.ReadParams{SessionID: sid, Path: p})
-		wantKind(t, "escape read "+p, err, client.KindInvalidParams)
+		_, err := c.Read(ctx, api.ReadParams{SessionID: sid, Path: p})
+		wantKind(t, "escape read "+p, err, api.KindInvalidParams)
 	}
 
-	res := must[*client.RunScriptResult](t, "run_script")(c.RunScript(ctx, client.RunScriptParams{
+	res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.RunScriptParams{
 		SessionID: sid, Path: "scripts/hello.py", Args: []string{"a b", "c"}, Env: map[string]string{"GREETING_STYLE": "plain"},
 	}))
 	if res.ExitCode != 0 || res.Reason != "exit" || res.Runtime != "runsc" || res.Image != "python" || !strings.HasPrefix(res.ImageDigest, "sha256:") ||
@@ -467,7 +468,7 @@ func TestDaemonWalkthrough(t *testing.T) {
 	}
 	t.Logf("hello.py in gVisor: %d ms, stdout %q", res.DurationMS, res.Stdout)
 
-	ins := must[*client.InstructionsResult](t, "instructions")(c.Instructions(ctx, sid))
+	ins := must[*api.InstructionsResult](t, "instructions")(c.Instructions(ctx, sid))
 	for _, want := range []string{"<available_skills>", "</available_skills>", "<active_skills>", "</active_skills>",
 		"# Hello, Python", "scripts/hello.py", "guarded-deploy", "skills.load"} {
 		if !strings.Contains(ins.Instructions, want) {
@@ -476,35 +477,35 @@ func TestDaemonWalkthrough(t *testing.T) {
 	}
 
 	// The guarded skill needs an approver; root is one.
-	must[*client.LoadResult](t, "load guarded")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}, Mode: client.LoadAdd}))
-	deploy := client.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"web", "staging", "1.2.3"}}
+	must[*api.LoadResult](t, "load guarded")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}, Mode: api.LoadAdd}))
+	deploy := api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"web", "staging", "1.2.3"}}
 	_, err = c.RunScript(ctx, deploy)
-	ce := wantKind(t, "guarded run", err, client.KindConfirmationRequired)
+	ce := wantKind(t, "guarded run", err, api.KindConfirmationRequired)
 	conf, ok := ce.ConfirmationRequired()
 	if !ok || !strings.Contains(conf.Rule, "needs-approval") {
 		t.Fatalf("confirmation data: %+v", ce.Data)
 	}
-	pending := must[[]client.Confirmation](t, "confirmations.list")(c.ListConfirmations(ctx, client.ListConfirmationsParams{State: "pending"}))
+	pending := must[[]api.Confirmation](t, "confirmations.list")(c.ListConfirmations(ctx, api.ListConfirmationsParams{State: "pending"}))
 	if len(pending) != 1 || pending[0].ID != conf.ConfirmationID {
 		t.Fatalf("pending confirmations: %+v", pending)
 	}
-	approved := must[*client.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
-	if approved.State != client.ConfirmationApproved {
+	approved := must[*api.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
+	if approved.State != api.ConfirmationApproved {
 		t.Fatalf("approve: %+v", approved)
 	}
 	deploy.ConfirmationID = conf.ConfirmationID
-	res = must[*client.RunScriptResult](t, "approved run")(c.RunScript(ctx, deploy))
+	res = must[*api.RunScriptResult](t, "approved run")(c.RunScript(ctx, deploy))
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "deployed web@1.2.3 to staging (simulated)") {
 		t.Fatalf("approved run: %+v", res)
 	}
 	other := deploy
 	other.Args = []string{"web", "production", "1.2.3"}
 	_, err = c.RunScript(ctx, other)
-	wantKind(t, "same confirmation, other args", err, client.KindInvalidParams)
+	wantKind(t, "same confirmation, other args", err, api.KindInvalidParams)
 	_, err = c.RunScript(ctx, deploy)
-	wantKind(t, "same confirmation again", err, client.KindInvalidParams)
+	wantKind(t, "same confirmation again", err, api.KindInvalidParams)
 
-	ur := must[*client.LoadResult](t, "unload")(c.Unload(ctx, client.UnloadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
+	ur := must[*api.LoadResult](t, "unload")(c.Unload(ctx, api.UnloadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
 	if len(ur.ActiveSkills) != 1 || ur.ActiveSkills[0].Name != "hello-python" {
 		t.Fatalf("unload: %+v", ur)
 	}
@@ -565,11 +566,11 @@ func TestDaemonWalkthrough(t *testing.T) {
 				errs <- fmt.Errorf("session %d: %w", i, err)
 				return
 			}
-			if _, err := cl.Load(ctx, client.LoadParams{SessionID: s, Names: []string{"hello-python"}}); err != nil {
+			if _, err := cl.Load(ctx, api.LoadParams{SessionID: s, Names: []string{"hello-python"}}); err != nil {
 				errs <- fmt.Errorf("session %d: load: %w", i, err)
 				return
 			}
-			r, err := cl.RunScript(ctx, client.RunScriptParams{SessionID: s, Path: "scripts/hello.py", Args: []string{fmt.Sprintf("run-%d", i)}})
+			r, err := cl.RunScript(ctx, api.RunScriptParams{SessionID: s, Path: "scripts/hello.py", Args: []string{fmt.Sprintf("run-%d", i)}})
 			if err != nil {
 				errs <- fmt.Errorf("session %d: run: %w", i, err)
 				return
@@ -589,12 +590,12 @@ func TestDaemonWalkthrough(t *testing.T) {
 	d.stop()
 	d.start()
 	c2 := d.client()
-	ins = must[*client.InstructionsResult](t, "instructions after restart")(c2.Instructions(ctx, sid))
+	ins = must[*api.InstructionsResult](t, "instructions after restart")(c2.Instructions(ctx, sid))
 	if !strings.Contains(ins.ActiveSkills, `name="hello-python"`) || strings.Contains(ins.ActiveSkills, `name="guarded-deploy"`) {
 		t.Errorf("after restart the session's active skills are:\n%s", ins.ActiveSkills)
 	}
 	// And it still runs.
-	res = must[*client.RunScriptResult](t, "run after restart")(c2.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
+	res = must[*api.RunScriptResult](t, "run after restart")(c2.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
 	if res.ExitCode != 0 {
 		t.Errorf("run after restart: %+v", res)
 	}
@@ -632,11 +633,11 @@ func TestDaemonRefusedCallsInAuditLog(t *testing.T) {
 	c := d.client()
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	_, err := c.Read(ctx, client.ReadParams{SessionID: sid, Path: "SKILL.md"})
-	wantKind(t, "read before load", err, client.KindInvalidParams)
-	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
-	_, err = c.Read(ctx, client.ReadParams{SessionID: sid, Path: "../shell-tools/SKILL.md"})
-	wantKind(t, "escaping read", err, client.KindInvalidParams)
+	_, err := c.Read(ctx, api.ReadParams{SessionID: sid, Path: "SKILL.md"})
+	wantKind(t, "read before load", err, api.KindInvalidParams)
+	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
+	_, err = c.Read(ctx, api.ReadParams{SessionID: sid, Path: "../shell-tools/SKILL.md"})
+	wantKind(t, "escaping read", err, api.KindInvalidParams)
 
 	nc, err := net.Dial("unix", d.socket)
 	if err != nil {
@@ -720,13 +721,13 @@ func TestDaemonShutdownSignals(t *testing.T) {
 	// before the state database is closed.
 	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
 	time.Sleep(20 * time.Millisecond)
-	must[*client.InstructionsResult](t, "instructions")(c.Instructions(ctx, sid))
+	must[*api.InstructionsResult](t, "instructions")(c.Instructions(ctx, sid))
 	d.stop()
-	st, err := sandbox.OpenStateDB(d.stateDir)
+	st, err := store.OpenStateDB(d.stateDir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	list, err := sandbox.NewSessionStore(st, sandbox.SessionOptions{}).List(uint32(os.Getuid()))
+	list, err := store.NewSessionStore(st, store.SessionOptions{}).List(uint32(os.Getuid()))
 	st.Close()
 	if err != nil || len(list) != 1 || list[0].ID != sid || !list[0].LastUsed.After(list[0].Created) {
 		t.Fatalf("after a clean stop the session's last use was not saved: %+v %v", list, err)
@@ -736,10 +737,10 @@ func TestDaemonShutdownSignals(t *testing.T) {
 	d.start()
 	c = d.client()
 	sid = must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
 	runErr := make(chan error, 1)
 	go func() {
-		_, err := c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 20 * 60 * 1000})
+		_, err := c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 20 * 60 * 1000})
 		runErr <- err
 	}()
 	var runID string
@@ -863,9 +864,9 @@ func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
 
 	// Root's session, with a skill loaded and a confirmation pending.
 	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
-	_, err = c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"api", "staging"}})
-	conf, _ := wantKind(t, "guarded run", err, client.KindConfirmationRequired).ConfirmationRequired()
+	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
+	_, err = c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"api", "staging"}})
+	conf, _ := wantKind(t, "guarded run", err, api.KindConfirmationRequired).ConfirmationRequired()
 
 	// nobody cannot see or use root's session ...
 	for _, tc := range []struct{ method, params string }{
@@ -894,20 +895,20 @@ func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("nobody creates a session: exit %d %s", code, stderr)
 	}
-	var created client.CreateSessionResult
+	var created api.CreateSessionResult
 	if err := json.Unmarshal([]byte(out), &created); err != nil || created.SessionID == "" {
 		t.Fatalf("sessions.create output %q: %v", out, err)
 	}
 	_, err = c.Instructions(ctx, created.SessionID)
-	wantKind(t, "root reads nobody's session", err, client.KindNotFound)
+	wantKind(t, "root reads nobody's session", err, api.KindNotFound)
 	_, stderr, code = asNobody("sessions.instructions", `{"session_id":"`+created.SessionID+`"}`)
 	if code != 0 {
 		t.Errorf("nobody reads its own session: exit %d %s", code, stderr)
 	}
 
 	// Root's confirmation was not touched.
-	list := must[[]client.Confirmation](t, "list")(c.ListConfirmations(ctx, client.ListConfirmationsParams{}))
-	if len(list) != 1 || list[0].State != client.ConfirmationPending {
+	list := must[[]api.Confirmation](t, "list")(c.ListConfirmations(ctx, api.ListConfirmationsParams{}))
+	if len(list) != 1 || list[0].State != api.ConfirmationPending {
 		t.Errorf("root's confirmation after nobody's attempts: %+v", list)
 	}
 	d.stop()
@@ -963,23 +964,23 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 	ctx := ctxT(t)
 
 	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	lr := must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"shell-tools"}}))
+	lr := must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"shell-tools"}}))
 	digest := lr.ActiveSkills[0].Digest
-	must[*client.ReadResult](t, "read")(c.Read(ctx, client.ReadParams{SessionID: sid, Path: "scripts/count.sh"}))
-	_, err := c.Read(ctx, client.ReadParams{SessionID: sid, Path: "../hello-python/SKILL.md"})
-	wantKind(t, "refused read", err, client.KindInvalidParams)
-	res := must[*client.RunScriptResult](t, "run")(c.RunScript(ctx, client.RunScriptParams{
+	must[*api.ReadResult](t, "read")(c.Read(ctx, api.ReadParams{SessionID: sid, Path: "scripts/count.sh"}))
+	_, err := c.Read(ctx, api.ReadParams{SessionID: sid, Path: "../hello-python/SKILL.md"})
+	wantKind(t, "refused read", err, api.KindInvalidParams)
+	res := must[*api.RunScriptResult](t, "run")(c.RunScript(ctx, api.RunScriptParams{
 		SessionID: sid, Path: "scripts/count.sh", Args: []string{"in.txt"},
 		Env:   map[string]string{"SECRET_TOKEN": "hunter2", "MODE": "x"},
-		Files: []client.File{client.NewFile("in.txt", []byte("one two\nthree\n"))},
+		Files: []api.File{api.NewFile("in.txt", []byte("one two\nthree\n"))},
 	}))
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "in.txt") {
 		t.Fatalf("count.sh: %+v", res)
 	}
 	// A second session whose script leaves an output file.
 	sid2 := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*client.LoadResult](t, "load reporter")(c.Load(ctx, client.LoadParams{SessionID: sid2, Names: []string{"reporter"}}))
-	rep := must[*client.RunScriptResult](t, "report.sh")(c.RunScript(ctx, client.RunScriptParams{SessionID: sid2, Path: "scripts/report.sh"}))
+	must[*api.LoadResult](t, "load reporter")(c.Load(ctx, api.LoadParams{SessionID: sid2, Names: []string{"reporter"}}))
+	rep := must[*api.RunScriptResult](t, "report.sh")(c.RunScript(ctx, api.RunScriptParams{SessionID: sid2, Path: "scripts/report.sh"}))
 	if rep.ExitCode != 0 || len(rep.Outputs) != 1 || rep.Outputs[0].Path != "report.txt" {
 		t.Fatalf("report.sh: %+v", rep)
 	}
@@ -1137,8 +1138,8 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	c := d.client()
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
-	must[*client.RunScriptResult](t, "run before the disk fills")(c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
+	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
+	must[*api.RunScriptResult](t, "run before the disk fills")(c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
 
 	// Fill the file system, then write small audited calls until the log
 	// hits the wall (the last page of its file may still have had room).
@@ -1159,9 +1160,9 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	f.Close()
 	full := false
 	for i := 0; i < 200 && !full; i++ {
-		_, err := c.CheckTool(ctx, client.CheckToolParams{SessionID: sid, Tool: "skills.read"})
+		_, err := c.CheckTool(ctx, api.CheckToolParams{SessionID: sid, Tool: "skills.read"})
 		if err != nil {
-			wantKind(t, "tools.check on a full disk", err, client.KindUnavailable)
+			wantKind(t, "tools.check on a full disk", err, api.KindUnavailable)
 			full = true
 		}
 	}
@@ -1169,8 +1170,8 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 		t.Fatal("200 audited calls succeeded on a full tmpfs")
 	}
 
-	_, err = c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/hello.py", Args: []string{"must-not-run"}})
-	e := wantKind(t, "run with a full audit log", err, client.KindUnavailable)
+	_, err = c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py", Args: []string{"must-not-run"}})
+	e := wantKind(t, "run with a full audit log", err, api.KindUnavailable)
 	if !strings.Contains(e.Message, "audit") || !strings.Contains(e.Message, "no space left") {
 		t.Errorf("the refusal does not say why: %s", e.Message)
 	}
@@ -1180,7 +1181,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	res := must[*client.RunScriptResult](t, "run after space returned")(c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/hello.py", Args: []string{"after"}}))
+	res := must[*api.RunScriptResult](t, "run after space returned")(c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py", Args: []string{"after"}}))
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "1: after") {
 		t.Fatalf("run after recovery: %+v", res)
 	}
@@ -1213,11 +1214,11 @@ func TestDaemonCrashMidRun(t *testing.T) {
 	c := d.client()
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
 
 	runErr := make(chan error, 1)
 	go func() {
-		_, err := c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
+		_, err := c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
 		runErr <- err
 	}()
 	// Wait until the run has been audited and its sandbox exists.
@@ -1288,7 +1289,7 @@ func TestDaemonCrashMidRun(t *testing.T) {
 	}
 	// The daemon works after the crash.
 	c2 := d.client()
-	ins := must[*client.InstructionsResult](t, "instructions after the crash")(c2.Instructions(ctx, sid))
+	ins := must[*api.InstructionsResult](t, "instructions after the crash")(c2.Instructions(ctx, sid))
 	if !strings.Contains(ins.ActiveSkills, `name="sleeper"`) {
 		t.Errorf("session lost its skill in the crash:\n%s", ins.ActiveSkills)
 	}
@@ -1329,11 +1330,11 @@ func TestDaemonClientDisconnectKillsRun(t *testing.T) {
 	ctx := ctxT(t)
 	c := d.client()
 	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
 
 	runErr := make(chan error, 1)
 	go func() {
-		_, err := c.RunScript(ctx, client.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
+		_, err := c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
 		runErr <- err
 	}()
 	deadline := time.Now().Add(3 * time.Minute)
@@ -1398,12 +1399,12 @@ func TestDaemonApprovedScriptCannotBeSwapped(t *testing.T) {
 	ctx := ctxT(t)
 	c := d.client()
 	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*client.LoadResult](t, "load")(c.Load(ctx, client.LoadParams{SessionID: sid, Names: []string{"guarded-swap"}}))
-	req := client.RunScriptParams{SessionID: sid, Path: "scripts/x.sh"}
+	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"guarded-swap"}}))
+	req := api.RunScriptParams{SessionID: sid, Path: "scripts/x.sh"}
 	_, err := c.RunScript(ctx, req)
-	ce := wantKind(t, "guarded run", err, client.KindConfirmationRequired)
+	ce := wantKind(t, "guarded run", err, api.KindConfirmationRequired)
 	conf, _ := ce.ConfirmationRequired()
-	must[*client.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
+	must[*api.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
 
 	// Swap the script by rename while the approved call is being set up,
 	// as an attacker with write access to the skills root would.
@@ -1413,7 +1414,7 @@ func TestDaemonApprovedScriptCannotBeSwapped(t *testing.T) {
 	}
 	req.ConfirmationID = conf.ConfirmationID
 	type answer struct {
-		res *client.RunScriptResult
+		res *api.RunScriptResult
 		err error
 	}
 	done := make(chan answer, 1)
@@ -1429,7 +1430,7 @@ func TestDaemonApprovedScriptCannotBeSwapped(t *testing.T) {
 	res, err := a.res, a.err
 	switch {
 	case err != nil:
-		wantKind(t, "run of a swapped script", err, client.KindInvalidParams)
+		wantKind(t, "run of a swapped script", err, api.KindInvalidParams)
 	case strings.Contains(res.Stdout, "UNAPPROVED"):
 		t.Fatalf("the swapped, unapproved script ran: %+v", res)
 	case !strings.Contains(res.Stdout, "approved-bytes"):

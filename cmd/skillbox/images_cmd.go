@@ -74,11 +74,7 @@ func imagesCommand() *cli.Command {
 // imagesLogger logs warnings and errors to stderr; SKILLBOX_LOG_LEVEL=info
 // or debug shows more.
 func imagesLogger() hclog.Logger {
-	level := hclog.LevelFromString(os.Getenv("SKILLBOX_LOG_LEVEL"))
-	if level == hclog.NoLevel {
-		level = hclog.Warn
-	}
-	return hclog.New(&hclog.LoggerOptions{Name: "skillbox", Level: level, Output: os.Stderr})
+	return newLogger("skillbox", hclog.Warn, os.Stderr)
 }
 
 // openImages loads the recipes (built-in plus --recipes) and opens the store.

@@ -59,6 +59,7 @@ func newApp() *cli.App {
 			auditCommand(),
 			imagesCommand(),
 			benchCommand(),
+			mcpCommand(),
 		},
 		// Usage errors exit 2 with one line, like the rest of the CLI.
 		OnUsageError:   usageError,

@@ -172,6 +172,15 @@ func printSkill(tw io.Writer, cfg *policy.Config, skill string) {
 		rule = "no matching rule sets network = true"
 	}
 	fmt.Fprintf(tw, "  network\t%s (%s)\n", state, rule)
+	dirs, drule := cfg.ScriptDirsFor(skill)
+	switch {
+	case dirs == nil:
+		fmt.Fprintf(tw, "  script_dirs\tany file of the skill may be run (no matching rule sets script_dirs)\n")
+	case len(dirs) == 0:
+		fmt.Fprintf(tw, "  script_dirs\tnone: no script may be run, the script_dirs of %s have no directory in common\n", drule)
+	default:
+		fmt.Fprintf(tw, "  script_dirs\tonly files under %s/ may be run (%s)\n", strings.Join(dirs, "/, "), drule)
+	}
 }
 
 func printConfig(w io.Writer, cfg *policy.Config) {
@@ -245,7 +254,7 @@ func printConfig(w io.Writer, cfg *policy.Config) {
 		p("  checkpoint_interval\t%s", fmtDur(ac.CheckpointInterval))
 	}
 
-	p("\npolicy rules (all rules matching a skill apply together: deny beats confirm beats allow; limits take the strictest)")
+	p("\npolicy rules (all rules matching a skill apply together: deny beats confirm beats allow; limits take the strictest; script_dirs intersect)")
 	for _, r := range cfg.Rules {
 		p("  %s", r)
 		p("    skills\t%s", strings.Join(r.Skills, " "))
@@ -260,6 +269,9 @@ func printConfig(w io.Writer, cfg *policy.Config) {
 		}
 		if r.Network != nil {
 			p("    network\t%v", *r.Network)
+		}
+		if r.ScriptDirs != nil {
+			p("    script_dirs\t%s", strings.Join(r.ScriptDirs, " "))
 		}
 		if r.Limits != (runtime.Limits{}) {
 			p("    limits\t%s", fmtRuleLimits(r.Limits))
@@ -291,10 +303,10 @@ func fmtDur(d time.Duration) string {
 }
 
 func fmtLimits(l runtime.Limits) string {
-	return fmt.Sprintf("timeout %s, memory %s, pids %d, cpus %g, workdir %s, tmp %s, stdout %s, stderr %s, outputs %s, output_files %d",
+	return fmt.Sprintf("timeout %s, memory %s, pids %d, cpus %g, workdir %s, tmp %s, stdout %s, stderr %s, outputs %s, output_files %d, output_file_bytes %s",
 		fmtDur(l.Timeout), policy.FormatSize(l.MemoryBytes), l.Pids, l.CPUs, policy.FormatSize(l.WorkdirBytes),
 		policy.FormatSize(l.TmpBytes), policy.FormatSize(l.StdoutBytes), policy.FormatSize(l.StderrBytes),
-		policy.FormatSize(l.OutputBytes), l.OutputFiles)
+		policy.FormatSize(l.OutputBytes), l.OutputFiles, policy.FormatSize(l.OutputFileBytes))
 }
 
 // fmtRuleLimits prints only the fields a rule sets.
@@ -308,7 +320,7 @@ func fmtRuleLimits(l runtime.Limits) string {
 		name string
 		v    int64
 	}{{"memory", l.MemoryBytes}, {"workdir", l.WorkdirBytes}, {"tmp", l.TmpBytes}, {"stdout", l.StdoutBytes},
-		{"stderr", l.StderrBytes}, {"outputs", l.OutputBytes}} {
+		{"stderr", l.StderrBytes}, {"outputs", l.OutputBytes}, {"output_file_bytes", l.OutputFileBytes}} {
 		if f.v > 0 {
 			add(f.name, policy.FormatSize(f.v))
 		}

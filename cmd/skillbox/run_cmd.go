@@ -6,13 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/signal"
-	"os/user"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,8 +24,8 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
-	"github.com/skillbox/skillbox/sandbox"
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -59,8 +58,8 @@ func runCommand() *cli.Command {
 			&cli.Float64Flag{Name: "cpus", Usage: "CPU limit, e.g. 0.5 (may only lower the policy's)"},
 			&cli.StringSliceFlag{Name: "env", Usage: "`K=V` passed to the script (repeatable; names such as LD_PRELOAD that load other code are refused)"},
 			&cli.StringFlag{Name: "stdin", Usage: "`FILE` whose bytes are the script's standard input (- for this terminal's stdin); default: none"},
-			&cli.StringSliceFlag{Name: "file", Usage: "host `PATH` copied into the run's working directory under its base name (repeatable)"},
-			&cli.StringFlag{Name: "outputs", Usage: "`DIR` that receives the files the script wrote to outputs/ (created if missing)"},
+			&cli.StringSliceFlag{Name: "file", Usage: "host `PATH[:NAME]` copied into the run's working directory (/work, the script's cwd) under its base name, or under the relative NAME (may contain /); a directory is copied whole, symlinks in it as symlinks (never followed), special files refused (repeatable)"},
+			&cli.StringFlag{Name: "outputs", Usage: "`DIR` that receives every file the script created or changed in /work, at its relative path (created if missing; symlinks in DIR are never written through)"},
 			&cli.BoolFlag{Name: "network", Usage: "ask for network access (a policy rule must allow it)"},
 			&cli.BoolFlag{Name: "no-build", Usage: "fail instead of building a missing image"},
 			&cli.BoolFlag{Name: "yes", Usage: "confirm, as the approver at this terminal, a run that policy marks as needing confirmation"},
@@ -187,35 +186,35 @@ func runScript(c *cli.Context, o *runOptions) error {
 		return err
 	}
 	// Failures come back as the one-line error; the engine's own error log
-	// would say the same again (SKILLBOX_LOG=debug shows it).
-	eng.Logger = newLogger("skillbox.engine", hclog.Off, os.Stderr)
-	if si, ok := eng.Images.(*sandbox.StoreImages); ok {
+	// would say the same again (SKILLBOX_LOG_LEVEL=debug shows it).
+	quiet := newLogger("skillbox", hclog.Off, os.Stderr)
+	eng.Logger = quiet.Named("engine")
+	if si, ok := eng.Images.(*service.StoreImages); ok {
 		eng.Images = &cliImages{StoreImages: si, noBuild: c.Bool("no-build")}
 	}
 
-	req := sandbox.RunRequest{
+	req := service.RunRequest{
 		Skill: sk, Script: o.script, Args: o.args, Env: o.env, Files: o.files, Limits: o.limits, Stdin: o.stdin,
-		Network: c.Bool("network"), Peer: selfPeer(), Method: "skillbox run",
+		Network: c.Bool("network"),
 	}
 	if !c.Bool("json") {
 		req.Stdout, req.Stderr = &liveSink{w: os.Stdout}, &liveSink{w: os.Stderr}
 	}
-	// Validate the request (script path, interpreter, env, files) before
-	// asking policy, so a mistyped path is reported as such.
-	plan, err := eng.Prepare(req)
-	if err != nil {
-		return err
-	}
-	if err := decideRun(ctx, c, cfg, eng, sk, plan); err != nil {
-		return err
-	}
-	if !c.Bool("json") {
-		for _, w := range loweredLimits(o.limits, plan.Limits) {
-			fmt.Fprintln(os.Stderr, "skillbox: "+w)
-		}
-	}
-
-	out, err := eng.Execute(ctx, plan)
+	// The daemon's authorization path, with the person at the terminal as
+	// the approver (--yes) instead of a confirmation request.
+	svc := service.New(service.Options{Config: cfg, Skills: reg, Engine: eng, Audit: eng.Audit, Logger: quiet})
+	out, err := svc.Run(ctx, selfPeer(), req, service.RunOptions{
+		Method:          "skillbox run",
+		SelfApprove:     c.Bool("yes"),
+		SelfApproveHint: "re-run with --yes to confirm it yourself",
+		Authorized: func(plan *service.Plan) {
+			if !c.Bool("json") {
+				for _, w := range loweredLimits(o.limits, plan.Limits) {
+					fmt.Fprintln(os.Stderr, "skillbox: "+w)
+				}
+			}
+		},
+	})
 	if err != nil {
 		return err
 	}
@@ -275,68 +274,9 @@ func interruptContext(parent context.Context) (ctx context.Context, interrupted 
 	}
 }
 
-// decideRun applies the policy the daemon applies: a deny refuses; confirm
-// (for the run, or for its network access) needs --yes from an approver,
-// the person at the terminal being the one who confirms. Every decision is
-// audited, and so is a confirmation given with --yes.
-func decideRun(ctx context.Context, c *cli.Context, cfg *policy.Config, eng *sandbox.Engine, sk *skills.Skill, plan *sandbox.Plan) error {
-	peer := plan.Request.Peer
-	input, _ := json.Marshal(map[string]any{"path": plan.Script, "args": plan.Request.Args})
-	dec, err := eng.Decide(ctx, sk, "skills.run_script", input, audit.Record{Peer: peer, Method: "skillbox run"})
-	if err != nil {
-		return err
-	}
-	if dec.Effect == policy.EffectDeny {
-		return fmt.Errorf("running scripts of skill %q is denied by %s: %s; a policy deny cannot be overridden, change the rule if the run is intended", sk.Name, dec.Rule, dec.Reason)
-	}
-	needConfirm, what, rule, reason := dec.Effect == policy.EffectConfirm, "running scripts of skill "+strconv.Quote(sk.Name), dec.Rule, dec.Reason
-	if plan.Network {
-		nd, err := eng.Decide(ctx, sk, policy.NetworkTool, nil, audit.Record{Peer: peer, Method: "skillbox run"})
-		if err != nil {
-			return err
-		}
-		switch {
-		case nd.Effect == policy.EffectDeny:
-			return fmt.Errorf("network access for skill %q is denied by %s: %s; run without --network", sk.Name, nd.Rule, nd.Reason)
-		case nd.Effect == policy.EffectConfirm && !needConfirm:
-			needConfirm, what, rule, reason = true, "network access for skill "+strconv.Quote(sk.Name), nd.Rule, nd.Reason
-		}
-	}
-	if !needConfirm {
-		return nil
-	}
-	if !c.Bool("yes") {
-		return fmt.Errorf("%s needs confirmation (%s): re-run with --yes to confirm it yourself", what, rule)
-	}
-	name := ""
-	if u, err := user.LookupId(strconv.Itoa(os.Getuid())); err == nil {
-		name = u.Username
-	}
-	if !cfg.IsApprover(uint32(os.Getuid()), name) {
-		return fmt.Errorf("%s needs confirmation (%s) and uid %d is not one of the approvers (daemon.approvers): ask an approver to run it", what, rule, os.Getuid())
-	}
-	// The approval is recorded like the daemon's, bound to this run's digest.
-	id := "cli_" + strings.TrimPrefix(plan.RunID, "run_")
-	uid := uint32(os.Getuid())
-	r := &audit.Record{
-		Event: audit.EventConfirmApprove, Peer: peer, Method: "skillbox run",
-		Skill:        &audit.SkillRef{Name: sk.Name, Digest: sk.Digest},
-		Confirmation: &audit.ConfirmationInfo{ID: id, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid},
-		Outcome:      string(sandbox.ConfirmationApproved),
-		Detail:       map[string]string{"via": "--yes"},
-	}
-	if eng.Audit != nil {
-		if err := eng.Audit.Append(ctx, r); err != nil {
-			return fmt.Errorf("%w: audit log: %v (runs are refused until it can be written)", sandbox.ErrUnavailable, err)
-		}
-	}
-	plan.Request.ConfirmationID = id
-	return nil
-}
-
 // reportRun tells the person at the terminal what the streams do not: why a
 // run ended early, truncation, and outputs that were or were not kept.
-func reportRun(w io.Writer, out *sandbox.Outcome, outputsDir string) {
+func reportRun(w io.Writer, out *service.Outcome, outputsDir string) {
 	res, lim := out.Result, out.Plan.Limits
 	if res.StdoutTruncated || res.StderrTruncated {
 		fmt.Fprintf(w, "skillbox: output was truncated at the cap (stdout %s, stderr %s per run)\n", policy.FormatSize(lim.StdoutBytes), policy.FormatSize(lim.StderrBytes))
@@ -384,18 +324,11 @@ type runJSON struct {
 	Runtime         string          `json:"runtime"`
 	RuntimeVersion  string          `json:"runtime_version"`
 	Network         bool            `json:"network"`
-	Limits          runJSONLimits   `json:"limits"`
+	Limits          runtime.Limits  `json:"limits"`
 	Outputs         []runJSONOutput `json:"outputs"`
 	OutputsSkipped  []string        `json:"outputs_skipped"`
 	SavedOutputs    []string        `json:"saved_outputs"`
 	ConfirmationID  string          `json:"confirmation_id,omitempty"`
-}
-
-type runJSONLimits struct {
-	TimeoutMS   int64   `json:"timeout_ms"`
-	MemoryBytes int64   `json:"memory_bytes"`
-	Pids        int64   `json:"pids"`
-	CPUs        float64 `json:"cpus"`
 }
 
 type runJSONOutput struct {
@@ -404,7 +337,7 @@ type runJSONOutput struct {
 	SHA256 string `json:"sha256"`
 }
 
-func newRunJSON(o *sandbox.Outcome, saved []string) *runJSON {
+func newRunJSON(o *service.Outcome, saved []string) *runJSON {
 	r, p := o.Result, o.Plan
 	j := &runJSON{
 		RunID: o.RunID, Skill: p.Request.Skill.Name, SkillDigest: p.Request.Skill.Digest, Path: p.Script,
@@ -414,10 +347,7 @@ func newRunJSON(o *sandbox.Outcome, saved []string) *runJSON {
 		DurationMS: r.Duration.Milliseconds(),
 		Image:      o.Image.Name, ImageDigest: o.Image.Digest,
 		Runtime: r.Runtime, RuntimeVersion: r.RuntimeVersion, Network: p.Network,
-		Limits: runJSONLimits{
-			TimeoutMS: p.Limits.Timeout.Milliseconds(), MemoryBytes: p.Limits.MemoryBytes,
-			Pids: p.Limits.Pids, CPUs: p.Limits.CPUs,
-		},
+		Limits:         p.Limits,
 		Outputs:        []runJSONOutput{},
 		OutputsSkipped: append([]string{}, r.OutputsSkipped...),
 		SavedOutputs:   append([]string{}, saved...),
@@ -550,8 +480,9 @@ func kvName(kv string) string {
 	return "NAME"
 }
 
-// maxInputFile bounds one --file; the workdir's tmpfs caps the total.
-const maxInputFile = 64 << 20
+// maxInputFile bounds one file given with --file; the workdir's tmpfs caps
+// the total (runtime.ValidateInputs).
+const maxInputFile = 256 << 20
 
 // errFileFlagUsage marks --file errors that are usage errors (exit 2).
 var errFileFlagUsage = errors.New("--file usage")
@@ -561,42 +492,160 @@ type fileUsageError struct{ msg string }
 func (e *fileUsageError) Error() string        { return e.msg }
 func (e *fileUsageError) Is(target error) bool { return target == errFileFlagUsage }
 
-func filesFromFlags(paths []string) ([]runtime.InputFile, error) {
+func fileUsage(format string, args ...any) error {
+	return &fileUsageError{fmt.Sprintf(format, args...)}
+}
+
+// splitFileFlag splits --file PATH[:NAME] at its last colon; a PATH that
+// itself holds a colon is taken whole when it exists and its prefix does not.
+func splitFileFlag(spec string) (host, name string) {
+	i := strings.LastIndexByte(spec, ':')
+	if i <= 0 {
+		return spec, ""
+	}
+	if _, err := os.Lstat(spec); err == nil {
+		if _, err := os.Lstat(spec[:i]); err != nil {
+			return spec, ""
+		}
+	}
+	return spec[:i], spec[i+1:]
+}
+
+// filesFromFlags reads every --file PATH[:NAME] into input entries. PATH
+// itself is followed if it is a link (it was named on the command line);
+// inside a directory nothing is: links are copied as links, special files
+// are refused, so what the sandbox gets is exactly the tree on disk.
+func filesFromFlags(specs []string) ([]runtime.InputFile, error) {
 	var out []runtime.InputFile
-	seen := map[string]string{}
-	for _, p := range paths {
-		name := filepath.Base(p)
+	seen := map[string]string{} // name -> the --file that gave it
+	for _, spec := range specs {
+		if spec == "" {
+			return nil, fileUsage("--file needs a PATH")
+		}
+		host, name := splitFileFlag(spec)
+		if name == "" {
+			if strings.HasSuffix(spec, ":") {
+				return nil, fileUsage("--file %s: NAME after the colon is empty: write PATH or PATH:NAME", spec)
+			}
+			name = filepath.Base(filepath.Clean(host))
+		}
+		if err := runtime.ValidateInputName(name); err != nil {
+			return nil, fileUsage("--file %s: %s; give a relative NAME with --file PATH:NAME", spec, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+		}
+		if prev := seen[name]; prev != "" {
+			return nil, fileUsage("--file %s: --file %s already has the name %q in the working directory: rename one with --file PATH:NAME", spec, prev, name)
+		}
+		seen[name] = spec
+		st, err := os.Stat(host)
+		if err != nil {
+			return nil, fmt.Errorf("--file %s: %w", host, unwrapPathError(err))
+		}
 		switch {
-		case p == "":
-			return nil, &fileUsageError{"--file needs a PATH"}
-		case name == "outputs":
-			return nil, &fileUsageError{fmt.Sprintf("--file %s: the name %q is reserved for the outputs folder: copy or rename the file first", p, name)}
-		case seen[name] != "":
-			return nil, &fileUsageError{fmt.Sprintf("--file %s: --file %s already has the base name %q (files land in the workdir under their base names): rename one", p, seen[name], name)}
-		}
-		seen[name] = p
-		f, err := os.Open(p)
-		if err != nil {
-			return nil, fmt.Errorf("--file %s: %w", p, unwrapPathError(err))
-		}
-		st, err := f.Stat()
-		if err != nil {
+		case st.Mode().IsRegular():
+			f, err := os.Open(host)
+			if err != nil {
+				return nil, fmt.Errorf("--file %s: %w", host, unwrapPathError(err))
+			}
+			data, err := readInputFile(f, spec)
 			f.Close()
-			return nil, fmt.Errorf("--file %s: %w", p, err)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, runtime.InputFile{Name: name, Data: data, Mode: uint32(st.Mode().Perm())})
+		case st.IsDir():
+			entries, err := dirInputs(host, name, spec)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, entries...)
+		default:
+			return nil, fileUsage("--file %s: not a regular file or directory (%s): special files cannot be copied into the sandbox", spec, st.Mode().Type())
 		}
-		if !st.Mode().IsRegular() {
-			f.Close()
-			return nil, &fileUsageError{fmt.Sprintf("--file %s: not a regular file", p)}
+		if len(out) > runtime.MaxInputEntries {
+			return nil, fileUsage("--file %s: more than %d files and directories in all", spec, runtime.MaxInputEntries)
 		}
-		data, err := io.ReadAll(io.LimitReader(f, maxInputFile+1))
-		f.Close()
+	}
+	if err := runtime.ValidateInputs(out, math.MaxInt64); err != nil {
+		return nil, fileUsage("--file: %s", strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+	}
+	return out, nil
+}
+
+func readInputFile(f *os.File, spec string) ([]byte, error) {
+	data, err := io.ReadAll(io.LimitReader(f, maxInputFile+1))
+	if err != nil {
+		return nil, fmt.Errorf("--file %s: %w", spec, err)
+	}
+	if len(data) > maxInputFile {
+		return nil, fileUsage("--file %s: %s is over the %s limit for one input file", spec, f.Name(), policy.FormatSize(maxInputFile))
+	}
+	return data, nil
+}
+
+// dirInputs reads the tree at host into entries under name: the directory
+// itself, then its contents in lexical order. It works inside an os.Root
+// and opens files with O_NOFOLLOW, so no link is followed on the host.
+func dirInputs(host, name, spec string) ([]runtime.InputFile, error) {
+	root, err := os.OpenRoot(host)
+	if err != nil {
+		return nil, fmt.Errorf("--file %s: %w", spec, unwrapPathError(err))
+	}
+	defer root.Close()
+	st, err := root.Stat(".")
+	if err != nil {
+		return nil, fmt.Errorf("--file %s: %w", spec, err)
+	}
+	out := []runtime.InputFile{{Name: name, Kind: runtime.InputDir, Mode: uint32(st.Mode().Perm())}}
+	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
 		if err != nil {
-			return nil, fmt.Errorf("--file %s: %w", p, err)
+			return fmt.Errorf("--file %s: %w", spec, err)
 		}
-		if len(data) > maxInputFile {
-			return nil, &fileUsageError{fmt.Sprintf("--file %s: over the %s limit for one input file", p, policy.FormatSize(maxInputFile))}
+		if rel == "." {
+			return nil
 		}
-		out = append(out, runtime.InputFile{Name: name, Data: data, Mode: uint32(st.Mode().Perm())})
+		if len(out) > runtime.MaxInputEntries {
+			return fileUsage("--file %s: more than %d files and directories", spec, runtime.MaxInputEntries)
+		}
+		entry := name + "/" + rel
+		where := filepath.Join(host, filepath.FromSlash(rel))
+		if err := runtime.ValidateInputName(entry); err != nil {
+			return fileUsage("--file %s: %s: %s", spec, where, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+		}
+		switch t := d.Type(); {
+		case t.IsDir():
+			info, err := d.Info()
+			if err != nil {
+				return fmt.Errorf("--file %s: %w", spec, err)
+			}
+			out = append(out, runtime.InputFile{Name: entry, Kind: runtime.InputDir, Mode: uint32(info.Mode().Perm())})
+		case t&fs.ModeSymlink != 0:
+			target, err := root.Readlink(rel)
+			if err != nil {
+				return fmt.Errorf("--file %s: %w", spec, err)
+			}
+			out = append(out, runtime.InputFile{Name: entry, Kind: runtime.InputSymlink, Target: target})
+		case t.IsRegular():
+			f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+			if err != nil {
+				return fmt.Errorf("--file %s: %w", spec, err)
+			}
+			defer f.Close()
+			info, err := f.Stat()
+			if err != nil || !info.Mode().IsRegular() {
+				return fileUsage("--file %s: %s changed while it was read", spec, where)
+			}
+			data, err := readInputFile(f, spec)
+			if err != nil {
+				return err
+			}
+			out = append(out, runtime.InputFile{Name: entry, Data: data, Mode: uint32(info.Mode().Perm())})
+		default:
+			return fileUsage("--file %s: %s is a special file (%s), which cannot be copied into the sandbox: remove it or copy the directory without it", spec, where, t.Type())
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -622,9 +671,12 @@ func prepareOutputsDir(dir string) error {
 	return root.Close()
 }
 
-// saveOutputs writes collected outputs under dir without ever leaving it:
-// every path is resolved inside dir (no "..", no absolute paths, no symlink
-// already in dir leading out), and files are written, never linked.
+// saveOutputs writes collected outputs under dir, keeping their relative
+// paths, without ever leaving it or following a link: every path must be
+// local, each directory on the way is made or must be a real directory (a
+// symlink there is refused, not followed), and a file is written fresh,
+// replacing a regular file or symlink in its place but never writing
+// through it. Special files and directories in the way are refused.
 func saveOutputs(dir string, outs []runtime.OutputFile) ([]string, error) {
 	if err := prepareOutputsDir(dir); err != nil {
 		return nil, err
@@ -634,58 +686,120 @@ func saveOutputs(dir string, outs []runtime.OutputFile) ([]string, error) {
 		return nil, fmt.Errorf("--outputs %s: %w", dir, err)
 	}
 	defer root.Close()
+	made := map[string]bool{} // directories already checked or made
 	var saved []string
 	for _, o := range outs {
 		rel := filepath.FromSlash(o.Path)
 		if !filepath.IsLocal(rel) {
-			return saved, fmt.Errorf("--outputs: output %q is not a relative path inside outputs/; not saved", o.Path)
+			return saved, fmt.Errorf("--outputs: output %q is not a relative path inside the working directory; not saved", o.Path)
 		}
-		if d := filepath.Dir(rel); d != "." {
-			if err := root.MkdirAll(d, 0o755); err != nil {
-				return saved, fmt.Errorf("--outputs: %s: %w", o.Path, err)
+		if err := outputParents(root, filepath.Dir(rel), made); err != nil {
+			return saved, fmt.Errorf("--outputs %s: %s: %w", dir, o.Path, err)
+		}
+		if st, err := root.Lstat(rel); err == nil {
+			switch {
+			case st.Mode().IsRegular(), st.Mode()&fs.ModeSymlink != 0:
+				// Replace, never write through (a symlink must not
+				// redirect the write).
+				if err := root.Remove(rel); err != nil {
+					return saved, fmt.Errorf("--outputs %s: %s: %w", dir, o.Path, err)
+				}
+			default:
+				return saved, fmt.Errorf("--outputs %s: %s: a %s is in the way; not replaced (move it away and run again)", dir, o.Path, fileKind(st.Mode()))
 			}
 		}
-		// Replace, never write through, whatever is there (a symlink left
-		// in dir must not redirect the write).
-		if st, err := root.Lstat(rel); err == nil && !st.IsDir() {
-			if err := root.Remove(rel); err != nil {
-				return saved, fmt.Errorf("--outputs: %s: %w", o.Path, err)
-			}
-		}
-		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 		if err != nil {
-			return saved, fmt.Errorf("--outputs: %s: %w", o.Path, err)
+			return saved, fmt.Errorf("--outputs %s: %s: %w", dir, o.Path, err)
 		}
 		_, werr := f.Write(o.Data)
 		if cerr := f.Close(); werr == nil {
 			werr = cerr
 		}
 		if werr != nil {
-			return saved, fmt.Errorf("--outputs: %s: %w", o.Path, werr)
+			return saved, fmt.Errorf("--outputs %s: %s: %w", dir, o.Path, werr)
 		}
 		saved = append(saved, filepath.Join(dir, rel))
 	}
 	return saved, nil
 }
 
+// outputParents makes the directories of rel inside root, one component at
+// a time; an existing component must be a directory, not a link to one.
+func outputParents(root *os.Root, rel string, made map[string]bool) error {
+	if rel == "." || made[rel] {
+		return nil
+	}
+	if err := outputParents(root, filepath.Dir(rel), made); err != nil {
+		return err
+	}
+	st, err := root.Lstat(rel)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := root.Mkdir(rel, 0o755); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case st.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("%s is a symlink in the outputs directory; refusing to write through it (remove it and run again)", rel)
+	case !st.IsDir():
+		return fmt.Errorf("%s is a %s, not a directory; not replaced (move it away and run again)", rel, fileKind(st.Mode()))
+	}
+	made[rel] = true
+	return nil
+}
+
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	case m&fs.ModeNamedPipe != 0:
+		return "fifo"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	case m.IsRegular():
+		return "regular file"
+	}
+	return "special file"
+}
+
 // cliImages adds to the store's image source what a person at a terminal
 // needs: a line saying a missing image is being built (the build's own
 // progress follows), and with --no-build an error that says how to build it.
 type cliImages struct {
-	*sandbox.StoreImages
+	*service.StoreImages
 	noBuild bool
 }
 
-func (c *cliImages) Ensure(ctx context.Context, name string, progress io.Writer) (sandbox.ImageRef, string, error) {
-	// name is the config's image block; the store knows the recipe it names
-	// (image "python" { recipe = "python-slim" }).
+// Available implements service.ImageChecker: with --no-build a missing
+// image is refused before anything is decided, saying how to build it.
+func (c *cliImages) Available(name string) error {
+	if err := c.Built(name); errors.Is(err, images.ErrNotBuilt) && c.noBuild {
+		return c.noBuildError(name)
+	}
+	return c.StoreImages.Available(name)
+}
+
+// noBuildError names the image the store lacks: the recipe the config's
+// image block names (image "python" { recipe = "python-slim" }).
+func (c *cliImages) noBuildError(name string) error {
+	dir, recipe := c.Store.Dir(), c.Recipes[name].Name
+	return fmt.Errorf("image %q is not built in %s and --no-build forbids building it: run 'skillbox images build --dir %s %s' first, or drop --no-build", recipe, dir, dir, recipe)
+}
+
+func (c *cliImages) Ensure(ctx context.Context, name string, progress io.Writer) (service.ImageRef, string, error) {
 	if err := c.Built(name); errors.Is(err, images.ErrNotBuilt) {
-		dir, recipe := c.Store.Dir(), c.Recipes[name].Name
+		dir := c.Store.Dir()
 		if c.noBuild {
-			return sandbox.ImageRef{}, "", fmt.Errorf("image %q is not built in %s and --no-build forbids building it: run 'skillbox images build --dir %s %s' first, or drop --no-build", recipe, dir, dir, recipe)
+			return service.ImageRef{}, "", c.noBuildError(name)
 		}
 		if progress != nil {
-			fmt.Fprintf(progress, "skillbox: image %q is not built in %s yet; building it now (this takes a few minutes)\n", recipe, dir)
+			fmt.Fprintf(progress, "skillbox: image %q is not built in %s yet; building it now (this takes a few minutes)\n", c.Recipes[name].Name, dir)
 		}
 	}
 	return c.StoreImages.Ensure(ctx, name, progress)
@@ -736,8 +850,8 @@ func skillNotFound(err error, roots []string) error {
 // sentinelPrefixes are the texts of wrapped sentinels ("not found: …") that
 // mean something to a host branching on kinds but only clutter a terminal.
 var sentinelPrefixes = []string{
-	sandbox.ErrNotFound.Error(), sandbox.ErrInvalidParams.Error(), sandbox.ErrDenied.Error(),
-	sandbox.ErrUnavailable.Error(), sandbox.ErrLimitExceeded.Error(), sandbox.ErrInternal.Error(),
+	api.ErrNotFound.Error(), api.ErrInvalidParams.Error(), api.ErrDenied.Error(),
+	api.ErrUnavailable.Error(), api.ErrLimitExceeded.Error(), api.ErrInternal.Error(),
 	runtime.ErrInvalidJob.Error(), runtime.ErrUnavailable.Error(),
 }
 
@@ -757,9 +871,12 @@ func cliError(err error) error {
 	return &oneLineError{msg: msg, err: err}
 }
 
-func selfPeer() *audit.Peer {
-	return &audit.Peer{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: int32(os.Getpid()), Process: "skillbox"}
+// selfPeer is the caller of a local command: this process.
+func selfPeer() api.Peer {
+	return api.Peer{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: int32(os.Getpid()), Process: "skillbox"}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // stdinFromFlag reads what --stdin names, capped like an input file: the
 // sandbox gets bytes, never the terminal itself.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
-	"github.com/skillbox/skillbox/sandbox"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -229,7 +231,7 @@ func TestFilesFromFlags(t *testing.T) {
 	_, err = parseRun(t, "--file", a, "--file", a2, "s", "scripts/x.py")
 	wantExit(t, "collision via the command", err, 2, "a.txt", "rename")
 
-	for _, p := range []string{out, filepath.Join(dir, "one"), ""} {
+	for _, p := range []string{out, "", a + ":", a + ":../x", a + ":/abs", a + ":a\x1bb", a + "://x"} {
 		if _, err := filesFromFlags([]string{p}); !errors.Is(err, errFileFlagUsage) {
 			t.Errorf("%q: want a usage error, got %v", p, err)
 		}
@@ -258,6 +260,84 @@ func TestFilesFromFlags(t *testing.T) {
 	f.Close()
 	if _, err := filesFromFlags([]string{big}); !errors.Is(err, errFileFlagUsage) || !strings.Contains(err.Error(), "limit") {
 		t.Errorf("big file: got %v", err)
+	}
+}
+
+func TestFilesFromFlagsDirectories(t *testing.T) {
+	dir := t.TempDir()
+	tree := filepath.Join(dir, "unpacked")
+	for rel, data := range map[string]string{
+		"[Content_Types].xml":   "<Types/>",
+		"ppt/presentation.xml":  "<p/>",
+		"ppt/slides/slide1.xml": "<s/>",
+		"ppt/_rels/.rels":       "<r/>",
+	} {
+		p := filepath.Join(tree, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(tree, "empty"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("SECRET"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(tree, "abs-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../secret", filepath.Join(tree, "ppt", "rel-link")); err != nil {
+		t.Fatal(err)
+	}
+	files, err := filesFromFlags([]string{tree, tree + ":copy/of/it", secret + ":in/s.txt"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range files {
+		v := string(f.Kind) + ":" + string(f.Data) + f.Target
+		if strings.Contains(string(f.Data), "SECRET") && f.Name != "in/s.txt" {
+			t.Errorf("%s: a link was followed", f.Name)
+		}
+		got[f.Name] = v
+	}
+	for name, want := range map[string]string{
+		"unpacked":                        "dir:",
+		"unpacked/[Content_Types].xml":    ":<Types/>",
+		"unpacked/ppt/slides/slide1.xml":  ":<s/>",
+		"unpacked/ppt/_rels/.rels":        ":<r/>",
+		"unpacked/empty":                  "dir:",
+		"unpacked/abs-link":               "symlink:" + secret,
+		"unpacked/ppt/rel-link":           "symlink:../../secret",
+		"copy/of/it/ppt/presentation.xml": ":<p/>",
+		"copy/of/it/empty":                "dir:",
+		"in/s.txt":                        ":SECRET",
+	} {
+		if got[name] != want {
+			t.Errorf("%s: got %q, want %q", name, got[name], want)
+		}
+	}
+	if err := runtime.ValidateInputs(files, 1<<30); err != nil {
+		t.Errorf("the entries do not validate: %v", err)
+	}
+
+	// Special files are refused by name.
+	if err := syscall.Mkfifo(filepath.Join(tree, "ppt", "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = filesFromFlags([]string{tree})
+	if !errors.Is(err, errFileFlagUsage) || !strings.Contains(err.Error(), "fifo") || !strings.Contains(err.Error(), "special file") {
+		t.Errorf("fifo: got %v", err)
+	}
+	// The same name twice, or a name under a file.
+	for _, specs := range [][]string{{tree + ":x", secret + ":x"}, {secret + ":x", tree + ":x/y"}} {
+		if _, err := filesFromFlags(specs); !errors.Is(err, errFileFlagUsage) {
+			t.Errorf("%q: got %v", specs, err)
+		}
 	}
 }
 
@@ -338,6 +418,23 @@ func TestSaveOutputsConfined(t *testing.T) {
 	if got, _ := os.ReadFile(victim); string(got) != "untouched" {
 		t.Errorf("the file outside was changed: %q", got)
 	}
+	// A symlinked directory pointing inside dir is not followed either.
+	if err := os.Mkdir(filepath.Join(dir, "real"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("real", filepath.Join(dir, "inner")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := saveOutputs(dir, []runtime.OutputFile{{Path: "inner/x.txt", Data: []byte("x")}}); err == nil || !strings.Contains(err.Error(), "symlink") {
+		t.Errorf("wrote through an inner symlinked directory: %v", err)
+	}
+	// A special file in the way is refused, not replaced.
+	if err := syscall.Mkfifo(filepath.Join(dir, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := saveOutputs(dir, []runtime.OutputFile{{Path: "fifo", Data: []byte("x")}}); err == nil || !strings.Contains(err.Error(), "fifo") {
+		t.Errorf("fifo in the way: %v", err)
+	}
 	if _, err := os.Stat(filepath.Join(outside, "new.txt")); err == nil {
 		t.Errorf("a file was created outside")
 	}
@@ -373,15 +470,15 @@ func TestScriptExitCode(t *testing.T) {
 }
 
 func TestCLIErrorOneLine(t *testing.T) {
-	err := fmt.Errorf("%w: %w: environment variable %q can make the interpreter run other code", sandbox.ErrInvalidParams, runtime.ErrInvalidJob, "LD_AUDIT")
+	err := fmt.Errorf("%w: %w: environment variable %q can make the interpreter run other code", api.ErrInvalidParams, runtime.ErrInvalidJob, "LD_AUDIT")
 	got := cliError(err)
 	if got.Error() != `environment variable "LD_AUDIT" can make the interpreter run other code` {
 		t.Errorf("got %q", got)
 	}
-	if !errors.Is(got, sandbox.ErrInvalidParams) || !errors.Is(got, runtime.ErrInvalidJob) {
+	if !errors.Is(got, api.ErrInvalidParams) || !errors.Is(got, runtime.ErrInvalidJob) {
 		t.Errorf("the sentinels are lost: %v", got)
 	}
-	got = cliError(fmt.Errorf("%w: sandbox failed: runsc: exit 1\nstderr line\n", sandbox.ErrInternal))
+	got = cliError(fmt.Errorf("%w: sandbox failed: runsc: exit 1\nstderr line\n", api.ErrInternal))
 	if strings.Contains(got.Error(), "\n") || !strings.HasPrefix(got.Error(), "sandbox failed") {
 		t.Errorf("got %q", got)
 	}
@@ -410,7 +507,7 @@ func TestCLIImagesNoBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	store.SetRecipes(recipes)
-	src := &cliImages{StoreImages: &sandbox.StoreImages{Store: store, Recipes: recipes}, noBuild: true}
+	src := &cliImages{StoreImages: &service.StoreImages{Store: store, Recipes: recipes}, noBuild: true}
 	var progress strings.Builder
 	_, _, err = src.Ensure(context.Background(), "shell", &progress)
 	if err == nil {

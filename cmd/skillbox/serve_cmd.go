@@ -18,9 +18,11 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
-	"github.com/skillbox/skillbox/sandbox"
 	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/skills"
+	"github.com/skillbox/skillbox/sandbox/daemon"
+	"github.com/skillbox/skillbox/sandbox/jsonrpc"
+	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/store"
 )
 
 func serveCommand() *cli.Command {
@@ -34,19 +36,6 @@ func serveCommand() *cli.Command {
 		},
 		Action: serveAction,
 	}
-}
-
-func init() {
-	// Domain errors from the other packages map onto the protocol's kinds.
-	sandbox.RegisterErrorKind(skills.ErrNotFound, sandbox.KindNotFound)
-	sandbox.RegisterErrorKind(skills.ErrBadName, sandbox.KindInvalidParams)
-	sandbox.RegisterErrorKind(skills.ErrEscape, sandbox.KindInvalidParams)
-	sandbox.RegisterErrorKind(skills.ErrNotRegular, sandbox.KindInvalidParams)
-	sandbox.RegisterErrorKind(skills.ErrTooLarge, sandbox.KindInvalidParams)
-	sandbox.RegisterErrorKind(policy.ErrDenied, sandbox.KindDenied)
-	sandbox.RegisterErrorKind(runtime.ErrUnavailable, sandbox.KindUnavailable)
-	sandbox.RegisterErrorKind(runtime.ErrInvalidJob, sandbox.KindInvalidParams)
-	sandbox.RegisterErrorKind(audit.ErrUnavailable, sandbox.KindUnavailable)
 }
 
 func serveAction(c *cli.Context) error {
@@ -109,9 +98,9 @@ const snapshotMaxAge = 24 * time.Hour
 type runningDaemon struct {
 	cfg    *policy.Config
 	log    hclog.Logger
-	daemon *sandbox.Daemon
+	daemon *daemon.Daemon
 	audit  *audit.Log
-	state  *sandbox.StateDB
+	state  *store.StateDB
 	cancel context.CancelFunc
 	done   chan error
 	// bg counts the goroutines that use the state DB (the session and
@@ -158,7 +147,7 @@ func startDaemon(parent context.Context, cfg *policy.Config, log hclog.Logger) (
 	if err != nil {
 		return fail(err)
 	}
-	if si, ok := eng.Images.(*sandbox.StoreImages); ok {
+	if si, ok := eng.Images.(*service.StoreImages); ok {
 		// Building an image takes minutes: inside a call only when the
 		// config asks for it; otherwise a missing image fails the call at
 		// once, and start-up says which are missing.
@@ -176,32 +165,32 @@ func startDaemon(parent context.Context, cfg *policy.Config, log hclog.Logger) (
 	if err := runtime.Sweep(ctx, eng.Runtime); err != nil {
 		log.Warn("sweeping leftovers of an earlier run failed", "error", err)
 	}
-	if ss, ok := eng.Pins.(*sandbox.SnapshotStore); ok {
+	if ss, ok := eng.Pins.(*service.SnapshotStore); ok {
 		if n, err := ss.Prune(snapshotMaxAge); err != nil {
 			log.Warn("pruning old skill snapshots failed", "dir", ss.Dir, "error", err)
 		} else if n > 0 {
 			log.Info("pruned skill snapshots not used for a day", "count", n)
 		}
 	}
-	if rd.state, err = sandbox.OpenStateDB(cfg.Daemon.StateDir); err != nil {
+	if rd.state, err = store.OpenStateDB(cfg.Daemon.StateDir); err != nil {
 		return fail(err)
 	}
-	sessions := sandbox.NewSessionStore(rd.state, sandbox.SessionOptions{Logger: log})
-	confirms := sandbox.NewConfirmationStore(rd.state, sandbox.ConfirmationOptions{DefaultTTL: cfg.Daemon.ConfirmationTTL, Logger: log})
+	sessions := store.NewSessionStore(rd.state, store.SessionOptions{Logger: log.Named("store")})
+	confirms := store.NewConfirmationStore(rd.state, store.ConfirmationOptions{DefaultTTL: cfg.Daemon.ConfirmationTTL, Logger: log.Named("store")})
 	// The daemon audits expiries (it hooks the stores), so it exists before
 	// the sweepers start.
-	rd.daemon = sandbox.NewDaemon(sandbox.DaemonOptions{
+	rd.daemon = daemon.New(daemon.Options{
 		Config: cfg, Skills: reg, Engine: eng, Sessions: sessions, Confirmations: confirms, Audit: rd.audit, Logger: log,
 	})
 	rd.bg.Add(2)
 	go func() { defer rd.bg.Done(); sessions.RunSweeper(ctx, time.Minute) }()
 	go func() { defer rd.bg.Done(); confirms.RunSweeper(ctx, time.Minute) }()
-	ln, err := sandbox.Listen(cfg.Daemon.Socket, cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
+	ln, err := jsonrpc.Listen(cfg.Daemon.Socket, cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
 	if err != nil {
 		return fail(err)
 	}
 	err = rd.audit.Append(ctx, &audit.Record{
-		Event: audit.EventDaemonStart, Peer: selfPeer(),
+		Event: audit.EventDaemonStart, Peer: ptr(selfPeer()),
 		Daemon: &audit.DaemonInfo{
 			Version: version, PID: os.Getpid(), ConfigPath: cfg.File, ConfigHash: cfg.Hash(),
 			Socket: cfg.Daemon.Socket, Runtimes: map[string]string{eng.Runtime.Name(): rtVersion},
@@ -241,7 +230,7 @@ func (rd *runningDaemon) close(ctx context.Context, why string) {
 	case <-time.After(sweeperStopWait):
 		rd.log.Error("the sweepers did not stop; closing the state database anyway", "waited", sweeperStopWait)
 	}
-	stop := &audit.Record{Event: audit.EventDaemonStop, Peer: selfPeer(), Outcome: why}
+	stop := &audit.Record{Event: audit.EventDaemonStop, Peer: ptr(selfPeer()), Outcome: why}
 	if rd.forced.Load() {
 		stop.Outcome = why + " (forced by a second signal)"
 	}
@@ -262,7 +251,7 @@ func (rd *runningDaemon) close(ctx context.Context, why string) {
 
 // checkImages warns at start-up about every configured image that is not
 // built, naming the command that builds it.
-func checkImages(cfg *policy.Config, si *sandbox.StoreImages, log hclog.Logger) {
+func checkImages(cfg *policy.Config, si *service.StoreImages, log hclog.Logger) {
 	for _, im := range cfg.Images.List {
 		err := si.Built(im.Name)
 		switch {
@@ -273,7 +262,7 @@ func checkImages(cfg *policy.Config, si *sandbox.StoreImages, log hclog.Logger) 
 				what = "the first script that needs it builds it (images.build_on_demand), which takes minutes"
 			}
 			log.Warn("image is not built; "+what, "image", im.Name, "extensions", strings.Join(im.Extensions, " "),
-				"dir", si.Store.Dir(), "fix", sandbox.BuildCommand(si.Store.Dir(), im.Recipe))
+				"dir", si.Store.Dir(), "fix", service.BuildCommand(si.Store.Dir(), im.Recipe))
 		case errors.Is(err, images.ErrUnknownImage):
 			log.Warn("image has no recipe; scripts that need it cannot run", "image", im.Name, "error", err)
 		default:

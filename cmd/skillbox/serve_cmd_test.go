@@ -12,7 +12,7 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
-	"github.com/skillbox/skillbox/sandbox"
+	"github.com/skillbox/skillbox/sandbox/service"
 )
 
 // serve (and run) report config errors on one line that names every problem
@@ -82,7 +82,7 @@ func TestServeWarnsAboutMissingImages(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
-	si := &sandbox.StoreImages{Store: store, Recipes: recipes}
+	si := &service.StoreImages{Store: store, Recipes: recipes}
 	checkImages(cfg, si, log)
 	out := buf.String()
 	for _, name := range []string{"python", "shell", "node"} {

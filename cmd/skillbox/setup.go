@@ -15,8 +15,8 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
-	"github.com/skillbox/skillbox/sandbox"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -59,12 +59,18 @@ type oneLineError struct {
 func (e *oneLineError) Error() string { return e.msg }
 func (e *oneLineError) Unwrap() error { return e.err }
 
-// newLogger is the CLI's hclog root; level from SKILLBOX_LOG (default warn
-// for one-shot commands, info for serve).
+// EnvLogLevel is the one environment variable that sets the log level of
+// every skillbox command (trace, debug, info, warn, error, off).
+const EnvLogLevel = "SKILLBOX_LOG_LEVEL"
+
+// newLogger is the CLI's hclog root; level from SKILLBOX_LOG_LEVEL (default
+// warn for one-shot commands, info for serve).
 func newLogger(name string, def hclog.Level, w io.Writer) hclog.Logger {
 	lvl := def
-	if v := os.Getenv("SKILLBOX_LOG"); v != "" {
-		lvl = hclog.LevelFromString(v)
+	if v := os.Getenv(EnvLogLevel); v != "" {
+		if l := hclog.LevelFromString(v); l != hclog.NoLevel {
+			lvl = l
+		}
 	}
 	return hclog.New(&hclog.LoggerOptions{Name: name, Level: lvl, Output: w})
 }
@@ -108,7 +114,7 @@ type engineOptions struct {
 }
 
 // newEngine builds the run engine the daemon and `skillbox run` share.
-func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*sandbox.Engine, error) {
+func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.Engine, error) {
 	name := cfg.Daemon.Runtime
 	if o.runtime != "" {
 		name = o.runtime
@@ -138,11 +144,11 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*sandbox.
 	if err != nil {
 		return nil, err
 	}
-	eng := &sandbox.Engine{
+	eng := &service.Engine{
 		Config:   cfg,
-		Images:   &sandbox.StoreImages{Store: store, Recipes: byImage, Build: !o.noBuild},
+		Images:   &service.StoreImages{Store: store, Recipes: byImage, Build: !o.noBuild},
 		Runtime:  rt,
-		Pins:     &sandbox.SnapshotStore{Dir: sandbox.DefaultSnapshotDir},
+		Pins:     &service.SnapshotStore{Dir: service.DefaultSnapshotDir},
 		Logger:   log.Named("engine"),
 		Progress: o.progress,
 	}

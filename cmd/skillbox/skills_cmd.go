@@ -68,11 +68,7 @@ func skillsCommand() *cli.Command {
 
 // skillsLogger logs errors to stderr; SKILLBOX_LOG_LEVEL=debug shows more.
 func skillsLogger() hclog.Logger {
-	level := hclog.LevelFromString(os.Getenv("SKILLBOX_LOG_LEVEL"))
-	if level == hclog.NoLevel {
-		level = hclog.Error
-	}
-	return hclog.New(&hclog.LoggerOptions{Name: "skillbox", Level: level, Output: os.Stderr})
+	return newLogger("skillbox", hclog.Error, os.Stderr)
 }
 
 // skillsDirOf accepts a skill directory or the path of its SKILL.md.

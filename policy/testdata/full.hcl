@@ -54,6 +54,7 @@ limits {
   stderr       = 4096
   outputs      = "8MiB"
   output_files = 10
+  output_file_bytes = "4MiB"
 }
 audit {
   rotate_size         = "100MB"
@@ -69,6 +70,7 @@ policy "net" {
   skills  = ["web-*"]
   network = true
   confirm = ["network"]
+  script_dirs = ["scripts", "core"]
   limits {
     timeout = "10s"
     memory  = "256MiB"

@@ -14,6 +14,7 @@ policy "base" {
 policy "guarded" {
   skills  = ["guarded-*"]
   confirm = ["skills.run_script", "Bash(git commit:*)"]
+  script_dirs = ["scripts", "core"]
   limits {
     memory = "256MiB"
   }
@@ -23,18 +24,22 @@ policy "lockdown" {
   skills = ["guarded-secret", "evil"]
   deny   = ["skills.run_script"]
   tools  = ["Write"]
+  script_dirs = ["scripts/tools", "core/gif", "eval"]
   limits {
     timeout = "10s"
     memory  = "512MiB"
     pids    = 16
+    output_file_bytes = "1MiB"
   }
 }
 
 policy "generous" {
   skills = ["evil"]
+  script_dirs = ["other"]
   limits {
     timeout = "1h"
     memory  = "64GiB"
+    output_file_bytes = "1GiB"
   }
 }
 

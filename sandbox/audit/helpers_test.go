@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // quiet keeps test output readable; set AUDIT_TEST_LOG=1 to see the log.
@@ -37,7 +39,7 @@ func openT(t testing.TB, dir string, opts Options) *Log {
 
 // runPair returns start and end records shaped like the daemon's.
 func runPair(i int) (*Record, *Record) {
-	peer := &Peer{UID: 1000, GID: 1000, PID: int32(4000 + i%100), Process: "agent-host"}
+	peer := &api.Peer{UID: 1000, GID: 1000, PID: int32(4000 + i%100), Process: "agent-host"}
 	skill := &SkillRef{Name: fmt.Sprintf("pdf-tools-%d", i%7), Digest: "sha256:9f2c1e0b7d3a4c5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6"}
 	names, envHash := EnvSummary(map[string]string{"LANG": "C.UTF-8", "TZ": "UTC", "API_TOKEN": "s3cret"})
 	run := func() *RunInfo {
@@ -48,7 +50,7 @@ func runPair(i int) (*Record, *Record) {
 			EnvNames:     names, EnvHash: envHash,
 			Runtime: "runsc", RuntimeVersion: "release-20250101.0",
 			Image: "python", ImageDigest: "sha256:1111111111111111111111111111111111111111111111111111111111111111",
-			Limits:  Limits{Timeout: 30 * time.Second, MemoryBytes: 512 << 20, Pids: 128, CPUs: 1, WorkdirBytes: 64 << 20, TmpBytes: 64 << 20, StdoutBytes: 1 << 20, StderrBytes: 1 << 20, OutputBytes: 16 << 20, OutputFiles: 64},
+			Limits:  runtime.Limits{Timeout: 30 * time.Second, MemoryBytes: 512 << 20, Pids: 128, CPUs: 1, WorkdirBytes: 64 << 20, TmpBytes: 64 << 20, StdoutBytes: 1 << 20, StderrBytes: 1 << 20, OutputBytes: 16 << 20, OutputFiles: 64},
 			Network: false,
 		}
 	}

@@ -15,6 +15,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime"
 )
 
 func TestAppendAndVerify(t *testing.T) {
@@ -480,12 +482,12 @@ func TestProcessName(t *testing.T) {
 }
 
 func TestLimitsJSON(t *testing.T) {
-	in := Limits{Timeout: 1500 * time.Millisecond, MemoryBytes: 1 << 20, CPUs: 0.5}
+	in := runtime.Limits{Timeout: 1500 * time.Millisecond, MemoryBytes: 1 << 20, CPUs: 0.5}
 	b, err := json.Marshal(in)
 	if err != nil || string(b) != `{"timeout_ms":1500,"memory_bytes":1048576,"cpus":0.5}` {
 		t.Fatalf("%s %v", b, err)
 	}
-	var out Limits
+	var out runtime.Limits
 	if err := json.Unmarshal(b, &out); err != nil || out != in {
 		t.Fatalf("%+v %v", out, err)
 	}

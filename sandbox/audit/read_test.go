@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 func TestFilter(t *testing.T) {
@@ -15,7 +17,7 @@ func TestFilter(t *testing.T) {
 	l := openT(t, dir, Options{})
 	appendN(t, l, 40)
 	uid0 := uint32(0)
-	l.Append(context.Background(), &Record{Event: EventAuthRefused, Peer: &Peer{UID: 0, PID: 1}, Outcome: OutcomeRefused, Error: "not allowed"})
+	l.Append(context.Background(), &Record{Event: EventAuthRefused, Peer: &api.Peer{UID: 0, PID: 1}, Outcome: OutcomeRefused, Error: "not allowed"})
 	l.Append(context.Background(), &Record{Event: EventSkillLoad, Skills: []SkillRef{{Name: "a"}, {Name: "pdf-tools-3"}}})
 	l.Close()
 	count := func(f Filter) int {

@@ -4,13 +4,15 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // Events. Each record's event is one of these; the audit.* events are written
@@ -63,7 +65,7 @@ type Record struct {
 	Seq       uint64    `json:"seq"`
 	Time      time.Time `json:"time"`
 	Event     string    `json:"event"`
-	Peer      *Peer     `json:"peer,omitempty"`
+	Peer      *api.Peer `json:"peer,omitempty"`
 	SessionID string    `json:"session_id,omitempty"`
 	RequestID string    `json:"request_id,omitempty"`
 	// Method is the JSON-RPC method, when the record is about a call.
@@ -86,16 +88,6 @@ type Record struct {
 	Detail   map[string]string `json:"detail,omitempty"`
 	PrevHash string            `json:"prev_hash"`
 	Hash     string            `json:"hash,omitempty"`
-}
-
-// Peer is the caller as the kernel reported it (SO_PEERCRED) at accept time.
-type Peer struct {
-	UID uint32 `json:"uid"`
-	GID uint32 `json:"gid"`
-	PID int32  `json:"pid"`
-	// Process is /proc/PID/comm (see ProcessName); informational only, as
-	// the process may have exited or exec'd since.
-	Process string `json:"process,omitempty"`
 }
 
 // SkillRef names a skill and pins its content.
@@ -125,17 +117,17 @@ type RunInfo struct {
 	ScriptSHA256 string   `json:"script_sha256,omitempty"` // of the script's bytes
 	Args         []string `json:"args,omitempty"`
 	// EnvNames and EnvHash come from EnvSummary: names only, values hashed.
-	EnvNames       []string  `json:"env_names,omitempty"`
-	EnvHash        string    `json:"env_hash,omitempty"`
-	StdinBytes     int64     `json:"stdin_bytes,omitempty"`
-	StdinSHA256    string    `json:"stdin_sha256,omitempty"`
-	Inputs         []FileRef `json:"inputs,omitempty"` // files the caller passed in
-	Runtime        string    `json:"runtime,omitempty"`
-	RuntimeVersion string    `json:"runtime_version,omitempty"`
-	Image          string    `json:"image,omitempty"`
-	ImageDigest    string    `json:"image_digest,omitempty"`
-	Limits         Limits    `json:"limits,omitzero"`
-	Network        bool      `json:"network"`
+	EnvNames       []string       `json:"env_names,omitempty"`
+	EnvHash        string         `json:"env_hash,omitempty"`
+	StdinBytes     int64          `json:"stdin_bytes,omitempty"`
+	StdinSHA256    string         `json:"stdin_sha256,omitempty"`
+	Inputs         []FileRef      `json:"inputs,omitempty"` // files the caller passed in
+	Runtime        string         `json:"runtime,omitempty"`
+	RuntimeVersion string         `json:"runtime_version,omitempty"`
+	Image          string         `json:"image,omitempty"`
+	ImageDigest    string         `json:"image_digest,omitempty"`
+	Limits         runtime.Limits `json:"limits,omitzero"`
+	Network        bool           `json:"network"`
 	// Digest is the run's confirmation digest (skill digest, script bytes,
 	// args, env, limits); ConfirmationID the approval it used, if any.
 	Digest         string    `json:"digest,omitempty"`
@@ -162,60 +154,6 @@ type FileRef struct {
 	Path   string `json:"path"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256,omitempty"`
-}
-
-// Limits are the limits a run got. The fields mirror runtime.Limits, so a
-// value converts with audit.Limits(l); the package does not import runtime so
-// the record format does not change when the runtime's does.
-type Limits struct {
-	Timeout      time.Duration
-	MemoryBytes  int64
-	Pids         int64
-	CPUs         float64
-	WorkdirBytes int64
-	TmpBytes     int64
-	StdoutBytes  int64
-	StderrBytes  int64
-	OutputBytes  int64
-	OutputFiles  int
-}
-
-// limitsJSON is Limits as written: the timeout in milliseconds, which is what
-// people read, and zero values omitted.
-type limitsJSON struct {
-	TimeoutMS    int64   `json:"timeout_ms,omitempty"`
-	MemoryBytes  int64   `json:"memory_bytes,omitempty"`
-	Pids         int64   `json:"pids,omitempty"`
-	CPUs         float64 `json:"cpus,omitempty"`
-	WorkdirBytes int64   `json:"workdir_bytes,omitempty"`
-	TmpBytes     int64   `json:"tmp_bytes,omitempty"`
-	StdoutBytes  int64   `json:"stdout_bytes,omitempty"`
-	StderrBytes  int64   `json:"stderr_bytes,omitempty"`
-	OutputBytes  int64   `json:"output_bytes,omitempty"`
-	OutputFiles  int     `json:"output_files,omitempty"`
-}
-
-// MarshalJSON writes the timeout as timeout_ms.
-func (l Limits) MarshalJSON() ([]byte, error) {
-	return json.Marshal(limitsJSON{
-		TimeoutMS: l.Timeout.Milliseconds(), MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs,
-		WorkdirBytes: l.WorkdirBytes, TmpBytes: l.TmpBytes, StdoutBytes: l.StdoutBytes,
-		StderrBytes: l.StderrBytes, OutputBytes: l.OutputBytes, OutputFiles: l.OutputFiles,
-	})
-}
-
-// UnmarshalJSON reads what MarshalJSON wrote.
-func (l *Limits) UnmarshalJSON(b []byte) error {
-	var j limitsJSON
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	*l = Limits{
-		Timeout: time.Duration(j.TimeoutMS) * time.Millisecond, MemoryBytes: j.MemoryBytes, Pids: j.Pids, CPUs: j.CPUs,
-		WorkdirBytes: j.WorkdirBytes, TmpBytes: j.TmpBytes, StdoutBytes: j.StdoutBytes,
-		StderrBytes: j.StderrBytes, OutputBytes: j.OutputBytes, OutputFiles: j.OutputFiles,
-	}
-	return nil
 }
 
 // DecisionInfo is one policy decision.

@@ -1,8 +1,9 @@
 // Package client is the Go client for the skillbox daemon, for hosts (agent
 // runtimes, chat apps, IDE agents) that delegate skill work to it over its
 // Unix socket. It speaks the daemon's JSON-RPC 2.0 protocol, one JSON object
-// per line, and offers a typed method per tool call (types.go holds the wire
-// structs, which the daemon encodes too, so both sides cannot drift).
+// per line, and offers a typed method per tool call with the types of
+// sandbox/api, which the daemon's service uses too, so both sides cannot
+// drift.
 //
 // One Client multiplexes concurrent calls over one connection (responses are
 // matched by id). Cancelling a call's ctx tells the daemon to stop it (the
@@ -17,7 +18,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +28,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // DefaultSocket is where the daemon listens unless configured otherwise;
@@ -48,17 +50,6 @@ func SocketPath() string {
 // MaxResponseBytes bounds one response line; run results carry base64
 // outputs, so it is well above the daemon's request limit.
 const MaxResponseBytes = 256 << 20
-
-// Error kinds (data.kind of an RPC error), as the daemon sends them.
-const (
-	KindNotFound             = "not_found"
-	KindInvalidParams        = "invalid_params"
-	KindDenied               = "denied"
-	KindConfirmationRequired = "confirmation_required"
-	KindLimitExceeded        = "limit_exceeded"
-	KindUnavailable          = "unavailable"
-	KindInternal             = "internal"
-)
 
 // ErrClosed is returned by calls on a Client after Close.
 var ErrClosed = errors.New("skillbox client closed")
@@ -128,19 +119,26 @@ func (e *Error) MarshalJSON() ([]byte, error) {
 
 // ConfirmationRequired returns the confirmation to get approved when the
 // daemon held a run for approval.
-func (e *Error) ConfirmationRequired() (*ConfirmationRequiredData, bool) {
-	if e.Kind != KindConfirmationRequired {
+func (e *Error) ConfirmationRequired() (*api.ConfirmationRequiredData, bool) {
+	if e.Kind != api.KindConfirmationRequired {
 		return nil, false
 	}
 	b, err := json.Marshal(e.Data)
 	if err != nil {
 		return nil, false
 	}
-	var d ConfirmationRequiredData
+	var d api.ConfirmationRequiredData
 	if json.Unmarshal(b, &d) != nil || d.ConfirmationID == "" {
 		return nil, false
 	}
 	return &d, true
+}
+
+// Is makes an error match the api sentinel of its kind, so
+// errors.Is(err, api.ErrDenied) works across the socket as it does in
+// process.
+func (e *Error) Is(target error) bool {
+	return e.Kind != "" && target == api.Sentinel(e.Kind)
 }
 
 // IsKind reports whether err is an RPC error of kind.
@@ -157,6 +155,7 @@ type Client struct {
 	mu     sync.Mutex
 	cur    *conn
 	closed bool
+	onNote atomic.Pointer[func(Notification)]
 }
 
 // Dial connects to the daemon's socket.
@@ -176,7 +175,7 @@ func (c *Client) dial(ctx context.Context) (*conn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot connect to skillbox at %s (is `skillbox serve` running? set --socket or %s): %w", c.path, EnvSocket, err)
 	}
-	cc := &conn{nc: nc, pending: map[uint64]chan response{}, done: make(chan struct{})}
+	cc := &conn{client: c, nc: nc, pending: map[uint64]chan response{}, done: make(chan struct{})}
 	go cc.readLoop()
 	return cc, nil
 }
@@ -291,8 +290,9 @@ func (r response) decode(method string, result any) error {
 
 // conn is one connection to the daemon.
 type conn struct {
-	nc  net.Conn
-	wmu sync.Mutex
+	client *Client
+	nc     net.Conn
+	wmu    sync.Mutex
 
 	mu      sync.Mutex
 	pending map[uint64]chan response
@@ -434,11 +434,19 @@ func (cc *conn) deliver(line []byte) {
 	}
 	var w struct {
 		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params json.RawMessage `json:"params"`
 		Result json.RawMessage `json:"result"`
 		Error  *Error          `json:"error"`
 	}
 	if err := json.Unmarshal(line, &w); err != nil {
 		cc.fail(fmt.Errorf("the daemon sent something that is not JSON-RPC: %v", err))
+		return
+	}
+	if w.ID == nil && w.Method != "" {
+		if h := cc.client.notifyHandler(); h != nil {
+			h(Notification{Method: w.Method, Params: w.Params})
+		}
 		return
 	}
 	id, err := strconv.ParseUint(string(w.ID), 10, 64)
@@ -468,12 +476,60 @@ func (cc *conn) deliver(line []byte) {
 	ch <- response{result: w.Result}
 }
 
+// Notification is a message the daemon sent without being asked: the
+// events of a run called with Stream set (run.started, run.output,
+// run.output_dropped, run.exited).
+type Notification struct {
+	Method string
+	Params json.RawMessage
+}
+
+// Event decodes the notification into its api event type.
+func (n Notification) Event() (api.Event, error) {
+	var ev api.Event
+	switch n.Method {
+	case api.EventRunStarted:
+		ev = &api.RunStartedEvent{}
+	case api.EventRunOutput:
+		ev = &api.RunOutputEvent{}
+	case api.EventRunOutputDropped:
+		ev = &api.RunOutputDroppedEvent{}
+	case api.EventRunExited:
+		ev = &api.RunExitedEvent{}
+	default:
+		return nil, fmt.Errorf("skillbox: unknown notification %q", n.Method)
+	}
+	if err := json.Unmarshal(n.Params, ev); err != nil {
+		return nil, fmt.Errorf("skillbox: decoding %s: %w", n.Method, err)
+	}
+	return ev, nil
+}
+
+// OnNotification sets the function that receives every notification the
+// daemon sends on this client's connections (nil: they are ignored). It is
+// called on the connection's reader, in order, before the response of the
+// call they belong to; it must return quickly.
+func (c *Client) OnNotification(h func(Notification)) {
+	if h == nil {
+		c.onNote.Store(nil)
+		return
+	}
+	c.onNote.Store(&h)
+}
+
+func (c *Client) notifyHandler() func(Notification) {
+	if h := c.onNote.Load(); h != nil {
+		return *h
+	}
+	return nil
+}
+
 // ---- typed methods ----
 
 // CreateSession starts a session and returns its id.
 func (c *Client) CreateSession(ctx context.Context) (string, error) {
-	var r CreateSessionResult
-	if err := c.Call(ctx, MethodSessionsCreate, struct{}{}, &r); err != nil {
+	var r api.CreateSessionResult
+	if err := c.Call(ctx, api.MethodSessionsCreate, struct{}{}, &r); err != nil {
 		return "", err
 	}
 	return r.SessionID, nil
@@ -481,13 +537,13 @@ func (c *Client) CreateSession(ctx context.Context) (string, error) {
 
 // CloseSession ends a session.
 func (c *Client) CloseSession(ctx context.Context, sessionID string) error {
-	return c.Call(ctx, MethodSessionsClose, SessionParams{SessionID: sessionID}, nil)
+	return c.Call(ctx, api.MethodSessionsClose, api.SessionParams{SessionID: sessionID}, nil)
 }
 
 // Instructions returns the instructions for the host's next LLM call.
-func (c *Client) Instructions(ctx context.Context, sessionID string) (*InstructionsResult, error) {
-	var r InstructionsResult
-	if err := c.Call(ctx, MethodSessionsInstructions, SessionParams{SessionID: sessionID}, &r); err != nil {
+func (c *Client) Instructions(ctx context.Context, sessionID string) (*api.InstructionsResult, error) {
+	var r api.InstructionsResult
+	if err := c.Call(ctx, api.MethodSessionsInstructions, api.SessionParams{SessionID: sessionID}, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -498,12 +554,12 @@ func (c *Client) Instructions(ctx context.Context, sessionID string) (*Instructi
 // model_invocable}]; skills disabled for model invocation are in it, marked
 // ModelInvocable false. (The {"skills": [...]} object of earlier daemons is
 // still read.)
-func (c *Client) ListSkills(ctx context.Context, p ListSkillsParams) ([]SkillInfo, error) {
+func (c *Client) ListSkills(ctx context.Context, p api.ListSkillsParams) ([]api.SkillInfo, error) {
 	var raw json.RawMessage
-	if err := c.Call(ctx, MethodSkillsList, p, &raw); err != nil {
+	if err := c.Call(ctx, api.MethodSkillsList, p, &raw); err != nil {
 		return nil, err
 	}
-	out := []SkillInfo{}
+	out := []api.SkillInfo{}
 	if err := decodeList(raw, "skills", &out); err != nil {
 		return nil, fmt.Errorf("skillbox: decoding the skills.list result: %w", err)
 	}
@@ -511,27 +567,27 @@ func (c *Client) ListSkills(ctx context.Context, p ListSkillsParams) ([]SkillInf
 }
 
 // Load activates skills in a session and returns the receipt.
-func (c *Client) Load(ctx context.Context, p LoadParams) (*LoadResult, error) {
-	var r LoadResult
-	if err := c.Call(ctx, MethodSkillsLoad, p, &r); err != nil {
+func (c *Client) Load(ctx context.Context, p api.LoadParams) (*api.LoadResult, error) {
+	var r api.LoadResult
+	if err := c.Call(ctx, api.MethodSkillsLoad, p, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
 // Unload deactivates skills and returns the updated receipt.
-func (c *Client) Unload(ctx context.Context, p UnloadParams) (*LoadResult, error) {
-	var r LoadResult
-	if err := c.Call(ctx, MethodSkillsUnload, p, &r); err != nil {
+func (c *Client) Unload(ctx context.Context, p api.UnloadParams) (*api.LoadResult, error) {
+	var r api.LoadResult
+	if err := c.Call(ctx, api.MethodSkillsUnload, p, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
 // Read reads a file of a loaded skill.
-func (c *Client) Read(ctx context.Context, p ReadParams) (*ReadResult, error) {
-	var r ReadResult
-	if err := c.Call(ctx, MethodSkillsRead, p, &r); err != nil {
+func (c *Client) Read(ctx context.Context, p api.ReadParams) (*api.ReadResult, error) {
+	var r api.ReadResult
+	if err := c.Call(ctx, api.MethodSkillsRead, p, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -540,46 +596,56 @@ func (c *Client) Read(ctx context.Context, p ReadParams) (*ReadResult, error) {
 // RunScript runs a script of a loaded skill in a sandbox. When policy holds
 // the run for approval the error is an *Error of KindConfirmationRequired;
 // see (*Error).ConfirmationRequired.
-func (c *Client) RunScript(ctx context.Context, p RunScriptParams) (*RunScriptResult, error) {
-	var r RunScriptResult
-	if err := c.Call(ctx, MethodSkillsRunScript, p, &r); err != nil {
+func (c *Client) RunScript(ctx context.Context, p api.RunScriptParams) (*api.RunScriptResult, error) {
+	var r api.RunScriptResult
+	if err := c.Call(ctx, api.MethodSkillsRunScript, p, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
+// CancelRun stops a run of the caller's (its id is in run.started and in
+// the result); the run's call then returns with reason "cancelled".
+func (c *Client) CancelRun(ctx context.Context, runID string) (*api.CancelRunResult, error) {
+	var r api.CancelRunResult
+	if err := c.Call(ctx, api.MethodRunsCancel, api.CancelRunParams{RunID: runID}, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
 // CheckTool asks whether the host may call one of its own tools now.
-func (c *Client) CheckTool(ctx context.Context, p CheckToolParams) (*CheckToolResult, error) {
-	var r CheckToolResult
-	if err := c.Call(ctx, MethodToolsCheck, p, &r); err != nil {
+func (c *Client) CheckTool(ctx context.Context, p api.CheckToolParams) (*api.CheckToolResult, error) {
+	var r api.CheckToolResult
+	if err := c.Call(ctx, api.MethodToolsCheck, p, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
 // ListConfirmations lists confirmation requests the caller may see.
-func (c *Client) ListConfirmations(ctx context.Context, p ListConfirmationsParams) ([]Confirmation, error) {
+func (c *Client) ListConfirmations(ctx context.Context, p api.ListConfirmationsParams) ([]api.Confirmation, error) {
 	var raw json.RawMessage
-	if err := c.Call(ctx, MethodConfirmationsList, p, &raw); err != nil {
+	if err := c.Call(ctx, api.MethodConfirmationsList, p, &raw); err != nil {
 		return nil, err
 	}
-	var out []Confirmation
+	var out []api.Confirmation
 	return out, decodeList(raw, "confirmations", &out)
 }
 
 // Approve approves a pending confirmation (the caller must be an approver).
-func (c *Client) Approve(ctx context.Context, id string) (*Confirmation, error) {
-	var r Confirmation
-	if err := c.Call(ctx, MethodConfirmationsApprove, ConfirmationIDParams{ID: id}, &r); err != nil {
+func (c *Client) Approve(ctx context.Context, id string) (*api.Confirmation, error) {
+	var r api.Confirmation
+	if err := c.Call(ctx, api.MethodConfirmationsApprove, api.ConfirmationIDParams{ID: id}, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
 }
 
 // Deny denies a confirmation; denials are final.
-func (c *Client) Deny(ctx context.Context, id string) (*Confirmation, error) {
-	var r Confirmation
-	if err := c.Call(ctx, MethodConfirmationsDeny, ConfirmationIDParams{ID: id}, &r); err != nil {
+func (c *Client) Deny(ctx context.Context, id string) (*api.Confirmation, error) {
+	var r api.Confirmation
+	if err := c.Call(ctx, api.MethodConfirmationsDeny, api.ConfirmationIDParams{ID: id}, &r); err != nil {
 		return nil, err
 	}
 	return &r, nil
@@ -600,14 +666,4 @@ func decodeList(raw json.RawMessage, key string, out any) error {
 		return nil
 	}
 	return json.Unmarshal(raw, out)
-}
-
-// NewFile makes an input file for RunScriptParams.Files.
-func NewFile(name string, data []byte) File {
-	return File{Name: name, Content: base64.StdEncoding.EncodeToString(data)}
-}
-
-// Data decodes an output file's content.
-func (o Output) Data() ([]byte, error) {
-	return base64.StdEncoding.DecodeString(o.Content)
 }

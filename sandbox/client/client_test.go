@@ -12,17 +12,18 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skillbox/skillbox/sandbox"
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
+	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 )
 
-// serve runs a real sandbox.Server on a socket in a temp dir.
-func serve(t *testing.T, opts sandbox.ServerOptions, register func(*sandbox.Server)) (string, *sandbox.Server) {
+// serve runs a real jsonrpc.Server on a socket in a temp dir.
+func serve(t *testing.T, opts jsonrpc.ServerOptions, register func(*jsonrpc.Server)) (string, *jsonrpc.Server) {
 	t.Helper()
-	s := sandbox.NewServer(opts)
+	s := jsonrpc.NewServer(opts)
 	register(s)
 	path := filepath.Join(t.TempDir(), "c.sock")
-	ln, err := sandbox.Listen(path, 0o600, "")
+	ln, err := jsonrpc.Listen(path, 0o600, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,8 +48,8 @@ func dial(t *testing.T, path string) *client.Client {
 
 // bind decodes params strictly into T and returns result, so a field name
 // that differs between client and server fails the test.
-func bind[T any](s *sandbox.Server, method string, check func(T) (any, error)) {
-	s.Handle(method, func(ctx context.Context, call *sandbox.Call) (any, error) {
+func bind[T any](s *jsonrpc.Server, method string, check func(T) (any, error)) {
+	s.Handle(method, func(ctx context.Context, call *jsonrpc.Call) (any, error) {
 		var p T
 		if err := call.Bind(&p); err != nil {
 			return nil, err
@@ -59,67 +60,67 @@ func bind[T any](s *sandbox.Server, method string, check func(T) (any, error)) {
 
 func TestTypedMethodsRoundTrip(t *testing.T) {
 	now := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
-	conf := client.Confirmation{ID: "cnf_1", SessionID: "ses_1", Digest: "sha256:d", Reason: "network", Rule: "f.hcl:3",
-		State: client.ConfirmationApproved, Created: now, Expires: now.Add(time.Hour), RequestedBy: 1000,
-		DecidedBy: &client.Peer{UID: 0, PID: 1, Process: "skillbox"}}
-	var gotRun client.RunScriptParams
-	path, _ := serve(t, sandbox.ServerOptions{}, func(s *sandbox.Server) {
-		bind(s, client.MethodSessionsCreate, func(struct{}) (any, error) {
-			return client.CreateSessionResult{SessionID: "ses_1"}, nil
+	conf := api.Confirmation{ID: "cnf_1", SessionID: "ses_1", Digest: "sha256:d", Reason: "network", Rule: "f.hcl:3",
+		State: api.ConfirmationApproved, Created: now, Expires: now.Add(time.Hour), RequestedBy: 1000,
+		DecidedBy: &api.Peer{UID: 0, PID: 1, Process: "skillbox"}}
+	var gotRun api.RunScriptParams
+	path, _ := serve(t, jsonrpc.ServerOptions{}, func(s *jsonrpc.Server) {
+		bind(s, api.MethodSessionsCreate, func(struct{}) (any, error) {
+			return api.CreateSessionResult{SessionID: "ses_1"}, nil
 		})
-		bind(s, client.MethodSessionsClose, func(p client.SessionParams) (any, error) {
+		bind(s, api.MethodSessionsClose, func(p api.SessionParams) (any, error) {
 			if p.SessionID != "ses_1" {
-				return nil, fmt.Errorf("session %q: %w", p.SessionID, sandbox.ErrNotFound)
+				return nil, fmt.Errorf("session %q: %w", p.SessionID, api.ErrNotFound)
 			}
-			return client.CloseSessionResult{Closed: true}, nil
+			return api.CloseSessionResult{Closed: true}, nil
 		})
-		bind(s, client.MethodSessionsInstructions, func(p client.SessionParams) (any, error) {
-			return client.InstructionsResult{Instructions: "use skills", AvailableSkills: "<available_skills/>"}, nil
+		bind(s, api.MethodSessionsInstructions, func(p api.SessionParams) (any, error) {
+			return api.InstructionsResult{Instructions: "use skills", AvailableSkills: "<available_skills/>"}, nil
 		})
-		bind(s, client.MethodSkillsList, func(p client.ListSkillsParams) (any, error) {
+		bind(s, api.MethodSkillsList, func(p api.ListSkillsParams) (any, error) {
 			// The daemon answers with a bare array; the object of earlier
 			// daemons ({"skills": [...]}) is still read (query "legacy").
-			list := []client.SkillInfo{{Name: "pdf", Description: "PDFs", Digest: "sha256:a", Tags: []string{"docs"}, ModelInvocable: true}}
+			list := []api.SkillInfo{{Name: "pdf", Description: "PDFs", Digest: "sha256:a", Tags: []string{"docs"}, ModelInvocable: true}}
 			if p.Query == "legacy" {
 				return map[string]any{"skills": list}, nil
 			}
 			if p.Query == "none" {
-				return []client.SkillInfo{}, nil
+				return []api.SkillInfo{}, nil
 			}
 			return list, nil
 		})
-		bind(s, client.MethodSkillsLoad, func(p client.LoadParams) (any, error) {
-			return client.LoadResult{ActiveSkills: []client.ActiveSkill{{Name: p.Names[0], RootDir: "/s/" + p.Names[0], Digest: "sha256:a",
+		bind(s, api.MethodSkillsLoad, func(p api.LoadParams) (any, error) {
+			return api.LoadResult{ActiveSkills: []api.ActiveSkill{{Name: p.Names[0], RootDir: "/s/" + p.Names[0], Digest: "sha256:a",
 				Properties: map[string]any{"license": "MIT"}}}, Hints: []string{"mode=" + p.Mode}}, nil
 		})
-		bind(s, client.MethodSkillsUnload, func(p client.UnloadParams) (any, error) {
+		bind(s, api.MethodSkillsUnload, func(p api.UnloadParams) (any, error) {
 			if !p.All {
-				return nil, fmt.Errorf("want all: %w", sandbox.ErrInvalidParams)
+				return nil, fmt.Errorf("want all: %w", api.ErrInvalidParams)
 			}
-			return client.LoadResult{ActiveSkills: []client.ActiveSkill{}}, nil
+			return api.LoadResult{ActiveSkills: []api.ActiveSkill{}}, nil
 		})
-		bind(s, client.MethodSkillsRead, func(p client.ReadParams) (any, error) {
-			return client.ReadResult{Skill: "pdf", Path: p.Path, Size: 5, Encoding: "utf-8", Content: "hello"}, nil
+		bind(s, api.MethodSkillsRead, func(p api.ReadParams) (any, error) {
+			return api.ReadResult{Skill: "pdf", Path: p.Path, Size: 5, Encoding: "utf-8", Content: "hello"}, nil
 		})
-		bind(s, client.MethodSkillsRunScript, func(p client.RunScriptParams) (any, error) {
+		bind(s, api.MethodSkillsRunScript, func(p api.RunScriptParams) (any, error) {
 			gotRun = p
-			return client.RunScriptResult{RunID: "run_1", Path: p.Path, ExitCode: 3, Stdout: "out", Reason: client.ReasonExit, DurationMS: 12,
-				Outputs: []client.Output{{Path: "outputs/r.txt", Size: 2, SHA256: "x", Content: "b2s="}}}, nil
+			return api.RunScriptResult{RunID: "run_1", Path: p.Path, ExitCode: 3, Stdout: "out", Reason: api.ReasonExit, DurationMS: 12,
+				Outputs: []api.Output{{Path: "outputs/r.txt", Size: 2, SHA256: "x", Content: "b2s="}}}, nil
 		})
-		bind(s, client.MethodToolsCheck, func(p client.CheckToolParams) (any, error) {
-			return client.CheckToolResult{Decision: client.DecisionDeny, Rule: "skill pdf allowed-tools", Reason: string(p.Input)}, nil
+		bind(s, api.MethodToolsCheck, func(p api.CheckToolParams) (any, error) {
+			return api.CheckToolResult{Decision: api.DecisionDeny, Rule: "skill pdf allowed-tools", Reason: string(p.Input)}, nil
 		})
-		bind(s, client.MethodConfirmationsList, func(p client.ListConfirmationsParams) (any, error) {
-			return []client.Confirmation{conf}, nil
+		bind(s, api.MethodConfirmationsList, func(p api.ListConfirmationsParams) (any, error) {
+			return []api.Confirmation{conf}, nil
 		})
-		bind(s, client.MethodConfirmationsApprove, func(p client.ConfirmationIDParams) (any, error) {
+		bind(s, api.MethodConfirmationsApprove, func(p api.ConfirmationIDParams) (any, error) {
 			c := conf
 			c.ID = p.ID
 			return c, nil
 		})
-		bind(s, client.MethodConfirmationsDeny, func(p client.ConfirmationIDParams) (any, error) {
+		bind(s, api.MethodConfirmationsDeny, func(p api.ConfirmationIDParams) (any, error) {
 			c := conf
-			c.State = client.ConfirmationDenied
+			c.State = api.ConfirmationDenied
 			return c, nil
 		})
 	})
@@ -135,31 +136,31 @@ func TestTypedMethodsRoundTrip(t *testing.T) {
 		t.Fatalf("Instructions = %+v, %v", ins, err)
 	}
 	for _, q := range []string{"pdf", "legacy"} {
-		sk, err := c.ListSkills(ctx, client.ListSkillsParams{Query: q})
+		sk, err := c.ListSkills(ctx, api.ListSkillsParams{Query: q})
 		if err != nil || len(sk) != 1 || sk[0].Name != "pdf" || !sk[0].ModelInvocable || len(sk[0].Tags) != 1 {
 			t.Fatalf("ListSkills(%s) = %+v, %v", q, sk, err)
 		}
 	}
-	if sk, err := c.ListSkills(ctx, client.ListSkillsParams{Query: "none"}); err != nil || sk == nil || len(sk) != 0 {
+	if sk, err := c.ListSkills(ctx, api.ListSkillsParams{Query: "none"}); err != nil || sk == nil || len(sk) != 0 {
 		t.Fatalf("ListSkills(none) = %#v, %v; want an empty, non-nil list", sk, err)
 	}
 	var raw json.RawMessage
-	if err := c.Call(ctx, client.MethodSkillsList, client.ListSkillsParams{}, &raw); err != nil || !strings.HasPrefix(string(raw), "[") {
+	if err := c.Call(ctx, api.MethodSkillsList, api.ListSkillsParams{}, &raw); err != nil || !strings.HasPrefix(string(raw), "[") {
 		t.Fatalf("skills.list on the wire = %s, %v; want a bare array", raw, err)
 	}
-	lr, err := c.Load(ctx, client.LoadParams{SessionID: id, Names: []string{"pdf"}, Mode: client.LoadAdd})
+	lr, err := c.Load(ctx, api.LoadParams{SessionID: id, Names: []string{"pdf"}, Mode: api.LoadAdd})
 	if err != nil || lr.ActiveSkills[0].RootDir != "/s/pdf" || lr.Hints[0] != "mode=add" || lr.ActiveSkills[0].Properties["license"] != "MIT" {
 		t.Fatalf("Load = %+v, %v", lr, err)
 	}
-	if lr, err := c.Unload(ctx, client.UnloadParams{SessionID: id, All: true}); err != nil || len(lr.ActiveSkills) != 0 {
+	if lr, err := c.Unload(ctx, api.UnloadParams{SessionID: id, All: true}); err != nil || len(lr.ActiveSkills) != 0 {
 		t.Fatalf("Unload = %+v, %v", lr, err)
 	}
-	rr, err := c.Read(ctx, client.ReadParams{SessionID: id, Path: "SKILL.md", Offset: 1, Length: 2})
+	rr, err := c.Read(ctx, api.ReadParams{SessionID: id, Path: "SKILL.md", Offset: 1, Length: 2})
 	if err != nil || rr.Content != "hello" || rr.Path != "SKILL.md" {
 		t.Fatalf("Read = %+v, %v", rr, err)
 	}
-	want := client.RunScriptParams{SessionID: id, Skill: "pdf", Path: "scripts/x.py", Args: []string{"a", "b c"},
-		Env: map[string]string{"K": "V"}, Stdin: "in", TimeoutMS: 5000, Files: []client.File{client.NewFile("in.bin", []byte{0, 1, 2})},
+	want := api.RunScriptParams{SessionID: id, Skill: "pdf", Path: "scripts/x.py", Args: []string{"a", "b c"},
+		Env: map[string]string{"K": "V"}, Stdin: "in", TimeoutMS: 5000, Files: []api.File{api.NewFile("in.bin", []byte{0, 1, 2})},
 		Network: true, ConfirmationID: "cnf_1"}
 	res, err := c.RunScript(ctx, want)
 	if err != nil || res.ExitCode != 3 || res.RunID != "run_1" || res.Reason != "exit" {
@@ -171,11 +172,11 @@ func TestTypedMethodsRoundTrip(t *testing.T) {
 	if data, err := res.Outputs[0].Data(); err != nil || string(data) != "ok" {
 		t.Fatalf("output data %q, %v", data, err)
 	}
-	ct, err := c.CheckTool(ctx, client.CheckToolParams{SessionID: id, Tool: "Bash", Input: json.RawMessage(`{"command":"ls"}`)})
+	ct, err := c.CheckTool(ctx, api.CheckToolParams{SessionID: id, Tool: "Bash", Input: json.RawMessage(`{"command":"ls"}`)})
 	if err != nil || ct.Decision != "deny" || ct.Reason != `{"command":"ls"}` {
 		t.Fatalf("CheckTool = %+v, %v", ct, err)
 	}
-	cl, err := c.ListConfirmations(ctx, client.ListConfirmationsParams{State: "pending"})
+	cl, err := c.ListConfirmations(ctx, api.ListConfirmationsParams{State: "pending"})
 	if err != nil || len(cl) != 1 || !cl[0].Created.Equal(now) || cl[0].DecidedBy.Process != "skillbox" {
 		t.Fatalf("ListConfirmations = %+v, %v", cl, err)
 	}
@@ -189,24 +190,24 @@ func TestTypedMethodsRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = c.CloseSession(ctx, "ses_other")
-	if !client.IsKind(err, client.KindNotFound) {
+	if !client.IsKind(err, api.KindNotFound) {
 		t.Fatalf("CloseSession(other) = %v", err)
 	}
 }
 
-// The wire structs of the server side (sandbox.Confirmation, sandbox.Peer)
+// The wire structs of the server side (api.Confirmation, api.Peer)
 // encode to what the client decodes.
 func TestServerTypesMatchClient(t *testing.T) {
 	now := time.Now().UTC().Round(0)
-	sc := sandbox.Confirmation{ID: "cnf_1", SessionID: "ses_1", Digest: "d", Reason: "r", Rule: "x", State: sandbox.ConfirmationUsed,
-		Created: now, Expires: now, RequestedBy: 5, DecidedBy: &sandbox.Peer{UID: 1, GID: 2, PID: 3, Process: "p"}, DecidedAt: &now, UsedAt: &now,
+	sc := api.Confirmation{ID: "cnf_1", SessionID: "ses_1", Digest: "d", Reason: "r", Rule: "x", State: api.ConfirmationUsed,
+		Created: now, Expires: now, RequestedBy: 5, DecidedBy: &api.Peer{UID: 1, GID: 2, PID: 3, Process: "p"}, DecidedAt: &now, UsedAt: &now,
 		Details: map[string]string{"a": "b"}}
 	b, _ := json.Marshal(sc)
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
-	var cc client.Confirmation
+	var cc api.Confirmation
 	if err := dec.Decode(&cc); err != nil {
-		t.Fatalf("client cannot decode sandbox.Confirmation: %v", err)
+		t.Fatalf("client cannot decode api.Confirmation: %v", err)
 	}
 	back, _ := json.Marshal(cc)
 	if string(back) != string(b) {
@@ -215,15 +216,15 @@ func TestServerTypesMatchClient(t *testing.T) {
 }
 
 func TestErrorsAndConfirmationData(t *testing.T) {
-	path, _ := serve(t, sandbox.ServerOptions{}, func(s *sandbox.Server) {
-		s.Handle(client.MethodSkillsRunScript, func(ctx context.Context, call *sandbox.Call) (any, error) {
-			return nil, &sandbox.ConfirmationRequiredError{ID: "cnf_7", Reason: "network", Rule: "f.hcl:9", Digest: "sha256:z"}
+	path, _ := serve(t, jsonrpc.ServerOptions{}, func(s *jsonrpc.Server) {
+		s.Handle(api.MethodSkillsRunScript, func(ctx context.Context, call *jsonrpc.Call) (any, error) {
+			return nil, &api.ConfirmationRequiredError{ID: "cnf_7", Reason: "network", Rule: "f.hcl:9", Digest: "sha256:z"}
 		})
 	})
 	c := dial(t, path)
-	_, err := c.RunScript(context.Background(), client.RunScriptParams{SessionID: "s", Path: "scripts/a.sh"})
+	_, err := c.RunScript(context.Background(), api.RunScriptParams{SessionID: "s", Path: "scripts/a.sh"})
 	var e *client.Error
-	if !errors.As(err, &e) || e.Kind != client.KindConfirmationRequired || e.Code != sandbox.CodeConfirmationRequired {
+	if !errors.As(err, &e) || e.Kind != api.KindConfirmationRequired || e.Code != jsonrpc.CodeConfirmationRequired {
 		t.Fatalf("err = %#v", err)
 	}
 	cr, ok := e.ConfirmationRequired()
@@ -234,14 +235,14 @@ func TestErrorsAndConfirmationData(t *testing.T) {
 		t.Error("kind left in Data")
 	}
 	err = c.Call(context.Background(), "skills.lst", nil, nil)
-	if !errors.As(err, &e) || e.Code != sandbox.CodeMethodNotFound || !strings.Contains(e.Message, "skills.run_script") {
+	if !errors.As(err, &e) || e.Code != jsonrpc.CodeMethodNotFound || !strings.Contains(e.Message, "skills.run_script") {
 		t.Fatalf("unknown method: %v", err)
 	}
 }
 
 func TestConcurrentCallsOneClient(t *testing.T) {
-	path, _ := serve(t, sandbox.ServerOptions{}, func(s *sandbox.Server) {
-		s.Handle("sleep", func(ctx context.Context, call *sandbox.Call) (any, error) {
+	path, _ := serve(t, jsonrpc.ServerOptions{}, func(s *jsonrpc.Server) {
+		s.Handle("sleep", func(ctx context.Context, call *jsonrpc.Call) (any, error) {
 			var p struct{ MS, N int }
 			if err := json.Unmarshal(call.Params, &p); err != nil {
 				return nil, err
@@ -276,13 +277,13 @@ func TestConcurrentCallsOneClient(t *testing.T) {
 
 func TestContextCancelCancelsServerCall(t *testing.T) {
 	cause := make(chan error, 1)
-	path, _ := serve(t, sandbox.ServerOptions{}, func(s *sandbox.Server) {
-		s.Handle("block", func(ctx context.Context, call *sandbox.Call) (any, error) {
+	path, _ := serve(t, jsonrpc.ServerOptions{}, func(s *jsonrpc.Server) {
+		s.Handle("block", func(ctx context.Context, call *jsonrpc.Call) (any, error) {
 			<-ctx.Done()
 			cause <- context.Cause(ctx)
 			return nil, ctx.Err()
 		})
-		s.Handle("echo", func(ctx context.Context, call *sandbox.Call) (any, error) { return call.Params, nil })
+		s.Handle("echo", func(ctx context.Context, call *jsonrpc.Call) (any, error) { return call.Params, nil })
 	})
 	c := dial(t, path)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
@@ -292,7 +293,7 @@ func TestContextCancelCancelsServerCall(t *testing.T) {
 	}
 	select {
 	case err := <-cause:
-		if !errors.Is(err, sandbox.ErrCallCancelled) {
+		if !errors.Is(err, jsonrpc.ErrCallCancelled) {
 			t.Fatalf("server-side cause %v", err)
 		}
 	case <-time.After(3 * time.Second):
@@ -306,8 +307,8 @@ func TestContextCancelCancelsServerCall(t *testing.T) {
 }
 
 func TestReconnectAfterIdleClose(t *testing.T) {
-	path, _ := serve(t, sandbox.ServerOptions{IdleTimeout: 100 * time.Millisecond}, func(s *sandbox.Server) {
-		s.Handle("echo", func(ctx context.Context, call *sandbox.Call) (any, error) { return 1, nil })
+	path, _ := serve(t, jsonrpc.ServerOptions{IdleTimeout: 100 * time.Millisecond}, func(s *jsonrpc.Server) {
+		s.Handle("echo", func(ctx context.Context, call *jsonrpc.Call) (any, error) { return 1, nil })
 	})
 	c := dial(t, path)
 	if err := c.Call(context.Background(), "echo", nil, nil); err != nil {
@@ -324,12 +325,12 @@ func TestReconnectAfterIdleClose(t *testing.T) {
 }
 
 func TestOverlongRequestAnsweredByID(t *testing.T) {
-	path, _ := serve(t, sandbox.ServerOptions{MaxLineBytes: 4096}, func(s *sandbox.Server) {
-		s.Handle("echo", func(ctx context.Context, call *sandbox.Call) (any, error) { return 1, nil })
+	path, _ := serve(t, jsonrpc.ServerOptions{MaxLineBytes: 4096}, func(s *jsonrpc.Server) {
+		s.Handle("echo", func(ctx context.Context, call *jsonrpc.Call) (any, error) { return 1, nil })
 	})
 	c := dial(t, path)
 	err := c.Call(context.Background(), "echo", map[string]string{"x": strings.Repeat("a", 100_000)}, nil)
-	if !client.IsKind(err, client.KindLimitExceeded) {
+	if !client.IsKind(err, api.KindLimitExceeded) {
 		t.Fatalf("over-long request: %v", err)
 	}
 	if err := c.Call(context.Background(), "echo", nil, nil); err != nil {
@@ -338,14 +339,14 @@ func TestOverlongRequestAnsweredByID(t *testing.T) {
 }
 
 func TestRefusedConnectionSaysWhy(t *testing.T) {
-	path, _ := serve(t, sandbox.ServerOptions{Authorize: func(p sandbox.Peer) error {
+	path, _ := serve(t, jsonrpc.ServerOptions{Authorize: func(p api.Peer) error {
 		return fmt.Errorf("uid %d is not allowed", p.UID)
-	}}, func(s *sandbox.Server) {
-		s.Handle("echo", func(ctx context.Context, call *sandbox.Call) (any, error) { return 1, nil })
+	}}, func(s *jsonrpc.Server) {
+		s.Handle("echo", func(ctx context.Context, call *jsonrpc.Call) (any, error) { return 1, nil })
 	})
 	c := dial(t, path)
 	err := c.Call(context.Background(), "echo", nil, nil)
-	if !client.IsKind(err, client.KindDenied) || !strings.Contains(err.Error(), "not allowed") {
+	if !client.IsKind(err, api.KindDenied) || !strings.Contains(err.Error(), "not allowed") {
 		t.Fatalf("refused connection: %v", err)
 	}
 }

@@ -1,0 +1,256 @@
+//go:build integration
+
+package main
+
+// End-to-end test of `skillbox mcp`: the official MCP TypeScript SDK client
+// (installed from npm by hack/mcp-client-deps.sh, pinned by the lock in
+// testdata/mcpclient) spawns the real binary self-contained and drives it
+// over stdio, with real gVisor sandboxes. Run with
+//
+//	go test -tags integration ./cmd/skillbox/ -run TestMCP -v
+//
+// SKILLBOX_MCP_CLIENT_DIR names the client's install directory (default:
+// the hack script's cache).
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// mcpClientResult is what testdata/mcpclient/client.mjs prints.
+type mcpClientResult struct {
+	Capabilities map[string]json.RawMessage `json:"capabilities"`
+	Instructions string                     `json:"instructions"`
+	Results      []struct {
+		Op       string                    `json:"op"`
+		Name     string                    `json:"name"`
+		Result   json.RawMessage           `json:"result"`
+		Error    *struct{ Message string } `json:"error"`
+		Progress []struct {
+			Message string `json:"message"`
+		} `json:"progress"`
+	} `json:"results"`
+	Elicitations []struct {
+		Message string `json:"message"`
+	} `json:"elicitations"`
+}
+
+// toolResult is a tools/call result as the client returns it.
+type toolResult struct {
+	IsError           bool `json:"isError"`
+	StructuredContent struct {
+		ExitCode int    `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+		Stderr   string `json:"stderr"`
+		Content  string `json:"content"`
+		Runtime  string `json:"runtime"`
+	} `json:"structuredContent"`
+	Content []struct {
+		Text string `json:"text"`
+	} `json:"content"`
+}
+
+func (r toolResult) text() string {
+	var parts []string
+	for _, c := range r.Content {
+		parts = append(parts, c.Text)
+	}
+	return strings.Join(parts, "\n")
+}
+
+// mcpClientDir installs the TypeScript SDK client (idempotent) and returns
+// its directory.
+func mcpClientDir(t *testing.T) string {
+	t.Helper()
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not installed: the end-to-end MCP test drives skillbox with the official TypeScript SDK; install Node.js 20+ and npm (Debian: apt-get install nodejs npm)")
+	}
+	cmd := exec.Command(filepath.Join(itRepo, "hack", "mcp-client-deps.sh"))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("hack/mcp-client-deps.sh: %v\n%s", err, stderr.String())
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func writeFiles(t *testing.T, root string, files map[string]string) {
+	t.Helper()
+	for rel, content := range files {
+		p := filepath.Join(root, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		mode := os.FileMode(0o644)
+		if strings.HasSuffix(rel, ".sh") {
+			mode = 0o755
+		}
+		if err := os.WriteFile(p, []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestMCPEndToEnd(t *testing.T) {
+	runItNeed(t, "runsc")
+	runItNeedImage(t, "shell")
+	clientDir := mcpClientDir(t)
+
+	base := t.TempDir()
+	root := filepath.Join(base, "skills")
+	writeFiles(t, root, map[string]string{
+		"hello/SKILL.md": "---\nname: hello\ndescription: Greets people and shows the kernel it runs on.\n---\n" +
+			"Greet $0. The request was: $ARGUMENTS\n",
+		"hello/references/guide.md":   "Be polite.\n",
+		"hello/scripts/kernel.sh":     "#!/bin/sh\nuname -a\ncat /proc/version\ndmesg 2>&1 | head -5\n",
+		"hello/scripts/fail.sh":       "#!/bin/sh\necho 'no such customer' >&2\nexit 7\n",
+		"guarded-hello/SKILL.md":      "---\nname: guarded-hello\ndescription: Needs approval to run.\n---\nRun scripts/ok.sh.\n",
+		"guarded-hello/scripts/ok.sh": "#!/bin/sh\necho approved run\n",
+	})
+	auditDir := filepath.Join(base, "audit")
+	cfgPath := filepath.Join(base, "skillbox.hcl")
+	cfg := `
+daemon {
+  audit_dir = "` + auditDir + `"
+  approvers = ["root"]
+}
+images { dir = "` + itImages + `" }
+runtime "runsc" { state_dir = "` + filepath.Join(base, "runsc") + `" }
+` + itPolicy
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	plan, _ := json.Marshal(map[string]any{
+		"elicit": "accept",
+		"steps": []map[string]any{
+			{"op": "listTools"},
+			{"op": "callTool", "name": "skills_load", "arguments": map[string]any{"names": []string{"hello"}}},
+			{"op": "callTool", "name": "skills_read", "arguments": map[string]any{"path": "references/guide.md"}},
+			{"op": "callTool", "name": "skills_run_script", "arguments": map[string]any{"path": "scripts/kernel.sh"}},
+			{"op": "callTool", "name": "skills_run_script", "arguments": map[string]any{"path": "scripts/fail.sh"}},
+			{"op": "callTool", "name": "skills_read", "arguments": map[string]any{"path": "../guarded-hello/SKILL.md"}},
+			{"op": "getPrompt", "name": "hello", "arguments": map[string]any{"arguments": `"Ada Lovelace" kindly`}},
+			{"op": "readResource", "uri": "skill://index.json"},
+			{"op": "callTool", "name": "skills_load", "arguments": map[string]any{"names": []string{"guarded-hello"}, "mode": "add"}},
+			{"op": "callTool", "name": "skills_run_script", "arguments": map[string]any{"skill": "guarded-hello", "path": "scripts/ok.sh"}},
+		},
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "node", filepath.Join(clientDir, "client.mjs"), string(plan), "--",
+		itBin, "mcp", "--root", root, "--config", cfgPath)
+	cmd.Env = append(os.Environ(), "SKILLBOX_IMAGES="+itImages)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("MCP client: %v\nstdout:\n%s\nstderr:\n%s", err, stdout.String(), stderr.String())
+	}
+	var out mcpClientResult
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
+		t.Fatalf("client output: %v\n%s", err, stdout.String())
+	}
+	if _, ok := out.Capabilities["extensions"]; !ok || !strings.Contains(out.Instructions, "<available_skills>") {
+		t.Errorf("capabilities %v, instructions %q", out.Capabilities, out.Instructions)
+	}
+	step := func(i int) json.RawMessage {
+		r := out.Results[i]
+		if r.Error != nil {
+			t.Fatalf("step %d (%s %s) failed: %s", i, r.Op, r.Name, r.Error.Message)
+		}
+		return r.Result
+	}
+	tool := func(i int) toolResult {
+		var tr toolResult
+		if err := json.Unmarshal(step(i), &tr); err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+
+	var tools struct{ Tools []struct{ Name string } }
+	json.Unmarshal(step(0), &tools)
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+	}
+	for _, want := range []string{"skills_list", "skills_load", "skills_read", "skills_run_script", "skills_run_code", "tools_check"} {
+		if !strings.Contains(strings.Join(names, " "), want) {
+			t.Errorf("tools %v lack %s", names, want)
+		}
+	}
+	if r := tool(1); r.IsError {
+		t.Errorf("load: %s", r.text())
+	}
+	if r := tool(2); r.IsError || r.StructuredContent.Content != "Be polite.\n" {
+		t.Errorf("read: %+v", r)
+	}
+
+	kernel := tool(3)
+	if kernel.IsError || kernel.StructuredContent.ExitCode != 0 || !strings.Contains(kernel.StructuredContent.Stdout, "gVisor") {
+		t.Errorf("kernel.sh should run in gVisor (dmesg shows its kernel): %+v", kernel)
+	}
+	t.Logf("inside the sandbox:\n%s", kernel.StructuredContent.Stdout)
+	var streamed bool
+	for _, p := range out.Results[3].Progress {
+		streamed = streamed || strings.HasPrefix(p.Message, "stdout: ")
+	}
+	if !streamed {
+		t.Errorf("no output progress during the run: %+v", out.Results[3].Progress)
+	}
+
+	fail := tool(4)
+	if !fail.IsError || fail.StructuredContent.ExitCode != 7 || !strings.Contains(fail.text(), "exited with code 7") || !strings.Contains(fail.text(), "no such customer") {
+		t.Errorf("failing script should be a tool error with its exit code and stderr: %+v", fail)
+	}
+	if r := tool(5); !r.IsError || !strings.Contains(r.text(), "invalid_params") {
+		t.Errorf("a path outside the skill should be refused: %+v", r)
+	}
+
+	var prompt struct {
+		Messages []struct {
+			Content struct{ Text string } `json:"content"`
+		} `json:"messages"`
+	}
+	json.Unmarshal(step(6), &prompt)
+	if len(prompt.Messages) != 1 || !strings.Contains(prompt.Messages[0].Content.Text, `Greet Ada Lovelace. The request was: "Ada Lovelace" kindly`) {
+		t.Errorf("prompt = %+v", prompt)
+	}
+
+	var res struct{ Contents []struct{ Text string } }
+	json.Unmarshal(step(7), &res)
+	if len(res.Contents) != 1 || !strings.Contains(res.Contents[0].Text, `"uri": "skill://hello/scripts/kernel.sh"`) || !strings.Contains(res.Contents[0].Text, `"digest": "sha256:`) {
+		t.Errorf("skill://index.json = %+v", res)
+	}
+
+	guarded := tool(9)
+	if guarded.IsError || !strings.Contains(guarded.StructuredContent.Stdout, "approved run") {
+		t.Errorf("run approved through elicitation: %+v", guarded)
+	}
+	if len(out.Elicitations) != 1 || !strings.Contains(out.Elicitations[0].Message, "approval") {
+		t.Errorf("elicitations = %+v", out.Elicitations)
+	}
+
+	// Every run is in the audit trail the config names.
+	var trail strings.Builder
+	filepath.Walk(auditDir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			b, _ := os.ReadFile(p)
+			trail.Write(b)
+		}
+		return nil
+	})
+	for _, want := range []string{"scripts/kernel.sh", "scripts/fail.sh", "scripts/ok.sh"} {
+		if !strings.Contains(trail.String(), want) {
+			t.Errorf("audit trail in %s does not mention %s", auditDir, want)
+		}
+	}
+}

@@ -1,0 +1,26 @@
+package api
+
+import "context"
+
+// Service is the tool-call surface every front end adapts: one method per
+// call, the caller's identity as a value, params and results as the types
+// of this package. The service (sandbox/service.Service) implements it;
+// front ends decode a request, call the method and encode the answer, and
+// pass a ctx that carries the request id (WithRequestID) and, for runs, an
+// EventSink (WithEventSink). Errors are classified with KindOf.
+type Service interface {
+	CreateSession(ctx context.Context, caller Peer) (*CreateSessionResult, error)
+	CloseSession(ctx context.Context, caller Peer, p SessionParams) (*CloseSessionResult, error)
+	Instructions(ctx context.Context, caller Peer, p SessionParams) (*InstructionsResult, error)
+	ListSkills(ctx context.Context, caller Peer, p ListSkillsParams) ([]SkillInfo, error)
+	LoadSkills(ctx context.Context, caller Peer, p LoadParams) (*LoadResult, error)
+	UnloadSkills(ctx context.Context, caller Peer, p UnloadParams) (*LoadResult, error)
+	ReadSkillFile(ctx context.Context, caller Peer, p ReadParams) (*ReadResult, error)
+	RunScript(ctx context.Context, caller Peer, p RunScriptParams) (*RunScriptResult, error)
+	RunCode(ctx context.Context, caller Peer, p RunCodeParams) (*RunScriptResult, error)
+	CheckTool(ctx context.Context, caller Peer, p CheckToolParams) (*CheckToolResult, error)
+	ListConfirmations(ctx context.Context, caller Peer, p ListConfirmationsParams) (*ListConfirmationsResult, error)
+	ApproveConfirmation(ctx context.Context, caller Peer, p ConfirmationIDParams) (*Confirmation, error)
+	DenyConfirmation(ctx context.Context, caller Peer, p ConfirmationIDParams) (*Confirmation, error)
+	CancelRun(ctx context.Context, caller Peer, p CancelRunParams) (*CancelRunResult, error)
+}

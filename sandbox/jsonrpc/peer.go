@@ -1,0 +1,57 @@
+package jsonrpc
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/skillbox/skillbox/sandbox/api"
+	"golang.org/x/sys/unix"
+)
+
+// ErrNoPeerCredentials is returned by PeerCredentials when the kernel does
+// not report credentials for a connection (not a Unix socket, or closed).
+var ErrNoPeerCredentials = errors.New("peer credentials unavailable")
+
+// PeerCredentials reads SO_PEERCRED from a Unix socket connection: the
+// caller's identity, which it cannot forge.
+func PeerCredentials(c net.Conn) (api.Peer, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return api.Peer{}, fmt.Errorf("%w: %T is not a Unix socket", ErrNoPeerCredentials, c)
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return api.Peer{}, fmt.Errorf("%w: %v", ErrNoPeerCredentials, err)
+	}
+	var cred *unix.Ucred
+	var credErr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return api.Peer{}, fmt.Errorf("%w: %v", ErrNoPeerCredentials, err)
+	}
+	if credErr != nil {
+		return api.Peer{}, fmt.Errorf("%w: %v", ErrNoPeerCredentials, credErr)
+	}
+	// The kernel reports the overflow ids (65534) or pid 0 for peers in
+	// other user/PID namespaces; they are still the kernel's answer, so
+	// accept them and let policy decide.
+	p := api.Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid}
+	if p.PID > 0 {
+		p.Process = processName(p.PID)
+	}
+	return p, nil
+}
+
+// processName returns /proc/pid/comm, or "" when it cannot be read.
+func processName(pid int32) string {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/comm")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}

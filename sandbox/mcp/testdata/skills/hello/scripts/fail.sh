@@ -1,0 +1,3 @@
+#!/bin/sh
+echo "something broke" >&2
+exit 3

@@ -1,0 +1,292 @@
+package mcp
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/skillbox/skillbox/sandbox/api"
+)
+
+// Tool names. MCP hosts prefix them with the server's name
+// (mcp__skillbox__skills_run_script), and some hosts allow only
+// [A-Za-z0-9_-] in tool names, so the dots of skillbox's method names
+// become underscores.
+const (
+	ToolList      = "skills_list"
+	ToolLoad      = "skills_load"
+	ToolUnload    = "skills_unload"
+	ToolRead      = "skills_read"
+	ToolRunScript = "skills_run_script"
+	ToolRunCode   = "skills_run_code"
+	ToolCheck     = "tools_check"
+)
+
+// The tool inputs are the service's params without session_id: the
+// connection is the session.
+
+// ListInput is skills_list's input.
+type ListInput struct {
+	Query string `json:"query,omitempty" jsonschema:"only skills whose name, description or tags contain this text"`
+}
+
+// ListOutput is skills_list's output.
+type ListOutput struct {
+	Skills []api.SkillInfo `json:"skills" jsonschema:"the skills, sorted by name; model_invocable false marks skills only a user may invoke"`
+}
+
+// LoadInput is skills_load's input.
+type LoadInput struct {
+	Names []string `json:"names" jsonschema:"names of the skills to load"`
+	Mode  string   `json:"mode,omitempty" jsonschema:"replace (default): these become the active skills; add: load them beside the active ones"`
+}
+
+// UnloadInput is skills_unload's input.
+type UnloadInput struct {
+	Names []string `json:"names,omitempty" jsonschema:"names of the skills to unload"`
+	All   bool     `json:"all,omitempty" jsonschema:"unload every active skill"`
+}
+
+// ReadInput is skills_read's input.
+type ReadInput struct {
+	Skill  string `json:"skill,omitempty" jsonschema:"the loaded skill to read from (default: the most recently loaded)"`
+	Path   string `json:"path" jsonschema:"path relative to the skill directory, like references/guide.md"`
+	Offset int64  `json:"offset,omitempty" jsonschema:"byte offset to start at"`
+	Length int64  `json:"length,omitempty" jsonschema:"number of bytes to read (default: to the end, capped)"`
+}
+
+// RunScriptInput is skills_run_script's input.
+type RunScriptInput struct {
+	Skill          string            `json:"skill,omitempty" jsonschema:"the loaded skill whose script to run (default: the most recently loaded)"`
+	Path           string            `json:"path" jsonschema:"the script, relative to the skill directory, like scripts/extract.py; its extension picks the interpreter"`
+	Args           []string          `json:"args,omitempty" jsonschema:"command-line arguments"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables (only names the policy allows)"`
+	Stdin          string            `json:"stdin,omitempty" jsonschema:"text given on standard input"`
+	TimeoutMS      int64             `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (capped by policy)"`
+	Files          []api.File        `json:"files,omitempty" jsonschema:"input files put in the working directory: name (relative) and content (base64)"`
+	ConfirmationID string            `json:"confirmation_id,omitempty" jsonschema:"the id of an approved confirmation, to repeat a run that needed approval"`
+}
+
+// RunCodeInput is skills_run_code's input.
+type RunCodeInput struct {
+	Language       string            `json:"language" jsonschema:"python, shell or node"`
+	Code           string            `json:"code" jsonschema:"the program; every active skill is mounted read-only and importable"`
+	Args           []string          `json:"args,omitempty" jsonschema:"command-line arguments"`
+	Files          []api.File        `json:"files,omitempty" jsonschema:"input files put in the working directory: name (relative) and content (base64)"`
+	Stdin          string            `json:"stdin,omitempty" jsonschema:"text given on standard input"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables (only names the policy allows)"`
+	TimeoutMS      int64             `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (capped by policy)"`
+	ConfirmationID string            `json:"confirmation_id,omitempty" jsonschema:"the id of an approved confirmation, to repeat a run that needed approval"`
+}
+
+// CheckInput is tools_check's input.
+type CheckInput struct {
+	Tool  string `json:"tool" jsonschema:"the host tool about to be called, in the ecosystem's syntax: Read, Bash, skills.run_script"`
+	Input any    `json:"input,omitempty" jsonschema:"the tool's input, for rules that look at it (a Bash command, a path)"`
+}
+
+func (c *Conn) addTools() {
+	ro := &sdk.ToolAnnotations{ReadOnlyHint: true}
+	sdk.AddTool(c.mcp, &sdk.Tool{
+		Name:        ToolList,
+		Title:       "List skills",
+		Description: "List the Agent Skills skillbox serves: name, description, digest, tags.",
+		Annotations: ro,
+	}, c.list)
+	c.addLoadTool(nil)
+	sdk.AddTool(c.mcp, &sdk.Tool{
+		Name:        ToolUnload,
+		Title:       "Unload skills",
+		Description: "Unload active skills (by name, or all) from this conversation.",
+	}, c.unload)
+	sdk.AddTool(c.mcp, &sdk.Tool{
+		Name:        ToolRead,
+		Title:       "Read a skill file",
+		Description: "Read a file of a loaded skill (SKILL.md, references/, assets/, scripts/). Paths stay inside the skill directory.",
+		Annotations: ro,
+	}, c.read)
+	sdk.AddTool(c.mcp, &sdk.Tool{
+		Name:  ToolRunScript,
+		Title: "Run a skill script",
+		Description: "Run a script of a loaded skill in an isolated sandbox (gVisor by default; no network unless policy allows). " +
+			"The interpreter comes from the extension. A non-zero exit is a tool error carrying exit_code and stderr. " +
+			"Files the script writes in its working directory come back in outputs.",
+	}, c.runScript)
+	sdk.AddTool(c.mcp, &sdk.Tool{
+		Name:  ToolRunCode,
+		Title: "Run code",
+		Description: "Run code you wrote (python, shell or node) in the same kind of sandbox as a skill script, " +
+			"with every active skill mounted read-only. A non-zero exit is a tool error carrying exit_code and stderr.",
+	}, c.runCode)
+	sdk.AddTool(c.mcp, &sdk.Tool{
+		Name:        ToolCheck,
+		Title:       "Check a tool call",
+		Description: "Ask whether a tool call is allowed while the active skills are in force: decision allow, deny or confirm, and the rule that decided.",
+		Annotations: ro,
+	}, c.check)
+}
+
+// addLoadTool (re)registers skills_load with the catalog in its
+// description, for hosts that show tools to the model but not the server's
+// instructions; re-registering sends tools/list_changed.
+func (c *Conn) addLoadTool(list []api.SkillInfo) {
+	desc := "Load Agent Skills into this conversation by name: their instructions apply and their scripts can be run. Load a skill before following it."
+	var names []string
+	for _, s := range list {
+		if s.ModelInvocable {
+			names = append(names, s.Name)
+		}
+	}
+	if len(names) > 0 {
+		desc += " Available: " + strings.Join(names, ", ") + "."
+	}
+	sdk.AddTool(c.mcp, &sdk.Tool{Name: ToolLoad, Title: "Load skills", Description: desc}, c.load)
+}
+
+func (c *Conn) list(ctx context.Context, _ *sdk.CallToolRequest, in ListInput) (*sdk.CallToolResult, ListOutput, error) {
+	res, err := c.s.svc.ListSkills(ctx, c.caller, api.ListSkillsParams{SessionID: c.session, Query: in.Query})
+	if err != nil {
+		return nil, ListOutput{}, toolError(err)
+	}
+	if res == nil {
+		res = []api.SkillInfo{}
+	}
+	return nil, ListOutput{Skills: res}, nil
+}
+
+func (c *Conn) load(ctx context.Context, _ *sdk.CallToolRequest, in LoadInput) (*sdk.CallToolResult, *api.LoadResult, error) {
+	res, err := c.s.svc.LoadSkills(ctx, c.caller, api.LoadParams{SessionID: c.session, Names: in.Names, Mode: in.Mode})
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, res, nil
+}
+
+func (c *Conn) unload(ctx context.Context, _ *sdk.CallToolRequest, in UnloadInput) (*sdk.CallToolResult, *api.LoadResult, error) {
+	res, err := c.s.svc.UnloadSkills(ctx, c.caller, api.UnloadParams{SessionID: c.session, Names: in.Names, All: in.All})
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, res, nil
+}
+
+func (c *Conn) read(ctx context.Context, _ *sdk.CallToolRequest, in ReadInput) (*sdk.CallToolResult, *api.ReadResult, error) {
+	res, err := c.s.svc.ReadSkillFile(ctx, c.caller, api.ReadParams{
+		SessionID: c.session, Skill: in.Skill, Path: in.Path, Offset: in.Offset, Length: in.Length,
+	})
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	// The file's text is the content a model reads; the rest is metadata.
+	text := res.Content
+	if res.Encoding != "utf-8" {
+		text = fmt.Sprintf("%s is binary (%d bytes, sha256 %s); its base64 content is in the structured result", res.Path, res.Size, res.SHA256)
+	} else if res.Truncated {
+		text += fmt.Sprintf("\n[truncated: %s has %d bytes; read on with offset and length]", res.Path, res.Size)
+	}
+	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}}, res, nil
+}
+
+func (c *Conn) check(ctx context.Context, _ *sdk.CallToolRequest, in CheckInput) (*sdk.CallToolResult, *api.CheckToolResult, error) {
+	p := api.CheckToolParams{SessionID: c.session, Tool: in.Tool}
+	if in.Input != nil {
+		raw, err := jsonMarshal(in.Input)
+		if err != nil {
+			return nil, nil, fmt.Errorf("invalid_params: input: %w", err)
+		}
+		p.Input = raw
+	}
+	res, err := c.s.svc.CheckTool(ctx, c.caller, p)
+	if err != nil {
+		return nil, nil, toolError(err)
+	}
+	return nil, res, nil
+}
+
+func (c *Conn) runScript(ctx context.Context, req *sdk.CallToolRequest, in RunScriptInput) (*sdk.CallToolResult, *api.RunScriptResult, error) {
+	p := api.RunScriptParams{
+		SessionID: c.session, Skill: in.Skill, Path: in.Path, Args: in.Args, Env: in.Env, Stdin: in.Stdin,
+		TimeoutMS: in.TimeoutMS, Files: in.Files, ConfirmationID: in.ConfirmationID,
+	}
+	return c.run(ctx, req, ToolRunScript, func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error) {
+		p.Stream = stream
+		if confirmationID != "" {
+			p.ConfirmationID = confirmationID
+		}
+		return c.s.svc.RunScript(ctx, c.caller, p)
+	})
+}
+
+func (c *Conn) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCodeInput) (*sdk.CallToolResult, *api.RunScriptResult, error) {
+	p := api.RunCodeParams{
+		SessionID: c.session, Language: in.Language, Code: in.Code, Args: in.Args, Files: in.Files,
+		Stdin: in.Stdin, Env: in.Env, TimeoutMS: in.TimeoutMS, ConfirmationID: in.ConfirmationID,
+	}
+	return c.run(ctx, req, ToolRunCode, func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error) {
+		p.Stream = stream
+		if confirmationID != "" {
+			p.ConfirmationID = confirmationID
+		}
+		return c.s.svc.RunCode(ctx, c.caller, p)
+	})
+}
+
+// runFunc makes the service call of a run, with the confirmation id to use
+// (if any) and whether to stream events.
+type runFunc func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error)
+
+// run makes a run call with progress from its events, asks the user to
+// confirm it when policy holds it for approval, and turns a failed script
+// into a tool error that still carries the whole result.
+func (c *Conn) run(ctx context.Context, req *sdk.CallToolRequest, tool string, call runFunc) (*sdk.CallToolResult, *api.RunScriptResult, error) {
+	confirmationID, answered, err := c.elicitationAnswer(ctx, req, tool)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, stream, stop := c.progress(ctx, req)
+	res, err := call(ctx, confirmationID, stream)
+	stop()
+	if err != nil {
+		if !answered {
+			if ask := c.askConfirmation(ctx, req, tool, err); ask != nil {
+				return ask, nil, nil
+			}
+		}
+		return nil, nil, toolError(err)
+	}
+	if res.ExitCode == 0 && (res.Reason == "" || res.Reason == api.ReasonExit) {
+		return nil, res, nil
+	}
+	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: failureText(res)}}}, res, nil
+}
+
+// failureText says how a run failed, with its stderr (the end of it, when
+// long; the structured result has all of it).
+func failureText(res *api.RunScriptResult) string {
+	var b strings.Builder
+	switch res.Reason {
+	case "", api.ReasonExit:
+		fmt.Fprintf(&b, "%s exited with code %d", res.Path, res.ExitCode)
+	default:
+		fmt.Fprintf(&b, "%s stopped: %s (exit code %d", res.Path, res.Reason, res.ExitCode)
+		if res.Signal != "" {
+			fmt.Fprintf(&b, ", signal %s", res.Signal)
+		}
+		b.WriteString(")")
+	}
+	fmt.Fprintf(&b, " after %d ms (run %s)", res.DurationMS, res.RunID)
+	for _, out := range []struct{ name, text string }{{"stderr", res.Stderr}, {"stdout", res.Stdout}} {
+		if out.text == "" {
+			continue
+		}
+		const tail = 4000
+		text := out.text
+		if len(text) > tail {
+			text = fmt.Sprintf("[last %d of %d bytes; all in the structured result]\n", tail, len(text)) + text[len(text)-tail:]
+		}
+		fmt.Fprintf(&b, "\n%s:\n%s", out.name, text)
+	}
+	return b.String()
+}

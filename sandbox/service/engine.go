@@ -1,0 +1,564 @@
+package service
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/skills"
+)
+
+// ScriptsDir is the only part of a skill whose files may be run.
+const ScriptsDir = "scripts"
+
+// maxScriptBytes caps how much of a script is read on the host (to hash it
+// and to sniff a shebang); a larger script is refused rather than half-hashed.
+const maxScriptBytes = 4 << 20
+
+// ImageSource yields a ready, unpacked rootfs for an image name, building the
+// image first when allowed. It is an interface so a warm pool or a containerd
+// snapshotter can supply rootfs differently later.
+type ImageSource interface {
+	Ensure(ctx context.Context, name string, progress io.Writer) (ImageRef, string, error)
+}
+
+// ImageRef names the image a run used, for results and audit.
+type ImageRef struct {
+	Name   string `json:"name"`
+	Digest string `json:"digest"`
+}
+
+// Auditor is the slice of the audit log the engine writes to. A nil Auditor
+// means "no audit configured" (a local `skillbox run` without an audit dir).
+type Auditor interface {
+	Append(ctx context.Context, r *audit.Record) error
+	Healthy() error
+}
+
+// Engine turns a run request into one sandboxed run: it confines the script
+// path, picks the interpreter image from the extension, applies the policy's
+// limits and network rule, writes the audit start/end records, and calls the
+// runtime. The daemon and `skillbox run` share it so both behave the same.
+type Engine struct {
+	Config  *policy.Config
+	Images  ImageSource
+	Runtime runtime.Runtime
+	// Pins gives each run a copy of the skill version it was checked
+	// against; required (a run never mounts the live skill directory).
+	Pins   SkillPinner
+	Audit  Auditor
+	Logger hclog.Logger
+	// Progress receives image build progress (stderr for the CLI).
+	Progress io.Writer
+
+	verMu          sync.Mutex // runs call version concurrently
+	runtimeVersion string
+}
+
+// RunRequest is one script run as asked for by a host or a person.
+type RunRequest struct {
+	Skill   *skills.Skill
+	Script  string // relative to the skill root, must lie under scripts/
+	Args    []string
+	Env     map[string]string
+	Stdin   []byte
+	Files   []runtime.InputFile
+	Limits  runtime.Limits // requested; may only lower the policy's limits
+	Network bool           // requested; needs a policy rule that allows it
+
+	// Who asked, for audit.
+	Peer      *api.Peer
+	SessionID string
+	RequestID string
+	Method    string // the JSON-RPC method, when the run came over the socket
+	// ConfirmationID is the approval the run used, if any (audit only; it is
+	// not part of the digest the approval is bound to).
+	ConfirmationID string
+
+	// Optional live copies of the streams (the CLI's terminal).
+	Stdout, Stderr runtime.StreamSink
+}
+
+// Plan is a validated request with everything resolved: what will run, where,
+// under which limits. Its Digest binds a confirmation to exactly this run.
+type Plan struct {
+	RunID        string
+	JobID        string // the container id: runtime.IDPrefix + the run id's hex
+	Request      RunRequest
+	Script       string // cleaned relative path
+	SkillRoot    string // the pinned copy of the skill the run mounts
+	ScriptSHA256 string
+	Interpreter  policy.Interpreter
+	Argv         []string
+	Env          []string
+	Limits       runtime.Limits
+	LimitRules   []string
+	Network      bool
+	NetworkRule  string
+	Digest       string
+}
+
+// Outcome is a finished run.
+type Outcome struct {
+	RunID  string
+	Plan   *Plan
+	Image  ImageRef
+	Result *runtime.Result
+}
+
+// Prepare validates req against the skill and the policy without running
+// anything. Errors wrap api.ErrInvalidParams, api.ErrNotFound or api.ErrDenied.
+func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
+	if req.Skill == nil {
+		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
+	}
+	rel, err := CleanScriptPath(req.Script)
+	if err != nil {
+		return nil, err
+	}
+	if e.Pins == nil {
+		return nil, fmt.Errorf("%w: the engine has no skill snapshot store", api.ErrUnavailable)
+	}
+	// Everything below reads the pinned copy: the script hashed here is the
+	// one the sandbox will see, whatever happens to the skill's directory.
+	root, err := e.Pins.Pin(req.Skill)
+	if err != nil {
+		return nil, err
+	}
+	f, err := skills.OpenInRoot(root, rel)
+	if err != nil {
+		if errors.Is(err, skills.ErrNotFound) {
+			return nil, fmt.Errorf("%w: script %q not found in skill %q: list its scripts/ with skills.read or skills list", api.ErrNotFound, rel, req.Skill.Name)
+		}
+		return nil, fmt.Errorf("%w: script %q: %v", api.ErrInvalidParams, rel, err)
+	}
+	script, err := io.ReadAll(io.LimitReader(f, maxScriptBytes+1))
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading script %q: %v", api.ErrInternal, rel, err)
+	}
+	if len(script) > maxScriptBytes {
+		return nil, fmt.Errorf("%w: script %q is larger than %d bytes", api.ErrInvalidParams, rel, maxScriptBytes)
+	}
+	sum := sha256.Sum256(script)
+
+	interp, err := e.Config.Interpreter(rel, script[:min(len(script), 256)])
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+	}
+
+	limits, rules := e.Config.LimitsFor(req.Skill.Name)
+	limits = policy.Tighten(limits, req.Limits)
+
+	network := false
+	netRule := ""
+	if req.Network {
+		ok, rule := e.Config.NetworkFor(req.Skill.Name)
+		if !ok {
+			return nil, fmt.Errorf("%w: network access for skill %q is not allowed by any policy rule; ask an administrator to set network = true in a policy block for it", api.ErrDenied, req.Skill.Name)
+		}
+		network, netRule = true, rule
+	}
+
+	env, err := envList(req.Env)
+	if err != nil {
+		return nil, err
+	}
+
+	argv := append([]string{}, interp.Argv...)
+	argv = append(argv, path.Join(runtime.SkillMount, rel))
+	argv = append(argv, req.Args...)
+
+	runID := newID("run_")
+	jobID := runtime.IDPrefix + strings.TrimPrefix(runID, "run_")
+	// Check what the backend would refuse (env names, input files, argv
+	// size) now, before a confirmation is asked for or a run is audited.
+	if err := runtime.ValidateJob(runtime.Job{
+		ID: jobID, RootFS: "/", SkillDir: "/", Args: argv, Env: env, Files: req.Files, Limits: limits,
+	}); err != nil {
+		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+	}
+
+	p := &Plan{
+		RunID:        runID,
+		JobID:        jobID,
+		Request:      req,
+		Script:       rel,
+		SkillRoot:    root,
+		ScriptSHA256: hex.EncodeToString(sum[:]),
+		Interpreter:  interp,
+		Argv:         argv,
+		Env:          env,
+		Limits:       limits,
+		LimitRules:   rules,
+		Network:      network,
+		NetworkRule:  netRule,
+	}
+	p.Digest = planDigest(p)
+	return p, nil
+}
+
+// CheckImage reports whether the image p runs in can be had now, without
+// building or unpacking anything (see ImageChecker); an image source that
+// cannot tell says yes, and Execute finds out.
+func (e *Engine) CheckImage(p *Plan) error {
+	if ic, ok := e.Images.(ImageChecker); ok {
+		return ic.Available(p.Interpreter.Image)
+	}
+	return nil
+}
+
+// Execute runs a prepared plan. The audit start record is written (and
+// fsynced) before the sandbox starts and the end record before the result is
+// returned; if either cannot be written the run is refused or its result
+// withheld (fail closed).
+func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
+	log := e.logger()
+	if e.Audit != nil {
+		if err := e.Audit.Healthy(); err != nil {
+			return nil, auditDown(err)
+		}
+	}
+	img, rootfs, err := e.Images.Ensure(ctx, p.Interpreter.Image, e.Progress)
+	if err != nil {
+		return nil, fmt.Errorf("%w: image %q for %s: %v", api.ErrUnavailable, p.Interpreter.Image, p.Script, err)
+	}
+	rtVersion := e.version(ctx)
+
+	req := p.Request
+	began := time.Now()
+	start := &audit.Record{
+		Event:     audit.EventRunStart,
+		Peer:      req.Peer,
+		SessionID: req.SessionID,
+		RequestID: req.RequestID,
+		Method:    req.Method,
+		Skill:     &audit.SkillRef{Name: req.Skill.Name, Digest: req.Skill.Digest, Location: req.Skill.Location},
+		Run:       e.runInfo(p, img, rtVersion),
+		Detail:    planDetail(p),
+	}
+	start.Run.Started = began.UTC()
+	if err := e.append(ctx, start); err != nil {
+		return nil, err
+	}
+
+	job := runtime.Job{
+		ID:       p.JobID,
+		RootFS:   rootfs,
+		SkillDir: p.SkillRoot,
+		Args:     p.Argv,
+		Env:      p.Env,
+		Stdin:    req.Stdin,
+		Files:    req.Files,
+		Limits:   p.Limits,
+		Network:  p.Network,
+		Stdout:   req.Stdout,
+		Stderr:   req.Stderr,
+	}
+	log.Debug("run starting", "run_id", p.RunID, "skill", req.Skill.Name, "script", p.Script, "image", img.Digest)
+	res, runErr := e.Runtime.Run(ctx, job)
+	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
+		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
+	}
+
+	end := &audit.Record{
+		Event:     audit.EventRunEnd,
+		Peer:      req.Peer,
+		SessionID: req.SessionID,
+		RequestID: req.RequestID,
+		Method:    req.Method,
+		Skill:     start.Skill,
+		Run:       e.runInfo(p, img, rtVersion),
+		Detail:    start.Detail,
+	}
+	end.Run.Started = began.UTC()
+	end.Run.Ended = time.Now().UTC()
+	if runErr == nil && res == nil {
+		runErr = fmt.Errorf("runtime %s returned no result", e.Runtime.Name())
+	}
+	if runErr != nil {
+		end.Outcome = audit.OutcomeError
+		end.Error = runErr.Error()
+	} else {
+		end.Outcome = string(res.Reason)
+		fillRunResult(end.Run, res)
+	}
+	// Use a fresh context: a cancelled caller must not cost us the end record.
+	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := e.append(actx, end); err != nil {
+		return nil, err
+	}
+	if runErr != nil {
+		log.Error("run failed", "run_id", p.RunID, "error", runErr)
+		// The run.end record holds the failure.
+		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
+	}
+	log.Info("run finished", "run_id", p.RunID, "skill", req.Skill.Name, "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
+	return &Outcome{RunID: p.RunID, Plan: p, Image: img, Result: res}, nil
+}
+
+// Run is Prepare then Execute, for callers with no confirmation step between.
+func (e *Engine) Run(ctx context.Context, req RunRequest) (*Outcome, error) {
+	p, err := e.Prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	return e.Execute(ctx, p)
+}
+
+// Decide asks the policy about a tool for a skill and audits the decision.
+func (e *Engine) Decide(ctx context.Context, s *skills.Skill, tool string, input []byte, rec audit.Record) (policy.Decision, error) {
+	d := e.Config.Decide(policy.Request{Skill: s.Name, AllowedTools: s.AllowedTools, Tool: tool, Input: input})
+	rec.Event = audit.EventDecision
+	rec.Skill = &audit.SkillRef{Name: s.Name, Digest: s.Digest}
+	rec.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(d.Effect), Rule: d.Rule, Reason: d.Reason, Mode: string(e.Config.Daemon.ToolMode)}
+	if len(input) > 0 {
+		rec.Decision.InputSHA256 = sha256Hex(input)
+	}
+	rec.Outcome = string(d.Effect)
+	if err := e.append(ctx, &rec); err != nil {
+		return d, err
+	}
+	return d, nil
+}
+
+func (e *Engine) append(ctx context.Context, r *audit.Record) error {
+	if e.Audit == nil {
+		return nil
+	}
+	if err := e.Audit.Append(ctx, r); err != nil {
+		return auditDown(err)
+	}
+	return nil
+}
+
+// auditDown is the error of a call refused because the audit log cannot be
+// written (fail closed). It says so once, with the log's own reason.
+func auditDown(err error) error {
+	why := strings.TrimPrefix(err.Error(), audit.ErrUnavailable.Error()+": ")
+	return fmt.Errorf("%w: the audit log cannot be written (%s); skillbox refuses audited calls, runs included, until it can", api.ErrUnavailable, why)
+}
+
+func (e *Engine) logger() hclog.Logger {
+	if e.Logger == nil {
+		return hclog.NewNullLogger()
+	}
+	return e.Logger
+}
+
+// version caches the runtime's version; it is asked once per engine (until
+// it answers).
+func (e *Engine) version(ctx context.Context) string {
+	e.verMu.Lock()
+	defer e.verMu.Unlock()
+	if e.runtimeVersion == "" {
+		v, err := e.Runtime.Version(ctx)
+		if err != nil {
+			return "unknown"
+		}
+		e.runtimeVersion = v
+	}
+	return e.runtimeVersion
+}
+
+func (e *Engine) runInfo(p *Plan, img ImageRef, rtVersion string) *audit.RunInfo {
+	req := p.Request
+	names, envHash := audit.EnvSummary(req.Env)
+	ri := &audit.RunInfo{
+		RunID:          p.RunID,
+		Script:         p.Script,
+		ScriptSHA256:   p.ScriptSHA256,
+		Args:           req.Args,
+		EnvNames:       names,
+		EnvHash:        envHash,
+		Runtime:        e.Runtime.Name(),
+		RuntimeVersion: rtVersion,
+		Image:          img.Name,
+		ImageDigest:    img.Digest,
+		Limits:         p.Limits,
+		Network:        p.Network,
+		Digest:         p.Digest,
+		ConfirmationID: req.ConfirmationID,
+	}
+	if len(req.Stdin) > 0 {
+		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), sha256Hex(req.Stdin)
+	}
+	for _, f := range req.Files {
+		ri.Inputs = append(ri.Inputs, audit.FileRef{Path: f.Name, Size: int64(len(f.Data)), SHA256: sha256Hex(f.Data)})
+	}
+	return ri
+}
+
+// planDetail names the configuration that shaped a run: the image block
+// that chose the interpreter, the sources of its limits and the network rule.
+func planDetail(p *Plan) map[string]string {
+	d := map[string]string{"interpreter": strings.Join(p.Interpreter.Argv, " ")}
+	if p.Interpreter.Rule != "" {
+		d["interpreter_rule"] = p.Interpreter.Rule
+	}
+	if len(p.LimitRules) > 0 {
+		d["limit_rules"] = strings.Join(p.LimitRules, "; ")
+	}
+	if p.NetworkRule != "" {
+		d["network_rule"] = p.NetworkRule
+	}
+	return d
+}
+
+func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
+	ri.ExitCode = &res.ExitCode
+	ri.Signal = res.Signal
+	ri.Reason = string(res.Reason)
+	ri.DurationMS = res.Duration.Milliseconds()
+	ri.StdoutBytes = int64(len(res.Stdout))
+	ri.StderrBytes = int64(len(res.Stderr))
+	ri.StdoutSHA256 = sha256Hex(res.Stdout)
+	ri.StderrSHA256 = sha256Hex(res.Stderr)
+	ri.StdoutTruncated = res.StdoutTruncated
+	ri.StderrTruncated = res.StderrTruncated
+	for _, o := range res.Outputs {
+		ri.Outputs = append(ri.Outputs, audit.FileRef{Path: o.Path, Size: o.Size, SHA256: o.SHA256})
+	}
+	ri.OutputsSkipped = res.OutputsSkipped
+}
+
+// CleanScriptPath checks that p names a file under scripts/ without any way
+// out: relative, no "..", no NUL. It returns the cleaned path.
+func CleanScriptPath(p string) (string, error) {
+	if p == "" {
+		return "", fmt.Errorf("%w: path is empty: give a script under %s/, e.g. %s/run.py", api.ErrInvalidParams, ScriptsDir, ScriptsDir)
+	}
+	if strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("%w: path contains a NUL byte", api.ErrInvalidParams)
+	}
+	if path.IsAbs(p) {
+		return "", fmt.Errorf("%w: path %q is absolute: give it relative to the skill, under %s/", api.ErrInvalidParams, p, ScriptsDir)
+	}
+	for _, part := range strings.Split(p, "/") {
+		if part == ".." {
+			return "", fmt.Errorf("%w: path %q contains \"..\": only files under the skill's %s/ can run", api.ErrInvalidParams, p, ScriptsDir)
+		}
+	}
+	c := path.Clean(p)
+	if !strings.HasPrefix(c, ScriptsDir+"/") {
+		return "", fmt.Errorf("%w: path %q is not under the skill's %s/ directory: only scripts there can run", api.ErrInvalidParams, p, ScriptsDir)
+	}
+	return c, nil
+}
+
+// envList turns the caller's env into KEY=VALUE pairs in a stable order. The
+// runtime refuses dangerous names; here only the shape is checked.
+func envList(env map[string]string) ([]string, error) {
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, fmt.Errorf("%w: environment name %q is malformed", api.ErrInvalidParams, k)
+		}
+		if strings.ContainsRune(env[k], 0) {
+			return nil, fmt.Errorf("%w: environment value of %q contains a NUL byte", api.ErrInvalidParams, k)
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([]string, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, k+"="+env[k])
+	}
+	return out, nil
+}
+
+// planDigest binds an approval to exactly one run: the skill version, the
+// script bytes, what it is given, and the limits it runs under.
+func planDigest(p *Plan) string {
+	req := p.Request
+	files := make([]string, 0, len(req.Files))
+	for _, f := range req.Files {
+		files = append(files, f.Name+":"+sha256Hex(f.Data))
+	}
+	return store.RequestDigest(
+		"skill", req.Skill.Name,
+		"skill_digest", req.Skill.Digest,
+		"script", p.Script,
+		"script_sha256", p.ScriptSHA256,
+		"args", strings.Join(quoteAll(req.Args), " "),
+		"env", strings.Join(quoteAll(p.Env), " "),
+		"stdin_sha256", sha256Hex(req.Stdin),
+		"files", strings.Join(files, " "),
+		"limits", fmt.Sprintf("%+v", p.Limits),
+		"network", fmt.Sprint(p.Network),
+	)
+}
+
+func quoteAll(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = fmt.Sprintf("%q", s)
+	}
+	return out
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// newID returns prefix + 128 random bits in hex.
+func newID(prefix string) string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand failed: " + err.Error())
+	}
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// classifyRuntimeErr maps backend failures to the protocol's error kinds.
+func classifyRuntimeErr(err error) error {
+	switch {
+	case errors.Is(err, runtime.ErrUnavailable):
+		return fmt.Errorf("%w: %v", api.ErrUnavailable, err)
+	case errors.Is(err, runtime.ErrInvalidJob):
+		return fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+	default:
+		return fmt.Errorf("%w: sandbox failed: %v", api.ErrInternal, err)
+	}
+}
+
+// ResultOf turns an outcome into its wire form (skills.run_script's
+// result); output file contents are included (base64) only when
+// withContent is set.
+func ResultOf(o *Outcome, withContent bool) api.RunScriptResult {
+	r := o.Result
+	res := api.RunScriptResult{
+		RunID: o.RunID, Path: o.Plan.Script, ExitCode: r.ExitCode, Signal: r.Signal,
+		Stdout: string(r.Stdout), Stderr: string(r.Stderr),
+		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
+		DurationMS: r.Duration.Milliseconds(), Reason: string(r.Reason),
+		Image: o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
+	}
+	for _, f := range r.Outputs {
+		out := api.Output{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+		if withContent {
+			out.Content = base64.StdEncoding.EncodeToString(f.Data)
+		}
+		res.Outputs = append(res.Outputs, out)
+	}
+	return res
+}

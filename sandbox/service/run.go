@@ -1,0 +1,391 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/skills"
+)
+
+// RunOptions say where a run comes from and how one that policy holds for
+// confirmation gets it.
+type RunOptions struct {
+	// Method names the front end's call in audit records
+	// ("skills.run_script", "skillbox run").
+	Method    string
+	SessionID string
+	// ConfirmationID is an approval to use (the host repeats the call that
+	// was held with it).
+	ConfirmationID string
+	// SelfApprove: a run that needs confirmation is confirmed by the caller
+	// itself, who must be an approver (`skillbox run --yes`: the person at
+	// the terminal), instead of a request waiting in the confirmation store.
+	// The approval is audited like an approver's, bound to the run's digest.
+	SelfApprove bool
+	// SelfApproveHint ends the error of a run that needs confirmation when
+	// there is no confirmation store and SelfApprove is off (e.g. "re-run
+	// with --yes to confirm it yourself").
+	SelfApproveHint string
+	// Stream emits run.started, run.output and run.exited to the ctx's
+	// event sink (api.WithEventSink).
+	Stream bool
+	// Authorized, when set, is told about the plan once the run is
+	// authorized, just before it starts.
+	Authorized func(*Plan)
+}
+
+// RunScript implements api.Service.
+func (s *Service) RunScript(ctx context.Context, caller api.Peer, p api.RunScriptParams) (*api.RunScriptResult, error) {
+	ses, err := s.session(caller, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	sk, err := s.activeSkill(ses, p.Skill)
+	if err != nil {
+		return nil, err
+	}
+	files, err := decodeFiles(p.Files)
+	if err != nil {
+		return nil, err
+	}
+	if p.TimeoutMS < 0 {
+		return nil, fmt.Errorf("%w: timeout_ms must not be negative", api.ErrInvalidParams)
+	}
+	req := RunRequest{
+		Skill: sk, Script: p.Path, Args: p.Args, Env: p.Env, Stdin: []byte(p.Stdin), Files: files,
+		Limits:  runtime.Limits{Timeout: time.Duration(p.TimeoutMS) * time.Millisecond},
+		Network: p.Network,
+	}
+	out, err := s.Run(ctx, caller, req, RunOptions{
+		Method: api.MethodSkillsRunScript, SessionID: p.SessionID, ConfirmationID: p.ConfirmationID, Stream: p.Stream,
+	})
+	if err != nil {
+		return nil, err
+	}
+	res := ResultOf(out, true)
+	return &res, nil
+}
+
+// RunCode implements api.Service. skills.run_code is reserved: its
+// params are fixed, the implementation is still to come.
+func (s *Service) RunCode(ctx context.Context, caller api.Peer, p api.RunCodeParams) (*api.RunScriptResult, error) {
+	return nil, fmt.Errorf("%w: %s is not implemented by this skillbox yet: run a script of a loaded skill with %s", api.ErrUnavailable, api.MethodSkillsRunCode, api.MethodSkillsRunScript)
+}
+
+// Run is the one path from a run request to a run, for every front end:
+// policy for skills.run_script (and for network access), confirmation, a
+// run slot, a healthy audit log, then the engine. Every decision is
+// audited; refusals that were audited in detail are marked
+// (api.MarkAudited).
+func (s *Service) Run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Outcome, error) {
+	out, err := s.run(ctx, caller, req, o)
+	return out, classify(err)
+}
+
+func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Outcome, error) {
+	sk := req.Skill
+	if sk == nil {
+		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
+	}
+	dec, err := s.decideTool(ctx, caller, o.Method, o.SessionID, sk, api.MethodSkillsRunScript, toolInput(req.Script, req.Args))
+	if err != nil {
+		return nil, err
+	}
+	p := caller
+	req.Peer, req.SessionID, req.RequestID, req.Method = &p, o.SessionID, AuditRequestID(api.RequestIDFrom(ctx)), o.Method
+	plan, err := s.engine.Prepare(req)
+	if err != nil {
+		return nil, err
+	}
+	// A missing image fails now, before an approver is asked or an
+	// approval is used up, and without building it inside the call.
+	if err := s.engine.CheckImage(plan); err != nil {
+		return nil, err
+	}
+
+	needConfirm := dec.Effect == policy.EffectConfirm
+	what, reason, rule := "running scripts of skill "+fmt.Sprintf("%q", sk.Name), dec.Reason, dec.Rule
+	if plan.Network {
+		nd, err := s.engine.Decide(ctx, sk, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case nd.Effect == policy.EffectDeny:
+			return nil, api.MarkAudited(fmt.Errorf("%w: network access for skill %q is denied by %s: %s", api.ErrDenied, sk.Name, nd.Rule, nd.Reason))
+		case nd.Effect == policy.EffectConfirm && !needConfirm:
+			needConfirm, what, reason, rule = true, fmt.Sprintf("network access for skill %q", sk.Name), "network access: "+nd.Reason, nd.Rule
+		}
+	}
+	if needConfirm && o.ConfirmationID == "" {
+		if o.SelfApprove {
+			if err := s.selfApprove(ctx, caller, o, sk, plan, what, reason, rule); err != nil {
+				return nil, err
+			}
+		} else {
+			return nil, s.requestConfirmation(ctx, caller, o, sk, plan, what, reason, rule)
+		}
+	}
+
+	// Take a run slot and make sure the run can be audited before an
+	// approval is used up, so a busy or failing skillbox does not burn it.
+	release, err := s.acquireRunSlot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if s.audit != nil {
+		if err := s.audit.Healthy(); err != nil {
+			return nil, auditDown(err)
+		}
+	}
+	if o.ConfirmationID != "" {
+		if err := s.useConfirmation(ctx, caller, o, sk, plan); err != nil {
+			return nil, err
+		}
+	}
+	if o.Authorized != nil {
+		o.Authorized(plan)
+	}
+	return s.execute(ctx, caller, o, plan)
+}
+
+// decideTool asks policy whether skill may use tool; the decision is
+// audited. A deny is returned as an error.
+func (s *Service) decideTool(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill, tool string, input []byte) (policy.Decision, error) {
+	dec, err := s.engine.Decide(ctx, sk, tool, input, *base(ctx, caller, method, audit.EventDecision, sessionID))
+	if err != nil {
+		return dec, err
+	}
+	if dec.Effect == policy.EffectDeny {
+		// The decision record just written says why.
+		return dec, api.MarkAudited(fmt.Errorf("%w: %s for skill %q is denied by %s: %s; a policy deny cannot be overridden, change the rule if this is intended", api.ErrDenied, tool, sk.Name, dec.Rule, dec.Reason))
+	}
+	return dec, nil
+}
+
+// requestConfirmation records a pending confirmation for plan and returns
+// the error that names it (or, without a store, says how to confirm).
+func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o RunOptions, sk *skills.Skill, plan *Plan, what, reason, rule string) error {
+	if s.confirms == nil {
+		hint := o.SelfApproveHint
+		if hint == "" {
+			hint = "ask an approver"
+		}
+		return fmt.Errorf("%w: %s needs confirmation (%s): %s", api.ErrConfirmationRequired, what, rule, hint)
+	}
+	req := plan.Request
+	details := map[string]string{
+		"skill": sk.Name, "skill_digest": sk.Digest, "script": plan.Script, "script_sha256": plan.ScriptSHA256,
+		"args": strings.Join(quoteAll(req.Args), " "), "network": fmt.Sprint(plan.Network),
+	}
+	if names, _ := audit.EnvSummary(req.Env); len(names) > 0 {
+		details["env_names"] = strings.Join(names, " ")
+	}
+	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest, reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(details))
+	if err != nil {
+		return err
+	}
+	r := base(ctx, caller, o.Method, audit.EventConfirmRequest, o.SessionID)
+	r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+	uid := caller.UID
+	r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid, Expires: c.Expires}
+	r.Run = &audit.RunInfo{Script: plan.Script, ScriptSHA256: plan.ScriptSHA256, Args: req.Args, Network: plan.Network, Digest: plan.Digest}
+	r.Outcome = string(c.State)
+	if err := s.record(ctx, r); err != nil {
+		return err
+	}
+	return api.MarkAudited(&api.ConfirmationRequiredError{ID: c.ID, Reason: reason, Rule: rule, Digest: plan.Digest})
+}
+
+// selfApprove confirms plan on behalf of caller, who must be an approver.
+func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions, sk *skills.Skill, plan *Plan, what, reason, rule string) error {
+	if !s.IsApprover(caller) {
+		return fmt.Errorf("%w: %s needs confirmation (%s) and uid %d is not one of the approvers (daemon.approvers): ask an approver to run it", api.ErrDenied, what, rule, caller.UID)
+	}
+	id := "cli_" + strings.TrimPrefix(plan.RunID, "run_")
+	uid := caller.UID
+	r := base(ctx, caller, o.Method, audit.EventConfirmApprove, o.SessionID)
+	r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+	r.Confirmation = &audit.ConfirmationInfo{ID: id, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid}
+	r.Outcome = string(api.ConfirmationApproved)
+	r.Detail = map[string]string{"via": "--yes"}
+	if err := s.record(ctx, r); err != nil {
+		return err
+	}
+	plan.Request.ConfirmationID = id
+	return nil
+}
+
+// useConfirmation consumes the approval o names for plan (an id on a call
+// that needs none is still checked: a host that sends one expects it to be
+// honoured, not silently ignored).
+func (s *Service) useConfirmation(ctx context.Context, caller api.Peer, o RunOptions, sk *skills.Skill, plan *Plan) error {
+	cs, err := s.confirmStore()
+	if err != nil {
+		return err
+	}
+	r := base(ctx, caller, o.Method, audit.EventConfirmUse, o.SessionID)
+	r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+	r.Confirmation = &audit.ConfirmationInfo{ID: o.ConfirmationID, Digest: plan.Digest}
+	if err := cs.Consume(o.ConfirmationID, o.SessionID, plan.Digest); err != nil {
+		r.Outcome, r.Error = audit.OutcomeRefused, err.Error()
+		if aerr := s.record(ctx, r); aerr != nil {
+			return aerr
+		}
+		return api.MarkAudited(err)
+	}
+	r.Outcome = string(api.ConfirmationUsed)
+	if err := s.record(ctx, r); err != nil {
+		return err
+	}
+	plan.Request.ConfirmationID = o.ConfirmationID
+	return nil
+}
+
+// acquireRunSlot bounds concurrent runs; a run waits briefly for a slot and
+// then fails limit_exceeded so a host can back off.
+func (s *Service) acquireRunSlot(ctx context.Context) (func(), error) {
+	wait := s.queueWait
+	if wait <= 0 {
+		wait = 5 * time.Second
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case s.runSlots <- struct{}{}:
+		return func() { <-s.runSlots }, nil
+	case <-t.C:
+		return nil, fmt.Errorf("%w: %d runs are already in progress (max_concurrent_runs); retry shortly", api.ErrLimitExceeded, cap(s.runSlots))
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// execute runs an authorized plan: registered for runs.cancel, streaming
+// its events when asked.
+func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan) (*Outcome, error) {
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	s.runs.add(plan.RunID, caller.UID, cancel)
+	defer s.runs.remove(plan.RunID)
+
+	sink := api.EventSinkFrom(ctx)
+	if !o.Stream {
+		sink = nil
+	}
+	if sink != nil {
+		ev := &outputEvents{runID: plan.RunID, sink: sink}
+		plan.Request.Stdout = teeSink(plan.Request.Stdout, ev.stream(api.StreamStdout))
+		plan.Request.Stderr = teeSink(plan.Request.Stderr, ev.stream(api.StreamStderr))
+		sink(api.RunStartedEvent{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.Request.Skill.Name, Path: plan.Script,
+			Image: plan.Interpreter.Image, Runtime: s.engine.Runtime.Name()})
+	}
+	out, err := s.engine.Execute(runCtx, plan)
+	if err != nil {
+		return nil, err
+	}
+	if sink != nil {
+		r := out.Result
+		sink(api.RunExitedEvent{RunID: plan.RunID, ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason), DurationMS: r.Duration.Milliseconds()})
+	}
+	return out, nil
+}
+
+// CancelRun implements api.Service: it stops a run of the caller's uid.
+// The run's own call returns its result with reason "cancelled".
+func (s *Service) CancelRun(ctx context.Context, caller api.Peer, p api.CancelRunParams) (*api.CancelRunResult, error) {
+	if p.RunID == "" {
+		return nil, fmt.Errorf("%w: run_id is required (run.started and the result name it)", api.ErrInvalidParams)
+	}
+	if !s.runs.cancel(p.RunID, caller.UID) {
+		return nil, fmt.Errorf("%w: run %q is not running: it has ended, or it is not yours", api.ErrNotFound, p.RunID)
+	}
+	s.log.Info("run cancelled", "run_id", p.RunID, "uid", caller.UID)
+	return &api.CancelRunResult{RunID: p.RunID, Cancelled: true}, nil
+}
+
+// ErrRunCancelled is the cause of a run's ctx when runs.cancel stopped it.
+var ErrRunCancelled = errors.New("run cancelled on request")
+
+// runRegistry knows the runs in progress, for runs.cancel.
+type runRegistry struct {
+	mu   sync.Mutex
+	runs map[string]*activeRun
+}
+
+type activeRun struct {
+	owner  uint32
+	cancel context.CancelCauseFunc
+}
+
+func (r *runRegistry) add(id string, owner uint32, cancel context.CancelCauseFunc) {
+	r.mu.Lock()
+	r.runs[id] = &activeRun{owner: owner, cancel: cancel}
+	r.mu.Unlock()
+}
+
+func (r *runRegistry) remove(id string) {
+	r.mu.Lock()
+	delete(r.runs, id)
+	r.mu.Unlock()
+}
+
+// cancel stops run id if owner owns it; another uid's run is "not there".
+func (r *runRegistry) cancel(id string, owner uint32) bool {
+	r.mu.Lock()
+	a := r.runs[id]
+	r.mu.Unlock()
+	if a == nil || a.owner != owner {
+		return false
+	}
+	a.cancel(ErrRunCancelled)
+	return true
+}
+
+// outputEvents turns a run's live output into run.output events, numbered
+// across both streams.
+type outputEvents struct {
+	runID string
+	sink  api.EventSink
+	mu    sync.Mutex
+	seq   uint64
+}
+
+type streamFunc func(p []byte) (int, error)
+
+func (f streamFunc) Write(p []byte) (int, error) { return f(p) }
+
+func (e *outputEvents) stream(name string) runtime.StreamSink {
+	return streamFunc(func(p []byte) (int, error) {
+		if len(p) == 0 {
+			return 0, nil
+		}
+		e.mu.Lock()
+		e.seq++
+		ev := api.RunOutputEvent{RunID: e.runID, Stream: name, Seq: e.seq, Data: string(p)}
+		e.sink(ev)
+		e.mu.Unlock()
+		return len(p), nil
+	})
+}
+
+// teeSink writes to both sinks (either may be nil).
+func teeSink(a, b runtime.StreamSink) runtime.StreamSink {
+	if a == nil {
+		return b
+	}
+	return streamFunc(func(p []byte) (int, error) {
+		a.Write(p)
+		return b.Write(p)
+	})
+}

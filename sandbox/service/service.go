@@ -1,0 +1,695 @@
+// Package service is skillbox's transport-free core: sessions of loaded
+// skills, the tool calls of sandbox/api as Go methods, and the one
+// authorization path every run takes (policy decision, the skill's
+// allowed-tools, confirmation, audit) whichever front end asked: the
+// JSON-RPC daemon, the MCP server or `skillbox run`. The Engine below it
+// turns an authorized request into one sandboxed run. Calls may emit events
+// (run output while a script runs) to a sink the front end puts in ctx.
+package service
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os/user"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/skills"
+)
+
+// SkillIndex is what the service needs of the registry.
+type SkillIndex interface {
+	Get(name string) (*skills.Skill, error)
+	List() []*skills.Skill
+}
+
+// Options wire a Service; the caller owns the parts' lifetimes.
+type Options struct {
+	Config *policy.Config
+	Skills SkillIndex
+	Engine *Engine
+	// Sessions and Confirmations may be nil for a service that only runs
+	// (`skillbox run`); the calls that need them are then unavailable.
+	Sessions      *store.SessionStore
+	Confirmations *store.ConfirmationStore
+	// Audit receives every event; nil means none (tests, a local run
+	// without an audit dir). Runs are refused while it is unhealthy.
+	Audit Auditor
+	// Logger is the parent logger; the service names its own.
+	Logger hclog.Logger
+}
+
+// Service serves the tool calls; it implements api.Service. Every method
+// takes the caller's identity (the kernel's, for the socket) and audits
+// what it decides.
+type Service struct {
+	cfg      *policy.Config
+	skills   SkillIndex
+	engine   *Engine
+	sessions *store.SessionStore
+	confirms *store.ConfirmationStore
+	audit    Auditor
+	log      hclog.Logger
+
+	runSlots  chan struct{}
+	queueWait time.Duration
+	runs      runRegistry
+}
+
+var _ api.Service = (*Service)(nil)
+
+// New builds the service. It hooks the stores' expiry, so that a session
+// or confirmation that expires is audited once (session.close /
+// confirmation.expire, outcome "expired").
+func New(o Options) *Service {
+	log := o.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	dc := o.Config.Daemon
+	s := &Service{
+		cfg:       o.Config,
+		skills:    o.Skills,
+		engine:    o.Engine,
+		sessions:  o.Sessions,
+		confirms:  o.Confirmations,
+		audit:     o.Audit,
+		log:       log.Named("service"),
+		runSlots:  make(chan struct{}, max(1, dc.MaxConcurrentRuns)),
+		queueWait: dc.RunQueueTimeout,
+		runs:      runRegistry{runs: map[string]*activeRun{}},
+	}
+	if s.audit != nil {
+		// A typed nil (*audit.Log)(nil) must mean "no audit", not a panic.
+		if l, ok := s.audit.(*audit.Log); ok && l == nil {
+			s.audit = nil
+		}
+	}
+	if s.sessions != nil {
+		s.sessions.AddExpireHook(s.sessionExpired)
+	}
+	if s.confirms != nil {
+		s.confirms.AddExpireHook(s.confirmationExpired)
+	}
+	return s
+}
+
+// Engine is the engine the service runs with.
+func (s *Service) Engine() *Engine { return s.engine }
+
+// ---- audit helpers ----
+
+// maxAuditRequestID bounds a request id in audit records (ids are the
+// client's and may be long).
+const maxAuditRequestID = 128
+
+// AuditRequestID is a front end's request id as audit records keep it:
+// clipped to 128 bytes.
+func AuditRequestID(id string) string { return ClipText(id, maxAuditRequestID) }
+
+// ClipText cuts s to at most n bytes of valid UTF-8, saying how long it was.
+func ClipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("… (%d bytes)", len(s))
+}
+
+// base is the record every audited call starts from: who asked, in which
+// session, with which request.
+func base(ctx context.Context, caller api.Peer, method, event, session string) *audit.Record {
+	p := caller
+	return &audit.Record{Event: event, Peer: &p, SessionID: session, RequestID: AuditRequestID(api.RequestIDFrom(ctx)), Method: method}
+}
+
+// record appends to the audit log; a failure is logged, and the log's
+// Healthy() makes the next run refuse.
+func (s *Service) record(ctx context.Context, r *audit.Record) error {
+	if s.audit == nil {
+		return nil
+	}
+	if err := s.audit.Append(ctx, r); err != nil {
+		s.log.Error("audit append failed", "event", r.Event, "error", err)
+		return auditDown(err)
+	}
+	return nil
+}
+
+// sessionExpired audits a session a sweep removed.
+func (s *Service) sessionExpired(ses store.Session) {
+	s.record(context.Background(), &audit.Record{
+		Event: audit.EventSessionClose, SessionID: ses.ID, Outcome: "expired",
+		Detail: map[string]string{"owner_uid": strconv.FormatUint(uint64(ses.OwnerUID), 10), "last_used": ses.LastUsed.UTC().Format(time.RFC3339)},
+	})
+}
+
+// confirmationExpired audits a confirmation that timed out (once: the store
+// calls this when it records the expiry).
+func (s *Service) confirmationExpired(c api.Confirmation) {
+	uid := c.RequestedBy
+	was := string(api.ConfirmationPending)
+	if c.DecidedAt != nil {
+		was = string(api.ConfirmationApproved)
+	}
+	s.record(context.Background(), &audit.Record{
+		Event: audit.EventConfirmExpire, SessionID: c.SessionID, Outcome: string(api.ConfirmationExpired),
+		Confirmation: &audit.ConfirmationInfo{ID: c.ID, Digest: c.Digest, Rule: c.Rule, Reason: c.Reason, RequestedBy: &uid, Expires: c.Expires},
+		Detail:       map[string]string{"was": was},
+	})
+}
+
+// ---- errors ----
+
+// foreignKinds gives the errors of the packages below the service their
+// kind, so nothing they return leaves the service unclassified.
+var foreignKinds = []struct{ err, kind error }{
+	{skills.ErrNotFound, api.ErrNotFound},
+	{skills.ErrBadName, api.ErrInvalidParams},
+	{skills.ErrEscape, api.ErrInvalidParams},
+	{skills.ErrNotRegular, api.ErrInvalidParams},
+	{skills.ErrTooLarge, api.ErrInvalidParams},
+	{policy.ErrDenied, api.ErrDenied},
+	{runtime.ErrUnavailable, api.ErrUnavailable},
+	{runtime.ErrInvalidJob, api.ErrInvalidParams},
+	{audit.ErrUnavailable, api.ErrUnavailable},
+}
+
+// kindError adds a kind sentinel to an error without changing its text.
+type kindError struct{ err, kind error }
+
+func (e *kindError) Error() string   { return e.err.Error() }
+func (e *kindError) Unwrap() []error { return []error{e.err, e.kind} }
+
+// classify makes sure err carries an api kind: one of its own, or that of
+// a sentinel of the packages below.
+func classify(err error) error {
+	if err == nil || api.KindOf(err) != api.KindInternal || errors.Is(err, api.ErrInternal) {
+		return err
+	}
+	for _, f := range foreignKinds {
+		if errors.Is(err, f.err) {
+			return &kindError{err: err, kind: f.kind}
+		}
+	}
+	return err
+}
+
+// ---- sessions ----
+
+func (s *Service) session(caller api.Peer, id string) (*store.Session, error) {
+	if s.sessions == nil {
+		return nil, fmt.Errorf("%w: this skillbox keeps no sessions (use the daemon)", api.ErrUnavailable)
+	}
+	if id == "" {
+		return nil, fmt.Errorf("%w: session_id is required: call sessions.create first", api.ErrInvalidParams)
+	}
+	ses, err := s.sessions.Get(id, caller.UID)
+	if err != nil {
+		// The store's not-found says why (unknown, another uid's, expired)
+		// without telling which; anything else is skillbox's problem and
+		// must not pass for a missing session.
+		if errors.Is(err, api.ErrNotFound) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: reading session %q: %v", api.ErrInternal, id, err)
+	}
+	return ses, nil
+}
+
+// CreateSession implements api.Service.
+func (s *Service) CreateSession(ctx context.Context, caller api.Peer) (*api.CreateSessionResult, error) {
+	if s.sessions == nil {
+		return nil, fmt.Errorf("%w: this skillbox keeps no sessions (use the daemon)", api.ErrUnavailable)
+	}
+	ses, err := s.sessions.Create(caller.UID)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.record(ctx, base(ctx, caller, api.MethodSessionsCreate, audit.EventSessionCreate, ses.ID)); err != nil {
+		// Fail closed: no session the log does not know of is left behind.
+		if cerr := s.sessions.Close(ses.ID, caller.UID); cerr != nil {
+			s.log.Error("cannot remove a session whose creation was not audited", "session", ses.ID, "error", cerr)
+		}
+		return nil, err
+	}
+	return &api.CreateSessionResult{SessionID: ses.ID}, nil
+}
+
+// CloseSession implements api.Service.
+func (s *Service) CloseSession(ctx context.Context, caller api.Peer, p api.SessionParams) (*api.CloseSessionResult, error) {
+	if _, err := s.session(caller, p.SessionID); err != nil {
+		return nil, err
+	}
+	if err := s.sessions.Close(p.SessionID, caller.UID); err != nil {
+		return nil, err
+	}
+	s.record(ctx, base(ctx, caller, api.MethodSessionsClose, audit.EventSessionClose, p.SessionID))
+	return &api.CloseSessionResult{Closed: true}, nil
+}
+
+// instructionsRule is the per-call rule the runtime spec asks hosts to give
+// their model: skills are used only after loading them.
+const instructionsRule = `You can use Agent Skills. The skills available are listed in <available_skills>. ` +
+	`Before you use a skill, load it with skills.load; its instructions then appear in <active_skills>. ` +
+	`Read its files with skills.read and run its scripts with skills.run_script; do not guess their contents.`
+
+// Instructions implements api.Service.
+func (s *Service) Instructions(ctx context.Context, caller api.Peer, p api.SessionParams) (*api.InstructionsResult, error) {
+	ses, err := s.session(caller, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	available := skills.RenderAvailable(s.skills.List(), s.cfg.Skills.CatalogBudget)
+	var act []*skills.Skill
+	var notes []string
+	for _, a := range ses.Active {
+		sk, err := s.skills.Get(a.Name)
+		if err != nil {
+			notes = append(notes, fmt.Sprintf("Skill %q is loaded but no longer available; unload it with skills.unload.", a.Name))
+			continue
+		}
+		if sk.Digest != a.Digest {
+			notes = append(notes, fmt.Sprintf("Skill %q changed on disk since it was loaded; its files cannot be read or run until it is loaded again with skills.load.", a.Name))
+		}
+		act = append(act, sk)
+	}
+	active := skills.RenderActive(act)
+	text := instructionsRule + "\n\n" + available + "\n\n" + active
+	if len(notes) > 0 {
+		text += "\n" + strings.Join(notes, "\n") + "\n"
+	}
+	return &api.InstructionsResult{Instructions: text, AvailableSkills: available, ActiveSkills: active}, nil
+}
+
+// ---- skills ----
+
+// ListSkills implements api.Service: every indexed skill matching the
+// query, sorted by name (as the index is), model-invocable or not.
+func (s *Service) ListSkills(ctx context.Context, caller api.Peer, p api.ListSkillsParams) ([]api.SkillInfo, error) {
+	if p.SessionID != "" {
+		if _, err := s.session(caller, p.SessionID); err != nil {
+			return nil, err
+		}
+	}
+	q := strings.ToLower(p.Query)
+	out := []api.SkillInfo{}
+	for _, sk := range s.skills.List() {
+		if q != "" && !strings.Contains(strings.ToLower(sk.Name+" "+sk.Description+" "+strings.Join(sk.Tags, " ")), q) {
+			continue
+		}
+		tags := sk.Tags
+		if tags == nil {
+			tags = []string{}
+		}
+		out = append(out, api.SkillInfo{
+			Name: sk.Name, Description: sk.Description, Location: sk.Location, Digest: sk.Digest,
+			Tags: tags, ModelInvocable: !sk.DisableModelInvocation,
+		})
+	}
+	return out, nil
+}
+
+func (s *Service) receipt(ses *store.Session) *api.LoadResult {
+	res := &api.LoadResult{ActiveSkills: []api.ActiveSkill{}}
+	loaded := map[string]bool{}
+	for _, a := range ses.Active {
+		loaded[a.Name] = true
+	}
+	for _, a := range ses.Active {
+		sk, err := s.skills.Get(a.Name)
+		if err != nil {
+			res.Hints = append(res.Hints, fmt.Sprintf("skill %q is loaded but no longer indexed; unload it", a.Name))
+			continue
+		}
+		res.ActiveSkills = append(res.ActiveSkills, api.ActiveSkill{
+			Name: sk.Name, Location: sk.Location, RootDir: sk.Dir, Digest: a.Digest, Properties: sk.Properties,
+		})
+		for _, r := range sk.Requires {
+			if !loaded[r] {
+				res.Hints = append(res.Hints, fmt.Sprintf("skill %q requires %q, which is not loaded; load it too if the task needs it", sk.Name, r))
+			}
+		}
+	}
+	return res
+}
+
+// LoadSkills implements api.Service.
+func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadParams) (*api.LoadResult, error) {
+	if _, err := s.session(caller, p.SessionID); err != nil {
+		return nil, err
+	}
+	if p.Mode == "" {
+		p.Mode = api.LoadReplace
+	}
+	if p.Mode != api.LoadReplace && p.Mode != api.LoadAdd {
+		return nil, fmt.Errorf("%w: mode %q: use \"replace\" (default) or \"add\"", api.ErrInvalidParams, p.Mode)
+	}
+	if len(p.Names) == 0 {
+		return nil, fmt.Errorf("%w: names is empty: give the skills to load, see skills.list", api.ErrInvalidParams)
+	}
+	var found []*skills.Skill
+	var missing []string
+	for _, n := range p.Names {
+		if err := skills.ValidName(n); err != nil {
+			return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+		}
+		sk, err := s.skills.Get(n)
+		if err != nil {
+			missing = append(missing, n)
+			continue
+		}
+		found = append(found, sk)
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("%w: no skill named %s: call skills.list to see the available names", api.ErrNotFound, quoteList(missing))
+	}
+	maxActive := s.cfg.Daemon.MaxActiveSkills
+	var sess *store.Session
+	err := s.sessions.Update(p.SessionID, caller.UID, func(ses *store.Session) error {
+		var next []store.ActiveSkill
+		if p.Mode == api.LoadAdd {
+			next = append(next, ses.Active...)
+		}
+		for _, sk := range found {
+			kept := next[:0]
+			for _, a := range next {
+				if a.Name != sk.Name {
+					kept = append(kept, a)
+				}
+			}
+			next = append(kept, store.ActiveSkill{Name: sk.Name, Digest: sk.Digest, Dir: sk.Dir, LoadedAt: time.Now().UTC()})
+		}
+		if maxActive > 0 && len(next) > maxActive {
+			return fmt.Errorf("%w: %d skills would be active, the limit is %d: unload some (skills.unload) or load with mode \"replace\"", api.ErrLimitExceeded, len(next), maxActive)
+		}
+		ses.Active = next
+		sess = ses
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, sk := range found {
+		r := base(ctx, caller, api.MethodSkillsLoad, audit.EventSkillLoad, p.SessionID)
+		r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+		if err := s.record(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	return s.receipt(sess), nil
+}
+
+// UnloadSkills implements api.Service.
+func (s *Service) UnloadSkills(ctx context.Context, caller api.Peer, p api.UnloadParams) (*api.LoadResult, error) {
+	if _, err := s.session(caller, p.SessionID); err != nil {
+		return nil, err
+	}
+	if !p.All && len(p.Names) == 0 {
+		return nil, fmt.Errorf("%w: give names or all: true", api.ErrInvalidParams)
+	}
+	var removed []store.ActiveSkill
+	var sess *store.Session
+	err := s.sessions.Update(p.SessionID, caller.UID, func(ses *store.Session) error {
+		drop := map[string]bool{}
+		for _, n := range p.Names {
+			drop[n] = true
+		}
+		var kept []store.ActiveSkill
+		for _, a := range ses.Active {
+			if p.All || drop[a.Name] {
+				removed = append(removed, a)
+				delete(drop, a.Name)
+			} else {
+				kept = append(kept, a)
+			}
+		}
+		if len(drop) > 0 {
+			var names []string
+			for n := range drop {
+				names = append(names, n)
+			}
+			return fmt.Errorf("%w: %s not loaded in this session", api.ErrNotFound, quoteList(names))
+		}
+		ses.Active = kept
+		sess = ses
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range removed {
+		r := base(ctx, caller, api.MethodSkillsUnload, audit.EventSkillUnload, p.SessionID)
+		r.Skill = &audit.SkillRef{Name: a.Name, Digest: a.Digest}
+		s.record(ctx, r)
+	}
+	return s.receipt(sess), nil
+}
+
+// activeSkill resolves which loaded skill a call is about: the named one, or
+// the most recently loaded. It refuses a skill whose files changed since load.
+func (s *Service) activeSkill(ses *store.Session, name string) (*skills.Skill, error) {
+	if len(ses.Active) == 0 {
+		return nil, fmt.Errorf("%w: no skill is loaded in this session: call skills.load first", api.ErrInvalidParams)
+	}
+	var a *store.ActiveSkill
+	if name == "" {
+		a = &ses.Active[len(ses.Active)-1]
+	} else {
+		for i := range ses.Active {
+			if ses.Active[i].Name == name {
+				a = &ses.Active[i]
+			}
+		}
+		if a == nil {
+			return nil, fmt.Errorf("%w: skill %q is not loaded in this session: call skills.load with it first", api.ErrInvalidParams, name)
+		}
+	}
+	sk, err := s.skills.Get(a.Name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: skill %q is no longer available: unload it", api.ErrNotFound, a.Name)
+	}
+	if sk.Digest != a.Digest {
+		return nil, fmt.Errorf("%w: skill %q changed on disk since it was loaded (%s → %s): call skills.load again to use the new version", api.ErrInvalidParams, a.Name, a.Digest, sk.Digest)
+	}
+	return sk, nil
+}
+
+// ReadSkillFile implements api.Service: a path-confined, size-capped read
+// of a loaded skill's file, after policy allowed skills.read for it.
+func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.ReadParams) (*api.ReadResult, error) {
+	const method = api.MethodSkillsRead
+	ses, err := s.session(caller, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	sk, err := s.activeSkill(ses, p.Skill)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.decideTool(ctx, caller, method, p.SessionID, sk, method, nil); err != nil {
+		return nil, err
+	}
+	rec := base(ctx, caller, method, audit.EventSkillRead, p.SessionID)
+	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+	fc, err := skills.ReadFile(sk.Dir, p.Path, skills.ReadOptions{Offset: p.Offset, Length: p.Length, MaxBytes: s.cfg.Skills.MaxReadBytes})
+	if err != nil {
+		rec.Read = &audit.ReadInfo{Path: p.Path, Offset: p.Offset, Length: p.Length}
+		rec.Outcome, rec.Error = audit.OutcomeRefused, err.Error()
+		if aerr := s.record(ctx, rec); aerr != nil {
+			return nil, aerr
+		}
+		return nil, api.MarkAudited(readError(err))
+	}
+	rec.Read = &audit.ReadInfo{Path: fc.Path, Offset: p.Offset, Length: p.Length, Bytes: fc.Size, Served: servedBytes(fc), SHA256: fc.SHA256, Truncated: fc.Truncated}
+	rec.Outcome = audit.OutcomeOK
+	if err := s.record(ctx, rec); err != nil {
+		return nil, err
+	}
+	return &api.ReadResult{Skill: sk.Name, Path: fc.Path, Size: fc.Size, SHA256: fc.SHA256, Encoding: fc.Encoding, Content: fc.Content, Truncated: fc.Truncated}, nil
+}
+
+// servedBytes is how many bytes of the file a read answer carries.
+func servedBytes(fc *skills.FileContent) int64 {
+	if fc.Encoding == "base64" {
+		n := len(fc.Content)
+		return int64(n/4*3 - (n - len(strings.TrimRight(fc.Content, "="))))
+	}
+	return int64(len(fc.Content))
+}
+
+func readError(err error) error {
+	if errors.Is(err, skills.ErrNotFound) {
+		return fmt.Errorf("%w: %v", api.ErrNotFound, err)
+	}
+	return fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+}
+
+// ---- tools.check ----
+
+// CheckTool implements api.Service: may the host call one of its own tools
+// while the session's skills are active? The strictest decision of the
+// active skills wins.
+func (s *Service) CheckTool(ctx context.Context, caller api.Peer, p api.CheckToolParams) (*api.CheckToolResult, error) {
+	if p.Tool == "" {
+		return nil, fmt.Errorf("%w: tool is required, e.g. \"Bash\" or \"skills.run_script\"", api.ErrInvalidParams)
+	}
+	ses, err := s.session(caller, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	if len(ses.Active) == 0 {
+		return &api.CheckToolResult{Decision: string(policy.EffectAllow), Rule: "no skills are active in this session",
+			Reason: "tools.check only constrains tools while skills are loaded"}, nil
+	}
+	// A loaded skill that is gone or changed on disk cannot vouch for
+	// anything: fail closed until it is unloaded or loaded again.
+	var decs []policy.Decision
+	for _, a := range ses.Active {
+		sk, err := s.skills.Get(a.Name)
+		if err != nil {
+			decs = append(decs, policy.Decision{Effect: policy.EffectDeny, Rule: fmt.Sprintf("skill %q", a.Name),
+				Reason: fmt.Sprintf("skill %q is loaded but no longer available; unload it (skills.unload)", a.Name)})
+			continue
+		}
+		if sk.Digest != a.Digest {
+			decs = append(decs, policy.Decision{Effect: policy.EffectDeny, Rule: fmt.Sprintf("skill %q", a.Name),
+				Reason: fmt.Sprintf("skill %q changed on disk since it was loaded; load it again (skills.load)", a.Name)})
+			continue
+		}
+		dec, err := s.engine.Decide(ctx, sk, p.Tool, p.Input, *base(ctx, caller, api.MethodToolsCheck, audit.EventDecision, p.SessionID))
+		if err != nil {
+			return nil, err
+		}
+		decs = append(decs, dec)
+	}
+	best := policy.Strictest(decs...)
+	return &api.CheckToolResult{Decision: string(best.Effect), Rule: best.Rule, Reason: best.Reason}, nil
+}
+
+// ---- confirmations ----
+
+// IsApprover reports whether the config names caller as an approver.
+func (s *Service) IsApprover(caller api.Peer) bool {
+	name := ""
+	if u, err := user.LookupId(strconv.FormatUint(uint64(caller.UID), 10)); err == nil {
+		name = u.Username
+	}
+	return s.cfg.IsApprover(caller.UID, name)
+}
+
+func (s *Service) confirmStore() (*store.ConfirmationStore, error) {
+	if s.confirms == nil {
+		return nil, fmt.Errorf("%w: this skillbox keeps no confirmations (use the daemon)", api.ErrUnavailable)
+	}
+	return s.confirms, nil
+}
+
+// ListConfirmations implements api.Service: approvers see every request,
+// others only their own.
+func (s *Service) ListConfirmations(ctx context.Context, caller api.Peer, p api.ListConfirmationsParams) (*api.ListConfirmationsResult, error) {
+	cs, err := s.confirmStore()
+	if err != nil {
+		return nil, err
+	}
+	all, err := cs.List(store.ConfirmationFilter{SessionID: p.SessionID, State: p.State})
+	if err != nil {
+		return nil, err
+	}
+	approver := s.IsApprover(caller)
+	out := []*api.Confirmation{}
+	for _, c := range all {
+		if approver || c.RequestedBy == caller.UID {
+			out = append(out, c)
+		}
+	}
+	return &api.ListConfirmationsResult{Confirmations: out}, nil
+}
+
+// ApproveConfirmation implements api.Service.
+func (s *Service) ApproveConfirmation(ctx context.Context, caller api.Peer, p api.ConfirmationIDParams) (*api.Confirmation, error) {
+	return s.decideConfirmation(ctx, caller, p.ID, true)
+}
+
+// DenyConfirmation implements api.Service.
+func (s *Service) DenyConfirmation(ctx context.Context, caller api.Peer, p api.ConfirmationIDParams) (*api.Confirmation, error) {
+	return s.decideConfirmation(ctx, caller, p.ID, false)
+}
+
+func (s *Service) decideConfirmation(ctx context.Context, caller api.Peer, id string, approve bool) (*api.Confirmation, error) {
+	cs, err := s.confirmStore()
+	if err != nil {
+		return nil, err
+	}
+	event, method := audit.EventConfirmApprove, api.MethodConfirmationsApprove
+	if !approve {
+		event, method = audit.EventConfirmDeny, api.MethodConfirmationsDeny
+	}
+	r := base(ctx, caller, method, event, "")
+	r.Confirmation = &audit.ConfirmationInfo{ID: id}
+	if !s.IsApprover(caller) {
+		r.Outcome, r.Error = "refused", "not an approver"
+		err := fmt.Errorf("%w: uid %d is not an approver: the config's daemon.approvers names who may approve", api.ErrDenied, caller.UID)
+		if s.record(ctx, r) == nil {
+			err = api.MarkAudited(err)
+		}
+		return nil, err
+	}
+	var c *api.Confirmation
+	if approve {
+		c, err = cs.Approve(id, caller)
+	} else {
+		c, err = cs.Deny(id, caller)
+	}
+	if err != nil {
+		r.Outcome, r.Error = "refused", err.Error()
+		if s.record(ctx, r) == nil {
+			err = api.MarkAudited(err)
+		}
+		return nil, err
+	}
+	r.SessionID = c.SessionID
+	r.Confirmation.Digest, r.Confirmation.Rule, r.Confirmation.Reason = c.Digest, c.Rule, c.Reason
+	r.Outcome = string(c.State)
+	if err := s.record(ctx, r); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func quoteList(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = strconv.Quote(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+// decodeFiles turns the wire's base64 input files into the runtime's.
+func decodeFiles(in []api.File) ([]runtime.InputFile, error) {
+	files := make([]runtime.InputFile, 0, len(in))
+	for _, f := range in {
+		data, err := base64.StdEncoding.DecodeString(f.Content)
+		if err != nil {
+			return nil, fmt.Errorf("%w: files[%q].content is not base64: %v", api.ErrInvalidParams, f.Name, err)
+		}
+		files = append(files, runtime.InputFile{Name: f.Name, Data: data})
+	}
+	return files, nil
+}
+
+// toolInput is what policy sees of a run: its path and args.
+func toolInput(path string, args []string) []byte {
+	b, _ := json.Marshal(map[string]any{"path": path, "args": args})
+	return b
+}

@@ -1,0 +1,133 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/skills"
+)
+
+// SkillPinner yields the directory a run mounts at /skill for one skill
+// version. The directory must hold exactly the version's digest and be out
+// of reach of whoever can write the skill's own directory: otherwise the
+// script that runs could differ from the one that was hashed, audited and
+// approved (the live directory can change between the check and the exec).
+type SkillPinner interface {
+	Pin(sk *skills.Skill) (string, error)
+}
+
+// ErrSkillChanged: the skill's files on disk no longer have the digest it
+// was indexed (and loaded, and approved) with.
+var ErrSkillChanged = errors.New("skill changed on disk")
+
+// DefaultSnapshotDir holds the read-only copies of skill versions. It lives
+// beside the runtimes' run dirs, whose parents user-namespaced runtimes can
+// traverse.
+const DefaultSnapshotDir = "/run/skillbox/snapshots"
+
+// DefaultSnapshotMaxBytes bounds the regular files of one skill version.
+const DefaultSnapshotMaxBytes = 128 << 20
+
+// SnapshotStore keeps one read-only, root-owned copy per skill digest, made
+// on first use and reused by every later run of that version, so the copy
+// costs one stat on the hot path.
+type SnapshotStore struct {
+	Dir      string
+	MaxBytes int64
+}
+
+var _ SkillPinner = (*SnapshotStore)(nil)
+
+// Pin implements SkillPinner.
+func (s *SnapshotStore) Pin(sk *skills.Skill) (string, error) {
+	hexDigest, ok := strings.CutPrefix(sk.Digest, "sha256:")
+	if !ok || len(hexDigest) != 64 || strings.ContainsAny(hexDigest, "/.") {
+		return "", fmt.Errorf("%w: skill %q has no usable digest (%q)", api.ErrInternal, sk.Name, sk.Digest)
+	}
+	final := filepath.Join(s.Dir, "sha256-"+hexDigest)
+	if st, err := os.Lstat(final); err == nil && st.IsDir() {
+		now := time.Now()
+		_ = os.Chtimes(final, now, now) // last use, for Prune
+		return final, nil
+	}
+	// 0711: runtimes inside a user namespace must walk through to the copy.
+	if err := os.MkdirAll(s.Dir, 0o711); err != nil {
+		return "", fmt.Errorf("%w: skill snapshots: %v", api.ErrUnavailable, err)
+	}
+	if err := os.Chmod(s.Dir, 0o711); err != nil {
+		return "", fmt.Errorf("%w: skill snapshots: %v", api.ErrUnavailable, err)
+	}
+	tmp, err := os.MkdirTemp(s.Dir, ".tmp-")
+	if err != nil {
+		return "", fmt.Errorf("%w: skill snapshots: %v", api.ErrUnavailable, err)
+	}
+	maxBytes := s.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultSnapshotMaxBytes
+	}
+	got, err := skills.Snapshot(sk.Dir, tmp, maxBytes)
+	if err != nil {
+		removeAll(tmp)
+		if errors.Is(err, skills.ErrTooLarge) {
+			return "", fmt.Errorf("%w: skill %q: %v", api.ErrInvalidParams, sk.Name, err)
+		}
+		return "", fmt.Errorf("%w: copying skill %q for the run: %v", api.ErrUnavailable, sk.Name, err)
+	}
+	if got != sk.Digest {
+		removeAll(tmp)
+		return "", fmt.Errorf("%w: %w: skill %q is now %s on disk, not the %s it was indexed with: wait for the index to catch up, then load it again",
+			api.ErrInvalidParams, ErrSkillChanged, sk.Name, got, sk.Digest)
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		removeAll(tmp)
+		// Another run made the same version meanwhile: use that one.
+		if st, serr := os.Lstat(final); serr == nil && st.IsDir() {
+			return final, nil
+		}
+		return "", fmt.Errorf("%w: skill snapshots: %v", api.ErrUnavailable, err)
+	}
+	return final, nil
+}
+
+// Prune removes copies not used for maxAge (and half-made ones), so old
+// skill versions do not pile up. A copy a run still mounts is only ever
+// older than maxAge if the run is, so pick maxAge above the longest timeout.
+func (s *SnapshotStore) Prune(maxAge time.Duration) (int, error) {
+	entries, err := os.ReadDir(s.Dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	var errs []error
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || time.Since(info.ModTime()) < maxAge {
+			continue
+		}
+		if err := removeAll(filepath.Join(s.Dir, e.Name())); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed++
+	}
+	return removed, errors.Join(errs...)
+}
+
+// removeAll removes a copy whose directories have no write bits.
+func removeAll(dir string) error {
+	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}
