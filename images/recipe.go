@@ -55,7 +55,8 @@ type Recipe struct {
 	// Variant is the mmdebstrap package-set variant.
 	Variant string
 	// Sources are extra apt lines ("deb URI SUITE COMPONENT…"), such as the
-	// security and updates suites, searched together with Mirror.
+	// security and updates suites, searched together with Mirror. A recipe
+	// that leaves them out gets defaultSources.
 	Sources []string
 	// Packages are installed on top of the variant's set.
 	Packages []string
@@ -220,6 +221,9 @@ func parseRecipes(src []byte, filename string) ([]*Recipe, error) {
 		if r.Variant == "" {
 			r.Variant = DefaultVariant
 		}
+		if b.Sources == nil { // absent; `sources = []` asks for none
+			r.Sources = defaultSources(r.Suite, r.Mirror)
+		}
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("%s: %w", rangeString(b.DefRange), err)
 		}
@@ -230,6 +234,21 @@ func parseRecipes(src []byte, filename string) ([]*Recipe, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// defaultSources are the apt lines of a recipe that names none: on the
+// default mirror, the suite's updates and its security archive, so images
+// carry the fixes published since the release; none for a suite that has
+// neither (sid, unstable, experimental) or another mirror (whose security
+// archive, if any, only the recipe can name).
+func defaultSources(suite, mirror string) []string {
+	if mirror != DefaultMirror || slices.Contains([]string{"sid", "unstable", "experimental"}, suite) {
+		return nil
+	}
+	return []string{
+		"deb http://deb.debian.org/debian " + suite + "-updates main",
+		"deb http://deb.debian.org/debian-security " + suite + "-security main",
+	}
 }
 
 func rangeString(r hcl.Range) string {

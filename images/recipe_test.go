@@ -83,6 +83,47 @@ func TestParseRecipe(t *testing.T) {
 				if r.Name != "tiny" || r.Suite != DefaultSuite || r.Mirror != DefaultMirror || r.Variant != DefaultVariant {
 					t.Errorf("got %+v", r)
 				}
+				want := []string{"deb http://deb.debian.org/debian trixie-updates main",
+					"deb http://deb.debian.org/debian-security trixie-security main"}
+				if !slices.Equal(r.Sources, want) {
+					t.Errorf("default sources %q, want %q", r.Sources, want)
+				}
+			},
+		},
+		{
+			name: "default sources follow the suite",
+			src:  `image "old" { suite = "bookworm"; packages = ["bash"]; interpreters = ["bash"] }`,
+			check: func(t *testing.T, r *Recipe) {
+				if len(r.Sources) != 2 || !strings.Contains(r.Sources[1], " bookworm-security ") {
+					t.Errorf("sources %q", r.Sources)
+				}
+			},
+		},
+		{
+			name: "no default sources for sid",
+			src:  `image "a" { suite = "sid"; packages = ["bash"]; interpreters = ["bash"] }`,
+			check: func(t *testing.T, r *Recipe) {
+				if len(r.Sources) != 0 {
+					t.Errorf("sources %q", r.Sources)
+				}
+			},
+		},
+		{
+			name: "no default sources for another mirror",
+			src:  `image "b" { mirror = "https://mirror.example/debian"; packages = ["bash"]; interpreters = ["bash"] }`,
+			check: func(t *testing.T, r *Recipe) {
+				if len(r.Sources) != 0 {
+					t.Errorf("sources %q", r.Sources)
+				}
+			},
+		},
+		{
+			name: "an empty sources list means none",
+			src:  `image "c" { sources = []; packages = ["bash"]; interpreters = ["bash"] }`,
+			check: func(t *testing.T, r *Recipe) {
+				if len(r.Sources) != 0 {
+					t.Errorf("sources %q", r.Sources)
+				}
 			},
 		},
 		{

@@ -18,9 +18,7 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -28,12 +26,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 )
-
-// skillImagesCallLimit bounds one run: LibreOffice's first start in a
-// sandbox on two busy cores takes a while.
-const skillImagesCallLimit = 6 * time.Minute
 
 // skillImagesEnv is one runtime's test setting: a copy of testdata/skills
 // the sandbox uid can read, and configs with room for LibreOffice.
@@ -47,12 +40,7 @@ type skillImagesEnv struct {
 
 func newSkillImagesEnv(t *testing.T, rt string) *skillImagesEnv {
 	t.Helper()
-	if itSkip != "" {
-		t.Skip("skill image tests: " + itSkip)
-	}
-	if _, err := exec.LookPath(rt); err != nil {
-		t.Skipf("%s is not in PATH: install it (hack/install-deps.sh) to run the skill image tests on it", rt)
-	}
+	runItNeed(t, rt)
 	base, err := os.MkdirTemp("", "sbskills-")
 	if err != nil {
 		t.Fatal(err)
@@ -64,21 +52,13 @@ func newSkillImagesEnv(t *testing.T, rt string) *skillImagesEnv {
 		}
 		os.RemoveAll(base)
 	})
-	e := &skillImagesEnv{rt: rt, base: base, root: filepath.Join(base, "skills")}
-	if err := os.CopyFS(e.root, os.DirFS("testdata/skills")); err != nil {
+	// The sandboxes' uids must reach the skills: CopyFS makes 0755
+	// directories and 0644 files (umask 022), MkdirTemp a 0700 base.
+	if err := os.Chmod(base, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// Readable and searchable by the sandboxes' uids.
-	err = filepath.WalkDir(base, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			return os.Chmod(p, 0o755)
-		}
-		return os.Chmod(p, 0o644)
-	})
-	if err != nil {
+	e := &skillImagesEnv{rt: rt, base: base, root: filepath.Join(base, "skills")}
+	if err := os.CopyFS(e.root, os.DirFS("testdata/skills")); err != nil {
 		t.Fatal(err)
 	}
 	binary := ""
@@ -136,41 +116,19 @@ func (e *skillImagesEnv) needImage(t *testing.T, name string) {
 	t.Fatalf("no recipe named %q", name)
 }
 
-// skillImagesOut is one finished `skillbox run`.
+// skillImagesOut is one finished `skillbox run` and where its outputs went.
 type skillImagesOut struct {
-	stdout, stderr string
-	code           int
-	outputs        string // the --outputs directory
-}
-
-func (o skillImagesOut) String() string {
-	return fmt.Sprintf("exit %d\n--- stdout:\n%s--- stderr:\n%s", o.code, o.stdout, o.stderr)
+	runOut
+	outputs string // the --outputs directory
 }
 
 // run is `skillbox run --config CONFIG --runtime RT --root ROOT --outputs DIR SKILL SCRIPT`.
 func (e *skillImagesEnv) run(t *testing.T, config, skill, script string) skillImagesOut {
 	t.Helper()
-	o := skillImagesOut{outputs: filepath.Join(t.TempDir(), "out")}
-	ctx, cancel := context.WithTimeout(context.Background(), skillImagesCallLimit)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, itBin, "run", "--config", config, "--images", itImages, "--runtime", e.rt,
-		"--root", e.root, "--no-build", "--outputs", o.outputs, skill, script)
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	o.stdout, o.stderr = so.String(), se.String()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		o.code = ee.ExitCode()
-	default:
-		t.Fatalf("skillbox run %s %s: %v", skill, script, err)
-	}
-	if ctx.Err() != nil {
-		t.Fatalf("skillbox run %s %s did not finish within %s\n%s", skill, script, skillImagesCallLimit, o)
-	}
-	return o
+	out := filepath.Join(t.TempDir(), "out")
+	o := runItExec(t, "run", "--config", config, "--runtime", e.rt, "--root", e.root, "--no-build",
+		"--outputs", out, skill, script)
+	return skillImagesOut{runOut: o, outputs: out}
 }
 
 // output returns the bytes of the one returned file called name, wherever

@@ -2,13 +2,7 @@
 # npm (for build scripts that call it; the sandbox has no network unless
 # policy gives the skill egress).
 image "node" {
-  suite   = "trixie"
-  mirror  = "http://deb.debian.org/debian"
-  variant = "essential"
-  sources = [
-    "deb http://deb.debian.org/debian trixie-updates main",
-    "deb http://deb.debian.org/debian-security trixie-security main",
-  ]
+  suite = "trixie" # with trixie-updates and trixie-security
   packages = [
     "ca-certificates",
     "nodejs",

@@ -2,13 +2,7 @@
 # libraries alone, no office suite, media tools or fonts. Operators select it
 # for .py scripts with image "python" { recipe = "python-slim" } in the config.
 image "python-slim" {
-  suite   = "trixie"
-  mirror  = "http://deb.debian.org/debian"
-  variant = "essential"
-  sources = [
-    "deb http://deb.debian.org/debian trixie-updates main",
-    "deb http://deb.debian.org/debian-security trixie-security main",
-  ]
+  suite = "trixie" # with trixie-updates and trixie-security
   packages = [
     "ca-certificates",
     "poppler-utils",

@@ -5,13 +5,7 @@
 # as Debian 13 packages: no pip at build or run time, so the image comes from
 # Debian's signed archive alone. python-slim is the small alternative.
 image "python" {
-  suite   = "trixie"
-  mirror  = "http://deb.debian.org/debian"
-  variant = "essential"
-  sources = [
-    "deb http://deb.debian.org/debian trixie-updates main",
-    "deb http://deb.debian.org/debian-security trixie-security main",
-  ]
+  suite = "trixie" # with trixie-updates and trixie-security
   packages = [
     "ca-certificates",
     "python3",

@@ -1,13 +1,7 @@
 # The shell image runs .sh scripts: bash plus the tools skill scripts reach
 # for. It is the smallest image and the one the integration test builds.
 image "shell" {
-  suite   = "trixie"
-  mirror  = "http://deb.debian.org/debian"
-  variant = "essential"
-  sources = [
-    "deb http://deb.debian.org/debian trixie-updates main",
-    "deb http://deb.debian.org/debian-security trixie-security main",
-  ]
+  suite = "trixie" # with trixie-updates and trixie-security
   packages = [
     "bash",
     "ca-certificates",
