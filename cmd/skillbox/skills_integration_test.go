@@ -26,6 +26,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // skillImagesEnv is one runtime's test setting: a copy of testdata/skills
@@ -46,6 +48,9 @@ func newSkillImagesEnv(t *testing.T, rt string) *skillImagesEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
+		// A current runsc keeps its empty network namespace mounted in
+		// its state dir.
+		unix.Unmount(filepath.Join(base, "state-"+rt, "null-netns"), unix.MNT_DETACH)
 		if t.Failed() {
 			t.Logf("kept %s for inspection", base)
 			return
