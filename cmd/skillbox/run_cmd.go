@@ -12,10 +12,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unicode"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
@@ -25,6 +27,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -34,20 +37,43 @@ import (
 // was cut short must not look like a success.
 const exitTimeout = 124
 
+// exitOutputsTruncated is the exit code of a run whose script exited 0 but
+// whose outputs an output cap cut short: files are missing, so the run
+// must not look like a success.
+const exitOutputsTruncated = 3
+
+// maxOutputsListed bounds how many outputs the terminal report names one
+// by one (--json lists them all).
+const maxOutputsListed = 20
+
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
 		Usage:     "run one skill script in a fresh sandbox, the way the daemon would",
-		ArgsUsage: "SKILL SCRIPT [-- ARGS...]",
-		Description: "SCRIPT is relative to the skill and must lie under its scripts/ directory.\n" +
-			"The interpreter and image come from the script's extension (config image blocks),\n" +
-			"or from its #! line when it has none; a missing image is built first.\n" +
+		ArgsUsage: "SKILL|SKILLDIR SCRIPT [-- ARGS...]",
+		Description: "SKILL is a skill's name in the skill roots, or the path of a skill directory\n" +
+			"(anything with a / in it, e.g. ./my-skill). SCRIPT is any file of the skill, relative\n" +
+			"to its root (scripts/fill.py, core/gif.py, ...), unless policy restricts the\n" +
+			"directories scripts may run from (script_dirs). The interpreter and image come from\n" +
+			"the script's extension (config image blocks), or from its #! line when it has none;\n" +
+			"a missing image is built first.\n" +
 			"Flags go before SKILL; everything after SCRIPT (after an optional --) goes to the script.\n" +
+			"\n" +
+			"Inside the sandbox: the skill is mounted read-only at /skill (the script runs as\n" +
+			"/skill/SCRIPT, and /skill and the script's directory are on PYTHONPATH/NODE_PATH, so\n" +
+			"'from scripts.utils import x' works); the working directory is /work, the script's\n" +
+			"cwd, where --file puts its inputs; HOME is /tmp (writable, cleared after the run).\n" +
+			"Outputs are every file the script created or changed anywhere in /work (outputs/ is\n" +
+			"a convention, not a limit); they are listed with their paths relative to /work, and\n" +
+			"--outputs DIR keeps them. Symlinks and special files are reported, never followed.\n" +
+			"\n" +
 			"The script's stdout and stderr stream to this command's stdout and stderr (--json\n" +
 			"prints the whole result as one JSON object instead). The command exits with the\n" +
 			"script's exit code (128+N when killed by signal N, 124 when it outlived its time\n" +
-			"limit yet exited 0, 130 when interrupted with Ctrl-C, which removes the sandbox);\n" +
-			"errors of skillbox itself exit 1, usage errors 2.",
+			"limit yet exited 0, 3 when it exited 0 but an output cap (limits output_files,\n" +
+			"output_bytes, output_file_bytes) left files out, 130 when interrupted with Ctrl-C,\n" +
+			"which removes the sandbox); errors of skillbox itself exit 1, usage errors 2.\n" +
+			"Sandboxes need root: run it with sudo.",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "root", Usage: "skill root `DIR` (repeatable; later roots override earlier); default: the config's skills.roots"},
 			&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` (policy, limits, images, audit_dir); default: built-in defaults"},
@@ -92,7 +118,7 @@ type runOptions struct {
 func parseRunArgs(c *cli.Context) (*runOptions, error) {
 	args := c.Args().Slice()
 	if len(args) < 2 {
-		return nil, exitCode(2, "usage: skillbox run [flags] SKILL SCRIPT [-- ARGS...] (e.g. skillbox run --root ./skills pdf scripts/extract.py -- in.pdf)")
+		return nil, exitCode(2, "usage: skillbox run [flags] SKILL SCRIPT [-- ARGS...] (SKILL is a skill name or directory: e.g. skillbox run --root ./skills pdf scripts/extract.py -- in.pdf, or skillbox run ./pdf scripts/extract.py)")
 	}
 	o := &runOptions{skill: args[0], script: args[1], args: args[2:]}
 	if len(o.args) > 0 && o.args[0] == "--" {
@@ -161,13 +187,9 @@ func runScript(c *cli.Context, o *runOptions) error {
 			return err
 		}
 	}
-	reg, err := openRegistry(ctx, cfg, c.StringSlice("root"), log)
+	sk, index, err := resolveSkill(ctx, cfg, c.StringSlice("root"), o.skill, log)
 	if err != nil {
 		return err
-	}
-	sk, err := reg.Get(o.skill)
-	if err != nil {
-		return skillNotFound(err, reg.Roots())
 	}
 
 	auditLog, err := openAudit(cfg, log)
@@ -200,9 +222,12 @@ func runScript(c *cli.Context, o *runOptions) error {
 	if !c.Bool("json") {
 		req.Stdout, req.Stderr = &liveSink{w: os.Stdout}, &liveSink{w: os.Stderr}
 	}
+	if err := rootCheck("run", eng.Runtime.Name(), os.Geteuid()); err != nil {
+		return err
+	}
 	// The daemon's authorization path, with the person at the terminal as
 	// the approver (--yes) instead of a confirmation request.
-	svc := service.New(service.Options{Config: cfg, Skills: reg, Engine: eng, Audit: eng.Audit, Logger: quiet})
+	svc := service.New(service.Options{Config: cfg, Skills: index, Engine: eng, Audit: eng.Audit, Logger: quiet})
 	out, err := svc.Run(ctx, selfPeer(), req, service.RunOptions{
 		Method:          "skillbox run",
 		SelfApprove:     c.Bool("yes"),
@@ -239,6 +264,9 @@ func runScript(c *cli.Context, o *runOptions) error {
 	code := scriptExitCode(res)
 	if n := interrupted(); n > 0 && res.Reason == runtime.ReasonKilled {
 		code = 128 + n // like any command stopped with Ctrl-C
+	}
+	if code == 0 && res.OutputsTruncated {
+		code = exitOutputsTruncated
 	}
 	if code != 0 {
 		return &exitError{code: code}
@@ -281,12 +309,7 @@ func reportRun(w io.Writer, out *service.Outcome, outputsDir string) {
 	if res.StdoutTruncated || res.StderrTruncated {
 		fmt.Fprintf(w, "skillbox: output was truncated at the cap (stdout %s, stderr %s per run)\n", policy.FormatSize(lim.StdoutBytes), policy.FormatSize(lim.StderrBytes))
 	}
-	if len(res.Outputs) > 0 && outputsDir == "" {
-		fmt.Fprintf(w, "skillbox: the script wrote %d file(s) to outputs/; pass --outputs DIR to keep them\n", len(res.Outputs))
-	}
-	for _, s := range res.OutputsSkipped {
-		fmt.Fprintf(w, "skillbox: outputs/%s\n", s)
-	}
+	reportOutputs(w, res, lim, outputsDir)
 	switch res.Reason {
 	case runtime.ReasonExit:
 	case runtime.ReasonTimeout:
@@ -302,6 +325,71 @@ func reportRun(w io.Writer, out *service.Outcome, outputsDir string) {
 	default:
 		fmt.Fprintf(w, "skillbox: the run ended: %s\n", res.Reason)
 	}
+}
+
+// reportOutputs says what the script left in /work: the files kept (by
+// their paths relative to /work, the first maxOutputsListed by name), or
+// how many were left behind and how to keep them; entries not collected;
+// and, never silently, an output cap that left files out.
+func reportOutputs(w io.Writer, res *runtime.Result, lim runtime.Limits, outputsDir string) {
+	n := len(res.Outputs)
+	switch {
+	case n > 0 && outputsDir == "":
+		fmt.Fprintf(w, "skillbox: the script left %d file(s) in /work (%s); pass --outputs DIR to keep them\n", n, outputNames(res.Outputs, 3))
+	case n > 0:
+		fmt.Fprintf(w, "skillbox: kept %d output file(s) in %s:\n", n, outputsDir)
+		for i, f := range res.Outputs {
+			if i == maxOutputsListed {
+				fmt.Fprintf(w, "skillbox:   ... and %d more (--json lists them all)\n", n-i)
+				break
+			}
+			fmt.Fprintf(w, "skillbox:   %s (%s)\n", quoteUnprintable(f.Path), policy.FormatSize(f.Size))
+		}
+	}
+	for _, s := range res.OutputsSkipped {
+		fmt.Fprintf(w, "skillbox: in /work: %s\n", s)
+	}
+	if res.OutputsTruncated {
+		fmt.Fprintf(w, "skillbox: outputs truncated by the %s cap (%s): %d file(s) of %s left out; raise limits %s in the config or have the script write less\n",
+			res.OutputsTruncatedBy, capValue(res.OutputsTruncatedBy, lim), res.OutputsOmittedFiles, policy.FormatSize(res.OutputsOmittedBytes), res.OutputsTruncatedBy)
+	}
+}
+
+// capValue shows the limit an output cap stands for.
+func capValue(name string, lim runtime.Limits) string {
+	switch name {
+	case runtime.CapOutputFiles:
+		return fmt.Sprintf("%d files", lim.OutputFiles)
+	case runtime.CapOutputBytes:
+		return policy.FormatSize(lim.OutputBytes) + " in all"
+	case runtime.CapOutputFileBytes:
+		return policy.FormatSize(lim.OutputFileBytes) + " per file"
+	}
+	return "?"
+}
+
+// outputNames lists the first max output paths for a one-line report.
+func outputNames(outs []runtime.OutputFile, max int) string {
+	var names []string
+	for i, f := range outs {
+		if i == max {
+			names = append(names, "…")
+			break
+		}
+		names = append(names, quoteUnprintable(f.Path))
+	}
+	return strings.Join(names, ", ")
+}
+
+// quoteUnprintable quotes a script-chosen name when it holds anything a
+// terminal could misread.
+func quoteUnprintable(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // runJSON is what --json prints: the daemon's run_script result (same
@@ -326,9 +414,14 @@ type runJSON struct {
 	Network         bool            `json:"network"`
 	Limits          runtime.Limits  `json:"limits"`
 	Outputs         []runJSONOutput `json:"outputs"`
-	OutputsSkipped  []string        `json:"outputs_skipped"`
-	SavedOutputs    []string        `json:"saved_outputs"`
-	ConfirmationID  string          `json:"confirmation_id,omitempty"`
+	// OutputsTruncated and the fields after it: see api.RunScriptResult.
+	OutputsTruncated    bool     `json:"outputs_truncated"`
+	OutputsTruncatedBy  string   `json:"outputs_truncated_by"`
+	OutputsOmittedFiles int      `json:"outputs_omitted_files"`
+	OutputsOmittedBytes int64    `json:"outputs_omitted_bytes"`
+	OutputsSkipped      []string `json:"outputs_skipped"`
+	SavedOutputs        []string `json:"saved_outputs"`
+	ConfirmationID      string   `json:"confirmation_id,omitempty"`
 }
 
 type runJSONOutput struct {
@@ -347,8 +440,10 @@ func newRunJSON(o *service.Outcome, saved []string) *runJSON {
 		DurationMS: r.Duration.Milliseconds(),
 		Image:      o.Image.Name, ImageDigest: o.Image.Digest,
 		Runtime: r.Runtime, RuntimeVersion: r.RuntimeVersion, Network: p.Network,
-		Limits:         p.Limits,
-		Outputs:        []runJSONOutput{},
+		Limits:           p.Limits,
+		Outputs:          []runJSONOutput{},
+		OutputsTruncated: r.OutputsTruncated, OutputsTruncatedBy: r.OutputsTruncatedBy,
+		OutputsOmittedFiles: r.OutputsOmittedFiles, OutputsOmittedBytes: r.OutputsOmittedBytes,
 		OutputsSkipped: append([]string{}, r.OutputsSkipped...),
 		SavedOutputs:   append([]string{}, saved...),
 		ConfirmationID: p.Request.ConfirmationID,
@@ -583,71 +678,37 @@ func readInputFile(f *os.File, spec string) ([]byte, error) {
 }
 
 // dirInputs reads the tree at host into entries under name: the directory
-// itself, then its contents in lexical order. It works inside an os.Root
-// and opens files with O_NOFOLLOW, so no link is followed on the host.
+// itself, then its contents in lexical order (client.WalkDir: no link is
+// followed on the host, special files are refused).
 func dirInputs(host, name, spec string) ([]runtime.InputFile, error) {
-	root, err := os.OpenRoot(host)
-	if err != nil {
-		return nil, fmt.Errorf("--file %s: %w", spec, unwrapPathError(err))
-	}
-	defer root.Close()
-	st, err := root.Stat(".")
-	if err != nil {
-		return nil, fmt.Errorf("--file %s: %w", spec, err)
-	}
-	out := []runtime.InputFile{{Name: name, Kind: runtime.InputDir, Mode: uint32(st.Mode().Perm())}}
-	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("--file %s: %w", spec, err)
-		}
-		if rel == "." {
-			return nil
-		}
-		if len(out) > runtime.MaxInputEntries {
+	var out []runtime.InputFile
+	err := client.WalkDir(host, name, maxInputFile, func(e client.DirEntry) error {
+		if len(out) >= runtime.MaxInputEntries {
 			return fileUsage("--file %s: more than %d files and directories", spec, runtime.MaxInputEntries)
 		}
-		entry := name + "/" + rel
-		where := filepath.Join(host, filepath.FromSlash(rel))
-		if err := runtime.ValidateInputName(entry); err != nil {
-			return fileUsage("--file %s: %s: %s", spec, where, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+		if err := runtime.ValidateInputName(e.Name); err != nil {
+			return fileUsage("--file %s: %s: %s", spec, quoteUnprintable(e.HostPath), strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
 		}
-		switch t := d.Type(); {
-		case t.IsDir():
-			info, err := d.Info()
-			if err != nil {
-				return fmt.Errorf("--file %s: %w", spec, err)
-			}
-			out = append(out, runtime.InputFile{Name: entry, Kind: runtime.InputDir, Mode: uint32(info.Mode().Perm())})
-		case t&fs.ModeSymlink != 0:
-			target, err := root.Readlink(rel)
-			if err != nil {
-				return fmt.Errorf("--file %s: %w", spec, err)
-			}
-			out = append(out, runtime.InputFile{Name: entry, Kind: runtime.InputSymlink, Target: target})
-		case t.IsRegular():
-			f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-			if err != nil {
-				return fmt.Errorf("--file %s: %w", spec, err)
-			}
-			defer f.Close()
-			info, err := f.Stat()
-			if err != nil || !info.Mode().IsRegular() {
-				return fileUsage("--file %s: %s changed while it was read", spec, where)
-			}
-			data, err := readInputFile(f, spec)
-			if err != nil {
-				return err
-			}
-			out = append(out, runtime.InputFile{Name: entry, Data: data, Mode: uint32(info.Mode().Perm())})
-		default:
-			return fileUsage("--file %s: %s is a special file (%s), which cannot be copied into the sandbox: remove it or copy the directory without it", spec, where, t.Type())
+		f := runtime.InputFile{Name: e.Name, Data: e.Data, Mode: e.Mode}
+		switch e.Type {
+		case api.FileTypeDir:
+			f.Kind = runtime.InputDir
+		case api.FileTypeSymlink:
+			f.Kind, f.Target, f.Mode = runtime.InputSymlink, e.Target, 0
 		}
+		out = append(out, f)
 		return nil
 	})
-	if err != nil {
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.Is(err, errFileFlagUsage):
 		return nil, err
+	case errors.Is(err, client.ErrNotCopyable):
+		return nil, fileUsage("--file %s: %s", spec, strings.TrimSuffix(err.Error(), ": "+client.ErrNotCopyable.Error()))
+	default:
+		return nil, fmt.Errorf("--file %s: %w", spec, unwrapPathError(err))
 	}
-	return out, nil
 }
 
 func unwrapPathError(err error) error {
@@ -705,7 +766,7 @@ func saveOutputs(dir string, outs []runtime.OutputFile) ([]string, error) {
 					return saved, fmt.Errorf("--outputs %s: %s: %w", dir, o.Path, err)
 				}
 			default:
-				return saved, fmt.Errorf("--outputs %s: %s: a %s is in the way; not replaced (move it away and run again)", dir, o.Path, fileKind(st.Mode()))
+				return saved, fmt.Errorf("--outputs %s: %s: a %s is in the way; not replaced (move it away and run again)", dir, o.Path, client.FileKind(st.Mode()))
 			}
 		}
 		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
@@ -744,28 +805,10 @@ func outputParents(root *os.Root, rel string, made map[string]bool) error {
 	case st.Mode()&fs.ModeSymlink != 0:
 		return fmt.Errorf("%s is a symlink in the outputs directory; refusing to write through it (remove it and run again)", rel)
 	case !st.IsDir():
-		return fmt.Errorf("%s is a %s, not a directory; not replaced (move it away and run again)", rel, fileKind(st.Mode()))
+		return fmt.Errorf("%s is a %s, not a directory; not replaced (move it away and run again)", rel, client.FileKind(st.Mode()))
 	}
 	made[rel] = true
 	return nil
-}
-
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "directory"
-	case m&fs.ModeSymlink != 0:
-		return "symlink"
-	case m&fs.ModeNamedPipe != 0:
-		return "fifo"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	case m.IsRegular():
-		return "regular file"
-	}
-	return "special file"
 }
 
 // cliImages adds to the store's image source what a person at a terminal
@@ -825,6 +868,45 @@ func (s *liveSink) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// resolveSkill finds the skill to run: SKILL is the path of a skill
+// directory when it has a / in it (./pdf, /srv/skills/pdf) or starts with
+// a dot, or when no skill of that name is indexed but ./SKILL holds a
+// SKILL.md; otherwise a name in the skill roots. It returns the skill and
+// the index the service is given.
+func resolveSkill(ctx context.Context, cfg *policy.Config, roots []string, arg string, log hclog.Logger) (*skills.Skill, service.SkillIndex, error) {
+	isPath := strings.ContainsRune(arg, filepath.Separator) || strings.HasPrefix(arg, ".")
+	if !isPath {
+		reg, err := openRegistry(ctx, cfg, roots, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		sk, err := reg.Get(arg)
+		if err == nil {
+			return sk, reg, nil
+		}
+		if _, serr := os.Stat(filepath.Join(arg, "SKILL.md")); serr != nil {
+			return nil, nil, skillNotFound(err, reg.Roots())
+		}
+	}
+	sk, err := skills.LoadDir(skillsDirOf(arg), skills.LoadOptions{AllowExtensions: true, Lenient: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("skill directory %s: %w (check it with 'skillbox skills validate %s')", arg, err, arg)
+	}
+	return sk, oneSkill{sk}, nil
+}
+
+// oneSkill is the index of a run given a skill directory.
+type oneSkill struct{ sk *skills.Skill }
+
+func (o oneSkill) Get(name string) (*skills.Skill, error) {
+	if skills.NormalizeName(name) == skills.NormalizeName(o.sk.Name) {
+		return o.sk, nil
+	}
+	return nil, fmt.Errorf("%w: %q", skills.ErrNotFound, name)
+}
+
+func (o oneSkill) List() []*skills.Skill { return []*skills.Skill{o.sk} }
+
 // skillNotFound names the roots that were searched and how to list them.
 func skillNotFound(err error, roots []string) error {
 	if !errors.Is(err, skills.ErrNotFound) {
@@ -869,6 +951,18 @@ func cliError(err error) error {
 	}
 	msg = strings.TrimSpace(strings.NewReplacer("\r\n", "; ", "\n", "; ").Replace(strings.TrimSpace(msg)))
 	return &oneLineError{msg: msg, err: err}
+}
+
+// rootCheck is the one check that a command which starts sandboxes has the
+// privileges the runtimes need, so that a newcomer gets one line saying
+// what to do instead of a permission error from deep inside a backend
+// (making the bundle directory, mounts, cgroups). euid is a parameter for
+// tests.
+func rootCheck(command, runtimeName string, euid int) error {
+	if euid == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s needs root: the %s sandbox runtime makes mounts, namespaces and cgroups that only root may, and you are uid %d; run it with sudo (sudo skillbox %s …)", command, runtimeName, euid, command)
 }
 
 // selfPeer is the caller of a local command: this process.

@@ -552,3 +552,14 @@ func TestStdinFromFlag(t *testing.T) {
 		})
 	}
 }
+
+func TestRootCheck(t *testing.T) {
+	if err := rootCheck("run", "runsc", 0); err != nil {
+		t.Errorf("root: %v", err)
+	}
+	err := rootCheck("serve", "runc", 1000)
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "serve needs root") ||
+		!strings.Contains(err.Error(), "sudo skillbox serve") || !strings.Contains(err.Error(), "uid 1000") {
+		t.Errorf("non-root: %v", err)
+	}
+}

@@ -136,22 +136,36 @@ type RunInfo struct {
 	Ended          time.Time `json:"ended,omitzero"`
 	DurationMS     int64     `json:"duration_ms,omitempty"`
 	// ExitCode is nil until the run has ended with a status.
-	ExitCode        *int      `json:"exit_code,omitempty"`
-	Signal          string    `json:"signal,omitempty"`
-	Reason          string    `json:"reason,omitempty"` // exit, timeout, oom, pids, output_cap, killed
-	StdoutBytes     int64     `json:"stdout_bytes,omitempty"`
-	StdoutSHA256    string    `json:"stdout_sha256,omitempty"`
-	StdoutTruncated bool      `json:"stdout_truncated,omitempty"`
-	StderrBytes     int64     `json:"stderr_bytes,omitempty"`
-	StderrSHA256    string    `json:"stderr_sha256,omitempty"`
-	StderrTruncated bool      `json:"stderr_truncated,omitempty"`
-	Outputs         []FileRef `json:"outputs,omitempty"`
-	OutputsSkipped  []string  `json:"outputs_skipped,omitempty"`
+	ExitCode        *int   `json:"exit_code,omitempty"`
+	Signal          string `json:"signal,omitempty"`
+	Reason          string `json:"reason,omitempty"` // exit, timeout, oom, pids, output_cap, killed
+	StdoutBytes     int64  `json:"stdout_bytes,omitempty"`
+	StdoutSHA256    string `json:"stdout_sha256,omitempty"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrBytes     int64  `json:"stderr_bytes,omitempty"`
+	StderrSHA256    string `json:"stderr_sha256,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	// Outputs are the files the script created or changed in its working
+	// directory (paths relative to it); OutputsSkipped names entries not
+	// collected and why (links, special files, files a cap left out).
+	Outputs        []FileRef `json:"outputs,omitempty"`
+	OutputsSkipped []string  `json:"outputs_skipped,omitempty"`
+	// OutputsTruncated says an output cap left files out; OutputsTruncatedBy
+	// names the first cap hit (output_files, output_bytes,
+	// output_file_bytes); OutputsOmittedFiles/Bytes count what was left out.
+	OutputsTruncated    bool   `json:"outputs_truncated,omitempty"`
+	OutputsTruncatedBy  string `json:"outputs_truncated_by,omitempty"`
+	OutputsOmittedFiles int    `json:"outputs_omitted_files,omitempty"`
+	OutputsOmittedBytes int64  `json:"outputs_omitted_bytes,omitempty"`
 }
 
-// FileRef is a file by name, size and content hash.
+// FileRef is a file by name, size and content hash. An input entry that
+// is not a regular file has Type "dir" or "symlink" (and Target, the
+// link's target).
 type FileRef struct {
 	Path   string `json:"path"`
+	Type   string `json:"type,omitempty"`
+	Target string `json:"target,omitempty"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256,omitempty"`
 }

@@ -71,7 +71,7 @@ func (s *Service) RunScript(ctx context.Context, caller api.Peer, p api.RunScrip
 	if err != nil {
 		return nil, err
 	}
-	res := ResultOf(out, true)
+	res := ResultOf(out, api.MaxInlineOutputBytes)
 	return &res, nil
 }
 
