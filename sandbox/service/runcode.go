@@ -391,3 +391,19 @@ func skillMounts(act []*skills.Skill) ([]api.MountedSkill, string) {
 	}
 	return out, b.String()
 }
+
+// LanguageForFile is the run_code language of a code file by its name (its
+// extension), the way the config maps extensions to images: the language
+// whose own extension runs in the same image. "" when none does.
+func LanguageForFile(cfg *policy.Config, name string) string {
+	in, err := cfg.Interpreter(name, nil)
+	if err != nil {
+		return ""
+	}
+	for _, lang := range []string{api.LanguagePython, api.LanguageShell, api.LanguageNode} {
+		if l, err := cfg.Interpreter("main"+languageExtensions[lang], nil); err == nil && l.Image == in.Image {
+			return lang
+		}
+	}
+	return ""
+}
