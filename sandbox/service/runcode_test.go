@@ -326,3 +326,19 @@ func sha256hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+func TestRunCodeStreams(t *testing.T) {
+	f := newCodeFixture(t, true)
+	sid := f.session(t, "gif", "pdf")
+	col := newCollector()
+	res, err := f.svc.RunCode(api.WithEventSink(context.Background(), col.sink), owner, api.RunCodeParams{SessionID: sid, Language: "python", Code: "print(1)", Stream: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(col.methods(), " "); got != "run.started run.exited" {
+		t.Fatalf("events %s", got)
+	}
+	if s := col.evs[0].(api.RunStartedEvent); s.RunID != res.RunID || s.Skill != "gif,pdf" || s.Path != "/skills/.code/main.py" || s.Image != "python" {
+		t.Errorf("run.started %+v", s)
+	}
+}
