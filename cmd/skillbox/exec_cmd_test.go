@@ -1,13 +1,10 @@
 package main
 
 import (
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/urfave/cli/v2"
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/sandbox/service"
@@ -16,20 +13,7 @@ import (
 // parseExec runs only the argument parsing of `skillbox exec`.
 func parseExec(t *testing.T, args ...string) (*execOptions, error) {
 	t.Helper()
-	cmd := execCommand()
-	var got *execOptions
-	cmd.Action = func(c *cli.Context) error {
-		o, err := parseExecArgs(c)
-		got = o
-		return err
-	}
-	app := &cli.App{
-		Name: "skillbox", Commands: []*cli.Command{cmd},
-		Writer: io.Discard, ErrWriter: io.Discard,
-		ExitErrHandler: func(*cli.Context, error) {},
-	}
-	err := app.Run(append([]string{"skillbox", "exec"}, args...))
-	return got, err
+	return parseOnly(execCommand(), parseExecArgs, args)
 }
 
 func TestExecArgs(t *testing.T) {
