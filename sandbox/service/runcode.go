@@ -352,9 +352,16 @@ func (p *Plan) confirmDetails() map[string]string {
 		}
 		code := audit.NewCodeInfo(c.Language, c.Code, true, audit.MaxCodeText)
 		d["skills"], d["language"], d["code_sha256"] = strings.Join(mounts, " "), c.Language, c.SHA256
+		var notes []string
+		if code.Truncated {
+			notes = append(notes, fmt.Sprintf("%d bytes, the first %d shown", code.Size, audit.MaxCodeText))
+		}
+		if code.Encoding != "" {
+			notes = append(notes, "not UTF-8, shown as "+code.Encoding)
+		}
 		d["code"] = code.Text
-		if code.Truncated || code.Encoding != "" {
-			d["code"] = fmt.Sprintf("(%d bytes; the first %d shown%s) %s", code.Size, audit.MaxCodeText, encodingNote(code.Encoding), code.Text)
+		if len(notes) > 0 {
+			d["code"] = "(" + strings.Join(notes, "; ") + ") " + code.Text
 		}
 	} else {
 		d["skill"], d["skill_digest"], d["script"], d["script_sha256"] = req.Skill.Name, req.Skill.Digest, p.Script, p.ScriptSHA256
@@ -363,13 +370,6 @@ func (p *Plan) confirmDetails() map[string]string {
 		d["env_names"] = strings.Join(names, " ")
 	}
 	return d
-}
-
-func encodingNote(enc string) string {
-	if enc == "" {
-		return ""
-	}
-	return ", " + enc
 }
 
 // skillMounts says where skills.run_code mounts each of the active skills
