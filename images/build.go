@@ -51,8 +51,9 @@ var dpkgExcludes = []string{
 // files are dpkg/debconf backups nobody reads. apt's cache and state go when
 // the image has no apt (mmdebstrap's own cleanup, which runs after this hook,
 // still leaves /var/lib/apt/lists/{lock,partial}; see chrootTmp for why
-// their owner is stable). /skill and /work are the mount points the runtime
-// binds the skill and the workdir on (runtime.SkillMount, runtime.WorkDir):
+// their owner is stable). /skill, /skills and /work are the mount points the
+// runtime binds the skill(s) and the workdir on (runtime.SkillMount,
+// runtime.SkillsMount, runtime.WorkDir):
 // they must exist in the image, since the shared rootfs is read-only and a
 // runtime must not create them there. /etc/hosts is the mount point of the
 // hosts file the runtime generates; it is written whole (the essential set
@@ -71,7 +72,7 @@ const customizeHook = `rm -f "$1/etc/hostname" "$1"/var/cache/debconf/*-old "$1"
 	`rm "$l" && printf '#!/bin/sh\nexec /usr/lib/libreoffice/program/%s "$@"\n' "${t##*/}" > "$l" && chmod 0755 "$l";; esac; fi; done && ` +
 	`if [ -e "$1/usr/bin/apt-get" ]; then chown 0:0 "$1/var/cache/apt/archives/partial" "$1/var/lib/apt/lists/partial"; ` +
 	`else rm -rf "$1/var/cache/apt" "$1/var/lib/apt"; fi && ` +
-	`mkdir -m 0755 -p "$1/skill" "$1/work"`
+	`mkdir -m 0755 -p "$1/skill" "$1/skills" "$1/work"`
 
 // Build builds the image for r with mmdebstrap and stores it, replacing the
 // image of that name. Concise progress lines go to progress (nil discards

@@ -78,7 +78,7 @@ func TestIntegrationShellImage(t *testing.T) {
 	needBuildHost(t)
 	img, root := buildShell(t)
 
-	for _, p := range []string{"skill", "work", "usr/bin/bash", "usr/bin/jq", "usr/bin/gawk", "usr/bin/sed", "usr/bin/grep",
+	for _, p := range []string{"skill", "skills", "work", "usr/bin/bash", "usr/bin/jq", "usr/bin/gawk", "usr/bin/sed", "usr/bin/grep",
 		"usr/bin/curl", "usr/bin/git", "usr/bin/zip", "usr/bin/unzip", "etc/ssl/certs/ca-certificates.crt"} {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
 			t.Errorf("%s missing: %v", p, err)

@@ -164,11 +164,15 @@ func needDaemon(t *testing.T) {
 const itPolicy = `
 policy "default" {
   skills = ["*"]
-  tools  = ["skills.read", "skills.run_script"]
+  tools  = ["skills.read", "skills.run_script", "skills.run_code"]
 }
 policy "needs-approval" {
   skills  = ["guarded-*"]
-  confirm = ["skills.run_script"]
+  confirm = ["skills.run_script", "skills.run_code"]
+}
+policy "no-code" {
+  skills = ["nocode-*"]
+  deny   = ["skills.run_code"]
 }
 `
 

@@ -120,12 +120,23 @@ func parseRunArgs(c *cli.Context) (*runOptions, error) {
 	if len(args) < 2 {
 		return nil, exitCode(2, "usage: skillbox run [flags] SKILL SCRIPT [-- ARGS...] (SKILL is a skill name or directory: e.g. skillbox run --root ./skills pdf scripts/extract.py -- in.pdf, or skillbox run ./pdf scripts/extract.py)")
 	}
-	o := &runOptions{skill: args[0], script: args[1], args: args[2:]}
+	if strings.HasPrefix(args[0], "-") || strings.HasPrefix(args[1], "-") {
+		return nil, exitCode(2, "usage: flags go before SKILL SCRIPT, script arguments after them (or after --): skillbox run [flags] SKILL SCRIPT [-- ARGS...]")
+	}
+	o, err := parseRunFlags(c, args[2:])
+	if err != nil {
+		return nil, err
+	}
+	o.skill, o.script = args[0], args[1]
+	return o, nil
+}
+
+// parseRunFlags validates the flags `skillbox run` and `skillbox exec`
+// share; args are the script's arguments (a leading -- is dropped).
+func parseRunFlags(c *cli.Context, args []string) (*runOptions, error) {
+	o := &runOptions{args: args}
 	if len(o.args) > 0 && o.args[0] == "--" {
 		o.args = o.args[1:]
-	}
-	if strings.HasPrefix(o.skill, "-") || strings.HasPrefix(o.script, "-") {
-		return nil, exitCode(2, "usage: flags go before SKILL SCRIPT, script arguments after them (or after --): skillbox run [flags] SKILL SCRIPT [-- ARGS...]")
 	}
 	var err error
 	if o.limits, err = limitsFromFlags(c); err != nil {
@@ -166,6 +177,19 @@ func runAction(c *cli.Context) error {
 }
 
 func runScript(c *cli.Context, o *runOptions) error {
+	return runLocal(c, o, "skillbox run", func(ctx context.Context, cfg *policy.Config, log hclog.Logger) (service.RunRequest, service.SkillIndex, error) {
+		sk, index, err := resolveSkill(ctx, cfg, c.StringSlice("root"), o.skill, log)
+		if err != nil {
+			return service.RunRequest{}, nil, err
+		}
+		return service.RunRequest{Skill: sk, Script: o.script, Network: c.Bool("network")}, index, nil
+	})
+}
+
+// runLocal runs what request makes of the registry (a script, or code),
+// with o's arguments, limits, env, files and stdin, through the daemon's
+// authorization path, and reports it: `skillbox run` and `skillbox exec`.
+func runLocal(c *cli.Context, o *runOptions, method string, request func(context.Context, *policy.Config, hclog.Logger) (service.RunRequest, service.SkillIndex, error)) error {
 	ctx, interrupted, stop := interruptContext(c.Context)
 	defer stop()
 	// A closed stdout (skillbox run … | head) must not kill skillbox with
@@ -187,7 +211,7 @@ func runScript(c *cli.Context, o *runOptions) error {
 			return err
 		}
 	}
-	sk, index, err := resolveSkill(ctx, cfg, c.StringSlice("root"), o.skill, log)
+	req, index, err := request(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -215,10 +239,7 @@ func runScript(c *cli.Context, o *runOptions) error {
 		eng.Images = &cliImages{StoreImages: si, noBuild: c.Bool("no-build")}
 	}
 
-	req := service.RunRequest{
-		Skill: sk, Script: o.script, Args: o.args, Env: o.env, Files: o.files, Limits: o.limits, Stdin: o.stdin,
-		Network: c.Bool("network"),
-	}
+	req.Args, req.Env, req.Files, req.Limits, req.Stdin = o.args, o.env, o.files, o.limits, o.stdin
 	if !c.Bool("json") {
 		req.Stdout, req.Stderr = &liveSink{w: os.Stdout}, &liveSink{w: os.Stderr}
 	}
@@ -229,7 +250,7 @@ func runScript(c *cli.Context, o *runOptions) error {
 	// the approver (--yes) instead of a confirmation request.
 	svc := service.New(service.Options{Config: cfg, Skills: index, Engine: eng, Audit: eng.Audit, Logger: quiet})
 	out, err := svc.Run(ctx, selfPeer(), req, service.RunOptions{
-		Method:          "skillbox run",
+		Method:          method,
 		SelfApprove:     c.Bool("yes"),
 		SelfApproveHint: "re-run with --yes to confirm it yourself",
 		Authorized: func(plan *service.Plan) {
@@ -422,6 +443,8 @@ type runJSON struct {
 	OutputsSkipped      []string `json:"outputs_skipped"`
 	SavedOutputs        []string `json:"saved_outputs"`
 	ConfirmationID      string   `json:"confirmation_id,omitempty"`
+	// Skills are the skills `skillbox exec` mounted (skill is empty then).
+	Skills []api.MountedSkill `json:"skills,omitempty"`
 }
 
 type runJSONOutput struct {
@@ -433,7 +456,7 @@ type runJSONOutput struct {
 func newRunJSON(o *service.Outcome, saved []string) *runJSON {
 	r, p := o.Result, o.Plan
 	j := &runJSON{
-		RunID: o.RunID, Skill: p.Request.Skill.Name, SkillDigest: p.Request.Skill.Digest, Path: p.Script,
+		RunID: o.RunID, Path: p.Script, Skills: service.ResultOf(o, 0).Skills,
 		ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason),
 		Stdout: string(r.Stdout), Stderr: string(r.Stderr),
 		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
@@ -447,6 +470,9 @@ func newRunJSON(o *service.Outcome, saved []string) *runJSON {
 		OutputsSkipped: append([]string{}, r.OutputsSkipped...),
 		SavedOutputs:   append([]string{}, saved...),
 		ConfirmationID: p.Request.ConfirmationID,
+	}
+	if sk := p.Request.Skill; sk != nil {
+		j.Skill, j.SkillDigest = sk.Name, sk.Digest
 	}
 	for _, f := range r.Outputs {
 		j.Outputs = append(j.Outputs, runJSONOutput{Path: f.Path, Size: f.Size, SHA256: f.SHA256})

@@ -31,6 +31,16 @@ type InstructionsResult struct {
 	Instructions    string `json:"instructions"`
 	AvailableSkills string `json:"available_skills,omitempty"`
 	ActiveSkills    string `json:"active_skills,omitempty"`
+	// SkillMounts says where skills.run_code mounts each active skill.
+	SkillMounts []MountedSkill `json:"skill_mounts,omitempty"`
+}
+
+// MountedSkill is a skill as skills.run_code mounts it: read-only at Path
+// (/skills/NAME), which is on the module path, in the version Digest.
+type MountedSkill struct {
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Digest string `json:"digest"`
 }
 
 // ListSkillsParams filters skills.list; both fields are optional.
@@ -173,8 +183,11 @@ type RunScriptParams struct {
 
 // RunCodeParams is skills.run_code's request: code the caller wrote, run in
 // the same kind of sandbox as a script, with every active skill mounted
-// read-only. Language is LanguagePython, LanguageShell or LanguageNode.
-// Its result is a RunScriptResult.
+// read-only at /skills/NAME and on the module path. Language is
+// LanguagePython, LanguageShell or LanguageNode; it picks the interpreter
+// and image, as a script's extension does. Its result is a RunScriptResult
+// whose Skills name the mounts and whose Path is the code's file in the
+// sandbox.
 type RunCodeParams struct {
 	SessionID      string            `json:"session_id"`
 	Language       string            `json:"language"`
@@ -229,6 +242,8 @@ type RunScriptResult struct {
 	Image               string   `json:"image,omitempty"`
 	ImageDigest         string   `json:"image_digest,omitempty"`
 	Runtime             string   `json:"runtime,omitempty"`
+	// Skills are the skills a skills.run_code run mounted.
+	Skills []MountedSkill `json:"skills,omitempty"`
 }
 
 // MaxInlineOutputBytes is the budget of output file bytes (before base64)

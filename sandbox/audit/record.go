@@ -95,6 +95,8 @@ type SkillRef struct {
 	Name     string `json:"name"`
 	Digest   string `json:"digest,omitempty"` // "sha256:…" over the skill's files
 	Location string `json:"location,omitempty"`
+	// Path is where a run mounted the skill (skills.run_code: /skills/NAME).
+	Path string `json:"path,omitempty"`
 }
 
 // ReadInfo describes a skills.read: what was asked and, when served, what was
@@ -109,11 +111,12 @@ type ReadInfo struct {
 	Truncated bool   `json:"truncated,omitempty"`
 }
 
-// RunInfo describes one run_script. The start record holds what was asked
-// and where it runs; the end record repeats that and adds how it ended.
+// RunInfo describes one run_script or run_code. The start record holds what
+// was asked and where it runs; the end record repeats that and adds how it
+// ended.
 type RunInfo struct {
 	RunID        string   `json:"run_id,omitempty"`
-	Script       string   `json:"script"`                  // path relative to the skill
+	Script       string   `json:"script"`                  // path relative to the skill; run_code: the code's path in the sandbox
 	ScriptSHA256 string   `json:"script_sha256,omitempty"` // of the script's bytes
 	Args         []string `json:"args,omitempty"`
 	// EnvNames and EnvHash come from EnvSummary: names only, values hashed.
@@ -157,6 +160,9 @@ type RunInfo struct {
 	OutputsTruncatedBy  string `json:"outputs_truncated_by,omitempty"`
 	OutputsOmittedFiles int    `json:"outputs_omitted_files,omitempty"`
 	OutputsOmittedBytes int64  `json:"outputs_omitted_bytes,omitempty"`
+	// Code is the code of a skills.run_code run (the skills it mounted
+	// are the record's Skills, with their paths).
+	Code *CodeInfo `json:"code,omitempty"`
 }
 
 // FileRef is a file by name, size and content hash. An input entry that

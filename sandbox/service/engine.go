@@ -81,6 +81,8 @@ type RunRequest struct {
 	Files   []runtime.InputFile
 	Limits  runtime.Limits // requested; may only lower the policy's limits
 	Network bool           // requested; needs a policy rule that allows it
+	// Code makes it a skills.run_code run (Skill and Script stay empty).
+	Code *CodeRequest
 
 	// Who asked, for audit.
 	Peer      *api.Peer
@@ -118,6 +120,7 @@ type Plan struct {
 	Network        bool
 	NetworkRule    string
 	Digest         string
+	Code           *CodePlan // skills.run_code runs only
 }
 
 // Outcome is a finished run.
@@ -131,6 +134,9 @@ type Outcome struct {
 // Prepare validates req against the skill and the policy without running
 // anything. Errors wrap api.ErrInvalidParams, api.ErrNotFound or api.ErrDenied.
 func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
+	if req.Code != nil {
+		return e.prepareCode(req)
+	}
 	if req.Skill == nil {
 		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
 	}
@@ -265,11 +271,13 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		SessionID: req.SessionID,
 		RequestID: req.RequestID,
 		Method:    req.Method,
-		Skill:     &audit.SkillRef{Name: req.Skill.Name, Digest: req.Skill.Digest, Location: req.Skill.Location},
+		Skill:     p.auditSkill(),
+		Skills:    p.Code.auditSkills(),
 		Run:       e.runInfo(p, img, rtVersion),
 		Detail:    planDetail(p),
 	}
 	start.Run.Started = began.UTC()
+	start.Run.Code = p.Code.auditCode(true)
 	if err := e.append(ctx, start); err != nil {
 		return nil, err
 	}
@@ -288,7 +296,8 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Stdout:    req.Stdout,
 		Stderr:    req.Stderr,
 	}
-	log.Debug("run starting", "run_id", p.RunID, "skill", req.Skill.Name, "script", p.Script, "image", img.Digest)
+	p.Code.applyTo(&job)
+	log.Debug("run starting", "run_id", p.RunID, "skill", p.skillName(), "script", p.Script, "image", img.Digest)
 	res, runErr := e.Runtime.Run(ctx, job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
 		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
@@ -301,6 +310,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		RequestID: req.RequestID,
 		Method:    req.Method,
 		Skill:     start.Skill,
+		Skills:    start.Skills,
 		Run:       e.runInfo(p, img, rtVersion),
 		Detail:    start.Detail,
 	}
@@ -327,7 +337,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		// The run.end record holds the failure.
 		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
-	log.Info("run finished", "run_id", p.RunID, "skill", req.Skill.Name, "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
+	log.Info("run finished", "run_id", p.RunID, "skill", p.skillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
 	return &Outcome{RunID: p.RunID, Plan: p, Image: img, Result: res}, nil
 }
 
@@ -413,6 +423,7 @@ func (e *Engine) runInfo(p *Plan, img ImageRef, rtVersion string) *audit.RunInfo
 		Network:        p.Network,
 		Digest:         p.Digest,
 		ConfirmationID: req.ConfirmationID,
+		Code:           p.Code.auditCode(false),
 	}
 	if len(req.Stdin) > 0 {
 		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), sha256Hex(req.Stdin)
@@ -537,23 +548,31 @@ func envList(env map[string]string) ([]string, error) {
 // script bytes, what it is given, and the limits it runs under.
 func planDigest(p *Plan) string {
 	req := p.Request
+	return store.RequestDigest(append([]string{
+		"skill", req.Skill.Name,
+		"skill_digest", req.Skill.Digest,
+		"script", p.Script,
+		"script_sha256", p.ScriptSHA256,
+	}, runDigestFields(p)...)...)
+}
+
+// runDigestFields are the digest fields of what any run is given and runs
+// under, after the fields that say what runs.
+func runDigestFields(p *Plan) []string {
+	req := p.Request
 	files := make([]string, 0, len(req.Files))
 	for _, f := range req.Files {
 		// Kind, mode and link target are part of what was approved.
 		files = append(files, fmt.Sprintf("%q:%s:%o:%q:%s", f.Name, f.Kind, f.Mode, f.Target, sha256Hex(f.Data)))
 	}
-	return store.RequestDigest(
-		"skill", req.Skill.Name,
-		"skill_digest", req.Skill.Digest,
-		"script", p.Script,
-		"script_sha256", p.ScriptSHA256,
+	return []string{
 		"args", strings.Join(quoteAll(req.Args), " "),
 		"env", strings.Join(quoteAll(p.Env), " "),
 		"stdin_sha256", sha256Hex(req.Stdin),
 		"files", strings.Join(files, " "),
 		"limits", fmt.Sprintf("%+v", p.Limits),
 		"network", fmt.Sprint(p.Network),
-	)
+	}
 }
 
 func quoteAll(ss []string) []string {
@@ -606,6 +625,7 @@ func ResultOf(o *Outcome, inlineBudget int64) api.RunScriptResult {
 		OutputsOmittedFiles: r.OutputsOmittedFiles, OutputsOmittedBytes: r.OutputsOmittedBytes,
 		OutputsSkipped: r.OutputsSkipped,
 		Image:          o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
+		Skills: o.Plan.Code.resultSkills(),
 	}
 	left := inlineBudget
 	for _, f := range r.Outputs {

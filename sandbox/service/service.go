@@ -286,11 +286,12 @@ func (s *Service) Instructions(ctx context.Context, caller api.Peer, p api.Sessi
 		act = append(act, sk)
 	}
 	active := skills.RenderActive(act)
-	text := instructionsRule + "\n\n" + available + "\n\n" + active
+	mounts, mountText := skillMounts(act)
+	text := instructionsRule + "\n\n" + available + "\n\n" + active + mountText
 	if len(notes) > 0 {
 		text += "\n" + strings.Join(notes, "\n") + "\n"
 	}
-	return &api.InstructionsResult{Instructions: text, AvailableSkills: available, ActiveSkills: active}, nil
+	return &api.InstructionsResult{Instructions: text, AvailableSkills: available, ActiveSkills: active, SkillMounts: mounts}, nil
 }
 
 // ---- skills ----
