@@ -118,12 +118,17 @@ func (e *engine) run(ctx context.Context, job Job) (res *Result, err error) {
 	}
 	cgPath := b.Spec.Linux.CgroupsPath
 	var cmd *exec.Cmd
+	var wd *watchdog
 	// lifeCtx outlives ctx on purpose: the run command must stay until we
 	// have stopped the container and read its counters; teardown cancels it.
 	lifeCtx, lifeCancel := context.WithCancel(context.Background())
 	defer func() {
 		p := recover()
-		if terr := e.teardown(job.ID, b, cgPath, cmd, lifeCancel); terr != nil {
+		terr := e.teardown(job.ID, b, cgPath, cmd, lifeCancel)
+		// Released only now: until the teardown is over, a daemon that dies
+		// leaves the run's deadline to its watchdog.
+		wd.done()
+		if terr != nil {
 			e.log.Error("teardown failed", "id", job.ID, "error", terr)
 			if err == nil && p == nil {
 				err = fmt.Errorf("teardown of run %s: %w", job.ID, terr)
@@ -179,6 +184,16 @@ func (e *engine) run(ctx context.Context, job Job) (res *Result, err error) {
 
 	e.log.Debug("run starting", "id", job.ID, "bundle", b.Dir, "args", cmd.Args)
 	started := time.Now()
+	// The deadline holds without us: see watchdog.go.
+	if wd, err = startWatchdog(job.ID, cgPath, started.Add(lim.Timeout+e.grace+watchdogSlack)); err != nil {
+		stdoutW.Close()
+		stderrW.Close()
+		if stdinR != nil {
+			stdinR.Close()
+		}
+		cmd = nil
+		return nil, err
+	}
 	exited, startErr := startTied(cmd)
 	// The child has its copies; ours must go or the drains never see EOF.
 	stdoutW.Close()
