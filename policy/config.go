@@ -92,7 +92,7 @@ type RuntimeConfig struct {
 	Name      string
 	Binary    string
 	StateDir  string
-	Platform  string // runsc only; "" keeps runsc's default
+	Platform  string // runsc only; the pinned runsc's default is systrap, another binary's "" keeps its own
 	Flags     []string
 	Address   string // containerd only: its socket
 	Namespace string // containerd only
@@ -197,6 +197,12 @@ func defaults() *Config {
 		} else {
 			rc.Binary = n
 		}
+		if n == "runsc" {
+			// The pinned gVisor (hack/install-runsc.sh; runtime picks systrap for it); its
+			// state dir is its version's own (see finishRuntimes).
+			rc.Binary = runtime.PinnedRunscPath()
+			rc.StateDir = ""
+		}
 		c.Runtimes[n] = rc
 	}
 	for _, im := range []*Image{
@@ -262,6 +268,9 @@ func Parse(src []byte, filename string) (*Config, error) {
 		c.Rules = []*Rule{builtinRule()}
 	}
 	sort.Slice(c.Images.List, func(i, j int) bool { return c.Images.List[i].Name < c.Images.List[j].Name })
+	if rc := c.Runtimes["runsc"]; rc.StateDir == "" {
+		rc.StateDir = runtime.RunscStateDir(rc.Binary)
+	}
 	if c.Images.Dir == "" {
 		c.Images.Dir = filepath.Join(c.Daemon.StateDir, "images")
 	}

@@ -50,7 +50,19 @@ const (
 // NewRunsc makes the gVisor backend. A missing runsc binary is reported by
 // Version and Run (ErrUnavailable), not here, so a daemon can start and say
 // what to install.
+//
+// Without a Binary it is the pinned build (PinnedRunscPath) on the systrap
+// platform, with a state dir of its version's own (RunscStateDir).
 func NewRunsc(opts Options) (*Runsc, error) {
+	if opts.Binary == "" {
+		opts.Binary = PinnedRunscPath()
+	}
+	if opts.Platform == "" && isPinnedRunsc(opts.Binary) {
+		opts.Platform = PinnedRunscPlatform
+	}
+	if opts.StateDir == "" {
+		opts.StateDir = RunscStateDir(opts.Binary)
+	}
 	opts = withDefaults(opts, "runsc")
 	global := []string{}
 	if opts.Platform != "" {
@@ -63,7 +75,7 @@ func NewRunsc(opts Options) (*Runsc, error) {
 		binary:  opts.Binary,
 		root:    opts.StateDir,
 		global:  global,
-		install: "apt-get install runsc",
+		install: runscInstallHint(opts.Binary),
 	}
 	r.eng = &engine{
 		name:   "runsc",
