@@ -860,6 +860,9 @@ print(urllib.request.urlopen("http://localhost:%d/page.txt" % srv.server_address
 	},
 }
 
+// TestRun runs every case cold and warm: warm, the sandbox is booted
+// first (python scripts in the supervisor, anything else exec'd into a
+// holder) and only then given the job, which must behave the same.
 func TestRun(t *testing.T) {
 	rootfs := testRootfs(t)
 	secret := newHostSecret(t)
@@ -868,45 +871,91 @@ func TestRun(t *testing.T) {
 	for _, name := range backends {
 		t.Run(name, func(t *testing.T) {
 			rt, opts := newBackend(t, name)
-			for _, tc := range cases {
-				t.Run(tc.name, func(t *testing.T) {
-					c := &caseEnv{backend: name, secret: secret, envVal: envVal, marker: "skillbox-marker-" + randomHex(8)}
-					dir := makeSkill(t, tc.skill)
-					for link, target := range tc.links {
-						if target == "SECRET_PATH" {
-							target = secret.path
-						}
-						if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
-							t.Fatal(err)
-						}
+			for _, mode := range []string{"cold", "warm"} {
+				t.Run(mode, func(t *testing.T) {
+					for _, tc := range cases {
+						t.Run(tc.name, func(t *testing.T) {
+							c := &caseEnv{backend: name, secret: secret, envVal: envVal, marker: "skillbox-marker-" + randomHex(8)}
+							dir := makeSkill(t, tc.skill)
+							for link, target := range tc.links {
+								if target == "SECRET_PATH" {
+									target = secret.path
+								}
+								if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+									t.Fatal(err)
+								}
+							}
+							job := runtime.Job{
+								ID:       newID(),
+								RootFS:   rootfs,
+								SkillDir: dir,
+								Args:     tc.args(c),
+								Env:      tc.env,
+								Stdin:    []byte(tc.stdin),
+								Files:    tc.files,
+								Limits:   tc.limits,
+							}
+							if a := job.Args; len(a) > 1 && strings.HasPrefix(a[1], runtime.SkillMount+"/") {
+								family := map[string]string{"python3": "python", "node": "node"}[a[0]]
+								job.ModuleEnv = runtime.ModulePathEnv(family, strings.TrimPrefix(a[1], runtime.SkillMount+"/"))
+							}
+							if job.Limits.Timeout == 0 {
+								job.Limits.Timeout = 60 * time.Second
+							}
+							var res *runtime.Result
+							var err error
+							if mode == "cold" {
+								res, err = rt.Run(context.Background(), job)
+							} else {
+								res, err = runWarm(t, rt, job)
+							}
+							if err != nil {
+								t.Fatalf("Run: %v", err)
+							}
+							if res.Warm != (mode == "warm") {
+								t.Errorf("result says warm %v on the %s path", res.Warm, mode)
+							}
+							tc.check(t, c, res)
+							assertClean(t, name, opts, job.ID)
+						})
 					}
-					job := runtime.Job{
-						ID:       newID(),
-						RootFS:   rootfs,
-						SkillDir: dir,
-						Args:     tc.args(c),
-						Env:      tc.env,
-						Stdin:    []byte(tc.stdin),
-						Files:    tc.files,
-						Limits:   tc.limits,
-					}
-					if a := job.Args; len(a) > 1 && strings.HasPrefix(a[1], runtime.SkillMount+"/") {
-						family := map[string]string{"python3": "python", "node": "node"}[a[0]]
-						job.ModuleEnv = runtime.ModulePathEnv(family, strings.TrimPrefix(a[1], runtime.SkillMount+"/"))
-					}
-					if job.Limits.Timeout == 0 {
-						job.Limits.Timeout = 60 * time.Second
-					}
-					res, err := rt.Run(context.Background(), job)
-					if err != nil {
-						t.Fatalf("Run: %v", err)
-					}
-					tc.check(t, c, res)
-					assertClean(t, name, opts, job.ID)
 				})
 			}
 		})
 	}
+}
+
+// runWarm runs job the way the pool does: boot, then (the sandbox
+// waiting) deliver, wait, destroy.
+func runWarm(t testing.TB, rt runtime.Runtime, job runtime.Job) (*runtime.Result, error) {
+	t.Helper()
+	lc, ok := rt.(runtime.Lifecycle)
+	if !ok {
+		t.Fatalf("%s has no lifecycle", rt.Name())
+	}
+	boot := runtime.BootExec
+	if runtime.PythonInvocation(job.Args) {
+		boot = runtime.BootPython
+	}
+	ctx := context.Background()
+	sb, err := lc.Create(ctx, runtime.SandboxSpec{ID: job.ID, RootFS: job.RootFS, SkillDir: job.SkillDir, Limits: job.Limits, Network: job.Network, Boot: boot})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := sb.Destroy(ctx); err != nil {
+			t.Errorf("destroy: %v", err)
+		}
+	}()
+	if err := sb.Start(ctx); err != nil {
+		return nil, err
+	}
+	inv := runtime.Invocation{Args: job.Args, Env: job.Env, ModuleEnv: job.ModuleEnv, Stdin: job.Stdin, Files: job.Files,
+		Limits: job.Limits, Stdout: job.Stdout, Stderr: job.Stderr}
+	if err := sb.Deliver(ctx, inv); err != nil {
+		return nil, err
+	}
+	return sb.Wait(ctx)
 }
 
 // assertClean checks that a run left nothing: no container in our state dir,

@@ -46,6 +46,9 @@ type SandboxSpec struct {
 	Limits  Limits
 	Network bool
 	Boot    BootMode
+	// Background boots the sandbox at a low CPU weight (a pool refill),
+	// so that runs under way keep the CPU; its job gets the normal weight.
+	Background bool
 }
 
 // Invocation is one job for a sandbox, known when it arrives.

@@ -122,6 +122,11 @@ func (e *engine) create(ctx context.Context, spec SandboxSpec) (_ Sandbox, err e
 	if err := e.d.setupCgroup(s.cgPath, spec.Limits); err != nil {
 		return nil, err
 	}
+	if spec.Background {
+		if err := setCPUWeight(s.cgPath, true); err != nil {
+			e.log.Debug("lowering the CPU weight of a booting sandbox failed", "id", spec.ID, "error", err)
+		}
+	}
 	return s, nil
 }
 
@@ -261,6 +266,11 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("run %s not started: %w", s.spec.ID, err)
+	}
+	if s.spec.Background {
+		if err := setCPUWeight(s.cgPath, false); err != nil {
+			return fmt.Errorf("restore the CPU weight of sandbox %s: %w", s.spec.ID, err)
+		}
 	}
 	s.lim = job.Limits
 	s.b.Limits = job.Limits // the output caps CollectOutputs applies

@@ -172,6 +172,9 @@ type RunScriptResult struct {
 	Image           string   `json:"image,omitempty"`
 	ImageDigest     string   `json:"image_digest,omitempty"`
 	Runtime         string   `json:"runtime,omitempty"`
+	RuntimeVersion  string   `json:"runtime_version,omitempty"`
+	// Warm says the run used a pre-booted sandbox; false is a cold start.
+	Warm bool `json:"warm"`
 }
 
 // Output is a file the script wrote to its outputs folder. Content is base64.

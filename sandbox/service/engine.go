@@ -60,6 +60,9 @@ type Engine struct {
 	Config  *policy.Config
 	Images  ImageSource
 	Runtime runtime.Runtime
+	// Pool, when set, keeps pre-booted sandboxes of loaded skills (see
+	// warm.go); it is made over Runtime.
+	Pool *runtime.Pool
 	// Pins gives each run a copy of the skill version it was checked
 	// against; required (a run never mounts the live skill directory).
 	Pins   SkillPinner
@@ -273,7 +276,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Stderr:   req.Stderr,
 	}
 	log.Debug("run starting", "run_id", p.RunID, "skill", req.Skill.Name, "script", p.Script, "image", img.Digest)
-	res, runErr := e.Runtime.Run(ctx, job)
+	res, runErr := e.runJob(ctx, p, img, job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
 		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
 	}
@@ -427,6 +430,10 @@ func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
 	ri.ExitCode = &res.ExitCode
 	ri.Signal = res.Signal
 	ri.Reason = string(res.Reason)
+	ri.Warm = res.Warm
+	if res.RuntimeVersion != "" {
+		ri.RuntimeVersion = res.RuntimeVersion
+	}
 	ri.DurationMS = res.Duration.Milliseconds()
 	ri.StdoutBytes = int64(len(res.Stdout))
 	ri.StderrBytes = int64(len(res.Stderr))
@@ -552,6 +559,7 @@ func ResultOf(o *Outcome, withContent bool) api.RunScriptResult {
 		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
 		DurationMS: r.Duration.Milliseconds(), Reason: string(r.Reason),
 		Image: o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
+		RuntimeVersion: r.RuntimeVersion, Warm: r.Warm,
 	}
 	for _, f := range r.Outputs {
 		out := api.Output{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
