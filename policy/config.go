@@ -46,6 +46,7 @@ type Config struct {
 	Limits    runtime.Limits
 	LimitsPos Pos
 	Audit     Audit
+	Pool      Pool
 	// Rules in file order. When the file declares no policy block at all,
 	// one built-in rule ("default") allows skills.read and skills.run_script
 	// for every skill, so a minimal file (or none) is usable.
@@ -125,6 +126,13 @@ type Image struct {
 // Rule names the image block, e.g. `image "python" (skillbox.hcl:20)`.
 func (im *Image) Rule() string { return fmt.Sprintf("image %q (%s)", im.Name, im.Pos) }
 
+// Pool is the pool {} block: the daemon's warm pool of pre-booted,
+// single-use sandboxes. per_key = 0 turns it off.
+type Pool struct {
+	runtime.PoolConfig
+	Pos Pos
+}
+
 // Audit is the audit {} block.
 type Audit struct {
 	RotateBytes        int64
@@ -184,6 +192,7 @@ func defaults() *Config {
 		},
 		Runtimes: map[string]*RuntimeConfig{},
 		Limits:   runtime.DefaultLimits,
+		Pool:     Pool{PoolConfig: runtime.DefaultPoolConfig},
 		Audit: Audit{
 			RotateBytes:        64 << 20,
 			CheckpointInterval: time.Hour,
