@@ -80,7 +80,17 @@ policy "needs-approval" {
 # }
 
 # Built in: python (.py → python3), shell (.sh .bash → bash),
-# node (.js .mjs .cjs → node). Add or override:
+# node (.js .mjs .cjs → node). The python image is batteries-included
+# (pypdf, openpyxl, python-docx, pandas, matplotlib, reportlab, …; poppler,
+# qpdf, pandoc, LibreOffice headless, ffmpeg, git, fonts: about 600 MiB). For
+# the small one (Python libraries, poppler and qpdf only: no LibreOffice,
+# pandoc, ffmpeg, git), run .py scripts in the python-slim image instead:
+# image "python" {
+#   recipe = "python-slim"
+# }
+# Then build it: skillbox images build python-slim
+#
+# Add or override:
 # image "ruby" {
 #   extensions  = [".rb"]
 #   interpreter = ["ruby"]

@@ -779,25 +779,27 @@ type cliImages struct {
 // Available implements service.ImageChecker: with --no-build a missing
 // image is refused before anything is decided, saying how to build it.
 func (c *cliImages) Available(name string) error {
-	if _, err := c.Store.Get(name); errors.Is(err, images.ErrNotBuilt) && c.noBuild {
+	if err := c.Built(name); errors.Is(err, images.ErrNotBuilt) && c.noBuild {
 		return c.noBuildError(name)
 	}
 	return c.StoreImages.Available(name)
 }
 
+// noBuildError names the image the store lacks: the recipe the config's
+// image block names (image "python" { recipe = "python-slim" }).
 func (c *cliImages) noBuildError(name string) error {
-	dir := c.Store.Dir()
-	return fmt.Errorf("image %q is not built in %s and --no-build forbids building it: run 'skillbox images build --dir %s %s' first, or drop --no-build", name, dir, dir, name)
+	dir, recipe := c.Store.Dir(), c.Recipes[name].Name
+	return fmt.Errorf("image %q is not built in %s and --no-build forbids building it: run 'skillbox images build --dir %s %s' first, or drop --no-build", recipe, dir, dir, recipe)
 }
 
 func (c *cliImages) Ensure(ctx context.Context, name string, progress io.Writer) (service.ImageRef, string, error) {
-	if _, err := c.Store.Get(name); errors.Is(err, images.ErrNotBuilt) {
+	if err := c.Built(name); errors.Is(err, images.ErrNotBuilt) {
 		dir := c.Store.Dir()
 		if c.noBuild {
 			return service.ImageRef{}, "", c.noBuildError(name)
 		}
 		if progress != nil {
-			fmt.Fprintf(progress, "skillbox: image %q is not built in %s yet; building it now (this takes a few minutes)\n", name, dir)
+			fmt.Fprintf(progress, "skillbox: image %q is not built in %s yet; building it now (this takes a few minutes)\n", c.Recipes[name].Name, dir)
 		}
 	}
 	return c.StoreImages.Ensure(ctx, name, progress)
