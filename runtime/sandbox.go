@@ -148,24 +148,11 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 	if err := s.b.writeConfig(s.spec.job(Invocation{Args: argv, Env: nil, Limits: s.spec.Limits}), s.opts); err != nil {
 		return err
 	}
-	inR, inW, err := os.Pipe()
+	ps, err := makePipes(3)
 	if err != nil {
-		return fmt.Errorf("stdin pipe: %w", err)
+		return err
 	}
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		return fmt.Errorf("stdout pipe: %w", err)
-	}
-	errR, errW, err := os.Pipe()
-	if err != nil {
-		inR.Close()
-		inW.Close()
-		outR.Close()
-		outW.Close()
-		return fmt.Errorf("stderr pipe: %w", err)
-	}
+	inR, inW, outR, outW, errR, errW := ps[0].r, ps[0].w, ps[1].r, ps[1].w, ps[2].r, ps[2].w
 	s.initIn, s.initOut, s.initErr = inW, outR, errR
 	if err := s.startRun(inR, outW, errW); err != nil {
 		return err
@@ -365,27 +352,41 @@ func withSources(o SpecOptions, b *Bundle) SpecOptions {
 	return o
 }
 
+type pipePair struct{ r, w *os.File }
+
+// makePipes makes n pipes; on error none is left open.
+func makePipes(n int) ([]pipePair, error) {
+	ps := make([]pipePair, 0, n)
+	for i := 0; i < n; i++ {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, p := range ps {
+				p.r.Close()
+				p.w.Close()
+			}
+			return nil, fmt.Errorf("pipe: %w", err)
+		}
+		ps = append(ps, pipePair{r, w})
+	}
+	return ps, nil
+}
+
 // startJob makes the job's pipes, calls start with the child's ends (which
 // start closes) and feeds stdin.
 func (s *sandbox) startJob(stdin []byte, start func(in, out, errw *os.File) error) error {
-	outR, outW, err := os.Pipe()
-	if err != nil {
-		return fmt.Errorf("stdout pipe: %w", err)
+	n := 2
+	if len(stdin) > 0 {
+		n = 3
 	}
-	errR, errW, err := os.Pipe()
+	ps, err := makePipes(n)
 	if err != nil {
-		outR.Close()
-		outW.Close()
-		return fmt.Errorf("stderr pipe: %w", err)
+		return err
 	}
+	outR, outW, errR, errW := ps[0].r, ps[0].w, ps[1].r, ps[1].w
 	s.outR, s.errR = outR, errR
 	var inR, inW *os.File
-	if len(stdin) > 0 {
-		if inR, inW, err = os.Pipe(); err != nil {
-			outW.Close()
-			errW.Close()
-			return fmt.Errorf("stdin pipe: %w", err)
-		}
+	if n == 3 {
+		inR, inW = ps[2].r, ps[2].w
 	}
 	s.started = time.Now()
 	if err := start(inR, outW, errW); err != nil {

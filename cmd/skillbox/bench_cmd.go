@@ -267,6 +267,21 @@ pool {
 	return rd, cfg.Daemon.Socket, cleanup, nil
 }
 
+// dialLoaded connects to the daemon and opens a session with hello-python
+// loaded; the caller closes the client.
+func dialLoaded(ctx context.Context, sock string) (*client.Client, string, error) {
+	cl, err := client.Dial(ctx, sock)
+	if err != nil {
+		return nil, "", err
+	}
+	sid, err := loadedSession(ctx, cl)
+	if err != nil {
+		cl.Close()
+		return nil, "", err
+	}
+	return cl, sid, nil
+}
+
 func loadedSession(ctx context.Context, cl *client.Client) (string, error) {
 	var s api.CreateSessionResult
 	if err := cl.Call(ctx, "sessions.create", struct{}{}, &s); err != nil {
@@ -319,15 +334,11 @@ func (b *bench) daemon(ctx context.Context, n int, coldRunsc, native float64) er
 		return err
 	}
 	defer cleanup()
-	cl, err := client.Dial(ctx, sock)
+	cl, sid, err := dialLoaded(ctx, sock)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	sid, err := loadedSession(ctx, cl)
-	if err != nil {
-		return err
-	}
 	var ds []time.Duration
 	warm := 0
 	for i := 0; i < n+1; i++ {
@@ -389,15 +400,11 @@ func (b *bench) throughput(ctx context.Context, conc, perClient int, coldRate fl
 	}
 	clients := make([]client1, conc)
 	for i := range clients {
-		cl, err := client.Dial(ctx, sock)
+		cl, sid, err := dialLoaded(ctx, sock)
 		if err != nil {
 			return err
 		}
 		defer cl.Close()
-		sid, err := loadedSession(ctx, cl)
-		if err != nil {
-			return err
-		}
 		clients[i] = client1{cl, sid}
 	}
 	if err := waitIdle(ctx, rd, max(1, b.c.Int("pool"))); err != nil {
