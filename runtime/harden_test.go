@@ -3,6 +3,7 @@ package runtime
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"unicode"
@@ -74,4 +75,27 @@ func FuzzOutputName(f *testing.F) {
 			t.Fatalf("a printable short name was changed: %q → %q", name, r)
 		}
 	})
+}
+
+// Finding 7: under runc (MaskHostInfo) the host's kernel command line,
+// modules, symbols and disks are masked; runsc shows its own.
+func TestRuncMasksHostInfo(t *testing.T) {
+	for _, mask := range []bool{true, false} {
+		s, err := BuildSpec(goldenJob(), SpecOptions{WorkdirSource: "/w", HostsSource: "/h", MaskHostInfo: mask})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range hostInfoPaths {
+			if got := slices.Contains(s.Linux.MaskedPaths, p); got != mask {
+				t.Errorf("MaskHostInfo %v: %s masked %v", mask, p, got)
+			}
+		}
+	}
+	r, err := NewRunc(Options{})
+	if err != nil {
+		t.Skip(err)
+	}
+	if !r.specOptions(goldenJob()).MaskHostInfo {
+		t.Error("runc does not mask host information")
+	}
 }

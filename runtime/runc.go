@@ -88,10 +88,11 @@ func (r *Runc) Sweep(ctx context.Context) error { return r.eng.sweep(ctx) }
 
 func (r *Runc) specOptions(job Job) SpecOptions {
 	o := SpecOptions{
-		Seccomp:   true,
-		CgroupNS:  true,
-		SwapLimit: swapAccounted(),
-		NetNS:     r.opts.NetNS,
+		Seccomp:      true,
+		CgroupNS:     true,
+		MaskHostInfo: true,
+		SwapLimit:    swapAccounted(),
+		NetNS:        r.opts.NetNS,
 	}
 	if !r.opts.NoUserNS {
 		o.UserNS = &IDMap{HostUID: r.opts.UserNSBase, HostGID: r.opts.UserNSBase, Size: userNSSize}
