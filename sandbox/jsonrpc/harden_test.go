@@ -79,3 +79,28 @@ func TestRequestBytesPerUID(t *testing.T) {
 	}
 	wantError(t, r, CodeLimitExceeded, api.KindLimitExceeded)
 }
+
+// Finding 4: a line counts towards its uid's request bytes while it is
+// read, so many connections of one uid cannot each buffer a line up to
+// MaxLineBytes; the refused line is answered and the connection stays.
+func TestRequestBytesPerUIDWhileReading(t *testing.T) {
+	ts := startServer(t, ServerOptions{MaxLineBytes: 1 << 20, MaxRequestBytesPerUID: 256 << 10}, nil)
+	a, b := ts.dial(t), ts.dial(t)
+	pad := strings.Repeat(" ", 200<<10)
+	a.send(`{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":3000` + pad + `}}`)
+	time.Sleep(50 * time.Millisecond)
+	b.send(`{"jsonrpc":"2.0","id":7,"method":"echo","params":{"x":1` + pad + `}}`)
+	r := b.recv()
+	if string(r.ID) != "7" {
+		t.Fatalf("answer for id %s", r.ID)
+	}
+	wantError(t, r, CodeLimitExceeded, api.KindLimitExceeded)
+	if !strings.Contains(r.Error.Message, "max_request_bytes_per_uid") {
+		t.Fatalf("message %q", r.Error.Message)
+	}
+	// Once the first call is over, the same connection is served again.
+	if r := a.recv(); r.Error != nil {
+		t.Fatalf("sleep: %+v", r.Error)
+	}
+	b.call(8, "echo", `{"x":2`+pad+`}`)
+}

@@ -638,6 +638,9 @@ type conn struct {
 	active atomic.Int32
 
 	buf []byte // the current request line
+	// held is how many bytes of the line being read (or just read) are
+	// accounted to the uid's request bytes; dispatch takes them over.
+	held int64
 
 	notes chan note // notifications waiting for writeNotes
 }
@@ -736,25 +739,31 @@ func (c *conn) serve() {
 		var tl *lineTooLongError
 		switch {
 		case errors.As(err, &tl):
-			c.log.Warn("request line too long; discarded", "limit", s.opts.MaxLineBytes, "bytes", tl.size)
 			id := peekID(tl.prefix)
-			e := &Error{
-				Code:    CodeInvalidRequest,
-				Kind:    api.KindLimitExceeded,
-				Message: fmt.Sprintf("request line is longer than the %d-byte limit; send less per call (e.g. smaller files[])", s.opts.MaxLineBytes),
-				Data:    map[string]any{"limit": s.opts.MaxLineBytes},
+			var e *Error
+			if tl.overBudget {
+				c.log.Warn("request line over the uid's request bytes; discarded", "limit", s.opts.MaxRequestBytesPerUID, "bytes", tl.size)
+				e = s.bytesInFlightError(c.peer.UID)
+			} else {
+				c.log.Warn("request line too long; discarded", "limit", s.opts.MaxLineBytes, "bytes", tl.size)
+				e = &Error{
+					Code:    CodeInvalidRequest,
+					Kind:    api.KindLimitExceeded,
+					Message: fmt.Sprintf("request line is longer than the %d-byte limit; send less per call (e.g. smaller files[])", s.opts.MaxLineBytes),
+					Data:    map[string]any{"limit": s.opts.MaxLineBytes},
+				}
 			}
 			c.callError(&CallError{ID: id, Method: peekMethod(tl.prefix), Line: tl.prefix, LineBytes: tl.size, Resp: e})
 			c.writeError(id, e)
+			c.lineDone()
 			continue
 		case err != nil:
+			c.lineDone()
 			c.readFailed(err)
 			return
 		}
 		c.dispatch(line)
-		if cap(c.buf) > 64<<10 {
-			c.buf = nil // do not keep a megabyte per idle connection
-		}
+		c.lineDone()
 	}
 }
 
@@ -822,6 +831,9 @@ var (
 type lineTooLongError struct {
 	prefix []byte // the line's first bytes (at most peekPrefix)
 	size   int    // the whole line's length, newline not counted
+	// overBudget: the line went over the uid's request bytes in flight
+	// (MaxRequestBytesPerUID) rather than over MaxLineBytes.
+	overBudget bool
 }
 
 func (e *lineTooLongError) Error() string { return "request line too long" }
@@ -858,7 +870,7 @@ func (c *conn) readLine(br *bufio.Reader) ([]byte, error) {
 		c.nc.SetReadDeadline(time.Time{})
 	}
 	c.buf = c.buf[:0]
-	tooLong := false
+	tooLong, overBudget := false, false
 	total := 0
 	limit := o.MaxLineBytes + 1 // the newline is not counted
 	for {
@@ -866,8 +878,19 @@ func (c *conn) readLine(br *bufio.Reader) ([]byte, error) {
 		total += len(chunk)
 		if !tooLong && len(c.buf)+len(chunk) > limit {
 			tooLong = true
+		} else if !tooLong && !c.reserve(len(c.buf)+len(chunk)) {
+			// The bytes a line holds while it is read count towards the
+			// uid's requests in flight, so that many connections of one
+			// uid cannot each buffer a line up to the limit.
+			tooLong, overBudget = true, true
+		}
+		if tooLong {
+			// Keep what finds the id; the rest is read and dropped.
+			if len(c.buf) > peekPrefix {
+				c.buf = append([]byte(nil), c.buf[:peekPrefix]...)
+			}
 			c.buf = append(c.buf, chunk[:min(len(chunk), max(0, peekPrefix-len(c.buf)))]...)
-		} else if !tooLong {
+		} else {
 			c.buf = append(c.buf, chunk...)
 		}
 		if err == nil {
@@ -885,7 +908,7 @@ func (c *conn) readLine(br *bufio.Reader) ([]byte, error) {
 		return nil, endOfStream(err)
 	}
 	if tooLong {
-		return nil, &lineTooLongError{prefix: c.buf, size: total - 1}
+		return nil, &lineTooLongError{prefix: c.buf, size: total - 1, overBudget: overBudget}
 	}
 	return c.buf, nil
 }
@@ -944,14 +967,10 @@ func (c *conn) dispatch(line []byte) {
 			return
 		}
 	}
-	size := int64(len(line))
-	if !c.s.holdBytes(c.peer.UID, size) {
-		refuse(&Error{Code: CodeLimitExceeded, Kind: api.KindLimitExceeded,
-			Message: fmt.Sprintf("uid %d has more than %d bytes of requests in flight (daemon.max_request_bytes_per_uid); wait for calls to finish or send less per call", c.peer.UID, c.s.opts.MaxRequestBytesPerUID),
-			Data:    map[string]any{"limit": c.s.opts.MaxRequestBytesPerUID}})
-		return
-	}
-	release := func() { c.s.releaseBytes(c.peer.UID, size) }
+	// The call keeps the line's bytes accounted until it ends.
+	size, held := int64(len(line)), c.held
+	c.held = 0
+	release := func() { c.s.releaseBytes(c.peer.UID, held) }
 	// Backpressure: wait for a free call slot rather than failing the call.
 	select {
 	case c.sem <- struct{}{}:
@@ -1005,18 +1024,56 @@ func (s *Server) returnMemory() {
 	debug.FreeOSMemory()
 }
 
-// holdBytes accounts n bytes of a uid's request in flight; false when it
-// would go over MaxRequestBytesPerUID (a uid with nothing in flight may
-// always send one line).
-func (s *Server) holdBytes(uid uint32, n int64) bool {
+// holdStep is the granularity in which a line being read is accounted.
+const holdStep = 64 << 10
+
+// reserve accounts the line being read as n bytes long to the uid; false
+// when that would go over MaxRequestBytesPerUID.
+func (c *conn) reserve(n int) bool {
+	if int64(n) <= c.held {
+		return true
+	}
+	grow := (int64(n) - c.held + holdStep - 1) / holdStep * holdStep
+	if !c.s.growBytes(c.peer.UID, c.held, grow) {
+		return false
+	}
+	c.held += grow
+	return true
+}
+
+// lineDone gives back what the last line still held (one that was refused
+// or never became a call) and the buffer of a large one.
+func (c *conn) lineDone() {
+	if c.held > 0 {
+		c.s.releaseBytes(c.peer.UID, c.held)
+		c.held = 0
+	}
+	if cap(c.buf) > 64<<10 {
+		c.buf = nil // do not keep a megabyte per idle connection
+		c.s.returnMemory()
+	}
+}
+
+// growBytes accounts n more bytes to a uid's requests in flight, of which
+// the caller's line already holds have; false when it would go over
+// MaxRequestBytesPerUID. A line that is all the uid has in flight may
+// always grow (up to MaxLineBytes).
+func (s *Server) growBytes(uid uint32, have, n int64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	max := s.opts.MaxRequestBytesPerUID
-	if max > 0 && s.reqBytes[uid] > 0 && s.reqBytes[uid]+n > max {
+	if max > 0 && s.reqBytes[uid] > have && s.reqBytes[uid]+n > max {
 		return false
 	}
 	s.reqBytes[uid] += n
 	return true
+}
+
+// bytesInFlightError is the refusal of a line over the uid's request bytes.
+func (s *Server) bytesInFlightError(uid uint32) *Error {
+	return &Error{Code: CodeLimitExceeded, Kind: api.KindLimitExceeded,
+		Message: fmt.Sprintf("uid %d has more than %d bytes of requests in flight (daemon.max_request_bytes_per_uid); wait for calls to finish or send less per call", uid, s.opts.MaxRequestBytesPerUID),
+		Data:    map[string]any{"limit": s.opts.MaxRequestBytesPerUID}}
 }
 
 func (s *Server) releaseBytes(uid uint32, n int64) {
