@@ -117,6 +117,15 @@ func TestDaemonKill9KeepsDeadline(t *testing.T) {
 				})
 				time.Sleep(100 * time.Millisecond)
 			}
+			procs := func() string {
+				var names []string
+				for _, pid := range runCgroupProcs(job) {
+					comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+					names = append(names, strings.TrimSpace(string(comm)))
+				}
+				return strings.Join(names, " ")
+			}
+			t.Logf("%s: processes of run %s before the kill: %s", rt, job, procs())
 			d.kill9()
 			killed := time.Now()
 			<-runErr
@@ -132,6 +141,8 @@ func TestDaemonKill9KeepsDeadline(t *testing.T) {
 				}
 				time.Sleep(250 * time.Millisecond)
 			}
+
+			t.Logf("%s: run gone %s after the daemon was killed", rt, time.Since(killed).Round(100*time.Millisecond))
 
 			// A daemon started again sweeps what is left (container
 			// state, run dir, cgroup) and works.
