@@ -59,3 +59,20 @@ func TestWatchdogProcess(t *testing.T) {
 		t.Fatalf("watchdog of a dead daemon: %v", err)
 	}
 }
+
+// BenchmarkStartWatchdog: what a job's watchdog costs the run that starts
+// it (fork and exec of this binary; its own start-up runs alongside and
+// is not timed).
+func BenchmarkStartWatchdog(b *testing.B) {
+	for i := 0; i < b.N; i++ {
+		w, err := startWatchdog("skillbox-x", "/skillbox/skillbox-watchdog-bench", time.Now().Add(time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		w.release.Write([]byte{'\n'})
+		w.release.Close()
+		w.cmd.Wait()
+		b.StartTimer()
+	}
+}
