@@ -950,6 +950,33 @@ func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
 	}
 }
 
+// waitRunStarted waits until a run of session sid is audited as started
+// and ready(runID) holds, and returns the run's id; a run that ends first
+// (runErr) fails the test.
+func (d *itDaemon) waitRunStarted(t *testing.T, sid string, runErr <-chan error, ready func(runID string) bool) string {
+	t.Helper()
+	var runID string
+	deadline := time.Now().Add(3 * time.Minute)
+	for runID == "" || !ready(runID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run did not start within 3 minutes (run %q)", runID)
+		}
+		select {
+		case err := <-runErr:
+			t.Fatalf("the run ended early: %v", err)
+		default:
+		}
+		audit.Read(d.auditDir, func(r *audit.Record) error {
+			if r.Event == audit.EventRunStart && r.SessionID == sid {
+				runID = r.Run.RunID
+			}
+			return nil
+		})
+		time.Sleep(200 * time.Millisecond)
+	}
+	return runID
+}
+
 // ---- issue 5: what the log holds, and that tampering is caught ----
 
 // extraSkill writes a one-script skill into a new root and returns the root.
@@ -1241,25 +1268,7 @@ func TestDaemonCrashMidRun(t *testing.T) {
 		runErr <- err
 	}()
 	// Wait until the run has been audited and its sandbox exists.
-	var runID string
-	deadline := time.Now().Add(3 * time.Minute)
-	for runID == "" || len(d.containers()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the run did not start within 3 minutes (run %q, containers %v)", runID, d.containers())
-		}
-		select {
-		case err := <-runErr:
-			t.Fatalf("the run ended early: %v", err)
-		default:
-		}
-		audit.Read(d.auditDir, func(r *audit.Record) error {
-			if r.Event == audit.EventRunStart && r.SessionID == sid {
-				runID = r.Run.RunID
-			}
-			return nil
-		})
-		time.Sleep(200 * time.Millisecond)
-	}
+	runID := d.waitRunStarted(t, sid, runErr, func(string) bool { return len(d.containers()) > 0 })
 	jobID := "skillbox-" + strings.TrimPrefix(runID, "run_")
 	if cs := d.containers(); len(cs) != 1 || cs[0] != jobID {
 		t.Fatalf("containers %v, want [%s]", cs, jobID)
@@ -1298,7 +1307,7 @@ func TestDaemonCrashMidRun(t *testing.T) {
 		}
 		return out
 	}
-	deadline = time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	for left := leftovers(); len(left) > 0; left = leftovers() {
 		if time.Now().After(deadline) {
 			t.Errorf("left behind 2 minutes after the restart: %v", left)

@@ -98,25 +98,8 @@ func TestDaemonKill9KeepsDeadline(t *testing.T) {
 			}()
 			// Wait until the run is audited and its processes are in its
 			// cgroup.
-			var job string
-			deadline := time.Now().Add(3 * time.Minute)
-			for job == "" || len(runCgroupProcs(job)) == 0 {
-				if time.Now().After(deadline) {
-					t.Fatalf("the run did not start within 3 minutes (job %q)", job)
-				}
-				select {
-				case err := <-runErr:
-					t.Fatalf("the run ended early: %v", err)
-				default:
-				}
-				audit.Read(d.auditDir, func(r *audit.Record) error {
-					if r.Event == audit.EventRunStart && r.SessionID == sid {
-						job = "skillbox-" + strings.TrimPrefix(r.Run.RunID, "run_")
-					}
-					return nil
-				})
-				time.Sleep(100 * time.Millisecond)
-			}
+			jobOf := func(runID string) string { return "skillbox-" + strings.TrimPrefix(runID, "run_") }
+			job := jobOf(d.waitRunStarted(t, sid, runErr, func(runID string) bool { return len(runCgroupProcs(jobOf(runID))) > 0 }))
 			procs := func() string {
 				var names []string
 				for _, pid := range runCgroupProcs(job) {
