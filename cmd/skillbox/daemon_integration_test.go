@@ -1166,6 +1166,15 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	needDaemon(t)
 	d := newItDaemon(t)
+	// This is the log that cannot be written at all; the free-space
+	// watermark (audit.min_free, far above this tmpfs) is off here and
+	// tested in sandbox/service.
+	cfg, err := os.OpenFile(d.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(cfg, "audit { min_free = 0 }")
+	cfg.Close()
 	if err := os.MkdirAll(d.auditDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
