@@ -269,7 +269,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 	s.outCap = newCapture(s.lim.StdoutBytes, job.Stdout)
 	s.errCap = newCapture(s.lim.StderrBytes, job.Stderr)
 	// The deadline holds without us: from here on the job may run.
-	if s.wd, err = startWatchdog(s.spec.ID, s.cgPath, time.Now().Add(s.lim.Timeout+s.e.grace+watchdogSlack)); err != nil {
+	if s.wd, err = startWatchdog(s.spec.ID, s.cgPath, time.Now().Add(s.lim.Timeout+s.e.grace+watchdogSlack), filepath.Join(s.b.Dir, bundleWatchdogLog)); err != nil {
 		return err
 	}
 

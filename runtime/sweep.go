@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,6 +187,9 @@ func (s *sweeper) sweepRunDir(ctx context.Context, id string) (found bool, err e
 	if err := s.unmount(filepath.Join(dir, bundleWorkdir)); err != nil {
 		errs = append(errs, err)
 	}
+	if note := readNote(filepath.Join(dir, bundleWatchdogLog)); note != "" {
+		s.log.Warn("the dead run's watchdog acted", "id", id, "watchdog", note)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove run dir: %w", err))
 	}
@@ -282,3 +286,15 @@ func (e *engine) deleteRetry(ctx context.Context, id string) error {
 }
 
 const sweepDeleteTries = 5
+
+// readNote reads a short text file a run left (at most 4 KiB), or "".
+func readNote(p string) string {
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b := make([]byte, 4<<10)
+	n, _ := io.ReadFull(f, b)
+	return strings.TrimSpace(string(b[:n]))
+}

@@ -49,8 +49,15 @@ type watchdog struct {
 }
 
 // startWatchdog starts the watchdog of run id: unless released, it kills
-// what is left in cgroup path cg at deadline.
-func startWatchdog(id, cg string, deadline time.Time) (*watchdog, error) {
+// what is left in cgroup path cg at deadline. What it does it writes to
+// logPath (in the run dir), never to the daemon's stderr, which it would
+// otherwise hold open past the daemon's end.
+func startWatchdog(id, cg string, deadline time.Time, logPath string) (*watchdog, error) {
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("watchdog log: %w", err)
+	}
+	defer logf.Close()
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("watchdog pipe: %w", err)
@@ -60,7 +67,7 @@ func startWatchdog(id, cg string, deadline time.Time) (*watchdog, error) {
 		Path:   "/proc/self/exe",
 		Args:   []string{watchdogArg0, id, cg, strconv.FormatInt(deadline.UnixNano(), 10)},
 		Stdin:  r,
-		Stderr: os.Stderr,
+		Stderr: logf,
 		// Its own session: no signal meant for the daemon's terminal or
 		// process group reaches it, and no Pdeathsig.
 		SysProcAttr: &syscall.SysProcAttr{Setsid: true},

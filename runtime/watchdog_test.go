@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"bytes"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -40,7 +41,8 @@ func TestWatchdogMain(t *testing.T) {
 // released one and one whose daemon is gone both end on their own.
 func TestWatchdogProcess(t *testing.T) {
 	gone := "/skillbox/skillbox-watchdog-test-no-such-cgroup"
-	w, err := startWatchdog("skillbox-x", gone, time.Now().Add(time.Hour))
+	log := filepath.Join(t.TempDir(), "watchdog.log")
+	w, err := startWatchdog("skillbox-x", gone, time.Now().Add(time.Hour), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +52,7 @@ func TestWatchdogProcess(t *testing.T) {
 		t.Fatalf("released watchdog: %v", err)
 	}
 
-	w, err = startWatchdog("skillbox-x", gone, time.Now().Add(200*time.Millisecond))
+	w, err = startWatchdog("skillbox-x", gone, time.Now().Add(200*time.Millisecond), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,8 +66,9 @@ func TestWatchdogProcess(t *testing.T) {
 // it (fork and exec of this binary; its own start-up runs alongside and
 // is not timed).
 func BenchmarkStartWatchdog(b *testing.B) {
+	log := filepath.Join(b.TempDir(), "watchdog.log")
 	for i := 0; i < b.N; i++ {
-		w, err := startWatchdog("skillbox-x", "/skillbox/skillbox-watchdog-bench", time.Now().Add(time.Hour))
+		w, err := startWatchdog("skillbox-x", "/skillbox/skillbox-watchdog-bench", time.Now().Add(time.Hour), log)
 		if err != nil {
 			b.Fatal(err)
 		}
