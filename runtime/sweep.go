@@ -68,6 +68,9 @@ type sweeper struct {
 	// kills).
 	killCgroup   func(ctx context.Context, cgPath string) error
 	removeCgroup func(ctx context.Context, cgPath string) error
+	// endWatchdog ends the watchdog a dead run may have left waiting for
+	// its deadline (nil: none to end).
+	endWatchdog func(id string)
 }
 
 func (e *engine) sweep(ctx context.Context) error {
@@ -87,6 +90,7 @@ func (e *engine) sweeper() *sweeper {
 		unmount:      unmount,
 		killCgroup:   killCgroupProcs,
 		removeCgroup: removeCgroupRetry,
+		endWatchdog:  endWatchdogs,
 	}
 }
 
@@ -186,6 +190,10 @@ func (s *sweeper) sweepRunDir(ctx context.Context, id string) (found bool, err e
 	}
 	if err := s.unmount(filepath.Join(dir, bundleWorkdir)); err != nil {
 		errs = append(errs, err)
+	}
+	if s.endWatchdog != nil {
+		// The run is gone now; its watchdog has nothing left to guard.
+		s.endWatchdog(id)
 	}
 	if note := readNote(filepath.Join(dir, bundleWatchdogLog)); note != "" {
 		s.log.Warn("the dead run's watchdog acted", "id", id, "watchdog", note)

@@ -7,9 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A run's time limit must hold even when the process driving it dies
@@ -137,4 +141,29 @@ func watchdogMain(args []string, release io.Reader, log io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// endWatchdogs SIGKILLs the watchdogs of run id (root's processes started
+// as watchdogArg0 id ...), once Sweep has removed what they guarded.
+func endWatchdogs(id string) {
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(raw), "\x00")
+		if len(args) < 2 || args[0] != watchdogArg0 || args[1] != id {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Stat(filepath.Join("/proc", p.Name()), &st) != nil || st.Uid != 0 {
+			continue
+		}
+		_ = unix.Kill(pid, unix.SIGKILL)
+	}
 }

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -59,6 +60,21 @@ func TestWatchdogProcess(t *testing.T) {
 	w.release.Close() // the daemon died
 	if err := w.cmd.Wait(); err != nil {
 		t.Fatalf("watchdog of a dead daemon: %v", err)
+	}
+
+	// Sweep ends the watchdog of a dead run it removed (root's only).
+	if os.Geteuid() != 0 {
+		t.Skip("endWatchdogs ends root's watchdogs only: run as root")
+	}
+	w, err = startWatchdog("skillbox-swept", gone, time.Now().Add(time.Hour), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.release.Close()
+	endWatchdogs("skillbox-other")
+	endWatchdogs("skillbox-swept")
+	if err := w.cmd.Wait(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Fatalf("watchdog after endWatchdogs: %v, want killed", err)
 	}
 }
 
