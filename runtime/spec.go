@@ -115,6 +115,9 @@ func ValidateJob(job Job) error {
 	if !isCleanAbs(job.SkillDir) {
 		return fmt.Errorf("%w: skill dir %q must be an absolute, clean host path", ErrInvalidJob, job.SkillDir)
 	}
+	if job.DepsDir != "" && !isCleanAbs(job.DepsDir) {
+		return fmt.Errorf("%w: dependency layer %q must be an absolute, clean host path", ErrInvalidJob, job.DepsDir)
+	}
 	if len(job.Args) == 0 || job.Args[0] == "" {
 		return fmt.Errorf("%w: no command to run (Args is empty)", ErrInvalidJob)
 	}
@@ -260,6 +263,9 @@ func buildMounts(job Job, opts SpecOptions, lim Limits) []specs.Mount {
 		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", size(lim.TmpBytes)}},
 		specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: opts.HostsSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
 	)
+	if job.DepsDir != "" {
+		m = append(m, specs.Mount{Destination: DepsMount, Type: "bind", Source: job.DepsDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
 	return m
 }
 
