@@ -50,6 +50,9 @@ type Config struct {
 	// one built-in rule ("default") allows skills.read and skills.run_script
 	// for every skill, so a minimal file (or none) is usable.
 	Rules []*Rule
+	// Sources and Deps configure dependency layers (policy/packages.go).
+	Sources PackageSources
+	Deps    Dependencies
 
 	hash string
 }
@@ -149,6 +152,9 @@ type Rule struct {
 	// Limits set by the rule; zero fields are not set.
 	Limits runtime.Limits
 	Pos    Pos
+	// Packages and BuildFromSource: see PackagesFor.
+	Packages        *RulePackages
+	BuildFromSource *bool
 
 	tools, deny, confirm []toolPattern
 }
@@ -184,6 +190,7 @@ func defaults() *Config {
 		},
 		Runtimes: map[string]*RuntimeConfig{},
 		Limits:   runtime.DefaultLimits,
+		Deps:     Dependencies{WhenNotReady: "wait", WaitTimeout: 10 * time.Minute, BuildOnLoad: true},
 		Audit: Audit{
 			RotateBytes:        64 << 20,
 			CheckpointInterval: time.Hour,

@@ -569,4 +569,3 @@ func copyTree(src, dst string) error {
 		return nil
 	})
 }
-

@@ -81,6 +81,19 @@ type ActiveSkill struct {
 	RootDir    string         `json:"root_dir"`
 	Digest     string         `json:"digest"`
 	Properties map[string]any `json:"properties,omitempty"`
+	// Dependencies are the packages the skill declares, when any.
+	Dependencies *Dependencies `json:"dependencies,omitempty"`
+}
+
+// Dependencies is what a skill declares (requirements.txt, PEP 723 blocks,
+// package.json, the config's packages) and the state of its layer.
+type Dependencies struct {
+	Python []string `json:"python,omitempty"`
+	Npm    []string `json:"npm,omitempty"`
+	Files  []string `json:"files,omitempty"`
+	// State: "building" (started on load), "not_built", "invalid".
+	State   string `json:"state,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // ReadParams is skills.read's request. Skill defaults to the most recently
@@ -172,6 +185,11 @@ type RunScriptResult struct {
 	Image           string   `json:"image,omitempty"`
 	ImageDigest     string   `json:"image_digest,omitempty"`
 	Runtime         string   `json:"runtime,omitempty"`
+	// DepsLayer is the digest of the dependency layer the run mounted.
+	DepsLayer string `json:"deps_layer,omitempty"`
+	// Hint says what to do about a failure skillbox recognises (a module
+	// the image and layer lack).
+	Hint string `json:"hint,omitempty"`
 }
 
 // Output is a file the script wrote to its outputs folder. Content is base64.

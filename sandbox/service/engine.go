@@ -67,6 +67,9 @@ type Engine struct {
 	Logger hclog.Logger
 	// Progress receives image build progress (stderr for the CLI).
 	Progress io.Writer
+	// Deps gives runs their dependency layers; nil: skills' declared
+	// dependencies are ignored.
+	Deps *Deps
 
 	verMu          sync.Mutex // runs call version concurrently
 	runtimeVersion string
@@ -121,6 +124,10 @@ type Outcome struct {
 	Plan   *Plan
 	Image  ImageRef
 	Result *runtime.Result
+	// DepsLayer is the dependency layer digest the run mounted, if any.
+	DepsLayer string
+	// Hint says how to fix a failure skillbox recognises (a missing module).
+	Hint string
 }
 
 // Prepare validates req against the skill and the policy without running
@@ -240,6 +247,14 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: image %q for %s: %v", api.ErrUnavailable, p.Interpreter.Image, p.Script, err)
 	}
+	layer, err := e.Deps.ForRun(ctx, p, img, rootfs)
+	if err != nil {
+		return nil, err
+	}
+	var layerDir, layerDigest string
+	if layer != nil {
+		layerDir, layerDigest = layer.Dir, layer.Digest
+	}
 	rtVersion := e.version(ctx)
 
 	req := p.Request
@@ -255,6 +270,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Detail:    planDetail(p),
 	}
 	start.Run.Started = began.UTC()
+	start.Run.DepsLayer = layerDigest
 	if err := e.append(ctx, start); err != nil {
 		return nil, err
 	}
@@ -271,7 +287,9 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Network:  p.Network,
 		Stdout:   req.Stdout,
 		Stderr:   req.Stderr,
+		DepsDir:  layerDir,
 	}
+	job.ModuleEnv = depsModuleEnv(job.ModuleEnv, img.Name, layer)
 	log.Debug("run starting", "run_id", p.RunID, "skill", req.Skill.Name, "script", p.Script, "image", img.Digest)
 	res, runErr := e.Runtime.Run(ctx, job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
@@ -289,6 +307,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Detail:    start.Detail,
 	}
 	end.Run.Started = began.UTC()
+	end.Run.DepsLayer = layerDigest
 	end.Run.Ended = time.Now().UTC()
 	if runErr == nil && res == nil {
 		runErr = fmt.Errorf("runtime %s returned no result", e.Runtime.Name())
@@ -312,7 +331,9 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
 	log.Info("run finished", "run_id", p.RunID, "skill", req.Skill.Name, "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
-	return &Outcome{RunID: p.RunID, Plan: p, Image: img, Result: res}, nil
+	out := &Outcome{RunID: p.RunID, Plan: p, Image: img, Result: res, DepsLayer: layerDigest}
+	out.Hint = e.Deps.importHint(out)
+	return out, nil
 }
 
 // Run is Prepare then Execute, for callers with no confirmation step between.
@@ -552,6 +573,7 @@ func ResultOf(o *Outcome, withContent bool) api.RunScriptResult {
 		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
 		DurationMS: r.Duration.Milliseconds(), Reason: string(r.Reason),
 		Image: o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
+		DepsLayer: o.DepsLayer, Hint: o.Hint,
 	}
 	for _, f := range r.Outputs {
 		out := api.Output{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
