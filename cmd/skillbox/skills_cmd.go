@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/skillbox/skillbox/images/deps"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -173,6 +174,20 @@ func skillsShow(c *cli.Context) error {
 		}
 		b, _ := json.Marshal(s.Properties[k])
 		row(k, string(b))
+	}
+	if set, err := deps.Discover(s.Dir, deps.Extra{}); err != nil {
+		row("dependencies", "invalid: "+err.Error())
+	} else if !set.Empty() {
+		var py, npm []string
+		for _, r := range set.Python {
+			py = append(py, r.Line())
+		}
+		for _, d := range set.Npm {
+			npm = append(npm, d.Name+"@"+d.Range)
+		}
+		row("dependencies.python", strings.Join(py, ", "))
+		row("dependencies.npm", strings.Join(npm, ", "))
+		row("dependencies.files", strings.Join(set.Files, ", "))
 	}
 	row("location", s.Location)
 	row("digest", s.Digest)

@@ -94,13 +94,10 @@ type Store struct {
 	mu  sync.Mutex
 }
 
-// OpenStore opens (creating) the layer store under the image store dir.
-func OpenStore(imagesDir string) (*Store, error) {
-	d := filepath.Join(imagesDir, "layers")
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		return nil, fmt.Errorf("dependency layer store %s: %w", d, err)
-	}
-	return &Store{dir: d}, nil
+// OpenStore opens the layer store under the image store dir; the
+// directory is made by the first build.
+func OpenStore(imagesDir string) *Store {
+	return &Store{dir: filepath.Join(imagesDir, "layers")}
 }
 
 // Dir is the store's directory.
@@ -137,6 +134,9 @@ func (s *Store) Get(digest string) (*Layer, error) {
 // List returns every layer, newest first.
 func (s *Store) List() ([]*Layer, error) {
 	entries, err := os.ReadDir(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -183,6 +183,9 @@ func (s *Store) AddUser(layerDigest, skill, skillDigest string) error {
 // staging makes a scratch directory for one build inside the store (same
 // file system, so the finished layer can be renamed into place).
 func (s *Store) staging() (string, error) {
+	if err := os.MkdirAll(s.dir, 0o755); err != nil {
+		return "", fmt.Errorf("dependency layer store %s: %w", s.dir, err)
+	}
 	return os.MkdirTemp(s.dir, ".build-")
 }
 

@@ -2,9 +2,7 @@ package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"regexp"
 	"strings"
 	"sync"
@@ -116,11 +114,38 @@ func (d *Deps) ForRun(ctx context.Context, p *Plan, img ImageRef, rootfs string)
 	if d == nil {
 		return nil, nil
 	}
-	set, err := d.Declared(p.Request.Skill, p.SkillRoot)
+	if p.Code == nil {
+		return d.layerFor(ctx, p.Request.Skill, p.SkillRoot, img, rootfs)
+	}
+	// A code run mounts one layer: that of the one mounted skill that
+	// needs one.
+	var layer *deps.Layer
+	var owner string
+	for _, m := range p.Code.Mounts {
+		l, err := d.layerFor(ctx, m.Skill, m.Root, img, rootfs)
+		if err != nil {
+			return nil, err
+		}
+		if l == nil {
+			continue
+		}
+		if layer != nil && l.Digest != layer.Digest {
+			return nil, fmt.Errorf("%w: skills %q and %q each need a dependency layer and a code run mounts one: load only one of them for this code, or run their scripts with skills.run_script",
+				api.ErrInvalidParams, owner, m.Skill.Name)
+		}
+		layer, owner = l, m.Skill.Name
+	}
+	return layer, nil
+}
+
+// layerFor is the layer skill sk (its pinned copy at root) needs in image
+// img, or nil.
+func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img ImageRef, rootfs string) (*deps.Layer, error) {
+	set, err := d.Declared(sk, root)
 	if err != nil || set.Empty() {
 		return nil, err
 	}
-	req := d.request(p.Request.Skill, set, img, rootfs)
+	req := d.request(sk, set, img, rootfs)
 	if req == nil {
 		return nil, nil
 	}
@@ -133,7 +158,7 @@ func (d *Deps) ForRun(ctx context.Context, p *Plan, img ImageRef, rootfs string)
 	if l, err := d.Builder.Ready(plan); err == nil {
 		return l, nil
 	}
-	name := p.Request.Skill.Name
+	name := sk.Name
 	if d.Config.Deps.WhenNotReady != "fail" {
 		wctx, cancel := context.WithTimeout(ctx, d.Config.Deps.WaitTimeout)
 		defer cancel()
@@ -272,11 +297,6 @@ func depsModuleEnv(moduleEnv []string, image string, l *deps.Layer) []string {
 	return runtime.WithDepsPath(moduleEnv, family(image))
 }
 
-// isNotBuilt reports whether err says a layer is simply not there.
-func isNotBuilt(err error) bool {
-	return errors.Is(err, deps.ErrNotReady) || errors.Is(err, fs.ErrNotExist)
-}
-
 var (
 	pyMissingRE   = regexp.MustCompile(`ModuleNotFoundError: No module named '([A-Za-z0-9_.]+)'`)
 	nodeMissingRE = regexp.MustCompile(`Cannot find (?:module|package) '([^'./][^']*)'`)
@@ -295,7 +315,7 @@ func (d *Deps) importHint(o *Outcome) string {
 			return fmt.Sprintf("module %q is the image extra %q of image %q, which is not installed: configure python_index { url = … } and run: skillbox images build %s", mod, extra, o.Image.Name, o.Image.Name)
 		}
 		return fmt.Sprintf("module %q is neither in image %q nor in the skill's dependency layer: declare its package in the skill's requirements.txt or a PEP 723 block (# /// script … dependencies = [...]) and configure python_index; skillbox skills check %s lists every missing import",
-			mod, o.Image.Name, o.Plan.Request.Skill.Name)
+			mod, o.Image.Name, o.Plan.skillName())
 	}
 	if m := nodeMissingRE.FindSubmatch(r.Stderr); m != nil {
 		return fmt.Sprintf("module %q is neither in image %q nor in the skill's dependency layer: declare it in the skill's package.json and configure npm_registry", string(m[1]), o.Image.Name)
