@@ -365,11 +365,23 @@ func platforms(glibc string) []string {
 	return append(out, "manylinux2014_"+arch)
 }
 
+var hashMismatchRE = regexp.MustCompile(`(?m)^\s+([A-Za-z0-9._-]+)==\S+ from \S+.*\n\s+Expected sha256 ([0-9a-f]+)\n\s+Got\s+([0-9a-f]+)`)
+
 var noMatchRE = regexp.MustCompile(`No matching distribution found for ([A-Za-z0-9._-]+)`)
 
 // pipDownloadError turns pip's failure into a message naming the package:
 // one with only source distributions is refused as such.
 func (b *Builder) pipDownloadError(ctx context.Context, p *Plan, out string, err error) error {
+	if m := hashMismatchRE.FindStringSubmatch(out); m != nil {
+		name := NormalizeName(m[1])
+		where := ""
+		for _, r := range p.Missing.Python {
+			if r.Name == name {
+				where = " (" + r.Source + ")"
+			}
+		}
+		return fmt.Errorf("%w: %s%s: the index serves sha256:%s, the requirement pins sha256:%s; nothing was installed or cached: fix the pinned hash or the index", ErrHash, name, where, m[3], m[2])
+	}
 	if strings.Contains(out, "DO NOT MATCH THE HASHES") || strings.Contains(out, "hashes are required") ||
 		strings.Contains(out, "Hashes are required") {
 		return fmt.Errorf("%w: pip refused the download: %s", ErrHash, tail(out, 1200))
