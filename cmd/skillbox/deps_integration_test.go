@@ -28,6 +28,9 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
 )
 
 // pyIndex is a PEP 503 simple index over files kept in memory.
@@ -195,6 +198,12 @@ func TestDepsLayers(t *testing.T) {
 	writeSkill("pep-skill", map[string]string{
 		"scripts/pep.py": "# /// script\n# requires-python = \">=3.9\"\n# dependencies = [\n#   \"pepdep==" + ver + "\",\n# ]\n# ///\nimport pepdep\nprint(pepdep.hello())\n",
 	})
+	loadFile, loadWheel := testWheel(t, "loaddep", ver, "loaddep", "WHO = 'loaddep'\n")
+	ix.add("loaddep", loadFile, loadWheel)
+	writeSkill("load-skill", map[string]string{
+		"scripts/requirements.txt": "loaddep==" + ver + "\n",
+		"scripts/who.py":           "import loaddep\nprint('who', loaddep.WHO)\n",
+	})
 	writeSkill("src-skill", map[string]string{
 		"requirements.txt": "srconly==" + ver + "\n",
 		"scripts/use.py":   "import srconly\n",
@@ -327,6 +336,10 @@ python_index { url = "%s/simple/" }
 		made = append(made, res.DepsLayer)
 	})
 
+	t.Run("daemon builds on load, run waits", func(t *testing.T) {
+		depsDaemon(t, f, srv.URL, ver, &made)
+	})
+
 	t.Run("sdist-only is refused by name", func(t *testing.T) {
 		before := layerEntries(t, layersDir)
 		ls, o := build("src-skill")
@@ -352,6 +365,51 @@ python_index { url = "%s/simple/" }
 			t.Errorf("a failed build left %v (before %v)", after, before)
 		}
 	})
+}
+
+// The daemon: skills.load reports what the skill declares and starts the
+// build off the run path; a run right after the load waits for it (the
+// default when_not_ready = "wait"); run_code mounts the same layer.
+func depsDaemon(t *testing.T, f *runFixture, srvURL, ver string, made *[]string) {
+	d := newItDaemon(t, f.root)
+	cfg, err := os.ReadFile(d.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = append(cfg, fmt.Sprintf("image \"python\" { recipe = \"python-slim\" }\npython_index { url = \"%s/simple/\" }\n", srvURL)...)
+	if err := os.WriteFile(d.cfgPath, cfg, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	lr := must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"load-skill"}}))
+	if len(lr.ActiveSkills) != 1 {
+		t.Fatalf("load receipt: %+v", lr)
+	}
+	dep := lr.ActiveSkills[0].Dependencies
+	if dep == nil || len(dep.Python) != 1 || dep.Python[0] != "loaddep=="+ver || dep.State != "building" {
+		t.Fatalf("load receipt dependencies: %+v", dep)
+	}
+	res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/who.py"}))
+	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "who loaddep") || res.DepsLayer == "" {
+		t.Fatalf("run_script: %+v", res)
+	}
+	*made = append(*made, res.DepsLayer)
+	code := must[*api.RunScriptResult](t, "run_code")(c.RunCode(ctx, api.RunCodeParams{SessionID: sid, Language: "python", Code: "import loaddep\nprint('code', loaddep.WHO)\n"}))
+	if code.ExitCode != 0 || !strings.Contains(code.Stdout, "code loaddep") || code.DepsLayer != res.DepsLayer {
+		t.Errorf("run_code: %+v", code)
+	}
+	found := false
+	for _, rec := range d.records() {
+		if rec.Event == audit.EventRunEnd && rec.Run != nil && rec.Run.DepsLayer == res.DepsLayer {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no run.end record of the daemon names layer %s", res.DepsLayer)
+	}
 }
 
 func slicesEqual(a, b []string) bool {
