@@ -138,9 +138,9 @@ func (d *Deps) ForRun(ctx context.Context, p *Plan, img ImageRef, rootfs string)
 	return layer, nil
 }
 
-// layerFor is the layer skill sk (its pinned copy at root) needs in image
-// img, or nil.
-func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img ImageRef, rootfs string) (*deps.Layer, error) {
+// plan is what skill sk (its copy at root) needs beyond image img: nil
+// when nothing.
+func (d *Deps) plan(sk *skills.Skill, root string, img ImageRef, rootfs string) (*deps.Plan, error) {
 	set, err := d.Declared(sk, root)
 	if err != nil || set.Empty() {
 		return nil, err
@@ -155,6 +155,32 @@ func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img 
 		return nil, nil
 	}
 	plan.Digest = deps.Key(req.ImageDigest, plan.Missing)
+	return plan, nil
+}
+
+// ReadyDir is the directory of the built layer skill sk needs in img, or
+// "" when it needs none or it is not built yet; it never waits (warming).
+func (d *Deps) ReadyDir(sk *skills.Skill, root string, img ImageRef, rootfs string) string {
+	if d == nil {
+		return ""
+	}
+	plan, err := d.plan(sk, root, img, rootfs)
+	if err != nil || plan == nil {
+		return ""
+	}
+	if l, err := d.Builder.Ready(plan); err == nil {
+		return l.Dir
+	}
+	return ""
+}
+
+// layerFor is the layer skill sk (its pinned copy at root) needs in image
+// img, or nil.
+func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img ImageRef, rootfs string) (*deps.Layer, error) {
+	plan, err := d.plan(sk, root, img, rootfs)
+	if err != nil || plan == nil {
+		return nil, err
+	}
 	if l, err := d.Builder.Ready(plan); err == nil {
 		return l, nil
 	}
