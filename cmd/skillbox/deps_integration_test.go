@@ -397,6 +397,15 @@ func depsDaemon(t *testing.T, f *runFixture, srvURL, ver string, made *[]string)
 		t.Fatalf("run_script: %+v", res)
 	}
 	*made = append(*made, res.DepsLayer)
+	// Later runs may come from the warm pool, whose sandboxes mount the
+	// same layer.
+	for i := 0; i < 3; i++ {
+		again := must[*api.RunScriptResult](t, "run_script again")(c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/who.py"}))
+		if again.ExitCode != 0 || !strings.Contains(again.Stdout, "who loaddep") || again.DepsLayer != res.DepsLayer {
+			t.Fatalf("run_script %d (warm %v): %+v", i+2, again.Warm, again)
+		}
+		t.Logf("run %d warm=%v", i+2, again.Warm)
+	}
 	code := must[*api.RunScriptResult](t, "run_code")(c.RunCode(ctx, api.RunCodeParams{SessionID: sid, Language: "python", Code: "import loaddep\nprint('code', loaddep.WHO)\n"}))
 	if code.ExitCode != 0 || !strings.Contains(code.Stdout, "code loaddep") || code.DepsLayer != res.DepsLayer {
 		t.Errorf("run_code: %+v", code)
