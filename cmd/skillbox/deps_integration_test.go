@@ -424,3 +424,46 @@ func depsDaemon(t *testing.T, f *runFixture, srvURL, ver string, made *[]string)
 func slicesEqual(a, b []string) bool {
 	return strings.Join(a, "\x00") == strings.Join(b, "\x00")
 }
+
+// A Node skill's package.json dependency comes from the npm registry
+// (reachable from these machines), resolved with scripts off, checked
+// against the lock's integrity, unpacked offline; the script requires it.
+func TestDepsNodeRegistry(t *testing.T) {
+	runItNeed(t, "runsc")
+	runItNeedImage(t, "node")
+	const registry = "https://registry.npmjs.org"
+	if err := exec.Command("npm", "--version").Run(); err != nil {
+		t.Skipf("the host has no npm: %v", err)
+	}
+	if resp, err := http.Get(registry + "/is-number"); err != nil {
+		t.Skipf("the npm registry is not reachable from here: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	f := newRunFixture(t)
+	runItWriteFile(t, filepath.Join(f.root, "node-deps", "SKILL.md"), "---\nname: node-deps\ndescription: Node dependency test skill. Use only in tests.\n---\n# node-deps\n")
+	runItWriteFile(t, filepath.Join(f.root, "node-deps", "package.json"), `{"name": "node-deps", "private": true, "dependencies": {"is-number": "7.0.0"}}`)
+	runItWriteFile(t, filepath.Join(f.root, "node-deps", "scripts", "check.js"), "const isNumber = require('is-number');\nconsole.log('is-number(5) =', isNumber(5), 'is-number(\"x\") =', isNumber('x'));\n")
+	os.Chmod(filepath.Join(f.root, "node-deps", "scripts"), 0o755)
+	cfg := filepath.Join(f.base, "skillbox.hcl")
+	runItWriteFile(t, cfg, fmt.Sprintf("npm_registry { url = %q }\n", registry))
+
+	o := runItExec(t, "deps", "build", "--config", cfg, "--root", f.root, "--images", itImages, "--json", "node-deps")
+	if o.code != 0 {
+		t.Fatalf("deps build node-deps\n%s", o)
+	}
+	var ls []depsLayerOut
+	if err := json.Unmarshal([]byte(o.stdout), &ls); err != nil || len(ls) != 1 {
+		t.Fatalf("deps build --json: %v\n%s", err, o)
+	}
+	t.Cleanup(func() {
+		os.RemoveAll(filepath.Join(itImages, "layers", "sha256-"+strings.TrimPrefix(ls[0].Digest, "sha256:")))
+	})
+	if len(ls[0].Artifacts) != 1 || ls[0].Artifacts[0].Name != "is-number" || len(ls[0].Artifacts[0].SHA256) != 64 {
+		t.Errorf("manifest artifacts: %+v", ls[0].Artifacts)
+	}
+	r := runItExec(t, "run", "--config", cfg, "--root", f.root, "--json", "node-deps", "scripts/check.js")
+	if r.code != 0 || !strings.Contains(r.stdout, `is-number(5) = true is-number(\"x\") = false`) || !strings.Contains(r.stdout, ls[0].Digest) {
+		t.Fatalf("run node-deps\n%s", r)
+	}
+}
