@@ -382,3 +382,35 @@ type ConfirmationRequiredData struct {
 	Rule           string `json:"rule"`
 	Digest         string `json:"digest"`
 }
+
+// CheckSkillParams is skills.check's request: a skill by name.
+type CheckSkillParams struct {
+	Skill string `json:"skill"`
+}
+
+// CheckSkillResult is skills.check's result: every import and program the
+// skill's scripts name, by file and line, resolved against the image each
+// script runs in and the skill's dependency layer. Missing counts the
+// findings whose State is "missing"; Skipped says which script families
+// were not checked and why (an image not built yet).
+type CheckSkillResult struct {
+	Skill    string         `json:"skill"`
+	Digest   string         `json:"digest"`
+	Findings []CheckFinding `json:"findings"`
+	Missing  int            `json:"missing"`
+	Skipped  []string       `json:"skipped,omitempty"`
+}
+
+// CheckFinding is one import or program of one script line. Kind is
+// "import" or "program"; State is "missing" or "satisfied"; By says what
+// satisfies it ("stdlib", "builtin", "image", "layer", "skill",
+// "declared"); Hint says how to provide a missing one.
+type CheckFinding struct {
+	File  string `json:"file"`
+	Line  int    `json:"line"`
+	Kind  string `json:"kind"`
+	Name  string `json:"name"`
+	State string `json:"state"`
+	By    string `json:"by,omitempty"`
+	Hint  string `json:"hint,omitempty"`
+}

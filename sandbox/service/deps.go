@@ -380,3 +380,71 @@ func (s *Service) loadDeps(found []*skills.Skill, res *api.LoadResult) {
 		}
 	}
 }
+
+// CheckSkill implements api.Service (skills.check): a static check of the
+// skill's scripts against the images they run in and its dependency layer.
+// It reads files only and never builds an image or a layer: a family whose
+// image is not built is reported as skipped.
+func (s *Service) CheckSkill(ctx context.Context, caller api.Peer, p api.CheckSkillParams) (*api.CheckSkillResult, error) {
+	if p.Skill == "" {
+		return nil, fmt.Errorf("%w: skill is required: name a skill from skills.list", api.ErrInvalidParams)
+	}
+	if err := skills.ValidName(p.Skill); err != nil {
+		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+	}
+	sk, err := s.skills.Get(p.Skill)
+	if err != nil {
+		return nil, fmt.Errorf("%w: no skill named %q: call skills.list to see the available names", api.ErrNotFound, p.Skill)
+	}
+	if s.engine == nil {
+		return nil, fmt.Errorf("%w: this service runs nothing, so it has no images to check against", api.ErrUnavailable)
+	}
+	return s.engine.CheckSkill(ctx, sk)
+}
+
+// CheckSkill is the engine's half of skills.check.
+func (e *Engine) CheckSkill(ctx context.Context, sk *skills.Skill) (*api.CheckSkillResult, error) {
+	in := deps.CheckInput{Images: map[string]*deps.Image{}, Layers: map[string]string{}, Extras: map[string][]string{}}
+	res := &api.CheckSkillResult{Skill: sk.Name, Digest: sk.Digest, Findings: []api.CheckFinding{}}
+	var set *deps.Set
+	if e.Deps != nil {
+		var err error
+		if set, err = e.Deps.Declared(sk, sk.Dir); err != nil {
+			return nil, err
+		}
+		in.Declared = set
+	}
+	for _, fam := range []struct{ family, probe string }{{"python", "x.py"}, {"node", "x.js"}, {"shell", "x.sh"}} {
+		interp, err := e.Config.Interpreter(fam.probe, nil)
+		if err != nil {
+			continue
+		}
+		if ic, ok := e.Images.(interface{ Built(string) error }); ok && ic.Built(interp.Image) != nil {
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%s scripts: image %q is not built (skillbox images build %s)", fam.family, interp.Image, interp.Image))
+			continue
+		}
+		ref, rootfs, err := e.Images.Ensure(ctx, interp.Image, nil)
+		if err != nil {
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%s scripts: image %q: %v", fam.family, interp.Image, err))
+			continue
+		}
+		if e.Deps != nil {
+			in.Images[fam.family] = e.Deps.image(rootfs)
+			in.Layers[fam.family] = e.Deps.ReadyDir(sk, sk.Dir, ref, rootfs)
+			in.Extras[fam.family] = e.Deps.Extras[interp.Image]
+		} else {
+			in.Images[fam.family] = deps.Inspect(rootfs)
+		}
+	}
+	found, err := deps.Check(sk.Dir, in)
+	if err != nil {
+		return nil, fmt.Errorf("%w: checking skill %q: %v", api.ErrInternal, sk.Name, err)
+	}
+	for _, f := range found {
+		res.Findings = append(res.Findings, api.CheckFinding(f))
+		if f.State == deps.StateMissing {
+			res.Missing++
+		}
+	}
+	return res, nil
+}
