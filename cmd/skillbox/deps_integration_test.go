@@ -194,6 +194,8 @@ func TestDepsLayers(t *testing.T) {
 	writeSkill("req-skill", map[string]string{
 		"requirements.txt": "# what the script imports\ntinydep==" + ver + "\n",
 		"scripts/use.py":   "import tinydep\nprint('got', tinydep.VALUE)\n",
+		"scripts/check_me.py": "import json\nimport tinydep\nimport nosuchmod_xyz\nimport subprocess\n" +
+			"subprocess.run(['no-such-program-xyz'])\nsubprocess.run(['sh', '-c', 'true'])\n",
 	})
 	writeSkill("pep-skill", map[string]string{
 		"scripts/pep.py": "# /// script\n# requires-python = \">=3.9\"\n# dependencies = [\n#   \"pepdep==" + ver + "\",\n# ]\n# ///\nimport pepdep\nprint(pepdep.hello())\n",
@@ -316,6 +318,48 @@ python_index { url = "%s/simple/" }
 		}
 		if n := ix.fetches.Load() - before; n != 0 {
 			t.Errorf("second build fetched %d artifacts, want none", n)
+		}
+	})
+
+	t.Run("skills check", func(t *testing.T) {
+		if first.Digest == "" {
+			t.Skip("the first build failed")
+		}
+		o := runItExec(t, "skills", "check", "--config", cfg, "--root", f.root, "--images", itImages, "--json", "req-skill")
+		if o.code != 1 {
+			t.Fatalf("skills check: want exit 1 (something is missing)\n%s", o)
+		}
+		var res struct {
+			Findings []struct {
+				File, Kind, Name, State, By string
+				Line                        int
+			}
+			Missing int
+		}
+		if err := json.Unmarshal([]byte(o.stdout), &res); err != nil {
+			t.Fatalf("%v\n%s", err, o)
+		}
+		got := map[string]string{}
+		for _, f := range res.Findings {
+			if f.File == "scripts/check_me.py" {
+				got[fmt.Sprintf("%d %s %s", f.Line, f.Kind, f.Name)] = f.State + " " + f.By
+			}
+		}
+		want := map[string]string{
+			"1 import json":                 "satisfied stdlib",
+			"2 import tinydep":              "satisfied layer",
+			"3 import nosuchmod_xyz":        "missing ",
+			"4 import subprocess":           "satisfied stdlib",
+			"5 program no-such-program-xyz": "missing ",
+			"6 program sh":                  "satisfied image",
+		}
+		for k, w := range want {
+			if got[k] != w {
+				t.Errorf("scripts/check_me.py:%s: got %q, want %q", k, got[k], w)
+			}
+		}
+		if res.Missing != 2 {
+			t.Errorf("missing = %d, want 2\n%s", res.Missing, o.stdout)
 		}
 	})
 

@@ -72,11 +72,12 @@ var binDirs = []string{"usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin",
 
 // Check scans the skill's scripts (every .py, .js/.mjs/.cjs and .sh file
 // and files with a #! line, at most maxScanFiles) and reports each import
-// and program it names.
-func Check(root string, in CheckInput) ([]Finding, error) {
-	var out []Finding
+// and program it names. unchecked are the families of scripts found whose
+// image in is nil.
+func Check(root string, in CheckInput) (out []Finding, unchecked []string, err error) {
+	skipped := map[string]bool{}
 	n := 0
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
@@ -105,6 +106,10 @@ func Check(root string, in CheckInput) ([]Finding, error) {
 		if fam == "" {
 			return nil
 		}
+		if in.Images[fam] == nil {
+			skipped[fam] = true
+			return nil
+		}
 		out = append(out, checkFile(root, rel, fam, data, in)...)
 		return nil
 	})
@@ -114,7 +119,11 @@ func Check(root string, in CheckInput) ([]Finding, error) {
 		}
 		return out[i].Line < out[j].Line
 	})
-	return out, err
+	for f := range skipped {
+		unchecked = append(unchecked, f)
+	}
+	sort.Strings(unchecked)
+	return out, unchecked, err
 }
 
 // familyOf is the script family of a file by extension, else by #! line.

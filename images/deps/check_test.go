@@ -47,7 +47,7 @@ func TestCheck(t *testing.T) {
 		"notes.txt":         "import missing\n",
 	})
 	im := Inspect(img)
-	got, err := Check(skill, CheckInput{
+	got, _, err := Check(skill, CheckInput{
 		Images:   map[string]*Image{"python": im, "node": im, "shell": im},
 		Layers:   map[string]string{"python": layer},
 		Declared: &Set{Python: []Requirement{{Name: "declared-mod", Spec: "declared-mod", Source: "requirements.txt:1"}}},

@@ -158,20 +158,24 @@ func (d *Deps) plan(sk *skills.Skill, root string, img ImageRef, rootfs string) 
 	return plan, nil
 }
 
-// ReadyDir is the directory of the built layer skill sk needs in img, or
-// "" when it needs none or it is not built yet; it never waits (warming).
-func (d *Deps) ReadyDir(sk *skills.Skill, root string, img ImageRef, rootfs string) string {
+// ReadyDir is the directory of the built layer skill sk needs in img, ""
+// when it needs none; ok is false when it needs one that is not built (or
+// its declarations are invalid). It never waits (warming, checks).
+func (d *Deps) ReadyDir(sk *skills.Skill, root string, img ImageRef, rootfs string) (dir string, ok bool) {
 	if d == nil {
-		return ""
+		return "", true
 	}
 	plan, err := d.plan(sk, root, img, rootfs)
-	if err != nil || plan == nil {
-		return ""
+	if err != nil {
+		return "", false
+	}
+	if plan == nil {
+		return "", true
 	}
 	if l, err := d.Builder.Ready(plan); err == nil {
-		return l.Dir
+		return l.Dir, true
 	}
-	return ""
+	return "", false
 }
 
 // layerFor is the layer skill sk (its pinned copy at root) needs in image
@@ -263,7 +267,8 @@ func (d *Deps) probes(set *deps.Set) []string {
 
 // OnLoad starts building sk's layers in the background (when the config
 // allows) and reports what the skill declares for the receipt.
-func (d *Deps) OnLoad(sk *skills.Skill) *api.Dependencies {
+// ready, when set, is called once the layers are built.
+func (d *Deps) OnLoad(sk *skills.Skill, ready func()) *api.Dependencies {
 	if d == nil {
 		return nil
 	}
@@ -292,6 +297,9 @@ func (d *Deps) OnLoad(sk *skills.Skill) *api.Dependencies {
 		}
 		for _, l := range ls {
 			log.Info("dependency layer ready", "skill", sk.Name, "layer", l.Digest)
+		}
+		if ready != nil {
+			ready()
 		}
 	}()
 	return info
@@ -369,7 +377,9 @@ func (s *Service) loadDeps(found []*skills.Skill, res *api.LoadResult) {
 		return
 	}
 	for _, sk := range found {
-		info := s.engine.Deps.OnLoad(sk)
+		// Warming skipped the skill's scripts whose layer was not built;
+		// once it is, they are warmed with it.
+		info := s.engine.Deps.OnLoad(sk, func() { s.engine.WarmSkills([]*skills.Skill{sk}) })
 		if info == nil {
 			continue
 		}
@@ -414,31 +424,36 @@ func (e *Engine) CheckSkill(ctx context.Context, sk *skills.Skill) (*api.CheckSk
 		}
 		in.Declared = set
 	}
+	why := map[string]string{}
 	for _, fam := range []struct{ family, probe string }{{"python", "x.py"}, {"node", "x.js"}, {"shell", "x.sh"}} {
 		interp, err := e.Config.Interpreter(fam.probe, nil)
 		if err != nil {
+			why[fam.family] = err.Error()
 			continue
 		}
 		if ic, ok := e.Images.(interface{ Built(string) error }); ok && ic.Built(interp.Image) != nil {
-			res.Skipped = append(res.Skipped, fmt.Sprintf("%s scripts: image %q is not built (skillbox images build %s)", fam.family, interp.Image, interp.Image))
+			why[fam.family] = fmt.Sprintf("image %q is not built (skillbox images build %s)", interp.Image, interp.Image)
 			continue
 		}
 		ref, rootfs, err := e.Images.Ensure(ctx, interp.Image, nil)
 		if err != nil {
-			res.Skipped = append(res.Skipped, fmt.Sprintf("%s scripts: image %q: %v", fam.family, interp.Image, err))
+			why[fam.family] = fmt.Sprintf("image %q: %v", interp.Image, err)
 			continue
 		}
 		if e.Deps != nil {
 			in.Images[fam.family] = e.Deps.image(rootfs)
-			in.Layers[fam.family] = e.Deps.ReadyDir(sk, sk.Dir, ref, rootfs)
+			in.Layers[fam.family], _ = e.Deps.ReadyDir(sk, sk.Dir, ref, rootfs)
 			in.Extras[fam.family] = e.Deps.Extras[interp.Image]
 		} else {
 			in.Images[fam.family] = deps.Inspect(rootfs)
 		}
 	}
-	found, err := deps.Check(sk.Dir, in)
+	found, unchecked, err := deps.Check(sk.Dir, in)
 	if err != nil {
 		return nil, fmt.Errorf("%w: checking skill %q: %v", api.ErrInternal, sk.Name, err)
+	}
+	for _, f := range unchecked {
+		res.Skipped = append(res.Skipped, f+" scripts: "+why[f])
 	}
 	for _, f := range found {
 		res.Findings = append(res.Findings, api.CheckFinding(f))
