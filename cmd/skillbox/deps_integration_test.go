@@ -28,6 +28,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
@@ -415,7 +416,7 @@ python_index { url = "%s/simple/" }
 // build off the run path; a run right after the load waits for it (the
 // default when_not_ready = "wait"); run_code mounts the same layer.
 func depsDaemon(t *testing.T, f *runFixture, srvURL, ver string, made *[]string) {
-	d := newItDaemon(t, f.root)
+	d := newItDaemonPool(t, 1, f.root)
 	cfg, err := os.ReadFile(d.cfgPath)
 	if err != nil {
 		t.Fatal(err)
@@ -441,14 +442,21 @@ func depsDaemon(t *testing.T, f *runFixture, srvURL, ver string, made *[]string)
 		t.Fatalf("run_script: %+v", res)
 	}
 	*made = append(*made, res.DepsLayer)
-	// Later runs may come from the warm pool, whose sandboxes mount the
-	// same layer.
-	for i := 0; i < 3; i++ {
+	// Once the layer is built the skill is warmed with it: a warm run
+	// imports from the same layer. (A sandbox listed may still be
+	// booting, and a run then goes cold: run until one went warm.)
+	warm := false
+	for i := 0; i < 10 && !warm; i++ {
+		d.waitWarm(t, 1)
+		time.Sleep(500 * time.Millisecond)
 		again := must[*api.RunScriptResult](t, "run_script again")(c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/who.py"}))
 		if again.ExitCode != 0 || !strings.Contains(again.Stdout, "who loaddep") || again.DepsLayer != res.DepsLayer {
 			t.Fatalf("run_script %d (warm %v): %+v", i+2, again.Warm, again)
 		}
-		t.Logf("run %d warm=%v", i+2, again.Warm)
+		warm = again.Warm
+	}
+	if !warm {
+		t.Errorf("no run of a skill with a layer went warm in ten tries")
 	}
 	code := must[*api.RunScriptResult](t, "run_code")(c.RunCode(ctx, api.RunCodeParams{SessionID: sid, Language: "python", Code: "import loaddep\nprint('code', loaddep.WHO)\n"}))
 	if code.ExitCode != 0 || !strings.Contains(code.Stdout, "code loaddep") || code.DepsLayer != res.DepsLayer {
