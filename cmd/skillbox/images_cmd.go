@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skillbox/skillbox/images"
+	"github.com/skillbox/skillbox/images/deps"
 )
 
 // imagesCommand is `skillbox images build|list|prune`: it builds the
@@ -58,12 +60,13 @@ func imagesCommand() *cli.Command {
 				Usage: "list built images (name, digest, size, age, stale) and recipes not built yet",
 				Flags: []cli.Flag{dirFlag, recipesFlag,
 					&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+					&cli.BoolFlag{Name: "layers", Usage: "with --json: print the dependency layers (digest, image, packages, size, users) instead of the images"},
 				},
 				Action: imagesList,
 			},
 			{
 				Name:   "prune",
-				Usage:  "delete blobs and rootfs trees no image refers to (stop sandboxes on old images first)",
+				Usage:  "delete blobs and rootfs trees no image refers to, and dependency layers of images no longer in the store (stop sandboxes on old images first)",
 				Flags:  []cli.Flag{dirFlag},
 				Action: imagesPrune,
 			},
@@ -208,6 +211,18 @@ func imagesList(c *cli.Context) error {
 		}
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
+	layers, err := deps.OpenStore(c.String("dir")).List()
+	if err != nil {
+		return exitCode(1, "dependency layers: %v", err)
+	}
+	if c.Bool("json") && c.Bool("layers") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		if layers == nil {
+			layers = []*deps.Layer{}
+		}
+		return enc.Encode(layers)
+	}
 
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
@@ -231,6 +246,32 @@ func imagesList(c *cli.Context) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, shortDigest(e.Digest), images.HumanSize(e.Size),
 			images.HumanSize(e.UnpackedSize), age(e.BuiltAt), state)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(layers) == 0 {
+		return nil
+	}
+	current := map[string]bool{}
+	for _, img := range imgs {
+		current[img.Digest] = true
+	}
+	fmt.Fprintln(c.App.Writer)
+	tw = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LAYER\tIMAGE\tPACKAGES\tSIZE\tBUILT\tUSERS")
+	for _, l := range layers {
+		var pkgs []string
+		for _, a := range l.Artifacts {
+			pkgs = append(pkgs, a.Name+"=="+a.Version)
+		}
+		users := slices.Sorted(maps.Keys(l.Users))
+		img := l.Image
+		if !current[l.ImageDigest] {
+			img += " (gone: prune removes it)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", shortDigest(l.Digest), img, strings.Join(pkgs, ","),
+			images.HumanSize(l.Size), age(l.Built), strings.Join(users, ","))
+	}
 	return tw.Flush()
 }
 
@@ -245,6 +286,23 @@ func imagesPrune(c *cli.Context) error {
 	}
 	if err != nil {
 		return exitCode(1, "%v", err)
+	}
+	// Dependency layers of images that are no longer in the store (the
+	// image was rebuilt or removed): no new run can use them.
+	imgs, err := store.List()
+	if err != nil {
+		return exitCode(1, "%v", err)
+	}
+	current := map[string]bool{}
+	for _, img := range imgs {
+		current[img.Digest] = true
+	}
+	removed, err = deps.OpenStore(c.String("dir")).Prune(func(l *deps.Layer) bool { return current[l.ImageDigest] })
+	for _, p := range removed {
+		fmt.Fprintln(c.App.Writer, "removed", p)
+	}
+	if err != nil {
+		return exitCode(1, "dependency layers: %v", err)
 	}
 	return nil
 }

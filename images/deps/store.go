@@ -243,6 +243,9 @@ func (s *Store) commit(stage string, m *Manifest) (*Layer, error) {
 // job may still have an old layer mounted.
 func (s *Store) Prune(keep func(*Layer) bool) ([]string, error) {
 	entries, err := os.ReadDir(s.dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
