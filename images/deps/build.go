@@ -532,7 +532,7 @@ func (b *Builder) installInSandbox(ctx context.Context, req Request, in string, 
 
 func hostEnv() []string {
 	var env []string
-	for _, k := range []string{"PATH", "HOME", "LANG", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE"} {
+	for _, k := range []string{"PATH", "HOME", "LANG", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "SSL_CERT_FILE", "SSL_CERT_DIR", "NODE_EXTRA_CA_CERTS"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}

@@ -62,13 +62,20 @@ func (b *Builder) buildNpm(ctx context.Context, req Request, p *Plan, stage, tre
 		if err := os.WriteFile(filepath.Join(dir, "package.json"), pj, 0o644); err != nil {
 			return nil, err
 		}
+		// Empty config files: the host's npm settings (registries, tokens,
+		// scripts) play no part.
+		for _, f := range []string{"npmrc-user", "npmrc-global"} {
+			if err := os.WriteFile(filepath.Join(stage, f), nil, 0o600); err != nil {
+				return nil, err
+			}
+		}
 		npm := b.Npm
 		if npm == "" {
 			npm = "npm"
 		}
 		cmd := exec.CommandContext(ctx, npm, "install", "--package-lock-only", "--ignore-scripts", "--no-audit",
 			"--no-fund", "--omit=dev", "--registry", b.Sources.NpmRegistry, "--cache", filepath.Join(stage, "npm-cache"),
-			"--userconfig", "/dev/null", "--globalconfig", "/dev/null")
+			"--userconfig", filepath.Join(stage, "npmrc-user"), "--globalconfig", filepath.Join(stage, "npmrc-global"))
 		cmd.Dir = dir
 		cmd.Env = append(hostEnv(), "npm_config_update_notifier=false")
 		out, err := cmd.CombinedOutput()
