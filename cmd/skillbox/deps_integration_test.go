@@ -207,6 +207,7 @@ func TestDepsLayers(t *testing.T) {
 		"scripts/requirements.txt": "loaddep==" + ver + "\n",
 		"scripts/who.py":           "import loaddep\nprint('who', loaddep.WHO)\n",
 	})
+	writeSkill("plain-skill", map[string]string{"scripts/hello.py": "print('hello')\n"})
 	writeSkill("src-skill", map[string]string{
 		"requirements.txt": "srconly==" + ver + "\n",
 		"scripts/use.py":   "import srconly\n",
@@ -383,6 +384,49 @@ python_index { url = "%s/simple/" }
 
 	t.Run("daemon builds on load, run waits", func(t *testing.T) {
 		depsDaemon(t, f, srv.URL, ver, &made)
+	})
+
+	t.Run("image extras", func(t *testing.T) {
+		// A stand-in wheel under an extras name; a recipe like python-slim's
+		// (same packages, so the built image is up to date) naming it.
+		pptxFile, pptxWheel := testWheel(t, "python_pptx", ver, "pptx", "NAME = 'stand-in pptx "+ver+"'\n")
+		ix.add("python-pptx", pptxFile, pptxWheel)
+		recipes := filepath.Join(f.base, "recipes")
+		slim, err := os.ReadFile(filepath.Join(itRepo, "images", "recipes", "python-slim.hcl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		recipe := strings.Replace(string(slim), "  interpreters = ", "  python_extras = [\"python-pptx=="+ver+"\"]\n  interpreters = ", 1)
+		runItWriteFile(t, filepath.Join(recipes, "python-slim.hcl"), recipe)
+		cfgX := filepath.Join(f.base, "extras.hcl")
+		runItWriteFile(t, cfgX, fmt.Sprintf(`
+images { recipes_dirs = [%q] }
+image "python" { recipe = "python-slim" }
+python_index { url = "%s/simple/" }
+`, recipes, srv.URL))
+		// Without a source the image builds and says what is missing.
+		o := runItExec(t, "images", "build", "--dir", itImages, "--recipes", recipes, "--if-needed", "--config", noSrc, "python-slim")
+		if o.code != 0 || !strings.Contains(o.stderr, "extras not installed") || !strings.Contains(o.stderr, "python-pptx=="+ver) {
+			t.Fatalf("images build without a source\n%s", o)
+		}
+		o = runItExec(t, "images", "build", "--dir", itImages, "--recipes", recipes, "--if-needed", "--config", cfgX, "python-slim")
+		if o.code != 0 {
+			t.Fatalf("images build with extras\n%s", o)
+		}
+		var layer string
+		for _, l := range strings.Split(o.stdout, "\n") {
+			if fs := strings.Split(l, "\t"); len(fs) >= 3 && fs[1] == "extras" {
+				layer = fs[2]
+			}
+		}
+		if !strings.HasPrefix(layer, "sha256:") || !strings.Contains(o.stdout, "python-pptx=="+ver) {
+			t.Fatalf("images build printed no extras layer\n%s", o)
+		}
+		made = append(made, layer)
+		r := runItExec(t, "exec", "--config", cfgX, "--root", f.root, "--skill", "plain-skill", "--language", "python", "--json", "-c", "import pptx\nprint(pptx.NAME)\n")
+		if r.code != 0 || !strings.Contains(r.stdout, "stand-in pptx "+ver) || !strings.Contains(r.stdout, layer) {
+			t.Fatalf("run_code importing an extra (layer %s)\n%s", layer, r)
+		}
 	})
 
 	t.Run("sdist-only is refused by name", func(t *testing.T) {

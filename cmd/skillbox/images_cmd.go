@@ -20,6 +20,7 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/images/deps"
+	"github.com/skillbox/skillbox/runtime"
 )
 
 // imagesCommand is `skillbox images build|list|prune`: it builds the
@@ -52,6 +53,7 @@ func imagesCommand() *cli.Command {
 					&cli.BoolFlag{Name: "no-unpack", Usage: "do not unpack the rootfs cache after building"},
 					&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 					&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also show mmdebstrap's full output (it is kept in DIR/logs either way)"},
+					&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` whose python_index installs the recipes' extras (python_extras) as a dependency layer"},
 				},
 				Action: imagesBuild,
 			},
@@ -146,6 +148,10 @@ func imagesBuild(c *cli.Context) error {
 					}
 				}
 				fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\tup to date\n", img.Name, img.Digest, images.HumanSize(img.Size))
+				if err := buildExtras(ctx, c, store, recipes[n], img); err != nil {
+					fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
+					failed = append(failed, n+" (extras)")
+				}
 				continue
 			}
 		}
@@ -160,6 +166,10 @@ func imagesBuild(c *cli.Context) error {
 		}
 		fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\t%s\n", img.Name, img.Digest, images.HumanSize(img.Size),
 			time.Since(start).Round(time.Second))
+		if err := buildExtras(ctx, c, store, recipes[n], img); err != nil {
+			fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
+			failed = append(failed, n+" (extras)")
+		}
 	}
 	if len(failed) > 0 {
 		return exitCode(1, "%d of %d image builds failed: %s", len(failed), len(names), strings.Join(failed, ", "))
@@ -339,4 +349,62 @@ func plural(n int, unit string) string {
 		return "1 " + unit
 	}
 	return fmt.Sprintf("%d %ss", n, unit)
+}
+
+// buildExtras installs recipe r's python_extras on img as a dependency
+// layer (the same safe path as a skill's: wheels only, offline install,
+// hashes recorded), when --config names a python_index; without one it
+// says which extras are missing and how to provide them.
+func buildExtras(ctx context.Context, c *cli.Context, store *images.Store, r *images.Recipe, img *images.Image) error {
+	if r == nil || len(r.PythonExtras) == 0 {
+		return nil
+	}
+	cfg, err := loadConfig(c.String("config"))
+	if err != nil {
+		return err
+	}
+	src := cfg.Sources
+	if src.PythonIndex == "" && len(src.FindLinks) == 0 {
+		fmt.Fprintf(c.App.ErrWriter, "skillbox: %s: extras not installed (no python_index configured): %s; pass --config with python_index { url = … } to add them\n",
+			r.Name, strings.Join(r.PythonExtras, ", "))
+		return nil
+	}
+	if c.Bool("no-unpack") {
+		return fmt.Errorf("%s: extras need the unpacked rootfs: drop --no-unpack", r.Name)
+	}
+	rootfs, err := store.RootFS(ctx, img)
+	if err != nil {
+		return err
+	}
+	set := &deps.Set{}
+	for _, e := range r.PythonExtras {
+		req, err := deps.ParseRequirement(e, r.Name+" python_extras")
+		if err != nil {
+			return err
+		}
+		set.Python = append(set.Python, req)
+	}
+	log := newLogger("skillbox", hclog.Warn, os.Stderr)
+	ropts := cfg.RuntimeOptions(cfg.Daemon.Runtime)
+	ropts.Logger = log.Named("runtime")
+	rt, err := runtime.New(cfg.Daemon.Runtime, ropts)
+	if err != nil {
+		return err
+	}
+	b := &deps.Builder{Store: deps.OpenStore(c.String("dir")), Runtime: rt, Logger: log.Named("deps"),
+		Sources: deps.Sources{PythonIndex: src.PythonIndex, FindLinks: src.FindLinks, NpmRegistry: src.NpmRegistry}}
+	l, err := b.Build(ctx, deps.Request{Image: r.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: set})
+	if err != nil {
+		return fmt.Errorf("%s extras: %w", r.Name, err)
+	}
+	if l == nil {
+		fmt.Fprintf(c.App.Writer, "%s\textras\tin the image already\n", r.Name)
+		return nil
+	}
+	var pkgs []string
+	for _, a := range l.Artifacts {
+		pkgs = append(pkgs, a.Name+"=="+a.Version)
+	}
+	fmt.Fprintf(c.App.Writer, "%s\textras\t%s\t%s\n", r.Name, l.Digest, strings.Join(pkgs, ","))
+	return nil
 }

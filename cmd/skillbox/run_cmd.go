@@ -248,9 +248,18 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 	}
 	// The terminal's run is a load and a run: a skill's dependency layer
 	// is built (or found) now, before the run, never inside it.
-	if sk := req.Skill; sk != nil && eng.Deps != nil && cfg.Deps.BuildOnLoad {
-		if _, err := eng.Deps.Build(ctx, sk, sk.Dir); err != nil {
-			return err
+	if eng.Deps != nil && cfg.Deps.BuildOnLoad {
+		loaded := []*skills.Skill{req.Skill}
+		if req.Code != nil {
+			loaded = req.Code.Skills
+		}
+		for _, sk := range loaded {
+			if sk == nil {
+				continue
+			}
+			if _, err := eng.Deps.Build(ctx, sk, sk.Dir); err != nil {
+				return err
+			}
 		}
 	}
 	// The daemon's authorization path, with the person at the terminal as

@@ -157,6 +157,16 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 		eng.Audit = o.audit
 	}
 	eng.Deps = newDeps(cfg, dir, rt, eng.Images, log)
+	for name, r := range byImage {
+		if len(r.PythonExtras) > 0 {
+			if eng.Deps.Extras == nil {
+				eng.Deps.Extras = map[string][]string{}
+			}
+			// Runs name the image by config block or by recipe.
+			eng.Deps.Extras[name] = r.PythonExtras
+			eng.Deps.Extras[r.Name] = r.PythonExtras
+		}
+	}
 	return eng, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -100,10 +101,51 @@ func (d *Deps) image(rootfs string) *deps.Image {
 // request is the build request of the part of set that image img uses.
 func (d *Deps) request(sk *skills.Skill, set *deps.Set, img ImageRef, rootfs string) *deps.Request {
 	part := forFamily(set, family(img.Name))
+	if ex := d.extrasFor(img.Name, part); len(ex) > 0 {
+		if part == nil {
+			part = &deps.Set{}
+		}
+		part.Python = append(slices.Clone(part.Python), ex...)
+	}
 	if part == nil {
 		return nil
 	}
 	return &deps.Request{Image: img.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: part, Skill: sk.Name, SkillDigest: sk.Digest}
+}
+
+// hasExtras reports whether some image's extras can be installed (they
+// have a source); without, skills that declare nothing skip all of this.
+func (d *Deps) hasExtras() bool {
+	if !d.Builder.Sources.Python() {
+		return false
+	}
+	for _, ex := range d.Extras {
+		if len(ex) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// extrasFor are the image extras of image that go into a layer with part
+// (what a skill declares for it): none without a Python source, and none
+// that part names itself (the skill's own declaration wins).
+func (d *Deps) extrasFor(image string, part *deps.Set) []deps.Requirement {
+	if !d.Builder.Sources.Python() || family(image) != "python" {
+		return nil
+	}
+	var out []deps.Requirement
+	for _, e := range d.Extras[image] {
+		r, err := deps.ParseRequirement(e, "image "+image+" python_extras")
+		if err != nil {
+			continue // recipes are validated when loaded
+		}
+		if part != nil && slices.ContainsFunc(part.Python, func(x deps.Requirement) bool { return x.Name == r.Name }) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // ForRun returns the layer a run of plan p in image img mounts, or nil
@@ -142,7 +184,7 @@ func (d *Deps) ForRun(ctx context.Context, p *Plan, img ImageRef, rootfs string)
 // when nothing.
 func (d *Deps) plan(sk *skills.Skill, root string, img ImageRef, rootfs string) (*deps.Plan, error) {
 	set, err := d.Declared(sk, root)
-	if err != nil || set.Empty() {
+	if err != nil || set.Empty() && !d.hasExtras() {
 		return nil, err
 	}
 	req := d.request(sk, set, img, rootfs)
@@ -217,7 +259,7 @@ func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img 
 // and .js scripts.
 func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*deps.Layer, error) {
 	set, err := d.Declared(sk, root)
-	if err != nil || set.Empty() {
+	if err != nil || set.Empty() && !d.hasExtras() {
 		return nil, err
 	}
 	var out []*deps.Layer
@@ -256,7 +298,7 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 // probes are script names whose extensions pick the images set needs.
 func (d *Deps) probes(set *deps.Set) []string {
 	var out []string
-	if len(set.Python) > 0 {
+	if len(set.Python) > 0 || d.hasExtras() {
 		out = append(out, "x.py")
 	}
 	if len(set.Npm) > 0 {
@@ -277,6 +319,9 @@ func (d *Deps) OnLoad(sk *skills.Skill, ready func()) *api.Dependencies {
 		return &api.Dependencies{State: "invalid", Message: err.Error()}
 	}
 	if set.Empty() {
+		if d.hasExtras() && d.Config.Deps.BuildOnLoad {
+			go d.buildInBackground(sk, ready) // the image extras' layer
+		}
 		return nil
 	}
 	info := describe(set)
@@ -286,23 +331,25 @@ func (d *Deps) OnLoad(sk *skills.Skill, ready func()) *api.Dependencies {
 		return info
 	}
 	info.State = "building"
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-		defer cancel()
-		ls, err := d.Build(ctx, sk, sk.Dir)
-		log := d.logger()
-		if err != nil {
-			log.Warn("dependency layer build failed", "skill", sk.Name, "error", err)
-			return
-		}
-		for _, l := range ls {
-			log.Info("dependency layer ready", "skill", sk.Name, "layer", l.Digest)
-		}
-		if ready != nil {
-			ready()
-		}
-	}()
+	go d.buildInBackground(sk, ready)
 	return info
+}
+
+func (d *Deps) buildInBackground(sk *skills.Skill, ready func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	ls, err := d.Build(ctx, sk, sk.Dir)
+	log := d.logger()
+	if err != nil {
+		log.Warn("dependency layer build failed", "skill", sk.Name, "error", err)
+		return
+	}
+	for _, l := range ls {
+		log.Info("dependency layer ready", "skill", sk.Name, "layer", l.Digest)
+	}
+	if ready != nil {
+		ready()
+	}
 }
 
 func (d *Deps) logger() hclog.Logger {
