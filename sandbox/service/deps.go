@@ -230,6 +230,11 @@ func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img 
 	if l, err := d.Builder.Ready(plan); err == nil {
 		return l, nil
 	}
+	if set, _ := d.Declared(sk, root); forFamily(set, family(img.Name)) == nil {
+		// Only the image's extras: optional, never waited for or failed
+		// on (skills check and the import hint name them when missing).
+		return nil, nil
+	}
 	name := sk.Name
 	if d.Config.Deps.WhenNotReady != "fail" {
 		wctx, cancel := context.WithTimeout(ctx, d.Config.Deps.WaitTimeout)
