@@ -131,4 +131,3 @@ func TestCheckSkillNamesMissingImport(t *testing.T) {
 		t.Errorf("check: %+v", res)
 	}
 }
-
