@@ -7,6 +7,9 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
+
+	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/skills"
 )
 
 // depsCommand is `skillbox deps build SKILL`: a skill's dependency layers
@@ -40,18 +43,9 @@ func depsBuild(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return exitCode(2, "usage: skillbox deps build [--root DIR]... [--config FILE] SKILL|SKILLDIR")
 	}
-	log := newLogger("skillbox", hclog.Warn, os.Stderr)
-	cfg, err := loadConfig(c.String("config"))
+	sk, eng, err := skillEngine(c, engineOptions{runtime: c.String("runtime"), imageDir: c.String("images"), progress: os.Stderr})
 	if err != nil {
 		return err
-	}
-	sk, _, err := resolveSkill(c.Context, cfg, c.StringSlice("root"), c.Args().First(), log)
-	if err != nil {
-		return cliError(err)
-	}
-	eng, err := newEngine(cfg, engineOptions{runtime: c.String("runtime"), imageDir: c.String("images"), progress: os.Stderr}, log)
-	if err != nil {
-		return cliError(err)
 	}
 	if err := rootCheck("deps build", eng.Runtime.Name(), os.Geteuid()); err != nil {
 		return err
@@ -72,4 +66,23 @@ func depsBuild(c *cli.Context) error {
 		fmt.Fprintf(c.App.Writer, "%s\t%s\t%d artifacts\t%s\n", l.Digest, l.Image, len(l.Artifacts), l.Dir)
 	}
 	return nil
+}
+
+// skillEngine resolves the command's SKILL|SKILLDIR argument (--root,
+// --config) and builds the engine the daemon would use for it.
+func skillEngine(c *cli.Context, o engineOptions) (*skills.Skill, *service.Engine, error) {
+	log := newLogger("skillbox", hclog.Warn, os.Stderr)
+	cfg, err := loadConfig(c.String("config"))
+	if err != nil {
+		return nil, nil, err
+	}
+	sk, _, err := resolveSkill(c.Context, cfg, c.StringSlice("root"), c.Args().First(), log)
+	if err != nil {
+		return nil, nil, cliError(err)
+	}
+	eng, err := newEngine(cfg, o, log)
+	if err != nil {
+		return nil, nil, cliError(err)
+	}
+	return sk, eng, nil
 }

@@ -319,18 +319,9 @@ func skillsCheck(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return exitCode(2, "usage: skillbox skills check [--root DIR]... [--config FILE] [--json] SKILL|SKILLDIR")
 	}
-	log := newLogger("skillbox", hclog.Warn, os.Stderr)
-	cfg, err := loadConfig(c.String("config"))
+	sk, eng, err := skillEngine(c, engineOptions{imageDir: c.String("images"), noBuild: true})
 	if err != nil {
 		return err
-	}
-	sk, _, err := resolveSkill(c.Context, cfg, c.StringSlice("root"), c.Args().First(), log)
-	if err != nil {
-		return cliError(err)
-	}
-	eng, err := newEngine(cfg, engineOptions{imageDir: c.String("images"), noBuild: true}, log)
-	if err != nil {
-		return cliError(err)
 	}
 	res, err := eng.CheckSkill(c.Context, sk)
 	if err != nil {

@@ -3,8 +3,6 @@ package deps
 import (
 	"bufio"
 	"bytes"
-	"errors"
-	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -76,32 +74,7 @@ var binDirs = []string{"usr/local/sbin", "usr/local/bin", "usr/sbin", "usr/bin",
 // image in is nil.
 func Check(root string, in CheckInput) (out []Finding, unchecked []string, err error) {
 	skipped := map[string]bool{}
-	n := 0
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if d.IsDir() {
-			if p != root && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || d.Name() == "__pycache__") {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		if n++; n > maxScanFiles {
-			return fs.SkipAll
-		}
-		rel, _ := filepath.Rel(root, p)
-		rel = filepath.ToSlash(rel)
-		data, err := readRegular(root, rel)
-		if err != nil || data == nil {
-			return err
-		}
+	err = walkFiles(root, "", func(rel string, data []byte) error {
 		fam := familyOf(rel, data)
 		if fam == "" {
 			return nil

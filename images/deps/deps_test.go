@@ -6,6 +6,28 @@ import (
 	"testing"
 )
 
+// wantParsed checks a parser's result: an ErrInvalid mentioning wantErr,
+// or the items (as line renders them) want.
+func wantParsed[T any](t *testing.T, got []T, err error, wantErr string, want []string, line func(T) string) {
+	t.Helper()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) || !errors.Is(err, ErrInvalid) {
+			t.Fatalf("got %v, want ErrInvalid mentioning %q", err, wantErr)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	for _, v := range got {
+		lines = append(lines, line(v))
+	}
+	if strings.Join(lines, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got %q, want %q", lines, want)
+	}
+}
+
 func TestParseRequirements(t *testing.T) {
 	for _, tc := range []struct {
 		name, in string
@@ -29,22 +51,7 @@ func TestParseRequirements(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rs, err := ParseRequirements([]byte(tc.in), "requirements.txt")
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) || !errors.Is(err, ErrInvalid) {
-					t.Fatalf("got %v, want ErrInvalid mentioning %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, r := range rs {
-				got = append(got, r.Line())
-			}
-			if strings.Join(got, "\n") != strings.Join(tc.want, "\n") {
-				t.Errorf("got %q, want %q", got, tc.want)
-			}
+			wantParsed(t, rs, err, tc.err, tc.want, Requirement.Line)
 		})
 	}
 }
@@ -65,22 +72,7 @@ func TestParsePEP723(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rs, err := ParsePEP723([]byte(tc.in), "s.py")
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("got %v, want an error mentioning %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, r := range rs {
-				got = append(got, r.Line())
-			}
-			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
-				t.Errorf("got %q, want %q", got, tc.want)
-			}
+			wantParsed(t, rs, err, tc.err, tc.want, Requirement.Line)
 		})
 	}
 }
@@ -100,22 +92,7 @@ func TestParsePackageJSON(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ds, err := ParsePackageJSON([]byte(tc.in), "package.json")
-			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("got %v, want an error mentioning %q", err, tc.err)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var got []string
-			for _, d := range ds {
-				got = append(got, d.Name+"@"+d.Range)
-			}
-			if strings.Join(got, ",") != strings.Join(tc.want, ",") {
-				t.Errorf("got %q, want %q", got, tc.want)
-			}
+			wantParsed(t, ds, err, tc.err, tc.want, func(d NpmDep) string { return d.Name + "@" + d.Range })
 		})
 	}
 }

@@ -79,33 +79,8 @@ func Discover(root string, extra Extra) (*Set, error) {
 		s.Python = append(s.Python, rs...)
 		s.Files = append(s.Files, rel)
 	}
-	n := 0
-	err := filepath.WalkDir(filepath.Join(root, "scripts"), func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		if d.IsDir() {
-			if strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || d.Name() == "__pycache__" {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		if !d.Type().IsRegular() || !strings.HasSuffix(d.Name(), ".py") {
-			return nil
-		}
-		if n++; n > maxScanFiles {
-			return fs.SkipAll
-		}
-		rel, _ := filepath.Rel(root, p)
-		rel = filepath.ToSlash(rel)
-		data, err := readRegular(root, rel)
-		if err != nil || data == nil {
-			return err
-		}
-		if !strings.Contains(string(data), "# /// script") {
+	err := walkFiles(root, "scripts", func(rel string, data []byte) error {
+		if !strings.HasSuffix(rel, ".py") || !strings.Contains(string(data), "# /// script") {
 			return nil
 		}
 		rs, err := ParsePEP723(data, rel)
@@ -184,6 +159,42 @@ func compactBy[T any](in []T, key func(T) string) []T {
 		out = append(out, v)
 	}
 	return out
+}
+
+// walkFiles calls fn with every regular file under root/sub (its path
+// relative to root, with slashes, and its bytes), skipping hidden
+// directories, node_modules and __pycache__, links and special files, and
+// stopping after maxScanFiles files. A missing sub is no files.
+func walkFiles(root, sub string, fn func(rel string, data []byte) error) error {
+	n := 0
+	start := filepath.Join(root, filepath.FromSlash(sub))
+	return filepath.WalkDir(start, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if d.IsDir() {
+			if p != start && (strings.HasPrefix(d.Name(), ".") || d.Name() == "node_modules" || d.Name() == "__pycache__") {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		if n++; n > maxScanFiles {
+			return fs.SkipAll
+		}
+		rel, _ := filepath.Rel(root, p)
+		rel = filepath.ToSlash(rel)
+		data, err := readRegular(root, rel)
+		if err != nil || data == nil {
+			return err
+		}
+		return fn(rel, data)
+	})
 }
 
 // readRegular reads root/rel if it is a regular file (nil when missing or
