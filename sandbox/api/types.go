@@ -50,6 +50,10 @@ type SkillInfo struct {
 	Digest         string   `json:"digest"`
 	Tags           []string `json:"tags"`
 	ModelInvocable bool     `json:"model_invocable"`
+	// Tokens estimates the entry's cost in <available_skills>
+	// (skills.EstimateTokens); BodyTokens that of its SKILL.md body once loaded.
+	Tokens     int `json:"tokens"`
+	BodyTokens int `json:"body_tokens"`
 }
 
 // LoadParams is skills.load's request.
@@ -81,6 +85,8 @@ type ActiveSkill struct {
 	RootDir    string         `json:"root_dir"`
 	Digest     string         `json:"digest"`
 	Properties map[string]any `json:"properties,omitempty"`
+	// Tokens estimates the SKILL.md body's cost (skills.EstimateTokens).
+	Tokens int `json:"tokens"`
 }
 
 // ReadParams is skills.read's request. Skill defaults to the most recently
@@ -103,6 +109,9 @@ type ReadResult struct {
 	Encoding  string `json:"encoding"`
 	Content   string `json:"content"`
 	Truncated bool   `json:"truncated"`
+	// Tokens estimates the content's cost (skills.EstimateTokens of the
+	// text; for base64 content, of the encoded text a model would see).
+	Tokens int `json:"tokens"`
 }
 
 // File is an input file for a run; it lands in the run's working directory

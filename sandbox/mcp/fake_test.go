@@ -66,7 +66,7 @@ func (f *fakeService) called(call string) bool {
 	return slices.Contains(f.calls, call)
 }
 
-func (f *fakeService) CreateSession(context.Context, api.Peer) (*api.CreateSessionResult, error) {
+func (f *fakeService) CreateSession(context.Context, api.Peer, api.CreateSessionParams) (*api.CreateSessionResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.next++

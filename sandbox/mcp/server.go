@@ -112,7 +112,7 @@ type Conn struct {
 
 // Connect starts serving one client on t and returns at once.
 func (s *Server) Connect(ctx context.Context, t sdk.Transport) (*Conn, error) {
-	sess, err := s.svc.CreateSession(ctx, s.opts.Caller)
+	sess, err := s.svc.CreateSession(ctx, s.opts.Caller, api.CreateSessionParams{})
 	if err != nil {
 		return nil, fmt.Errorf("creating the skillbox session: %w", err)
 	}

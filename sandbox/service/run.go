@@ -41,6 +41,10 @@ type RunOptions struct {
 	// Authorized, when set, is told about the plan once the run is
 	// authorized, just before it starts.
 	Authorized func(*Plan)
+	// Tool is the policy tool the run is decided as, with ToolInput as its
+	// input; "" means skills.run_script with the script's path and args.
+	Tool      string
+	ToolInput []byte
 }
 
 // RunScript implements api.Service.
@@ -96,7 +100,14 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	if sk == nil {
 		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
 	}
-	dec, err := s.decideTool(ctx, caller, o.Method, o.SessionID, sk, api.MethodSkillsRunScript, toolInput(req.Script, req.Args))
+	if err := s.checkLock(ctx, caller, o.Method, o.SessionID, sk); err != nil {
+		return nil, err
+	}
+	tool, input := api.MethodSkillsRunScript, toolInput(req.Script, req.Args)
+	if o.Tool != "" {
+		tool, input = o.Tool, o.ToolInput
+	}
+	dec, err := s.decideTool(ctx, caller, o.Method, o.SessionID, sk, tool, input)
 	if err != nil {
 		return nil, err
 	}
