@@ -60,6 +60,7 @@ func newApp() *cli.App {
 			imagesCommand(),
 			benchCommand(),
 			mcpCommand(),
+			proposalsCommand(),
 		},
 		// Usage errors exit 2 with one line, like the rest of the CLI.
 		OnUsageError:   usageError,
