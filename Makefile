@@ -42,10 +42,17 @@ endif
 deps:
 	./hack/install-deps.sh
 
+# Every image, each built once per run and skipped when current (CI, tests).
 images: build
 	$(BIN) images build --if-needed --dir $(IMAGES)
 
-demo: deps build images
+# The demo builds only the image its script runs in (python, the default for
+# .py): the other images are built by `make images` or on first use, so a
+# fresh machine gets through the demo in minutes (docs/BENCHMARKS.md).
+DEMO_IMAGES ?= python
+
+demo: deps build
+	$(BIN) images build --if-needed --dir $(IMAGES) $(DEMO_IMAGES)
 	SKILLBOX_IMAGES=$(IMAGES) ./hack/demo.sh
 
 fuzz:

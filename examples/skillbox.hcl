@@ -31,14 +31,18 @@ skills {
   # max_read_bytes   = "1MiB"   # largest skills.read answer
 }
 
+# skills.run_code runs code the caller (the model) wrote, with every active
+# skill mounted read-only at /skills/<name>; a tool of its own, decided for
+# each active skill (the strictest decision wins). skills.run_code(python)
+# matches one language: python, shell or node.
 policy "default" {
   skills = ["*"]                         # glob on skill names
-  tools  = ["skills.read", "skills.run_script"]
+  tools  = ["skills.read", "skills.run_script", "skills.run_code"]
 }
 
 policy "needs-approval" {
   skills  = ["guarded-*"]
-  confirm = ["skills.run_script"]
+  confirm = ["skills.run_script", "skills.run_code"]
 }
 
 # More rules. All rules matching a skill apply together, in any order:
@@ -80,7 +84,17 @@ policy "needs-approval" {
 # }
 
 # Built in: python (.py → python3), shell (.sh .bash → bash),
-# node (.js .mjs .cjs → node). Add or override:
+# node (.js .mjs .cjs → node). The python image is batteries-included
+# (pypdf, openpyxl, python-docx, pandas, matplotlib, reportlab, …; poppler,
+# qpdf, pandoc, LibreOffice headless, ffmpeg, git, fonts: about 600 MiB). For
+# the small one (Python libraries, poppler and qpdf only: no LibreOffice,
+# pandoc, ffmpeg, git), run .py scripts in the python-slim image instead:
+# image "python" {
+#   recipe = "python-slim"
+# }
+# Then build it: skillbox images build python-slim
+#
+# Add or override:
 # image "ruby" {
 #   extensions  = [".rb"]
 #   interpreter = ["ruby"]

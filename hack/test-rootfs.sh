@@ -12,6 +12,9 @@ dir=${1:?usage: test-rootfs.sh DIR}
 mirror=${SKILLBOX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
 if [ -x "$dir/usr/bin/python3" ] && [ -x "$dir/usr/bin/node" ]; then
+	# Mount points added since it was built: the runtime cannot make them
+	# on a read-only rootfs.
+	mkdir -p "$dir/skill" "$dir/skills" "$dir/work"
 	echo "test-rootfs: $dir already built" >&2
 	exit 0
 fi
@@ -34,6 +37,7 @@ mmdebstrap --variant=apt --mode=root \
 	--dpkgopt='path-exclude=/usr/share/locale/*' \
 	--customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*' \
 	--customize-hook='[ -e "$1/etc/hosts" ] || printf "127.0.0.1\tlocalhost\n::1\tlocalhost\n" > "$1/etc/hosts"' \
+	--customize-hook='mkdir -m 0755 -p "$1/skill" "$1/skills" "$1/work"' \
 	bookworm "$tmp" "$mirror"
 
 rm -rf "$dir"

@@ -14,16 +14,15 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
 
 // fallbackEpoch is SOURCE_DATE_EPOCH when the archive's Release date cannot
-// be read: Debian 12's release day (2023-06-10 UTC). Any fixed value keeps
+// be read: Debian 13's release day (2025-08-09 UTC). Any fixed value keeps
 // builds reproducible; the Release date is preferred because it moves with
 // the archive content.
-const fallbackEpoch = 1686355200
+const fallbackEpoch = 1754697600
 
 // mergedUsrHooks is mmdebstrap's own hook directory that sets up merged /usr
 // with symlinks and installs usr-is-merged. Without it apt satisfies
@@ -52,39 +51,69 @@ var dpkgExcludes = []string{
 // files are dpkg/debconf backups nobody reads. apt's cache and state go when
 // the image has no apt (mmdebstrap's own cleanup, which runs after this hook,
 // still leaves /var/lib/apt/lists/{lock,partial}; see chrootTmp for why
-// their owner is stable). /skill and /work are the mount points the runtime
-// binds the skill and the workdir on (runtime.SkillMount, runtime.WorkDir):
+// their owner is stable). /skill, /skills and /work are the mount points the
+// runtime binds the skill(s) and the workdir on (runtime.SkillMount,
+// runtime.SkillsMount, runtime.WorkDir):
 // they must exist in the image, since the shared rootfs is read-only and a
 // runtime must not create them there. /etc/hosts is the mount point of the
-// hosts file the runtime generates (so localhost resolves in the sandbox).
+// hosts file the runtime generates; it is written whole (the essential set
+// has none; netbase's differs between suites) so "localhost" resolves even
+// where a runtime does not bind its own over it.
+//
+// LibreOffice's launchers in /usr/bin are symlinks to shell scripts that find
+// their install directory by parsing `ls -l` of their own path; Debian 12's
+// runsc (2022) fails that statx call, so soffice would not start there. The
+// links become two-line scripts that exec the launcher by its real path,
+// which needs no resolving; on other runtimes nothing changes.
 const customizeHook = `rm -f "$1/etc/hostname" "$1"/var/cache/debconf/*-old "$1"/var/lib/dpkg/*-old && ` +
 	`rm -f "$1/etc/resolv.conf" && : > "$1/etc/resolv.conf" && chmod 0644 "$1/etc/resolv.conf" && ` +
+	`rm -f "$1/etc/hosts" && printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > "$1/etc/hosts" && chmod 0644 "$1/etc/hosts" && ` +
+	`for l in "$1"/usr/bin/*; do if [ -L "$l" ]; then t=$(readlink "$l"); case "$t" in ../lib/libreoffice/program/*) ` +
+	`rm "$l" && printf '#!/bin/sh\nexec /usr/lib/libreoffice/program/%s "$@"\n' "${t##*/}" > "$l" && chmod 0755 "$l";; esac; fi; done && ` +
 	`if [ -e "$1/usr/bin/apt-get" ]; then chown 0:0 "$1/var/cache/apt/archives/partial" "$1/var/lib/apt/lists/partial"; ` +
 	`else rm -rf "$1/var/cache/apt" "$1/var/lib/apt"; fi && ` +
-	`mkdir -m 0755 -p "$1/skill" "$1/work" && ` +
-	`if [ ! -e "$1/etc/hosts" ]; then printf '127.0.0.1\tlocalhost\n::1\tlocalhost\n' > "$1/etc/hosts"; fi`
+	`mkdir -m 0755 -p "$1/skill" "$1/skills" "$1/work"`
 
 // Build builds the image for r with mmdebstrap and stores it, replacing the
-// image of that name. Progress lines go to progress (nil discards them).
-// Only one build of a name runs at a time across processes; a second caller
-// waits and then builds again, because an explicit build is a request for a
-// fresh image.
+// image of that name. Concise progress lines go to progress (nil discards
+// them). Only one build of a name runs at a time across processes; a second
+// caller waits and then builds again, because an explicit build is a request
+// for a fresh image.
 func (s *Store) Build(ctx context.Context, r *Recipe, progress io.Writer) (*Image, error) {
-	return s.build(ctx, r, progress, false)
+	return s.BuildWith(ctx, r, BuildOptions{Progress: progress})
 }
 
-// build is Build; with onlyIfMissing it returns the image another process
-// built while this one waited for the build lock, instead of building twice.
-func (s *Store) build(ctx context.Context, r *Recipe, progress io.Writer, onlyIfMissing bool) (*Image, error) {
+// BuildWith is Build with the choices of opts.
+func (s *Store) BuildWith(ctx context.Context, r *Recipe, opts BuildOptions) (*Image, error) {
+	return s.build(ctx, r, opts, false)
+}
+
+// BuildLogPath is where the full output of the latest build of the image
+// called name is kept.
+func (s *Store) BuildLogPath(name string) string {
+	return filepath.Join(s.dir, "logs", "build-"+name+".log")
+}
+
+// build is BuildWith; with onlyIfMissing it returns the image another
+// process built while this one waited for the build lock, instead of
+// building twice.
+func (s *Store) build(ctx context.Context, r *Recipe, opts BuildOptions, onlyIfMissing bool) (*Image, error) {
 	if err := r.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrBuildFailed, r.File, err)
 	}
-	if progress == nil {
-		progress = io.Discard
-	}
-	lock, err := acquireLock(ctx, s.lockPath("build", r.Name), s.logger)
+	start := time.Now()
+	rep := newStageReporter(opts.Progress, r, opts.Log == nil)
+	defer rep.end("")
+	lock, ok, err := tryLock(s.lockPath("build", r.Name))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lock %s: %w", s.lockPath("build", r.Name), err)
+	}
+	if !ok {
+		rep.begin("waiting for another build of " + r.Name)
+		if lock, err = acquireLock(ctx, s.lockPath("build", r.Name), s.logger); err != nil {
+			return nil, err
+		}
+		rep.end("")
 	}
 	defer lock.release()
 	if onlyIfMissing {
@@ -96,7 +125,7 @@ func (s *Store) build(ctx context.Context, r *Recipe, progress io.Writer, onlyIf
 	if err != nil {
 		return nil, fmt.Errorf("%w: %s not found; install it with: apt-get install mmdebstrap", ErrBuildFailed, s.mmdebstrap)
 	}
-	start := time.Now()
+	rep.begin("fetching package lists (" + r.Suite + ")")
 	epoch := s.sourceDateEpoch(ctx, r)
 	s.logger.Info("building image", "image", r.Name, "recipe", r.File, "suite", r.Suite,
 		"packages", len(r.Packages), "source_date_epoch", epoch.Unix())
@@ -119,8 +148,27 @@ func (s *Store) build(ctx context.Context, r *Recipe, progress io.Writer, onlyIf
 	tarPath := filepath.Join(work, "rootfs.tar")
 	args := mmdebstrapArgs(r, tarPath, dirExists(mergedUsrHooks))
 
-	out := newLineWriter(progress, "["+r.Name+"] ")
-	fmt.Fprintf(progress, "[%s] mmdebstrap %s\n", r.Name, strings.Join(args, " "))
+	logPath := s.BuildLogPath(r.Name)
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, fmt.Errorf("%w: image %q: build log: %v", ErrBuildFailed, r.Name, err)
+	}
+	defer logFile.Close()
+	cmdline := "mmdebstrap " + strings.Join(args, " ")
+	fmt.Fprintln(logFile, cmdline)
+	verbose := opts.Log
+	if verbose != nil {
+		fmt.Fprintf(verbose, "[%s] %s\n", r.Name, cmdline)
+	}
+	out := newLineWriter(logFile, "", func(line string) {
+		if verbose != nil {
+			fmt.Fprintf(verbose, "[%s] %s\n", r.Name, line)
+		}
+		rep.mmdebstrapLine(line)
+	})
 	runErr := s.runMmdebstrap(ctx, bin, args, buildEnv(epoch, chroot), out, s.asRoot)
 	if runErr != nil && s.asRoot && errors.Is(runErr, syscall.EPERM) && ctx.Err() == nil {
 		// Root without CAP_SYS_ADMIN (inside some containers) cannot make
@@ -131,26 +179,35 @@ func (s *Store) build(ctx context.Context, r *Recipe, progress io.Writer, onlyIf
 	}
 	out.Flush()
 	if runErr != nil {
+		rep.end("failed")
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: image %q: build cancelled: %w", ErrBuildFailed, r.Name, ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: image %q: mmdebstrap: %v; its last output:\n%s\ncheck the recipe (%s) and that the mirror is reachable, then run: skillbox images build %s",
-			ErrBuildFailed, r.Name, runErr, out.Tail(), r.File, r.Name)
+		return nil, fmt.Errorf("%w: image %q: mmdebstrap: %v; its last %d lines:\n%s\nfull log: %s\ncheck the recipe (%s) and that the mirror is reachable, then run: skillbox images build %s",
+			ErrBuildFailed, r.Name, runErr, failTailLines, out.Tail(), logPath, r.File, r.Name)
 	}
 	f, err := os.Open(tarPath)
 	if err != nil {
-		return nil, fmt.Errorf("%w: image %q: mmdebstrap left no tarball: %v", ErrBuildFailed, r.Name, err)
+		return nil, fmt.Errorf("%w: image %q: mmdebstrap left no tarball: %v (full log: %s)", ErrBuildFailed, r.Name, err, logPath)
 	}
 	defer f.Close()
-	fmt.Fprintf(progress, "[%s] writing OCI image\n", r.Name)
+	rep.begin("writing the OCI layout")
 	history := "mmdebstrap --variant=" + r.Variant + " --include=" + strings.Join(r.Packages, ",") + " " + r.Suite + " " + r.Mirror
 	img, err := s.commit(ctx, r, f, epoch, history)
 	if err != nil {
+		rep.end("failed")
 		return nil, fmt.Errorf("%w: image %q: %w", ErrBuildFailed, r.Name, err)
 	}
-	s.logger.Info("image built", "image", r.Name, "digest", img.Digest, "duration", time.Since(start).Round(time.Second))
-	fmt.Fprintf(progress, "[%s] built %s (%s compressed, %s unpacked) in %s\n", r.Name, img.Digest,
-		HumanSize(img.Size), HumanSize(img.UnpackedSize), time.Since(start).Round(time.Second))
+	if opts.Unpack {
+		rep.begin("unpacking the rootfs")
+		if _, err := s.RootFS(ctx, img); err != nil {
+			rep.end("failed")
+			return nil, err
+		}
+	}
+	took := time.Since(start).Round(time.Second)
+	s.logger.Info("image built", "image", r.Name, "digest", img.Digest, "duration", took)
+	rep.done("done: %s, %s (%s unpacked) in %s", img.Digest, HumanSize(img.Size), HumanSize(img.UnpackedSize), formatElapsed(took))
 	return img, nil
 }
 
@@ -377,71 +434,6 @@ func parseReleaseDate(b []byte) (time.Time, error) {
 		}
 	}
 	return time.Time{}, errors.New("release file has no Date field")
-}
-
-// lineWriter forwards whole lines of a command's output to w with a prefix
-// and remembers the last lines for error messages. mmdebstrap writes its own
-// "I: …"/"E: …" lines; apt and dpkg progress with carriage returns is split
-// there too, so a terminal never sees a half-overwritten line.
-type lineWriter struct {
-	mu     sync.Mutex
-	w      io.Writer
-	prefix string
-	buf    []byte
-	tail   []string
-}
-
-const tailLines = 30
-
-func newLineWriter(w io.Writer, prefix string) *lineWriter {
-	return &lineWriter{w: w, prefix: prefix}
-}
-
-func (l *lineWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf = append(l.buf, p...)
-	for {
-		i := bytes.IndexAny(l.buf, "\r\n")
-		if i < 0 {
-			break
-		}
-		l.emit(string(l.buf[:i]))
-		l.buf = l.buf[i+1:]
-	}
-	return len(p), nil
-}
-
-func (l *lineWriter) emit(line string) {
-	line = strings.TrimRight(line, " \t")
-	if line == "" {
-		return
-	}
-	fmt.Fprintln(l.w, l.prefix+line)
-	l.tail = append(l.tail, line)
-	if len(l.tail) > tailLines {
-		l.tail = l.tail[len(l.tail)-tailLines:]
-	}
-}
-
-// Flush emits a last line that had no newline.
-func (l *lineWriter) Flush() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.buf) > 0 {
-		l.emit(string(l.buf))
-		l.buf = nil
-	}
-}
-
-// Tail is the last lines written, indented, for an error message.
-func (l *lineWriter) Tail() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if len(l.tail) == 0 {
-		return "  (no output)"
-	}
-	return "  " + strings.Join(l.tail, "\n  ")
 }
 
 // HumanSize formats a byte count the way `images list` shows it.

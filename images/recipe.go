@@ -29,7 +29,7 @@ var defaultRecipeFS embed.FS
 
 // Recipe defaults, applied when a recipe leaves the attribute out.
 const (
-	DefaultSuite  = "bookworm"
+	DefaultSuite  = "trixie"
 	DefaultMirror = "http://deb.debian.org/debian"
 	// DefaultVariant is mmdebstrap's "essential": the Essential:yes set plus
 	// the recipe's packages (installed by apt running outside the chroot), so
@@ -41,21 +41,22 @@ const (
 // buildFormat is folded into every recipe hash. Bump it whenever the way a
 // recipe turns into an image changes (mmdebstrap options, layer
 // normalisation, config fields), so existing images show up as stale.
-const buildFormat = "skillbox-images/3"
+const buildFormat = "skillbox-images/4"
 
 // Recipe says how to build one interpreter image with mmdebstrap.
 type Recipe struct {
 	// Name is the block label: `image "python" { … }`. It names the image in
 	// the store, on the command line and in the config's image blocks.
 	Name string
-	// Suite is the Debian suite (bookworm).
+	// Suite is the Debian suite (trixie).
 	Suite string
 	// Mirror is the Debian mirror the suite comes from.
 	Mirror string
 	// Variant is the mmdebstrap package-set variant.
 	Variant string
 	// Sources are extra apt lines ("deb URI SUITE COMPONENT…"), such as the
-	// security and updates suites, searched together with Mirror.
+	// security and updates suites, searched together with Mirror. A recipe
+	// that leaves them out gets defaultSources.
 	Sources []string
 	// Packages are installed on top of the variant's set.
 	Packages []string
@@ -220,6 +221,9 @@ func parseRecipes(src []byte, filename string) ([]*Recipe, error) {
 		if r.Variant == "" {
 			r.Variant = DefaultVariant
 		}
+		if b.Sources == nil { // absent; `sources = []` asks for none
+			r.Sources = defaultSources(r.Suite, r.Mirror)
+		}
 		if err := r.Validate(); err != nil {
 			return nil, fmt.Errorf("%s: %w", rangeString(b.DefRange), err)
 		}
@@ -230,6 +234,21 @@ func parseRecipes(src []byte, filename string) ([]*Recipe, error) {
 		out = append(out, r)
 	}
 	return out, nil
+}
+
+// defaultSources are the apt lines of a recipe that names none: on the
+// default mirror, the suite's updates and its security archive, so images
+// carry the fixes published since the release; none for a suite that has
+// neither (sid, unstable, experimental) or another mirror (whose security
+// archive, if any, only the recipe can name).
+func defaultSources(suite, mirror string) []string {
+	if mirror != DefaultMirror || slices.Contains([]string{"sid", "unstable", "experimental"}, suite) {
+		return nil
+	}
+	return []string{
+		"deb http://deb.debian.org/debian " + suite + "-updates main",
+		"deb http://deb.debian.org/debian-security " + suite + "-security main",
+	}
 }
 
 func rangeString(r hcl.Range) string {

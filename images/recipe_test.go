@@ -14,13 +14,18 @@ func TestDefaultRecipes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"python", "shell", "node"} {
+	for _, name := range []string{"python", "python-slim", "shell", "node"} {
 		r, ok := rs[name]
 		if !ok {
 			t.Fatalf("default recipe %q missing", name)
 		}
-		if r.Suite != "bookworm" || r.Mirror != DefaultMirror || r.Variant != DefaultVariant {
+		if r.Suite != DefaultSuite || r.Mirror != DefaultMirror || r.Variant != DefaultVariant {
 			t.Errorf("%s: suite/mirror/variant = %q %q %q", name, r.Suite, r.Mirror, r.Variant)
+		}
+		for _, src := range r.Sources {
+			if !strings.Contains(src, " "+DefaultSuite+"-") {
+				t.Errorf("%s: source %q is not for %s", name, src, DefaultSuite)
+			}
 		}
 		if !strings.HasPrefix(r.File, "builtin:recipes/") {
 			t.Errorf("%s: File = %q", name, r.File)
@@ -32,16 +37,32 @@ func TestDefaultRecipes(t *testing.T) {
 			t.Errorf("%s: hash %q", name, r.Hash())
 		}
 	}
-	py := rs["python"]
-	for _, p := range []string{"python3", "python3-yaml", "python3-lxml", "python3-openpyxl", "python3-pypdf",
+	slim := []string{"python3", "python3-yaml", "python3-lxml", "python3-openpyxl", "python3-pypdf",
 		"python3-pil", "python3-defusedxml", "python3-numpy", "python3-pandas", "python3-docx",
-		"python3-imageio", "poppler-utils", "qpdf"} {
-		if !slices.Contains(py.Packages, p) {
-			t.Errorf("python recipe lacks %s", p)
+		"python3-imageio", "python3-pdfminer", "poppler-utils", "qpdf"}
+	batteries := append(slices.Clone(slim), "python3-matplotlib", "python3-reportlab", "pandoc",
+		"libreoffice-writer-nogui", "libreoffice-calc-nogui", "libreoffice-impress-nogui", "ffmpeg", "git",
+		"fonts-dejavu-core", "fonts-liberation")
+	wantPackages := map[string][]string{
+		"python":      batteries,
+		"python-slim": slim,
+		"node":        {"nodejs", "npm"},
+		"shell":       {"bash", "coreutils", "curl", "gawk", "git", "grep", "jq", "sed", "unzip", "zip"},
+	}
+	for name, want := range wantPackages {
+		for _, p := range want {
+			if !slices.Contains(rs[name].Packages, p) {
+				t.Errorf("%s recipe lacks %s", name, p)
+			}
 		}
 	}
+	if slices.ContainsFunc(rs["python-slim"].Packages,
+		func(p string) bool { return strings.HasPrefix(p, "libreoffice") }) {
+		t.Error("python-slim must stay small: no LibreOffice")
+	}
+	py := rs["python"]
 	if !strings.Contains(py.Notes, "pdfplumber") || !strings.Contains(py.Notes, "pdf2image") {
-		t.Errorf("python notes should say pdfplumber and pdf2image are not in Debian 12: %q", py.Notes)
+		t.Errorf("python notes should say pdfplumber and pdf2image are not in Debian: %q", py.Notes)
 	}
 	if slices.Contains(rs["shell"].Packages, "python3") {
 		t.Error("shell recipe must not pull in python")
@@ -61,6 +82,47 @@ func TestParseRecipe(t *testing.T) {
 			check: func(t *testing.T, r *Recipe) {
 				if r.Name != "tiny" || r.Suite != DefaultSuite || r.Mirror != DefaultMirror || r.Variant != DefaultVariant {
 					t.Errorf("got %+v", r)
+				}
+				want := []string{"deb http://deb.debian.org/debian trixie-updates main",
+					"deb http://deb.debian.org/debian-security trixie-security main"}
+				if !slices.Equal(r.Sources, want) {
+					t.Errorf("default sources %q, want %q", r.Sources, want)
+				}
+			},
+		},
+		{
+			name: "default sources follow the suite",
+			src:  `image "old" { suite = "bookworm"; packages = ["bash"]; interpreters = ["bash"] }`,
+			check: func(t *testing.T, r *Recipe) {
+				if len(r.Sources) != 2 || !strings.Contains(r.Sources[1], " bookworm-security ") {
+					t.Errorf("sources %q", r.Sources)
+				}
+			},
+		},
+		{
+			name: "no default sources for sid",
+			src:  `image "a" { suite = "sid"; packages = ["bash"]; interpreters = ["bash"] }`,
+			check: func(t *testing.T, r *Recipe) {
+				if len(r.Sources) != 0 {
+					t.Errorf("sources %q", r.Sources)
+				}
+			},
+		},
+		{
+			name: "no default sources for another mirror",
+			src:  `image "b" { mirror = "https://mirror.example/debian"; packages = ["bash"]; interpreters = ["bash"] }`,
+			check: func(t *testing.T, r *Recipe) {
+				if len(r.Sources) != 0 {
+					t.Errorf("sources %q", r.Sources)
+				}
+			},
+		},
+		{
+			name: "an empty sources list means none",
+			src:  `image "c" { sources = []; packages = ["bash"]; interpreters = ["bash"] }`,
+			check: func(t *testing.T, r *Recipe) {
+				if len(r.Sources) != 0 {
+					t.Errorf("sources %q", r.Sources)
 				}
 			},
 		},
@@ -244,7 +306,7 @@ func TestRecipeHash(t *testing.T) {
 func TestUnknownImageError(t *testing.T) {
 	rs, _ := DefaultRecipes()
 	err := errUnknown("ruby", rs)
-	if !errors.Is(err, ErrUnknownImage) || !strings.Contains(err.Error(), "node, python, shell") {
+	if !errors.Is(err, ErrUnknownImage) || !strings.Contains(err.Error(), "node, python, python-slim, shell") {
 		t.Errorf("err = %v", err)
 	}
 }

@@ -61,6 +61,7 @@ type Image struct {
 //	<dir>/rootfs/sha256-<hex>/ read-only rootfs of the image with that manifest digest
 //	<dir>/tmp/                 build and unpack scratch space (same filesystem, for renames)
 //	<dir>/locks/               flock files: store.lock, build-<name>.lock, rootfs-<hex>.lock
+//	<dir>/logs/                build-<name>.log: mmdebstrap's full output of the latest build
 //
 // Several processes may use one store at once: builds of one name are
 // serialised by its build lock, index.json changes by the store lock, and
@@ -226,7 +227,7 @@ func (s *Store) Ensure(ctx context.Context, r *Recipe, build bool, w io.Writer) 
 		if !build {
 			return nil, "", err
 		}
-		img, err = s.build(ctx, r, w, true)
+		img, err = s.build(ctx, r, BuildOptions{Progress: w, Unpack: true}, true)
 	}
 	if err != nil {
 		return nil, "", err

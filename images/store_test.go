@@ -300,9 +300,20 @@ func TestBuildWithFakeMmdebstrap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(progress.String(), "[shell] I: fake mmdebstrap starting") ||
-		!strings.Contains(progress.String(), "SOURCE_DATE_EPOCH=1746868662") {
-		t.Errorf("progress: %s", progress.String())
+	// Progress is one line per stage; mmdebstrap's own lines go to the
+	// build log only.
+	for _, want := range []string{"[shell] fetching package lists (bookworm)… ", "[shell] writing the OCI layout… ",
+		"[shell] unpacking the rootfs… ", "[shell] done: sha256:"} {
+		if !strings.Contains(progress.String(), want) {
+			t.Errorf("progress lacks %q:\n%s", want, progress.String())
+		}
+	}
+	if strings.Contains(progress.String(), "I: fake mmdebstrap") {
+		t.Errorf("progress shows mmdebstrap's log:\n%s", progress.String())
+	}
+	if b, err := os.ReadFile(s.BuildLogPath("shell")); err != nil || !strings.Contains(string(b), "I: fake mmdebstrap starting") ||
+		!strings.Contains(string(b), "SOURCE_DATE_EPOCH=1746868662") {
+		t.Errorf("build log: %q %v", b, err)
 	}
 	if !img.Created.Equal(time.Unix(1746868662, 0)) {
 		t.Errorf("created %v", img.Created)
@@ -317,9 +328,17 @@ func TestBuildWithFakeMmdebstrap(t *testing.T) {
 		t.Errorf("second Ensure rebuilt or moved: %v %s %q", err, root2, progress.String())
 	}
 	// Build again from the same tree: same digest (timestamps are clamped).
-	img3, err := s.Build(context.Background(), r, nil)
+	var verbose bytes.Buffer
+	progress.Reset()
+	img3, err := s.BuildWith(context.Background(), r, BuildOptions{Progress: &progress, Log: &verbose})
 	if err != nil || img3.Digest != img.Digest {
 		t.Errorf("rebuild digest %s vs %s (%v)", img3.Digest, img.Digest, err)
+	}
+	if !strings.Contains(verbose.String(), "[shell] I: fake mmdebstrap starting") || !strings.Contains(verbose.String(), "[shell] mmdebstrap --variant=") {
+		t.Errorf("verbose log: %s", verbose.String())
+	}
+	if strings.Contains(progress.String(), "unpacking") || !strings.Contains(progress.String(), "[shell] done: ") {
+		t.Errorf("progress without Unpack: %s", progress.String())
 	}
 	if entries, _ := os.ReadDir(filepath.Join(s.Dir(), "tmp")); len(entries) != 0 {
 		t.Errorf("scratch left in tmp: %v", entries)
@@ -329,10 +348,18 @@ func TestBuildWithFakeMmdebstrap(t *testing.T) {
 func TestBuildFailure(t *testing.T) {
 	s := openTestStore(t)
 	s.mmdebstrap = fakeMmdebstrap(t, "fail")
-	_, err := s.Build(context.Background(), testRecipe("shell"), nil)
+	var progress bytes.Buffer
+	_, err := s.Build(context.Background(), testRecipe("shell"), &progress)
 	if !errors.Is(err, ErrBuildFailed) || !strings.Contains(err.Error(), "E: cannot reach the mirror") ||
-		!strings.Contains(err.Error(), "skillbox images build shell") {
+		!strings.Contains(err.Error(), "skillbox images build shell") || !strings.Contains(err.Error(), "full log: "+s.BuildLogPath("shell")) {
 		t.Errorf("err = %v", err)
+	}
+	if b, err := os.ReadFile(s.BuildLogPath("shell")); err != nil || !strings.Contains(string(b), "E: cannot reach the mirror") {
+		t.Errorf("build log: %q %v", b, err)
+	}
+	// Errors and warnings of mmdebstrap show in the concise progress too.
+	if !strings.Contains(progress.String(), "[shell] E: cannot reach the mirror") {
+		t.Errorf("progress: %s", progress.String())
 	}
 	if _, err := s.Get("shell"); !errors.Is(err, ErrNotBuilt) {
 		t.Errorf("failed build left an image: %v", err)

@@ -47,8 +47,9 @@ type Config struct {
 	LimitsPos Pos
 	Audit     Audit
 	// Rules in file order. When the file declares no policy block at all,
-	// one built-in rule ("default") allows skills.read and skills.run_script
-	// for every skill, so a minimal file (or none) is usable.
+	// one built-in rule ("default") allows skills.read, skills.run_script
+	// and skills.run_code for every skill, so a minimal file (or none) is
+	// usable.
 	Rules []*Rule
 	// Agents are the agent "NAME" {} blocks by name: skills bound to an
 	// agent, loaded into every session created for it.
@@ -229,7 +230,7 @@ func defaults() *Config {
 
 // builtinRule is used when a file declares no policy block.
 func builtinRule() *Rule {
-	r := &Rule{Name: "default", Skills: []string{"*"}, Tools: []string{"skills.read", "skills.run_script"}}
+	r := &Rule{Name: "default", Skills: []string{"*"}, Tools: []string{"skills.read", "skills.run_script", "skills.run_code"}}
 	for _, t := range r.Tools {
 		p, _ := parseToolPattern(t)
 		r.tools = append(r.tools, p)

@@ -239,7 +239,7 @@ func TestDefault(t *testing.T) {
 	for _, tc := range []struct {
 		tool string
 		want Effect
-	}{{"skills.run_script", EffectAllow}, {"skills.read", EffectAllow}, {"Bash", EffectDeny}, {NetworkTool, EffectDeny}} {
+	}{{"skills.run_script", EffectAllow}, {"skills.read", EffectAllow}, {"skills.run_code", EffectAllow}, {"Bash", EffectDeny}, {NetworkTool, EffectDeny}} {
 		if d := c.Decide(Request{Skill: "x", Tool: tc.tool}); d.Effect != tc.want {
 			t.Errorf("%s: %+v", tc.tool, d)
 		}

@@ -185,6 +185,9 @@ func (c *call) target() (targetKind, string, bool) {
 	case "skills.read", "skills.run_script":
 		kind = kindPath
 		v, ok = get("path")
+	case "skills.run_code":
+		// skills.run_code(python): the language of the code.
+		v, ok = get("language")
 	case "WebFetch":
 		kind = kindURL
 		v, ok = get("url")

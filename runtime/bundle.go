@@ -114,6 +114,9 @@ func PrepareBundle(job Job, runDir string, opts SpecOptions) (b *Bundle, err err
 	}
 	opts.WorkdirSource = b.Workdir
 	opts.HostsSource = hosts
+	if opts.SkillsSource, err = prepareSkillsDir(dir, job); err != nil {
+		return b, err
+	}
 	spec, err := BuildSpec(job, opts)
 	if err != nil {
 		return b, err

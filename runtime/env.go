@@ -184,6 +184,19 @@ func truncateForError(s string) string {
 // these names (ContainerEnv refuses them), the service sets them to paths
 // inside the read-only skill mount.
 func ModulePathEnv(family, scriptRel string) []string {
+	dirs := []string{SkillMount}
+	if d := path.Dir(scriptRel); d != "." && d == path.Clean(d) && !path.IsAbs(d) &&
+		d != ".." && !strings.HasPrefix(d, "../") && !strings.ContainsAny(d, ":\x00") {
+		dirs = append(dirs, SkillMount+"/"+d)
+	}
+	return ModulePathEnvDirs(family, dirs...)
+}
+
+// ModulePathEnvDirs returns the module-path variable of interpreter family
+// (as ModulePathEnv) listing dirs, absolute paths in the container, in
+// order: skills.run_code puts every mounted skill's root (SkillTarget) on
+// it. Families without one, or no dirs, give nothing.
+func ModulePathEnvDirs(family string, dirs ...string) []string {
 	fam, _, _ := strings.Cut(family, "-")
 	var name string
 	switch fam {
@@ -194,10 +207,8 @@ func ModulePathEnv(family, scriptRel string) []string {
 	default:
 		return nil
 	}
-	dirs := []string{SkillMount}
-	if d := path.Dir(scriptRel); d != "." && d == path.Clean(d) && !path.IsAbs(d) &&
-		d != ".." && !strings.HasPrefix(d, "../") && !strings.ContainsAny(d, ":\x00") {
-		dirs = append(dirs, SkillMount+"/"+d)
+	if len(dirs) == 0 {
+		return nil
 	}
 	return []string{name + "=" + strings.Join(dirs, ":")}
 }

@@ -71,7 +71,9 @@ func testRootfs(t testing.TB) string {
 			return
 		}
 		rootfsPath = defaultRootfsCache
-		if _, err := os.Stat(filepath.Join(rootfsPath, "usr/bin/node")); err == nil {
+		_, errNode := os.Stat(filepath.Join(rootfsPath, "usr/bin/node"))
+		_, errSkills := os.Stat(filepath.Join(rootfsPath, "skills"))
+		if errNode == nil && errSkills == nil {
 			return
 		}
 		script, _ := filepath.Abs("../hack/test-rootfs.sh")

@@ -166,7 +166,7 @@ type InputFile struct {
 type Job struct {
 	ID       string   // unique, [a-zA-Z0-9_-]; also the container id
 	RootFS   string   // host path of the unpacked image rootfs (mounted read-only)
-	SkillDir string   // host path of the skill directory (mounted read-only at SkillMount)
+	SkillDir string   // host path of the skill directory (mounted read-only at SkillMount); "" for none
 	Args     []string // argv inside the container, e.g. ["python3", "/skill/scripts/x.py", "a"]
 	Env      []string // KEY=VALUE, already allowlisted by the caller; PATH/HOME/LANG are added
 	// ModuleEnv is set by the service, never from a caller's env: the
@@ -176,6 +176,11 @@ type Job struct {
 	Files     []InputFile
 	Limits    Limits
 	Network   bool // false: no network at all (the default)
+	// Skills are more skill directories, each mounted read-only at its
+	// Target under SkillsMount (skills.run_code), and Program is the code
+	// run_code runs, read-only in ProgramDir.
+	Skills  []SkillBind
+	Program *Program
 	// Stdout and Stderr, when set, also receive the streams live (after capping).
 	Stdout StreamSink `json:"-"`
 	Stderr StreamSink `json:"-"`

@@ -36,6 +36,10 @@ type SpecOptions struct {
 	// SwapLimit sets memory+swap equal to memory (no swap). Leave it off on
 	// hosts without swap accounting, where runc refuses the field.
 	SwapLimit bool
+	// SkillsSource is the host directory bind-mounted read-only at
+	// SkillsMount, holding the mount points of Job.Skills and the program;
+	// required when the job has either. PrepareBundle makes it.
+	SkillsSource string
 	// NetNS is the path of a configured network namespace joined when
 	// job.Network is set. Without it a job asking for network is refused:
 	// an empty namespace would give it no network while looking like it did.
@@ -112,8 +116,11 @@ func ValidateJob(job Job) error {
 	if !isCleanAbs(job.RootFS) {
 		return fmt.Errorf("%w: rootfs %q must be an absolute, clean host path", ErrInvalidJob, job.RootFS)
 	}
-	if !isCleanAbs(job.SkillDir) {
+	if job.SkillDir != "" && !isCleanAbs(job.SkillDir) {
 		return fmt.Errorf("%w: skill dir %q must be an absolute, clean host path", ErrInvalidJob, job.SkillDir)
+	}
+	if err := validateSkillMounts(job); err != nil {
+		return err
 	}
 	if len(job.Args) == 0 || job.Args[0] == "" {
 		return fmt.Errorf("%w: no command to run (Args is empty)", ErrInvalidJob)
@@ -163,6 +170,9 @@ func BuildSpec(job Job, opts SpecOptions) (*specs.Spec, error) {
 	}
 	if !isCleanAbs(opts.HostsSource) {
 		return nil, fmt.Errorf("%w: hosts file source %q must be an absolute, clean host path", ErrInvalidJob, opts.HostsSource)
+	}
+	if job.usesSkillsDir() && !isCleanAbs(opts.SkillsSource) {
+		return nil, fmt.Errorf("%w: skills dir source %q must be an absolute, clean host path", ErrInvalidJob, opts.SkillsSource)
 	}
 	env, err := ContainerEnv(job.Env)
 	if err != nil {
@@ -252,10 +262,13 @@ func buildMounts(job Job, opts SpecOptions, lim Limits) []specs.Mount {
 	if !job.Network {
 		m = append(m, specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}})
 	}
-	m = append(m,
+	if job.SkillDir != "" {
 		// Not noexec: a script run through its shebang is exec'd from here.
 		// Nothing is gained by noexec anyway, as /work is writable.
-		specs.Mount{Destination: SkillMount, Type: "bind", Source: job.SkillDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}},
+		m = append(m, specs.Mount{Destination: SkillMount, Type: "bind", Source: job.SkillDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
+	m = append(m, skillsMounts(job, opts.SkillsSource)...)
+	m = append(m,
 		specs.Mount{Destination: WorkDir, Type: "bind", Source: opts.WorkdirSource, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", size(lim.TmpBytes)}},
 		specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: opts.HostsSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},

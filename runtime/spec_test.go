@@ -74,6 +74,15 @@ var goldenCases = []struct {
 			CgroupsPath:   "/custom/parent/skillbox-golden-1",
 		},
 	},
+	{
+		name: "run_code_skills",
+		job:  codeJob,
+		opts: SpecOptions{
+			WorkdirSource: "/run/skillbox/runs/skillbox-golden-1/work",
+			HostsSource:   "/run/skillbox/runs/skillbox-golden-1/hosts",
+			SkillsSource:  "/run/skillbox/runs/skillbox-golden-1/skills",
+		},
+	},
 }
 
 func TestBuildSpecGolden(t *testing.T) {

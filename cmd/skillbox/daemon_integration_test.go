@@ -164,11 +164,15 @@ func needDaemon(t *testing.T) {
 const itPolicy = `
 policy "default" {
   skills = ["*"]
-  tools  = ["skills.read", "skills.run_script"]
+  tools  = ["skills.read", "skills.run_script", "skills.run_code"]
 }
 policy "needs-approval" {
   skills  = ["guarded-*"]
-  confirm = ["skills.run_script"]
+  confirm = ["skills.run_script", "skills.run_code"]
+}
+policy "no-code" {
+  skills = ["nocode-*"]
+  deny   = ["skills.run_code"]
 }
 `
 
@@ -981,7 +985,7 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 	sid2 := must[string](t, "sessions.create")(c.CreateSession(ctx))
 	must[*api.LoadResult](t, "load reporter")(c.Load(ctx, api.LoadParams{SessionID: sid2, Names: []string{"reporter"}}))
 	rep := must[*api.RunScriptResult](t, "report.sh")(c.RunScript(ctx, api.RunScriptParams{SessionID: sid2, Path: "scripts/report.sh"}))
-	if rep.ExitCode != 0 || len(rep.Outputs) != 1 || rep.Outputs[0].Path != "report.txt" {
+	if rep.ExitCode != 0 || len(rep.Outputs) != 1 || rep.Outputs[0].Path != "outputs/report.txt" {
 		t.Fatalf("report.sh: %+v", rep)
 	}
 	if data, err := rep.Outputs[0].Data(); err != nil || string(data) != "total: 42\n" {
@@ -1032,7 +1036,7 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 		t.Errorf("refused read record %+v %q", refused.Read, refused.Error)
 	}
 	repEnd := find(audit.EventRunEnd, func(r *audit.Record) bool { return r.SessionID == sid2 })
-	if o := repEnd.Run.Outputs; len(o) != 1 || o[0].Path != "report.txt" || o[0].Size != 10 || o[0].SHA256 != rep.Outputs[0].SHA256 {
+	if o := repEnd.Run.Outputs; len(o) != 1 || o[0].Path != "outputs/report.txt" || o[0].Size != 10 || o[0].SHA256 != rep.Outputs[0].SHA256 {
 		t.Errorf("outputs in the run.end record: %+v", o)
 	}
 	start := find(audit.EventRunStart, func(r *audit.Record) bool { return r.SessionID == sid })

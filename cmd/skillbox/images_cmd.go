@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -38,13 +39,17 @@ func imagesCommand() *cli.Command {
 		Usage: "build and list the interpreter images scripts run in",
 		Subcommands: []*cli.Command{
 			{
-				Name:      "build",
-				Usage:     "build images from their recipes with mmdebstrap (all when no NAME is given)",
+				Name:  "build",
+				Usage: "build images from their recipes with mmdebstrap (all when no NAME is given)",
+				Description: "Progress is one line per stage on stderr; a summary line per image goes to stdout.\n" +
+					"mmdebstrap's full output is kept in DIR/logs/build-NAME.log (shown live with -v);\n" +
+					"a failed build's error carries its last lines and names that file.",
 				ArgsUsage: "[NAME...]",
 				Flags: []cli.Flag{dirFlag, recipesFlag,
 					&cli.BoolFlag{Name: "if-needed", Usage: "skip images that are built and match their recipe (for setup scripts and CI)"},
 					&cli.BoolFlag{Name: "no-unpack", Usage: "do not unpack the rootfs cache after building"},
 					&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
+					&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also show mmdebstrap's full output (it is kept in DIR/logs either way)"},
 				},
 				Action: imagesBuild,
 			},
@@ -92,7 +97,12 @@ func imagesBuild(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	names := c.Args().Slice()
+	var names []string
+	for _, n := range c.Args().Slice() {
+		if !slices.Contains(names, n) { // each image once per run
+			names = append(names, n)
+		}
+	}
 	if len(names) == 0 {
 		for n := range recipes {
 			names = append(names, n)
@@ -113,9 +123,12 @@ func imagesBuild(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	progress := os.Stderr
+	opts := images.BuildOptions{Progress: os.Stderr, Unpack: !c.Bool("no-unpack")}
 	if c.Bool("quiet") {
-		progress = nil
+		opts.Progress = nil
+	}
+	if c.Bool("verbose") {
+		opts.Log = os.Stderr
 	}
 	var failed []string
 	for _, n := range names {
@@ -133,16 +146,7 @@ func imagesBuild(c *cli.Context) error {
 				continue
 			}
 		}
-		var img *images.Image
-		var err error
-		if progress != nil {
-			img, err = store.Build(ctx, recipes[n], progress)
-		} else {
-			img, err = store.Build(ctx, recipes[n], nil)
-		}
-		if err == nil && !c.Bool("no-unpack") {
-			_, err = store.RootFS(ctx, img)
-		}
+		img, err := store.BuildWith(ctx, recipes[n], opts)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
 			failed = append(failed, n)

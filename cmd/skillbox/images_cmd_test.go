@@ -29,7 +29,7 @@ func TestImagesListEmptyStore(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &entries); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if len(entries) != 3 || entries[0].Name != "node" || entries[0].Built {
+	if len(entries) != 4 || entries[0].Name != "node" || entries[0].Built {
 		t.Errorf("entries: %+v", entries)
 	}
 	out, err = runImagesCLI(t, "list", "--dir", dir)
@@ -41,7 +41,7 @@ func TestImagesListEmptyStore(t *testing.T) {
 func TestImagesBuildUnknownName(t *testing.T) {
 	_, err := runImagesCLI(t, "build", "--dir", filepath.Join(t.TempDir(), "store"), "cobol")
 	var ee *exitError
-	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(ee.msg, "known: node, python, shell") {
+	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(ee.msg, "known: node, python, python-slim, shell") {
 		t.Errorf("err = %v", err)
 	}
 	_, err = runImagesCLI(t, "list", "--recipes", filepath.Join(t.TempDir(), "missing"))

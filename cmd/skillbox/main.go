@@ -52,6 +52,7 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			serveCommand(),
 			runCommand(),
+			execCommand(),
 			callCommand(),
 			readCommand(),
 			skillsCommand(),

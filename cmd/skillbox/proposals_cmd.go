@@ -398,4 +398,3 @@ func skillsDiff(c *cli.Context) error {
 	}
 	return nil
 }
-

@@ -12,10 +12,12 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"unicode"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
@@ -25,6 +27,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -34,20 +37,43 @@ import (
 // was cut short must not look like a success.
 const exitTimeout = 124
 
+// exitOutputsTruncated is the exit code of a run whose script exited 0 but
+// whose outputs an output cap cut short: files are missing, so the run
+// must not look like a success.
+const exitOutputsTruncated = 3
+
+// maxOutputsListed bounds how many outputs the terminal report names one
+// by one (--json lists them all).
+const maxOutputsListed = 20
+
 func runCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "run",
 		Usage:     "run one skill script in a fresh sandbox, the way the daemon would",
-		ArgsUsage: "SKILL SCRIPT [-- ARGS...]",
-		Description: "SCRIPT is relative to the skill and must lie under its scripts/ directory.\n" +
-			"The interpreter and image come from the script's extension (config image blocks),\n" +
-			"or from its #! line when it has none; a missing image is built first.\n" +
+		ArgsUsage: "SKILL|SKILLDIR SCRIPT [-- ARGS...]",
+		Description: "SKILL is a skill's name in the skill roots, or the path of a skill directory\n" +
+			"(anything with a / in it, e.g. ./my-skill). SCRIPT is any file of the skill, relative\n" +
+			"to its root (scripts/fill.py, core/gif.py, ...), unless policy restricts the\n" +
+			"directories scripts may run from (script_dirs). The interpreter and image come from\n" +
+			"the script's extension (config image blocks), or from its #! line when it has none;\n" +
+			"a missing image is built first.\n" +
 			"Flags go before SKILL; everything after SCRIPT (after an optional --) goes to the script.\n" +
+			"\n" +
+			"Inside the sandbox: the skill is mounted read-only at /skill (the script runs as\n" +
+			"/skill/SCRIPT, and /skill and the script's directory are on PYTHONPATH/NODE_PATH, so\n" +
+			"'from scripts.utils import x' works); the working directory is /work, the script's\n" +
+			"cwd, where --file puts its inputs; HOME is /tmp (writable, cleared after the run).\n" +
+			"Outputs are every file the script created or changed anywhere in /work (outputs/ is\n" +
+			"a convention, not a limit); they are listed with their paths relative to /work, and\n" +
+			"--outputs DIR keeps them. Symlinks and special files are reported, never followed.\n" +
+			"\n" +
 			"The script's stdout and stderr stream to this command's stdout and stderr (--json\n" +
 			"prints the whole result as one JSON object instead). The command exits with the\n" +
 			"script's exit code (128+N when killed by signal N, 124 when it outlived its time\n" +
-			"limit yet exited 0, 130 when interrupted with Ctrl-C, which removes the sandbox);\n" +
-			"errors of skillbox itself exit 1, usage errors 2.",
+			"limit yet exited 0, 3 when it exited 0 but an output cap (limits output_files,\n" +
+			"output_bytes, output_file_bytes) left files out, 130 when interrupted with Ctrl-C,\n" +
+			"which removes the sandbox); errors of skillbox itself exit 1, usage errors 2.\n" +
+			"Sandboxes need root: run it with sudo.",
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "root", Usage: "skill root `DIR` (repeatable; later roots override earlier); default: the config's skills.roots"},
 			&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` (policy, limits, images, audit_dir); default: built-in defaults"},
@@ -92,14 +118,25 @@ type runOptions struct {
 func parseRunArgs(c *cli.Context) (*runOptions, error) {
 	args := c.Args().Slice()
 	if len(args) < 2 {
-		return nil, exitCode(2, "usage: skillbox run [flags] SKILL SCRIPT [-- ARGS...] (e.g. skillbox run --root ./skills pdf scripts/extract.py -- in.pdf)")
+		return nil, exitCode(2, "usage: skillbox run [flags] SKILL SCRIPT [-- ARGS...] (SKILL is a skill name or directory: e.g. skillbox run --root ./skills pdf scripts/extract.py -- in.pdf, or skillbox run ./pdf scripts/extract.py)")
 	}
-	o := &runOptions{skill: args[0], script: args[1], args: args[2:]}
+	if strings.HasPrefix(args[0], "-") || strings.HasPrefix(args[1], "-") {
+		return nil, exitCode(2, "usage: flags go before SKILL SCRIPT, script arguments after them (or after --): skillbox run [flags] SKILL SCRIPT [-- ARGS...]")
+	}
+	o, err := parseRunFlags(c, args[2:])
+	if err != nil {
+		return nil, err
+	}
+	o.skill, o.script = args[0], args[1]
+	return o, nil
+}
+
+// parseRunFlags validates the flags `skillbox run` and `skillbox exec`
+// share; args are the script's arguments (a leading -- is dropped).
+func parseRunFlags(c *cli.Context, args []string) (*runOptions, error) {
+	o := &runOptions{args: args}
 	if len(o.args) > 0 && o.args[0] == "--" {
 		o.args = o.args[1:]
-	}
-	if strings.HasPrefix(o.skill, "-") || strings.HasPrefix(o.script, "-") {
-		return nil, exitCode(2, "usage: flags go before SKILL SCRIPT, script arguments after them (or after --): skillbox run [flags] SKILL SCRIPT [-- ARGS...]")
 	}
 	var err error
 	if o.limits, err = limitsFromFlags(c); err != nil {
@@ -140,6 +177,19 @@ func runAction(c *cli.Context) error {
 }
 
 func runScript(c *cli.Context, o *runOptions) error {
+	return runLocal(c, o, "skillbox run", func(ctx context.Context, cfg *policy.Config, log hclog.Logger) (service.RunRequest, service.SkillIndex, error) {
+		sk, index, err := resolveSkill(ctx, cfg, c.StringSlice("root"), o.skill, log)
+		if err != nil {
+			return service.RunRequest{}, nil, err
+		}
+		return service.RunRequest{Skill: sk, Script: o.script, Network: c.Bool("network")}, index, nil
+	})
+}
+
+// runLocal runs what request makes of the registry (a script, or code),
+// with o's arguments, limits, env, files and stdin, through the daemon's
+// authorization path, and reports it: `skillbox run` and `skillbox exec`.
+func runLocal(c *cli.Context, o *runOptions, method string, request func(context.Context, *policy.Config, hclog.Logger) (service.RunRequest, service.SkillIndex, error)) error {
 	ctx, interrupted, stop := interruptContext(c.Context)
 	defer stop()
 	// A closed stdout (skillbox run … | head) must not kill skillbox with
@@ -161,13 +211,9 @@ func runScript(c *cli.Context, o *runOptions) error {
 			return err
 		}
 	}
-	reg, err := openRegistry(ctx, cfg, c.StringSlice("root"), log)
+	req, index, err := request(ctx, cfg, log)
 	if err != nil {
 		return err
-	}
-	sk, err := reg.Get(o.skill)
-	if err != nil {
-		return skillNotFound(err, reg.Roots())
 	}
 
 	auditLog, err := openAudit(cfg, log)
@@ -193,18 +239,18 @@ func runScript(c *cli.Context, o *runOptions) error {
 		eng.Images = &cliImages{StoreImages: si, noBuild: c.Bool("no-build")}
 	}
 
-	req := service.RunRequest{
-		Skill: sk, Script: o.script, Args: o.args, Env: o.env, Files: o.files, Limits: o.limits, Stdin: o.stdin,
-		Network: c.Bool("network"),
-	}
+	req.Args, req.Env, req.Files, req.Limits, req.Stdin = o.args, o.env, o.files, o.limits, o.stdin
 	if !c.Bool("json") {
 		req.Stdout, req.Stderr = &liveSink{w: os.Stdout}, &liveSink{w: os.Stderr}
 	}
+	if err := rootCheck("run", eng.Runtime.Name(), os.Geteuid()); err != nil {
+		return err
+	}
 	// The daemon's authorization path, with the person at the terminal as
 	// the approver (--yes) instead of a confirmation request.
-	svc := service.New(service.Options{Config: cfg, Skills: reg, Engine: eng, Audit: eng.Audit, Logger: quiet})
+	svc := service.New(service.Options{Config: cfg, Skills: index, Engine: eng, Audit: eng.Audit, Logger: quiet})
 	out, err := svc.Run(ctx, selfPeer(), req, service.RunOptions{
-		Method:          "skillbox run",
+		Method:          method,
 		SelfApprove:     c.Bool("yes"),
 		SelfApproveHint: "re-run with --yes to confirm it yourself",
 		Authorized: func(plan *service.Plan) {
@@ -239,6 +285,9 @@ func runScript(c *cli.Context, o *runOptions) error {
 	code := scriptExitCode(res)
 	if n := interrupted(); n > 0 && res.Reason == runtime.ReasonKilled {
 		code = 128 + n // like any command stopped with Ctrl-C
+	}
+	if code == 0 && res.OutputsTruncated {
+		code = exitOutputsTruncated
 	}
 	if code != 0 {
 		return &exitError{code: code}
@@ -281,12 +330,7 @@ func reportRun(w io.Writer, out *service.Outcome, outputsDir string) {
 	if res.StdoutTruncated || res.StderrTruncated {
 		fmt.Fprintf(w, "skillbox: output was truncated at the cap (stdout %s, stderr %s per run)\n", policy.FormatSize(lim.StdoutBytes), policy.FormatSize(lim.StderrBytes))
 	}
-	if len(res.Outputs) > 0 && outputsDir == "" {
-		fmt.Fprintf(w, "skillbox: the script wrote %d file(s) to outputs/; pass --outputs DIR to keep them\n", len(res.Outputs))
-	}
-	for _, s := range res.OutputsSkipped {
-		fmt.Fprintf(w, "skillbox: outputs/%s\n", s)
-	}
+	reportOutputs(w, res, lim, outputsDir)
 	switch res.Reason {
 	case runtime.ReasonExit:
 	case runtime.ReasonTimeout:
@@ -302,6 +346,71 @@ func reportRun(w io.Writer, out *service.Outcome, outputsDir string) {
 	default:
 		fmt.Fprintf(w, "skillbox: the run ended: %s\n", res.Reason)
 	}
+}
+
+// reportOutputs says what the script left in /work: the files kept (by
+// their paths relative to /work, the first maxOutputsListed by name), or
+// how many were left behind and how to keep them; entries not collected;
+// and, never silently, an output cap that left files out.
+func reportOutputs(w io.Writer, res *runtime.Result, lim runtime.Limits, outputsDir string) {
+	n := len(res.Outputs)
+	switch {
+	case n > 0 && outputsDir == "":
+		fmt.Fprintf(w, "skillbox: the script left %d file(s) in /work (%s); pass --outputs DIR to keep them\n", n, outputNames(res.Outputs, 3))
+	case n > 0:
+		fmt.Fprintf(w, "skillbox: kept %d output file(s) in %s:\n", n, outputsDir)
+		for i, f := range res.Outputs {
+			if i == maxOutputsListed {
+				fmt.Fprintf(w, "skillbox:   ... and %d more (--json lists them all)\n", n-i)
+				break
+			}
+			fmt.Fprintf(w, "skillbox:   %s (%s)\n", quoteUnprintable(f.Path), policy.FormatSize(f.Size))
+		}
+	}
+	for _, s := range res.OutputsSkipped {
+		fmt.Fprintf(w, "skillbox: in /work: %s\n", s)
+	}
+	if res.OutputsTruncated {
+		fmt.Fprintf(w, "skillbox: outputs truncated by the %s cap (%s): %d file(s) of %s left out; raise limits %s in the config or have the script write less\n",
+			res.OutputsTruncatedBy, capValue(res.OutputsTruncatedBy, lim), res.OutputsOmittedFiles, policy.FormatSize(res.OutputsOmittedBytes), res.OutputsTruncatedBy)
+	}
+}
+
+// capValue shows the limit an output cap stands for.
+func capValue(name string, lim runtime.Limits) string {
+	switch name {
+	case runtime.CapOutputFiles:
+		return fmt.Sprintf("%d files", lim.OutputFiles)
+	case runtime.CapOutputBytes:
+		return policy.FormatSize(lim.OutputBytes) + " in all"
+	case runtime.CapOutputFileBytes:
+		return policy.FormatSize(lim.OutputFileBytes) + " per file"
+	}
+	return "?"
+}
+
+// outputNames lists the first max output paths for a one-line report.
+func outputNames(outs []runtime.OutputFile, max int) string {
+	var names []string
+	for i, f := range outs {
+		if i == max {
+			names = append(names, "…")
+			break
+		}
+		names = append(names, quoteUnprintable(f.Path))
+	}
+	return strings.Join(names, ", ")
+}
+
+// quoteUnprintable quotes a script-chosen name when it holds anything a
+// terminal could misread.
+func quoteUnprintable(s string) string {
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // runJSON is what --json prints: the daemon's run_script result (same
@@ -326,9 +435,16 @@ type runJSON struct {
 	Network         bool            `json:"network"`
 	Limits          runtime.Limits  `json:"limits"`
 	Outputs         []runJSONOutput `json:"outputs"`
-	OutputsSkipped  []string        `json:"outputs_skipped"`
-	SavedOutputs    []string        `json:"saved_outputs"`
-	ConfirmationID  string          `json:"confirmation_id,omitempty"`
+	// OutputsTruncated and the fields after it: see api.RunScriptResult.
+	OutputsTruncated    bool     `json:"outputs_truncated"`
+	OutputsTruncatedBy  string   `json:"outputs_truncated_by"`
+	OutputsOmittedFiles int      `json:"outputs_omitted_files"`
+	OutputsOmittedBytes int64    `json:"outputs_omitted_bytes"`
+	OutputsSkipped      []string `json:"outputs_skipped"`
+	SavedOutputs        []string `json:"saved_outputs"`
+	ConfirmationID      string   `json:"confirmation_id,omitempty"`
+	// Skills are the skills `skillbox exec` mounted (skill is empty then).
+	Skills []api.MountedSkill `json:"skills,omitempty"`
 }
 
 type runJSONOutput struct {
@@ -340,18 +456,23 @@ type runJSONOutput struct {
 func newRunJSON(o *service.Outcome, saved []string) *runJSON {
 	r, p := o.Result, o.Plan
 	j := &runJSON{
-		RunID: o.RunID, Skill: p.Request.Skill.Name, SkillDigest: p.Request.Skill.Digest, Path: p.Script,
+		RunID: o.RunID, Path: p.Script, Skills: service.ResultOf(o, 0).Skills,
 		ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason),
 		Stdout: string(r.Stdout), Stderr: string(r.Stderr),
 		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
 		DurationMS: r.Duration.Milliseconds(),
 		Image:      o.Image.Name, ImageDigest: o.Image.Digest,
 		Runtime: r.Runtime, RuntimeVersion: r.RuntimeVersion, Network: p.Network,
-		Limits:         p.Limits,
-		Outputs:        []runJSONOutput{},
+		Limits:           p.Limits,
+		Outputs:          []runJSONOutput{},
+		OutputsTruncated: r.OutputsTruncated, OutputsTruncatedBy: r.OutputsTruncatedBy,
+		OutputsOmittedFiles: r.OutputsOmittedFiles, OutputsOmittedBytes: r.OutputsOmittedBytes,
 		OutputsSkipped: append([]string{}, r.OutputsSkipped...),
 		SavedOutputs:   append([]string{}, saved...),
 		ConfirmationID: p.Request.ConfirmationID,
+	}
+	if sk := p.Request.Skill; sk != nil {
+		j.Skill, j.SkillDigest = sk.Name, sk.Digest
 	}
 	for _, f := range r.Outputs {
 		j.Outputs = append(j.Outputs, runJSONOutput{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
@@ -583,71 +704,37 @@ func readInputFile(f *os.File, spec string) ([]byte, error) {
 }
 
 // dirInputs reads the tree at host into entries under name: the directory
-// itself, then its contents in lexical order. It works inside an os.Root
-// and opens files with O_NOFOLLOW, so no link is followed on the host.
+// itself, then its contents in lexical order (client.WalkDir: no link is
+// followed on the host, special files are refused).
 func dirInputs(host, name, spec string) ([]runtime.InputFile, error) {
-	root, err := os.OpenRoot(host)
-	if err != nil {
-		return nil, fmt.Errorf("--file %s: %w", spec, unwrapPathError(err))
-	}
-	defer root.Close()
-	st, err := root.Stat(".")
-	if err != nil {
-		return nil, fmt.Errorf("--file %s: %w", spec, err)
-	}
-	out := []runtime.InputFile{{Name: name, Kind: runtime.InputDir, Mode: uint32(st.Mode().Perm())}}
-	err = fs.WalkDir(root.FS(), ".", func(rel string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return fmt.Errorf("--file %s: %w", spec, err)
-		}
-		if rel == "." {
-			return nil
-		}
-		if len(out) > runtime.MaxInputEntries {
+	var out []runtime.InputFile
+	err := client.WalkDir(host, name, maxInputFile, func(e client.DirEntry) error {
+		if len(out) >= runtime.MaxInputEntries {
 			return fileUsage("--file %s: more than %d files and directories", spec, runtime.MaxInputEntries)
 		}
-		entry := name + "/" + rel
-		where := filepath.Join(host, filepath.FromSlash(rel))
-		if err := runtime.ValidateInputName(entry); err != nil {
-			return fileUsage("--file %s: %s: %s", spec, where, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+		if err := runtime.ValidateInputName(e.Name); err != nil {
+			return fileUsage("--file %s: %s: %s", spec, quoteUnprintable(e.HostPath), strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
 		}
-		switch t := d.Type(); {
-		case t.IsDir():
-			info, err := d.Info()
-			if err != nil {
-				return fmt.Errorf("--file %s: %w", spec, err)
-			}
-			out = append(out, runtime.InputFile{Name: entry, Kind: runtime.InputDir, Mode: uint32(info.Mode().Perm())})
-		case t&fs.ModeSymlink != 0:
-			target, err := root.Readlink(rel)
-			if err != nil {
-				return fmt.Errorf("--file %s: %w", spec, err)
-			}
-			out = append(out, runtime.InputFile{Name: entry, Kind: runtime.InputSymlink, Target: target})
-		case t.IsRegular():
-			f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
-			if err != nil {
-				return fmt.Errorf("--file %s: %w", spec, err)
-			}
-			defer f.Close()
-			info, err := f.Stat()
-			if err != nil || !info.Mode().IsRegular() {
-				return fileUsage("--file %s: %s changed while it was read", spec, where)
-			}
-			data, err := readInputFile(f, spec)
-			if err != nil {
-				return err
-			}
-			out = append(out, runtime.InputFile{Name: entry, Data: data, Mode: uint32(info.Mode().Perm())})
-		default:
-			return fileUsage("--file %s: %s is a special file (%s), which cannot be copied into the sandbox: remove it or copy the directory without it", spec, where, t.Type())
+		f := runtime.InputFile{Name: e.Name, Data: e.Data, Mode: e.Mode}
+		switch e.Type {
+		case api.FileTypeDir:
+			f.Kind = runtime.InputDir
+		case api.FileTypeSymlink:
+			f.Kind, f.Target, f.Mode = runtime.InputSymlink, e.Target, 0
 		}
+		out = append(out, f)
 		return nil
 	})
-	if err != nil {
+	switch {
+	case err == nil:
+		return out, nil
+	case errors.Is(err, errFileFlagUsage):
 		return nil, err
+	case errors.Is(err, client.ErrNotCopyable):
+		return nil, fileUsage("--file %s: %s", spec, strings.TrimSuffix(err.Error(), ": "+client.ErrNotCopyable.Error()))
+	default:
+		return nil, fmt.Errorf("--file %s: %w", spec, unwrapPathError(err))
 	}
-	return out, nil
 }
 
 func unwrapPathError(err error) error {
@@ -705,7 +792,7 @@ func saveOutputs(dir string, outs []runtime.OutputFile) ([]string, error) {
 					return saved, fmt.Errorf("--outputs %s: %s: %w", dir, o.Path, err)
 				}
 			default:
-				return saved, fmt.Errorf("--outputs %s: %s: a %s is in the way; not replaced (move it away and run again)", dir, o.Path, fileKind(st.Mode()))
+				return saved, fmt.Errorf("--outputs %s: %s: a %s is in the way; not replaced (move it away and run again)", dir, o.Path, client.FileKind(st.Mode()))
 			}
 		}
 		f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
@@ -744,28 +831,10 @@ func outputParents(root *os.Root, rel string, made map[string]bool) error {
 	case st.Mode()&fs.ModeSymlink != 0:
 		return fmt.Errorf("%s is a symlink in the outputs directory; refusing to write through it (remove it and run again)", rel)
 	case !st.IsDir():
-		return fmt.Errorf("%s is a %s, not a directory; not replaced (move it away and run again)", rel, fileKind(st.Mode()))
+		return fmt.Errorf("%s is a %s, not a directory; not replaced (move it away and run again)", rel, client.FileKind(st.Mode()))
 	}
 	made[rel] = true
 	return nil
-}
-
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "directory"
-	case m&fs.ModeSymlink != 0:
-		return "symlink"
-	case m&fs.ModeNamedPipe != 0:
-		return "fifo"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	case m.IsRegular():
-		return "regular file"
-	}
-	return "special file"
 }
 
 // cliImages adds to the store's image source what a person at a terminal
@@ -779,25 +848,27 @@ type cliImages struct {
 // Available implements service.ImageChecker: with --no-build a missing
 // image is refused before anything is decided, saying how to build it.
 func (c *cliImages) Available(name string) error {
-	if _, err := c.Store.Get(name); errors.Is(err, images.ErrNotBuilt) && c.noBuild {
+	if err := c.Built(name); errors.Is(err, images.ErrNotBuilt) && c.noBuild {
 		return c.noBuildError(name)
 	}
 	return c.StoreImages.Available(name)
 }
 
+// noBuildError names the image the store lacks: the recipe the config's
+// image block names (image "python" { recipe = "python-slim" }).
 func (c *cliImages) noBuildError(name string) error {
-	dir := c.Store.Dir()
-	return fmt.Errorf("image %q is not built in %s and --no-build forbids building it: run 'skillbox images build --dir %s %s' first, or drop --no-build", name, dir, dir, name)
+	dir, recipe := c.Store.Dir(), c.Recipes[name].Name
+	return fmt.Errorf("image %q is not built in %s and --no-build forbids building it: run 'skillbox images build --dir %s %s' first, or drop --no-build", recipe, dir, dir, recipe)
 }
 
 func (c *cliImages) Ensure(ctx context.Context, name string, progress io.Writer) (service.ImageRef, string, error) {
-	if _, err := c.Store.Get(name); errors.Is(err, images.ErrNotBuilt) {
+	if err := c.Built(name); errors.Is(err, images.ErrNotBuilt) {
 		dir := c.Store.Dir()
 		if c.noBuild {
 			return service.ImageRef{}, "", c.noBuildError(name)
 		}
 		if progress != nil {
-			fmt.Fprintf(progress, "skillbox: image %q is not built in %s yet; building it now (this takes a few minutes)\n", name, dir)
+			fmt.Fprintf(progress, "skillbox: image %q is not built in %s yet; building it now (this takes a few minutes)\n", c.Recipes[name].Name, dir)
 		}
 	}
 	return c.StoreImages.Ensure(ctx, name, progress)
@@ -822,6 +893,45 @@ func (s *liveSink) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// resolveSkill finds the skill to run: SKILL is the path of a skill
+// directory when it has a / in it (./pdf, /srv/skills/pdf) or starts with
+// a dot, or when no skill of that name is indexed but ./SKILL holds a
+// SKILL.md; otherwise a name in the skill roots. It returns the skill and
+// the index the service is given.
+func resolveSkill(ctx context.Context, cfg *policy.Config, roots []string, arg string, log hclog.Logger) (*skills.Skill, service.SkillIndex, error) {
+	isPath := strings.ContainsRune(arg, filepath.Separator) || strings.HasPrefix(arg, ".")
+	if !isPath {
+		reg, err := openRegistry(ctx, cfg, roots, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		sk, err := reg.Get(arg)
+		if err == nil {
+			return sk, reg, nil
+		}
+		if _, serr := os.Stat(filepath.Join(arg, "SKILL.md")); serr != nil {
+			return nil, nil, skillNotFound(err, reg.Roots())
+		}
+	}
+	sk, err := skills.LoadDir(skillsDirOf(arg), skills.LoadOptions{AllowExtensions: true, Lenient: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("skill directory %s: %w (check it with 'skillbox skills validate %s')", arg, err, arg)
+	}
+	return sk, oneSkill{sk}, nil
+}
+
+// oneSkill is the index of a run given a skill directory.
+type oneSkill struct{ sk *skills.Skill }
+
+func (o oneSkill) Get(name string) (*skills.Skill, error) {
+	if skills.NormalizeName(name) == skills.NormalizeName(o.sk.Name) {
+		return o.sk, nil
+	}
+	return nil, fmt.Errorf("%w: %q", skills.ErrNotFound, name)
+}
+
+func (o oneSkill) List() []*skills.Skill { return []*skills.Skill{o.sk} }
 
 // skillNotFound names the roots that were searched and how to list them.
 func skillNotFound(err error, roots []string) error {
@@ -867,6 +977,18 @@ func cliError(err error) error {
 	}
 	msg = strings.TrimSpace(strings.NewReplacer("\r\n", "; ", "\n", "; ").Replace(strings.TrimSpace(msg)))
 	return &oneLineError{msg: msg, err: err}
+}
+
+// rootCheck is the one check that a command which starts sandboxes has the
+// privileges the runtimes need, so that a newcomer gets one line saying
+// what to do instead of a permission error from deep inside a backend
+// (making the bundle directory, mounts, cgroups). euid is a parameter for
+// tests.
+func rootCheck(command, runtimeName string, euid int) error {
+	if euid == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s needs root: the %s sandbox runtime makes mounts, namespaces and cgroups that only root may, and you are uid %d; run it with sudo (sudo skillbox %s …)", command, runtimeName, euid, command)
 }
 
 // selfPeer is the caller of a local command: this process.

@@ -27,10 +27,14 @@ import (
 // config, registry, image or sandbox is touched, so no root is needed.
 func parseRun(t *testing.T, args ...string) (*runOptions, error) {
 	t.Helper()
-	cmd := runCommand()
-	var got *runOptions
+	return parseOnly(runCommand(), parseRunArgs, args)
+}
+
+// parseOnly runs cmd with args, its action replaced by parse.
+func parseOnly[T any](cmd *cli.Command, parse func(*cli.Context) (T, error), args []string) (T, error) {
+	var got T
 	cmd.Action = func(c *cli.Context) error {
-		o, err := parseRunArgs(c)
+		o, err := parse(c)
 		got = o
 		return err
 	}
@@ -39,7 +43,7 @@ func parseRun(t *testing.T, args ...string) (*runOptions, error) {
 		Writer: io.Discard, ErrWriter: io.Discard,
 		ExitErrHandler: func(*cli.Context, error) {},
 	}
-	err := app.Run(append([]string{"skillbox", "run"}, args...))
+	err := app.Run(append([]string{"skillbox", cmd.Name}, args...))
 	return got, err
 }
 
@@ -550,5 +554,16 @@ func TestStdinFromFlag(t *testing.T) {
 				t.Fatalf("got %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestRootCheck(t *testing.T) {
+	if err := rootCheck("run", "runsc", 0); err != nil {
+		t.Errorf("root: %v", err)
+	}
+	err := rootCheck("serve", "runc", 1000)
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "serve needs root") ||
+		!strings.Contains(err.Error(), "sudo skillbox serve") || !strings.Contains(err.Error(), "uid 1000") {
+		t.Errorf("non-root: %v", err)
 	}
 }

@@ -337,13 +337,13 @@ var runCases = []runCase{
 		if o.code != 0 || !strings.Contains(o.stdout, "wrote") {
 			t.Fatalf("outputs.sh:\n%s", o)
 		}
-		for p, want := range map[string]string{"top.txt": "top\n", "nested/deeper/file.txt": "deep\n"} {
+		for p, want := range map[string]string{"outputs/top.txt": "top\n", "outputs/nested/deeper/file.txt": "deep\n"} {
 			got, err := os.ReadFile(filepath.Join(dir, p))
 			if err != nil || string(got) != want {
 				t.Errorf("--outputs %s: %q, %v\n%s", p, got, err, o)
 			}
 		}
-		if _, err := os.Lstat(filepath.Join(dir, "passwd-link")); !errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Lstat(filepath.Join(dir, "outputs", "passwd-link")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("a symlink to /etc/passwd in outputs/ was copied out (%v)", err)
 		}
 		if !strings.Contains(o.stderr, "passwd-link") {
@@ -396,13 +396,10 @@ var runCases = []runCase{
 		o = h.run(t, "--env", "LD_PRELOAD=x", "run-tests", "scripts/env.sh")
 		runItWantError(t, "--env LD_PRELOAD=x", o, 2, "LD_PRELOAD", "refused")
 	}},
-	{"script-outside-scripts", func(t *testing.T, h *runHarness) {
-		for _, p := range []string{"SKILL.md", "../x", "/etc/passwd", "scripts/../SKILL.md", "scripts/missing.sh"} {
+	{"script-path-confined", func(t *testing.T, h *runHarness) {
+		for p, want := range map[string]string{"SKILL.md": "no interpreter", "../x": `".."`, "/etc/passwd": "absolute",
+			"scripts/../SKILL.md": `".."`, "scripts/missing.sh": "not found"} {
 			o := h.run(t, "run-tests", p)
-			want := "scripts/"
-			if p == "scripts/missing.sh" {
-				want = "not found"
-			}
 			runItWantError(t, "SCRIPT "+p, o, 1, want)
 		}
 	}},

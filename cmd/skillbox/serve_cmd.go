@@ -50,6 +50,9 @@ func serveAction(c *cli.Context) error {
 	if cfg.Daemon.AuditDir == "" {
 		return fmt.Errorf("config %s: daemon.audit_dir is required for serve: every run must be audited", c.String("config"))
 	}
+	if err := rootCheck("serve", cfg.Daemon.Runtime, os.Geteuid()); err != nil {
+		return err
+	}
 	d, err := startDaemon(c.Context, cfg, log)
 	if err != nil {
 		return err

@@ -1,16 +1,13 @@
-# The node image runs .js and .mjs scripts with Debian 12's nodejs (18.x).
+# The node image runs .js, .mjs and .cjs scripts with Debian 13's nodejs and
+# npm (for build scripts that call it; the sandbox has no network unless
+# policy gives the skill egress).
 image "node" {
-  suite   = "bookworm"
-  mirror  = "http://deb.debian.org/debian"
-  variant = "essential"
-  sources = [
-    "deb http://deb.debian.org/debian bookworm-updates main",
-    "deb http://deb.debian.org/debian-security bookworm-security main",
-  ]
+  suite = "trixie" # with trixie-updates and trixie-security
   packages = [
     "ca-certificates",
     "nodejs",
+    "npm",
   ]
   interpreters = ["node", "nodejs"]
-  notes        = "Debian 12's nodejs (18.x) without npm: skills get no package manager at run time."
+  notes        = "Debian 13's nodejs (20.x) and npm; npm keeps its cache under $HOME."
 }

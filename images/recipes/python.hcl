@@ -1,39 +1,51 @@
-# The python image runs .py scripts: python3 plus the libraries that document
-# and data skills import, all as Debian 12 packages (no pip at build or run
-# time, so the image comes from Debian's signed archive alone).
+# The python image runs .py scripts. It is "batteries included", like the
+# hosted code-execution environments skills are written for: Python 3 with the
+# document, data and imaging libraries, and the command-line tools skill
+# scripts call (poppler, qpdf, pandoc, LibreOffice headless, ffmpeg, git), all
+# as Debian 13 packages: no pip at build or run time, so the image comes from
+# Debian's signed archive alone. python-slim is the small alternative.
 image "python" {
-  suite   = "bookworm"
-  mirror  = "http://deb.debian.org/debian"
-  variant = "essential"
-  sources = [
-    "deb http://deb.debian.org/debian bookworm-updates main",
-    "deb http://deb.debian.org/debian-security bookworm-security main",
-  ]
+  suite = "trixie" # with trixie-updates and trixie-security
   packages = [
     "ca-certificates",
-    "poppler-utils",
     "python3",
+    "python-is-python3",
     "python3-defusedxml",
     "python3-docx",
     "python3-imageio",
     "python3-lxml",
+    "python3-matplotlib",
     "python3-numpy",
     "python3-openpyxl",
     "python3-pandas",
     "python3-pdfminer",
     "python3-pil",
     "python3-pypdf",
+    "python3-reportlab",
     "python3-yaml",
-    "python-is-python3",
+    "poppler-utils",
     "qpdf",
+    "pandoc",
+    "libreoffice-writer-nogui",
+    "libreoffice-calc-nogui",
+    "libreoffice-impress-nogui",
+    "ffmpeg",
+    "git",
+    "fonts-dejavu-core",
+    "fonts-liberation",
+    "fonts-noto-core",
   ]
   interpreters = ["python3", "python"]
   notes        = <<-EOT
-    Python 3.11 with yaml, lxml, openpyxl, pypdf (3.4), PIL, defusedxml, numpy,
-    pandas, python-docx, imageio and pdfminer.six, plus poppler-utils
-    (pdftotext, pdftoppm) and qpdf. Debian 12 packages neither pdfplumber nor
+    Python 3.13 with pypdf (5.x), openpyxl, python-docx, lxml, defusedxml,
+    Pillow, numpy, pandas, matplotlib (and scipy, which it pulls in),
+    reportlab, imageio, PyYAML and pdfminer.six; poppler-utils (pdftoppm,
+    pdftotext), qpdf, pandoc, LibreOffice headless (soffice: Writer, Calc,
+    Impress, no GUI), ffmpeg, git, and the DejaVu, Liberation and Noto fonts.
+    LibreOffice keeps its profile under $HOME, which must be writable (the
+    sandbox's /tmp). Debian packages neither python-pptx, pdfplumber nor
     pdf2image: scripts that import them fail; pdfminer.six (which pdfplumber
-    wraps) and poppler's pdftoppm (which pdf2image wraps) are here instead.
+    wraps) and pdftoppm (which pdf2image wraps) are here instead.
     python-is-python3 provides the "python" command for old shebangs.
   EOT
 }

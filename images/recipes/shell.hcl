@@ -1,22 +1,20 @@
-# The shell image runs .sh scripts: bash plus the text tools skill scripts
-# reach for. It is the smallest image and the one the integration test builds.
+# The shell image runs .sh scripts: bash plus the tools skill scripts reach
+# for. It is the smallest image and the one the integration test builds.
 image "shell" {
-  suite   = "bookworm"
-  mirror  = "http://deb.debian.org/debian"
-  variant = "essential"
-  sources = [
-    "deb http://deb.debian.org/debian bookworm-updates main",
-    "deb http://deb.debian.org/debian-security bookworm-security main",
-  ]
+  suite = "trixie" # with trixie-updates and trixie-security
   packages = [
     "bash",
     "ca-certificates",
     "coreutils",
+    "curl",
     "gawk",
+    "git",
     "grep",
     "jq",
     "sed",
+    "unzip",
+    "zip",
   ]
   interpreters = ["bash", "sh"]
-  notes        = "bash, coreutils, jq, grep, sed and gawk on Debian 12's essential set (no apt inside)."
+  notes        = "bash, coreutils, curl, git, jq, grep, sed, gawk, zip and unzip on Debian 13's essential set (no apt inside)."
 }

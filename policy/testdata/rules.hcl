@@ -7,13 +7,13 @@ limits {
 
 policy "base" {
   skills = ["*"]
-  tools  = ["skills.read", "skills.run_script", "Read", "Bash(git:*)", "mcp__github"]
+  tools  = ["skills.read", "skills.run_script", "skills.run_code(python)", "Read", "Bash(git:*)", "mcp__github"]
   deny   = ["Bash(git push:*)"]
 }
 
 policy "guarded" {
   skills  = ["guarded-*"]
-  confirm = ["skills.run_script", "Bash(git commit:*)"]
+  confirm = ["skills.run_script", "skills.run_code", "Bash(git commit:*)"]
   script_dirs = ["scripts", "core"]
   limits {
     memory = "256MiB"
@@ -22,7 +22,7 @@ policy "guarded" {
 
 policy "lockdown" {
   skills = ["guarded-secret", "evil"]
-  deny   = ["skills.run_script"]
+  deny   = ["skills.run_script", "skills.run_code(shell)"]
   tools  = ["Write"]
   script_dirs = ["scripts/tools", "core/gif", "eval"]
   limits {

@@ -55,13 +55,13 @@ type ActivateParams struct {
 // and skills.run_script are relative to it), its estimated token count and
 // what each !`command` did.
 type ActivateResult struct {
-	Name        string `json:"name"`
-	Description string `json:"description"`
-	Digest   string            `json:"digest"`
-	SkillDir string            `json:"skill_dir"`
-	Body     string            `json:"body"`
-	Tokens   int               `json:"tokens"`
-	Commands []RenderedCommand `json:"commands,omitempty"`
+	Name        string            `json:"name"`
+	Description string            `json:"description"`
+	Digest      string            `json:"digest"`
+	SkillDir    string            `json:"skill_dir"`
+	Body        string            `json:"body"`
+	Tokens      int               `json:"tokens"`
+	Commands    []RenderedCommand `json:"commands,omitempty"`
 }
 
 // RenderedCommand is one !`command` of an activation. RunID is set when it

@@ -31,6 +31,16 @@ type InstructionsResult struct {
 	Instructions    string `json:"instructions"`
 	AvailableSkills string `json:"available_skills,omitempty"`
 	ActiveSkills    string `json:"active_skills,omitempty"`
+	// SkillMounts says where skills.run_code mounts each active skill.
+	SkillMounts []MountedSkill `json:"skill_mounts,omitempty"`
+}
+
+// MountedSkill is a skill as skills.run_code mounts it: read-only at Path
+// (/skills/NAME), which is on the module path, in the version Digest.
+type MountedSkill struct {
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Digest string `json:"digest"`
 }
 
 // ListSkillsParams filters skills.list; both fields are optional.
@@ -114,21 +124,55 @@ type ReadResult struct {
 	Tokens int `json:"tokens"`
 }
 
-// File is an input file for a run; it lands in the run's working directory
-// under Name. Content is base64 (standard encoding, padded).
+// File is one input entry for a run: a file, a directory or a symlink at
+// Name, a relative path in the run's working directory (/work, the
+// script's cwd) that may contain "/" (e.g. "unpacked/word/document.xml").
+// Names are confined to the working directory: no "..", "." or empty
+// components, not absolute, no control characters; directories a name
+// needs are made. Type is FileTypeFile (the default when empty),
+// FileTypeDir or FileTypeSymlink. A file's Content is base64 (standard
+// encoding, padded); a symlink's Target is kept verbatim and never
+// followed on the host, and no entry may lie under a symlink or file
+// entry. Mode is the permission bits as a number (e.g. 420 for 0644; 0
+// means 0644 for a file, 0755 for a directory). A bad entry is refused
+// before anything runs, with an error naming it (files[i] "name").
 type File struct {
 	Name    string `json:"name"`
-	Content string `json:"content"`
+	Type    string `json:"type,omitempty"`
+	Content string `json:"content,omitempty"`
+	Target  string `json:"target,omitempty"`
+	Mode    uint32 `json:"mode,omitempty"`
 }
+
+// The types of a File entry.
+const (
+	FileTypeFile    = "file"
+	FileTypeDir     = "dir"
+	FileTypeSymlink = "symlink"
+)
 
 // NewFile makes an input file of data.
 func NewFile(name string, data []byte) File {
 	return File{Name: name, Content: base64.StdEncoding.EncodeToString(data)}
 }
 
-// RunScriptParams is skills.run_script's request. Path lies under the
-// skill's scripts/; the interpreter comes from its extension, never from the
-// caller. ConfirmationID repeats a call that policy held for approval.
+// NewDir makes an input directory entry (an empty directory unless other
+// entries lie under it).
+func NewDir(name string) File {
+	return File{Name: name, Type: FileTypeDir}
+}
+
+// NewSymlink makes an input symlink entry pointing at target.
+func NewSymlink(name, target string) File {
+	return File{Name: name, Type: FileTypeSymlink, Target: target}
+}
+
+// RunScriptParams is skills.run_script's request. Path is any file of the
+// skill, relative to its root (e.g. "scripts/fill.py" or "core/gif.py"),
+// unless policy restricts the directories scripts may be run from
+// (script_dirs); the interpreter comes from its extension, never from the
+// caller. The skill root and the script's directory are on the module path
+// (PYTHONPATH, NODE_PATH). ConfirmationID repeats a call that policy held for approval.
 // Stream asks for run.started, run.output and run.exited events while the
 // script runs (JSON-RPC notifications; the result still carries the whole,
 // capped output).
@@ -148,8 +192,11 @@ type RunScriptParams struct {
 
 // RunCodeParams is skills.run_code's request: code the caller wrote, run in
 // the same kind of sandbox as a script, with every active skill mounted
-// read-only. Language is LanguagePython, LanguageShell or LanguageNode.
-// Its result is a RunScriptResult.
+// read-only at /skills/NAME and on the module path. Language is
+// LanguagePython, LanguageShell or LanguageNode; it picks the interpreter
+// and image, as a script's extension does. Its result is a RunScriptResult
+// whose Skills name the mounts and whose Path is the code's file in the
+// sandbox.
 type RunCodeParams struct {
 	SessionID      string            `json:"session_id"`
 	Language       string            `json:"language"`
@@ -166,30 +213,62 @@ type RunCodeParams struct {
 // RunScriptResult is skills.run_script's (and skills.run_code's) result. A
 // script that fails is still a result (ExitCode, Reason); errors are for
 // runs that did not happen.
+//
+// Outputs are every regular file the script created or changed anywhere in
+// its working directory, in path order, with paths relative to it (e.g.
+// "outputs/report.pdf", "unpacked/ppt/slides/slide1.xml"). Symlinks and
+// special files it left are never followed: they are named in
+// OutputsSkipped with why. The output caps (limits output_files,
+// output_bytes, output_file_bytes) are never silent: when one left files
+// out, OutputsTruncated is true, OutputsTruncatedBy names the first cap
+// hit ("output_files", "output_bytes" or "output_file_bytes"), OutputsOmittedFiles/Bytes count what was left out and
+// OutputsSkipped names the files.
+//
+// Contents are inlined (base64) up to MaxInlineOutputBytes of file bytes
+// per response, in path order; every output after the budget is used up
+// still has its path, size and sha256 but no content, is marked
+// ContentOmitted, and OutputsNotInlined counts those entries. A host that
+// needs them runs the script again with fewer or smaller outputs (or uses
+// `skillbox run --outputs DIR`, which has no such budget).
 type RunScriptResult struct {
-	RunID           string   `json:"run_id"`
-	Path            string   `json:"path"`
-	ExitCode        int      `json:"exit_code"`
-	Signal          string   `json:"signal,omitempty"`
-	Stdout          string   `json:"stdout"`
-	Stderr          string   `json:"stderr"`
-	StdoutTruncated bool     `json:"stdout_truncated"`
-	StderrTruncated bool     `json:"stderr_truncated"`
-	DurationMS      int64    `json:"duration_ms"`
-	Reason          string   `json:"reason"`
-	Outputs         []Output `json:"outputs,omitempty"`
-	Image           string   `json:"image,omitempty"`
-	ImageDigest     string   `json:"image_digest,omitempty"`
-	Runtime         string   `json:"runtime,omitempty"`
+	RunID               string   `json:"run_id"`
+	Path                string   `json:"path"`
+	ExitCode            int      `json:"exit_code"`
+	Signal              string   `json:"signal,omitempty"`
+	Stdout              string   `json:"stdout"`
+	Stderr              string   `json:"stderr"`
+	StdoutTruncated     bool     `json:"stdout_truncated"`
+	StderrTruncated     bool     `json:"stderr_truncated"`
+	DurationMS          int64    `json:"duration_ms"`
+	Reason              string   `json:"reason"`
+	Outputs             []Output `json:"outputs,omitempty"`
+	OutputsTruncated    bool     `json:"outputs_truncated"`
+	OutputsTruncatedBy  string   `json:"outputs_truncated_by,omitempty"`
+	OutputsOmittedFiles int      `json:"outputs_omitted_files,omitempty"`
+	OutputsOmittedBytes int64    `json:"outputs_omitted_bytes,omitempty"`
+	OutputsSkipped      []string `json:"outputs_skipped,omitempty"`
+	OutputsNotInlined   int      `json:"outputs_not_inlined,omitempty"`
+	Image               string   `json:"image,omitempty"`
+	ImageDigest         string   `json:"image_digest,omitempty"`
+	Runtime             string   `json:"runtime,omitempty"`
+	// Skills are the skills a skills.run_code run mounted.
+	Skills []MountedSkill `json:"skills,omitempty"`
 }
 
-// Output is a file the script wrote to its outputs folder. Content is base64.
+// MaxInlineOutputBytes is the budget of output file bytes (before base64)
+// one run result inlines; see RunScriptResult.
+const MaxInlineOutputBytes = 64 << 20
+
+// Output is a file the script created or changed in its working directory;
+// Path is relative to it. Content is base64, absent when ContentOmitted
+// (the response's inline budget was used up; Size and SHA256 still
+// describe the file).
 type Output struct {
-	Path      string `json:"path"`
-	Size      int64  `json:"size"`
-	SHA256    string `json:"sha256"`
-	Content   string `json:"content,omitempty"`
-	Truncated bool   `json:"truncated,omitempty"`
+	Path           string `json:"path"`
+	Size           int64  `json:"size"`
+	SHA256         string `json:"sha256"`
+	Content        string `json:"content,omitempty"`
+	ContentOmitted bool   `json:"content_omitted,omitempty"`
 }
 
 // Data decodes an output file's content.

@@ -95,6 +95,8 @@ type SkillRef struct {
 	Name     string `json:"name"`
 	Digest   string `json:"digest,omitempty"` // "sha256:…" over the skill's files
 	Location string `json:"location,omitempty"`
+	// Path is where a run mounted the skill (skills.run_code: /skills/NAME).
+	Path string `json:"path,omitempty"`
 }
 
 // ReadInfo describes a skills.read: what was asked and, when served, what was
@@ -109,11 +111,12 @@ type ReadInfo struct {
 	Truncated bool   `json:"truncated,omitempty"`
 }
 
-// RunInfo describes one run_script. The start record holds what was asked
-// and where it runs; the end record repeats that and adds how it ended.
+// RunInfo describes one run_script or run_code. The start record holds what
+// was asked and where it runs; the end record repeats that and adds how it
+// ended.
 type RunInfo struct {
 	RunID        string   `json:"run_id,omitempty"`
-	Script       string   `json:"script"`                  // path relative to the skill
+	Script       string   `json:"script"`                  // path relative to the skill; run_code: the code's path in the sandbox
 	ScriptSHA256 string   `json:"script_sha256,omitempty"` // of the script's bytes
 	Args         []string `json:"args,omitempty"`
 	// EnvNames and EnvHash come from EnvSummary: names only, values hashed.
@@ -136,22 +139,39 @@ type RunInfo struct {
 	Ended          time.Time `json:"ended,omitzero"`
 	DurationMS     int64     `json:"duration_ms,omitempty"`
 	// ExitCode is nil until the run has ended with a status.
-	ExitCode        *int      `json:"exit_code,omitempty"`
-	Signal          string    `json:"signal,omitempty"`
-	Reason          string    `json:"reason,omitempty"` // exit, timeout, oom, pids, output_cap, killed
-	StdoutBytes     int64     `json:"stdout_bytes,omitempty"`
-	StdoutSHA256    string    `json:"stdout_sha256,omitempty"`
-	StdoutTruncated bool      `json:"stdout_truncated,omitempty"`
-	StderrBytes     int64     `json:"stderr_bytes,omitempty"`
-	StderrSHA256    string    `json:"stderr_sha256,omitempty"`
-	StderrTruncated bool      `json:"stderr_truncated,omitempty"`
-	Outputs         []FileRef `json:"outputs,omitempty"`
-	OutputsSkipped  []string  `json:"outputs_skipped,omitempty"`
+	ExitCode        *int   `json:"exit_code,omitempty"`
+	Signal          string `json:"signal,omitempty"`
+	Reason          string `json:"reason,omitempty"` // exit, timeout, oom, pids, output_cap, killed
+	StdoutBytes     int64  `json:"stdout_bytes,omitempty"`
+	StdoutSHA256    string `json:"stdout_sha256,omitempty"`
+	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`
+	StderrBytes     int64  `json:"stderr_bytes,omitempty"`
+	StderrSHA256    string `json:"stderr_sha256,omitempty"`
+	StderrTruncated bool   `json:"stderr_truncated,omitempty"`
+	// Outputs are the files the script created or changed in its working
+	// directory (paths relative to it); OutputsSkipped names entries not
+	// collected and why (links, special files, files a cap left out).
+	Outputs        []FileRef `json:"outputs,omitempty"`
+	OutputsSkipped []string  `json:"outputs_skipped,omitempty"`
+	// OutputsTruncated says an output cap left files out; OutputsTruncatedBy
+	// names the first cap hit (output_files, output_bytes,
+	// output_file_bytes); OutputsOmittedFiles/Bytes count what was left out.
+	OutputsTruncated    bool   `json:"outputs_truncated,omitempty"`
+	OutputsTruncatedBy  string `json:"outputs_truncated_by,omitempty"`
+	OutputsOmittedFiles int    `json:"outputs_omitted_files,omitempty"`
+	OutputsOmittedBytes int64  `json:"outputs_omitted_bytes,omitempty"`
+	// Code is the code of a skills.run_code run (the skills it mounted
+	// are the record's Skills, with their paths).
+	Code *CodeInfo `json:"code,omitempty"`
 }
 
-// FileRef is a file by name, size and content hash.
+// FileRef is a file by name, size and content hash. An input entry that
+// is not a regular file has Type "dir" or "symlink" (and Target, the
+// link's target).
 type FileRef struct {
 	Path   string `json:"path"`
+	Type   string `json:"type,omitempty"`
+	Target string `json:"target,omitempty"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256,omitempty"`
 }

@@ -604,6 +604,16 @@ func (c *Client) RunScript(ctx context.Context, p api.RunScriptParams) (*api.Run
 	return &r, nil
 }
 
+// RunCode runs code the caller wrote in a sandbox with every loaded skill
+// mounted (skills.run_code); errors as RunScript's.
+func (c *Client) RunCode(ctx context.Context, p api.RunCodeParams) (*api.RunScriptResult, error) {
+	var r api.RunScriptResult
+	if err := c.Call(ctx, api.MethodSkillsRunCode, p, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}
+
 // CancelRun stops a run of the caller's (its id is in run.started and in
 // the result); the run's call then returns with reason "cancelled".
 func (c *Client) CancelRun(ctx context.Context, runID string) (*api.CancelRunResult, error) {

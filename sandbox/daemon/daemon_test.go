@@ -713,7 +713,7 @@ policy "slow" {
 		kind string
 		want string
 	}{
-		{api.RunScriptParams{Path: "SKILL.md"}, api.KindInvalidParams, "scripts/"},
+		{api.RunScriptParams{Path: "SKILL.md"}, api.KindInvalidParams, "no interpreter"},
 		{api.RunScriptParams{Path: "scripts/../SKILL.md"}, api.KindInvalidParams, ".."},
 		{api.RunScriptParams{Path: "scripts/missing.py"}, api.KindNotFound, "not found"},
 		{api.RunScriptParams{Path: "scripts/run.py", Env: map[string]string{"LD_PRELOAD": "/x.so"}}, api.KindInvalidParams, "LD_PRELOAD"},

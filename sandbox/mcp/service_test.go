@@ -143,3 +143,21 @@ func TestRealServiceConfirmation(t *testing.T) {
 		})
 	}
 }
+
+// skills_run_code over the real service: the code runs with the loaded
+// skill mounted, and the result names where.
+func TestRealServiceRunCode(t *testing.T) {
+	rs := newRealServiceWith(t, strings.Replace(serviceConfig, `"skills.run_script"]`, `"skills.run_script", "skills.run_code"]`, 1))
+	cs := connect(t, rs.svc, mcp.Options{Caller: someone}, nil)
+	call(t, cs, mcp.ToolLoad, map[string]any{"names": []string{"hello"}})
+	res := call(t, cs, mcp.ToolRunCode, map[string]any{"language": "python", "code": "import scripts\n", "args": []string{"a"}})
+	var rr api.RunScriptResult
+	structured(t, res, &rr)
+	if res.IsError || len(rr.Skills) != 1 || rr.Skills[0].Path != "/skills/hello" || rr.Path != "/skills/.code/main.py" {
+		t.Fatalf("run_code: isError=%v %q %+v", res.IsError, text(res), rr)
+	}
+	jobs := rs.rt.Jobs()
+	if len(jobs) != 1 || jobs[0].Program == nil || string(jobs[0].Program.Data) != "import scripts\n" || len(jobs[0].Skills) != 1 {
+		t.Errorf("jobs %+v", jobs)
+	}
+}

@@ -25,9 +25,6 @@ import (
 	"github.com/skillbox/skillbox/skills"
 )
 
-// ScriptsDir is the only part of a skill whose files may be run.
-const ScriptsDir = "scripts"
-
 // maxScriptBytes caps how much of a script is read on the host (to hash it
 // and to sniff a shebang); a larger script is refused rather than half-hashed.
 const maxScriptBytes = 4 << 20
@@ -74,14 +71,18 @@ type Engine struct {
 
 // RunRequest is one script run as asked for by a host or a person.
 type RunRequest struct {
-	Skill   *skills.Skill
-	Script  string // relative to the skill root, must lie under scripts/
+	Skill *skills.Skill
+	// Script is relative to the skill root: any file of the skill, unless
+	// policy restricts the directories (script_dirs).
+	Script  string
 	Args    []string
 	Env     map[string]string
 	Stdin   []byte
 	Files   []runtime.InputFile
 	Limits  runtime.Limits // requested; may only lower the policy's limits
 	Network bool           // requested; needs a policy rule that allows it
+	// Code makes it a skills.run_code run (Skill and Script stay empty).
+	Code *CodeRequest
 
 	// Who asked, for audit.
 	Peer      *api.Peer
@@ -112,11 +113,18 @@ type Plan struct {
 	Interpreter  policy.Interpreter
 	Argv         []string
 	Env          []string
-	Limits       runtime.Limits
-	LimitRules   []string
-	Network      bool
-	NetworkRule  string
-	Digest       string
+	// ModuleEnv puts the skill root and the script's directory on the
+	// interpreter's module path (runtime.ModulePathEnv).
+	ModuleEnv []string
+	// ScriptDirsRule names the policy rule(s) that allowed the script's
+	// directory, or policy.RuleScriptDirsDefault.
+	ScriptDirsRule string
+	Limits         runtime.Limits
+	LimitRules     []string
+	Network        bool
+	NetworkRule    string
+	Digest         string
+	Code           *CodePlan // skills.run_code runs only
 }
 
 // Outcome is a finished run.
@@ -130,6 +138,9 @@ type Outcome struct {
 // Prepare validates req against the skill and the policy without running
 // anything. Errors wrap api.ErrInvalidParams, api.ErrNotFound or api.ErrDenied.
 func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
+	if req.Code != nil {
+		return e.prepareCode(req)
+	}
 	if req.Skill == nil {
 		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
 	}
@@ -139,6 +150,13 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	rel, err := CleanScriptPath(req.Script)
 	if err != nil {
 		return nil, err
+	}
+	dirs, dirsRule := e.Config.ScriptDirsFor(req.Skill.Name)
+	if !policy.ScriptInDirs(rel, dirs) {
+		if len(dirs) == 0 {
+			return nil, fmt.Errorf("%w: no script of skill %q may be run: the script_dirs of %s have no directory in common; ask an administrator to fix them", api.ErrDenied, req.Skill.Name, dirsRule)
+		}
+		return nil, fmt.Errorf("%w: script %q of skill %q is outside the directories policy lets scripts run from (script_dirs %s, set by %s): run a script under one of them", api.ErrDenied, rel, req.Skill.Name, strings.Join(dirs, ", "), dirsRule)
 	}
 	if e.Pins == nil {
 		return nil, fmt.Errorf("%w: the engine has no skill snapshot store", api.ErrUnavailable)
@@ -152,7 +170,7 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	f, err := skills.OpenInRoot(root, rel)
 	if err != nil {
 		if errors.Is(err, skills.ErrNotFound) {
-			return nil, fmt.Errorf("%w: script %q not found in skill %q: list its scripts/ with skills.read or skills list", api.ErrNotFound, rel, req.Skill.Name)
+			return nil, fmt.Errorf("%w: script %q not found in skill %q: give a file of the skill relative to its root (SKILL.md names them; skillbox skills show lists them)", api.ErrNotFound, rel, req.Skill.Name)
 		}
 		return nil, fmt.Errorf("%w: script %q: %v", api.ErrInvalidParams, rel, err)
 	}
@@ -192,31 +210,34 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	argv := append([]string{}, interp.Argv...)
 	argv = append(argv, path.Join(runtime.SkillMount, rel))
 	argv = append(argv, req.Args...)
+	moduleEnv := runtime.ModulePathEnv(interpreterFamily(interp), rel)
 
 	runID := newID("run_")
 	jobID := runtime.IDPrefix + strings.TrimPrefix(runID, "run_")
 	// Check what the backend would refuse (env names, input files, argv
 	// size) now, before a confirmation is asked for or a run is audited.
 	if err := runtime.ValidateJob(runtime.Job{
-		ID: jobID, RootFS: "/", SkillDir: "/", Args: argv, Env: env, Files: req.Files, Limits: limits,
+		ID: jobID, RootFS: "/", SkillDir: "/", Args: argv, Env: env, ModuleEnv: moduleEnv, Files: req.Files, Limits: limits,
 	}); err != nil {
 		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
 	}
 
 	p := &Plan{
-		RunID:        runID,
-		JobID:        jobID,
-		Request:      req,
-		Script:       rel,
-		SkillRoot:    root,
-		ScriptSHA256: hex.EncodeToString(sum[:]),
-		Interpreter:  interp,
-		Argv:         argv,
-		Env:          env,
-		Limits:       limits,
-		LimitRules:   rules,
-		Network:      network,
-		NetworkRule:  netRule,
+		RunID:          runID,
+		JobID:          jobID,
+		Request:        req,
+		Script:         rel,
+		SkillRoot:      root,
+		ScriptSHA256:   hex.EncodeToString(sum[:]),
+		Interpreter:    interp,
+		Argv:           argv,
+		Env:            env,
+		ModuleEnv:      moduleEnv,
+		ScriptDirsRule: dirsRule,
+		Limits:         limits,
+		LimitRules:     rules,
+		Network:        network,
+		NetworkRule:    netRule,
 	}
 	p.Digest = planDigest(p)
 	return p, nil
@@ -257,29 +278,33 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		SessionID: req.SessionID,
 		RequestID: req.RequestID,
 		Method:    req.Method,
-		Skill:     &audit.SkillRef{Name: req.Skill.Name, Digest: req.Skill.Digest, Location: req.Skill.Location},
+		Skill:     p.auditSkill(),
+		Skills:    p.Code.auditSkills(),
 		Run:       e.runInfo(p, img, rtVersion),
 		Detail:    planDetail(p),
 	}
 	start.Run.Started = began.UTC()
+	start.Run.Code = p.Code.auditCode(true)
 	if err := e.append(ctx, start); err != nil {
 		return nil, err
 	}
 
 	job := runtime.Job{
-		ID:       p.JobID,
-		RootFS:   rootfs,
-		SkillDir: p.SkillRoot,
-		Args:     p.Argv,
-		Env:      p.Env,
-		Stdin:    req.Stdin,
-		Files:    req.Files,
-		Limits:   p.Limits,
-		Network:  p.Network,
-		Stdout:   req.Stdout,
-		Stderr:   req.Stderr,
+		ID:        p.JobID,
+		RootFS:    rootfs,
+		SkillDir:  p.SkillRoot,
+		Args:      p.Argv,
+		Env:       p.Env,
+		ModuleEnv: p.ModuleEnv,
+		Stdin:     req.Stdin,
+		Files:     req.Files,
+		Limits:    p.Limits,
+		Network:   p.Network,
+		Stdout:    req.Stdout,
+		Stderr:    req.Stderr,
 	}
-	log.Debug("run starting", "run_id", p.RunID, "skill", req.Skill.Name, "script", p.Script, "image", img.Digest)
+	p.Code.applyTo(&job)
+	log.Debug("run starting", "run_id", p.RunID, "skill", p.skillName(), "script", p.Script, "image", img.Digest)
 	res, runErr := e.Runtime.Run(ctx, job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
 		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
@@ -292,6 +317,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		RequestID: req.RequestID,
 		Method:    req.Method,
 		Skill:     start.Skill,
+		Skills:    start.Skills,
 		Run:       e.runInfo(p, img, rtVersion),
 		Detail:    start.Detail,
 	}
@@ -318,7 +344,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		// The run.end record holds the failure.
 		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
-	log.Info("run finished", "run_id", p.RunID, "skill", req.Skill.Name, "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
+	log.Info("run finished", "run_id", p.RunID, "skill", p.skillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
 	return &Outcome{RunID: p.RunID, Plan: p, Image: img, Result: res}, nil
 }
 
@@ -404,12 +430,20 @@ func (e *Engine) runInfo(p *Plan, img ImageRef, rtVersion string) *audit.RunInfo
 		Network:        p.Network,
 		Digest:         p.Digest,
 		ConfirmationID: req.ConfirmationID,
+		Code:           p.Code.auditCode(false),
 	}
 	if len(req.Stdin) > 0 {
 		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), sha256Hex(req.Stdin)
 	}
 	for _, f := range req.Files {
-		ri.Inputs = append(ri.Inputs, audit.FileRef{Path: f.Name, Size: int64(len(f.Data)), SHA256: sha256Hex(f.Data)})
+		ref := audit.FileRef{Path: f.Name, Size: int64(len(f.Data)), SHA256: sha256Hex(f.Data)}
+		switch f.Kind {
+		case runtime.InputDir:
+			ref = audit.FileRef{Path: f.Name, Type: string(f.Kind)}
+		case runtime.InputSymlink:
+			ref = audit.FileRef{Path: f.Name, Type: string(f.Kind), Target: f.Target}
+		}
+		ri.Inputs = append(ri.Inputs, ref)
 	}
 	return ri
 }
@@ -430,6 +464,12 @@ func planDetail(p *Plan) map[string]string {
 	if p.NetworkRule != "" {
 		d["network_rule"] = p.NetworkRule
 	}
+	if p.ScriptDirsRule != "" {
+		d["script_dirs_rule"] = p.ScriptDirsRule
+	}
+	if len(p.ModuleEnv) > 0 {
+		d["module_path"] = strings.Join(p.ModuleEnv, " ")
+	}
 	return d
 }
 
@@ -448,28 +488,47 @@ func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
 		ri.Outputs = append(ri.Outputs, audit.FileRef{Path: o.Path, Size: o.Size, SHA256: o.SHA256})
 	}
 	ri.OutputsSkipped = res.OutputsSkipped
+	ri.OutputsTruncated, ri.OutputsTruncatedBy = res.OutputsTruncated, res.OutputsTruncatedBy
+	ri.OutputsOmittedFiles, ri.OutputsOmittedBytes = res.OutputsOmittedFiles, res.OutputsOmittedBytes
 }
 
-// CleanScriptPath checks that p names a file under scripts/ without any way
-// out: relative, no "..", no NUL. It returns the cleaned path.
+// interpreterFamily is the family runtime.ModulePathEnv knows an
+// interpreter by: from the program it runs (python3, node), else the
+// image's name (python-slim counts as python).
+func interpreterFamily(in policy.Interpreter) string {
+	if len(in.Argv) > 0 {
+		switch prog := path.Base(in.Argv[0]); {
+		case strings.HasPrefix(prog, "python"):
+			return "python"
+		case prog == "node" || prog == "nodejs":
+			return "node"
+		}
+	}
+	return in.Image
+}
+
+// CleanScriptPath checks that p names a file inside the skill without any
+// way out: relative, no "..", no NUL, not the skill root itself. It returns
+// the cleaned path. Which directories may be run from is policy's
+// (script_dirs, checked by Prepare).
 func CleanScriptPath(p string) (string, error) {
 	if p == "" {
-		return "", fmt.Errorf("%w: path is empty: give a script under %s/, e.g. %s/run.py", api.ErrInvalidParams, ScriptsDir, ScriptsDir)
+		return "", fmt.Errorf("%w: path is empty: give a script relative to the skill root, e.g. scripts/run.py", api.ErrInvalidParams)
 	}
 	if strings.ContainsRune(p, 0) {
 		return "", fmt.Errorf("%w: path contains a NUL byte", api.ErrInvalidParams)
 	}
 	if path.IsAbs(p) {
-		return "", fmt.Errorf("%w: path %q is absolute: give it relative to the skill, under %s/", api.ErrInvalidParams, p, ScriptsDir)
+		return "", fmt.Errorf("%w: path %q is absolute: give it relative to the skill root, e.g. scripts/run.py", api.ErrInvalidParams, p)
 	}
 	for _, part := range strings.Split(p, "/") {
 		if part == ".." {
-			return "", fmt.Errorf("%w: path %q contains \"..\": only files under the skill's %s/ can run", api.ErrInvalidParams, p, ScriptsDir)
+			return "", fmt.Errorf("%w: path %q contains \"..\": only files inside the skill can run", api.ErrInvalidParams, p)
 		}
 	}
 	c := path.Clean(p)
-	if !strings.HasPrefix(c, ScriptsDir+"/") {
-		return "", fmt.Errorf("%w: path %q is not under the skill's %s/ directory: only scripts there can run", api.ErrInvalidParams, p, ScriptsDir)
+	if c == "." {
+		return "", fmt.Errorf("%w: path %q is the skill root, not a script: give a file of the skill, e.g. scripts/run.py", api.ErrInvalidParams, p)
 	}
 	return c, nil
 }
@@ -499,22 +558,31 @@ func envList(env map[string]string) ([]string, error) {
 // script bytes, what it is given, and the limits it runs under.
 func planDigest(p *Plan) string {
 	req := p.Request
-	files := make([]string, 0, len(req.Files))
-	for _, f := range req.Files {
-		files = append(files, f.Name+":"+sha256Hex(f.Data))
-	}
-	return store.RequestDigest(
+	return store.RequestDigest(append([]string{
 		"skill", req.Skill.Name,
 		"skill_digest", req.Skill.Digest,
 		"script", p.Script,
 		"script_sha256", p.ScriptSHA256,
+	}, runDigestFields(p)...)...)
+}
+
+// runDigestFields are the digest fields of what any run is given and runs
+// under, after the fields that say what runs.
+func runDigestFields(p *Plan) []string {
+	req := p.Request
+	files := make([]string, 0, len(req.Files))
+	for _, f := range req.Files {
+		// Kind, mode and link target are part of what was approved.
+		files = append(files, fmt.Sprintf("%q:%s:%o:%q:%s", f.Name, f.Kind, f.Mode, f.Target, sha256Hex(f.Data)))
+	}
+	return []string{
 		"args", strings.Join(quoteAll(req.Args), " "),
 		"env", strings.Join(quoteAll(p.Env), " "),
 		"stdin_sha256", sha256Hex(req.Stdin),
 		"files", strings.Join(files, " "),
 		"limits", fmt.Sprintf("%+v", p.Limits),
 		"network", fmt.Sprint(p.Network),
-	)
+	}
 }
 
 func quoteAll(ss []string) []string {
@@ -552,21 +620,32 @@ func classifyRuntimeErr(err error) error {
 }
 
 // ResultOf turns an outcome into its wire form (skills.run_script's
-// result); output file contents are included (base64) only when
-// withContent is set.
-func ResultOf(o *Outcome, withContent bool) api.RunScriptResult {
+// result). Output contents are inlined (base64), in path order, while their
+// bytes fit in inlineBudget (api.MaxInlineOutputBytes on the socket; 0
+// inlines none); every output past the budget keeps its path, size and
+// sha256 and is marked ContentOmitted, and OutputsNotInlined counts them.
+func ResultOf(o *Outcome, inlineBudget int64) api.RunScriptResult {
 	r := o.Result
 	res := api.RunScriptResult{
 		RunID: o.RunID, Path: o.Plan.Script, ExitCode: r.ExitCode, Signal: r.Signal,
 		Stdout: string(r.Stdout), Stderr: string(r.Stderr),
 		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
 		DurationMS: r.Duration.Milliseconds(), Reason: string(r.Reason),
-		Image: o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
+		OutputsTruncated: r.OutputsTruncated, OutputsTruncatedBy: r.OutputsTruncatedBy,
+		OutputsOmittedFiles: r.OutputsOmittedFiles, OutputsOmittedBytes: r.OutputsOmittedBytes,
+		OutputsSkipped: r.OutputsSkipped,
+		Image:          o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
+		Skills: o.Plan.Code.resultSkills(),
 	}
+	left := inlineBudget
 	for _, f := range r.Outputs {
 		out := api.Output{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
-		if withContent {
+		if int64(len(f.Data)) <= left && res.OutputsNotInlined == 0 {
 			out.Content = base64.StdEncoding.EncodeToString(f.Data)
+			left -= int64(len(f.Data))
+		} else {
+			out.ContentOmitted = true
+			res.OutputsNotInlined++
 		}
 		res.Outputs = append(res.Outputs, out)
 	}

@@ -35,13 +35,13 @@ func TestCleanScriptPath(t *testing.T) {
 		{"scripts/../../etc/passwd", "", ".."},
 		{"scripts/..", "", ".."},
 		{"scripts/run.py\x00.txt", "", "NUL"},
-		{"SKILL.md", "", "not under"},
-		{"references/tool.py", "", "not under"},
-		{"scripts", "", "not under"},
-		{"scripts/", "", "not under"},
-		{"scripts/.", "", "not under"},
-		{"scriptsx/run.py", "", "not under"},
-		{"Scripts/run.py", "", "not under"},
+		{"SKILL.md", "SKILL.md", ""}, // policy and the interpreter decide
+		{"references/tool.py", "references/tool.py", ""},
+		{"core/gif.py", "core/gif.py", ""},
+		{"scripts/", "scripts", ""},
+		{".", "", "skill root"},
+		{"./", "", "skill root"},
+		{"scripts/..", "", ".."},
 	} {
 		got, err := service.CleanScriptPath(tc.in)
 		if tc.want != "" {
@@ -143,8 +143,8 @@ func TestPrepareInterpreterByExtension(t *testing.T) {
 		{"scripts/plain", api.ErrInvalidParams, "no #! line"},
 		{"scripts/x.rb", api.ErrInvalidParams, ".rb"},
 		{"scripts/missing.py", api.ErrNotFound, "not found"},
-		{"references/r.py", api.ErrInvalidParams, "scripts/"},
-		{"scripts", api.ErrInvalidParams, "scripts/"},
+		{"scripts", api.ErrInvalidParams, "not a regular file"},
+		{"SKILL.md", api.ErrInvalidParams, ".md"},
 	} {
 		_, err := e.Prepare(service.RunRequest{Skill: sk, Script: tc.script})
 		if !errors.Is(err, tc.target) || !strings.Contains(err.Error(), tc.msg) {

@@ -57,32 +57,10 @@ func (s *Service) RunScript(ctx context.Context, caller api.Peer, p api.RunScrip
 	if err != nil {
 		return nil, err
 	}
-	files, err := decodeFiles(p.Files)
-	if err != nil {
-		return nil, err
-	}
-	if p.TimeoutMS < 0 {
-		return nil, fmt.Errorf("%w: timeout_ms must not be negative", api.ErrInvalidParams)
-	}
-	req := RunRequest{
-		Skill: sk, Script: p.Path, Args: p.Args, Env: p.Env, Stdin: []byte(p.Stdin), Files: files,
-		Limits:  runtime.Limits{Timeout: time.Duration(p.TimeoutMS) * time.Millisecond},
-		Network: p.Network,
-	}
-	out, err := s.Run(ctx, caller, req, RunOptions{
+	req := RunRequest{Skill: sk, Script: p.Path, Network: p.Network}
+	return s.runWire(ctx, caller, req, p.Args, p.Env, p.Stdin, p.Files, p.TimeoutMS, RunOptions{
 		Method: api.MethodSkillsRunScript, SessionID: p.SessionID, ConfirmationID: p.ConfirmationID, Stream: p.Stream,
 	})
-	if err != nil {
-		return nil, err
-	}
-	res := ResultOf(out, true)
-	return &res, nil
-}
-
-// RunCode implements api.Service. skills.run_code is reserved: its
-// params are fixed, the implementation is still to come.
-func (s *Service) RunCode(ctx context.Context, caller api.Peer, p api.RunCodeParams) (*api.RunScriptResult, error) {
-	return nil, fmt.Errorf("%w: %s is not implemented by this skillbox yet: run a script of a loaded skill with %s", api.ErrUnavailable, api.MethodSkillsRunCode, api.MethodSkillsRunScript)
 }
 
 // Run is the one path from a run request to a run, for every front end:
@@ -97,17 +75,16 @@ func (s *Service) Run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 
 func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Outcome, error) {
 	sk := req.Skill
-	if sk == nil {
+	if sk == nil && req.Code == nil {
 		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
 	}
-	if err := s.checkLock(ctx, caller, o.Method, o.SessionID, sk); err != nil {
-		return nil, err
+	// A lock pins versions: every skill the run mounts must be pinned.
+	for _, lk := range runSkills(req) {
+		if err := s.checkLock(ctx, caller, o.Method, o.SessionID, lk); err != nil {
+			return nil, err
+		}
 	}
-	tool, input := api.MethodSkillsRunScript, toolInput(req.Script, req.Args)
-	if o.Tool != "" {
-		tool, input = o.Tool, o.ToolInput
-	}
-	dec, err := s.decideTool(ctx, caller, o.Method, o.SessionID, sk, tool, input)
+	dec, err := s.decideRun(ctx, caller, o, req)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +101,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	}
 
 	needConfirm := dec.Effect == policy.EffectConfirm
-	what, reason, rule := "running scripts of skill "+fmt.Sprintf("%q", sk.Name), dec.Reason, dec.Rule
+	what, reason, rule := plan.what(), dec.Reason, dec.Rule
 	if plan.Network {
 		nd, err := s.engine.Decide(ctx, sk, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
 		if err != nil {
@@ -139,11 +116,11 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	}
 	if needConfirm && o.ConfirmationID == "" {
 		if o.SelfApprove {
-			if err := s.selfApprove(ctx, caller, o, sk, plan, what, reason, rule); err != nil {
+			if err := s.selfApprove(ctx, caller, o, plan, what, reason, rule); err != nil {
 				return nil, err
 			}
 		} else {
-			return nil, s.requestConfirmation(ctx, caller, o, sk, plan, what, reason, rule)
+			return nil, s.requestConfirmation(ctx, caller, o, plan, what, reason, rule)
 		}
 	}
 
@@ -160,7 +137,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		}
 	}
 	if o.ConfirmationID != "" {
-		if err := s.useConfirmation(ctx, caller, o, sk, plan); err != nil {
+		if err := s.useConfirmation(ctx, caller, o, plan); err != nil {
 			return nil, err
 		}
 	}
@@ -186,7 +163,7 @@ func (s *Service) decideTool(ctx context.Context, caller api.Peer, method, sessi
 
 // requestConfirmation records a pending confirmation for plan and returns
 // the error that names it (or, without a store, says how to confirm).
-func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o RunOptions, sk *skills.Skill, plan *Plan, what, reason, rule string) error {
+func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan, what, reason, rule string) error {
 	if s.confirms == nil {
 		hint := o.SelfApproveHint
 		if hint == "" {
@@ -195,22 +172,15 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 		return fmt.Errorf("%w: %s needs confirmation (%s): %s", api.ErrConfirmationRequired, what, rule, hint)
 	}
 	req := plan.Request
-	details := map[string]string{
-		"skill": sk.Name, "skill_digest": sk.Digest, "script": plan.Script, "script_sha256": plan.ScriptSHA256,
-		"args": strings.Join(quoteAll(req.Args), " "), "network": fmt.Sprint(plan.Network),
-	}
-	if names, _ := audit.EnvSummary(req.Env); len(names) > 0 {
-		details["env_names"] = strings.Join(names, " ")
-	}
-	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest, reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(details))
+	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest, reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(plan.confirmDetails()))
 	if err != nil {
 		return err
 	}
 	r := base(ctx, caller, o.Method, audit.EventConfirmRequest, o.SessionID)
-	r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+	r.Skill, r.Skills = plan.auditSkill(), plan.Code.auditSkills()
 	uid := caller.UID
 	r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid, Expires: c.Expires}
-	r.Run = &audit.RunInfo{Script: plan.Script, ScriptSHA256: plan.ScriptSHA256, Args: req.Args, Network: plan.Network, Digest: plan.Digest}
+	r.Run = &audit.RunInfo{Script: plan.Script, ScriptSHA256: plan.ScriptSHA256, Args: req.Args, Network: plan.Network, Digest: plan.Digest, Code: plan.Code.auditCode(true)}
 	r.Outcome = string(c.State)
 	if err := s.record(ctx, r); err != nil {
 		return err
@@ -219,14 +189,14 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 }
 
 // selfApprove confirms plan on behalf of caller, who must be an approver.
-func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions, sk *skills.Skill, plan *Plan, what, reason, rule string) error {
+func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan, what, reason, rule string) error {
 	if !s.IsApprover(caller) {
 		return fmt.Errorf("%w: %s needs confirmation (%s) and uid %d is not one of the approvers (daemon.approvers): ask an approver to run it", api.ErrDenied, what, rule, caller.UID)
 	}
 	id := "cli_" + strings.TrimPrefix(plan.RunID, "run_")
 	uid := caller.UID
 	r := base(ctx, caller, o.Method, audit.EventConfirmApprove, o.SessionID)
-	r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+	r.Skill, r.Skills = plan.auditSkill(), plan.Code.auditSkills()
 	r.Confirmation = &audit.ConfirmationInfo{ID: id, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid}
 	r.Outcome = string(api.ConfirmationApproved)
 	r.Detail = map[string]string{"via": "--yes"}
@@ -240,13 +210,13 @@ func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions
 // useConfirmation consumes the approval o names for plan (an id on a call
 // that needs none is still checked: a host that sends one expects it to be
 // honoured, not silently ignored).
-func (s *Service) useConfirmation(ctx context.Context, caller api.Peer, o RunOptions, sk *skills.Skill, plan *Plan) error {
+func (s *Service) useConfirmation(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan) error {
 	cs, err := s.confirmStore()
 	if err != nil {
 		return err
 	}
 	r := base(ctx, caller, o.Method, audit.EventConfirmUse, o.SessionID)
-	r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+	r.Skill, r.Skills = plan.auditSkill(), plan.Code.auditSkills()
 	r.Confirmation = &audit.ConfirmationInfo{ID: o.ConfirmationID, Digest: plan.Digest}
 	if err := cs.Consume(o.ConfirmationID, o.SessionID, plan.Digest); err != nil {
 		r.Outcome, r.Error = audit.OutcomeRefused, err.Error()
@@ -298,7 +268,7 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		ev := &outputEvents{runID: plan.RunID, sink: sink}
 		plan.Request.Stdout = teeSink(plan.Request.Stdout, ev.stream(api.StreamStdout))
 		plan.Request.Stderr = teeSink(plan.Request.Stderr, ev.stream(api.StreamStderr))
-		sink(api.RunStartedEvent{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.Request.Skill.Name, Path: plan.Script,
+		sink(api.RunStartedEvent{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.skillName(), Path: plan.Script,
 			Image: plan.Interpreter.Image, Runtime: s.engine.Runtime.Name()})
 	}
 	out, err := s.engine.Execute(runCtx, plan)

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os/user"
 	"strconv"
 	"strings"
@@ -303,11 +304,12 @@ func (s *Service) Instructions(ctx context.Context, caller api.Peer, p api.Sessi
 		act = append(act, sk)
 	}
 	active := skills.RenderActive(act)
-	text := instructionsRule + "\n\n" + available + "\n\n" + active
+	mounts, mountText := skillMounts(act)
+	text := instructionsRule + "\n\n" + available + "\n\n" + active + mountText
 	if len(notes) > 0 {
 		text += "\n" + strings.Join(notes, "\n") + "\n"
 	}
-	return &api.InstructionsResult{Instructions: text, AvailableSkills: available, ActiveSkills: active}, nil
+	return &api.InstructionsResult{Instructions: text, AvailableSkills: available, ActiveSkills: active, SkillMounts: mounts}, nil
 }
 
 // ---- skills ----
@@ -709,15 +711,52 @@ func quoteList(names []string) string {
 	return strings.Join(q, ", ")
 }
 
-// decodeFiles turns the wire's base64 input files into the runtime's.
+// decodeFiles turns the wire's input entries into the runtime's and
+// checks them (names confined to the working directory, kinds, modes, no
+// entry under a file or link) before anything is decided, audited or
+// confirmed; an error names the entry as files[i] "name".
 func decodeFiles(in []api.File) ([]runtime.InputFile, error) {
+	if len(in) > runtime.MaxInputEntries {
+		return nil, fmt.Errorf("%w: files has %d entries, at most %d", api.ErrInvalidParams, len(in), runtime.MaxInputEntries)
+	}
 	files := make([]runtime.InputFile, 0, len(in))
-	for _, f := range in {
-		data, err := base64.StdEncoding.DecodeString(f.Content)
-		if err != nil {
-			return nil, fmt.Errorf("%w: files[%q].content is not base64: %v", api.ErrInvalidParams, f.Name, err)
+	for i, f := range in {
+		bad := func(format string, args ...any) error {
+			return fmt.Errorf("%w: files[%d] %s: %s", api.ErrInvalidParams, i, ClipText(strconv.Quote(f.Name), 140), fmt.Sprintf(format, args...))
 		}
-		files = append(files, runtime.InputFile{Name: f.Name, Data: data})
+		if err := runtime.ValidateInputName(f.Name); err != nil {
+			return nil, fmt.Errorf("%w: files[%d]: %s", api.ErrInvalidParams, i, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+		}
+		e := runtime.InputFile{Name: f.Name, Mode: f.Mode}
+		switch f.Type {
+		case "", api.FileTypeFile:
+			if f.Target != "" {
+				return nil, bad("a file has no target (use type %q for a link)", api.FileTypeSymlink)
+			}
+			data, err := base64.StdEncoding.DecodeString(f.Content)
+			if err != nil {
+				return nil, bad("content is not base64: %v", err)
+			}
+			e.Data = data
+		case api.FileTypeDir:
+			if f.Content != "" || f.Target != "" {
+				return nil, bad("a directory has no content or target")
+			}
+			e.Kind = runtime.InputDir
+		case api.FileTypeSymlink:
+			if f.Content != "" {
+				return nil, bad("a symlink has no content")
+			}
+			e.Kind, e.Target = runtime.InputSymlink, f.Target
+		default:
+			return nil, bad("unknown type %q: use %q (the default), %q or %q", ClipText(f.Type, 32), api.FileTypeFile, api.FileTypeDir, api.FileTypeSymlink)
+		}
+		files = append(files, e)
+	}
+	// The whole set (duplicates, entries under a file or link, modes, link
+	// targets); the workdir size is checked against the run's limits later.
+	if err := runtime.ValidateInputs(files, math.MaxInt64); err != nil {
+		return nil, fmt.Errorf("%w: files: %s", api.ErrInvalidParams, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
 	}
 	return files, nil
 }

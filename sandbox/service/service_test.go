@@ -46,13 +46,20 @@ type fixture struct {
 	rt    *servicetest.Runtime
 	audit *servicetest.Auditor
 	sk    map[string]*skills.Skill
+	idx   *servicetest.Index
 }
 
 // newFixture is a service over fakes; withStores adds the bbolt stores
 // (the daemon's set-up), without them it is `skillbox run`'s.
 func newFixture(t *testing.T, withStores bool) *fixture {
 	t.Helper()
-	cfg, err := policy.Parse([]byte(serviceConfig), "service.hcl")
+	return newFixtureWith(t, withStores, serviceConfig, nil)
+}
+
+// newFixtureWith is newFixture with its own config and more skills.
+func newFixtureWith(t *testing.T, withStores bool, config string, more []servicetest.SkillSpec) *fixture {
+	t.Helper()
+	cfg, err := policy.Parse([]byte(config), "service.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,6 +71,12 @@ func newFixture(t *testing.T, withStores bool) *fixture {
 		idx.Put(sk)
 		f.sk[name] = sk
 	}
+	for _, sp := range more {
+		sk := servicetest.MakeSkill(t, root, sp)
+		idx.Put(sk)
+		f.sk[sp.Name] = sk
+	}
+	f.idx = idx
 	eng := &service.Engine{Config: cfg, Images: &servicetest.Images{}, Runtime: f.rt, Audit: f.audit, Pins: servicetest.LivePins{}}
 	o := service.Options{Config: cfg, Skills: idx, Engine: eng, Audit: f.audit}
 	if withStores {
@@ -242,13 +255,6 @@ func TestRunSelfApprove(t *testing.T) {
 	}
 	if _, err := f.svc.CreateSession(ctx, owner, api.CreateSessionParams{}); !errors.Is(err, api.ErrUnavailable) {
 		t.Errorf("sessions without a store: %v", err)
-	}
-}
-
-func TestRunCodeReserved(t *testing.T) {
-	f := newFixture(t, true)
-	if _, err := f.svc.RunCode(context.Background(), owner, api.RunCodeParams{Language: api.LanguageShell, Code: "echo"}); api.KindOf(err) != api.KindUnavailable {
-		t.Errorf("run_code: %v", err)
 	}
 }
 

@@ -1,0 +1,2 @@
+def render(n):
+    return "core engine rendered %d frames" % n

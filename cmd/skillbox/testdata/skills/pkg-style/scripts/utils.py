@@ -1,0 +1,2 @@
+def helper():
+    return "helped by scripts.utils"
