@@ -24,4 +24,8 @@ if ! command -v go >/dev/null 2>&1 && [[ ! -x /usr/local/go/bin/go ]]; then
   echo "install-deps: Go 1.26 is required (https://go.dev/doc/install)" >&2
   exit 1
 fi
-echo "install-deps: runsc $(runsc --version 2>/dev/null | head -1 | awk '{print $3}'), runc $(runc --version | head -1 | awk '{print $3}'), mmdebstrap $(mmdebstrap --version | awk '{print $2}')" >&2
+# The pinned gVisor skillbox runs by default (Debian's runsc stays for
+# `runtime "runsc" { binary = "/usr/bin/runsc" }`).
+"$(dirname "$0")/install-runsc.sh"
+pinned=$("$(dirname "$0")/install-runsc.sh" --path)
+echo "install-deps: runsc $("$pinned" --version 2>/dev/null | head -1 | awk '{print $3}') (pinned), Debian's runsc $(runsc --version 2>/dev/null | head -1 | awk '{print $3}'), runc $(runc --version | head -1 | awk '{print $3}'), mmdebstrap $(mmdebstrap --version | awk '{print $2}')" >&2

@@ -11,11 +11,13 @@ set -eu
 dir=${1:?usage: test-rootfs.sh DIR}
 mirror=${SKILLBOX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 
-if [ -x "$dir/usr/bin/python3" ] && [ -x "$dir/usr/bin/node" ]; then
-	# Mount points added since it was built: the runtime cannot make them
-	# on a read-only rootfs.
-	mkdir -p "$dir/skill" "$dir/skills" "$dir/work"
-	echo "test-rootfs: $dir already built" >&2
+# The recipe's version, stamped into the rootfs: a rootfs cached on a
+# machine by an older recipe (say, one without /etc/hosts or /skills) is
+# rebuilt rather than failing every test. Bump it when the recipe changes.
+recipe=3
+stamp=etc/skillbox-test-rootfs
+if [ "$(cat "$dir/$stamp" 2>/dev/null)" = "$recipe" ]; then
+	echo "test-rootfs: $dir already built (recipe $recipe)" >&2
 	exit 0
 fi
 command -v mmdebstrap >/dev/null 2>&1 || {
@@ -38,6 +40,7 @@ mmdebstrap --variant=apt --mode=root \
 	--customize-hook='rm -rf "$1"/var/cache/apt/* "$1"/var/lib/apt/lists/*' \
 	--customize-hook='[ -e "$1/etc/hosts" ] || printf "127.0.0.1\tlocalhost\n::1\tlocalhost\n" > "$1/etc/hosts"' \
 	--customize-hook='mkdir -m 0755 -p "$1/skill" "$1/skills" "$1/work"' \
+	--customize-hook="echo $recipe > \"\$1/$stamp\"" \
 	bookworm "$tmp" "$mirror"
 
 rm -rf "$dir"

@@ -41,7 +41,7 @@ const (
 // buildFormat is folded into every recipe hash. Bump it whenever the way a
 // recipe turns into an image changes (mmdebstrap options, layer
 // normalisation, config fields), so existing images show up as stale.
-const buildFormat = "skillbox-images/4"
+const buildFormat = "skillbox-images/5"
 
 // Recipe says how to build one interpreter image with mmdebstrap.
 type Recipe struct {

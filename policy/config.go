@@ -46,6 +46,7 @@ type Config struct {
 	Limits    runtime.Limits
 	LimitsPos Pos
 	Audit     Audit
+	Pool      Pool
 	// Rules in file order. When the file declares no policy block at all,
 	// one built-in rule ("default") allows skills.read, skills.run_script
 	// and skills.run_code for every skill, so a minimal file (or none) is
@@ -102,7 +103,7 @@ type RuntimeConfig struct {
 	Name      string
 	Binary    string
 	StateDir  string
-	Platform  string // runsc only; "" keeps runsc's default
+	Platform  string // runsc only; the pinned runsc's default is systrap, another binary's "" keeps its own
 	Flags     []string
 	Address   string // containerd only: its socket
 	Namespace string // containerd only
@@ -134,6 +135,13 @@ type Image struct {
 
 // Rule names the image block, e.g. `image "python" (skillbox.hcl:20)`.
 func (im *Image) Rule() string { return fmt.Sprintf("image %q (%s)", im.Name, im.Pos) }
+
+// Pool is the pool {} block: the daemon's warm pool of pre-booted,
+// single-use sandboxes. per_key = 0 turns it off.
+type Pool struct {
+	runtime.PoolConfig
+	Pos Pos
+}
 
 // Audit is the audit {} block.
 type Audit struct {
@@ -202,6 +210,7 @@ func defaults() *Config {
 		},
 		Runtimes: map[string]*RuntimeConfig{},
 		Limits:   runtime.DefaultLimits,
+		Pool:     Pool{PoolConfig: runtime.DefaultPoolConfig},
 		Audit: Audit{
 			RotateBytes:        64 << 20,
 			CheckpointInterval: time.Hour,
@@ -214,6 +223,12 @@ func defaults() *Config {
 			rc.Namespace = "skillbox"
 		} else {
 			rc.Binary = n
+		}
+		if n == "runsc" {
+			// The pinned gVisor (hack/install-runsc.sh; runtime picks systrap for it); its
+			// state dir is its version's own (see finishRuntimes).
+			rc.Binary = runtime.PinnedRunscPath()
+			rc.StateDir = ""
 		}
 		c.Runtimes[n] = rc
 	}
@@ -280,6 +295,9 @@ func Parse(src []byte, filename string) (*Config, error) {
 		c.Rules = []*Rule{builtinRule()}
 	}
 	sort.Slice(c.Images.List, func(i, j int) bool { return c.Images.List[i].Name < c.Images.List[j].Name })
+	if rc := c.Runtimes["runsc"]; rc.StateDir == "" {
+		rc.StateDir = runtime.RunscStateDir(rc.Binary)
+	}
 	if c.Images.Dir == "" {
 		c.Images.Dir = filepath.Join(c.Daemon.StateDir, "images")
 	}

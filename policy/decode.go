@@ -30,7 +30,7 @@ func attrs(names ...string) []hcl.AttributeSchema {
 
 var (
 	topSchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{
-		{Type: "daemon"}, {Type: "skills"}, {Type: "images"}, {Type: "limits"}, {Type: "audit"},
+		{Type: "daemon"}, {Type: "skills"}, {Type: "images"}, {Type: "limits"}, {Type: "audit"}, {Type: "pool"},
 		{Type: "runtime", LabelNames: []string{"name"}},
 		{Type: "image", LabelNames: []string{"name"}},
 		{Type: "policy", LabelNames: []string{"name"}},
@@ -48,6 +48,7 @@ var (
 	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe")}
 	limitsSchema = &hcl.BodySchema{Attributes: attrs("timeout", "memory", "pids", "cpus",
 		"workdir", "tmp", "stdout", "stderr", "outputs", "output_files", "output_file_bytes")}
+	poolSchema  = &hcl.BodySchema{Attributes: attrs("per_key", "total", "idle_timeout", "memory_budget")}
 	auditSchema = &hcl.BodySchema{Attributes: attrs("rotate_bytes", "rotate_size", "rotate_age",
 		"checkpoint_key", "checkpoint_interval")}
 	policySchema = &hcl.BodySchema{
@@ -153,6 +154,10 @@ func (d *decoder) decodeFile(src []byte) {
 		case "audit":
 			if once(b, "audit", "audit") {
 				d.audit(b)
+			}
+		case "pool":
+			if once(b, "pool", "pool") {
+				d.pool(b)
 			}
 		case "runtime":
 			if once(b, "runtime."+b.Labels[0], fmt.Sprintf("runtime %q", b.Labels[0])) {
@@ -666,6 +671,21 @@ func (d *decoder) audit(blk *hcl.Block) {
 	b.duration("rotate_age", &ac.RotateAge)
 	b.path("checkpoint_key", &ac.CheckpointKey)
 	b.duration("checkpoint_interval", &ac.CheckpointInterval)
+}
+
+func (d *decoder) pool(blk *hcl.Block) {
+	pc := &d.cfg.Pool
+	pc.Pos = d.pos(blk.DefRange)
+	b, _ := d.body(blk.Body, "pool", poolSchema)
+	b.intField("per_key", 0, &pc.PerKey)
+	b.intField("total", 0, &pc.Total)
+	b.duration("idle_timeout", &pc.IdleTimeout)
+	b.size("memory_budget", &pc.MemoryBudget)
+	if pc.PerKey > 0 && pc.Total > 0 && pc.Total < pc.PerKey {
+		if a := b.attrs["total"]; a != nil {
+			b.bad(a, "is smaller than per_key (%d): raise it or lower per_key", pc.PerKey)
+		}
+	}
 }
 
 func (d *decoder) policy(blk *hcl.Block) {

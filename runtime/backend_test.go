@@ -39,13 +39,32 @@ func TestRegistry(t *testing.T) {
 // A missing binary is ErrUnavailable with the install hint, from Version,
 // Run and Sweep alike; nothing falls back to another runtime.
 func TestMissingBinary(t *testing.T) {
+	// The pinned runsc's hint names the command that installs it.
+	if h := runscInstallHint(""); !strings.Contains(h, RunscInstallCommand) || !strings.Contains(h, PinnedRunscVersion) {
+		t.Errorf("pinned runsc hint %q", h)
+	}
+	if h := runscInstallHint("/usr/bin/runsc"); h != "apt-get install runsc" {
+		t.Errorf("Debian runsc hint %q", h)
+	}
+	r, _ := NewRunsc(Options{})
+	if r.opts.Binary != PinnedRunscPath() || r.opts.Platform != PinnedRunscPlatform || r.opts.StateDir != RunscStateDir("") {
+		t.Errorf("default runsc options %+v", r.opts)
+	}
+	r, _ = NewRunsc(Options{Binary: "/usr/bin/runsc"})
+	if r.opts.Platform != "" || r.opts.StateDir != "/run/skillbox/runsc" {
+		t.Errorf("Debian runsc options %+v", r.opts)
+	}
 	for _, name := range []string{"runsc", "runc"} {
 		rt, err := New(name, Options{Binary: "/nonexistent/" + name, RunDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		_, err = rt.Version(context.Background())
-		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), "apt-get install "+name) {
+		hint := "apt-get install runc"
+		if name == "runsc" {
+			hint = "install runsc at /nonexistent/runsc"
+		}
+		if !errors.Is(err, ErrUnavailable) || !strings.Contains(err.Error(), hint) {
 			t.Errorf("%s Version: %v", name, err)
 		}
 		_, err = rt.Run(context.Background(), goldenJob())

@@ -55,10 +55,32 @@ func PrepareBundle(job Job, runDir string, opts SpecOptions) (b *Bundle, err err
 	if err := ValidateJob(job); err != nil {
 		return nil, err
 	}
+	b, err = createBundle(job.ID, job.RootFS, job.Limits, runDir, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = b.Remove()
+		}
+	}()
+	if err := b.writeInputs(job.Files); err != nil {
+		return b, err
+	}
+	if err := b.writeConfig(job, opts); err != nil {
+		return b, err
+	}
+	return b, nil
+}
+
+// createBundle makes the parts of a bundle known before a job arrives: the
+// locked run dir, the workdir tmpfs (empty) and the hosts file. On error
+// nothing is left behind.
+func createBundle(id, rootfs string, limits Limits, runDir string, opts SpecOptions) (b *Bundle, err error) {
 	if !isCleanAbs(runDir) {
 		return nil, fmt.Errorf("%w: run dir %q must be an absolute, clean path", ErrInvalidJob, runDir)
 	}
-	if err := checkHostsMountPoint(job.RootFS); err != nil {
+	if err := checkHostsMountPoint(rootfs); err != nil {
 		return nil, err
 	}
 	// 0711: runtimes in a user namespace must be able to walk to the
@@ -69,8 +91,8 @@ func PrepareBundle(job Job, runDir string, opts SpecOptions) (b *Bundle, err err
 	// The lock tells Sweep (in another process, after a crash) that this
 	// run dir is alive; the kernel drops it if we die. The dir is never
 	// visible without it (see makeRunDir).
-	dir := filepath.Join(runDir, job.ID)
-	lock, err := makeRunDir(runDir, job.ID)
+	dir := filepath.Join(runDir, id)
+	lock, err := makeRunDir(runDir, id)
 	if err != nil {
 		return nil, err
 	}
@@ -80,10 +102,10 @@ func PrepareBundle(job Job, runDir string, opts SpecOptions) (b *Bundle, err err
 		gid = int(opts.UserNS.HostGID) + ContainerGID
 	}
 	b = &Bundle{
-		ID:       job.ID,
+		ID:       id,
 		Dir:      dir,
 		Workdir:  filepath.Join(dir, bundleWorkdir),
-		Limits:   job.Limits.WithDefaults(),
+		Limits:   limits.WithDefaults(),
 		OwnerUID: uid,
 		OwnerGID: gid,
 		lock:     lock,
@@ -104,33 +126,41 @@ func PrepareBundle(job Job, runDir string, opts SpecOptions) (b *Bundle, err err
 		return b, fmt.Errorf("mount workdir tmpfs on %s: %w", b.Workdir, err)
 	}
 	b.mounted = true
-	if err := b.writeInputs(job.Files); err != nil {
-		return b, err
-	}
-
 	hosts := filepath.Join(dir, bundleHosts)
 	if err := os.WriteFile(hosts, []byte(hostsFile), 0o644); err != nil {
 		return b, fmt.Errorf("write hosts file: %w", err)
 	}
+	return b, nil
+}
+
+// writeConfig writes config.json for job, with the bundle's workdir and
+// hosts file.
+func (b *Bundle) writeConfig(job Job, opts SpecOptions) error {
 	opts.WorkdirSource = b.Workdir
-	opts.HostsSource = hosts
-	if opts.SkillsSource, err = prepareSkillsDir(dir, job); err != nil {
-		return b, err
+	opts.HostsSource = filepath.Join(b.Dir, bundleHosts)
+	var err error
+	if opts.SkillsSource, err = prepareSkillsDir(b.Dir, job); err != nil {
+		return err
 	}
 	spec, err := BuildSpec(job, opts)
 	if err != nil {
-		return b, err
+		return err
 	}
 	b.Spec = spec
-	raw, err := json.MarshalIndent(spec, "", "\t")
+	return b.writeJSON(bundleConfig, spec)
+}
+
+// writeJSON writes v as name in the bundle dir, 0600: specs hold the
+// job's environment, which may carry secrets.
+func (b *Bundle) writeJSON(name string, v any) error {
+	raw, err := json.MarshalIndent(v, "", "\t")
 	if err != nil {
-		return b, fmt.Errorf("encode config.json: %w", err)
+		return fmt.Errorf("encode %s: %w", name, err)
 	}
-	// 0600: the spec holds the job's environment, which may carry secrets.
-	if err := os.WriteFile(filepath.Join(dir, bundleConfig), raw, 0o600); err != nil {
-		return b, fmt.Errorf("write config.json: %w", err)
+	if err := os.WriteFile(filepath.Join(b.Dir, name), raw, 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
 	}
-	return b, nil
+	return nil
 }
 
 // hostsFile is the sandbox's /etc/hosts: localhost and the container's

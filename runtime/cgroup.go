@@ -184,3 +184,30 @@ func cgroupProcs(p string) []int {
 	}
 	return pids
 }
+
+// setCPUWeight gives cgroup path p a low CPU weight (a sandbox booting in
+// the background) or the normal one back (its job runs). The cgroup is
+// made if it is not there yet; both runtimes join an existing one.
+func setCPUWeight(p string, low bool) error {
+	p = filepath.Clean("/" + p)
+	if isCgroup2() {
+		w := "100"
+		if low {
+			w = "1"
+		}
+		dir := filepath.Join(cgroupRoot, p)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(dir, "cpu.weight"), []byte(w), 0)
+	}
+	w := "1024"
+	if low {
+		w = "2"
+	}
+	dir := filepath.Join(cgroupRoot, "cpu", p)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "cpu.shares"), []byte(w), 0)
+}

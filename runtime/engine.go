@@ -3,10 +3,10 @@ package runtime
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	goruntime "runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -14,27 +14,33 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// engine is the run driver runc and runsc share. A run is:
+// engine is the run driver runc and runsc share; its sandbox implements
+// the lifecycle (lifecycle.go) on top of their CLIs. A sandbox is:
 //
-//	prepare  PrepareBundle: run dir (locked before it is visible: the run's
-//	         record for Sweep), workdir tmpfs with inputs, config.json
-//	cgroup   driver.setupCgroup (runsc pre-creates the cgroups it reads)
-//	run      `<cli> run` in the foreground with our pipes as the container's
-//	         stdio, drained concurrently and capped
-//	watch    exit, wall-clock timeout, output cap or ctx cancel; the last three
-//	         stop the container (TERM to all, grace, KILL to all, delete)
-//	explain  cgroup counters (OOM kills, refused forks) read before delete
-//	collect  what the script created or changed, read from the host side of
-//	         the stopped container's /work
-//	teardown delete --force, kill the CLI's process group, remove the cgroup,
+//	create   createBundle: run dir (locked before it is visible: the run's
+//	         record for Sweep), empty workdir tmpfs, hosts file; the cgroup
+//	         (runsc pre-creates the cgroups it reads)
+//	start    warm only: config.json with skillbox's own first process (the
+//	         python supervisor, or a holder), `<cli> run` in the background,
+//	         ready once that process says so on its stdout
+//	deliver  inputs into the workdir; cold: config.json with the job and
+//	         `<cli> run` in the foreground; python: the job down the
+//	         supervisor's stdin; exec: `<cli> exec --process` of the job.
+//	         Its stdout/stderr are our pipes, drained concurrently and capped
+//	wait     exit, wall-clock timeout, output cap or ctx cancel; the last three
+//	         stop the container (TERM to all, grace, KILL to all, delete);
+//	         cgroup counters (OOM kills, refused forks) read before delete;
+//	         what the script created or changed, read from the host side of
+//	         /work
+//	destroy  delete --force, kill the CLIs' process groups, remove the cgroup,
 //	         unmount the workdir and remove the run dir, last, releasing its
 //	         lock (fresh context, also on panic and cancel)
 //
 // `run` rather than create+start: the runtime CLI is then the parent of the
 // container (runc) or sandbox (runsc) and so the only process that can learn
 // its exit status; runsc in particular loses it if `wait` attaches after the
-// script ended. A warm pool would split this at "run" into create (boot the
-// sandbox ahead) and start, and reap the sandbox as a child subreaper.
+// script ended. That is also why the python supervisor runs the script in
+// the sandbox's first process: its exit status is the `run` CLI's.
 type engine struct {
 	name   string
 	cli    *ociCLI
@@ -42,6 +48,9 @@ type engine struct {
 	log    Logger
 	grace  time.Duration // between TERM and KILL on timeout
 	d      driver
+
+	mu   sync.Mutex
+	live map[string]*sandbox // created and not yet destroyed
 }
 
 // driver is what differs between the CLIs.
@@ -50,10 +59,13 @@ type driver interface {
 	specOptions(job Job) SpecOptions
 	// setupCgroup runs after the bundle is made and before the container
 	// starts.
-	setupCgroup(b *Bundle) error
+	setupCgroup(cgPath string, lim Limits) error
 	// runCommand returns extra global flags and the arguments that run the
 	// bundle in the foreground.
-	runCommand(job Job, b *Bundle) (global, args []string)
+	runCommand(network bool, b *Bundle) (global, args []string)
+	// execCommand returns the global flags and arguments that exec the
+	// process in processFile into the bundle's running container.
+	execCommand(b *Bundle, processFile string) (global, args []string)
 	// setupError tells a failure of the CLI itself (the container never ran
 	// the script) apart from the script's own exit code.
 	setupError(b *Bundle, code int) error
@@ -96,198 +108,6 @@ func namedLogger(l Logger, name string) Logger {
 	default:
 		return l
 	}
-}
-
-func (e *engine) run(ctx context.Context, job Job) (res *Result, err error) {
-	if _, err := e.cli.lookup(); err != nil {
-		return nil, err
-	}
-	version, err := e.cli.Version(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("run %s not started: %w", job.ID, err)
-	}
-	job.Limits = job.Limits.WithDefaults()
-	lim := job.Limits
-
-	b, err := PrepareBundle(job, e.runDir, e.d.specOptions(job))
-	if err != nil {
-		return nil, err
-	}
-	cgPath := b.Spec.Linux.CgroupsPath
-	var cmd *exec.Cmd
-	// lifeCtx outlives ctx on purpose: the run command must stay until we
-	// have stopped the container and read its counters; teardown cancels it.
-	lifeCtx, lifeCancel := context.WithCancel(context.Background())
-	defer func() {
-		p := recover()
-		if terr := e.teardown(job.ID, b, cgPath, cmd, lifeCancel); terr != nil {
-			e.log.Error("teardown failed", "id", job.ID, "error", terr)
-			if err == nil && p == nil {
-				err = fmt.Errorf("teardown of run %s: %w", job.ID, terr)
-			}
-		}
-		if p != nil {
-			panic(p)
-		}
-	}()
-	if err := e.d.setupCgroup(b); err != nil {
-		return nil, err
-	}
-
-	stdoutR, stdoutW, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("stdout pipe: %w", err)
-	}
-	defer stdoutR.Close()
-	stderrR, stderrW, err := os.Pipe()
-	if err != nil {
-		stdoutW.Close()
-		return nil, fmt.Errorf("stderr pipe: %w", err)
-	}
-	defer stderrR.Close()
-	var stdinR, stdinW *os.File
-	if len(job.Stdin) > 0 {
-		if stdinR, stdinW, err = os.Pipe(); err != nil {
-			stdoutW.Close()
-			stderrW.Close()
-			return nil, fmt.Errorf("stdin pipe: %w", err)
-		}
-		defer stdinW.Close()
-	}
-
-	global, args := e.d.runCommand(job, b)
-	cmd, err = e.cli.command(lifeCtx, global, args...)
-	if err != nil {
-		stdoutW.Close()
-		stderrW.Close()
-		if stdinR != nil {
-			stdinR.Close()
-		}
-		return nil, err
-	}
-	cmd.Dir = b.Dir
-	cmd.Stdout = stdoutW
-	cmd.Stderr = stderrW
-	if stdinR != nil {
-		cmd.Stdin = stdinR
-	}
-	outCap := newCapture(lim.StdoutBytes, job.Stdout)
-	errCap := newCapture(lim.StderrBytes, job.Stderr)
-
-	e.log.Debug("run starting", "id", job.ID, "bundle", b.Dir, "args", cmd.Args)
-	started := time.Now()
-	exited, startErr := startTied(cmd)
-	// The child has its copies; ours must go or the drains never see EOF.
-	stdoutW.Close()
-	stderrW.Close()
-	if stdinR != nil {
-		stdinR.Close()
-	}
-	if startErr != nil {
-		cmd = nil
-		return nil, fmt.Errorf("start %s: %w", e.name, startErr)
-	}
-	go outCap.drain(stdoutR)
-	go errCap.drain(stderrR)
-	if stdinW != nil {
-		go func() {
-			// EPIPE when the script does not read it all is fine.
-			_, _ = stdinW.Write(job.Stdin)
-			_ = stdinW.Close()
-		}()
-	}
-
-	reason := ReasonExit
-	timer := time.NewTimer(lim.Timeout)
-	defer timer.Stop()
-	select {
-	case <-exited:
-	case <-timer.C:
-		reason = ReasonTimeout
-		e.stop(job.ID, cmd, exited, true)
-	case <-outCap.over:
-		reason = ReasonOutputCap
-		e.stop(job.ID, cmd, exited, false)
-	case <-errCap.over:
-		reason = ReasonOutputCap
-		e.stop(job.ID, cmd, exited, false)
-	case <-ctx.Done():
-		reason = ReasonKilled
-		e.stop(job.ID, cmd, exited, false)
-	}
-	select {
-	case <-exited:
-	default:
-		return nil, fmt.Errorf("run %s: %s did not exit after the container was killed", job.ID, e.name)
-	}
-	duration := time.Since(started)
-
-	// The container's processes died with its pid namespace (runc) or its
-	// sandbox (runsc), so the pipes reach EOF; the deadline is for anything
-	// else that kept a write end.
-	for _, d := range []struct {
-		c *capture
-		f *os.File
-	}{{outCap, stdoutR}, {errCap, stderrR}} {
-		select {
-		case <-d.c.done:
-		case <-time.After(drainWait):
-			stopDraining(d.f)
-			<-d.c.done
-		}
-	}
-
-	// Checked once the drains are done, so the rule does not depend on timing.
-	if reason == ReasonExit && (isClosed(outCap.over) || isClosed(errCap.over)) {
-		// The script went over the cap and ended before our kill landed:
-		// the same run as one we killed, so the same reason, whatever won
-		// the race.
-		reason = ReasonOutputCap
-	}
-	code, signal := exitStatus(cmd.ProcessState)
-	ev := readCgroupEvents(cgPath)
-	// A run that we stopped, or that ran into its memory or pids limit,
-	// did run; the CLI may still log errors about how its sandbox ended.
-	if reason == ReasonExit && ev.OOMKills == 0 && ev.PidsMax == 0 {
-		if serr := e.d.setupError(b, code); serr != nil {
-			return nil, serr
-		}
-	}
-	switch {
-	case reason == ReasonKilled:
-		// the caller asked; that explains everything
-	case ev.OOMKills > 0:
-		reason = ReasonOOM
-	case ev.PidsMax > 0:
-		reason = ReasonPids
-	}
-
-	res = &Result{
-		ExitCode:       code,
-		Signal:         signal,
-		Reason:         reason,
-		Duration:       duration,
-		Runtime:        e.name,
-		RuntimeVersion: version,
-	}
-	res.Stdout, res.StdoutTruncated = outCap.result()
-	res.Stderr, res.StderrTruncated = errCap.result()
-	outs, oerr := b.CollectOutputs()
-	if oerr != nil {
-		// The run happened; what it wrote cannot be read back. Say so in
-		// the result rather than fail the run or return nothing silently.
-		e.log.Warn("collecting outputs failed", "id", job.ID, "error", oerr)
-		outs = &Outputs{Skipped: []string{"outputs not collected: " + oerr.Error()}}
-	}
-	outs.apply(res)
-	e.log.Debug("run finished", "id", job.ID, "reason", reason, "exit_code", code, "signal", signal,
-		"duration", duration, "oom_kills", ev.OOMKills, "pids_max_events", ev.PidsMax,
-		"stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "outputs", len(res.Outputs),
-		"outputs_truncated_by", res.OutputsTruncatedBy)
-	return res, nil
 }
 
 // startTied starts the runtime CLI's run command so that it dies with us,
@@ -393,30 +213,6 @@ func (e *engine) stop(id string, cmd *exec.Cmd, exited <-chan struct{}, graceful
 	case <-exited:
 	case <-time.After(killWait):
 	}
-}
-
-// teardown removes everything a run made. It uses its own context so that a
-// cancelled caller cannot leave a container, mount or cgroup behind.
-func (e *engine) teardown(id string, b *Bundle, cgPath string, cmd *exec.Cmd, lifeCancel context.CancelFunc) error {
-	ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
-	defer cancel()
-	var errs []error
-	if err := e.cli.delete(ctx, id); err != nil {
-		errs = append(errs, err)
-	}
-	lifeCancel()
-	if cmd != nil && cmd.Process != nil {
-		// Anything the CLI forked that is still in its group (a runsc gofer
-		// or sandbox that outlived a crash of the CLI).
-		_ = killGroup(cmd)
-	}
-	if err := removeCgroupRetry(ctx, cgPath); err != nil {
-		errs = append(errs, err)
-	}
-	if err := b.Remove(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
 }
 
 // removeCgroupRetry retries for a while as the cgroup's last processes exit.

@@ -71,11 +71,8 @@ func testRootfs(t testing.TB) string {
 			return
 		}
 		rootfsPath = defaultRootfsCache
-		_, errNode := os.Stat(filepath.Join(rootfsPath, "usr/bin/node"))
-		_, errSkills := os.Stat(filepath.Join(rootfsPath, "skills"))
-		if errNode == nil && errSkills == nil {
-			return
-		}
+		// The script returns at once when the cached rootfs is of its
+		// current recipe, and rebuilds one made by an older recipe.
 		script, _ := filepath.Abs("../hack/test-rootfs.sh")
 		out, err := exec.Command(script, rootfsPath).CombinedOutput()
 		if err != nil {
@@ -93,13 +90,26 @@ func testRootfs(t testing.TB) string {
 	return rootfsPath
 }
 
+// binaryOf is the CLI of a backend as these tests run it: runsc is the
+// pinned build (hack/install-runsc.sh) unless SKILLBOX_TEST_RUNSC names
+// another.
+func binaryOf(name string) string {
+	if name != "runsc" {
+		return name
+	}
+	if p := os.Getenv("SKILLBOX_TEST_RUNSC"); p != "" {
+		return p
+	}
+	return runtime.PinnedRunscPath()
+}
+
 // needBackend skips, loudly, when the test cannot run here.
 func needBackend(t testing.TB, name string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root and runsc/runc: run via make test as root")
 	}
-	if _, err := exec.LookPath(name); err != nil {
+	if _, err := exec.LookPath(binaryOf(name)); err != nil {
 		t.Skipf("needs root and runsc/runc: run via make test as root (%s not found: %v)", name, err)
 	}
 }
@@ -109,6 +119,7 @@ func newBackend(t testing.TB, name string) (runtime.Runtime, runtime.Options) {
 	t.Helper()
 	needBackend(t, name)
 	opts := runtime.Options{
+		Binary:   binaryOf(name),
 		StateDir: filepath.Join(testBase, name, "state"),
 		RunDir:   filepath.Join(testBase, name, "runs"),
 		// Generous, so that a script handling TERM gets to run its
@@ -373,7 +384,8 @@ print('release', os.uname().release)
 			out := string(res.Stdout)
 			if c.backend == "runsc" {
 				// gVisor reports its own (fixed) kernel version, never the host's.
-				if strings.Contains(out, host) || !strings.Contains(out, "release 4.4.0") {
+				// (4.4.0 in Debian 12's runsc, 4.19.0-gvisor in the pinned one).
+				if strings.Contains(out, host) || !(strings.Contains(out, "release 4.4.0") || strings.Contains(out, "gvisor")) {
 					t.Errorf("runsc: want gVisor's kernel, not the host's %s: %s", host, out)
 				}
 			} else if !strings.Contains(out, "release "+host) {
@@ -621,7 +633,11 @@ print("mount", r, ctypes.get_errno())
 			// runc: the seccomp profile refuses both with EPERM. gVisor
 			// implements namespaces inside its own kernel, so there only the
 			// mount (no capability) must fail.
-			if !strings.Contains(out, "mount -1 1\n") || (c.backend == "runc" && !strings.Contains(out, "unshare -1 1\n")) {
+			// A modern gVisor lets the script unshare a user namespace of
+			// its own, in which it may then mount a tmpfs: all of it inside
+			// gVisor's kernel, with no effect on the host.
+			inOwnNS := c.backend == "runsc" && strings.Contains(out, "unshare 0 0\n")
+			if !(strings.Contains(out, "mount -1 1\n") || inOwnNS) || (c.backend == "runc" && !strings.Contains(out, "unshare -1 1\n")) {
 				t.Errorf("want EPERM:\n%s%s", out, res.Stderr)
 			}
 		},
@@ -843,6 +859,9 @@ print(urllib.request.urlopen("http://localhost:%d/page.txt" % srv.server_address
 	},
 }
 
+// TestRun runs every case cold and warm: warm, the sandbox is booted
+// first (python scripts in the supervisor, anything else exec'd into a
+// holder) and only then given the job, which must behave the same.
 func TestRun(t *testing.T) {
 	rootfs := testRootfs(t)
 	secret := newHostSecret(t)
@@ -851,52 +870,98 @@ func TestRun(t *testing.T) {
 	for _, name := range backends {
 		t.Run(name, func(t *testing.T) {
 			rt, opts := newBackend(t, name)
-			for _, tc := range cases {
-				t.Run(tc.name, func(t *testing.T) {
-					c := &caseEnv{backend: name, secret: secret, envVal: envVal, marker: "skillbox-marker-" + randomHex(8)}
-					dir := makeSkill(t, tc.skill)
-					for link, target := range tc.links {
-						if target == "SECRET_PATH" {
-							target = secret.path
-						}
-						if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
-							t.Fatal(err)
-						}
+			for _, mode := range []string{"cold", "warm"} {
+				t.Run(mode, func(t *testing.T) {
+					for _, tc := range cases {
+						t.Run(tc.name, func(t *testing.T) {
+							c := &caseEnv{backend: name, secret: secret, envVal: envVal, marker: "skillbox-marker-" + randomHex(8)}
+							dir := makeSkill(t, tc.skill)
+							for link, target := range tc.links {
+								if target == "SECRET_PATH" {
+									target = secret.path
+								}
+								if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+									t.Fatal(err)
+								}
+							}
+							job := runtime.Job{
+								ID:       newID(),
+								RootFS:   rootfs,
+								SkillDir: dir,
+								Args:     tc.args(c),
+								Env:      tc.env,
+								Stdin:    []byte(tc.stdin),
+								Files:    tc.files,
+								Limits:   tc.limits,
+							}
+							if a := job.Args; len(a) > 1 && strings.HasPrefix(a[1], runtime.SkillMount+"/") {
+								family := map[string]string{"python3": "python", "node": "node"}[a[0]]
+								job.ModuleEnv = runtime.ModulePathEnv(family, strings.TrimPrefix(a[1], runtime.SkillMount+"/"))
+							}
+							if job.Limits.Timeout == 0 {
+								job.Limits.Timeout = 60 * time.Second
+							}
+							var res *runtime.Result
+							var err error
+							if mode == "cold" {
+								res, err = rt.Run(context.Background(), job)
+							} else {
+								res, err = runWarm(t, rt, job)
+							}
+							if err != nil {
+								t.Fatalf("Run: %v", err)
+							}
+							if res.Warm != (mode == "warm") {
+								t.Errorf("result says warm %v on the %s path", res.Warm, mode)
+							}
+							tc.check(t, c, res)
+							assertClean(t, name, opts, job.ID)
+						})
 					}
-					job := runtime.Job{
-						ID:       newID(),
-						RootFS:   rootfs,
-						SkillDir: dir,
-						Args:     tc.args(c),
-						Env:      tc.env,
-						Stdin:    []byte(tc.stdin),
-						Files:    tc.files,
-						Limits:   tc.limits,
-					}
-					if a := job.Args; len(a) > 1 && strings.HasPrefix(a[1], runtime.SkillMount+"/") {
-						family := map[string]string{"python3": "python", "node": "node"}[a[0]]
-						job.ModuleEnv = runtime.ModulePathEnv(family, strings.TrimPrefix(a[1], runtime.SkillMount+"/"))
-					}
-					if job.Limits.Timeout == 0 {
-						job.Limits.Timeout = 60 * time.Second
-					}
-					res, err := rt.Run(context.Background(), job)
-					if err != nil {
-						t.Fatalf("Run: %v", err)
-					}
-					tc.check(t, c, res)
-					assertClean(t, name, opts, job.ID)
 				})
 			}
 		})
 	}
 }
 
+// runWarm runs job the way the pool does: boot, then (the sandbox
+// waiting) deliver, wait, destroy.
+func runWarm(t testing.TB, rt runtime.Runtime, job runtime.Job) (*runtime.Result, error) {
+	t.Helper()
+	lc, ok := rt.(runtime.Lifecycle)
+	if !ok {
+		t.Fatalf("%s has no lifecycle", rt.Name())
+	}
+	boot := runtime.BootExec
+	if runtime.PythonInvocation(job.Args) {
+		boot = runtime.BootPython
+	}
+	ctx := context.Background()
+	sb, err := lc.Create(ctx, runtime.SandboxSpec{ID: job.ID, RootFS: job.RootFS, SkillDir: job.SkillDir, Limits: job.Limits, Network: job.Network, Boot: boot})
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err := sb.Destroy(ctx); err != nil {
+			t.Errorf("destroy: %v", err)
+		}
+	}()
+	if err := sb.Start(ctx); err != nil {
+		return nil, err
+	}
+	inv := runtime.Invocation{Args: job.Args, Env: job.Env, ModuleEnv: job.ModuleEnv, Stdin: job.Stdin, Files: job.Files,
+		Limits: job.Limits, Stdout: job.Stdout, Stderr: job.Stderr}
+	if err := sb.Deliver(ctx, inv); err != nil {
+		return nil, err
+	}
+	return sb.Wait(ctx)
+}
+
 // assertClean checks that a run left nothing: no container in our state dir,
 // no mount under the run dir, no run dir, no cgroup.
 func assertClean(t *testing.T, backend string, opts runtime.Options, id string) {
 	t.Helper()
-	out, err := exec.Command(backend, "--root", opts.StateDir, "list", "--quiet").CombinedOutput()
+	out, err := exec.Command(binaryOf(backend), "--root", opts.StateDir, "list", "--quiet").CombinedOutput()
 	if err != nil {
 		t.Errorf("%s list: %v %s", backend, err, out)
 	} else if strings.TrimSpace(string(out)) != "" {
@@ -1094,7 +1159,7 @@ func TestMain(m *testing.M) {
 func crashHelper(spec string) {
 	f := strings.Split(spec, "|")
 	backend, stateDir, runDir, id, rootfs, skill, marker, mode := f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
-	rt, err := runtime.New(backend, runtime.Options{StateDir: stateDir, RunDir: runDir})
+	rt, err := runtime.New(backend, runtime.Options{Binary: binaryOf(backend), StateDir: stateDir, RunDir: runDir})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -1133,7 +1198,7 @@ func TestSweep(t *testing.T) {
 			if !strings.Contains(string(out), "crashing now") {
 				t.Fatalf("crash helper: %v\n%s", err, out)
 			}
-			list, _ := exec.Command(name, "--root", opts.StateDir, "list", "--quiet").Output()
+			list, _ := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").Output()
 			if !strings.Contains(string(list), id) {
 				t.Fatalf("the crash left no container %s: %q", id, list)
 			}
@@ -1206,7 +1271,7 @@ func TestSweepContainerWithoutRunDir(t *testing.T) {
 			if err := os.RemoveAll(runDir); err != nil {
 				t.Fatal(err)
 			}
-			list, _ := exec.Command(name, "--root", opts.StateDir, "list", "--quiet").Output()
+			list, _ := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").Output()
 			if !strings.Contains(string(list), id) {
 				t.Fatalf("the crash left no container %s: %q", id, list)
 			}
@@ -1284,7 +1349,7 @@ func TestSweepYoungCrash(t *testing.T) {
 					}
 					_ = cmd.Wait()
 					// What the crash left, for the log: it varies with timing.
-					list, _ := exec.Command(name, "--root", opts.StateDir, "list", "--quiet").Output()
+					list, _ := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").Output()
 					_, dirErr := os.Stat(filepath.Join(opts.RunDir, id))
 					_, cgErr := os.Stat(filepath.Join("/sys/fs/cgroup/memory", runtime.CgroupParent, id))
 					t.Logf("killed %v after the run started; left: containers %q, run dir %v, memory cgroup %v",
@@ -1397,7 +1462,7 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 					t.Errorf("Sweep of another run dir removed %s", p)
 				}
 			}
-			list, _ := exec.Command(name, "--root", opts.StateDir, "list", "--quiet").Output()
+			list, _ := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").Output()
 			if !strings.Contains(string(list), live.ID) {
 				t.Errorf("Sweep of another run dir removed the live container %s: %q", live.ID, list)
 			}

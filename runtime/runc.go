@@ -21,7 +21,10 @@ type Runc struct {
 	eng  *engine
 }
 
-var _ Runtime = (*Runc)(nil)
+var (
+	_ Runtime   = (*Runc)(nil)
+	_ Lifecycle = (*Runc)(nil)
+)
 
 func init() {
 	Register("runc", func(o Options) (Runtime, error) { return NewRunc(o) })
@@ -70,7 +73,15 @@ func (r *Runc) Name() string { return "runc" }
 func (r *Runc) Version(ctx context.Context) (string, error) { return r.cli.Version(ctx) }
 
 // Run runs job in a fresh runc container and removes it.
-func (r *Runc) Run(ctx context.Context, job Job) (*Result, error) { return r.eng.run(ctx, job) }
+func (r *Runc) Run(ctx context.Context, job Job) (*Result, error) { return RunLifecycle(ctx, r, job) }
+
+// Create makes a sandbox (see Lifecycle).
+func (r *Runc) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
+	return r.eng.create(ctx, spec)
+}
+
+// Close destroys the sandboxes of this backend that are still there.
+func (r *Runc) Close(ctx context.Context) error { return r.eng.close(ctx) }
 
 // Sweep removes what crashed runs left: see Sweep.
 func (r *Runc) Sweep(ctx context.Context) error { return r.eng.sweep(ctx) }
@@ -88,13 +99,18 @@ func (r *Runc) specOptions(job Job) SpecOptions {
 	return o
 }
 
-func (r *Runc) setupCgroup(*Bundle) error { return nil } // runc makes it from the spec
+func (r *Runc) setupCgroup(string, Limits) error { return nil } // runc makes it from the spec
 
 const runcLog = "runc.log"
 
-func (r *Runc) runCommand(job Job, b *Bundle) ([]string, []string) {
+func (r *Runc) runCommand(_ bool, b *Bundle) ([]string, []string) {
 	global := []string{"--log", filepath.Join(b.Dir, runcLog), "--log-format", "json"}
 	return global, []string{"run", "--keep", "--bundle", b.Dir, b.ID}
+}
+
+func (r *Runc) execCommand(b *Bundle, processFile string) ([]string, []string) {
+	global := []string{"--log", filepath.Join(b.Dir, runcLog), "--log-format", "json"}
+	return global, []string{"exec", "--process", processFile, b.ID}
 }
 
 // runc logs why it failed at level error; a script's exit code never gets

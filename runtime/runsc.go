@@ -33,7 +33,10 @@ type Runsc struct {
 	eng  *engine
 }
 
-var _ Runtime = (*Runsc)(nil)
+var (
+	_ Runtime   = (*Runsc)(nil)
+	_ Lifecycle = (*Runsc)(nil)
+)
 
 func init() {
 	Register("runsc", func(o Options) (Runtime, error) { return NewRunsc(o) })
@@ -43,14 +46,27 @@ func init() {
 // runsc 20221219 with the ptrace platform (about 5-6 host tasks per sleeping
 // guest process, 20-45 for the sentry, gofer and stubs).
 const (
-	runscPidsPerProcess = 8
-	runscPidsBase       = 64
+	runscPidsPerProcess        = 8
+	runscPidsPerProcessSystrap = 2
+	runscPidsBase              = 64
 )
 
 // NewRunsc makes the gVisor backend. A missing runsc binary is reported by
 // Version and Run (ErrUnavailable), not here, so a daemon can start and say
 // what to install.
+//
+// Without a Binary it is the pinned build (PinnedRunscPath) on the systrap
+// platform, with a state dir of its version's own (RunscStateDir).
 func NewRunsc(opts Options) (*Runsc, error) {
+	if opts.Binary == "" {
+		opts.Binary = PinnedRunscPath()
+	}
+	if opts.Platform == "" && isPinnedRunsc(opts.Binary) {
+		opts.Platform = PinnedRunscPlatform
+	}
+	if opts.StateDir == "" {
+		opts.StateDir = RunscStateDir(opts.Binary)
+	}
 	opts = withDefaults(opts, "runsc")
 	global := []string{}
 	if opts.Platform != "" {
@@ -63,7 +79,7 @@ func NewRunsc(opts Options) (*Runsc, error) {
 		binary:  opts.Binary,
 		root:    opts.StateDir,
 		global:  global,
-		install: "apt-get install runsc",
+		install: runscInstallHint(opts.Binary),
 	}
 	r.eng = &engine{
 		name:   "runsc",
@@ -96,7 +112,15 @@ func (r *Runsc) Name() string { return "runsc" }
 func (r *Runsc) Version(ctx context.Context) (string, error) { return r.cli.Version(ctx) }
 
 // Run runs job in a fresh gVisor sandbox and removes it.
-func (r *Runsc) Run(ctx context.Context, job Job) (*Result, error) { return r.eng.run(ctx, job) }
+func (r *Runsc) Run(ctx context.Context, job Job) (*Result, error) { return RunLifecycle(ctx, r, job) }
+
+// Create makes a sandbox (see Lifecycle).
+func (r *Runsc) Create(ctx context.Context, spec SandboxSpec) (Sandbox, error) {
+	return r.eng.create(ctx, spec)
+}
+
+// Close destroys the sandboxes of this backend that are still there.
+func (r *Runsc) Close(ctx context.Context) error { return r.eng.close(ctx) }
 
 // Sweep removes what crashed runs left: see Sweep.
 func (r *Runsc) Sweep(ctx context.Context) error { return r.eng.sweep(ctx) }
@@ -107,13 +131,18 @@ func (r *Runsc) specOptions(job Job) SpecOptions {
 	return SpecOptions{NetNS: r.opts.NetNS}
 }
 
-func (r *Runsc) runCommand(job Job, b *Bundle) ([]string, []string) {
+func (r *Runsc) runCommand(net bool, b *Bundle) ([]string, []string) {
 	network := "--network=none"
-	if job.Network {
+	if net {
 		network = "--network=sandbox"
 	}
 	global := []string{network, "--log=" + filepath.Join(b.Dir, runscLog), "--log-format=json"}
 	return global, []string{"run", "--bundle", b.Dir, b.ID}
+}
+
+func (r *Runsc) execCommand(b *Bundle, processFile string) ([]string, []string) {
+	global := []string{"--log=" + filepath.Join(b.Dir, runscLog), "--log-format=json"}
+	return global, []string{"exec", "--process", processFile, b.ID}
 }
 
 const runscLog = "runsc.log"
@@ -130,10 +159,17 @@ func (r *Runsc) setupError(b *Bundle, code int) error {
 }
 
 // runscHostPids is the host pids.max for a job allowed pids processes.
-func runscHostPids(pids int64) int64 { return pids*runscPidsPerProcess + runscPidsBase }
+// systrap shares its stub processes between guest processes: measured on
+// the pinned runsc, a guest process costs about two host tasks.
+func runscHostPids(pids int64, platform string) int64 {
+	if platform == "systrap" {
+		return pids*runscPidsPerProcessSystrap + runscPidsBase
+	}
+	return pids*runscPidsPerProcess + runscPidsBase
+}
 
-func (r *Runsc) setupCgroup(b *Bundle) error {
-	return createCgroup(b.Spec.Linux.CgroupsPath, b.Limits.MemoryBytes, runscHostPids(b.Limits.Pids))
+func (r *Runsc) setupCgroup(cgPath string, lim Limits) error {
+	return createCgroup(cgPath, lim.MemoryBytes, runscHostPids(lim.Pids, r.opts.Platform))
 }
 
 // createCgroup makes the run's memory and pids cgroups with their limits

@@ -225,6 +225,8 @@ type Result struct {
 	OutputsOmittedBytes int64  `json:"outputs_omitted_bytes,omitempty"`
 	Runtime             string `json:"runtime"`
 	RuntimeVersion      string `json:"runtime_version"`
+	// Warm says the job ran in a pre-booted sandbox (see Pool).
+	Warm bool `json:"warm"`
 }
 
 // Runtime runs jobs. Implementations must remove every container, bundle and

@@ -377,7 +377,7 @@ func TestLimitsDefaults(t *testing.T) {
 }
 
 func TestRunscHostPids(t *testing.T) {
-	if got := runscHostPids(128); got != 128*8+64 {
+	if got := runscHostPids(128, "ptrace"); got != 128*8+64 {
 		t.Errorf("runscHostPids(128) = %d", got)
 	}
 }

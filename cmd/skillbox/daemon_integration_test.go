@@ -35,6 +35,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
@@ -122,8 +123,8 @@ func needDaemon(t *testing.T) {
 	if itSkip != "" {
 		t.Skip(itSkip)
 	}
-	if !haveBinary("runsc") {
-		t.Skip("runsc (gVisor) is not in PATH: install it (hack/setup.sh) to run the daemon integration tests")
+	if !haveBinary(runtime.PinnedRunscPath()) {
+		t.Skip("the pinned runsc (gVisor) is not installed: run hack/install-runsc.sh to run the daemon integration tests")
 	}
 	daemonImagesOnce.Do(func() {
 		out, err := exec.Command(itBin, "images", "list", "--json", "--dir", itImages).Output()
@@ -196,6 +197,15 @@ type itDaemon struct {
 // the given extra skill roots) and returns a daemon that is not yet started.
 func newItDaemon(t *testing.T, extraRoots ...string) *itDaemon {
 	t.Helper()
+	// The warm pool is off: these tests count and name the sandboxes of
+	// their runs (TestDaemonWarmPool turns it on).
+	return newItDaemonPool(t, 0, extraRoots...)
+}
+
+// newItDaemonPool is newItDaemon with a warm pool of perKey sandboxes per
+// skill.
+func newItDaemonPool(t *testing.T, perKey int, extraRoots ...string) *itDaemon {
+	t.Helper()
 	base, err := os.MkdirTemp("", "sbit-")
 	if err != nil {
 		t.Fatal(err)
@@ -231,7 +241,8 @@ daemon {
 skills { roots = [%s] }
 images { dir = %q }
 runtime "runsc" { state_dir = %q }
-`, d.socket, d.stateDir, d.auditDir, strings.Join(quoted, ", "), itImages, d.runscDir) + itPolicy
+pool { per_key = %d }
+`, d.socket, d.stateDir, d.auditDir, strings.Join(quoted, ", "), itImages, d.runscDir, perKey) + itPolicy
 	if err := os.WriteFile(d.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +354,7 @@ func (d *itDaemon) client() *client.Client {
 
 // containers lists the sandboxes runsc knows in this daemon's state dir.
 func (d *itDaemon) containers() []string {
-	out, err := exec.Command("runsc", "--root", d.runscDir, "list", "-quiet").Output()
+	out, err := exec.Command(runtime.PinnedRunscPath(), "--root", d.runscDir, "list", "-quiet").Output()
 	if err != nil {
 		return nil // no state dir yet: nothing there
 	}
@@ -356,7 +367,7 @@ func (d *itDaemon) containers() []string {
 
 func (d *itDaemon) removeLeftoverContainers() {
 	for _, id := range d.containers() {
-		exec.Command("runsc", "--root", d.runscDir, "delete", "-force", id).Run()
+		exec.Command(runtime.PinnedRunscPath(), "--root", d.runscDir, "delete", "-force", id).Run()
 	}
 }
 

@@ -62,6 +62,7 @@ func newApp() *cli.App {
 			benchCommand(),
 			mcpCommand(),
 			proposalsCommand(),
+			versionCommand(),
 		},
 		// Usage errors exit 2 with one line, like the rest of the CLI.
 		OnUsageError:   usageError,

@@ -23,6 +23,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/skills"
 )
 
 func serveCommand() *cli.Command {
@@ -168,6 +169,7 @@ func startDaemon(parent context.Context, cfg *policy.Config, log hclog.Logger) (
 	if err := runtime.Sweep(ctx, eng.Runtime); err != nil {
 		log.Warn("sweeping leftovers of an earlier run failed", "error", err)
 	}
+	startPool(ctx, cfg, eng, reg, &rd.bg, log)
 	if ss, ok := eng.Pins.(*service.SnapshotStore); ok {
 		if n, err := ss.Prune(snapshotMaxAge); err != nil {
 			log.Warn("pruning old skill snapshots failed", "dir", ss.Dir, "error", err)
@@ -213,6 +215,38 @@ func startDaemon(parent context.Context, cfg *policy.Config, log hclog.Logger) (
 	return rd, nil
 }
 
+// startPool gives the engine the config's warm pool (unless per_key is 0
+// or the runtime has no lifecycle) and drains the sandboxes of skills whose
+// digest a registry reload changed.
+func startPool(ctx context.Context, cfg *policy.Config, eng *service.Engine, reg *skills.Registry, bg *sync.WaitGroup, log hclog.Logger) {
+	lc, ok := eng.Runtime.(runtime.Lifecycle)
+	if !ok || cfg.Pool.PerKey <= 0 {
+		return
+	}
+	eng.Pool = runtime.NewPool(lc, cfg.Pool.PoolConfig, log)
+	bg.Add(1)
+	go func() {
+		defer bg.Done()
+		gen := reg.Generation()
+		t := time.NewTicker(poolReloadCheck)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if g := reg.Generation(); g != gen {
+				gen = g
+				eng.DrainStale(reg.Get)
+			}
+		}
+	}()
+}
+
+// poolReloadCheck is how often the pool looks for a reloaded registry.
+const poolReloadCheck = 500 * time.Millisecond
+
 // sweeperStopWait bounds how long close waits for the sweepers' last sweep.
 const sweeperStopWait = 30 * time.Second
 
@@ -230,6 +264,15 @@ func (rd *runningDaemon) close(ctx context.Context, why string) {
 		rd.log.Warn("shutdown", "error", serr)
 	}
 	rd.cancel()
+	if p := rd.daemon.Service().Engine().Pool; p != nil {
+		// The pool's idle sandboxes go now; a kill -9 leaves them to the
+		// next start's Sweep.
+		pctx, pcancel := context.WithTimeout(context.Background(), sweeperStopWait)
+		if err := p.Close(pctx); err != nil {
+			rd.log.Warn("closing the warm pool", "error", err)
+		}
+		pcancel()
+	}
 	waited := make(chan struct{})
 	go func() { rd.bg.Wait(); close(waited) }()
 	select {

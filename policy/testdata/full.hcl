@@ -76,3 +76,9 @@ policy "net" {
     memory  = "256MiB"
   }
 }
+pool {
+  per_key       = 3
+  total         = 6
+  idle_timeout  = "5m"
+  memory_budget = "200MiB"
+}

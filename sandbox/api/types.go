@@ -251,6 +251,9 @@ type RunScriptResult struct {
 	Image               string   `json:"image,omitempty"`
 	ImageDigest         string   `json:"image_digest,omitempty"`
 	Runtime             string   `json:"runtime,omitempty"`
+	RuntimeVersion      string   `json:"runtime_version,omitempty"`
+	// Warm says the run used a pre-booted sandbox; false is a cold start.
+	Warm bool `json:"warm"`
 	// Skills are the skills a skills.run_code run mounted.
 	Skills []MountedSkill `json:"skills,omitempty"`
 }

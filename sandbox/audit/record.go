@@ -139,9 +139,11 @@ type RunInfo struct {
 	Ended          time.Time `json:"ended,omitzero"`
 	DurationMS     int64     `json:"duration_ms,omitempty"`
 	// ExitCode is nil until the run has ended with a status.
-	ExitCode        *int   `json:"exit_code,omitempty"`
-	Signal          string `json:"signal,omitempty"`
-	Reason          string `json:"reason,omitempty"` // exit, timeout, oom, pids, output_cap, killed
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	Reason   string `json:"reason,omitempty"` // exit, timeout, oom, pids, output_cap, killed
+	// Warm: the run used a pre-booted sandbox (run.end only).
+	Warm            bool   `json:"warm,omitempty"`
 	StdoutBytes     int64  `json:"stdout_bytes,omitempty"`
 	StdoutSHA256    string `json:"stdout_sha256,omitempty"`
 	StdoutTruncated bool   `json:"stdout_truncated,omitempty"`

@@ -57,6 +57,9 @@ type Engine struct {
 	Config  *policy.Config
 	Images  ImageSource
 	Runtime runtime.Runtime
+	// Pool, when set, keeps pre-booted sandboxes of loaded skills (see
+	// warm.go); it is made over Runtime.
+	Pool *runtime.Pool
 	// Pins gives each run a copy of the skill version it was checked
 	// against; required (a run never mounts the live skill directory).
 	Pins   SkillPinner
@@ -305,7 +308,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	}
 	p.Code.applyTo(&job)
 	log.Debug("run starting", "run_id", p.RunID, "skill", p.skillName(), "script", p.Script, "image", img.Digest)
-	res, runErr := e.Runtime.Run(ctx, job)
+	res, runErr := e.runJob(ctx, p, img, job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
 		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
 	}
@@ -477,6 +480,10 @@ func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
 	ri.ExitCode = &res.ExitCode
 	ri.Signal = res.Signal
 	ri.Reason = string(res.Reason)
+	ri.Warm = res.Warm
+	if res.RuntimeVersion != "" {
+		ri.RuntimeVersion = res.RuntimeVersion
+	}
 	ri.DurationMS = res.Duration.Milliseconds()
 	ri.StdoutBytes = int64(len(res.Stdout))
 	ri.StderrBytes = int64(len(res.Stderr))
@@ -635,7 +642,8 @@ func ResultOf(o *Outcome, inlineBudget int64) api.RunScriptResult {
 		OutputsOmittedFiles: r.OutputsOmittedFiles, OutputsOmittedBytes: r.OutputsOmittedBytes,
 		OutputsSkipped: r.OutputsSkipped,
 		Image:          o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
-		Skills: o.Plan.Code.resultSkills(),
+		Skills:         o.Plan.Code.resultSkills(),
+		RuntimeVersion: r.RuntimeVersion, Warm: r.Warm,
 	}
 	left := inlineBudget
 	for _, f := range r.Outputs {

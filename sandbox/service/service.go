@@ -427,6 +427,7 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 	if err != nil {
 		return nil, err
 	}
+	s.engine.WarmSkills(found)
 	for _, sk := range found {
 		r := base(ctx, caller, api.MethodSkillsLoad, audit.EventSkillLoad, p.SessionID)
 		r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}

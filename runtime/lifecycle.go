@@ -1,0 +1,163 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+)
+
+// The lifecycle splits a run in two: the sandbox (image, skill, limits,
+// network), which is known before any job arrives, and the invocation
+// (argv, env, stdin, files, timeout), which is known only when it does.
+// Every backend goes through the same steps,
+//
+//	Create → Start → Deliver → Wait → Destroy
+//
+// a cold run without pausing between them, a warm pool with a pause after
+// Start (the sandbox is booted and waits for its one job). A sandbox runs
+// exactly one invocation and is destroyed. This is the seam a containerd or
+// Kubernetes backend implements too: nothing in it names a CLI.
+
+// BootMode says how a sandbox gets its job.
+type BootMode string
+
+const (
+	// BootCold: the job is the sandbox's first process; Start does
+	// nothing and Deliver boots the sandbox with it.
+	BootCold BootMode = "cold"
+	// BootPython: Start boots python3 running skillbox's supervisor,
+	// which imports common modules and waits for one job on its stdin;
+	// Deliver hands it argv, env and stdin, and the supervisor runs the
+	// script as __main__ in that interpreter. Only for invocations whose
+	// argv is python3 SCRIPT ARGS... (PythonInvocation).
+	BootPython BootMode = "python"
+	// BootExec: Start boots a holder process that waits; Deliver execs the
+	// job into the running sandbox.
+	BootExec BootMode = "exec"
+)
+
+// SandboxSpec is what a sandbox is made of, known before a job arrives.
+type SandboxSpec struct {
+	ID       string // unique, [a-zA-Z0-9_-]; also the container id
+	RootFS   string // host path of the unpacked image rootfs (read-only)
+	SkillDir string // host path of the skill directory (read-only at SkillMount)
+	// Limits of the sandbox as a whole: memory, pids, CPUs and the tmpfs
+	// sizes are fixed at Create; an invocation's other limits (timeout,
+	// output caps) are its own.
+	Limits  Limits
+	Network bool
+	// Skills and Program are the mounts of a run_code sandbox (see Job);
+	// pooled sandboxes have none.
+	Skills  []SkillBind
+	Program *Program
+	Boot    BootMode
+	// Background boots the sandbox at a low CPU weight (a pool refill),
+	// so that runs under way keep the CPU; its job gets the normal weight.
+	Background bool
+}
+
+// Invocation is one job for a sandbox, known when it arrives.
+type Invocation struct {
+	Args      []string // argv inside the sandbox
+	Env       []string // KEY=VALUE, allowlisted (ContainerEnv adds PATH/HOME/LANG)
+	ModuleEnv []string // see Job.ModuleEnv
+	Stdin     []byte
+	Files     []InputFile
+	// Limits: Timeout and the output caps apply to this job; memory, pids,
+	// CPUs and tmpfs sizes must not be looser than the sandbox's (Fits).
+	Limits         Limits
+	Stdout, Stderr StreamSink
+}
+
+// Sandbox is one single-use sandbox of a backend. Destroy must be called
+// whatever happened (it is safe to call twice); after Wait the sandbox is
+// spent.
+type Sandbox interface {
+	ID() string
+	// Start boots the sandbox so that it waits for its job (a no-op for
+	// BootCold).
+	Start(ctx context.Context) error
+	// Deliver writes the invocation's files into the workdir and starts it.
+	Deliver(ctx context.Context, inv Invocation) error
+	// Wait waits for the job to end (its timeout, output caps and ctx stop
+	// it, as on the cold path) and collects its result and outputs.
+	Wait(ctx context.Context) (*Result, error)
+	// Destroy removes the container, its processes, cgroup, mounts and
+	// run dir, with a context of its own if ctx is done.
+	Destroy(ctx context.Context) error
+}
+
+// Lifecycle is a backend whose runs go through Sandbox steps. Close
+// destroys every sandbox it made that is still there.
+type Lifecycle interface {
+	Runtime
+	Create(ctx context.Context, spec SandboxSpec) (Sandbox, error)
+	Close(ctx context.Context) error
+}
+
+// Sandbox and Invocation of a one-shot Job.
+func (j Job) sandboxSpec(boot BootMode) SandboxSpec {
+	return SandboxSpec{ID: j.ID, RootFS: j.RootFS, SkillDir: j.SkillDir, Limits: j.Limits, Network: j.Network,
+		Skills: j.Skills, Program: j.Program, Boot: boot}
+}
+
+func (j Job) invocation() Invocation {
+	return Invocation{Args: j.Args, Env: j.Env, ModuleEnv: j.ModuleEnv, Stdin: j.Stdin, Files: j.Files,
+		Limits: j.Limits, Stdout: j.Stdout, Stderr: j.Stderr}
+}
+
+// job puts a spec and an invocation back together (for validation and the
+// OCI spec).
+func (s SandboxSpec) job(inv Invocation) Job {
+	lim := inv.Limits.WithDefaults()
+	sl := s.Limits.WithDefaults()
+	lim.MemoryBytes, lim.Pids, lim.CPUs, lim.WorkdirBytes, lim.TmpBytes = sl.MemoryBytes, sl.Pids, sl.CPUs, sl.WorkdirBytes, sl.TmpBytes
+	return Job{ID: s.ID, RootFS: s.RootFS, SkillDir: s.SkillDir, Args: inv.Args, Env: inv.Env, ModuleEnv: inv.ModuleEnv,
+		Stdin: inv.Stdin, Files: inv.Files, Limits: lim, Network: s.Network, Skills: s.Skills, Program: s.Program,
+		Stdout: inv.Stdout, Stderr: inv.Stderr}
+}
+
+// Fits reports whether an invocation with limits inv may run in a sandbox
+// made with limits sb: the sandbox-wide limits must be exactly the job's
+// (a job never gets looser limits than it asked for, and a stricter one
+// needs a sandbox of its own).
+func Fits(sb, inv Limits) bool {
+	a, b := sb.WithDefaults(), inv.WithDefaults()
+	return a.MemoryBytes == b.MemoryBytes && a.Pids == b.Pids && a.CPUs == b.CPUs &&
+		a.WorkdirBytes == b.WorkdirBytes && a.TmpBytes == b.TmpBytes
+}
+
+// PythonInvocation reports whether argv runs a python script the
+// supervisor of BootPython can run: python3 (or python) then an absolute
+// script path, then the script's arguments; no interpreter options.
+func PythonInvocation(argv []string) bool {
+	return len(argv) >= 2 && (argv[0] == "python3" || argv[0] == "python") &&
+		len(argv[1]) > 1 && argv[1][0] == '/'
+}
+
+// RunLifecycle runs job on lc through the whole lifecycle without pausing:
+// the cold path every backend shares.
+func RunLifecycle(ctx context.Context, lc Lifecycle, job Job) (res *Result, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("run %s not started: %w", job.ID, err)
+	}
+	sb, err := lc.Create(ctx, job.sandboxSpec(BootCold))
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		p := recover()
+		if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil && err == nil && p == nil {
+			res, err = nil, fmt.Errorf("teardown of run %s: %w", job.ID, derr)
+		}
+		if p != nil {
+			panic(p)
+		}
+	}()
+	if err := sb.Start(ctx); err != nil {
+		return nil, err
+	}
+	if err := sb.Deliver(ctx, job.invocation()); err != nil {
+		return nil, err
+	}
+	return sb.Wait(ctx)
+}

@@ -1,0 +1,110 @@
+package runtime
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeLC is a Lifecycle whose sandboxes record what happened to them.
+type fakeLC struct {
+	mu        sync.Mutex
+	created   int
+	destroyed map[string]bool
+	delivered map[string]bool
+}
+
+type fakeSB struct {
+	lc   *fakeLC
+	spec SandboxSpec
+}
+
+func (f *fakeLC) Name() string                                    { return "fake" }
+func (f *fakeLC) Version(context.Context) (string, error)         { return "fake 1", nil }
+func (f *fakeLC) Close(context.Context) error                     { return nil }
+func (f *fakeLC) Run(ctx context.Context, j Job) (*Result, error) { return RunLifecycle(ctx, f, j) }
+func (f *fakeLC) Create(_ context.Context, s SandboxSpec) (Sandbox, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.created++
+	return &fakeSB{lc: f, spec: s}, nil
+}
+
+func (s *fakeSB) ID() string                  { return s.spec.ID }
+func (s *fakeSB) Start(context.Context) error { return nil }
+func (s *fakeSB) Deliver(context.Context, Invocation) error {
+	s.lc.mu.Lock()
+	defer s.lc.mu.Unlock()
+	s.lc.delivered[s.spec.ID] = true
+	return nil
+}
+func (s *fakeSB) Wait(context.Context) (*Result, error) {
+	return &Result{Reason: ReasonExit, Warm: s.spec.Boot != BootCold}, nil
+}
+func (s *fakeSB) Destroy(context.Context) error {
+	s.lc.mu.Lock()
+	defer s.lc.mu.Unlock()
+	s.lc.destroyed[s.spec.ID] = true
+	return nil
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for i := 0; i < 500; i++ {
+		if cond() {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestPool(t *testing.T) {
+	lc := &fakeLC{destroyed: map[string]bool{}, delivered: map[string]bool{}}
+	p := NewPool(lc, PoolConfig{PerKey: 2, Total: 3, IdleTimeout: time.Hour}, nil)
+	job := Job{ID: "skillbox-job", RootFS: "/r", SkillDir: "/s", Args: []string{"python3", "/skill/scripts/a.py"}}
+	key, ok := KeyFor(job, "sk", "sha256:1", "sha256:img")
+	if !ok || key.Boot != BootPython {
+		t.Fatalf("KeyFor = %+v %v", key, ok)
+	}
+	// Nothing warm yet: cold, at once.
+	res, err := p.Run(context.Background(), key, job)
+	if err != nil || res.Warm {
+		t.Fatalf("empty pool: %+v %v", res, err)
+	}
+	p.Warm(key)
+	waitFor(t, "two idle sandboxes", func() bool { return p.Stats().Idle == 2 })
+	res, err = p.Run(context.Background(), key, job)
+	if err != nil || !res.Warm {
+		t.Fatalf("full pool: %+v %v", res, err)
+	}
+	// A job asking for less memory than the pool's sandboxes goes cold.
+	strict := job
+	strict.ID = "skillbox-job-2"
+	strict.Limits.MemoryBytes = 64 << 20
+	if res, _ := p.Run(context.Background(), key, strict); res.Warm {
+		t.Error("a stricter job ran in a looser sandbox")
+	}
+	// Another key fills the total bound, never past it.
+	other := key
+	other.SkillDigest = "sha256:2"
+	p.Warm(other)
+	waitFor(t, "refill", func() bool { s := p.Stats(); return s.Idle+s.Booting >= 3 })
+	time.Sleep(50 * time.Millisecond)
+	if s := p.Stats(); s.Idle+s.Booting > 3 {
+		t.Errorf("over the total: %+v", s)
+	}
+	p.Drain(func(k PoolKey) bool { return k.SkillDigest == "sha256:1" })
+	if err := p.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if len(lc.destroyed) != lc.created {
+		t.Errorf("%d sandboxes made, %d destroyed: %v", lc.created, len(lc.destroyed), lc.destroyed)
+	}
+	if s := p.Stats(); s.Idle != 0 || s.Warm != 1 || s.Cold != 2 {
+		t.Errorf("after Close: %+v", s)
+	}
+}

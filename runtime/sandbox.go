@@ -1,0 +1,577 @@
+package runtime
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// supervisorSource is the python supervisor of BootPython, run as
+// `python3 -c` so that nothing needs mounting for it.
+//
+//go:embed supervisor.py
+var supervisorSource string
+
+// readyMarker is what a warm sandbox's first process writes on its stdout
+// once it waits for its job.
+const readyMarker = "skillbox-ready\n"
+
+// holderArgv is the first process of a BootExec sandbox: it says it is
+// ready and waits until its stdin closes (at Destroy).
+var holderArgv = []string{"/bin/sh", "-c", "printf '" + `skillbox-ready\n` + "'; read -r _"}
+
+// bootTimeout bounds how long Start waits for a sandbox to be ready.
+const bootTimeout = 60 * time.Second
+
+// Names in the bundle dir.
+const execProcessFile = "process.json"
+
+type sandboxState int
+
+const (
+	stateCreated sandboxState = iota
+	stateStarted
+	stateDelivered
+	stateWaited
+)
+
+// sandbox is one container of an engine going through the lifecycle.
+type sandbox struct {
+	e       *engine
+	spec    SandboxSpec
+	version string
+	opts    SpecOptions
+	b       *Bundle
+	cgPath  string
+	state   sandboxState
+
+	// lifeCtx outlives the caller's ctx on purpose: the CLIs must stay
+	// until we have stopped the container and read its counters; Destroy
+	// cancels it.
+	lifeCtx    context.Context
+	lifeCancel context.CancelFunc
+
+	// The `run` CLI: the container's first process.
+	runCmd    *exec.Cmd
+	runExited <-chan struct{}
+	// Warm sandboxes: the first process's stdio, kept from Start.
+	initIn, initOut, initErr *os.File
+
+	// The job: its CLI (runCmd itself unless BootExec), pipes and captures.
+	jobCmd         *exec.Cmd
+	jobExited      <-chan struct{}
+	outR, errR     *os.File
+	outCap, errCap *capture
+	lim            Limits
+	started        time.Time
+
+	destroyOnce sync.Once
+	destroyErr  error
+}
+
+var _ Sandbox = (*sandbox)(nil)
+
+func (e *engine) create(ctx context.Context, spec SandboxSpec) (_ Sandbox, err error) {
+	if _, err := e.cli.lookup(); err != nil {
+		return nil, err
+	}
+	version, err := e.cli.Version(ctx)
+	if err != nil {
+		return nil, err
+	}
+	switch spec.Boot {
+	case BootCold, BootPython, BootExec:
+	default:
+		return nil, fmt.Errorf("%w: unknown boot mode %q", ErrInvalidJob, spec.Boot)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	probe := spec.job(Invocation{Args: []string{"true"}, Limits: spec.Limits})
+	if err := ValidateJob(probe); err != nil {
+		return nil, err
+	}
+	opts := e.d.specOptions(probe)
+	b, err := createBundle(spec.ID, spec.RootFS, spec.Limits, e.runDir, opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &sandbox{e: e, spec: spec, version: version, opts: opts, b: b, cgPath: CgroupParent + "/" + spec.ID}
+	s.lifeCtx, s.lifeCancel = context.WithCancel(context.Background())
+	e.mu.Lock()
+	if e.live == nil {
+		e.live = map[string]*sandbox{}
+	}
+	e.live[spec.ID] = s
+	e.mu.Unlock()
+	defer func() {
+		if err != nil {
+			_ = s.Destroy(ctx)
+		}
+	}()
+	if err := e.d.setupCgroup(s.cgPath, spec.Limits); err != nil {
+		return nil, err
+	}
+	if spec.Background {
+		if err := setCPUWeight(s.cgPath, true); err != nil {
+			e.log.Debug("lowering the CPU weight of a booting sandbox failed", "id", spec.ID, "error", err)
+		}
+	}
+	return s, nil
+}
+
+func (s *sandbox) ID() string { return s.spec.ID }
+
+// Start boots a warm sandbox's first process and waits until it is ready.
+func (s *sandbox) Start(ctx context.Context) (err error) {
+	if s.state != stateCreated {
+		return fmt.Errorf("sandbox %s: Start after Start", s.spec.ID)
+	}
+	s.state = stateStarted
+	if s.spec.Boot == BootCold {
+		return nil
+	}
+	argv := holderArgv
+	if s.spec.Boot == BootPython {
+		argv = []string{"python3", "-c", supervisorSource}
+	}
+	if err := s.b.writeConfig(s.spec.job(Invocation{Args: argv, Env: nil, Limits: s.spec.Limits}), s.opts); err != nil {
+		return err
+	}
+	ps, err := makePipes(3)
+	if err != nil {
+		return err
+	}
+	inR, inW, outR, outW, errR, errW := ps[0].r, ps[0].w, ps[1].r, ps[1].w, ps[2].r, ps[2].w
+	s.initIn, s.initOut, s.initErr = inW, outR, errR
+	if err := s.startRun(inR, outW, errW); err != nil {
+		return err
+	}
+	// Wait for the marker, and nothing more: what follows is the job's.
+	ready := make(chan error, 1)
+	go func() {
+		buf := make([]byte, len(readyMarker))
+		_, err := io.ReadFull(outR, buf)
+		if err == nil && string(buf) != readyMarker {
+			err = fmt.Errorf("unexpected %q", buf)
+		}
+		ready <- err
+	}()
+	timer := time.NewTimer(bootTimeout)
+	defer timer.Stop()
+	select {
+	case err = <-ready:
+	case <-timer.C:
+		err = fmt.Errorf("not ready after %s", bootTimeout)
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		_ = outR.SetReadDeadline(time.Unix(1, 0)) // release the reader
+		return s.bootError(err)
+	}
+	return nil
+}
+
+// bootError explains a warm sandbox that did not get ready.
+func (s *sandbox) bootError(cause error) error {
+	msg := ""
+	select {
+	case <-s.runExited:
+		code, _ := exitStatus(s.runCmd.ProcessState)
+		if serr := s.e.d.setupError(s.b, 128); serr != nil {
+			return serr
+		}
+		_ = s.initErr.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		raw, _ := io.ReadAll(io.LimitReader(s.initErr, 2000))
+		msg = fmt.Sprintf(" (its first process exited %d: %s)", code, raw)
+	default:
+	}
+	return fmt.Errorf("sandbox %s (%s) did not boot: %v%s", s.spec.ID, s.spec.Boot, cause, msg)
+}
+
+// startRun starts `<cli> run` of the bundle with the given stdio (closed
+// here, the child has its copies).
+func (s *sandbox) startRun(stdin, stdout, stderr *os.File) error {
+	defer func() {
+		for _, f := range []*os.File{stdin, stdout, stderr} {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}()
+	global, args := s.e.d.runCommand(s.spec.Network, s.b)
+	cmd, err := s.e.cli.command(s.lifeCtx, global, args...)
+	if err != nil {
+		return err
+	}
+	cmd.Dir = s.b.Dir
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if stdin != nil {
+		cmd.Stdin = stdin
+	}
+	s.e.log.Debug("sandbox starting", "id", s.spec.ID, "boot", s.spec.Boot, "args", cmd.Args)
+	exited, err := startTied(cmd)
+	if err != nil {
+		return fmt.Errorf("start %s: %w", s.e.name, err)
+	}
+	s.runCmd, s.runExited = cmd, exited
+	return nil
+}
+
+// supervisorJob is the header the python supervisor reads.
+type supervisorJob struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Cwd  string   `json:"cwd"`
+}
+
+func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
+	if s.state != stateStarted {
+		return fmt.Errorf("sandbox %s: Deliver before Start or twice", s.spec.ID)
+	}
+	s.state = stateDelivered
+	if !Fits(s.spec.Limits, inv.Limits) {
+		return fmt.Errorf("%w: the job's memory, pids, cpus or tmpfs limits differ from sandbox %s's", ErrInvalidJob, s.spec.ID)
+	}
+	if s.spec.Boot == BootPython && !PythonInvocation(inv.Args) {
+		return fmt.Errorf("%w: sandbox %s runs python scripts only, not %q", ErrInvalidJob, s.spec.ID, inv.Args[0])
+	}
+	job := s.spec.job(inv)
+	if err := ValidateJob(job); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("run %s not started: %w", s.spec.ID, err)
+	}
+	if s.spec.Background {
+		if err := setCPUWeight(s.cgPath, false); err != nil {
+			return fmt.Errorf("restore the CPU weight of sandbox %s: %w", s.spec.ID, err)
+		}
+	}
+	s.lim = job.Limits
+	s.b.Limits = job.Limits // the output caps CollectOutputs applies
+	if err := s.b.writeInputs(job.Files); err != nil {
+		return err
+	}
+	s.outCap = newCapture(s.lim.StdoutBytes, job.Stdout)
+	s.errCap = newCapture(s.lim.StderrBytes, job.Stderr)
+
+	switch s.spec.Boot {
+	case BootPython:
+		env, err := ContainerEnv(job.Env)
+		if err != nil {
+			return err
+		}
+		hdr, err := json.Marshal(supervisorJob{Argv: job.Args, Env: append(env, job.ModuleEnv...), Cwd: WorkDir})
+		if err != nil {
+			return fmt.Errorf("encode job: %w", err)
+		}
+		msg := binary.BigEndian.AppendUint64(nil, uint64(len(hdr)))
+		msg = append(append(msg, hdr...), job.Stdin...)
+		in := s.initIn
+		s.initIn = nil
+		s.started = time.Now()
+		go func() {
+			// EPIPE when the script does not read all of its stdin is fine.
+			_, _ = in.Write(msg)
+			_ = in.Close()
+		}()
+		s.jobCmd, s.jobExited = s.runCmd, s.runExited
+		s.outR, s.errR = s.initOut, s.initErr
+		s.initOut, s.initErr = nil, nil
+	case BootCold:
+		if err := s.b.writeConfig(job, s.opts); err != nil {
+			return err
+		}
+		if err := s.startJob(job.Stdin, func(in, out, errw *os.File) error {
+			if err := s.startRun(in, out, errw); err != nil {
+				return err
+			}
+			s.jobCmd, s.jobExited = s.runCmd, s.runExited
+			return nil
+		}); err != nil {
+			return err
+		}
+	case BootExec:
+		spec, err := BuildSpec(job, withSources(s.opts, s.b))
+		if err != nil {
+			return err
+		}
+		if err := s.b.writeJSON(execProcessFile, spec.Process); err != nil {
+			return err
+		}
+		if err := s.startJob(job.Stdin, func(in, out, errw *os.File) error {
+			defer func() {
+				for _, f := range []*os.File{in, out, errw} {
+					if f != nil {
+						f.Close()
+					}
+				}
+			}()
+			global, args := s.e.d.execCommand(s.b, filepath.Join(s.b.Dir, execProcessFile))
+			cmd, err := s.e.cli.command(s.lifeCtx, global, args...)
+			if err != nil {
+				return err
+			}
+			cmd.Dir = s.b.Dir
+			cmd.Stdout, cmd.Stderr = out, errw
+			if in != nil {
+				cmd.Stdin = in
+			}
+			exited, err := startTied(cmd)
+			if err != nil {
+				return fmt.Errorf("start %s exec: %w", s.e.name, err)
+			}
+			s.jobCmd, s.jobExited = cmd, exited
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	go s.outCap.drain(s.outR)
+	go s.errCap.drain(s.errR)
+	s.e.log.Debug("job delivered", "id", s.spec.ID, "boot", s.spec.Boot)
+	return nil
+}
+
+// withSources fills in the bundle's workdir and hosts file.
+func withSources(o SpecOptions, b *Bundle) SpecOptions {
+	o.WorkdirSource = b.Workdir
+	o.HostsSource = filepath.Join(b.Dir, bundleHosts)
+	return o
+}
+
+type pipePair struct{ r, w *os.File }
+
+// makePipes makes n pipes; on error none is left open.
+func makePipes(n int) ([]pipePair, error) {
+	ps := make([]pipePair, 0, n)
+	for i := 0; i < n; i++ {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, p := range ps {
+				p.r.Close()
+				p.w.Close()
+			}
+			return nil, fmt.Errorf("pipe: %w", err)
+		}
+		ps = append(ps, pipePair{r, w})
+	}
+	return ps, nil
+}
+
+// startJob makes the job's pipes, calls start with the child's ends (which
+// start closes) and feeds stdin.
+func (s *sandbox) startJob(stdin []byte, start func(in, out, errw *os.File) error) error {
+	n := 2
+	if len(stdin) > 0 {
+		n = 3
+	}
+	ps, err := makePipes(n)
+	if err != nil {
+		return err
+	}
+	outR, outW, errR, errW := ps[0].r, ps[0].w, ps[1].r, ps[1].w
+	s.outR, s.errR = outR, errR
+	var inR, inW *os.File
+	if n == 3 {
+		inR, inW = ps[2].r, ps[2].w
+	}
+	s.started = time.Now()
+	if err := start(inR, outW, errW); err != nil {
+		if inW != nil {
+			inW.Close()
+		}
+		return err
+	}
+	if inW != nil {
+		go func() {
+			_, _ = inW.Write(stdin)
+			_ = inW.Close()
+		}()
+	}
+	return nil
+}
+
+func (s *sandbox) Wait(ctx context.Context) (*Result, error) {
+	if s.state != stateDelivered || s.jobCmd == nil {
+		return nil, fmt.Errorf("sandbox %s: Wait without a delivered job", s.spec.ID)
+	}
+	s.state = stateWaited
+	e, id := s.e, s.spec.ID
+	reason := ReasonExit
+	timer := time.NewTimer(s.lim.Timeout - time.Since(s.started))
+	defer timer.Stop()
+	select {
+	case <-s.jobExited:
+	case <-timer.C:
+		reason = ReasonTimeout
+		e.stop(id, s.jobCmd, s.jobExited, true)
+	case <-s.outCap.over:
+		reason = ReasonOutputCap
+		e.stop(id, s.jobCmd, s.jobExited, false)
+	case <-s.errCap.over:
+		reason = ReasonOutputCap
+		e.stop(id, s.jobCmd, s.jobExited, false)
+	case <-ctx.Done():
+		reason = ReasonKilled
+		e.stop(id, s.jobCmd, s.jobExited, false)
+	}
+	select {
+	case <-s.jobExited:
+	default:
+		return nil, fmt.Errorf("run %s: %s did not exit after the container was killed", id, e.name)
+	}
+	duration := time.Since(s.started)
+	if s.spec.Boot == BootExec {
+		// The holder and anything the job left behind go now, so that no
+		// process of the sandbox keeps the output pipes open.
+		e.stop(id, s.runCmd, s.runExited, false)
+	}
+
+	// The container's processes died with its pid namespace (runc) or its
+	// sandbox (runsc), so the pipes reach EOF; the deadline is for anything
+	// else that kept a write end.
+	for _, d := range []struct {
+		c *capture
+		f *os.File
+	}{{s.outCap, s.outR}, {s.errCap, s.errR}} {
+		select {
+		case <-d.c.done:
+		case <-time.After(drainWait):
+			stopDraining(d.f)
+			<-d.c.done
+		}
+	}
+
+	// Checked once the drains are done, so the rule does not depend on timing.
+	if reason == ReasonExit && (isClosed(s.outCap.over) || isClosed(s.errCap.over)) {
+		// The script went over the cap and ended before our kill landed:
+		// the same run as one we killed, so the same reason, whatever won
+		// the race.
+		reason = ReasonOutputCap
+	}
+	code, signal := exitStatus(s.jobCmd.ProcessState)
+	ev := readCgroupEvents(s.cgPath)
+	// A run that we stopped, or that ran into its memory or pids limit,
+	// did run; the CLI may still log errors about how its sandbox ended.
+	if reason == ReasonExit && ev.OOMKills == 0 && ev.PidsMax == 0 {
+		if serr := e.d.setupError(s.b, code); serr != nil {
+			return nil, serr
+		}
+	}
+	switch {
+	case reason == ReasonKilled:
+		// the caller asked; that explains everything
+	case ev.OOMKills > 0:
+		reason = ReasonOOM
+	case ev.PidsMax > 0:
+		reason = ReasonPids
+	}
+
+	res := &Result{
+		ExitCode:       code,
+		Signal:         signal,
+		Reason:         reason,
+		Duration:       duration,
+		Runtime:        e.name,
+		RuntimeVersion: s.version,
+		Warm:           s.spec.Boot != BootCold,
+	}
+	res.Stdout, res.StdoutTruncated = s.outCap.result()
+	res.Stderr, res.StderrTruncated = s.errCap.result()
+	outs, oerr := s.b.CollectOutputs()
+	if oerr != nil {
+		// The run happened; what it wrote cannot be read back. Say so in
+		// the result rather than fail the run or return nothing silently.
+		e.log.Warn("collecting outputs failed", "id", id, "error", oerr)
+		outs = &Outputs{Skipped: []string{"outputs not collected: " + oerr.Error()}}
+	}
+	outs.apply(res)
+	e.log.Debug("run finished", "id", id, "boot", s.spec.Boot, "reason", reason, "exit_code", code, "signal", signal,
+		"duration", duration, "oom_kills", ev.OOMKills, "pids_max_events", ev.PidsMax,
+		"stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "outputs", len(res.Outputs),
+		"outputs_truncated_by", res.OutputsTruncatedBy)
+	return res, nil
+}
+
+// Destroy removes everything the sandbox made. It uses its own context so
+// that a cancelled caller cannot leave a container, mount or cgroup behind.
+func (s *sandbox) Destroy(context.Context) error {
+	s.destroyOnce.Do(func() {
+		s.destroyErr = s.teardown()
+		s.e.mu.Lock()
+		delete(s.e.live, s.spec.ID)
+		s.e.mu.Unlock()
+	})
+	return s.destroyErr
+}
+
+func (s *sandbox) teardown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
+	defer cancel()
+	var errs []error
+	if s.runCmd != nil {
+		if err := s.e.cli.delete(ctx, s.spec.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.lifeCancel()
+	for _, c := range []*exec.Cmd{s.runCmd, s.jobCmd} {
+		if c != nil && c.Process != nil {
+			// Anything the CLI forked that is still in its group (a runsc
+			// gofer or sandbox that outlived a crash of the CLI).
+			_ = killGroup(c)
+		}
+	}
+	for _, f := range []*os.File{s.initIn, s.initOut, s.initErr, s.outR, s.errR} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+	if err := removeCgroupRetry(ctx, s.cgPath); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.b.Remove(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// close destroys every sandbox of the engine that is still there.
+func (e *engine) close(ctx context.Context) error {
+	e.mu.Lock()
+	live := make([]*sandbox, 0, len(e.live))
+	for _, s := range e.live {
+		live = append(live, s)
+	}
+	e.mu.Unlock()
+	var errs []error
+	for _, s := range live {
+		if err := s.Destroy(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Processes lists the host pids of the sandbox's processes (its cgroup's
+// and its CLIs'), for memory accounting.
+func (s *sandbox) Processes() []int {
+	pids := cgroupProcs(s.cgPath)
+	if s.runCmd != nil && s.runCmd.Process != nil {
+		pids = append(pids, s.runCmd.Process.Pid)
+	}
+	return pids
+}

@@ -1,0 +1,151 @@
+package service
+
+import (
+	"context"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/skills"
+)
+
+// The warm path: with a pool (Engine.Pool), loading a skill into a session
+// boots sandboxes for the interpreters its scripts need, a run takes one if
+// it is ready (and goes cold if not), and a skill whose digest changed has
+// its sandboxes drained, so the next run mounts the new version.
+
+// warmImagesPerSkill bounds how many interpreter images one skill warms.
+const warmImagesPerSkill = 3
+
+// warmScanFiles bounds the files of scripts/ looked at to pick them.
+const warmScanFiles = 500
+
+// runJob runs job warm when the pool has a sandbox for it, cold otherwise.
+func (e *Engine) runJob(ctx context.Context, p *Plan, img ImageRef, job runtime.Job) (*runtime.Result, error) {
+	sk := p.Request.Skill
+	if e.Pool == nil || sk == nil { // run_code runs are always cold
+		return e.Runtime.Run(ctx, job)
+	}
+	key, ok := runtime.KeyFor(job, sk.Name, sk.Digest, img.Digest)
+	if !ok {
+		return e.Runtime.Run(ctx, job)
+	}
+	// A run of an older version than the pool holds, or the other way
+	// round: the pool's sandboxes of other versions go.
+	e.Pool.Drain(func(k runtime.PoolKey) bool { return k.Skill == sk.Name && k.SkillDigest != sk.Digest })
+	return e.Pool.Run(ctx, key, job)
+}
+
+// WarmSkills starts booting sandboxes for the skills' scripts, in the
+// background; it never blocks the caller and never builds an image.
+func (e *Engine) WarmSkills(list []*skills.Skill) {
+	if e == nil || e.Pool == nil || len(list) == 0 {
+		return
+	}
+	list = slices.Clone(list)
+	go func() {
+		for _, sk := range list {
+			e.warmSkill(sk)
+		}
+	}()
+}
+
+func (e *Engine) warmSkill(sk *skills.Skill) {
+	log := e.logger()
+	e.Pool.Drain(func(k runtime.PoolKey) bool { return k.Skill == sk.Name && k.SkillDigest != sk.Digest })
+	root, err := e.Pins.Pin(sk)
+	if err != nil {
+		log.Debug("not warming a skill that cannot be pinned", "skill", sk.Name, "error", err)
+		return
+	}
+	limits, _ := e.Config.LimitsFor(sk.Name)
+	dirs, _ := e.Config.ScriptDirsFor(sk.Name)
+	for _, it := range e.scriptImages(root, dirs) {
+		if ic, ok := e.Images.(interface{ Built(string) error }); ok && ic.Built(it.image) != nil {
+			continue // warming never builds an image
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ref, rootfs, err := e.Images.Ensure(ctx, it.image, nil)
+		cancel()
+		if err != nil {
+			log.Debug("not warming: image unavailable", "skill", sk.Name, "image", it.image, "error", err)
+			continue
+		}
+		boot := runtime.BootExec
+		if runtime.PythonInvocation(append(slices.Clone(it.argv), "/x")) {
+			boot = runtime.BootPython
+		}
+		e.Pool.Warm(runtime.PoolKey{Skill: sk.Name, Image: ref.Digest, RootFS: rootfs, SkillDigest: sk.Digest,
+			SkillDir: root, Limits: runtime.SandboxLimits(limits), Boot: boot})
+	}
+}
+
+type scriptImage struct {
+	image string
+	argv  []string
+}
+
+// scriptImages are the interpreter images of the files the pinned skill
+// may run (under dirs, the policy's script_dirs, or anywhere when nil),
+// most used first.
+func (e *Engine) scriptImages(root string, dirs []string) []scriptImage {
+	count := map[string]int{}
+	argv := map[string][]string{}
+	seen := 0
+	if dirs == nil {
+		dirs = []string{"."}
+	}
+	walk := func(p string, d fs.DirEntry, err error) error {
+		if err != nil || seen >= warmScanFiles {
+			return filepath.SkipDir
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		seen++
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return nil
+		}
+		head := make([]byte, 256)
+		if f, err := os.Open(p); err == nil {
+			n, _ := f.Read(head)
+			head = head[:n]
+			f.Close()
+		}
+		in, err := e.Config.Interpreter(filepath.ToSlash(rel), head)
+		if err != nil {
+			return nil
+		}
+		count[in.Image]++
+		argv[in.Image] = in.Argv
+		return nil
+	}
+	for _, d := range dirs {
+		_ = filepath.WalkDir(filepath.Join(root, filepath.FromSlash(d)), walk)
+	}
+	var out []scriptImage
+	for im := range count {
+		out = append(out, scriptImage{image: im, argv: argv[im]})
+	}
+	slices.SortFunc(out, func(a, b scriptImage) int { return count[b.image] - count[a.image] })
+	if len(out) > warmImagesPerSkill {
+		out = out[:warmImagesPerSkill]
+	}
+	return out
+}
+
+// DrainStale drains the pool's sandboxes of skill versions that are no
+// longer current (the registry reloaded a changed skill, or lost it).
+func (e *Engine) DrainStale(get func(name string) (*skills.Skill, error)) {
+	if e.Pool == nil {
+		return
+	}
+	e.Pool.Drain(func(k runtime.PoolKey) bool {
+		sk, err := get(k.Skill)
+		return err != nil || sk.Digest != k.SkillDigest
+	})
+}
