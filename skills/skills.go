@@ -53,3 +53,11 @@ type Skill struct {
 	Digest     string         `json:"-"` // "sha256:<hex>" over the whole directory
 	Warnings   []string       `json:"-"` // problems tolerated by lenient indexing
 }
+
+// UserInvocable reports whether a person may invoke the skill (a slash
+// command, an MCP prompt): true unless its frontmatter sets
+// user-invocable: false (background knowledge the model loads itself).
+func (s *Skill) UserInvocable() bool {
+	v, ok := s.Properties["user-invocable"].(bool)
+	return !ok || v
+}

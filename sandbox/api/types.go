@@ -51,7 +51,9 @@ type ListSkillsParams struct {
 
 // SkillInfo is one entry of skills.list (whose result is a bare array of
 // them, sorted by name). Skills whose SKILL.md disables model invocation are
-// listed with ModelInvocable false rather than hidden. Tags is always
+// listed with ModelInvocable false rather than hidden; UserInvocable is
+// false for skills a person may not invoke (user-invocable: false), which
+// are therefore not MCP prompts. Tags is always
 // present on the wire ([] when the skill declares none).
 type SkillInfo struct {
 	Name           string   `json:"name"`
@@ -60,6 +62,7 @@ type SkillInfo struct {
 	Digest         string   `json:"digest"`
 	Tags           []string `json:"tags"`
 	ModelInvocable bool     `json:"model_invocable"`
+	UserInvocable  bool     `json:"user_invocable"`
 	// Tokens estimates the entry's cost in <available_skills>
 	// (skills.EstimateTokens); BodyTokens that of its SKILL.md body once loaded.
 	Tokens     int `json:"tokens"`

@@ -92,7 +92,7 @@ func (f *fakeService) ListSkills(context.Context, api.Peer, api.ListSkillsParams
 	for _, s := range f.reg.List() {
 		out = append(out, api.SkillInfo{
 			Name: s.Name, Description: s.Description, Location: s.Location, Digest: s.Digest,
-			Tags: append([]string{}, s.Tags...), ModelInvocable: !s.DisableModelInvocation,
+			Tags: append([]string{}, s.Tags...), ModelInvocable: !s.DisableModelInvocation, UserInvocable: s.UserInvocable(),
 		})
 	}
 	return out, nil

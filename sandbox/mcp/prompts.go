@@ -13,13 +13,15 @@ import (
 // after the skill's name, filling $ARGUMENTS, $0, $1…
 const PromptArgument = "arguments"
 
-// syncPrompts registers one prompt per model-invocable skill and removes
-// the prompts of skills that are gone; the SDK notifies clients. Called
-// with c.mu held.
+// syncPrompts registers one prompt per skill a person may invoke (a
+// prompt is a user invocation: skills with disable-model-invocation are
+// prompts, skills with user-invocable: false are not) and removes the
+// prompts of skills that are gone; the SDK notifies clients. Called with
+// c.mu held.
 func (c *Conn) syncPrompts(list []api.SkillInfo) {
 	var names []string
 	for _, s := range list {
-		if !s.ModelInvocable {
+		if !s.UserInvocable {
 			continue
 		}
 		names = append(names, s.Name)

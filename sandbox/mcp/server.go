@@ -270,7 +270,7 @@ func (c *Conn) refresh(ctx context.Context) error {
 func catalogKey(list []api.SkillInfo) string {
 	var b strings.Builder
 	for _, s := range list {
-		fmt.Fprintf(&b, "%s\x00%s\x00%s\x00%t\x00%s\n", s.Name, s.Digest, s.Description, s.ModelInvocable, s.Location)
+		fmt.Fprintf(&b, "%s\x00%s\x00%s\x00%t\x00%t\x00%s\n", s.Name, s.Digest, s.Description, s.ModelInvocable, s.UserInvocable, s.Location)
 	}
 	return b.String()
 }

@@ -114,7 +114,7 @@ func invocationRefusal(sk *skills.Skill, inv string) string {
 	switch {
 	case inv == api.InvocationModel && sk.DisableModelInvocation:
 		return fmt.Sprintf("skill %q sets disable-model-invocation: only a person can invoke it (a user invocation, e.g. its prompt); do not activate it on your own", sk.Name)
-	case inv == api.InvocationUser && sk.Properties["user-invocable"] == false:
+	case inv == api.InvocationUser && !sk.UserInvocable():
 		return fmt.Sprintf("skill %q sets user-invocable: false: it is background knowledge the model loads when relevant, not a command a person invokes", sk.Name)
 	}
 	return ""

@@ -334,7 +334,7 @@ func (s *Service) ListSkills(ctx context.Context, caller api.Peer, p api.ListSki
 		}
 		out = append(out, api.SkillInfo{
 			Name: sk.Name, Description: sk.Description, Location: sk.Location, Digest: sk.Digest,
-			Tags: tags, ModelInvocable: !sk.DisableModelInvocation,
+			Tags: tags, ModelInvocable: !sk.DisableModelInvocation, UserInvocable: sk.UserInvocable(),
 			Tokens: skills.CatalogEntryTokens(sk), BodyTokens: skills.EstimateTokens(sk.Body),
 		})
 	}
