@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"syscall"
@@ -66,7 +67,7 @@ func ApplyDiff(dir, diff string, opts LoadOptions) (*Patch, error) {
 	if len(diff) > MaxDiffBytes {
 		return nil, fmt.Errorf("%w: the diff is %d bytes, more than %d", ErrPatch, len(diff), MaxDiffBytes)
 	}
-	files, _, err := gitdiff.Parse(strings.NewReader(diff))
+	files, _, err := gitdiff.Parse(strings.NewReader(stripGitPrefixes(diff)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: the diff does not parse: %v", ErrPatch, err)
 	}
@@ -137,6 +138,84 @@ func ApplyDiff(dir, diff string, opts LoadOptions) (*Patch, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// stripGitPrefixes removes the a/ and b/ of a diff whose ---/+++ headers
+// use git's convention without git's "diff --git" lines (what `git diff`
+// pasted without its first line, or a model, writes): the parser keeps
+// them as part of the names there, so the paths would not be the skill's.
+// It is patch -p1, applied only when every header pair has a/ on the old
+// side and b/ on the new (or /dev/null). Hunk bodies are skipped by their
+// line counts, so a removed line that starts with "-- " is never taken for
+// a header.
+func stripGitPrefixes(diff string) string {
+	if strings.HasPrefix(diff, "diff --git ") || strings.Contains(diff, "\ndiff --git ") {
+		return diff // the parser strips them itself
+	}
+	lines := strings.SplitAfter(diff, "\n")
+	var headers []int // index of each "--- " line followed by "+++ "
+	oldLeft, newLeft := 0, 0
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		if oldLeft > 0 || newLeft > 0 {
+			switch {
+			case strings.HasPrefix(l, " "), l == "\n":
+				oldLeft, newLeft = oldLeft-1, newLeft-1
+			case strings.HasPrefix(l, "-"):
+				oldLeft--
+			case strings.HasPrefix(l, "+"):
+				newLeft--
+			case strings.HasPrefix(l, "\\"):
+			default:
+				oldLeft, newLeft = 0, 0 // malformed: let the parser say so
+			}
+			continue
+		}
+		if m := hunkHeader.FindStringSubmatch(l); m != nil {
+			oldLeft, newLeft = hunkCount(m[1]), hunkCount(m[2])
+			continue
+		}
+		if strings.HasPrefix(l, "--- ") && i+1 < len(lines) && strings.HasPrefix(lines[i+1], "+++ ") {
+			headers = append(headers, i)
+			i++
+		}
+	}
+	if len(headers) == 0 {
+		return diff
+	}
+	prefixed := func(l, marker, prefix string) (bool, bool) {
+		name := strings.TrimPrefix(l, marker)
+		if strings.HasPrefix(name, "/dev/null") {
+			return true, false
+		}
+		return strings.HasPrefix(name, prefix), true
+	}
+	for _, i := range headers {
+		okOld, hasOld := prefixed(lines[i], "--- ", "a/")
+		okNew, hasNew := prefixed(lines[i+1], "+++ ", "b/")
+		if !okOld || !okNew || (!hasOld && !hasNew) {
+			return diff
+		}
+	}
+	for _, i := range headers {
+		lines[i] = "--- " + strings.TrimPrefix(strings.TrimPrefix(lines[i], "--- "), "a/")
+		lines[i+1] = "+++ " + strings.TrimPrefix(strings.TrimPrefix(lines[i+1], "+++ "), "b/")
+	}
+	return strings.Join(lines, "")
+}
+
+var hunkHeader = regexp.MustCompile(`^@@ -\d+(?:,(\d+))? \+\d+(?:,(\d+))? @@`)
+
+// hunkCount is a hunk header's line count ("" means 1).
+func hunkCount(s string) int {
+	if s == "" {
+		return 1
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // checkSkill validates the SKILL.md the patch leaves.

@@ -191,8 +191,9 @@ func TestDaemonActivateRenderCommands(t *testing.T) {
 	if strings.Contains(res.Body, marker) || strings.Contains(res.Body, "HOST-LISTENER") || accepted.Load() != 0 {
 		t.Errorf("a command reached the host (file or network): %d connections, body:\n%s", accepted.Load(), res.Body)
 	}
-	if !strings.Contains(res.Body, "skills") || strings.Contains(res.Body, secretDir) {
-		t.Errorf("ls / shows something other than the sandbox image:\n%s", res.Body)
+	if root := res.Body[strings.Index(res.Body, "Root:"):strings.Index(res.Body, "Fail:")]; !strings.Contains(root, "skills\n") ||
+		!strings.Contains(root, "work\n") || strings.Contains(root, filepath.Base(secretDir)) {
+		t.Errorf("ls / shows something other than the sandbox image:\n%s", root)
 	}
 	if len(res.Commands) != 5 || res.Tokens == 0 {
 		t.Fatalf("commands %+v, tokens %d", res.Commands, res.Tokens)
@@ -240,7 +241,7 @@ func TestDaemonActivateRenderCommands(t *testing.T) {
 
 	// Confirmable: held until an approver approves, then run once.
 	res = must[*api.ActivateResult](t, "activate render-held")(c.Activate(ctx, api.ActivateParams{SessionID: sid, Name: "render-held"}))
-	if len(res.Commands) != 1 || res.Commands[0].ConfirmationID == "" || strings.Contains(res.Body, "approved-output") {
+	if len(res.Commands) != 1 || res.Commands[0].ConfirmationID == "" || strings.Contains(res.Body, "Held: approved-output") {
 		t.Fatalf("held command: %+v", res)
 	}
 	id := res.Commands[0].ConfirmationID
@@ -250,7 +251,7 @@ func TestDaemonActivateRenderCommands(t *testing.T) {
 		t.Errorf("approved command: %+v", res)
 	}
 	res = must[*api.ActivateResult](t, "activate again")(c.Activate(ctx, api.ActivateParams{SessionID: sid, Name: "render-held", ConfirmationID: id}))
-	if strings.Contains(res.Body, "approved-output") {
+	if strings.Contains(res.Body, "Held: approved-output") {
 		t.Errorf("an approval was used twice: %s", res.Body)
 	}
 
