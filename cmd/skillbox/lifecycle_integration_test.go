@@ -537,9 +537,9 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	if p1.State != api.ProposalPending || p1.BaseDigest != base || strings.Join(p1.Files, ",") != "SKILL.md" {
 		t.Fatalf("proposal: %+v", p1)
 	}
-	cli := func(args ...string) string {
+	cli := func(sub string, args ...string) string {
 		t.Helper()
-		out, err := exec.Command(itBin, append([]string{"proposals"}, append(args, "--socket", d.socket)...)...).CombinedOutput()
+		out, err := exec.Command(itBin, append([]string{"proposals", sub, "--socket", d.socket}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("skillbox proposals %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
@@ -551,7 +551,7 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	if out := cli("show", p1.ID); !strings.Contains(out, "+Version two.") || !strings.Contains(out, "the skill is at version two") || !strings.Contains(out, base) {
 		t.Errorf("proposals show:\n%s", out)
 	}
-	if out := cli("approve", p1.ID, "--note", "looks right"); !strings.Contains(out, "applied") {
+	if out := cli("approve", "--note", "looks right", p1.ID); !strings.Contains(out, "applied") {
 		t.Errorf("proposals approve:\n%s", out)
 	}
 	now := waitDigest("evolving", base)
@@ -569,21 +569,21 @@ func TestDaemonLockAndProposals(t *testing.T) {
 		t.Errorf("the new body is not served: %+v", act)
 	}
 	// The competing proposal was made against the old digest.
-	out, err = exec.Command(itBin, "proposals", "approve", p2.ID, "--socket", d.socket).CombinedOutput()
+	out, err = exec.Command(itBin, "proposals", "approve", "--socket", d.socket, p2.ID).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "stale") || !strings.Contains(string(out), base) {
 		t.Errorf("stale approval: %v\n%s", err, out)
 	}
 	// The old session still holds the old version: proposing against it is refused.
 	_, err = c.Propose(ctx, api.ProposeParams{SessionID: sid, Skill: "evolving", Diff: diff("Version one.", "Version four."), Justification: "old view"})
 	wantKind(t, "propose against the old digest", err, api.KindInvalidParams)
-	if out := cli("reject", p2.ID, "--note", "superseded"); !strings.Contains(out, "rejected") {
+	if out := cli("reject", "--note", "superseded", p2.ID); !strings.Contains(out, "rejected") {
 		t.Errorf("proposals reject:\n%s", out)
 	}
 
 	// A read-only root: approval exports a patch, the skill is unchanged.
 	frozen := digestOf("frozen")
 	p3 := must[*api.Proposal](t, "propose frozen")(c.Propose(ctx, api.ProposeParams{SessionID: sid, Skill: "frozen",
-		Diff: "--- a/SKILL.md\n+++ b/SKILL.md\n@@ -4 +4 @@\n-Old text.\n+New text.\n", Justification: "update"}))
+		Diff: "--- a/SKILL.md\n+++ b/SKILL.md\n@@ -5 +5 @@\n-Old text.\n+New text.\n", Justification: "update"}))
 	p3 = must[*api.Proposal](t, "approve frozen")(c.ApproveProposal(ctx, api.ProposalIDParams{ID: p3.ID}))
 	patch, err := os.ReadFile(p3.PatchFile)
 	if p3.State != api.ProposalExported || err != nil || !bytes.Contains(patch, []byte("+New text.")) {
