@@ -22,6 +22,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // mcpClientResult is what testdata/mcpclient/client.mjs prints.
@@ -105,6 +107,9 @@ func TestMCPEndToEnd(t *testing.T) {
 	clientDir := mcpClientDir(t)
 
 	base := t.TempDir()
+	// A current runsc keeps its empty network namespace mounted in its
+	// state dir; unmounted before the temp dir is removed.
+	t.Cleanup(func() { unix.Unmount(filepath.Join(base, "runsc", "null-netns"), unix.MNT_DETACH) })
 	root := filepath.Join(base, "skills")
 	writeFiles(t, root, map[string]string{
 		"hello/SKILL.md": "---\nname: hello\ndescription: Greets people and shows the kernel it runs on.\n---\n" +
