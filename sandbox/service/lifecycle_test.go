@@ -359,3 +359,32 @@ func TestLockRequired(t *testing.T) {
 		t.Errorf("lock file: %+v %v", l, err)
 	}
 }
+
+func TestTokenCounts(t *testing.T) {
+	var more []servicetest.SkillSpec
+	for i := range 30 {
+		more = append(more, servicetest.SkillSpec{Name: fmt.Sprintf("extra-%02d", i)})
+	}
+	cfg := lifecycleConfig + "skills {\n  catalog_budget_tokens = 120\n}\n"
+	f := newFixtureWith(t, true, cfg, more)
+	ctx := context.Background()
+	list := mustV(f.svc.ListSkills(ctx, owner, api.ListSkillsParams{}))
+	for _, s := range list {
+		if s.Tokens != skills.CatalogEntryTokens(f.sk[s.Name]) || s.BodyTokens != skills.EstimateTokens(f.sk[s.Name].Body) || s.Tokens == 0 {
+			t.Errorf("skills.list %s: tokens %d, body %d", s.Name, s.Tokens, s.BodyTokens)
+		}
+	}
+	sid := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})).SessionID
+	lr := mustV(f.svc.LoadSkills(ctx, owner, api.LoadParams{SessionID: sid, Names: []string{"plain"}}))
+	if lr.ActiveSkills[0].Tokens != skills.EstimateTokens(f.sk["plain"].Body) {
+		t.Errorf("receipt tokens %d", lr.ActiveSkills[0].Tokens)
+	}
+	rr := mustV(f.svc.ReadSkillFile(ctx, owner, api.ReadParams{SessionID: sid, Path: "scripts/run.sh"}))
+	if rr.Tokens != skills.EstimateTokens(rr.Content) || rr.Tokens == 0 {
+		t.Errorf("read tokens %d", rr.Tokens)
+	}
+	ins := mustV(f.svc.Instructions(ctx, owner, api.SessionParams{SessionID: sid}))
+	if n := skills.EstimateTokens(ins.AvailableSkills); n > 120 || !strings.Contains(ins.AvailableSkills, "<available_skills>") {
+		t.Errorf("the catalog is %d tokens over a budget of 120:\n%s", n, ins.AvailableSkills)
+	}
+}
