@@ -62,6 +62,7 @@ func newApp() *cli.App {
 			depsCommand(),
 			benchCommand(),
 			mcpCommand(),
+			proposalsCommand(),
 			versionCommand(),
 		},
 		// Usage errors exit 2 with one line, like the rest of the CLI.

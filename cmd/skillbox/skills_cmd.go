@@ -30,7 +30,7 @@ func skillsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "skills",
 		Usage: "validate, inspect and list Agent Skills",
-		Subcommands: []*cli.Command{
+		Subcommands: append([]*cli.Command{
 			{
 				Name:         "validate",
 				Usage:        "check skills against the Agent Skills specification",
@@ -81,7 +81,7 @@ func skillsCommand() *cli.Command {
 				OnUsageError: usageErr,
 				Action:       skillsList,
 			},
-		},
+		}, lifecycleSkillsCommands()...),
 	}
 }
 
