@@ -514,7 +514,6 @@ func depsDaemon(t *testing.T, f *runFixture, srvURL, ver string, made *[]string)
 	}
 }
 
-
 // A Node skill's package.json dependency comes from the npm registry
 // (reachable from these machines), resolved with scripts off, checked
 // against the lock's integrity, unpacked offline; the script requires it.
