@@ -51,7 +51,7 @@ var testBase = func() string {
 	return defaultTestBase
 }()
 
-var backends = []string{"runsc", "runc"}
+var backends = []string{"runsc", "runc", "containerd"}
 
 var (
 	rootfsOnce sync.Once
@@ -112,6 +112,9 @@ func needBackend(t testing.TB, name string) {
 	if _, err := exec.LookPath(binaryOf(name)); err != nil {
 		t.Skipf("needs root and runsc/runc: run via make test as root (%s not found: %v)", name, err)
 	}
+	if name == "containerd" {
+		containerdAddress(t)
+	}
 }
 
 // newBackend makes a backend with its own state and run dirs.
@@ -119,7 +122,7 @@ func newBackend(t testing.TB, name string) (runtime.Runtime, runtime.Options) {
 	t.Helper()
 	needBackend(t, name)
 	opts := runtime.Options{
-		Binary:   binaryOf(name),
+		Binary:   runtimeBinary(name),
 		StateDir: filepath.Join(testBase, name, "state"),
 		RunDir:   filepath.Join(testBase, name, "runs"),
 		// Generous, so that a script handling TERM gets to run its
@@ -132,6 +135,7 @@ func newBackend(t testing.TB, name string) (runtime.Runtime, runtime.Options) {
 			Output: os.Stderr,
 		}),
 	}
+	withContainerd(t, name, &opts)
 	rt, err := runtime.New(name, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -961,12 +965,13 @@ func runWarm(t testing.TB, rt runtime.Runtime, job runtime.Job) (*runtime.Result
 // no mount under the run dir, no run dir, no cgroup.
 func assertClean(t *testing.T, backend string, opts runtime.Options, id string) {
 	t.Helper()
-	out, err := exec.Command(binaryOf(backend), "--root", opts.StateDir, "list", "--quiet").CombinedOutput()
+	out, err := listContainers(backend, opts)
 	if err != nil {
 		t.Errorf("%s list: %v %s", backend, err, out)
-	} else if strings.TrimSpace(string(out)) != "" {
+	} else if strings.TrimSpace(out) != "" {
 		t.Errorf("containers left in %s: %s", opts.StateDir, out)
 	}
+	assertContainerdClean(t, backend, opts)
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mi), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], opts.RunDir+"/") {
@@ -1153,13 +1158,17 @@ func TestMain(m *testing.M) {
 		crashHelper(spec)
 		os.Exit(3) // not reached: the helper kills itself
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	stopContainerd()
+	os.Exit(code)
 }
 
 func crashHelper(spec string) {
 	f := strings.Split(spec, "|")
 	backend, stateDir, runDir, id, rootfs, skill, marker, mode := f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
-	rt, err := runtime.New(backend, runtime.Options{Binary: binaryOf(backend), StateDir: stateDir, RunDir: runDir})
+	opts := runtime.Options{Binary: runtimeBinary(backend), StateDir: stateDir, RunDir: runDir}
+	withContainerd(nil, backend, &opts)
+	rt, err := runtime.New(backend, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -1198,8 +1207,8 @@ func TestSweep(t *testing.T) {
 			if !strings.Contains(string(out), "crashing now") {
 				t.Fatalf("crash helper: %v\n%s", err, out)
 			}
-			list, _ := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").Output()
-			if !strings.Contains(string(list), id) {
+			list, _ := listContainers(name, opts)
+			if !strings.Contains(list, id) {
 				t.Fatalf("the crash left no container %s: %q", id, list)
 			}
 			// A run in progress here must survive the sweep.
@@ -1271,8 +1280,8 @@ func TestSweepContainerWithoutRunDir(t *testing.T) {
 			if err := os.RemoveAll(runDir); err != nil {
 				t.Fatal(err)
 			}
-			list, _ := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").Output()
-			if !strings.Contains(string(list), id) {
+			list, _ := listContainers(name, opts)
+			if !strings.Contains(list, id) {
 				t.Fatalf("the crash left no container %s: %q", id, list)
 			}
 			if err := runtime.Sweep(context.Background(), rt); err != nil {
@@ -1349,7 +1358,7 @@ func TestSweepYoungCrash(t *testing.T) {
 					}
 					_ = cmd.Wait()
 					// What the crash left, for the log: it varies with timing.
-					list, _ := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").Output()
+					list, _ := listContainers(name, opts)
 					_, dirErr := os.Stat(filepath.Join(opts.RunDir, id))
 					_, cgErr := os.Stat(filepath.Join("/sys/fs/cgroup/memory", runtime.CgroupParent, id))
 					t.Logf("killed %v after the run started; left: containers %q, run dir %v, memory cgroup %v",
@@ -1462,8 +1471,8 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 					t.Errorf("Sweep of another run dir removed %s", p)
 				}
 			}
-			list, _ := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").Output()
-			if !strings.Contains(string(list), live.ID) {
+			list, _ := listContainers(name, opts)
+			if !strings.Contains(list, live.ID) {
 				t.Errorf("Sweep of another run dir removed the live container %s: %q", live.ID, list)
 			}
 			if _, err := os.Stat(filepath.Join(otherOpts.RunDir, dead)); err == nil {

@@ -262,6 +262,14 @@ type Options struct {
 	// KillGrace is how long a timed-out script has between SIGTERM and
 	// SIGKILL; 0 means one second.
 	KillGrace time.Duration
+
+	// The containerd backend (runtime/containerd): the daemon's socket,
+	// the namespace skillbox's containers live in, and the runtime handler
+	// (the shim) that runs them; Binary is then the OCI runtime the shim
+	// runs (runsc or runc). Zero values mean that backend's defaults.
+	Address   string
+	Namespace string
+	Handler   string
 }
 
 // Logger is the subset of hclog.Logger the backends use.

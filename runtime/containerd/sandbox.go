@@ -1,0 +1,491 @@
+package containerd
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/pkg/cio"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/containerd/v2/core/leases"
+
+	"github.com/skillbox/skillbox/runtime"
+)
+
+// A sandbox is one container of the backend through the lifecycle:
+//
+//	create   the bundle (run dir locked, workdir tmpfs, hosts file), the
+//	         cgroup runsc joins (gVisor), and the run's lease
+//	start    warm only: the container with skillbox's first process (the
+//	         python supervisor or a holder) and its task, ready once that
+//	         process says so on its stdout
+//	deliver  inputs into the workdir; cold: the container with the job
+//	         as its process, and its task; python: the job down the
+//	         supervisor's stdin; exec: the job exec'd into the task
+//	wait     exit, timeout, output cap or ctx: the last three kill every
+//	         process of the task (TERM, grace, KILL); the drains, the end
+//	         rules and the outputs are package runtime's
+//	destroy  task and container deleted, lease, cgroup, workdir and run
+//	         dir removed (fresh context)
+type sandbox struct {
+	c     *Containerd
+	cl    *containerd.Client
+	spec  runtime.SandboxSpec
+	b     *runtime.Bundle
+	cg    string
+	state int
+
+	version string
+	ctr     containerd.Container
+	task    containerd.Task
+	// The first process's stdio (warm): its stdin's write end, its streams.
+	initIn      *os.File
+	initStreams *runtime.Streams
+	initExit    <-chan containerd.ExitStatus
+
+	// The job.
+	proc    containerd.Process
+	exit    <-chan containerd.ExitStatus
+	streams *runtime.Streams
+	lim     runtime.Limits
+	started time.Time
+
+	destroyOnce sync.Once
+	destroyErr  error
+}
+
+const (
+	stateCreated = iota
+	stateStarted
+	stateDelivered
+	stateWaited
+)
+
+// execID is the id of the job exec'd into a BootExec sandbox.
+const execID = "job"
+
+var _ runtime.Sandbox = (*sandbox)(nil)
+
+// Create makes a sandbox (see runtime.Lifecycle).
+func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ runtime.Sandbox, err error) {
+	version, err := c.Version(ctx)
+	if err != nil {
+		return nil, err
+	}
+	switch spec.Boot {
+	case runtime.BootCold, runtime.BootPython, runtime.BootExec:
+	default:
+		return nil, fmt.Errorf("%w: unknown boot mode %q", runtime.ErrInvalidJob, spec.Boot)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
+	}
+	cl, err := c.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	b, err := runtime.NewSandboxBundle(spec, c.opts.RunDir, c.specOpts)
+	if err != nil {
+		return nil, err
+	}
+	s := &sandbox{c: c, cl: cl, spec: spec, b: b, cg: runtime.CgroupParent + "/" + spec.ID, version: version}
+	c.mu.Lock()
+	if c.live == nil {
+		c.live = map[string]*sandbox{}
+	}
+	c.live[spec.ID] = s
+	c.mu.Unlock()
+	defer func() {
+		if err != nil {
+			_ = s.Destroy(ctx)
+		}
+	}()
+	if _, err := cl.LeasesService().Create(c.ctx(ctx), leases.WithID(spec.ID), leases.WithExpiration(leaseExpiry),
+		leases.WithLabels(map[string]string{LabelRunDir: b.Dir})); err != nil {
+		return nil, fmt.Errorf("create containerd lease %s: %w", spec.ID, err)
+	}
+	if c.gvisor {
+		// runsc joins an existing cgroup and leaves it (and so its OOM
+		// and pids counters) in place; runc makes it from the spec.
+		if err := runtime.CreateRunscCgroup(s.cg, spec.Limits, c.platform); err != nil {
+			return nil, err
+		}
+	}
+	if spec.Background {
+		if err := runtime.SetBackgroundWeight(s.cg, true); err != nil {
+			c.log.Debug("lowering the CPU weight of a booting sandbox failed", "id", spec.ID, "error", err)
+		}
+	}
+	return s, nil
+}
+
+func (s *sandbox) ID() string { return s.spec.ID }
+
+// ctx is the namespace and the run's lease.
+func (s *sandbox) ctx(ctx context.Context) context.Context {
+	return leases.WithLease(s.c.ctx(ctx), s.spec.ID)
+}
+
+// newTask makes the container with job's spec and its task with the given
+// stdio, and waits for its exit before it starts.
+func (s *sandbox) newTask(ctx context.Context, job runtime.Job, stdin io.Reader, st *runtime.Streams) (<-chan containerd.ExitStatus, error) {
+	if err := s.b.SpecFor(job, s.c.specOpts); err != nil {
+		return nil, err
+	}
+	ropts, err := s.c.runtimeOptions(job.Network)
+	if err != nil {
+		return nil, err
+	}
+	ctx = s.ctx(ctx)
+	ctr, err := s.cl.NewContainer(ctx, s.spec.ID,
+		containerd.WithSpec(s.b.Spec),
+		containerd.WithRuntime(s.c.handler, ropts),
+		containerd.WithContainerLabels(map[string]string{LabelRunDir: s.b.Dir}))
+	if err != nil {
+		return nil, fmt.Errorf("create containerd container %s: %w", s.spec.ID, err)
+	}
+	s.ctr = ctr
+	t, err := ctr.NewTask(ctx, s.ioCreator(stdin, st))
+	if err != nil {
+		return nil, s.handlerError("create task", err)
+	}
+	s.task = t
+	exit, err := t.Wait(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("wait for task %s: %w", s.spec.ID, err)
+	}
+	return exit, nil
+}
+
+// handlerError explains a task that could not be made or started; a
+// handler containerd does not have is ErrUnavailable.
+func (s *sandbox) handlerError(what string, err error) error {
+	if errdefs.IsNotFound(err) || errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: containerd %s %s with handler %s: %v (is %s on containerd's PATH?)", runtime.ErrUnavailable, what, s.spec.ID, s.c.handler, err, RunscShim)
+	}
+	return fmt.Errorf("containerd %s %s with handler %s: %w", what, s.spec.ID, s.c.handler, err)
+}
+
+// ioCreator gives a process our pipes through FIFOs in the run dir.
+func (s *sandbox) ioCreator(stdin io.Reader, st *runtime.Streams) cio.Creator {
+	return cio.NewCreator(cio.WithStreams(stdin, st.WriteOut, st.WriteErr), cio.WithFIFODir(filepath.Join(s.b.Dir, "fifo")))
+}
+
+// Start boots a warm sandbox's first process and waits until it is ready.
+func (s *sandbox) Start(ctx context.Context) error {
+	if s.state != stateCreated {
+		return fmt.Errorf("sandbox %s: Start after Start", s.spec.ID)
+	}
+	s.state = stateStarted
+	if s.spec.Boot == runtime.BootCold {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Join(s.b.Dir, "fifo"), 0o700); err != nil {
+		return fmt.Errorf("make fifo dir: %w", err)
+	}
+	argv := runtime.HolderArgv()
+	if s.spec.Boot == runtime.BootPython {
+		argv = runtime.SupervisorArgv()
+	}
+	st, err := runtime.NewStreams()
+	if err != nil {
+		return err
+	}
+	s.initStreams = st
+	inR, inW, err := os.Pipe()
+	if err != nil {
+		return fmt.Errorf("pipe: %w", err)
+	}
+	s.initIn = inW
+	exit, err := s.newTask(ctx, runtime.JobOf(s.spec, runtime.Invocation{Args: argv, Limits: s.spec.Limits}), inR, st)
+	if err != nil {
+		inR.Close()
+		return err
+	}
+	s.initExit = exit
+	if err := s.task.Start(s.ctx(ctx)); err != nil {
+		return s.handlerError("start task", err)
+	}
+	// The process has its copies (through the shim); ours would keep
+	// the pipes open after it is gone.
+	st.CloseWriters()
+	if err := st.WaitReady(ctx, runtime.BootTimeout); err != nil {
+		msg := ""
+		select {
+		case ex := <-exit:
+			msg = fmt.Sprintf(" (its first process exited %d)", ex.ExitCode())
+		default:
+		}
+		return fmt.Errorf("sandbox %s (%s) did not boot: %v%s", s.spec.ID, s.spec.Boot, err, msg)
+	}
+	return nil
+}
+
+// Deliver writes the invocation's files into the workdir and starts it.
+func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
+	if s.state != stateStarted {
+		return fmt.Errorf("sandbox %s: Deliver before Start or twice", s.spec.ID)
+	}
+	s.state = stateDelivered
+	if !runtime.Fits(s.spec.Limits, inv.Limits) {
+		return fmt.Errorf("%w: the job's memory, pids, cpus or tmpfs limits differ from sandbox %s's", runtime.ErrInvalidJob, s.spec.ID)
+	}
+	if s.spec.Boot == runtime.BootPython && !runtime.PythonInvocation(inv.Args) {
+		return fmt.Errorf("%w: sandbox %s runs python scripts only, not %q", runtime.ErrInvalidJob, s.spec.ID, inv.Args[0])
+	}
+	job := runtime.JobOf(s.spec, inv)
+	if err := runtime.ValidateJob(job); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("run %s not started: %w", s.spec.ID, err)
+	}
+	if s.spec.Background {
+		if err := runtime.SetBackgroundWeight(s.cg, false); err != nil {
+			return fmt.Errorf("restore the CPU weight of sandbox %s: %w", s.spec.ID, err)
+		}
+	}
+	s.lim = job.Limits
+	if err := s.b.WriteInputs(job); err != nil {
+		return err
+	}
+	switch s.spec.Boot {
+	case runtime.BootPython:
+		msg, err := runtime.SupervisorMessage(job)
+		if err != nil {
+			return err
+		}
+		in := s.initIn
+		s.initIn = nil
+		s.started = time.Now()
+		go func() {
+			// EPIPE when the script does not read all of its stdin is fine.
+			_, _ = in.Write(msg)
+			_ = in.Close()
+		}()
+		s.streams, s.initStreams = s.initStreams, nil
+		s.streams.Drain(s.lim, job.Stdout, job.Stderr)
+		s.exit, s.proc = s.initExit, s.task
+	case runtime.BootCold:
+		if err := os.MkdirAll(filepath.Join(s.b.Dir, "fifo"), 0o700); err != nil {
+			return fmt.Errorf("make fifo dir: %w", err)
+		}
+		st, err := runtime.NewStreams()
+		if err != nil {
+			return err
+		}
+		s.streams = st
+		st.Drain(s.lim, job.Stdout, job.Stderr)
+		var stdin io.Reader
+		if len(job.Stdin) > 0 {
+			stdin = bytes.NewReader(job.Stdin)
+		}
+		exit, err := s.newTask(ctx, job, stdin, st)
+		if err != nil {
+			return err
+		}
+		s.started = time.Now()
+		if err := s.task.Start(s.ctx(ctx)); err != nil {
+			return s.handlerError("start task", err)
+		}
+		st.CloseWriters()
+		s.exit, s.proc = exit, s.task
+	case runtime.BootExec:
+		if err := s.b.SpecFor(job, s.c.specOpts); err != nil {
+			return err
+		}
+		st, err := runtime.NewStreams()
+		if err != nil {
+			return err
+		}
+		s.streams = st
+		st.Drain(s.lim, job.Stdout, job.Stderr)
+		var stdin io.Reader
+		if len(job.Stdin) > 0 {
+			stdin = bytes.NewReader(job.Stdin)
+		}
+		p, err := s.task.Exec(s.ctx(ctx), execID, s.b.Spec.Process, s.ioCreator(stdin, st))
+		if err != nil {
+			return fmt.Errorf("exec into task %s: %w", s.spec.ID, err)
+		}
+		exit, err := p.Wait(s.ctx(ctx))
+		if err != nil {
+			return fmt.Errorf("wait for exec in task %s: %w", s.spec.ID, err)
+		}
+		s.started = time.Now()
+		if err := p.Start(s.ctx(ctx)); err != nil {
+			return fmt.Errorf("start exec in task %s: %w", s.spec.ID, err)
+		}
+		st.CloseWriters()
+		s.exit, s.proc = exit, p
+	}
+	s.c.log.Debug("job delivered", "id", s.spec.ID, "boot", s.spec.Boot)
+	return nil
+}
+
+// Wait waits for the job to end and collects its result.
+func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
+	if s.state != stateDelivered || s.exit == nil {
+		return nil, fmt.Errorf("sandbox %s: Wait without a delivered job", s.spec.ID)
+	}
+	s.state = stateWaited
+	reason := runtime.ReasonExit
+	timer := time.NewTimer(s.lim.Timeout - time.Since(s.started))
+	defer timer.Stop()
+	var ex containerd.ExitStatus
+	exited := false
+	select {
+	case ex = <-s.exit:
+		exited = true
+	case <-timer.C:
+		reason = runtime.ReasonTimeout
+	case <-s.streams.Over():
+		reason = runtime.ReasonOutputCap
+	case <-s.streams.OverErr():
+		reason = runtime.ReasonOutputCap
+	case <-ctx.Done():
+		reason = runtime.ReasonKilled
+	}
+	if !exited {
+		var ok bool
+		ex, ok = s.stop(reason == runtime.ReasonTimeout)
+		if !ok {
+			return nil, fmt.Errorf("run %s: the task did not exit after it was killed", s.spec.ID)
+		}
+	}
+	duration := time.Since(s.started)
+	if s.spec.Boot == runtime.BootExec {
+		// The holder and anything the job left behind go now, so that no
+		// process of the sandbox keeps the output pipes open.
+		s.killAll(syscall.SIGKILL)
+	}
+	s.waitIO()
+	s.streams.Finish()
+	code := int(ex.ExitCode())
+	reason, _ = s.streams.EndReason(reason, s.cg)
+	res := &runtime.Result{
+		ExitCode:       code,
+		Signal:         runtime.ExitSignal(code),
+		Reason:         reason,
+		Duration:       duration,
+		Runtime:        Name,
+		RuntimeVersion: s.version,
+		Warm:           s.spec.Boot != runtime.BootCold,
+	}
+	s.streams.Fill(res, s.b, s.c.log)
+	s.c.log.Debug("run finished", "id", s.spec.ID, "boot", s.spec.Boot, "reason", reason, "exit_code", code,
+		"duration", duration, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "outputs", len(res.Outputs))
+	return res, nil
+}
+
+// waitIO waits, a bounded time, for containerd's copies of the job's
+// output into our pipes to finish (the FIFOs reach EOF once every process
+// holding them is gone).
+func (s *sandbox) waitIO() {
+	if s.proc == nil || s.proc.IO() == nil {
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		s.proc.IO().Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		s.proc.IO().Cancel()
+	}
+}
+
+// killAll signals every process of the task.
+func (s *sandbox) killAll(sig syscall.Signal) {
+	if s.task == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(s.c.ctx(context.Background()), runtime.TeardownTimeout)
+	defer cancel()
+	if err := s.task.Kill(ctx, sig, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
+		s.c.log.Debug("kill failed", "id", s.spec.ID, "signal", sig, "error", err)
+	}
+}
+
+// stop brings the job down: TERM to every process and the grace period
+// when graceful, then KILL, repeated (a kill can race a start), until the
+// job's process has exited.
+func (s *sandbox) stop(graceful bool) (containerd.ExitStatus, bool) {
+	if graceful {
+		s.killAll(syscall.SIGTERM)
+		select {
+		case ex := <-s.exit:
+			return ex, true
+		case <-time.After(s.c.grace):
+		}
+	}
+	deadline := time.After(runtime.KillWait)
+	for {
+		s.killAll(syscall.SIGKILL)
+		select {
+		case ex := <-s.exit:
+			return ex, true
+		case <-deadline:
+			s.c.log.Warn("task did not stop on KILL", "id", s.spec.ID)
+			return containerd.ExitStatus{}, false
+		case <-time.After(runtime.KillRetry):
+		}
+	}
+}
+
+// Destroy removes everything the sandbox made, with a context of its own.
+func (s *sandbox) Destroy(context.Context) error {
+	s.destroyOnce.Do(func() {
+		s.destroyErr = s.teardown()
+		s.c.mu.Lock()
+		delete(s.c.live, s.spec.ID)
+		s.c.mu.Unlock()
+	})
+	return s.destroyErr
+}
+
+func (s *sandbox) teardown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), runtime.TeardownTimeout)
+	defer cancel()
+	var errs []error
+	if s.initIn != nil {
+		_ = s.initIn.Close()
+	}
+	if err := s.c.remove(ctx, s.cl, s.spec.ID); err != nil {
+		errs = append(errs, err)
+	}
+	for _, p := range []containerd.Process{s.proc, s.task} {
+		if p != nil && p.IO() != nil {
+			p.IO().Cancel()
+			_ = p.IO().Close()
+		}
+	}
+	for _, st := range []*runtime.Streams{s.initStreams, s.streams} {
+		if st != nil {
+			st.Close()
+		}
+	}
+	if err := runtime.RemoveCgroup(ctx, s.cg); err != nil {
+		errs = append(errs, err)
+	}
+	if err := s.b.Remove(); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Processes lists the host pids in the sandbox's cgroup, for memory
+// accounting.
+func (s *sandbox) Processes() []int { return runtime.CgroupProcesses(s.cg) }
+

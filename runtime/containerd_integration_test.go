@@ -1,0 +1,128 @@
+//go:build integration
+
+package runtime_test
+
+// The containerd backend runs the same tables as runsc and runc, against a
+// private containerd (Debian's package) that hack/containerd.sh starts once
+// under the test state dir and TestMain stops. The handler is gVisor's shim
+// unless SKILLBOX_TEST_CONTAINERD_HANDLER names another
+// (io.containerd.runc.v2, with SKILLBOX_TEST_CONTAINERD_BINARY as the OCI
+// runtime it runs).
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/skillbox/skillbox/runtime"
+	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+)
+
+var (
+	containerdOnce    sync.Once
+	containerdErr     error
+	containerdStarted bool
+)
+
+// containerdDir is the private daemon's directory (short: its socket path
+// must fit in 108 bytes).
+func containerdDir() string { return filepath.Join(testBase, "cd") }
+
+func containerdSock() string { return filepath.Join(containerdDir(), "containerd.sock") }
+
+// containerdAddress starts the private containerd once and returns its socket.
+func containerdAddress(t testing.TB) string {
+	t.Helper()
+	containerdOnce.Do(func() {
+		script, _ := filepath.Abs("../hack/containerd.sh")
+		out, err := exec.Command(script, "start", containerdDir()).CombinedOutput()
+		if err != nil {
+			containerdErr = err
+			t.Logf("%s start: %s", script, out)
+			return
+		}
+		containerdStarted = true
+	})
+	if containerdErr != nil {
+		t.Fatalf("starting a private containerd with hack/containerd.sh failed: %v", containerdErr)
+	}
+	return containerdSock()
+}
+
+// stopContainerd stops the private containerd, if these tests started it.
+func stopContainerd() {
+	if !containerdStarted {
+		return
+	}
+	script, _ := filepath.Abs("../hack/containerd.sh")
+	if out, err := exec.Command(script, "stop", containerdDir()).CombinedOutput(); err != nil {
+		os.Stderr.WriteString("hack/containerd.sh stop: " + err.Error() + ": " + string(out))
+	}
+}
+
+// runtimeBinary is Options.Binary for a backend: for containerd, the OCI
+// runtime its handler runs (the handler's default unless set).
+func runtimeBinary(name string) string {
+	if name == rtcontainerd.Name {
+		return os.Getenv("SKILLBOX_TEST_CONTAINERD_BINARY")
+	}
+	return binaryOf(name)
+}
+
+// withContainerd points containerd's options at the private daemon.
+func withContainerd(t testing.TB, name string, opts *runtime.Options) {
+	if name != rtcontainerd.Name {
+		return
+	}
+	opts.Address = containerdSock()
+	opts.Namespace = rtcontainerd.DefaultNamespace
+	opts.Handler = os.Getenv("SKILLBOX_TEST_CONTAINERD_HANDLER")
+}
+
+// ctr runs containerd's CLI against the private daemon in skillbox's
+// namespace.
+func ctr(args ...string) (string, error) {
+	out, err := exec.Command("ctr", append([]string{"--address", containerdSock(), "-n", rtcontainerd.DefaultNamespace}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// listContainers lists the containers a backend knows, one id a line.
+func listContainers(name string, opts runtime.Options) (string, error) {
+	if name == rtcontainerd.Name {
+		return ctr("containers", "ls", "-q")
+	}
+	out, err := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").CombinedOutput()
+	return string(out), err
+}
+
+// assertContainerdClean checks that nothing but images and their content
+// is left in the namespace: no task, no lease, no snapshot.
+func assertContainerdClean(t *testing.T, name string, opts runtime.Options) {
+	t.Helper()
+	if name != rtcontainerd.Name {
+		return
+	}
+	for _, what := range [][]string{{"tasks", "ls", "-q"}, {"leases", "ls", "-q"}, {"snapshots", "ls"}} {
+		out, err := ctr(what...)
+		if err != nil {
+			t.Errorf("ctr %s: %v %s", strings.Join(what, " "), err, out)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if what[0] == "snapshots" && len(lines) > 0 {
+			lines = lines[1:] // the header
+		}
+		var left []string
+		for _, l := range lines {
+			if strings.TrimSpace(l) != "" {
+				left = append(left, l)
+			}
+		}
+		if len(left) > 0 {
+			t.Errorf("%s left in containerd: %v", what[0], left)
+		}
+	}
+}
