@@ -110,7 +110,7 @@ stop)
   # Shims outlive containerd by design; these ones were started for this
   # instance (their -address is its socket).
   for p in /proc/[0-9]*; do
-    if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- "-address $sock "; then
+    if tr "\\0" " " 2>/dev/null <"$p/cmdline" | grep -q -- "-address $sock "; then
       kill -KILL "${p#/proc/}" 2>/dev/null || true
     fi
   done

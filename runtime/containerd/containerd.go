@@ -27,6 +27,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
@@ -405,8 +406,7 @@ func (c *Containerd) remove(ctx context.Context, cl *containerd.Client, id strin
 	switch {
 	case err == nil:
 		if t, err := ct.Task(ctx, nil); err == nil {
-			_ = t.Kill(ctx, 9, containerd.WithKillAll)
-			if _, err := t.Delete(ctx, containerd.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+			if err := stopTask(ctx, t); err != nil {
 				errs = append(errs, fmt.Errorf("delete task %s: %w", id, err))
 			}
 		} else if !errdefs.IsNotFound(err) {
@@ -422,4 +422,26 @@ func (c *Containerd) remove(ctx context.Context, cl *containerd.Client, id strin
 		errs = append(errs, fmt.Errorf("delete lease %s: %w", id, err))
 	}
 	return errors.Join(errs...)
+}
+
+// stopTask kills a task that still runs, waits for it and deletes it.
+func stopTask(ctx context.Context, t containerd.Task) error {
+	if st, err := t.Status(ctx); err != nil || st.Status != containerd.Stopped {
+		if exit, err := t.Wait(ctx); err == nil {
+			_ = t.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll)
+			select {
+			case <-exit:
+			case <-time.After(runtime.KillWait):
+			}
+		}
+	}
+	_, err := t.Delete(ctx)
+	if err != nil && !errdefs.IsNotFound(err) {
+		// Still running after all: have containerd kill it as it deletes.
+		if _, err2 := t.Delete(ctx, containerd.WithProcessKill); err2 == nil || errdefs.IsNotFound(err2) {
+			return nil
+		}
+		return err
+	}
+	return nil
 }

@@ -175,7 +175,9 @@ func (s *sandbox) handlerError(what string, err error) error {
 	return fmt.Errorf("containerd %s %s with handler %s: %w", what, s.spec.ID, s.c.handler, err)
 }
 
-// ioCreator gives a process our pipes through FIFOs in the run dir.
+// ioCreator gives a process our pipes: containerd's client copies the
+// FIFOs (in the run dir) into their write ends, which stay open until
+// those copies are done (waitIO).
 func (s *sandbox) ioCreator(stdin io.Reader, st *runtime.Streams) cio.Creator {
 	return cio.NewCreator(cio.WithStreams(stdin, st.WriteOut, st.WriteErr), cio.WithFIFODir(filepath.Join(s.b.Dir, "fifo")))
 }
@@ -215,9 +217,6 @@ func (s *sandbox) Start(ctx context.Context) error {
 	if err := s.task.Start(s.ctx(ctx)); err != nil {
 		return s.handlerError("start task", err)
 	}
-	// The process has its copies (through the shim); ours would keep
-	// the pipes open after it is gone.
-	st.CloseWriters()
 	if err := st.WaitReady(ctx, runtime.BootTimeout); err != nil {
 		msg := ""
 		select {
@@ -297,7 +296,6 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		if err := s.task.Start(s.ctx(ctx)); err != nil {
 			return s.handlerError("start task", err)
 		}
-		st.CloseWriters()
 		s.exit, s.proc = exit, s.task
 	case runtime.BootExec:
 		if err := s.b.SpecFor(job, s.c.specOpts); err != nil {
@@ -325,7 +323,6 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		if err := p.Start(s.ctx(ctx)); err != nil {
 			return fmt.Errorf("start exec in task %s: %w", s.spec.ID, err)
 		}
-		st.CloseWriters()
 		s.exit, s.proc = exit, p
 	}
 	s.c.log.Debug("job delivered", "id", s.spec.ID, "boot", s.spec.Boot)
