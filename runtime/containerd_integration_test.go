@@ -126,3 +126,16 @@ func assertContainerdClean(t *testing.T, name string, opts runtime.Options) {
 		}
 	}
 }
+
+// kernelOf is "runsc" when a backend's scripts talk to gVisor, "runc" when
+// they talk to the host's kernel.
+func kernelOf(name string) string {
+	if name != rtcontainerd.Name {
+		return name
+	}
+	h := os.Getenv("SKILLBOX_TEST_CONTAINERD_HANDLER")
+	if h == "" || h == rtcontainerd.HandlerRunsc || strings.Contains(filepath.Base(os.Getenv("SKILLBOX_TEST_CONTAINERD_BINARY")), "runsc") {
+		return "runsc"
+	}
+	return "runc"
+}

@@ -222,6 +222,7 @@ type runCase struct {
 // caseEnv is what a case's args and checks can refer to.
 type caseEnv struct {
 	backend string
+	kernel  string // "runsc" (gVisor's) or "runc" (the host's): what the script talks to
 	secret  hostSecret
 	envVal  string
 	marker  string
@@ -386,7 +387,7 @@ print('release', os.uname().release)
 			wantExit(t, res, 0, runtime.ReasonExit)
 			host := hostRelease(t)
 			out := string(res.Stdout)
-			if c.backend == "runsc" {
+			if c.kernel == "runsc" {
 				// gVisor reports its own (fixed) kernel version, never the host's.
 				// (4.4.0 in Debian 12's runsc, 4.19.0-gvisor in the pinned one).
 				if strings.Contains(out, host) || !(strings.Contains(out, "release 4.4.0") || strings.Contains(out, "gvisor")) {
@@ -615,7 +616,7 @@ for p in ("/skill/new.txt", "/skill/scripts/write.py", "/etc/passwd", "/usr/bin/
 					t.Errorf("missing %q in\n%s", want, out)
 				}
 			}
-			if c.backend == "runc" && !strings.Contains(out, "NoNewPrivs:\t1") {
+			if c.kernel == "runc" && !strings.Contains(out, "NoNewPrivs:\t1") {
 				t.Errorf("no_new_privs not set:\n%s", out)
 			}
 		},
@@ -640,8 +641,8 @@ print("mount", r, ctypes.get_errno())
 			// A modern gVisor lets the script unshare a user namespace of
 			// its own, in which it may then mount a tmpfs: all of it inside
 			// gVisor's kernel, with no effect on the host.
-			inOwnNS := c.backend == "runsc" && strings.Contains(out, "unshare 0 0\n")
-			if !(strings.Contains(out, "mount -1 1\n") || inOwnNS) || (c.backend == "runc" && !strings.Contains(out, "unshare -1 1\n")) {
+			inOwnNS := c.kernel == "runsc" && strings.Contains(out, "unshare 0 0\n")
+			if !(strings.Contains(out, "mount -1 1\n") || inOwnNS) || (c.kernel == "runc" && !strings.Contains(out, "unshare -1 1\n")) {
 				t.Errorf("want EPERM:\n%s%s", out, res.Stderr)
 			}
 		},
@@ -678,7 +679,7 @@ os.mkfifo("outputs/fifo")
 			sk := strings.Join(res.OutputsSkipped, "\n")
 			// gVisor keeps a FIFO made on a gofer mount inside the sandbox;
 			// runc leaves it on the host tmpfs, where it must be skipped.
-			if !strings.Contains(sk, "passwd-link: symlink") || (c.backend == "runc" && !strings.Contains(sk, "fifo: fifo")) {
+			if !strings.Contains(sk, "passwd-link: symlink") || (c.kernel == "runc" && !strings.Contains(sk, "fifo: fifo")) {
 				t.Errorf("skipped %q", res.OutputsSkipped)
 			}
 		},
@@ -779,7 +780,7 @@ open("outputs/real.txt", "w").write("real")
 			}
 			// gVisor keeps FIFOs and sockets made on a gofer mount inside
 			// the sandbox; runc leaves them on the host tmpfs.
-			if c.backend == "runc" && (!strings.Contains(sk, "fifo: fifo") || !strings.Contains(sk, "sock: socket")) {
+			if c.kernel == "runc" && (!strings.Contains(sk, "fifo: fifo") || !strings.Contains(sk, "sock: socket")) {
 				t.Errorf("skipped %q lacks the fifo and the socket", res.OutputsSkipped)
 			}
 		},
@@ -878,7 +879,7 @@ func TestRun(t *testing.T) {
 				t.Run(mode, func(t *testing.T) {
 					for _, tc := range cases {
 						t.Run(tc.name, func(t *testing.T) {
-							c := &caseEnv{backend: name, secret: secret, envVal: envVal, marker: "skillbox-marker-" + randomHex(8)}
+							c := &caseEnv{backend: name, kernel: kernelOf(name), secret: secret, envVal: envVal, marker: "skillbox-marker-" + randomHex(8)}
 							dir := makeSkill(t, tc.skill)
 							for link, target := range tc.links {
 								if target == "SECRET_PATH" {

@@ -48,6 +48,7 @@ type sandbox struct {
 	task    containerd.Task
 	// The first process's stdio (warm): its stdin's write end, its streams.
 	initIn      *os.File
+	initStdin   *eofReader
 	initStreams *runtime.Streams
 	initExit    <-chan containerd.ExitStatus
 
@@ -58,6 +59,7 @@ type sandbox struct {
 	lim     runtime.Limits
 	started time.Time
 
+	done        chan struct{} // closed at Destroy
 	destroyOnce sync.Once
 	destroyErr  error
 }
@@ -97,7 +99,7 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 	if err != nil {
 		return nil, err
 	}
-	s := &sandbox{c: c, cl: cl, spec: spec, b: b, cg: runtime.CgroupParent + "/" + spec.ID, version: version}
+	s := &sandbox{c: c, cl: cl, spec: spec, b: b, cg: runtime.CgroupParent + "/" + spec.ID, version: version, done: make(chan struct{})}
 	c.mu.Lock()
 	if c.live == nil {
 		c.live = map[string]*sandbox{}
@@ -179,6 +181,9 @@ func (s *sandbox) handlerError(what string, err error) error {
 // FIFOs (in the run dir) into their write ends, which stay open until
 // those copies are done (waitIO).
 func (s *sandbox) ioCreator(stdin io.Reader, st *runtime.Streams) cio.Creator {
+	if in, ok := stdin.(*eofReader); ok && in == nil {
+		stdin = nil // no stdin at all, not a nil reader
+	}
 	return cio.NewCreator(cio.WithStreams(stdin, st.WriteOut, st.WriteErr), cio.WithFIFODir(filepath.Join(s.b.Dir, "fifo")))
 }
 
@@ -208,7 +213,8 @@ func (s *sandbox) Start(ctx context.Context) error {
 		return fmt.Errorf("pipe: %w", err)
 	}
 	s.initIn = inW
-	exit, err := s.newTask(ctx, runtime.JobOf(s.spec, runtime.Invocation{Args: argv, Limits: s.spec.Limits}), inR, st)
+	s.initStdin = &eofReader{r: inR, eof: make(chan struct{})}
+	exit, err := s.newTask(ctx, runtime.JobOf(s.spec, runtime.Invocation{Args: argv, Limits: s.spec.Limits}), s.initStdin, st)
 	if err != nil {
 		inR.Close()
 		return err
@@ -274,6 +280,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		s.streams, s.initStreams = s.initStreams, nil
 		s.streams.Drain(s.lim, job.Stdout, job.Stderr)
 		s.exit, s.proc = s.initExit, s.task
+		s.closeStdinAtEOF(s.initStdin)
 	case runtime.BootCold:
 		if err := os.MkdirAll(filepath.Join(s.b.Dir, "fifo"), 0o700); err != nil {
 			return fmt.Errorf("make fifo dir: %w", err)
@@ -284,10 +291,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		}
 		s.streams = st
 		st.Drain(s.lim, job.Stdout, job.Stderr)
-		var stdin io.Reader
-		if len(job.Stdin) > 0 {
-			stdin = bytes.NewReader(job.Stdin)
-		}
+		stdin := s.stdinOf(job.Stdin)
 		exit, err := s.newTask(ctx, job, stdin, st)
 		if err != nil {
 			return err
@@ -297,6 +301,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 			return s.handlerError("start task", err)
 		}
 		s.exit, s.proc = exit, s.task
+		s.closeStdinAtEOF(stdin)
 	case runtime.BootExec:
 		if err := s.b.SpecFor(job, s.c.specOpts); err != nil {
 			return err
@@ -307,10 +312,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		}
 		s.streams = st
 		st.Drain(s.lim, job.Stdout, job.Stderr)
-		var stdin io.Reader
-		if len(job.Stdin) > 0 {
-			stdin = bytes.NewReader(job.Stdin)
-		}
+		stdin := s.stdinOf(job.Stdin)
 		p, err := s.task.Exec(s.ctx(ctx), execID, s.b.Spec.Process, s.ioCreator(stdin, st))
 		if err != nil {
 			return fmt.Errorf("exec into task %s: %w", s.spec.ID, err)
@@ -324,6 +326,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 			return fmt.Errorf("start exec in task %s: %w", s.spec.ID, err)
 		}
 		s.exit, s.proc = exit, p
+		s.closeStdinAtEOF(stdin)
 	}
 	s.c.log.Debug("job delivered", "id", s.spec.ID, "boot", s.spec.Boot)
 	return nil
@@ -382,6 +385,52 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	s.c.log.Debug("run finished", "id", s.spec.ID, "boot", s.spec.Boot, "reason", reason, "exit_code", code,
 		"duration", duration, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "outputs", len(res.Outputs))
 	return res, nil
+}
+
+// eofReader says when its reader is used up.
+type eofReader struct {
+	r    io.Reader
+	once sync.Once
+	eof  chan struct{}
+}
+
+func (e *eofReader) Read(p []byte) (int, error) {
+	n, err := e.r.Read(p)
+	if err != nil {
+		e.once.Do(func() { close(e.eof) })
+	}
+	return n, err
+}
+
+// stdinOf is the job's stdin for containerd's copy, nil for none.
+func (s *sandbox) stdinOf(data []byte) *eofReader {
+	if len(data) == 0 {
+		return nil
+	}
+	return &eofReader{r: bytes.NewReader(data), eof: make(chan struct{})}
+}
+
+// closeStdinAtEOF closes the process's stdin once containerd has copied
+// all of it: containerd does not pass the end of our reader on by itself.
+func (s *sandbox) closeStdinAtEOF(in *eofReader) {
+	if in == nil {
+		return
+	}
+	p := s.proc
+	go func() {
+		select {
+		case <-in.eof:
+		case <-s.done:
+			return
+		}
+		// The copy returns once the shim took the last bytes; give the
+		// FIFO writer a moment to flush them before the shim closes it.
+		ctx, cancel := context.WithTimeout(s.c.ctx(context.Background()), runtime.KillWait)
+		defer cancel()
+		if err := p.CloseIO(ctx, containerd.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) {
+			s.c.log.Debug("closing stdin failed", "id", s.spec.ID, "error", err)
+		}
+	}()
 }
 
 // waitIO waits, a bounded time, for containerd's copies of the job's
@@ -444,6 +493,7 @@ func (s *sandbox) stop(graceful bool) (containerd.ExitStatus, bool) {
 // Destroy removes everything the sandbox made, with a context of its own.
 func (s *sandbox) Destroy(context.Context) error {
 	s.destroyOnce.Do(func() {
+		close(s.done)
 		s.destroyErr = s.teardown()
 		s.c.mu.Lock()
 		delete(s.c.live, s.spec.ID)
