@@ -67,7 +67,8 @@ func stopContainerd() {
 // runtime its handler runs (the handler's default unless set).
 func runtimeBinary(name string) string {
 	if name == rtcontainerd.Name {
-		return os.Getenv("SKILLBOX_TEST_CONTAINERD_BINARY")
+		_, bin := containerdHandler()
+		return bin
 	}
 	return binaryOf(name)
 }
@@ -79,7 +80,21 @@ func withContainerd(t testing.TB, name string, opts *runtime.Options) {
 	}
 	opts.Address = containerdSock()
 	opts.Namespace = rtcontainerd.DefaultNamespace
-	opts.Handler = os.Getenv("SKILLBOX_TEST_CONTAINERD_HANDLER")
+	opts.Handler, opts.Binary = containerdHandler()
+}
+
+// containerdHandler is the handler and binary the tests use: the
+// environment's, else gVisor's shim, or where root lacks the capability
+// that shim needs, the runc v2 shim running the pinned runsc (gVisor all
+// the same).
+func containerdHandler() (handler, binary string) {
+	if h := os.Getenv("SKILLBOX_TEST_CONTAINERD_HANDLER"); h != "" {
+		return h, os.Getenv("SKILLBOX_TEST_CONTAINERD_BINARY")
+	}
+	if rtcontainerd.HasCapSysResource() {
+		return rtcontainerd.HandlerRunsc, ""
+	}
+	return rtcontainerd.HandlerRuncV2, binaryOf("runsc")
 }
 
 // ctr runs containerd's CLI against the private daemon in skillbox's
@@ -133,8 +148,8 @@ func kernelOf(name string) string {
 	if name != rtcontainerd.Name {
 		return name
 	}
-	h := os.Getenv("SKILLBOX_TEST_CONTAINERD_HANDLER")
-	if h == "" || h == rtcontainerd.HandlerRunsc || strings.Contains(filepath.Base(os.Getenv("SKILLBOX_TEST_CONTAINERD_BINARY")), "runsc") {
+	h, bin := containerdHandler()
+	if h == rtcontainerd.HandlerRunsc || strings.Contains(filepath.Base(bin), "runsc") {
 		return "runsc"
 	}
 	return "runc"

@@ -25,17 +25,18 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 
-	containerd "github.com/containerd/containerd/v2/client"
 	runcoptions "github.com/containerd/containerd/api/types/runc/options"
-	"github.com/containerd/errdefs"
+	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
-	runtimeoptions "github.com/containerd/containerd/api/types/runtimeoptions/v1"
+	"github.com/containerd/errdefs"
 
 	"github.com/skillbox/skillbox/runtime"
 )
@@ -216,6 +217,10 @@ func (c *Containerd) Version(ctx context.Context) (string, error) {
 // pinned runsc (hack/containerd.sh puts that directory on its PATH).
 func (c *Containerd) checkHandler() error {
 	if c.handler == HandlerRunsc {
+		if !HasCapSysResource() {
+			return fmt.Errorf("%w: containerd handler %s cannot start here: gVisor's shim sets its OOM score to -999, which needs CAP_SYS_RESOURCE, and this host's root lacks it: choose handler %s with binary runsc (still gVisor)",
+				runtime.ErrUnavailable, c.handler, HandlerRuncV2)
+		}
 		_, err := exec.LookPath(RunscShim)
 		if err != nil {
 			if _, err2 := os.Stat(filepath.Join(filepath.Dir(runtime.PinnedRunscPath()), RunscShim)); err2 != nil {
@@ -251,7 +256,14 @@ func (c *Containerd) Run(ctx context.Context, job runtime.Job) (*runtime.Result,
 // runtimeOptions are the options containerd hands the shim.
 func (c *Containerd) runtimeOptions(network bool) (any, error) {
 	if c.handler == HandlerRuncV2 {
-		return &runcoptions.Options{BinaryName: c.binary, Root: filepath.Join(c.opts.StateDir, "runc")}, nil
+		bin := c.binary
+		if c.gvisor {
+			var err error
+			if bin, err = c.runscWrapper(network); err != nil {
+				return nil, err
+			}
+		}
+		return &runcoptions.Options{BinaryName: bin, Root: filepath.Join(c.opts.StateDir, "runc")}, nil
 	}
 	p, err := c.runscConfig(network)
 	if err != nil {
@@ -260,47 +272,90 @@ func (c *Containerd) runtimeOptions(network bool) (any, error) {
 	return &runtimeoptions.Options{TypeUrl: "io.containerd.runsc.v1.options", ConfigPath: p}, nil
 }
 
-// runscConfig writes the gVisor shim's config (which runsc, its state
-// dir, its flags) into the state dir, once per network mode.
-func (c *Containerd) runscConfig(network bool) (string, error) {
-	mode := "none"
+// runscFlags are the runsc flags of a sandbox: the network mode (none
+// unless the job has network, as the runsc backend runs it), the platform
+// and the configured flags.
+func (c *Containerd) runscFlags(network bool) map[string]string {
+	f := map[string]string{"network": "none"}
 	if network {
-		mode = "sandbox"
+		f["network"] = "sandbox"
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "binary_name = %q\nroot = %q\n\n[runsc_config]\n  network = %q\n", c.binary, filepath.Join(c.opts.StateDir, "runsc"), mode)
 	if c.platform != "" {
-		fmt.Fprintf(&b, "  platform = %q\n", c.platform)
+		f["platform"] = c.platform
 	}
-	for _, f := range c.opts.Flags {
-		k, v, ok := strings.Cut(strings.TrimLeft(f, "-"), "=")
+	for _, fl := range c.opts.Flags {
+		k, v, ok := strings.Cut(strings.TrimLeft(fl, "-"), "=")
 		if !ok {
 			v = "true"
 		}
-		fmt.Fprintf(&b, "  %s = %q\n", k, v)
+		f[k] = v
 	}
+	return f
+}
+
+// runscWrapper is the runtime binary the runc v2 shim runs for gVisor: a
+// script in the state dir that runs runsc with runscFlags (that shim has
+// no way to pass flags).
+func (c *Containerd) runscWrapper(network bool) (string, error) {
+	flags := c.runscFlags(network)
+	keys := make([]string, 0, len(flags))
+	for k := range flags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	fmt.Fprintf(&b, "#!/bin/sh\n# Written by skillbox: runsc with the flags of its sandboxes.\nexec %s", shellQuote(c.binary))
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s", shellQuote("--"+k+"="+flags[k]))
+	}
+	b.WriteString(" \"$@\"\n")
+	return c.writeState("runsc-network-"+flags["network"], b.String(), 0o700)
+}
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// writeState writes name in the state dir atomically, unless it already
+// holds content.
+func (c *Containerd) writeState(name, content string, mode os.FileMode) (string, error) {
 	if err := os.MkdirAll(c.opts.StateDir, 0o700); err != nil {
 		return "", fmt.Errorf("make containerd state dir: %w", err)
 	}
-	p := filepath.Join(c.opts.StateDir, "runsc-network-"+mode+".toml")
-	if old, err := os.ReadFile(p); err == nil && string(old) == b.String() {
+	p := filepath.Join(c.opts.StateDir, name)
+	if old, err := os.ReadFile(p); err == nil && string(old) == content {
 		return p, nil
 	}
-	tmp, err := os.CreateTemp(c.opts.StateDir, ".runsc-*.toml")
+	tmp, err := os.CreateTemp(c.opts.StateDir, "."+name+"-*")
 	if err != nil {
-		return "", fmt.Errorf("write runsc config: %w", err)
+		return "", fmt.Errorf("write %s: %w", p, err)
 	}
-	_, werr := tmp.WriteString(b.String())
+	_, werr := tmp.WriteString(content)
 	cerr := tmp.Close()
-	if err := errors.Join(werr, cerr); err != nil {
+	if err := errors.Join(werr, cerr, os.Chmod(tmp.Name(), mode)); err != nil {
 		os.Remove(tmp.Name())
-		return "", fmt.Errorf("write runsc config: %w", err)
+		return "", fmt.Errorf("write %s: %w", p, err)
 	}
 	if err := os.Rename(tmp.Name(), p); err != nil {
 		os.Remove(tmp.Name())
-		return "", fmt.Errorf("write runsc config: %w", err)
+		return "", fmt.Errorf("write %s: %w", p, err)
 	}
 	return p, nil
+}
+
+// runscConfig writes the gVisor shim's config (which runsc, its state
+// dir, its flags) into the state dir, once per network mode.
+func (c *Containerd) runscConfig(network bool) (string, error) {
+	flags := c.runscFlags(network)
+	keys := make([]string, 0, len(flags))
+	for k := range flags {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	fmt.Fprintf(&b, "binary_name = %q\nroot = %q\n\n[runsc_config]\n", c.binary, filepath.Join(c.opts.StateDir, "runsc"))
+	for _, k := range keys {
+		fmt.Fprintf(&b, "  %q = %q\n", k, flags[k])
+	}
+	return c.writeState("runsc-network-"+flags["network"]+".toml", b.String(), 0o600)
 }
 
 // Close destroys the sandboxes still there and closes the connection.
@@ -444,4 +499,27 @@ func stopTask(ctx context.Context, t containerd.Task) error {
 		return err
 	}
 	return nil
+}
+
+// capSysResource is CAP_SYS_RESOURCE's bit in the capability sets.
+const capSysResource = 24
+
+// HasCapSysResource reports whether this process may have CAP_SYS_RESOURCE,
+// which gVisor's shim (HandlerRunsc) needs
+// (containerd and its shims run with the same capabilities as root here).
+func HasCapSysResource() bool {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return true // cannot tell: let containerd say
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapBnd:"); ok {
+			var bits uint64
+			if _, err := fmt.Sscanf(strings.TrimSpace(v), "%x", &bits); err != nil {
+				return true
+			}
+			return bits&(1<<capSysResource) != 0
+		}
+	}
+	return true
 }

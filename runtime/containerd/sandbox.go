@@ -13,9 +13,9 @@ import (
 	"time"
 
 	containerd "github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/pkg/cio"
 	"github.com/containerd/errdefs"
-	"github.com/containerd/containerd/v2/core/leases"
 
 	"github.com/skillbox/skillbox/runtime"
 )
@@ -535,4 +535,3 @@ func (s *sandbox) teardown() error {
 // Processes lists the host pids in the sandbox's cgroup, for memory
 // accounting.
 func (s *sandbox) Processes() []int { return runtime.CgroupProcesses(s.cg) }
-
