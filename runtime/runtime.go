@@ -272,6 +272,16 @@ type Options struct {
 	Handler   string
 }
 
+// The runtime handlers of the containerd backend: gVisor's shim, or
+// containerd's runc v2 shim running Options.Binary (runc, or runsc).
+const (
+	ContainerdHandlerRunsc  = "io.containerd.runsc.v1"
+	ContainerdHandlerRuncV2 = "io.containerd.runc.v2"
+)
+
+// ContainerdHandlers lists them.
+var ContainerdHandlers = []string{ContainerdHandlerRunsc, ContainerdHandlerRuncV2}
+
 // Logger is the subset of hclog.Logger the backends use.
 type Logger interface {
 	Debug(msg string, args ...interface{})

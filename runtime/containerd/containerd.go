@@ -50,10 +50,10 @@ const (
 	DefaultNamespace = "skillbox"
 	// HandlerRunsc is gVisor's shim, containerd-shim-runsc-v1 (built from
 	// the pinned gVisor by hack/install-runsc.sh, next to runsc).
-	HandlerRunsc = "io.containerd.runsc.v1"
+	HandlerRunsc = runtime.ContainerdHandlerRunsc
 	// HandlerRuncV2 is containerd's runc shim; Binary picks the OCI
 	// runtime it runs (runc by default, or a runsc).
-	HandlerRuncV2  = "io.containerd.runc.v2"
+	HandlerRuncV2  = runtime.ContainerdHandlerRuncV2
 	DefaultHandler = HandlerRunsc
 	// RunscShim is the binary containerd looks for on its PATH for
 	// HandlerRunsc.
