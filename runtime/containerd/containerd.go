@@ -26,6 +26,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -476,7 +477,47 @@ func (c *Containerd) remove(ctx context.Context, cl *containerd.Client, id strin
 	if err := cl.LeasesService().Delete(ctx, leases.Lease{ID: id}); err != nil && !errdefs.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("delete lease %s: %w", id, err))
 	}
+	c.killShims(id)
 	return errors.Join(errs...)
+}
+
+// killShims kills the shim of container id in this daemon and namespace
+// if it outlived its task: a run that died while its task was being made
+// leaves a shim containerd never learned about, which no delete reaches.
+// A shim is recognised by its own command line (containerd-shim-*,
+// -namespace NS, -id ID, -address ADDR).
+func (c *Containerd) killShims(id string) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	want := []string{"-namespace\x00" + c.namespace + "\x00", "-id\x00" + id + "\x00", "-address\x00" + c.address + "\x00"}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid <= 1 {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		argv0, _, _ := strings.Cut(string(raw), "\x00")
+		if !strings.HasPrefix(filepath.Base(argv0), "containerd-shim") {
+			continue
+		}
+		cmd := string(raw) + "\x00"
+		match := true
+		for _, w := range want {
+			if !strings.Contains(cmd, w) {
+				match = false
+				break
+			}
+		}
+		if match {
+			c.log.Info("killing the shim of a removed container", "id", id, "pid", pid)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 // stopTask kills a task that still runs, waits for it and deletes it.

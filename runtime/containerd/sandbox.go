@@ -187,6 +187,10 @@ func (s *sandbox) ioCreator(stdin io.Reader, st *runtime.Streams) cio.Creator {
 	return cio.NewCreator(cio.WithStreams(stdin, st.WriteOut, st.WriteErr), cio.WithFIFODir(filepath.Join(s.b.Dir, "fifo")))
 }
 
+// Starting a task or exec is not cancelled with ctx: a job can write
+// (and the caller cancel on what it wrote) before the call returns; Wait
+// stops the job when ctx is done.
+
 // Start boots a warm sandbox's first process and waits until it is ready.
 func (s *sandbox) Start(ctx context.Context) error {
 	if s.state != stateCreated {
@@ -220,7 +224,7 @@ func (s *sandbox) Start(ctx context.Context) error {
 		return err
 	}
 	s.initExit = exit
-	if err := s.task.Start(s.ctx(ctx)); err != nil {
+	if err := s.task.Start(s.ctx(context.WithoutCancel(ctx))); err != nil {
 		return s.handlerError("start task", err)
 	}
 	if err := st.WaitReady(ctx, runtime.BootTimeout); err != nil {
@@ -297,7 +301,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 			return err
 		}
 		s.started = time.Now()
-		if err := s.task.Start(s.ctx(ctx)); err != nil {
+		if err := s.task.Start(s.ctx(context.WithoutCancel(ctx))); err != nil {
 			return s.handlerError("start task", err)
 		}
 		s.exit, s.proc = exit, s.task
@@ -322,7 +326,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 			return fmt.Errorf("wait for exec in task %s: %w", s.spec.ID, err)
 		}
 		s.started = time.Now()
-		if err := p.Start(s.ctx(ctx)); err != nil {
+		if err := p.Start(s.ctx(context.WithoutCancel(ctx))); err != nil {
 			return fmt.Errorf("start exec in task %s: %w", s.spec.ID, err)
 		}
 		s.exit, s.proc = exit, p
@@ -342,6 +346,7 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	timer := time.NewTimer(s.lim.Timeout - time.Since(s.started))
 	defer timer.Stop()
 	var ex containerd.ExitStatus
+	var sent syscall.Signal // the signal that ended a job we stopped
 	exited := false
 	select {
 	case ex = <-s.exit:
@@ -357,7 +362,7 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	}
 	if !exited {
 		var ok bool
-		ex, ok = s.stop(reason == runtime.ReasonTimeout)
+		ex, sent, ok = s.stop(reason == runtime.ReasonTimeout)
 		if !ok {
 			return nil, fmt.Errorf("run %s: the task did not exit after it was killed", s.spec.ID)
 		}
@@ -371,6 +376,11 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	s.waitIO()
 	s.streams.Finish()
 	code := int(ex.ExitCode())
+	if sent != 0 && code == runscKilledCode {
+		// runsc, under a shim, reports a sandbox we killed as 255;
+		// the result says what the other backends say: killed by sent.
+		code = 128 + int(sent)
+	}
 	reason, _ = s.streams.EndReason(reason, s.cg)
 	res := &runtime.Result{
 		ExitCode:       code,
@@ -467,12 +477,12 @@ func (s *sandbox) killAll(sig syscall.Signal) {
 // stop brings the job down: TERM to every process and the grace period
 // when graceful, then KILL, repeated (a kill can race a start), until the
 // job's process has exited.
-func (s *sandbox) stop(graceful bool) (containerd.ExitStatus, bool) {
+func (s *sandbox) stop(graceful bool) (containerd.ExitStatus, syscall.Signal, bool) {
 	if graceful {
 		s.killAll(syscall.SIGTERM)
 		select {
 		case ex := <-s.exit:
-			return ex, true
+			return ex, syscall.SIGTERM, true
 		case <-time.After(s.c.grace):
 		}
 	}
@@ -481,14 +491,18 @@ func (s *sandbox) stop(graceful bool) (containerd.ExitStatus, bool) {
 		s.killAll(syscall.SIGKILL)
 		select {
 		case ex := <-s.exit:
-			return ex, true
+			return ex, syscall.SIGKILL, true
 		case <-deadline:
 			s.c.log.Warn("task did not stop on KILL", "id", s.spec.ID)
-			return containerd.ExitStatus{}, false
+			return containerd.ExitStatus{}, 0, false
 		case <-time.After(runtime.KillRetry):
 		}
 	}
 }
+
+// runscKilledCode is the exit status runsc gives a shim for a sandbox
+// whose processes were killed.
+const runscKilledCode = 255
 
 // Destroy removes everything the sandbox made, with a context of its own.
 func (s *sandbox) Destroy(context.Context) error {
