@@ -10,12 +10,14 @@ package runtime_test
 // runtime it runs).
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
@@ -153,4 +155,56 @@ func kernelOf(name string) string {
 		return "runsc"
 	}
 	return "runc"
+}
+
+// TestPoolOverContainerd: the warm pool boots sandboxes through the
+// containerd backend (python in the supervisor, shell exec'd into a
+// holder), runs a job in each warm, and leaves nothing in containerd once
+// closed.
+func TestPoolOverContainerd(t *testing.T) {
+	rootfs := testRootfs(t)
+	rt, opts := newBackend(t, rtcontainerd.Name)
+	lc := rt.(runtime.Lifecycle)
+	dir := makeSkill(t, map[string]string{
+		"scripts/hello.py": "import sys\nprint('hello', sys.argv[1])\n",
+		"scripts/hello.sh": "echo hello \"$1\"\n",
+	})
+	for _, args := range [][]string{{"python3", "/skill/scripts/hello.py", "warm"}, {"bash", "/skill/scripts/hello.sh", "warm"}} {
+		t.Run(args[0], func(t *testing.T) {
+			pool := runtime.NewPool(lc, runtime.PoolConfig{PerKey: 1, Total: 1, IdleTimeout: time.Minute}, nil)
+			defer func() {
+				if err := pool.Close(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}()
+			job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: args, Limits: runtime.Limits{Timeout: time.Minute}}
+			key, ok := runtime.KeyFor(job, "hello", "sha256:test", "test-image")
+			if !ok {
+				t.Fatal("job cannot run warm")
+			}
+			pool.Warm(key)
+			deadline := time.Now().Add(2 * time.Minute)
+			for pool.Stats().Idle == 0 && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if st := pool.Stats(); st.Idle == 0 {
+				t.Fatalf("no sandbox booted: %+v", st)
+			}
+			res, err := pool.Run(context.Background(), key, job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Warm || string(res.Stdout) != "hello warm\n" || res.ExitCode != 0 || res.Runtime != rtcontainerd.Name {
+				t.Errorf("warm %v exit %d stdout %q runtime %s (stderr %q)", res.Warm, res.ExitCode, res.Stdout, res.Runtime, res.Stderr)
+			}
+		})
+	}
+	if err := lc.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := listContainers(rtcontainerd.Name, opts)
+	if strings.TrimSpace(out) != "" {
+		t.Errorf("containers left after the pool closed: %s", out)
+	}
+	assertContainerdClean(t, rtcontainerd.Name, opts)
 }

@@ -60,6 +60,8 @@ type sandbox struct {
 	started time.Time
 
 	done        chan struct{} // closed at Destroy
+	lifeCtx     context.Context
+	lifeCancel  context.CancelFunc
 	destroyOnce sync.Once
 	destroyErr  error
 }
@@ -100,6 +102,7 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 		return nil, err
 	}
 	s := &sandbox{c: c, cl: cl, spec: spec, b: b, cg: runtime.CgroupParent + "/" + spec.ID, version: version, done: make(chan struct{})}
+	s.lifeCtx, s.lifeCancel = context.WithCancel(s.ctx(context.Background()))
 	c.mu.Lock()
 	if c.live == nil {
 		c.live = map[string]*sandbox{}
@@ -161,7 +164,10 @@ func (s *sandbox) newTask(ctx context.Context, job runtime.Job, stdin io.Reader,
 		return nil, s.handlerError("create task", err)
 	}
 	s.task = t
-	exit, err := t.Wait(ctx)
+	// The exit is waited for in the sandbox's own context: containerd
+	// ends a wait whose ctx is done with an unknown status, and the ctx
+	// of a pool's boot ends long before its job.
+	exit, err := t.Wait(s.lifeCtx)
 	if err != nil {
 		return nil, fmt.Errorf("wait for task %s: %w", s.spec.ID, err)
 	}
@@ -321,7 +327,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		if err != nil {
 			return fmt.Errorf("exec into task %s: %w", s.spec.ID, err)
 		}
-		exit, err := p.Wait(s.ctx(ctx))
+		exit, err := p.Wait(s.lifeCtx)
 		if err != nil {
 			return fmt.Errorf("wait for exec in task %s: %w", s.spec.ID, err)
 		}
@@ -375,6 +381,9 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	}
 	s.waitIO()
 	s.streams.Finish()
+	if err := ex.Error(); err != nil {
+		return nil, fmt.Errorf("run %s: waiting for its exit: %w", s.spec.ID, err)
+	}
 	code := int(ex.ExitCode())
 	if sent != 0 && code == runscKilledCode {
 		// runsc, under a shim, reports a sandbox we killed as 255;
@@ -509,6 +518,7 @@ func (s *sandbox) Destroy(context.Context) error {
 	s.destroyOnce.Do(func() {
 		close(s.done)
 		s.destroyErr = s.teardown()
+		s.lifeCancel()
 		s.c.mu.Lock()
 		delete(s.c.live, s.spec.ID)
 		s.c.mu.Unlock()
