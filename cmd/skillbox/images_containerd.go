@@ -95,4 +95,3 @@ func imagesPull(c *cli.Context) error {
 	fmt.Fprintf(c.App.Writer, "%s (namespace %s)\n", name, cd.Namespace())
 	return nil
 }
-
