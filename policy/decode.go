@@ -34,13 +34,14 @@ var (
 		{Type: "runtime", LabelNames: []string{"name"}},
 		{Type: "image", LabelNames: []string{"name"}},
 		{Type: "policy", LabelNames: []string{"name"}},
+		{Type: "agent", LabelNames: []string{"name"}},
 	}}
 	daemonSchema = &hcl.BodySchema{Attributes: attrs("socket", "socket_mode", "socket_group",
 		"state_dir", "audit_dir", "approvers", "max_connections", "max_concurrent_runs",
 		"max_active_skills", "run_queue_timeout", "idle_timeout", "max_line_bytes",
 		"confirmation_ttl", "runtime", "tool_mode")}
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
-		"catalog_budget", "max_depth", "max_skills", "max_read_bytes")}
+		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
 		"address", "namespace", "handler")}
 	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
@@ -51,7 +52,7 @@ var (
 	auditSchema = &hcl.BodySchema{Attributes: attrs("rotate_bytes", "rotate_size", "rotate_age",
 		"checkpoint_key", "checkpoint_interval")}
 	policySchema = &hcl.BodySchema{
-		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs"),
+		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "require_lock", "hook_failure", "hook_timeout"),
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}},
 	}
 )
@@ -169,6 +170,10 @@ func (d *decoder) decodeFile(src []byte) {
 		case "policy":
 			if once(b, "policy."+b.Labels[0], fmt.Sprintf("policy %q", b.Labels[0])) {
 				d.policy(b)
+			}
+		case "agent":
+			if once(b, "agent."+b.Labels[0], fmt.Sprintf("agent %q", b.Labels[0])) {
+				d.agent(b)
 			}
 		}
 	}
@@ -480,6 +485,8 @@ func (d *decoder) skills(blk *hcl.Block) {
 	b.intField("max_depth", 1, &sc.MaxDepth)
 	b.intField("max_skills", 1, &sc.MaxSkills)
 	b.size("max_read_bytes", &sc.MaxReadBytes)
+	b.intField("catalog_budget_tokens", 1, &sc.CatalogBudgetTokens)
+	b.path("lock_file", &sc.LockFile)
 }
 
 func (d *decoder) runtime(blk *hcl.Block) {
@@ -753,6 +760,12 @@ func (d *decoder) policy(blk *hcl.Block) {
 			r.ScriptDirs = dirs
 		}
 	}
+	var lock bool
+	if b.boolean("require_lock", &lock) != nil {
+		r.RequireLock = &lock
+	}
+	b.oneOf("hook_failure", &r.HookFailure, HookFailureDeny, HookFailureConfirm, HookFailureIgnore)
+	b.duration("hook_timeout", &r.HookTimeout)
 	for i, lb := range blocks {
 		if i > 0 {
 			d.errorf(lb.DefRange, prefix+".limits", "declared twice (first at line %d); merge the two blocks", blocks[0].DefRange.Start.Line)

@@ -180,14 +180,28 @@ func makeSkill(t testing.TB, files map[string]string) string {
 
 var idSeq struct {
 	sync.Mutex
-	n int
+	n   int
+	tag string
+}
+
+// testIDPrefix starts the ids of this test process's runs: other test
+// processes (other packages, other checkouts) may run at the same time,
+// and their leftovers are not ours to report.
+func testIDPrefix() string {
+	idSeq.Lock()
+	defer idSeq.Unlock()
+	if idSeq.tag == "" {
+		idSeq.tag = randomHex(2)
+	}
+	return runtime.IDPrefix + "test" + idSeq.tag + "-"
 }
 
 func newID() string {
+	prefix := testIDPrefix()
 	idSeq.Lock()
 	defer idSeq.Unlock()
 	idSeq.n++
-	return fmt.Sprintf("%stest-%d-%s", runtime.IDPrefix, idSeq.n, randomHex(3))
+	return fmt.Sprintf("%s%d-%s", prefix, idSeq.n, randomHex(3))
 }
 
 // hostSecret is a file on the host the sandbox must not see.
@@ -987,7 +1001,7 @@ func assertClean(t *testing.T, backend string, opts runtime.Options, id string) 
 		parent := filepath.Join("/sys/fs/cgroup", ctrl, runtime.CgroupParent)
 		kids, _ := os.ReadDir(parent)
 		for _, k := range kids {
-			if k.IsDir() && (k.Name() == id || id == "" && strings.HasPrefix(k.Name(), runtime.IDPrefix+"test-")) {
+			if k.IsDir() && (k.Name() == id || id == "" && strings.HasPrefix(k.Name(), testIDPrefix())) {
 				t.Errorf("cgroup left: %s", filepath.Join(parent, k.Name()))
 			}
 		}

@@ -61,6 +61,7 @@ func newApp() *cli.App {
 			imagesCommand(),
 			benchCommand(),
 			mcpCommand(),
+			proposalsCommand(),
 			versionCommand(),
 		},
 		// Usage errors exit 2 with one line, like the rest of the CLI.

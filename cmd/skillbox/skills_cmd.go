@@ -29,7 +29,7 @@ func skillsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "skills",
 		Usage: "validate, inspect and list Agent Skills",
-		Subcommands: []*cli.Command{
+		Subcommands: append([]*cli.Command{
 			{
 				Name:         "validate",
 				Usage:        "check skills against the Agent Skills specification",
@@ -62,7 +62,7 @@ func skillsCommand() *cli.Command {
 				OnUsageError: usageErr,
 				Action:       skillsList,
 			},
-		},
+		}, lifecycleSkillsCommands()...),
 	}
 }
 

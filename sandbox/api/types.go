@@ -51,7 +51,9 @@ type ListSkillsParams struct {
 
 // SkillInfo is one entry of skills.list (whose result is a bare array of
 // them, sorted by name). Skills whose SKILL.md disables model invocation are
-// listed with ModelInvocable false rather than hidden. Tags is always
+// listed with ModelInvocable false rather than hidden; UserInvocable is
+// false for skills a person may not invoke (user-invocable: false), which
+// are therefore not MCP prompts. Tags is always
 // present on the wire ([] when the skill declares none).
 type SkillInfo struct {
 	Name           string   `json:"name"`
@@ -60,6 +62,11 @@ type SkillInfo struct {
 	Digest         string   `json:"digest"`
 	Tags           []string `json:"tags"`
 	ModelInvocable bool     `json:"model_invocable"`
+	UserInvocable  bool     `json:"user_invocable"`
+	// Tokens estimates the entry's cost in <available_skills>
+	// (skills.EstimateTokens); BodyTokens that of its SKILL.md body once loaded.
+	Tokens     int `json:"tokens"`
+	BodyTokens int `json:"body_tokens"`
 }
 
 // LoadParams is skills.load's request.
@@ -91,6 +98,8 @@ type ActiveSkill struct {
 	RootDir    string         `json:"root_dir"`
 	Digest     string         `json:"digest"`
 	Properties map[string]any `json:"properties,omitempty"`
+	// Tokens estimates the SKILL.md body's cost (skills.EstimateTokens).
+	Tokens int `json:"tokens"`
 }
 
 // ReadParams is skills.read's request. Skill defaults to the most recently
@@ -113,6 +122,9 @@ type ReadResult struct {
 	Encoding  string `json:"encoding"`
 	Content   string `json:"content"`
 	Truncated bool   `json:"truncated"`
+	// Tokens estimates the content's cost (skills.EstimateTokens of the
+	// text; for base64 content, of the encoded text a model would see).
+	Tokens int `json:"tokens"`
 }
 
 // File is one input entry for a run: a file, a directory or a symlink at

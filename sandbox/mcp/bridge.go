@@ -55,12 +55,9 @@ func fromClient(err error, passedConfirmation string) error {
 	return &remoteError{msg: ce.Message, kind: api.Sentinel(ce.Kind), data: ce.Data}
 }
 
-func (b *Bridge) CreateSession(ctx context.Context, _ api.Peer) (*api.CreateSessionResult, error) {
-	id, err := b.Client.CreateSession(ctx)
-	if err != nil {
-		return nil, fromClient(err, "")
-	}
-	return &api.CreateSessionResult{SessionID: id}, nil
+func (b *Bridge) CreateSession(ctx context.Context, _ api.Peer, p api.CreateSessionParams) (*api.CreateSessionResult, error) {
+	r, err := b.Client.CreateSessionWith(ctx, p)
+	return r, fromClient(err, "")
 }
 
 func (b *Bridge) CloseSession(ctx context.Context, _ api.Peer, p api.SessionParams) (*api.CloseSessionResult, error) {

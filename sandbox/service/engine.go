@@ -98,6 +98,10 @@ type RunRequest struct {
 
 	// Optional live copies of the streams (the CLI's terminal).
 	Stdout, Stderr runtime.StreamSink
+
+	// Command, when set, runs this shell command in the shell image
+	// instead of a script (a skill's !`command` or hook; see command.go).
+	Command *CommandSpec
 }
 
 // Plan is a validated request with everything resolved: what will run, where,
@@ -142,6 +146,9 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	}
 	if req.Skill == nil {
 		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
+	}
+	if req.Command != nil {
+		return e.prepareCommand(req)
 	}
 	rel, err := CleanScriptPath(req.Script)
 	if err != nil {
@@ -448,6 +455,9 @@ func (e *Engine) runInfo(p *Plan, img ImageRef, rtVersion string) *audit.RunInfo
 // that chose the interpreter, the sources of its limits and the network rule.
 func planDetail(p *Plan) map[string]string {
 	d := map[string]string{"interpreter": strings.Join(p.Interpreter.Argv, " ")}
+	if c := p.Request.Command; c != nil {
+		d["command"] = ClipText(c.Command, 2048)
+	}
 	if p.Interpreter.Rule != "" {
 		d["interpreter_rule"] = p.Interpreter.Rule
 	}
