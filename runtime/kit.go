@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -67,10 +68,16 @@ func NewStreams() (*Streams, error) {
 // WaitReady reads the ready marker of a warm sandbox's first process from
 // stdout, and nothing more (what follows is the job's), within timeout.
 func (s *Streams) WaitReady(ctx context.Context, timeout time.Duration) error {
+	return waitReady(ctx, s.outR, timeout)
+}
+
+// waitReady reads the ready marker from a warm sandbox's first process's
+// stdout, and nothing more: what follows is the job's.
+func waitReady(ctx context.Context, outR *os.File, timeout time.Duration) error {
 	ready := make(chan error, 1)
 	go func() {
 		buf := make([]byte, len(readyMarker))
-		_, err := io.ReadFull(s.outR, buf)
+		_, err := io.ReadFull(outR, buf)
 		if err == nil && string(buf) != readyMarker {
 			err = fmt.Errorf("unexpected %q", buf)
 		}
@@ -87,9 +94,29 @@ func (s *Streams) WaitReady(ctx context.Context, timeout time.Duration) error {
 		err = ctx.Err()
 	}
 	if err != nil {
-		_ = s.outR.SetReadDeadline(time.Unix(1, 0)) // release the reader
+		_ = outR.SetReadDeadline(time.Unix(1, 0)) // release the reader
 	}
 	return err
+}
+
+// FeedAndClose writes data to w in the background and closes it: a
+// process's stdin (EPIPE, when it does not read all of it, is fine).
+func FeedAndClose(w io.WriteCloser, data []byte) {
+	go func() {
+		_, _ = w.Write(data)
+		_ = w.Close()
+	}()
+}
+
+// DestroyAll destroys sandboxes (a backend's Close), joining the errors.
+func DestroyAll(ctx context.Context, sbs []Sandbox) error {
+	var errs []error
+	for _, s := range sbs {
+		if err := s.Destroy(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Drain starts draining both pipes, capped at lim's stream caps.

@@ -157,27 +157,7 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 	if err := s.startRun(inR, outW, errW); err != nil {
 		return err
 	}
-	// Wait for the marker, and nothing more: what follows is the job's.
-	ready := make(chan error, 1)
-	go func() {
-		buf := make([]byte, len(readyMarker))
-		_, err := io.ReadFull(outR, buf)
-		if err == nil && string(buf) != readyMarker {
-			err = fmt.Errorf("unexpected %q", buf)
-		}
-		ready <- err
-	}()
-	timer := time.NewTimer(bootTimeout)
-	defer timer.Stop()
-	select {
-	case err = <-ready:
-	case <-timer.C:
-		err = fmt.Errorf("not ready after %s", bootTimeout)
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	if err != nil {
-		_ = outR.SetReadDeadline(time.Unix(1, 0)) // release the reader
+	if err := waitReady(ctx, outR, bootTimeout); err != nil {
 		return s.bootError(err)
 	}
 	return nil
@@ -276,11 +256,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 		in := s.initIn
 		s.initIn = nil
 		s.started = time.Now()
-		go func() {
-			// EPIPE when the script does not read all of its stdin is fine.
-			_, _ = in.Write(msg)
-			_ = in.Close()
-		}()
+		FeedAndClose(in, msg)
 		s.jobCmd, s.jobExited = s.runCmd, s.runExited
 		s.outR, s.errR = s.initOut, s.initErr
 		s.initOut, s.initErr = nil, nil
@@ -405,10 +381,7 @@ func (s *sandbox) startJob(stdin []byte, start func(in, out, errw *os.File) erro
 		return err
 	}
 	if inW != nil {
-		go func() {
-			_, _ = inW.Write(stdin)
-			_ = inW.Close()
-		}()
+		FeedAndClose(inW, stdin)
 	}
 	return nil
 }
@@ -526,18 +499,12 @@ func (s *sandbox) teardown() error {
 // close destroys every sandbox of the engine that is still there.
 func (e *engine) close(ctx context.Context) error {
 	e.mu.Lock()
-	live := make([]*sandbox, 0, len(e.live))
+	live := make([]Sandbox, 0, len(e.live))
 	for _, s := range e.live {
 		live = append(live, s)
 	}
 	e.mu.Unlock()
-	var errs []error
-	for _, s := range live {
-		if err := s.Destroy(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return DestroyAll(ctx, live)
 }
 
 // Processes lists the host pids of the sandbox's processes (its cgroup's

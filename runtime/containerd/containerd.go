@@ -22,10 +22,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -299,11 +300,7 @@ func (c *Containerd) runscFlags(network bool) map[string]string {
 // no way to pass flags).
 func (c *Containerd) runscWrapper(network bool) (string, error) {
 	flags := c.runscFlags(network)
-	keys := make([]string, 0, len(flags))
-	for k := range flags {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(flags))
 	var b strings.Builder
 	fmt.Fprintf(&b, "#!/bin/sh\n# Written by skillbox: runsc with the flags of its sandboxes.\nexec %s", shellQuote(c.binary))
 	for _, k := range keys {
@@ -346,11 +343,7 @@ func (c *Containerd) writeState(name, content string, mode os.FileMode) (string,
 // dir, its flags) into the state dir, once per network mode.
 func (c *Containerd) runscConfig(network bool) (string, error) {
 	flags := c.runscFlags(network)
-	keys := make([]string, 0, len(flags))
-	for k := range flags {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(flags))
 	var b strings.Builder
 	fmt.Fprintf(&b, "binary_name = %q\nroot = %q\n\n[runsc_config]\n", c.binary, filepath.Join(c.opts.StateDir, "runsc"))
 	for _, k := range keys {
@@ -362,16 +355,14 @@ func (c *Containerd) runscConfig(network bool) (string, error) {
 // Close destroys the sandboxes still there and closes the connection.
 func (c *Containerd) Close(ctx context.Context) error {
 	c.mu.Lock()
-	live := make([]*sandbox, 0, len(c.live))
+	live := make([]runtime.Sandbox, 0, len(c.live))
 	for _, s := range c.live {
 		live = append(live, s)
 	}
 	c.mu.Unlock()
 	var errs []error
-	for _, s := range live {
-		if err := s.Destroy(ctx); err != nil {
-			errs = append(errs, err)
-		}
+	if err := runtime.DestroyAll(ctx, live); err != nil {
+		errs = append(errs, err)
 	}
 	c.mu.Lock()
 	if c.client != nil {

@@ -157,4 +157,3 @@ func (c *Containerd) PullImage(ctx context.Context, ref string) (string, error) 
 	}
 	return img.Name(), nil
 }
-

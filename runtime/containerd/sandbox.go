@@ -282,11 +282,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		in := s.initIn
 		s.initIn = nil
 		s.started = time.Now()
-		go func() {
-			// EPIPE when the script does not read all of its stdin is fine.
-			_, _ = in.Write(msg)
-			_ = in.Close()
-		}()
+		runtime.FeedAndClose(in, msg)
 		s.streams, s.initStreams = s.initStreams, nil
 		s.streams.Drain(s.lim, job.Stdout, job.Stderr)
 		s.exit, s.proc = s.initExit, s.task
@@ -295,13 +291,10 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		if err := os.MkdirAll(filepath.Join(s.b.Dir, "fifo"), 0o700); err != nil {
 			return fmt.Errorf("make fifo dir: %w", err)
 		}
-		st, err := runtime.NewStreams()
+		st, stdin, err := s.jobIO(job)
 		if err != nil {
 			return err
 		}
-		s.streams = st
-		st.Drain(s.lim, job.Stdout, job.Stderr)
-		stdin := s.stdinOf(job.Stdin)
 		exit, err := s.newTask(ctx, job, stdin, st)
 		if err != nil {
 			return err
@@ -316,13 +309,10 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		if err := s.b.SpecFor(job, s.c.specOpts); err != nil {
 			return err
 		}
-		st, err := runtime.NewStreams()
+		st, stdin, err := s.jobIO(job)
 		if err != nil {
 			return err
 		}
-		s.streams = st
-		st.Drain(s.lim, job.Stdout, job.Stderr)
-		stdin := s.stdinOf(job.Stdin)
 		p, err := s.task.Exec(s.ctx(ctx), execID, s.b.Spec.Process, s.ioCreator(stdin, st))
 		if err != nil {
 			return fmt.Errorf("exec into task %s: %w", s.spec.ID, err)
@@ -404,6 +394,17 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	s.c.log.Debug("run finished", "id", s.spec.ID, "boot", s.spec.Boot, "reason", reason, "exit_code", code,
 		"duration", duration, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "outputs", len(res.Outputs))
 	return res, nil
+}
+
+// jobIO makes the job's streams, draining at its caps, and its stdin.
+func (s *sandbox) jobIO(job runtime.Job) (*runtime.Streams, *eofReader, error) {
+	st, err := runtime.NewStreams()
+	if err != nil {
+		return nil, nil, err
+	}
+	s.streams = st
+	st.Drain(s.lim, job.Stdout, job.Stderr)
+	return st, s.stdinOf(job.Stdin), nil
 }
 
 // eofReader says when its reader is used up.
