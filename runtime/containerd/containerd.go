@@ -386,7 +386,11 @@ func (c *Containerd) Sweep(ctx context.Context) error {
 	return runtime.SweepRuns(c.ctx(ctx), c.opts.RunDir, c.log, runtime.SweepOps{
 		List:   func(ctx context.Context) ([]runtime.ContainerState, error) { return c.list(ctx, cl) },
 		State:  func(ctx context.Context, id string) (*runtime.ContainerState, error) { return c.state(ctx, cl, id) },
-		Delete: func(ctx context.Context, id string) error { return c.remove(ctx, cl, id) },
+		Delete: func(ctx context.Context, id string) error {
+			err := c.remove(ctx, cl, id)
+			c.killShims(id)
+			return err
+		},
 	})
 }
 
@@ -468,7 +472,6 @@ func (c *Containerd) remove(ctx context.Context, cl *containerd.Client, id strin
 	if err := cl.LeasesService().Delete(ctx, leases.Lease{ID: id}); err != nil && !errdefs.IsNotFound(err) {
 		errs = append(errs, fmt.Errorf("delete lease %s: %w", id, err))
 	}
-	c.killShims(id)
 	return errors.Join(errs...)
 }
 
