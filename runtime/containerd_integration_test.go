@@ -11,6 +11,7 @@ package runtime_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
 )
@@ -207,4 +209,54 @@ func TestPoolOverContainerd(t *testing.T) {
 		t.Errorf("containers left after the pool closed: %s", out)
 	}
 	assertContainerdClean(t, rtcontainerd.Name, opts)
+}
+
+// TestImportImage imports an image of the store into containerd (twice:
+// the second finds its blobs there) and finds it in `ctr images ls`.
+func TestImportImage(t *testing.T) {
+	needBackend(t, rtcontainerd.Name)
+	dir := os.Getenv("SKILLBOX_IMAGES")
+	if dir == "" {
+		dir = images.DefaultDir
+	}
+	store, err := images.OpenStore(dir, nil)
+	if err != nil {
+		t.Skipf("no image store at %s: %v", dir, err)
+	}
+	imgs, err := store.List()
+	if err != nil || len(imgs) == 0 {
+		t.Skipf("no built image in %s (skillbox images build shell): %v", dir, err)
+	}
+	img := imgs[0]
+	for _, im := range imgs {
+		if im.Size < img.Size {
+			img = im // the smallest
+		}
+	}
+	_, opts := newBackend(t, rtcontainerd.Name)
+	cd, err := rtcontainerd.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close(context.Background())
+	for i := 0; i < 2; i++ {
+		name, err := cd.ImportImage(context.Background(), store.LayoutDir(), img.Name, img.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name != rtcontainerd.ImageName(img.Name) {
+			t.Errorf("imported as %s", name)
+		}
+	}
+	out, err := ctr("images", "ls")
+	if err != nil || !strings.Contains(out, rtcontainerd.ImageName(img.Name)) || !strings.Contains(out, img.Digest) {
+		t.Errorf("ctr images ls: %v\n%s", err, out)
+	}
+	// The content is complete: containerd can check every blob.
+	if out, err := ctr("images", "check"); err != nil || !strings.Contains(out, "complete") {
+		t.Errorf("ctr images check: %v\n%s", err, out)
+	}
+	if _, err := cd.PullImage(context.Background(), "registry.invalid/skillbox/none:1"); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "registry") {
+		t.Errorf("pull from an unreachable registry: %v, want ErrUnavailable saying so", err)
+	}
 }
