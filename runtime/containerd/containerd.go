@@ -384,8 +384,8 @@ func (c *Containerd) Sweep(ctx context.Context) error {
 		return err
 	}
 	return runtime.SweepRuns(c.ctx(ctx), c.opts.RunDir, c.log, runtime.SweepOps{
-		List:   func(ctx context.Context) ([]runtime.ContainerState, error) { return c.list(ctx, cl) },
-		State:  func(ctx context.Context, id string) (*runtime.ContainerState, error) { return c.state(ctx, cl, id) },
+		List:  func(ctx context.Context) ([]runtime.ContainerState, error) { return c.list(ctx, cl) },
+		State: func(ctx context.Context, id string) (*runtime.ContainerState, error) { return c.state(ctx, cl, id) },
 		Delete: func(ctx context.Context, id string) error {
 			err := c.remove(ctx, cl, id)
 			c.killShims(id)
