@@ -157,3 +157,26 @@ policy "needs-approval" {
 #   checkpoint_key      = "/etc/skillbox/audit.key"   # Ed25519 private key (PEM PKCS#8)
 #   checkpoint_interval = "1h"
 # }
+
+# Dependency layers (skills' requirements.txt, PEP 723 blocks, package.json,
+# and the rules' packages blocks) are built from these sources only. Without
+# them nothing is fetched, and a skill whose packages its image lacks is told
+# which ones and how to provide them. Artifacts are fetched on the host
+# without running package code (wheels only; npm with scripts off) and
+# installed in an offline sandbox; every sha256 is in the layer's manifest.
+# python_index {
+#   url        = "https://pypi.org/simple"     # a PEP 503 simple index
+#   find_links = ["/srv/wheels"]               # directories (or URLs) of wheels
+# }
+# npm_registry { url = "https://registry.npmjs.org" }
+#
+# dependencies {
+#   when_not_ready = "wait"    # a run whose layer is building waits ("fail": fails at once)
+#   wait_timeout   = "10m"
+#   build_on_load  = true      # skills.load starts the build (else: skillbox deps build SKILL)
+# }
+#
+# In a policy rule: packages an operator adds for the skills it matches, and
+# whether sdists / npm install scripts may be built (sandboxed, offline):
+#   packages { python = ["python-pptx>=1.0"], npm = ["left-pad@^1.3"] }
+#   build_from_source = false

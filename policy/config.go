@@ -52,6 +52,9 @@ type Config struct {
 	// and skills.run_code for every skill, so a minimal file (or none) is
 	// usable.
 	Rules []*Rule
+	// Sources and Deps configure dependency layers (policy/packages.go).
+	Sources PackageSources
+	Deps    Dependencies
 	// Agents are the agent "NAME" {} blocks by name: skills bound to an
 	// agent, loaded into every session created for it.
 	Agents map[string]*Agent
@@ -178,7 +181,10 @@ type Rule struct {
 	HookFailure string
 	// HookTimeout bounds each hook run (0: not set).
 	HookTimeout time.Duration
-	Pos         Pos
+	// Packages and BuildFromSource: see PackagesFor.
+	Packages        *RulePackages
+	BuildFromSource *bool
+	Pos             Pos
 
 	tools, deny, confirm []toolPattern
 }
@@ -214,6 +220,7 @@ func defaults() *Config {
 		},
 		Runtimes: map[string]*RuntimeConfig{},
 		Limits:   runtime.DefaultLimits,
+		Deps:     Dependencies{WhenNotReady: "wait", WaitTimeout: 10 * time.Minute, BuildOnLoad: true},
 		Pool:     Pool{PoolConfig: runtime.DefaultPoolConfig},
 		Audit: Audit{
 			RotateBytes:        64 << 20,

@@ -6,6 +6,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,7 @@ var (
 		{Type: "runtime", LabelNames: []string{"name"}},
 		{Type: "image", LabelNames: []string{"name"}},
 		{Type: "policy", LabelNames: []string{"name"}},
+		{Type: "python_index"}, {Type: "npm_registry"}, {Type: "dependencies"},
 		{Type: "agent", LabelNames: []string{"name"}},
 	}}
 	daemonSchema = &hcl.BodySchema{Attributes: attrs("socket", "socket_mode", "socket_group",
@@ -52,8 +54,8 @@ var (
 	auditSchema = &hcl.BodySchema{Attributes: attrs("rotate_bytes", "rotate_size", "rotate_age",
 		"checkpoint_key", "checkpoint_interval")}
 	policySchema = &hcl.BodySchema{
-		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "require_lock", "hook_failure", "hook_timeout"),
-		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}},
+		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "require_lock", "hook_failure", "hook_timeout", "build_from_source"),
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "packages"}},
 	}
 )
 
@@ -170,6 +172,10 @@ func (d *decoder) decodeFile(src []byte) {
 		case "policy":
 			if once(b, "policy."+b.Labels[0], fmt.Sprintf("policy %q", b.Labels[0])) {
 				d.policy(b)
+			}
+		case "python_index", "npm_registry", "dependencies":
+			if once(b, b.Type, b.Type) {
+				map[string]func(*hcl.Block){"python_index": d.pythonIndex, "npm_registry": d.npmRegistry, "dependencies": d.dependencies}[b.Type](b)
 			}
 		case "agent":
 			if once(b, "agent."+b.Labels[0], fmt.Sprintf("agent %q", b.Labels[0])) {
@@ -760,6 +766,18 @@ func (d *decoder) policy(blk *hcl.Block) {
 			r.ScriptDirs = dirs
 		}
 	}
+	var pkgs *hcl.Block
+	for _, lb := range blocks {
+		if lb.Type == "packages" {
+			if pkgs != nil {
+				d.errorf(lb.DefRange, prefix+".packages", "declared twice (first at line %d); merge the two blocks", pkgs.DefRange.Start.Line)
+				continue
+			}
+			pkgs = lb
+		}
+	}
+	d.rulePackages(r, b, pkgs)
+	blocks = slices.DeleteFunc(blocks, func(lb *hcl.Block) bool { return lb.Type == "packages" })
 	var lock bool
 	if b.boolean("require_lock", &lock) != nil {
 		r.RequireLock = &lock

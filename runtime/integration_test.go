@@ -956,7 +956,7 @@ func runWarm(t testing.TB, rt runtime.Runtime, job runtime.Job) (*runtime.Result
 		boot = runtime.BootPython
 	}
 	ctx := context.Background()
-	sb, err := lc.Create(ctx, runtime.SandboxSpec{ID: job.ID, RootFS: job.RootFS, SkillDir: job.SkillDir, Limits: job.Limits, Network: job.Network, Boot: boot})
+	sb, err := lc.Create(ctx, runtime.SandboxSpec{ID: job.ID, RootFS: job.RootFS, SkillDir: job.SkillDir, DepsDir: job.DepsDir, Limits: job.Limits, Network: job.Network, Boot: boot})
 	if err != nil {
 		return nil, err
 	}

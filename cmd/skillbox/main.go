@@ -59,6 +59,7 @@ func newApp() *cli.App {
 			policyCommand(),
 			auditCommand(),
 			imagesCommand(),
+			depsCommand(),
 			benchCommand(),
 			mcpCommand(),
 			proposalsCommand(),

@@ -19,6 +19,7 @@ type Service interface {
 	RunScript(ctx context.Context, caller Peer, p RunScriptParams) (*RunScriptResult, error)
 	RunCode(ctx context.Context, caller Peer, p RunCodeParams) (*RunScriptResult, error)
 	CheckTool(ctx context.Context, caller Peer, p CheckToolParams) (*CheckToolResult, error)
+	CheckSkill(ctx context.Context, caller Peer, p CheckSkillParams) (*CheckSkillResult, error)
 	ListConfirmations(ctx context.Context, caller Peer, p ListConfirmationsParams) (*ListConfirmationsResult, error)
 	ApproveConfirmation(ctx context.Context, caller Peer, p ConfirmationIDParams) (*Confirmation, error)
 	DenyConfirmation(ctx context.Context, caller Peer, p ConfirmationIDParams) (*Confirmation, error)

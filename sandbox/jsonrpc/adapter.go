@@ -23,6 +23,7 @@ func RegisterService(s *Server, svc api.Service) {
 	s.Handle(api.MethodSkillsRunScript, streamed(svc.RunScript))
 	s.Handle(api.MethodSkillsRunCode, streamed(svc.RunCode))
 	s.Handle(api.MethodToolsCheck, bind(svc.CheckTool))
+	s.Handle(api.MethodSkillsCheck, bind(svc.CheckSkill))
 	s.Handle(api.MethodConfirmationsList, bind(svc.ListConfirmations))
 	s.Handle(api.MethodConfirmationsApprove, bind(svc.ApproveConfirmation))
 	s.Handle(api.MethodConfirmationsDeny, bind(svc.DenyConfirmation))

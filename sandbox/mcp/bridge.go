@@ -158,6 +158,11 @@ func (b *Bridge) CheckTool(ctx context.Context, _ api.Peer, p api.CheckToolParam
 	return r, fromClient(err, "")
 }
 
+func (b *Bridge) CheckSkill(ctx context.Context, _ api.Peer, p api.CheckSkillParams) (*api.CheckSkillResult, error) {
+	r, err := b.Client.CheckSkill(ctx, p)
+	return r, fromClient(err, "")
+}
+
 func (b *Bridge) ListConfirmations(ctx context.Context, _ api.Peer, p api.ListConfirmationsParams) (*api.ListConfirmationsResult, error) {
 	list, err := b.Client.ListConfirmations(ctx, p)
 	if err != nil {

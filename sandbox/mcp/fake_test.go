@@ -178,6 +178,10 @@ func (f *fakeService) CheckTool(_ context.Context, _ api.Peer, p api.CheckToolPa
 	return &api.CheckToolResult{Decision: api.DecisionAllow, Rule: "default", Reason: string(p.Input)}, nil
 }
 
+func (f *fakeService) CheckSkill(_ context.Context, _ api.Peer, p api.CheckSkillParams) (*api.CheckSkillResult, error) {
+	return &api.CheckSkillResult{Skill: p.Skill}, nil
+}
+
 func (f *fakeService) ListConfirmations(context.Context, api.Peer, api.ListConfirmationsParams) (*api.ListConfirmationsResult, error) {
 	return &api.ListConfirmationsResult{Confirmations: []*api.Confirmation{{ID: "c1", Details: map[string]string{"script": "scripts/greet.sh"}}}}, nil
 }

@@ -435,7 +435,9 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 			return nil, err
 		}
 	}
-	return s.receipt(sess), nil
+	res := s.receipt(sess)
+	s.loadDeps(found, res)
+	return res, nil
 }
 
 // UnloadSkills implements api.Service.
