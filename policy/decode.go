@@ -6,6 +6,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,8 @@ var (
 		{Type: "runtime", LabelNames: []string{"name"}},
 		{Type: "image", LabelNames: []string{"name"}},
 		{Type: "policy", LabelNames: []string{"name"}},
+		{Type: "python_index"}, {Type: "npm_registry"}, {Type: "dependencies"},
+		{Type: "agent", LabelNames: []string{"name"}},
 	}}
 	daemonSchema = &hcl.BodySchema{Attributes: attrs("socket", "socket_mode", "socket_group",
 		"state_dir", "audit_dir", "approvers", "max_connections", "max_concurrent_runs",
@@ -41,9 +44,9 @@ var (
 		"confirmation_ttl", "runtime", "tool_mode", "max_connections_per_uid", "max_runs_per_uid",
 		"max_queued_runs_per_uid", "max_request_bytes_per_uid", "approver_connections", "approver_runs")}
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
-		"catalog_budget", "max_depth", "max_skills", "max_read_bytes")}
+		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
-		"address", "namespace")}
+		"address", "namespace", "handler")}
 	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
 	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe")}
 	limitsSchema = &hcl.BodySchema{Attributes: attrs("timeout", "memory", "pids", "cpus",
@@ -52,8 +55,8 @@ var (
 	auditSchema = &hcl.BodySchema{Attributes: attrs("rotate_bytes", "rotate_size", "rotate_age",
 		"checkpoint_key", "checkpoint_interval", "min_free", "reads_per_interval", "aggregate_interval")}
 	policySchema = &hcl.BodySchema{
-		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "env"),
-		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}},
+		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "env", "require_lock", "hook_failure", "hook_timeout", "build_from_source"),
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "packages"}},
 	}
 )
 
@@ -170,6 +173,14 @@ func (d *decoder) decodeFile(src []byte) {
 		case "policy":
 			if once(b, "policy."+b.Labels[0], fmt.Sprintf("policy %q", b.Labels[0])) {
 				d.policy(b)
+			}
+		case "python_index", "npm_registry", "dependencies":
+			if once(b, b.Type, b.Type) {
+				map[string]func(*hcl.Block){"python_index": d.pythonIndex, "npm_registry": d.npmRegistry, "dependencies": d.dependencies}[b.Type](b)
+			}
+		case "agent":
+			if once(b, "agent."+b.Labels[0], fmt.Sprintf("agent %q", b.Labels[0])) {
+				d.agent(b)
 			}
 		}
 	}
@@ -494,6 +505,8 @@ func (d *decoder) skills(blk *hcl.Block) {
 	b.intField("max_depth", 1, &sc.MaxDepth)
 	b.intField("max_skills", 1, &sc.MaxSkills)
 	b.size("max_read_bytes", &sc.MaxReadBytes)
+	b.intField("catalog_budget_tokens", 1, &sc.CatalogBudgetTokens)
+	b.path("lock_file", &sc.LockFile)
 }
 
 func (d *decoder) runtime(blk *hcl.Block) {
@@ -519,7 +532,7 @@ func (d *decoder) runtime(blk *hcl.Block) {
 		b.d.errorf(a.NameRange, b.field(attr), "not used by runtime %q (only by %s)", name, strings.Join(runtimes, ", "))
 		return false
 	}
-	if only("binary", "runsc", "runc") {
+	if only("binary", "runsc", "runc", "containerd") {
 		if a := b.str("binary", &rc.Binary); a != nil {
 			if rc.Binary == "" {
 				b.bad(a, "must not be empty")
@@ -529,11 +542,11 @@ func (d *decoder) runtime(blk *hcl.Block) {
 		}
 	}
 	b.path("state_dir", &rc.StateDir)
-	if only("platform", "runsc") {
+	if only("platform", "runsc", "containerd") {
 		b.oneOf("platform", &rc.Platform, runscPlat...)
 	}
 	var flags []string
-	if only("flags", "runsc", "runc") && b.strs("flags", &flags) != nil {
+	if only("flags", "runsc", "runc", "containerd") && b.strs("flags", &flags) != nil {
 		ok := true
 		for _, f := range flags {
 			if !strings.HasPrefix(f, "-") {
@@ -544,6 +557,9 @@ func (d *decoder) runtime(blk *hcl.Block) {
 		if ok {
 			rc.Flags = flags
 		}
+	}
+	if only("handler", "containerd") {
+		b.oneOf("handler", &rc.Handler, runtime.ContainerdHandlers...)
 	}
 	if only("address", "containerd") {
 		b.path("address", &rc.Address)
@@ -786,6 +802,24 @@ func (d *decoder) policy(blk *hcl.Block) {
 			r.Env = env
 		}
 	}
+	var pkgs *hcl.Block
+	for _, lb := range blocks {
+		if lb.Type == "packages" {
+			if pkgs != nil {
+				d.errorf(lb.DefRange, prefix+".packages", "declared twice (first at line %d); merge the two blocks", pkgs.DefRange.Start.Line)
+				continue
+			}
+			pkgs = lb
+		}
+	}
+	d.rulePackages(r, b, pkgs)
+	blocks = slices.DeleteFunc(blocks, func(lb *hcl.Block) bool { return lb.Type == "packages" })
+	var lock bool
+	if b.boolean("require_lock", &lock) != nil {
+		r.RequireLock = &lock
+	}
+	b.oneOf("hook_failure", &r.HookFailure, HookFailureDeny, HookFailureConfirm, HookFailureIgnore)
+	b.duration("hook_timeout", &r.HookTimeout)
 	for i, lb := range blocks {
 		if i > 0 {
 			d.errorf(lb.DefRange, prefix+".limits", "declared twice (first at line %d); merge the two blocks", blocks[0].DefRange.Start.Line)

@@ -77,7 +77,8 @@ func runCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "root", Usage: "skill root `DIR` (repeatable; later roots override earlier); default: the config's skills.roots"},
 			&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` (policy, limits, images, audit_dir); default: built-in defaults"},
-			&cli.StringFlag{Name: "runtime", Usage: "`NAME` of the sandbox runtime: runsc or runc (default: the config's daemon.runtime, runsc)"},
+			&cli.StringFlag{Name: "runtime", Usage: "`NAME` of the sandbox runtime: runsc, runc or containerd (default: the config's daemon.runtime, runsc)"},
+			&cli.StringFlag{Name: "containerd-address", Usage: "containerd's socket `SOCK` for --runtime containerd (default: the config's runtime \"containerd\" address, /run/containerd/containerd.sock)"},
 			&cli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 10s (may only lower the policy's)"},
 			&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE`, e.g. 256MiB (may only lower the policy's)"},
 			&cli.Int64Flag{Name: "pids", Usage: "process limit (may only lower the policy's)"},
@@ -109,6 +110,7 @@ type runOptions struct {
 	files         []runtime.InputFile
 	outputs       string
 	runtime       string
+	containerd    string // --containerd-address
 	stdin         []byte
 }
 
@@ -147,6 +149,16 @@ func parseRunFlags(c *cli.Context, args []string) (*runOptions, error) {
 	}
 	if o.runtime = c.String("runtime"); o.runtime != "" && !slices.Contains(runtime.Names(), o.runtime) {
 		return nil, exitCode(2, "--runtime %q: unknown runtime: choose one of %s", o.runtime, strings.Join(runtime.Names(), ", "))
+	}
+	if o.containerd = c.String("containerd-address"); o.containerd != "" {
+		rt := o.runtime
+		if rt == "" {
+			rt = "containerd" // the flag says which runtime is meant
+			o.runtime = rt
+		}
+		if rt != "containerd" {
+			return nil, exitCode(2, "--containerd-address is for --runtime containerd, not %s", rt)
+		}
 	}
 	if o.files, err = filesFromFlags(c.StringSlice("file")); err != nil {
 		if errors.Is(err, errFileFlagUsage) {
@@ -225,7 +237,7 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 	}
 	imageDir := c.String("images")
 	eng, err := newEngine(cfg, engineOptions{
-		runtime: o.runtime, imageDir: imageDir, noBuild: c.Bool("no-build"),
+		runtime: o.runtime, containerdAddress: o.containerd, imageDir: imageDir, noBuild: c.Bool("no-build"),
 		progress: os.Stderr, audit: auditLog,
 	}, log)
 	if err != nil {
@@ -245,6 +257,22 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 	}
 	if err := rootCheck("run", eng.Runtime.Name(), os.Geteuid()); err != nil {
 		return err
+	}
+	// The terminal's run is a load and a run: a skill's dependency layer
+	// is built (or found) now, before the run, never inside it.
+	if eng.Deps != nil && cfg.Deps.BuildOnLoad {
+		loaded := []*skills.Skill{req.Skill}
+		if req.Code != nil {
+			loaded = req.Code.Skills
+		}
+		for _, sk := range loaded {
+			if sk == nil {
+				continue
+			}
+			if _, err := eng.Deps.Build(ctx, sk, sk.Dir); err != nil {
+				return err
+			}
+		}
 	}
 	// The daemon's authorization path, with the person at the terminal as
 	// the approver (--yes) instead of a confirmation request.
@@ -346,6 +374,9 @@ func reportRun(w io.Writer, out *service.Outcome, outputsDir string) {
 	default:
 		fmt.Fprintf(w, "skillbox: the run ended: %s\n", res.Reason)
 	}
+	if out.Hint != "" {
+		fmt.Fprintf(w, "skillbox: %s\n", out.Hint)
+	}
 }
 
 // reportOutputs says what the script left in /work: the files kept (by
@@ -431,6 +462,8 @@ type runJSON struct {
 	Image           string          `json:"image"`
 	ImageDigest     string          `json:"image_digest"`
 	Runtime         string          `json:"runtime"`
+	DepsLayer       string          `json:"deps_layer,omitempty"`
+	Hint            string          `json:"hint,omitempty"`
 	RuntimeVersion  string          `json:"runtime_version"`
 	Network         bool            `json:"network"`
 	Limits          runtime.Limits  `json:"limits"`
@@ -470,6 +503,7 @@ func newRunJSON(o *service.Outcome, saved []string) *runJSON {
 		OutputsSkipped: append([]string{}, r.OutputsSkipped...),
 		SavedOutputs:   append([]string{}, saved...),
 		ConfirmationID: p.Request.ConfirmationID,
+		DepsLayer:      o.DepsLayer, Hint: o.Hint,
 	}
 	if sk := p.Request.Skill; sk != nil {
 		j.Skill, j.SkillDigest = sk.Name, sk.Digest

@@ -13,8 +13,10 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/skillbox/skillbox/images"
+	"github.com/skillbox/skillbox/images/deps"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	_ "github.com/skillbox/skillbox/runtime/containerd" // registers the containerd backend
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
@@ -106,11 +108,13 @@ func openRegistry(ctx context.Context, cfg *policy.Config, roots []string, log h
 
 // engineOptions are the knobs the CLI exposes over the config.
 type engineOptions struct {
-	runtime  string // overrides daemon.runtime
-	imageDir string // overrides images.dir
-	noBuild  bool
-	progress io.Writer
-	audit    *audit.Log
+	runtime string // overrides daemon.runtime
+	// containerdAddress overrides runtime "containerd" { address }.
+	containerdAddress string
+	imageDir          string // overrides images.dir
+	noBuild           bool
+	progress          io.Writer
+	audit             *audit.Log
 }
 
 // newEngine builds the run engine the daemon and `skillbox run` share.
@@ -120,6 +124,9 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 		name = o.runtime
 	}
 	ropts := cfg.RuntimeOptions(name)
+	if o.containerdAddress != "" {
+		ropts.Address = o.containerdAddress
+	}
 	ropts.Logger = log.Named("runtime." + name)
 	rt, err := runtime.New(name, ropts)
 	if err != nil {
@@ -155,7 +162,35 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 	if o.audit != nil {
 		eng.Audit = o.audit
 	}
+	eng.Deps = newDeps(cfg, dir, rt, eng.Images, log)
+	for name, r := range byImage {
+		if len(r.PythonExtras) > 0 {
+			if eng.Deps.Extras == nil {
+				eng.Deps.Extras = map[string][]string{}
+			}
+			// Runs name the image by config block or by recipe.
+			eng.Deps.Extras[name] = r.PythonExtras
+			eng.Deps.Extras[r.Name] = r.PythonExtras
+		}
+	}
 	return eng, nil
+}
+
+// newDeps is the dependency layers of runs: stored beside the images in
+// dir, built with rt, from the config's package sources.
+func newDeps(cfg *policy.Config, dir string, rt runtime.Runtime, imgs service.ImageSource, log hclog.Logger) *service.Deps {
+	src := cfg.Sources
+	return &service.Deps{
+		Builder: &deps.Builder{
+			Store:   deps.OpenStore(dir),
+			Runtime: rt,
+			Sources: deps.Sources{PythonIndex: src.PythonIndex, FindLinks: src.FindLinks, NpmRegistry: src.NpmRegistry},
+			Logger:  log.Named("deps"),
+		},
+		Config: cfg,
+		Images: imgs,
+		Logger: log.Named("deps"),
+	}
 }
 
 // openAudit opens the config's audit log, or returns nil when it names none.

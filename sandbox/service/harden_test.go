@@ -85,7 +85,7 @@ func TestInstructionsRenderTheLoadedSnapshot(t *testing.T) {
 	svc := service.New(service.Options{Config: cfg, Skills: idx, Engine: eng,
 		Sessions: store.NewSessionStore(st, store.SessionOptions{})})
 	ctx := context.Background()
-	sid := mustV(svc.CreateSession(ctx, owner)).SessionID
+	sid := mustV(svc.CreateSession(ctx, owner, api.CreateSessionParams{})).SessionID
 	mustV(svc.LoadSkills(ctx, owner, api.LoadParams{SessionID: sid, Names: []string{"plain"}}))
 
 	// The skill is edited on disk and the index catches up.
@@ -195,7 +195,7 @@ policy "default" {
 func TestReadAuditAggregatedPerUID(t *testing.T) {
 	f := newFixture(t, true)
 	ctx := context.Background()
-	sid := mustV(f.svc.CreateSession(ctx, owner)).SessionID
+	sid := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})).SessionID
 	mustV(f.svc.LoadSkills(ctx, owner, api.LoadParams{SessionID: sid, Names: []string{"plain"}}))
 	before := len(f.audit.Records())
 	for i := 0; i < 500; i++ {

@@ -18,6 +18,7 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -50,6 +51,9 @@ type Options struct {
 	Audit Auditor
 	// Logger is the parent logger; the service names its own.
 	Logger hclog.Logger
+	// Proposals keeps skills.propose's proposals; nil makes those calls
+	// unavailable.
+	Proposals *store.ProposalStore
 }
 
 // Service serves the tool calls; it implements api.Service. Every method
@@ -68,6 +72,10 @@ type Service struct {
 	reads     *readAudit
 	queueWait time.Duration
 	runs      runRegistry
+
+	proposals *store.ProposalStore
+	locks     lockCache
+	lockMu    sync.Mutex // lock file writes and proposal applies
 }
 
 var _ api.Service = (*Service)(nil)
@@ -92,6 +100,7 @@ func New(o Options) *Service {
 		runSlots:  newRunSlots(dc.MaxConcurrentRuns, dc.ApproverRuns, dc.MaxRunsPerUID, dc.MaxQueuedRunsPerUID),
 		queueWait: dc.RunQueueTimeout,
 		runs:      runRegistry{runs: map[string]*activeRun{}},
+		proposals: o.Proposals,
 	}
 	s.reads = newReadAudit(o.Config.Audit.ReadsPerInterval, o.Config.Audit.AggregateInterval, s.writeAggregate)
 	if s.audit != nil {
@@ -232,9 +241,13 @@ func (s *Service) session(caller api.Peer, id string) (*store.Session, error) {
 }
 
 // CreateSession implements api.Service.
-func (s *Service) CreateSession(ctx context.Context, caller api.Peer) (*api.CreateSessionResult, error) {
+func (s *Service) CreateSession(ctx context.Context, caller api.Peer, p api.CreateSessionParams) (*api.CreateSessionResult, error) {
 	if s.sessions == nil {
 		return nil, fmt.Errorf("%w: this skillbox keeps no sessions (use the daemon)", api.ErrUnavailable)
+	}
+	bound, err := s.boundSkills(p)
+	if err != nil {
+		return nil, err
 	}
 	ses, err := s.sessions.Create(caller.UID)
 	if err != nil {
@@ -246,6 +259,11 @@ func (s *Service) CreateSession(ctx context.Context, caller api.Peer) (*api.Crea
 			s.log.Error("cannot remove a session whose creation was not audited", "session", ses.ID, "error", cerr)
 		}
 		return nil, err
+	}
+	if len(bound) > 0 {
+		if err := s.loadBound(ctx, caller, ses.ID, p.Agent, bound); err != nil {
+			return nil, err
+		}
 	}
 	return &api.CreateSessionResult{SessionID: ses.ID}, nil
 }
@@ -274,7 +292,7 @@ func (s *Service) Instructions(ctx context.Context, caller api.Peer, p api.Sessi
 	if err != nil {
 		return nil, err
 	}
-	available := skills.RenderAvailable(s.skills.List(), s.cfg.Skills.CatalogBudget)
+	available := s.catalog()
 	var act []*skills.Skill
 	var notes []string
 	for _, a := range ses.Active {
@@ -367,7 +385,8 @@ func (s *Service) ListSkills(ctx context.Context, caller api.Peer, p api.ListSki
 		}
 		out = append(out, api.SkillInfo{
 			Name: sk.Name, Description: sk.Description, Location: sk.Location, Digest: sk.Digest,
-			Tags: tags, ModelInvocable: !sk.DisableModelInvocation,
+			Tags: tags, ModelInvocable: !sk.DisableModelInvocation, UserInvocable: sk.UserInvocable(),
+			Tokens: skills.CatalogEntryTokens(sk), BodyTokens: skills.EstimateTokens(sk.Body),
 		})
 	}
 	return out, nil
@@ -387,6 +406,7 @@ func (s *Service) receipt(ses *store.Session) *api.LoadResult {
 		}
 		res.ActiveSkills = append(res.ActiveSkills, api.ActiveSkill{
 			Name: sk.Name, Location: sk.Location, RootDir: sk.Dir, Digest: a.Digest, Properties: sk.Properties,
+			Tokens: skills.EstimateTokens(sk.Body),
 		})
 		for _, r := range sk.Requires {
 			if !loaded[r] {
@@ -426,6 +446,11 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 	}
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: no skill named %s: call skills.list to see the available names", api.ErrNotFound, quoteList(missing))
+	}
+	for _, sk := range found {
+		if err := s.checkLock(ctx, caller, api.MethodSkillsLoad, p.SessionID, sk); err != nil {
+			return nil, err
+		}
 	}
 	// Keep a copy of each version loaded, so that what is rendered and run
 	// later is this version even if the files change (see pinnedBody).
@@ -470,7 +495,9 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 			return nil, err
 		}
 	}
-	return s.receipt(sess), nil
+	res := s.receipt(sess)
+	s.loadDeps(found, res)
+	return res, nil
 }
 
 // UnloadSkills implements api.Service.
@@ -599,7 +626,8 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 			return nil, auditDown(err)
 		}
 	}
-	return &api.ReadResult{Skill: sk.Name, Path: fc.Path, Size: fc.Size, SHA256: fc.SHA256, Encoding: fc.Encoding, Content: fc.Content, Truncated: fc.Truncated}, nil
+	return &api.ReadResult{Skill: sk.Name, Path: fc.Path, Size: fc.Size, SHA256: fc.SHA256, Encoding: fc.Encoding, Content: fc.Content, Truncated: fc.Truncated,
+		Tokens: skills.EstimateTokens(fc.Content)}, nil
 }
 
 // servedBytes is how many bytes of the file a read answer carries.
@@ -657,6 +685,14 @@ func (s *Service) CheckTool(ctx context.Context, caller api.Peer, p api.CheckToo
 		decs = append(decs, dec)
 	}
 	best := policy.Strictest(decs...)
+	if best.Effect != policy.EffectDeny {
+		// Hooks may narrow what policy allows, never widen it.
+		hd, err := s.preToolUseHooks(ctx, caller, ses, p)
+		if err != nil {
+			return nil, err
+		}
+		best = policy.Strictest(append([]policy.Decision{best}, hd...)...)
+	}
 	return &api.CheckToolResult{Decision: string(best.Effect), Rule: best.Rule, Reason: best.Reason}, nil
 }
 
