@@ -74,7 +74,7 @@ type sandbox struct {
 	lim            Limits
 	started        time.Time
 	// wd keeps the job's deadline should the daemon die (watchdog.go).
-	wd *watchdog
+	wd *Watchdog
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -501,7 +501,7 @@ func (s *sandbox) teardown() error {
 	}
 	// Released only now: until the teardown is over, a daemon that dies
 	// leaves the job's deadline to its watchdog.
-	s.wd.done()
+	s.wd.Done()
 	return errors.Join(errs...)
 }
 

@@ -46,8 +46,9 @@ func init() {
 	}
 }
 
-// watchdog is the daemon's handle on a run's watchdog process.
-type watchdog struct {
+// Watchdog is the daemon's handle on a job's watchdog process (see
+// StartWatchdog).
+type Watchdog struct {
 	cmd     *exec.Cmd
 	release *os.File // write end of the watchdog's stdin
 }
@@ -56,7 +57,7 @@ type watchdog struct {
 // what is left in cgroup path cg at deadline. What it does it writes to
 // logPath (in the run dir), never to the daemon's stderr, which it would
 // otherwise hold open past the daemon's end.
-func startWatchdog(id, cg string, deadline time.Time, logPath string) (*watchdog, error) {
+func startWatchdog(id, cg string, deadline time.Time, logPath string) (*Watchdog, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("watchdog log: %w", err)
@@ -80,11 +81,12 @@ func startWatchdog(id, cg string, deadline time.Time, logPath string) (*watchdog
 		w.Close()
 		return nil, fmt.Errorf("start the run's watchdog: %w", err)
 	}
-	return &watchdog{cmd: cmd, release: w}, nil
+	return &Watchdog{cmd: cmd, release: w}, nil
 }
 
-// done releases the watchdog (the run is torn down) and reaps it.
-func (w *watchdog) done() {
+// Done releases the watchdog (the job is torn down) and reaps it; nil is
+// fine.
+func (w *Watchdog) Done() {
 	if w == nil {
 		return
 	}
