@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every fuzz target of the module for a bounded time each (default
-# 10s; `hack/fuzz.sh 30s` for longer). A target that finds a crasher fails
+# 8s; `hack/fuzz.sh 30s` for longer). A target that finds a crasher fails
 # the run; Go has then written the input to the package's
 # testdata/fuzz/<Target>/, where, once committed, it stays a regression case
 # that `go test` replays every time.
@@ -12,7 +12,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
-per_target="${1:-10s}"
+per_target="${1:-8s}"
 status=0
 log="$(mktemp)"
 trap 'rm -f "$log"' EXIT
