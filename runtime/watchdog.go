@@ -119,6 +119,7 @@ func watchdogMain(args []string, release io.Reader, log io.Writer) int {
 	}()
 	timer := time.NewTimer(time.Until(time.Unix(0, ns)))
 	defer timer.Stop()
+	why := "its daemon is gone"
 	select {
 	case ok := <-released:
 		if ok {
@@ -130,6 +131,7 @@ func watchdogMain(args []string, release io.Reader, log io.Writer) int {
 		// The deadline passed with the daemon still holding the run: it
 		// is stopping it now, or it is stuck; either way the run's time is
 		// up.
+		why = "its daemon had not stopped it"
 	}
 	if len(cgroupProcs(cg)) == 0 {
 		return 0
@@ -137,7 +139,7 @@ func watchdogMain(args []string, release io.Reader, log io.Writer) int {
 	ctx, cancel := context.WithTimeout(context.Background(), killWait)
 	defer cancel()
 	err = killCgroupProcs(ctx, cg)
-	fmt.Fprintf(log, "skillbox: run %s outlived its deadline without its daemon; its processes were killed (cgroup %s)\n", id, cg)
+	fmt.Fprintf(log, "skillbox: run %s outlived its deadline and %s; its processes were killed (cgroup %s)\n", id, why, cg)
 	if err != nil {
 		fmt.Fprintf(log, "skillbox: run %s: %v\n", id, err)
 		return 1
