@@ -1,0 +1,232 @@
+package egress
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// fakeResolver maps names to addresses like a DNS server would.
+type fakeResolver map[string][]netip.Addr
+
+func (f fakeResolver) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := f[host]; ok {
+		return a, nil
+	}
+	return nil, fmt.Errorf("no such host %s", host)
+}
+
+type recorder struct {
+	mu sync.Mutex
+	a  []Attempt
+}
+
+func (r *recorder) report(a Attempt) { r.mu.Lock(); r.a = append(r.a, a); r.mu.Unlock() }
+func (r *recorder) all() []Attempt   { r.mu.Lock(); defer r.mu.Unlock(); return append([]Attempt(nil), r.a...) }
+
+func mustRules(t *testing.T, ss ...string) []Rule {
+	t.Helper()
+	var out []Rule
+	for _, s := range ss {
+		r, err := ParseRule(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Source = "test"
+		out = append(out, r)
+	}
+	return out
+}
+
+// startProxy serves a proxy on loopback and returns a client using it.
+func startProxy(t *testing.T, cfg Config) (*Proxy, *http.Client, *recorder) {
+	t.Helper()
+	rec := &recorder{}
+	cfg.Report = rec.report
+	p := NewProxy(cfg)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Serve(l)
+	t.Cleanup(func() { p.Shutdown() })
+	pu, _ := url.Parse("http://" + l.Addr().String())
+	c := &http.Client{Transport: &http.Transport{
+		Proxy:           http.ProxyURL(pu),
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},
+	}}
+	return p, c, rec
+}
+
+func port(t *testing.T, u string) string {
+	t.Helper()
+	pu, _ := url.Parse(u)
+	return pu.Port()
+}
+
+func TestProxy(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "hello %s %d", r.Host, len(b))
+	}))
+	defer srv.Close()
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "secure") }))
+	defer tlsSrv.Close()
+	hp, tp := port(t, srv.URL), port(t, tlsSrv.URL)
+	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	cfg := Config{
+		Rules:    mustRules(t, "allowed.test:"+hp, "secure.test:"+tp, "*.wild.test:"+hp, "rebind.test:"+hp),
+		Hosts:    map[string][]netip.Addr{"allowed.test": lo, "secure.test": lo, "a.wild.test": lo},
+		Resolver: fakeResolver{"rebind.test": lo},
+	}
+	_, c, rec := startProxy(t, cfg)
+
+	tests := []struct {
+		name, url string
+		status    int
+		body      string
+		allowed   bool
+		reason    string
+	}{
+		{"http allowed", "http://allowed.test:" + hp + "/x", 200, "hello allowed.test:" + hp, true, ""},
+		{"https allowed", "https://secure.test:" + tp + "/", 200, "secure", true, ""},
+		{"wildcard", "http://a.wild.test:" + hp + "/", 200, "hello", true, ""},
+		{"denied name", "http://denied.test:" + hp + "/", 403, "", false, "not in the run's egress rules"},
+		{"denied port", "http://allowed.test:" + tp + "/", 403, "", false, "not on port"},
+		{"raw ip", "http://127.0.0.1:" + hp + "/", 403, "", false, "raw addresses"},
+		{"rebinding", "http://rebind.test:" + hp + "/", 403, "", false, "non-public"},
+		{"https denied", "https://denied.test:" + tp + "/", -1, "", false, "not in the run's egress rules"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := len(rec.all())
+			resp, err := c.Get(tt.url)
+			if tt.status == -1 {
+				if err == nil {
+					resp.Body.Close()
+					t.Fatalf("CONNECT to a denied host succeeded")
+				}
+			} else {
+				if err != nil {
+					t.Fatal(err)
+				}
+				body, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != tt.status || !strings.Contains(string(body), tt.body) {
+					t.Fatalf("got %d %q, want %d %q", resp.StatusCode, body, tt.status, tt.body)
+				}
+			}
+			c.CloseIdleConnections()
+			var got []Attempt
+			for i := 0; i < 100 && len(got) <= n; i++ {
+				got = rec.all()
+				if len(got) <= n {
+					waitABit()
+				}
+			}
+			if len(got) != n+1 {
+				t.Fatalf("%d attempts reported, want %d", len(got)-n, 1)
+			}
+			a := got[n]
+			if a.Allowed != tt.allowed || !strings.Contains(a.Reason, tt.reason) {
+				t.Fatalf("attempt %+v; want allowed=%v reason ~ %q", a, tt.allowed, tt.reason)
+			}
+			if a.Allowed && (a.Out == 0 || a.In == 0 || !strings.Contains(a.Rule, "from test")) {
+				t.Fatalf("allowed attempt without bytes or rule: %+v", a)
+			}
+		})
+	}
+}
+
+func TestProxyLimits(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		fmt.Fprint(w, "ok")
+	}))
+	defer srv.Close()
+	hp := port(t, srv.URL)
+	lo := []netip.Addr{netip.MustParseAddr("127.0.0.1")}
+	base := Config{Rules: mustRules(t, "allowed.test:"+hp), Hosts: map[string][]netip.Addr{"allowed.test": lo}}
+
+	t.Run("connections", func(t *testing.T) {
+		cfg := base
+		cfg.MaxConnections = 2
+		p, c, _ := startProxy(t, cfg)
+		for i := 0; i < 3; i++ {
+			resp, err := c.Get("http://allowed.test:" + hp + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			want := 200
+			if i == 2 {
+				want = 403
+			}
+			if resp.StatusCode != want {
+				t.Fatalf("request %d: %d, want %d", i, resp.StatusCode, want)
+			}
+		}
+		st := p.Shutdown()
+		if st.LimitHit != LimitConnections || st.Connections != 2 {
+			t.Fatalf("stats %+v", st)
+		}
+		select {
+		case <-p.Over():
+		default:
+			t.Fatal("Over not closed")
+		}
+	})
+	t.Run("bytes out", func(t *testing.T) {
+		cfg := base
+		cfg.MaxBytesOut = 4096
+		p, c, rec := startProxy(t, cfg)
+		resp, err := c.Post("http://allowed.test:"+hp+"/", "text/plain", strings.NewReader(strings.Repeat("x", 10000)))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				t.Fatal("a post over the byte cap went through")
+			}
+		}
+		st := p.Shutdown()
+		if st.LimitHit != LimitBytesOut || st.BytesOut > 4096 {
+			t.Fatalf("stats %+v", st)
+		}
+		if a := rec.all(); len(a) != 1 || a[0].Limit != LimitBytesOut {
+			t.Fatalf("attempts %+v", a)
+		}
+	})
+}
+
+func TestDNSServer(t *testing.T) {
+	d := &dnsServer{rules: mustRules(t, "api.example.com:443", "*.example.org:443"), answer: netip.MustParseAddr("100.64.0.1")}
+	var denied []string
+	d.onDeny = func(n string) { denied = append(denied, n) }
+	for _, tt := range []struct {
+		name string
+		ok   bool
+	}{{"api.example.com.", true}, {"x.example.org.", true}, {"evil.example.com.", false}, {"secret-data.attacker.net.", false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			q := buildQuery(t, tt.name)
+			resp := d.handle(q)
+			rcode, answers := parseAnswer(t, resp)
+			if tt.ok && (rcode != 0 || len(answers) != 1 || answers[0] != "100.64.0.1") {
+				t.Fatalf("rcode %d answers %v", rcode, answers)
+			}
+			if !tt.ok && (rcode != 3 || len(answers) != 0) {
+				t.Fatalf("denied name: rcode %d answers %v", rcode, answers)
+			}
+		})
+	}
+	if len(denied) != 2 {
+		t.Fatalf("denied reports %v", denied)
+	}
+}
