@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // Sentinel errors; backends wrap them with %w so callers can classify failures.
@@ -46,6 +48,9 @@ const (
 	ReasonOutputCap Reason = "output_cap" // stdout/stderr over the cap; the sandbox was killed
 	ReasonCancelled Reason = "cancelled"  // stopped on request (runs.cancel); the sandbox was killed
 	ReasonKilled    Reason = "killed"     // killed from outside (caller cancelled, signal)
+	// ReasonEgressCap: the run hit its cap on egress connections or bytes
+	// sent (Result.Egress.LimitHit says which); the sandbox was killed.
+	ReasonEgressCap Reason = "egress_cap"
 )
 
 // Paths inside every container.
@@ -176,6 +181,10 @@ type Job struct {
 	Files     []InputFile
 	Limits    Limits
 	Network   bool // false: no network at all (the default)
+	// Egress, when set, gives the run a network namespace of its own whose
+	// only way out is skillbox's proxy (see package egress); it excludes
+	// Network.
+	Egress *egress.Config
 	// Skills are more skill directories, each mounted read-only at its
 	// Target under SkillsMount (skills.run_code), and Program is the code
 	// run_code runs, read-only in ProgramDir.
@@ -227,6 +236,9 @@ type Result struct {
 	RuntimeVersion      string `json:"runtime_version"`
 	// Warm says the job ran in a pre-booted sandbox (see Pool).
 	Warm bool `json:"warm"`
+	// Egress sums up the run's connections through the egress proxy; nil
+	// for runs without egress.
+	Egress *egress.Stats `json:"egress,omitempty"`
 }
 
 // Runtime runs jobs. Implementations must remove every container, bundle and

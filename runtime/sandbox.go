@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // supervisorSource is the python supervisor of BootPython, run as
@@ -74,6 +76,10 @@ type sandbox struct {
 	lim            Limits
 	started        time.Time
 
+	// eg is the run's egress plumbing (nil without Egress); egStats its
+	// totals once the job ended.
+	eg *egress.Egress
+
 	destroyOnce sync.Once
 	destroyErr  error
 }
@@ -121,6 +127,14 @@ func (e *engine) create(ctx context.Context, spec SandboxSpec) (_ Sandbox, err e
 	}()
 	if err := e.d.setupCgroup(s.cgPath, spec.Limits); err != nil {
 		return nil, err
+	}
+	if spec.Egress != nil {
+		eg, err := egress.Start(ctx, spec.ID, b.Dir, *spec.Egress)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		}
+		s.eg = eg
+		s.opts.NetNS, s.opts.ResolvConfSource, s.opts.EgressEnv = eg.NetNS(), eg.ResolvConf(), eg.Env()
 	}
 	if spec.Background {
 		if err := setCPUWeight(s.cgPath, true); err != nil {
@@ -210,7 +224,7 @@ func (s *sandbox) startRun(stdin, stdout, stderr *os.File) error {
 			}
 		}
 	}()
-	global, args := s.e.d.runCommand(s.spec.Network, s.b)
+	global, args := s.e.d.runCommand(s.spec.Network || s.spec.Egress != nil, s.b)
 	cmd, err := s.e.cli.command(s.lifeCtx, global, args...)
 	if err != nil {
 		return err
@@ -413,7 +427,14 @@ func (s *sandbox) Wait(ctx context.Context) (*Result, error) {
 	reason := ReasonExit
 	timer := time.NewTimer(s.lim.Timeout - time.Since(s.started))
 	defer timer.Stop()
+	var egressOver <-chan struct{} // nil: never ready
+	if s.eg != nil {
+		egressOver = s.eg.Over()
+	}
 	select {
+	case <-egressOver:
+		reason = ReasonEgressCap
+		e.stop(id, s.jobCmd, s.jobExited, false)
 	case <-s.jobExited:
 	case <-timer.C:
 		reason = ReasonTimeout
@@ -462,6 +483,16 @@ func (s *sandbox) Wait(ctx context.Context) (*Result, error) {
 		// the race.
 		reason = ReasonOutputCap
 	}
+	var egStats *egress.Stats
+	if s.eg != nil {
+		// Every connection is over once the sandbox is; this waits until
+		// each has been reported.
+		st := s.eg.Shutdown()
+		egStats = &st
+		if reason == ReasonExit && st.LimitHit != "" {
+			reason = ReasonEgressCap
+		}
+	}
 	code, signal := exitStatus(s.jobCmd.ProcessState)
 	ev := readCgroupEvents(s.cgPath)
 	// A run that we stopped, or that ran into its memory or pids limit,
@@ -488,6 +519,7 @@ func (s *sandbox) Wait(ctx context.Context) (*Result, error) {
 		Runtime:        e.name,
 		RuntimeVersion: s.version,
 		Warm:           s.spec.Boot != BootCold,
+		Egress:         egStats,
 	}
 	res.Stdout, res.StdoutTruncated = s.outCap.result()
 	res.Stderr, res.StderrTruncated = s.errCap.result()
@@ -542,6 +574,11 @@ func (s *sandbox) teardown() error {
 	}
 	if err := removeCgroupRetry(ctx, s.cgPath); err != nil {
 		errs = append(errs, err)
+	}
+	if s.eg != nil {
+		if err := s.eg.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := s.b.Remove(); err != nil {
 		errs = append(errs, err)

@@ -31,7 +31,11 @@ type recorder struct {
 }
 
 func (r *recorder) report(a Attempt) { r.mu.Lock(); r.a = append(r.a, a); r.mu.Unlock() }
-func (r *recorder) all() []Attempt   { r.mu.Lock(); defer r.mu.Unlock(); return append([]Attempt(nil), r.a...) }
+func (r *recorder) all() []Attempt {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Attempt(nil), r.a...)
+}
 
 func mustRules(t *testing.T, ss ...string) []Rule {
 	t.Helper()
