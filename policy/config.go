@@ -13,6 +13,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/egress"
+
 	"github.com/skillbox/skillbox/runtime"
 )
 
@@ -155,6 +157,9 @@ type Rule struct {
 	// ScriptDirs, when set, are the directories of the skill (relative,
 	// "/"-separated, e.g. "scripts") whose files may be run; nil: any file.
 	ScriptDirs []string
+	// Egress are the destinations the rule lets runs reach through the
+	// egress proxy (egress = [...]), each with Source naming this rule.
+	Egress []egress.Rule
 	// Limits set by the rule; zero fields are not set.
 	Limits runtime.Limits
 	Pos    Pos

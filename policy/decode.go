@@ -46,12 +46,13 @@ var (
 	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
 	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe")}
 	limitsSchema = &hcl.BodySchema{Attributes: attrs("timeout", "memory", "pids", "cpus",
-		"workdir", "tmp", "stdout", "stderr", "outputs", "output_files", "output_file_bytes")}
+		"workdir", "tmp", "stdout", "stderr", "outputs", "output_files", "output_file_bytes",
+		"egress_connections", "egress_bytes_out")}
 	poolSchema  = &hcl.BodySchema{Attributes: attrs("per_key", "total", "idle_timeout", "memory_budget")}
 	auditSchema = &hcl.BodySchema{Attributes: attrs("rotate_bytes", "rotate_size", "rotate_age",
 		"checkpoint_key", "checkpoint_interval")}
 	policySchema = &hcl.BodySchema{
-		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs"),
+		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "egress"),
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}},
 	}
 )
@@ -649,6 +650,8 @@ func (d *decoder) limits(blk *hcl.Block, prefix string) (runtime.Limits, Pos) {
 	b.size("outputs", &l.OutputBytes)
 	b.intField("output_files", 1, &l.OutputFiles)
 	b.size("output_file_bytes", &l.OutputFileBytes)
+	b.intField("egress_connections", 1, &l.EgressConnections)
+	b.size("egress_bytes_out", &l.EgressBytesOut)
 	return l, d.pos(blk.DefRange)
 }
 
@@ -733,6 +736,7 @@ func (d *decoder) policy(blk *hcl.Block) {
 	if b.boolean("network", &net) != nil {
 		r.Network = &net
 	}
+	b.egressList(r)
 	var dirs []string
 	if a := b.strs("script_dirs", &dirs); a != nil {
 		ok := true

@@ -223,12 +223,11 @@ import time; time.sleep(60)
 				skill := makeSkill(t, map[string]string{"scripts/caps.py": script})
 				log := &attemptLog{}
 				cfg := egressConfig(t, log, "allowed.test:"+port)
-				cfg.MaxConnections, cfg.MaxBytesOut = tc.conns, tc.bytes
 				id := newID()
 				res, err := rt.Run(context.Background(), runtime.Job{
 					ID: id, RootFS: rootfs, SkillDir: skill,
 					Args:   []string{"python3", "/skill/scripts/caps.py", port, tc.post},
-					Egress: cfg, Limits: runtime.Limits{Timeout: 120e9},
+					Egress: cfg, Limits: runtime.Limits{Timeout: 120e9, EgressConnections: tc.conns, EgressBytesOut: tc.bytes},
 				})
 				if err != nil {
 					t.Fatal(err)

@@ -81,6 +81,10 @@ type Limits struct {
 	OutputFiles  int           `json:"output_files"` // max number of collected outputs
 	// OutputFileBytes caps one output file; a bigger one is left out.
 	OutputFileBytes int64 `json:"output_file_bytes"`
+	// EgressConnections and EgressBytesOut cap a run's connections through
+	// the egress proxy and the bytes it sends over them (runs with Egress).
+	EgressConnections int   `json:"egress_connections"`
+	EgressBytesOut    int64 `json:"egress_bytes_out"`
 }
 
 // DefaultLimits are used for every field left zero.
@@ -92,13 +96,15 @@ var DefaultLimits = Limits{
 	// The output caps fit an unpacked office document (thousands of parts,
 	// hundreds of MiB); the tmpfs sizes are ceilings, allocated as written
 	// and charged to the run's memory limit.
-	WorkdirBytes:    1 << 30,
-	TmpBytes:        256 << 20,
-	StdoutBytes:     1 << 20,
-	StderrBytes:     1 << 20,
-	OutputBytes:     512 << 20,
-	OutputFiles:     20000,
-	OutputFileBytes: 256 << 20,
+	WorkdirBytes:      1 << 30,
+	TmpBytes:          256 << 20,
+	StdoutBytes:       1 << 20,
+	StderrBytes:       1 << 20,
+	OutputBytes:       512 << 20,
+	OutputFiles:       20000,
+	OutputFileBytes:   256 << 20,
+	EgressConnections: 256,
+	EgressBytesOut:    256 << 20,
 }
 
 // WithDefaults returns l with every zero field taken from DefaultLimits.
@@ -136,6 +142,12 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.OutputFileBytes > 0 {
 		d.OutputFileBytes = l.OutputFileBytes
+	}
+	if l.EgressConnections > 0 {
+		d.EgressConnections = l.EgressConnections
+	}
+	if l.EgressBytesOut > 0 {
+		d.EgressBytesOut = l.EgressBytesOut
 	}
 	return d
 }

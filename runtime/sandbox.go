@@ -129,7 +129,9 @@ func (e *engine) create(ctx context.Context, spec SandboxSpec) (_ Sandbox, err e
 		return nil, err
 	}
 	if spec.Egress != nil {
-		eg, err := egress.Start(ctx, spec.ID, b.Dir, *spec.Egress)
+		cfg := *spec.Egress
+		cfg.MaxConnections, cfg.MaxBytesOut = spec.Limits.EgressConnections, spec.Limits.EgressBytesOut
+		eg, err := egress.Start(ctx, spec.ID, b.Dir, cfg)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 		}
