@@ -47,18 +47,19 @@ type Config struct {
 // Attempt is one connection the sandbox tried to make through the proxy,
 // or one name it tried to resolve that no rule allows.
 type Attempt struct {
-	Kind    string        `json:"kind"`           // "connect" (CONNECT), "http" (plain HTTP) or "dns"
-	Host    string        `json:"host,omitempty"` // the name asked for; empty for a raw address
-	Address string        `json:"address,omitempty"`
-	Port    uint16        `json:"port,omitempty"`
-	Allowed bool          `json:"allowed"`
-	Rule    string        `json:"rule"` // the destination rule and its source, or why none applied
-	Reason  string        `json:"reason,omitempty"`
-	Limit   string        `json:"limit,omitempty"` // LimitConnections or LimitBytesOut when a cap refused or cut it
-	Out     int64         `json:"bytes_out"`
-	In      int64         `json:"bytes_in"`
-	Time    time.Duration `json:"duration"`
-	Error   string        `json:"error,omitempty"`
+	Kind    string `json:"kind"`           // "connect" (CONNECT), "http" (plain HTTP) or "dns"
+	Host    string `json:"host,omitempty"` // the name asked for; empty for a raw address
+	Address string `json:"address,omitempty"`
+	Port    uint16 `json:"port,omitempty"`
+	Allowed bool   `json:"allowed"`
+	Rule    string `json:"rule"` // the destination rule and its source, or why none applied
+	Reason  string `json:"reason,omitempty"`
+	Limit   string `json:"limit,omitempty"` // LimitConnections or LimitBytesOut when a cap refused or cut it
+	Out     int64  `json:"bytes_out"`
+	In      int64  `json:"bytes_in"`
+	// DurationMS is from the request to the end of the connection.
+	DurationMS int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"`
 }
 
 // Caps a run can hit.
@@ -183,7 +184,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	report := func() {
-		a.Time = time.Since(start)
+		a.DurationMS = time.Since(start).Milliseconds()
 		if !a.Allowed {
 			p.noteDenied()
 		}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/store"
@@ -67,6 +68,8 @@ type Engine struct {
 	Logger hclog.Logger
 	// Progress receives image build progress (stderr for the CLI).
 	Progress io.Writer
+	// Egress configures runs that policy gives egress destinations.
+	Egress EgressOptions
 
 	verMu          sync.Mutex // runs call version concurrently
 	runtimeVersion string
@@ -122,7 +125,12 @@ type Plan struct {
 	LimitRules     []string
 	Network        bool
 	NetworkRule    string
-	Digest         string
+	// Egress are the destinations the run may reach through the egress
+	// proxy (policy egress, when the run has no full network), and
+	// EgressRule the rules that list them.
+	Egress     []egress.Rule
+	EgressRule string
+	Digest     string
 	Code           *CodePlan // skills.run_code runs only
 }
 
@@ -192,10 +200,15 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	netRule := ""
 	if req.Network {
 		ok, rule := e.Config.NetworkFor(req.Skill.Name)
-		if !ok {
-			return nil, fmt.Errorf("%w: network access for skill %q is not allowed by any policy rule; ask an administrator to set network = true in a policy block for it", api.ErrDenied, req.Skill.Name)
+		if dests, _ := e.Config.EgressFor(req.Skill.Name); !ok && len(dests) == 0 {
+			return nil, fmt.Errorf("%w: network access for skill %q is not allowed by any policy rule; ask an administrator to list its destinations in egress = [...] (or set network = true) in a policy block for it", api.ErrDenied, req.Skill.Name)
 		}
-		network, netRule = true, rule
+		// Without full network, the skill's egress destinations are its
+		// network (planEgress).
+		network, netRule = ok, rule
+		if !ok {
+			netRule = ""
+		}
 	}
 
 	env, err := envList(req.Env)
@@ -235,6 +248,7 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 		Network:        network,
 		NetworkRule:    netRule,
 	}
+	e.planEgress(p)
 	p.Digest = planDigest(p)
 	return p, nil
 }
@@ -296,6 +310,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Files:     req.Files,
 		Limits:    p.Limits,
 		Network:   p.Network,
+		Egress:    e.egressConfig(ctx, p),
 		Stdout:    req.Stdout,
 		Stderr:    req.Stderr,
 	}
@@ -424,6 +439,7 @@ func (e *Engine) runInfo(p *Plan, img ImageRef, rtVersion string) *audit.RunInfo
 		ImageDigest:    img.Digest,
 		Limits:         p.Limits,
 		Network:        p.Network,
+		Egress:         p.auditEgress(),
 		Digest:         p.Digest,
 		ConfirmationID: req.ConfirmationID,
 		Code:           p.Code.auditCode(false),
@@ -457,6 +473,9 @@ func planDetail(p *Plan) map[string]string {
 	if p.NetworkRule != "" {
 		d["network_rule"] = p.NetworkRule
 	}
+	if p.EgressRule != "" {
+		d["egress_rule"] = p.EgressRule
+	}
 	if p.ScriptDirsRule != "" {
 		d["script_dirs_rule"] = p.ScriptDirsRule
 	}
@@ -471,6 +490,7 @@ func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
 	ri.Signal = res.Signal
 	ri.Reason = string(res.Reason)
 	ri.Warm = res.Warm
+	ri.EgressStats = res.Egress
 	if res.RuntimeVersion != "" {
 		ri.RuntimeVersion = res.RuntimeVersion
 	}
@@ -572,7 +592,7 @@ func runDigestFields(p *Plan) []string {
 		// Kind, mode and link target are part of what was approved.
 		files = append(files, fmt.Sprintf("%q:%s:%o:%q:%s", f.Name, f.Kind, f.Mode, f.Target, sha256Hex(f.Data)))
 	}
-	return []string{
+	fields := []string{
 		"args", strings.Join(quoteAll(req.Args), " "),
 		"env", strings.Join(quoteAll(p.Env), " "),
 		"stdin_sha256", sha256Hex(req.Stdin),
@@ -580,6 +600,11 @@ func runDigestFields(p *Plan) []string {
 		"limits", fmt.Sprintf("%+v", p.Limits),
 		"network", fmt.Sprint(p.Network),
 	}
+	if len(p.Egress) > 0 {
+		// The destinations an approval covers are part of what it binds.
+		fields = append(fields, "egress", strings.Join(p.egressNames(), " "))
+	}
+	return fields
 }
 
 func quoteAll(ss []string) []string {

@@ -92,7 +92,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 
 	needConfirm := dec.Effect == policy.EffectConfirm
 	what, reason, rule := plan.what(), dec.Reason, dec.Rule
-	if plan.Network {
+	if plan.Network || len(plan.Egress) > 0 {
 		nd, err := s.engine.Decide(ctx, sk, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
 		if err != nil {
 			return nil, err
@@ -102,6 +102,9 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 			return nil, api.MarkAudited(fmt.Errorf("%w: network access for skill %q is denied by %s: %s", api.ErrDenied, sk.Name, nd.Rule, nd.Reason))
 		case nd.Effect == policy.EffectConfirm && !needConfirm:
 			needConfirm, what, reason, rule = true, fmt.Sprintf("network access for skill %q", sk.Name), "network access: "+nd.Reason, nd.Rule
+			if len(plan.Egress) > 0 {
+				what, reason = plan.egressWhat(), "network access to "+strings.Join(plan.egressNames(), ", ")+": "+nd.Reason
+			}
 		}
 	}
 	if needConfirm && o.ConfirmationID == "" {
@@ -170,7 +173,7 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 	r.Skill, r.Skills = plan.auditSkill(), plan.Code.auditSkills()
 	uid := caller.UID
 	r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid, Expires: c.Expires}
-	r.Run = &audit.RunInfo{Script: plan.Script, ScriptSHA256: plan.ScriptSHA256, Args: req.Args, Network: plan.Network, Digest: plan.Digest, Code: plan.Code.auditCode(true)}
+	r.Run = &audit.RunInfo{Script: plan.Script, ScriptSHA256: plan.ScriptSHA256, Args: req.Args, Network: plan.Network, Egress: plan.auditEgress(), Digest: plan.Digest, Code: plan.Code.auditCode(true)}
 	r.Outcome = string(c.State)
 	if err := s.record(ctx, r); err != nil {
 		return err

@@ -1,0 +1,92 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/sandbox/audit"
+)
+
+// EgressOptions are the engine's settings for runs with egress
+// destinations (policy egress = [...]).
+type EgressOptions struct {
+	// Resolver resolves the names the proxy lets a run reach; nil is the
+	// host's resolver. Tests inject their own.
+	Resolver egress.Resolver
+	// Hosts are static names for the proxy, trusted as written (a private
+	// address here is used even though no address rule names it).
+	Hosts map[string][]netip.Addr
+}
+
+// planEgress gives a script run the skill's egress destinations when it
+// has no full network: then its sandbox's only way out is the proxy.
+func (e *Engine) planEgress(p *Plan) {
+	if p.Network || p.Code != nil || p.Request.Skill == nil {
+		return
+	}
+	dests, rule := e.Config.EgressFor(p.Request.Skill.Name)
+	if len(dests) == 0 {
+		return
+	}
+	p.Egress, p.EgressRule = dests, rule
+}
+
+// egressNames are the destinations of a plan as written in policy, sorted
+// as policy lists them.
+func (p *Plan) egressNames() []string {
+	out := make([]string, len(p.Egress))
+	for i, d := range p.Egress {
+		out[i] = d.String()
+	}
+	return out
+}
+
+// auditEgress lists the destinations with the rules that allow them.
+func (p *Plan) auditEgress() []string {
+	out := make([]string, len(p.Egress))
+	for i, d := range p.Egress {
+		out[i] = d.String() + " (" + d.Source + ")"
+	}
+	return out
+}
+
+// egressConfig is the runtime's egress of a plan: every attempt becomes
+// an egress.connect audit record of the run.
+func (e *Engine) egressConfig(ctx context.Context, p *Plan) *egress.Config {
+	if len(p.Egress) == 0 {
+		return nil
+	}
+	req := p.Request
+	actx := context.WithoutCancel(ctx)
+	return &egress.Config{
+		Rules:    p.Egress,
+		Resolver: e.Egress.Resolver,
+		Hosts:    e.Egress.Hosts,
+		Report: func(a egress.Attempt) {
+			r := &audit.Record{
+				Event: audit.EventEgress, Peer: req.Peer, SessionID: req.SessionID, RequestID: req.RequestID,
+				Method: req.Method, Skill: p.auditSkill(),
+				Egress: &audit.EgressInfo{RunID: p.RunID, Attempt: a},
+			}
+			r.Outcome = audit.OutcomeOK
+			if !a.Allowed {
+				r.Outcome = audit.OutcomeDenied
+			}
+			wctx, cancel := context.WithTimeout(actx, 10*time.Second)
+			defer cancel()
+			if err := e.append(wctx, r); err != nil {
+				// The run.end record still sums the run's egress up.
+				e.logger().Error("egress audit record not written", "run_id", p.RunID, "error", err)
+			}
+		},
+	}
+}
+
+// egressWhat describes a plan's destinations for a confirmation.
+func (p *Plan) egressWhat() string {
+	return fmt.Sprintf("network access for skill %q to %s", p.Request.Skill.Name, strings.Join(p.egressNames(), ", "))
+}
