@@ -49,6 +49,7 @@ type Config struct {
 	LimitsPos Pos
 	Audit     Audit
 	Pool      Pool
+	Egress    Egress
 	// Rules in file order. When the file declares no policy block at all,
 	// one built-in rule ("default") allows skills.read, skills.run_script
 	// and skills.run_code for every skill, so a minimal file (or none) is

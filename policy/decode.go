@@ -31,6 +31,7 @@ func attrs(names ...string) []hcl.AttributeSchema {
 var (
 	topSchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{
 		{Type: "daemon"}, {Type: "skills"}, {Type: "images"}, {Type: "limits"}, {Type: "audit"}, {Type: "pool"},
+		{Type: "egress"},
 		{Type: "runtime", LabelNames: []string{"name"}},
 		{Type: "image", LabelNames: []string{"name"}},
 		{Type: "policy", LabelNames: []string{"name"}},
@@ -158,6 +159,10 @@ func (d *decoder) decodeFile(src []byte) {
 		case "pool":
 			if once(b, "pool", "pool") {
 				d.pool(b)
+			}
+		case "egress":
+			if once(b, "egress", "egress") {
+				d.egress(b)
 			}
 		case "runtime":
 			if once(b, "runtime."+b.Labels[0], fmt.Sprintf("runtime %q", b.Labels[0])) {

@@ -1,7 +1,12 @@
 package policy
 
 import (
+	"fmt"
+	"net/netip"
+	"os"
 	"strings"
+
+	"github.com/hashicorp/hcl/v2"
 
 	"github.com/skillbox/skillbox/runtime/egress"
 )
@@ -61,4 +66,40 @@ func (c *Config) EgressFor(skill string) ([]egress.Rule, string) {
 		return nil, RuleEgressDefault
 	}
 	return out, strings.Join(from, ", ")
+}
+
+// Egress is the egress {} block: how the egress proxy resolves names.
+type Egress struct {
+	// HostsFile, in /etc/hosts format, maps names to addresses for the
+	// proxy before DNS; its addresses are trusted as written (an internal
+	// service on a private address needs no address rule). The names must
+	// still be allowed by a rule's egress list.
+	HostsFile string
+	Pos       Pos
+}
+
+var egressSchema = &hcl.BodySchema{Attributes: attrs("hosts_file")}
+
+func (d *decoder) egress(blk *hcl.Block) {
+	ec := &d.cfg.Egress
+	ec.Pos = d.pos(blk.DefRange)
+	b, _ := d.body(blk.Body, "egress", egressSchema)
+	b.path("hosts_file", &ec.HostsFile)
+}
+
+// LoadHosts reads HostsFile (nil without one).
+func (e Egress) LoadHosts() (map[string][]netip.Addr, error) {
+	if e.HostsFile == "" {
+		return nil, nil
+	}
+	f, err := os.Open(e.HostsFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: egress.hosts_file (%s): %v", ErrConfig, e.Pos, err)
+	}
+	defer f.Close()
+	hosts, err := egress.ParseHosts(f)
+	if err != nil {
+		return nil, fmt.Errorf("%w: egress.hosts_file %s: %v", ErrConfig, e.HostsFile, err)
+	}
+	return hosts, nil
 }

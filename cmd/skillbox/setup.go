@@ -155,6 +155,9 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 	if o.audit != nil {
 		eng.Audit = o.audit
 	}
+	if eng.Egress.Hosts, err = cfg.Egress.LoadHosts(); err != nil {
+		return nil, err
+	}
 	return eng, nil
 }
 

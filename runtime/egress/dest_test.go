@@ -3,6 +3,7 @@ package egress
 import (
 	"errors"
 	"net/netip"
+	"strings"
 	"testing"
 )
 
@@ -132,4 +133,19 @@ func FuzzParseRule(f *testing.F) {
 			t.Fatalf("%q -> %q -> %+v, %v", s, r.String(), r2, err)
 		}
 	})
+}
+
+func TestParseHosts(t *testing.T) {
+	h, err := ParseHosts(strings.NewReader("# test names\n127.0.0.1 Allowed.test other.test # trailing\n\n::1 v6.test\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != 3 || h["allowed.test"][0].String() != "127.0.0.1" || h["v6.test"][0].String() != "::1" {
+		t.Fatalf("hosts %v", h)
+	}
+	for _, bad := range []string{"notanip name\n", "127.0.0.1\n", "127.0.0.1 bad_name!\n"} {
+		if _, err := ParseHosts(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("ParseHosts(%q) = %v", bad, err)
+		}
+	}
 }
