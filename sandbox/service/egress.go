@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/skillbox/skillbox/runtime/egress"
@@ -89,4 +90,63 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) *egress.Config {
 // egressWhat describes a plan's destinations for a confirmation.
 func (p *Plan) egressWhat() string {
 	return fmt.Sprintf("network access for skill %q to %s", p.Request.Skill.Name, strings.Join(p.egressNames(), ", "))
+}
+
+// egressGrants remembers, per session, the (skill, destination) pairs an
+// approver has approved network access to (confirm = ["network"]), so a
+// session is asked once per destination, not on every run. Bounded: when
+// full, nothing more is remembered and runs ask again.
+type egressGrants struct {
+	mu sync.Mutex
+	m  map[string]map[string]bool // session -> skill "\x00" destination
+	n  int
+}
+
+const maxEgressGrants = 10000
+
+func grantKey(skill, dest string) string { return skill + "\x00" + dest }
+
+// covers reports whether every destination was approved for skill in session.
+func (g *egressGrants) covers(session, skill string, dests []string) bool {
+	if session == "" || len(dests) == 0 {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, d := range dests {
+		if !g.m[session][grantKey(skill, d)] {
+			return false
+		}
+	}
+	return true
+}
+
+func (g *egressGrants) grant(session, skill string, dests []string) {
+	if session == "" {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = map[string]map[string]bool{}
+	}
+	for _, d := range dests {
+		k := grantKey(skill, d)
+		if g.m[session][k] || g.n >= maxEgressGrants {
+			continue
+		}
+		if g.m[session] == nil {
+			g.m[session] = map[string]bool{}
+		}
+		g.m[session][k] = true
+		g.n++
+	}
+}
+
+// forget drops a session's grants (it closed or expired).
+func (g *egressGrants) forget(session string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n -= len(g.m[session])
+	delete(g.m, session)
 }

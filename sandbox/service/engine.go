@@ -131,7 +131,7 @@ type Plan struct {
 	Egress     []egress.Rule
 	EgressRule string
 	Digest     string
-	Code           *CodePlan // skills.run_code runs only
+	Code       *CodePlan // skills.run_code runs only
 }
 
 // Outcome is a finished run.

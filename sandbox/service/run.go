@@ -92,6 +92,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 
 	needConfirm := dec.Effect == policy.EffectConfirm
 	what, reason, rule := plan.what(), dec.Reason, dec.Rule
+	grantEgress := false // an approval of this run also covers its destinations
 	if plan.Network || len(plan.Egress) > 0 {
 		nd, err := s.engine.Decide(ctx, sk, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
 		if err != nil {
@@ -100,7 +101,15 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		switch {
 		case nd.Effect == policy.EffectDeny:
 			return nil, api.MarkAudited(fmt.Errorf("%w: network access for skill %q is denied by %s: %s", api.ErrDenied, sk.Name, nd.Rule, nd.Reason))
-		case nd.Effect == policy.EffectConfirm && !needConfirm:
+		case nd.Effect == policy.EffectConfirm && len(plan.Egress) > 0 && s.grants.covers(o.SessionID, sk.Name, plan.egressNames()):
+			// An approver approved these destinations for this skill
+			// earlier in the session.
+			s.log.Debug("egress destinations approved earlier in the session", "session", o.SessionID, "skill", sk.Name)
+		case nd.Effect == policy.EffectConfirm:
+			grantEgress = len(plan.Egress) > 0
+			if needConfirm {
+				break
+			}
 			needConfirm, what, reason, rule = true, fmt.Sprintf("network access for skill %q", sk.Name), "network access: "+nd.Reason, nd.Rule
 			if len(plan.Egress) > 0 {
 				what, reason = plan.egressWhat(), "network access to "+strings.Join(plan.egressNames(), ", ")+": "+nd.Reason
@@ -132,6 +141,9 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	if o.ConfirmationID != "" {
 		if err := s.useConfirmation(ctx, caller, o, plan); err != nil {
 			return nil, err
+		}
+		if grantEgress {
+			s.grants.grant(o.SessionID, sk.Name, plan.egressNames())
 		}
 	}
 	if o.Authorized != nil {
