@@ -196,40 +196,21 @@ func (e *Egress) Close() error {
 				e.dns.tcp.Close()
 			}
 		}
-		var errs []error
-		for _, ns := range []string{e.sandboxNS, e.proxyNS} {
-			if _, err := os.Stat(filepath.Join("/run/netns", ns)); err != nil {
-				continue
-			}
-			if err := ipCmd(context.Background(), "", "netns delete "+ns); err != nil {
-				errs = append(errs, err)
-			}
-		}
-		e.closeErr = errors.Join(errs...)
+		e.closeErr = RemoveNamespaces(context.Background(), e.id)
 	})
 	return e.closeErr
 }
 
-// Sweep removes the namespaces of runs for which live returns false (a
-// crashed daemon's).
-func Sweep(ctx context.Context, live func(id string) bool) error {
-	ents, err := os.ReadDir("/run/netns")
-	if err != nil {
-		if os.IsNotExist(err) {
-			return nil
-		}
-		return err
-	}
+// RemoveNamespaces removes the namespaces of run id, if any are left (a
+// run of a crashed process: the runtime's sweep calls it for each dead run
+// dir it removes).
+func RemoveNamespaces(ctx context.Context, id string) error {
 	var errs []error
-	for _, de := range ents {
-		n := de.Name()
-		if !strings.HasPrefix(n, NamespacePrefix) || len(n) < len(NamespacePrefix)+2 {
+	for _, ns := range []string{NamespacePrefix + "s-" + id, NamespacePrefix + "p-" + id} {
+		if _, err := os.Stat(filepath.Join("/run/netns", ns)); err != nil {
 			continue
 		}
-		if live(n[len(NamespacePrefix)+2:]) {
-			continue
-		}
-		if err := ipCmd(ctx, "", "netns delete "+n); err != nil {
+		if err := ipCmd(ctx, "", "netns delete "+ns); err != nil {
 			errs = append(errs, err)
 		}
 	}
