@@ -4,6 +4,7 @@ package runtime_test
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -250,5 +251,116 @@ func assertNoNetns(t *testing.T, id string) {
 		if strings.HasPrefix(e.Name(), egress.NamespacePrefix) && strings.HasSuffix(e.Name(), id) {
 			t.Errorf("network namespace left: %s", filepath.Join("/run/netns", e.Name()))
 		}
+	}
+}
+
+// secretProbe calls the secret's host over HTTPS, verifying its
+// certificate with the default context (the run's CA bundle), and then
+// looks for the secret's value everywhere it can: its environment, the
+// files it can read under /proc/self and /etc, and its own memory.
+const secretProbe = `
+import os, sys, ssl, urllib.request
+port, name, h1, h2 = sys.argv[1], sys.argv[2], sys.argv[3].encode(), sys.argv[4].encode()
+# The value comes in two halves, and is never put together here: finding
+# it in memory must not find the probe's own copy.
+def has(data):
+    i = data.find(h1)
+    while i >= 0:
+        if data[i + len(h1):i + len(h1) + len(h2)] == h2:
+            return True
+        i = data.find(h1, i + 1)
+    return False
+print("env:", os.environ.get(name))
+with urllib.request.urlopen("https://example.com:%s/" % port, timeout=20) as r:
+    print("response:", r.status, r.read().decode())
+found = []
+if has(open("/proc/self/environ", "rb").read()):
+    found.append("environ")
+for p in ("/proc/self/cmdline", "/etc/resolv.conf", "/etc/hosts", os.environ.get("SSL_CERT_FILE", "")):
+    try:
+        if has(open(p, "rb").read()):
+            found.append(p)
+    except OSError:
+        pass
+scanned = 0
+try:
+    mem = open("/proc/self/mem", "rb", 0)
+    for line in open("/proc/self/maps"):
+        f = line.split()
+        if "r" not in f[1]:
+            continue
+        a, b = (int(x, 16) for x in f[0].split("-"))
+        try:
+            mem.seek(a)
+            chunk = mem.read(b - a)
+        except (OSError, ValueError, OverflowError):
+            continue
+        scanned += len(chunk)
+        if has(chunk):
+            found.append("memory " + line.strip())
+except OSError as e:
+    print("memory not readable:", e)
+print("scanned:", scanned > 0)
+print("found:", found)
+`
+
+func TestEgressSecret(t *testing.T) {
+	rootfs := testRootfs(t)
+	secret := "tok-" + randomHex(16)
+	var seen sync.Map
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen.Store(r.Header.Get("Authorization"), true)
+		if r.Header.Get("Authorization") == "Bearer "+secret {
+			fmt.Fprint(w, "authorized")
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer srv.Close()
+	tu, _ := url.Parse(srv.URL)
+	roots := x509.NewCertPool()
+	roots.AddCert(srv.Certificate())
+	ca, err := egress.NewCA()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, backend := range backends {
+		t.Run(backend, func(t *testing.T) {
+			rt, opts := newBackend(t, backend)
+			skill := makeSkill(t, map[string]string{"scripts/secret.py": secretProbe})
+			log := &attemptLog{}
+			// The test server's certificate is for example.com.
+			cfg := egressConfig(t, log, "example.com:"+tu.Port())
+			cfg.Hosts["example.com"] = cfg.Hosts["secure.test"]
+			cfg.CA, cfg.UpstreamRoots = ca, roots
+			cfg.Secrets = []egress.Secret{{Name: "API_TOKEN", Value: secret, Hosts: []string{"example.com"}, Header: "Authorization: Bearer %s"}}
+			id := newID()
+			res, err := rt.Run(context.Background(), runtime.Job{
+				ID: id, RootFS: rootfs, SkillDir: skill,
+				Args:   []string{"python3", "/skill/scripts/secret.py", tu.Port(), "API_TOKEN", secret[:10], secret[10:]},
+				Egress: cfg, Limits: runtime.Limits{Timeout: 120e9},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			wantExit(t, res, 0, runtime.ReasonExit)
+			out := string(res.Stdout)
+			t.Logf("probe:\n%s", out)
+			if !strings.Contains(out, "env: "+egress.Placeholder("API_TOKEN")) || !strings.Contains(out, "response: 200 authorized") ||
+				!strings.Contains(out, "found: []") {
+				t.Errorf("secret probe:\n%s\nstderr %s", out, clip(res.Stderr))
+			}
+			if strings.Contains(out, secret) || strings.Contains(string(res.Stderr), secret) {
+				t.Errorf("the secret reached the sandbox")
+			}
+			log.mu.Lock()
+			raw, _ := json.Marshal(log.a)
+			log.mu.Unlock()
+			if strings.Contains(string(raw), secret) || !strings.Contains(string(raw), `"secrets":["API_TOKEN"]`) {
+				t.Errorf("attempts: %s", raw)
+			}
+			assertClean(t, backend, opts, id)
+			assertNoNetns(t, id)
+		})
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // SpecOptions are the per-backend and per-run choices BuildSpec cannot derive
@@ -49,6 +51,9 @@ type SpecOptions struct {
 	// with Egress (the engine fills both from the run's egress.Egress).
 	ResolvConfSource string
 	EgressEnv        []string
+	// CABundleSource, when set, is bind-mounted read-only at
+	// egress.CABundlePath (a run with secrets).
+	CABundleSource string
 }
 
 // IDMap is a contiguous user/group ID mapping for a user namespace.
@@ -289,6 +294,11 @@ func buildMounts(job Job, opts SpecOptions, lim Limits) []specs.Mount {
 	)
 	if job.Egress != nil {
 		m = append(m, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: opts.ResolvConfSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		if opts.CABundleSource != "" {
+			// In /tmp (a tmpfs made above) because the image may lack a
+			// file to mount it on; the variables point there.
+			m = append(m, specs.Mount{Destination: egress.CABundlePath, Type: "bind", Source: opts.CABundleSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		}
 	}
 	return m
 }

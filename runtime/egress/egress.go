@@ -51,6 +51,8 @@ type Egress struct {
 	dns                *dnsServer
 	listener           net.Listener
 	resolvConf         string
+	caBundle           string
+	secrets            []Secret
 	serveDone          chan struct{}
 	closeOnce          sync.Once
 	closeErr           error
@@ -124,6 +126,22 @@ func Start(ctx context.Context, id, dir string, cfg Config) (_ *Egress, err erro
 	if err != nil {
 		return e, fmt.Errorf("%w: listen in the proxy's namespace: %v", ErrSetup, err)
 	}
+	if len(cfg.Secrets) > 0 {
+		if cfg.CA == nil {
+			return e, fmt.Errorf("%w: the run has secrets but no CA to add them with", ErrSetup)
+		}
+		var bundle []byte
+		if cfg.SystemBundle != "" {
+			if b, err := os.ReadFile(cfg.SystemBundle); err == nil {
+				bundle = append(b, '\n')
+			}
+		}
+		e.caBundle = filepath.Join(dir, "ca-bundle.pem")
+		if err := os.WriteFile(e.caBundle, append(bundle, cfg.CA.CertPEM()...), 0o644); err != nil {
+			return e, fmt.Errorf("%w: write the CA bundle: %v", ErrSetup, err)
+		}
+		e.secrets = cfg.Secrets
+	}
 	e.resolvConf = filepath.Join(dir, "resolv.conf")
 	if err := os.WriteFile(e.resolvConf, []byte("nameserver "+e.proxyAddr.String()+"\noptions attempts:1 timeout:2\n"), 0o644); err != nil {
 		return e, fmt.Errorf("%w: write resolv.conf: %v", ErrSetup, err)
@@ -152,13 +170,26 @@ func (e *Egress) ProxyURL() string {
 func (e *Egress) Env() []string {
 	u := e.ProxyURL()
 	noProxy := "localhost,127.0.0.1,::1"
-	return []string{
+	env := []string{
 		"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u,
 		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
 		// npm reads its own names too.
 		"npm_config_proxy=" + u, "npm_config_https_proxy=" + u,
 	}
+	for _, s := range e.secrets {
+		env = append(env, s.Name+"="+Placeholder(s.Name))
+	}
+	if e.caBundle != "" {
+		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "PIP_CERT"} {
+			env = append(env, k+"="+CABundlePath)
+		}
+	}
+	return env
 }
+
+// CABundle is the host path of the file to mount at CABundlePath ("" when
+// the run has no secrets).
+func (e *Egress) CABundle() string { return e.caBundle }
 
 // Over is closed when the run hits a cap.
 func (e *Egress) Over() <-chan struct{} { return e.proxy.Over() }

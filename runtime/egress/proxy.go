@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +39,14 @@ type Config struct {
 	MaxBytesOut    int64
 	// DialTimeout bounds connecting upstream; 0 means 10 seconds.
 	DialTimeout time.Duration
+	// Secrets are added to HTTPS requests to their hosts, which needs CA
+	// (see secrets.go); UpstreamRoots verifies those hosts (nil: the
+	// system's roots). SystemBundle is the host path of the image's own
+	// CA bundle, put in the sandbox's bundle with CA's certificate.
+	Secrets       []Secret
+	CA            *CA
+	UpstreamRoots *x509.CertPool
+	SystemBundle  string
 	// Report receives every attempt once it is over (a denied one at
 	// once). It is called from the connection's goroutine; it may block
 	// (an audit write), which holds that connection only.
@@ -60,6 +69,9 @@ type Attempt struct {
 	// DurationMS is from the request to the end of the connection.
 	DurationMS int64  `json:"duration_ms"`
 	Error      string `json:"error,omitempty"`
+	// Secrets names the secrets added to the connection's requests (never
+	// their values).
+	Secrets []string `json:"secrets,omitempty"`
 }
 
 // Caps a run can hit.
@@ -234,6 +246,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		report()
 	}()
 	if r.Method == http.MethodConnect {
+		if secrets := p.cfg.secretsFor(a.Host); len(secrets) > 0 && p.cfg.CA != nil {
+			p.intercept(w, cc, &a, a.Host, secrets)
+			return
+		}
 		p.tunnel(w, cc, &a)
 		return
 	}

@@ -234,3 +234,28 @@ func TestDNSServer(t *testing.T) {
 		t.Fatalf("denied reports %v", denied)
 	}
 }
+
+func TestSecretsOnlyForTheirHosts(t *testing.T) {
+	cfg := Config{Secrets: []Secret{{Name: "T", Value: "v", Hosts: []string{"api.example.com"}, Header: "Authorization: Bearer %s"}}}
+	if got := cfg.secretsFor("api.example.com"); len(got) != 1 {
+		t.Fatalf("secretsFor(api) = %v", got)
+	}
+	for _, h := range []string{"example.com", "x.api.example.com", "api.example.com.evil.net"} {
+		if got := cfg.secretsFor(h); len(got) != 0 {
+			t.Errorf("secretsFor(%s) = %v", h, got)
+		}
+	}
+	h := http.Header{}
+	cfg.Secrets[0].apply(h)
+	if h.Get("Authorization") != "Bearer v" {
+		t.Errorf("header %v", h)
+	}
+	for _, bad := range []string{"Authorization Bearer %s", "Authorization: Bearer", "X: %s %s", "X: %d %s", ": %s"} {
+		if CheckSecretHeader(bad) == nil {
+			t.Errorf("CheckSecretHeader(%q) accepted", bad)
+		}
+	}
+	if err := CheckSecretHeader("X-Api-Key: %s"); err != nil {
+		t.Error(err)
+	}
+}
