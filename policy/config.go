@@ -50,6 +50,8 @@ type Config struct {
 	Audit     Audit
 	Pool      Pool
 	Egress    Egress
+	// Secrets are the secret "NAME" {} blocks, in file order.
+	Secrets []*Secret
 	// Rules in file order. When the file declares no policy block at all,
 	// one built-in rule ("default") allows skills.read, skills.run_script
 	// and skills.run_code for every skill, so a minimal file (or none) is

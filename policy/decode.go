@@ -31,7 +31,7 @@ func attrs(names ...string) []hcl.AttributeSchema {
 var (
 	topSchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{
 		{Type: "daemon"}, {Type: "skills"}, {Type: "images"}, {Type: "limits"}, {Type: "audit"}, {Type: "pool"},
-		{Type: "egress"},
+		{Type: "egress"}, {Type: "secret", LabelNames: []string{"name"}},
 		{Type: "runtime", LabelNames: []string{"name"}},
 		{Type: "image", LabelNames: []string{"name"}},
 		{Type: "policy", LabelNames: []string{"name"}},
@@ -164,6 +164,8 @@ func (d *decoder) decodeFile(src []byte) {
 			if once(b, "egress", "egress") {
 				d.egress(b)
 			}
+		case "secret":
+			d.secret(b)
 		case "runtime":
 			if once(b, "runtime."+b.Labels[0], fmt.Sprintf("runtime %q", b.Labels[0])) {
 				d.runtime(b)

@@ -51,3 +51,41 @@ func TestEgressFor(t *testing.T) {
 		t.Errorf("egress limits %d %d", lim.EgressConnections, lim.EgressBytesOut)
 	}
 }
+
+func TestSecretsFor(t *testing.T) {
+	src, err := os.ReadFile("testdata/egress.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse(src, "egress.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := func(skill string) string {
+		dests, _ := cfg.EgressFor(skill)
+		var out []string
+		for _, s := range cfg.SecretsFor(skill, dests) {
+			out = append(out, s.Name)
+		}
+		return strings.Join(out, " ")
+	}
+	// api-web reaches api.example.com; DB_PASSWORD names api-db only and
+	// no rule gives it db.internal.example.net anyway.
+	for skill, want := range map[string]string{"api-web": "API_TOKEN", "api-db": "API_TOKEN", "plain": "", "api-offline": ""} {
+		if got := names(skill); got != want {
+			t.Errorf("SecretsFor(%s) = %q, want %q", skill, got, want)
+		}
+	}
+	s := cfg.Secrets[0]
+	if s.Header != "Authorization: Bearer %s" || cfg.Secrets[1].Header != "Authorization: Bearer %s" || !strings.HasSuffix(cfg.Secrets[1].FromFile, "db-password.txt") {
+		t.Errorf("secrets %+v %+v", s, cfg.Secrets[1])
+	}
+	t.Setenv("SKILLBOX_TEST_API_TOKEN", "v1")
+	if v, err := s.Value(); err != nil || v != "v1" {
+		t.Errorf("Value() = %q, %v", v, err)
+	}
+	t.Setenv("SKILLBOX_TEST_API_TOKEN", "")
+	if _, err := s.Value(); err == nil || !strings.Contains(err.Error(), `secret "API_TOKEN"`) {
+		t.Errorf("missing value: %v", err)
+	}
+}

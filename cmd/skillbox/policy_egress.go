@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/skillbox/skillbox/policy"
 )
@@ -29,6 +30,14 @@ func printEgress(tw io.Writer, cfg *policy.Config, skill string, fullNetwork boo
 	fmt.Fprintf(tw, "  egress\t%s\n", how)
 	for _, d := range dests {
 		fmt.Fprintf(tw, "    %s\t%s\n", d, d.Source)
+	}
+	for _, s := range cfg.SecretsFor(skill, dests) {
+		from := "environment variable " + s.FromEnv
+		if s.FromFile != "" {
+			from = "file " + s.FromFile
+		}
+		fmt.Fprintf(tw, "  secret %s\tadded by the proxy as %q to HTTPS requests to %s (value from the daemon's %s; the sandbox sees a placeholder) (%s)\n",
+			s.Name, s.Header, strings.Join(s.Hosts, ", "), from, s.Pos)
 	}
 	if h := cfg.Egress.HostsFile; h != "" {
 		fmt.Fprintf(tw, "  egress hosts\tnames in %s resolve as written there (%s)\n", h, cfg.Egress.Pos)

@@ -22,3 +22,15 @@ policy "cut-off" {
   skills  = ["api-offline"]
   network = false
 }
+
+secret "API_TOKEN" {
+  from_env = "SKILLBOX_TEST_API_TOKEN"
+  hosts    = ["api.example.com"]
+  header   = "Authorization: Bearer %s"
+}
+
+secret "DB_PASSWORD" {
+  from_file = "db-password.txt"
+  hosts     = ["db.internal.example.net"]
+  skills    = ["api-db"]
+}

@@ -147,8 +147,10 @@ type RunInfo struct {
 	// Egress lists the destinations the run may reach through the egress
 	// proxy (with the rules that allow them); EgressStats sums up its
 	// connections (run.end).
-	Egress      []string      `json:"egress,omitempty"`
-	EgressStats *egress.Stats `json:"egress_stats,omitempty"`
+	Egress []string `json:"egress,omitempty"`
+	// EgressSecrets names the secrets the proxy adds (never values).
+	EgressSecrets []string      `json:"egress_secrets,omitempty"`
+	EgressStats   *egress.Stats `json:"egress_stats,omitempty"`
 	// Digest is the run's confirmation digest (skill digest, script bytes,
 	// args, env, limits); ConfirmationID the approval it used, if any.
 	Digest         string    `json:"digest,omitempty"`

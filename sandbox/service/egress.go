@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
 
@@ -21,6 +23,10 @@ type EgressOptions struct {
 	// Hosts are static names for the proxy, trusted as written (a private
 	// address here is used even though no address rule names it).
 	Hosts map[string][]netip.Addr
+	// UpstreamRoots verifies the hosts secrets go to (nil: the system's
+	// roots); CA is the daemon's CA for them (nil: made on first use).
+	UpstreamRoots *x509.CertPool
+	CA            *egress.CA
 }
 
 // planEgress gives a script run the skill's egress destinations when it
@@ -34,6 +40,30 @@ func (e *Engine) planEgress(p *Plan) {
 		return
 	}
 	p.Egress, p.EgressRule = dests, rule
+	p.EgressSecrets = e.Config.SecretsFor(p.Request.Skill.Name, dests)
+}
+
+// secretNames are the names of a plan's secrets.
+func (p *Plan) secretNames() []string {
+	out := make([]string, len(p.EgressSecrets))
+	for i, s := range p.EgressSecrets {
+		out[i] = s.Name
+	}
+	return out
+}
+
+// ca returns the daemon's CA, making it on first use.
+func (e *Engine) ca() (*egress.CA, error) {
+	e.caMu.Lock()
+	defer e.caMu.Unlock()
+	if e.Egress.CA == nil {
+		ca, err := egress.NewCA()
+		if err != nil {
+			return nil, fmt.Errorf("%w: make the egress CA: %v", api.ErrInternal, err)
+		}
+		e.Egress.CA = ca
+	}
+	return e.Egress.CA, nil
 }
 
 // egressNames are the destinations of a plan as written in policy, sorted
@@ -57,16 +87,34 @@ func (p *Plan) auditEgress() []string {
 
 // egressConfig is the runtime's egress of a plan: every attempt becomes
 // an egress.connect audit record of the run.
-func (e *Engine) egressConfig(ctx context.Context, p *Plan) *egress.Config {
+func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, error) {
 	if len(p.Egress) == 0 {
-		return nil
+		return nil, nil
 	}
 	req := p.Request
 	actx := context.WithoutCancel(ctx)
+	var secrets []egress.Secret
+	var ca *egress.CA
+	for _, s := range p.EgressSecrets {
+		v, err := s.Value()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
+		}
+		secrets = append(secrets, egress.Secret{Name: s.Name, Value: v, Hosts: s.Hosts, Header: s.Header})
+	}
+	if len(secrets) > 0 {
+		var err error
+		if ca, err = e.ca(); err != nil {
+			return nil, err
+		}
+	}
 	return &egress.Config{
-		Rules:    p.Egress,
-		Resolver: e.Egress.Resolver,
-		Hosts:    e.Egress.Hosts,
+		Rules:         p.Egress,
+		Resolver:      e.Egress.Resolver,
+		Hosts:         e.Egress.Hosts,
+		Secrets:       secrets,
+		CA:            ca,
+		UpstreamRoots: e.Egress.UpstreamRoots,
 		Report: func(a egress.Attempt) {
 			r := &audit.Record{
 				Event: audit.EventEgress, Peer: req.Peer, SessionID: req.SessionID, RequestID: req.RequestID,
@@ -84,7 +132,7 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) *egress.Config {
 				e.logger().Error("egress audit record not written", "run_id", p.RunID, "error", err)
 			}
 		},
-	}
+	}, nil
 }
 
 // egressWhat describes a plan's destinations for a confirmation.

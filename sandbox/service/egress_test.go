@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -16,6 +17,10 @@ import (
 )
 
 const egressConfig = serviceConfig + `
+secret "API_TOKEN" {
+  from_env = "SKILLBOX_SERVICE_TEST_TOKEN"
+  hosts    = ["api.example.com"]
+}
 policy "api" {
   skills = ["web", "web-ask"]
   egress = ["api.example.com:443"]
@@ -44,6 +49,7 @@ func TestRunEgress(t *testing.T) {
 		}
 		return &runtime.Result{Reason: runtime.ReasonExit, Egress: &egress.Stats{Connections: 1, Denied: 1}}, nil
 	}
+	t.Setenv("SKILLBOX_SERVICE_TEST_TOKEN", "value-of-the-token")
 	ctx := context.Background()
 	ses, err := f.svc.CreateSession(ctx, owner)
 	if err != nil {
@@ -63,6 +69,19 @@ func TestRunEgress(t *testing.T) {
 	if job.Network || job.Egress == nil || len(job.Egress.Rules) != 1 || job.Egress.Rules[0].String() != "api.example.com:443" ||
 		!strings.Contains(job.Egress.Rules[0].Source, `policy "api"`) {
 		t.Fatalf("job network %v egress %+v", job.Network, job.Egress)
+	}
+	if s := job.Egress.Secrets; len(s) != 1 || s[0].Value != "value-of-the-token" || s[0].Header != "Authorization: Bearer %s" || job.Egress.CA == nil {
+		t.Fatalf("job secrets %+v CA %v", s, job.Egress.CA)
+	}
+	for _, e := range job.Env {
+		if strings.Contains(e, "value-of-the-token") {
+			t.Fatalf("the secret is in the job's env: %q", e)
+		}
+	}
+	for _, r := range f.audit.Events(audit.EventRunStart) {
+		if raw := fmt.Sprintf("%+v", *r.Run); strings.Contains(raw, "value-of-the-token") || len(r.Run.EgressSecrets) != 1 {
+			t.Fatalf("run.start: %s", raw)
+		}
 	}
 	recs := f.audit.Events(audit.EventEgress)
 	if len(recs) != 2 || recs[0].Egress.RunID != out.RunID || recs[0].Outcome != audit.OutcomeOK || recs[1].Outcome != audit.OutcomeDenied ||

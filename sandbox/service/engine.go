@@ -71,6 +71,7 @@ type Engine struct {
 	// Egress configures runs that policy gives egress destinations.
 	Egress EgressOptions
 
+	caMu           sync.Mutex // guards Egress.CA
 	verMu          sync.Mutex // runs call version concurrently
 	runtimeVersion string
 }
@@ -130,8 +131,11 @@ type Plan struct {
 	// EgressRule the rules that list them.
 	Egress     []egress.Rule
 	EgressRule string
-	Digest     string
-	Code       *CodePlan // skills.run_code runs only
+	// EgressSecrets are the secrets the proxy adds for the run (policy
+	// secret blocks whose hosts the destinations reach).
+	EgressSecrets []*policy.Secret
+	Digest        string
+	Code          *CodePlan // skills.run_code runs only
 }
 
 // Outcome is a finished run.
@@ -279,6 +283,10 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		return nil, fmt.Errorf("%w: image %q for %s: %v", api.ErrUnavailable, p.Interpreter.Image, p.Script, err)
 	}
 	rtVersion := e.version(ctx)
+	egCfg, err := e.egressConfig(ctx, p)
+	if err != nil {
+		return nil, err
+	}
 
 	req := p.Request
 	began := time.Now()
@@ -310,7 +318,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Files:     req.Files,
 		Limits:    p.Limits,
 		Network:   p.Network,
-		Egress:    e.egressConfig(ctx, p),
+		Egress:    egCfg,
 		Stdout:    req.Stdout,
 		Stderr:    req.Stderr,
 	}
@@ -440,6 +448,7 @@ func (e *Engine) runInfo(p *Plan, img ImageRef, rtVersion string) *audit.RunInfo
 		Limits:         p.Limits,
 		Network:        p.Network,
 		Egress:         p.auditEgress(),
+		EgressSecrets:  p.secretNames(),
 		Digest:         p.Digest,
 		ConfirmationID: req.ConfirmationID,
 		Code:           p.Code.auditCode(false),
@@ -602,7 +611,7 @@ func runDigestFields(p *Plan) []string {
 	}
 	if len(p.Egress) > 0 {
 		// The destinations an approval covers are part of what it binds.
-		fields = append(fields, "egress", strings.Join(p.egressNames(), " "))
+		fields = append(fields, "egress", strings.Join(p.egressNames(), " "), "egress_secrets", strings.Join(p.secretNames(), " "))
 	}
 	return fields
 }
