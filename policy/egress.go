@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"crypto/x509"
 	"fmt"
 	"net/netip"
 	"os"
@@ -77,16 +78,41 @@ type Egress struct {
 	// service on a private address needs no address rule). The names must
 	// still be allowed by a rule's egress list.
 	HostsFile string
-	Pos       Pos
+	// UpstreamCAFile, PEM, adds CAs the proxy trusts (besides the
+	// system's) when it talks TLS to the hosts secrets go to: an internal
+	// API with a certificate of a private CA.
+	UpstreamCAFile string
+	Pos            Pos
 }
 
-var egressSchema = &hcl.BodySchema{Attributes: attrs("hosts_file")}
+var egressSchema = &hcl.BodySchema{Attributes: attrs("hosts_file", "upstream_ca_file")}
 
 func (d *decoder) egress(blk *hcl.Block) {
 	ec := &d.cfg.Egress
 	ec.Pos = d.pos(blk.DefRange)
 	b, _ := d.body(blk.Body, "egress", egressSchema)
 	b.path("hosts_file", &ec.HostsFile)
+	b.path("upstream_ca_file", &ec.UpstreamCAFile)
+}
+
+// UpstreamRoots are the system's roots plus UpstreamCAFile's (nil without
+// one: the system's).
+func (e Egress) UpstreamRoots() (*x509.CertPool, error) {
+	if e.UpstreamCAFile == "" {
+		return nil, nil
+	}
+	raw, err := os.ReadFile(e.UpstreamCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: egress.upstream_ca_file (%s): %v", ErrConfig, e.Pos, err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil || pool == nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(raw) {
+		return nil, fmt.Errorf("%w: egress.upstream_ca_file %s holds no PEM certificate", ErrConfig, e.UpstreamCAFile)
+	}
+	return pool, nil
 }
 
 // LoadHosts reads HostsFile (nil without one).

@@ -3,6 +3,7 @@
 package main
 
 import (
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,6 +31,10 @@ def get(u):
         return repr(e)
 print("allowed:", get("http://allowed.test:%s/x" % port))
 print("denied:", get("http://denied.test:%s/x" % port))
+if len(sys.argv) > 2:
+    import os
+    print("token:", os.environ.get("API_TOKEN"))
+    print("secure:", get("https://example.com:%s/" % sys.argv[2]))
 try:
     socket.create_connection(("1.1.1.1", 443), timeout=10).close()
     print("direct: connected")
@@ -49,6 +54,17 @@ func TestRunEgress(t *testing.T) {
 	defer srv.Close()
 	u, _ := url.Parse(srv.URL)
 	port := u.Port()
+	secret := "tok-" + fmt.Sprint(os.Getpid()) + "-e2e-secret-value"
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Api-Key") == "key "+secret {
+			fmt.Fprint(w, "authorized")
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+	}))
+	defer tlsSrv.Close()
+	tu, _ := url.Parse(tlsSrv.URL)
+	t.Setenv("SKILLBOX_E2E_TOKEN", secret)
 	for _, rt := range []string{"runsc", "runc"} {
 		t.Run(rt, func(t *testing.T) {
 			runItNeed(t, rt)
@@ -62,14 +78,23 @@ func TestRunEgress(t *testing.T) {
 				_ = os.Chmod(p, 0o755)
 			}
 			hosts := filepath.Join(f.base, "egress-hosts")
-			runItWriteFile(t, hosts, "127.0.0.1 allowed.test denied.test\n")
+			// The TLS test server's certificate is for example.com.
+			runItWriteFile(t, hosts, "127.0.0.1 allowed.test denied.test example.com\n")
+			upstreamCA := filepath.Join(f.base, "upstream-ca.pem")
+			runItWriteFile(t, upstreamCA, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: tlsSrv.Certificate().Raw})))
 			auditDir := filepath.Join(f.base, "audit")
 			cfg := filepath.Join(f.base, "egress.hcl")
 			runItWriteFile(t, cfg, fmt.Sprintf(`daemon {
   audit_dir = %q
 }
 egress {
-  hosts_file = %q
+  hosts_file       = %q
+  upstream_ca_file = %q
+}
+secret "API_TOKEN" {
+  from_env = "SKILLBOX_E2E_TOKEN"
+  hosts    = ["example.com"]
+  header   = "X-Api-Key: key %%s"
 }
 policy "default" {
   skills = ["*"]
@@ -77,18 +102,28 @@ policy "default" {
 }
 policy "api" {
   skills = ["egress-*"]
-  egress = ["allowed.test:%s"]
+  egress = ["allowed.test:%s", "example.com:%s"]
 }
 policy "ask" {
   skills  = ["egress-guarded"]
   confirm = ["network"]
 }
-`, auditDir, hosts, port))
+`, auditDir, hosts, upstreamCA, port, tu.Port()))
 
-			o := runItExec(t, "run", "--runtime", rt, "--root", f.root, "--config", cfg, "egress-web", "scripts/fetch.py", "--", port)
+			o := runItExec(t, "run", "--runtime", rt, "--root", f.root, "--config", cfg, "egress-web", "scripts/fetch.py", "--", port, tu.Port())
 			if o.code != 0 || !strings.Contains(o.stdout, "allowed: 200 hello-from-host") || !strings.Contains(o.stdout, "denied: 403") ||
-				!strings.Contains(o.stdout, "direct: refused 101") {
+				!strings.Contains(o.stdout, "direct: refused 101") || !strings.Contains(o.stdout, "secure: 200 authorized") ||
+				!strings.Contains(o.stdout, "token: skillbox-secret-placeholder-API_TOKEN") || strings.Contains(o.stdout+o.stderr, secret) {
 				t.Fatalf("egress run:\n%s", o)
+			}
+			files, _ := filepath.Glob(filepath.Join(auditDir, "*"))
+			if len(files) == 0 {
+				t.Fatalf("no audit files in %s", auditDir)
+			}
+			for _, p := range files {
+				if raw, err := os.ReadFile(p); err == nil && strings.Contains(string(raw), secret) {
+					t.Errorf("the secret's value is in the audit log %s", p)
+				}
 			}
 			var conns []*audit.Record
 			var end *audit.Record
@@ -103,8 +138,11 @@ policy "ask" {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			if len(conns) != 2 {
-				t.Fatalf("%d egress records, want 2: %+v", len(conns), conns)
+			if len(conns) != 3 {
+				t.Fatalf("%d egress records, want 3: %+v", len(conns), conns)
+			}
+			if sec := conns[2].Egress; sec.Host != "example.com" || !sec.Allowed || len(sec.Secrets) != 1 || sec.Secrets[0] != "API_TOKEN" {
+				t.Errorf("secret attempt: %+v", sec)
 			}
 			ok, denied := conns[0].Egress, conns[1].Egress
 			if ok.Host != "allowed.test" || !ok.Allowed || ok.Address != "127.0.0.1" || ok.Out == 0 || ok.In == 0 ||
@@ -114,7 +152,8 @@ policy "ask" {
 			if denied.Host != "denied.test" || denied.Allowed || denied.Rule != "none" || conns[1].Outcome != audit.OutcomeDenied {
 				t.Errorf("denied attempt: %+v outcome %s", denied, conns[1].Outcome)
 			}
-			if end == nil || end.Run.EgressStats == nil || end.Run.EgressStats.Connections != 1 || len(end.Run.Egress) != 1 ||
+			if end == nil || end.Run.EgressStats == nil || end.Run.EgressStats.Connections != 2 || len(end.Run.Egress) != 2 ||
+				len(end.Run.EgressSecrets) != 1 ||
 				end.Run.RunID != ok.RunID {
 				t.Errorf("run.end egress: %+v", end)
 			}
@@ -122,7 +161,7 @@ policy "ask" {
 			// confirm = ["network"]: the run waits for an approver, and
 			// what is asked names the destination.
 			o = runItExec(t, "run", "--runtime", rt, "--root", f.root, "--config", cfg, "egress-guarded", "scripts/fetch.py", "--", port)
-			if o.code == 0 || !strings.Contains(o.stderr, "allowed.test:"+port) || !strings.Contains(o.stderr, "confirm") {
+			if o.code == 0 || !strings.Contains(o.stderr, "allowed.test:"+port) || !strings.Contains(o.stderr, "confirm") || strings.Contains(o.stderr, secret) {
 				t.Errorf("guarded egress run without confirmation:\n%s", o)
 			}
 		})

@@ -158,6 +158,9 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 	if eng.Egress.Hosts, err = cfg.Egress.LoadHosts(); err != nil {
 		return nil, err
 	}
+	if eng.Egress.UpstreamRoots, err = cfg.Egress.UpstreamRoots(); err != nil {
+		return nil, err
+	}
 	return eng, nil
 }
 
