@@ -488,9 +488,13 @@ func (c *countedConn) Write(b []byte) (int, error) {
 	} else {
 		c.p.bytesOut.Add(int64(len(b)))
 	}
+	// Counted before the write, so a reader that has seen the answer to
+	// these bytes sees them counted (the transport writes from a goroutine
+	// of its own); what was not written is taken back.
+	c.out.Add(int64(len(b)))
 	n, err := c.Conn.Write(b)
-	c.out.Add(int64(n))
 	if n < len(b) {
+		c.out.Add(-int64(len(b) - n))
 		c.p.bytesOut.Add(-int64(len(b) - n))
 	}
 	return n, err
