@@ -19,9 +19,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"golang.org/x/sys/unix"
 )
 
 // mcpClientResult is what testdata/mcpclient/client.mjs prints.
@@ -99,14 +103,17 @@ func writeFiles(t *testing.T, root string, files map[string]string) {
 	}
 }
 
-func TestMCPEndToEnd(t *testing.T) {
-	runItNeed(t, "runsc")
-	runItNeedImage(t, "shell")
-	clientDir := mcpClientDir(t)
+// mcpFixture is a skill root, a config and an audit dir for `skillbox mcp`.
+type mcpFixture struct{ root, cfgPath, auditDir string }
 
+func newMCPFixture(t *testing.T) mcpFixture {
+	t.Helper()
 	base := t.TempDir()
-	root := filepath.Join(base, "skills")
-	writeFiles(t, root, map[string]string{
+	// A current runsc keeps its empty network namespace mounted in its
+	// state dir; unmounted before the temporary dir goes.
+	t.Cleanup(func() { unix.Unmount(filepath.Join(base, "runsc", "null-netns"), unix.MNT_DETACH) })
+	f := mcpFixture{root: filepath.Join(base, "skills"), cfgPath: filepath.Join(base, "skillbox.hcl"), auditDir: filepath.Join(base, "audit")}
+	writeFiles(t, f.root, map[string]string{
 		"hello/SKILL.md": "---\nname: hello\ndescription: Greets people and shows the kernel it runs on.\n---\n" +
 			"Greet $0. The request was: $ARGUMENTS\n",
 		"hello/references/guide.md":   "Be polite.\n",
@@ -115,19 +122,108 @@ func TestMCPEndToEnd(t *testing.T) {
 		"guarded-hello/SKILL.md":      "---\nname: guarded-hello\ndescription: Needs approval to run.\n---\nRun scripts/ok.sh.\n",
 		"guarded-hello/scripts/ok.sh": "#!/bin/sh\necho approved run\n",
 	})
-	auditDir := filepath.Join(base, "audit")
-	cfgPath := filepath.Join(base, "skillbox.hcl")
 	cfg := `
 daemon {
-  audit_dir = "` + auditDir + `"
+  audit_dir = "` + f.auditDir + `"
   approvers = ["root"]
 }
 images { dir = "` + itImages + `" }
 runtime "runsc" { state_dir = "` + filepath.Join(base, "runsc") + `" }
 ` + itPolicy
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+	if err := os.WriteFile(f.cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return f
+}
+
+// trail is everything in the audit dir.
+func (f mcpFixture) trail() string {
+	var trail strings.Builder
+	filepath.Walk(f.auditDir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			b, _ := os.ReadFile(p)
+			trail.Write(b)
+		}
+		return nil
+	})
+	return trail.String()
+}
+
+// TestMCPGoClient drives the real binary over stdio with the official Go
+// SDK's client (no Node.js needed): tools, a run in gVisor, a failing
+// script as a tool error, a confined read, the audit trail.
+func TestMCPGoClient(t *testing.T) {
+	runItNeed(t, "runsc")
+	runItNeedImage(t, "shell")
+	f := newMCPFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.Command(itBin, "mcp", "--root", f.root, "--config", f.cfgPath)
+	cmd.Env = append(os.Environ(), "SKILLBOX_IMAGES="+itImages)
+	client := sdk.NewClient(&sdk.Implementation{Name: "skillbox-go-test", Version: "1"}, nil)
+	cs, err := client.Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to skillbox mcp: %v", err)
+	}
+	defer cs.Close()
+	tools, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tl := range tools.Tools {
+		names = append(names, tl.Name)
+	}
+	if !slices.Contains(names, "skills_run_script") || !slices.Contains(names, "skills_load") {
+		t.Fatalf("tools = %v", names)
+	}
+	callTool := func(name string, args map[string]any) (*sdk.CallToolResult, string) {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var text []string
+		for _, c := range res.Content {
+			if tc, ok := c.(*sdk.TextContent); ok {
+				text = append(text, tc.Text)
+			}
+		}
+		return res, strings.Join(text, "\n")
+	}
+	if res, text := callTool("skills_load", map[string]any{"names": []string{"hello"}}); res.IsError {
+		t.Fatalf("load: %s", text)
+	}
+	res, text := callTool("skills_run_script", map[string]any{"path": "scripts/kernel.sh"})
+	sc, _ := json.Marshal(res.StructuredContent)
+	var run struct {
+		ExitCode int    `json:"exit_code"`
+		Stdout   string `json:"stdout"`
+	}
+	json.Unmarshal(sc, &run)
+	if res.IsError || run.ExitCode != 0 || !strings.Contains(run.Stdout, "gVisor") {
+		t.Errorf("kernel.sh should run in gVisor: %s %s", text, sc)
+	}
+	if res, text := callTool("skills_run_script", map[string]any{"path": "scripts/fail.sh"}); !res.IsError || !strings.Contains(text, "exited with code 7") {
+		t.Errorf("a failing script is a tool error with its exit code: %s", text)
+	}
+	if res, text := callTool("skills_read", map[string]any{"path": "../guarded-hello/SKILL.md"}); !res.IsError || !strings.Contains(text, "invalid_params") {
+		t.Errorf("a path outside the skill is refused: %s", text)
+	}
+	cs.Close()
+	for _, want := range []string{"scripts/kernel.sh", "scripts/fail.sh", "../guarded-hello/SKILL.md"} {
+		if !strings.Contains(f.trail(), want) {
+			t.Errorf("audit trail in %s does not mention %s", f.auditDir, want)
+		}
+	}
+}
+
+func TestMCPEndToEnd(t *testing.T) {
+	runItNeed(t, "runsc")
+	runItNeedImage(t, "shell")
+	clientDir := mcpClientDir(t)
+	f := newMCPFixture(t)
+	root, cfgPath, auditDir := f.root, f.cfgPath, f.auditDir
 
 	plan, _ := json.Marshal(map[string]any{
 		"elicit": "accept",
@@ -240,16 +336,9 @@ runtime "runsc" { state_dir = "` + filepath.Join(base, "runsc") + `" }
 	}
 
 	// Every run is in the audit trail the config names.
-	var trail strings.Builder
-	filepath.Walk(auditDir, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && fi.Mode().IsRegular() {
-			b, _ := os.ReadFile(p)
-			trail.Write(b)
-		}
-		return nil
-	})
+	trail := f.trail()
 	for _, want := range []string{"scripts/kernel.sh", "scripts/fail.sh", "scripts/ok.sh"} {
-		if !strings.Contains(trail.String(), want) {
+		if !strings.Contains(trail, want) {
 			t.Errorf("audit trail in %s does not mention %s", auditDir, want)
 		}
 	}
