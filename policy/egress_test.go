@@ -7,14 +7,7 @@ import (
 )
 
 func TestEgressFor(t *testing.T) {
-	src, err := os.ReadFile("testdata/egress.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := Parse(src, "egress.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := egressFixture(t)
 	tests := []struct {
 		skill   string
 		dests   []string
@@ -53,14 +46,7 @@ func TestEgressFor(t *testing.T) {
 }
 
 func TestSecretsFor(t *testing.T) {
-	src, err := os.ReadFile("testdata/egress.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := Parse(src, "egress.hcl")
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg := egressFixture(t)
 	names := func(skill string) string {
 		dests, _ := cfg.EgressFor(skill)
 		var out []string
@@ -88,4 +74,17 @@ func TestSecretsFor(t *testing.T) {
 	if _, err := s.Value(); err == nil || !strings.Contains(err.Error(), `secret "API_TOKEN"`) {
 		t.Errorf("missing value: %v", err)
 	}
+}
+
+func egressFixture(t *testing.T) *Config {
+	t.Helper()
+	src, err := os.ReadFile("testdata/egress.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Parse(src, "egress.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }

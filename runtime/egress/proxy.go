@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bufio"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -382,32 +383,48 @@ func (p *Proxy) track(c net.Conn, on bool) bool {
 	return true
 }
 
-func (p *Proxy) tunnel(w http.ResponseWriter, up *countedConn, a *Attempt) {
-	defer up.Close()
+// establish takes over a CONNECT's client connection and tells it the
+// tunnel is up. The connection is tracked (Shutdown cuts it) until the
+// returned release is called; nil means it is already given up.
+func (p *Proxy) establish(w http.ResponseWriter, a *Attempt) (net.Conn, *bufio.Reader, func()) {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
 		http.Error(w, "skillbox egress proxy: cannot tunnel", http.StatusInternalServerError)
-		return
+		return nil, nil, nil
 	}
 	client, buf, err := hj.Hijack()
 	if err != nil {
 		a.Error = err.Error()
-		return
+		return nil, nil, nil
 	}
-	defer client.Close()
 	if !p.track(client, true) {
-		return
+		client.Close()
+		return nil, nil, nil
 	}
-	defer p.track(client, false)
+	release := func() {
+		p.track(client, false)
+		client.Close()
+	}
 	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		a.Error = err.Error()
+		release()
+		return nil, nil, nil
+	}
+	return client, buf.Reader, release
+}
+
+func (p *Proxy) tunnel(w http.ResponseWriter, up *countedConn, a *Attempt) {
+	defer up.Close()
+	client, br, release := p.establish(w, a)
+	if client == nil {
 		return
 	}
+	defer release()
 	done := make(chan struct{}, 2)
 	go func() {
 		// Bytes the client sent after its CONNECT, already buffered.
-		if n := buf.Reader.Buffered(); n > 0 {
-			pre, _ := buf.Reader.Peek(n)
+		if n := br.Buffered(); n > 0 {
+			pre, _ := br.Peek(n)
 			if _, err := up.Write(pre); err != nil {
 				done <- struct{}{}
 				return

@@ -86,11 +86,7 @@ type CA struct {
 
 // NewCA makes a CA that lives as long as the process.
 func NewCA() (*CA, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	key, serial, err := newKeySerial()
 	if err != nil {
 		return nil, err
 	}
@@ -116,6 +112,19 @@ func NewCA() (*CA, error) {
 	return &CA{cert: cert, key: key, certPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), leaves: map[string]*tls.Certificate{}}, nil
 }
 
+// newKeySerial makes a certificate's key and random serial number.
+func newKeySerial() (*ecdsa.PrivateKey, *big.Int, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		return nil, nil, err
+	}
+	return key, serial, nil
+}
+
 // CertPEM is the CA's certificate (public).
 func (ca *CA) CertPEM() []byte { return ca.certPEM }
 
@@ -126,11 +135,7 @@ func (ca *CA) leaf(host string) (*tls.Certificate, error) {
 	if c, ok := ca.leaves[host]; ok && time.Now().Before(c.Leaf.NotAfter.Add(-time.Hour)) {
 		return c, nil
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	key, serial, err := newKeySerial()
 	if err != nil {
 		return nil, err
 	}
@@ -163,31 +168,17 @@ func (ca *CA) leaf(host string) (*tls.Certificate, error) {
 // roots), and each request in between gets the secrets' headers.
 func (p *Proxy) intercept(w http.ResponseWriter, up *countedConn, a *Attempt, host string, secrets []Secret) {
 	defer up.Close()
-	hj, ok := w.(http.Hijacker)
-	if !ok {
-		http.Error(w, "skillbox egress proxy: cannot tunnel", http.StatusInternalServerError)
+	raw, br, release := p.establish(w, a)
+	if raw == nil {
 		return
 	}
-	raw, buf, err := hj.Hijack()
-	if err != nil {
-		a.Error = err.Error()
-		return
-	}
-	defer raw.Close()
-	if !p.track(raw, true) {
-		return
-	}
-	defer p.track(raw, false)
-	if _, err := raw.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
-		a.Error = err.Error()
-		return
-	}
+	defer release()
 	cert, err := p.cfg.CA.leaf(host)
 	if err != nil {
 		a.Error = "certificate for " + host + ": " + err.Error()
 		return
 	}
-	client := tls.Server(&prefixConn{Conn: raw, r: buf.Reader}, &tls.Config{
+	client := tls.Server(&prefixConn{Conn: raw, r: br}, &tls.Config{
 		Certificates: []tls.Certificate{*cert},
 		NextProtos:   []string{"http/1.1"},
 		MinVersion:   tls.VersionTLS12,
