@@ -66,6 +66,23 @@ try:
 except socket.gaierror as e:
     out("dns_allowed", False, e)
 out("env", os.environ.get("HTTPS_PROXY", "").startswith("http://100."), os.environ.get("HTTPS_PROXY"))
+# Clients that ignore the proxy variables: straight to the name's address.
+import http.client
+try:
+    c = http.client.HTTPConnection("allowed.test", int(port), timeout=20)
+    c.request("GET", "/direct")
+    r = c.getresponse()
+    out("transparent_http", r.status == 200 and b"hello from test server" in r.read(), r.status)
+except Exception as e:
+    out("transparent_http", False, repr(e))
+try:
+    ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+    c = http.client.HTTPSConnection("secure.test", int(tport), timeout=20, context=ctx)
+    c.request("GET", "/")
+    r = c.getresponse()
+    out("transparent_https", r.status == 200 and b"secure hello" in r.read(), r.status)
+except Exception as e:
+    out("transparent_https", False, repr(e))
 `
 
 type attemptLog struct {
@@ -144,8 +161,8 @@ func TestEgress(t *testing.T) {
 					t.Errorf("%s: failed: %s", c.Name, c.Detail)
 				}
 			}
-			if len(seen) != 10 {
-				t.Errorf("%d checks ran, want 10; stderr %s", len(seen), clip(res.Stderr))
+			if len(seen) != 12 {
+				t.Errorf("%d checks ran, want 12; stderr %s", len(seen), clip(res.Stderr))
 			}
 			// Each attempt through the proxy is reported with its rule.
 			log.mu.Lock()
@@ -158,6 +175,7 @@ func TestEgress(t *testing.T) {
 			}{
 				{"allowed.test", port, true}, {"secure.test", tport, true}, {"denied.test", port, false},
 				{"allowed.test", tport, false}, {"", port, false}, {"denied.test", tport, false},
+				{"allowed.test", port, true}, {"secure.test", tport, true},
 			}
 			var conns []egress.Attempt
 			dnsDenied := false
@@ -196,7 +214,7 @@ func TestEgress(t *testing.T) {
 					t.Errorf("denied attempt %d lacks a reason: %+v", i, a)
 				}
 			}
-			if res.Egress == nil || res.Egress.Connections != 2 || res.Egress.BytesOut == 0 || res.Egress.Denied < 5 {
+			if res.Egress == nil || res.Egress.Connections != 4 || res.Egress.BytesOut == 0 || res.Egress.Denied < 5 {
 				t.Errorf("egress stats %+v", res.Egress)
 			}
 			assertClean(t, backend, opts, id)

@@ -34,6 +34,12 @@ var ErrSetup = errors.New("egress setup failed")
 // same namespace works for runc (the container joins it) and for gVisor
 // (runsc --network=sandbox: its netstack takes over eth0).
 
+// transparentListener is one port of the transparent path.
+type transparentListener struct {
+	l    net.Listener
+	port uint16
+}
+
 // ProxyPort is the proxy's port on its address.
 const ProxyPort = 3128
 
@@ -52,6 +58,8 @@ type Egress struct {
 	listener           net.Listener
 	resolvConf         string
 	caBundle           string
+	transparent        []transparentListener
+	transparentWG      sync.WaitGroup
 	secrets            []Secret
 	serveDone          chan struct{}
 	closeOnce          sync.Once
@@ -120,8 +128,17 @@ func Start(ctx context.Context, id, dir string, cfg Config) (_ *Egress, err erro
 		if e.dns.udp, err = net.ListenPacket("udp4", dnsAddr); err != nil {
 			return err
 		}
-		e.dns.tcp, err = net.Listen("tcp4", dnsAddr)
-		return err
+		if e.dns.tcp, err = net.Listen("tcp4", dnsAddr); err != nil {
+			return err
+		}
+		for _, port := range transparentPorts(cfg.Rules) {
+			l, err := net.Listen("tcp4", netip.AddrPortFrom(e.proxyAddr, port).String())
+			if err != nil {
+				return err
+			}
+			e.transparent = append(e.transparent, transparentListener{l, port})
+		}
+		return nil
 	})
 	if err != nil {
 		return e, fmt.Errorf("%w: listen in the proxy's namespace: %v", ErrSetup, err)
@@ -151,6 +168,13 @@ func Start(ctx context.Context, id, dir string, cfg Config) (_ *Egress, err erro
 		defer close(e.serveDone)
 		_ = e.proxy.Serve(e.listener)
 	}()
+	for _, t := range e.transparent {
+		e.transparentWG.Add(1)
+		go func() {
+			defer e.transparentWG.Done()
+			e.proxy.serveTransparent(t.l, t.port)
+		}()
+	}
 	return e, nil
 }
 
@@ -201,6 +225,10 @@ func (e *Egress) Shutdown() Stats {
 		if e.proxy == nil {
 			return
 		}
+		for _, t := range e.transparent {
+			t.l.Close()
+		}
+		e.transparentWG.Wait()
 		e.stats = e.proxy.Shutdown()
 		if e.listener != nil {
 			<-e.serveDone
@@ -218,6 +246,9 @@ func (e *Egress) Shutdown() Stats {
 func (e *Egress) Close() error {
 	e.closeOnce.Do(func() {
 		e.Shutdown()
+		for _, t := range e.transparent {
+			t.l.Close() // Start failed after listening
+		}
 		if e.listener == nil && e.dns != nil {
 			// Start failed halfway: close what was opened.
 			if e.dns.udp != nil {

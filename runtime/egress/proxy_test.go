@@ -259,3 +259,76 @@ func TestSecretsOnlyForTheirHosts(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// The transparent path: a client that connects straight to the proxy's
+// address on the destination's port (here the upstreams listen on other
+// loopback addresses with the same ports).
+func TestTransparent(t *testing.T) {
+	listen := func(addr string) net.Listener {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Skipf("cannot listen on %s: %v", addr, err)
+		}
+		return l
+	}
+	plain := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "plain "+r.Host) }))
+	plain.Listener = listen("127.0.0.2:0")
+	plain.Start()
+	defer plain.Close()
+	secure := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "secure") }))
+	secure.Listener = listen("127.0.0.3:0")
+	secure.StartTLS()
+	defer secure.Close()
+	pp, sp := port(t, plain.URL), port(t, secure.URL)
+	rec := &recorder{}
+	p := NewProxy(Config{
+		Rules:  mustRules(t, "allowed.test:"+pp, "example.com:"+sp),
+		Hosts:  map[string][]netip.Addr{"allowed.test": {netip.MustParseAddr("127.0.0.2")}, "example.com": {netip.MustParseAddr("127.0.0.3")}},
+		Report: rec.report,
+	})
+	defer p.Shutdown()
+	for _, ps := range []string{pp, sp} {
+		l := listen("127.0.0.1:" + ps)
+		defer l.Close()
+		var n uint16
+		fmt.Sscan(ps, &n)
+		go p.serveTransparent(l, n)
+	}
+	get := func(host string) (int, string) {
+		req, _ := http.NewRequest("GET", "http://127.0.0.1:"+pp+"/", nil)
+		req.Host = host
+		resp, err := (&http.Client{Transport: &http.Transport{Proxy: nil}}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("allowed.test:" + pp); code != 200 || body != "plain allowed.test:"+pp {
+		t.Errorf("allowed: %d %q", code, body)
+	}
+	if code, body := get("denied.test"); code != 403 || !strings.Contains(body, "not in the run's egress rules") {
+		t.Errorf("denied: %d %q", code, body)
+	}
+	tc := &http.Client{Transport: &http.Transport{Proxy: nil, TLSClientConfig: &tls.Config{InsecureSkipVerify: true, ServerName: "example.com"}}}
+	resp, err := tc.Get("https://127.0.0.1:" + sp + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "secure" {
+		t.Errorf("TLS through the transparent path: %q", b)
+	}
+	tc.CloseIdleConnections()
+	st := p.Shutdown()
+	if st.Connections != 2 || st.Denied != 1 {
+		t.Errorf("stats %+v attempts %+v", st, rec.all())
+	}
+	for _, a := range rec.all() {
+		if a.Kind != "transparent" {
+			t.Errorf("attempt %+v", a)
+		}
+	}
+}
