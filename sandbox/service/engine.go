@@ -669,6 +669,9 @@ func ResultOf(o *Outcome, inlineBudget int64) api.RunScriptResult {
 		Skills:         o.Plan.Code.resultSkills(),
 		RuntimeVersion: r.RuntimeVersion, Warm: r.Warm,
 	}
+	if e := r.Egress; e != nil {
+		res.Egress = &api.EgressSummary{Connections: e.Connections, Denied: e.Denied, BytesOut: e.BytesOut, BytesIn: e.BytesIn, LimitHit: e.LimitHit}
+	}
 	left := inlineBudget
 	for _, f := range r.Outputs {
 		out := api.Output{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
