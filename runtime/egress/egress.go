@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 
+	"golang.org/x/net/netutil"
 	"golang.org/x/sys/unix"
 )
 
@@ -39,6 +40,13 @@ type transparentListener struct {
 	l    net.Listener
 	port uint16
 }
+
+// Caps on the connections a sandbox may hold open at once to the proxy
+// (per port) and to the name server over TCP; more wait to be accepted.
+const (
+	maxClientConns = 256
+	maxDNSConns    = 16
+)
 
 // ProxyPort is the proxy's port on its address.
 const ProxyPort = 3128
@@ -124,6 +132,9 @@ func Start(ctx context.Context, id, dir string, cfg Config) (_ *Egress, err erro
 		if e.listener, err = net.Listen("tcp4", netip.AddrPortFrom(e.proxyAddr, ProxyPort).String()); err != nil {
 			return err
 		}
+		// Bounded, so that a sandbox cannot hold open connections (and
+		// skillbox's goroutines) without end.
+		e.listener = netutil.LimitListener(e.listener, maxClientConns)
 		dnsAddr := netip.AddrPortFrom(e.proxyAddr, 53).String()
 		if e.dns.udp, err = net.ListenPacket("udp4", dnsAddr); err != nil {
 			return err
@@ -131,12 +142,13 @@ func Start(ctx context.Context, id, dir string, cfg Config) (_ *Egress, err erro
 		if e.dns.tcp, err = net.Listen("tcp4", dnsAddr); err != nil {
 			return err
 		}
+		e.dns.tcp = netutil.LimitListener(e.dns.tcp, maxDNSConns)
 		for _, port := range transparentPorts(cfg.Rules) {
 			l, err := net.Listen("tcp4", netip.AddrPortFrom(e.proxyAddr, port).String())
 			if err != nil {
 				return err
 			}
-			e.transparent = append(e.transparent, transparentListener{l, port})
+			e.transparent = append(e.transparent, transparentListener{netutil.LimitListener(l, maxClientConns), port})
 		}
 		return nil
 	})
