@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -388,6 +389,34 @@ func TestEgressSecret(t *testing.T) {
 				t.Errorf("attempts: %s", raw)
 			}
 			assertClean(t, backend, opts, id)
+			assertNoNetns(t, id)
+		})
+	}
+}
+
+// TestSweepEgress crashes a helper process during a run with egress: the
+// sweep removes the run's namespaces with the rest of it.
+func TestSweepEgress(t *testing.T) {
+	rootfs := testRootfs(t)
+	for _, name := range backends {
+		t.Run(name, func(t *testing.T) {
+			rt, opts := newBackend(t, name)
+			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
+			id := newID()
+			marker := "skillbox-marker-" + randomHex(8)
+			cmd := exec.Command(os.Args[0], "-test.run=^$")
+			cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{name, opts.StateDir, opts.RunDir, id, rootfs, dir, marker, "egress-up"}, "|"))
+			out, err := cmd.CombinedOutput()
+			if !strings.Contains(string(out), "crashing now") {
+				t.Fatalf("crash helper: %v\n%s", err, out)
+			}
+			if _, err := os.Stat(filepath.Join("/run/netns", egress.NamespacePrefix+"s-"+id)); err != nil {
+				t.Fatalf("the crash left no namespace: %v", err)
+			}
+			if err := runtime.Sweep(context.Background(), rt); err != nil {
+				t.Fatalf("Sweep: %v", err)
+			}
+			assertClean(t, name, opts, id)
 			assertNoNetns(t, id)
 		})
 	}
