@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -70,6 +71,7 @@ type Egress struct {
 	transparentWG      sync.WaitGroup
 	secrets            []Secret
 	serveDone          chan struct{}
+	serving            bool // Start got as far as serving
 	closeOnce          sync.Once
 	closeErr           error
 	stats              Stats
@@ -87,8 +89,7 @@ func Start(ctx context.Context, id, dir string, cfg Config) (_ *Egress, err erro
 	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
 	}
-	// 100.64.0.0/10: 2^20 /30s; use the 2^16 in 100.64.0.0/12..: the
-	// third and fourth octets from the random bytes.
+	// One of the 2^14 100.x.y.0/30 in 100.64.0.0/10, at random.
 	base := [4]byte{100, 64 + rnd[0]&0x3f, rnd[1], 0}
 	e := &Egress{
 		id:          id,
@@ -175,6 +176,7 @@ func Start(ctx context.Context, id, dir string, cfg Config) (_ *Egress, err erro
 	if err := os.WriteFile(e.resolvConf, []byte("nameserver "+e.proxyAddr.String()+"\noptions attempts:1 timeout:2\n"), 0o644); err != nil {
 		return e, fmt.Errorf("%w: write resolv.conf: %v", ErrSetup, err)
 	}
+	e.serving = true
 	e.dns.serve()
 	go func() {
 		defer close(e.serveDone)
@@ -234,23 +236,42 @@ func (e *Egress) Over() <-chan struct{} { return e.proxy.Over() }
 // to be reported and returns the run's totals. Safe to call twice.
 func (e *Egress) Shutdown() Stats {
 	e.shutOnce.Do(func() {
-		if e.proxy == nil {
+		if !e.serving {
+			// Start failed before serving: close what it opened.
+			for _, c := range []io.Closer{e.listener, e.dnsUDP(), e.dnsTCP()} {
+				if c != nil {
+					c.Close()
+				}
+			}
+			for _, t := range e.transparent {
+				t.l.Close()
+			}
 			return
 		}
 		for _, t := range e.transparent {
 			t.l.Close()
 		}
 		e.transparentWG.Wait()
-		e.stats = e.proxy.Shutdown()
-		if e.listener != nil {
-			<-e.serveDone
-		}
-		if e.dns != nil && e.dns.udp != nil && e.dns.tcp != nil {
-			e.dns.close()
-		}
+		e.proxy.Shutdown()
+		<-e.serveDone
+		e.dns.close()
 		e.stats = e.proxy.Stats()
 	})
 	return e.stats
+}
+
+func (e *Egress) dnsUDP() io.Closer {
+	if e.dns == nil || e.dns.udp == nil {
+		return nil
+	}
+	return e.dns.udp
+}
+
+func (e *Egress) dnsTCP() io.Closer {
+	if e.dns == nil || e.dns.tcp == nil {
+		return nil
+	}
+	return e.dns.tcp
 }
 
 // Close shuts down and removes the namespaces (the veth pair goes with
@@ -258,18 +279,6 @@ func (e *Egress) Shutdown() Stats {
 func (e *Egress) Close() error {
 	e.closeOnce.Do(func() {
 		e.Shutdown()
-		for _, t := range e.transparent {
-			t.l.Close() // Start failed after listening
-		}
-		if e.listener == nil && e.dns != nil {
-			// Start failed halfway: close what was opened.
-			if e.dns.udp != nil {
-				e.dns.udp.Close()
-			}
-			if e.dns.tcp != nil {
-				e.dns.tcp.Close()
-			}
-		}
 		e.closeErr = RemoveNamespaces(context.Background(), e.id)
 	})
 	return e.closeErr
