@@ -464,6 +464,9 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, up *countedConn,
 	defer tr.CloseIdleConnections()
 	out := r.Clone(r.Context())
 	out.RequestURI = ""
+	// The Host header is the checked destination's, whatever the client
+	// wrote (no reaching another site that shares the address).
+	out.Host = ""
 	for _, h := range hopHeaders {
 		out.Header.Del(h)
 	}
