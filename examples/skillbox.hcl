@@ -29,6 +29,8 @@ skills {
   # max_depth        = 4        # directory levels scanned under each root
   # max_skills       = 50000
   # max_read_bytes   = "1MiB"   # largest skills.read answer
+  # catalog_budget_tokens = 4000 # cap <available_skills> in estimated tokens instead
+  # lock_file        = "/var/lib/skillbox/skills.lock"  # skillbox skills lock writes it
 }
 
 # skills.run_code runs code the caller (the model) wrote, with every active
@@ -44,6 +46,34 @@ policy "needs-approval" {
   skills  = ["guarded-*"]
   confirm = ["skills.run_script", "skills.run_code"]
 }
+
+# A skill body's !`command` lines (rendered by skills.activate and
+# `skillbox skills render`) run in a fresh shell sandbox with the skill
+# mounted read-only and no network, each decided as the tool
+# skills.render_command. No rule above lists it, so they are denied (and
+# shown as an error line in the body) until an operator opts in:
+# policy "render-commands" {
+#   skills  = ["release-notes"]
+#   tools   = ["skills.render_command(git log:*)", "skills.render_command(date)"]
+#   confirm = ["skills.render_command(git log:*)"]
+# }
+#
+# Hooks (PreToolUse / PostToolUse in a skill's frontmatter) run in the
+# sandbox during tools.check and tools.report; they can only narrow policy.
+# A hook that fails or hangs counts as deny unless a rule says otherwise.
+# Pinned versions: with require_lock, matching skills load and run only at
+# a digest recorded by `skillbox skills lock`.
+# policy "pinned" {
+#   skills       = ["*"]
+#   require_lock = true
+#   hook_failure = "deny"      # deny | confirm | ignore
+#   hook_timeout = "10s"
+# }
+#
+# Agents: sessions.create {agent = "reviewer"} starts with these skills loaded.
+# agent "reviewer" {
+#   uses_skills = ["code-review"]
+# }
 
 # More rules. All rules matching a skill apply together, in any order:
 # deny beats confirm beats allow; limits take the strictest value; network is
@@ -123,3 +153,26 @@ policy "needs-approval" {
 #   checkpoint_key      = "/etc/skillbox/audit.key"   # Ed25519 private key (PEM PKCS#8)
 #   checkpoint_interval = "1h"
 # }
+
+# Dependency layers (skills' requirements.txt, PEP 723 blocks, package.json,
+# and the rules' packages blocks) are built from these sources only. Without
+# them nothing is fetched, and a skill whose packages its image lacks is told
+# which ones and how to provide them. Artifacts are fetched on the host
+# without running package code (wheels only; npm with scripts off) and
+# installed in an offline sandbox; every sha256 is in the layer's manifest.
+# python_index {
+#   url        = "https://pypi.org/simple"     # a PEP 503 simple index
+#   find_links = ["/srv/wheels"]               # directories (or URLs) of wheels
+# }
+# npm_registry { url = "https://registry.npmjs.org" }
+#
+# dependencies {
+#   when_not_ready = "wait"    # a run whose layer is building waits ("fail": fails at once)
+#   wait_timeout   = "10m"
+#   build_on_load  = true      # skills.load starts the build (else: skillbox deps build SKILL)
+# }
+#
+# In a policy rule: packages an operator adds for the skills it matches, and
+# whether sdists / npm install scripts may be built (sandboxed, offline):
+#   packages { python = ["python-pptx>=1.0"], npm = ["left-pad@^1.3"] }
+#   build_from_source = false

@@ -17,8 +17,11 @@ import (
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
+
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
+
+	"github.com/skillbox/skillbox/images/deps"
 )
 
 // defaultRecipeFS holds the recipes shipped in the binary, so a fresh machine
@@ -65,6 +68,13 @@ type Recipe struct {
 	Interpreters []string
 	// Notes are for people: what the image holds and what it lacks.
 	Notes string
+	// PythonExtras and NpmExtras are packages Debian does not ship that
+	// hosted interpreters do: they are installed as a dependency layer on
+	// top of the image (images/deps) when a package source is configured,
+	// and reported as missing when not. They are not part of Hash: the
+	// image's bytes do not depend on them.
+	PythonExtras []string
+	NpmExtras    []string
 	// File is where the recipe came from ("builtin:recipes/python.hcl" or a
 	// path), so errors and `images list` can point at it.
 	File string
@@ -84,6 +94,8 @@ type recipeHCL struct {
 	Packages     []string  `hcl:"packages"`
 	Interpreters []string  `hcl:"interpreters"`
 	Notes        string    `hcl:"notes,optional"`
+	PythonExtras []string  `hcl:"python_extras,optional"`
+	NpmExtras    []string  `hcl:"npm_extras,optional"`
 	DefRange     hcl.Range `hcl:",def_range"`
 }
 
@@ -210,6 +222,8 @@ func parseRecipes(src []byte, filename string) ([]*Recipe, error) {
 			Packages:     b.Packages,
 			Interpreters: b.Interpreters,
 			Notes:        strings.TrimSpace(b.Notes),
+			PythonExtras: b.PythonExtras,
+			NpmExtras:    b.NpmExtras,
 			File:         filename,
 		}
 		if r.Suite == "" {
@@ -282,6 +296,16 @@ func (r *Recipe) Validate() error {
 	for _, p := range r.Packages {
 		if !packageRE.MatchString(p) {
 			return fmt.Errorf("image %q: package %q is not a Debian package name", r.Name, p)
+		}
+	}
+	for _, e := range r.PythonExtras {
+		if _, err := deps.ParseRequirement(e, "python_extras"); err != nil {
+			return fmt.Errorf("image %q: %v", r.Name, err)
+		}
+	}
+	for _, e := range r.NpmExtras {
+		if _, err := deps.ParseNpmSpec(e, "npm_extras"); err != nil {
+			return fmt.Errorf("image %q: %v", r.Name, err)
 		}
 	}
 	if len(r.Interpreters) == 0 {

@@ -57,6 +57,12 @@ type Config struct {
 	// and skills.run_code for every skill, so a minimal file (or none) is
 	// usable.
 	Rules []*Rule
+	// Sources and Deps configure dependency layers (policy/packages.go).
+	Sources PackageSources
+	Deps    Dependencies
+	// Agents are the agent "NAME" {} blocks by name: skills bound to an
+	// agent, loaded into every session created for it.
+	Agents map[string]*Agent
 
 	hash string
 }
@@ -91,7 +97,13 @@ type Skills struct {
 	MaxDepth        int   // directory levels scanned below each root
 	MaxSkills       int   // skills indexed at most, over all roots
 	MaxReadBytes    int64 // largest skills.read answer
-	Pos             Pos
+	// CatalogBudgetTokens, when set, caps <available_skills> in estimated
+	// tokens (skills.EstimateTokens) instead of characters.
+	CatalogBudgetTokens int
+	// LockFile is the lock of approved skill versions (skillbox skills
+	// lock); default <state_dir>/skills.lock.
+	LockFile string
+	Pos      Pos
 }
 
 // RuntimeConfig is a runtime "NAME" {} block.
@@ -165,7 +177,18 @@ type Rule struct {
 	Egress []egress.Rule
 	// Limits set by the rule; zero fields are not set.
 	Limits runtime.Limits
-	Pos    Pos
+	// RequireLock: the skills this rule matches load and run only at a
+	// version pinned in the lock file (nil: the rule does not say).
+	RequireLock *bool
+	// HookFailure is what a hook that fails or times out counts as:
+	// "deny" (the default), "confirm" or "ignore"; "" when not set.
+	HookFailure string
+	// HookTimeout bounds each hook run (0: not set).
+	HookTimeout time.Duration
+	// Packages and BuildFromSource: see PackagesFor.
+	Packages        *RulePackages
+	BuildFromSource *bool
+	Pos             Pos
 
 	tools, deny, confirm []toolPattern
 }
@@ -201,6 +224,7 @@ func defaults() *Config {
 		},
 		Runtimes: map[string]*RuntimeConfig{},
 		Limits:   runtime.DefaultLimits,
+		Deps:     Dependencies{WhenNotReady: "wait", WaitTimeout: 10 * time.Minute, BuildOnLoad: true},
 		Pool:     Pool{PoolConfig: runtime.DefaultPoolConfig},
 		Audit: Audit{
 			RotateBytes:        64 << 20,
@@ -291,6 +315,9 @@ func Parse(src []byte, filename string) (*Config, error) {
 	}
 	if c.Images.Dir == "" {
 		c.Images.Dir = filepath.Join(c.Daemon.StateDir, "images")
+	}
+	if c.Skills.LockFile == "" {
+		c.Skills.LockFile = filepath.Join(c.Daemon.StateDir, "skills.lock")
 	}
 	return c, nil
 }

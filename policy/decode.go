@@ -6,6 +6,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,13 +36,15 @@ var (
 		{Type: "runtime", LabelNames: []string{"name"}},
 		{Type: "image", LabelNames: []string{"name"}},
 		{Type: "policy", LabelNames: []string{"name"}},
+		{Type: "python_index"}, {Type: "npm_registry"}, {Type: "dependencies"},
+		{Type: "agent", LabelNames: []string{"name"}},
 	}}
 	daemonSchema = &hcl.BodySchema{Attributes: attrs("socket", "socket_mode", "socket_group",
 		"state_dir", "audit_dir", "approvers", "max_connections", "max_concurrent_runs",
 		"max_active_skills", "run_queue_timeout", "idle_timeout", "max_line_bytes",
 		"confirmation_ttl", "runtime", "tool_mode")}
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
-		"catalog_budget", "max_depth", "max_skills", "max_read_bytes")}
+		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
 		"address", "namespace")}
 	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
@@ -53,8 +56,8 @@ var (
 	auditSchema = &hcl.BodySchema{Attributes: attrs("rotate_bytes", "rotate_size", "rotate_age",
 		"checkpoint_key", "checkpoint_interval")}
 	policySchema = &hcl.BodySchema{
-		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "egress"),
-		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}},
+		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "require_lock", "hook_failure", "hook_timeout", "build_from_source", "egress"),
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "packages"}},
 	}
 )
 
@@ -177,6 +180,14 @@ func (d *decoder) decodeFile(src []byte) {
 		case "policy":
 			if once(b, "policy."+b.Labels[0], fmt.Sprintf("policy %q", b.Labels[0])) {
 				d.policy(b)
+			}
+		case "python_index", "npm_registry", "dependencies":
+			if once(b, b.Type, b.Type) {
+				map[string]func(*hcl.Block){"python_index": d.pythonIndex, "npm_registry": d.npmRegistry, "dependencies": d.dependencies}[b.Type](b)
+			}
+		case "agent":
+			if once(b, "agent."+b.Labels[0], fmt.Sprintf("agent %q", b.Labels[0])) {
+				d.agent(b)
 			}
 		}
 	}
@@ -488,6 +499,8 @@ func (d *decoder) skills(blk *hcl.Block) {
 	b.intField("max_depth", 1, &sc.MaxDepth)
 	b.intField("max_skills", 1, &sc.MaxSkills)
 	b.size("max_read_bytes", &sc.MaxReadBytes)
+	b.intField("catalog_budget_tokens", 1, &sc.CatalogBudgetTokens)
+	b.path("lock_file", &sc.LockFile)
 }
 
 func (d *decoder) runtime(blk *hcl.Block) {
@@ -761,6 +774,24 @@ func (d *decoder) policy(blk *hcl.Block) {
 			r.ScriptDirs = dirs
 		}
 	}
+	var pkgs *hcl.Block
+	for _, lb := range blocks {
+		if lb.Type == "packages" {
+			if pkgs != nil {
+				d.errorf(lb.DefRange, prefix+".packages", "declared twice (first at line %d); merge the two blocks", pkgs.DefRange.Start.Line)
+				continue
+			}
+			pkgs = lb
+		}
+	}
+	d.rulePackages(r, b, pkgs)
+	blocks = slices.DeleteFunc(blocks, func(lb *hcl.Block) bool { return lb.Type == "packages" })
+	var lock bool
+	if b.boolean("require_lock", &lock) != nil {
+		r.RequireLock = &lock
+	}
+	b.oneOf("hook_failure", &r.HookFailure, HookFailureDeny, HookFailureConfirm, HookFailureIgnore)
+	b.duration("hook_timeout", &r.HookTimeout)
 	for i, lb := range blocks {
 		if i > 0 {
 			d.errorf(lb.DefRange, prefix+".limits", "declared twice (first at line %d); merge the two blocks", blocks[0].DefRange.Start.Line)

@@ -170,7 +170,8 @@ func (c *call) target() (targetKind, string, bool) {
 	var v string
 	var ok bool
 	switch c.tool {
-	case "Bash":
+	case "Bash", "skills.render_command":
+		// skills.render_command(date:*): a !`command` of a skill body.
 		kind = kindCommand
 		v, ok = get("command")
 	case "Read", "Write", "Edit", "MultiEdit":

@@ -177,14 +177,28 @@ func makeSkill(t testing.TB, files map[string]string) string {
 
 var idSeq struct {
 	sync.Mutex
-	n int
+	n   int
+	tag string
+}
+
+// testIDPrefix starts the ids of this test process's runs: other test
+// processes (other packages, other checkouts) may run at the same time,
+// and their leftovers are not ours to report.
+func testIDPrefix() string {
+	idSeq.Lock()
+	defer idSeq.Unlock()
+	if idSeq.tag == "" {
+		idSeq.tag = randomHex(2)
+	}
+	return runtime.IDPrefix + "test" + idSeq.tag + "-"
 }
 
 func newID() string {
+	prefix := testIDPrefix()
 	idSeq.Lock()
 	defer idSeq.Unlock()
 	idSeq.n++
-	return fmt.Sprintf("%stest-%d-%s", runtime.IDPrefix, idSeq.n, randomHex(3))
+	return fmt.Sprintf("%s%d-%s", prefix, idSeq.n, randomHex(3))
 }
 
 // hostSecret is a file on the host the sandbox must not see.
@@ -938,7 +952,7 @@ func runWarm(t testing.TB, rt runtime.Runtime, job runtime.Job) (*runtime.Result
 		boot = runtime.BootPython
 	}
 	ctx := context.Background()
-	sb, err := lc.Create(ctx, runtime.SandboxSpec{ID: job.ID, RootFS: job.RootFS, SkillDir: job.SkillDir, Limits: job.Limits, Network: job.Network, Boot: boot})
+	sb, err := lc.Create(ctx, runtime.SandboxSpec{ID: job.ID, RootFS: job.RootFS, SkillDir: job.SkillDir, DepsDir: job.DepsDir, Limits: job.Limits, Network: job.Network, Boot: boot})
 	if err != nil {
 		return nil, err
 	}
@@ -982,7 +996,7 @@ func assertClean(t *testing.T, backend string, opts runtime.Options, id string) 
 		parent := filepath.Join("/sys/fs/cgroup", ctrl, runtime.CgroupParent)
 		kids, _ := os.ReadDir(parent)
 		for _, k := range kids {
-			if k.IsDir() && (k.Name() == id || id == "" && strings.HasPrefix(k.Name(), runtime.IDPrefix+"test-")) {
+			if k.IsDir() && (k.Name() == id || id == "" && strings.HasPrefix(k.Name(), testIDPrefix())) {
 				t.Errorf("cgroup left: %s", filepath.Join(parent, k.Name()))
 			}
 		}

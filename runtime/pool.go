@@ -41,7 +41,7 @@ type PoolKey struct {
 	RootFS      string
 	SkillDigest string
 	SkillDir    string // the pinned copy of that skill version
-	DepLayer    string // the dependency layer; "" (none) for now
+	DepLayer    string // host dir of the dependency layer mounted at DepsMount; "" for none
 	Limits      Limits // SandboxLimits of the policy's limits for the skill
 	Boot        BootMode
 }
@@ -62,7 +62,7 @@ func KeyFor(job Job, skill, skillDigest, image string) (PoolKey, bool) {
 		boot = BootPython
 	}
 	k := PoolKey{Skill: skill, Image: image, RootFS: job.RootFS, SkillDigest: skillDigest, SkillDir: job.SkillDir,
-		Limits: SandboxLimits(job.Limits), Boot: boot}
+		DepLayer: job.DepsDir, Limits: SandboxLimits(job.Limits), Boot: boot}
 	return k, !job.Network && job.Egress == nil
 }
 
@@ -391,7 +391,7 @@ func (p *Pool) boot(key PoolKey) {
 	defer cancel()
 	id := IDPrefix + "warm-" + randomID()
 	started := time.Now()
-	sb, err := p.lc.Create(ctx, SandboxSpec{ID: id, RootFS: key.RootFS, SkillDir: key.SkillDir, Limits: key.Limits, Boot: key.Boot, Background: true})
+	sb, err := p.lc.Create(ctx, SandboxSpec{ID: id, RootFS: key.RootFS, SkillDir: key.SkillDir, DepsDir: key.DepLayer, Limits: key.Limits, Boot: key.Boot, Background: true})
 	if err == nil {
 		if err = sb.Start(ctx); err != nil {
 			_ = sb.Destroy(ctx)

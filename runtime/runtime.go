@@ -205,6 +205,10 @@ type Job struct {
 	// Stdout and Stderr, when set, also receive the streams live (after capping).
 	Stdout StreamSink `json:"-"`
 	Stderr StreamSink `json:"-"`
+
+	// DepsDir, when set, is the host directory of the run's dependency
+	// layer, mounted read-only at DepsMount (see WithDepsPath).
+	DepsDir string
 }
 
 // StreamSink receives live output; Write must not block for long.

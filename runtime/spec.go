@@ -129,6 +129,9 @@ func ValidateJob(job Job) error {
 	if job.SkillDir != "" && !isCleanAbs(job.SkillDir) {
 		return fmt.Errorf("%w: skill dir %q must be an absolute, clean host path", ErrInvalidJob, job.SkillDir)
 	}
+	if job.DepsDir != "" && !isCleanAbs(job.DepsDir) {
+		return fmt.Errorf("%w: dependency layer %q must be an absolute, clean host path", ErrInvalidJob, job.DepsDir)
+	}
 	if err := validateSkillMounts(job); err != nil {
 		return err
 	}
@@ -292,6 +295,9 @@ func buildMounts(job Job, opts SpecOptions, lim Limits) []specs.Mount {
 		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", size(lim.TmpBytes)}},
 		specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: opts.HostsSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
 	)
+	if job.DepsDir != "" {
+		m = append(m, specs.Mount{Destination: DepsMount, Type: "bind", Source: job.DepsDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
 	if job.Egress != nil {
 		m = append(m, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: opts.ResolvConfSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 		if opts.CABundleSource != "" {

@@ -18,19 +18,35 @@ const minDescription = 40
 // descriptions are shortened evenly first, and only when that is not enough
 // are trailing skills left out, with a line saying how many.
 func RenderAvailable(skills []*Skill, budget int) string {
+	return renderAvailable(skills, budget, utf8.RuneCountInString)
+}
+
+// RenderAvailableTokens is RenderAvailable with the budget in tokens as
+// EstimateTokens counts them (each entry counted on its own, so the sum
+// never under-counts the whole).
+func RenderAvailableTokens(skills []*Skill, budget int) string {
+	return renderAvailable(skills, budget, EstimateTokens)
+}
+
+// CatalogEntryTokens is the estimated token cost of a skill's entry in
+// <available_skills>, its description uncut.
+func CatalogEntryTokens(s *Skill) int { return EstimateTokens(entry(s, -1)) }
+
+func renderAvailable(skills []*Skill, budget int, measure func(string) int) string {
 	var shown []*Skill
 	for _, s := range skills {
 		if s != nil && !s.DisableModelInvocation {
 			shown = append(shown, s)
 		}
 	}
+	size := func(ss []*Skill, cut, omitted int) int { return sizeOf(ss, cut, omitted, measure) }
 	if budget <= 0 || size(shown, -1, 0) <= budget {
 		return render(shown, -1, 0)
 	}
 	// Keep as many skills as fit with descriptions at minDescription ...
 	keep := len(shown)
 	if size(shown, minDescription, 0) > budget {
-		keep = fitCount(shown, budget)
+		keep = fitCount(shown, budget, measure)
 	}
 	omitted := len(shown) - keep
 	kept := shown[:keep]
@@ -49,11 +65,11 @@ func RenderAvailable(skills []*Skill, budget int) string {
 
 // fitCount is the largest number of leading skills whose catalog, with
 // descriptions cut to minDescription, fits the budget.
-func fitCount(shown []*Skill, budget int) int {
-	total := utf8.RuneCountInString(header + footer)
+func fitCount(shown []*Skill, budget int, measure func(string) int) int {
+	total := measure(header) + measure(footer)
 	for i, s := range shown {
-		total += entrySize(s, minDescription)
-		if total+utf8.RuneCountInString(omittedLine(len(shown)-i-1)) > budget {
+		total += measure(entry(s, minDescription))
+		if total+measure(omittedLine(len(shown)-i-1)) > budget {
 			return i
 		}
 	}
@@ -72,17 +88,13 @@ func omittedLine(n int) string {
 	return fmt.Sprintf("<!-- %d more skills left out to fit the catalog budget; call skills.list to see them all -->\n", n)
 }
 
-// size is the length in characters of render(skills, cut, omitted).
-func size(skills []*Skill, cut, omitted int) int {
-	n := utf8.RuneCountInString(header+footer) + utf8.RuneCountInString(omittedLine(omitted))
+// sizeOf is the measure of render(skills, cut, omitted), piece by piece.
+func sizeOf(skills []*Skill, cut, omitted int, measure func(string) int) int {
+	n := measure(header) + measure(footer) + measure(omittedLine(omitted))
 	for _, s := range skills {
-		n += entrySize(s, cut)
+		n += measure(entry(s, cut))
 	}
 	return n
-}
-
-func entrySize(s *Skill, cut int) int {
-	return utf8.RuneCountInString(entry(s, cut))
 }
 
 func render(skills []*Skill, cut, omitted int) string {

@@ -83,7 +83,7 @@ func TestRenderAvailable(t *testing.T) {
 	}{
 		{name: "fits", budget: fullLen},
 		{name: "descriptions cut", budget: fullLen / 2, wantTruncate: true},
-		{name: "descriptions cut to the minimum", budget: size(many, minDescription, 0), wantTruncate: true},
+		{name: "descriptions cut to the minimum", budget: sizeOf(many, minDescription, 0, utf8.RuneCountInString), wantTruncate: true},
 		{name: "skills left out", budget: 2000, wantTruncate: true, wantOmitted: true},
 		{name: "nothing fits", budget: 10, wantOmitted: true},
 	}

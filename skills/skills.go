@@ -39,6 +39,12 @@ type Skill struct {
 	DisableModelInvocation bool     `json:"disable-model-invocation,omitempty"`
 	Tags                   []string `json:"tags,omitempty"`
 	Requires               []string `json:"requires,omitempty"`
+	// Hooks are the skill's hooks frontmatter, validated (nil: none).
+	Hooks Hooks `json:"hooks,omitempty"`
+	// HookErrors are the problems of a hooks field that does not validate
+	// (kept when indexing leniently): such a skill's hooks cannot vouch
+	// for anything, so tools.check denies while it is active.
+	HookErrors []string `json:"-"`
 
 	Properties map[string]any `json:"-"` // the frontmatter, for receipts and `skills show`
 	Body       string         `json:"-"` // markdown after the frontmatter
@@ -46,4 +52,12 @@ type Skill struct {
 	Location   string         `json:"-"` // absolute path of SKILL.md
 	Digest     string         `json:"-"` // "sha256:<hex>" over the whole directory
 	Warnings   []string       `json:"-"` // problems tolerated by lenient indexing
+}
+
+// UserInvocable reports whether a person may invoke the skill (a slash
+// command, an MCP prompt): true unless its frontmatter sets
+// user-invocable: false (background knowledge the model loads itself).
+func (s *Skill) UserInvocable() bool {
+	v, ok := s.Properties["user-invocable"].(bool)
+	return !ok || v
 }

@@ -291,9 +291,11 @@ func newSkill(doc *Document, dirName string, opts LoadOptions) (*Skill, error) {
 				v.add(key, fmt.Sprint(raw), "must be a single value like \"1.2.0\"")
 			}
 		case "hooks":
-			if _, ok := raw.(map[string]any); !ok {
-				v.add(key, "", "must be a mapping of hook events to handlers")
+			hooks, probs := ParseHooks(raw)
+			for _, p := range probs {
+				v.add(key, "", p)
 			}
+			s.Hooks, s.HookErrors = hooks, probs
 		case "triggers":
 			v.stringList(key, raw)
 		case "tags":

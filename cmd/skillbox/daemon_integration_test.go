@@ -249,6 +249,9 @@ pool { per_key = %d }
 	t.Cleanup(func() {
 		d.stop()
 		d.removeLeftoverContainers()
+		// A current runsc keeps its empty network namespace mounted in
+		// its state dir.
+		unix.Unmount(filepath.Join(d.runscDir, "null-netns"), unix.MNT_DETACH)
 		if t.Failed() {
 			if b, err := os.ReadFile(d.logPath); err == nil {
 				t.Logf("daemon log (%s):\n%s", d.logPath, tailLines(string(b), 60))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/signal"
 	"slices"
@@ -18,6 +19,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skillbox/skillbox/images"
+	"github.com/skillbox/skillbox/images/deps"
+	"github.com/skillbox/skillbox/runtime"
 )
 
 // imagesCommand is `skillbox images build|list|prune`: it builds the
@@ -50,6 +53,7 @@ func imagesCommand() *cli.Command {
 					&cli.BoolFlag{Name: "no-unpack", Usage: "do not unpack the rootfs cache after building"},
 					&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 					&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also show mmdebstrap's full output (it is kept in DIR/logs either way)"},
+					&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` whose python_index installs the recipes' extras (python_extras) as a dependency layer"},
 				},
 				Action: imagesBuild,
 			},
@@ -58,12 +62,13 @@ func imagesCommand() *cli.Command {
 				Usage: "list built images (name, digest, size, age, stale) and recipes not built yet",
 				Flags: []cli.Flag{dirFlag, recipesFlag,
 					&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+					&cli.BoolFlag{Name: "layers", Usage: "with --json: print the dependency layers (digest, image, packages, size, users) instead of the images"},
 				},
 				Action: imagesList,
 			},
 			{
 				Name:   "prune",
-				Usage:  "delete blobs and rootfs trees no image refers to (stop sandboxes on old images first)",
+				Usage:  "delete blobs and rootfs trees no image refers to, and dependency layers of images no longer in the store (stop sandboxes on old images first)",
 				Flags:  []cli.Flag{dirFlag},
 				Action: imagesPrune,
 			},
@@ -143,6 +148,10 @@ func imagesBuild(c *cli.Context) error {
 					}
 				}
 				fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\tup to date\n", img.Name, img.Digest, images.HumanSize(img.Size))
+				if err := buildExtras(ctx, c, store, recipes[n], img); err != nil {
+					fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
+					failed = append(failed, n+" (extras)")
+				}
 				continue
 			}
 		}
@@ -157,6 +166,10 @@ func imagesBuild(c *cli.Context) error {
 		}
 		fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\t%s\n", img.Name, img.Digest, images.HumanSize(img.Size),
 			time.Since(start).Round(time.Second))
+		if err := buildExtras(ctx, c, store, recipes[n], img); err != nil {
+			fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
+			failed = append(failed, n+" (extras)")
+		}
 	}
 	if len(failed) > 0 {
 		return exitCode(1, "%d of %d image builds failed: %s", len(failed), len(names), strings.Join(failed, ", "))
@@ -208,6 +221,18 @@ func imagesList(c *cli.Context) error {
 		}
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Name < entries[j].Name })
+	layers, err := deps.OpenStore(c.String("dir")).List()
+	if err != nil {
+		return exitCode(1, "dependency layers: %v", err)
+	}
+	if c.Bool("json") && c.Bool("layers") {
+		enc := json.NewEncoder(c.App.Writer)
+		enc.SetIndent("", "  ")
+		if layers == nil {
+			layers = []*deps.Layer{}
+		}
+		return enc.Encode(layers)
+	}
 
 	if c.Bool("json") {
 		enc := json.NewEncoder(c.App.Writer)
@@ -231,6 +256,32 @@ func imagesList(c *cli.Context) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", e.Name, shortDigest(e.Digest), images.HumanSize(e.Size),
 			images.HumanSize(e.UnpackedSize), age(e.BuiltAt), state)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(layers) == 0 {
+		return nil
+	}
+	current := map[string]bool{}
+	for _, img := range imgs {
+		current[img.Digest] = true
+	}
+	fmt.Fprintln(c.App.Writer)
+	tw = tabwriter.NewWriter(c.App.Writer, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "LAYER\tIMAGE\tPACKAGES\tSIZE\tBUILT\tUSERS")
+	for _, l := range layers {
+		var pkgs []string
+		for _, a := range l.Artifacts {
+			pkgs = append(pkgs, a.Name+"=="+a.Version)
+		}
+		users := slices.Sorted(maps.Keys(l.Users))
+		img := l.Image
+		if !current[l.ImageDigest] {
+			img += " (gone: prune removes it)"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", shortDigest(l.Digest), img, strings.Join(pkgs, ","),
+			images.HumanSize(l.Size), age(l.Built), strings.Join(users, ","))
+	}
 	return tw.Flush()
 }
 
@@ -245,6 +296,23 @@ func imagesPrune(c *cli.Context) error {
 	}
 	if err != nil {
 		return exitCode(1, "%v", err)
+	}
+	// Dependency layers of images that are no longer in the store (the
+	// image was rebuilt or removed): no new run can use them.
+	imgs, err := store.List()
+	if err != nil {
+		return exitCode(1, "%v", err)
+	}
+	current := map[string]bool{}
+	for _, img := range imgs {
+		current[img.Digest] = true
+	}
+	removed, err = deps.OpenStore(c.String("dir")).Prune(func(l *deps.Layer) bool { return current[l.ImageDigest] })
+	for _, p := range removed {
+		fmt.Fprintln(c.App.Writer, "removed", p)
+	}
+	if err != nil {
+		return exitCode(1, "dependency layers: %v", err)
 	}
 	return nil
 }
@@ -281,4 +349,62 @@ func plural(n int, unit string) string {
 		return "1 " + unit
 	}
 	return fmt.Sprintf("%d %ss", n, unit)
+}
+
+// buildExtras installs recipe r's python_extras on img as a dependency
+// layer (the same safe path as a skill's: wheels only, offline install,
+// hashes recorded), when --config names a python_index; without one it
+// says which extras are missing and how to provide them.
+func buildExtras(ctx context.Context, c *cli.Context, store *images.Store, r *images.Recipe, img *images.Image) error {
+	if r == nil || len(r.PythonExtras) == 0 {
+		return nil
+	}
+	cfg, err := loadConfig(c.String("config"))
+	if err != nil {
+		return err
+	}
+	src := cfg.Sources
+	if src.PythonIndex == "" && len(src.FindLinks) == 0 {
+		fmt.Fprintf(c.App.ErrWriter, "skillbox: %s: extras not installed (no python_index configured): %s; pass --config with python_index { url = … } to add them\n",
+			r.Name, strings.Join(r.PythonExtras, ", "))
+		return nil
+	}
+	if c.Bool("no-unpack") {
+		return fmt.Errorf("%s: extras need the unpacked rootfs: drop --no-unpack", r.Name)
+	}
+	rootfs, err := store.RootFS(ctx, img)
+	if err != nil {
+		return err
+	}
+	set := &deps.Set{}
+	for _, e := range r.PythonExtras {
+		req, err := deps.ParseRequirement(e, r.Name+" python_extras")
+		if err != nil {
+			return err
+		}
+		set.Python = append(set.Python, req)
+	}
+	log := newLogger("skillbox", hclog.Warn, os.Stderr)
+	ropts := cfg.RuntimeOptions(cfg.Daemon.Runtime)
+	ropts.Logger = log.Named("runtime")
+	rt, err := runtime.New(cfg.Daemon.Runtime, ropts)
+	if err != nil {
+		return err
+	}
+	b := &deps.Builder{Store: deps.OpenStore(c.String("dir")), Runtime: rt, Logger: log.Named("deps"),
+		Sources: deps.Sources{PythonIndex: src.PythonIndex, FindLinks: src.FindLinks, NpmRegistry: src.NpmRegistry}}
+	l, err := b.Build(ctx, deps.Request{Image: r.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: set})
+	if err != nil {
+		return fmt.Errorf("%s extras: %w", r.Name, err)
+	}
+	if l == nil {
+		fmt.Fprintf(c.App.Writer, "%s\textras\tin the image already\n", r.Name)
+		return nil
+	}
+	var pkgs []string
+	for _, a := range l.Artifacts {
+		pkgs = append(pkgs, a.Name+"=="+a.Version)
+	}
+	fmt.Fprintf(c.App.Writer, "%s\textras\t%s\t%s\n", r.Name, l.Digest, strings.Join(pkgs, ","))
+	return nil
 }

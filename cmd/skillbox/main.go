@@ -59,8 +59,10 @@ func newApp() *cli.App {
 			policyCommand(),
 			auditCommand(),
 			imagesCommand(),
+			depsCommand(),
 			benchCommand(),
 			mcpCommand(),
+			proposalsCommand(),
 			versionCommand(),
 		},
 		// Usage errors exit 2 with one line, like the rest of the CLI.

@@ -173,8 +173,12 @@ func openLocalService(ctx context.Context, c *cli.Context, log hclog.Logger) (_ 
 	l.closers = append(l.closers, func() { st.Close() })
 	sessions := store.NewSessionStore(st, store.SessionOptions{Logger: log.Named("store")})
 	confirms := store.NewConfirmationStore(st, store.ConfirmationOptions{DefaultTTL: cfg.Daemon.ConfirmationTTL, Logger: log.Named("store")})
+	proposals, err := store.NewProposalStore(st)
+	if err != nil {
+		return nil, err
+	}
 	l.svc = service.New(service.Options{
-		Config: cfg, Skills: reg, Engine: eng, Sessions: sessions, Confirmations: confirms, Audit: auditLog, Logger: log,
+		Config: cfg, Skills: reg, Engine: eng, Sessions: sessions, Confirmations: confirms, Proposals: proposals, Audit: auditLog, Logger: log,
 	})
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	done := make(chan struct{}, 2)

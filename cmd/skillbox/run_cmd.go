@@ -247,6 +247,22 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 	if err := rootCheck("run", eng.Runtime.Name(), os.Geteuid()); err != nil {
 		return err
 	}
+	// The terminal's run is a load and a run: a skill's dependency layer
+	// is built (or found) now, before the run, never inside it.
+	if eng.Deps != nil && cfg.Deps.BuildOnLoad {
+		loaded := []*skills.Skill{req.Skill}
+		if req.Code != nil {
+			loaded = req.Code.Skills
+		}
+		for _, sk := range loaded {
+			if sk == nil {
+				continue
+			}
+			if _, err := eng.Deps.Build(ctx, sk, sk.Dir); err != nil {
+				return err
+			}
+		}
+	}
 	// The daemon's authorization path, with the person at the terminal as
 	// the approver (--yes) instead of a confirmation request.
 	svc := service.New(service.Options{Config: cfg, Skills: index, Engine: eng, Audit: eng.Audit, Logger: quiet})
@@ -353,6 +369,9 @@ func reportRun(w io.Writer, out *service.Outcome, outputsDir string) {
 	default:
 		fmt.Fprintf(w, "skillbox: the run ended: %s\n", res.Reason)
 	}
+	if out.Hint != "" {
+		fmt.Fprintf(w, "skillbox: %s\n", out.Hint)
+	}
 }
 
 // reportOutputs says what the script left in /work: the files kept (by
@@ -438,6 +457,8 @@ type runJSON struct {
 	Image           string          `json:"image"`
 	ImageDigest     string          `json:"image_digest"`
 	Runtime         string          `json:"runtime"`
+	DepsLayer       string          `json:"deps_layer,omitempty"`
+	Hint            string          `json:"hint,omitempty"`
 	RuntimeVersion  string          `json:"runtime_version"`
 	Network         bool            `json:"network"`
 	Limits          runtime.Limits  `json:"limits"`
@@ -477,6 +498,7 @@ func newRunJSON(o *service.Outcome, saved []string) *runJSON {
 		OutputsSkipped: append([]string{}, r.OutputsSkipped...),
 		SavedOutputs:   append([]string{}, saved...),
 		ConfirmationID: p.Request.ConfirmationID,
+		DepsLayer:      o.DepsLayer, Hint: o.Hint,
 	}
 	if sk := p.Request.Skill; sk != nil {
 		j.Skill, j.SkillDigest = sk.Name, sk.Digest

@@ -182,10 +182,14 @@ func startDaemon(parent context.Context, cfg *policy.Config, log hclog.Logger) (
 	}
 	sessions := store.NewSessionStore(rd.state, store.SessionOptions{Logger: log.Named("store")})
 	confirms := store.NewConfirmationStore(rd.state, store.ConfirmationOptions{DefaultTTL: cfg.Daemon.ConfirmationTTL, Logger: log.Named("store")})
+	proposals, err := store.NewProposalStore(rd.state)
+	if err != nil {
+		return fail(err)
+	}
 	// The daemon audits expiries (it hooks the stores), so it exists before
 	// the sweepers start.
 	rd.daemon = daemon.New(daemon.Options{
-		Config: cfg, Skills: reg, Engine: eng, Sessions: sessions, Confirmations: confirms, Audit: rd.audit, Logger: log,
+		Config: cfg, Skills: reg, Engine: eng, Sessions: sessions, Confirmations: confirms, Proposals: proposals, Audit: rd.audit, Logger: log,
 	})
 	rd.bg.Add(2)
 	go func() { defer rd.bg.Done(); sessions.RunSweeper(ctx, time.Minute) }()

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/skillbox/skillbox/images"
+	"github.com/skillbox/skillbox/images/deps"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/audit"
@@ -155,6 +156,17 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 	if o.audit != nil {
 		eng.Audit = o.audit
 	}
+	eng.Deps = newDeps(cfg, dir, rt, eng.Images, log)
+	for name, r := range byImage {
+		if len(r.PythonExtras) > 0 {
+			if eng.Deps.Extras == nil {
+				eng.Deps.Extras = map[string][]string{}
+			}
+			// Runs name the image by config block or by recipe.
+			eng.Deps.Extras[name] = r.PythonExtras
+			eng.Deps.Extras[r.Name] = r.PythonExtras
+		}
+	}
 	if eng.Egress.Hosts, err = cfg.Egress.LoadHosts(); err != nil {
 		return nil, err
 	}
@@ -162,6 +174,23 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 		return nil, err
 	}
 	return eng, nil
+}
+
+// newDeps is the dependency layers of runs: stored beside the images in
+// dir, built with rt, from the config's package sources.
+func newDeps(cfg *policy.Config, dir string, rt runtime.Runtime, imgs service.ImageSource, log hclog.Logger) *service.Deps {
+	src := cfg.Sources
+	return &service.Deps{
+		Builder: &deps.Builder{
+			Store:   deps.OpenStore(dir),
+			Runtime: rt,
+			Sources: deps.Sources{PythonIndex: src.PythonIndex, FindLinks: src.FindLinks, NpmRegistry: src.NpmRegistry},
+			Logger:  log.Named("deps"),
+		},
+		Config: cfg,
+		Images: imgs,
+		Logger: log.Named("deps"),
+	}
 }
 
 // openAudit opens the config's audit log, or returns nil when it names none.

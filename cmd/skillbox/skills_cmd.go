@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/skillbox/skillbox/images/deps"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -29,7 +30,7 @@ func skillsCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "skills",
 		Usage: "validate, inspect and list Agent Skills",
-		Subcommands: []*cli.Command{
+		Subcommands: append([]*cli.Command{
 			{
 				Name:         "validate",
 				Usage:        "check skills against the Agent Skills specification",
@@ -56,13 +57,31 @@ func skillsCommand() *cli.Command {
 				Action:       skillsPrompt,
 			},
 			{
+				Name:      "check",
+				Usage:     "check a skill's scripts against their images and dependency layer: imports and programs, by file and line",
+				ArgsUsage: "SKILL|SKILLDIR",
+				Description: "A static check (nothing of the skill runs): Python imports and Node requires that will\n" +
+					"not resolve, and programs the scripts start (literal names in subprocess, os.system,\n" +
+					"child_process; #! lines) that the image lacks, with the skill's declared dependencies\n" +
+					"and its built layer taken into account. Exit code 1 when something is missing.",
+				Flags: []cli.Flag{
+					&cli.StringSliceFlag{Name: "root", Usage: "skill root `DIR` (repeatable); default: the config's skills.roots"},
+					&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` (images, packages)"},
+					&cli.StringFlag{Name: "images", Usage: "image store `DIR`", EnvVars: []string{"SKILLBOX_IMAGES"}},
+					&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+					&cli.BoolFlag{Name: "all", Usage: "also list what is satisfied"},
+				},
+				OnUsageError: usageErr,
+				Action:       skillsCheck,
+			},
+			{
 				Name:         "list",
 				Usage:        "index skill roots and list the skills found",
 				Flags:        []cli.Flag{rootFlag, &cli.BoolFlag{Name: "json", Usage: "print JSON"}, &cli.BoolFlag{Name: "allow-extensions", Value: true, Usage: "accept extension fields without warnings"}},
 				OnUsageError: usageErr,
 				Action:       skillsList,
 			},
-		},
+		}, lifecycleSkillsCommands()...),
 	}
 }
 
@@ -174,6 +193,20 @@ func skillsShow(c *cli.Context) error {
 		b, _ := json.Marshal(s.Properties[k])
 		row(k, string(b))
 	}
+	if set, err := deps.Discover(s.Dir, deps.Extra{}); err != nil {
+		row("dependencies", "invalid: "+err.Error())
+	} else if !set.Empty() {
+		var py, npm []string
+		for _, r := range set.Python {
+			py = append(py, r.Line())
+		}
+		for _, d := range set.Npm {
+			npm = append(npm, d.Name+"@"+d.Range)
+		}
+		row("dependencies.python", strings.Join(py, ", "))
+		row("dependencies.npm", strings.Join(npm, ", "))
+		row("dependencies.files", strings.Join(set.Files, ", "))
+	}
 	row("location", s.Location)
 	row("digest", s.Digest)
 	row("body", fmt.Sprintf("%d lines", strings.Count(s.Body, "\n")))
@@ -279,4 +312,48 @@ func skillsShortDigest(d string) string {
 		return d[:len("sha256:")+12]
 	}
 	return d
+}
+
+// skillsCheck is `skillbox skills check`: skills.check at the terminal.
+func skillsCheck(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return exitCode(2, "usage: skillbox skills check [--root DIR]... [--config FILE] [--json] SKILL|SKILLDIR")
+	}
+	sk, eng, err := skillEngine(c, engineOptions{imageDir: c.String("images"), noBuild: true})
+	if err != nil {
+		return err
+	}
+	res, err := eng.CheckSkill(c.Context, sk)
+	if err != nil {
+		return cliError(err)
+	}
+	w := c.App.Writer
+	if c.Bool("json") {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, f := range res.Findings {
+			if f.State != "missing" && !c.Bool("all") {
+				continue
+			}
+			by := f.By
+			if f.State == "missing" {
+				by = f.Hint
+			}
+			fmt.Fprintf(tw, "%s:%d\t%s\t%s\t%s\t%s\n", f.File, f.Line, f.Kind, f.Name, f.State, by)
+		}
+		tw.Flush()
+		for _, s := range res.Skipped {
+			fmt.Fprintf(c.App.ErrWriter, "skillbox: not checked: %s\n", s)
+		}
+		fmt.Fprintf(w, "%s: %d missing of %d imports and programs\n", sk.Name, res.Missing, len(res.Findings))
+	}
+	if res.Missing > 0 {
+		return &exitError{code: 1}
+	}
+	return nil
 }

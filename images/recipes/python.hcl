@@ -36,6 +36,10 @@ image "python" {
     "fonts-noto-core",
   ]
   interpreters = ["python3", "python"]
+  # What hosted code interpreters ship and Debian does not: installed as a
+  # dependency layer (wheels only, offline, hashes recorded) when the config
+  # names a python_index; reported as missing otherwise.
+  python_extras = ["python-pptx", "pdfplumber", "pdf2image", "pypdfium2", "markitdown"]
   notes        = <<-EOT
     Python 3.13 with pypdf (5.x), openpyxl, python-docx, lxml, defusedxml,
     Pillow, numpy, pandas, matplotlib (and scipy, which it pulls in),

@@ -12,6 +12,7 @@ const (
 	MethodSkillsRunScript      = "skills.run_script"
 	MethodSkillsRunCode        = "skills.run_code"
 	MethodToolsCheck           = "tools.check"
+	MethodSkillsCheck          = "skills.check"
 	MethodConfirmationsList    = "confirmations.list"
 	MethodConfirmationsApprove = "confirmations.approve"
 	MethodConfirmationsDeny    = "confirmations.deny"

@@ -9,7 +9,7 @@ import "context"
 // pass a ctx that carries the request id (WithRequestID) and, for runs, an
 // EventSink (WithEventSink). Errors are classified with KindOf.
 type Service interface {
-	CreateSession(ctx context.Context, caller Peer) (*CreateSessionResult, error)
+	CreateSession(ctx context.Context, caller Peer, p CreateSessionParams) (*CreateSessionResult, error)
 	CloseSession(ctx context.Context, caller Peer, p SessionParams) (*CloseSessionResult, error)
 	Instructions(ctx context.Context, caller Peer, p SessionParams) (*InstructionsResult, error)
 	ListSkills(ctx context.Context, caller Peer, p ListSkillsParams) ([]SkillInfo, error)
@@ -19,8 +19,18 @@ type Service interface {
 	RunScript(ctx context.Context, caller Peer, p RunScriptParams) (*RunScriptResult, error)
 	RunCode(ctx context.Context, caller Peer, p RunCodeParams) (*RunScriptResult, error)
 	CheckTool(ctx context.Context, caller Peer, p CheckToolParams) (*CheckToolResult, error)
+	CheckSkill(ctx context.Context, caller Peer, p CheckSkillParams) (*CheckSkillResult, error)
 	ListConfirmations(ctx context.Context, caller Peer, p ListConfirmationsParams) (*ListConfirmationsResult, error)
 	ApproveConfirmation(ctx context.Context, caller Peer, p ConfirmationIDParams) (*Confirmation, error)
 	DenyConfirmation(ctx context.Context, caller Peer, p ConfirmationIDParams) (*Confirmation, error)
 	CancelRun(ctx context.Context, caller Peer, p CancelRunParams) (*CancelRunResult, error)
+
+	ActivateSkill(ctx context.Context, caller Peer, p ActivateParams) (*ActivateResult, error)
+	ReportTool(ctx context.Context, caller Peer, p ReportToolParams) (*ReportToolResult, error)
+	ProposeChange(ctx context.Context, caller Peer, p ProposeParams) (*Proposal, error)
+	ListProposals(ctx context.Context, caller Peer, p ListProposalsParams) (*ListProposalsResult, error)
+	ShowProposal(ctx context.Context, caller Peer, p ProposalIDParams) (*Proposal, error)
+	ApproveProposal(ctx context.Context, caller Peer, p ProposalIDParams) (*Proposal, error)
+	RejectProposal(ctx context.Context, caller Peer, p ProposalIDParams) (*Proposal, error)
+	LockSkills(ctx context.Context, caller Peer, p LockParams) (*LockResult, error)
 }

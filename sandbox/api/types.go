@@ -51,7 +51,9 @@ type ListSkillsParams struct {
 
 // SkillInfo is one entry of skills.list (whose result is a bare array of
 // them, sorted by name). Skills whose SKILL.md disables model invocation are
-// listed with ModelInvocable false rather than hidden. Tags is always
+// listed with ModelInvocable false rather than hidden; UserInvocable is
+// false for skills a person may not invoke (user-invocable: false), which
+// are therefore not MCP prompts. Tags is always
 // present on the wire ([] when the skill declares none).
 type SkillInfo struct {
 	Name           string   `json:"name"`
@@ -60,6 +62,11 @@ type SkillInfo struct {
 	Digest         string   `json:"digest"`
 	Tags           []string `json:"tags"`
 	ModelInvocable bool     `json:"model_invocable"`
+	UserInvocable  bool     `json:"user_invocable"`
+	// Tokens estimates the entry's cost in <available_skills>
+	// (skills.EstimateTokens); BodyTokens that of its SKILL.md body once loaded.
+	Tokens     int `json:"tokens"`
+	BodyTokens int `json:"body_tokens"`
 }
 
 // LoadParams is skills.load's request.
@@ -91,6 +98,22 @@ type ActiveSkill struct {
 	RootDir    string         `json:"root_dir"`
 	Digest     string         `json:"digest"`
 	Properties map[string]any `json:"properties,omitempty"`
+	// Tokens estimates the SKILL.md body's cost (skills.EstimateTokens).
+	Tokens int `json:"tokens"`
+	// Dependencies are the packages the skill declares, when any.
+	Dependencies *Dependencies `json:"dependencies,omitempty"`
+}
+
+// Dependencies is what a skill declares (requirements.txt, PEP 723 blocks,
+// package.json, the config's packages) and the state of its layer.
+type Dependencies struct {
+	Python []string `json:"python,omitempty"`
+	Npm    []string `json:"npm,omitempty"`
+	Files  []string `json:"files,omitempty"`
+	// State: "building" (started on load; a layer already built is found
+	// at once), "not_built" (build_on_load is off), "invalid".
+	State   string `json:"state,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // ReadParams is skills.read's request. Skill defaults to the most recently
@@ -113,6 +136,9 @@ type ReadResult struct {
 	Encoding  string `json:"encoding"`
 	Content   string `json:"content"`
 	Truncated bool   `json:"truncated"`
+	// Tokens estimates the content's cost (skills.EstimateTokens of the
+	// text; for base64 content, of the encoded text a model would see).
+	Tokens int `json:"tokens"`
 }
 
 // File is one input entry for a run: a file, a directory or a symlink at
@@ -247,6 +273,11 @@ type RunScriptResult struct {
 	Warm bool `json:"warm"`
 	// Skills are the skills a skills.run_code run mounted.
 	Skills []MountedSkill `json:"skills,omitempty"`
+	// DepsLayer is the digest of the dependency layer the run mounted.
+	DepsLayer string `json:"deps_layer,omitempty"`
+	// Hint says what to do about a failure skillbox recognises (a module
+	// the image and layer lack).
+	Hint string `json:"hint,omitempty"`
 	// Egress sums up a run's connections through the egress proxy (runs
 	// whose policy lists egress destinations).
 	Egress *EgressSummary `json:"egress,omitempty"`
@@ -377,4 +408,36 @@ type ConfirmationRequiredData struct {
 	Reason         string `json:"reason"`
 	Rule           string `json:"rule"`
 	Digest         string `json:"digest"`
+}
+
+// CheckSkillParams is skills.check's request: a skill by name.
+type CheckSkillParams struct {
+	Skill string `json:"skill"`
+}
+
+// CheckSkillResult is skills.check's result: every import and program the
+// skill's scripts name, by file and line, resolved against the image each
+// script runs in and the skill's dependency layer. Missing counts the
+// findings whose State is "missing"; Skipped says which script families
+// were not checked and why (an image not built yet).
+type CheckSkillResult struct {
+	Skill    string         `json:"skill"`
+	Digest   string         `json:"digest"`
+	Findings []CheckFinding `json:"findings"`
+	Missing  int            `json:"missing"`
+	Skipped  []string       `json:"skipped,omitempty"`
+}
+
+// CheckFinding is one import or program of one script line. Kind is
+// "import" or "program"; State is "missing" or "satisfied"; By says what
+// satisfies it ("stdlib", "builtin", "image", "layer", "skill",
+// "declared"); Hint says how to provide a missing one.
+type CheckFinding struct {
+	File  string `json:"file"`
+	Line  int    `json:"line"`
+	Kind  string `json:"kind"`
+	Name  string `json:"name"`
+	State string `json:"state"`
+	By    string `json:"by,omitempty"`
+	Hint  string `json:"hint,omitempty"`
 }

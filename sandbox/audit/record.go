@@ -142,6 +142,7 @@ type RunInfo struct {
 	RuntimeVersion string         `json:"runtime_version,omitempty"`
 	Image          string         `json:"image,omitempty"`
 	ImageDigest    string         `json:"image_digest,omitempty"`
+	DepsLayer      string         `json:"deps_layer,omitempty"` // dependency layer digest
 	Limits         runtime.Limits `json:"limits,omitzero"`
 	Network        bool           `json:"network"`
 	// Egress lists the destinations the run may reach through the egress

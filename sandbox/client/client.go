@@ -677,3 +677,13 @@ func decodeList(raw json.RawMessage, key string, out any) error {
 	}
 	return json.Unmarshal(raw, out)
 }
+
+// CheckSkill is skills.check: the imports and programs a skill's scripts
+// need, resolved against its image and dependency layer.
+func (c *Client) CheckSkill(ctx context.Context, p api.CheckSkillParams) (*api.CheckSkillResult, error) {
+	var r api.CheckSkillResult
+	if err := c.Call(ctx, api.MethodSkillsCheck, p, &r); err != nil {
+		return nil, err
+	}
+	return &r, nil
+}

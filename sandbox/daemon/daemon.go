@@ -32,6 +32,8 @@ type Options struct {
 	Engine        *service.Engine
 	Sessions      *store.SessionStore
 	Confirmations *store.ConfirmationStore
+	// Proposals keeps skills.propose's proposals (nil: unavailable).
+	Proposals *store.ProposalStore
 	// Audit receives every event; nil means none (tests). The daemon
 	// refuses runs while it is unhealthy.
 	Audit service.Auditor
@@ -102,7 +104,7 @@ func New(o Options) *Daemon {
 	d := &Daemon{
 		svc: service.New(service.Options{
 			Config: o.Config, Skills: o.Skills, Engine: o.Engine, Sessions: o.Sessions,
-			Confirmations: o.Confirmations, Audit: o.Audit, Logger: log,
+			Confirmations: o.Confirmations, Audit: o.Audit, Logger: log, Proposals: o.Proposals,
 		}),
 		audit:      o.Audit,
 		log:        log.Named("daemon"),

@@ -13,13 +13,7 @@ import (
 // for the server to encode. Runs that ask for stream: true get their events
 // as notifications (see streamEvents).
 func RegisterService(s *Server, svc api.Service) {
-	s.Handle(api.MethodSessionsCreate, func(ctx context.Context, c *Call) (any, error) {
-		var p struct{}
-		if err := c.Bind(&p); err != nil {
-			return nil, err
-		}
-		return svc.CreateSession(serviceCtx(ctx, c), c.Peer)
-	})
+	s.Handle(api.MethodSessionsCreate, bind(svc.CreateSession))
 	s.Handle(api.MethodSessionsClose, bind(svc.CloseSession))
 	s.Handle(api.MethodSessionsInstructions, bind(svc.Instructions))
 	s.Handle(api.MethodSkillsList, bind(svc.ListSkills))
@@ -29,10 +23,19 @@ func RegisterService(s *Server, svc api.Service) {
 	s.Handle(api.MethodSkillsRunScript, streamed(svc.RunScript))
 	s.Handle(api.MethodSkillsRunCode, streamed(svc.RunCode))
 	s.Handle(api.MethodToolsCheck, bind(svc.CheckTool))
+	s.Handle(api.MethodSkillsCheck, bind(svc.CheckSkill))
 	s.Handle(api.MethodConfirmationsList, bind(svc.ListConfirmations))
 	s.Handle(api.MethodConfirmationsApprove, bind(svc.ApproveConfirmation))
 	s.Handle(api.MethodConfirmationsDeny, bind(svc.DenyConfirmation))
 	s.Handle(api.MethodRunsCancel, bind(svc.CancelRun))
+	s.Handle(api.MethodSkillsActivate, bind(svc.ActivateSkill))
+	s.Handle(api.MethodToolsReport, bind(svc.ReportTool))
+	s.Handle(api.MethodSkillsPropose, bind(svc.ProposeChange))
+	s.Handle(api.MethodProposalsList, bind(svc.ListProposals))
+	s.Handle(api.MethodProposalsShow, bind(svc.ShowProposal))
+	s.Handle(api.MethodProposalsApprove, bind(svc.ApproveProposal))
+	s.Handle(api.MethodProposalsReject, bind(svc.RejectProposal))
+	s.Handle(api.MethodSkillsLock, bind(svc.LockSkills))
 }
 
 // serviceCtx is the ctx a service method gets: the request id for audit.

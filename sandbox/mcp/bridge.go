@@ -55,12 +55,9 @@ func fromClient(err error, passedConfirmation string) error {
 	return &remoteError{msg: ce.Message, kind: api.Sentinel(ce.Kind), data: ce.Data}
 }
 
-func (b *Bridge) CreateSession(ctx context.Context, _ api.Peer) (*api.CreateSessionResult, error) {
-	id, err := b.Client.CreateSession(ctx)
-	if err != nil {
-		return nil, fromClient(err, "")
-	}
-	return &api.CreateSessionResult{SessionID: id}, nil
+func (b *Bridge) CreateSession(ctx context.Context, _ api.Peer, p api.CreateSessionParams) (*api.CreateSessionResult, error) {
+	r, err := b.Client.CreateSessionWith(ctx, p)
+	return r, fromClient(err, "")
 }
 
 func (b *Bridge) CloseSession(ctx context.Context, _ api.Peer, p api.SessionParams) (*api.CloseSessionResult, error) {
@@ -158,6 +155,11 @@ func (b *Bridge) run(ctx context.Context, method string, stream *bool, confirmat
 
 func (b *Bridge) CheckTool(ctx context.Context, _ api.Peer, p api.CheckToolParams) (*api.CheckToolResult, error) {
 	r, err := b.Client.CheckTool(ctx, p)
+	return r, fromClient(err, "")
+}
+
+func (b *Bridge) CheckSkill(ctx context.Context, _ api.Peer, p api.CheckSkillParams) (*api.CheckSkillResult, error) {
+	r, err := b.Client.CheckSkill(ctx, p)
 	return r, fromClient(err, "")
 }
 

@@ -66,7 +66,7 @@ func (f *fakeService) called(call string) bool {
 	return slices.Contains(f.calls, call)
 }
 
-func (f *fakeService) CreateSession(context.Context, api.Peer) (*api.CreateSessionResult, error) {
+func (f *fakeService) CreateSession(context.Context, api.Peer, api.CreateSessionParams) (*api.CreateSessionResult, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.next++
@@ -92,7 +92,7 @@ func (f *fakeService) ListSkills(context.Context, api.Peer, api.ListSkillsParams
 	for _, s := range f.reg.List() {
 		out = append(out, api.SkillInfo{
 			Name: s.Name, Description: s.Description, Location: s.Location, Digest: s.Digest,
-			Tags: append([]string{}, s.Tags...), ModelInvocable: !s.DisableModelInvocation,
+			Tags: append([]string{}, s.Tags...), ModelInvocable: !s.DisableModelInvocation, UserInvocable: s.UserInvocable(),
 		})
 	}
 	return out, nil
@@ -176,6 +176,10 @@ func (f *fakeService) RunCode(context.Context, api.Peer, api.RunCodeParams) (*ap
 
 func (f *fakeService) CheckTool(_ context.Context, _ api.Peer, p api.CheckToolParams) (*api.CheckToolResult, error) {
 	return &api.CheckToolResult{Decision: api.DecisionAllow, Rule: "default", Reason: string(p.Input)}, nil
+}
+
+func (f *fakeService) CheckSkill(_ context.Context, _ api.Peer, p api.CheckSkillParams) (*api.CheckSkillResult, error) {
+	return &api.CheckSkillResult{Skill: p.Skill}, nil
 }
 
 func (f *fakeService) ListConfirmations(context.Context, api.Peer, api.ListConfirmationsParams) (*api.ListConfirmationsResult, error) {

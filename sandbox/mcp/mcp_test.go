@@ -196,8 +196,10 @@ func TestPrompts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(prompts.Prompts) != 1 || prompts.Prompts[0].Name != "hello" || len(prompts.Prompts[0].Arguments) != 1 {
-		t.Fatalf("prompts = %+v (want only the model-invocable skill)", prompts.Prompts)
+	// A prompt is a user invocation: the skill only a person may invoke
+	// is one too.
+	if len(prompts.Prompts) != 2 || prompts.Prompts[0].Name != "hello" || prompts.Prompts[1].Name != "manual" || len(prompts.Prompts[0].Arguments) != 1 {
+		t.Fatalf("prompts = %+v (want both user-invocable skills)", prompts.Prompts)
 	}
 	for _, tt := range []struct{ args, want string }{
 		{`"Ada Lovelace" please`, "Greet Ada Lovelace warmly; the whole request was: \"Ada Lovelace\" please"},
@@ -218,8 +220,12 @@ func TestPrompts(t *testing.T) {
 	if !f.called("load:s1") {
 		t.Errorf("getting a prompt should load the skill into the connection's session; calls %v", f.calls)
 	}
-	if _, err := cs.GetPrompt(ctx, &sdk.GetPromptParams{Name: "manual"}); err == nil {
-		t.Error("a skill that disables model invocation should not be a prompt")
+	res, err := cs.GetPrompt(ctx, &sdk.GetPromptParams{Name: "manual"})
+	if err != nil || !strings.Contains(res.Messages[0].Content.(*sdk.TextContent).Text, "Manual steps.") {
+		t.Errorf("a skill that disables model invocation is a user's prompt: %+v, %v", res, err)
+	}
+	if !f.called("activate:manual:user") {
+		t.Errorf("the prompt should be a user invocation of skills.activate; calls %v", f.calls)
 	}
 }
 

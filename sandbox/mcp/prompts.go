@@ -2,26 +2,26 @@ package mcp
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/skills"
 )
 
 // PromptArgument is the one argument of a skill prompt: what the user typed
 // after the skill's name, filling $ARGUMENTS, $0, $1…
 const PromptArgument = "arguments"
 
-// syncPrompts registers one prompt per model-invocable skill and removes
-// the prompts of skills that are gone; the SDK notifies clients. Called
-// with c.mu held.
+// syncPrompts registers one prompt per skill a person may invoke (a
+// prompt is a user invocation: skills with disable-model-invocation are
+// prompts, skills with user-invocable: false are not) and removes the
+// prompts of skills that are gone; the SDK notifies clients. Called with
+// c.mu held.
 func (c *Conn) syncPrompts(list []api.SkillInfo) {
 	var names []string
 	for _, s := range list {
-		if !s.ModelInvocable {
+		if !s.UserInvocable {
 			continue
 		}
 		names = append(names, s.Name)
@@ -51,35 +51,20 @@ func missingFrom(now, old []string) []string {
 	return gone
 }
 
-// getPrompt activates a skill for one invocation: it loads the skill into
-// the connection's session (policy and audit apply as for skills_load),
-// reads its SKILL.md through the service and renders the body with the
-// arguments.
+// getPrompt activates a skill for one invocation through the service's
+// skills.activate (a user invocation): the skill is loaded into the
+// connection's session if needed (policy, lock and audit apply as for
+// skills_load) and its body rendered with the arguments, its !`command`s
+// run in the sandbox when policy allows them.
 func (c *Conn) getPrompt(ctx context.Context, req *sdk.GetPromptRequest) (*sdk.GetPromptResult, error) {
-	name := req.Params.Name
-	receipt, err := c.s.svc.LoadSkills(ctx, c.caller, api.LoadParams{SessionID: c.session, Names: []string{name}, Mode: api.LoadAdd})
+	res, err := c.s.svc.ActivateSkill(ctx, c.caller, api.ActivateParams{
+		SessionID: c.session, Name: req.Params.Name, Arguments: req.Params.Arguments[PromptArgument], Invocation: api.InvocationUser,
+	})
 	if err != nil {
 		return nil, toolError(err)
 	}
-	data, err := c.readWhole(ctx, c.session, name, "SKILL.md", skills.MaxFileSize)
-	if err != nil {
-		return nil, toolError(err)
-	}
-	doc, err := skills.Parse(data)
-	if err != nil {
-		return nil, toolError(fmt.Errorf("%s/SKILL.md: %w", name, err))
-	}
-	desc := ""
-	for _, a := range receipt.ActiveSkills {
-		if a.Name == name {
-			if d, ok := a.Properties["description"].(string); ok {
-				desc = d
-			}
-		}
-	}
-	text := skills.RenderArguments(doc.Body, req.Params.Arguments[PromptArgument])
 	return &sdk.GetPromptResult{
-		Description: desc,
-		Messages:    []*sdk.PromptMessage{{Role: "user", Content: &sdk.TextContent{Text: text}}},
+		Description: res.Description,
+		Messages:    []*sdk.PromptMessage{{Role: "user", Content: &sdk.TextContent{Text: res.Body}}},
 	}, nil
 }

@@ -232,7 +232,7 @@ func (c *Conn) readSkillResource(ctx context.Context, req *mcpsdk.ReadResourceRe
 	c.resMu.Lock()
 	defer c.resMu.Unlock()
 	if c.resSession == "" {
-		sess, err := c.s.svc.CreateSession(ctx, c.caller)
+		sess, err := c.s.svc.CreateSession(ctx, c.caller, api.CreateSessionParams{})
 		if err != nil {
 			return nil, toolError(err)
 		}

@@ -112,7 +112,7 @@ type Conn struct {
 
 // Connect starts serving one client on t and returns at once.
 func (s *Server) Connect(ctx context.Context, t sdk.Transport) (*Conn, error) {
-	sess, err := s.svc.CreateSession(ctx, s.opts.Caller)
+	sess, err := s.svc.CreateSession(ctx, s.opts.Caller, api.CreateSessionParams{})
 	if err != nil {
 		return nil, fmt.Errorf("creating the skillbox session: %w", err)
 	}
@@ -270,7 +270,7 @@ func (c *Conn) refresh(ctx context.Context) error {
 func catalogKey(list []api.SkillInfo) string {
 	var b strings.Builder
 	for _, s := range list {
-		fmt.Fprintf(&b, "%s\x00%s\x00%s\x00%t\x00%s\n", s.Name, s.Digest, s.Description, s.ModelInvocable, s.Location)
+		fmt.Fprintf(&b, "%s\x00%s\x00%s\x00%t\x00%t\x00%s\n", s.Name, s.Digest, s.Description, s.ModelInvocable, s.UserInvocable, s.Location)
 	}
 	return b.String()
 }

@@ -51,7 +51,7 @@ func TestRunEgress(t *testing.T) {
 	}
 	t.Setenv("SKILLBOX_SERVICE_TEST_TOKEN", "value-of-the-token")
 	ctx := context.Background()
-	ses, err := f.svc.CreateSession(ctx, owner)
+	ses, err := f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +110,7 @@ func TestRunEgress(t *testing.T) {
 		t.Fatalf("second run in the session: %v", err)
 	}
 	// Another session asks again.
-	other, _ := f.svc.CreateSession(ctx, owner)
+	other, _ := f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})
 	_, err = f.svc.Run(ctx, owner, service.RunRequest{Skill: f.sk["web-ask"], Script: "scripts/run.sh"},
 		service.RunOptions{Method: "test", SessionID: other.SessionID})
 	if !errors.As(err, &cr) {

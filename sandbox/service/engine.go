@@ -70,6 +70,9 @@ type Engine struct {
 	Progress io.Writer
 	// Egress configures runs that policy gives egress destinations.
 	Egress EgressOptions
+	// Deps gives runs their dependency layers; nil: skills' declared
+	// dependencies are ignored.
+	Deps *Deps
 
 	caMu           sync.Mutex // guards Egress.CA
 	verMu          sync.Mutex // runs call version concurrently
@@ -102,6 +105,10 @@ type RunRequest struct {
 
 	// Optional live copies of the streams (the CLI's terminal).
 	Stdout, Stderr runtime.StreamSink
+
+	// Command, when set, runs this shell command in the shell image
+	// instead of a script (a skill's !`command` or hook; see command.go).
+	Command *CommandSpec
 }
 
 // Plan is a validated request with everything resolved: what will run, where,
@@ -144,6 +151,10 @@ type Outcome struct {
 	Plan   *Plan
 	Image  ImageRef
 	Result *runtime.Result
+	// DepsLayer is the dependency layer digest the run mounted, if any.
+	DepsLayer string
+	// Hint says how to fix a failure skillbox recognises (a missing module).
+	Hint string
 }
 
 // Prepare validates req against the skill and the policy without running
@@ -154,6 +165,9 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	}
 	if req.Skill == nil {
 		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
+	}
+	if req.Command != nil {
+		return e.prepareCommand(req)
 	}
 	rel, err := CleanScriptPath(req.Script)
 	if err != nil {
@@ -282,6 +296,14 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: image %q for %s: %v", api.ErrUnavailable, p.Interpreter.Image, p.Script, err)
 	}
+	layer, err := e.Deps.ForRun(ctx, p, img, rootfs)
+	if err != nil {
+		return nil, err
+	}
+	var layerDir, layerDigest string
+	if layer != nil {
+		layerDir, layerDigest = layer.Dir, layer.Digest
+	}
 	rtVersion := e.version(ctx)
 	egCfg, err := e.egressConfig(ctx, p)
 	if err != nil {
@@ -302,6 +324,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Detail:    planDetail(p),
 	}
 	start.Run.Started = began.UTC()
+	start.Run.DepsLayer = layerDigest
 	start.Run.Code = p.Code.auditCode(true)
 	if err := e.append(ctx, start); err != nil {
 		return nil, err
@@ -321,9 +344,11 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Egress:    egCfg,
 		Stdout:    req.Stdout,
 		Stderr:    req.Stderr,
+		DepsDir:   layerDir,
 	}
 	p.Code.applyTo(&job)
-	log.Debug("run starting", "run_id", p.RunID, "skill", p.skillName(), "script", p.Script, "image", img.Digest)
+	job.ModuleEnv = depsModuleEnv(job.ModuleEnv, img.Name, layer)
+	log.Debug("run starting", "run_id", p.RunID, "skill", p.skillName(), "script", p.Script, "image", img.Digest, "deps_layer", layerDigest)
 	res, runErr := e.runJob(ctx, p, img, job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
 		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
@@ -341,6 +366,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Detail:    start.Detail,
 	}
 	end.Run.Started = began.UTC()
+	end.Run.DepsLayer = layerDigest
 	end.Run.Ended = time.Now().UTC()
 	if runErr == nil && res == nil {
 		runErr = fmt.Errorf("runtime %s returned no result", e.Runtime.Name())
@@ -364,7 +390,9 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
 	log.Info("run finished", "run_id", p.RunID, "skill", p.skillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
-	return &Outcome{RunID: p.RunID, Plan: p, Image: img, Result: res}, nil
+	out := &Outcome{RunID: p.RunID, Plan: p, Image: img, Result: res, DepsLayer: layerDigest}
+	out.Hint = e.Deps.importHint(out)
+	return out, nil
 }
 
 // Run is Prepare then Execute, for callers with no confirmation step between.
@@ -473,6 +501,9 @@ func (e *Engine) runInfo(p *Plan, img ImageRef, rtVersion string) *audit.RunInfo
 // that chose the interpreter, the sources of its limits and the network rule.
 func planDetail(p *Plan) map[string]string {
 	d := map[string]string{"interpreter": strings.Join(p.Interpreter.Argv, " ")}
+	if c := p.Request.Command; c != nil {
+		d["command"] = ClipText(c.Command, 2048)
+	}
 	if p.Interpreter.Rule != "" {
 		d["interpreter_rule"] = p.Interpreter.Rule
 	}
@@ -668,6 +699,7 @@ func ResultOf(o *Outcome, inlineBudget int64) api.RunScriptResult {
 		Image:          o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
 		Skills:         o.Plan.Code.resultSkills(),
 		RuntimeVersion: r.RuntimeVersion, Warm: r.Warm,
+		DepsLayer: o.DepsLayer, Hint: o.Hint,
 	}
 	if e := r.Egress; e != nil {
 		res.Egress = &api.EgressSummary{Connections: e.Connections, Denied: e.Denied, BytesOut: e.BytesOut, BytesIn: e.BytesIn, LimitHit: e.LimitHit}

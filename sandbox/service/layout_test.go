@@ -86,7 +86,7 @@ policy "none-2" {
 func TestRunScriptFilesDecoded(t *testing.T) {
 	f := newFixture(t, true)
 	ctx := context.Background()
-	sid := mustV(f.svc.CreateSession(ctx, owner)).SessionID
+	sid := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})).SessionID
 	mustV(f.svc.LoadSkills(ctx, owner, api.LoadParams{SessionID: sid, Names: []string{"plain"}}))
 	run := func(files ...api.File) (*api.RunScriptResult, error) {
 		return f.svc.RunScript(ctx, owner, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh", Files: files})
@@ -166,7 +166,7 @@ func TestRunScriptOutputsTruncatedAndInlineBudget(t *testing.T) {
 		}, nil
 	}
 	ctx := context.Background()
-	sid := mustV(f.svc.CreateSession(ctx, owner)).SessionID
+	sid := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})).SessionID
 	mustV(f.svc.LoadSkills(ctx, owner, api.LoadParams{SessionID: sid, Names: []string{"plain"}}))
 	res, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh"})
 	if err != nil {

@@ -41,6 +41,10 @@ type RunOptions struct {
 	// Authorized, when set, is told about the plan once the run is
 	// authorized, just before it starts.
 	Authorized func(*Plan)
+	// Tool is the policy tool the run is decided as, with ToolInput as its
+	// input; "" means skills.run_script with the script's path and args.
+	Tool      string
+	ToolInput []byte
 }
 
 // RunScript implements api.Service.
@@ -73,6 +77,12 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	sk := req.Skill
 	if sk == nil && req.Code == nil {
 		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
+	}
+	// A lock pins versions: every skill the run mounts must be pinned.
+	for _, lk := range runSkills(req) {
+		if err := s.checkLock(ctx, caller, o.Method, o.SessionID, lk); err != nil {
+			return nil, err
+		}
 	}
 	dec, err := s.decideRun(ctx, caller, o, req)
 	if err != nil {

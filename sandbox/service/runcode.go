@@ -124,7 +124,11 @@ func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, 
 // audited; the strictest wins, and any deny ends the call).
 func (s *Service) decideRun(ctx context.Context, caller api.Peer, o RunOptions, req RunRequest) (policy.Decision, error) {
 	if req.Code == nil {
-		return s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, api.MethodSkillsRunScript, toolInput(req.Script, req.Args))
+		tool, input := api.MethodSkillsRunScript, toolInput(req.Script, req.Args)
+		if o.Tool != "" {
+			tool, input = o.Tool, o.ToolInput
+		}
+		return s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, tool, input)
 	}
 	c := req.Code
 	if _, err := codeProgramName(c.Language); err != nil {
@@ -143,6 +147,14 @@ func (s *Service) decideRun(ctx context.Context, caller api.Peer, o RunOptions, 
 		decs = append(decs, d)
 	}
 	return policy.Strictest(decs...), nil
+}
+
+// runSkills are the skills a run mounts: its skill, or a code run's.
+func runSkills(req RunRequest) []*skills.Skill {
+	if req.Code != nil {
+		return req.Code.Skills
+	}
+	return []*skills.Skill{req.Skill}
 }
 
 // prepareCode is Prepare for a code run.

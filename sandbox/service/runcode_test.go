@@ -59,7 +59,7 @@ func newCodeFixture(t *testing.T, withStores bool) *fixture {
 func (f *fixture) session(t *testing.T, names ...string) string {
 	t.Helper()
 	ctx := context.Background()
-	sid := mustV(f.svc.CreateSession(ctx, owner)).SessionID
+	sid := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})).SessionID
 	if _, err := f.svc.LoadSkills(ctx, owner, api.LoadParams{SessionID: sid, Names: names}); err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +154,7 @@ func TestRunCodeLanguages(t *testing.T) {
 func TestRunCodeRefusals(t *testing.T) {
 	f := newCodeFixture(t, true)
 	ctx := context.Background()
-	empty := mustV(f.svc.CreateSession(ctx, owner)).SessionID
+	empty := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})).SessionID
 	sid := f.session(t, "gif")
 	both := f.session(t, "gif", "pdf")
 	deniedToo := f.session(t, "gif", "denied")
@@ -312,7 +312,7 @@ func TestInstructionsNameSkillMounts(t *testing.T) {
 	if len(res.SkillMounts) != 2 || res.SkillMounts[0] != (api.MountedSkill{Name: "gif", Path: "/skills/gif", Digest: f.sk["gif"].Digest}) {
 		t.Errorf("skill mounts %+v", res.SkillMounts)
 	}
-	empty := mustV(f.svc.CreateSession(context.Background(), owner)).SessionID
+	empty := mustV(f.svc.CreateSession(context.Background(), owner, api.CreateSessionParams{})).SessionID
 	if res := mustV(f.svc.Instructions(context.Background(), owner, api.SessionParams{SessionID: empty})); strings.Contains(res.Instructions, "/skills/") || res.SkillMounts != nil {
 		t.Errorf("mounts without active skills: %+v", res)
 	}

@@ -17,6 +17,7 @@ import (
 	"os/user"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -49,6 +50,9 @@ type Options struct {
 	Audit Auditor
 	// Logger is the parent logger; the service names its own.
 	Logger hclog.Logger
+	// Proposals keeps skills.propose's proposals; nil makes those calls
+	// unavailable.
+	Proposals *store.ProposalStore
 }
 
 // Service serves the tool calls; it implements api.Service. Every method
@@ -67,6 +71,10 @@ type Service struct {
 	queueWait time.Duration
 	runs      runRegistry
 	grants    egressGrants
+
+	proposals *store.ProposalStore
+	locks     lockCache
+	lockMu    sync.Mutex // lock file writes and proposal applies
 }
 
 var _ api.Service = (*Service)(nil)
@@ -91,6 +99,7 @@ func New(o Options) *Service {
 		runSlots:  make(chan struct{}, max(1, dc.MaxConcurrentRuns)),
 		queueWait: dc.RunQueueTimeout,
 		runs:      runRegistry{runs: map[string]*activeRun{}},
+		proposals: o.Proposals,
 	}
 	if s.audit != nil {
 		// A typed nil (*audit.Log)(nil) must mean "no audit", not a panic.
@@ -231,9 +240,13 @@ func (s *Service) session(caller api.Peer, id string) (*store.Session, error) {
 }
 
 // CreateSession implements api.Service.
-func (s *Service) CreateSession(ctx context.Context, caller api.Peer) (*api.CreateSessionResult, error) {
+func (s *Service) CreateSession(ctx context.Context, caller api.Peer, p api.CreateSessionParams) (*api.CreateSessionResult, error) {
 	if s.sessions == nil {
 		return nil, fmt.Errorf("%w: this skillbox keeps no sessions (use the daemon)", api.ErrUnavailable)
+	}
+	bound, err := s.boundSkills(p)
+	if err != nil {
+		return nil, err
 	}
 	ses, err := s.sessions.Create(caller.UID)
 	if err != nil {
@@ -245,6 +258,11 @@ func (s *Service) CreateSession(ctx context.Context, caller api.Peer) (*api.Crea
 			s.log.Error("cannot remove a session whose creation was not audited", "session", ses.ID, "error", cerr)
 		}
 		return nil, err
+	}
+	if len(bound) > 0 {
+		if err := s.loadBound(ctx, caller, ses.ID, p.Agent, bound); err != nil {
+			return nil, err
+		}
 	}
 	return &api.CreateSessionResult{SessionID: ses.ID}, nil
 }
@@ -274,7 +292,7 @@ func (s *Service) Instructions(ctx context.Context, caller api.Peer, p api.Sessi
 	if err != nil {
 		return nil, err
 	}
-	available := skills.RenderAvailable(s.skills.List(), s.cfg.Skills.CatalogBudget)
+	available := s.catalog()
 	var act []*skills.Skill
 	var notes []string
 	for _, a := range ses.Active {
@@ -319,7 +337,8 @@ func (s *Service) ListSkills(ctx context.Context, caller api.Peer, p api.ListSki
 		}
 		out = append(out, api.SkillInfo{
 			Name: sk.Name, Description: sk.Description, Location: sk.Location, Digest: sk.Digest,
-			Tags: tags, ModelInvocable: !sk.DisableModelInvocation,
+			Tags: tags, ModelInvocable: !sk.DisableModelInvocation, UserInvocable: sk.UserInvocable(),
+			Tokens: skills.CatalogEntryTokens(sk), BodyTokens: skills.EstimateTokens(sk.Body),
 		})
 	}
 	return out, nil
@@ -339,6 +358,7 @@ func (s *Service) receipt(ses *store.Session) *api.LoadResult {
 		}
 		res.ActiveSkills = append(res.ActiveSkills, api.ActiveSkill{
 			Name: sk.Name, Location: sk.Location, RootDir: sk.Dir, Digest: a.Digest, Properties: sk.Properties,
+			Tokens: skills.EstimateTokens(sk.Body),
 		})
 		for _, r := range sk.Requires {
 			if !loaded[r] {
@@ -379,6 +399,11 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 	if len(missing) > 0 {
 		return nil, fmt.Errorf("%w: no skill named %s: call skills.list to see the available names", api.ErrNotFound, quoteList(missing))
 	}
+	for _, sk := range found {
+		if err := s.checkLock(ctx, caller, api.MethodSkillsLoad, p.SessionID, sk); err != nil {
+			return nil, err
+		}
+	}
 	maxActive := s.cfg.Daemon.MaxActiveSkills
 	var sess *store.Session
 	err := s.sessions.Update(p.SessionID, caller.UID, func(ses *store.Session) error {
@@ -413,7 +438,9 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 			return nil, err
 		}
 	}
-	return s.receipt(sess), nil
+	res := s.receipt(sess)
+	s.loadDeps(found, res)
+	return res, nil
 }
 
 // UnloadSkills implements api.Service.
@@ -522,7 +549,8 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 	if err := s.record(ctx, rec); err != nil {
 		return nil, err
 	}
-	return &api.ReadResult{Skill: sk.Name, Path: fc.Path, Size: fc.Size, SHA256: fc.SHA256, Encoding: fc.Encoding, Content: fc.Content, Truncated: fc.Truncated}, nil
+	return &api.ReadResult{Skill: sk.Name, Path: fc.Path, Size: fc.Size, SHA256: fc.SHA256, Encoding: fc.Encoding, Content: fc.Content, Truncated: fc.Truncated,
+		Tokens: skills.EstimateTokens(fc.Content)}, nil
 }
 
 // servedBytes is how many bytes of the file a read answer carries.
@@ -580,6 +608,14 @@ func (s *Service) CheckTool(ctx context.Context, caller api.Peer, p api.CheckToo
 		decs = append(decs, dec)
 	}
 	best := policy.Strictest(decs...)
+	if best.Effect != policy.EffectDeny {
+		// Hooks may narrow what policy allows, never widen it.
+		hd, err := s.preToolUseHooks(ctx, caller, ses, p)
+		if err != nil {
+			return nil, err
+		}
+		best = policy.Strictest(append([]policy.Decision{best}, hd...)...)
+	}
 	return &api.CheckToolResult{Decision: string(best.Effect), Rule: best.Rule, Reason: best.Reason}, nil
 }
 

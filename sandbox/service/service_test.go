@@ -127,7 +127,7 @@ func TestRunStreamsEventsInOrder(t *testing.T) {
 		return &runtime.Result{Reason: runtime.ReasonExit, ExitCode: 2, Stdout: []byte("one\ntwo\n"), Stderr: []byte("warn\n")}, nil
 	}
 	ctx := context.Background()
-	sid := mustV(f.svc.CreateSession(ctx, owner)).SessionID
+	sid := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})).SessionID
 	mustV(f.svc.LoadSkills(ctx, owner, api.LoadParams{SessionID: sid, Names: []string{"plain"}}))
 
 	for _, stream := range []bool{false, true} {
@@ -253,7 +253,7 @@ func TestRunSelfApprove(t *testing.T) {
 	if len(recs) != 1 || recs[0].Detail["via"] != "--yes" || recs[0].Confirmation.Digest != out.Plan.Digest || recs[0].Peer.UID != approver.UID {
 		t.Errorf("confirmation.approve records %+v", recs)
 	}
-	if _, err := f.svc.CreateSession(ctx, owner); !errors.Is(err, api.ErrUnavailable) {
+	if _, err := f.svc.CreateSession(ctx, owner, api.CreateSessionParams{}); !errors.Is(err, api.ErrUnavailable) {
 		t.Errorf("sessions without a store: %v", err)
 	}
 }

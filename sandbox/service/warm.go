@@ -74,12 +74,16 @@ func (e *Engine) warmSkill(sk *skills.Skill) {
 			log.Debug("not warming: image unavailable", "skill", sk.Name, "image", it.image, "error", err)
 			continue
 		}
+		layer, ok := e.Deps.ReadyDir(sk, root, ref, rootfs)
+		if !ok {
+			continue // warmed once its layer is built (Deps.OnLoad)
+		}
 		boot := runtime.BootExec
 		if runtime.PythonInvocation(append(slices.Clone(it.argv), "/x")) {
 			boot = runtime.BootPython
 		}
 		e.Pool.Warm(runtime.PoolKey{Skill: sk.Name, Image: ref.Digest, RootFS: rootfs, SkillDigest: sk.Digest,
-			SkillDir: root, Limits: runtime.SandboxLimits(limits), Boot: boot})
+			SkillDir: root, DepLayer: layer, Limits: runtime.SandboxLimits(limits), Boot: boot})
 	}
 }
 

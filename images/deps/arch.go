@@ -1,0 +1,5 @@
+package deps
+
+import goruntime "runtime"
+
+func goarch() string { return goruntime.GOARCH }

@@ -1,0 +1,101 @@
+package service
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
+)
+
+// A skill's own shell commands (the !`command`s of its body, its hooks) run
+// like its scripts: in a fresh sandbox of the shell image with the skill's
+// pinned copy mounted read-only, network off, under the skill's policy
+// limits tightened to the command's own, audited with run.start/run.end.
+// They are never run on the host.
+
+// CommandImage is the image a skill's commands run in.
+const CommandImage = "shell"
+
+// CommandSpec is a shell command to run for a skill instead of a script.
+type CommandSpec struct {
+	// Command is the shell command, run with /bin/sh -c.
+	Command string
+	// Label names the command in audit records and results (the run's
+	// "script"), e.g. "SKILL.md !`date`" or "hooks.PreToolUse".
+	Label string
+	// InSkillDir runs the command with the skill mount as its working
+	// directory (hooks name their scripts relative to the skill); the
+	// default is the writable /work.
+	InSkillDir bool
+}
+
+// prepareCommand is Prepare for a CommandSpec.
+func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
+	c := req.Command
+	if strings.TrimSpace(c.Command) == "" {
+		return nil, fmt.Errorf("%w: empty command", api.ErrInvalidParams)
+	}
+	if strings.ContainsRune(c.Command, 0) {
+		return nil, fmt.Errorf("%w: the command contains a NUL byte", api.ErrInvalidParams)
+	}
+	if req.Network {
+		return nil, fmt.Errorf("%w: a skill's commands never get network access", api.ErrDenied)
+	}
+	if e.Pins == nil {
+		return nil, fmt.Errorf("%w: the engine has no skill snapshot store", api.ErrUnavailable)
+	}
+	im := e.Config.Image(CommandImage)
+	if im == nil {
+		return nil, fmt.Errorf("%w: no %q image is configured for skill commands; add an image %q block", api.ErrUnavailable, CommandImage, CommandImage)
+	}
+	root, err := e.Pins.Pin(req.Skill)
+	if err != nil {
+		return nil, err
+	}
+	script := c.Command
+	if c.InSkillDir {
+		script = "cd " + runtime.SkillMount + " || exit 125\n" + script
+	}
+	argv := []string{"/bin/sh", "-c", script}
+	limits, rules := e.Config.LimitsFor(req.Skill.Name)
+	limits = policy.Tighten(limits, req.Limits)
+	env, err := envList(req.Env)
+	if err != nil {
+		return nil, err
+	}
+	runID := newID("run_")
+	jobID := runtime.IDPrefix + strings.TrimPrefix(runID, "run_")
+	if err := runtime.ValidateJob(runtime.Job{
+		ID: jobID, RootFS: "/", SkillDir: "/", Args: argv, Env: env, Files: req.Files, Limits: limits,
+	}); err != nil {
+		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+	}
+	label := c.Label
+	if label == "" {
+		label = "command"
+	}
+	p := &Plan{
+		RunID:        runID,
+		JobID:        jobID,
+		Request:      req,
+		Script:       label,
+		SkillRoot:    root,
+		ScriptSHA256: sha256Hex([]byte(script)),
+		Interpreter:  policy.Interpreter{Image: im.Name, Argv: []string{"/bin/sh", "-c"}, Rule: im.Rule()},
+		Argv:         argv,
+		Env:          env,
+		Limits:       limits,
+		LimitRules:   rules,
+	}
+	p.Digest = planDigest(p)
+	return p, nil
+}
+
+// commandLimits are the limits a command asks for: a short timeout and a
+// small output cap (the policy's may only be stricter).
+func commandLimits(timeout time.Duration, output int64) runtime.Limits {
+	return runtime.Limits{Timeout: timeout, StdoutBytes: output, StderrBytes: output}
+}

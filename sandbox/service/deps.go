@@ -1,0 +1,517 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/skillbox/skillbox/images/deps"
+	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/skills"
+)
+
+// Deps gives runs their dependency layers. It discovers what a skill
+// declares once per skill digest, starts a layer's build when the skill is
+// loaded (never inside a run) and, for a run, finds the built layer or waits
+// for the build in progress, as the config's dependencies block says.
+// A skill that declares nothing costs one map lookup per run.
+type Deps struct {
+	Builder *deps.Builder
+	Config  *policy.Config
+	Images  ImageSource
+	Logger  hclog.Logger
+	// Extras are the packages each image's recipe names as extras (image
+	// name → package names), for hints about what is missing.
+	Extras map[string][]string
+
+	mu       sync.Mutex
+	declared map[string]*deps.Set // by skill digest
+	inspect  map[string]*deps.Image
+	errs     map[string]error // last background build failure by layer digest
+}
+
+// family is the interpreter family of an image name ("python-slim" → "python").
+func family(image string) string {
+	f, _, _ := strings.Cut(image, "-")
+	return f
+}
+
+// Declared returns what skill sk (its files under root) declares plus what
+// the config adds, cached by the skill's digest.
+func (d *Deps) Declared(sk *skills.Skill, root string) (*deps.Set, error) {
+	d.mu.Lock()
+	if s, ok := d.declared[sk.Digest]; ok && sk.Digest != "" {
+		d.mu.Unlock()
+		return s, nil
+	}
+	d.mu.Unlock()
+	pk := d.Config.PackagesFor(sk.Name)
+	s, err := deps.Discover(root, deps.Extra{Python: pk.Python, Npm: pk.Npm, AllowSource: pk.BuildFromSource, Where: pk.Where})
+	if err != nil {
+		return nil, fmt.Errorf("%w: skill %q: %v", api.ErrInvalidParams, sk.Name, err)
+	}
+	d.mu.Lock()
+	if d.declared == nil {
+		d.declared = map[string]*deps.Set{}
+	}
+	d.declared[sk.Digest] = s
+	d.mu.Unlock()
+	return s, nil
+}
+
+// forFamily is the part of s an image of family uses.
+func forFamily(s *deps.Set, fam string) *deps.Set {
+	out := *s
+	switch fam {
+	case "python":
+		out.Npm, out.NpmLock, out.NpmLockSHA256 = nil, nil, ""
+	case "node":
+		out.Python = nil
+	default:
+		return nil
+	}
+	if out.Empty() {
+		return nil
+	}
+	return &out
+}
+
+func (d *Deps) image(rootfs string) *deps.Image {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if im, ok := d.inspect[rootfs]; ok {
+		return im
+	}
+	im := deps.Inspect(rootfs)
+	if d.inspect == nil {
+		d.inspect = map[string]*deps.Image{}
+	}
+	d.inspect[rootfs] = im
+	return im
+}
+
+// request is the build request of the part of set that image img uses.
+func (d *Deps) request(sk *skills.Skill, set *deps.Set, img ImageRef, rootfs string) *deps.Request {
+	part := forFamily(set, family(img.Name))
+	if ex := d.extrasFor(img.Name, part); len(ex) > 0 {
+		if part == nil {
+			part = &deps.Set{}
+		}
+		part.Python = append(slices.Clone(part.Python), ex...)
+	}
+	if part == nil {
+		return nil
+	}
+	return &deps.Request{Image: img.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: part, Skill: sk.Name, SkillDigest: sk.Digest}
+}
+
+// hasExtras reports whether some image's extras can be installed (they
+// have a source); without, skills that declare nothing skip all of this.
+func (d *Deps) hasExtras() bool {
+	if !d.Builder.Sources.Python() {
+		return false
+	}
+	for _, ex := range d.Extras {
+		if len(ex) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// extrasFor are the image extras of image that go into a layer with part
+// (what a skill declares for it): none without a Python source, and none
+// that part names itself (the skill's own declaration wins).
+func (d *Deps) extrasFor(image string, part *deps.Set) []deps.Requirement {
+	if !d.Builder.Sources.Python() || family(image) != "python" {
+		return nil
+	}
+	var out []deps.Requirement
+	for _, e := range d.Extras[image] {
+		r, err := deps.ParseRequirement(e, "image "+image+" python_extras")
+		if err != nil {
+			continue // recipes are validated when loaded
+		}
+		if part != nil && slices.ContainsFunc(part.Python, func(x deps.Requirement) bool { return x.Name == r.Name }) {
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// ForRun returns the layer a run of plan p in image img mounts, or nil
+// when it needs none. A layer not built yet is waited for when a build is
+// in progress and the config says wait; otherwise the run fails with an
+// error that says how to build it.
+func (d *Deps) ForRun(ctx context.Context, p *Plan, img ImageRef, rootfs string) (*deps.Layer, error) {
+	if d == nil {
+		return nil, nil
+	}
+	if p.Code == nil {
+		return d.layerFor(ctx, p.Request.Skill, p.SkillRoot, img, rootfs)
+	}
+	// A code run mounts one layer: that of the one mounted skill that
+	// needs one.
+	var layer *deps.Layer
+	var owner string
+	for _, m := range p.Code.Mounts {
+		l, err := d.layerFor(ctx, m.Skill, m.Root, img, rootfs)
+		if err != nil {
+			return nil, err
+		}
+		if l == nil {
+			continue
+		}
+		if layer != nil && l.Digest != layer.Digest {
+			return nil, fmt.Errorf("%w: skills %q and %q each need a dependency layer and a code run mounts one: load only one of them for this code, or run their scripts with skills.run_script",
+				api.ErrInvalidParams, owner, m.Skill.Name)
+		}
+		layer, owner = l, m.Skill.Name
+	}
+	return layer, nil
+}
+
+// plan is what skill sk (its copy at root) needs beyond image img: nil
+// when nothing.
+func (d *Deps) plan(sk *skills.Skill, root string, img ImageRef, rootfs string) (*deps.Plan, error) {
+	set, err := d.Declared(sk, root)
+	if err != nil || set.Empty() && !d.hasExtras() {
+		return nil, err
+	}
+	req := d.request(sk, set, img, rootfs)
+	if req == nil {
+		return nil, nil
+	}
+	plan := &deps.Plan{Image: d.image(rootfs)}
+	plan.Missing = plan.Image.Missing(req.Set)
+	if plan.Missing == nil {
+		return nil, nil
+	}
+	plan.Digest = deps.Key(req.ImageDigest, plan.Missing)
+	return plan, nil
+}
+
+// ReadyDir is the directory of the built layer skill sk needs in img, ""
+// when it needs none; ok is false when it needs one that is not built (or
+// its declarations are invalid). It never waits (warming, checks).
+func (d *Deps) ReadyDir(sk *skills.Skill, root string, img ImageRef, rootfs string) (dir string, ok bool) {
+	if d == nil {
+		return "", true
+	}
+	plan, err := d.plan(sk, root, img, rootfs)
+	if err != nil {
+		return "", false
+	}
+	if plan == nil {
+		return "", true
+	}
+	if l, err := d.Builder.Ready(plan); err == nil {
+		return l.Dir, true
+	}
+	return "", false
+}
+
+// layerFor is the layer skill sk (its pinned copy at root) needs in image
+// img, or nil.
+func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img ImageRef, rootfs string) (*deps.Layer, error) {
+	plan, err := d.plan(sk, root, img, rootfs)
+	if err != nil || plan == nil {
+		return nil, err
+	}
+	if l, err := d.Builder.Ready(plan); err == nil {
+		return l, nil
+	}
+	if set, _ := d.Declared(sk, root); forFamily(set, family(img.Name)) == nil {
+		// Only the image's extras: optional, never waited for or failed
+		// on (skills check and the import hint name them when missing).
+		return nil, nil
+	}
+	name := sk.Name
+	if d.Config.Deps.WhenNotReady != "fail" {
+		wctx, cancel := context.WithTimeout(ctx, d.Config.Deps.WaitTimeout)
+		defer cancel()
+		if l, inflight, err := d.Builder.Wait(wctx, plan.Digest); inflight {
+			if err != nil {
+				return nil, fmt.Errorf("%w: the dependency layer of skill %q did not build: %v", api.ErrUnavailable, name, err)
+			}
+			return l, nil
+		}
+	}
+	if err := deps.MissingSourceError(name, plan.Missing, d.Builder.Sources); err != nil {
+		return nil, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
+	}
+	d.mu.Lock()
+	berr := d.errs[plan.Digest]
+	d.mu.Unlock()
+	if berr != nil {
+		return nil, fmt.Errorf("%w: the dependency layer of skill %q failed to build: %v", api.ErrUnavailable, name, berr)
+	}
+	return nil, fmt.Errorf("%w: %w: skill %q needs dependency layer %s, which is not built: load the skill (skills.load builds it) or run: skillbox deps build %s",
+		api.ErrUnavailable, deps.ErrNotReady, name, plan.Digest, name)
+}
+
+// Build builds (or finds) the layers skill sk needs, one per image family
+// its declarations use; it blocks. Images are the config's images for .py
+// and .js scripts.
+func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*deps.Layer, error) {
+	set, err := d.Declared(sk, root)
+	if err != nil || set.Empty() && !d.hasExtras() {
+		return nil, err
+	}
+	var out []*deps.Layer
+	for _, probe := range d.probes(set) {
+		interp, err := d.Config.Interpreter(probe, nil)
+		if err != nil {
+			return out, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+		}
+		img, rootfs, err := d.Images.Ensure(ctx, interp.Image, nil)
+		if err != nil {
+			return out, fmt.Errorf("%w: image %q: %v", api.ErrUnavailable, interp.Image, err)
+		}
+		req := d.request(sk, set, img, rootfs)
+		if req == nil {
+			continue
+		}
+		l, err := d.Builder.Build(ctx, *req)
+		if err != nil {
+			if p := deps.PlanFor(*req); p.Digest != "" {
+				d.mu.Lock()
+				if d.errs == nil {
+					d.errs = map[string]error{}
+				}
+				d.errs[p.Digest] = err
+				d.mu.Unlock()
+			}
+			return out, err
+		}
+		if l != nil {
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// probes are script names whose extensions pick the images set needs.
+func (d *Deps) probes(set *deps.Set) []string {
+	var out []string
+	if len(set.Python) > 0 || d.hasExtras() {
+		out = append(out, "x.py")
+	}
+	if len(set.Npm) > 0 {
+		out = append(out, "x.js")
+	}
+	return out
+}
+
+// OnLoad starts building sk's layers in the background (when the config
+// allows) and reports what the skill declares for the receipt.
+// ready, when set, is called once the layers are built.
+func (d *Deps) OnLoad(sk *skills.Skill, ready func()) *api.Dependencies {
+	if d == nil {
+		return nil
+	}
+	set, err := d.Declared(sk, sk.Dir)
+	if err != nil {
+		return &api.Dependencies{State: "invalid", Message: err.Error()}
+	}
+	if set.Empty() {
+		if d.hasExtras() && d.Config.Deps.BuildOnLoad {
+			go d.buildInBackground(sk, ready) // the image extras' layer
+		}
+		return nil
+	}
+	info := describe(set)
+	if !d.Config.Deps.BuildOnLoad {
+		info.State = "not_built"
+		info.Message = "build_on_load is off: run skillbox deps build " + sk.Name
+		return info
+	}
+	info.State = "building"
+	go d.buildInBackground(sk, ready)
+	return info
+}
+
+func (d *Deps) buildInBackground(sk *skills.Skill, ready func()) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	ls, err := d.Build(ctx, sk, sk.Dir)
+	log := d.logger()
+	if err != nil {
+		log.Warn("dependency layer build failed", "skill", sk.Name, "error", err)
+		return
+	}
+	for _, l := range ls {
+		log.Info("dependency layer ready", "skill", sk.Name, "layer", l.Digest)
+	}
+	if ready != nil {
+		ready()
+	}
+}
+
+func (d *Deps) logger() hclog.Logger {
+	if d.Logger == nil {
+		return hclog.NewNullLogger()
+	}
+	return d.Logger
+}
+
+func describe(set *deps.Set) *api.Dependencies {
+	info := &api.Dependencies{Files: set.Files}
+	for _, r := range set.Python {
+		info.Python = append(info.Python, r.Line())
+	}
+	for _, n := range set.Npm {
+		info.Npm = append(info.Npm, n.Name+"@"+n.Range)
+	}
+	return info
+}
+
+// depsModuleEnv adds the layer to the module path of a run in image.
+func depsModuleEnv(moduleEnv []string, image string, l *deps.Layer) []string {
+	if l == nil {
+		return moduleEnv
+	}
+	return runtime.WithDepsPath(moduleEnv, family(image))
+}
+
+var (
+	pyMissingRE   = regexp.MustCompile(`ModuleNotFoundError: No module named '([A-Za-z0-9_.]+)'`)
+	nodeMissingRE = regexp.MustCompile(`Cannot find (?:module|package) '([^'./][^']*)'`)
+)
+
+// importHint recognises a failed import in a run's stderr and says how to
+// provide the module.
+func (d *Deps) importHint(o *Outcome) string {
+	r := o.Result
+	if r == nil || r.ExitCode == 0 {
+		return ""
+	}
+	if m := pyMissingRE.FindSubmatch(r.Stderr); m != nil {
+		mod, _, _ := strings.Cut(string(m[1]), ".")
+		if extra := d.extraFor(o.Image.Name, mod); extra != "" {
+			return fmt.Sprintf("module %q is the image extra %q of image %q, which is not installed: configure python_index { url = … } and run: skillbox images build %s", mod, extra, o.Image.Name, o.Image.Name)
+		}
+		return fmt.Sprintf("module %q is neither in image %q nor in the skill's dependency layer: declare its package in the skill's requirements.txt or a PEP 723 block (# /// script … dependencies = [...]) and configure python_index; skillbox skills check %s lists every missing import",
+			mod, o.Image.Name, o.Plan.skillName())
+	}
+	if m := nodeMissingRE.FindSubmatch(r.Stderr); m != nil {
+		return fmt.Sprintf("module %q is neither in image %q nor in the skill's dependency layer: declare it in the skill's package.json and configure npm_registry", string(m[1]), o.Image.Name)
+	}
+	return ""
+}
+
+// extraFor returns the extra of image whose module is mod, if any.
+func (d *Deps) extraFor(image, mod string) string {
+	if d == nil {
+		return ""
+	}
+	for _, e := range d.Extras[image] {
+		if deps.ModuleOf(e) == mod {
+			return e
+		}
+	}
+	return ""
+}
+
+// loadDeps starts the layer builds of the skills just loaded and puts what
+// they declare into the receipt.
+func (s *Service) loadDeps(found []*skills.Skill, res *api.LoadResult) {
+	if s.engine == nil || s.engine.Deps == nil {
+		return
+	}
+	for _, sk := range found {
+		// Warming skipped the skill's scripts whose layer was not built;
+		// once it is, they are warmed with it.
+		info := s.engine.Deps.OnLoad(sk, func() { s.engine.WarmSkills([]*skills.Skill{sk}) })
+		if info == nil {
+			continue
+		}
+		for i := range res.ActiveSkills {
+			if res.ActiveSkills[i].Name == sk.Name {
+				res.ActiveSkills[i].Dependencies = info
+			}
+		}
+	}
+}
+
+// CheckSkill implements api.Service (skills.check): a static check of the
+// skill's scripts against the images they run in and its dependency layer.
+// It reads files only and never builds an image or a layer: a family whose
+// image is not built is reported as skipped.
+func (s *Service) CheckSkill(ctx context.Context, caller api.Peer, p api.CheckSkillParams) (*api.CheckSkillResult, error) {
+	if p.Skill == "" {
+		return nil, fmt.Errorf("%w: skill is required: name a skill from skills.list", api.ErrInvalidParams)
+	}
+	if err := skills.ValidName(p.Skill); err != nil {
+		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+	}
+	sk, err := s.skills.Get(p.Skill)
+	if err != nil {
+		return nil, fmt.Errorf("%w: no skill named %q: call skills.list to see the available names", api.ErrNotFound, p.Skill)
+	}
+	if s.engine == nil {
+		return nil, fmt.Errorf("%w: this service runs nothing, so it has no images to check against", api.ErrUnavailable)
+	}
+	return s.engine.CheckSkill(ctx, sk)
+}
+
+// CheckSkill is the engine's half of skills.check.
+func (e *Engine) CheckSkill(ctx context.Context, sk *skills.Skill) (*api.CheckSkillResult, error) {
+	in := deps.CheckInput{Images: map[string]*deps.Image{}, Layers: map[string]string{}, Extras: map[string][]string{}}
+	res := &api.CheckSkillResult{Skill: sk.Name, Digest: sk.Digest, Findings: []api.CheckFinding{}}
+	var set *deps.Set
+	if e.Deps != nil {
+		var err error
+		if set, err = e.Deps.Declared(sk, sk.Dir); err != nil {
+			return nil, err
+		}
+		in.Declared = set
+	}
+	why := map[string]string{}
+	for _, fam := range []struct{ family, probe string }{{"python", "x.py"}, {"node", "x.js"}, {"shell", "x.sh"}} {
+		interp, err := e.Config.Interpreter(fam.probe, nil)
+		if err != nil {
+			why[fam.family] = err.Error()
+			continue
+		}
+		if ic, ok := e.Images.(interface{ Built(string) error }); ok && ic.Built(interp.Image) != nil {
+			why[fam.family] = fmt.Sprintf("image %q is not built (skillbox images build %s)", interp.Image, interp.Image)
+			continue
+		}
+		ref, rootfs, err := e.Images.Ensure(ctx, interp.Image, nil)
+		if err != nil {
+			why[fam.family] = fmt.Sprintf("image %q: %v", interp.Image, err)
+			continue
+		}
+		if e.Deps != nil {
+			in.Images[fam.family] = e.Deps.image(rootfs)
+			in.Layers[fam.family], _ = e.Deps.ReadyDir(sk, sk.Dir, ref, rootfs)
+			in.Extras[fam.family] = e.Deps.Extras[interp.Image]
+		} else {
+			in.Images[fam.family] = deps.Inspect(rootfs)
+		}
+	}
+	found, unchecked, err := deps.Check(sk.Dir, in)
+	if err != nil {
+		return nil, fmt.Errorf("%w: checking skill %q: %v", api.ErrInternal, sk.Name, err)
+	}
+	for _, f := range unchecked {
+		res.Skipped = append(res.Skipped, f+" scripts: "+why[f])
+	}
+	for _, f := range found {
+		res.Findings = append(res.Findings, api.CheckFinding(f))
+		if f.State == deps.StateMissing {
+			res.Missing++
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,133 @@
+package service_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/skillbox/skillbox/images/deps"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/service/servicetest"
+	"github.com/skillbox/skillbox/skills"
+)
+
+const depsImageDigest = "sha256:abababababababababababababababababababababababababababababababab"
+
+// depsEngine is an engine over a fake rootfs with python 3.13 (and
+// nothing installed) and a layer store in a temp dir.
+func depsEngine(t *testing.T, config string, src deps.Sources) (*service.Engine, *servicetest.Runtime, string) {
+	t.Helper()
+	e, rt := newTestEngine(t, config)
+	rootfs := t.TempDir()
+	for _, d := range []string{"usr/lib/python3.13", "usr/bin"} {
+		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.WriteFile(filepath.Join(rootfs, "usr/bin/python3.13"), nil, 0o755)
+	e.Images = &servicetest.Images{EnsureFunc: func(_ context.Context, name string) (service.ImageRef, string, error) {
+		return service.ImageRef{Name: name, Digest: depsImageDigest}, rootfs, nil
+	}}
+	store := t.TempDir()
+	e.Deps = &service.Deps{Builder: &deps.Builder{Store: deps.OpenStore(store), Runtime: rt, Sources: src}, Config: e.Config, Images: e.Images}
+	return e, rt, rootfs
+}
+
+func depsSkill(t *testing.T, name, requirements string) *skills.Skill {
+	files := map[string]string{"scripts/run.py": "import tinydep\n"}
+	if requirements != "" {
+		files["requirements.txt"] = requirements
+	}
+	return servicetest.MakeSkill(t, t.TempDir(), servicetest.SkillSpec{Name: name, Files: files})
+}
+
+func TestDepsRunWithoutDeclarationsMountsNothing(t *testing.T) {
+	e, rt, _ := depsEngine(t, engineConfig, deps.Sources{PythonIndex: "http://127.0.0.1:1/simple"})
+	out, err := e.Run(context.Background(), service.RunRequest{Skill: depsSkill(t, "plain", ""), Script: "scripts/run.py"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.DepsLayer != "" || rt.Jobs()[0].DepsDir != "" {
+		t.Errorf("a skill that declares nothing got layer %q (dir %q)", out.DepsLayer, rt.Jobs()[0].DepsDir)
+	}
+}
+
+func TestDepsRunRefusedWithoutLayer(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		config string
+		src    deps.Sources
+		want   []string
+	}{
+		{"no source", engineConfig, deps.Sources{}, []string{"tinydep==1.0 (requirements.txt:1)", "python_index", "skillbox deps build needy"}},
+		{"not built, fail", engineConfig + "dependencies { when_not_ready = \"fail\" }\n", deps.Sources{PythonIndex: "http://127.0.0.1:1/simple"},
+			[]string{"needy", "not built", "skillbox deps build needy"}},
+		{"not built, nothing in flight", engineConfig, deps.Sources{PythonIndex: "http://127.0.0.1:1/simple"},
+			[]string{"not built", "skills.load builds it"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, rt, _ := depsEngine(t, tc.config, tc.src)
+			_, err := e.Run(context.Background(), service.RunRequest{Skill: depsSkill(t, "needy", "tinydep==1.0\n"), Script: "scripts/run.py"})
+			if !errors.Is(err, api.ErrUnavailable) {
+				t.Fatalf("got %v, want ErrUnavailable", err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("%q does not mention %q", err, w)
+				}
+			}
+			if n := len(rt.Jobs()); n != 0 {
+				t.Errorf("%d jobs ran", n)
+			}
+		})
+	}
+}
+
+func TestDepsRunMountsBuiltLayer(t *testing.T) {
+	e, rt, rootfs := depsEngine(t, engineConfig, deps.Sources{PythonIndex: "http://127.0.0.1:1/simple"})
+	sk := depsSkill(t, "needy", "tinydep==1.0\n")
+	set, err := deps.Discover(sk.Dir, deps.Extra{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A layer as a build leaves it: manifest.json beside tree/.
+	p := deps.PlanFor(deps.Request{Image: "python", ImageDigest: depsImageDigest, RootFS: rootfs, Set: set})
+	dir := filepath.Join(e.Deps.Builder.Store.Dir(), "sha256-"+strings.TrimPrefix(p.Digest, "sha256:"))
+	if err := os.MkdirAll(filepath.Join(dir, "tree", "python", "tinydep"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := json.Marshal(deps.Manifest{Digest: p.Digest, Image: "python", ImageDigest: depsImageDigest})
+	os.WriteFile(filepath.Join(dir, "manifest.json"), m, 0o644)
+
+	out, err := e.Run(context.Background(), service.RunRequest{Skill: sk, Script: "scripts/run.py"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := rt.Jobs()[0]
+	if out.DepsLayer != p.Digest || job.DepsDir != filepath.Join(dir, "tree") {
+		t.Errorf("layer %q dir %q, want %q in %s", out.DepsLayer, job.DepsDir, p.Digest, dir)
+	}
+	if !strings.Contains(strings.Join(job.ModuleEnv, " "), "/opt/python") {
+		t.Errorf("module path %q lacks the layer", job.ModuleEnv)
+	}
+	if r := service.ResultOf(out, 0); r.DepsLayer != p.Digest {
+		t.Errorf("result deps_layer %q", r.DepsLayer)
+	}
+}
+
+func TestCheckSkillNamesMissingImport(t *testing.T) {
+	e, _, _ := depsEngine(t, engineConfig, deps.Sources{})
+	sk := depsSkill(t, "needy", "")
+	res, err := e.CheckSkill(context.Background(), sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Missing != 1 || len(res.Findings) != 1 || res.Findings[0].Name != "tinydep" || res.Findings[0].Line != 1 || res.Findings[0].File != "scripts/run.py" {
+		t.Errorf("check: %+v", res)
+	}
+}

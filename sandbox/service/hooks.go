@@ -1,0 +1,260 @@
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/skills"
+)
+
+// Hooks of active skills run in the sandbox, never on the host: PreToolUse
+// hooks when the host asks tools.check, PostToolUse hooks when it calls
+// tools.report. A hook gets the event as JSON on stdin and answers the way
+// Claude Code's command hooks do: exit 0 allows (stdout may carry a JSON
+// decision), exit 2 blocks with stderr as the reason. Its answer is folded
+// into policy's decision as one more vote, so a hook can deny or ask for
+// confirmation but never allow what policy denies. A hook that fails to
+// answer (another exit status, malformed JSON, a timeout) counts as the
+// policy's hook_failure (deny by default: fail closed).
+
+// hookOutputCap bounds what a hook may print.
+const hookOutputCap = 64 << 10
+
+// hookEvent is the JSON a hook reads on stdin.
+type hookEvent struct {
+	SessionID     string          `json:"session_id"`
+	HookEventName string          `json:"hook_event_name"`
+	ToolName      string          `json:"tool_name"`
+	ToolInput     json.RawMessage `json:"tool_input"`
+	ToolResponse  json.RawMessage `json:"tool_response,omitempty"`
+	Skill         string          `json:"skill"`
+	Cwd           string          `json:"cwd"`
+}
+
+// hookAnswer is the JSON decision a hook may print on stdout (both of
+// Claude Code's shapes).
+type hookAnswer struct {
+	Continue           *bool  `json:"continue"`
+	StopReason         string `json:"stopReason"`
+	Decision           string `json:"decision"`
+	Reason             string `json:"reason"`
+	HookSpecificOutput *struct {
+		PermissionDecision       string `json:"permissionDecision"`
+		PermissionDecisionReason string `json:"permissionDecisionReason"`
+	} `json:"hookSpecificOutput"`
+}
+
+// preToolUseHooks runs the PreToolUse hooks of the session's active skills
+// that match the tool; each answer is a decision.
+func (s *Service) preToolUseHooks(ctx context.Context, caller api.Peer, ses *store.Session, p api.CheckToolParams) ([]policy.Decision, error) {
+	var decs []policy.Decision
+	for _, sk := range s.hookSkills(ses) {
+		if len(sk.HookErrors) > 0 {
+			decs = append(decs, policy.Decision{Effect: policy.EffectDeny, Rule: fmt.Sprintf("hooks of skill %q", sk.Name),
+				Reason: fmt.Sprintf("skill %q declares hooks that do not validate (%s); fix its SKILL.md (skillbox skills validate) or unload it", sk.Name, strings.Join(sk.HookErrors, "; "))})
+			continue
+		}
+		for _, hc := range sk.Hooks.Matching(skills.HookPreToolUse, p.Tool) {
+			_, dec, err := s.runHook(ctx, caller, api.MethodToolsCheck, p.SessionID, sk, skills.HookPreToolUse, hc, p.Tool, p.Input, nil)
+			if err != nil {
+				return nil, err
+			}
+			decs = append(decs, dec)
+		}
+	}
+	return decs, nil
+}
+
+// ReportTool implements api.Service: the PostToolUse hooks of the active
+// skills see a tool call the host made and its result.
+func (s *Service) ReportTool(ctx context.Context, caller api.Peer, p api.ReportToolParams) (*api.ReportToolResult, error) {
+	if p.Tool == "" {
+		return nil, fmt.Errorf("%w: tool is required, e.g. \"Bash\"", api.ErrInvalidParams)
+	}
+	ses, err := s.session(caller, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	res := &api.ReportToolResult{Hooks: []api.HookRun{}}
+	var reasons []string
+	for _, sk := range s.hookSkills(ses) {
+		for _, hc := range sk.Hooks.Matching(skills.HookPostToolUse, p.Tool) {
+			hr, dec, err := s.runHook(ctx, caller, api.MethodToolsReport, p.SessionID, sk, skills.HookPostToolUse, hc, p.Tool, p.Input, p.Result)
+			if err != nil {
+				return nil, err
+			}
+			res.Hooks = append(res.Hooks, hr)
+			if dec.Effect != policy.EffectAllow {
+				res.Block = true
+				reasons = append(reasons, dec.Reason)
+			}
+		}
+	}
+	res.Reason = strings.Join(reasons, "; ")
+	return res, nil
+}
+
+// hookSkills are the session's active skills as they were loaded (a skill
+// changed since is left to tools.check's own refusal).
+func (s *Service) hookSkills(ses *store.Session) []*skills.Skill {
+	var out []*skills.Skill
+	for _, a := range ses.Active {
+		sk, err := s.skills.Get(a.Name)
+		if err != nil || sk.Digest != a.Digest {
+			continue
+		}
+		if sk.Hooks != nil || len(sk.HookErrors) > 0 {
+			out = append(out, sk)
+		}
+	}
+	return out
+}
+
+// runHook runs one hook in the sandbox and turns its answer into a
+// decision, audited (run.start/run.end of its run, and a policy.decision
+// record naming the hook).
+func (s *Service) runHook(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill, event string, hc skills.HookCommand, tool string, input, result json.RawMessage) (api.HookRun, policy.Decision, error) {
+	hp := s.cfg.HookPolicyFor(sk.Name)
+	timeout := hp.Timeout
+	if hc.Timeout > 0 && hc.Timeout < timeout {
+		timeout = hc.Timeout
+	}
+	if len(input) == 0 {
+		input = json.RawMessage("{}")
+	}
+	payload, _ := json.Marshal(hookEvent{SessionID: sessionID, HookEventName: event, ToolName: tool, ToolInput: input,
+		ToolResponse: result, Skill: sk.Name, Cwd: runtime.SkillMount})
+	rule := fmt.Sprintf("hook %s of skill %q (%s)", event, sk.Name, ClipText(hc.Command, 200))
+	hr := api.HookRun{Skill: sk.Name, Event: event, Command: hc.Command, ExitCode: -1}
+
+	effect, reason, failed := s.execHook(ctx, caller, method, sessionID, sk, event, hc, payload, timeout, &hr)
+	if failed {
+		why := reason
+		switch hp.Failure {
+		case policy.HookFailureIgnore:
+			effect, reason = policy.EffectAllow, "hook failed and policy ignores failed hooks ("+hp.Rule+"): "+why
+		case policy.HookFailureConfirm:
+			effect, reason = policy.EffectConfirm, "hook failed, so an approver must confirm (hook_failure = \"confirm\", "+hp.Rule+"): "+why
+		default:
+			effect, reason = policy.EffectDeny, "hook failed, which counts as deny (fail closed): "+why
+		}
+	}
+	dec := policy.Decision{Effect: effect, Rule: rule, Reason: reason}
+	hr.Decision, hr.Message = string(effect), reason
+	if event == skills.HookPostToolUse && effect == policy.EffectAllow {
+		hr.Decision = ""
+	}
+	r := base(ctx, caller, method, audit.EventDecision, sessionID)
+	r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
+	r.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(effect), Rule: rule, Reason: ClipText(reason, 1024), InputSHA256: sha256Hex(input)}
+	r.Outcome = string(effect)
+	r.Detail = map[string]string{"hook_event": event, "hook_command": ClipText(hc.Command, 1024), "run_id": hr.RunID, "exit_code": fmt.Sprint(hr.ExitCode)}
+	if hr.Reason != "" {
+		r.Detail["run_reason"] = hr.Reason
+	}
+	if err := s.record(ctx, r); err != nil {
+		return hr, dec, err
+	}
+	return hr, dec, nil
+}
+
+// execHook runs the hook and reads its answer. failed reports a hook that
+// gave none (reason says why).
+func (s *Service) execHook(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill, event string, hc skills.HookCommand, payload []byte, timeout time.Duration, hr *api.HookRun) (effect policy.Effect, reason string, failed bool) {
+	peer := caller
+	req := RunRequest{
+		Skill:   sk,
+		Command: &CommandSpec{Command: hc.Command, Label: "hooks." + event, InSkillDir: true},
+		Stdin:   payload,
+		Limits:  commandLimits(timeout, hookOutputCap),
+		Peer:    &peer, SessionID: sessionID, RequestID: AuditRequestID(api.RequestIDFrom(ctx)), Method: method,
+	}
+	plan, err := s.engine.Prepare(req)
+	if err != nil {
+		return "", "the hook could not be prepared: " + err.Error(), true
+	}
+	release, err := s.acquireRunSlot(ctx)
+	if err != nil {
+		return "", "no run slot for the hook: " + err.Error(), true
+	}
+	defer release()
+	out, err := s.execute(ctx, caller, RunOptions{Method: method, SessionID: sessionID}, plan)
+	if err != nil {
+		return "", "the hook's sandbox failed: " + err.Error(), true
+	}
+	r := out.Result
+	hr.RunID, hr.ExitCode, hr.Reason = out.RunID, r.ExitCode, string(r.Reason)
+	stderr := strings.TrimSpace(string(r.Stderr))
+	switch {
+	case r.Reason == runtime.ReasonTimeout:
+		return "", fmt.Sprintf("the hook did not answer within %s and was killed (run %s)", plan.Limits.Timeout, out.RunID), true
+	case r.Reason != runtime.ReasonExit:
+		return "", fmt.Sprintf("the hook ended by %s (run %s)", r.Reason, out.RunID), true
+	case r.ExitCode == 2:
+		if stderr == "" {
+			stderr = "blocked by the hook (no reason given)"
+		}
+		return policy.EffectDeny, ClipText(stderr, 2048), false
+	case r.ExitCode != 0:
+		msg := fmt.Sprintf("the hook exited with status %d (run %s)", r.ExitCode, out.RunID)
+		if stderr != "" {
+			msg += ": " + ClipText(stderr, 500)
+		}
+		return "", msg, true
+	}
+	stdout := strings.TrimSpace(string(r.Stdout))
+	if !strings.HasPrefix(stdout, "{") {
+		return policy.EffectAllow, "the hook allowed it (exit 0)", false
+	}
+	if r.StdoutTruncated {
+		return "", "the hook's JSON answer is larger than the output cap", true
+	}
+	var a hookAnswer
+	if err := json.Unmarshal([]byte(stdout), &a); err != nil {
+		return "", "the hook printed malformed JSON: " + err.Error(), true
+	}
+	return a.effect()
+}
+
+// effect maps a hook's JSON answer to a decision.
+func (a *hookAnswer) effect() (policy.Effect, string, bool) {
+	if a.Continue != nil && !*a.Continue {
+		return policy.EffectDeny, nonEmpty(a.StopReason, "the hook stopped it (continue: false)"), false
+	}
+	if h := a.HookSpecificOutput; h != nil && h.PermissionDecision != "" {
+		why := h.PermissionDecisionReason
+		switch h.PermissionDecision {
+		case "deny":
+			return policy.EffectDeny, nonEmpty(why, "denied by the hook"), false
+		case "ask":
+			return policy.EffectConfirm, nonEmpty(why, "the hook asks for confirmation"), false
+		case "allow":
+			return policy.EffectAllow, nonEmpty(why, "allowed by the hook"), false
+		}
+		return "", fmt.Sprintf("the hook answered permissionDecision %q (use allow, deny or ask)", h.PermissionDecision), true
+	}
+	switch a.Decision {
+	case "block", "deny":
+		return policy.EffectDeny, nonEmpty(a.Reason, "blocked by the hook"), false
+	case "", "approve", "allow":
+		return policy.EffectAllow, nonEmpty(a.Reason, "the hook allowed it"), false
+	case "ask":
+		return policy.EffectConfirm, nonEmpty(a.Reason, "the hook asks for confirmation"), false
+	}
+	return "", fmt.Sprintf("the hook answered decision %q (use approve or block)", a.Decision), true
+}
+
+func nonEmpty(s, def string) string {
+	if strings.TrimSpace(s) == "" {
+		return def
+	}
+	return s
+}

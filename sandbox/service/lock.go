@@ -1,0 +1,183 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/skills"
+)
+
+// Pinned skills: a security team approves skill versions, not names. When
+// a policy rule sets require_lock for a skill, it loads and runs only while
+// its current digest is the one the lock file (skills.lock_file) pins.
+
+// Audit events of the lock.
+const (
+	EventSkillLock    = "skills.lock"    // skill: pinned at its digest; detail: previous digest, lock file
+	EventLockRefused  = "skills.refused" // skill: refused because its digest is not the pinned one
+	lockReadCacheSpan = time.Second
+)
+
+// lockCache keeps the lock file read at most once a second.
+type lockCache struct {
+	mu    sync.Mutex
+	path  string
+	read  time.Time
+	mtime time.Time
+	lock  *skills.Lock
+	err   error
+}
+
+func (c *lockCache) get(path string) (*skills.Lock, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st, statErr := os.Stat(path)
+	if c.path == path && c.lock != nil && statErr == nil && st.ModTime().Equal(c.mtime) && time.Since(c.read) < lockReadCacheSpan {
+		return c.lock, c.err
+	}
+	l, err := skills.ReadLock(path)
+	if err != nil && errors.Is(err, os.ErrNotExist) {
+		err = nil // an empty lock: nothing is pinned
+	}
+	c.path, c.read, c.lock, c.err = path, time.Now(), l, err
+	if statErr == nil {
+		c.mtime = st.ModTime()
+	}
+	return l, err
+}
+
+func (c *lockCache) forget() {
+	c.mu.Lock()
+	c.lock = nil
+	c.mu.Unlock()
+}
+
+// checkLock refuses a skill whose current version is not pinned when
+// policy requires a lock for it; the refusal is audited.
+func (s *Service) checkLock(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill) error {
+	required, rule := s.cfg.LockRequired(sk.Name)
+	if !required {
+		return nil
+	}
+	path := s.cfg.Skills.LockFile
+	l, err := s.locks.get(path)
+	if err == nil {
+		err = l.Check(sk, path)
+	} else {
+		err = fmt.Errorf("%w: %v", skills.ErrNotLocked, err)
+	}
+	if err == nil {
+		return nil
+	}
+	r := base(ctx, caller, method, EventLockRefused, sessionID)
+	r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest, Location: sk.Location}
+	r.Outcome, r.Error = audit.OutcomeDenied, err.Error()
+	r.Detail = map[string]string{"rule": rule, "lock_file": path}
+	if l != nil {
+		if e, ok := l.Skills[sk.Name]; ok {
+			r.Detail["locked_digest"] = e.Digest
+		}
+	}
+	if aerr := s.record(ctx, r); aerr != nil {
+		return aerr
+	}
+	return api.MarkAudited(fmt.Errorf("%w: %v (policy %s requires a pinned version)", api.ErrDenied, err, rule))
+}
+
+// LockSkills implements api.Service: an approver pins the current
+// versions of the named skills (all indexed skills when none are named) in
+// the lock file, each pin audited.
+func (s *Service) LockSkills(ctx context.Context, caller api.Peer, p api.LockParams) (*api.LockResult, error) {
+	const method = api.MethodSkillsLock
+	if !s.IsApprover(caller) {
+		r := base(ctx, caller, method, EventSkillLock, "")
+		r.Outcome, r.Error = audit.OutcomeRefused, "not an approver"
+		err := fmt.Errorf("%w: uid %d is not an approver: the config's daemon.approvers names who may pin skill versions", api.ErrDenied, caller.UID)
+		if s.record(ctx, r) == nil {
+			err = api.MarkAudited(err)
+		}
+		return nil, err
+	}
+	var list []*skills.Skill
+	if len(p.Names) == 0 {
+		list = s.skills.List()
+	}
+	for _, n := range p.Names {
+		sk, err := s.skills.Get(n)
+		if err != nil {
+			return nil, classify(err)
+		}
+		list = append(list, sk)
+	}
+	s.lockMu.Lock()
+	defer s.lockMu.Unlock()
+	return s.pin(ctx, caller, method, "", list)
+}
+
+// pin writes sk's versions to the lock file and audits each pin. Called
+// with lockMu held.
+func (s *Service) pin(ctx context.Context, caller api.Peer, method, proposal string, list []*skills.Skill) (*api.LockResult, error) {
+	path := s.cfg.Skills.LockFile
+	l, err := skills.ReadLock(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %v", api.ErrInternal, err)
+	}
+	who := approverName(caller)
+	now := time.Now().UTC()
+	res := &api.LockResult{LockFile: path, Pinned: []api.PinnedSkill{}}
+	for _, sk := range list {
+		prev := l.Skills[sk.Name].Digest
+		if err := l.Pin(sk, who, now); err != nil {
+			return nil, fmt.Errorf("%w: %v", api.ErrInternal, err)
+		}
+		res.Pinned = append(res.Pinned, api.PinnedSkill{Name: sk.Name, Digest: sk.Digest, Previous: prev, ApprovedBy: who, ApprovedAt: now})
+	}
+	if s.audit != nil {
+		if err := s.audit.Healthy(); err != nil {
+			return nil, auditDown(err)
+		}
+	}
+	if err := l.Write(path); err != nil {
+		return nil, fmt.Errorf("%w: %v", api.ErrInternal, err)
+	}
+	s.locks.forget()
+	for _, pn := range res.Pinned {
+		r := base(ctx, caller, method, EventSkillLock, "")
+		r.Skill = &audit.SkillRef{Name: pn.Name, Digest: pn.Digest}
+		r.Outcome = audit.OutcomeOK
+		r.Detail = map[string]string{"lock_file": path, "approved_by": who}
+		if pn.Previous != "" {
+			r.Detail["previous_digest"] = pn.Previous
+		}
+		if proposal != "" {
+			r.Detail["proposal"] = proposal
+		}
+		if err := s.record(ctx, r); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// approverName is how a lock names who approved: the user name, or the uid.
+func approverName(p api.Peer) string {
+	if name := lookupUser(p.UID); name != "" {
+		return name
+	}
+	return "uid " + strconv.FormatUint(uint64(p.UID), 10)
+}
+
+func lookupUser(uid uint32) string {
+	if u, err := user.LookupId(strconv.FormatUint(uint64(uid), 10)); err == nil {
+		return u.Username
+	}
+	return ""
+}
