@@ -196,15 +196,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			hostport = net.JoinHostPort(r.URL.Hostname(), "80")
 		}
 	}
-	report := func() {
-		a.DurationMS = time.Since(start).Milliseconds()
-		if !a.Allowed {
-			p.noteDenied()
-		}
-		if p.cfg.Report != nil {
-			p.cfg.Report(a)
-		}
-	}
+	report := p.reporter(&a, start)
 	host, portStr, err := net.SplitHostPort(hostport)
 	port, perr := strconv.ParseUint(portStr, 10, 16)
 	if err != nil || perr != nil || port == 0 {
@@ -214,38 +206,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.Port = uint16(port)
-	addrs, rule, denial := p.authorize(r.Context(), host, a.Port, &a)
-	if denial != "" {
-		a.Reason = denial
-		report()
-		http.Error(w, "skillbox egress proxy: "+denial, http.StatusForbidden)
+	cc, status, why := p.connect(r.Context(), host, &a, report)
+	if cc == nil {
+		http.Error(w, "skillbox egress proxy: "+why, status)
 		return
 	}
-	if !p.takeConnection() {
-		a.Rule, a.Reason, a.Limit = rule, fmt.Sprintf("the run's connection cap (%d) is reached", p.cfg.MaxConnections), LimitConnections
-		report()
-		http.Error(w, "skillbox egress proxy: "+a.Reason, http.StatusForbidden)
-		return
-	}
-	a.Allowed, a.Rule = true, rule
-	up, err := p.dial(r.Context(), addrs, a.Port, &a)
-	if err != nil {
-		a.Error = err.Error()
-		report()
-		http.Error(w, "skillbox egress proxy: "+err.Error(), http.StatusBadGateway)
-		return
-	}
-	cc := &countedConn{Conn: up, p: p}
-	defer func() {
-		a.Out, a.In = cc.out.Load(), cc.in.Load()
-		p.mu.Lock()
-		p.stats.BytesIn += a.In
-		p.mu.Unlock()
-		if cc.cut.Load() {
-			a.Limit = LimitBytesOut
-		}
-		report()
-	}()
+	defer p.finish(cc, &a, report)
 	if r.Method == http.MethodConnect {
 		if secrets := p.cfg.secretsFor(a.Host); len(secrets) > 0 && p.cfg.CA != nil {
 			p.intercept(w, cc, &a, a.Host, secrets)
@@ -255,6 +221,78 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	p.forward(w, r, cc, &a)
+}
+
+// reporter returns the function that reports a (once it is complete),
+// timed from start.
+func (p *Proxy) reporter(a *Attempt, start time.Time) func() {
+	return func() {
+		a.DurationMS = time.Since(start).Milliseconds()
+		if !a.Allowed {
+			p.noteDenied()
+		}
+		if p.cfg.Report != nil {
+			p.cfg.Report(*a)
+		}
+	}
+}
+
+// connect authorizes host on a's port, counts the connection against the
+// cap and dials it. A refusal (nil conn) is reported already and comes
+// with the HTTP status and message to answer; otherwise finish reports
+// the attempt once the connection is over.
+func (p *Proxy) connect(ctx context.Context, host string, a *Attempt, report func()) (*countedConn, int, string) {
+	addrs, rule, denial := p.authorize(ctx, host, a.Port, a)
+	if denial != "" {
+		a.Reason = denial
+		report()
+		return nil, http.StatusForbidden, denial
+	}
+	if !p.takeConnection() {
+		a.Rule, a.Reason, a.Limit = rule, fmt.Sprintf("the run's connection cap (%d) is reached", p.cfg.MaxConnections), LimitConnections
+		report()
+		return nil, http.StatusForbidden, a.Reason
+	}
+	a.Allowed, a.Rule = true, rule
+	up, err := p.dial(ctx, addrs, a.Port, a)
+	if err != nil {
+		a.Error = err.Error()
+		report()
+		return nil, http.StatusBadGateway, a.Error
+	}
+	return &countedConn{Conn: up, p: p}, 0, ""
+}
+
+// finish closes an upstream connection and reports its attempt with the
+// bytes it carried.
+func (p *Proxy) finish(cc *countedConn, a *Attempt, report func()) {
+	cc.Close()
+	a.Out, a.In = cc.out.Load(), cc.in.Load()
+	p.mu.Lock()
+	p.stats.BytesIn += a.In
+	p.mu.Unlock()
+	if cc.cut.Load() {
+		a.Limit = LimitBytesOut
+	}
+	report()
+}
+
+// pipe copies both ways between a client (read through from, which may
+// hold bytes it already buffered) and upstream until both sides are done.
+func pipe(client net.Conn, from io.Reader, up *countedConn) {
+	done := make(chan struct{}, 2)
+	go func() {
+		_, _ = io.Copy(up, from)
+		closeWrite(up.Conn)
+		done <- struct{}{}
+	}()
+	go func() {
+		_, _ = io.Copy(client, up)
+		closeWrite(client)
+		done <- struct{}{}
+	}()
+	<-done
+	<-done
 }
 
 // authorize decides host:port: the addresses to dial and the rule, or why
@@ -420,27 +458,8 @@ func (p *Proxy) tunnel(w http.ResponseWriter, up *countedConn, a *Attempt) {
 		return
 	}
 	defer release()
-	done := make(chan struct{}, 2)
-	go func() {
-		// Bytes the client sent after its CONNECT, already buffered.
-		if n := br.Buffered(); n > 0 {
-			pre, _ := br.Peek(n)
-			if _, err := up.Write(pre); err != nil {
-				done <- struct{}{}
-				return
-			}
-		}
-		_, _ = io.Copy(up, client)
-		closeWrite(up.Conn)
-		done <- struct{}{}
-	}()
-	go func() {
-		_, _ = io.Copy(client, up)
-		closeWrite(client)
-		done <- struct{}{}
-	}()
-	<-done
-	<-done
+	// br first hands over what the client sent after its CONNECT.
+	pipe(client, br, up)
 }
 
 func closeWrite(c net.Conn) {

@@ -63,15 +63,7 @@ var errSNI = errors.New("client hello read")
 func (p *Proxy) transparent(c net.Conn, port uint16) {
 	start := time.Now()
 	a := Attempt{Kind: "transparent", Port: port}
-	report := func() {
-		a.DurationMS = time.Since(start).Milliseconds()
-		if !a.Allowed {
-			p.noteDenied()
-		}
-		if p.cfg.Report != nil {
-			p.cfg.Report(a)
-		}
-	}
+	report := p.reporter(&a, start)
 	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
 	br := bufio.NewReaderSize(c, 16<<10+5)
 	first, err := br.Peek(1)
@@ -97,45 +89,21 @@ func (p *Proxy) transparent(c net.Conn, port uint16) {
 		report()
 		return
 	}
-	refuse := func() {
+	refuse := func(why string) {
 		if req != nil {
 			resp := &http.Response{StatusCode: http.StatusForbidden, ProtoMajor: 1, ProtoMinor: 1, Close: true,
-				Header: http.Header{"Content-Type": {"text/plain"}}, Body: io.NopCloser(bytes.NewBufferString("skillbox egress proxy: " + a.Reason + "\n"))}
+				Header: http.Header{"Content-Type": {"text/plain"}}, Body: io.NopCloser(bytes.NewBufferString("skillbox egress proxy: " + why + "\n"))}
 			_ = resp.Write(c)
 		}
 	}
-	addrs, rule, denial := p.authorize(context.Background(), host, port, &a)
-	if denial != "" {
-		a.Reason = denial
-		report()
-		refuse()
-		return
-	}
-	if !p.takeConnection() {
-		a.Rule, a.Reason, a.Limit = rule, fmt.Sprintf("the run's connection cap (%d) is reached", p.cfg.MaxConnections), LimitConnections
-		report()
-		refuse()
-		return
-	}
-	a.Allowed, a.Rule = true, rule
-	up, err := p.dial(context.Background(), addrs, port, &a)
-	if err != nil {
-		a.Error = err.Error()
-		report()
-		return
-	}
-	cc := &countedConn{Conn: up, p: p}
-	defer cc.Close()
-	defer func() {
-		a.Out, a.In = cc.out.Load(), cc.in.Load()
-		p.mu.Lock()
-		p.stats.BytesIn += a.In
-		p.mu.Unlock()
-		if cc.cut.Load() {
-			a.Limit = LimitBytesOut
+	cc, status, why := p.connect(context.Background(), host, &a, report)
+	if cc == nil {
+		if status == http.StatusForbidden {
+			refuse(why)
 		}
-		report()
-	}()
+		return
+	}
+	defer p.finish(cc, &a, report)
 	if req != nil {
 		// One request per connection: a second one could name another
 		// host on the same connection.
@@ -150,19 +118,7 @@ func (p *Proxy) transparent(c net.Conn, port uint16) {
 		_, _ = io.Copy(c, cc)
 		return
 	}
-	done := make(chan struct{}, 2)
-	go func() {
-		_, _ = io.Copy(cc, br) // the buffered ClientHello first, then the rest
-		closeWrite(cc.Conn)
-		done <- struct{}{}
-	}()
-	go func() {
-		_, _ = io.Copy(c, cc)
-		closeWrite(c)
-		done <- struct{}{}
-	}()
-	<-done
-	<-done
+	pipe(c, br, cc) // the buffered ClientHello first, then the rest
 }
 
 // peekSNI reads the server name of the ClientHello at the head of br
