@@ -31,16 +31,22 @@ type EgressOptions struct {
 
 // planEgress gives a script run the skill's egress destinations when it
 // has no full network: then its sandbox's only way out is the proxy.
-func (e *Engine) planEgress(p *Plan) {
+func (e *Engine) planEgress(p *Plan) error {
 	if p.Network || p.Code != nil || p.Request.Skill == nil {
-		return
+		return nil
 	}
 	dests, rule := e.Config.EgressFor(p.Request.Skill.Name)
 	if len(dests) == 0 {
-		return
+		return nil
 	}
 	p.Egress, p.EgressRule = dests, rule
 	p.EgressSecrets = e.Config.SecretsFor(p.Request.Skill.Name, dests)
+	for _, s := range p.EgressSecrets {
+		if _, ok := p.Request.Env[s.Name]; ok {
+			return fmt.Errorf("%w: env %s is the placeholder of a secret of this run (%s); leave it out", api.ErrInvalidParams, s.Name, s)
+		}
+	}
+	return nil
 }
 
 // secretNames are the names of a plan's secrets.

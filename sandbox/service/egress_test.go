@@ -109,6 +109,12 @@ func TestRunEgress(t *testing.T) {
 	if _, err := run("web-ask", ""); err != nil {
 		t.Fatalf("second run in the session: %v", err)
 	}
+	// A caller may not set a secret's variable.
+	_, err = f.svc.Run(ctx, owner, service.RunRequest{Skill: f.sk["web"], Script: "scripts/run.sh", Env: map[string]string{"API_TOKEN": "x"}},
+		service.RunOptions{Method: "test", SessionID: ses.SessionID})
+	if api.KindOf(err) != api.KindInvalidParams || !strings.Contains(err.Error(), "placeholder of a secret") {
+		t.Errorf("env naming a secret: %v", err)
+	}
 	// Another session asks again.
 	other, _ := f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})
 	_, err = f.svc.Run(ctx, owner, service.RunRequest{Skill: f.sk["web-ask"], Script: "scripts/run.sh"},

@@ -266,7 +266,9 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 		Network:        network,
 		NetworkRule:    netRule,
 	}
-	e.planEgress(p)
+	if err := e.planEgress(p); err != nil {
+		return nil, err
+	}
 	p.Digest = planDigest(p)
 	return p, nil
 }
