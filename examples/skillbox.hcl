@@ -134,6 +134,10 @@ policy "needs-approval" {
 # runtime "containerd" {
 #   address   = "/run/containerd/containerd.sock"
 #   namespace = "skillbox"
+#   handler   = "io.containerd.runsc.v1"   # gVisor's shim | io.containerd.runc.v2
+#   # binary  = "runc"                     # what the runc v2 shim runs: runc, or a runsc (gVisor)
+#   # platform, flags: runsc's, as for runtime "runsc"
+#   state_dir = "/run/skillbox/containerd" # runsc configs and the shims' runtime state
 # }
 
 # images {

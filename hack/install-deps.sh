@@ -3,7 +3,7 @@
 # (Debian 12). Idempotent and quiet when everything is already there.
 set -euo pipefail
 
-pkgs=(runsc runc mmdebstrap ca-certificates iproute2 procps)
+pkgs=(runsc runc containerd mmdebstrap ca-certificates iproute2 procps)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

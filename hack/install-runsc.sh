@@ -10,6 +10,11 @@
 #   PREFIX=/opt/x hack/install-runsc.sh
 #   hack/install-runsc.sh --path     print where the pinned runsc goes
 #
+# The gVisor containerd shim (containerd-shim-runsc-v1, the runtime handler
+# io.containerd.runsc.v1 of skillbox's containerd backend) is built from the
+# same module and installed next to runsc; put that directory on containerd's
+# PATH (hack/containerd.sh does) to use it.
+#
 # Keep RUNSC_MODULE_VERSION, RUNSC_VERSION and RUNSC_MODULE_SUM in step with
 # runtime.PinnedRunscVersion (runtime/pinned.go).
 set -euo pipefail
@@ -26,6 +31,7 @@ RUNSC_BINARY_SHA256=bb2e098e1c38ef4430a9739ad8e351afc55b604d5239302bb4e4d01cc015
 PREFIX=${PREFIX:-/usr/local/lib/skillbox/runsc}
 dest="$PREFIX/$RUNSC_VERSION"
 bin="$dest/runsc"
+shim="$dest/containerd-shim-runsc-v1"
 if [[ ${1:-} == --path ]]; then
   echo "$bin"
   exit 0
@@ -34,7 +40,7 @@ fi
 have_version() {
   [[ -x $bin ]] && [[ $("$bin" --version 2>/dev/null | head -1) == "runsc version $RUNSC_VERSION" ]]
 }
-if have_version && [[ -f $dest/SHA256SUMS ]] && (cd "$dest" && sha256sum --quiet -c SHA256SUMS); then
+if have_version && [[ -x $shim ]] && [[ -f $dest/SHA256SUMS ]] && (cd "$dest" && sha256sum --quiet -c SHA256SUMS); then
   exit 0
 fi
 
@@ -76,16 +82,23 @@ if [[ -n $RUNSC_BINARY_SHA256 && $gover == "$RUNSC_BINARY_GO" && $binsum != "$RU
   exit 1
 fi
 
-# 3. Install it, with what it was built from recorded next to it.
+# 3. The containerd shim, from the same module (its command is named shim).
+echo "install-runsc: building containerd-shim-runsc-v1 (about a minute)" >&2
+GOBIN="$work/bin" "$GO" install -trimpath -ldflags "-s -w" "$RUNSC_MODULE/shim@$RUNSC_MODULE_VERSION"
+
+# 4. Install them, with what they were built from recorded next to them.
 install -d -m 0755 "$dest"
 install -m 0755 "$work/bin/runsc" "$bin.new"
 mv -f "$bin.new" "$bin"
+install -m 0755 "$work/bin/shim" "$shim.new"
+mv -f "$shim.new" "$shim"
 cat >"$dest/BUILDINFO" <<INFO
 module  $RUNSC_MODULE@$RUNSC_MODULE_VERSION
 sum     $RUNSC_MODULE_SUM
 version $RUNSC_VERSION
 go      $gover
 sha256  $binsum
+shim    containerd-shim-runsc-v1 sha256 $(sha256sum "$shim" | awk '{print $1}')
 INFO
-(cd "$dest" && sha256sum runsc >SHA256SUMS)
+(cd "$dest" && sha256sum runsc containerd-shim-runsc-v1 >SHA256SUMS)
 echo "install-runsc: installed $bin ($RUNSC_VERSION, sha256 $binsum)" >&2

@@ -115,7 +115,11 @@ type RuntimeConfig struct {
 	Flags     []string
 	Address   string // containerd only: its socket
 	Namespace string // containerd only
-	Pos       Pos
+	// Handler is containerd's runtime handler (runtime.ContainerdHandlers);
+	// Binary is then the OCI runtime its shim runs ("" for the handler's
+	// own: the pinned runsc for gVisor's shim, runc for the runc v2 shim).
+	Handler string
+	Pos     Pos
 }
 
 // Images is the images {} block plus every image "NAME" {} block.
@@ -236,6 +240,7 @@ func defaults() *Config {
 		if n == "containerd" {
 			rc.Address = "/run/containerd/containerd.sock"
 			rc.Namespace = "skillbox"
+			rc.Handler = runtime.ContainerdHandlerRunsc
 		} else {
 			rc.Binary = n
 		}
@@ -343,10 +348,13 @@ func (c *Config) RuntimeOptions(name string) runtime.Options {
 		return runtime.Options{}
 	}
 	return runtime.Options{
-		Binary:   rc.Binary,
-		StateDir: rc.StateDir,
-		Platform: rc.Platform,
-		Flags:    append([]string(nil), rc.Flags...),
+		Binary:    rc.Binary,
+		StateDir:  rc.StateDir,
+		Platform:  rc.Platform,
+		Flags:     append([]string(nil), rc.Flags...),
+		Address:   rc.Address,
+		Namespace: rc.Namespace,
+		Handler:   rc.Handler,
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -329,5 +330,33 @@ func TestImagesBuildOnDemand(t *testing.T) {
 	_, err = Parse([]byte("images {\n  build_on_demand = \"yes\"\n}\n"), "b.hcl")
 	if err == nil || !strings.Contains(err.Error(), "b.hcl:2") || !strings.Contains(err.Error(), "true or false") {
 		t.Errorf("build_on_demand = \"yes\": %v", err)
+	}
+}
+
+func TestContainerdRuntime(t *testing.T) {
+	src := `daemon {
+  runtime = "containerd"
+}
+runtime "containerd" {
+  address   = "/run/k8s/containerd.sock"
+  namespace = "agents"
+  handler   = "io.containerd.runc.v2"
+  binary    = "/usr/local/bin/runsc"
+  flags     = ["--debug"]
+}
+`
+	c, err := Parse([]byte(src), "c.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := c.RuntimeOptions("containerd")
+	want := runtime.Options{Binary: "/usr/local/bin/runsc", StateDir: "/run/skillbox/containerd", Flags: []string{"--debug"},
+		Address: "/run/k8s/containerd.sock", Namespace: "agents", Handler: runtime.ContainerdHandlerRuncV2}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("options %+v, want %+v", got, want)
+	}
+	d := Default().RuntimeOptions("containerd")
+	if d.Handler != runtime.ContainerdHandlerRunsc || d.Address != "/run/containerd/containerd.sock" || d.Namespace != "skillbox" || d.Binary != "" {
+		t.Errorf("default containerd options %+v", d)
 	}
 }

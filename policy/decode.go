@@ -46,7 +46,7 @@ var (
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
 		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
-		"address", "namespace")}
+		"address", "namespace", "handler")}
 	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
 	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe")}
 	limitsSchema = &hcl.BodySchema{Attributes: attrs("timeout", "memory", "pids", "cpus",
@@ -526,7 +526,7 @@ func (d *decoder) runtime(blk *hcl.Block) {
 		b.d.errorf(a.NameRange, b.field(attr), "not used by runtime %q (only by %s)", name, strings.Join(runtimes, ", "))
 		return false
 	}
-	if only("binary", "runsc", "runc") {
+	if only("binary", "runsc", "runc", "containerd") {
 		if a := b.str("binary", &rc.Binary); a != nil {
 			if rc.Binary == "" {
 				b.bad(a, "must not be empty")
@@ -536,11 +536,11 @@ func (d *decoder) runtime(blk *hcl.Block) {
 		}
 	}
 	b.path("state_dir", &rc.StateDir)
-	if only("platform", "runsc") {
+	if only("platform", "runsc", "containerd") {
 		b.oneOf("platform", &rc.Platform, runscPlat...)
 	}
 	var flags []string
-	if only("flags", "runsc", "runc") && b.strs("flags", &flags) != nil {
+	if only("flags", "runsc", "runc", "containerd") && b.strs("flags", &flags) != nil {
 		ok := true
 		for _, f := range flags {
 			if !strings.HasPrefix(f, "-") {
@@ -551,6 +551,9 @@ func (d *decoder) runtime(blk *hcl.Block) {
 		if ok {
 			rc.Flags = flags
 		}
+	}
+	if only("handler", "containerd") {
+		b.oneOf("handler", &rc.Handler, runtime.ContainerdHandlers...)
 	}
 	if only("address", "containerd") {
 		b.path("address", &rc.Address)

@@ -159,12 +159,7 @@ func exitStatus(ps *os.ProcessState) (int, string) {
 		return 128 + int(ws.Signal()), unix.SignalName(ws.Signal())
 	}
 	code := ps.ExitCode()
-	if code > 128 && code < 128+65 {
-		if name := unix.SignalName(syscall.Signal(code - 128)); name != "" {
-			return code, name
-		}
-	}
-	return code, ""
+	return code, ExitSignal(code)
 }
 
 // stop brings the container down. Graceful (timeout) sends TERM to every

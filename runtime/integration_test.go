@@ -52,7 +52,7 @@ var testBase = func() string {
 	return defaultTestBase
 }()
 
-var backends = []string{"runsc", "runc"}
+var backends = []string{"runsc", "runc", "containerd"}
 
 var (
 	rootfsOnce sync.Once
@@ -113,6 +113,9 @@ func needBackend(t testing.TB, name string) {
 	if _, err := exec.LookPath(binaryOf(name)); err != nil {
 		t.Skipf("needs root and runsc/runc: run via make test as root (%s not found: %v)", name, err)
 	}
+	if name == "containerd" {
+		containerdAddress(t)
+	}
 }
 
 // newBackend makes a backend with its own state and run dirs.
@@ -120,7 +123,7 @@ func newBackend(t testing.TB, name string) (runtime.Runtime, runtime.Options) {
 	t.Helper()
 	needBackend(t, name)
 	opts := runtime.Options{
-		Binary:   binaryOf(name),
+		Binary:   runtimeBinary(name),
 		StateDir: filepath.Join(testBase, name, "state"),
 		RunDir:   filepath.Join(testBase, name, "runs"),
 		// Generous, so that a script handling TERM gets to run its
@@ -133,6 +136,7 @@ func newBackend(t testing.TB, name string) (runtime.Runtime, runtime.Options) {
 			Output: os.Stderr,
 		}),
 	}
+	withContainerd(t, name, &opts)
 	rt, err := runtime.New(name, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +237,7 @@ type runCase struct {
 // caseEnv is what a case's args and checks can refer to.
 type caseEnv struct {
 	backend string
+	kernel  string // "runsc" (gVisor's) or "runc" (the host's): what the script talks to
 	secret  hostSecret
 	envVal  string
 	marker  string
@@ -397,7 +402,7 @@ print('release', os.uname().release)
 			wantExit(t, res, 0, runtime.ReasonExit)
 			host := hostRelease(t)
 			out := string(res.Stdout)
-			if c.backend == "runsc" {
+			if c.kernel == "runsc" {
 				// gVisor reports its own (fixed) kernel version, never the host's.
 				// (4.4.0 in Debian 12's runsc, 4.19.0-gvisor in the pinned one).
 				if strings.Contains(out, host) || !(strings.Contains(out, "release 4.4.0") || strings.Contains(out, "gvisor")) {
@@ -626,7 +631,7 @@ for p in ("/skill/new.txt", "/skill/scripts/write.py", "/etc/passwd", "/usr/bin/
 					t.Errorf("missing %q in\n%s", want, out)
 				}
 			}
-			if c.backend == "runc" && !strings.Contains(out, "NoNewPrivs:\t1") {
+			if c.kernel == "runc" && !strings.Contains(out, "NoNewPrivs:\t1") {
 				t.Errorf("no_new_privs not set:\n%s", out)
 			}
 		},
@@ -651,8 +656,8 @@ print("mount", r, ctypes.get_errno())
 			// A modern gVisor lets the script unshare a user namespace of
 			// its own, in which it may then mount a tmpfs: all of it inside
 			// gVisor's kernel, with no effect on the host.
-			inOwnNS := c.backend == "runsc" && strings.Contains(out, "unshare 0 0\n")
-			if !(strings.Contains(out, "mount -1 1\n") || inOwnNS) || (c.backend == "runc" && !strings.Contains(out, "unshare -1 1\n")) {
+			inOwnNS := c.kernel == "runsc" && strings.Contains(out, "unshare 0 0\n")
+			if !(strings.Contains(out, "mount -1 1\n") || inOwnNS) || (c.kernel == "runc" && !strings.Contains(out, "unshare -1 1\n")) {
 				t.Errorf("want EPERM:\n%s%s", out, res.Stderr)
 			}
 		},
@@ -689,7 +694,7 @@ os.mkfifo("outputs/fifo")
 			sk := strings.Join(res.OutputsSkipped, "\n")
 			// gVisor keeps a FIFO made on a gofer mount inside the sandbox;
 			// runc leaves it on the host tmpfs, where it must be skipped.
-			if !strings.Contains(sk, "passwd-link: symlink") || (c.backend == "runc" && !strings.Contains(sk, "fifo: fifo")) {
+			if !strings.Contains(sk, "passwd-link: symlink") || (c.kernel == "runc" && !strings.Contains(sk, "fifo: fifo")) {
 				t.Errorf("skipped %q", res.OutputsSkipped)
 			}
 		},
@@ -790,7 +795,7 @@ open("outputs/real.txt", "w").write("real")
 			}
 			// gVisor keeps FIFOs and sockets made on a gofer mount inside
 			// the sandbox; runc leaves them on the host tmpfs.
-			if c.backend == "runc" && (!strings.Contains(sk, "fifo: fifo") || !strings.Contains(sk, "sock: socket")) {
+			if c.kernel == "runc" && (!strings.Contains(sk, "fifo: fifo") || !strings.Contains(sk, "sock: socket")) {
 				t.Errorf("skipped %q lacks the fifo and the socket", res.OutputsSkipped)
 			}
 		},
@@ -889,7 +894,7 @@ func TestRun(t *testing.T) {
 				t.Run(mode, func(t *testing.T) {
 					for _, tc := range cases {
 						t.Run(tc.name, func(t *testing.T) {
-							c := &caseEnv{backend: name, secret: secret, envVal: envVal, marker: "skillbox-marker-" + randomHex(8)}
+							c := &caseEnv{backend: name, kernel: kernelOf(name), secret: secret, envVal: envVal, marker: "skillbox-marker-" + randomHex(8)}
 							dir := makeSkill(t, tc.skill)
 							for link, target := range tc.links {
 								if target == "SECRET_PATH" {
@@ -976,12 +981,13 @@ func runWarm(t testing.TB, rt runtime.Runtime, job runtime.Job) (*runtime.Result
 // no mount under the run dir, no run dir, no cgroup.
 func assertClean(t *testing.T, backend string, opts runtime.Options, id string) {
 	t.Helper()
-	out, err := exec.Command(binaryOf(backend), "--root", opts.StateDir, "list", "--quiet").CombinedOutput()
+	out, err := listContainers(backend, opts)
 	if err != nil {
 		t.Errorf("%s list: %v %s", backend, err, out)
-	} else if strings.TrimSpace(string(out)) != "" {
+	} else if strings.TrimSpace(out) != "" {
 		t.Errorf("containers left in %s: %s", opts.StateDir, out)
 	}
+	assertContainerdClean(t, backend, opts)
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
 	for _, line := range strings.Split(string(mi), "\n") {
 		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], opts.RunDir+"/") {
@@ -1168,13 +1174,17 @@ func TestMain(m *testing.M) {
 		crashHelper(spec)
 		os.Exit(3) // not reached: the helper kills itself
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	stopContainerd()
+	os.Exit(code)
 }
 
 func crashHelper(spec string) {
 	f := strings.Split(spec, "|")
 	backend, stateDir, runDir, id, rootfs, skill, marker, mode := f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
-	rt, err := runtime.New(backend, runtime.Options{Binary: binaryOf(backend), StateDir: stateDir, RunDir: runDir})
+	opts := runtime.Options{Binary: runtimeBinary(backend), StateDir: stateDir, RunDir: runDir}
+	withContainerd(nil, backend, &opts)
+	rt, err := runtime.New(backend, opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
@@ -1216,8 +1226,8 @@ func TestSweep(t *testing.T) {
 			if !strings.Contains(string(out), "crashing now") {
 				t.Fatalf("crash helper: %v\n%s", err, out)
 			}
-			list, _ := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").Output()
-			if !strings.Contains(string(list), id) {
+			list, _ := listContainers(name, opts)
+			if !strings.Contains(list, id) {
 				t.Fatalf("the crash left no container %s: %q", id, list)
 			}
 			// A run in progress here must survive the sweep.
@@ -1289,8 +1299,8 @@ func TestSweepContainerWithoutRunDir(t *testing.T) {
 			if err := os.RemoveAll(runDir); err != nil {
 				t.Fatal(err)
 			}
-			list, _ := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").Output()
-			if !strings.Contains(string(list), id) {
+			list, _ := listContainers(name, opts)
+			if !strings.Contains(list, id) {
 				t.Fatalf("the crash left no container %s: %q", id, list)
 			}
 			if err := runtime.Sweep(context.Background(), rt); err != nil {
@@ -1367,7 +1377,7 @@ func TestSweepYoungCrash(t *testing.T) {
 					}
 					_ = cmd.Wait()
 					// What the crash left, for the log: it varies with timing.
-					list, _ := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").Output()
+					list, _ := listContainers(name, opts)
 					_, dirErr := os.Stat(filepath.Join(opts.RunDir, id))
 					_, cgErr := os.Stat(filepath.Join("/sys/fs/cgroup/memory", runtime.CgroupParent, id))
 					t.Logf("killed %v after the run started; left: containers %q, run dir %v, memory cgroup %v",
@@ -1480,8 +1490,8 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 					t.Errorf("Sweep of another run dir removed %s", p)
 				}
 			}
-			list, _ := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").Output()
-			if !strings.Contains(string(list), live.ID) {
+			list, _ := listContainers(name, opts)
+			if !strings.Contains(list, live.ID) {
 				t.Errorf("Sweep of another run dir removed the live container %s: %q", live.ID, list)
 			}
 			if _, err := os.Stat(filepath.Join(otherOpts.RunDir, dead)); err == nil {

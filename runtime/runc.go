@@ -86,15 +86,25 @@ func (r *Runc) Close(ctx context.Context) error { return r.eng.close(ctx) }
 // Sweep removes what crashed runs left: see Sweep.
 func (r *Runc) Sweep(ctx context.Context) error { return r.eng.sweep(ctx) }
 
-func (r *Runc) specOptions(job Job) SpecOptions {
+func (r *Runc) specOptions(job Job) SpecOptions { return RuncSpecOptions(r.opts) }
+
+// RuncSpecOptions are the BuildSpec choices of a container that runc runs
+// on the host kernel (this backend's, and containerd's with runc as its
+// handler): seccomp, a cgroup namespace, no swap and, unless opts say
+// otherwise, a user namespace at opts.UserNSBase (DefaultUserNSBase when 0).
+func RuncSpecOptions(opts Options) SpecOptions {
 	o := SpecOptions{
 		Seccomp:   true,
 		CgroupNS:  true,
 		SwapLimit: swapAccounted(),
-		NetNS:     r.opts.NetNS,
+		NetNS:     opts.NetNS,
 	}
-	if !r.opts.NoUserNS {
-		o.UserNS = &IDMap{HostUID: r.opts.UserNSBase, HostGID: r.opts.UserNSBase, Size: userNSSize}
+	if !opts.NoUserNS {
+		base := opts.UserNSBase
+		if base == 0 {
+			base = DefaultUserNSBase
+		}
+		o.UserNS = &IDMap{HostUID: base, HostGID: base, Size: userNSSize}
 	}
 	return o
 }

@@ -125,11 +125,13 @@ func (r *Runsc) Close(ctx context.Context) error { return r.eng.close(ctx) }
 // Sweep removes what crashed runs left: see Sweep.
 func (r *Runsc) Sweep(ctx context.Context) error { return r.eng.sweep(ctx) }
 
-func (r *Runsc) specOptions(job Job) SpecOptions {
-	// No seccomp (gVisor filters the sentry itself), no user namespace
-	// (runsc already runs the sandbox unprivileged in its own one).
-	return SpecOptions{NetNS: r.opts.NetNS}
-}
+func (r *Runsc) specOptions(job Job) SpecOptions { return RunscSpecOptions(r.opts) }
+
+// RunscSpecOptions are the BuildSpec choices of a gVisor sandbox (this
+// backend's, and containerd's with runsc as its handler): no seccomp
+// (gVisor filters the sentry itself), no user namespace (runsc already
+// runs the sandbox unprivileged in its own one).
+func RunscSpecOptions(opts Options) SpecOptions { return SpecOptions{NetNS: opts.NetNS} }
 
 func (r *Runsc) runCommand(net bool, b *Bundle) ([]string, []string) {
 	network := "--network=none"

@@ -290,7 +290,25 @@ type Options struct {
 	// KillGrace is how long a timed-out script has between SIGTERM and
 	// SIGKILL; 0 means one second.
 	KillGrace time.Duration
+
+	// The containerd backend (runtime/containerd): the daemon's socket,
+	// the namespace skillbox's containers live in, and the runtime handler
+	// (the shim) that runs them; Binary is then the OCI runtime the shim
+	// runs (runsc or runc). Zero values mean that backend's defaults.
+	Address   string
+	Namespace string
+	Handler   string
 }
+
+// The runtime handlers of the containerd backend: gVisor's shim, or
+// containerd's runc v2 shim running Options.Binary (runc, or runsc).
+const (
+	ContainerdHandlerRunsc  = "io.containerd.runsc.v1"
+	ContainerdHandlerRuncV2 = "io.containerd.runc.v2"
+)
+
+// ContainerdHandlers lists them.
+var ContainerdHandlers = []string{ContainerdHandlerRunsc, ContainerdHandlerRuncV2}
 
 // Logger is the subset of hclog.Logger the backends use.
 type Logger interface {

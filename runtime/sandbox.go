@@ -181,27 +181,7 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 	if err := s.startRun(inR, outW, errW); err != nil {
 		return err
 	}
-	// Wait for the marker, and nothing more: what follows is the job's.
-	ready := make(chan error, 1)
-	go func() {
-		buf := make([]byte, len(readyMarker))
-		_, err := io.ReadFull(outR, buf)
-		if err == nil && string(buf) != readyMarker {
-			err = fmt.Errorf("unexpected %q", buf)
-		}
-		ready <- err
-	}()
-	timer := time.NewTimer(bootTimeout)
-	defer timer.Stop()
-	select {
-	case err = <-ready:
-	case <-timer.C:
-		err = fmt.Errorf("not ready after %s", bootTimeout)
-	case <-ctx.Done():
-		err = ctx.Err()
-	}
-	if err != nil {
-		_ = outR.SetReadDeadline(time.Unix(1, 0)) // release the reader
+	if err := waitReady(ctx, outR, bootTimeout); err != nil {
 		return s.bootError(err)
 	}
 	return nil
@@ -293,24 +273,14 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 
 	switch s.spec.Boot {
 	case BootPython:
-		env, err := ContainerEnv(job.Env)
+		msg, err := supervisorMessage(job)
 		if err != nil {
 			return err
 		}
-		hdr, err := json.Marshal(supervisorJob{Argv: job.Args, Env: append(env, job.ModuleEnv...), Cwd: WorkDir})
-		if err != nil {
-			return fmt.Errorf("encode job: %w", err)
-		}
-		msg := binary.BigEndian.AppendUint64(nil, uint64(len(hdr)))
-		msg = append(append(msg, hdr...), job.Stdin...)
 		in := s.initIn
 		s.initIn = nil
 		s.started = time.Now()
-		go func() {
-			// EPIPE when the script does not read all of its stdin is fine.
-			_, _ = in.Write(msg)
-			_ = in.Close()
-		}()
+		FeedAndClose(in, msg)
 		s.jobCmd, s.jobExited = s.runCmd, s.runExited
 		s.outR, s.errR = s.initOut, s.initErr
 		s.initOut, s.initErr = nil, nil
@@ -369,6 +339,21 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 	return nil
 }
 
+// supervisorMessage is the job as the python supervisor reads it: a
+// length-prefixed JSON header (argv, env, cwd), then the script's stdin.
+func supervisorMessage(job Job) ([]byte, error) {
+	env, err := ContainerEnv(job.Env)
+	if err != nil {
+		return nil, err
+	}
+	hdr, err := json.Marshal(supervisorJob{Argv: job.Args, Env: append(env, job.ModuleEnv...), Cwd: WorkDir})
+	if err != nil {
+		return nil, fmt.Errorf("encode job: %w", err)
+	}
+	msg := binary.BigEndian.AppendUint64(nil, uint64(len(hdr)))
+	return append(append(msg, hdr...), job.Stdin...), nil
+}
+
 // withSources fills in the bundle's workdir and hosts file.
 func withSources(o SpecOptions, b *Bundle) SpecOptions {
 	o.WorkdirSource = b.Workdir
@@ -420,10 +405,7 @@ func (s *sandbox) startJob(stdin []byte, start func(in, out, errw *os.File) erro
 		return err
 	}
 	if inW != nil {
-		go func() {
-			_, _ = inW.Write(stdin)
-			_ = inW.Close()
-		}()
+		FeedAndClose(inW, stdin)
 	}
 	return nil
 }
@@ -474,25 +456,9 @@ func (s *sandbox) Wait(ctx context.Context) (*Result, error) {
 	// The container's processes died with its pid namespace (runc) or its
 	// sandbox (runsc), so the pipes reach EOF; the deadline is for anything
 	// else that kept a write end.
-	for _, d := range []struct {
-		c *capture
-		f *os.File
-	}{{s.outCap, s.outR}, {s.errCap, s.errR}} {
-		select {
-		case <-d.c.done:
-		case <-time.After(drainWait):
-			stopDraining(d.f)
-			<-d.c.done
-		}
-	}
-
-	// Checked once the drains are done, so the rule does not depend on timing.
-	if reason == ReasonExit && (isClosed(s.outCap.over) || isClosed(s.errCap.over)) {
-		// The script went over the cap and ended before our kill landed:
-		// the same run as one we killed, so the same reason, whatever won
-		// the race.
-		reason = ReasonOutputCap
-	}
+	waitDrains(s.outCap, s.outR, s.errCap, s.errR)
+	code, signal := exitStatus(s.jobCmd.ProcessState)
+	reason, ev := endReason(reason, s.outCap, s.errCap, s.cgPath)
 	var egStats *egress.Stats
 	if s.eg != nil {
 		// Every connection is over once the sandbox is; this waits until
@@ -503,22 +469,12 @@ func (s *sandbox) Wait(ctx context.Context) (*Result, error) {
 			reason = ReasonEgressCap
 		}
 	}
-	code, signal := exitStatus(s.jobCmd.ProcessState)
-	ev := readCgroupEvents(s.cgPath)
 	// A run that we stopped, or that ran into its memory or pids limit,
 	// did run; the CLI may still log errors about how its sandbox ended.
-	if reason == ReasonExit && ev.OOMKills == 0 && ev.PidsMax == 0 {
+	if reason == ReasonExit {
 		if serr := e.d.setupError(s.b, code); serr != nil {
 			return nil, serr
 		}
-	}
-	switch {
-	case reason == ReasonKilled:
-		// the caller asked; that explains everything
-	case ev.OOMKills > 0:
-		reason = ReasonOOM
-	case ev.PidsMax > 0:
-		reason = ReasonPids
 	}
 
 	res := &Result{
@@ -531,16 +487,7 @@ func (s *sandbox) Wait(ctx context.Context) (*Result, error) {
 		Warm:           s.spec.Boot != BootCold,
 		Egress:         egStats,
 	}
-	res.Stdout, res.StdoutTruncated = s.outCap.result()
-	res.Stderr, res.StderrTruncated = s.errCap.result()
-	outs, oerr := s.b.CollectOutputs()
-	if oerr != nil {
-		// The run happened; what it wrote cannot be read back. Say so in
-		// the result rather than fail the run or return nothing silently.
-		e.log.Warn("collecting outputs failed", "id", id, "error", oerr)
-		outs = &Outputs{Skipped: []string{"outputs not collected: " + oerr.Error()}}
-	}
-	outs.apply(res)
+	fillResult(res, s.outCap, s.errCap, s.b, e.log)
 	e.log.Debug("run finished", "id", id, "boot", s.spec.Boot, "reason", reason, "exit_code", code, "signal", signal,
 		"duration", duration, "oom_kills", ev.OOMKills, "pids_max_events", ev.PidsMax,
 		"stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "outputs", len(res.Outputs),
@@ -599,18 +546,12 @@ func (s *sandbox) teardown() error {
 // close destroys every sandbox of the engine that is still there.
 func (e *engine) close(ctx context.Context) error {
 	e.mu.Lock()
-	live := make([]*sandbox, 0, len(e.live))
+	live := make([]Sandbox, 0, len(e.live))
 	for _, s := range e.live {
 		live = append(live, s)
 	}
 	e.mu.Unlock()
-	var errs []error
-	for _, s := range live {
-		if err := s.Destroy(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+	return DestroyAll(ctx, live)
 }
 
 // Processes lists the host pids of the sandbox's processes (its cgroup's

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,7 +37,9 @@ func benchCommand() *cli.Command {
 		Usage: "measure run latency, throughput, registry and audit costs (ratios against baselines from the same run)",
 		Flags: []cli.Flag{
 			&cli.IntFlag{Name: "runs", Value: 20, Usage: "runs per latency series (median of these)"},
-			&cli.StringSliceFlag{Name: "runtime", Value: cli.NewStringSlice("runsc", "runsc-debian", "runc"), Usage: "runtimes to measure cold (runsc is the pinned gVisor, runsc-debian /usr/bin/runsc)"},
+			&cli.StringSliceFlag{Name: "runtime", Value: cli.NewStringSlice("runsc", "runsc-debian", "runc"), Usage: "runtimes to measure cold (runsc is the pinned gVisor, runsc-debian /usr/bin/runsc; containerd as --config's runtime \"containerd\" block says)"},
+			&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` for the runtimes' blocks (e.g. runtime \"containerd\" { address, handler }); default: built-in defaults"},
+			&cli.StringFlag{Name: "containerd-address", Usage: "containerd's socket `SOCK` for --runtime containerd (over the config's)"},
 			&cli.StringFlag{Name: "root", Value: "examples/skills", Usage: "skill root holding hello-python"},
 			&cli.StringFlag{Name: "images", Usage: "image store `DIR` (default $SKILLBOX_IMAGES or /var/lib/skillbox/images)"},
 			&cli.IntFlag{Name: "skills", Value: 10000, Usage: "skills to index for the registry figures"},
@@ -110,8 +113,14 @@ func benchAction(c *cli.Context) error {
 		}
 	}
 	if want("daemon") {
-		if err := b.daemon(ctx, c.Int("runs"), cold["runsc"], native); err != nil {
-			return err
+		// The warm path of runsc, and of containerd when it is measured.
+		for _, rt := range []string{"runsc", "containerd"} {
+			if rt == "containerd" && !slices.Contains(c.StringSlice("runtime"), rt) {
+				continue
+			}
+			if err := b.daemon(ctx, rt, c.Int("runs"), cold[rt], native); err != nil {
+				return err
+			}
 		}
 	}
 	if want("throughput") {
@@ -168,13 +177,20 @@ func (b *bench) native(n int) (float64, error) {
 
 func (b *bench) engine(rt string, log hclog.Logger) (*service.Engine, *skills.Skill, error) {
 	cfg := policy.Default()
+	if f := b.c.String("config"); f != "" {
+		var err error
+		if cfg, err = policy.Load(f); err != nil {
+			return nil, nil, err
+		}
+	}
 	if rt == "runsc-debian" {
 		// Debian's gVisor, as a config naming its binary would run it.
 		rt = "runsc"
 		cfg.Runtimes["runsc"].Binary = "/usr/bin/runsc"
 		cfg.Runtimes["runsc"].StateDir = runtime.RunscStateDir("/usr/bin/runsc")
 	}
-	eng, err := newEngine(cfg, engineOptions{runtime: rt, imageDir: b.c.String("images"), progress: os.Stderr}, log)
+	eng, err := newEngine(cfg, engineOptions{runtime: rt, containerdAddress: b.c.String("containerd-address"),
+		imageDir: b.c.String("images"), progress: os.Stderr}, log)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -219,7 +235,7 @@ func (b *bench) cold(ctx context.Context, rt string, n int, native float64) (flo
 
 // daemonFixture starts the daemon in-process on a temp socket with the bench's
 // skill root and no confirmation rules.
-func (b *bench) daemonFixture(ctx context.Context) (*runningDaemon, string, func(), error) {
+func (b *bench) daemonFixture(ctx context.Context, rt string) (*runningDaemon, string, func(), error) {
 	dir, err := os.MkdirTemp("", "skillbox-bench-")
 	if err != nil {
 		return nil, "", nil, err
@@ -238,6 +254,7 @@ daemon {
   state_dir = %q
   audit_dir = %q
   max_concurrent_runs = 16
+  runtime   = %q
 }
 skills { roots = [%q] }
 images { dir = %q }
@@ -246,8 +263,26 @@ pool {
   total         = %d
   memory_budget = "1GiB"
 }
-`, filepath.Join(dir, "s.sock"), filepath.Join(dir, "state"), filepath.Join(dir, "audit"), root, imgDir,
+`, filepath.Join(dir, "s.sock"), filepath.Join(dir, "state"), filepath.Join(dir, "audit"), rt, root, imgDir,
 		max(1, b.c.Int("pool")), max(1, b.c.Int("pool")))
+	if rt == "containerd" {
+		// The containerd the cold figures used: --config's block, the flag over it.
+		rc := policy.Default().Runtimes["containerd"]
+		if f := b.c.String("config"); f != "" {
+			if lc, err := policy.Load(f); err == nil {
+				rc = lc.Runtimes["containerd"]
+			}
+		}
+		addr := rc.Address
+		if a := b.c.String("containerd-address"); a != "" {
+			addr = a
+		}
+		src += fmt.Sprintf("runtime \"containerd\" {\n  address = %q\n  namespace = %q\n  handler = %q\n", addr, rc.Namespace, rc.Handler)
+		if rc.Binary != "" {
+			src += fmt.Sprintf("  binary = %q\n", rc.Binary)
+		}
+		src += "}\n"
+	}
 	cfg, err := policy.Parse([]byte(src), filepath.Join(dir, "bench.hcl"))
 	if err != nil {
 		os.RemoveAll(dir)
@@ -328,8 +363,8 @@ func runHello(ctx context.Context, cl *client.Client, sid string) (bool, error) 
 // daemon times run_script end to end on the socket, warm: before each
 // (timed) run it waits (untimed) for a pre-booted sandbox. It also reports
 // the memory of an idle sandbox and of the daemon.
-func (b *bench) daemon(ctx context.Context, n int, coldRunsc, native float64) error {
-	rd, sock, cleanup, err := b.daemonFixture(ctx)
+func (b *bench) daemon(ctx context.Context, rt string, n int, coldRunsc, native float64) error {
+	rd, sock, cleanup, err := b.daemonFixture(ctx, rt)
 	if err != nil {
 		return err
 	}
@@ -360,9 +395,9 @@ func (b *bench) daemon(ctx context.Context, n int, coldRunsc, native float64) er
 	}
 	med := ms(median(ds))
 	note := fmt.Sprintf("n=%d, %d warm, p90 %.1f ms, p99 %.1f ms", n, warm, ms(pct(ds, 0.9)), ms(pct(ds, 0.99)))
-	b.add(figure{Name: "warm run_script hello.py, runsc (p50)", Value: med, Unit: "ms", Baseline: "native python3", Ratio: med / native, Note: note + ", goal <= 3x"})
+	b.add(figure{Name: "warm run_script hello.py, " + rt + " (p50)", Value: med, Unit: "ms", Baseline: "native python3", Ratio: med / native, Note: note + ", goal <= 3x"})
 	if coldRunsc > 0 {
-		b.add(figure{Name: "warm run_script hello.py, runsc (p50)", Value: med, Unit: "ms", Baseline: "cold runsc run", Ratio: med / coldRunsc, Note: "goal <= 0.2x"})
+		b.add(figure{Name: "warm run_script hello.py, " + rt + " (p50)", Value: med, Unit: "ms", Baseline: "cold " + rt + " run", Ratio: med / coldRunsc, Note: "goal <= 0.2x"})
 	}
 
 	// Memory: a full pool at rest.
@@ -376,7 +411,7 @@ func (b *bench) daemon(ctx context.Context, n int, coldRunsc, native float64) er
 		total += runtime.PSS(pids)
 	}
 	if len(idle) > 0 {
-		b.add(figure{Name: "idle pre-booted sandbox PSS (python, runsc)", Value: float64(total) / float64(len(idle)) / (1 << 20), Unit: "MiB",
+		b.add(figure{Name: "idle pre-booted sandbox PSS (python, " + rt + ")", Value: float64(total) / float64(len(idle)) / (1 << 20), Unit: "MiB",
 			Note: fmt.Sprintf("mean of %d, goal <= 25 MiB", len(idle))})
 	}
 	if rss, err := rssOf(os.Getpid()); err == nil {
@@ -389,7 +424,7 @@ func (b *bench) daemon(ctx context.Context, n int, coldRunsc, native float64) er
 // daemon with its pool full at the start, and reports runs/s, latency
 // percentiles, the share that ran warm and the host CPU per run.
 func (b *bench) throughput(ctx context.Context, conc, perClient int, coldRate float64) error {
-	rd, sock, cleanup, err := b.daemonFixture(ctx)
+	rd, sock, cleanup, err := b.daemonFixture(ctx, "runsc")
 	if err != nil {
 		return err
 	}

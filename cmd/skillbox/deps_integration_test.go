@@ -513,3 +513,68 @@ func depsDaemon(t *testing.T, f *runFixture, srvURL, ver string, made *[]string)
 		t.Errorf("no run.end record of the daemon names layer %s", res.DepsLayer)
 	}
 }
+
+// A Node skill's package.json dependency comes from the npm registry
+// (reachable from these machines), resolved with scripts off, checked
+// against the lock's integrity, unpacked offline; the script requires it.
+// A dependency the image already has (Debian ships is-number) gets no
+// layer.
+func TestDepsNodeRegistry(t *testing.T) {
+	runItNeed(t, "runsc")
+	runItNeedImage(t, "node")
+	const registry = "https://registry.npmjs.org"
+	if err := exec.Command("npm", "--version").Run(); err != nil {
+		t.Skipf("the host has no npm: %v", err)
+	}
+	if resp, err := http.Get(registry + "/is-odd"); err != nil {
+		t.Skipf("the npm registry is not reachable from here: %v", err)
+	} else {
+		resp.Body.Close()
+	}
+	f := newRunFixture(t)
+	skill := func(name, dep, script string) {
+		runItWriteFile(t, filepath.Join(f.root, name, "SKILL.md"), "---\nname: "+name+"\ndescription: Node dependency test skill. Use only in tests.\n---\n# "+name+"\n")
+		runItWriteFile(t, filepath.Join(f.root, name, "package.json"), `{"name": "`+name+`", "private": true, "dependencies": {`+dep+`}}`)
+		runItWriteFile(t, filepath.Join(f.root, name, "scripts", "check.js"), script)
+		os.Chmod(filepath.Join(f.root, name, "scripts"), 0o755)
+	}
+	skill("node-deps", `"is-odd": "3.0.1"`, "const isOdd = require('is-odd');\nconsole.log('is-odd(3) =', isOdd(3));\n")
+	skill("node-image", `"is-number": "^7.0.0"`, "console.log(require('is-number')(5));\n")
+	cfg := filepath.Join(f.base, "skillbox.hcl")
+	runItWriteFile(t, cfg, fmt.Sprintf("npm_registry { url = %q }\n", registry))
+
+	build := func(name string) []depsLayerOut {
+		o := runItExec(t, "deps", "build", "--config", cfg, "--root", f.root, "--images", itImages, "--json", name)
+		if o.code != 0 {
+			t.Fatalf("deps build %s\n%s", name, o)
+		}
+		var ls []depsLayerOut
+		if err := json.Unmarshal([]byte(o.stdout), &ls); err != nil {
+			t.Fatalf("deps build --json: %v\n%s", err, o)
+		}
+		for _, l := range ls {
+			t.Cleanup(func() {
+				os.RemoveAll(filepath.Join(itImages, "layers", "sha256-"+strings.TrimPrefix(l.Digest, "sha256:")))
+			})
+		}
+		return ls
+	}
+	if ls := build("node-image"); len(ls) != 0 {
+		t.Errorf("is-number is in the image, yet a layer was built: %+v", ls)
+	}
+	ls := build("node-deps")
+	if len(ls) != 1 {
+		t.Fatalf("want one layer, got %+v", ls)
+	}
+	names := map[string]bool{}
+	for _, a := range ls[0].Artifacts {
+		names[a.Name] = len(a.SHA256) == 64
+	}
+	if !names["is-odd"] {
+		t.Errorf("manifest artifacts %+v lack is-odd with its sha256", ls[0].Artifacts)
+	}
+	r := runItExec(t, "run", "--config", cfg, "--root", f.root, "--json", "node-deps", "scripts/check.js")
+	if r.code != 0 || !strings.Contains(r.stdout, "is-odd(3) = true") || !strings.Contains(r.stdout, ls[0].Digest) {
+		t.Fatalf("run node-deps\n%s", r)
+	}
+}

@@ -58,6 +58,24 @@ func imagesCommand() *cli.Command {
 				Action: imagesBuild,
 			},
 			{
+				Name:      "import",
+				Usage:     "import built images into containerd's content store (for the containerd runtime; all built images when no NAME is given)",
+				ArgsUsage: "--containerd [NAME...]",
+				Flags: append([]cli.Flag{dirFlag, recipesFlag,
+					&cli.BoolFlag{Name: "containerd", Usage: "import into containerd (the only target so far; required)"},
+				}, containerdFlags()...),
+				Action: imagesImport,
+			},
+			{
+				Name:      "pull",
+				Usage:     "pull a registry reference into containerd (where a registry is reachable)",
+				ArgsUsage: "--containerd REF",
+				Flags: append([]cli.Flag{
+					&cli.BoolFlag{Name: "containerd", Usage: "pull into containerd (required)"},
+				}, containerdFlags()...),
+				Action: imagesPull,
+			},
+			{
 				Name:  "list",
 				Usage: "list built images (name, digest, size, age, stale) and recipes not built yet",
 				Flags: []cli.Flag{dirFlag, recipesFlag,

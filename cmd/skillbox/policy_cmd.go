@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -114,6 +115,10 @@ func policyCheck(c *cli.Context) error {
 	if _, err := cfg.Audit.LoadCheckpointKey(); err != nil {
 		fmt.Fprintf(errw, "%s: warning: %v (the daemon will need to read it)\n", cfg.Audit.Pos, err)
 	}
+	if err := runtimeAvailable(c.Context, cfg); err != nil {
+		fmt.Fprintln(errw, err)
+		return exitCode(1, "%s: the configured runtime is not available; install what is missing or choose another daemon.runtime", file)
+	}
 
 	if o.tool != "" {
 		req := policy.Request{Skill: o.skill, Tool: o.tool, Input: json.RawMessage(o.input)}
@@ -226,6 +231,9 @@ func printConfig(w io.Writer, cfg *policy.Config) {
 		if rc.Name == "containerd" {
 			p("  address\t%s", rc.Address)
 			p("  namespace\t%s", rc.Namespace)
+			p("  handler\t%s", rc.Handler)
+			p("  binary\t%s", orNone(rc.Binary, "the handler's own"))
+			p("  state_dir\t%s", rc.StateDir)
 		} else {
 			p("  binary\t%s", rc.Binary)
 			p("  state_dir\t%s", rc.StateDir)
@@ -350,4 +358,32 @@ func fmtRuleLimits(l runtime.Limits) string {
 		add("egress_connections", fmt.Sprint(l.EgressConnections))
 	}
 	return strings.Join(parts, ", ")
+}
+
+// runtimeCheckTimeout bounds asking the configured runtime for its version.
+const runtimeCheckTimeout = 15 * time.Second
+
+// runtimeAvailable asks the runtime daemon.runtime names for its version:
+// a runtime that is not there (a missing binary, an unreachable containerd,
+// a missing handler) is an error naming what is missing, at the position of
+// its block (or of daemon.runtime).
+func runtimeAvailable(ctx context.Context, cfg *policy.Config) error {
+	name := cfg.Daemon.Runtime
+	pos := cfg.Daemon.Pos
+	if rc := cfg.Runtimes[name]; rc != nil && rc.Pos.Line > 0 {
+		pos = rc.Pos
+	}
+	rt, err := runtime.New(name, cfg.RuntimeOptions(name))
+	if err == nil {
+		ctx, cancel := context.WithTimeout(ctx, runtimeCheckTimeout)
+		defer cancel()
+		_, err = rt.Version(ctx)
+		if cl, ok := rt.(interface{ Close(context.Context) error }); ok {
+			_ = cl.Close(ctx)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("%s: runtime %q: %v", pos, name, err)
+	}
+	return nil
 }

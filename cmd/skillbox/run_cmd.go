@@ -78,7 +78,8 @@ func runCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "root", Usage: "skill root `DIR` (repeatable; later roots override earlier); default: the config's skills.roots"},
 			&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` (policy, limits, images, audit_dir); default: built-in defaults"},
-			&cli.StringFlag{Name: "runtime", Usage: "`NAME` of the sandbox runtime: runsc or runc (default: the config's daemon.runtime, runsc)"},
+			&cli.StringFlag{Name: "runtime", Usage: "`NAME` of the sandbox runtime: runsc, runc or containerd (default: the config's daemon.runtime, runsc)"},
+			&cli.StringFlag{Name: "containerd-address", Usage: "containerd's socket `SOCK` for --runtime containerd (default: the config's runtime \"containerd\" address, /run/containerd/containerd.sock)"},
 			&cli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 10s (may only lower the policy's)"},
 			&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE`, e.g. 256MiB (may only lower the policy's)"},
 			&cli.Int64Flag{Name: "pids", Usage: "process limit (may only lower the policy's)"},
@@ -110,6 +111,7 @@ type runOptions struct {
 	files         []runtime.InputFile
 	outputs       string
 	runtime       string
+	containerd    string // --containerd-address
 	stdin         []byte
 }
 
@@ -148,6 +150,16 @@ func parseRunFlags(c *cli.Context, args []string) (*runOptions, error) {
 	}
 	if o.runtime = c.String("runtime"); o.runtime != "" && !slices.Contains(runtime.Names(), o.runtime) {
 		return nil, exitCode(2, "--runtime %q: unknown runtime: choose one of %s", o.runtime, strings.Join(runtime.Names(), ", "))
+	}
+	if o.containerd = c.String("containerd-address"); o.containerd != "" {
+		rt := o.runtime
+		if rt == "" {
+			rt = "containerd" // the flag says which runtime is meant
+			o.runtime = rt
+		}
+		if rt != "containerd" {
+			return nil, exitCode(2, "--containerd-address is for --runtime containerd, not %s", rt)
+		}
 	}
 	if o.files, err = filesFromFlags(c.StringSlice("file")); err != nil {
 		if errors.Is(err, errFileFlagUsage) {
@@ -226,7 +238,7 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 	}
 	imageDir := c.String("images")
 	eng, err := newEngine(cfg, engineOptions{
-		runtime: o.runtime, imageDir: imageDir, noBuild: c.Bool("no-build"),
+		runtime: o.runtime, containerdAddress: o.containerd, imageDir: imageDir, noBuild: c.Bool("no-build"),
 		progress: os.Stderr, audit: auditLog,
 	}, log)
 	if err != nil {

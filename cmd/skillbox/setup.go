@@ -16,6 +16,7 @@ import (
 	"github.com/skillbox/skillbox/images/deps"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	_ "github.com/skillbox/skillbox/runtime/containerd" // registers the containerd backend
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
@@ -107,11 +108,13 @@ func openRegistry(ctx context.Context, cfg *policy.Config, roots []string, log h
 
 // engineOptions are the knobs the CLI exposes over the config.
 type engineOptions struct {
-	runtime  string // overrides daemon.runtime
-	imageDir string // overrides images.dir
-	noBuild  bool
-	progress io.Writer
-	audit    *audit.Log
+	runtime string // overrides daemon.runtime
+	// containerdAddress overrides runtime "containerd" { address }.
+	containerdAddress string
+	imageDir          string // overrides images.dir
+	noBuild           bool
+	progress          io.Writer
+	audit             *audit.Log
 }
 
 // newEngine builds the run engine the daemon and `skillbox run` share.
@@ -121,6 +124,9 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 		name = o.runtime
 	}
 	ropts := cfg.RuntimeOptions(name)
+	if o.containerdAddress != "" {
+		ropts.Address = o.containerdAddress
+	}
 	ropts.Logger = log.Named("runtime." + name)
 	rt, err := runtime.New(name, ropts)
 	if err != nil {

@@ -36,6 +36,10 @@ type Deps struct {
 	declared map[string]*deps.Set // by skill digest
 	inspect  map[string]*deps.Image
 	errs     map[string]error // last background build failure by layer digest
+	// loading holds, by skill digest, a channel closed when the
+	// background build a load started has ended: a run right after the
+	// load waits for it even before the build has registered itself.
+	loading map[string]chan struct{}
 }
 
 // family is the interpreter family of an image name ("python-slim" → "python").
@@ -239,6 +243,10 @@ func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img 
 	if d.Config.Deps.WhenNotReady != "fail" {
 		wctx, cancel := context.WithTimeout(ctx, d.Config.Deps.WaitTimeout)
 		defer cancel()
+		d.waitLoading(wctx, sk)
+		if l, err := d.Builder.Ready(plan); err == nil {
+			return l, nil
+		}
 		if l, inflight, err := d.Builder.Wait(wctx, plan.Digest); inflight {
 			if err != nil {
 				return nil, fmt.Errorf("%w: the dependency layer of skill %q did not build: %v", api.ErrUnavailable, name, err)
@@ -325,7 +333,7 @@ func (d *Deps) OnLoad(sk *skills.Skill, ready func()) *api.Dependencies {
 	}
 	if set.Empty() {
 		if d.hasExtras() && d.Config.Deps.BuildOnLoad {
-			go d.buildInBackground(sk, ready) // the image extras' layer
+			go d.buildInBackground(sk, ready, d.startLoading(sk)) // the image extras' layer
 		}
 		return nil
 	}
@@ -336,14 +344,55 @@ func (d *Deps) OnLoad(sk *skills.Skill, ready func()) *api.Dependencies {
 		return info
 	}
 	info.State = "building"
-	go d.buildInBackground(sk, ready)
+	go d.buildInBackground(sk, ready, d.startLoading(sk))
 	return info
 }
 
-func (d *Deps) buildInBackground(sk *skills.Skill, ready func()) {
+// startLoading records that a load started sk's build; the returned func
+// says it ended.
+func (d *Deps) startLoading(sk *skills.Skill) func() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.loading == nil {
+		d.loading = map[string]chan struct{}{}
+	}
+	ch := d.loading[sk.Digest]
+	if ch == nil {
+		ch = make(chan struct{})
+		d.loading[sk.Digest] = ch
+	}
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if d.loading[sk.Digest] == ch {
+			delete(d.loading, sk.Digest)
+			close(ch)
+		}
+	}
+}
+
+// waitLoading waits for a build a load of sk started, if one is under way.
+func (d *Deps) waitLoading(ctx context.Context, sk *skills.Skill) {
+	d.mu.Lock()
+	ch := d.loading[sk.Digest]
+	d.mu.Unlock()
+	if ch == nil {
+		return
+	}
+	select {
+	case <-ch:
+	case <-ctx.Done():
+	}
+}
+
+// buildInBackground builds sk's layers; done is startLoading's, called
+// (before ready) when the build has ended.
+func (d *Deps) buildInBackground(sk *skills.Skill, ready func(), done func()) {
+	defer done()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
 	ls, err := d.Build(ctx, sk, sk.Dir)
+	done() // safe to call again
 	log := d.logger()
 	if err != nil {
 		log.Warn("dependency layer build failed", "skill", sk.Name, "error", err)

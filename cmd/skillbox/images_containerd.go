@@ -1,0 +1,97 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/skillbox/skillbox/policy"
+	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+)
+
+// containerdFlags say which containerd `images import|pull` talk to: the
+// config's runtime "containerd" block, or the flags over it.
+func containerdFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` whose runtime \"containerd\" block names the daemon (default: built-in defaults)"},
+		&cli.StringFlag{Name: "containerd-address", Usage: "containerd's socket `SOCK` (default: the config's, /run/containerd/containerd.sock)"},
+		&cli.StringFlag{Name: "namespace", Usage: "containerd namespace (default: the config's, skillbox)"},
+	}
+}
+
+// containerdBackend makes the containerd backend the flags name.
+func containerdBackend(c *cli.Context) (*rtcontainerd.Containerd, error) {
+	if !c.Bool("containerd") {
+		return nil, exitCode(2, "usage: say where to: --containerd (the only target so far)")
+	}
+	cfg := policy.Default()
+	if f := c.String("config"); f != "" {
+		var err error
+		if cfg, err = policy.Load(f); err != nil {
+			return nil, exitCode(1, "%v", err)
+		}
+	}
+	opts := cfg.RuntimeOptions(rtcontainerd.Name)
+	if a := c.String("containerd-address"); a != "" {
+		opts.Address = a
+	}
+	if ns := c.String("namespace"); ns != "" {
+		opts.Namespace = ns
+	}
+	opts.Logger = imagesLogger()
+	return rtcontainerd.New(opts)
+}
+
+func imagesImport(c *cli.Context) error {
+	cd, err := containerdBackend(c)
+	if err != nil {
+		return err
+	}
+	defer cd.Close(c.Context)
+	store, _, err := openImages(c, imagesLogger())
+	if err != nil {
+		return err
+	}
+	names := c.Args().Slice()
+	if len(names) == 0 {
+		imgs, err := store.List()
+		if err != nil {
+			return exitCode(1, "%v", err)
+		}
+		for _, img := range imgs {
+			names = append(names, img.Name)
+		}
+		if len(names) == 0 {
+			return exitCode(1, "no built images in %s: build them first with skillbox images build", store.Dir())
+		}
+	}
+	for _, name := range names {
+		img, err := store.Get(name)
+		if err != nil {
+			return exitCode(1, "%v (build it with skillbox images build %s)", err, name)
+		}
+		ref, err := cd.ImportImage(c.Context, store.LayoutDir(), img.Name, img.Digest)
+		if err != nil {
+			return exitCode(1, "%v", err)
+		}
+		fmt.Fprintf(c.App.Writer, "%s\t%s\t%s (namespace %s)\n", img.Name, img.Digest, ref, cd.Namespace())
+	}
+	return nil
+}
+
+func imagesPull(c *cli.Context) error {
+	if c.NArg() != 1 {
+		return exitCode(2, "usage: skillbox images pull --containerd REF")
+	}
+	cd, err := containerdBackend(c)
+	if err != nil {
+		return err
+	}
+	defer cd.Close(c.Context)
+	name, err := cd.PullImage(c.Context, c.Args().First())
+	if err != nil {
+		return exitCode(1, "%v", err)
+	}
+	fmt.Fprintf(c.App.Writer, "%s (namespace %s)\n", name, cd.Namespace())
+	return nil
+}

@@ -1,0 +1,159 @@
+package containerd
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/errdefs"
+	digest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/skillbox/skillbox/runtime"
+)
+
+// Images in containerd: skillbox's own images (built into an OCI layout by
+// `skillbox images build`) are imported into containerd's content store
+// under ImageName, so that containerd's tooling lists them (ctr -n skillbox
+// images ls); a registry reference is pulled where a registry is reachable.
+
+// ImagePrefix names skillbox's images in containerd: ImagePrefix + NAME.
+const ImagePrefix = "skillbox.local/"
+
+// LabelImageDigest is the label of an imported image holding the manifest
+// digest it was built with.
+const LabelImageDigest = "io.skillbox.image.digest"
+
+// ImageName is the containerd image name of skillbox image name.
+func ImageName(name string) string { return ImagePrefix + name + ":latest" }
+
+// importLeaseExpiry bounds how long content written by an import that
+// died half-way is kept.
+const importLeaseExpiry = time.Hour
+
+// ImportImage copies the image whose manifest is manifestDigest from the
+// OCI image layout at layoutDir into containerd's content store (blobs it
+// already has are not copied again) and names it ImageName(name). The
+// manifest is labelled with its children, so containerd's garbage
+// collector keeps them as long as the image exists.
+func (c *Containerd) ImportImage(ctx context.Context, layoutDir, name, manifestDigest string) (string, error) {
+	cl, err := c.connect(ctx)
+	if err != nil {
+		return "", err
+	}
+	ctx = c.ctx(ctx)
+	l, err := cl.LeasesService().Create(ctx, leases.WithRandomID(), leases.WithExpiration(importLeaseExpiry))
+	if err != nil {
+		return "", fmt.Errorf("create import lease: %w", err)
+	}
+	defer func() { _ = cl.LeasesService().Delete(context.WithoutCancel(ctx), l) }()
+	ctx = leases.WithLease(ctx, l.ID)
+
+	md, err := digest.Parse(manifestDigest)
+	if err != nil {
+		return "", fmt.Errorf("image %s: manifest digest %q: %w", name, manifestDigest, err)
+	}
+	raw, err := os.ReadFile(blobPath(layoutDir, md))
+	if err != nil {
+		return "", fmt.Errorf("image %s: read manifest: %w", name, err)
+	}
+	if digest.FromBytes(raw) != md {
+		return "", fmt.Errorf("image %s: manifest %s in %s does not match its digest", name, md, layoutDir)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return "", fmt.Errorf("image %s: decode manifest: %w", name, err)
+	}
+	mediaType := m.MediaType
+	if mediaType == "" {
+		mediaType = ocispec.MediaTypeImageManifest
+	}
+	cs := cl.ContentStore()
+	gc := map[string]string{"containerd.io/gc.ref.content.config": m.Config.Digest.String()}
+	for i, layer := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
+		if i > 0 {
+			gc["containerd.io/gc.ref.content.l."+strconv.Itoa(i-1)] = layer.Digest.String()
+		}
+		if err := writeBlob(ctx, cs, layoutDir, layer, nil); err != nil {
+			return "", fmt.Errorf("image %s: %w", name, err)
+		}
+	}
+	target := ocispec.Descriptor{MediaType: mediaType, Digest: md, Size: int64(len(raw))}
+	if err := writeBlob(ctx, cs, layoutDir, target, gc); err != nil {
+		return "", fmt.Errorf("image %s: %w", name, err)
+	}
+	img := images.Image{Name: ImageName(name), Target: target, Labels: map[string]string{LabelImageDigest: md.String()}}
+	is := cl.ImageService()
+	if _, err := is.Create(ctx, img); err != nil {
+		if !errdefs.IsAlreadyExists(err) {
+			return "", fmt.Errorf("create image %s in containerd: %w", img.Name, err)
+		}
+		if _, err := is.Update(ctx, img, "target", "labels."+LabelImageDigest); err != nil {
+			return "", fmt.Errorf("update image %s in containerd: %w", img.Name, err)
+		}
+	}
+	c.log.Info("image imported into containerd", "name", img.Name, "digest", md.String(), "namespace", c.namespace)
+	return img.Name, nil
+}
+
+func blobPath(layoutDir string, d digest.Digest) string {
+	return filepath.Join(layoutDir, "blobs", d.Algorithm().String(), d.Encoded())
+}
+
+// writeBlob copies one blob of the layout into the content store unless it
+// is there already; labels are set either way.
+func writeBlob(ctx context.Context, cs content.Store, layoutDir string, desc ocispec.Descriptor, labels map[string]string) error {
+	if _, err := cs.Info(ctx, desc.Digest); err == nil {
+		if len(labels) == 0 {
+			return nil
+		}
+		info := content.Info{Digest: desc.Digest, Labels: labels}
+		var fields []string
+		for k := range labels {
+			fields = append(fields, "labels."+k)
+		}
+		if _, err := cs.Update(ctx, info, fields...); err != nil {
+			return fmt.Errorf("label blob %s: %w", desc.Digest, err)
+		}
+		return nil
+	}
+	f, err := os.Open(blobPath(layoutDir, desc.Digest))
+	if err != nil {
+		return fmt.Errorf("open blob: %w", err)
+	}
+	defer f.Close()
+	var opts []content.Opt
+	if len(labels) > 0 {
+		opts = append(opts, content.WithLabels(labels))
+	}
+	if err := content.WriteBlob(ctx, cs, "skillbox-import-"+desc.Digest.Encoded(), f, desc, opts...); err != nil {
+		return fmt.Errorf("write blob %s: %w", desc.Digest, err)
+	}
+	return nil
+}
+
+// ErrPull: a registry reference could not be pulled.
+var ErrPull = errors.New("pull failed")
+
+// PullImage pulls a registry reference into the namespace. A registry that
+// cannot be reached is runtime.ErrUnavailable, saying so.
+func (c *Containerd) PullImage(ctx context.Context, ref string) (string, error) {
+	cl, err := c.connect(ctx)
+	if err != nil {
+		return "", err
+	}
+	img, err := cl.Pull(c.ctx(ctx), ref)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w: pull %s: %v (is its registry reachable from this machine? use an image built with skillbox images build and imported with skillbox images import --containerd instead)",
+			runtime.ErrUnavailable, ErrPull, ref, err)
+	}
+	return img.Name(), nil
+}

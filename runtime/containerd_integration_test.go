@@ -1,0 +1,262 @@
+//go:build integration
+
+package runtime_test
+
+// The containerd backend runs the same tables as runsc and runc, against a
+// private containerd (Debian's package) that hack/containerd.sh starts once
+// under the test state dir and TestMain stops. The handler is gVisor's shim
+// unless SKILLBOX_TEST_CONTAINERD_HANDLER names another
+// (io.containerd.runc.v2, with SKILLBOX_TEST_CONTAINERD_BINARY as the OCI
+// runtime it runs).
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/skillbox/skillbox/images"
+	"github.com/skillbox/skillbox/runtime"
+	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+)
+
+var (
+	containerdOnce    sync.Once
+	containerdErr     error
+	containerdStarted bool
+)
+
+// containerdDir is the private daemon's directory (short: its socket path
+// must fit in 108 bytes).
+func containerdDir() string { return filepath.Join(testBase, "cd") }
+
+func containerdSock() string { return filepath.Join(containerdDir(), "containerd.sock") }
+
+// containerdAddress starts the private containerd once and returns its socket.
+func containerdAddress(t testing.TB) string {
+	t.Helper()
+	containerdOnce.Do(func() {
+		script, _ := filepath.Abs("../hack/containerd.sh")
+		out, err := exec.Command(script, "start", containerdDir()).CombinedOutput()
+		if err != nil {
+			containerdErr = err
+			t.Logf("%s start: %s", script, out)
+			return
+		}
+		containerdStarted = true
+	})
+	if containerdErr != nil {
+		t.Fatalf("starting a private containerd with hack/containerd.sh failed: %v", containerdErr)
+	}
+	return containerdSock()
+}
+
+// stopContainerd stops the private containerd, if these tests started it.
+func stopContainerd() {
+	if !containerdStarted {
+		return
+	}
+	script, _ := filepath.Abs("../hack/containerd.sh")
+	if out, err := exec.Command(script, "stop", containerdDir()).CombinedOutput(); err != nil {
+		os.Stderr.WriteString("hack/containerd.sh stop: " + err.Error() + ": " + string(out))
+	}
+}
+
+// runtimeBinary is Options.Binary for a backend: for containerd, the OCI
+// runtime its handler runs (the handler's default unless set).
+func runtimeBinary(name string) string {
+	if name == rtcontainerd.Name {
+		_, bin := containerdHandler()
+		return bin
+	}
+	return binaryOf(name)
+}
+
+// withContainerd points containerd's options at the private daemon.
+func withContainerd(t testing.TB, name string, opts *runtime.Options) {
+	if name != rtcontainerd.Name {
+		return
+	}
+	opts.Address = containerdSock()
+	opts.Namespace = rtcontainerd.DefaultNamespace
+	opts.Handler, opts.Binary = containerdHandler()
+}
+
+// containerdHandler is the handler and binary the tests use: the
+// environment's, else gVisor's shim, or where root lacks the capability
+// that shim needs, the runc v2 shim running the pinned runsc (gVisor all
+// the same).
+func containerdHandler() (handler, binary string) {
+	if h := os.Getenv("SKILLBOX_TEST_CONTAINERD_HANDLER"); h != "" {
+		return h, os.Getenv("SKILLBOX_TEST_CONTAINERD_BINARY")
+	}
+	if rtcontainerd.HasCapSysResource() {
+		return rtcontainerd.HandlerRunsc, ""
+	}
+	return rtcontainerd.HandlerRuncV2, binaryOf("runsc")
+}
+
+// ctr runs containerd's CLI against the private daemon in skillbox's
+// namespace.
+func ctr(args ...string) (string, error) {
+	out, err := exec.Command("ctr", append([]string{"--address", containerdSock(), "-n", rtcontainerd.DefaultNamespace}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// listContainers lists the containers a backend knows, one id a line.
+func listContainers(name string, opts runtime.Options) (string, error) {
+	if name == rtcontainerd.Name {
+		return ctr("containers", "ls", "-q")
+	}
+	out, err := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").CombinedOutput()
+	return string(out), err
+}
+
+// assertContainerdClean checks that nothing but images and their content
+// is left in the namespace: no task, no lease, no snapshot.
+func assertContainerdClean(t *testing.T, name string, opts runtime.Options) {
+	t.Helper()
+	if name != rtcontainerd.Name {
+		return
+	}
+	for _, what := range [][]string{{"tasks", "ls", "-q"}, {"leases", "ls", "-q"}, {"snapshots", "ls"}} {
+		out, err := ctr(what...)
+		if err != nil {
+			t.Errorf("ctr %s: %v %s", strings.Join(what, " "), err, out)
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if what[0] == "snapshots" && len(lines) > 0 {
+			lines = lines[1:] // the header
+		}
+		var left []string
+		for _, l := range lines {
+			if strings.TrimSpace(l) != "" {
+				left = append(left, l)
+			}
+		}
+		if len(left) > 0 {
+			t.Errorf("%s left in containerd: %v", what[0], left)
+		}
+	}
+}
+
+// kernelOf is "runsc" when a backend's scripts talk to gVisor, "runc" when
+// they talk to the host's kernel.
+func kernelOf(name string) string {
+	if name != rtcontainerd.Name {
+		return name
+	}
+	h, bin := containerdHandler()
+	if h == rtcontainerd.HandlerRunsc || strings.Contains(filepath.Base(bin), "runsc") {
+		return "runsc"
+	}
+	return "runc"
+}
+
+// TestPoolOverContainerd: the warm pool boots sandboxes through the
+// containerd backend (python in the supervisor, shell exec'd into a
+// holder), runs a job in each warm, and leaves nothing in containerd once
+// closed.
+func TestPoolOverContainerd(t *testing.T) {
+	rootfs := testRootfs(t)
+	rt, opts := newBackend(t, rtcontainerd.Name)
+	lc := rt.(runtime.Lifecycle)
+	dir := makeSkill(t, map[string]string{
+		"scripts/hello.py": "import sys\nprint('hello', sys.argv[1])\n",
+		"scripts/hello.sh": "echo hello \"$1\"\n",
+	})
+	for _, args := range [][]string{{"python3", "/skill/scripts/hello.py", "warm"}, {"bash", "/skill/scripts/hello.sh", "warm"}} {
+		t.Run(args[0], func(t *testing.T) {
+			pool := runtime.NewPool(lc, runtime.PoolConfig{PerKey: 1, Total: 1, IdleTimeout: time.Minute}, nil)
+			defer func() {
+				if err := pool.Close(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}()
+			job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: args, Limits: runtime.Limits{Timeout: time.Minute}}
+			key, ok := runtime.KeyFor(job, "hello", "sha256:test", "test-image")
+			if !ok {
+				t.Fatal("job cannot run warm")
+			}
+			pool.Warm(key)
+			deadline := time.Now().Add(2 * time.Minute)
+			for pool.Stats().Idle == 0 && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Millisecond)
+			}
+			if st := pool.Stats(); st.Idle == 0 {
+				t.Fatalf("no sandbox booted: %+v", st)
+			}
+			res, err := pool.Run(context.Background(), key, job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Warm || string(res.Stdout) != "hello warm\n" || res.ExitCode != 0 || res.Runtime != rtcontainerd.Name {
+				t.Errorf("warm %v exit %d stdout %q runtime %s (stderr %q)", res.Warm, res.ExitCode, res.Stdout, res.Runtime, res.Stderr)
+			}
+		})
+	}
+	if err := lc.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := listContainers(rtcontainerd.Name, opts)
+	if strings.TrimSpace(out) != "" {
+		t.Errorf("containers left after the pool closed: %s", out)
+	}
+	assertContainerdClean(t, rtcontainerd.Name, opts)
+}
+
+// TestImportImage imports an image of the store into containerd (twice:
+// the second finds its blobs there) and finds it in `ctr images ls`.
+func TestImportImage(t *testing.T) {
+	needBackend(t, rtcontainerd.Name)
+	dir := os.Getenv("SKILLBOX_IMAGES")
+	if dir == "" {
+		dir = images.DefaultDir
+	}
+	store, err := images.OpenStore(dir, nil)
+	if err != nil {
+		t.Skipf("no image store at %s: %v", dir, err)
+	}
+	imgs, err := store.List()
+	if err != nil || len(imgs) == 0 {
+		t.Skipf("no built image in %s (skillbox images build shell): %v", dir, err)
+	}
+	img := imgs[0]
+	for _, im := range imgs {
+		if im.Size < img.Size {
+			img = im // the smallest
+		}
+	}
+	_, opts := newBackend(t, rtcontainerd.Name)
+	cd, err := rtcontainerd.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cd.Close(context.Background())
+	for i := 0; i < 2; i++ {
+		name, err := cd.ImportImage(context.Background(), store.LayoutDir(), img.Name, img.Digest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if name != rtcontainerd.ImageName(img.Name) {
+			t.Errorf("imported as %s", name)
+		}
+	}
+	out, err := ctr("images", "ls")
+	if err != nil || !strings.Contains(out, rtcontainerd.ImageName(img.Name)) || !strings.Contains(out, img.Digest) {
+		t.Errorf("ctr images ls: %v\n%s", err, out)
+	}
+	// The content is complete: containerd can check every blob.
+	if out, err := ctr("images", "check"); err != nil || !strings.Contains(out, "complete") {
+		t.Errorf("ctr images check: %v\n%s", err, out)
+	}
+	if _, err := cd.PullImage(context.Background(), "registry.invalid/skillbox/none:1"); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "registry") {
+		t.Errorf("pull from an unreachable registry: %v, want ErrUnavailable saying so", err)
+	}
+}

@@ -1,0 +1,308 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The parts of a sandbox that a backend outside this package (the
+// containerd client in runtime/containerd) shares with runsc and runc, so
+// that every backend has the same bundle, spec, inputs, output capture,
+// end-of-run rules and outputs: a backend only says how a process is
+// started, waited for and killed.
+
+// NewSandboxBundle validates spec and makes its bundle (see createBundle):
+// the locked run dir, the empty workdir tmpfs and the hosts file. The
+// caller must Remove it.
+func NewSandboxBundle(spec SandboxSpec, runDir string, opts SpecOptions) (*Bundle, error) {
+	probe := spec.job(Invocation{Args: []string{"true"}, Limits: spec.Limits})
+	if err := ValidateJob(probe); err != nil {
+		return nil, err
+	}
+	return createBundle(spec.ID, spec.RootFS, spec.Limits, runDir, opts)
+}
+
+// JobOf puts a sandbox spec and an invocation back together: the
+// invocation's timeout and output caps, the sandbox's memory, pids, CPUs
+// and tmpfs sizes.
+func JobOf(spec SandboxSpec, inv Invocation) Job { return spec.job(inv) }
+
+// WriteInputs puts the job's input entries into the workdir and sets the
+// bundle's limits (the output caps CollectOutputs applies) to job's.
+func (b *Bundle) WriteInputs(job Job) error {
+	b.Limits = job.Limits.WithDefaults()
+	return b.writeInputs(job.Files)
+}
+
+// SpecFor builds the OCI spec of job on this bundle (its workdir, hosts
+// file and skills dir as sources) with BuildSpec, and writes it as the
+// bundle's config.json.
+func (b *Bundle) SpecFor(job Job, opts SpecOptions) error { return b.writeConfig(job, opts) }
+
+// Streams are a process's stdout and stderr: pipes whose write ends go to
+// the process (WriteOut, WriteErr) and whose read ends, once Drain is
+// called, are drained concurrently and capped at the job's limits, passing
+// what is kept to the live sinks.
+type Streams struct {
+	WriteOut, WriteErr *os.File
+	outR, errR         *os.File
+	out, err           *capture
+}
+
+// NewStreams makes the pipes.
+func NewStreams() (*Streams, error) {
+	ps, err := makePipes(2)
+	if err != nil {
+		return nil, err
+	}
+	return &Streams{WriteOut: ps[0].w, WriteErr: ps[1].w, outR: ps[0].r, errR: ps[1].r}, nil
+}
+
+// WaitReady reads the ready marker of a warm sandbox's first process from
+// stdout, and nothing more (what follows is the job's), within timeout.
+func (s *Streams) WaitReady(ctx context.Context, timeout time.Duration) error {
+	return waitReady(ctx, s.outR, timeout)
+}
+
+// waitReady reads the ready marker from a warm sandbox's first process's
+// stdout, and nothing more: what follows is the job's.
+func waitReady(ctx context.Context, outR *os.File, timeout time.Duration) error {
+	ready := make(chan error, 1)
+	go func() {
+		buf := make([]byte, len(readyMarker))
+		_, err := io.ReadFull(outR, buf)
+		if err == nil && string(buf) != readyMarker {
+			err = fmt.Errorf("unexpected %q", buf)
+		}
+		ready <- err
+	}()
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-ready:
+	case <-timer.C:
+		err = fmt.Errorf("not ready after %s", timeout)
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+	if err != nil {
+		_ = outR.SetReadDeadline(time.Unix(1, 0)) // release the reader
+	}
+	return err
+}
+
+// FeedAndClose writes data to w in the background and closes it: a
+// process's stdin (EPIPE, when it does not read all of it, is fine).
+func FeedAndClose(w io.WriteCloser, data []byte) {
+	go func() {
+		_, _ = w.Write(data)
+		_ = w.Close()
+	}()
+}
+
+// DestroyAll destroys sandboxes (a backend's Close), joining the errors.
+func DestroyAll(ctx context.Context, sbs []Sandbox) error {
+	var errs []error
+	for _, s := range sbs {
+		if err := s.Destroy(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Drain starts draining both pipes, capped at lim's stream caps.
+func (s *Streams) Drain(lim Limits, stdout, stderr StreamSink) {
+	lim = lim.WithDefaults()
+	s.out, s.err = newCapture(lim.StdoutBytes, stdout), newCapture(lim.StderrBytes, stderr)
+	go s.out.drain(s.outR)
+	go s.err.drain(s.errR)
+}
+
+// Over is closed once stdout goes over its cap; OverErr once stderr does.
+func (s *Streams) Over() <-chan struct{}    { return s.out.over }
+func (s *Streams) OverErr() <-chan struct{} { return s.err.over }
+
+// CloseWriters closes our copies of the write ends.
+func (s *Streams) CloseWriters() {
+	for _, f := range []*os.File{s.WriteOut, s.WriteErr} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+}
+
+// Finish closes the write ends and waits for both drains, at most
+// drainWait each for a writer something else kept open.
+func (s *Streams) Finish() {
+	s.CloseWriters()
+	waitDrains(s.out, s.outR, s.err, s.errR)
+}
+
+// Close releases the read ends (after Finish, or when the job never ran).
+func (s *Streams) Close() {
+	s.CloseWriters()
+	for _, f := range []*os.File{s.outR, s.errR} {
+		_ = f.Close()
+	}
+}
+
+// EndReason applies the rules every backend shares to a run that ended
+// for reason (after Finish; see endReason). limitHit says the cgroup
+// counters explain the end.
+func (s *Streams) EndReason(reason Reason, cgPath string) (_ Reason, limitHit bool) {
+	reason, ev := endReason(reason, s.out, s.err, cgPath)
+	return reason, ev.OOMKills > 0 || ev.PidsMax > 0
+}
+
+// Fill puts the kept output and the outputs of the bundle's workdir into
+// res (see fillResult).
+func (s *Streams) Fill(res *Result, b *Bundle, log Logger) {
+	if log == nil {
+		log = namedLogger(nil, "")
+	}
+	fillResult(res, s.out, s.err, b, log)
+}
+
+// waitDrains waits for the drains of both streams once their writers are
+// gone; the deadline is for a write end something else kept open.
+func waitDrains(out *capture, outR *os.File, errc *capture, errR *os.File) {
+	for _, d := range []struct {
+		c *capture
+		f *os.File
+	}{{out, outR}, {errc, errR}} {
+		select {
+		case <-d.c.done:
+		case <-time.After(drainWait):
+			stopDraining(d.f)
+			<-d.c.done
+		}
+	}
+}
+
+// endReason is why a run that ended for reason ended, once its drains are
+// done (so the rule does not depend on timing): a script that went over an
+// output cap and ended before our kill landed is the same run as one we
+// killed, so the same reason, whatever won the race; then the cgroup's
+// counters say OOM or pids, unless the caller killed it (that explains
+// everything).
+func endReason(reason Reason, out, errc *capture, cgPath string) (Reason, cgroupEvents) {
+	if reason == ReasonExit && (isClosed(out.over) || isClosed(errc.over)) {
+		reason = ReasonOutputCap
+	}
+	ev := readCgroupEvents(cgPath)
+	switch {
+	case reason == ReasonKilled:
+	case ev.OOMKills > 0:
+		reason = ReasonOOM
+	case ev.PidsMax > 0:
+		reason = ReasonPids
+	}
+	return reason, ev
+}
+
+// fillResult puts the kept output and what the script created or changed
+// in the workdir into res. The run happened even when its outputs cannot
+// be read back: that is said in the result rather than failing the run or
+// returning nothing silently.
+func fillResult(res *Result, out, errc *capture, b *Bundle, log Logger) {
+	res.Stdout, res.StdoutTruncated = out.result()
+	res.Stderr, res.StderrTruncated = errc.result()
+	outs, err := b.CollectOutputs()
+	if err != nil {
+		log.Warn("collecting outputs failed", "id", b.ID, "error", err)
+		outs = &Outputs{Skipped: []string{"outputs not collected: " + err.Error()}}
+	}
+	outs.apply(res)
+}
+
+// ExitSignal names the signal of an exit code 128+n that both OCI runtimes
+// report for a process killed by signal n ("" for other codes).
+func ExitSignal(code int) string {
+	if code > 128 && code < 128+65 {
+		return unix.SignalName(syscall.Signal(code - 128))
+	}
+	return ""
+}
+
+// CreateRunscCgroup makes the cgroup runsc joins for a sandbox with
+// limits lim (see Runsc): its memory limit and a pids limit scaled for
+// gVisor's host tasks on platform.
+func CreateRunscCgroup(cgPath string, lim Limits, platform string) error {
+	lim = lim.WithDefaults()
+	return createCgroup(cgPath, lim.MemoryBytes, runscHostPids(lim.Pids, platform))
+}
+
+// SetBackgroundWeight gives a booting sandbox's cgroup a low CPU weight,
+// or the normal one back.
+func SetBackgroundWeight(cgPath string, low bool) error { return setCPUWeight(cgPath, low) }
+
+// RemoveCgroup removes a run's cgroup, retrying while its last processes
+// exit.
+func RemoveCgroup(ctx context.Context, cgPath string) error { return removeCgroupRetry(ctx, cgPath) }
+
+// CgroupProcesses lists the host pids in a run's cgroup.
+func CgroupProcesses(cgPath string) []int { return cgroupProcs(cgPath) }
+
+// NamedLogger names l for a component (a null logger when l is nil).
+func NamedLogger(l Logger, name string) Logger { return namedLogger(l, name) }
+
+// KillGrace is o.KillGrace or the default grace between TERM and KILL.
+func (o Options) KillGraceOrDefault() time.Duration { return graceOr(o.KillGrace) }
+
+// IsNotExist recognises the "no such container" errors of the OCI CLIs and
+// of containerd ("not found").
+func IsNotExist(err error) bool { return err != nil && isNotExist(err) }
+
+// SweepOps are what a backend outside this package gives Sweep about its
+// containers: List the ones it knows (Bundle is the run dir each was made
+// for), State of one (an error IsNotExist recognises when there is none),
+// Delete one with everything it holds (not existing is no error).
+type SweepOps struct {
+	List   func(ctx context.Context) ([]ContainerState, error)
+	State  func(ctx context.Context, id string) (*ContainerState, error)
+	Delete func(ctx context.Context, id string) error
+}
+
+// SweepRuns is Sweep for such a backend: the same rules over runDir (a
+// locked run dir is a live run's; an unlocked one, a dead run's, goes with
+// its container, cgroup and workdir mount; a container of ours whose run
+// dir is gone is deleted).
+func SweepRuns(ctx context.Context, runDir string, log Logger, ops SweepOps) error {
+	s := &sweeper{
+		runDir:       runDir,
+		log:          namedLogger(log, "sweep"),
+		list:         ops.List,
+		state:        ops.State,
+		delete:       ops.Delete,
+		unmount:      unmount,
+		killCgroup:   killCgroupProcs,
+		removeCgroup: removeCgroupRetry,
+	}
+	return s.sweep(ctx)
+}
+
+// Timing of the stop sequence, for backends outside this package.
+const (
+	KillRetry       = killRetry
+	KillWait        = killWait
+	TeardownTimeout = teardownTimeout
+	BootTimeout     = bootTimeout
+)
+
+// HolderArgv is the first process of a BootExec sandbox, SupervisorArgv
+// that of a BootPython one; both say they are ready (see WaitReady).
+func HolderArgv() []string     { return append([]string(nil), holderArgv...) }
+func SupervisorArgv() []string { return []string{"python3", "-c", supervisorSource} }
+
+// SupervisorMessage is what Deliver writes down a BootPython sandbox's
+// stdin: the length-prefixed job header, then the script's stdin.
+func SupervisorMessage(job Job) ([]byte, error) { return supervisorMessage(job) }
