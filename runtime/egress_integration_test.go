@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -131,7 +130,7 @@ func egressConfig(t *testing.T, log *attemptLog, dests ...string) *egress.Config
 func TestEgress(t *testing.T) {
 	rootfs := testRootfs(t)
 	port, tport := testServers(t)
-	for _, backend := range egressBackends {
+	for _, backend := range backends {
 		t.Run(backend, func(t *testing.T) {
 			rt, opts := newBackend(t, backend)
 			skill := makeSkill(t, map[string]string{"scripts/probe.py": egressProbe})
@@ -238,7 +237,7 @@ for i in range(3):
         print("failed", i, e, flush=True)
 import time; time.sleep(60)
 `
-	for _, backend := range egressBackends {
+	for _, backend := range backends {
 		for _, tc := range []struct {
 			name  string
 			conns int
@@ -354,7 +353,7 @@ func TestEgressSecret(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, backend := range egressBackends {
+	for _, backend := range backends {
 		t.Run(backend, func(t *testing.T) {
 			rt, opts := newBackend(t, backend)
 			skill := makeSkill(t, map[string]string{"scripts/secret.py": secretProbe})
@@ -399,7 +398,7 @@ func TestEgressSecret(t *testing.T) {
 // sweep removes the run's namespaces with the rest of it.
 func TestSweepEgress(t *testing.T) {
 	rootfs := testRootfs(t)
-	for _, name := range egressBackends {
+	for _, name := range backends {
 		t.Run(name, func(t *testing.T) {
 			rt, opts := newBackend(t, name)
 			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
@@ -420,20 +419,5 @@ func TestSweepEgress(t *testing.T) {
 			assertClean(t, name, opts, id)
 			assertNoNetns(t, id)
 		})
-	}
-}
-
-// egressBackends are the backends that set up egress; the containerd
-// backend refuses such runs (TestEgressContainerdRefuses).
-var egressBackends = []string{"runsc", "runc"}
-
-func TestEgressContainerdRefuses(t *testing.T) {
-	rootfs := testRootfs(t)
-	rt, _ := newBackend(t, "containerd")
-	_, err := rt.Run(context.Background(), runtime.Job{
-		ID: newID(), RootFS: rootfs, Args: []string{"true"}, Egress: &egress.Config{},
-	})
-	if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "runsc or runc") {
-		t.Fatalf("containerd run with egress: %v", err)
 	}
 }

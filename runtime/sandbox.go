@@ -129,22 +129,9 @@ func (e *engine) create(ctx context.Context, spec SandboxSpec) (_ Sandbox, err e
 		return nil, err
 	}
 	if spec.Egress != nil {
-		cfg := *spec.Egress
-		cfg.MaxConnections, cfg.MaxBytesOut = spec.Limits.EgressConnections, spec.Limits.EgressBytesOut
-		if len(cfg.Secrets) > 0 {
-			// The image's own roots go into the bundle the sandbox trusts.
-			sys := filepath.Join(spec.RootFS, "etc", "ssl", "certs", "ca-certificates.crt")
-			if st, err := os.Lstat(sys); err == nil && st.Mode().IsRegular() {
-				cfg.SystemBundle = sys
-			}
+		if s.eg, err = StartEgress(ctx, spec, b.Dir, &s.opts); err != nil {
+			return nil, err
 		}
-		eg, err := egress.Start(ctx, spec.ID, b.Dir, cfg)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
-		}
-		s.eg = eg
-		s.opts.NetNS, s.opts.ResolvConfSource, s.opts.EgressEnv = eg.NetNS(), eg.ResolvConf(), eg.Env()
-		s.opts.CABundleSource = eg.CABundle()
 	}
 	if spec.Background {
 		if err := setCPUWeight(s.cgPath, true); err != nil {
