@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // The parts of a sandbox that a backend outside this package (the
@@ -286,6 +288,7 @@ func SweepRuns(ctx context.Context, runDir string, log Logger, ops SweepOps) err
 		unmount:      unmount,
 		killCgroup:   killCgroupProcs,
 		removeCgroup: removeCgroupRetry,
+		removeNetns:  egress.RemoveNamespaces,
 	}
 	return s.sweep(ctx)
 }

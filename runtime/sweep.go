@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // Sweeper is implemented by backends that can clean up after a crash.
@@ -67,6 +69,9 @@ type sweeper struct {
 	// kills).
 	killCgroup   func(ctx context.Context, cgPath string) error
 	removeCgroup func(ctx context.Context, cgPath string) error
+	// removeNetns removes a dead run's egress namespaces (none is no
+	// error); nil skips that step.
+	removeNetns func(ctx context.Context, id string) error
 }
 
 func (e *engine) sweep(ctx context.Context) error {
@@ -86,6 +91,7 @@ func (e *engine) sweeper() *sweeper {
 		unmount:      unmount,
 		killCgroup:   killCgroupProcs,
 		removeCgroup: removeCgroupRetry,
+		removeNetns:  egress.RemoveNamespaces,
 	}
 }
 
@@ -181,6 +187,11 @@ func (s *sweeper) sweepRunDir(ctx context.Context, id string) (found bool, err e
 		}
 		if err := s.removeCgroup(ctx, cg); err != nil {
 			errs = append(errs, err)
+		}
+		if s.removeNetns != nil {
+			if err := s.removeNetns(ctx, id); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := s.unmount(filepath.Join(dir, bundleWorkdir)); err != nil {
