@@ -70,6 +70,34 @@ policy "needs-approval" {
 #   hook_timeout = "10s"
 # }
 #
+# Network egress: the skill's runs reach only these destinations, through
+# skillbox's proxy outside the sandbox (names, "*.domain" wildcards,
+# address ranges; always with a port), each connection audited. A rule
+# with network = false takes them away. confirm = ["network"] asks an
+# approver once per session for the destinations.
+# policy "weather" {
+#   skills  = ["weather-*"]
+#   egress  = ["api.weather.example:443", "*.cdn.example.org:443"]
+#   confirm = ["network"]
+#   limits {
+#     egress_connections = 50
+#     egress_bytes_out   = "1MiB"
+#   }
+# }
+#
+# A secret the proxy adds to HTTPS requests to its hosts; the sandbox sees
+# only a placeholder in $WEATHER_TOKEN.
+# secret "WEATHER_TOKEN" {
+#   from_env = "WEATHER_TOKEN"         # or from_file = "/etc/skillbox/weather.token"
+#   hosts    = ["api.weather.example"]
+#   header   = "Authorization: Bearer %s"
+# }
+#
+# egress {
+#   hosts_file       = "/etc/skillbox/egress-hosts"  # names the proxy resolves as written
+#   upstream_ca_file = "/etc/skillbox/internal-ca.pem"
+# }
+#
 # Agents: sessions.create {agent = "reviewer"} starts with these skills loaded.
 # agent "reviewer" {
 #   uses_skills = ["code-review"]

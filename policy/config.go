@@ -13,6 +13,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/egress"
+
 	"github.com/skillbox/skillbox/runtime"
 )
 
@@ -47,6 +49,9 @@ type Config struct {
 	LimitsPos Pos
 	Audit     Audit
 	Pool      Pool
+	Egress    Egress
+	// Secrets are the secret "NAME" {} blocks, in file order.
+	Secrets []*Secret
 	// Rules in file order. When the file declares no policy block at all,
 	// one built-in rule ("default") allows skills.read, skills.run_script
 	// and skills.run_code for every skill, so a minimal file (or none) is
@@ -193,6 +198,9 @@ type Rule struct {
 	// pass to the skill's runs, beyond runtime.DefaultEnvAllow; matching
 	// rules add up. runtime.EnvNeverAllowed names are refused in the file.
 	Env []string
+	// Egress are the destinations the rule lets runs reach through the
+	// egress proxy (egress = [...]), each with Source naming this rule.
+	Egress []egress.Rule
 	// Limits set by the rule; zero fields are not set.
 	Limits runtime.Limits
 	// RequireLock: the skills this rule matches load and run only at a

@@ -187,6 +187,12 @@ func (c *Config) decidePolicy(skill string, cl *call) Decision {
 // confirm, else allow.
 func (c *Config) decideNetwork(skill string) Decision {
 	ok, rule := c.NetworkFor(skill)
+	if !ok && rule == RuleNetworkDefault {
+		// Egress destinations are network access too, through the proxy.
+		if dests, erule := c.EgressFor(skill); len(dests) > 0 {
+			ok, rule = true, erule
+		}
+	}
 	if !ok {
 		return Decision{Effect: EffectDeny, Rule: rule, Reason: fmt.Sprintf("network access is off for skill %q", skill)}
 	}
@@ -262,6 +268,12 @@ var limitFields = []limitField{
 	{"output_files", func(l *runtime.Limits) bool { return l.OutputFiles > 0 },
 		func(a, b *runtime.Limits) bool { return a.OutputFiles < b.OutputFiles },
 		func(d, s *runtime.Limits) { d.OutputFiles = s.OutputFiles }},
+	{"egress_connections", func(l *runtime.Limits) bool { return l.EgressConnections > 0 },
+		func(a, b *runtime.Limits) bool { return a.EgressConnections < b.EgressConnections },
+		func(d, s *runtime.Limits) { d.EgressConnections = s.EgressConnections }},
+	{"egress_bytes_out", func(l *runtime.Limits) bool { return l.EgressBytesOut > 0 },
+		func(a, b *runtime.Limits) bool { return a.EgressBytesOut < b.EgressBytesOut },
+		func(d, s *runtime.Limits) { d.EgressBytesOut = s.EgressBytesOut }},
 	{"output_file_bytes", func(l *runtime.Limits) bool { return l.OutputFileBytes > 0 },
 		func(a, b *runtime.Limits) bool { return a.OutputFileBytes < b.OutputFileBytes },
 		func(d, s *runtime.Limits) { d.OutputFileBytes = s.OutputFileBytes }},

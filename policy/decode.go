@@ -32,6 +32,7 @@ func attrs(names ...string) []hcl.AttributeSchema {
 var (
 	topSchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{
 		{Type: "daemon"}, {Type: "skills"}, {Type: "images"}, {Type: "limits"}, {Type: "audit"}, {Type: "pool"},
+		{Type: "egress"}, {Type: "secret", LabelNames: []string{"name"}},
 		{Type: "runtime", LabelNames: []string{"name"}},
 		{Type: "image", LabelNames: []string{"name"}},
 		{Type: "policy", LabelNames: []string{"name"}},
@@ -50,12 +51,13 @@ var (
 	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
 	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe")}
 	limitsSchema = &hcl.BodySchema{Attributes: attrs("timeout", "memory", "pids", "cpus",
-		"workdir", "tmp", "stdout", "stderr", "outputs", "output_files", "output_file_bytes")}
+		"workdir", "tmp", "stdout", "stderr", "outputs", "output_files", "output_file_bytes",
+		"egress_connections", "egress_bytes_out")}
 	poolSchema  = &hcl.BodySchema{Attributes: attrs("per_key", "total", "idle_timeout", "memory_budget")}
 	auditSchema = &hcl.BodySchema{Attributes: attrs("rotate_bytes", "rotate_size", "rotate_age",
 		"checkpoint_key", "checkpoint_interval", "min_free", "reads_per_interval", "aggregate_interval")}
 	policySchema = &hcl.BodySchema{
-		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "env", "require_lock", "hook_failure", "hook_timeout", "build_from_source"),
+		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "env", "require_lock", "hook_failure", "hook_timeout", "build_from_source", "egress"),
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "packages"}},
 	}
 )
@@ -162,6 +164,12 @@ func (d *decoder) decodeFile(src []byte) {
 			if once(b, "pool", "pool") {
 				d.pool(b)
 			}
+		case "egress":
+			if once(b, "egress", "egress") {
+				d.egress(b)
+			}
+		case "secret":
+			d.secret(b)
 		case "runtime":
 			if once(b, "runtime."+b.Labels[0], fmt.Sprintf("runtime %q", b.Labels[0])) {
 				d.runtime(b)
@@ -679,6 +687,8 @@ func (d *decoder) limits(blk *hcl.Block, prefix string) (runtime.Limits, Pos) {
 	b.size("outputs", &l.OutputBytes)
 	b.intField("output_files", 1, &l.OutputFiles)
 	b.size("output_file_bytes", &l.OutputFileBytes)
+	b.intField("egress_connections", 1, &l.EgressConnections)
+	b.size("egress_bytes_out", &l.EgressBytesOut)
 	return l, d.pos(blk.DefRange)
 }
 
@@ -772,6 +782,7 @@ func (d *decoder) policy(blk *hcl.Block) {
 	if b.boolean("network", &net) != nil {
 		r.Network = &net
 	}
+	b.egressList(r)
 	var dirs []string
 	if a := b.strs("script_dirs", &dirs); a != nil {
 		ok := true

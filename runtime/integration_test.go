@@ -34,6 +34,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 const (
@@ -1223,6 +1224,9 @@ func crashHelper(spec string) {
 			}
 		}),
 		Limits: runtime.Limits{Timeout: 10 * time.Minute},
+	}
+	if mode == "egress-up" {
+		job.Egress, mode = &egress.Config{}, "up"
 	}
 	if mode == "early" {
 		fmt.Println("running")

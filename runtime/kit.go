@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // The parts of a sandbox that a backend outside this package (the
@@ -281,6 +283,7 @@ func SweepRuns(ctx context.Context, runDir string, log Logger, ops SweepOps) err
 		killCgroup:   killCgroupProcs,
 		removeCgroup: removeCgroupRetry,
 		endWatchdog:  endWatchdogs,
+		removeNetns:  egress.RemoveNamespaces,
 	}
 	return s.sweep(ctx)
 }

@@ -3,6 +3,8 @@ package runtime
 import (
 	"context"
 	"fmt"
+
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // The lifecycle splits a run in two: the sandbox (image, skill, limits,
@@ -46,6 +48,8 @@ type SandboxSpec struct {
 	// output caps) are its own.
 	Limits  Limits
 	Network bool
+	// Egress: see Job.Egress.
+	Egress *egress.Config
 	// Skills and Program are the mounts of a run_code sandbox (see Job);
 	// pooled sandboxes have none.
 	Skills  []SkillBind
@@ -97,7 +101,7 @@ type Lifecycle interface {
 
 // Sandbox and Invocation of a one-shot Job.
 func (j Job) sandboxSpec(boot BootMode) SandboxSpec {
-	return SandboxSpec{ID: j.ID, RootFS: j.RootFS, SkillDir: j.SkillDir, DepsDir: j.DepsDir, Limits: j.Limits, Network: j.Network,
+	return SandboxSpec{ID: j.ID, RootFS: j.RootFS, SkillDir: j.SkillDir, DepsDir: j.DepsDir, Limits: j.Limits, Network: j.Network, Egress: j.Egress,
 		Skills: j.Skills, Program: j.Program, Boot: boot}
 }
 
@@ -113,7 +117,7 @@ func (s SandboxSpec) job(inv Invocation) Job {
 	sl := s.Limits.WithDefaults()
 	lim.MemoryBytes, lim.Pids, lim.CPUs, lim.WorkdirBytes, lim.TmpBytes = sl.MemoryBytes, sl.Pids, sl.CPUs, sl.WorkdirBytes, sl.TmpBytes
 	return Job{ID: s.ID, RootFS: s.RootFS, SkillDir: s.SkillDir, DepsDir: s.DepsDir, Args: inv.Args, Env: inv.Env, ModuleEnv: inv.ModuleEnv,
-		Stdin: inv.Stdin, Files: inv.Files, Limits: lim, Network: s.Network, Skills: s.Skills, Program: s.Program,
+		Stdin: inv.Stdin, Files: inv.Files, Limits: lim, Network: s.Network, Egress: s.Egress, Skills: s.Skills, Program: s.Program,
 		Stdout: inv.Stdout, Stderr: inv.Stderr}
 }
 

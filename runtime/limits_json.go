@@ -19,6 +19,8 @@ type limitsJSON struct {
 	StderrBytes  int64   `json:"stderr_bytes,omitempty"`
 	OutputBytes  int64   `json:"output_bytes,omitempty"`
 	OutputFiles  int     `json:"output_files,omitempty"`
+	EgressConns  int     `json:"egress_connections,omitempty"`
+	EgressOut    int64   `json:"egress_bytes_out,omitempty"`
 }
 
 // MarshalJSON writes the timeout as timeout_ms.
@@ -27,6 +29,7 @@ func (l Limits) MarshalJSON() ([]byte, error) {
 		TimeoutMS: l.Timeout.Milliseconds(), MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs,
 		WorkdirBytes: l.WorkdirBytes, TmpBytes: l.TmpBytes, StdoutBytes: l.StdoutBytes,
 		StderrBytes: l.StderrBytes, OutputBytes: l.OutputBytes, OutputFiles: l.OutputFiles,
+		EgressConns: l.EgressConnections, EgressOut: l.EgressBytesOut,
 	})
 }
 
@@ -40,6 +43,7 @@ func (l *Limits) UnmarshalJSON(b []byte) error {
 		Timeout: time.Duration(j.TimeoutMS) * time.Millisecond, MemoryBytes: j.MemoryBytes, Pids: j.Pids, CPUs: j.CPUs,
 		WorkdirBytes: j.WorkdirBytes, TmpBytes: j.TmpBytes, StdoutBytes: j.StdoutBytes,
 		StderrBytes: j.StderrBytes, OutputBytes: j.OutputBytes, OutputFiles: j.OutputFiles,
+		EgressConnections: j.EgressConns, EgressBytesOut: j.EgressOut,
 	}
 	return nil
 }

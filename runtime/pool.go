@@ -63,7 +63,7 @@ func KeyFor(job Job, skill, skillDigest, image string) (PoolKey, bool) {
 	}
 	k := PoolKey{Skill: skill, Image: image, RootFS: job.RootFS, SkillDigest: skillDigest, SkillDir: job.SkillDir,
 		DepLayer: job.DepsDir, Limits: SandboxLimits(job.Limits), Boot: boot}
-	return k, !job.Network
+	return k, !job.Network && job.Egress == nil
 }
 
 type pooled struct {
@@ -170,7 +170,7 @@ func (p *Pool) take(key PoolKey) *pooled {
 func (p *Pool) Run(ctx context.Context, key PoolKey, job Job) (*Result, error) {
 	var pb *pooled
 	// Pooled sandboxes mount one skill and no program: run_code jobs run cold.
-	if Fits(key.Limits, job.Limits) && !job.Network && len(job.Skills) == 0 && job.Program == nil {
+	if Fits(key.Limits, job.Limits) && !job.Network && job.Egress == nil && len(job.Skills) == 0 && job.Program == nil {
 		pb = p.take(key)
 	}
 	if pb == nil {

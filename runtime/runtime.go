@@ -23,6 +23,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // Sentinel errors; backends wrap them with %w so callers can classify failures.
@@ -46,6 +48,9 @@ const (
 	ReasonOutputCap Reason = "output_cap" // stdout/stderr over the cap; the sandbox was killed
 	ReasonCancelled Reason = "cancelled"  // stopped on request (runs.cancel); the sandbox was killed
 	ReasonKilled    Reason = "killed"     // killed from outside (caller cancelled, signal)
+	// ReasonEgressCap: the run hit its cap on egress connections or bytes
+	// sent (Result.Egress.LimitHit says which); the sandbox was killed.
+	ReasonEgressCap Reason = "egress_cap"
 )
 
 // Paths inside every container.
@@ -76,6 +81,10 @@ type Limits struct {
 	OutputFiles  int           `json:"output_files"` // max number of collected outputs
 	// OutputFileBytes caps one output file; a bigger one is left out.
 	OutputFileBytes int64 `json:"output_file_bytes"`
+	// EgressConnections and EgressBytesOut cap a run's connections through
+	// the egress proxy and the bytes it sends over them (runs with Egress).
+	EgressConnections int   `json:"egress_connections"`
+	EgressBytesOut    int64 `json:"egress_bytes_out"`
 }
 
 // DefaultLimits are used for every field left zero.
@@ -87,13 +96,15 @@ var DefaultLimits = Limits{
 	// The output caps fit an unpacked office document (thousands of parts,
 	// hundreds of MiB); the tmpfs sizes are ceilings, allocated as written
 	// and charged to the run's memory limit.
-	WorkdirBytes:    1 << 30,
-	TmpBytes:        256 << 20,
-	StdoutBytes:     1 << 20,
-	StderrBytes:     1 << 20,
-	OutputBytes:     512 << 20,
-	OutputFiles:     20000,
-	OutputFileBytes: 256 << 20,
+	WorkdirBytes:      1 << 30,
+	TmpBytes:          256 << 20,
+	StdoutBytes:       1 << 20,
+	StderrBytes:       1 << 20,
+	OutputBytes:       512 << 20,
+	OutputFiles:       20000,
+	OutputFileBytes:   256 << 20,
+	EgressConnections: 256,
+	EgressBytesOut:    256 << 20,
 }
 
 // WithDefaults returns l with every zero field taken from DefaultLimits.
@@ -131,6 +142,12 @@ func (l Limits) WithDefaults() Limits {
 	}
 	if l.OutputFileBytes > 0 {
 		d.OutputFileBytes = l.OutputFileBytes
+	}
+	if l.EgressConnections > 0 {
+		d.EgressConnections = l.EgressConnections
+	}
+	if l.EgressBytesOut > 0 {
+		d.EgressBytesOut = l.EgressBytesOut
 	}
 	return d
 }
@@ -176,6 +193,10 @@ type Job struct {
 	Files     []InputFile
 	Limits    Limits
 	Network   bool // false: no network at all (the default)
+	// Egress, when set, gives the run a network namespace of its own whose
+	// only way out is skillbox's proxy (see package egress); it excludes
+	// Network.
+	Egress *egress.Config
 	// Skills are more skill directories, each mounted read-only at its
 	// Target under SkillsMount (skills.run_code), and Program is the code
 	// run_code runs, read-only in ProgramDir.
@@ -231,6 +252,9 @@ type Result struct {
 	RuntimeVersion      string `json:"runtime_version"`
 	// Warm says the job ran in a pre-booted sandbox (see Pool).
 	Warm bool `json:"warm"`
+	// Egress sums up the run's connections through the egress proxy; nil
+	// for runs without egress.
+	Egress *egress.Stats `json:"egress,omitempty"`
 }
 
 // Runtime runs jobs. Implementations must remove every container, bundle and

@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // supervisorSource is the python supervisor of BootPython, run as
@@ -76,6 +78,10 @@ type sandbox struct {
 	// wd keeps the job's deadline should the daemon die (watchdog.go).
 	wd *Watchdog
 
+	// eg is the run's egress plumbing (nil without Egress); egStats its
+	// totals once the job ended.
+	eg *egress.Egress
+
 	destroyOnce sync.Once
 	destroyErr  error
 }
@@ -123,6 +129,11 @@ func (e *engine) create(ctx context.Context, spec SandboxSpec) (_ Sandbox, err e
 	}()
 	if err := e.d.setupCgroup(s.cgPath, spec.Limits); err != nil {
 		return nil, err
+	}
+	if spec.Egress != nil {
+		if s.eg, err = StartEgress(ctx, spec, b.Dir, &s.opts); err != nil {
+			return nil, err
+		}
 	}
 	if spec.Background {
 		if err := setCPUWeight(s.cgPath, true); err != nil {
@@ -192,7 +203,7 @@ func (s *sandbox) startRun(stdin, stdout, stderr *os.File) error {
 			}
 		}
 	}()
-	global, args := s.e.d.runCommand(s.spec.Network, s.b)
+	global, args := s.e.d.runCommand(s.spec.Network || s.spec.Egress != nil, s.b)
 	cmd, err := s.e.cli.command(s.lifeCtx, global, args...)
 	if err != nil {
 		return err
@@ -401,7 +412,14 @@ func (s *sandbox) Wait(ctx context.Context) (*Result, error) {
 	reason := ReasonExit
 	timer := time.NewTimer(s.lim.Timeout - time.Since(s.started))
 	defer timer.Stop()
+	var egressOver <-chan struct{} // nil: never ready
+	if s.eg != nil {
+		egressOver = s.eg.Over()
+	}
 	select {
+	case <-egressOver:
+		reason = ReasonEgressCap
+		e.stop(id, s.jobCmd, s.jobExited, false)
 	case <-s.jobExited:
 	case <-timer.C:
 		reason = ReasonTimeout
@@ -434,6 +452,16 @@ func (s *sandbox) Wait(ctx context.Context) (*Result, error) {
 	waitDrains(s.outCap, s.outR, s.errCap, s.errR)
 	code, signal := exitStatus(s.jobCmd.ProcessState)
 	reason, ev := endReason(reason, s.outCap, s.errCap, s.cgPath)
+	var egStats *egress.Stats
+	if s.eg != nil {
+		// Every connection is over once the sandbox is; this waits until
+		// each has been reported.
+		st := s.eg.Shutdown()
+		egStats = &st
+		if reason == ReasonExit && st.LimitHit != "" {
+			reason = ReasonEgressCap
+		}
+	}
 	// A run that we stopped, or that ran into its memory or pids limit,
 	// did run; the CLI may still log errors about how its sandbox ended.
 	if reason == ReasonExit {
@@ -450,6 +478,7 @@ func (s *sandbox) Wait(ctx context.Context) (*Result, error) {
 		Runtime:        e.name,
 		RuntimeVersion: s.version,
 		Warm:           s.spec.Boot != BootCold,
+		Egress:         egStats,
 	}
 	fillResult(res, s.outCap, s.errCap, s.b, e.log)
 	e.log.Debug("run finished", "id", id, "boot", s.spec.Boot, "reason", reason, "exit_code", code, "signal", signal,
@@ -495,6 +524,11 @@ func (s *sandbox) teardown() error {
 	}
 	if err := removeCgroupRetry(ctx, s.cgPath); err != nil {
 		errs = append(errs, err)
+	}
+	if s.eg != nil {
+		if err := s.eg.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := s.b.Remove(); err != nil {
 		errs = append(errs, err)

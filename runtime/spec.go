@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // SpecOptions are the per-backend and per-run choices BuildSpec cannot derive
@@ -49,6 +51,14 @@ type SpecOptions struct {
 	// job.Network is set. Without it a job asking for network is refused:
 	// an empty namespace would give it no network while looking like it did.
 	NetNS string
+	// ResolvConfSource is the host file bind-mounted read-only at
+	// /etc/resolv.conf and EgressEnv what the environment gets, for a job
+	// with Egress (the engine fills both from the run's egress.Egress).
+	ResolvConfSource string
+	EgressEnv        []string
+	// CABundleSource, when set, is bind-mounted read-only at
+	// egress.CABundlePath (a run with secrets).
+	CABundleSource string
 }
 
 // IDMap is a contiguous user/group ID mapping for a user namespace.
@@ -141,6 +151,9 @@ func ValidateJob(job Job) error {
 	if err := validateSkillMounts(job); err != nil {
 		return err
 	}
+	if job.Network && job.Egress != nil {
+		return fmt.Errorf("%w: a job has either full network or egress through the proxy, not both", ErrInvalidJob)
+	}
 	if len(job.Args) == 0 || job.Args[0] == "" {
 		return fmt.Errorf("%w: no command to run (Args is empty)", ErrInvalidJob)
 	}
@@ -181,6 +194,9 @@ func BuildSpec(job Job, opts SpecOptions) (*specs.Spec, error) {
 	if !isCleanAbs(opts.WorkdirSource) {
 		return nil, fmt.Errorf("%w: workdir source %q must be an absolute, clean host path", ErrInvalidJob, opts.WorkdirSource)
 	}
+	if job.Egress != nil && (opts.NetNS == "" || !isCleanAbs(opts.ResolvConfSource)) {
+		return nil, fmt.Errorf("%w: the job has egress but its network namespace or resolv.conf is not set up", ErrInvalidJob)
+	}
 	if job.Network && opts.NetNS == "" {
 		return nil, fmt.Errorf("%w: the job asks for network but no network namespace is configured for this runtime (set its netns to a prepared namespace, e.g. /var/run/netns/skillbox)", ErrUnavailable)
 	}
@@ -198,6 +214,9 @@ func BuildSpec(job Job, opts SpecOptions) (*specs.Spec, error) {
 		return nil, err
 	}
 	env = append(env, job.ModuleEnv...)
+	if job.Egress != nil {
+		env = append(env, opts.EgressEnv...)
+	}
 	lim := job.Limits.WithDefaults()
 	cgPath := opts.CgroupsPath
 	if cgPath == "" {
@@ -252,7 +271,7 @@ func buildNamespaces(job Job, opts SpecOptions) []specs.LinuxNamespace {
 		{Type: specs.UTSNamespace},
 		{Type: specs.MountNamespace},
 	}
-	if job.Network {
+	if job.Network || job.Egress != nil {
 		ns = append(ns, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: opts.NetNS})
 	} else {
 		// A fresh namespace has only a loopback device: no route anywhere,
@@ -281,7 +300,7 @@ func buildMounts(job Job, opts SpecOptions, lim Limits) []specs.Mount {
 	}
 	// sysfs may only be mounted by the owner of the network namespace, so it
 	// is there only when the container has a fresh one (the default).
-	if !job.Network {
+	if !job.Network && job.Egress == nil {
 		m = append(m, specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}})
 	}
 	if job.SkillDir != "" {
@@ -297,6 +316,14 @@ func buildMounts(job Job, opts SpecOptions, lim Limits) []specs.Mount {
 	)
 	if job.DepsDir != "" {
 		m = append(m, specs.Mount{Destination: DepsMount, Type: "bind", Source: job.DepsDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
+	if job.Egress != nil {
+		m = append(m, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: opts.ResolvConfSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		if opts.CABundleSource != "" {
+			// In /tmp (a tmpfs made above) because the image may lack a
+			// file to mount it on; the variables point there.
+			m = append(m, specs.Mount{Destination: egress.CABundlePath, Type: "bind", Source: opts.CABundleSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
+		}
 	}
 	return m
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 var update = flag.Bool("update", false, "rewrite runtime/testdata/*.golden.json from BuildSpec")
@@ -74,6 +76,25 @@ var goldenCases = []struct {
 			NetNS:         "/var/run/netns/skillbox",
 			CgroupsPath:   "/custom/parent/skillbox-golden-1",
 		},
+	},
+	{
+		name: "egress",
+		job: func() Job {
+			j := goldenJob()
+			j.Egress = &egress.Config{}
+			return j
+		},
+		opts: SpecOptions{
+			WorkdirSource:    "/run/skillbox/runs/skillbox-golden-1/work",
+			HostsSource:      "/run/skillbox/runs/skillbox-golden-1/hosts",
+			NetNS:            "/run/netns/skillbox-eg-s-skillbox-golden-1",
+			ResolvConfSource: "/run/skillbox/runs/skillbox-golden-1/resolv.conf",
+			EgressEnv:        []string{"HTTPS_PROXY=http://100.64.0.1:3128", "HTTP_PROXY=http://100.64.0.1:3128"},
+			Seccomp:          true,
+			CgroupNS:         true,
+			UserNS:           &IDMap{HostUID: DefaultUserNSBase, HostGID: DefaultUserNSBase, Size: 65536},
+		},
+		arch: "amd64",
 	},
 	{
 		name: "run_code_skills",

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // Sweeper is implemented by backends that can clean up after a crash.
@@ -71,6 +73,9 @@ type sweeper struct {
 	// endWatchdog ends the watchdog a dead run may have left waiting for
 	// its deadline (nil: none to end).
 	endWatchdog func(id string)
+	// removeNetns removes a dead run's egress namespaces (none is no
+	// error); nil skips that step.
+	removeNetns func(ctx context.Context, id string) error
 }
 
 func (e *engine) sweep(ctx context.Context) error {
@@ -91,6 +96,7 @@ func (e *engine) sweeper() *sweeper {
 		killCgroup:   killCgroupProcs,
 		removeCgroup: removeCgroupRetry,
 		endWatchdog:  endWatchdogs,
+		removeNetns:  egress.RemoveNamespaces,
 	}
 }
 
@@ -186,6 +192,11 @@ func (s *sweeper) sweepRunDir(ctx context.Context, id string) (found bool, err e
 		}
 		if err := s.removeCgroup(ctx, cg); err != nil {
 			errs = append(errs, err)
+		}
+		if s.removeNetns != nil {
+			if err := s.removeNetns(ctx, id); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := s.unmount(filepath.Join(dir, bundleWorkdir)); err != nil {

@@ -53,7 +53,7 @@ func imagesCommand() *cli.Command {
 					&cli.BoolFlag{Name: "no-unpack", Usage: "do not unpack the rootfs cache after building"},
 					&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "no progress lines on stderr"},
 					&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "also show mmdebstrap's full output (it is kept in DIR/logs either way)"},
-					&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` whose python_index installs the recipes' extras (python_extras) as a dependency layer"},
+					&cli.StringFlag{Name: "config", Usage: "HCL config `FILE`: its python_index installs the recipes' extras (python_extras) as a dependency layer; with daemon { runtime = \"containerd\" } built images are imported into containerd too"},
 				},
 				Action: imagesBuild,
 			},
@@ -170,6 +170,10 @@ func imagesBuild(c *cli.Context) error {
 					fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
 					failed = append(failed, n+" (extras)")
 				}
+				if err := importBuilt(ctx, c, store, img); err != nil {
+					fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
+					failed = append(failed, n+" (containerd import)")
+				}
 				continue
 			}
 		}
@@ -187,6 +191,10 @@ func imagesBuild(c *cli.Context) error {
 		if err := buildExtras(ctx, c, store, recipes[n], img); err != nil {
 			fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
 			failed = append(failed, n+" (extras)")
+		}
+		if err := importBuilt(ctx, c, store, img); err != nil {
+			fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
+			failed = append(failed, n+" (containerd import)")
 		}
 	}
 	if len(failed) > 0 {

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
 )
@@ -93,5 +95,36 @@ func imagesPull(c *cli.Context) error {
 		return exitCode(1, "%v", err)
 	}
 	fmt.Fprintf(c.App.Writer, "%s (namespace %s)\n", name, cd.Namespace())
+	return nil
+}
+
+// importBuilt imports a built image into containerd when the config given
+// with --config runs the daemon on the containerd backend (daemon {
+// runtime = "containerd" }), so that the backend finds it there; other
+// configs keep images in the store only.
+func importBuilt(ctx context.Context, c *cli.Context, store *images.Store, img *images.Image) error {
+	f := c.String("config")
+	if f == "" {
+		return nil
+	}
+	cfg, err := policy.Load(f)
+	if err != nil {
+		return err
+	}
+	if cfg.Daemon.Runtime != rtcontainerd.Name {
+		return nil
+	}
+	opts := cfg.RuntimeOptions(rtcontainerd.Name)
+	opts.Logger = imagesLogger()
+	cd, err := rtcontainerd.New(opts)
+	if err != nil {
+		return fmt.Errorf("import %s into containerd: %w", img.Name, err)
+	}
+	defer cd.Close(ctx)
+	ref, err := cd.ImportImage(ctx, store.LayoutDir(), img.Name, img.Digest)
+	if err != nil {
+		return fmt.Errorf("import %s into containerd: %w (retry with skillbox images import --containerd --config %s %s)", img.Name, err, f, img.Name)
+	}
+	fmt.Fprintf(c.App.Writer, "%s\t%s\t%s (containerd namespace %s)\n", img.Name, img.Digest, ref, cd.Namespace())
 	return nil
 }

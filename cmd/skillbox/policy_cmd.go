@@ -175,8 +175,12 @@ func printSkill(tw io.Writer, cfg *policy.Config, skill string) {
 	}
 	if rule == policy.RuleNetworkDefault {
 		rule = "no matching rule sets network = true"
+		if dests, _ := cfg.EgressFor(skill); len(dests) > 0 {
+			state = "only through the egress proxy, to the destinations below"
+		}
 	}
 	fmt.Fprintf(tw, "  network\t%s (%s)\n", state, rule)
+	printEgress(tw, cfg, skill, net)
 	dirs, drule := cfg.ScriptDirsFor(skill)
 	switch {
 	case dirs == nil:
@@ -281,6 +285,13 @@ func printConfig(w io.Writer, cfg *policy.Config) {
 		if r.ScriptDirs != nil {
 			p("    script_dirs\t%s", strings.Join(r.ScriptDirs, " "))
 		}
+		if len(r.Egress) > 0 {
+			names := make([]string, len(r.Egress))
+			for i, d := range r.Egress {
+				names[i] = d.String()
+			}
+			p("    egress\t%s", strings.Join(names, " "))
+		}
 		if r.Limits != (runtime.Limits{}) {
 			p("    limits\t%s", fmtRuleLimits(r.Limits))
 		}
@@ -328,7 +339,8 @@ func fmtRuleLimits(l runtime.Limits) string {
 		name string
 		v    int64
 	}{{"memory", l.MemoryBytes}, {"workdir", l.WorkdirBytes}, {"tmp", l.TmpBytes}, {"stdout", l.StdoutBytes},
-		{"stderr", l.StderrBytes}, {"outputs", l.OutputBytes}, {"output_file_bytes", l.OutputFileBytes}} {
+		{"stderr", l.StderrBytes}, {"outputs", l.OutputBytes}, {"output_file_bytes", l.OutputFileBytes},
+		{"egress_bytes_out", l.EgressBytesOut}} {
 		if f.v > 0 {
 			add(f.name, policy.FormatSize(f.v))
 		}
@@ -341,6 +353,9 @@ func fmtRuleLimits(l runtime.Limits) string {
 	}
 	if l.OutputFiles > 0 {
 		add("output_files", fmt.Sprint(l.OutputFiles))
+	}
+	if l.EgressConnections > 0 {
+		add("egress_connections", fmt.Sprint(l.EgressConnections))
 	}
 	return strings.Join(parts, ", ")
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/service"
@@ -369,6 +370,12 @@ func reportRun(w io.Writer, out *service.Outcome, outputsDir string) {
 		fmt.Fprintf(w, "skillbox: the script hit its process limit (%d)\n", lim.Pids)
 	case runtime.ReasonOutputCap:
 		fmt.Fprintf(w, "skillbox: the script was killed: its output exceeded the cap\n")
+	case runtime.ReasonEgressCap:
+		hit := fmt.Sprintf("%d connections", lim.EgressConnections)
+		if res.Egress != nil && res.Egress.LimitHit == egress.LimitBytesOut {
+			hit = policy.FormatSize(lim.EgressBytesOut) + " sent"
+		}
+		fmt.Fprintf(w, "skillbox: the script was killed: it reached its network cap (%s per run; limits egress_connections, egress_bytes_out)\n", hit)
 	case runtime.ReasonKilled:
 		fmt.Fprintf(w, "skillbox: the run was interrupted and its sandbox removed\n")
 	default:

@@ -173,6 +173,12 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 			eng.Deps.Extras[r.Name] = r.PythonExtras
 		}
 	}
+	if eng.Egress.Hosts, err = cfg.Egress.LoadHosts(); err != nil {
+		return nil, err
+	}
+	if eng.Egress.UpstreamRoots, err = cfg.Egress.UpstreamRoots(); err != nil {
+		return nil, err
+	}
 	return eng, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // A sandbox is one container of the backend through the lifecycle:
@@ -42,6 +43,10 @@ type sandbox struct {
 	b     *runtime.Bundle
 	cg    string
 	state int
+	// opts are the backend's spec options with this sandbox's egress
+	// (eg, nil without one) filled in.
+	opts runtime.SpecOptions
+	eg   *egress.Egress
 
 	version string
 	ctr     containerd.Container
@@ -102,7 +107,7 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 	if err != nil {
 		return nil, err
 	}
-	s := &sandbox{c: c, cl: cl, spec: spec, b: b, cg: runtime.CgroupParent + "/" + spec.ID, version: version, done: make(chan struct{})}
+	s := &sandbox{c: c, cl: cl, spec: spec, b: b, cg: runtime.CgroupParent + "/" + spec.ID, version: version, done: make(chan struct{}), opts: c.specOpts}
 	s.lifeCtx, s.lifeCancel = context.WithCancel(s.ctx(context.Background()))
 	c.mu.Lock()
 	if c.live == nil {
@@ -118,6 +123,11 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 	if _, err := cl.LeasesService().Create(c.ctx(ctx), leases.WithID(spec.ID), leases.WithExpiration(leaseExpiry),
 		leases.WithLabels(map[string]string{LabelRunDir: b.Dir})); err != nil {
 		return nil, fmt.Errorf("create containerd lease %s: %w", spec.ID, err)
+	}
+	if spec.Egress != nil {
+		if s.eg, err = runtime.StartEgress(ctx, spec, b.Dir, &s.opts); err != nil {
+			return nil, err
+		}
 	}
 	if c.gvisor {
 		// runsc joins an existing cgroup and leaves it (and so its OOM
@@ -144,10 +154,10 @@ func (s *sandbox) ctx(ctx context.Context) context.Context {
 // newTask makes the container with job's spec and its task with the given
 // stdio, and waits for its exit before it starts.
 func (s *sandbox) newTask(ctx context.Context, job runtime.Job, stdin io.Reader, st *runtime.Streams) (<-chan containerd.ExitStatus, error) {
-	if err := s.b.SpecFor(job, s.c.specOpts); err != nil {
+	if err := s.b.SpecFor(job, s.opts); err != nil {
 		return nil, err
 	}
-	ropts, err := s.c.runtimeOptions(job.Network)
+	ropts, err := s.c.runtimeOptions(job.Network || job.Egress != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +325,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		s.exit, s.proc = exit, s.task
 		s.closeStdinAtEOF(stdin)
 	case runtime.BootExec:
-		if err := s.b.SpecFor(job, s.c.specOpts); err != nil {
+		if err := s.b.SpecFor(job, s.opts); err != nil {
 			return err
 		}
 		st, stdin, err := s.jobIO(job)
@@ -353,7 +363,13 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	var ex containerd.ExitStatus
 	var sent syscall.Signal // the signal that ended a job we stopped
 	exited := false
+	var egressOver <-chan struct{} // nil: never ready
+	if s.eg != nil {
+		egressOver = s.eg.Over()
+	}
 	select {
+	case <-egressOver:
+		reason = runtime.ReasonEgressCap
 	case ex = <-s.exit:
 		exited = true
 	case <-timer.C:
@@ -390,7 +406,18 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 		code = 128 + int(sent)
 	}
 	reason, _ = s.streams.EndReason(reason, s.cg)
+	var egStats *egress.Stats
+	if s.eg != nil {
+		// Every connection is over once the task is; this waits until
+		// each has been reported.
+		st := s.eg.Shutdown()
+		egStats = &st
+		if reason == runtime.ReasonExit && st.LimitHit != "" {
+			reason = runtime.ReasonEgressCap
+		}
+	}
 	res := &runtime.Result{
+		Egress:         egStats,
 		ExitCode:       code,
 		Signal:         runtime.ExitSignal(code),
 		Reason:         reason,
@@ -559,6 +586,11 @@ func (s *sandbox) teardown() error {
 	}
 	if err := runtime.RemoveCgroup(ctx, s.cg); err != nil {
 		errs = append(errs, err)
+	}
+	if s.eg != nil {
+		if err := s.eg.Close(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if err := s.b.Remove(); err != nil {
 		errs = append(errs, err)

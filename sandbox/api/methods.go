@@ -42,6 +42,9 @@ const (
 	ReasonOutputCap = "output_cap"
 	ReasonCancelled = "cancelled"
 	ReasonKilled    = "killed"
+	// ReasonEgressCap: the run hit its cap on egress connections or bytes
+	// sent (RunScriptResult.Egress.LimitHit says which).
+	ReasonEgressCap = "egress_cap"
 )
 
 // Languages of RunCodeParams.Language.

@@ -278,6 +278,20 @@ type RunScriptResult struct {
 	// Hint says what to do about a failure skillbox recognises (a module
 	// the image and layer lack).
 	Hint string `json:"hint,omitempty"`
+	// Egress sums up a run's connections through the egress proxy (runs
+	// whose policy lists egress destinations).
+	Egress *EgressSummary `json:"egress,omitempty"`
+}
+
+// EgressSummary counts a run's egress: allowed connections, refused
+// attempts, bytes each way, and the cap it hit ("egress_connections",
+// "egress_bytes_out"), if any. Each attempt is in the audit.
+type EgressSummary struct {
+	Connections int    `json:"connections"`
+	Denied      int    `json:"denied"`
+	BytesOut    int64  `json:"bytes_out"`
+	BytesIn     int64  `json:"bytes_in"`
+	LimitHit    string `json:"limit_hit,omitempty"`
 }
 
 // MaxInlineOutputBytes is the budget of output file bytes (before base64)

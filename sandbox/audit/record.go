@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -34,6 +35,11 @@ const (
 	EventConfirmExpire  = "confirmation.expire"  // confirmation
 	EventConfirmUse     = "confirmation.use"     // confirmation consumed (or refused) by a run
 	EventAuthRefused    = "auth.refused"         // peer, method; error says why
+	// EventEgress is one connection attempt of a run through its egress
+	// proxy, or one name its resolver refused: egress (run id, kind,
+	// destination name, address and port, allowed and the rule, bytes each
+	// way, duration).
+	EventEgress = "egress.connect"
 	// EventCallRefused is a call refused or failed with nothing more
 	// specific recorded for it (bad params, unknown session or method,
 	// malformed lines): peer, method, request id, detail.kind and code,
@@ -84,6 +90,7 @@ type Record struct {
 	Daemon       *DaemonInfo       `json:"daemon,omitempty"`
 	Log          *LogInfo          `json:"log,omitempty"`
 	Checkpoint   *Checkpoint       `json:"checkpoint,omitempty"`
+	Egress       *EgressInfo       `json:"egress,omitempty"`
 	Outcome      string            `json:"outcome,omitempty"`
 	Error        string            `json:"error,omitempty"`
 	// Detail holds small extra facts that have no field yet (e.g. "mode":
@@ -91,6 +98,12 @@ type Record struct {
 	Detail   map[string]string `json:"detail,omitempty"`
 	PrevHash string            `json:"prev_hash"`
 	Hash     string            `json:"hash,omitempty"`
+}
+
+// EgressInfo is one egress attempt of a run (EventEgress).
+type EgressInfo struct {
+	RunID string `json:"run_id"`
+	egress.Attempt
 }
 
 // SkillRef names a skill and pins its content.
@@ -135,6 +148,13 @@ type RunInfo struct {
 	DepsLayer      string         `json:"deps_layer,omitempty"` // dependency layer digest
 	Limits         runtime.Limits `json:"limits,omitzero"`
 	Network        bool           `json:"network"`
+	// Egress lists the destinations the run may reach through the egress
+	// proxy (with the rules that allow them); EgressStats sums up its
+	// connections (run.end).
+	Egress []string `json:"egress,omitempty"`
+	// EgressSecrets names the secrets the proxy adds (never values).
+	EgressSecrets []string      `json:"egress_secrets,omitempty"`
+	EgressStats   *egress.Stats `json:"egress_stats,omitempty"`
 	// Digest is the run's confirmation digest (skill digest, script bytes,
 	// args, env, limits); ConfirmationID the approval it used, if any.
 	Digest         string    `json:"digest,omitempty"`

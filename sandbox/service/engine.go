@@ -19,6 +19,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/store"
@@ -67,10 +68,13 @@ type Engine struct {
 	Logger hclog.Logger
 	// Progress receives image build progress (stderr for the CLI).
 	Progress io.Writer
+	// Egress configures runs that policy gives egress destinations.
+	Egress EgressOptions
 	// Deps gives runs their dependency layers; nil: skills' declared
 	// dependencies are ignored.
 	Deps *Deps
 
+	caMu           sync.Mutex // guards Egress.CA
 	verMu          sync.Mutex // runs call version concurrently
 	runtimeVersion string
 }
@@ -129,8 +133,16 @@ type Plan struct {
 	LimitRules     []string
 	Network        bool
 	NetworkRule    string
-	Digest         string
-	Code           *CodePlan // skills.run_code runs only
+	// Egress are the destinations the run may reach through the egress
+	// proxy (policy egress, when the run has no full network), and
+	// EgressRule the rules that list them.
+	Egress     []egress.Rule
+	EgressRule string
+	// EgressSecrets are the secrets the proxy adds for the run (policy
+	// secret blocks whose hosts the destinations reach).
+	EgressSecrets []*policy.Secret
+	Digest        string
+	Code          *CodePlan // skills.run_code runs only
 }
 
 // Outcome is a finished run.
@@ -206,10 +218,15 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	netRule := ""
 	if req.Network {
 		ok, rule := e.Config.NetworkFor(req.Skill.Name)
-		if !ok {
-			return nil, fmt.Errorf("%w: network access for skill %q is not allowed by any policy rule; ask an administrator to set network = true in a policy block for it", api.ErrDenied, req.Skill.Name)
+		if dests, _ := e.Config.EgressFor(req.Skill.Name); !ok && len(dests) == 0 {
+			return nil, fmt.Errorf("%w: network access for skill %q is not allowed by any policy rule; ask an administrator to list its destinations in egress = [...] (or set network = true) in a policy block for it", api.ErrDenied, req.Skill.Name)
 		}
-		network, netRule = true, rule
+		// Without full network, the skill's egress destinations are its
+		// network (planEgress).
+		network, netRule = ok, rule
+		if !ok {
+			netRule = ""
+		}
 	}
 
 	env, err := envList(req.Env)
@@ -252,6 +269,9 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 		Network:        network,
 		NetworkRule:    netRule,
 	}
+	if err := e.planEgress(p); err != nil {
+		return nil, err
+	}
 	p.Digest = planDigest(p)
 	return p, nil
 }
@@ -290,6 +310,10 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		layerDir, layerDigest = layer.Dir, layer.Digest
 	}
 	rtVersion := e.version(ctx)
+	egCfg, err := e.egressConfig(ctx, p)
+	if err != nil {
+		return nil, err
+	}
 
 	req := p.Request
 	began := time.Now()
@@ -322,6 +346,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		Files:     req.Files,
 		Limits:    p.Limits,
 		Network:   p.Network,
+		Egress:    egCfg,
 		Stdout:    req.Stdout,
 		Stderr:    req.Stderr,
 		DepsDir:   layerDir,
@@ -461,6 +486,8 @@ func (e *Engine) runInfo(p *Plan, img ImageRef, rtVersion string) *audit.RunInfo
 		ImageDigest:    img.Digest,
 		Limits:         p.Limits,
 		Network:        p.Network,
+		Egress:         p.auditEgress(),
+		EgressSecrets:  p.secretNames(),
 		Digest:         p.Digest,
 		ConfirmationID: req.ConfirmationID,
 		Code:           p.Code.auditCode(false),
@@ -497,6 +524,9 @@ func planDetail(p *Plan) map[string]string {
 	if p.NetworkRule != "" {
 		d["network_rule"] = p.NetworkRule
 	}
+	if p.EgressRule != "" {
+		d["egress_rule"] = p.EgressRule
+	}
 	if p.ScriptDirsRule != "" {
 		d["script_dirs_rule"] = p.ScriptDirsRule
 	}
@@ -511,6 +541,7 @@ func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
 	ri.Signal = res.Signal
 	ri.Reason = string(res.Reason)
 	ri.Warm = res.Warm
+	ri.EgressStats = res.Egress
 	if res.RuntimeVersion != "" {
 		ri.RuntimeVersion = res.RuntimeVersion
 	}
@@ -631,7 +662,7 @@ func runDigestFields(p *Plan) []string {
 		// Kind, mode and link target are part of what was approved.
 		files = append(files, fmt.Sprintf("%q:%s:%o:%q:%s", f.Name, f.Kind, f.Mode, f.Target, sha256Hex(f.Data)))
 	}
-	return []string{
+	fields := []string{
 		"args", strings.Join(quoteAll(req.Args), " "),
 		"env", strings.Join(quoteAll(p.Env), " "),
 		"stdin_sha256", sha256Hex(req.Stdin),
@@ -639,6 +670,11 @@ func runDigestFields(p *Plan) []string {
 		"limits", fmt.Sprintf("%+v", p.Limits),
 		"network", fmt.Sprint(p.Network),
 	}
+	if len(p.Egress) > 0 {
+		// The destinations an approval covers are part of what it binds.
+		fields = append(fields, "egress", strings.Join(p.egressNames(), " "), "egress_secrets", strings.Join(p.secretNames(), " "))
+	}
+	return fields
 }
 
 func quoteAll(ss []string) []string {
@@ -694,6 +730,9 @@ func ResultOf(o *Outcome, inlineBudget int64) api.RunScriptResult {
 		Skills:         o.Plan.Code.resultSkills(),
 		RuntimeVersion: r.RuntimeVersion, Warm: r.Warm,
 		DepsLayer: o.DepsLayer, Hint: o.Hint,
+	}
+	if e := r.Egress; e != nil {
+		res.Egress = &api.EgressSummary{Connections: e.Connections, Denied: e.Denied, BytesOut: e.BytesOut, BytesIn: e.BytesIn, LimitHit: e.LimitHit}
 	}
 	left := inlineBudget
 	for _, f := range r.Outputs {

@@ -102,7 +102,8 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 
 	needConfirm := dec.Effect == policy.EffectConfirm
 	what, reason, rule := plan.what(), dec.Reason, dec.Rule
-	if plan.Network {
+	grantEgress := false // an approval of this run also covers its destinations
+	if plan.Network || len(plan.Egress) > 0 {
 		nd, err := s.engine.Decide(ctx, sk, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
 		if err != nil {
 			return nil, err
@@ -110,8 +111,19 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		switch {
 		case nd.Effect == policy.EffectDeny:
 			return nil, api.MarkAudited(fmt.Errorf("%w: network access for skill %q is denied by %s: %s", api.ErrDenied, sk.Name, nd.Rule, nd.Reason))
-		case nd.Effect == policy.EffectConfirm && !needConfirm:
+		case nd.Effect == policy.EffectConfirm && len(plan.Egress) > 0 && s.grants.covers(o.SessionID, sk.Name, plan.egressNames()):
+			// An approver approved these destinations for this skill
+			// earlier in the session.
+			s.log.Debug("egress destinations approved earlier in the session", "session", o.SessionID, "skill", sk.Name)
+		case nd.Effect == policy.EffectConfirm:
+			grantEgress = len(plan.Egress) > 0
+			if needConfirm {
+				break
+			}
 			needConfirm, what, reason, rule = true, fmt.Sprintf("network access for skill %q", sk.Name), "network access: "+nd.Reason, nd.Rule
+			if len(plan.Egress) > 0 {
+				what, reason = plan.egressWhat(), "network access to "+strings.Join(plan.egressNames(), ", ")+": "+nd.Reason
+			}
 		}
 	}
 	if needConfirm && o.ConfirmationID == "" {
@@ -142,6 +154,9 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	if o.ConfirmationID != "" {
 		if err := s.useConfirmation(ctx, caller, o, plan); err != nil {
 			return nil, err
+		}
+		if grantEgress {
+			s.grants.grant(o.SessionID, sk.Name, plan.egressNames())
 		}
 	}
 	if o.Authorized != nil {
@@ -210,7 +225,7 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 	r.Skill, r.Skills = plan.auditSkill(), plan.Code.auditSkills()
 	uid := caller.UID
 	r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid, Expires: c.Expires}
-	r.Run = &audit.RunInfo{Script: plan.Script, ScriptSHA256: plan.ScriptSHA256, Args: req.Args, Network: plan.Network, Digest: plan.Digest, Code: plan.Code.auditCode(true)}
+	r.Run = &audit.RunInfo{Script: plan.Script, ScriptSHA256: plan.ScriptSHA256, Args: req.Args, Network: plan.Network, Egress: plan.auditEgress(), Digest: plan.Digest, Code: plan.Code.auditCode(true)}
 	r.Outcome = string(c.State)
 	if err := s.record(ctx, r); err != nil {
 		return err

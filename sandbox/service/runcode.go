@@ -366,6 +366,9 @@ func (p *Plan) what() string {
 func (p *Plan) confirmDetails() map[string]string {
 	req := p.Request
 	d := map[string]string{"args": strings.Join(quoteAll(req.Args), " "), "network": fmt.Sprint(p.Network)}
+	if len(p.Egress) > 0 {
+		d["egress"] = strings.Join(p.egressNames(), " ")
+	}
 	if c := p.Code; c != nil {
 		mounts := make([]string, len(c.Mounts))
 		for i, m := range c.Mounts {

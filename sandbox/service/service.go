@@ -72,6 +72,7 @@ type Service struct {
 	reads     *readAudit
 	queueWait time.Duration
 	runs      runRegistry
+	grants    egressGrants
 
 	proposals *store.ProposalStore
 	locks     lockCache
@@ -161,6 +162,7 @@ func (s *Service) record(ctx context.Context, r *audit.Record) error {
 
 // sessionExpired audits a session a sweep removed.
 func (s *Service) sessionExpired(ses store.Session) {
+	s.grants.forget(ses.ID)
 	s.record(context.Background(), &audit.Record{
 		Event: audit.EventSessionClose, SessionID: ses.ID, Outcome: "expired",
 		Detail: map[string]string{"owner_uid": strconv.FormatUint(uint64(ses.OwnerUID), 10), "last_used": ses.LastUsed.UTC().Format(time.RFC3339)},
@@ -276,6 +278,7 @@ func (s *Service) CloseSession(ctx context.Context, caller api.Peer, p api.Sessi
 	if err := s.sessions.Close(p.SessionID, caller.UID); err != nil {
 		return nil, err
 	}
+	s.grants.forget(p.SessionID)
 	s.record(ctx, base(ctx, caller, api.MethodSessionsClose, audit.EventSessionClose, p.SessionID))
 	return &api.CloseSessionResult{Closed: true}, nil
 }

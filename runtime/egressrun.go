@@ -1,0 +1,35 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/skillbox/skillbox/runtime/egress"
+)
+
+// StartEgress starts the egress plumbing of a sandbox whose spec has
+// Egress (its caps from the spec's limits; the image's CA roots for a run
+// with secrets), writing its files into dir, and fills in what the OCI
+// spec needs in opts. Every backend that supports egress calls it at
+// Create and closes the result at Destroy.
+func StartEgress(ctx context.Context, spec SandboxSpec, dir string, opts *SpecOptions) (*egress.Egress, error) {
+	cfg := *spec.Egress
+	lim := spec.Limits.WithDefaults()
+	cfg.MaxConnections, cfg.MaxBytesOut = lim.EgressConnections, lim.EgressBytesOut
+	if len(cfg.Secrets) > 0 {
+		// The image's own roots go into the bundle the sandbox trusts.
+		sys := filepath.Join(spec.RootFS, "etc", "ssl", "certs", "ca-certificates.crt")
+		if st, err := os.Lstat(sys); err == nil && st.Mode().IsRegular() {
+			cfg.SystemBundle = sys
+		}
+	}
+	eg, err := egress.Start(ctx, spec.ID, dir, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	opts.NetNS, opts.ResolvConfSource, opts.EgressEnv = eg.NetNS(), eg.ResolvConf(), eg.Env()
+	opts.CABundleSource = eg.CABundle()
+	return eg, nil
+}

@@ -1,0 +1,206 @@
+package service
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
+)
+
+// EgressOptions are the engine's settings for runs with egress
+// destinations (policy egress = [...]).
+type EgressOptions struct {
+	// Resolver resolves the names the proxy lets a run reach; nil is the
+	// host's resolver. Tests inject their own.
+	Resolver egress.Resolver
+	// Hosts are static names for the proxy, trusted as written (a private
+	// address here is used even though no address rule names it).
+	Hosts map[string][]netip.Addr
+	// UpstreamRoots verifies the hosts secrets go to (nil: the system's
+	// roots); CA is the daemon's CA for them (nil: made on first use).
+	UpstreamRoots *x509.CertPool
+	CA            *egress.CA
+}
+
+// planEgress gives a script run the skill's egress destinations when it
+// has no full network: then its sandbox's only way out is the proxy.
+func (e *Engine) planEgress(p *Plan) error {
+	if p.Network || p.Code != nil || p.Request.Skill == nil {
+		return nil
+	}
+	dests, rule := e.Config.EgressFor(p.Request.Skill.Name)
+	if len(dests) == 0 {
+		return nil
+	}
+	p.Egress, p.EgressRule = dests, rule
+	p.EgressSecrets = e.Config.SecretsFor(p.Request.Skill.Name, dests)
+	for _, s := range p.EgressSecrets {
+		if _, ok := p.Request.Env[s.Name]; ok {
+			return fmt.Errorf("%w: env %s is the placeholder of a secret of this run (%s); leave it out", api.ErrInvalidParams, s.Name, s)
+		}
+	}
+	return nil
+}
+
+// secretNames are the names of a plan's secrets.
+func (p *Plan) secretNames() []string {
+	out := make([]string, len(p.EgressSecrets))
+	for i, s := range p.EgressSecrets {
+		out[i] = s.Name
+	}
+	return out
+}
+
+// ca returns the daemon's CA, making it on first use.
+func (e *Engine) ca() (*egress.CA, error) {
+	e.caMu.Lock()
+	defer e.caMu.Unlock()
+	if e.Egress.CA == nil {
+		ca, err := egress.NewCA()
+		if err != nil {
+			return nil, fmt.Errorf("%w: make the egress CA: %v", api.ErrInternal, err)
+		}
+		e.Egress.CA = ca
+	}
+	return e.Egress.CA, nil
+}
+
+// egressNames are the destinations of a plan as written in policy, sorted
+// as policy lists them.
+func (p *Plan) egressNames() []string {
+	out := make([]string, len(p.Egress))
+	for i, d := range p.Egress {
+		out[i] = d.String()
+	}
+	return out
+}
+
+// auditEgress lists the destinations with the rules that allow them.
+func (p *Plan) auditEgress() []string {
+	out := make([]string, len(p.Egress))
+	for i, d := range p.Egress {
+		out[i] = d.String() + " (" + d.Source + ")"
+	}
+	return out
+}
+
+// egressConfig is the runtime's egress of a plan: every attempt becomes
+// an egress.connect audit record of the run.
+func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, error) {
+	if len(p.Egress) == 0 {
+		return nil, nil
+	}
+	req := p.Request
+	actx := context.WithoutCancel(ctx)
+	var secrets []egress.Secret
+	var ca *egress.CA
+	for _, s := range p.EgressSecrets {
+		v, err := s.Value()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
+		}
+		secrets = append(secrets, egress.Secret{Name: s.Name, Value: v, Hosts: s.Hosts, Header: s.Header})
+	}
+	if len(secrets) > 0 {
+		var err error
+		if ca, err = e.ca(); err != nil {
+			return nil, err
+		}
+	}
+	return &egress.Config{
+		Rules:         p.Egress,
+		Resolver:      e.Egress.Resolver,
+		Hosts:         e.Egress.Hosts,
+		Secrets:       secrets,
+		CA:            ca,
+		UpstreamRoots: e.Egress.UpstreamRoots,
+		Report: func(a egress.Attempt) {
+			r := &audit.Record{
+				Event: audit.EventEgress, Peer: req.Peer, SessionID: req.SessionID, RequestID: req.RequestID,
+				Method: req.Method, Skill: p.auditSkill(),
+				Egress: &audit.EgressInfo{RunID: p.RunID, Attempt: a},
+			}
+			r.Outcome = audit.OutcomeOK
+			if !a.Allowed {
+				r.Outcome = audit.OutcomeDenied
+			}
+			wctx, cancel := context.WithTimeout(actx, 10*time.Second)
+			defer cancel()
+			if err := e.append(wctx, r); err != nil {
+				// The run.end record still sums the run's egress up.
+				e.logger().Error("egress audit record not written", "run_id", p.RunID, "error", err)
+			}
+		},
+	}, nil
+}
+
+// egressWhat describes a plan's destinations for a confirmation.
+func (p *Plan) egressWhat() string {
+	return fmt.Sprintf("network access for skill %q to %s", p.Request.Skill.Name, strings.Join(p.egressNames(), ", "))
+}
+
+// egressGrants remembers, per session, the (skill, destination) pairs an
+// approver has approved network access to (confirm = ["network"]), so a
+// session is asked once per destination, not on every run. Bounded: when
+// full, nothing more is remembered and runs ask again.
+type egressGrants struct {
+	mu sync.Mutex
+	m  map[string]map[string]bool // session -> skill "\x00" destination
+	n  int
+}
+
+const maxEgressGrants = 10000
+
+func grantKey(skill, dest string) string { return skill + "\x00" + dest }
+
+// covers reports whether every destination was approved for skill in session.
+func (g *egressGrants) covers(session, skill string, dests []string) bool {
+	if session == "" || len(dests) == 0 {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, d := range dests {
+		if !g.m[session][grantKey(skill, d)] {
+			return false
+		}
+	}
+	return true
+}
+
+func (g *egressGrants) grant(session, skill string, dests []string) {
+	if session == "" {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.m == nil {
+		g.m = map[string]map[string]bool{}
+	}
+	for _, d := range dests {
+		k := grantKey(skill, d)
+		if g.m[session][k] || g.n >= maxEgressGrants {
+			continue
+		}
+		if g.m[session] == nil {
+			g.m[session] = map[string]bool{}
+		}
+		g.m[session][k] = true
+		g.n++
+	}
+}
+
+// forget drops a session's grants (it closed or expired).
+func (g *egressGrants) forget(session string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.n -= len(g.m[session])
+	delete(g.m, session)
+}
