@@ -248,6 +248,9 @@ func (s *sweeper) sweepContainer(ctx context.Context, c ContainerState) error {
 	if err := s.delete(ctx, c.ID); err != nil {
 		return err
 	}
+	if s.endWatchdog != nil {
+		s.endWatchdog(c.ID)
+	}
 	// Not killCgroup: rmdir fails on a cgroup with processes, and only an
 	// empty one is removed.
 	return s.removeCgroup(ctx, CgroupParent+"/"+c.ID)
