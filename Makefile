@@ -56,7 +56,7 @@ demo: deps build
 	SKILLBOX_IMAGES=$(IMAGES) ./hack/demo.sh
 
 fuzz:
-	./hack/fuzz.sh 30s
+	./hack/fuzz.sh 8s
 
 bench: build
 	$(BIN) bench

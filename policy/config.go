@@ -77,14 +77,23 @@ type Daemon struct {
 	Approvers         []string
 	MaxConnections    int
 	MaxConcurrentRuns int
-	MaxActiveSkills   int
-	RunQueueTimeout   time.Duration
-	IdleTimeout       time.Duration // idle client connections are closed after this
-	MaxLineBytes      int           // largest JSON-RPC request line
-	ConfirmationTTL   time.Duration
-	Runtime           string
-	ToolMode          ToolMode
-	Pos               Pos
+	// Fair share: what one uid may hold of the daemon, and what is kept
+	// back for approvers so a confirmation can always be answered (see
+	// docs/SECURITY.md). Approvers are not bound by the per-uid caps.
+	MaxConnectionsPerUID  int   // open connections of one uid
+	MaxRunsPerUID         int   // runs of one uid in progress
+	MaxQueuedRunsPerUID   int   // runs of one uid waiting for a slot
+	MaxRequestBytesPerUID int64 // request bytes of one uid's calls in flight
+	ApproverConnections   int   // connections only approvers may use
+	ApproverRuns          int   // run slots only approvers may use
+	MaxActiveSkills       int
+	RunQueueTimeout       time.Duration
+	IdleTimeout           time.Duration // idle client connections are closed after this
+	MaxLineBytes          int           // largest JSON-RPC request line
+	ConfirmationTTL       time.Duration
+	Runtime               string
+	ToolMode              ToolMode
+	Pos                   Pos
 }
 
 // Skills is the skills {} block.
@@ -161,7 +170,16 @@ type Audit struct {
 	RotateAge          time.Duration // 0: no rotation by age
 	CheckpointKey      string        // path of an Ed25519 private key; "" disables checkpoints
 	CheckpointInterval time.Duration
-	Pos                Pos
+	// MinFree is the free space the audit filesystem must keep: below it
+	// new runs are refused (before the disk is full and every record
+	// fails). 0 disables the check.
+	MinFree int64
+	// ReadsPerInterval successful skills.read calls (and their allow
+	// decisions) of one uid are recorded one by one per AggregateInterval;
+	// the rest are summed up in one record per uid and interval.
+	ReadsPerInterval  int
+	AggregateInterval time.Duration
+	Pos               Pos
 }
 
 // Rule is a policy "NAME" {} block. Lists hold the patterns as written.
@@ -176,6 +194,10 @@ type Rule struct {
 	// ScriptDirs, when set, are the directories of the skill (relative,
 	// "/"-separated, e.g. "scripts") whose files may be run; nil: any file.
 	ScriptDirs []string
+	// Env lists the environment names (or NAME_* prefixes) callers may
+	// pass to the skill's runs, beyond runtime.DefaultEnvAllow; matching
+	// rules add up. runtime.EnvNeverAllowed names are refused in the file.
+	Env []string
 	// Egress are the destinations the rule lets runs reach through the
 	// egress proxy (egress = [...]), each with Source naming this rule.
 	Egress []egress.Rule
@@ -214,10 +236,19 @@ func defaults() *Config {
 			MaxActiveSkills:   8,
 			RunQueueTimeout:   30 * time.Second,
 			IdleTimeout:       30 * time.Minute,
-			MaxLineBytes:      16 << 20,
-			ConfirmationTTL:   10 * time.Minute,
-			Runtime:           "runsc",
-			ToolMode:          ToolModeRestrict,
+			MaxLineBytes:      4 << 20,
+			// Per uid: a quarter of the connections, half of the run
+			// slots; one connection in eight and one run slot kept for
+			// approvers.
+			MaxConnectionsPerUID:  16,
+			MaxRunsPerUID:         2,
+			MaxQueuedRunsPerUID:   4,
+			MaxRequestBytesPerUID: 16 << 20,
+			ApproverConnections:   8,
+			ApproverRuns:          1,
+			ConfirmationTTL:       10 * time.Minute,
+			Runtime:               "runsc",
+			ToolMode:              ToolModeRestrict,
 		},
 		Skills: Skills{
 			Roots:         []string{"/etc/skillbox/skills"},
@@ -233,6 +264,9 @@ func defaults() *Config {
 		Audit: Audit{
 			RotateBytes:        64 << 20,
 			CheckpointInterval: time.Hour,
+			MinFree:            64 << 20,
+			ReadsPerInterval:   20,
+			AggregateInterval:  time.Minute,
 		},
 	}
 	for _, n := range runtimeNames {

@@ -42,7 +42,8 @@ var (
 	daemonSchema = &hcl.BodySchema{Attributes: attrs("socket", "socket_mode", "socket_group",
 		"state_dir", "audit_dir", "approvers", "max_connections", "max_concurrent_runs",
 		"max_active_skills", "run_queue_timeout", "idle_timeout", "max_line_bytes",
-		"confirmation_ttl", "runtime", "tool_mode")}
+		"confirmation_ttl", "runtime", "tool_mode", "max_connections_per_uid", "max_runs_per_uid",
+		"max_queued_runs_per_uid", "max_request_bytes_per_uid", "approver_connections", "approver_runs")}
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
 		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
@@ -54,9 +55,9 @@ var (
 		"egress_connections", "egress_bytes_out")}
 	poolSchema  = &hcl.BodySchema{Attributes: attrs("per_key", "total", "idle_timeout", "memory_budget")}
 	auditSchema = &hcl.BodySchema{Attributes: attrs("rotate_bytes", "rotate_size", "rotate_age",
-		"checkpoint_key", "checkpoint_interval")}
+		"checkpoint_key", "checkpoint_interval", "min_free", "reads_per_interval", "aggregate_interval")}
 	policySchema = &hcl.BodySchema{
-		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "require_lock", "hook_failure", "hook_timeout", "build_from_source", "egress"),
+		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "env", "require_lock", "hook_failure", "hook_timeout", "build_from_source", "egress"),
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "packages"}},
 	}
 )
@@ -482,6 +483,19 @@ func (d *decoder) daemon(blk *hcl.Block) {
 		dc.MaxLineBytes = int(line)
 	}
 	b.duration("confirmation_ttl", &dc.ConfirmationTTL)
+	b.intField("max_connections_per_uid", 1, &dc.MaxConnectionsPerUID)
+	b.intField("max_runs_per_uid", 1, &dc.MaxRunsPerUID)
+	b.intField("max_queued_runs_per_uid", 0, &dc.MaxQueuedRunsPerUID)
+	b.size("max_request_bytes_per_uid", &dc.MaxRequestBytesPerUID)
+	b.intField("approver_connections", 0, &dc.ApproverConnections)
+	b.intField("approver_runs", 0, &dc.ApproverRuns)
+	if dc.ApproverConnections >= dc.MaxConnections {
+		d.errorf(blk.DefRange, "daemon.approver_connections", "is %d, which leaves none of the %d max_connections for other users; keep it below max_connections", dc.ApproverConnections, dc.MaxConnections)
+	}
+	if dc.ApproverRuns >= dc.MaxConcurrentRuns && dc.ApproverRuns > 0 {
+		// One slot in all: approvers and everyone else share it.
+		dc.ApproverRuns = dc.MaxConcurrentRuns - 1
+	}
 	b.oneOf("runtime", &dc.Runtime, runtimeNames...)
 	var mode2 string
 	if b.oneOf("tool_mode", &mode2, string(ToolModeRestrict), string(ToolModePreapprove)) != nil {
@@ -690,6 +704,15 @@ func (d *decoder) audit(blk *hcl.Block) {
 	b.duration("rotate_age", &ac.RotateAge)
 	b.path("checkpoint_key", &ac.CheckpointKey)
 	b.duration("checkpoint_interval", &ac.CheckpointInterval)
+	if v, a := b.value("min_free"); a != nil {
+		if v.Type() == cty.Number && v.AsBigFloat().Sign() == 0 {
+			ac.MinFree = 0
+		} else {
+			b.size("min_free", &ac.MinFree)
+		}
+	}
+	b.intField("reads_per_interval", 1, &ac.ReadsPerInterval)
+	b.duration("aggregate_interval", &ac.AggregateInterval)
 }
 
 func (d *decoder) pool(blk *hcl.Block) {
@@ -775,6 +798,19 @@ func (d *decoder) policy(blk *hcl.Block) {
 		}
 		if ok {
 			r.ScriptDirs = dirs
+		}
+	}
+	var env []string
+	if a := b.strs("env", &env); a != nil {
+		ok := true
+		for _, e := range env {
+			if why := runtime.CheckEnvPattern(e); why != "" {
+				b.bad(a, "%q %s", e, why)
+				ok = false
+			}
+		}
+		if ok {
+			r.Env = env
 		}
 	}
 	var pkgs *hcl.Block

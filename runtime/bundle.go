@@ -40,6 +40,9 @@ const (
 	bundleConfig  = "config.json"
 	bundleWorkdir = "work"
 	bundleHosts   = "hosts"
+	// bundleWatchdogLog is where a run's watchdog says what it did; Sweep
+	// logs it when it removes the run dir.
+	bundleWatchdogLog = "watchdog.log"
 	// workdirInodes caps the number of files in /work, so a script cannot
 	// use the tmpfs to pin kernel memory with millions of empty files.
 	workdirInodes = 65536

@@ -7,9 +7,11 @@ import (
 )
 
 // The container environment is an allowlist: PATH, HOME and LANG are set by
-// us and the job may add variables, but never ones that make an interpreter,
-// the dynamic loader or a shell load code from somewhere other than the script
-// it was asked to run. The script can still do anything it likes inside the
+// us and the job may add the variables policy allows (DefaultEnvAllow plus
+// the rules' env lists, checked by the service), but never ones that make an
+// interpreter, the dynamic loader, a shell or a tool the script calls load
+// code from somewhere other than the script it was asked to run
+// (EnvNeverAllowed, checked here too). The script can still do anything it likes inside the
 // sandbox; the point is that a caller who only controls env (and not the
 // script) cannot turn "run this reviewed skill script" into "run my code", and
 // that the interpreter is the one the image chose.
@@ -34,7 +36,10 @@ var reservedEnv = map[string]bool{
 	"HOME": true,
 }
 
-// refusedEnv are names that load code or change how code is found or parsed.
+// refusedEnv are names that load code, change how code is found or parsed,
+// or make a tool a script calls run something else (tar's --checkpoint
+// action, git's ssh command, a pager or editor). No policy rule can allow
+// them: see EnvNeverAllowed.
 var refusedEnv = map[string]bool{
 	// dynamic loader and libc
 	"GCONV_PATH": true, "GLIBC_TUNABLES": true, "LOCPATH": true, "NLSPATH": true,
@@ -42,19 +47,26 @@ var refusedEnv = map[string]bool{
 	// shells
 	"BASH_ENV": true, "ENV": true, "IFS": true, "SHELLOPTS": true, "BASHOPTS": true,
 	"PS4": true, "PROMPT_COMMAND": true, "CDPATH": true, "GLOBIGNORE": true,
-	"BASH_XTRACEFD": true, "BASH_LOADABLES_PATH": true, "SHELL": true,
+	"BASH_XTRACEFD": true, "BASH_LOADABLES_PATH": true, "SHELL": true, "ZDOTDIR": true,
 	// node
 	"NODE_OPTIONS": true, "NODE_PATH": true, "NODE_REPL_EXTERNAL_MODULE": true,
-	// perl, ruby, java, openssl
-	"PERL5OPT": true, "PERL5LIB": true, "PERLLIB": true, "PERL5DB": true,
-	"RUBYOPT": true, "RUBYLIB": true,
+	"NODE_EXTRA_CA_CERTS": true, "NODE_TLS_REJECT_UNAUTHORIZED": true,
+	// java, openssl
 	"JAVA_TOOL_OPTIONS": true, "_JAVA_OPTIONS": true, "JDK_JAVA_OPTIONS": true, "CLASSPATH": true,
 	"OPENSSL_CONF": true, "OPENSSL_ENGINES": true, "OPENSSL_MODULES": true,
+	// tools a script may call
+	"TAR_OPTIONS": true, "PAGER": true, "MANPAGER": true, "SYSTEMD_PAGER": true,
+	"EDITOR": true, "VISUAL": true, "WGETRC": true, "BROWSER": true,
+	"GZIP": true, "ZIPOPT": true, "UNZIP": true, "XZ_OPT": true, "BZIP2": true,
 }
 
-// refusedEnvPrefixes catch whole families (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH,
-// bash exported functions, glibc malloc tunables, ...).
-var refusedEnvPrefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "MALLOC_", "PERL", "RUBY"}
+// refusedEnvPrefixes catch whole families (LD_PRELOAD, LD_AUDIT, bash
+// exported functions, glibc malloc tunables, git's config and commands,
+// less's input preprocessor, perl, ruby, TLS trust, curl, npm and pip
+// settings). Matching is case-sensitive except for npm_config_, which npm
+// reads in either case.
+var refusedEnvPrefixes = []string{"LD_", "DYLD_", "BASH_FUNC_", "MALLOC_", "PERL", "RUBY",
+	"GIT_", "LESS", "SSL_CERT_", "CURL_", "PIP_", "NPM_CONFIG_", "PYTHON", "GEM_", "BUNDLE_"}
 
 // pythonEnvAllowed are the PYTHON* variables that only change output or
 // hashing; every other PYTHON* name (PYTHONPATH, PYTHONSTARTUP, PYTHONHOME,
@@ -67,6 +79,68 @@ var pythonEnvAllowed = map[string]bool{
 	"PYTHONUTF8":              true,
 	"PYTHONFAULTHANDLER":      true,
 	"PYTHONNOUSERSITE":        true,
+}
+
+// DefaultEnvAllow are the names every run may be given without a policy
+// rule naming them: locale, time zone, terminal and colour settings, and
+// the PYTHON* names that only change output or hashing. A pattern ending
+// in "*" matches every name with that prefix. Policy rules add to this
+// (policy "x" { env = ["MODE", "MYTOOL_*"] }); EnvNeverAllowed names are
+// refused whatever the rules say.
+var DefaultEnvAllow = []string{
+	"LANG", "LANGUAGE", "LC_*", "TZ", "TERM", "COLORTERM", "NO_COLOR", "FORCE_COLOR",
+	"CLICOLOR", "COLUMNS", "LINES",
+	"PYTHONUNBUFFERED", "PYTHONIOENCODING", "PYTHONDONTWRITEBYTECODE", "PYTHONHASHSEED", "PYTHONUTF8",
+}
+
+// EnvNeverAllowed says why no policy rule can allow name, or "" when a rule
+// may. These are the reserved names (PATH, HOME) and the interpreter,
+// loader and tool control names above.
+func EnvNeverAllowed(name string) string {
+	if reservedEnv[name] {
+		return "is set by skillbox and cannot be overridden"
+	}
+	if refusedEnv[name] {
+		return "can make the interpreter, the loader or a tool the script calls run other code"
+	}
+	if pythonEnvAllowed[name] {
+		return ""
+	}
+	upper := strings.ToUpper(name)
+	for _, p := range refusedEnvPrefixes {
+		if strings.HasPrefix(name, p) || (p == "NPM_CONFIG_" && strings.HasPrefix(upper, p)) {
+			return "can make the interpreter, the loader or a tool the script calls run other code"
+		}
+	}
+	return ""
+}
+
+// EnvPatternMatch reports whether an allowlist pattern ("NAME", or
+// "PREFIX*") matches name.
+func EnvPatternMatch(pattern, name string) bool {
+	if p, ok := strings.CutSuffix(pattern, "*"); ok {
+		return strings.HasPrefix(name, p)
+	}
+	return pattern == name
+}
+
+// CheckEnvPattern says what is wrong with an allowlist pattern, or "".
+func CheckEnvPattern(pattern string) string {
+	name, prefix := strings.CutSuffix(pattern, "*")
+	switch {
+	case pattern == "*":
+		return "allows every name: list the names (or NAME_* prefixes) the skill needs"
+	case prefix && name == "":
+		return "is empty"
+	case strings.Contains(name, "*"):
+		return "may only end in \"*\" (a prefix), like \"MYTOOL_*\""
+	case !validEnvName(name):
+		return "is not a valid name ([A-Za-z_][A-Za-z0-9_]*, optionally ending in \"*\")"
+	}
+	if why := EnvNeverAllowed(name); why != "" && (!prefix || EnvNeverAllowed(name+"X") != "") {
+		return why + "; no rule can allow it"
+	}
+	return ""
 }
 
 // validEnvName reports whether name is a portable shell identifier.
@@ -85,26 +159,13 @@ func validEnvName(name string) bool {
 	return true
 }
 
-// envRefusal says why name may not be set by a job, or "" when it may.
+// envRefusal says why name may not be set by a job whatever the policy,
+// or "" when it may (the policy's allowlist is checked by the service).
 func envRefusal(name string) string {
 	if !validEnvName(name) {
 		return "is not a valid name ([A-Za-z_][A-Za-z0-9_]*)"
 	}
-	if reservedEnv[name] {
-		return "is set by skillbox and cannot be overridden"
-	}
-	if refusedEnv[name] {
-		return "can make the interpreter or loader run other code"
-	}
-	for _, p := range refusedEnvPrefixes {
-		if strings.HasPrefix(name, p) {
-			return "can make the interpreter or loader run other code"
-		}
-	}
-	if strings.HasPrefix(name, "PYTHON") && !pythonEnvAllowed[name] {
-		return "can make the interpreter or loader run other code"
-	}
-	return ""
+	return EnvNeverAllowed(name)
 }
 
 // ValidateEnv checks job environment entries (KEY=VALUE) against the

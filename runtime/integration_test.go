@@ -414,6 +414,32 @@ print('release', os.uname().release)
 		},
 	},
 	{
+		// Under runc the host kernel is shared: its command line, modules
+		// and disks are masked (MaskHostInfo); gVisor shows its own.
+		name: "host_kernel_info_masked",
+		skill: map[string]string{"scripts/hostinfo.py": `for p in ("/proc/cmdline", "/proc/modules", "/proc/partitions"):
+    try:
+        print(p, repr(open(p).read()))
+    except OSError as e:
+        print(p, "refused", e.errno)
+`},
+		args: py("hostinfo.py"),
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 0, runtime.ReasonExit)
+			out := string(res.Stdout)
+			if raw, _ := os.ReadFile("/proc/cmdline"); len(strings.TrimSpace(string(raw))) > 0 && strings.Contains(out, strings.TrimSpace(string(raw))) {
+				t.Errorf("%s: the host's kernel command line is readable:\n%s", c.backend, out)
+			}
+			if c.backend == "runc" {
+				for _, p := range []string{"/proc/cmdline", "/proc/modules", "/proc/partitions"} {
+					if !strings.Contains(out, p+" ''") && !strings.Contains(out, p+" refused") {
+						t.Errorf("runc: %s is not masked:\n%s", p, out)
+					}
+				}
+			}
+		},
+	},
+	{
 		name: "fork_bomb_python",
 		skill: map[string]string{"scripts/forks.py": `import os, time
 n = 0

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -193,22 +194,15 @@ func waitDrains(out *capture, outR *os.File, errc *capture, errR *os.File) {
 // endReason is why a run that ended for reason ended, once its drains are
 // done (so the rule does not depend on timing): a script that went over an
 // output cap and ended before our kill landed is the same run as one we
-// killed, so the same reason, whatever won the race; then the cgroup's
-// counters say OOM or pids, unless the caller killed it (that explains
-// everything).
+// killed, so the same reason, whatever won the race; then finalReason: the
+// limit that stopped the run names it, and the cgroup's counters say OOM
+// or pids only for a run that ended on its own.
 func endReason(reason Reason, out, errc *capture, cgPath string) (Reason, cgroupEvents) {
 	if reason == ReasonExit && (isClosed(out.over) || isClosed(errc.over)) {
 		reason = ReasonOutputCap
 	}
 	ev := readCgroupEvents(cgPath)
-	switch {
-	case reason == ReasonKilled:
-	case ev.OOMKills > 0:
-		reason = ReasonOOM
-	case ev.PidsMax > 0:
-		reason = ReasonPids
-	}
-	return reason, ev
+	return finalReason(reason, ev), ev
 }
 
 // fillResult puts the kept output and what the script created or changed
@@ -288,10 +282,22 @@ func SweepRuns(ctx context.Context, runDir string, log Logger, ops SweepOps) err
 		unmount:      unmount,
 		killCgroup:   killCgroupProcs,
 		removeCgroup: removeCgroupRetry,
+		endWatchdog:  endWatchdogs,
 		removeNetns:  egress.RemoveNamespaces,
 	}
 	return s.sweep(ctx)
 }
+
+// StartWatchdog starts the watchdog of job id in the sandbox made from
+// bundle b: unless released, it kills what is left in cgroup path cg at
+// deadline.
+func StartWatchdog(id, cg string, deadline time.Time, b *Bundle) (*Watchdog, error) {
+	return startWatchdog(id, cg, deadline, filepath.Join(b.Dir, bundleWatchdogLog))
+}
+
+// WatchdogSlack is what a job's watchdog waits beyond its deadline and
+// grace period before it acts.
+const WatchdogSlack = watchdogSlack
 
 // Timing of the stop sequence, for backends outside this package.
 const (

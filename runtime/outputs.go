@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -134,6 +135,20 @@ func reportName(rel string) string {
 	return rel
 }
 
+// printableName reports whether a file name is valid UTF-8 of printable
+// characters only.
+func printableName(n string) bool {
+	if !utf8.ValidString(n) {
+		return false
+	}
+	for _, r := range n {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
 // walkDir collects the entries of the open directory dir, whose path
 // relative to the workdir is rel ("" for the workdir itself).
 func (c *collector) walkDir(dir *os.File, rel string, depth int) {
@@ -151,6 +166,12 @@ func (c *collector) walkDir(dir *os.File, rel string, depth int) {
 		}
 		if c.visited++; c.visited > maxOutputWalk {
 			c.unlisted++
+			continue
+		}
+		if !printableName(n) {
+			// Results, logs and terminals would carry the name raw
+			// (escape sequences, forged lines); reportName quotes it here.
+			c.skip(r, "name holds control characters or invalid UTF-8, not collected (give output files plain names)")
 			continue
 		}
 		var st unix.Stat_t

@@ -94,10 +94,11 @@ func (r *Runc) specOptions(job Job) SpecOptions { return RuncSpecOptions(r.opts)
 // otherwise, a user namespace at opts.UserNSBase (DefaultUserNSBase when 0).
 func RuncSpecOptions(opts Options) SpecOptions {
 	o := SpecOptions{
-		Seccomp:   true,
-		CgroupNS:  true,
-		SwapLimit: swapAccounted(),
-		NetNS:     opts.NetNS,
+		Seccomp:      true,
+		CgroupNS:     true,
+		MaskHostInfo: true,
+		SwapLimit:    swapAccounted(),
+		NetNS:        opts.NetNS,
 	}
 	if !opts.NoUserNS {
 		base := opts.UserNSBase

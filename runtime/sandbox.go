@@ -75,6 +75,8 @@ type sandbox struct {
 	outCap, errCap *capture
 	lim            Limits
 	started        time.Time
+	// wd keeps the job's deadline should the daemon die (watchdog.go).
+	wd *Watchdog
 
 	// eg is the run's egress plumbing (nil without Egress); egStats its
 	// totals once the job ended.
@@ -257,6 +259,10 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 	}
 	s.outCap = newCapture(s.lim.StdoutBytes, job.Stdout)
 	s.errCap = newCapture(s.lim.StderrBytes, job.Stderr)
+	// The deadline holds without us: from here on the job may run.
+	if s.wd, err = startWatchdog(s.spec.ID, s.cgPath, time.Now().Add(s.lim.Timeout+s.e.grace+watchdogSlack), filepath.Join(s.b.Dir, bundleWatchdogLog)); err != nil {
+		return err
+	}
 
 	switch s.spec.Boot {
 	case BootPython:
@@ -527,6 +533,9 @@ func (s *sandbox) teardown() error {
 	if err := s.b.Remove(); err != nil {
 		errs = append(errs, err)
 	}
+	// Released only now: until the teardown is over, a daemon that dies
+	// leaves the job's deadline to its watchdog.
+	s.wd.Done()
 	return errors.Join(errs...)
 }
 

@@ -42,6 +42,11 @@ type SpecOptions struct {
 	// SkillsMount, holding the mount points of Job.Skills and the program;
 	// required when the job has either. PrepareBundle makes it.
 	SkillsSource string
+	// MaskHostInfo masks, beyond maskedPaths, the /proc files through which
+	// a container sharing the host kernel (runc) reads about the host: its
+	// kernel command line, modules and symbols, disks. gVisor shows its own
+	// versions of them, so runsc leaves it off.
+	MaskHostInfo bool
 	// NetNS is the path of a configured network namespace joined when
 	// job.Network is set. Without it a job asking for network is refused:
 	// an empty namespace would give it no network while looking like it did.
@@ -101,6 +106,17 @@ var maskedPaths = []string{
 	"/proc/timer_stats",
 	"/sys/devices/virtual/powercap",
 	"/sys/firmware",
+}
+
+// hostInfoPaths are masked when SpecOptions.MaskHostInfo is set. What
+// cannot be masked this way under runc is listed in docs/SECURITY.md
+// (mountinfo names host paths; the kernel version is the host's).
+var hostInfoPaths = []string{
+	"/proc/cmdline",
+	"/proc/diskstats",
+	"/proc/kallsyms",
+	"/proc/modules",
+	"/proc/partitions",
 }
 
 var readonlyPaths = []string{
@@ -241,6 +257,9 @@ func BuildSpec(job Job, opts SpecOptions) (*specs.Spec, error) {
 	}
 	if opts.Seccomp {
 		s.Linux.Seccomp = DefaultSeccomp()
+	}
+	if opts.MaskHostInfo {
+		s.Linux.MaskedPaths = append(s.Linux.MaskedPaths, hostInfoPaths...)
 	}
 	return s, nil
 }

@@ -56,6 +56,7 @@ var goldenCases = []struct {
 			HostsSource:   "/run/skillbox/runs/skillbox-golden-1/hosts",
 			Seccomp:       true,
 			CgroupNS:      true,
+			MaskHostInfo:  true,
 			SwapLimit:     true,
 			UserNS:        &IDMap{HostUID: DefaultUserNSBase, HostGID: DefaultUserNSBase, Size: 65536},
 		},

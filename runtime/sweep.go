@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -69,6 +70,9 @@ type sweeper struct {
 	// kills).
 	killCgroup   func(ctx context.Context, cgPath string) error
 	removeCgroup func(ctx context.Context, cgPath string) error
+	// endWatchdog ends the watchdog a dead run may have left waiting for
+	// its deadline (nil: none to end).
+	endWatchdog func(id string)
 	// removeNetns removes a dead run's egress namespaces (none is no
 	// error); nil skips that step.
 	removeNetns func(ctx context.Context, id string) error
@@ -91,6 +95,7 @@ func (e *engine) sweeper() *sweeper {
 		unmount:      unmount,
 		killCgroup:   killCgroupProcs,
 		removeCgroup: removeCgroupRetry,
+		endWatchdog:  endWatchdogs,
 		removeNetns:  egress.RemoveNamespaces,
 	}
 }
@@ -197,6 +202,13 @@ func (s *sweeper) sweepRunDir(ctx context.Context, id string) (found bool, err e
 	if err := s.unmount(filepath.Join(dir, bundleWorkdir)); err != nil {
 		errs = append(errs, err)
 	}
+	if s.endWatchdog != nil {
+		// The run is gone now; its watchdog has nothing left to guard.
+		s.endWatchdog(id)
+	}
+	if note := readNote(filepath.Join(dir, bundleWatchdogLog)); note != "" {
+		s.log.Warn("the dead run's watchdog acted", "id", id, "watchdog", note)
+	}
 	if err := os.RemoveAll(dir); err != nil {
 		errs = append(errs, fmt.Errorf("remove run dir: %w", err))
 	}
@@ -235,6 +247,9 @@ func (s *sweeper) sweepContainer(ctx context.Context, c ContainerState) error {
 	s.log.Info("removing leftover container", "id", c.ID, "status", st.Status)
 	if err := s.delete(ctx, c.ID); err != nil {
 		return err
+	}
+	if s.endWatchdog != nil {
+		s.endWatchdog(c.ID)
 	}
 	// Not killCgroup: rmdir fails on a cgroup with processes, and only an
 	// empty one is removed.
@@ -293,3 +308,15 @@ func (e *engine) deleteRetry(ctx context.Context, id string) error {
 }
 
 const sweepDeleteTries = 5
+
+// readNote reads a short text file a run left (at most 4 KiB), or "".
+func readNote(p string) string {
+	f, err := os.Open(p)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b := make([]byte, 4<<10)
+	n, _ := io.ReadFull(f, b)
+	return strings.TrimSpace(string(b[:n]))
+}

@@ -52,6 +52,9 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	if socket := os.Getenv(floodSocketEnv); socket != "" {
+		os.Exit(floodMain(socket))
+	}
 	code := func() int {
 		if err := setupIntegration(); err != nil {
 			fmt.Fprintln(os.Stderr, "integration setup:", err)
@@ -166,6 +169,7 @@ const itPolicy = `
 policy "default" {
   skills = ["*"]
   tools  = ["skills.read", "skills.run_script", "skills.run_code"]
+  env    = ["GREETING_STYLE", "SECRET_TOKEN", "MODE"]
 }
 policy "needs-approval" {
   skills  = ["guarded-*"]
@@ -949,6 +953,33 @@ func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
 	}
 }
 
+// waitRunStarted waits until a run of session sid is audited as started
+// and ready(runID) holds, and returns the run's id; a run that ends first
+// (runErr) fails the test.
+func (d *itDaemon) waitRunStarted(t *testing.T, sid string, runErr <-chan error, ready func(runID string) bool) string {
+	t.Helper()
+	var runID string
+	deadline := time.Now().Add(3 * time.Minute)
+	for runID == "" || !ready(runID) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the run did not start within 3 minutes (run %q)", runID)
+		}
+		select {
+		case err := <-runErr:
+			t.Fatalf("the run ended early: %v", err)
+		default:
+		}
+		audit.Read(d.auditDir, func(r *audit.Record) error {
+			if r.Event == audit.EventRunStart && r.SessionID == sid {
+				runID = r.Run.RunID
+			}
+			return nil
+		})
+		time.Sleep(200 * time.Millisecond)
+	}
+	return runID
+}
+
 // ---- issue 5: what the log holds, and that tampering is caught ----
 
 // extraSkill writes a one-script skill into a new root and returns the root.
@@ -1138,6 +1169,15 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	needDaemon(t)
 	d := newItDaemon(t)
+	// This is the log that cannot be written at all; the free-space
+	// watermark (audit.min_free, far above this tmpfs) is off here and
+	// tested in sandbox/service.
+	cfg, err := os.OpenFile(d.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(cfg, "audit { min_free = 0 }")
+	cfg.Close()
 	if err := os.MkdirAll(d.auditDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
@@ -1240,25 +1280,7 @@ func TestDaemonCrashMidRun(t *testing.T) {
 		runErr <- err
 	}()
 	// Wait until the run has been audited and its sandbox exists.
-	var runID string
-	deadline := time.Now().Add(3 * time.Minute)
-	for runID == "" || len(d.containers()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the run did not start within 3 minutes (run %q, containers %v)", runID, d.containers())
-		}
-		select {
-		case err := <-runErr:
-			t.Fatalf("the run ended early: %v", err)
-		default:
-		}
-		audit.Read(d.auditDir, func(r *audit.Record) error {
-			if r.Event == audit.EventRunStart && r.SessionID == sid {
-				runID = r.Run.RunID
-			}
-			return nil
-		})
-		time.Sleep(200 * time.Millisecond)
-	}
+	runID := d.waitRunStarted(t, sid, runErr, func(string) bool { return len(d.containers()) > 0 })
 	jobID := "skillbox-" + strings.TrimPrefix(runID, "run_")
 	if cs := d.containers(); len(cs) != 1 || cs[0] != jobID {
 		t.Fatalf("containers %v, want [%s]", cs, jobID)
@@ -1297,7 +1319,7 @@ func TestDaemonCrashMidRun(t *testing.T) {
 		}
 		return out
 	}
-	deadline = time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(2 * time.Minute)
 	for left := leftovers(); len(left) > 0; left = leftovers() {
 		if time.Now().After(deadline) {
 			t.Errorf("left behind 2 minutes after the restart: %v", left)

@@ -246,6 +246,7 @@ func (f *runFixture) writeConfig(t *testing.T, name, auditDir string) string {
 policy "default" {
   skills = ["*"]
   tools  = ["skills.read", "skills.run_script"]
+  env    = ["FOO"]
 }
 
 policy "no-runs" {
@@ -389,7 +390,11 @@ var runCases = []runCase{
 	}},
 	{"env", func(t *testing.T, h *runHarness) {
 		runItNeedImage(t, "shell")
+		// FOO is not in the default allowlist; a rule's env lets it in.
 		o := h.run(t, "--env", "FOO=bar", "run-tests", "scripts/env.sh")
+		runItWantError(t, "--env FOO=bar without a rule", o, 1, "FOO", "env = [")
+		cfg := h.f.writeConfig(t, "env.hcl", "")
+		o = h.run(t, "--config", cfg, "--env", "FOO=bar", "run-tests", "scripts/env.sh")
 		if o.code != 0 || o.stdout != "FOO=bar\n" {
 			t.Fatalf("--env FOO=bar:\n%s", o)
 		}

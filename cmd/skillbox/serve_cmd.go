@@ -280,6 +280,8 @@ func (rd *runningDaemon) close(ctx context.Context, why string) {
 	case <-time.After(sweeperStopWait):
 		rd.log.Error("the sweepers did not stop; closing the state database anyway", "waited", sweeperStopWait)
 	}
+	rd.daemon.Service().FlushAudit()
+	rd.daemon.FlushRefused()
 	stop := &audit.Record{Event: audit.EventDaemonStop, Peer: ptr(selfPeer()), Outcome: why}
 	if rd.forced.Load() {
 		stop.Outcome = why + " (forced by a second signal)"

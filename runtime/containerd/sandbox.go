@@ -62,6 +62,7 @@ type sandbox struct {
 	exit    <-chan containerd.ExitStatus
 	streams *runtime.Streams
 	lim     runtime.Limits
+	wd      *runtime.Watchdog
 	started time.Time
 
 	done        chan struct{} // closed at Destroy
@@ -283,6 +284,14 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 	if err := s.b.WriteInputs(job); err != nil {
 		return err
 	}
+	// The deadline holds without the daemon: the task outlives it in its
+	// shim, so its watchdog kills what is left in its cgroup at the
+	// deadline unless Destroy released it.
+	wd, err := runtime.StartWatchdog(s.spec.ID, s.cg, time.Now().Add(s.lim.Timeout+s.c.grace+runtime.WatchdogSlack), s.b)
+	if err != nil {
+		return err
+	}
+	s.wd = wd
 	switch s.spec.Boot {
 	case runtime.BootPython:
 		msg, err := runtime.SupervisorMessage(job)
@@ -586,6 +595,7 @@ func (s *sandbox) teardown() error {
 	if err := s.b.Remove(); err != nil {
 		errs = append(errs, err)
 	}
+	s.wd.Done()
 	return errors.Join(errs...)
 }
 

@@ -1,6 +1,9 @@
 package api
 
-import "fmt"
+import (
+	"encoding/json"
+	"fmt"
+)
 
 // Peer is the caller: the process on the other end of the connection as the
 // kernel reported it (SO_PEERCRED), or the user running the CLI. Sessions,
@@ -13,8 +16,28 @@ type Peer struct {
 	// when it lives in a namespace skillbox cannot see into).
 	PID int32 `json:"pid"`
 	// Process is /proc/PID/comm, read once when the connection was
-	// accepted; informational only (a process can rename itself).
-	Process string `json:"process,omitempty"`
+	// accepted. The calling process chose it (a process can name itself
+	// anything, "approver" included), so it is encoded as
+	// "process_claimed": never key a decision on it.
+	Process string `json:"process_claimed,omitempty"`
+}
+
+// UnmarshalJSON also reads "process", the name records written before
+// the field was marked as claimed use.
+func (p *Peer) UnmarshalJSON(b []byte) error {
+	type plain Peer
+	var v struct {
+		plain
+		Old string `json:"process,omitempty"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*p = Peer(v.plain)
+	if p.Process == "" {
+		p.Process = v.Old
+	}
+	return nil
 }
 
 // String formats the peer for logs and messages: "uid=1000 gid=1000 pid=42 (python3)".

@@ -61,6 +61,9 @@ const (
 	OutcomeRefused = "refused" // not done: bad input, escape attempt, not an approver, …
 	OutcomeDenied  = "denied"  // a policy deny
 	OutcomeError   = "error"   // attempted and failed
+	// OutcomeAggregated sums up events of one peer that were counted, not
+	// recorded one by one (a rate limit); Detail says how many.
+	OutcomeAggregated = "aggregated"
 )
 
 // Record is one audit event. Callers fill Event and what describes it; Append

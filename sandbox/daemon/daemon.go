@@ -80,6 +80,8 @@ type Daemon struct {
 	log    hclog.Logger
 	server *jsonrpc.Server
 
+	conns *connRefusals
+
 	refusedCap int
 	refMu      sync.Mutex
 	refused    map[uint64]*refusedTally // by connection; only those with refusals
@@ -120,14 +122,20 @@ func New(o Options) *Daemon {
 			d.audit = nil
 		}
 	}
+	d.conns = newConnRefusals(o.Config.Audit.AggregateInterval, d.writeRefusal)
 	d.server = jsonrpc.NewServer(jsonrpc.ServerOptions{
-		MaxConnections: dc.MaxConnections,
-		MaxLineBytes:   dc.MaxLineBytes,
-		IdleTimeout:    dc.IdleTimeout,
-		Logger:         log,
-		OnAuthRefused:  d.authRefused,
-		OnCallError:    d.callRefused,
-		OnConnClosed:   d.connClosed,
+		MaxConnections:        dc.MaxConnections,
+		MaxLineBytes:          dc.MaxLineBytes,
+		IdleTimeout:           dc.IdleTimeout,
+		MaxConnsPerUID:        dc.MaxConnectionsPerUID,
+		ReservedConns:         dc.ApproverConnections,
+		MaxRequestBytesPerUID: dc.MaxRequestBytesPerUID,
+		Privileged:            d.svc.IsApprover,
+		OnConnRefused:         d.conns.refused,
+		Logger:                log,
+		OnAuthRefused:         d.authRefused,
+		OnCallError:           d.callRefused,
+		OnConnClosed:          d.connClosed,
 	})
 	jsonrpc.RegisterService(d.server, d.svc)
 	return d

@@ -35,6 +35,7 @@ daemon {
 policy "default" {
   skills = ["*"]
   tools  = ["skills.read", "skills.run_script"]
+  env    = ["MODE", "DEBUG"]
 }
 policy "needs-approval" {
   skills  = ["guarded-*"]

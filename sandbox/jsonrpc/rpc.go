@@ -43,6 +43,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -135,6 +136,23 @@ type ServerOptions struct {
 	// block for long, since the connection's answers wait for it. A panic in
 	// it is logged and swallowed. The daemon audits these calls.
 	OnCallError func(*CallError)
+	// MaxConnsPerUID bounds the open connections of one uid (0: no bound
+	// beyond MaxConnections); privileged peers are not bound by it.
+	MaxConnsPerUID int
+	// ReservedConns of MaxConnections are kept for privileged peers (the
+	// daemon's approvers), so a flood of other connections never locks
+	// them out.
+	ReservedConns int
+	// Privileged tells whether a peer may use the reserve and is exempt
+	// from MaxConnsPerUID (nil: nobody is).
+	Privileged func(api.Peer) bool
+	// MaxRequestBytesPerUID bounds the bytes of request lines of one uid
+	// whose calls are in flight, over all its connections (0: no bound).
+	// A call over it is refused (limit_exceeded) rather than held.
+	MaxRequestBytesPerUID int64
+	// OnConnRefused is told about every connection turned away for a
+	// limit (the daemon audits them, aggregated). It must not block.
+	OnConnRefused func(p api.Peer, reason string)
 	// OnConnClosed is told when a connection that was being served ends,
 	// after all its calls (and their OnCallError hooks) have returned. Peer
 	// is zero when the credentials could not be read.
@@ -297,6 +315,8 @@ type Server struct {
 	handlers  map[string]Handler
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
+	perUID    map[uint32]int   // open connections by uid
+	reqBytes  map[uint32]int64 // request bytes of calls in flight by uid
 	closing   bool
 	// calls counts calls in flight server-wide, connWG connection
 	// goroutines; both are only Add-ed under mu while !closing, which is
@@ -305,6 +325,7 @@ type Server struct {
 	connWG sync.WaitGroup
 
 	nextConnID atomic.Uint64
+	lastFree   atomic.Int64 // unix nanos of the last returnMemory
 }
 
 // NewServer returns a server with no handlers.
@@ -340,6 +361,8 @@ func NewServer(opts ServerOptions) *Server {
 		handlers:  map[string]Handler{},
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
+		perUID:    map[uint32]int{},
+		reqBytes:  map[uint32]int64{},
 	}
 }
 
@@ -444,22 +467,44 @@ func (s *Server) isClosing() bool {
 	return s.closing
 }
 
-// startConn registers nc and starts its goroutine, or turns it away.
+// startConn registers nc and starts its goroutine, or turns it away. The
+// peer's credentials are read first, so that the caps are per uid: one uid
+// gets at most MaxConnsPerUID connections, and the last ReservedConns of
+// MaxConnections only go to privileged peers.
 func (s *Server) startConn(ctx context.Context, nc net.Conn) {
 	id := s.nextConnID.Add(1)
+	peer, perr := PeerCredentials(nc)
+	privileged := perr == nil && s.opts.Privileged != nil && s.opts.Privileged(peer)
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		go s.reject(nc, ToRPCError(ErrShuttingDown))
 		return
 	}
-	if len(s.conns) >= s.opts.MaxConnections {
+	limit := s.opts.MaxConnections
+	if !privileged {
+		limit -= min(max(0, s.opts.ReservedConns), limit-1)
+	}
+	var refuse *Error
+	switch {
+	case len(s.conns) >= limit:
+		refuse = ToRPCError(errTooManyConns)
+		refuse.Data = map[string]any{"limit": s.opts.MaxConnections}
+	case perr == nil && !privileged && s.opts.MaxConnsPerUID > 0 && s.perUID[peer.UID] >= s.opts.MaxConnsPerUID:
+		refuse = ToRPCError(fmt.Errorf("uid %d already has %d connections open to skillbox (daemon.max_connections_per_uid); close idle ones or reuse one: %w", peer.UID, s.perUID[peer.UID], api.ErrLimitExceeded))
+		refuse.Data = map[string]any{"limit": s.opts.MaxConnsPerUID}
+	}
+	if refuse != nil {
 		s.mu.Unlock()
-		s.log.Warn("connection refused: too many connections", "conn", id, "max", s.opts.MaxConnections)
-		e := ToRPCError(errTooManyConns)
-		e.Data = map[string]any{"limit": s.opts.MaxConnections}
-		go s.reject(nc, e)
+		s.log.Debug("connection refused", "conn", id, "peer", peer.String(), "reason", refuse.Message)
+		if s.opts.OnConnRefused != nil {
+			s.opts.OnConnRefused(peer, refuse.Message)
+		}
+		go s.reject(nc, refuse)
 		return
+	}
+	if perr == nil {
+		s.perUID[peer.UID]++
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	c := &conn{
@@ -472,6 +517,8 @@ func (s *Server) startConn(ctx context.Context, nc net.Conn) {
 		sem:      make(chan struct{}, s.opts.MaxCallsPerConn),
 		notes:    make(chan note, s.opts.NotificationQueue),
 		log:      s.log.With("conn", id),
+		peer:     peer,
+		peerErr:  perr,
 	}
 	// Cancelling the conn (client gone, Shutdown, Serve's ctx) closes the
 	// socket, which ends the reader.
@@ -572,13 +619,14 @@ func waitTimeout(wg *sync.WaitGroup, done <-chan struct{}) bool {
 
 // conn is one client connection.
 type conn struct {
-	s      *Server
-	id     uint64
-	nc     net.Conn
-	peer   api.Peer
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	log    hclog.Logger
+	s       *Server
+	id      uint64
+	nc      net.Conn
+	peer    api.Peer
+	peerErr error // from reading the credentials at accept
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	log     hclog.Logger
 
 	wmu sync.Mutex // serialises response lines
 
@@ -590,6 +638,9 @@ type conn struct {
 	active atomic.Int32
 
 	buf []byte // the current request line
+	// held is how many bytes of the line being read (or just read) are
+	// accounted to the uid's request bytes; dispatch takes them over.
+	held int64
 
 	notes chan note // notifications waiting for writeNotes
 }
@@ -648,12 +699,17 @@ func (c *conn) serve() {
 		}
 		s.mu.Lock()
 		delete(s.conns, c)
+		if c.peerErr == nil {
+			if s.perUID[c.peer.UID]--; s.perUID[c.peer.UID] <= 0 {
+				delete(s.perUID, c.peer.UID)
+			}
+		}
 		s.mu.Unlock()
 		s.connWG.Done()
 		c.log.Debug("connection closed", "cause", context.Cause(c.ctx))
 	}()
 
-	peer, err := PeerCredentials(c.nc)
+	peer, err := c.peer, c.peerErr
 	if err != nil {
 		c.log.Warn("connection refused: cannot read peer credentials", "error", err)
 		if s.opts.OnAuthRefused != nil {
@@ -662,7 +718,6 @@ func (c *conn) serve() {
 		c.cancel(errPeerCredentials)
 		return
 	}
-	c.peer = peer
 	c.log = c.log.With("uid", peer.UID, "pid", peer.PID)
 	if s.opts.Authorize != nil {
 		if err := s.opts.Authorize(peer); err != nil {
@@ -684,25 +739,31 @@ func (c *conn) serve() {
 		var tl *lineTooLongError
 		switch {
 		case errors.As(err, &tl):
-			c.log.Warn("request line too long; discarded", "limit", s.opts.MaxLineBytes, "bytes", tl.size)
 			id := peekID(tl.prefix)
-			e := &Error{
-				Code:    CodeInvalidRequest,
-				Kind:    api.KindLimitExceeded,
-				Message: fmt.Sprintf("request line is longer than the %d-byte limit; send less per call (e.g. smaller files[])", s.opts.MaxLineBytes),
-				Data:    map[string]any{"limit": s.opts.MaxLineBytes},
+			var e *Error
+			if tl.overBudget {
+				c.log.Warn("request line over the uid's request bytes; discarded", "limit", s.opts.MaxRequestBytesPerUID, "bytes", tl.size)
+				e = s.bytesInFlightError(c.peer.UID)
+			} else {
+				c.log.Warn("request line too long; discarded", "limit", s.opts.MaxLineBytes, "bytes", tl.size)
+				e = &Error{
+					Code:    CodeInvalidRequest,
+					Kind:    api.KindLimitExceeded,
+					Message: fmt.Sprintf("request line is longer than the %d-byte limit; send less per call (e.g. smaller files[])", s.opts.MaxLineBytes),
+					Data:    map[string]any{"limit": s.opts.MaxLineBytes},
+				}
 			}
 			c.callError(&CallError{ID: id, Method: peekMethod(tl.prefix), Line: tl.prefix, LineBytes: tl.size, Resp: e})
 			c.writeError(id, e)
+			c.lineDone()
 			continue
 		case err != nil:
+			c.lineDone()
 			c.readFailed(err)
 			return
 		}
 		c.dispatch(line)
-		if cap(c.buf) > 64<<10 {
-			c.buf = nil // do not keep a megabyte per idle connection
-		}
+		c.lineDone()
 	}
 }
 
@@ -770,6 +831,9 @@ var (
 type lineTooLongError struct {
 	prefix []byte // the line's first bytes (at most peekPrefix)
 	size   int    // the whole line's length, newline not counted
+	// overBudget: the line went over the uid's request bytes in flight
+	// (MaxRequestBytesPerUID) rather than over MaxLineBytes.
+	overBudget bool
 }
 
 func (e *lineTooLongError) Error() string { return "request line too long" }
@@ -806,7 +870,7 @@ func (c *conn) readLine(br *bufio.Reader) ([]byte, error) {
 		c.nc.SetReadDeadline(time.Time{})
 	}
 	c.buf = c.buf[:0]
-	tooLong := false
+	tooLong, overBudget := false, false
 	total := 0
 	limit := o.MaxLineBytes + 1 // the newline is not counted
 	for {
@@ -814,8 +878,19 @@ func (c *conn) readLine(br *bufio.Reader) ([]byte, error) {
 		total += len(chunk)
 		if !tooLong && len(c.buf)+len(chunk) > limit {
 			tooLong = true
+		} else if !tooLong && !c.reserve(len(c.buf)+len(chunk)) {
+			// The bytes a line holds while it is read count towards the
+			// uid's requests in flight, so that many connections of one
+			// uid cannot each buffer a line up to the limit.
+			tooLong, overBudget = true, true
+		}
+		if tooLong {
+			// Keep what finds the id; the rest is read and dropped.
+			if len(c.buf) > peekPrefix {
+				c.buf = append([]byte(nil), c.buf[:peekPrefix]...)
+			}
 			c.buf = append(c.buf, chunk[:min(len(chunk), max(0, peekPrefix-len(c.buf)))]...)
-		} else if !tooLong {
+		} else {
 			c.buf = append(c.buf, chunk...)
 		}
 		if err == nil {
@@ -833,7 +908,7 @@ func (c *conn) readLine(br *bufio.Reader) ([]byte, error) {
 		return nil, endOfStream(err)
 	}
 	if tooLong {
-		return nil, &lineTooLongError{prefix: c.buf, size: total - 1}
+		return nil, &lineTooLongError{prefix: c.buf, size: total - 1, overBudget: overBudget}
 	}
 	return c.buf, nil
 }
@@ -892,10 +967,15 @@ func (c *conn) dispatch(line []byte) {
 			return
 		}
 	}
+	// The call keeps the line's bytes accounted until it ends.
+	size, held := int64(len(line)), c.held
+	c.held = 0
+	release := func() { c.s.releaseBytes(c.peer.UID, held) }
 	// Backpressure: wait for a free call slot rather than failing the call.
 	select {
 	case c.sem <- struct{}{}:
 	case <-c.ctx.Done():
+		release()
 		return
 	}
 	s := c.s
@@ -903,6 +983,7 @@ func (c *conn) dispatch(line []byte) {
 	if s.closing {
 		s.mu.Unlock()
 		<-c.sem
+		release()
 		refuse(ToRPCError(ErrShuttingDown))
 		return
 	}
@@ -918,7 +999,89 @@ func (c *conn) dispatch(line []byte) {
 	c.active.Add(1)
 	c.calls.Add(1)
 	call := &Call{ID: req.ID, Method: req.Method, Params: req.Params, Peer: c.peer, ConnID: c.id, conn: c}
-	go c.run(ctx, cancel, h, call)
+	go func() {
+		c.run(ctx, cancel, h, call)
+		release()
+		if size >= bigRequest {
+			c.s.returnMemory()
+		}
+	}()
+}
+
+// bigRequest is the size of a request line after whose call the server
+// returns freed memory to the system (see returnMemory).
+const bigRequest = 1 << 20
+
+// returnMemory gives the heap of finished large requests back to the
+// system, at most once a second, so a burst of large requests does not
+// leave the daemon's RSS at its peak for good.
+func (s *Server) returnMemory() {
+	now := time.Now().UnixNano()
+	last := s.lastFree.Load()
+	if now-last < int64(time.Second) || !s.lastFree.CompareAndSwap(last, now) {
+		return
+	}
+	debug.FreeOSMemory()
+}
+
+// holdStep is the granularity in which a line being read is accounted.
+const holdStep = 64 << 10
+
+// reserve accounts the line being read as n bytes long to the uid; false
+// when that would go over MaxRequestBytesPerUID.
+func (c *conn) reserve(n int) bool {
+	if int64(n) <= c.held {
+		return true
+	}
+	grow := (int64(n) - c.held + holdStep - 1) / holdStep * holdStep
+	if !c.s.growBytes(c.peer.UID, c.held, grow) {
+		return false
+	}
+	c.held += grow
+	return true
+}
+
+// lineDone gives back what the last line still held (one that was refused
+// or never became a call) and the buffer of a large one.
+func (c *conn) lineDone() {
+	if c.held > 0 {
+		c.s.releaseBytes(c.peer.UID, c.held)
+		c.held = 0
+	}
+	if cap(c.buf) > 64<<10 {
+		c.buf = nil // do not keep a megabyte per idle connection
+		c.s.returnMemory()
+	}
+}
+
+// growBytes accounts n more bytes to a uid's requests in flight, of which
+// the caller's line already holds have; false when it would go over
+// MaxRequestBytesPerUID. A line that is all the uid has in flight may
+// always grow (up to MaxLineBytes).
+func (s *Server) growBytes(uid uint32, have, n int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	max := s.opts.MaxRequestBytesPerUID
+	if max > 0 && s.reqBytes[uid] > have && s.reqBytes[uid]+n > max {
+		return false
+	}
+	s.reqBytes[uid] += n
+	return true
+}
+
+// bytesInFlightError is the refusal of a line over the uid's request bytes.
+func (s *Server) bytesInFlightError(uid uint32) *Error {
+	return &Error{Code: CodeLimitExceeded, Kind: api.KindLimitExceeded,
+		Message: fmt.Sprintf("uid %d has more than %d bytes of requests in flight (daemon.max_request_bytes_per_uid); wait for calls to finish or send less per call", uid, s.opts.MaxRequestBytesPerUID),
+		Data:    map[string]any{"limit": s.opts.MaxRequestBytesPerUID}}
+}
+
+func (s *Server) releaseBytes(uid uint32, n int64) {
+	s.mu.Lock()
+	if s.reqBytes[uid] -= n; s.reqBytes[uid] <= 0 {
+		delete(s.reqBytes, uid)
+	}
+	s.mu.Unlock()
 }
 
 // run executes one call and writes its response.
@@ -1152,7 +1315,7 @@ func decodeRequest(line []byte) (request, json.RawMessage, *Error) {
 	var id json.RawMessage
 	if raw, ok := m["id"]; ok {
 		if !validID(raw) {
-			return invalid(nil, "id must be a string, a number or null")
+			return invalid(nil, "id must be a string (valid UTF-8), a number or null")
 		}
 		id = raw
 	}
@@ -1187,7 +1350,11 @@ func validID(raw json.RawMessage) bool {
 		return false
 	}
 	switch b := raw[0]; {
-	case b == '"', b == '-', b >= '0' && b <= '9':
+	case b == '"':
+		// Echoed back as sent: it must be valid UTF-8 without raw
+		// control characters (json.Valid lets invalid UTF-8 through).
+		return utf8.Valid(raw)
+	case b == '-', b >= '0' && b <= '9':
 		return true
 	case b == 'n':
 		return string(raw) == "null"

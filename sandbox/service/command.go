@@ -66,6 +66,9 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := e.checkEnv(env, req.Env, req.Skill.Name); err != nil {
+		return nil, err
+	}
 	runID := newID("run_")
 	jobID := runtime.IDPrefix + strings.TrimPrefix(runID, "run_")
 	if err := runtime.ValidateJob(runtime.Job{

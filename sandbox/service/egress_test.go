@@ -24,6 +24,8 @@ secret "API_TOKEN" {
 policy "api" {
   skills = ["web", "web-ask"]
   egress = ["api.example.com:443"]
+  # Even a name the env allowlist lets through cannot set a secret.
+  env    = ["API_TOKEN"]
 }
 policy "api-more" {
   skills = ["web-ask"]

@@ -233,6 +233,9 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := e.checkEnv(env, req.Env, req.Skill.Name); err != nil {
+		return nil, err
+	}
 
 	argv := append([]string{}, interp.Argv...)
 	argv = append(argv, path.Join(runtime.SkillMount, rel))
@@ -408,6 +411,15 @@ func (e *Engine) Run(ctx context.Context, req RunRequest) (*Outcome, error) {
 
 // Decide asks the policy about a tool for a skill and audits the decision.
 func (e *Engine) Decide(ctx context.Context, s *skills.Skill, tool string, input []byte, rec audit.Record) (policy.Decision, error) {
+	d, r := e.decision(s, tool, input, rec)
+	if err := e.append(ctx, r); err != nil {
+		return d, err
+	}
+	return d, nil
+}
+
+// decision is Decide without writing its record.
+func (e *Engine) decision(s *skills.Skill, tool string, input []byte, rec audit.Record) (policy.Decision, *audit.Record) {
 	d := e.Config.Decide(policy.Request{Skill: s.Name, AllowedTools: s.AllowedTools, Tool: tool, Input: input})
 	rec.Event = audit.EventDecision
 	rec.Skill = &audit.SkillRef{Name: s.Name, Digest: s.Digest}
@@ -416,10 +428,7 @@ func (e *Engine) Decide(ctx context.Context, s *skills.Skill, tool string, input
 		rec.Decision.InputSHA256 = sha256Hex(input)
 	}
 	rec.Outcome = string(d.Effect)
-	if err := e.append(ctx, &rec); err != nil {
-		return d, err
-	}
-	return d, nil
+	return d, &rec
 }
 
 func (e *Engine) append(ctx context.Context, r *audit.Record) error {
@@ -611,6 +620,25 @@ func envList(env map[string]string) ([]string, error) {
 		out = append(out, k+"="+env[k])
 	}
 	return out, nil
+}
+
+// checkEnv applies the environment allowlist to a run of the named skills
+// (every one of them must allow each name): names no rule can allow are
+// malformed requests, names no matching rule allows are denied.
+func (e *Engine) checkEnv(env []string, given map[string]string, skillNames ...string) error {
+	if err := runtime.ValidateEnv(env); err != nil {
+		return fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+	}
+	names := make([]string, 0, len(given))
+	for k := range given {
+		names = append(names, k)
+	}
+	for _, sk := range skillNames {
+		if err := e.Config.CheckEnv(sk, names); err != nil {
+			return fmt.Errorf("%w: %v", api.ErrDenied, strings.TrimPrefix(err.Error(), policy.ErrDenied.Error()+": "))
+		}
+	}
+	return nil
 }
 
 // planDigest binds an approval to exactly one run: the skill version, the

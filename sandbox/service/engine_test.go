@@ -68,6 +68,7 @@ limits {
 policy "default" {
   skills = ["*"]
   tools  = ["skills.run_script"]
+  env    = ["K"]
 }
 policy "tight" {
   skills = ["tool"]

@@ -181,7 +181,7 @@ func (s *Service) execHook(ctx context.Context, caller api.Peer, method, session
 	if err != nil {
 		return "", "the hook could not be prepared: " + err.Error(), true
 	}
-	release, err := s.acquireRunSlot(ctx)
+	release, err := s.acquireRunSlot(ctx, caller)
 	if err != nil {
 		return "", "no run slot for the hook: " + err.Error(), true
 	}

@@ -138,7 +138,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 
 	// Take a run slot and make sure the run can be audited before an
 	// approval is used up, so a busy or failing skillbox does not burn it.
-	release, err := s.acquireRunSlot(ctx)
+	release, err := s.acquireRunSlot(ctx, caller)
 	if err != nil {
 		return nil, err
 	}
@@ -146,6 +146,9 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	if s.audit != nil {
 		if err := s.audit.Healthy(); err != nil {
 			return nil, auditDown(err)
+		}
+		if err := s.auditSpace(); err != nil {
+			return nil, err
 		}
 	}
 	if o.ConfirmationID != "" {
@@ -160,6 +163,33 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		o.Authorized(plan)
 	}
 	return s.execute(ctx, caller, o, plan)
+}
+
+// freeSpacer is an audit log that can say how much room it has left.
+type freeSpacer interface {
+	FreeBytes() (int64, error)
+}
+
+// auditSpace refuses a new run when the audit filesystem is below its
+// watermark (audit min_free): the run's records would push it towards
+// full, where every audited call fails.
+func (s *Service) auditSpace() error {
+	minFree := s.cfg.Audit.MinFree
+	fs, ok := s.audit.(freeSpacer)
+	if minFree <= 0 || !ok {
+		return nil
+	}
+	free, err := fs.FreeBytes()
+	if err != nil {
+		s.log.Warn("cannot read the audit filesystem's free space", "error", err)
+		return nil
+	}
+	if free < minFree {
+		s.log.Error("run refused: audit filesystem below its watermark", "free", free, "min_free", minFree)
+		return fmt.Errorf("%w: the audit log's filesystem has %s free, below audit.min_free (%s): new runs are refused until space is freed (export and remove rotated audit files, or lower audit.min_free)",
+			api.ErrUnavailable, policy.FormatSize(free), policy.FormatSize(minFree))
+	}
+	return nil
 }
 
 // decideTool asks policy whether skill may use tool; the decision is
@@ -248,23 +278,15 @@ func (s *Service) useConfirmation(ctx context.Context, caller api.Peer, o RunOpt
 	return nil
 }
 
-// acquireRunSlot bounds concurrent runs; a run waits briefly for a slot and
-// then fails limit_exceeded so a host can back off.
-func (s *Service) acquireRunSlot(ctx context.Context) (func(), error) {
+// acquireRunSlot bounds concurrent runs, fairly per uid with a reserve for
+// approvers (runSlots); a run waits briefly for a slot and then fails
+// limit_exceeded so a host can back off.
+func (s *Service) acquireRunSlot(ctx context.Context, caller api.Peer) (func(), error) {
 	wait := s.queueWait
 	if wait <= 0 {
 		wait = 5 * time.Second
 	}
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	select {
-	case s.runSlots <- struct{}{}:
-		return func() { <-s.runSlots }, nil
-	case <-t.C:
-		return nil, fmt.Errorf("%w: %d runs are already in progress (max_concurrent_runs); retry shortly", api.ErrLimitExceeded, cap(s.runSlots))
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return s.runSlots.acquire(ctx, caller.UID, s.IsApprover(caller), wait)
 }
 
 // execute runs an authorized plan: registered for runs.cancel, streaming

@@ -222,6 +222,15 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Code sees every mounted skill, so each of their rules must allow
+	// what it is given.
+	names := make([]string, 0, len(c.Skills))
+	for _, sk := range c.Skills {
+		names = append(names, sk.Name)
+	}
+	if err := e.checkEnv(env, req.Env, names...); err != nil {
+		return nil, err
+	}
 	argv := append(append([]string{}, interp.Argv...), cp.Program.Path())
 	argv = append(argv, req.Args...)
 

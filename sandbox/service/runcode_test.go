@@ -25,6 +25,7 @@ daemon {
 policy "default" {
   skills = ["*"]
   tools  = ["skills.read", "skills.run_script", "skills.run_code"]
+  env    = ["MODE"]
 }
 policy "ask" {
   skills  = ["guarded"]
@@ -169,6 +170,8 @@ func TestRunCodeRefusals(t *testing.T) {
 		{"empty code", api.RunCodeParams{SessionID: sid, Language: "python"}, api.KindInvalidParams, "code is empty"},
 		{"code too large", api.RunCodeParams{SessionID: sid, Language: "python", Code: strings.Repeat("#", runtime.MaxProgramBytes+1)}, api.KindInvalidParams, "at most"},
 		{"bad env", api.RunCodeParams{SessionID: sid, Language: "python", Code: "1", Env: map[string]string{"PYTHONPATH": "/x"}}, api.KindInvalidParams, "PYTHONPATH"},
+		{"env not allowed", api.RunCodeParams{SessionID: sid, Language: "python", Code: "1", Env: map[string]string{"TAR_OPTIONS": "x"}}, api.KindInvalidParams, "TAR_OPTIONS"},
+		{"env no rule lists", api.RunCodeParams{SessionID: sid, Language: "python", Code: "1", Env: map[string]string{"MYTOOL_MODE": "x"}}, api.KindDenied, "MYTOOL_MODE"},
 		{"negative timeout", api.RunCodeParams{SessionID: sid, Language: "python", Code: "1", TimeoutMS: -1}, api.KindInvalidParams, "timeout_ms"},
 		{"one skill denies", api.RunCodeParams{SessionID: deniedToo, Language: "python", Code: "1"}, api.KindDenied, `policy "no"`},
 		{"denied by language", api.RunCodeParams{SessionID: both, Language: "shell", Code: "echo"}, api.KindDenied, `policy "no-shell"`},
@@ -205,7 +208,7 @@ func TestRunCodeDigestBinding(t *testing.T) {
 		return service.RunRequest{
 			SessionID: "ses_1",
 			Code:      &service.CodeRequest{Language: "python", Code: []byte("print(1)"), Skills: []*skills.Skill{f.sk["gif"], f.sk["pdf"]}},
-			Args:      []string{"a"}, Env: map[string]string{"K": "v"}, Stdin: []byte("in"),
+			Args:      []string{"a"}, Env: map[string]string{"LANG": "C.UTF-8"}, Stdin: []byte("in"),
 			Files: []runtime.InputFile{{Name: "in.txt", Data: []byte("x")}},
 		}
 	}
@@ -230,7 +233,7 @@ func TestRunCodeDigestBinding(t *testing.T) {
 		"language":     func(r *service.RunRequest) { r.Code.Language = "shell" },
 		"code":         func(r *service.RunRequest) { r.Code.Code = []byte("print(2)") },
 		"args":         func(r *service.RunRequest) { r.Args = []string{"b"} },
-		"env":          func(r *service.RunRequest) { r.Env = map[string]string{"K": "w"} },
+		"env":          func(r *service.RunRequest) { r.Env = map[string]string{"LANG": "C"} },
 		"stdin":        func(r *service.RunRequest) { r.Stdin = nil },
 		"files":        func(r *service.RunRequest) { r.Files[0].Data = []byte("y") },
 		"limits":       func(r *service.RunRequest) { r.Limits.Timeout = 1e9 },

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os/user"
 	"strconv"
@@ -67,7 +68,8 @@ type Service struct {
 	audit    Auditor
 	log      hclog.Logger
 
-	runSlots  chan struct{}
+	runSlots  *runSlots
+	reads     *readAudit
 	queueWait time.Duration
 	runs      runRegistry
 	grants    egressGrants
@@ -96,11 +98,12 @@ func New(o Options) *Service {
 		confirms:  o.Confirmations,
 		audit:     o.Audit,
 		log:       log.Named("service"),
-		runSlots:  make(chan struct{}, max(1, dc.MaxConcurrentRuns)),
+		runSlots:  newRunSlots(dc.MaxConcurrentRuns, dc.ApproverRuns, dc.MaxRunsPerUID, dc.MaxQueuedRunsPerUID),
 		queueWait: dc.RunQueueTimeout,
 		runs:      runRegistry{runs: map[string]*activeRun{}},
 		proposals: o.Proposals,
 	}
+	s.reads = newReadAudit(o.Config.Audit.ReadsPerInterval, o.Config.Audit.AggregateInterval, s.writeAggregate)
 	if s.audit != nil {
 		// A typed nil (*audit.Log)(nil) must mean "no audit", not a panic.
 		if l, ok := s.audit.(*audit.Log); ok && l == nil {
@@ -303,6 +306,15 @@ func (s *Service) Instructions(ctx context.Context, caller api.Peer, p api.Sessi
 		}
 		if sk.Digest != a.Digest {
 			notes = append(notes, fmt.Sprintf("Skill %q changed on disk since it was loaded; its files cannot be read or run until it is loaded again with skills.load.", a.Name))
+			// Render the version the receipt names, never the edited file.
+			body, ok := s.pinnedBody(a.Digest)
+			if !ok {
+				notes = append(notes, fmt.Sprintf("The instructions of skill %q as loaded are not available; load it again to see the current ones.", a.Name))
+				continue
+			}
+			pinned := *sk
+			pinned.Body = body
+			sk = &pinned
 		}
 		act = append(act, sk)
 	}
@@ -314,6 +326,45 @@ func (s *Service) Instructions(ctx context.Context, caller api.Peer, p api.Sessi
 	}
 	return &api.InstructionsResult{Instructions: text, AvailableSkills: available, ActiveSkills: active, SkillMounts: mounts}, nil
 }
+
+// SnapshotLookup finds the pinned copy of a skill version by digest; the
+// SnapshotStore implements it.
+type SnapshotLookup interface {
+	Lookup(digest string) (string, bool)
+}
+
+// pinnedBody is the SKILL.md body of the pinned copy of the version with
+// digest, if the pinner keeps one.
+func (s *Service) pinnedBody(digest string) (string, bool) {
+	if s.engine == nil {
+		return "", false
+	}
+	l, ok := s.engine.Pins.(SnapshotLookup)
+	if !ok {
+		return "", false
+	}
+	dir, ok := l.Lookup(digest)
+	if !ok {
+		return "", false
+	}
+	f, err := skills.OpenInRoot(dir, "SKILL.md")
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxSkillMDBytes))
+	if err != nil {
+		return "", false
+	}
+	doc, err := skills.Parse(data)
+	if err != nil {
+		return "", false
+	}
+	return doc.Body, true
+}
+
+// maxSkillMDBytes bounds a SKILL.md read back from a pinned copy.
+const maxSkillMDBytes = 4 << 20
 
 // ---- skills ----
 
@@ -402,6 +453,15 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 	for _, sk := range found {
 		if err := s.checkLock(ctx, caller, api.MethodSkillsLoad, p.SessionID, sk); err != nil {
 			return nil, err
+		}
+	}
+	// Keep a copy of each version loaded, so that what is rendered and run
+	// later is this version even if the files change (see pinnedBody).
+	if s.engine != nil && s.engine.Pins != nil {
+		for _, sk := range found {
+			if _, err := s.engine.Pins.Pin(sk); err != nil {
+				s.log.Warn("could not keep a copy of the loaded skill version", "skill", sk.Name, "digest", sk.Digest, "error", err)
+			}
 		}
 	}
 	maxActive := s.cfg.Daemon.MaxActiveSkills
@@ -530,8 +590,14 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.decideTool(ctx, caller, method, p.SessionID, sk, method, nil); err != nil {
-		return nil, err
+	// The decision is recorded with the read's outcome: one by one for a
+	// deny or a refused read, within the uid's budget otherwise (readAudit).
+	dec, drec := s.engine.decision(sk, method, nil, *base(ctx, caller, method, audit.EventDecision, p.SessionID))
+	if dec.Effect == policy.EffectDeny {
+		if err := s.record(ctx, drec); err != nil {
+			return nil, err
+		}
+		return nil, api.MarkAudited(fmt.Errorf("%w: %s for skill %q is denied by %s: %s; a policy deny cannot be overridden, change the rule if this is intended", api.ErrDenied, method, sk.Name, dec.Rule, dec.Reason))
 	}
 	rec := base(ctx, caller, method, audit.EventSkillRead, p.SessionID)
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
@@ -539,6 +605,9 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 	if err != nil {
 		rec.Read = &audit.ReadInfo{Path: p.Path, Offset: p.Offset, Length: p.Length}
 		rec.Outcome, rec.Error = audit.OutcomeRefused, err.Error()
+		if aerr := s.record(ctx, drec); aerr != nil {
+			return nil, aerr
+		}
 		if aerr := s.record(ctx, rec); aerr != nil {
 			return nil, aerr
 		}
@@ -546,8 +615,19 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 	}
 	rec.Read = &audit.ReadInfo{Path: fc.Path, Offset: p.Offset, Length: p.Length, Bytes: fc.Size, Served: servedBytes(fc), SHA256: fc.SHA256, Truncated: fc.Truncated}
 	rec.Outcome = audit.OutcomeOK
-	if err := s.record(ctx, rec); err != nil {
-		return nil, err
+	if s.reads.allow(caller, sk.Name, fc.Path, rec.Read.Served) {
+		if err := s.record(ctx, drec); err != nil {
+			return nil, err
+		}
+		if err := s.record(ctx, rec); err != nil {
+			return nil, err
+		}
+	} else if s.audit != nil {
+		// Counted, not recorded: the log must still be writable, or the
+		// read is refused like any audited call (fail closed).
+		if err := s.audit.Healthy(); err != nil {
+			return nil, auditDown(err)
+		}
 	}
 	return &api.ReadResult{Skill: sk.Name, Path: fc.Path, Size: fc.Size, SHA256: fc.SHA256, Encoding: fc.Encoding, Content: fc.Content, Truncated: fc.Truncated,
 		Tokens: skills.EstimateTokens(fc.Content)}, nil

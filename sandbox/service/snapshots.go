@@ -1,11 +1,16 @@
 package service
 
 import (
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -36,9 +41,71 @@ const DefaultSnapshotMaxBytes = 128 << 20
 // SnapshotStore keeps one read-only, root-owned copy per skill digest, made
 // on first use and reused by every later run of that version, so the copy
 // costs one stat on the hot path.
+//
+// Copies are private to the daemon as far as the runtimes allow: the
+// directory is 0711 (no listing), and a copy's name is an HMAC of its
+// digest under a key only root can read (Dir/.key), so knowing a skill's
+// digest does not give a local user a path into its copy. Runtimes that
+// run the sandbox in a user namespace (runc) still walk through to it.
 type SnapshotStore struct {
 	Dir      string
 	MaxBytes int64
+
+	keyMu sync.Mutex
+	key   []byte
+}
+
+// snapshotKeyFile holds the key that names copies.
+const snapshotKeyFile = ".key"
+
+// name is the directory name of the copy of digest (hex, no prefix).
+func (s *SnapshotStore) name(hexDigest string) (string, error) {
+	s.keyMu.Lock()
+	defer s.keyMu.Unlock()
+	if s.key == nil {
+		if err := os.MkdirAll(s.Dir, 0o711); err != nil {
+			return "", err
+		}
+		p := filepath.Join(s.Dir, snapshotKeyFile)
+		k, err := os.ReadFile(p)
+		if errors.Is(err, os.ErrNotExist) || (err == nil && len(k) != 32) {
+			k = make([]byte, 32)
+			if _, err := rand.Read(k); err != nil {
+				return "", err
+			}
+			tmp := p + ".tmp"
+			if err := os.WriteFile(tmp, k, 0o600); err != nil {
+				return "", err
+			}
+			if err := os.Rename(tmp, p); err != nil {
+				return "", err
+			}
+		} else if err != nil {
+			return "", err
+		}
+		s.key = k
+	}
+	m := hmac.New(sha256.New, s.key)
+	m.Write([]byte(hexDigest))
+	return "v-" + hex.EncodeToString(m.Sum(nil))[:48], nil
+}
+
+// Lookup returns the copy of the skill version with this digest
+// ("sha256:<hex>") if one has been made.
+func (s *SnapshotStore) Lookup(digest string) (string, bool) {
+	hexDigest, ok := strings.CutPrefix(digest, "sha256:")
+	if !ok || len(hexDigest) != 64 {
+		return "", false
+	}
+	n, err := s.name(hexDigest)
+	if err != nil {
+		return "", false
+	}
+	p := filepath.Join(s.Dir, n)
+	if st, err := os.Lstat(p); err == nil && st.IsDir() {
+		return p, true
+	}
+	return "", false
 }
 
 var _ SkillPinner = (*SnapshotStore)(nil)
@@ -49,7 +116,11 @@ func (s *SnapshotStore) Pin(sk *skills.Skill) (string, error) {
 	if !ok || len(hexDigest) != 64 || strings.ContainsAny(hexDigest, "/.") {
 		return "", fmt.Errorf("%w: skill %q has no usable digest (%q)", api.ErrInternal, sk.Name, sk.Digest)
 	}
-	final := filepath.Join(s.Dir, "sha256-"+hexDigest)
+	name, err := s.name(hexDigest)
+	if err != nil {
+		return "", fmt.Errorf("%w: skill snapshots: %v", api.ErrUnavailable, err)
+	}
+	final := filepath.Join(s.Dir, name)
 	if st, err := os.Lstat(final); err == nil && st.IsDir() {
 		now := time.Now()
 		_ = os.Chtimes(final, now, now) // last use, for Prune
@@ -108,6 +179,9 @@ func (s *SnapshotStore) Prune(maxAge time.Duration) (int, error) {
 	removed := 0
 	var errs []error
 	for _, e := range entries {
+		if e.Name() == snapshotKeyFile {
+			continue
+		}
 		info, err := e.Info()
 		if err != nil || time.Since(info.ModTime()) < maxAge {
 			continue

@@ -1,0 +1,101 @@
+package runtime
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"unicode"
+)
+
+// Finding 7: output names with escape sequences or newlines never reach
+// results or logs raw.
+func TestOutputNamesWithControlCharacters(t *testing.T) {
+	wd := t.TempDir()
+	for _, n := range []string{"ok.txt", "a\nb.txt", "\x1b[31mred.txt", "tab\there.txt"} {
+		if err := os.WriteFile(filepath.Join(wd, n), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o := collect(t, wd, DefaultLimits)
+	for _, f := range o.Files {
+		if strings.IndexFunc(f.Path, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			t.Errorf("output path %q holds control characters", f.Path)
+		}
+	}
+	for _, s := range o.Skipped {
+		if strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+			t.Errorf("skipped entry %q holds control characters", s)
+		}
+	}
+	if len(o.Files) != 1 || len(o.Skipped) != 3 {
+		t.Errorf("files %v skipped %q: want ok.txt collected and the three others named as skipped", o.Files, o.Skipped)
+	}
+}
+
+// Finding 7: a run killed by its time limit is labelled timeout even when
+// it also ran into its pids limit (a fork bomb), and one that ended on its
+// own after hitting the pids limit is labelled pids.
+func TestReasonByWhatTriggered(t *testing.T) {
+	for _, tc := range []struct {
+		reason Reason
+		ev     cgroupEvents
+		want   Reason
+	}{
+		{ReasonTimeout, cgroupEvents{PidsMax: 100}, ReasonTimeout},
+		{ReasonTimeout, cgroupEvents{OOMKills: 1}, ReasonTimeout},
+		{ReasonExit, cgroupEvents{PidsMax: 3}, ReasonPids},
+		{ReasonExit, cgroupEvents{OOMKills: 1}, ReasonOOM},
+		{ReasonKilled, cgroupEvents{OOMKills: 1}, ReasonKilled},
+		{ReasonOutputCap, cgroupEvents{PidsMax: 1}, ReasonOutputCap},
+		{ReasonExit, cgroupEvents{}, ReasonExit},
+	} {
+		if got := finalReason(tc.reason, tc.ev); got != tc.want {
+			t.Errorf("finalReason(%s, %+v) = %s, want %s", tc.reason, tc.ev, got, tc.want)
+		}
+	}
+}
+
+// FuzzOutputName: whatever a script names a file, what results and logs
+// carry is printable and bounded.
+func FuzzOutputName(f *testing.F) {
+	for _, s := range []string{"ok.txt", "a\nb", "\x1b[31mred", "\xff\xfe", strings.Repeat("n", 600)} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		r := reportName(name)
+		if strings.IndexFunc(r, func(c rune) bool { return !unicode.IsPrint(c) }) >= 0 {
+			t.Fatalf("reportName(%q) = %q holds unprintable characters", name, r)
+		}
+		if len(r) > 4*maxNameReported+16 {
+			t.Fatalf("reportName of %d bytes gave %d bytes", len(name), len(r))
+		}
+		if printableName(name) && reportName(name) != name && len(name) <= maxNameReported {
+			t.Fatalf("a printable short name was changed: %q → %q", name, r)
+		}
+	})
+}
+
+// Finding 7: under runc (MaskHostInfo) the host's kernel command line,
+// modules, symbols and disks are masked; runsc shows its own.
+func TestRuncMasksHostInfo(t *testing.T) {
+	for _, mask := range []bool{true, false} {
+		s, err := BuildSpec(goldenJob(), SpecOptions{WorkdirSource: "/w", HostsSource: "/h", MaskHostInfo: mask})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range hostInfoPaths {
+			if got := slices.Contains(s.Linux.MaskedPaths, p); got != mask {
+				t.Errorf("MaskHostInfo %v: %s masked %v", mask, p, got)
+			}
+		}
+	}
+	r, err := NewRunc(Options{})
+	if err != nil {
+		t.Skip(err)
+	}
+	if !r.specOptions(goldenJob()).MaskHostInfo {
+		t.Error("runc does not mask host information")
+	}
+}
