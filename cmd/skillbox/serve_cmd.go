@@ -94,6 +94,10 @@ func (rd *runningDaemon) stopGracefully(grace time.Duration, why string, sigs <-
 	rd.close(ctx, why)
 }
 
+// resweepAfter are the delays after start-up of the sweeps that follow the
+// first one.
+var resweepAfter = []time.Duration{3 * time.Second, 30 * time.Second}
+
 // snapshotMaxAge is how long a skill version's copy may go unused before
 // the daemon's start removes it.
 const snapshotMaxAge = 24 * time.Hour
@@ -169,6 +173,23 @@ func startDaemon(parent context.Context, cfg *policy.Config, log hclog.Logger) (
 	if err := runtime.Sweep(ctx, eng.Runtime); err != nil {
 		log.Warn("sweeping leftovers of an earlier run failed", "error", err)
 	}
+	// The processes of a daemon killed a moment ago may still be exiting
+	// (holding a run dir's lock, or a sandbox runsc cannot delete yet):
+	// sweep again once they are gone. Live runs are spared as above.
+	rd.bg.Add(1)
+	go func() {
+		defer rd.bg.Done()
+		for _, after := range resweepAfter {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(after):
+			}
+			if err := runtime.Sweep(ctx, eng.Runtime); err != nil && ctx.Err() == nil {
+				log.Warn("sweeping leftovers of an earlier run failed", "error", err)
+			}
+		}
+	}()
 	startPool(ctx, cfg, eng, reg, &rd.bg, log)
 	if ss, ok := eng.Pins.(*service.SnapshotStore); ok {
 		if n, err := ss.Prune(snapshotMaxAge); err != nil {
