@@ -114,17 +114,7 @@ runtime "runsc" { state_dir = "`+filepath.Join(base, "runsc")+`" }
 	}
 	defer cs.Close()
 	mcpCall := func(name string, args map[string]any) (*sdk.CallToolResult, string) {
-		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var text []string
-		for _, ct := range res.Content {
-			if tc, ok := ct.(*sdk.TextContent); ok {
-				text = append(text, tc.Text)
-			}
-		}
-		return res, strings.Join(text, "\n")
+		return mcpCallTool(t, ctx, cs, name, args)
 	}
 	if res, text := mcpCall("skills_load", map[string]any{"names": []string{"open-hello", "guarded-hello", "blocked-hello"}}); res.IsError {
 		t.Fatalf("mcp load: %s", text)

@@ -179,17 +179,7 @@ func TestMCPGoClient(t *testing.T) {
 	}
 	callTool := func(name string, args map[string]any) (*sdk.CallToolResult, string) {
 		t.Helper()
-		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		var text []string
-		for _, c := range res.Content {
-			if tc, ok := c.(*sdk.TextContent); ok {
-				text = append(text, tc.Text)
-			}
-		}
-		return res, strings.Join(text, "\n")
+		return mcpCallTool(t, ctx, cs, name, args)
 	}
 	if res, text := callTool("skills_load", map[string]any{"names": []string{"hello"}}); res.IsError {
 		t.Fatalf("load: %s", text)
@@ -216,6 +206,23 @@ func TestMCPGoClient(t *testing.T) {
 			t.Errorf("audit trail in %s does not mention %s", f.auditDir, want)
 		}
 	}
+}
+
+// mcpCallTool calls a tool and returns its result with its text content
+// joined.
+func mcpCallTool(t *testing.T, ctx context.Context, cs *sdk.ClientSession, name string, args map[string]any) (*sdk.CallToolResult, string) {
+	t.Helper()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var text []string
+	for _, c := range res.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			text = append(text, tc.Text)
+		}
+	}
+	return res, strings.Join(text, "\n")
 }
 
 func TestMCPEndToEnd(t *testing.T) {
