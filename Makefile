@@ -11,19 +11,24 @@ VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build test unit integration deps images demo fuzz bench lint clean
+.PHONY: all build test unit integration deps images demo fuzz bench lint clean modules
 
 all: build
 
-build:
+# The module downloads in one quiet step (a fresh machine would otherwise
+# print a "go: downloading" line per module).
+modules:
+	@$(GO) mod download
+
+build: modules
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/skillbox
 
-lint:
+lint: modules
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) vet -tags integration ./...
 
-unit:
+unit: modules
 	$(GO) test $(GOFLAGS_TEST) ./...
 
 # Integration tests need root, runsc, runc and the interpreter images; they run
