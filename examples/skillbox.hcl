@@ -163,6 +163,14 @@ policy "needs-approval" {
 #   shebangs    = ["ruby"]
 #   recipe      = "ruby"
 # }
+#
+# Or take an image from a registry instead of a recipe (daemon runtime
+# "containerd" only: it pulls it on first use):
+# image "r" {
+#   extensions  = [".r"]
+#   interpreter = ["Rscript"]
+#   ref         = "registry.example.com/stats/r-base:4.4"
+# }
 
 # Defaults for every run; rules can only lower them.
 # limits {

@@ -150,8 +150,11 @@ type Image struct {
 	Extensions  []string // lower case, with the dot
 	Interpreter []string // argv prefix; the script path is appended
 	Shebangs    []string // interpreter names in a #! line that pick this image
-	Recipe      string
-	Pos         Pos
+	Recipe      string   // the recipe it is built from; "" for a registry image
+	// Ref is a registry reference the image is pulled from instead
+	// (containerd runtime only); "" for an image skillbox builds.
+	Ref string
+	Pos Pos
 }
 
 // Rule names the image block, e.g. `image "python" (skillbox.hcl:20)`.

@@ -129,6 +129,8 @@ func TestFullFile(t *testing.T) {
 		{"python interpreter kept", strings.Join(py.Interpreter, " "), "python3"},
 		{"ruby shebang default", strings.Join(c.Image("ruby").Shebangs, ","), "ruby"},
 		{"ruby recipe default", c.Image("ruby").Recipe, "ruby"},
+		{"r ref", c.Image("r").Ref, "registry.example.com/stats/r-base:4.4"},
+		{"r has no recipe", c.Image("r").Recipe, ""},
 		{"timeout", c.Limits.Timeout, time.Minute},
 		{"memory", c.Limits.MemoryBytes, int64(1e9)},
 		{"pids", c.Limits.Pids, int64(256)},

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/distribution/reference"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/skillbox/skillbox/runtime"
@@ -49,7 +50,7 @@ var (
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
 		"address", "namespace", "handler")}
 	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
-	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe")}
+	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe", "ref")}
 	limitsSchema = &hcl.BodySchema{Attributes: attrs("timeout", "memory", "pids", "cpus",
 		"workdir", "tmp", "stdout", "stderr", "outputs", "output_files", "output_file_bytes",
 		"egress_connections", "egress_bytes_out")}
@@ -644,8 +645,22 @@ func (d *decoder) image(blk *hcl.Block) {
 	} else if !builtin && len(im.Interpreter) > 0 {
 		im.Shebangs = []string{path.Base(im.Interpreter[0])}
 	}
-	if a := b.str("recipe", &im.Recipe); a != nil && !labelRE.MatchString(im.Recipe) {
-		b.bad(a, "invalid recipe name %q", im.Recipe)
+	recipe := b.str("recipe", &im.Recipe)
+	if recipe != nil && !labelRE.MatchString(im.Recipe) {
+		b.bad(recipe, "invalid recipe name %q", im.Recipe)
+	}
+	if a := b.str("ref", &im.Ref); a != nil {
+		switch {
+		case recipe != nil:
+			b.bad(a, "an image is built from a recipe or pulled from a registry, not both: drop recipe or ref")
+		case im.Ref == "":
+			b.bad(a, "must name a registry image, like \"registry.example.com/team/python:3.13\"")
+		default:
+			if _, err := reference.ParseDockerRef(im.Ref); err != nil {
+				b.bad(a, "invalid registry reference %q: %v", im.Ref, err)
+			}
+			im.Recipe = ""
+		}
 	}
 }
 

@@ -83,8 +83,10 @@ func createBundle(id, rootfs string, limits Limits, runDir string, opts SpecOpti
 	if !isCleanAbs(runDir) {
 		return nil, fmt.Errorf("%w: run dir %q must be an absolute, clean path", ErrInvalidJob, runDir)
 	}
-	if err := checkHostsMountPoint(rootfs); err != nil {
-		return nil, err
+	if rootfs != "" { // "": a registry image's snapshot, made by containerd
+		if err := checkHostsMountPoint(rootfs); err != nil {
+			return nil, err
+		}
 	}
 	// 0711: runtimes in a user namespace must be able to walk to the
 	// workdir; nobody may list the run ids.

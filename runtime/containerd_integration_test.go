@@ -118,7 +118,8 @@ func listContainers(name string, opts runtime.Options) (string, error) {
 }
 
 // assertContainerdClean checks that nothing but images and their content
-// is left in the namespace: no task, no lease, no snapshot.
+// is left in the namespace: no task, no lease, no snapshot but the
+// committed layers of unpacked images.
 func assertContainerdClean(t *testing.T, name string, opts runtime.Options) {
 	t.Helper()
 	if name != rtcontainerd.Name {
@@ -136,6 +137,9 @@ func assertContainerdClean(t *testing.T, name string, opts runtime.Options) {
 		}
 		var left []string
 		for _, l := range lines {
+			if what[0] == "snapshots" && strings.HasSuffix(strings.TrimSpace(l), "Committed") {
+				continue // an image's layer
+			}
 			if strings.TrimSpace(l) != "" {
 				left = append(left, l)
 			}
@@ -180,7 +184,7 @@ func TestPoolOverContainerd(t *testing.T) {
 				}
 			}()
 			job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: args, Limits: runtime.Limits{Timeout: time.Minute}}
-			key, ok := runtime.KeyFor(job, "hello", "sha256:test", "test-image")
+			key, ok := runtime.KeyFor(job, "hello", "sha256:test")
 			if !ok {
 				t.Fatal("job cannot run warm")
 			}
@@ -258,5 +262,104 @@ func TestImportImage(t *testing.T) {
 	}
 	if _, err := cd.PullImage(context.Background(), "registry.invalid/skillbox/none:1"); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "registry") {
 		t.Errorf("pull from an unreachable registry: %v, want ErrUnavailable saying so", err)
+	}
+}
+
+// storeImage is the smallest image of the image store the tests use, or
+// a skip when there is none.
+func storeImage(t *testing.T) (*images.Store, *images.Image) {
+	t.Helper()
+	dir := os.Getenv("SKILLBOX_IMAGES")
+	if dir == "" {
+		dir = images.DefaultDir
+	}
+	store, err := images.OpenStore(dir, nil)
+	if err != nil {
+		t.Skipf("no image store at %s: %v", dir, err)
+	}
+	imgs, err := store.List()
+	if err != nil || len(imgs) == 0 {
+		t.Skipf("no built image in %s (skillbox images build shell): %v", dir, err)
+	}
+	img := imgs[0]
+	for _, im := range imgs {
+		if im.Size < img.Size {
+			img = im
+		}
+	}
+	return store, img
+}
+
+// TestContainerdRunsFromSnapshot: a job that names its image runs on a
+// snapshot of that image in containerd, imported on demand when the
+// namespace lacks it; the rootfs is read-only; cold and warm (exec) both;
+// the snapshot goes with the sandbox, the image's layers stay.
+func TestContainerdRunsFromSnapshot(t *testing.T) {
+	needBackend(t, rtcontainerd.Name)
+	store, img := storeImage(t)
+	ref := runtime.ImageRef{Name: img.Name, Digest: img.Digest, Layout: store.LayoutDir()}
+	rootfs, err := store.RootFS(context.Background(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rt, opts := newBackend(t, rtcontainerd.Name)
+	defer rt.(runtime.Lifecycle).Close(context.Background())
+	// Imported on demand: the namespace starts without the image.
+	if out, err := ctr("images", "rm", rtcontainerd.ImageName(img.Name)); err != nil && !strings.Contains(out, "not found") {
+		t.Fatalf("ctr images rm: %v %s", err, out)
+	}
+	script := "echo from-snapshot; if touch /probe 2>/dev/null; then echo rootfs-writable; fi; echo out > /work/out.txt; exit 3"
+	t.Run("cold", func(t *testing.T) {
+		job := runtime.Job{ID: newID(), RootFS: rootfs, Image: ref, Args: []string{"/bin/sh", "-c", script}, Limits: runtime.Limits{Timeout: time.Minute}}
+		res, err := rt.Run(context.Background(), job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.ExitCode != 3 || string(res.Stdout) != "from-snapshot\n" {
+			t.Errorf("exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+		}
+		if len(res.Outputs) != 1 || res.Outputs[0].Path != "out.txt" {
+			t.Errorf("outputs %+v", res.Outputs)
+		}
+	})
+	out, err := ctr("images", "ls", "-q")
+	if err != nil || !strings.Contains(out, rtcontainerd.ImageName(img.Name)) {
+		t.Errorf("the image was not imported on demand: %v %s", err, out)
+	}
+	t.Run("warm", func(t *testing.T) {
+		lc := rt.(runtime.Lifecycle)
+		spec := runtime.SandboxSpec{ID: newID(), RootFS: rootfs, Image: ref, Limits: runtime.Limits{Timeout: time.Minute}.WithDefaults(), Boot: runtime.BootExec}
+		sb, err := lc.Create(context.Background(), spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Destroy(context.Background())
+		if err := sb.Start(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		info, err := ctr("containers", "info", spec.ID)
+		if err != nil || !strings.Contains(info, `"SnapshotKey": "`+spec.ID+`"`) || !strings.Contains(info, rtcontainerd.ImageName(img.Name)) {
+			t.Errorf("the container is not on a snapshot of %s: %v\n%s", img.Name, err, info)
+		}
+		if err := sb.Deliver(context.Background(), runtime.Invocation{Args: []string{"/bin/sh", "-c", script}, Limits: runtime.Limits{Timeout: time.Minute}}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := sb.Wait(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !res.Warm || res.ExitCode != 3 || string(res.Stdout) != "from-snapshot\n" {
+			t.Errorf("warm %v exit %d stdout %q stderr %q", res.Warm, res.ExitCode, res.Stdout, res.Stderr)
+		}
+		if err := sb.Destroy(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if out, _ := listContainers(rtcontainerd.Name, opts); strings.TrimSpace(out) != "" {
+		t.Errorf("containers left: %s", out)
+	}
+	assertContainerdClean(t, rtcontainerd.Name, opts)
+	if out, err := ctr("snapshots", "ls"); err != nil || !strings.Contains(out, "Committed") {
+		t.Errorf("the image's layers should stay unpacked: %v\n%s", err, out)
 	}
 }

@@ -18,8 +18,9 @@ func StartEgress(ctx context.Context, spec SandboxSpec, dir string, opts *SpecOp
 	cfg := *spec.Egress
 	lim := spec.Limits.WithDefaults()
 	cfg.MaxConnections, cfg.MaxBytesOut = lim.EgressConnections, lim.EgressBytesOut
-	if len(cfg.Secrets) > 0 {
-		// The image's own roots go into the bundle the sandbox trusts.
+	if len(cfg.Secrets) > 0 && spec.RootFS != "" {
+		// The image's own roots go into the bundle the sandbox trusts (a
+		// registry image's are not on the host: only skillbox's CA then).
 		sys := filepath.Join(spec.RootFS, "etc", "ssl", "certs", "ca-certificates.crt")
 		if st, err := os.Lstat(sys); err == nil && st.Mode().IsRegular() {
 			cfg.SystemBundle = sys

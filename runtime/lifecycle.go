@@ -40,7 +40,8 @@ const (
 // SandboxSpec is what a sandbox is made of, known before a job arrives.
 type SandboxSpec struct {
 	ID       string // unique, [a-zA-Z0-9_-]; also the container id
-	RootFS   string // host path of the unpacked image rootfs (read-only)
+	RootFS   string // host path of the unpacked image rootfs (read-only); see Job
+	Image    ImageRef
 	SkillDir string // host path of the skill directory (read-only at SkillMount)
 	DepsDir  string // host path of the dependency layer (read-only at DepsMount); "" for none
 	// Limits of the sandbox as a whole: memory, pids, CPUs and the tmpfs
@@ -101,7 +102,7 @@ type Lifecycle interface {
 
 // Sandbox and Invocation of a one-shot Job.
 func (j Job) sandboxSpec(boot BootMode) SandboxSpec {
-	return SandboxSpec{ID: j.ID, RootFS: j.RootFS, SkillDir: j.SkillDir, DepsDir: j.DepsDir, Limits: j.Limits, Network: j.Network, Egress: j.Egress,
+	return SandboxSpec{ID: j.ID, RootFS: j.RootFS, Image: j.Image, SkillDir: j.SkillDir, DepsDir: j.DepsDir, Limits: j.Limits, Network: j.Network, Egress: j.Egress,
 		Skills: j.Skills, Program: j.Program, Boot: boot}
 }
 
@@ -116,7 +117,7 @@ func (s SandboxSpec) job(inv Invocation) Job {
 	lim := inv.Limits.WithDefaults()
 	sl := s.Limits.WithDefaults()
 	lim.MemoryBytes, lim.Pids, lim.CPUs, lim.WorkdirBytes, lim.TmpBytes = sl.MemoryBytes, sl.Pids, sl.CPUs, sl.WorkdirBytes, sl.TmpBytes
-	return Job{ID: s.ID, RootFS: s.RootFS, SkillDir: s.SkillDir, DepsDir: s.DepsDir, Args: inv.Args, Env: inv.Env, ModuleEnv: inv.ModuleEnv,
+	return Job{ID: s.ID, RootFS: s.RootFS, Image: s.Image, SkillDir: s.SkillDir, DepsDir: s.DepsDir, Args: inv.Args, Env: inv.Env, ModuleEnv: inv.ModuleEnv,
 		Stdin: inv.Stdin, Files: inv.Files, Limits: lim, Network: s.Network, Egress: s.Egress, Skills: s.Skills, Program: s.Program,
 		Stdout: inv.Stdout, Stderr: inv.Stderr}
 }

@@ -37,7 +37,7 @@ var DefaultPoolConfig = PoolConfig{PerKey: 2, Total: 8, IdleTimeout: 10 * time.M
 // skill version, dependency layer, sandbox-wide limits and boot mode.
 type PoolKey struct {
 	Skill       string // the skill's name
-	Image       string // the image digest (names the rootfs)
+	Image       ImageRef
 	RootFS      string
 	SkillDigest string
 	SkillDir    string // the pinned copy of that skill version
@@ -56,12 +56,12 @@ func SandboxLimits(l Limits) Limits {
 // KeyFor returns the pool key a job would use, and whether it can run warm
 // at all (no network; python scripts in the supervisor, anything else
 // exec'd).
-func KeyFor(job Job, skill, skillDigest, image string) (PoolKey, bool) {
+func KeyFor(job Job, skill, skillDigest string) (PoolKey, bool) {
 	boot := BootExec
 	if PythonInvocation(job.Args) {
 		boot = BootPython
 	}
-	k := PoolKey{Skill: skill, Image: image, RootFS: job.RootFS, SkillDigest: skillDigest, SkillDir: job.SkillDir,
+	k := PoolKey{Skill: skill, Image: job.Image, RootFS: job.RootFS, SkillDigest: skillDigest, SkillDir: job.SkillDir,
 		DepLayer: job.DepsDir, Limits: SandboxLimits(job.Limits), Boot: boot}
 	return k, !job.Network && job.Egress == nil
 }
@@ -391,7 +391,7 @@ func (p *Pool) boot(key PoolKey) {
 	defer cancel()
 	id := IDPrefix + "warm-" + randomID()
 	started := time.Now()
-	sb, err := p.lc.Create(ctx, SandboxSpec{ID: id, RootFS: key.RootFS, SkillDir: key.SkillDir, DepsDir: key.DepLayer, Limits: key.Limits, Boot: key.Boot, Background: true})
+	sb, err := p.lc.Create(ctx, SandboxSpec{ID: id, RootFS: key.RootFS, Image: key.Image, SkillDir: key.SkillDir, DepsDir: key.DepLayer, Limits: key.Limits, Boot: key.Boot, Background: true})
 	if err == nil {
 		if err = sb.Start(ctx); err != nil {
 			_ = sb.Destroy(ctx)

@@ -64,7 +64,7 @@ func TestPool(t *testing.T) {
 	lc := &fakeLC{destroyed: map[string]bool{}, delivered: map[string]bool{}}
 	p := NewPool(lc, PoolConfig{PerKey: 2, Total: 3, IdleTimeout: time.Hour}, nil)
 	job := Job{ID: "skillbox-job", RootFS: "/r", SkillDir: "/s", Args: []string{"python3", "/skill/scripts/a.py"}}
-	key, ok := KeyFor(job, "sk", "sha256:1", "sha256:img")
+	key, ok := KeyFor(job, "sk", "sha256:1")
 	if !ok || key.Boot != BootPython {
 		t.Fatalf("KeyFor = %+v %v", key, ok)
 	}

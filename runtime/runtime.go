@@ -179,10 +179,31 @@ type InputFile struct {
 	Target string    // InputSymlink only
 }
 
+// ImageRef names an interpreter image: in results and audit records, and
+// for a backend that keeps images itself (containerd runs a job from a
+// snapshot of the image rather than from RootFS).
+type ImageRef struct {
+	Name   string `json:"name"`
+	Digest string `json:"digest"` // the manifest digest
+	// Ref is the registry reference an image from a registry is pulled
+	// from (only the containerd backend runs those); "" for an image
+	// skillbox built.
+	Ref string `json:"ref,omitempty"`
+	// Layout is the OCI image layout a built image can be imported from
+	// (skillbox's image store).
+	Layout string `json:"-"`
+}
+
+// IsZero reports whether r names no image.
+func (r ImageRef) IsZero() bool { return r == ImageRef{} }
+
 // Job is everything a backend needs to run one script once.
 type Job struct {
-	ID       string   // unique, [a-zA-Z0-9_-]; also the container id
-	RootFS   string   // host path of the unpacked image rootfs (mounted read-only)
+	ID     string // unique, [a-zA-Z0-9_-]; also the container id
+	RootFS string // host path of the unpacked image rootfs (mounted read-only); "" only for an Image.Ref
+	// Image is the image RootFS was unpacked from, when known; the
+	// containerd backend runs from a snapshot of it.
+	Image    ImageRef
 	SkillDir string   // host path of the skill directory (mounted read-only at SkillMount); "" for none
 	Args     []string // argv inside the container, e.g. ["python3", "/skill/scripts/x.py", "a"]
 	Env      []string // KEY=VALUE, already allowlisted by the caller; PATH/HOME/LANG are added

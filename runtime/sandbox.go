@@ -109,6 +109,9 @@ func (e *engine) create(ctx context.Context, spec SandboxSpec) (_ Sandbox, err e
 	if err := ValidateJob(probe); err != nil {
 		return nil, err
 	}
+	if spec.RootFS == "" {
+		return nil, fmt.Errorf("%w: image %q is the registry image %s, which only the containerd runtime runs (it pulls and unpacks it); this runtime runs images skillbox builds: use --runtime containerd, or a recipe image", ErrUnavailable, spec.Image.Name, spec.Image.Ref)
+	}
 	opts := e.d.specOptions(probe)
 	b, err := createBundle(spec.ID, spec.RootFS, spec.Limits, e.runDir, opts)
 	if err != nil {

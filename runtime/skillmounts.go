@@ -117,7 +117,9 @@ func prepareSkillsDir(dir string, job Job) (string, error) {
 	if !job.usesSkillsDir() {
 		return "", nil
 	}
-	if st, err := os.Lstat(filepath.Join(job.RootFS, SkillsMount)); err != nil || !st.IsDir() {
+	// A registry image (no RootFS on the host) gets the mount point made
+	// in its snapshot by the OCI runtime.
+	if st, err := os.Lstat(filepath.Join(job.RootFS, SkillsMount)); job.RootFS != "" && (err != nil || !st.IsDir()) {
 		return "", fmt.Errorf("%w: the image at %s has no directory %s to mount the skills on: rebuild the image with this skillbox (skillbox images build NAME)", ErrUnavailable, job.RootFS, SkillsMount)
 	}
 	root := filepath.Join(dir, bundleSkills)

@@ -139,7 +139,7 @@ func ValidateJob(job Job) error {
 	if !jobIDPattern.MatchString(job.ID) {
 		return fmt.Errorf("%w: job id %q must be 1-64 of [A-Za-z0-9_-], starting with a letter or digit", ErrInvalidJob, truncateForError(job.ID))
 	}
-	if !isCleanAbs(job.RootFS) {
+	if !isCleanAbs(job.RootFS) && (job.RootFS != "" || job.Image.Ref == "") {
 		return fmt.Errorf("%w: rootfs %q must be an absolute, clean host path", ErrInvalidJob, job.RootFS)
 	}
 	if job.SkillDir != "" && !isCleanAbs(job.SkillDir) {

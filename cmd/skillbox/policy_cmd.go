@@ -13,6 +13,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
 	"github.com/skillbox/skillbox/skills"
 	"github.com/urfave/cli/v2"
 )
@@ -118,6 +119,10 @@ func policyCheck(c *cli.Context) error {
 	if err := runtimeAvailable(c.Context, cfg); err != nil {
 		fmt.Fprintln(errw, err)
 		return exitCode(1, "%s: the configured runtime is not available; install what is missing or choose another daemon.runtime", file)
+	}
+	if err := registryImagesRunnable(cfg); err != nil {
+		fmt.Fprintln(errw, err)
+		return exitCode(1, "%s: the configured runtime cannot run the registry images; use daemon.runtime \"containerd\" or images skillbox builds", file)
 	}
 
 	if o.tool != "" {
@@ -248,8 +253,12 @@ func printConfig(w io.Writer, cfg *policy.Config) {
 	p("  dir\t%s", cfg.Images.Dir)
 	p("  recipes_dirs\t%s", orNone(strings.Join(cfg.Images.RecipesDirs, " "), "none (built-in recipes)"))
 	for _, im := range cfg.Images.List {
-		p("  %s\t%s → %s\t(shebangs: %s; recipe %s; %s)", im.Name, orNone(strings.Join(im.Extensions, " "), "no extensions"),
-			strings.Join(im.Interpreter, " "), orNone(strings.Join(im.Shebangs, " "), "none"), im.Recipe, im.Pos)
+		from := "recipe " + im.Recipe
+		if im.Ref != "" {
+			from = "registry image " + im.Ref
+		}
+		p("  %s\t%s → %s\t(shebangs: %s; %s; %s)", im.Name, orNone(strings.Join(im.Extensions, " "), "no extensions"),
+			strings.Join(im.Interpreter, " "), orNone(strings.Join(im.Shebangs, " "), "none"), from, im.Pos)
 	}
 
 	p("\nlimits (%s)", cfg.LimitsPos)
@@ -362,6 +371,22 @@ func fmtRuleLimits(l runtime.Limits) string {
 
 // runtimeCheckTimeout bounds asking the configured runtime for its version.
 const runtimeCheckTimeout = 15 * time.Second
+
+// registryImagesRunnable refuses registry images (image blocks with ref)
+// on a daemon runtime other than containerd, the one that pulls them.
+func registryImagesRunnable(cfg *policy.Config) error {
+	if cfg.Daemon.Runtime == rtcontainerd.Name {
+		return nil
+	}
+	var errs []error
+	for _, im := range cfg.Images.List {
+		if im.Ref != "" {
+			errs = append(errs, fmt.Errorf("%s: image %q is the registry image %s: daemon.runtime %q cannot run it (only %q pulls and runs registry images)",
+				im.Pos, im.Name, im.Ref, cfg.Daemon.Runtime, rtcontainerd.Name))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // runtimeAvailable asks the runtime daemon.runtime names for its version:
 // a runtime that is not there (a missing binary, an unreachable containerd,

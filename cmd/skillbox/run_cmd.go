@@ -902,11 +902,11 @@ func (c *cliImages) noBuildError(name string) error {
 	return fmt.Errorf("image %q is not built in %s and --no-build forbids building it: run 'skillbox images build --dir %s %s' first, or drop --no-build", recipe, dir, dir, recipe)
 }
 
-func (c *cliImages) Ensure(ctx context.Context, name string, progress io.Writer) (service.ImageRef, string, error) {
+func (c *cliImages) Ensure(ctx context.Context, name string, progress io.Writer) (runtime.ImageRef, string, error) {
 	if err := c.Built(name); errors.Is(err, images.ErrNotBuilt) {
 		dir := c.Store.Dir()
 		if c.noBuild {
-			return service.ImageRef{}, "", c.noBuildError(name)
+			return runtime.ImageRef{}, "", c.noBuildError(name)
 		}
 		if progress != nil {
 			fmt.Fprintf(progress, "skillbox: image %q is not built in %s yet; building it now (this takes a few minutes)\n", c.Recipes[name].Name, dir)

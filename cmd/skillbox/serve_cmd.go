@@ -329,6 +329,8 @@ func checkImages(cfg *policy.Config, si *service.StoreImages, log hclog.Logger) 
 		err := si.Built(im.Name)
 		switch {
 		case err == nil:
+		case im.Ref != "":
+			log.Warn("registry image cannot run on this runtime; scripts that need it are refused", "image", im.Name, "ref", im.Ref, "error", err)
 		case errors.Is(err, images.ErrNotBuilt):
 			what := "scripts that need it are refused (unavailable) until it is built"
 			if si.Build {

@@ -151,9 +151,13 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 	if err != nil {
 		return nil, err
 	}
+	si := &service.StoreImages{Store: store, Recipes: byImage, Build: !o.noBuild, Registry: registryImages(cfg)}
+	if p, ok := rt.(service.RegistryPuller); ok {
+		si.Puller = p
+	}
 	eng := &service.Engine{
 		Config:   cfg,
-		Images:   &service.StoreImages{Store: store, Recipes: byImage, Build: !o.noBuild},
+		Images:   si,
 		Runtime:  rt,
 		Pins:     &service.SnapshotStore{Dir: service.DefaultSnapshotDir},
 		Logger:   log.Named("engine"),
@@ -224,9 +228,23 @@ func openAudit(cfg *policy.Config, log hclog.Logger) (*audit.Log, error) {
 // recipesByImage maps each config image block to the recipe it names
 // (image "py3" { recipe = "python" } runs in the python image), so a block
 // naming a recipe that does not exist is caught at start, not at a run.
+// registryImages maps the config's registry images to their references.
+func registryImages(cfg *policy.Config) map[string]string {
+	out := map[string]string{}
+	for _, im := range cfg.Images.List {
+		if im.Ref != "" {
+			out[im.Name] = im.Ref
+		}
+	}
+	return out
+}
+
 func recipesByImage(cfg *policy.Config, recipes map[string]*images.Recipe) (map[string]*images.Recipe, error) {
 	out := make(map[string]*images.Recipe, len(cfg.Images.List))
 	for _, im := range cfg.Images.List {
+		if im.Ref != "" {
+			continue // pulled, not built
+		}
 		r, ok := recipes[im.Recipe]
 		if !ok {
 			known := make([]string, 0, len(recipes))

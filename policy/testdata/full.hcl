@@ -43,6 +43,11 @@ image "ruby" {
   extensions  = [".rb"]
   interpreter = ["ruby", "--disable-gems"]
 }
+image "r" {
+  extensions  = [".r"]
+  interpreter = ["Rscript"]
+  ref         = "registry.example.com/stats/r-base:4.4"
+}
 limits {
   timeout      = "1m"
   memory       = "1G"

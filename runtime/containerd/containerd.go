@@ -8,8 +8,8 @@
 // OCI spec (runtime.BuildSpec, with the options of the OCI runtime the
 // handler runs), the workdir with its inputs, the output capture, the end
 // of run rules and the outputs all come from package runtime; only how a
-// process is started, waited for and killed is containerd's. The rootfs is
-// the image's unpacked rootfs, read-only, as the other backends use it.
+// process is started, waited for and killed is containerd's, and the
+// rootfs: a snapshot of the job's image in containerd (see snapshot.go).
 //
 // A lease per sandbox (id = the run's id, labelled with its run dir) holds
 // whatever containerd keeps for the run; the container carries the run dir
@@ -39,6 +39,7 @@ import (
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
+	clog "github.com/containerd/log"
 
 	"github.com/skillbox/skillbox/runtime"
 )
@@ -96,6 +97,8 @@ type Containerd struct {
 
 	verMu   sync.Mutex
 	version string
+
+	imgs imageCache
 }
 
 var (
@@ -106,6 +109,10 @@ var (
 
 func init() {
 	runtime.Register(Name, func(o runtime.Options) (runtime.Runtime, error) { return New(o) })
+	// The client library logs to stderr on its own (e.g. each failed
+	// registry request at info level); the errors it returns carry the
+	// same facts, and skillbox reports them.
+	_ = clog.SetLevel("warn")
 }
 
 // New makes the backend. Nothing is dialled here: an unreachable daemon or

@@ -10,9 +10,11 @@ import (
 	"strconv"
 	"time"
 
+	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/errdefs"
 	digest "github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -143,17 +145,46 @@ func writeBlob(ctx context.Context, cs content.Store, layoutDir string, desc oci
 // ErrPull: a registry reference could not be pulled.
 var ErrPull = errors.New("pull failed")
 
-// PullImage pulls a registry reference into the namespace. A registry that
-// cannot be reached is runtime.ErrUnavailable, saying so.
+// PullImage pulls a registry reference into the namespace and returns its
+// name there. A registry that cannot be reached is runtime.ErrUnavailable,
+// saying so. Registries on this machine (localhost, loopback addresses) are
+// spoken to over plain HTTP, as docker and ctr do; every other over HTTPS.
 func (c *Containerd) PullImage(ctx context.Context, ref string) (string, error) {
 	cl, err := c.connect(ctx)
 	if err != nil {
 		return "", err
 	}
-	img, err := cl.Pull(c.ctx(ctx), ref)
+	resolver := docker.NewResolver(docker.ResolverOptions{
+		Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(docker.MatchLocalhost)),
+	})
+	img, err := cl.Pull(c.ctx(ctx), ref, containerd.WithResolver(resolver))
 	if err != nil {
 		return "", fmt.Errorf("%w: %w: pull %s: %v (is its registry reachable from this machine? use an image built with skillbox images build and imported with skillbox images import --containerd instead)",
 			runtime.ErrUnavailable, ErrPull, ref, err)
 	}
+	c.log.Info("image pulled into containerd", "ref", ref, "digest", img.Target().Digest.String(), "namespace", c.namespace)
 	return img.Name(), nil
+}
+
+// EnsureImage returns the manifest digest of registry reference ref in the
+// namespace, pulling it first when containerd does not have it (a tag that
+// moved on the registry is pulled again with skillbox images pull).
+func (c *Containerd) EnsureImage(ctx context.Context, ref string) (string, error) {
+	cl, err := c.connect(ctx)
+	if err != nil {
+		return "", err
+	}
+	img, err := cl.GetImage(c.ctx(ctx), ref)
+	if errdefs.IsNotFound(err) {
+		if _, err = c.PullImage(ctx, ref); err == nil {
+			img, err = cl.GetImage(c.ctx(ctx), ref)
+		}
+	}
+	if err != nil {
+		if errors.Is(err, runtime.ErrUnavailable) {
+			return "", err
+		}
+		return "", fmt.Errorf("%w: image %s in containerd: %v", runtime.ErrUnavailable, ref, err)
+	}
+	return img.Target().Digest.String(), nil
 }

@@ -162,10 +162,7 @@ func (s *sandbox) newTask(ctx context.Context, job runtime.Job, stdin io.Reader,
 		return nil, err
 	}
 	ctx = s.ctx(ctx)
-	ctr, err := s.cl.NewContainer(ctx, s.spec.ID,
-		containerd.WithSpec(s.b.Spec),
-		containerd.WithRuntime(s.c.handler, ropts),
-		containerd.WithContainerLabels(map[string]string{LabelRunDir: s.b.Dir}))
+	ctr, err := s.newContainer(ctx, ropts)
 	if err != nil {
 		return nil, fmt.Errorf("create containerd container %s: %w", s.spec.ID, err)
 	}

@@ -102,8 +102,19 @@ func (d *Deps) image(rootfs string) *deps.Image {
 	return im
 }
 
+// layerImage refuses a dependency layer on an image without a rootfs on
+// the host (a registry image, which only containerd holds): layers are
+// built on images skillbox builds.
+func layerImage(sk *skills.Skill, img runtime.ImageRef, rootfs string) error {
+	if rootfs != "" {
+		return nil
+	}
+	return fmt.Errorf("%w: skill %q declares dependencies, and its scripts run in image %q, the registry image %s: dependency layers are built only on images skillbox builds (map the extension to a recipe image, or use a registry image that already has the packages and drop the declaration)",
+		api.ErrUnavailable, sk.Name, img.Name, img.Ref)
+}
+
 // request is the build request of the part of set that image img uses.
-func (d *Deps) request(sk *skills.Skill, set *deps.Set, img ImageRef, rootfs string) *deps.Request {
+func (d *Deps) request(sk *skills.Skill, set *deps.Set, img runtime.ImageRef, rootfs string) *deps.Request {
 	part := forFamily(set, family(img.Name))
 	if ex := d.extrasFor(img.Name, part); len(ex) > 0 {
 		if part == nil {
@@ -156,7 +167,7 @@ func (d *Deps) extrasFor(image string, part *deps.Set) []deps.Requirement {
 // when it needs none. A layer not built yet is waited for when a build is
 // in progress and the config says wait; otherwise the run fails with an
 // error that says how to build it.
-func (d *Deps) ForRun(ctx context.Context, p *Plan, img ImageRef, rootfs string) (*deps.Layer, error) {
+func (d *Deps) ForRun(ctx context.Context, p *Plan, img runtime.ImageRef, rootfs string) (*deps.Layer, error) {
 	if d == nil {
 		return nil, nil
 	}
@@ -186,7 +197,7 @@ func (d *Deps) ForRun(ctx context.Context, p *Plan, img ImageRef, rootfs string)
 
 // plan is what skill sk (its copy at root) needs beyond image img: nil
 // when nothing.
-func (d *Deps) plan(sk *skills.Skill, root string, img ImageRef, rootfs string) (*deps.Plan, error) {
+func (d *Deps) plan(sk *skills.Skill, root string, img runtime.ImageRef, rootfs string) (*deps.Plan, error) {
 	set, err := d.Declared(sk, root)
 	if err != nil || set.Empty() && !d.hasExtras() {
 		return nil, err
@@ -194,6 +205,9 @@ func (d *Deps) plan(sk *skills.Skill, root string, img ImageRef, rootfs string) 
 	req := d.request(sk, set, img, rootfs)
 	if req == nil {
 		return nil, nil
+	}
+	if err := layerImage(sk, img, rootfs); err != nil {
+		return nil, err
 	}
 	plan := &deps.Plan{Image: d.image(rootfs)}
 	plan.Missing = plan.Image.Missing(req.Set)
@@ -207,7 +221,7 @@ func (d *Deps) plan(sk *skills.Skill, root string, img ImageRef, rootfs string) 
 // ReadyDir is the directory of the built layer skill sk needs in img, ""
 // when it needs none; ok is false when it needs one that is not built (or
 // its declarations are invalid). It never waits (warming, checks).
-func (d *Deps) ReadyDir(sk *skills.Skill, root string, img ImageRef, rootfs string) (dir string, ok bool) {
+func (d *Deps) ReadyDir(sk *skills.Skill, root string, img runtime.ImageRef, rootfs string) (dir string, ok bool) {
 	if d == nil {
 		return "", true
 	}
@@ -226,7 +240,7 @@ func (d *Deps) ReadyDir(sk *skills.Skill, root string, img ImageRef, rootfs stri
 
 // layerFor is the layer skill sk (its pinned copy at root) needs in image
 // img, or nil.
-func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img ImageRef, rootfs string) (*deps.Layer, error) {
+func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img runtime.ImageRef, rootfs string) (*deps.Layer, error) {
 	plan, err := d.plan(sk, root, img, rootfs)
 	if err != nil || plan == nil {
 		return nil, err
@@ -288,6 +302,9 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 		req := d.request(sk, set, img, rootfs)
 		if req == nil {
 			continue
+		}
+		if err := layerImage(sk, img, rootfs); err != nil {
+			return out, err
 		}
 		l, err := d.Builder.Build(ctx, *req)
 		if err != nil {
@@ -539,6 +556,10 @@ func (e *Engine) CheckSkill(ctx context.Context, sk *skills.Skill) (*api.CheckSk
 		ref, rootfs, err := e.Images.Ensure(ctx, interp.Image, nil)
 		if err != nil {
 			why[fam.family] = fmt.Sprintf("image %q: %v", interp.Image, err)
+			continue
+		}
+		if rootfs == "" {
+			why[fam.family] = fmt.Sprintf("image %q is the registry image %s: dependency layers are built only on images skillbox builds", interp.Image, ref.Ref)
 			continue
 		}
 		if e.Deps != nil {

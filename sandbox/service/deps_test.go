@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/images/deps"
+	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
@@ -30,8 +31,8 @@ func depsEngine(t *testing.T, config string, src deps.Sources) (*service.Engine,
 		}
 	}
 	os.WriteFile(filepath.Join(rootfs, "usr/bin/python3.13"), nil, 0o755)
-	e.Images = &servicetest.Images{EnsureFunc: func(_ context.Context, name string) (service.ImageRef, string, error) {
-		return service.ImageRef{Name: name, Digest: depsImageDigest}, rootfs, nil
+	e.Images = &servicetest.Images{EnsureFunc: func(_ context.Context, name string) (runtime.ImageRef, string, error) {
+		return runtime.ImageRef{Name: name, Digest: depsImageDigest}, rootfs, nil
 	}}
 	store := t.TempDir()
 	e.Deps = &service.Deps{Builder: &deps.Builder{Store: deps.OpenStore(store), Runtime: rt, Sources: src}, Config: e.Config, Images: e.Images}

@@ -34,13 +34,7 @@ const maxScriptBytes = 4 << 20
 // image first when allowed. It is an interface so a warm pool or a containerd
 // snapshotter can supply rootfs differently later.
 type ImageSource interface {
-	Ensure(ctx context.Context, name string, progress io.Writer) (ImageRef, string, error)
-}
-
-// ImageRef names the image a run used, for results and audit.
-type ImageRef struct {
-	Name   string `json:"name"`
-	Digest string `json:"digest"`
+	Ensure(ctx context.Context, name string, progress io.Writer) (runtime.ImageRef, string, error)
 }
 
 // Auditor is the slice of the audit log the engine writes to. A nil Auditor
@@ -149,7 +143,7 @@ type Plan struct {
 type Outcome struct {
 	RunID  string
 	Plan   *Plan
-	Image  ImageRef
+	Image  runtime.ImageRef
 	Result *runtime.Result
 	// DepsLayer is the dependency layer digest the run mounted, if any.
 	DepsLayer string
@@ -338,6 +332,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	job := runtime.Job{
 		ID:        p.JobID,
 		RootFS:    rootfs,
+		Image:     img,
 		SkillDir:  p.SkillRoot,
 		Args:      p.Argv,
 		Env:       p.Env,
@@ -470,7 +465,7 @@ func (e *Engine) version(ctx context.Context) string {
 	return e.runtimeVersion
 }
 
-func (e *Engine) runInfo(p *Plan, img ImageRef, rtVersion string) *audit.RunInfo {
+func (e *Engine) runInfo(p *Plan, img runtime.ImageRef, rtVersion string) *audit.RunInfo {
 	req := p.Request
 	names, envHash := audit.EnvSummary(req.Env)
 	ri := &audit.RunInfo{

@@ -7,14 +7,22 @@ import (
 	"io"
 
 	"github.com/skillbox/skillbox/images"
+	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // StoreImages supplies rootfs from the local image store, building an image
-// from its recipe on first use when Build is set.
+// from its recipe on first use when Build is set; a registry image (an
+// image block with ref) comes from Puller instead, without a rootfs on the
+// host.
 type StoreImages struct {
 	Store   *images.Store
 	Recipes map[string]*images.Recipe
+	// Registry maps image names to the registry references they are
+	// pulled from; Puller pulls them (the containerd runtime; nil when
+	// the runtime cannot run registry images).
+	Registry map[string]string
+	Puller   RegistryPuller
 	// Build lets Ensure build a missing image (minutes, inside the call that
 	// needs it). Without it a missing image fails fast with api.ErrUnavailable,
 	// naming the command that builds it.
@@ -25,6 +33,23 @@ var (
 	_ ImageSource  = (*StoreImages)(nil)
 	_ ImageChecker = (*StoreImages)(nil)
 )
+
+// RegistryPuller yields registry images: the manifest digest of ref,
+// pulled first when it is not there yet.
+type RegistryPuller interface {
+	EnsureImage(ctx context.Context, ref string) (digest string, err error)
+}
+
+// registryImage says whether name is a registry image, and whether it can
+// run here.
+func (s *StoreImages) registryImage(name string) (ref string, ok bool, err error) {
+	ref, ok = s.Registry[name]
+	if ok && s.Puller == nil {
+		err = fmt.Errorf("%w: image %q is the registry image %s, which only the containerd runtime runs (it pulls and unpacks it): use --runtime containerd or daemon { runtime = \"containerd\" }, or map the extension to an image skillbox builds",
+			api.ErrUnavailable, name, ref)
+	}
+	return ref, ok, err
+}
 
 // ImageChecker is an ImageSource that can tell cheaply, without building or
 // unpacking anything, whether Ensure could supply an image now. The daemon
@@ -38,6 +63,9 @@ type ImageChecker interface {
 // wrapping images.ErrNotBuilt or images.ErrUnknownImage (or the store's own
 // failure).
 func (s *StoreImages) Built(name string) error {
+	if _, ok, err := s.registryImage(name); ok {
+		return err // pulled when first used
+	}
 	r, ok := s.Recipes[name]
 	if !ok {
 		return fmt.Errorf("%w: no recipe named %q: add images/recipes/%s.hcl or fix the image block in the config", images.ErrUnknownImage, name, name)
@@ -50,6 +78,9 @@ func (s *StoreImages) Built(name string) error {
 // built on demand, is available; a missing one is api.ErrUnavailable with the
 // command that builds it.
 func (s *StoreImages) Available(name string) error {
+	if _, ok, err := s.registryImage(name); ok {
+		return err
+	}
 	err := s.Built(name)
 	switch {
 	case err == nil:
@@ -77,14 +108,24 @@ func BuildCommand(dir, name string) string {
 }
 
 // Ensure implements ImageSource.
-func (s *StoreImages) Ensure(ctx context.Context, name string, progress io.Writer) (ImageRef, string, error) {
+func (s *StoreImages) Ensure(ctx context.Context, name string, progress io.Writer) (runtime.ImageRef, string, error) {
+	if ref, ok, err := s.registryImage(name); ok {
+		if err != nil {
+			return runtime.ImageRef{}, "", err
+		}
+		d, err := s.Puller.EnsureImage(ctx, ref)
+		if err != nil {
+			return runtime.ImageRef{}, "", err
+		}
+		return runtime.ImageRef{Name: name, Digest: d, Ref: ref}, "", nil
+	}
 	r, ok := s.Recipes[name]
 	if !ok {
-		return ImageRef{}, "", fmt.Errorf("%w: no recipe named %q: add images/recipes/%s.hcl or fix the image block in the config", images.ErrUnknownImage, name, name)
+		return runtime.ImageRef{}, "", fmt.Errorf("%w: no recipe named %q: add images/recipes/%s.hcl or fix the image block in the config", images.ErrUnknownImage, name, name)
 	}
 	img, rootfs, err := s.Store.Ensure(ctx, r, s.Build, progress)
 	if err != nil {
-		return ImageRef{}, "", err
+		return runtime.ImageRef{}, "", err
 	}
-	return ImageRef{Name: img.Name, Digest: img.Digest}, rootfs, nil
+	return runtime.ImageRef{Name: img.Name, Digest: img.Digest, Layout: s.Store.LayoutDir()}, rootfs, nil
 }

@@ -24,12 +24,12 @@ const warmImagesPerSkill = 3
 const warmScanFiles = 500
 
 // runJob runs job warm when the pool has a sandbox for it, cold otherwise.
-func (e *Engine) runJob(ctx context.Context, p *Plan, img ImageRef, job runtime.Job) (*runtime.Result, error) {
+func (e *Engine) runJob(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job) (*runtime.Result, error) {
 	sk := p.Request.Skill
 	if e.Pool == nil || sk == nil { // run_code runs are always cold
 		return e.Runtime.Run(ctx, job)
 	}
-	key, ok := runtime.KeyFor(job, sk.Name, sk.Digest, img.Digest)
+	key, ok := runtime.KeyFor(job, sk.Name, sk.Digest)
 	if !ok {
 		return e.Runtime.Run(ctx, job)
 	}
@@ -82,7 +82,7 @@ func (e *Engine) warmSkill(sk *skills.Skill) {
 		if runtime.PythonInvocation(append(slices.Clone(it.argv), "/x")) {
 			boot = runtime.BootPython
 		}
-		e.Pool.Warm(runtime.PoolKey{Skill: sk.Name, Image: ref.Digest, RootFS: rootfs, SkillDigest: sk.Digest,
+		e.Pool.Warm(runtime.PoolKey{Skill: sk.Name, Image: ref, RootFS: rootfs, SkillDigest: sk.Digest,
 			SkillDir: root, DepLayer: layer, Limits: runtime.SandboxLimits(limits), Boot: boot})
 	}
 }

@@ -66,14 +66,14 @@ func (f *Runtime) Jobs() []runtime.Job {
 
 // Images hands out a fixed rootfs for every image name.
 type Images struct {
-	EnsureFunc func(ctx context.Context, name string) (service.ImageRef, string, error)
+	EnsureFunc func(ctx context.Context, name string) (runtime.ImageRef, string, error)
 }
 
-func (f *Images) Ensure(ctx context.Context, name string, _ io.Writer) (service.ImageRef, string, error) {
+func (f *Images) Ensure(ctx context.Context, name string, _ io.Writer) (runtime.ImageRef, string, error) {
 	if f.EnsureFunc != nil {
 		return f.EnsureFunc(ctx, name)
 	}
-	return service.ImageRef{Name: name, Digest: "sha256:" + strings.Repeat("ab", 32)}, "/var/lib/fake/" + name, nil
+	return runtime.ImageRef{Name: name, Digest: "sha256:" + strings.Repeat("ab", 32)}, "/var/lib/fake/" + name, nil
 }
 
 // Auditor keeps records in memory; FailWith (or Fail) makes appends fail.
