@@ -355,6 +355,24 @@ func TestContainerdRunsFromSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// A run that dies with its process leaves its container on its
+	// snapshot; the next start's sweep removes both.
+	t.Run("crash", func(t *testing.T) {
+		id := newID()
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{rtcontainerd.Name, opts.StateDir, opts.RunDir, id, rootfs, "-",
+			"skillbox-marker-" + randomHex(8), "image-up", img.Name, img.Digest, store.LayoutDir()}, "|"))
+		out, err := cmd.CombinedOutput()
+		if !strings.Contains(string(out), "crashing now") {
+			t.Fatalf("crash helper: %v\n%s", err, out)
+		}
+		if snaps, _ := ctr("snapshots", "ls"); !strings.Contains(snaps, id) {
+			t.Fatalf("the crashed run left no snapshot %s:\n%s", id, snaps)
+		}
+		if err := runtime.Sweep(context.Background(), rt); err != nil {
+			t.Fatalf("Sweep: %v", err)
+		}
+	})
 	if out, _ := listContainers(rtcontainerd.Name, opts); strings.TrimSpace(out) != "" {
 		t.Errorf("containers left: %s", out)
 	}

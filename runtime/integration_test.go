@@ -1228,6 +1228,12 @@ func crashHelper(spec string) {
 	if mode == "egress-up" {
 		job.Egress, mode = &egress.Config{}, "up"
 	}
+	if mode == "image-up" {
+		// A sandbox on a snapshot of a store image (containerd): its
+		// name, digest and layout follow.
+		job.Image = runtime.ImageRef{Name: f[8], Digest: f[9], Layout: f[10]}
+		job.SkillDir, job.Args, mode = "", []string{"/bin/sh", "-c", "echo up; exec sleep 1000", marker}, "up"
+	}
 	if mode == "early" {
 		fmt.Println("running")
 	}
