@@ -355,6 +355,35 @@ func TestContainerdRunsFromSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	// A dependency layer is one more layer of the image in containerd,
+	// not a bind mount: its files are in the rootfs, read-only.
+	t.Run("deps", func(t *testing.T) {
+		hexd := randomHex(32)
+		tree := filepath.Join(t.TempDir(), "layers", "sha256-"+hexd, "tree")
+		if err := os.MkdirAll(filepath.Join(tree, "python", "pkg"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(tree, "python", "pkg", "data.txt"), []byte("from the layer\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("pkg/data.txt", filepath.Join(tree, "python", "link.txt")); err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < 2; i++ { // the second run finds the image made
+			job := runtime.Job{ID: newID(), RootFS: rootfs, Image: ref, DepsDir: tree, Limits: runtime.Limits{Timeout: time.Minute},
+				Args: []string{"/bin/sh", "-c", "cat /opt/python/link.txt; grep -c ' /opt ' /proc/self/mountinfo; touch /opt/python/x 2>/dev/null && echo writable; true"}}
+			res, err := rt.Run(context.Background(), job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode != 0 || string(res.Stdout) != "from the layer\n0\n" {
+				t.Errorf("run %d: exit %d stdout %q stderr %q", i, res.ExitCode, res.Stdout, res.Stderr)
+			}
+		}
+		if out, err := ctr("images", "ls", "-q"); err != nil || !strings.Contains(out, ":deps-"+hexd[:32]) {
+			t.Errorf("no image with the layer in containerd: %v\n%s", err, out)
+		}
+	})
 	// A run that dies with its process leaves its container on its
 	// snapshot; the next start's sweep removes both.
 	t.Run("crash", func(t *testing.T) {

@@ -4,19 +4,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	containerd "github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/defaults"
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/skillbox/skillbox/runtime"
 )
 
 // Rootfs from snapshots: a sandbox whose spec names its image (an image
 // skillbox built, or one from a registry) runs on a snapshot of that image
-// made by containerd's snapshotter under the sandbox's lease, so the
+// made by containerd's snapshotter under the sandbox's lease (a dependency
+// layer becomes one more layer of the image: depslayer.go), so the
 // container's image and rootfs are containerd's, visible to its tooling,
 // and the layers are kept or collected by containerd. A built image missing
 // from the namespace is imported from the image store first; a registry
@@ -36,7 +39,13 @@ const rootfsInBundle = "rootfs"
 // is dropped when a container cannot be made from it.
 type imageCache struct {
 	mu     sync.Mutex // held while an image is checked, imported or pulled
-	images map[runtime.ImageRef]containerd.Image
+	images map[imageKey]containerd.Image
+}
+
+// imageKey is an image and, for a run with one, its dependency layer.
+type imageKey struct {
+	ref  runtime.ImageRef
+	deps string
 }
 
 // containerdName is the name of ref's image in containerd.
@@ -49,11 +58,13 @@ func containerdName(ref runtime.ImageRef) string {
 
 // image returns ref's image in containerd, unpacked into the snapshotter:
 // imported from ref.Layout when containerd lacks it (or holds another
-// digest under its name), pulled when it is a registry reference.
-func (c *Containerd) image(ctx context.Context, cl *containerd.Client, ref runtime.ImageRef) (containerd.Image, error) {
+// digest under its name), pulled when it is a registry reference; with
+// depsDir, the image of it plus that dependency layer (depslayer.go).
+func (c *Containerd) image(ctx context.Context, cl *containerd.Client, ref runtime.ImageRef, depsDir string) (containerd.Image, error) {
 	c.imgs.mu.Lock()
 	defer c.imgs.mu.Unlock()
-	if img, ok := c.imgs.images[ref]; ok {
+	key := imageKey{ref: ref, deps: depsDir}
+	if img, ok := c.imgs.images[key]; ok {
 		return img, nil
 	}
 	ctx = c.ctx(ctx)
@@ -89,10 +100,15 @@ func (c *Containerd) image(ctx context.Context, cl *containerd.Client, ref runti
 	if err := c.unpack(ctx, cl, img); err != nil {
 		return nil, err
 	}
-	if c.imgs.images == nil {
-		c.imgs.images = map[runtime.ImageRef]containerd.Image{}
+	if depsDir != "" {
+		if img, err = c.depsImage(ctx, cl, img, ref, depsDir); err != nil {
+			return nil, err
+		}
 	}
-	c.imgs.images[ref] = img
+	if c.imgs.images == nil {
+		c.imgs.images = map[imageKey]containerd.Image{}
+	}
+	c.imgs.images[key] = img
 	return img, nil
 }
 
@@ -120,9 +136,9 @@ func (c *Containerd) unpack(ctx context.Context, cl *containerd.Client, img cont
 
 // forgetImage drops ref from the cache (its image or snapshots may have
 // been removed behind skillbox's back).
-func (c *Containerd) forgetImage(ref runtime.ImageRef) {
+func (c *Containerd) forgetImage(ref runtime.ImageRef, depsDir string) {
 	c.imgs.mu.Lock()
-	delete(c.imgs.images, ref)
+	delete(c.imgs.images, imageKey{ref: ref, deps: depsDir})
 	c.imgs.mu.Unlock()
 }
 
@@ -138,10 +154,14 @@ func (s *sandbox) newContainer(ctx context.Context, ropts any) (containerd.Conta
 		return s.cl.NewContainer(ctx, s.spec.ID, append(opts, containerd.WithSpec(s.b.Spec))...)
 	}
 	s.b.Spec.Root.Path = rootfsInBundle
+	if s.spec.DepsDir != "" {
+		// The layer is part of the image here, not a bind mount.
+		s.b.Spec.Mounts = slices.DeleteFunc(s.b.Spec.Mounts, func(m specs.Mount) bool { return m.Destination == runtime.DepsMount })
+	}
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var img containerd.Image
-		if img, err = s.c.image(ctx, s.cl, s.spec.Image); err != nil {
+		if img, err = s.c.image(ctx, s.cl, s.spec.Image, s.spec.DepsDir); err != nil {
 			return nil, err
 		}
 		var ctr containerd.Container
@@ -151,7 +171,7 @@ func (s *sandbox) newContainer(ctx context.Context, ropts any) (containerd.Conta
 		if err == nil {
 			return ctr, nil
 		}
-		s.c.forgetImage(s.spec.Image)
+		s.c.forgetImage(s.spec.Image, s.spec.DepsDir)
 		// A snapshot made before the container failed goes with the lease;
 		// remove it now so the retry can use the same key.
 		if serr := s.cl.SnapshotService(snapshotter).Remove(ctx, s.spec.ID); serr != nil && !errdefs.IsNotFound(serr) {
