@@ -47,7 +47,7 @@ func TestDefaultRecipes(t *testing.T) {
 		"python":      batteries,
 		"python-slim": slim,
 		"node":        {"nodejs", "npm"},
-		"shell":       {"bash", "coreutils", "curl", "gawk", "git", "grep", "jq", "sed", "unzip", "zip"},
+		"shell":       {"bash", "coreutils", "curl", "gawk", "git", "grep", "jq", "sed", "unzip", "zip", "nodejs", "npm"},
 	}
 	for name, want := range wantPackages {
 		for _, p := range want {
