@@ -87,8 +87,14 @@ func TestIntegrationShellImage(t *testing.T) {
 	if l, err := os.Readlink(filepath.Join(root, "bin")); err != nil || l != "usr/bin" {
 		t.Errorf("merged /usr: bin -> %q (%v)", l, err)
 	}
-	// Lean: no python, no apt, no docs or man pages (git brings full perl).
-	for _, p := range []string{"usr/bin/python3", "usr/bin/apt-get", "usr/share/man/man1", "usr/share/doc/bash/README", "etc/hostname"} {
+	for _, p := range []string{"usr/bin/node", "usr/bin/npm"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("%s missing: %v", p, err)
+		}
+	}
+	// Lean: no apt, no docs or man pages (git brings full perl; npm's
+	// node-gyp brings python3), no office suite.
+	for _, p := range []string{"usr/bin/soffice", "usr/bin/apt-get", "usr/share/man/man1", "usr/share/doc/bash/README", "etc/hostname"} {
 		if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
 			t.Errorf("%s should not be in the shell image", p)
 		}
