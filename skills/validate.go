@@ -104,13 +104,19 @@ func ValidName(name string) error {
 // NormalizeName returns the NFKC form under which a name is compared.
 func NormalizeName(name string) string { return norm.NFKC.String(name) }
 
+// pathLikeName reports a name that reads as a path: refused even when
+// indexing leniently, never replaced by the directory's name.
+func pathLikeName(name string) bool {
+	return strings.ContainsAny(name, "/\\\x00") || name == "." || name == ".."
+}
+
 func nameProblems(name string) []string {
 	switch {
 	case name == "":
 		return []string{"must not be empty"}
 	case !utf8.ValidString(name):
 		return []string{"is not valid UTF-8"}
-	case strings.ContainsAny(name, "/\\\x00") || name == "." || name == "..":
+	case pathLikeName(name):
 		return []string{"skill names are not paths: '/', '\\', NUL, '.' and '..' are not allowed; use the name from 'skillbox skills list'"}
 	}
 	n := NormalizeName(name)
@@ -218,9 +224,19 @@ func newSkill(doc *Document, dirName string, opts LoadOptions) (*Skill, error) {
 	v := &validator{doc: doc, opts: opts}
 	s := &Skill{Properties: doc.Frontmatter, Body: doc.Body}
 
-	// name and description decide whether the skill is usable at all.
-	if name, ok := v.str("name", true); ok {
-		if probs := nameProblems(name); len(probs) > 0 {
+	// name and description decide whether the skill is usable at all;
+	// leniently, a skill whose name is missing or unusable (hosts load
+	// "name: Getting Started" or no name at all) is indexed under its
+	// directory's name when that is a valid one, with a warning.
+	dirFallback := opts.Lenient && dirName != "" && len(nameProblems(dirName)) == 0
+	if _, present := doc.Frontmatter["name"]; !present && dirFallback {
+		s.Name = NormalizeName(dirName)
+		v.add("name", "", fmt.Sprintf("is missing; indexed under the directory name %q (add 'name: %s' to the frontmatter)", s.Name, s.Name))
+	} else if name, ok := v.str("name", true); ok {
+		if probs := nameProblems(name); len(probs) > 0 && dirFallback && !pathLikeName(name) {
+			s.Name = NormalizeName(dirName)
+			v.add("name", name, fmt.Sprintf("%s; indexed under the directory name %q (set 'name: %s')", strings.Join(probs, "; "), s.Name, s.Name))
+		} else if len(probs) > 0 {
 			for _, p := range probs {
 				v.fatal("name", name, p)
 			}

@@ -164,8 +164,10 @@ func TestLoadDirFixtures(t *testing.T) {
 			dir:        "invalid/many-problems",
 			wantFields: []string{"description", "name", "name", "compatibility", "metadata.nested", "allowed-tools", "license"},
 		},
-		// Unusable even when lenient; every problem is still reported.
-		{dir: "invalid/many-problems", opts: LoadOptions{Lenient: true}, wantFields: []string{"description", "name", "name", "compatibility", "metadata.nested", "allowed-tools", "license"}},
+		// Unusable even when lenient (no description); every problem is
+		// still reported, the name's as one warning since the directory's
+		// name would do.
+		{dir: "invalid/many-problems", opts: LoadOptions{Lenient: true}, wantFields: []string{"description", "name", "compatibility", "metadata.nested", "allowed-tools", "license"}},
 		{
 			dir:  "invalid/name-mismatch",
 			opts: LoadOptions{Lenient: true},
@@ -231,6 +233,8 @@ func TestValidationRules(t *testing.T) {
 		fm      string
 		opts    LoadOptions
 		wantErr []string // substrings that must all appear; nil = valid
+		// For a valid skill: its name, and a warning it must carry.
+		wantName, wantWarn string
 	}{
 		{name: "description 1024 chars", dir: "d", fm: "name: d\ndescription: " + strings.Repeat("x", 1024)},
 		{name: "description 1024 multibyte chars", dir: "d", fm: "name: d\ndescription: " + strings.Repeat("ж", 1024)},
@@ -268,6 +272,12 @@ func TestValidationRules(t *testing.T) {
 		{name: "all errors collected", dir: "d", fm: "name: D\ncompatibility: ''\nfoo: 1", wantErr: []string{"description: is required", "name \"D\": must be lowercase", "compatibility", "foo: unknown field"}},
 		{name: "lenient keeps usable skill", dir: "d", fm: "name: e\ndescription: x\nfoo: 1\ncompatibility: ''", opts: LoadOptions{Lenient: true}},
 		{name: "lenient still refuses bad name", dir: "d", fm: "name: ../d\ndescription: x", opts: LoadOptions{Lenient: true}, wantErr: []string{"not paths"}},
+		{name: "lenient indexes a cosmetic bad name under the directory", dir: "getting-started", fm: "name: Getting Started_with Skills\ndescription: x", opts: LoadOptions{Lenient: true},
+			wantName: "getting-started", wantWarn: "indexed under the directory name"},
+		{name: "lenient indexes a nameless skill under the directory", dir: "no-name", fm: "description: x", opts: LoadOptions{Lenient: true},
+			wantName: "no-name", wantWarn: "is missing"},
+		{name: "lenient refuses a bad name when the directory's is bad too", dir: "Bad Dir", fm: "name: Bad Name\ndescription: x", opts: LoadOptions{Lenient: true}, wantErr: []string{"must be lowercase"}},
+		{name: "strict refuses a nameless skill", dir: "no-name", fm: "description: x", wantErr: []string{"name: is required"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -285,6 +295,12 @@ func TestValidationRules(t *testing.T) {
 				}
 				if s.Name == "" || s.Description == "" {
 					t.Errorf("skill = %+v", s)
+				}
+				if tt.wantName != "" && s.Name != tt.wantName {
+					t.Errorf("name = %q, want %q", s.Name, tt.wantName)
+				}
+				if tt.wantWarn != "" && !strings.Contains(strings.Join(s.Warnings, "\n"), tt.wantWarn) {
+					t.Errorf("warnings %q lack %q", s.Warnings, tt.wantWarn)
 				}
 				return
 			}
