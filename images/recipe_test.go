@@ -42,7 +42,7 @@ func TestDefaultRecipes(t *testing.T) {
 		"python3-imageio", "python3-pdfminer", "poppler-utils", "qpdf"}
 	batteries := append(slices.Clone(slim), "python3-matplotlib", "python3-reportlab", "pandoc",
 		"libreoffice-writer-nogui", "libreoffice-calc-nogui", "libreoffice-impress-nogui", "ffmpeg", "git",
-		"fonts-dejavu-core", "fonts-liberation")
+		"fonts-dejavu-core", "fonts-liberation", "python3-requests", "python3-bs4", "python3-jinja2", "python3-jsonschema")
 	wantPackages := map[string][]string{
 		"python":      batteries,
 		"python-slim": slim,

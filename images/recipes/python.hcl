@@ -23,6 +23,31 @@ image "python" {
     "python3-pypdf",
     "python3-reportlab",
     "python3-yaml",
+    # What skill scripts import most after the standard library, by count
+    # over public skill collections: HTTP, parsing, templating, CLI and
+    # data helpers.
+    "python3-aiohttp",
+    "python3-bs4",
+    "python3-chardet",
+    "python3-click",
+    "python3-cryptography",
+    "python3-dateutil",
+    "python3-dotenv",
+    "python3-html2text",
+    "python3-httpx",
+    "python3-jinja2",
+    "python3-jsonschema",
+    "python3-markdown",
+    "python3-pydantic",
+    "python3-pytest",
+    "python3-requests",
+    "python3-rich",
+    "python3-seaborn",
+    "python3-sklearn",
+    "python3-tabulate",
+    "python3-tqdm",
+    "python3-xlrd",
+    "python3-xlsxwriter",
     "poppler-utils",
     "qpdf",
     "pandoc",
@@ -43,7 +68,10 @@ image "python" {
   notes        = <<-EOT
     Python 3.13 with pypdf (5.x), openpyxl, python-docx, lxml, defusedxml,
     Pillow, numpy, pandas, matplotlib (and scipy, which it pulls in),
-    reportlab, imageio, PyYAML and pdfminer.six; poppler-utils (pdftoppm,
+    reportlab, imageio, PyYAML and pdfminer.six; requests, httpx, aiohttp,
+    BeautifulSoup, Jinja2, Markdown, jsonschema, pydantic, click, rich, tqdm,
+    python-dotenv, dateutil, chardet, cryptography, tabulate, html2text,
+    XlsxWriter, xlrd, seaborn, scikit-learn and pytest; poppler-utils (pdftoppm,
     pdftotext), qpdf, pandoc, LibreOffice headless (soffice: Writer, Calc,
     Impress, no GUI), ffmpeg, git, and the DejaVu, Liberation and Noto fonts.
     LibreOffice keeps its profile under $HOME, which must be writable (the

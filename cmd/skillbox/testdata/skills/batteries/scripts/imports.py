@@ -10,7 +10,11 @@ import sys
 
 failed = []
 modules = ["pypdf", "openpyxl", "docx", "lxml", "defusedxml", "PIL", "numpy", "pandas",
-           "matplotlib", "reportlab", "imageio", "yaml", "pdfminer"]
+           "matplotlib", "reportlab", "imageio", "yaml", "pdfminer",
+           "requests", "httpx", "aiohttp", "bs4", "jinja2", "markdown", "jsonschema",
+           "pydantic", "click", "rich", "tqdm", "dotenv", "dateutil", "chardet",
+           "cryptography", "tabulate", "html2text", "xlsxwriter", "xlrd", "seaborn",
+           "sklearn", "pytest"]
 versions = {}
 for m in modules:
     try:
