@@ -145,6 +145,9 @@ func writeBlob(ctx context.Context, cs content.Store, layoutDir string, desc oci
 // ErrPull: a registry reference could not be pulled.
 var ErrPull = errors.New("pull failed")
 
+// pullTimeout bounds one pull.
+const pullTimeout = 15 * time.Minute
+
 // PullImage pulls a registry reference into the namespace and returns its
 // name there. A registry that cannot be reached is runtime.ErrUnavailable,
 // saying so. Registries on this machine (localhost, loopback addresses) are
@@ -157,6 +160,10 @@ func (c *Containerd) PullImage(ctx context.Context, ref string) (string, error) 
 	resolver := docker.NewResolver(docker.ResolverOptions{
 		Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(docker.MatchLocalhost)),
 	})
+	// A registry that stalls must not hold the run (and the image cache)
+	// for ever.
+	ctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	defer cancel()
 	img, err := cl.Pull(c.ctx(ctx), ref, containerd.WithResolver(resolver))
 	if err != nil {
 		return "", fmt.Errorf("%w: %w: pull %s: %v (is its registry reachable from this machine? use an image built with skillbox images build and imported with skillbox images import --containerd instead)",
