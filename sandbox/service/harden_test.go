@@ -75,7 +75,7 @@ func TestInstructionsRenderTheLoadedSnapshot(t *testing.T) {
 	root := t.TempDir()
 	sk := servicetest.MakeSkill(t, root, servicetest.SkillSpec{Name: "plain", Files: map[string]string{"scripts/run.sh": "echo hi\n"}})
 	idx := servicetest.NewIndex(sk)
-	pins := &service.SnapshotStore{Dir: filepath.Join(t.TempDir(), "snapshots")}
+	pins := newSnapshotStore(t) // its cleanup removes the read-only copies
 	eng := &service.Engine{Config: cfg, Images: &servicetest.Images{}, Runtime: &servicetest.Runtime{}, Pins: pins}
 	st, err := store.OpenStateDB(t.TempDir())
 	if err != nil {
