@@ -21,10 +21,8 @@ func (a *Agent) String() string { return fmt.Sprintf("agent %q (%s)", a.Name, a.
 var agentSchema = &hcl.BodySchema{Attributes: attrs("uses_skills")}
 
 func (d *decoder) agent(blk *hcl.Block) {
-	name := blk.Labels[0]
-	prefix := fmt.Sprintf("agent %q", name)
-	if !labelRE.MatchString(name) {
-		d.errorf(blk.LabelRanges[0], prefix, "invalid agent name: use letters, digits, '_', '.', '-'")
+	name, prefix, ok := d.label(blk, "agent", "agent")
+	if !ok {
 		return
 	}
 	a := &Agent{Name: name, Pos: d.pos(blk.DefRange)}

@@ -589,11 +589,21 @@ func (d *decoder) images(blk *hcl.Block) {
 	b.boolean("build_on_demand", &ic.BuildOnDemand)
 }
 
-func (d *decoder) image(blk *hcl.Block) {
-	name := blk.Labels[0]
-	prefix := fmt.Sprintf("image %q", name)
+// label is a labelled block's name and the prefix of its problems (kind
+// "NAME"); a name that is not a valid label is a problem and ok is false.
+func (d *decoder) label(blk *hcl.Block, kind, noun string) (name, prefix string, ok bool) {
+	name = blk.Labels[0]
+	prefix = fmt.Sprintf("%s %q", kind, name)
 	if !labelRE.MatchString(name) {
-		d.errorf(blk.LabelRanges[0], prefix, "invalid image name: use letters, digits, '_', '.', '-'")
+		d.errorf(blk.LabelRanges[0], prefix, "invalid %s name: use letters, digits, '_', '.', '-'", noun)
+		return name, prefix, false
+	}
+	return name, prefix, true
+}
+
+func (d *decoder) image(blk *hcl.Block) {
+	name, prefix, ok := d.label(blk, "image", "image")
+	if !ok {
 		return
 	}
 	im := d.cfg.Image(name)
@@ -746,10 +756,8 @@ func (d *decoder) pool(blk *hcl.Block) {
 }
 
 func (d *decoder) policy(blk *hcl.Block) {
-	name := blk.Labels[0]
-	prefix := fmt.Sprintf("policy %q", name)
-	if !labelRE.MatchString(name) {
-		d.errorf(blk.LabelRanges[0], prefix, "invalid rule name: use letters, digits, '_', '.', '-'")
+	name, prefix, ok := d.label(blk, "policy", "rule")
+	if !ok {
 		return
 	}
 	r := &Rule{Name: name, Pos: d.pos(blk.DefRange)}
