@@ -241,9 +241,27 @@ func CreateRunscCgroup(cgPath string, lim Limits, platform string) error {
 // or the normal one back.
 func SetBackgroundWeight(cgPath string, low bool) error { return setCPUWeight(cgPath, low) }
 
-// RemoveCgroup removes a run's cgroup, retrying while its last processes
-// exit.
-func RemoveCgroup(ctx context.Context, cgPath string) error { return removeCgroupRetry(ctx, cgPath) }
+// ReleaseSandbox is the end of every backend's teardown, once the
+// sandbox's processes are gone: its cgroup, egress plumbing (eg may be
+// nil) and bundle are removed, and only then is its watchdog released, so
+// that a daemon dying before the teardown is over leaves the job's
+// deadline to the watchdog.
+func ReleaseSandbox(ctx context.Context, cgPath string, eg *egress.Egress, b *Bundle, wd *Watchdog) error {
+	var errs []error
+	if err := removeCgroupRetry(ctx, cgPath); err != nil {
+		errs = append(errs, err)
+	}
+	if eg != nil {
+		if err := eg.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := b.Remove(); err != nil {
+		errs = append(errs, err)
+	}
+	wd.Done()
+	return errors.Join(errs...)
+}
 
 // CgroupProcesses lists the host pids in a run's cgroup.
 func CgroupProcesses(cgPath string) []int { return cgroupProcs(cgPath) }

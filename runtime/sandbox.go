@@ -525,20 +525,9 @@ func (s *sandbox) teardown() error {
 			_ = f.Close()
 		}
 	}
-	if err := removeCgroupRetry(ctx, s.cgPath); err != nil {
+	if err := ReleaseSandbox(ctx, s.cgPath, s.eg, s.b, s.wd); err != nil {
 		errs = append(errs, err)
 	}
-	if s.eg != nil {
-		if err := s.eg.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := s.b.Remove(); err != nil {
-		errs = append(errs, err)
-	}
-	// Released only now: until the teardown is over, a daemon that dies
-	// leaves the job's deadline to its watchdog.
-	s.wd.Done()
 	return errors.Join(errs...)
 }
 

@@ -581,18 +581,9 @@ func (s *sandbox) teardown() error {
 			st.Close()
 		}
 	}
-	if err := runtime.RemoveCgroup(ctx, s.cg); err != nil {
+	if err := runtime.ReleaseSandbox(ctx, s.cg, s.eg, s.b, s.wd); err != nil {
 		errs = append(errs, err)
 	}
-	if s.eg != nil {
-		if err := s.eg.Close(); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := s.b.Remove(); err != nil {
-		errs = append(errs, err)
-	}
-	s.wd.Done()
 	return errors.Join(errs...)
 }
 
