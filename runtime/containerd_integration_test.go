@@ -219,24 +219,7 @@ func TestPoolOverContainerd(t *testing.T) {
 // the second finds its blobs there) and finds it in `ctr images ls`.
 func TestImportImage(t *testing.T) {
 	needBackend(t, rtcontainerd.Name)
-	dir := os.Getenv("SKILLBOX_IMAGES")
-	if dir == "" {
-		dir = images.DefaultDir
-	}
-	store, err := images.OpenStore(dir, nil)
-	if err != nil {
-		t.Skipf("no image store at %s: %v", dir, err)
-	}
-	imgs, err := store.List()
-	if err != nil || len(imgs) == 0 {
-		t.Skipf("no built image in %s (skillbox images build shell): %v", dir, err)
-	}
-	img := imgs[0]
-	for _, im := range imgs {
-		if im.Size < img.Size {
-			img = im // the smallest
-		}
-	}
+	store, img := storeImage(t)
 	_, opts := newBackend(t, rtcontainerd.Name)
 	cd, err := rtcontainerd.New(opts)
 	if err != nil {
