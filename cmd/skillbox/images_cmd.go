@@ -154,6 +154,26 @@ func imagesBuild(c *cli.Context) error {
 		opts.Log = os.Stderr
 	}
 	var failed []string
+	importOne, closeImport, importErr := builtImporter(c, store)
+	if closeImport != nil {
+		defer closeImport()
+	}
+	// finish is what follows an image that is built (now or before): its
+	// extras, and its import into containerd when the config runs there.
+	finish := func(n string, img *images.Image) {
+		if err := buildExtras(ctx, c, store, recipes[n], img); err != nil {
+			fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
+			failed = append(failed, n+" (extras)")
+		}
+		err := importErr
+		if err == nil && importOne != nil {
+			err = importOne(ctx, img)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
+			failed = append(failed, n+" (containerd import)")
+		}
+	}
 	for _, n := range names {
 		start := time.Now()
 		if c.Bool("if-needed") {
@@ -166,14 +186,7 @@ func imagesBuild(c *cli.Context) error {
 					}
 				}
 				fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\tup to date\n", img.Name, img.Digest, images.HumanSize(img.Size))
-				if err := buildExtras(ctx, c, store, recipes[n], img); err != nil {
-					fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
-					failed = append(failed, n+" (extras)")
-				}
-				if err := importBuilt(ctx, c, store, img); err != nil {
-					fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
-					failed = append(failed, n+" (containerd import)")
-				}
+				finish(n, img)
 				continue
 			}
 		}
@@ -188,14 +201,7 @@ func imagesBuild(c *cli.Context) error {
 		}
 		fmt.Fprintf(c.App.Writer, "%s\t%s\t%s\t%s\n", img.Name, img.Digest, images.HumanSize(img.Size),
 			time.Since(start).Round(time.Second))
-		if err := buildExtras(ctx, c, store, recipes[n], img); err != nil {
-			fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
-			failed = append(failed, n+" (extras)")
-		}
-		if err := importBuilt(ctx, c, store, img); err != nil {
-			fmt.Fprintf(os.Stderr, "skillbox: %v\n", err)
-			failed = append(failed, n+" (containerd import)")
-		}
+		finish(n, img)
 	}
 	if len(failed) > 0 {
 		return exitCode(1, "%d of %d image builds failed: %s", len(failed), len(names), strings.Join(failed, ", "))

@@ -98,33 +98,37 @@ func imagesPull(c *cli.Context) error {
 	return nil
 }
 
-// importBuilt imports a built image into containerd when the config given
-// with --config runs the daemon on the containerd backend (daemon {
-// runtime = "containerd" }), so that the backend finds it there; other
-// configs keep images in the store only.
-func importBuilt(ctx context.Context, c *cli.Context, store *images.Store, img *images.Image) error {
+// builtImporter returns what imports each built image into containerd
+// when the config given with --config runs the daemon on the containerd
+// backend (daemon { runtime = "containerd" }), so that the backend finds
+// it there; with other configs, or none, it returns nil (images stay in the
+// store only). The config is read and containerd dialled once per command;
+// close releases the connection.
+func builtImporter(c *cli.Context, store *images.Store) (importOne func(context.Context, *images.Image) error, close func(), err error) {
 	f := c.String("config")
 	if f == "" {
-		return nil
+		return nil, func() {}, nil
 	}
 	cfg, err := policy.Load(f)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	if cfg.Daemon.Runtime != rtcontainerd.Name {
-		return nil
+		return nil, func() {}, nil
 	}
 	opts := cfg.RuntimeOptions(rtcontainerd.Name)
 	opts.Logger = imagesLogger()
 	cd, err := rtcontainerd.New(opts)
 	if err != nil {
-		return fmt.Errorf("import %s into containerd: %w", img.Name, err)
+		return nil, nil, fmt.Errorf("import into containerd: %w", err)
 	}
-	defer cd.Close(ctx)
-	ref, err := cd.ImportImage(ctx, store.LayoutDir(), img.Name, img.Digest)
-	if err != nil {
-		return fmt.Errorf("import %s into containerd: %w (retry with skillbox images import --containerd --config %s %s)", img.Name, err, f, img.Name)
+	importOne = func(ctx context.Context, img *images.Image) error {
+		ref, err := cd.ImportImage(ctx, store.LayoutDir(), img.Name, img.Digest)
+		if err != nil {
+			return fmt.Errorf("import %s into containerd: %w (retry with skillbox images import --containerd --config %s %s)", img.Name, err, f, img.Name)
+		}
+		fmt.Fprintf(c.App.Writer, "%s\t%s\t%s (containerd namespace %s)\n", img.Name, img.Digest, ref, cd.Namespace())
+		return nil
 	}
-	fmt.Fprintf(c.App.Writer, "%s\t%s\t%s (containerd namespace %s)\n", img.Name, img.Digest, ref, cd.Namespace())
-	return nil
+	return importOne, func() { _ = cd.Close(context.WithoutCancel(c.Context)) }, nil
 }
