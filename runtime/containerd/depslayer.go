@@ -2,6 +2,7 @@ package containerd
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -144,23 +145,11 @@ func writeJSON(ctx context.Context, cs content.Store, mediaType string, v any, l
 		return ocispec.Descriptor{}, err
 	}
 	desc := ocispec.Descriptor{MediaType: mediaType, Digest: digest.FromBytes(b), Size: int64(len(b))}
-	var opts []content.Opt
-	if len(labels) > 0 {
-		opts = append(opts, content.WithLabels(labels))
-	}
-	if err := content.WriteBlob(ctx, cs, "skillbox-deps-"+desc.Digest.Encoded(), strings.NewReader(string(b)), desc, opts...); err != nil {
+	if err := content.WriteBlob(ctx, cs, "skillbox-deps-"+desc.Digest.Encoded(), bytes.NewReader(b), desc); err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("write %s %s: %w", mediaType, desc.Digest, err)
 	}
-	if len(labels) > 0 {
-		// WriteBlob leaves the labels of a blob that was there already.
-		info := content.Info{Digest: desc.Digest, Labels: labels}
-		fields := make([]string, 0, len(labels))
-		for k := range labels {
-			fields = append(fields, "labels."+k)
-		}
-		if _, err := cs.Update(ctx, info, fields...); err != nil {
-			return ocispec.Descriptor{}, fmt.Errorf("label %s: %w", desc.Digest, err)
-		}
+	if err := labelBlob(ctx, cs, desc.Digest, labels); err != nil {
+		return ocispec.Descriptor{}, err
 	}
 	return desc, nil
 }

@@ -114,18 +114,7 @@ func blobPath(layoutDir string, d digest.Digest) string {
 // is there already; labels are set either way.
 func writeBlob(ctx context.Context, cs content.Store, layoutDir string, desc ocispec.Descriptor, labels map[string]string) error {
 	if _, err := cs.Info(ctx, desc.Digest); err == nil {
-		if len(labels) == 0 {
-			return nil
-		}
-		info := content.Info{Digest: desc.Digest, Labels: labels}
-		var fields []string
-		for k := range labels {
-			fields = append(fields, "labels."+k)
-		}
-		if _, err := cs.Update(ctx, info, fields...); err != nil {
-			return fmt.Errorf("label blob %s: %w", desc.Digest, err)
-		}
-		return nil
+		return labelBlob(ctx, cs, desc.Digest, labels)
 	}
 	f, err := os.Open(blobPath(layoutDir, desc.Digest))
 	if err != nil {
@@ -138,6 +127,22 @@ func writeBlob(ctx context.Context, cs content.Store, layoutDir string, desc oci
 	}
 	if err := content.WriteBlob(ctx, cs, "skillbox-import-"+desc.Digest.Encoded(), f, desc, opts...); err != nil {
 		return fmt.Errorf("write blob %s: %w", desc.Digest, err)
+	}
+	return nil
+}
+
+// labelBlob sets labels on a blob of the content store (containerd keeps
+// the labels of a blob written before, so they are set apart).
+func labelBlob(ctx context.Context, cs content.Store, d digest.Digest, labels map[string]string) error {
+	if len(labels) == 0 {
+		return nil
+	}
+	fields := make([]string, 0, len(labels))
+	for k := range labels {
+		fields = append(fields, "labels."+k)
+	}
+	if _, err := cs.Update(ctx, content.Info{Digest: d, Labels: labels}, fields...); err != nil {
+		return fmt.Errorf("label blob %s: %w", d, err)
 	}
 	return nil
 }
