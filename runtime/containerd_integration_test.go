@@ -371,13 +371,8 @@ func TestContainerdRunsFromSnapshot(t *testing.T) {
 	// snapshot; the next start's sweep removes both.
 	t.Run("crash", func(t *testing.T) {
 		id := newID()
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{rtcontainerd.Name, opts.StateDir, opts.RunDir, id, rootfs, "-",
-			"skillbox-marker-" + randomHex(8), "image-up", img.Name, img.Digest, store.LayoutDir()}, "|"))
-		out, err := cmd.CombinedOutput()
-		if !strings.Contains(string(out), "crashing now") {
-			t.Fatalf("crash helper: %v\n%s", err, out)
-		}
+		crashMidRun(t, crashCommand(rtcontainerd.Name, opts, id, rootfs, "-", "skillbox-marker-"+randomHex(8), "image-up",
+			img.Name, img.Digest, store.LayoutDir()))
 		if snaps, _ := ctr("snapshots", "ls"); !strings.Contains(snaps, id) {
 			t.Fatalf("the crashed run left no snapshot %s:\n%s", id, snaps)
 		}

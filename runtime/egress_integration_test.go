@@ -13,7 +13,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -404,12 +403,7 @@ func TestSweepEgress(t *testing.T) {
 			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
 			id := newID()
 			marker := "skillbox-marker-" + randomHex(8)
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{name, opts.StateDir, opts.RunDir, id, rootfs, dir, marker, "egress-up"}, "|"))
-			out, err := cmd.CombinedOutput()
-			if !strings.Contains(string(out), "crashing now") {
-				t.Fatalf("crash helper: %v\n%s", err, out)
-			}
+			crashMidRun(t, crashCommand(name, opts, id, rootfs, dir, marker, "egress-up"))
 			if _, err := os.Stat(filepath.Join("/run/netns", egress.NamespacePrefix+"s-"+id)); err != nil {
 				t.Fatalf("the crash left no namespace: %v", err)
 			}

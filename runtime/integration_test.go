@@ -1195,6 +1195,26 @@ func TestConcurrentRuns(t *testing.T) {
 // to kill it.
 const crashEnv = "SKILLBOX_TEST_CRASH_HELPER"
 
+// crashCommand is the test binary acting as the crash helper: a run of
+// job id in backend name (rootfs, skill dir, marker argument, mode, and
+// the mode's own fields after them).
+func crashCommand(name string, opts runtime.Options, id, rootfs, skill, marker, mode string, more ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	fields := append([]string{name, opts.StateDir, opts.RunDir, id, rootfs, skill, marker, mode}, more...)
+	cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join(fields, "|"))
+	return cmd
+}
+
+// crashMidRun runs the crash helper to its crash; the test fails if the
+// run ended any other way.
+func crashMidRun(t *testing.T, cmd *exec.Cmd) {
+	t.Helper()
+	out, err := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "crashing now") {
+		t.Fatalf("crash helper: %v\n%s", err, out)
+	}
+}
+
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(crashEnv); spec != "" {
 		crashHelper(spec)
@@ -1252,12 +1272,7 @@ func TestSweep(t *testing.T) {
 			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
 			id := newID()
 			marker := "skillbox-marker-" + randomHex(8)
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{name, opts.StateDir, opts.RunDir, id, rootfs, dir, marker, "up"}, "|"))
-			out, err := cmd.CombinedOutput()
-			if !strings.Contains(string(out), "crashing now") {
-				t.Fatalf("crash helper: %v\n%s", err, out)
-			}
+			crashMidRun(t, crashCommand(name, opts, id, rootfs, dir, marker, "up"))
 			list, _ := listContainers(name, opts)
 			if !strings.Contains(list, id) {
 				t.Fatalf("the crash left no container %s: %q", id, list)
@@ -1318,12 +1333,7 @@ func TestSweepContainerWithoutRunDir(t *testing.T) {
 			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
 			id := newID()
 			marker := "skillbox-marker-" + randomHex(8)
-			cmd := exec.Command(os.Args[0], "-test.run=^$")
-			cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{name, opts.StateDir, opts.RunDir, id, rootfs, dir, marker, "up"}, "|"))
-			out, err := cmd.CombinedOutput()
-			if !strings.Contains(string(out), "crashing now") {
-				t.Fatalf("crash helper: %v\n%s", err, out)
-			}
+			crashMidRun(t, crashCommand(name, opts, id, rootfs, dir, marker, "up"))
 			runDir := filepath.Join(opts.RunDir, id)
 			if err := syscall.Unmount(filepath.Join(runDir, "work"), syscall.MNT_DETACH); err != nil {
 				t.Fatal(err)
@@ -1386,8 +1396,7 @@ func TestSweepYoungCrash(t *testing.T) {
 				t.Run(delay.String(), func(t *testing.T) {
 					id := newID()
 					marker := "skillbox-marker-" + randomHex(8)
-					cmd := exec.Command(os.Args[0], "-test.run=^$")
-					cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join([]string{name, opts.StateDir, opts.RunDir, id, rootfs, dir, marker, "early"}, "|"))
+					cmd := crashCommand(name, opts, id, rootfs, dir, marker, "early")
 					cmd.Stderr = os.Stderr
 					cmd.WaitDelay = 10 * time.Second
 					stdout, err := cmd.StdoutPipe()
