@@ -40,7 +40,11 @@ import (
 // container (runc) or sandbox (runsc) and so the only process that can learn
 // its exit status; runsc in particular loses it if `wait` attaches after the
 // script ended. That is also why the python supervisor runs the script in
-// the sandbox's first process: its exit status is the `run` CLI's.
+// the sandbox's first process: its exit status is the `run` CLI's. A
+// pre-booted runsc sandbox is the exception: an attached CLI per idle
+// sandbox is a Go process's memory for nothing, so it starts with `run
+// --detach` and its first process, a shell around the supervisor, writes
+// the script's exit status on a pipe handed in with --pass-fd.
 type engine struct {
 	name   string
 	cli    *ociCLI
@@ -63,6 +67,11 @@ type driver interface {
 	// runCommand returns extra global flags and the arguments that run the
 	// bundle in the foreground.
 	runCommand(network bool, b *Bundle) (global, args []string)
+	// detachedRunCommand returns, when the CLI can, the flags and arguments
+	// that start the bundle and return once it runs, handing the CLI's
+	// descriptor 3 to the container's first process as statusFD; ok is
+	// false for a CLI that has to stay attached.
+	detachedRunCommand(network bool, b *Bundle, statusFD int) (global, args []string, ok bool)
 	// execCommand returns the global flags and arguments that exec the
 	// process in processFile into the bundle's running container.
 	execCommand(b *Bundle, processFile string) (global, args []string)

@@ -81,7 +81,7 @@ func cliEnv() []string {
 
 // killGroup SIGKILLs the process group led by cmd's process.
 func killGroup(cmd *exec.Cmd) error {
-	if cmd.Process == nil {
+	if cmd == nil || cmd.Process == nil {
 		return nil
 	}
 	err := syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)

@@ -7,10 +7,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The warm pool keeps pre-booted single-use sandboxes per PoolKey, so that a
@@ -440,22 +443,46 @@ func processesOf(sb Sandbox) []int {
 
 // PSS sums the proportional set size of processes (from
 // /proc/<pid>/smaps_rollup); processes that are gone count nothing.
+// Processes on one address space count once: each one's smaps_rollup is
+// the whole address space's (gVisor's systrap stubs come as such pairs).
+// Where that cannot be told (kcmp refused), they count each.
 func PSS(pids []int) int64 {
 	var total int64
+	var counted []int
 	for _, pid := range pids {
-		f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
-		if err != nil {
+		if slices.ContainsFunc(counted, func(c int) bool { return sameAddressSpace(c, pid) }) {
 			continue
 		}
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			if v, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
-				kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-				total += kb << 10
-				break
-			}
+		v, ok := pssOf(pid)
+		if !ok {
+			continue
 		}
-		f.Close()
+		counted = append(counted, pid)
+		total += v
 	}
 	return total
+}
+
+// kcmpVM is KCMP_VM of linux/kcmp.h.
+const kcmpVM = 1
+
+func sameAddressSpace(a, b int) bool {
+	r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(a), uintptr(b), kcmpVM, 0, 0, 0)
+	return errno == 0 && r == 0
+}
+
+func pssOf(pid int) (int64, bool) {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	if err != nil {
+		return 0, false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10, err == nil
+		}
+	}
+	return 0, false
 }

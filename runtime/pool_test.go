@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -106,5 +107,29 @@ func TestPool(t *testing.T) {
 	}
 	if s := p.Stats(); s.Idle != 0 || s.Warm != 1 || s.Cold != 2 {
 		t.Errorf("after Close: %+v", s)
+	}
+}
+
+func TestPSSCountsAnAddressSpaceOnce(t *testing.T) {
+	self := os.Getpid()
+	one := PSS([]int{self})
+	if one <= 0 {
+		t.Fatalf("PSS of this process = %d, want > 0", one)
+	}
+	tests := []struct {
+		name string
+		pids []int
+	}{
+		{"the same process twice", []int{self, self}},
+		{"with a pid that is gone", []int{self, 1 << 30}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := PSS(tt.pids)
+			// The test's own memory moves a little between reads.
+			if got < one/2 || got > one*3/2 {
+				t.Errorf("PSS(%v) = %d, want about %d (one address space)", tt.pids, got, one)
+			}
+		})
 	}
 }

@@ -119,6 +119,12 @@ func (r *Runc) runCommand(_ bool, b *Bundle) ([]string, []string) {
 	return global, []string{"run", "--keep", "--bundle", b.Dir, b.ID}
 }
 
+// detachedRunCommand: runc's warm sandboxes keep their attached `run`,
+// whose exit status is the first process's.
+func (r *Runc) detachedRunCommand(bool, *Bundle, int) ([]string, []string, bool) {
+	return nil, nil, false
+}
+
 func (r *Runc) execCommand(b *Bundle, processFile string) ([]string, []string) {
 	global := []string{"--log", filepath.Join(b.Dir, runcLog), "--log-format", "json"}
 	return global, []string{"exec", "--process", processFile, b.ID}

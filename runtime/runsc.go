@@ -142,6 +142,14 @@ func (r *Runsc) runCommand(net bool, b *Bundle) ([]string, []string) {
 	return global, []string{"run", "--bundle", b.Dir, b.ID}
 }
 
+// detachedRunCommand is `run --detach`: no runsc process stays to wait for
+// a pre-booted sandbox (it would cost each idle sandbox a Go process), and
+// the first process reports its job's exit status on statusFD instead.
+func (r *Runsc) detachedRunCommand(net bool, b *Bundle, statusFD int) ([]string, []string, bool) {
+	global, args := r.runCommand(net, b)
+	return global, append([]string{"run", "--detach", "--pass-fd", "3:" + strconv.Itoa(statusFD)}, args[1:]...), true
+}
+
 func (r *Runsc) execCommand(b *Bundle, processFile string) ([]string, []string) {
 	global := []string{"--log=" + filepath.Join(b.Dir, runscLog), "--log-format=json"}
 	return global, []string{"exec", "--process", processFile, b.ID}

@@ -11,7 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/skillbox/skillbox/runtime/egress"
@@ -30,6 +33,21 @@ const readyMarker = "skillbox-ready\n"
 // holderArgv is the first process of a BootExec sandbox: it says it is
 // ready and waits until its stdin closes (at Destroy).
 var holderArgv = []string{"/bin/sh", "-c", "printf '" + `skillbox-ready\n` + "'; read -r _"}
+
+// statusFD is the descriptor on which the first process of a detached
+// sandbox (see detachedRunCommand) reports its job's exit status.
+const statusFD = 3
+
+// reportingSupervisor is the first process of a detached python sandbox: a
+// shell that runs the supervisor (without the status descriptor, so the
+// script cannot write on it) and writes its exit status there, as `run`
+// would have exited: the code, or 128+n after signal n. The shell outlives
+// a TERM to every process (the supervisor's own disposition is reset by
+// exec), so that a stopped run still reports how the script ended.
+func reportingSupervisor() []string {
+	fd := strconv.Itoa(statusFD)
+	return []string{"/bin/sh", "-c", `trap : TERM INT HUP QUIT USR1 USR2 ALRM; python3 -c "$0" ` + fd + `>&-; echo $? >&` + fd, supervisorSource}
+}
 
 // bootTimeout bounds how long Start waits for a sandbox to be ready.
 const bootTimeout = 60 * time.Second
@@ -62,15 +80,25 @@ type sandbox struct {
 	lifeCtx    context.Context
 	lifeCancel context.CancelFunc
 
-	// The `run` CLI: the container's first process.
+	// The `run` CLI: the container's first process, or (detached) what
+	// started it.
 	runCmd    *exec.Cmd
 	runExited <-chan struct{}
 	// Warm sandboxes: the first process's stdio, kept from Start.
 	initIn, initOut, initErr *os.File
+	// initExited is closed once the first process has exited; initStatus
+	// is then its exit status. Attached, both are the run CLI's; detached,
+	// they come from the status pipe (statusR).
+	initExited <-chan struct{}
+	initStatus func() (int, string)
+	detached   bool
+	statusR    *os.File
 
 	// The job: its CLI (runCmd itself unless BootExec), pipes and captures.
+	// jobCmd is nil when no CLI of ours waits for it (detached).
 	jobCmd         *exec.Cmd
 	jobExited      <-chan struct{}
+	jobStatus      func() (int, string)
 	outR, errR     *os.File
 	outCap, errCap *capture
 	lim            Limits
@@ -157,9 +185,14 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 	if s.spec.Boot == BootCold {
 		return nil
 	}
+	network := s.spec.Network || s.spec.Egress != nil
+	global, args, detached := s.e.d.detachedRunCommand(network, s.b, statusFD)
 	argv := holderArgv
 	if s.spec.Boot == BootPython {
 		argv = []string{"python3", "-c", supervisorSource}
+		if detached {
+			argv = reportingSupervisor()
+		}
 	}
 	if err := s.b.writeConfig(s.spec.job(Invocation{Args: argv, Env: nil, Limits: s.spec.Limits}), s.opts); err != nil {
 		return err
@@ -170,7 +203,12 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 	}
 	inR, inW, outR, outW, errR, errW := ps[0].r, ps[0].w, ps[1].r, ps[1].w, ps[2].r, ps[2].w
 	s.initIn, s.initOut, s.initErr = inW, outR, errR
-	if err := s.startRun(inR, outW, errW); err != nil {
+	if detached {
+		err = s.startDetached(ctx, global, args, inR, outW, errW)
+	} else {
+		err = s.startRun(inR, outW, errW)
+	}
+	if err != nil {
 		return err
 	}
 	if err := waitReady(ctx, outR, bootTimeout); err != nil {
@@ -179,12 +217,89 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 	return nil
 }
 
+// startDetached starts the sandbox with `run --detach`, waits for that CLI
+// to return and from then on learns about the first process from the
+// status pipe: its end (EOF: the process and with it the sandbox are gone)
+// and the exit status the reporting shell wrote.
+func (s *sandbox) startDetached(ctx context.Context, global, args []string, stdin, stdout, stderr *os.File) error {
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		for _, f := range []*os.File{stdin, stdout, stderr} {
+			f.Close()
+		}
+		return fmt.Errorf("pipe: %w", err)
+	}
+	s.statusR, s.detached = statusR, true
+	cmd, exited, err := s.startCLI(global, args, stdin, stdout, stderr, statusW)
+	if err != nil {
+		return err
+	}
+	s.runCmd, s.runExited = cmd, exited
+	timer := time.NewTimer(bootTimeout)
+	defer timer.Stop()
+	select {
+	case <-exited:
+	case <-timer.C:
+		return fmt.Errorf("sandbox %s (%s) did not boot: %s run --detach still running after %s", s.spec.ID, s.spec.Boot, s.e.name, bootTimeout)
+	case <-ctx.Done():
+		return fmt.Errorf("sandbox %s (%s) did not boot: %w", s.spec.ID, s.spec.Boot, ctx.Err())
+	}
+	if code, _ := exitStatus(cmd.ProcessState); code != 0 {
+		if serr := s.e.d.setupError(s.b, 128); serr != nil {
+			return serr
+		}
+		_ = s.initErr.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		raw, _ := io.ReadAll(io.LimitReader(s.initErr, 2000))
+		return fmt.Errorf("sandbox %s (%s) did not boot: %s run --detach exited %d: %s", s.spec.ID, s.spec.Boot, s.e.name, code, raw)
+	}
+	st := readInitStatus(statusR)
+	s.initExited, s.initStatus = st.done, st.status
+	return nil
+}
+
+// initStatusReport is what a detached sandbox's first process reported.
+type initStatusReport struct {
+	done     chan struct{}
+	code     int
+	reported bool
+}
+
+// readInitStatus reads the status pipe to its end in the background. The
+// report is the shell's `echo $?`; a script could reach the descriptor
+// through /proc and write there too, but all it can claim is an exit status
+// of its own, which it could have exited with anyway.
+func readInitStatus(r *os.File) *initStatusReport {
+	st := &initStatusReport{done: make(chan struct{})}
+	go func() {
+		defer close(st.done)
+		raw, _ := io.ReadAll(io.LimitReader(r, 64))
+		lines := strings.Fields(string(raw))
+		if len(lines) == 0 {
+			return
+		}
+		if code, err := strconv.Atoi(lines[len(lines)-1]); err == nil && code >= 0 && code <= 255 {
+			st.code, st.reported = code, true
+		}
+	}()
+	return st
+}
+
+// status is the first process's exit status once done is closed: its
+// report, or, when it ended without one (killed with the whole sandbox),
+// what `run` would have said of a KILL.
+func (st *initStatusReport) status() (int, string) {
+	if !st.reported {
+		return 128 + int(syscall.SIGKILL), "SIGKILL"
+	}
+	return st.code, ExitSignal(st.code)
+}
+
 // bootError explains a warm sandbox that did not get ready.
 func (s *sandbox) bootError(cause error) error {
 	msg := ""
 	select {
-	case <-s.runExited:
-		code, _ := exitStatus(s.runCmd.ProcessState)
+	case <-s.initExited:
+		code, _ := s.initStatus()
 		if serr := s.e.d.setupError(s.b, 128); serr != nil {
 			return serr
 		}
@@ -196,33 +311,49 @@ func (s *sandbox) bootError(cause error) error {
 	return fmt.Errorf("sandbox %s (%s) did not boot: %v%s", s.spec.ID, s.spec.Boot, cause, msg)
 }
 
-// startRun starts `<cli> run` of the bundle with the given stdio (closed
-// here, the child has its copies).
+// startRun starts `<cli> run` of the bundle in the foreground with the
+// given stdio (closed here, the child has its copies); its exit is the
+// first process's.
 func (s *sandbox) startRun(stdin, stdout, stderr *os.File) error {
+	global, args := s.e.d.runCommand(s.spec.Network || s.spec.Egress != nil, s.b)
+	cmd, exited, err := s.startCLI(global, args, stdin, stdout, stderr, nil)
+	if err != nil {
+		return err
+	}
+	s.runCmd, s.runExited = cmd, exited
+	s.initExited = exited
+	s.initStatus = func() (int, string) { return exitStatus(cmd.ProcessState) }
+	return nil
+}
+
+// startCLI starts the CLI with the given stdio and, if not nil, extra as
+// descriptor 3; it closes all of them (the child has its copies).
+func (s *sandbox) startCLI(global, args []string, stdin, stdout, stderr, extra *os.File) (*exec.Cmd, <-chan struct{}, error) {
 	defer func() {
-		for _, f := range []*os.File{stdin, stdout, stderr} {
+		for _, f := range []*os.File{stdin, stdout, stderr, extra} {
 			if f != nil {
 				f.Close()
 			}
 		}
 	}()
-	global, args := s.e.d.runCommand(s.spec.Network || s.spec.Egress != nil, s.b)
 	cmd, err := s.e.cli.command(s.lifeCtx, global, args...)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	cmd.Dir = s.b.Dir
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	if stdin != nil {
 		cmd.Stdin = stdin
 	}
+	if extra != nil {
+		cmd.ExtraFiles = []*os.File{extra}
+	}
 	s.e.log.Debug("sandbox starting", "id", s.spec.ID, "boot", s.spec.Boot, "args", cmd.Args)
 	exited, err := startTied(cmd)
 	if err != nil {
-		return fmt.Errorf("start %s: %w", s.e.name, err)
+		return nil, nil, fmt.Errorf("start %s: %w", s.e.name, err)
 	}
-	s.runCmd, s.runExited = cmd, exited
-	return nil
+	return cmd, exited, nil
 }
 
 // supervisorJob is the header the python supervisor reads.
@@ -277,7 +408,10 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 		s.initIn = nil
 		s.started = time.Now()
 		FeedAndClose(in, msg)
-		s.jobCmd, s.jobExited = s.runCmd, s.runExited
+		s.jobExited, s.jobStatus = s.initExited, s.initStatus
+		if !s.detached {
+			s.jobCmd = s.runCmd
+		}
 		s.outR, s.errR = s.initOut, s.initErr
 		s.initOut, s.initErr = nil, nil
 	case BootCold:
@@ -288,7 +422,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 			if err := s.startRun(in, out, errw); err != nil {
 				return err
 			}
-			s.jobCmd, s.jobExited = s.runCmd, s.runExited
+			s.jobCmd, s.jobExited, s.jobStatus = s.runCmd, s.initExited, s.initStatus
 			return nil
 		}); err != nil {
 			return err
@@ -324,6 +458,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 				return fmt.Errorf("start %s exec: %w", s.e.name, err)
 			}
 			s.jobCmd, s.jobExited = cmd, exited
+			s.jobStatus = func() (int, string) { return exitStatus(cmd.ProcessState) }
 			return nil
 		}); err != nil {
 			return err
@@ -407,7 +542,7 @@ func (s *sandbox) startJob(stdin []byte, start func(in, out, errw *os.File) erro
 }
 
 func (s *sandbox) Wait(ctx context.Context) (*Result, error) {
-	if s.state != stateDelivered || s.jobCmd == nil {
+	if s.state != stateDelivered || s.jobExited == nil {
 		return nil, fmt.Errorf("sandbox %s: Wait without a delivered job", s.spec.ID)
 	}
 	s.state = stateWaited
@@ -446,14 +581,14 @@ func (s *sandbox) Wait(ctx context.Context) (*Result, error) {
 	if s.spec.Boot == BootExec {
 		// The holder and anything the job left behind go now, so that no
 		// process of the sandbox keeps the output pipes open.
-		e.stop(id, s.runCmd, s.runExited, false)
+		e.stop(id, s.initCmd(), s.initExited, false)
 	}
 
 	// The container's processes died with its pid namespace (runc) or its
 	// sandbox (runsc), so the pipes reach EOF; the deadline is for anything
 	// else that kept a write end.
 	waitDrains(s.outCap, s.outR, s.errCap, s.errR)
-	code, signal := exitStatus(s.jobCmd.ProcessState)
+	code, signal := s.jobStatus()
 	reason, ev := endReason(reason, s.outCap, s.errCap, s.cgPath)
 	var egStats *egress.Stats
 	if s.eg != nil {
@@ -520,7 +655,7 @@ func (s *sandbox) teardown() error {
 			_ = killGroup(c)
 		}
 	}
-	for _, f := range []*os.File{s.initIn, s.initOut, s.initErr, s.outR, s.errR} {
+	for _, f := range []*os.File{s.initIn, s.initOut, s.initErr, s.outR, s.errR, s.statusR} {
 		if f != nil {
 			_ = f.Close()
 		}
@@ -542,12 +677,25 @@ func (e *engine) close(ctx context.Context) error {
 	return DestroyAll(ctx, live)
 }
 
+// initCmd is the CLI whose process group holds the first process, when a
+// CLI of ours still waits for it (not when detached).
+func (s *sandbox) initCmd() *exec.Cmd {
+	if s.detached {
+		return nil
+	}
+	return s.runCmd
+}
+
 // Processes lists the host pids of the sandbox's processes (its cgroup's
-// and its CLIs'), for memory accounting.
+// and the CLI waiting for it, if any), for memory accounting.
 func (s *sandbox) Processes() []int {
 	pids := cgroupProcs(s.cgPath)
-	if s.runCmd != nil && s.runCmd.Process != nil {
-		pids = append(pids, s.runCmd.Process.Pid)
+	if c := s.initCmd(); c != nil && c.Process != nil {
+		select {
+		case <-s.runExited:
+		default:
+			pids = append(pids, c.Process.Pid)
+		}
 	}
 	return pids
 }

@@ -13,15 +13,21 @@ import sys
 
 
 def _skillbox_preload():
+    # Modules most scripts import, cheap to hold. Not hashlib: it maps
+    # OpenSSL, which costs each idle sandbox ~1.3 MiB; a script that needs
+    # it imports it in a few milliseconds.
     import importlib
     for name in ("json", "re", "io", "random", "math", "collections", "datetime",
                  "pathlib", "typing", "itertools", "functools", "subprocess",
-                 "csv", "base64", "hashlib", "struct", "time", "tempfile",
+                 "csv", "base64", "struct", "time", "tempfile",
                  "shutil", "argparse", "textwrap", "string", "traceback", "runpy"):
         try:
             importlib.import_module(name)
         except ImportError:
             pass
+    # What importing left behind goes now, not as a page per run later.
+    import gc
+    gc.collect()
 
 
 def _skillbox_read(n):

@@ -1,0 +1,42 @@
+package runtime
+
+import (
+	"os"
+	"testing"
+)
+
+func TestReadInitStatus(t *testing.T) {
+	tests := []struct {
+		name       string
+		written    string
+		wantCode   int
+		wantSignal string
+	}{
+		{"exit 0", "0\n", 0, ""},
+		{"exit 3", "3\n", 3, ""},
+		{"killed by TERM", "143\n", 143, "SIGTERM"},
+		{"nothing: killed with the sandbox", "", 137, "SIGKILL"},
+		{"garbage", "not a number\n", 137, "SIGKILL"},
+		{"out of range", "300\n", 137, "SIGKILL"},
+		{"the last line counts", "5\n7\n", 7, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, w, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			st := readInitStatus(r)
+			if _, err := w.WriteString(tt.written); err != nil {
+				t.Fatal(err)
+			}
+			w.Close()
+			<-st.done
+			code, sig := st.status()
+			if code != tt.wantCode || sig != tt.wantSignal {
+				t.Errorf("status after %q = (%d, %q), want (%d, %q)", tt.written, code, sig, tt.wantCode, tt.wantSignal)
+			}
+		})
+	}
+}
