@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -127,6 +128,9 @@ func benchAction(c *cli.Context) error {
 		coldRate := 0.0
 		if cold["runsc"] > 0 {
 			coldRate = 1000 / cold["runsc"]
+		}
+		if err := b.bareSandboxes(ctx, c.Int("runs"), coldRate); err != nil {
+			return err
 		}
 		for _, conc := range c.IntSlice("concurrency") {
 			if err := b.throughput(ctx, conc, c.Int("runs"), coldRate); err != nil {
@@ -488,6 +492,100 @@ func (b *bench) throughput(ctx context.Context, conc, perClient int, coldRate fl
 		f.Baseline, f.Ratio = "sequential cold runsc runs/s", rate/coldRate
 	}
 	b.add(f)
+	return nil
+}
+
+// bareSandboxes measures what one gVisor sandbox costs the host with
+// nothing of skillbox's around it: n times `runsc run` of /bin/true on the
+// python image (runsc's own default spec, read-only root, no network), each
+// followed by `runsc delete`. Every run consumes a sandbox, so the host CPU
+// per sandbox bounds the runs/s a machine can sustain whatever skillbox
+// does; the figure reports that ceiling for this machine's cores.
+func (b *bench) bareSandboxes(ctx context.Context, n int, coldRate float64) error {
+	dir, err := os.MkdirTemp("", "skillbox-bench-bare-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	imgDir := b.c.String("images")
+	if imgDir == "" {
+		imgDir = os.Getenv("SKILLBOX_IMAGES")
+	}
+	if imgDir == "" {
+		imgDir = "/var/lib/skillbox/images"
+	}
+	st, err := images.OpenStore(imgDir, b.log)
+	if err != nil {
+		return err
+	}
+	img, err := st.Get("python")
+	if err != nil {
+		return fmt.Errorf("bare sandboxes: %w", err)
+	}
+	root, err := st.RootFS(ctx, img)
+	if err != nil {
+		return err
+	}
+	bundle := filepath.Join(dir, "bundle")
+	if err := os.Mkdir(bundle, 0o700); err != nil {
+		return err
+	}
+	bin := runtime.PinnedRunscPath()
+	run := func(wd string, args ...string) error {
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Dir = wd
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("bare sandboxes: runsc %s: %w: %s", strings.Join(args, " "), err, out)
+		}
+		return nil
+	}
+	if err := run(bundle, "spec", "--", "/bin/true"); err != nil {
+		return err
+	}
+	cfgPath := filepath.Join(bundle, "config.json")
+	var spec map[string]any
+	raw, err := os.ReadFile(cfgPath)
+	if err == nil {
+		err = json.Unmarshal(raw, &spec)
+	}
+	if err != nil {
+		return fmt.Errorf("bare sandboxes: runsc spec: %w", err)
+	}
+	spec["root"] = map[string]any{"path": root, "readonly": true}
+	if p, ok := spec["process"].(map[string]any); ok {
+		p["terminal"] = false
+	}
+	if raw, err = json.Marshal(spec); err != nil {
+		return err
+	}
+	if err := os.WriteFile(cfgPath, raw, 0o600); err != nil {
+		return err
+	}
+	global := []string{"--root", filepath.Join(dir, "state"), "--platform=" + runtime.PinnedRunscPlatform, "--network=none"}
+	cpu0 := hostCPU()
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("skillbox-bench-bare-%d", i)
+		if err := run(bundle, append(global, "run", "--bundle", bundle, id)...); err != nil {
+			return err
+		}
+		if err := run(bundle, append(global, "delete", "--force", id)...); err != nil {
+			return err
+		}
+	}
+	per := (hostCPU() - cpu0) / time.Duration(n)
+	wall := time.Since(start) / time.Duration(n)
+	b.add(figure{Name: "bare gVisor sandbox, host CPU (run+delete)", Value: ms(per), Unit: "ms",
+		Note: fmt.Sprintf("n=%d, runsc run of /bin/true, nothing of skillbox's; wall %.0f ms", n, ms(wall))})
+	if per > 0 {
+		ceiling := float64(nproc()) * float64(time.Second) / float64(per)
+		f := figure{Name: fmt.Sprintf("sandboxes/s ceiling on %d cores", nproc()), Value: ceiling, Unit: "runs/s",
+			Note: "every run consumes a sandbox: no single-use run rate can exceed this"}
+		if coldRate > 0 {
+			f.Baseline, f.Ratio = "sequential cold runsc runs/s", ceiling/coldRate
+		}
+		b.add(f)
+	}
 	return nil
 }
 
