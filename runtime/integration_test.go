@@ -337,6 +337,34 @@ var cases = []runCase{
 		},
 	},
 	{
+		// A warm run ends the way `python3 SCRIPT` does: threads joined,
+		// atexit handlers run, an unclosed file flushed, SystemExit's
+		// message printed.
+		name: "python_exit_like_the_interpreter",
+		skill: map[string]string{"scripts/ends.py": `import atexit, sys, threading, time
+atexit.register(lambda: print("atexit ran", flush=True))
+kept = open("kept.txt", "w")
+kept.write("kept")
+def later():
+    time.sleep(0.2)
+    print("thread done", flush=True)
+threading.Thread(target=later).start()
+sys.exit("a message")
+`},
+		args: func(*caseEnv) []string {
+			return []string{"python3", "/skill/scripts/ends.py"}
+		},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			wantExit(t, res, 1, runtime.ReasonExit)
+			if string(res.Stdout) != "thread done\natexit ran\n" || string(res.Stderr) != "a message\n" {
+				t.Errorf("stdout %q stderr %q", res.Stdout, res.Stderr)
+			}
+			if len(res.Outputs) != 1 || res.Outputs[0].Path != "kept.txt" || string(res.Outputs[0].Data) != "kept" {
+				t.Errorf("outputs %+v, want kept.txt = kept", res.Outputs)
+			}
+		},
+	},
+	{
 		name:  "hello_bash_args_exit",
 		skill: map[string]string{"scripts/hello.sh": "echo \"hello $1|$2 from $0\"\nexit 7\n"},
 		args: func(*caseEnv) []string {
