@@ -16,6 +16,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/runtime/egress"
 )
@@ -187,6 +190,9 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 	}
 	network := s.spec.Network || s.spec.Egress != nil
 	global, args, detached := s.e.d.detachedRunCommand(network, s.b, statusFD)
+	if detached && reapsOrphans() {
+		detached = false
+	}
 	argv := holderArgv
 	if s.spec.Boot == BootPython {
 		argv = []string{"python3", "-c", supervisorSource}
@@ -255,6 +261,21 @@ func (s *sandbox) startDetached(ctx context.Context, global, args []string, stdi
 	st := readInitStatus(statusR)
 	s.initExited, s.initStatus = st.done, st.status
 	return nil
+}
+
+// reapsOrphans says whether orphaned processes are reparented to this one
+// (pid 1 of a container, or a child subreaper). A detached sandbox's
+// processes outlive the CLI that started them; here nothing would wait for
+// them and they would stay as zombies, so the CLI stays attached instead.
+func reapsOrphans() bool {
+	if os.Getpid() == 1 {
+		return true
+	}
+	var v int32
+	if err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&v)), 0, 0, 0); err != nil {
+		return true // unknown: the safe answer
+	}
+	return v != 0
 }
 
 // initStatusReport is what a detached sandbox's first process reported.

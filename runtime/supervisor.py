@@ -27,9 +27,12 @@ def _skillbox_preload():
             importlib.import_module(name)
         except ImportError:
             pass
-    # What importing left behind goes now, not as a page per run later.
+    # What importing left behind goes now, not as a page per run later;
+    # what is left is the interpreter's own for good, so the collections
+    # of the run (and at its exit) need not walk it.
     import gc
     gc.collect()
+    gc.freeze()
 
 
 def _skillbox_read(n):

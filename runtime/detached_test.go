@@ -3,6 +3,8 @@ package runtime
 import (
 	"os"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestReadInitStatus(t *testing.T) {
@@ -38,5 +40,21 @@ func TestReadInitStatus(t *testing.T) {
 				t.Errorf("status after %q = (%d, %q), want (%d, %q)", tt.written, code, sig, tt.wantCode, tt.wantSignal)
 			}
 		})
+	}
+}
+
+func TestReapsOrphans(t *testing.T) {
+	if os.Getpid() == 1 {
+		t.Skip("this test process is pid 1")
+	}
+	if reapsOrphans() {
+		t.Fatal("reapsOrphans() = true in a process that is neither pid 1 nor a subreaper")
+	}
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	if !reapsOrphans() {
+		t.Error("reapsOrphans() = false in a child subreaper")
 	}
 }
