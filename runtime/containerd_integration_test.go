@@ -12,6 +12,7 @@ package runtime_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -386,5 +387,37 @@ func TestContainerdRunsFromSnapshot(t *testing.T) {
 	assertContainerdClean(t, rtcontainerd.Name, opts)
 	if out, err := ctr("snapshots", "ls"); err != nil || !strings.Contains(out, "Committed") {
 		t.Errorf("the image's layers should stay unpacked: %v\n%s", err, out)
+	}
+}
+
+// TestContainerdImportRightAfterRemove: an image removed from containerd
+// (its blobs left to the garbage collector, which runs at once after a
+// removal) and run again straight away is imported again whole: every blob
+// the import finds still there is held by the import's lease, so the
+// collector cannot take one before the image that refers to it exists.
+func TestContainerdImportRightAfterRemove(t *testing.T) {
+	needBackend(t, rtcontainerd.Name)
+	store, img := storeImage(t)
+	ref := runtime.ImageRef{Name: img.Name, Digest: img.Digest, Layout: store.LayoutDir()}
+	rootfs, err := store.RootFS(context.Background(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 6; i++ {
+		t.Run(fmt.Sprint("round ", i), func(t *testing.T) {
+			if out, err := ctr("images", "rm", rtcontainerd.ImageName(img.Name)); err != nil && !strings.Contains(out, "not found") {
+				t.Fatalf("ctr images rm: %v %s", err, out)
+			}
+			rt, _ := newBackend(t, rtcontainerd.Name)
+			defer rt.(runtime.Lifecycle).Close(context.Background())
+			job := runtime.Job{ID: newID(), RootFS: rootfs, Image: ref, Args: []string{"/bin/sh", "-c", "echo ok"}, Limits: runtime.Limits{Timeout: time.Minute}}
+			res, err := rt.Run(context.Background(), job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode != 0 || string(res.Stdout) != "ok\n" {
+				t.Errorf("exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+			}
+		})
 	}
 }

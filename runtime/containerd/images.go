@@ -111,11 +111,21 @@ func blobPath(layoutDir string, d digest.Digest) string {
 }
 
 // writeBlob copies one blob of the layout into the content store unless it
-// is there already; labels are set either way.
+// is there already; labels are set either way. It opens a writer even for
+// a blob the store has: containerd then adds that blob to the context's
+// lease (and reports it as already there), so that its garbage collector
+// cannot take it, unreferenced since an image was removed, before the
+// image that refers to it again exists. A look-up first would leave that
+// gap open.
 func writeBlob(ctx context.Context, cs content.Store, layoutDir string, desc ocispec.Descriptor, labels map[string]string) error {
-	if _, err := cs.Info(ctx, desc.Digest); err == nil {
+	cw, err := content.OpenWriter(ctx, cs, content.WithRef("skillbox-import-"+desc.Digest.Encoded()), content.WithDescriptor(desc))
+	if errdefs.IsAlreadyExists(err) {
 		return labelBlob(ctx, cs, desc.Digest, labels)
 	}
+	if err != nil {
+		return fmt.Errorf("write blob %s: %w", desc.Digest, err)
+	}
+	defer cw.Close()
 	f, err := os.Open(blobPath(layoutDir, desc.Digest))
 	if err != nil {
 		return fmt.Errorf("open blob: %w", err)
@@ -125,10 +135,11 @@ func writeBlob(ctx context.Context, cs content.Store, layoutDir string, desc oci
 	if len(labels) > 0 {
 		opts = append(opts, content.WithLabels(labels))
 	}
-	if err := content.WriteBlob(ctx, cs, "skillbox-import-"+desc.Digest.Encoded(), f, desc, opts...); err != nil {
+	if err := content.Copy(ctx, cw, f, desc.Size, desc.Digest, opts...); err != nil && !errdefs.IsAlreadyExists(err) {
 		return fmt.Errorf("write blob %s: %w", desc.Digest, err)
 	}
-	return nil
+	// Committed by another writer meanwhile, the blob may lack them.
+	return labelBlob(ctx, cs, desc.Digest, labels)
 }
 
 // labelBlob sets labels on a blob of the content store (containerd keeps
