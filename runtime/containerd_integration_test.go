@@ -249,6 +249,25 @@ func TestImportImage(t *testing.T) {
 	}
 }
 
+// storeImageRef is storeImage as a job names it, and its rootfs.
+func storeImageRef(t *testing.T) (runtime.ImageRef, string) {
+	t.Helper()
+	store, img := storeImage(t)
+	rootfs, err := store.RootFS(context.Background(), img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return runtime.ImageRef{Name: img.Name, Digest: img.Digest, Layout: store.LayoutDir()}, rootfs
+}
+
+// removeImage removes skillbox image name from containerd, if it is there.
+func removeImage(t *testing.T, name string) {
+	t.Helper()
+	if out, err := ctr("images", "rm", rtcontainerd.ImageName(name)); err != nil && !strings.Contains(out, "not found") {
+		t.Fatalf("ctr images rm: %v %s", err, out)
+	}
+}
+
 // storeImage is the smallest image of the image store the tests use, or
 // a skip when there is none.
 func storeImage(t *testing.T) (*images.Store, *images.Image) {
@@ -280,18 +299,11 @@ func storeImage(t *testing.T) (*images.Store, *images.Image) {
 // the snapshot goes with the sandbox, the image's layers stay.
 func TestContainerdRunsFromSnapshot(t *testing.T) {
 	needBackend(t, rtcontainerd.Name)
-	store, img := storeImage(t)
-	ref := runtime.ImageRef{Name: img.Name, Digest: img.Digest, Layout: store.LayoutDir()}
-	rootfs, err := store.RootFS(context.Background(), img)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref, rootfs := storeImageRef(t)
 	rt, opts := newBackend(t, rtcontainerd.Name)
 	defer rt.(runtime.Lifecycle).Close(context.Background())
 	// Imported on demand: the namespace starts without the image.
-	if out, err := ctr("images", "rm", rtcontainerd.ImageName(img.Name)); err != nil && !strings.Contains(out, "not found") {
-		t.Fatalf("ctr images rm: %v %s", err, out)
-	}
+	removeImage(t, ref.Name)
 	script := "echo from-snapshot; if touch /probe 2>/dev/null; then echo rootfs-writable; fi; echo out > /work/out.txt; exit 3"
 	t.Run("cold", func(t *testing.T) {
 		job := runtime.Job{ID: newID(), RootFS: rootfs, Image: ref, Args: []string{"/bin/sh", "-c", script}, Limits: runtime.Limits{Timeout: time.Minute}}
@@ -307,7 +319,7 @@ func TestContainerdRunsFromSnapshot(t *testing.T) {
 		}
 	})
 	out, err := ctr("images", "ls", "-q")
-	if err != nil || !strings.Contains(out, rtcontainerd.ImageName(img.Name)) {
+	if err != nil || !strings.Contains(out, rtcontainerd.ImageName(ref.Name)) {
 		t.Errorf("the image was not imported on demand: %v %s", err, out)
 	}
 	t.Run("warm", func(t *testing.T) {
@@ -322,8 +334,8 @@ func TestContainerdRunsFromSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		info, err := ctr("containers", "info", spec.ID)
-		if err != nil || !strings.Contains(info, `"SnapshotKey": "`+spec.ID+`"`) || !strings.Contains(info, rtcontainerd.ImageName(img.Name)) {
-			t.Errorf("the container is not on a snapshot of %s: %v\n%s", img.Name, err, info)
+		if err != nil || !strings.Contains(info, `"SnapshotKey": "`+spec.ID+`"`) || !strings.Contains(info, rtcontainerd.ImageName(ref.Name)) {
+			t.Errorf("the container is not on a snapshot of %s: %v\n%s", ref.Name, err, info)
 		}
 		if err := sb.Deliver(context.Background(), runtime.Invocation{Args: []string{"/bin/sh", "-c", script}, Limits: runtime.Limits{Timeout: time.Minute}}); err != nil {
 			t.Fatal(err)
@@ -373,7 +385,7 @@ func TestContainerdRunsFromSnapshot(t *testing.T) {
 	t.Run("crash", func(t *testing.T) {
 		id := newID()
 		crashMidRun(t, crashCommand(rtcontainerd.Name, opts, id, rootfs, "-", "skillbox-marker-"+randomHex(8), "image-up",
-			img.Name, img.Digest, store.LayoutDir()))
+			ref.Name, ref.Digest, ref.Layout))
 		if snaps, _ := ctr("snapshots", "ls"); !strings.Contains(snaps, id) {
 			t.Fatalf("the crashed run left no snapshot %s:\n%s", id, snaps)
 		}
@@ -397,17 +409,10 @@ func TestContainerdRunsFromSnapshot(t *testing.T) {
 // collector cannot take one before the image that refers to it exists.
 func TestContainerdImportRightAfterRemove(t *testing.T) {
 	needBackend(t, rtcontainerd.Name)
-	store, img := storeImage(t)
-	ref := runtime.ImageRef{Name: img.Name, Digest: img.Digest, Layout: store.LayoutDir()}
-	rootfs, err := store.RootFS(context.Background(), img)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ref, rootfs := storeImageRef(t)
 	for i := 0; i < 6; i++ {
 		t.Run(fmt.Sprint("round ", i), func(t *testing.T) {
-			if out, err := ctr("images", "rm", rtcontainerd.ImageName(img.Name)); err != nil && !strings.Contains(out, "not found") {
-				t.Fatalf("ctr images rm: %v %s", err, out)
-			}
+			removeImage(t, ref.Name)
 			rt, _ := newBackend(t, rtcontainerd.Name)
 			defer rt.(runtime.Lifecycle).Close(context.Background())
 			job := runtime.Job{ID: newID(), RootFS: rootfs, Image: ref, Args: []string{"/bin/sh", "-c", "echo ok"}, Limits: runtime.Limits{Timeout: time.Minute}}
