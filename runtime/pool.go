@@ -472,17 +472,27 @@ func sameAddressSpace(a, b int) bool {
 }
 
 func pssOf(pid int) (int64, bool) {
-	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/smaps_rollup")
+	v, err := ProcBytes("/proc/"+strconv.Itoa(pid)+"/smaps_rollup", "Pss")
+	return v, err == nil
+}
+
+// ProcBytes reads the "FIELD: N kB" line of a /proc file (status,
+// smaps_rollup) as bytes.
+func ProcBytes(path, field string) (int64, error) {
+	f, err := os.Open(path)
 	if err != nil {
-		return 0, false
+		return 0, err
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "Pss:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			return kb << 10, err == nil
+		if rest, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10, err
 		}
 	}
-	return 0, false
+	if err := sc.Err(); err != nil {
+		return 0, err
+	}
+	return 0, fmt.Errorf("%s: no %s line", path, field)
 }

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -129,6 +130,26 @@ func TestPSSCountsAnAddressSpaceOnce(t *testing.T) {
 			// The test's own memory moves a little between reads.
 			if got < one/2 || got > one*3/2 {
 				t.Errorf("PSS(%v) = %d, want about %d (one address space)", tt.pids, got, one)
+			}
+		})
+	}
+}
+
+func TestProcBytes(t *testing.T) {
+	self := "/proc/" + strconv.Itoa(os.Getpid()) + "/status"
+	tests := []struct {
+		name, path, field string
+		ok                bool
+	}{
+		{"VmRSS of this process", self, "VmRSS", true},
+		{"no such line", self, "NoSuchField", false},
+		{"no such file", "/proc/no-such-pid/status", "VmRSS", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, err := ProcBytes(tt.path, tt.field)
+			if (err == nil) != tt.ok || (tt.ok && v <= 0) {
+				t.Errorf("ProcBytes(%s, %s) = %d, %v", tt.path, tt.field, v, err)
 			}
 		})
 	}

@@ -1,11 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -718,19 +716,7 @@ func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond)
 
 // rssOf reads VmRSS of a process, in bytes.
 func rssOf(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.Fields(rest)[0], 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, io.ErrUnexpectedEOF
+	return runtime.ProcBytes(fmt.Sprintf("/proc/%d/status", pid), "VmRSS")
 }
 
 func hostDescription() string {
