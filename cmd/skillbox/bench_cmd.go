@@ -235,6 +235,18 @@ func (b *bench) cold(ctx context.Context, rt string, n int, native float64) (flo
 	return med, nil
 }
 
+// imagesDir is the image store the daemon and bare-sandbox figures use:
+// --images, else $SKILLBOX_IMAGES, else the default store.
+func (b *bench) imagesDir() string {
+	if d := b.c.String("images"); d != "" {
+		return d
+	}
+	if d := os.Getenv("SKILLBOX_IMAGES"); d != "" {
+		return d
+	}
+	return images.DefaultDir
+}
+
 // daemonFixture starts the daemon in-process on a temp socket with the bench's
 // skill root and no confirmation rules.
 func (b *bench) daemonFixture(ctx context.Context, rt string) (*runningDaemon, string, func(), error) {
@@ -243,13 +255,7 @@ func (b *bench) daemonFixture(ctx context.Context, rt string) (*runningDaemon, s
 		return nil, "", nil, err
 	}
 	root, _ := filepath.Abs(b.c.String("root"))
-	imgDir := b.c.String("images")
-	if imgDir == "" {
-		imgDir = os.Getenv("SKILLBOX_IMAGES")
-	}
-	if imgDir == "" {
-		imgDir = "/var/lib/skillbox/images"
-	}
+	imgDir := b.imagesDir()
 	src := fmt.Sprintf(`
 daemon {
   socket    = %q
@@ -505,13 +511,7 @@ func (b *bench) bareSandboxes(ctx context.Context, n int, coldRate float64) erro
 		return err
 	}
 	defer os.RemoveAll(dir)
-	imgDir := b.c.String("images")
-	if imgDir == "" {
-		imgDir = os.Getenv("SKILLBOX_IMAGES")
-	}
-	if imgDir == "" {
-		imgDir = "/var/lib/skillbox/images"
-	}
+	imgDir := b.imagesDir()
 	st, err := images.OpenStore(imgDir, b.log)
 	if err != nil {
 		return err
