@@ -188,8 +188,7 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 	if s.spec.Boot == BootCold {
 		return nil
 	}
-	network := s.spec.Network || s.spec.Egress != nil
-	global, args, detached := s.e.d.detachedRunCommand(network, s.b, statusFD)
+	global, args, detached := s.e.d.detachedRunCommand(s.networked(), s.b, statusFD)
 	if detached && reapsOrphans() {
 		detached = false
 	}
@@ -251,11 +250,10 @@ func (s *sandbox) startDetached(ctx context.Context, global, args []string, stdi
 		return fmt.Errorf("sandbox %s (%s) did not boot: %w", s.spec.ID, s.spec.Boot, ctx.Err())
 	}
 	if code, _ := exitStatus(cmd.ProcessState); code != 0 {
-		if serr := s.e.d.setupError(s.b, 128); serr != nil {
-			return serr
+		raw, err := s.endedBeforeReady()
+		if err != nil {
+			return err
 		}
-		_ = s.initErr.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		raw, _ := io.ReadAll(io.LimitReader(s.initErr, 2000))
 		return fmt.Errorf("sandbox %s (%s) did not boot: %s run --detach exited %d: %s", s.spec.ID, s.spec.Boot, s.e.name, code, raw)
 	}
 	st := readInitStatus(statusR)
@@ -321,22 +319,35 @@ func (s *sandbox) bootError(cause error) error {
 	select {
 	case <-s.initExited:
 		code, _ := s.initStatus()
-		if serr := s.e.d.setupError(s.b, 128); serr != nil {
-			return serr
+		raw, err := s.endedBeforeReady()
+		if err != nil {
+			return err
 		}
-		_ = s.initErr.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
-		raw, _ := io.ReadAll(io.LimitReader(s.initErr, 2000))
 		msg = fmt.Sprintf(" (its first process exited %d: %s)", code, raw)
 	default:
 	}
 	return fmt.Errorf("sandbox %s (%s) did not boot: %v%s", s.spec.ID, s.spec.Boot, cause, msg)
 }
 
+// endedBeforeReady is what a sandbox that ended before it was ready left:
+// the runtime's own error when it logged one, else the head of its stderr.
+func (s *sandbox) endedBeforeReady() ([]byte, error) {
+	if err := s.e.d.setupError(s.b, 128); err != nil {
+		return nil, err
+	}
+	_ = s.initErr.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+	raw, _ := io.ReadAll(io.LimitReader(s.initErr, 2000))
+	return raw, nil
+}
+
+// networked says whether the sandbox gets a network (its own, or egress).
+func (s *sandbox) networked() bool { return s.spec.Network || s.spec.Egress != nil }
+
 // startRun starts `<cli> run` of the bundle in the foreground with the
 // given stdio (closed here, the child has its copies); its exit is the
 // first process's.
 func (s *sandbox) startRun(stdin, stdout, stderr *os.File) error {
-	global, args := s.e.d.runCommand(s.spec.Network || s.spec.Egress != nil, s.b)
+	global, args := s.e.d.runCommand(s.networked(), s.b)
 	cmd, exited, err := s.startCLI(global, args, stdin, stdout, stderr, nil)
 	if err != nil {
 		return err
