@@ -2,7 +2,9 @@ package runtime
 
 import (
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,6 +23,8 @@ func TestReadInitStatus(t *testing.T) {
 		{"garbage", "not a number\n", 137, "SIGKILL"},
 		{"out of range", "300\n", 137, "SIGKILL"},
 		{"the last line counts", "5\n7\n", 7, ""},
+		// More than a report: its first 64 bytes count, done only at the end.
+		{"a flood", strings.Repeat("1\n", 500), 1, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -33,11 +37,16 @@ func TestReadInitStatus(t *testing.T) {
 			if _, err := w.WriteString(tt.written); err != nil {
 				t.Fatal(err)
 			}
+			select {
+			case <-st.done:
+				t.Fatal("done before the write end was closed")
+			case <-time.After(20 * time.Millisecond):
+			}
 			w.Close()
 			<-st.done
 			code, sig := st.status()
 			if code != tt.wantCode || sig != tt.wantSignal {
-				t.Errorf("status after %q = (%d, %q), want (%d, %q)", tt.written, code, sig, tt.wantCode, tt.wantSignal)
+				t.Errorf("status after %.40q = (%d, %q), want (%d, %q)", tt.written, code, sig, tt.wantCode, tt.wantSignal)
 			}
 		})
 	}

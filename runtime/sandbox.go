@@ -292,6 +292,9 @@ func readInitStatus(r *os.File) *initStatusReport {
 	go func() {
 		defer close(st.done)
 		raw, _ := io.ReadAll(io.LimitReader(r, 64))
+		// Done means the end of the pipe (the process, and with it the
+		// sandbox, is gone), not the end of the first 64 bytes.
+		_, _ = io.Copy(io.Discard, r)
 		lines := strings.Fields(string(raw))
 		if len(lines) == 0 {
 			return
