@@ -27,6 +27,10 @@ def _skillbox_preload():
             importlib.import_module(name)
         except ImportError:
             pass
+    # Where the standard library's C extensions live, for the exit.
+    global _skillbox_dynload
+    import sysconfig
+    _skillbox_dynload = os.path.join(sysconfig.get_path("platstdlib"), "lib-dynload") + os.sep
     # What importing left behind goes now, not as a page per run later;
     # what is left is the interpreter's own for good, so the collections
     # of the run (and at its exit) need not walk it.
@@ -117,11 +121,9 @@ def _skillbox_exit_status(code):
 
 def _skillbox_stdlib_extensions_only():
     # Whether every loaded C extension is one of the standard library's.
-    import sysconfig
-    dynload = os.path.join(sysconfig.get_path("platstdlib"), "lib-dynload") + os.sep
     for mod in list(sys.modules.values()):
         f = getattr(mod, "__file__", None)
-        if isinstance(f, str) and not f.endswith((".py", ".pyc")) and not f.startswith(dynload):
+        if isinstance(f, str) and not f.endswith((".py", ".pyc")) and not f.startswith(_skillbox_dynload):
             return False
     return True
 
