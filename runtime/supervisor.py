@@ -27,10 +27,10 @@ def _skillbox_preload():
             importlib.import_module(name)
         except ImportError:
             pass
-    # Where the standard library's C extensions live, for the exit.
+    # Where the standard library's C extensions live, for the exit (as
+    # sysconfig's platstdlib has it, without importing sysconfig).
     global _skillbox_dynload
-    import sysconfig
-    _skillbox_dynload = os.path.join(sysconfig.get_path("platstdlib"), "lib-dynload") + os.sep
+    _skillbox_dynload = os.path.join(sys.base_exec_prefix, sys.platlibdir, "python%d.%d" % sys.version_info[:2], "lib-dynload") + os.sep
     # What importing left behind goes now, not as a page per run later;
     # what is left is the interpreter's own for good, so the collections
     # of the run (and at its exit) need not walk it.
