@@ -75,12 +75,15 @@ type Registry struct {
 }
 
 type snapshot struct {
-	gen      uint64
-	byName   map[string]*Skill
-	sorted   []*Skill
-	byDir    map[string]loaded // last good load per skill directory
-	problems []Problem
-	watch    []string // directories whose changes can change the index
+	gen    uint64
+	byName map[string]*Skill
+	sorted []*Skill
+	// conflicts are names claimed by more than one skill directory of the
+	// root that decides them: refused for all claimants (name -> dirs).
+	conflicts map[string][]string
+	byDir     map[string]loaded // last good load per skill directory
+	problems  []Problem
+	watch     []string // directories whose changes can change the index
 }
 
 type loaded struct {
@@ -150,6 +153,9 @@ func (r *Registry) Get(name string) (*Skill, error) {
 	if s := st.byName[key]; s != nil {
 		return s, nil
 	}
+	if dirs, ok := st.conflicts[key]; ok {
+		return nil, conflictError(name, dirs)
+	}
 	for _, p := range st.problems {
 		if NormalizeName(filepath.Base(p.Path)) == key {
 			return nil, fmt.Errorf("%w: skill %q at %s could not be loaded: %v; fix its SKILL.md (check with 'skillbox skills validate %s')", ErrNotFound, name, p.Path, p.Err, p.Path)
@@ -162,6 +168,33 @@ func (r *Registry) Get(name string) (*Skill, error) {
 	return nil, fmt.Errorf("%w: no skill named %q%s; list the available names with skills.list or 'skillbox skills list --root DIR'", ErrNotFound, name, hint)
 }
 
+// Conflicts returns the names refused because more than one skill
+// directory claims them, with the directories (name -> dirs).
+func (r *Registry) Conflicts() map[string][]string {
+	st := r.state.Load()
+	out := make(map[string][]string, len(st.conflicts))
+	for n, d := range st.conflicts {
+		out[n] = append([]string(nil), d...)
+	}
+	return out
+}
+
+// conflictError says that name is refused because dirs all claim it, and
+// what resolves it.
+func conflictError(name string, dirs []string) error {
+	return fmt.Errorf("%w: skill name %q is claimed by %d skill directories in the same root (%s); it is refused for all of them until only one is left: rename or remove the others (a skill is known by its directory's name)",
+		ErrConflict, name, len(dirs), strings.Join(dirs, ", "))
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 // Reload rescans every root and swaps in the new index atomically. Only
 // skills whose files changed since the last reload are parsed and hashed
 // again (a stat-only fingerprint decides). A skill that used to load but is
@@ -171,7 +204,7 @@ func (r *Registry) Reload(ctx context.Context) error {
 	defer r.reloadMu.Unlock()
 	start := time.Now()
 	old := r.state.Load()
-	next := &snapshot{byName: map[string]*Skill{}, byDir: map[string]loaded{}}
+	next := &snapshot{byName: map[string]*Skill{}, byDir: map[string]loaded{}, conflicts: map[string][]string{}}
 	owner := map[string]string{} // name -> dir that defines it
 
 	// Scan every root first, then load the skill directories in parallel
@@ -211,10 +244,39 @@ func (r *Registry) Reload(ctx context.Context) error {
 		return err
 	}
 
-	inRoot := map[string]string{}
+	// Precedence: a later root overrides an earlier one (the order of the
+	// configured roots is the trust order). Within one root, a name claimed
+	// by two directories is refused for both: which one would win must
+	// never depend on directory sort order, or a new directory could take
+	// over a trusted skill's name and with it its policy.
+	claims := map[string][]*Skill{}
+	var order []string
+	flush := func() {
+		for _, name := range order {
+			c := claims[name]
+			if prev, ok := owner[name]; ok {
+				r.log.Debug("skill overridden by a later root", "name", name, "overridden", prev)
+			}
+			if len(c) == 1 {
+				owner[name] = c[0].Dir
+				next.byName[name] = c[0]
+				delete(next.conflicts, name)
+				continue
+			}
+			dirs := make([]string, len(c))
+			for i, s := range c {
+				dirs[i] = s.Dir
+			}
+			owner[name] = strings.Join(dirs, ", ")
+			delete(next.byName, name)
+			next.conflicts[name] = dirs
+		}
+		clear(claims)
+		order = order[:0]
+	}
 	for i, j := range jobs {
-		if i == 0 || jobs[i-1].root != j.root {
-			clear(inRoot)
+		if i > 0 && jobs[i-1].root != j.root {
+			flush()
 		}
 		res := j.res
 		next.watch = append(next.watch, res.subdirs...)
@@ -226,16 +288,17 @@ func (r *Registry) Reload(ctx context.Context) error {
 		}
 		next.byDir[j.dir] = res.entry
 		s := res.entry.skill
-		if first, dup := inRoot[s.Name]; dup {
-			next.problems = append(next.problems, Problem{Path: j.dir, Err: fmt.Errorf("%w: skill name %q is already used by %s in the same root; rename one of them", ErrInvalid, s.Name, first)})
-			continue
+		if _, ok := claims[s.Name]; !ok {
+			order = append(order, s.Name)
 		}
-		inRoot[s.Name] = j.dir
-		if prev, ok := owner[s.Name]; ok {
-			r.log.Debug("skill overridden by a later root", "name", s.Name, "winner", j.dir, "overridden", prev)
+		claims[s.Name] = append(claims[s.Name], s)
+	}
+	flush()
+	for _, name := range sortedKeys(next.conflicts) {
+		dirs := next.conflicts[name]
+		for _, d := range dirs {
+			next.problems = append(next.problems, Problem{Path: d, Err: conflictError(name, dirs)})
 		}
-		owner[s.Name] = j.dir
-		next.byName[s.Name] = s
 	}
 	for _, s := range next.byName {
 		next.sorted = append(next.sorted, s)
@@ -301,6 +364,9 @@ func (r *Registry) loadCached(old *snapshot, dir string) loadResult {
 	for _, w := range s.Warnings {
 		r.log.Debug("skill warning", "name", s.Name, "path", dir, "warning", w)
 	}
+	if fm, ok := s.Properties["name"].(string); ok && NormalizeName(fm) != s.Name {
+		r.log.Warn("skill's frontmatter name differs from its directory name; indexed under the directory name only", "name", s.Name, "frontmatter_name", fm, "path", dir)
+	}
 	return loadResult{entry: loaded{skill: s, fp: fp}, subdirs: subdirs}
 }
 
@@ -328,7 +394,15 @@ func (r *Registry) scanRoot(root string, limit int) (dirs, watch []string, probs
 	if !st.IsDir() {
 		return nil, nil, []Problem{{Path: root, Err: fmt.Errorf("skill root is not a directory")}}
 	}
-	seen := map[[2]uint64]bool{}
+	// seen stops symlink loops and the same skill reached twice. A skill
+	// directory is known by its name too: the same directory linked in
+	// under another name is another name (indexed as such), never a
+	// reason to skip the first one found in sort order.
+	type seenKey struct {
+		dev, ino uint64
+		name     string
+	}
+	seen := map[seenKey]bool{}
 	maxDirs := 10*r.opts.MaxSkills + 1000
 	visited := 0
 	full := false
@@ -373,7 +447,10 @@ func (r *Registry) scanRoot(root string, limit int) (dirs, watch []string, probs
 					continue
 				}
 				if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-					id := [2]uint64{uint64(sys.Dev), uint64(sys.Ino)}
+					id := seenKey{dev: uint64(sys.Dev), ino: uint64(sys.Ino)}
+					if isSkillDir(child) {
+						id.name = NormalizeName(name)
+					}
 					if seen[id] {
 						continue // symlink loop or the same skill twice
 					}

@@ -117,6 +117,121 @@ func TestRegistryFixtures(t *testing.T) {
 	})
 }
 
+// TestRegistryNameCollision: a skill directory cannot take over another
+// skill's name (finding 3 of issue 22). In testdata/collision/root,
+// aa-helper declares "name: net-x" and sorts before the real net-x;
+// group-a/dup-x and group-b/dup-x claim one name in one root; aa-link is a
+// symlink to net-x under another name.
+func TestRegistryNameCollision(t *testing.T) {
+	load := func(t *testing.T, roots ...string) *Registry {
+		t.Helper()
+		reg, err := NewRegistry(RegistryOptions{Roots: roots, Logger: testLogger(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Reload(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		return reg
+	}
+	root, later := "testdata/collision/root", "testdata/collision/later"
+	reg := load(t, root)
+	realDir, err := filepath.Abs(filepath.Join(root, "net-x"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("the name is the directory's", func(t *testing.T) {
+		s, err := reg.Get("net-x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Dir != realDir || s.Body != "Real net-x.\n" {
+			t.Errorf("net-x = %s (%q), want the real one in %s", s.Dir, s.Body, realDir)
+		}
+	})
+	t.Run("a frontmatter name that differs is indexed under the directory name only", func(t *testing.T) {
+		s, err := reg.Get("aa-helper")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Name != "aa-helper" || s.Body != "Impostor.\n" || len(s.Warnings) != 1 || !strings.Contains(s.Warnings[0], "indexed under the directory name") {
+			t.Errorf("aa-helper = %q %q, warnings %q", s.Name, s.Body, s.Warnings)
+		}
+		for _, s := range reg.List() {
+			if s.Name == "net-x" && s.Dir != realDir {
+				t.Errorf("net-x listed from %s", s.Dir)
+			}
+		}
+	})
+	t.Run("a link under another name does not hide the real skill", func(t *testing.T) {
+		if got := names(reg.List()); got != "aa-helper,aa-link,net-x" {
+			t.Errorf("names = %s", got)
+		}
+	})
+	t.Run("a name claimed twice in one root is refused for both", func(t *testing.T) {
+		_, err := reg.Get("dup-x")
+		if !errors.Is(err, ErrConflict) {
+			t.Fatalf("Get(dup-x) = %v, want ErrConflict", err)
+		}
+		for _, want := range []string{"group-a/dup-x", "group-b/dup-x", "refused", "rename or remove"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q does not say %q", err, want)
+			}
+		}
+		var n int
+		for _, p := range reg.Problems() {
+			if errors.Is(p.Err, ErrConflict) {
+				n++
+			}
+		}
+		if c := reg.Conflicts(); n != 2 || len(c) != 1 || len(c["dup-x"]) != 2 {
+			t.Errorf("conflict problems = %d, conflicts = %v", n, c)
+		}
+	})
+	t.Run("a later root still overrides, by configured precedence", func(t *testing.T) {
+		reg := load(t, root, later)
+		s, err := reg.Get("dup-x")
+		if err != nil || !strings.Contains(s.Dir, "later") {
+			t.Fatalf("dup-x = %v, %v", s, err)
+		}
+		if len(reg.Conflicts()) != 0 {
+			t.Errorf("conflicts = %v", reg.Conflicts())
+		}
+		// ...and an earlier root's conflict does not shadow it the other way.
+		reg = load(t, later, root)
+		if _, err := reg.Get("dup-x"); !errors.Is(err, ErrConflict) {
+			t.Errorf("dup-x with the conflicted root last = %v", err)
+		}
+	})
+	t.Run("names equal under NFKC conflict", func(t *testing.T) {
+		root := t.TempDir()
+		writeSkill(t, filepath.Join(root, "net-x"), "net-x", "Real.")
+		writeSkill(t, filepath.Join(root, "\uff4e\uff45\uff54-x"), "net-x", "Fullwidth letters.")
+		reg := load(t, root)
+		if _, err := reg.Get("net-x"); !errors.Is(err, ErrConflict) {
+			t.Errorf("Get(net-x) = %v, want ErrConflict", err)
+		}
+	})
+	t.Run("a conflict is resolved by removing one claimant", func(t *testing.T) {
+		root := t.TempDir()
+		writeSkill(t, filepath.Join(root, "a", "x"), "x", "A.")
+		writeSkill(t, filepath.Join(root, "b", "x"), "x", "B.")
+		reg := load(t, root)
+		if _, err := reg.Get("x"); !errors.Is(err, ErrConflict) {
+			t.Fatalf("Get(x) = %v", err)
+		}
+		if err := os.RemoveAll(filepath.Join(root, "a")); err != nil {
+			t.Fatal(err)
+		}
+		if err := reg.Reload(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if s, err := reg.Get("x"); err != nil || s.Description != "B." || len(reg.Problems()) != 0 {
+			t.Errorf("Get(x) = %v, %v; problems %v", s, err, reg.Problems())
+		}
+	})
+}
+
 func TestRegistryNFKCLookup(t *testing.T) {
 	root := t.TempDir()
 	writeSkill(t, filepath.Join(root, "café"), "café", "Precomposed.")
@@ -161,11 +276,11 @@ func TestRegistryBounds(t *testing.T) {
 		writeSkill(t, filepath.Join(root, "two", "dup"), "dup", "Second.")
 		reg, _ := NewRegistry(RegistryOptions{Roots: []string{root}})
 		reg.Reload(context.Background())
-		s, err := reg.Get("dup")
-		if err != nil || s.Description != "First." {
-			t.Fatalf("dup = %v, %v", s, err)
+		// Neither wins: sort order must not decide a skill's identity.
+		if s, err := reg.Get("dup"); !errors.Is(err, ErrConflict) {
+			t.Fatalf("Get(dup) = %v, %v; want ErrConflict", s, err)
 		}
-		if p := reg.Problems(); len(p) != 1 || !strings.Contains(p[0].Err.Error(), "already used") {
+		if p := reg.Problems(); len(p) != 2 || !errors.Is(p[0].Err, ErrConflict) || !errors.Is(p[1].Err, ErrConflict) {
 			t.Errorf("problems = %v", p)
 		}
 	})

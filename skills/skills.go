@@ -23,6 +23,9 @@ var (
 	ErrNotRegular = errors.New("not a regular file")
 	ErrTooLarge   = errors.New("too large")
 	ErrBadName    = errors.New("invalid skill name")
+	// ErrConflict: more than one skill directory claims a name, so none
+	// of them gets it until the conflict is resolved.
+	ErrConflict = errors.New("skill name conflict")
 )
 
 // Skill is one indexed skill. Properties keeps the frontmatter as written

@@ -243,7 +243,19 @@ func newSkill(doc *Document, dirName string, opts LoadOptions) (*Skill, error) {
 		} else {
 			s.Name = NormalizeName(name)
 			if dirName != "" && NormalizeName(dirName) != s.Name {
-				v.add("name", name, fmt.Sprintf("must equal the directory name %q; rename the directory or the skill", dirName))
+				switch {
+				case !opts.Lenient:
+					v.add("name", name, fmt.Sprintf("must equal the directory name %q; rename the directory or the skill", dirName))
+				case dirFallback:
+					// A skill is known by its directory's name: were the
+					// frontmatter to decide, any new directory could claim a
+					// trusted skill's name, and its policy with it.
+					s.Name = NormalizeName(dirName)
+					v.add("name", name, fmt.Sprintf("differs from the directory name %q; indexed under the directory name %q only (rename the directory or set 'name: %s')", dirName, s.Name, s.Name))
+				default:
+					v.fatal("name", name, fmt.Sprintf("differs from the directory name %q, which is not a valid skill name (%s); a skill is known by its directory's name: rename the directory to %q",
+						dirName, strings.Join(nameProblems(dirName), "; "), s.Name))
+				}
 			}
 		}
 	}

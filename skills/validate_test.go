@@ -172,11 +172,17 @@ func TestLoadDirFixtures(t *testing.T) {
 			dir:  "invalid/name-mismatch",
 			opts: LoadOptions{Lenient: true},
 			check: func(t *testing.T, s *Skill) {
-				if s.Name != "other-name" || len(s.Warnings) != 1 || !strings.Contains(s.Warnings[0], "directory name") {
+				// Known by its directory's name only: the frontmatter
+				// cannot claim another skill's name.
+				if s.Name != "name-mismatch" || len(s.Warnings) != 1 || !strings.Contains(s.Warnings[0], "indexed under the directory name") {
 					t.Errorf("name = %q, warnings = %q", s.Name, s.Warnings)
 				}
 			},
 		},
+		// A valid name in a directory whose name is not valid cannot be
+		// indexed under either.
+		{dir: "invalid/Dir_Name", wantFields: []string{"name"}},
+		{dir: "invalid/Dir_Name", opts: LoadOptions{Lenient: true}, wantFields: []string{"name"}},
 		{dir: "invalid/bad-yaml", wantFields: []string{"SKILL.md"}},
 		{dir: "invalid/no-fence", wantFields: []string{"SKILL.md"}},
 		{dir: "does-not-exist", wantFields: []string{"SKILL.md"}},
