@@ -441,6 +441,11 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 			return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
 		}
 		sk, err := s.skills.Get(n)
+		if errors.Is(err, skills.ErrConflict) {
+			// Two skill directories claim the name: neither is loaded,
+			// whichever the policy for the name was written for.
+			return nil, fmt.Errorf("%w: %v", api.ErrDenied, err)
+		}
 		if err != nil {
 			missing = append(missing, n)
 			continue
@@ -569,11 +574,19 @@ func (s *Service) activeSkill(ses *store.Session, name string) (*skills.Skill, e
 		}
 	}
 	sk, err := s.skills.Get(a.Name)
+	if errors.Is(err, skills.ErrConflict) {
+		return nil, fmt.Errorf("%w: skill %q was loaded, but now %v", api.ErrDenied, a.Name, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: skill %q is no longer available: unload it", api.ErrNotFound, a.Name)
 	}
 	if sk.Digest != a.Digest {
 		return nil, fmt.Errorf("%w: skill %q changed on disk since it was loaded (%s → %s): call skills.load again to use the new version", api.ErrInvalidParams, a.Name, a.Digest, sk.Digest)
+	}
+	if a.Dir != "" && sk.Dir != a.Dir {
+		// Same bytes, other directory (a later root now provides the
+		// name): still another skill than the one loaded.
+		return nil, fmt.Errorf("%w: skill %q now comes from %s, not %s where it was loaded from: call skills.load again to use it", api.ErrInvalidParams, a.Name, sk.Dir, a.Dir)
 	}
 	return sk, nil
 }

@@ -1,0 +1,1 @@
+echo real net-x
