@@ -25,8 +25,9 @@ const (
 	// ToolModeRestrict: while a skill that declares allowed-tools is active,
 	// calls outside the list are denied. The default.
 	ToolModeRestrict ToolMode = "restrict"
-	// ToolModePreapprove: calls in the list skip confirmation; others keep
-	// the policy's outcome (Claude Code's meaning of the field).
+	// ToolModePreapprove: the list does not restrict; every call keeps the
+	// policy's outcome. A listed call never skips a confirmation the policy
+	// asks for (a skill's text only narrows policy, issue 22).
 	ToolModePreapprove ToolMode = "preapprove"
 )
 

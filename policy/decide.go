@@ -109,8 +109,9 @@ func ruleList(rs []*Rule) string {
 // the call denies; otherwise a confirm pattern asks for confirmation;
 // otherwise a tools pattern allows; otherwise it is denied by default. Then
 // the skill's allowed-tools, per daemon.tool_mode: restrict denies calls
-// outside the list; preapprove turns a confirmation into an allow for calls
-// in the list. Neither can turn a policy deny into anything else.
+// outside the list; preapprove leaves the policy's answer as it is. A
+// skill's own text only ever narrows policy: no mode turns a policy deny or
+// confirm into anything looser.
 func (c *Config) Decide(req Request) Decision {
 	if req.Tool == "" || !validToolNameChars(req.Tool, false) {
 		return Decision{Effect: EffectDeny, Rule: RuleBadRequest,
@@ -141,9 +142,10 @@ func (c *Config) Decide(req Request) Decision {
 	p, listed := firstMatch(pats, cl, modeGrant)
 	switch c.Daemon.ToolMode {
 	case ToolModePreapprove:
+		// The skill is not the approver: whoever can write its SKILL.md
+		// could otherwise waive a confirmation the policy asks for.
 		if listed && d.Effect == EffectConfirm {
-			return Decision{Effect: EffectAllow, Rule: src,
-				Reason: fmt.Sprintf("tool %q is pre-approved by %q in the skill's allowed-tools (skipping the confirmation %s asks for)", req.Tool, p.raw, d.Rule)}
+			d.Reason += fmt.Sprintf("; %q in the skill's allowed-tools (%s) cannot waive a confirmation the policy asks for", p.raw, src)
 		}
 	default:
 		if !listed {

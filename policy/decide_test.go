@@ -95,8 +95,11 @@ var policyCases = []decideCase{
 	{name: "restrict: source named on its deny", req: Request{Skill: "plain", AllowedTools: []string{"Read"}, Source: "/s/plain/SKILL.md:4", Tool: "skills.read"}, effect: EffectDeny, rule: `allowed-tools of skill "plain" (/s/plain/SKILL.md:4)`},
 
 	// preapprove mode.
-	{preappr: true, name: "preapprove: skips confirmation", req: Request{Skill: "guarded-x", AllowedTools: []string{"skills.run_script"}, Tool: "skills.run_script"}, effect: EffectAllow, rule: `allowed-tools of skill "guarded-x"`, inWhy: `policy "guarded"`},
-	{preappr: true, name: "preapprove: command skips confirmation", req: Request{Skill: "guarded-x", AllowedTools: []string{"Bash(git:*)"}, Tool: "Bash", Input: bash("git commit -m x")}, effect: EffectAllow, rule: `allowed-tools of skill "guarded-x"`},
+	// A skill's own text only narrows policy (issue 22): listing a tool
+	// never waives the confirmation a policy asks for.
+	{preappr: true, name: "preapprove: never skips a policy confirmation", req: Request{Skill: "guarded-x", AllowedTools: []string{"skills.run_script"}, Tool: "skills.run_script"}, effect: EffectConfirm, rule: `policy "guarded"`, inWhy: "cannot waive"},
+	{preappr: true, name: "preapprove: never skips a command's confirmation", req: Request{Skill: "guarded-x", AllowedTools: []string{"Bash(git:*)"}, Tool: "Bash", Input: bash("git commit -m x")}, effect: EffectConfirm, rule: `policy "guarded"`},
+	{preappr: true, name: "preapprove: listed and allowed", req: Request{Skill: "plain", AllowedTools: []string{"Bash(git:*)"}, Tool: "Bash", Input: bash("git status")}, effect: EffectAllow, rule: `policy "base"`},
 	{preappr: true, name: "preapprove: others keep confirm", req: Request{Skill: "guarded-x", AllowedTools: []string{"Read"}, Tool: "skills.run_script"}, effect: EffectConfirm, rule: `policy "guarded"`},
 	{preappr: true, name: "preapprove: others keep allow", req: Request{Skill: "plain", AllowedTools: []string{"Read"}, Tool: "Bash", Input: bash("git status")}, effect: EffectAllow, rule: `policy "base"`},
 	{preappr: true, name: "preapprove: never past explicit deny", req: Request{Skill: "guarded-secret", AllowedTools: []string{"skills.run_script"}, Tool: "skills.run_script"}, effect: EffectDeny, rule: `policy "lockdown"`},

@@ -592,7 +592,8 @@ func TestDaemonToolsCheck(t *testing.T) {
 			{"Write", ``, "confirm", `policy "aa-confirm-write"`},
 		}},
 		{"preapprove", `tool_mode = "preapprove"`, []string{"writer"}, []check{
-			{"Write", ``, "allow", `allowed-tools of skill "writer"`},
+			// Listed, but a skill cannot waive the policy's confirmation.
+			{"Write", ``, "confirm", `policy "aa-confirm-write"`},
 			{"Read", ``, "allow", `policy "default"`},
 			{"Bash", `{"command":"git push origin main"}`, "deny", `policy "zz-deny-push"`},
 		}},
