@@ -1309,6 +1309,21 @@ func decodeRequest(line []byte) (request, json.RawMessage, *Error) {
 	if err := json.Unmarshal(line, &m); err != nil || m == nil {
 		return invalid(nil, "a request must be a JSON object")
 	}
+	if where, name, dup := duplicateKey(line); dup {
+		if raw, ok := m["method"]; ok && len(raw) > 0 && raw[0] == '"' {
+			json.Unmarshal(raw, &partial.Method)
+		}
+		// Echo the id only when it was not itself repeated.
+		var id json.RawMessage
+		if raw, ok := m["id"]; ok && validID(raw) && (where != "" || !strings.EqualFold(name, "id")) {
+			id = raw
+		}
+		if where == "" {
+			return invalid(id, "member %q appears twice (names are compared ignoring case); send each member once", name)
+		}
+		return partial, id, &Error{Code: CodeInvalidParams, Kind: api.KindInvalidParams,
+			Message: fmt.Sprintf("invalid params: key %q appears twice in %s (keys are compared ignoring case, as fields are matched); send each key once", name, where)}
+	}
 	if raw, ok := m["method"]; ok && len(raw) > 0 && raw[0] == '"' {
 		json.Unmarshal(raw, &partial.Method)
 	}

@@ -3,13 +3,18 @@ package jsonrpc
 import (
 	"bytes"
 	"encoding/json"
+	"strings"
 	"testing"
 )
 
 // FuzzDecodeRequest feeds arbitrary lines to the request decoder, the first
 // thing every byte from a client reaches. It must never panic, must accept
 // only well-formed requests, and must always produce a response line that is
-// itself valid JSON-RPC. The seed corpus is in testdata/fuzz/FuzzDecodeRequest.
+// itself valid JSON-RPC. A line holding one member name twice in an object
+// (bytes.EqualFold, as encoding/json matches names) is never accepted, and
+// is refused only for that reason when it is otherwise a request (checked
+// against a decoder-based reference). The seed corpus is in
+// testdata/fuzz/FuzzDecodeRequest.
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"jsonrpc":"2.0","id":1,"method":"skills.load","params":{"session_id":"ses_x","names":["pdf"]}}`,
@@ -23,15 +28,22 @@ func FuzzDecodeRequest(f *testing.F) {
 		`{"jsonrpc":"2.0","id":1,"method":"x","params":"s"}`,
 		"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"\xff\xfe\"}",
 		`{"jsonrpc":"2.0","id":1,"id":2,"method":"x"}`,
+		`{"jsonrpc":"2.0","id":1,"method":"x","params":{"a":{"b":1,"B":2}}}`,
+		`{"jsonrpc":"2.0","id":1,"method":"x","params":[{"a":1},{"a":2,"\u0061":3}]}`,
+		`{"jsonrpc":"2.0","id":1,"method":"x","params":{"k":1,"\u212a":2,"s":[{}]}}`,
 		`null`, `{}`, `{`, ``, "\x00", `"str"`, `123`,
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
 		req, id, rerr := decodeRequest(line)
+		dup := json.Valid(line) && refDuplicate(t, line)
 		if rerr != nil {
-			if rerr.Code != CodeParseError && rerr.Code != CodeInvalidRequest {
+			if rerr.Code != CodeParseError && rerr.Code != CodeInvalidRequest && rerr.Code != CodeInvalidParams {
 				t.Fatalf("decoder error code %d", rerr.Code)
+			}
+			if strings.Contains(rerr.Message, "appears twice") != dup && len(bytes.TrimSpace(line)) > 0 && bytes.TrimSpace(line)[0] == '{' {
+				t.Fatalf("duplicate %v, but refused with %q", dup, rerr.Message)
 			}
 			if id != nil && !validID(id) {
 				t.Fatalf("error id %q is not a valid id", id)
@@ -40,6 +52,9 @@ func FuzzDecodeRequest(f *testing.F) {
 		} else {
 			if req.Method == "" {
 				t.Fatal("accepted a request without a method")
+			}
+			if dup {
+				t.Fatalf("accepted a duplicate member: %q", line)
 			}
 			if req.ID != nil && (!json.Valid(req.ID) || !validID(req.ID)) {
 				t.Fatalf("accepted id %q", req.ID)
@@ -57,6 +72,50 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		_ = peekID(line) // the over-long-line path sees arbitrary prefixes
 	})
+}
+
+// refDuplicate is the fuzz target's reference: whether some object in line
+// (valid JSON) holds two member names that bytes.EqualFold calls equal,
+// found with encoding/json's tokenizer instead of duplicateKey's scan.
+func refDuplicate(t *testing.T, line []byte) bool {
+	dec := json.NewDecoder(bytes.NewReader(line))
+	dec.UseNumber()
+	var value func() bool
+	value = func() bool {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("reference decoder: %v on valid JSON %q", err, line)
+		}
+		switch tok {
+		case json.Delim('{'):
+			var names []string
+			dup := false
+			for dec.More() {
+				k, err := dec.Token()
+				if err != nil {
+					t.Fatalf("reference decoder: %v", err)
+				}
+				for _, n := range names {
+					if bytes.EqualFold([]byte(n), []byte(k.(string))) {
+						dup = true
+					}
+				}
+				names = append(names, k.(string))
+				dup = value() || dup
+			}
+			dec.Token()
+			return dup
+		case json.Delim('['):
+			dup := false
+			for dec.More() {
+				dup = value() || dup
+			}
+			dec.Token()
+			return dup
+		}
+		return false
+	}
+	return value()
 }
 
 func checkResponse(t *testing.T, id, result json.RawMessage, e *Error) {
