@@ -1534,9 +1534,9 @@ func Listen(path string, mode os.FileMode, group string) (net.Listener, error) {
 		return nil, err
 	}
 
-	lock, err := os.OpenFile(path+".lock", os.O_RDWR|os.O_CREATE|syscall.O_CLOEXEC, 0o600)
+	lock, err := openLock(path + ".lock")
 	if err != nil {
-		return nil, fmt.Errorf("socket lock: %w", err)
+		return nil, err
 	}
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		lock.Close()
@@ -1557,6 +1557,56 @@ func Listen(path string, mode os.FileMode, group string) (net.Listener, error) {
 		return nil, fmt.Errorf("socket %s vanished after creation: %w", path, err)
 	}
 	return &unixListener{UnixListener: ln, path: path, dev: uint64(st.Dev), ino: st.Ino, lock: lock}, nil
+}
+
+// openLock opens (creating if need be) the socket's lock file without
+// following a symbolic link, and only if it is a regular file of the
+// daemon's own with one link. In a sticky world-writable directory another
+// user may have put a link or a file of theirs at the path: following it
+// would make the daemon (root) create or lock a file wherever they chose.
+func openLock(path string) (*os.File, error) {
+	refuse := func(why string) error {
+		return fmt.Errorf("socket lock %s %s, so another user may control it; remove it, or use a socket directory only the daemon can write (e.g. /run/skillbox): %w", path, why, api.ErrDenied)
+	}
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		// A link gives ELOOP, or EACCES when another user owns it in a
+		// sticky directory: say which.
+		var st unix.Stat_t
+		if unix.Lstat(path, &st) == nil {
+			if why := lockProblem(&st); why != "" {
+				return nil, refuse(why)
+			}
+		}
+		return nil, fmt.Errorf("opening socket lock %s (remove it if it is not the daemon's): %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("socket lock %s: %w", path, err)
+	}
+	if why := lockProblem(&st); why != "" {
+		f.Close()
+		return nil, refuse(why)
+	}
+	return f, nil
+}
+
+// lockProblem says what makes st unfit to be the daemon's lock file ("" if
+// nothing).
+func lockProblem(st *unix.Stat_t) string {
+	switch {
+	case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+		return "is a symbolic link, which skillbox does not follow"
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return "is not a regular file"
+	case st.Uid != uint32(os.Geteuid()):
+		return fmt.Sprintf("belongs to uid %d, not to the daemon's uid %d", st.Uid, os.Geteuid())
+	case st.Nlink != 1:
+		return fmt.Sprintf("has %d hard links", st.Nlink)
+	}
+	return ""
 }
 
 // bindSocket checks what is at path and binds a new socket there.
