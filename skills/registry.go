@@ -32,6 +32,8 @@ const (
 type RegistryOptions struct {
 	// Roots are searched in order; a skill in a later root overrides one of
 	// the same name in an earlier root (e.g. global, then user, then project).
+	// A skill's name is its directory's name; a name two directories of the
+	// deciding root claim is refused for both (ErrConflict).
 	Roots []string
 	// MaxDepth is how far below a root a skill directory may be (default 4);
 	// MaxSkills caps how many skills are indexed (default 50,000).
