@@ -450,6 +450,11 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 			missing = append(missing, n)
 			continue
 		}
+		if sk.Name != skills.NormalizeName(n) {
+			// Policy, locks and approvals go by the name: never load a
+			// skill under a name other than its own.
+			return nil, fmt.Errorf("%w: asked for skill %q, the index returned %q (%s)", api.ErrInternal, n, sk.Name, sk.Dir)
+		}
 		found = append(found, sk)
 	}
 	if len(missing) > 0 {
