@@ -1,6 +1,7 @@
 package jsonrpc
 
 import (
+	"bytes"
 	"encoding/json"
 	"strconv"
 	"strings"
@@ -44,13 +45,7 @@ func duplicateKey(data []byte) (where, name string, found bool) {
 			}
 		case '"':
 			start := i
-			esc := false
-			for i++; i < len(data) && data[i] != '"'; i++ {
-				if data[i] == '\\' {
-					esc = true
-					i++
-				}
-			}
+			i = stringEnd(data, i+1)
 			n := len(stack)
 			if n == 0 || !stack[n-1].obj || !stack[n-1].expectKey {
 				continue
@@ -58,7 +53,7 @@ func duplicateKey(data []byte) (where, name string, found bool) {
 			f := &stack[n-1]
 			f.expectKey = false
 			key := string(data[start+1 : i])
-			if esc {
+			if bytes.IndexByte(data[start+1:i], '\\') >= 0 {
 				if err := json.Unmarshal(data[start:i+1], &key); err != nil {
 					continue // cannot happen for valid JSON
 				}
@@ -103,6 +98,26 @@ func duplicateKey(data []byte) (where, name string, found bool) {
 		}
 	}
 	return "", "", false
+}
+
+// stringEnd returns the index of the quote that ends the JSON string whose
+// contents start at i (data is valid JSON), skipping escaped quotes.
+func stringEnd(data []byte, i int) int {
+	for {
+		q := bytes.IndexByte(data[i:], '"')
+		if q < 0 {
+			return len(data)
+		}
+		i += q
+		n := 0 // backslashes right before the quote
+		for j := i - 1; j >= 0 && data[j] == '\\'; j-- {
+			n++
+		}
+		if n%2 == 0 {
+			return i
+		}
+		i++
+	}
 }
 
 // foldKey is the form under which two member names count as the same:

@@ -84,3 +84,44 @@ func manyMembers(n int) string {
 	}
 	return b.String()
 }
+
+// BenchmarkDecodeRequestLarge: the duplicate scan on a line near the size
+// cap, with a large string value and an object of many keys.
+func BenchmarkDecodeRequestLarge(b *testing.B) {
+	var env strings.Builder
+	for i := range 5000 {
+		if i > 0 {
+			env.WriteByte(',')
+		}
+		env.WriteString(`"K` + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676%26)) + `":"v"`)
+	}
+	line := []byte(`{"jsonrpc":"2.0","id":1,"method":"skills.run_script","params":{"session_id":"ses_x","path":"a.py","env":{` +
+		env.String() + `},"files":[{"path":"in.bin","content":"` + strings.Repeat("QUJD", 200_000) + `"}]}}`)
+	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
+	b.Run("decode", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, e := decodeRequest(line); e != nil {
+				b.Fatal(e.Message)
+			}
+		}
+	})
+	b.Run("scan only", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, dup := duplicateKey(line); dup {
+				b.Fatal("duplicate")
+			}
+		}
+	})
+}
+
+func BenchmarkDuplicateKeyScan(b *testing.B) {
+	line := []byte(`{"jsonrpc":"2.0","id":1,"method":"skills.run_script","params":{"session_id":"ses_x","path":"a.py","files":[{"path":"in.bin","content":"` + strings.Repeat("QUJD", 200_000) + `"}]}}`)
+	b.SetBytes(int64(len(line)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, _, dup := duplicateKey(line); dup {
+			b.Fatal("duplicate")
+		}
+	}
+}
