@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -99,5 +100,49 @@ func TestDaemonSkillNameCollision(t *testing.T) {
 		sid := h.session(peerA)
 		h.fails(peerA, "skills.load", api.LoadParams{SessionID: sid, Names: []string{"dup-x"}}, api.KindDenied,
 			`skill name "dup-x" is claimed by 2`, "group-a/dup-x", "group-b/dup-x", "rename or remove")
+		h.fails(peerA, "skills.activate", api.ActivateParams{SessionID: sid, Name: "dup-x"}, api.KindDenied,
+			`skill name "dup-x" is claimed by 2`, "rename or remove")
+	}
+}
+
+// A loaded skill whose name another directory of its root then also
+// claims is not run: the run says why and what to do.
+func TestDaemonRunRefusedWhenNameBecomesClaimedTwice(t *testing.T) {
+	root := t.TempDir()
+	write := func(dir string) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Join(dir, "scripts"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		md := "---\nname: x\ndescription: A skill.\n---\nBody.\n"
+		if err := os.WriteFile(filepath.Join(dir, "SKILL.md"), []byte(md), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "scripts", "run.sh"), []byte("echo hi\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(root, "x"))
+	reg, err := skills.NewRegistry(skills.RegistryOptions{Roots: []string{root}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	h := newHarness(t, testConfig, nil, func(o *Options, _ *store.StateDB) { o.Skills = reg })
+	sid := h.session(peerA)
+	h.load(peerA, sid, "", "x")
+	h.ok(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh"}, nil)
+
+	write(filepath.Join(root, "group", "x"))
+	if err := reg.Reload(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	n := len(h.rt.Jobs())
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh"}, api.KindDenied,
+		`skill "x" was loaded, but now`, "claimed by 2", "rename or remove")
+	if len(h.rt.Jobs()) != n {
+		t.Error("the run reached the runtime")
 	}
 }

@@ -191,6 +191,7 @@ func (s *Service) confirmationExpired(c api.Confirmation) {
 var foreignKinds = []struct{ err, kind error }{
 	{skills.ErrNotFound, api.ErrNotFound},
 	{skills.ErrBadName, api.ErrInvalidParams},
+	{skills.ErrConflict, api.ErrDenied},
 	{skills.ErrEscape, api.ErrInvalidParams},
 	{skills.ErrNotRegular, api.ErrInvalidParams},
 	{skills.ErrTooLarge, api.ErrInvalidParams},
