@@ -210,6 +210,7 @@ policy "needs-approval" {
 #   when_not_ready = "wait"    # a run whose layer is building waits ("fail": fails at once)
 #   wait_timeout   = "10m"
 #   build_on_load  = true      # skills.load starts the build (else: skillbox deps build SKILL)
+#   max_layer_bytes = "1GiB"   # an installed layer over this fails its build (checked while unpacking)
 # }
 #
 # In a policy rule: packages an operator adds for the skills it matches, and
