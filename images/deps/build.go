@@ -497,7 +497,7 @@ func (b *Builder) installInSandbox(ctx context.Context, req Request, in string, 
 		ID:       runtime.IDPrefix + "deps-" + hex.EncodeToString(rnd[:]),
 		RootFS:   req.RootFS,
 		SkillDir: in,
-		Args:     argv,
+		Args:     tailed(argv),
 		Limits:   installLimits(b.layerCap()),
 	}
 	res, err := b.Runtime.Run(ctx, job)

@@ -88,6 +88,19 @@ func (b *Builder) checkWheelSizes(who string, files map[string]string) error {
 	return nil
 }
 
+// tailed wraps an install command so that only the tail of its output
+// comes back (the runtime keeps a stream's head): the output goes to a file
+// on the sandbox's bounded /tmp, and its last outputTail bytes are printed,
+// after a line saying how much was cut. The command's exit status is kept.
+func tailed(argv []string) []string {
+	script := fmt.Sprintf(`"$@" >/tmp/.install.log 2>&1; s=$?
+n=$(wc -c </tmp/.install.log)
+if [ "$n" -gt %[1]d ]; then echo "[install output cut: the last %[1]d of $n bytes shown]" >&2; fi
+tail -c %[1]d /tmp/.install.log >&2
+exit $s`, outputTail)
+	return append([]string{"/bin/sh", "-c", script, "sh"}, argv...)
+}
+
 // noSpace reports whether installer output says the sandbox's tmpfs ran
 // out of room (pip: "[Errno 28] No space left on device"; tar likewise).
 func noSpace(out string) bool {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -218,5 +219,28 @@ func TestTailBuffer(t *testing.T) {
 				t.Errorf("buffer grew to %d", cap(tb.buf))
 			}
 		})
+	}
+}
+
+// tailed keeps the exit status and the tail of a chatty command's output,
+// saying it was cut.
+func TestTailedInstallCommand(t *testing.T) {
+	if _, err := os.Stat("/bin/sh"); err != nil {
+		t.Skip("no /bin/sh")
+	}
+	tmp := t.TempDir()
+	argv := tailed([]string{"sh", "-c", "head -c 200000 /dev/zero | tr '\\0' x; echo; echo the-last-line >&2; exit 3"})
+	script := strings.ReplaceAll(argv[2], "/tmp/", tmp+"/")
+	cmd := exec.Command(argv[0], append([]string{argv[1], script}, argv[3:]...)...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 3 {
+		t.Fatalf("exit %v, want status 3", err)
+	}
+	out := stderr.String()
+	if stdout.Len() != 0 || len(out) > outputTail+200 || !strings.Contains(out, "the-last-line") || !strings.Contains(out, "install output cut: the last 65536 of 200015 bytes") {
+		t.Errorf("stdout %d bytes, stderr %d bytes: %.200q", stdout.Len(), len(out), out)
 	}
 }
