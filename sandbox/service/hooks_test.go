@@ -128,6 +128,11 @@ func TestHookNeedsConfirmation(t *testing.T) {
 				if ids, _ := data["confirmation_ids"].([]string); id == "" || len(ids) != 1 || ids[0] != id {
 					t.Fatalf("error data %v", data)
 				}
+				// The approver sees what the hook runs.
+				cs := mustV(f.svc.ListConfirmations(context.Background(), approver, api.ListConfirmationsParams{State: "pending"}))
+				if len(cs.Confirmations) != 1 || cs.Confirmations[0].Details["command"] != tc.command {
+					t.Errorf("pending confirmations %+v, want one showing the command", cs.Confirmations)
+				}
 				if len(f.audit.Events(audit.EventConfirmRequest)) != 1 || len(f.audit.Events(audit.EventRunStart)) != 0 {
 					t.Errorf("audit: %d confirmation requests, %d run starts", len(f.audit.Events(audit.EventConfirmRequest)), len(f.audit.Events(audit.EventRunStart)))
 				}
