@@ -79,13 +79,19 @@ type hookCall struct {
 	held []*api.ConfirmationRequiredError
 }
 
-func newHookCall(method, sessionID, id string, ids []string) *hookCall {
+// maxHookConfirmations bounds the approvals one call may pass.
+const maxHookConfirmations = 64
+
+func newHookCall(method, sessionID, id string, ids []string) (*hookCall, error) {
 	hc := &hookCall{method: method, sessionID: sessionID}
 	if id != "" {
 		hc.confirmations = append(hc.confirmations, id)
 	}
 	hc.confirmations = append(hc.confirmations, ids...)
-	return hc
+	if len(hc.confirmations) > maxHookConfirmations {
+		return nil, fmt.Errorf("%w: %d confirmation ids, at most %d: pass only the ones this call's hooks asked for", api.ErrInvalidParams, len(hc.confirmations), maxHookConfirmations)
+	}
+	return hc, nil
 }
 
 // err is the call's error when hooks are held for confirmation: the first
@@ -109,7 +115,10 @@ func (hc *hookCall) err() error {
 // preToolUseHooks runs the PreToolUse hooks of the session's active skills
 // that match the tool; each answer is a decision.
 func (s *Service) preToolUseHooks(ctx context.Context, caller api.Peer, ses *store.Session, p api.CheckToolParams) ([]policy.Decision, error) {
-	call := newHookCall(api.MethodToolsCheck, p.SessionID, p.ConfirmationID, p.ConfirmationIDs)
+	call, err := newHookCall(api.MethodToolsCheck, p.SessionID, p.ConfirmationID, p.ConfirmationIDs)
+	if err != nil {
+		return nil, err
+	}
 	var decs []policy.Decision
 	for _, sk := range s.hookSkills(ses) {
 		if len(sk.HookErrors) > 0 {
@@ -151,7 +160,10 @@ func (s *Service) ReportTool(ctx context.Context, caller api.Peer, p api.ReportT
 		res.Block, res.Reason = true, "policy denies this call, so no hook ran: "+pol.Reason
 		return res, nil
 	}
-	call := newHookCall(api.MethodToolsReport, p.SessionID, p.ConfirmationID, p.ConfirmationIDs)
+	call, err := newHookCall(api.MethodToolsReport, p.SessionID, p.ConfirmationID, p.ConfirmationIDs)
+	if err != nil {
+		return nil, err
+	}
 	var reasons []string
 	for _, sk := range s.hookSkills(ses) {
 		for _, hc := range sk.Hooks.Matching(skills.HookPostToolUse, p.Tool) {

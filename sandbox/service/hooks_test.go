@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -268,5 +269,19 @@ func TestReportToolDecidedByPolicy(t *testing.T) {
 	}
 	if n != 1 {
 		t.Errorf("%d audited denials of the reported Write, want 1", n)
+	}
+}
+
+func TestHookConfirmationIDsBounded(t *testing.T) {
+	f := newHookFixture(t)
+	sid := hookSession(t, f, "guarded-hook", skills.HookPreToolUse, "./scripts/deploy.sh")
+	ids := make([]string, 65)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("cnf_%d", i)
+	}
+	for _, event := range []string{skills.HookPreToolUse, skills.HookPostToolUse} {
+		if _, _, err := callHooks(f, event, sid, ids...); api.KindOf(err) != api.KindInvalidParams || len(f.rt.Jobs()) != 0 {
+			t.Errorf("%s with %d ids: %v, %d runs", event, len(ids), err, len(f.rt.Jobs()))
+		}
 	}
 }
