@@ -61,6 +61,9 @@ policy "needs-approval" {
 # Hooks (PreToolUse / PostToolUse in a skill's frontmatter) run in the
 # sandbox during tools.check and tools.report; they can only narrow policy.
 # A hook that fails or hangs counts as deny unless a rule says otherwise.
+# A hook is a run of its skill: "./hooks/check.sh" is decided as
+# skills.run_script of that file, other shell as skills.run_code too, so
+# the confirm and deny above hold for hooks as for the model's own calls.
 # Pinned versions: with require_lock, matching skills load and run only at
 # a digest recorded by `skillbox skills lock`.
 # policy "pinned" {
@@ -210,6 +213,7 @@ policy "needs-approval" {
 #   when_not_ready = "wait"    # a run whose layer is building waits ("fail": fails at once)
 #   wait_timeout   = "10m"
 #   build_on_load  = true      # skills.load starts the build (else: skillbox deps build SKILL)
+#   max_layer_bytes = "1GiB"   # an installed layer over this fails its build (checked while unpacking)
 # }
 #
 # In a policy rule: packages an operator adds for the skills it matches, and

@@ -263,7 +263,7 @@ func defaults() *Config {
 		},
 		Runtimes: map[string]*RuntimeConfig{},
 		Limits:   runtime.DefaultLimits,
-		Deps:     Dependencies{WhenNotReady: "wait", WaitTimeout: 10 * time.Minute, BuildOnLoad: true},
+		Deps:     Dependencies{WhenNotReady: "wait", WaitTimeout: 10 * time.Minute, BuildOnLoad: true, MaxLayerBytes: 1 << 30},
 		Pool:     Pool{PoolConfig: runtime.DefaultPoolConfig},
 		Audit: Audit{
 			RotateBytes:        64 << 20,

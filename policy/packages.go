@@ -36,7 +36,10 @@ type Dependencies struct {
 	// BuildOnLoad starts a layer's build in the background when a skill is
 	// loaded (default true).
 	BuildOnLoad bool
-	Pos         Pos
+	// MaxLayerBytes caps an installed dependency layer (default 1GiB): a
+	// build over it fails, stopped while unpacking.
+	MaxLayerBytes int64
+	Pos           Pos
 }
 
 // RulePackages is a policy rule's packages {} block: packages an operator
@@ -106,7 +109,7 @@ var (
 var (
 	pythonIndexSchema  = &hcl.BodySchema{Attributes: attrs("url", "find_links")}
 	npmRegistrySchema  = &hcl.BodySchema{Attributes: attrs("url")}
-	dependenciesSchema = &hcl.BodySchema{Attributes: attrs("when_not_ready", "wait_timeout", "build_on_load")}
+	dependenciesSchema = &hcl.BodySchema{Attributes: attrs("when_not_ready", "wait_timeout", "build_on_load", "max_layer_bytes")}
 	packagesSchema     = &hcl.BodySchema{Attributes: attrs("python", "npm")}
 )
 
@@ -162,6 +165,7 @@ func (d *decoder) dependencies(blk *hcl.Block) {
 	b.oneOf("when_not_ready", &c.WhenNotReady, "wait", "fail")
 	b.duration("wait_timeout", &c.WaitTimeout)
 	b.boolean("build_on_load", &c.BuildOnLoad)
+	b.size("max_layer_bytes", &c.MaxLayerBytes)
 }
 
 // rulePackages decodes a policy rule's packages block and build_from_source.

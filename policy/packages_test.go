@@ -17,6 +17,7 @@ dependencies {
   when_not_ready = "fail"
   wait_timeout   = "30s"
   build_on_load  = false
+  max_layer_bytes = "256MiB"
 }
 policy "docs" {
   skills = ["docx-*"]
@@ -38,7 +39,7 @@ policy "src" {
 	if s.PythonIndex != "http://127.0.0.1:8080/simple/" || len(s.FindLinks) != 2 || s.FindLinks[0] != "/etc/skillbox/wheels" || s.NpmRegistry != "https://registry.npmjs.org" {
 		t.Errorf("sources: %+v", s)
 	}
-	if d := c.Deps; d.WhenNotReady != "fail" || d.WaitTimeout != 30*time.Second || d.BuildOnLoad {
+	if d := c.Deps; d.WhenNotReady != "fail" || d.WaitTimeout != 30*time.Second || d.BuildOnLoad || d.MaxLayerBytes != 256<<20 {
 		t.Errorf("dependencies: %+v", d)
 	}
 	p := c.PackagesFor("docx-build")
@@ -52,7 +53,7 @@ policy "src" {
 		t.Errorf("packages for other: %+v", p)
 	}
 	d := Default().Deps
-	if d.WhenNotReady != "wait" || !d.BuildOnLoad || d.WaitTimeout <= 0 {
+	if d.WhenNotReady != "wait" || !d.BuildOnLoad || d.WaitTimeout <= 0 || d.MaxLayerBytes != 1<<30 {
 		t.Errorf("default dependencies: %+v", d)
 	}
 }
@@ -63,6 +64,8 @@ func TestPackageConfigErrors(t *testing.T) {
 		{"index empty", "python_index {\n}\n", "set url"},
 		{"registry without url", "npm_registry {\n}\n", "npm_registry.url"},
 		{"bad when_not_ready", `dependencies { when_not_ready = "maybe" }`, "when_not_ready"},
+		{"bad max_layer_bytes", `dependencies { max_layer_bytes = "lots" }`, "max_layer_bytes"},
+		{"zero max_layer_bytes", `dependencies { max_layer_bytes = 0 }`, "greater than 0"},
 		{"unknown key", "python_index {\n url = \"http://x/simple\"\n token = \"x\"\n}\n", "token"},
 		{"python with a URL", "policy \"p\" {\n skills = [\"*\"]\n packages { python = [\"x @ https://h/x.whl\"] }\n}\n", "not a Python requirement"},
 		{"npm with a path", "policy \"p\" {\n skills = [\"*\"]\n packages { npm = [\"file:../x\"] }\n}\n", "not an npm package"},

@@ -2,6 +2,7 @@ package skills
 
 import (
 	"fmt"
+	"path"
 	"regexp"
 	"slices"
 	"sort"
@@ -191,4 +192,105 @@ func ParseHooks(raw any) (Hooks, []string) {
 		return nil, probs
 	}
 	return out, nil
+}
+
+// HookScript is a hook command that is one plain invocation of a file of
+// its skill: "./scripts/check.sh --strict" or "python3 hooks/guard.py".
+// Path is relative to the skill directory (cleaned, never "..").
+type HookScript struct {
+	Path string
+	Args []string
+}
+
+// hookInterpreters are the programs a hook may name before its script
+// ("sh ./hooks/x.sh"); the script is then a file of the skill whatever its
+// name, since the hook runs in the skill directory.
+var hookInterpreters = map[string]bool{"sh": true, "bash": true, "python": true, "python3": true, "node": true}
+
+// Script reports whether the command only runs a file of its skill, and
+// which. Anything the words alone cannot settle (operators, expansions,
+// redirections, globs, assignments, options before the script, absolute
+// or ".." paths, a bare name looked up in PATH) is not a script: the
+// caller must then treat the command as arbitrary shell code.
+func (hc HookCommand) Script() (HookScript, bool) {
+	words, ok := plainWords(hc.Command)
+	if !ok || len(words) == 0 {
+		return HookScript{}, false
+	}
+	file, args := words[0], words[1:]
+	if hookInterpreters[file] {
+		if len(args) == 0 {
+			return HookScript{}, false
+		}
+		file, args = args[0], args[1:]
+	} else if !strings.Contains(file, "/") || strings.Contains(file, "=") {
+		// A bare name is a program from PATH; NAME=value is an assignment.
+		return HookScript{}, false
+	}
+	if file == "" || strings.HasPrefix(file, "-") || strings.HasPrefix(file, "/") {
+		return HookScript{}, false
+	}
+	for _, el := range strings.Split(file, "/") {
+		if el == ".." {
+			return HookScript{}, false
+		}
+	}
+	clean := path.Clean(file)
+	if clean == "." {
+		return HookScript{}, false
+	}
+	if args == nil {
+		args = []string{}
+	}
+	return HookScript{Path: clean, Args: args}, true
+}
+
+// plainWords splits a command line into words when it is nothing but
+// words: unquoted characters from a small safe set, single-quoted text, and
+// double-quoted text without expansions or escapes. ok is false for
+// anything else.
+func plainWords(cmd string) (words []string, ok bool) {
+	var cur strings.Builder
+	inWord := false
+	for i := 0; i < len(cmd); i++ {
+		ch := cmd[i]
+		switch {
+		case ch == ' ' || ch == '\t':
+			if inWord {
+				words = append(words, cur.String())
+				cur.Reset()
+				inWord = false
+			}
+		case ch == '\'':
+			j := strings.IndexByte(cmd[i+1:], '\'')
+			if j < 0 {
+				return nil, false
+			}
+			cur.WriteString(cmd[i+1 : i+1+j])
+			i += j + 1
+			inWord = true
+		case ch == '"':
+			j := strings.IndexByte(cmd[i+1:], '"')
+			if j < 0 {
+				return nil, false
+			}
+			s := cmd[i+1 : i+1+j]
+			if strings.ContainsAny(s, "$`\\!") {
+				return nil, false
+			}
+			cur.WriteString(s)
+			i += j + 1
+			inWord = true
+		case ch >= 'a' && ch <= 'z', ch >= 'A' && ch <= 'Z', ch >= '0' && ch <= '9',
+			strings.IndexByte("._-/+,:@%=", ch) >= 0:
+			cur.WriteByte(ch)
+			inWord = true
+		default:
+			return nil, false
+		}
+	}
+	if inWord {
+		words = append(words, cur.String())
+	}
+	return words, true
 }

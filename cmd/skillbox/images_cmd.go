@@ -424,7 +424,8 @@ func buildExtras(ctx context.Context, c *cli.Context, store *images.Store, r *im
 		return err
 	}
 	b := &deps.Builder{Store: deps.OpenStore(c.String("dir")), Runtime: rt, Logger: log.Named("deps"),
-		Sources: deps.Sources{PythonIndex: src.PythonIndex, FindLinks: src.FindLinks, NpmRegistry: src.NpmRegistry}}
+		Sources:       deps.Sources{PythonIndex: src.PythonIndex, FindLinks: src.FindLinks, NpmRegistry: src.NpmRegistry},
+		MaxLayerBytes: cfg.Deps.MaxLayerBytes}
 	l, err := b.Build(ctx, deps.Request{Image: r.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: set})
 	if err != nil {
 		return fmt.Errorf("%s extras: %w", r.Name, err)

@@ -32,7 +32,15 @@ import (
 const lifecyclePolicy = `
 policy "default" {
   skills = ["*"]
-  tools  = ["skills.read", "skills.run_script", "Bash", "Read"]
+  tools  = ["skills.read", "skills.run_script", "skills.run_code", "Bash", "Read"]
+}
+policy "guarded-hooks" {
+  skills  = ["hook-guarded"]
+  confirm = ["skills.run_script"]
+}
+policy "locked-hooks" {
+  skills = ["hook-locked"]
+  deny   = ["skills.run_script", "skills.run_code"]
 }
 policy "render" {
   skills = ["render-demo"]
@@ -404,6 +412,108 @@ Body.
 	}
 	if timedOut != 1 || hookDecisions != 4 {
 		t.Errorf("audit: %d timed-out hook runs (want 1), %d hook decisions (want 4: rm, ls, report, hanging)", timedOut, hookDecisions)
+	}
+	if len(d.containers()) != 0 {
+		t.Errorf("sandboxes left behind: %v", d.containers())
+	}
+}
+
+// A hook is a run of its skill (issue 22, finding 5): the PostToolUse hook
+// of a skill whose run_script needs confirmation does not run its deploy
+// script until an approver approves, and then once; the hooks of a skill
+// whose run_script and run_code are denied never run; tools.report of a
+// call policy denies runs no hook.
+func TestDaemonHookPolicy(t *testing.T) {
+	needDaemon(t)
+	root := lifecycleRoot(t)
+	writeFiles(t, root, map[string]string{
+		"hook-guarded/SKILL.md": `---
+name: hook-guarded
+description: Deploys from a PostToolUse hook.
+hooks:
+  PostToolUse:
+    - matcher: Bash
+      hooks:
+        - type: command
+          command: ./scripts/deploy.sh
+---
+Deploys after every Bash call.
+`,
+		"hook-guarded/scripts/deploy.sh": "#!/bin/sh\necho deployed-by-hook\n",
+		"hook-locked/SKILL.md": `---
+name: hook-locked
+description: Its scripts may not run at all.
+hooks:
+  PreToolUse:
+    - matcher: Bash
+      hooks:
+        - type: command
+          command: ./scripts/deploy.sh
+  PostToolUse:
+    - matcher: Bash
+      hooks:
+        - type: command
+          command: echo '{"decision":"approve"}'; ./scripts/deploy.sh
+---
+Locked down.
+`,
+		"hook-locked/scripts/deploy.sh": "#!/bin/sh\necho deployed-by-hook\n",
+	})
+	d, _ := newLifecycleDaemon(t, root)
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+	hookRuns := func(skill string) int {
+		n := 0
+		for _, r := range auditEvents(d.records(), audit.EventRunStart, "") {
+			if r.Skill != nil && r.Skill.Name == skill {
+				n++
+			}
+		}
+		return n
+	}
+	bash := json.RawMessage(`{"command":"ls"}`)
+
+	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	must[*api.LoadResult](t, "load hook-guarded")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hook-guarded"}}))
+	report := api.ReportToolParams{SessionID: sid, Tool: "Bash", Input: bash, Result: json.RawMessage(`{"stdout":"x"}`)}
+	_, err := c.ReportTool(ctx, report)
+	conf, ok := wantKind(t, "tools.report with a guarded hook", err, api.KindConfirmationRequired).ConfirmationRequired()
+	if !ok || !strings.Contains(conf.Rule, "guarded-hooks") {
+		t.Fatalf("confirmation data of %v", err)
+	}
+	if n := hookRuns("hook-guarded"); n != 0 {
+		t.Fatalf("the guarded hook ran %d times without approval", n)
+	}
+	must[*api.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
+	report.ConfirmationID = conf.ConfirmationID
+	rep := must[*api.ReportToolResult](t, "approved tools.report")(c.ReportTool(ctx, report))
+	if len(rep.Hooks) != 1 || rep.Hooks[0].RunID == "" || rep.Hooks[0].ExitCode != 0 || rep.Block || hookRuns("hook-guarded") != 1 {
+		t.Fatalf("approved hook: %+v, %d runs", rep, hookRuns("hook-guarded"))
+	}
+	_, err = c.ReportTool(ctx, report)
+	wantKind(t, "the approval used again", err, api.KindConfirmationRequired)
+	if n := hookRuns("hook-guarded"); n != 1 {
+		t.Fatalf("the hook ran %d times on one approval", n)
+	}
+	// A call policy denies (Write is in no rule) runs no hook.
+	rep = must[*api.ReportToolResult](t, "tools.report Write")(c.ReportTool(ctx, api.ReportToolParams{SessionID: sid, Tool: "Write", Input: json.RawMessage(`{"file_path":"/tmp/x"}`)}))
+	if rep.Decision != "deny" || !rep.Block || len(rep.Hooks) != 0 {
+		t.Errorf("tools.report of a denied call: %+v", rep)
+	}
+
+	lsid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	must[*api.LoadResult](t, "load hook-locked")(c.Load(ctx, api.LoadParams{SessionID: lsid, Names: []string{"hook-locked"}}))
+	chk := must[*api.CheckToolResult](t, "tools.check")(c.CheckTool(ctx, api.CheckToolParams{SessionID: lsid, Tool: "Bash", Input: bash}))
+	if chk.Decision != "deny" || !strings.Contains(chk.Reason, "policy does not let the hook run") {
+		t.Errorf("tools.check with a denied hook: %+v", chk)
+	}
+	rep = must[*api.ReportToolResult](t, "tools.report")(c.ReportTool(ctx, api.ReportToolParams{SessionID: lsid, Tool: "Bash", Input: bash}))
+	if !rep.Block || len(rep.Hooks) != 1 || rep.Hooks[0].RunID != "" || !strings.Contains(rep.Reason, "policy does not let the hook run") {
+		t.Errorf("tools.report with a denied hook: %+v", rep)
+	}
+	if n := hookRuns("hook-locked"); n != 0 {
+		t.Errorf("the denied hooks ran %d times", n)
 	}
 	if len(d.containers()) != 0 {
 		t.Errorf("sandboxes left behind: %v", d.containers())

@@ -167,6 +167,7 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 		eng.Audit = o.audit
 	}
 	eng.Deps = newDeps(cfg, dir, rt, eng.Images, log)
+	eng.Deps.Audit = eng.Audit
 	for name, r := range byImage {
 		if len(r.PythonExtras) > 0 {
 			if eng.Deps.Extras == nil {
@@ -196,6 +197,8 @@ func newDeps(cfg *policy.Config, dir string, rt runtime.Runtime, imgs service.Im
 			Runtime: rt,
 			Sources: deps.Sources{PythonIndex: src.PythonIndex, FindLinks: src.FindLinks, NpmRegistry: src.NpmRegistry},
 			Logger:  log.Named("deps"),
+			// Bounds the layer's size and the daemon's memory during its build.
+			MaxLayerBytes: cfg.Deps.MaxLayerBytes,
 		},
 		Config: cfg,
 		Images: imgs,

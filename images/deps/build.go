@@ -52,6 +52,9 @@ type Builder struct {
 	Npm string
 	// HTTP fetches npm tarballs and index pages; default http.DefaultClient.
 	HTTP *http.Client
+	// MaxLayerBytes caps an installed layer (dependencies.max_layer_bytes);
+	// 0 means DefaultMaxLayerBytes. See limits.go.
+	MaxLayerBytes int64
 
 	mu       sync.Mutex
 	inflight map[string]*flight
@@ -297,8 +300,8 @@ func (b *Builder) buildPython(ctx context.Context, req Request, p *Plan, stage, 
 	}
 	cmd := exec.CommandContext(ctx, py, args...)
 	cmd.Env = hostEnv()
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	out := newTailBuffer(outputTail)
+	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Run(); err != nil {
 		return nil, b.pipDownloadError(ctx, p, out.String(), err)
 	}
@@ -312,6 +315,7 @@ func (b *Builder) buildPython(ctx context.Context, req Request, p *Plan, stage, 
 	}
 	var arts []Artifact
 	var files []string
+	paths := map[string]string{}
 	for _, e := range entries {
 		name := e.Name()
 		if !strings.HasSuffix(name, ".whl") {
@@ -331,8 +335,12 @@ func (b *Builder) buildPython(ctx context.Context, req Request, p *Plan, stage, 
 		}
 		arts = append(arts, a)
 		files = append(files, "/skill/wheels/"+name)
+		paths[name] = filepath.Join(wheels, name)
 	}
 	sort.Strings(files)
+	if err := b.checkWheelSizes(who(req), paths); err != nil {
+		return nil, err
+	}
 	argv, err := b.pipInstaller(ctx, p.Image, in)
 	if err != nil {
 		return nil, err
@@ -489,25 +497,34 @@ func (b *Builder) installInSandbox(ctx context.Context, req Request, in string, 
 		ID:       runtime.IDPrefix + "deps-" + hex.EncodeToString(rnd[:]),
 		RootFS:   req.RootFS,
 		SkillDir: in,
-		Args:     argv,
-		Limits: runtime.Limits{
-			Timeout: 10 * time.Minute, MemoryBytes: 3 << 30, Pids: 256, CPUs: 2,
-			WorkdirBytes: 2 << 30, TmpBytes: 512 << 20, StdoutBytes: 1 << 20, StderrBytes: 1 << 20,
-			OutputBytes: 2 << 30, OutputFiles: 200000, OutputFileBytes: 1 << 30,
-		},
+		Args:     tailed(argv),
+		Limits:   installLimits(b.layerCap()),
 	}
 	res, err := b.Runtime.Run(ctx, job)
 	if err != nil {
 		return fmt.Errorf("%w: install sandbox: %v", ErrBuild, err)
 	}
+	out := string(res.Stderr) + string(res.Stdout)
 	if res.Reason != runtime.ReasonExit || res.ExitCode != 0 {
-		return fmt.Errorf("%w: installing in the sandbox ended with %s (exit %d): %s", ErrBuild, res.Reason, res.ExitCode,
-			tail(string(res.Stderr)+string(res.Stdout), 1500))
+		if noSpace(out) {
+			// The tmpfs, no larger than the cap, filled while unpacking.
+			return b.ranOutOfRoom(who(req))
+		}
+		cut := ""
+		if res.StdoutTruncated || res.StderrTruncated {
+			cut = fmt.Sprintf(" (installer output cut at %d bytes per stream)", job.Limits.StdoutBytes)
+		}
+		return fmt.Errorf("%w: installing in the sandbox ended with %s (exit %d)%s: %s", ErrBuild, res.Reason, res.ExitCode, cut,
+			tail(out, 1500))
 	}
-	if res.OutputsTruncated {
-		return fmt.Errorf("%w: the installed tree is over the %s cap", ErrBuild, res.OutputsTruncatedBy)
-	}
+	var total int64
 	for _, o := range res.Outputs {
+		total += o.Size
+	}
+	if res.OutputsTruncated || total > b.layerCap() {
+		return b.tooLarge(who(req), "the installed tree", humanSize(total+res.OutputsOmittedBytes))
+	}
+	for i, o := range res.Outputs {
 		rel, ok := strings.CutPrefix(o.Path, "out/")
 		if !ok {
 			continue
@@ -526,8 +543,33 @@ func (b *Builder) installInSandbox(ctx context.Context, req Request, in string, 
 		if err := os.WriteFile(dst, o.Data, mode); err != nil {
 			return err
 		}
+		res.Outputs[i].Data = nil // written: let it go
 	}
 	return nil
+}
+
+// installLimits are the install sandbox's limits for a layer cap: /work
+// (where the layer is written) and /tmp (where pip stages a --target
+// install) are tmpfs no larger than the cap, so an installer that unpacks
+// more runs out of room, and the memory limit leaves room for both.
+func installLimits(layerCap int64) runtime.Limits {
+	mem := int64(3 << 30)
+	if m := 2*layerCap + installSlack + 1<<30; m > mem {
+		mem = m
+	}
+	return runtime.Limits{
+		Timeout: 10 * time.Minute, MemoryBytes: mem, Pids: 256, CPUs: 2,
+		WorkdirBytes: layerCap, TmpBytes: layerCap + installSlack, StdoutBytes: 256 << 10, StderrBytes: 256 << 10,
+		OutputBytes: layerCap, OutputFiles: 200000, OutputFileBytes: layerCap,
+	}
+}
+
+// who names what a layer is for in messages.
+func who(req Request) string {
+	if req.Skill != "" {
+		return fmt.Sprintf("skill %q", req.Skill)
+	}
+	return fmt.Sprintf("the extras of image %q", req.Image)
 }
 
 func hostEnv() []string {
@@ -549,10 +591,11 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
+// tail is the last n bytes of s, saying when it cut.
 func tail(s string, n int) string {
 	s = strings.TrimSpace(s)
 	if len(s) > n {
-		return "…" + s[len(s)-n:]
+		return fmt.Sprintf("[output cut: the last %d bytes shown] …", n) + strings.ToValidUTF8(s[len(s)-n:], "")
 	}
 	return s
 }

@@ -29,6 +29,9 @@ var (
 	ErrBuild = errors.New("dependency layer build failed")
 	// ErrNotReady: the run's layer is not built (yet).
 	ErrNotReady = errors.New("dependency layer not ready")
+	// ErrTooLarge: the installed layer is over its size cap
+	// (dependencies.max_layer_bytes).
+	ErrTooLarge = errors.New("dependency layer too large")
 )
 
 // Ecosystems.

@@ -78,10 +78,12 @@ func (b *Builder) buildNpm(ctx context.Context, req Request, p *Plan, stage, tre
 			"--userconfig", filepath.Join(stage, "npmrc-user"), "--globalconfig", filepath.Join(stage, "npmrc-global"))
 		cmd.Dir = dir
 		cmd.Env = append(hostEnv(), "npm_config_update_notifier=false")
-		out, err := cmd.CombinedOutput()
+		out := newTailBuffer(outputTail)
+		cmd.Stdout, cmd.Stderr = out, out
+		err := cmd.Run()
 		os.RemoveAll(filepath.Join(stage, "npm-cache"))
 		if err != nil {
-			return nil, fmt.Errorf("%w: npm could not resolve %s: %s", ErrBuild, npmList(p.Missing.Npm), tail(string(out), 1200))
+			return nil, fmt.Errorf("%w: npm could not resolve %s: %s", ErrBuild, npmList(p.Missing.Npm), tail(out.String(), 1200))
 		}
 		lockData, err = os.ReadFile(filepath.Join(dir, "package-lock.json"))
 		if err != nil {

@@ -84,14 +84,21 @@ type ReportToolParams struct {
 	Tool      string          `json:"tool"`
 	Input     json.RawMessage `json:"input,omitempty"`
 	Result    json.RawMessage `json:"result,omitempty"`
+	// ConfirmationID(s): approvals for held hooks, as in CheckToolParams.
+	ConfirmationID  string   `json:"confirmation_id,omitempty"`
+	ConfirmationIDs []string `json:"confirmation_ids,omitempty"`
 }
 
-// ReportToolResult is tools.report's result: what the hooks said. Block
-// (with Reason) is a hook's request that the model be told to reconsider.
+// ReportToolResult is tools.report's result: policy's decision on the
+// reported call, as tools.check would give it, and what the hooks said.
+// Block (with Reason) is a hook's request that the model be told to
+// reconsider, or policy's deny of the call (then no hook runs).
 type ReportToolResult struct {
-	Hooks  []HookRun `json:"hooks"`
-	Block  bool      `json:"block,omitempty"`
-	Reason string    `json:"reason,omitempty"`
+	Decision string    `json:"decision,omitempty"`
+	Rule     string    `json:"rule,omitempty"`
+	Hooks    []HookRun `json:"hooks"`
+	Block    bool      `json:"block,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
 }
 
 // HookRun is one hook that ran for a tools.check or tools.report.
@@ -106,6 +113,9 @@ type HookRun struct {
 	// (or "" for a PostToolUse hook with nothing to say).
 	Decision string `json:"decision,omitempty"`
 	Message  string `json:"message,omitempty"`
+	// ConfirmationID names the approval a hook policy holds is waiting
+	// for (the hook did not run).
+	ConfirmationID string `json:"confirmation_id,omitempty"`
 }
 
 // ProposeParams is skills.propose's request: Diff is a unified diff

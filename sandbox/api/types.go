@@ -334,6 +334,11 @@ type CheckToolParams struct {
 	SessionID string          `json:"session_id"`
 	Tool      string          `json:"tool"`
 	Input     json.RawMessage `json:"input,omitempty"`
+	// ConfirmationID and ConfirmationIDs are approvals for hooks that
+	// policy holds for confirmation (a hook runs as a run of its skill);
+	// each is used by the hook it was approved for.
+	ConfirmationID  string   `json:"confirmation_id,omitempty"`
+	ConfirmationIDs []string `json:"confirmation_ids,omitempty"`
 }
 
 // CheckToolResult is tools.check's result.

@@ -2,9 +2,11 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -28,6 +31,10 @@ type Deps struct {
 	Config  *policy.Config
 	Images  ImageSource
 	Logger  hclog.Logger
+	// Audit, when set, gets a deps.build record for every layer build
+	// (its outcome, or why it failed: a layer over its cap, a refused
+	// package).
+	Audit Auditor
 	// Extras are the packages each image's recipe names as extras (image
 	// name → package names), for hints about what is missing.
 	Extras map[string][]string
@@ -307,6 +314,7 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 			return out, err
 		}
 		l, err := d.Builder.Build(ctx, *req)
+		d.auditBuild(ctx, sk, req, l, err)
 		if err != nil {
 			if p := deps.PlanFor(*req); p.Digest != "" {
 				d.mu.Lock()
@@ -323,6 +331,34 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 		}
 	}
 	return out, nil
+}
+
+// EventDepsBuild is the audit event of a dependency layer build.
+const EventDepsBuild = "deps.build"
+
+// auditBuild records how a layer build for sk ended (nothing when no layer
+// was needed).
+func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Request, l *deps.Layer, err error) {
+	if d.Audit == nil || (l == nil && err == nil) {
+		return
+	}
+	r := &audit.Record{Event: EventDepsBuild, Skill: &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}, Outcome: audit.OutcomeOK,
+		Detail: map[string]string{"image": req.Image}}
+	if p := deps.PlanFor(*req); p.Digest != "" {
+		r.Detail["layer"] = p.Digest
+	}
+	switch {
+	case err != nil:
+		r.Outcome, r.Error = audit.OutcomeError, ClipText(err.Error(), 2048)
+		if errors.Is(err, deps.ErrTooLarge) || errors.Is(err, deps.ErrRefused) || errors.Is(err, deps.ErrHash) {
+			r.Outcome = audit.OutcomeRefused
+		}
+	default:
+		r.Detail["size"] = strconv.FormatInt(l.Size, 10)
+	}
+	if aerr := d.Audit.Append(ctx, r); aerr != nil {
+		d.logger().Error("audit append failed", "event", r.Event, "error", aerr)
+	}
 }
 
 // probes are script names whose extensions pick the images set needs.

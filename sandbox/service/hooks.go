@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -52,9 +53,72 @@ type hookAnswer struct {
 	} `json:"hookSpecificOutput"`
 }
 
+// A hook is a run of its skill, through the one authorization path
+// (Service.Run): the skill's lock, policy's decision, confirmation, a run
+// slot, the skill's limits (tightened to the hook's) and run.start/run.end.
+// Which tool policy decides it as (hookTools):
+//   - a command that only runs a file of the skill ("./hooks/check.sh x",
+//     "python3 hooks/guard.py") is skills.run_script with that path and
+//     those args, exactly as if the model had asked to run the script;
+//   - anything else is arbitrary shell with the skill mounted, so it is
+//     decided both as skills.run_code (language shell) and as
+//     skills.run_script with no path (a path-specific deny or confirm
+//     matches it, a path-specific allow does not); the strictest wins.
+// A hook policy denies is not run and counts as the rule's hook_failure. A
+// hook policy holds for confirmation is not run: the call fails with
+// confirmation_required naming every held hook's confirmation, and the
+// host repeats it with confirmation_id(s) once they are approved; each
+// approval is bound to its hook's run (command, skill version, event
+// payload) and used once.
+
+// hookCall is one tools.check or tools.report running hooks.
+type hookCall struct {
+	method, sessionID string
+	confirmations     []string
+	// held are the hooks that wait for an approver.
+	held []*api.ConfirmationRequiredError
+}
+
+// maxHookConfirmations bounds the approvals one call may pass.
+const maxHookConfirmations = 64
+
+func newHookCall(method, sessionID, id string, ids []string) (*hookCall, error) {
+	hc := &hookCall{method: method, sessionID: sessionID}
+	if id != "" {
+		hc.confirmations = append(hc.confirmations, id)
+	}
+	hc.confirmations = append(hc.confirmations, ids...)
+	if len(hc.confirmations) > maxHookConfirmations {
+		return nil, fmt.Errorf("%w: %d confirmation ids, at most %d: pass only the ones this call's hooks asked for", api.ErrInvalidParams, len(hc.confirmations), maxHookConfirmations)
+	}
+	return hc, nil
+}
+
+// err is the call's error when hooks are held for confirmation: the first
+// one's confirmation_required, with every id in its data.
+func (hc *hookCall) err() error {
+	if len(hc.held) == 0 {
+		return nil
+	}
+	ids := make([]string, len(hc.held))
+	for i, c := range hc.held {
+		ids[i] = c.ID
+	}
+	var err error = hc.held[0]
+	if len(ids) > 1 {
+		err = fmt.Errorf("%d hooks wait for an approver (confirmations %s): approve each (confirmations.approve), then repeat this call with confirmation_ids %s; the first: %w",
+			len(ids), strings.Join(ids, ", "), quoteList(ids), hc.held[0])
+	}
+	return api.MarkAudited(api.WithData(err, map[string]any{"confirmation_ids": ids}))
+}
+
 // preToolUseHooks runs the PreToolUse hooks of the session's active skills
 // that match the tool; each answer is a decision.
 func (s *Service) preToolUseHooks(ctx context.Context, caller api.Peer, ses *store.Session, p api.CheckToolParams) ([]policy.Decision, error) {
+	call, err := newHookCall(api.MethodToolsCheck, p.SessionID, p.ConfirmationID, p.ConfirmationIDs)
+	if err != nil {
+		return nil, err
+	}
 	var decs []policy.Decision
 	for _, sk := range s.hookSkills(ses) {
 		if len(sk.HookErrors) > 0 {
@@ -63,18 +127,22 @@ func (s *Service) preToolUseHooks(ctx context.Context, caller api.Peer, ses *sto
 			continue
 		}
 		for _, hc := range sk.Hooks.Matching(skills.HookPreToolUse, p.Tool) {
-			_, dec, err := s.runHook(ctx, caller, api.MethodToolsCheck, p.SessionID, sk, skills.HookPreToolUse, hc, p.Tool, p.Input, nil)
+			_, dec, err := s.runHook(ctx, caller, call, sk, skills.HookPreToolUse, hc, p.Tool, p.Input, nil)
 			if err != nil {
 				return nil, err
 			}
 			decs = append(decs, dec)
 		}
 	}
+	if err := call.err(); err != nil {
+		return nil, err
+	}
 	return decs, nil
 }
 
-// ReportTool implements api.Service: the PostToolUse hooks of the active
-// skills see a tool call the host made and its result.
+// ReportTool implements api.Service: policy decides the reported call as
+// tools.check would (a call policy denies runs no hook), then the
+// PostToolUse hooks of the active skills see it and its result.
 func (s *Service) ReportTool(ctx context.Context, caller api.Peer, p api.ReportToolParams) (*api.ReportToolResult, error) {
 	if p.Tool == "" {
 		return nil, fmt.Errorf("%w: tool is required, e.g. \"Bash\"", api.ErrInvalidParams)
@@ -83,20 +151,35 @@ func (s *Service) ReportTool(ctx context.Context, caller api.Peer, p api.ReportT
 	if err != nil {
 		return nil, err
 	}
-	res := &api.ReportToolResult{Hooks: []api.HookRun{}}
+	pol, err := s.decideHostTool(ctx, caller, api.MethodToolsReport, ses, p.Tool, p.Input)
+	if err != nil {
+		return nil, err
+	}
+	res := &api.ReportToolResult{Decision: string(pol.Effect), Rule: pol.Rule, Hooks: []api.HookRun{}}
+	if pol.Effect == policy.EffectDeny {
+		res.Block, res.Reason = true, "policy denies this call, so no hook ran: "+pol.Reason
+		return res, nil
+	}
+	call, err := newHookCall(api.MethodToolsReport, p.SessionID, p.ConfirmationID, p.ConfirmationIDs)
+	if err != nil {
+		return nil, err
+	}
 	var reasons []string
 	for _, sk := range s.hookSkills(ses) {
 		for _, hc := range sk.Hooks.Matching(skills.HookPostToolUse, p.Tool) {
-			hr, dec, err := s.runHook(ctx, caller, api.MethodToolsReport, p.SessionID, sk, skills.HookPostToolUse, hc, p.Tool, p.Input, p.Result)
+			hr, dec, err := s.runHook(ctx, caller, call, sk, skills.HookPostToolUse, hc, p.Tool, p.Input, p.Result)
 			if err != nil {
 				return nil, err
 			}
 			res.Hooks = append(res.Hooks, hr)
-			if dec.Effect != policy.EffectAllow {
+			if dec.Effect != policy.EffectAllow && hr.ConfirmationID == "" {
 				res.Block = true
 				reasons = append(reasons, dec.Reason)
 			}
 		}
+	}
+	if err := call.err(); err != nil {
+		return nil, err
 	}
 	res.Reason = strings.Join(reasons, "; ")
 	return res, nil
@@ -118,10 +201,32 @@ func (s *Service) hookSkills(ses *store.Session) []*skills.Skill {
 	return out
 }
 
+// hookTools is what policy decides a hook's run as (see the top of this
+// file): the run's tool and input, and more tools for arbitrary shell.
+func hookTools(sk *skills.Skill, hc skills.HookCommand) (string, []byte, []PolicyTool) {
+	if sc, ok := hc.Script(); ok && isSkillFile(sk, sc.Path) {
+		return api.MethodSkillsRunScript, toolInput(sc.Path, sc.Args), nil
+	}
+	script, _ := json.Marshal(map[string]any{"command": hc.Command})
+	code, _ := json.Marshal(map[string]any{"language": api.LanguageShell, "code_sha256": sha256Hex([]byte(hc.Command)), "args": []string{}})
+	return api.MethodSkillsRunScript, script, []PolicyTool{{Tool: api.MethodSkillsRunCode, Input: code}}
+}
+
+// isSkillFile reports whether rel is a regular file of the skill (a name
+// an interpreter would otherwise find elsewhere is not the skill's).
+func isSkillFile(sk *skills.Skill, rel string) bool {
+	f, err := skills.OpenInRoot(sk.Dir, rel)
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
 // runHook runs one hook in the sandbox and turns its answer into a
-// decision, audited (run.start/run.end of its run, and a policy.decision
-// record naming the hook).
-func (s *Service) runHook(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill, event string, hc skills.HookCommand, tool string, input, result json.RawMessage) (api.HookRun, policy.Decision, error) {
+// decision, audited (the run's own records, and a policy.decision record
+// naming the hook). A hook held for confirmation is added to call.held.
+func (s *Service) runHook(ctx context.Context, caller api.Peer, call *hookCall, sk *skills.Skill, event string, hc skills.HookCommand, tool string, input, result json.RawMessage) (api.HookRun, policy.Decision, error) {
 	hp := s.cfg.HookPolicyFor(sk.Name)
 	timeout := hp.Timeout
 	if hc.Timeout > 0 && hc.Timeout < timeout {
@@ -130,12 +235,12 @@ func (s *Service) runHook(ctx context.Context, caller api.Peer, method, sessionI
 	if len(input) == 0 {
 		input = json.RawMessage("{}")
 	}
-	payload, _ := json.Marshal(hookEvent{SessionID: sessionID, HookEventName: event, ToolName: tool, ToolInput: input,
+	payload, _ := json.Marshal(hookEvent{SessionID: call.sessionID, HookEventName: event, ToolName: tool, ToolInput: input,
 		ToolResponse: result, Skill: sk.Name, Cwd: runtime.SkillMount})
 	rule := fmt.Sprintf("hook %s of skill %q (%s)", event, sk.Name, ClipText(hc.Command, 200))
 	hr := api.HookRun{Skill: sk.Name, Event: event, Command: hc.Command, ExitCode: -1}
 
-	effect, reason, failed := s.execHook(ctx, caller, method, sessionID, sk, event, hc, payload, timeout, &hr)
+	effect, reason, failed := s.execHook(ctx, caller, call, sk, event, hc, payload, timeout, &hr)
 	if failed {
 		why := reason
 		switch hp.Failure {
@@ -152,7 +257,7 @@ func (s *Service) runHook(ctx context.Context, caller api.Peer, method, sessionI
 	if event == skills.HookPostToolUse && effect == policy.EffectAllow {
 		hr.Decision = ""
 	}
-	r := base(ctx, caller, method, audit.EventDecision, sessionID)
+	r := base(ctx, caller, call.method, audit.EventDecision, call.sessionID)
 	r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
 	r.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(effect), Rule: rule, Reason: ClipText(reason, 1024), InputSHA256: sha256Hex(input)}
 	r.Outcome = string(effect)
@@ -160,42 +265,46 @@ func (s *Service) runHook(ctx context.Context, caller api.Peer, method, sessionI
 	if hr.Reason != "" {
 		r.Detail["run_reason"] = hr.Reason
 	}
+	if hr.ConfirmationID != "" {
+		r.Detail["confirmation_id"] = hr.ConfirmationID
+	}
 	if err := s.record(ctx, r); err != nil {
 		return hr, dec, err
 	}
 	return hr, dec, nil
 }
 
-// execHook runs the hook and reads its answer. failed reports a hook that
-// gave none (reason says why).
-func (s *Service) execHook(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill, event string, hc skills.HookCommand, payload []byte, timeout time.Duration, hr *api.HookRun) (effect policy.Effect, reason string, failed bool) {
-	peer := caller
+// execHook runs the hook through Service.Run and reads its answer. failed
+// reports a hook that gave none (reason says why); a hook held for
+// confirmation did not run and is not a failure.
+func (s *Service) execHook(ctx context.Context, caller api.Peer, call *hookCall, sk *skills.Skill, event string, hc skills.HookCommand, payload []byte, timeout time.Duration, hr *api.HookRun) (effect policy.Effect, reason string, failed bool) {
 	req := RunRequest{
 		Skill:   sk,
 		Command: &CommandSpec{Command: hc.Command, Label: "hooks." + event, InSkillDir: true},
 		Stdin:   payload,
 		Limits:  commandLimits(timeout, hookOutputCap),
-		Peer:    &peer, SessionID: sessionID, RequestID: AuditRequestID(api.RequestIDFrom(ctx)), Method: method,
 	}
-	plan, err := s.engine.Prepare(req)
+	tool, input, also := hookTools(sk, hc)
+	out, err := s.Run(ctx, caller, req, RunOptions{Method: call.method, SessionID: call.sessionID, Tool: tool, ToolInput: input,
+		AlsoTools: also, ConfirmationIDs: call.confirmations})
 	if err != nil {
-		return "", "the hook could not be prepared: " + err.Error(), true
-	}
-	release, err := s.acquireRunSlot(ctx, caller)
-	if err != nil {
-		return "", "no run slot for the hook: " + err.Error(), true
-	}
-	defer release()
-	out, err := s.execute(ctx, caller, RunOptions{Method: method, SessionID: sessionID}, plan)
-	if err != nil {
-		return "", "the hook's sandbox failed: " + err.Error(), true
+		var ce *api.ConfirmationRequiredError
+		if errors.As(err, &ce) {
+			call.held = append(call.held, ce)
+			hr.ConfirmationID = ce.ID
+			return policy.EffectConfirm, fmt.Sprintf("the hook was not run: it waits for an approver's confirmation %s (%s)", ce.ID, ce.Rule), false
+		}
+		if errors.Is(err, api.ErrDenied) {
+			return "", "policy does not let the hook run: " + err.Error(), true
+		}
+		return "", "the hook was not run: " + err.Error(), true
 	}
 	r := out.Result
 	hr.RunID, hr.ExitCode, hr.Reason = out.RunID, r.ExitCode, string(r.Reason)
 	stderr := strings.TrimSpace(string(r.Stderr))
 	switch {
 	case r.Reason == runtime.ReasonTimeout:
-		return "", fmt.Sprintf("the hook did not answer within %s and was killed (run %s)", plan.Limits.Timeout, out.RunID), true
+		return "", fmt.Sprintf("the hook did not answer within %s and was killed (run %s)", out.Plan.Limits.Timeout, out.RunID), true
 	case r.Reason != runtime.ReasonExit:
 		return "", fmt.Sprintf("the hook ended by %s (run %s)", r.Reason, out.RunID), true
 	case r.ExitCode == 2:

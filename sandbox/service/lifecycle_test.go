@@ -62,12 +62,16 @@ func newLifecycleFixtureLock(t *testing.T, more ...servicetest.SkillSpec) (*fixt
 	lockFile := filepath.Join(t.TempDir(), "skills.lock")
 	base := []servicetest.SkillSpec{
 		{Name: "renders", Files: map[string]string{"data.txt": "x"}},
-		{Name: "hooked"}, {Name: "lenient"}, {Name: "nobash"},
+		{Name: "hooked", Files: hookFiles}, {Name: "lenient", Files: hookFiles}, {Name: "nobash", Files: hookFiles},
 		{Name: "pinned", Files: map[string]string{"scripts/run.sh": "echo hi\n"}},
 	}
 	cfg := lifecycleConfig + fmt.Sprintf("skills {\n  lock_file = %q\n}\n", lockFile)
 	return newFixtureWith(t, true, cfg, append(base, more...)), lockFile
 }
+
+// hookFiles are the scripts the hooks of the tests run: a hook that runs
+// its skill's file is decided as skills.run_script of it.
+var hookFiles = map[string]string{"hooks/check.sh": "exit 0\n", "hooks/post.sh": "exit 0\n"}
 
 func withBody(f *fixture, name, body string) *skills.Skill {
 	sk := *f.sk[name]
@@ -260,7 +264,7 @@ func TestCheckToolFoldsHooks(t *testing.T) {
 func TestReportToolRunsPostToolUse(t *testing.T) {
 	f := newLifecycleFixture(t)
 	ctx := context.Background()
-	withHooks(f, "hooked", hook(skills.HookPostToolUse, "Bash|Read", "post"))
+	withHooks(f, "hooked", hook(skills.HookPostToolUse, "Bash|Read", "./hooks/post.sh"))
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 		if !strings.Contains(string(job.Stdin), `"tool_response":{"ok":true}`) {
 			return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit}, nil
@@ -272,8 +276,8 @@ func TestReportToolRunsPostToolUse(t *testing.T) {
 	if err != nil || !r.Block || r.Reason != "check the output" || len(r.Hooks) != 1 {
 		t.Errorf("report: %+v %v", r, err)
 	}
-	r, err = f.svc.ReportTool(ctx, owner, api.ReportToolParams{SessionID: sid, Tool: "Write"})
-	if err != nil || r.Block || len(r.Hooks) != 0 {
+	r, err = f.svc.ReportTool(ctx, owner, api.ReportToolParams{SessionID: sid, Tool: "skills.read"})
+	if err != nil || r.Block || len(r.Hooks) != 0 || r.Decision != "allow" {
 		t.Errorf("report of an unmatched tool: %+v %v", r, err)
 	}
 }

@@ -45,6 +45,20 @@ type RunOptions struct {
 	// input; "" means skills.run_script with the script's path and args.
 	Tool      string
 	ToolInput []byte
+	// AlsoTools are more tools the run is decided as, the strictest
+	// decision winning: a hook that is arbitrary shell is both a run of
+	// its skill's files and code (see hookTools).
+	AlsoTools []PolicyTool
+	// ConfirmationIDs are approvals to choose from when the run needs
+	// one: the one bound to this run's digest is used. A call that runs
+	// several hooks may need several approvals at once.
+	ConfirmationIDs []string
+}
+
+// PolicyTool is a tool and input policy decides a run as.
+type PolicyTool struct {
+	Tool  string
+	Input []byte
 }
 
 // RunScript implements api.Service.
@@ -125,6 +139,9 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 				what, reason = plan.egressWhat(), "network access to "+strings.Join(plan.egressNames(), ", ")+": "+nd.Reason
 			}
 		}
+	}
+	if needConfirm && o.ConfirmationID == "" && len(o.ConfirmationIDs) > 0 {
+		o.ConfirmationID = s.confirmationFor(o.SessionID, plan.Digest, o.ConfirmationIDs)
 	}
 	if needConfirm && o.ConfirmationID == "" {
 		if o.SelfApprove {
@@ -250,6 +267,31 @@ func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions
 	}
 	plan.Request.ConfirmationID = id
 	return nil
+}
+
+// confirmationFor picks, among ids, the approval of this session bound to
+// digest: an approved one first, else a pending one (whose use then says it
+// is still waiting). "" means none, and a new request is made.
+func (s *Service) confirmationFor(sessionID, digest string, ids []string) string {
+	if s.confirms == nil {
+		return ""
+	}
+	found := ""
+	for _, id := range ids {
+		c, err := s.confirms.Get(id)
+		if err != nil || c.SessionID != sessionID || c.Digest != digest {
+			continue
+		}
+		switch c.State {
+		case api.ConfirmationApproved:
+			return id
+		case api.ConfirmationPending:
+			if found == "" {
+				found = id
+			}
+		}
+	}
+	return found
 }
 
 // useConfirmation consumes the approval o names for plan (an id on a call

@@ -128,7 +128,16 @@ func (s *Service) decideRun(ctx context.Context, caller api.Peer, o RunOptions, 
 		if o.Tool != "" {
 			tool, input = o.Tool, o.ToolInput
 		}
-		return s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, tool, input)
+		dec, err := s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, tool, input)
+		for _, t := range o.AlsoTools {
+			if err != nil {
+				break
+			}
+			var d policy.Decision
+			d, err = s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, t.Tool, t.Input)
+			dec = policy.Strictest(dec, d)
+		}
+		return dec, err
 	}
 	c := req.Code
 	if _, err := codeProgramName(c.Language); err != nil {
@@ -389,6 +398,10 @@ func (p *Plan) confirmDetails() map[string]string {
 		}
 	} else {
 		d["skill"], d["skill_digest"], d["script"], d["script_sha256"] = req.Skill.Name, req.Skill.Digest, p.Script, p.ScriptSHA256
+		if req.Command != nil {
+			// A hook or !`command`: the approver sees what it runs.
+			d["command"] = ClipText(req.Command.Command, audit.MaxCodeText)
+		}
 	}
 	if names, _ := audit.EnvSummary(req.Env); len(names) > 0 {
 		d["env_names"] = strings.Join(names, " ")

@@ -681,8 +681,27 @@ func (s *Service) CheckTool(ctx context.Context, caller api.Peer, p api.CheckToo
 	if err != nil {
 		return nil, err
 	}
+	best, err := s.decideHostTool(ctx, caller, api.MethodToolsCheck, ses, p.Tool, p.Input)
+	if err != nil {
+		return nil, err
+	}
+	if len(ses.Active) > 0 && best.Effect != policy.EffectDeny {
+		// Hooks may narrow what policy allows, never widen it.
+		hd, err := s.preToolUseHooks(ctx, caller, ses, p)
+		if err != nil {
+			return nil, err
+		}
+		best = policy.Strictest(append([]policy.Decision{best}, hd...)...)
+	}
+	return &api.CheckToolResult{Decision: string(best.Effect), Rule: best.Rule, Reason: best.Reason}, nil
+}
+
+// decideHostTool is policy's decision on a host's tool call while the
+// session's skills are active (tools.check, tools.report): the strictest of
+// the active skills' decisions, each audited.
+func (s *Service) decideHostTool(ctx context.Context, caller api.Peer, method string, ses *store.Session, tool string, input json.RawMessage) (policy.Decision, error) {
 	if len(ses.Active) == 0 {
-		return &api.CheckToolResult{Decision: string(policy.EffectAllow), Rule: "no skills are active in this session",
+		return policy.Decision{Effect: policy.EffectAllow, Rule: "no skills are active in this session",
 			Reason: "tools.check only constrains tools while skills are loaded"}, nil
 	}
 	// A loaded skill that is gone or changed on disk cannot vouch for
@@ -700,22 +719,13 @@ func (s *Service) CheckTool(ctx context.Context, caller api.Peer, p api.CheckToo
 				Reason: fmt.Sprintf("skill %q changed on disk since it was loaded; load it again (skills.load)", a.Name)})
 			continue
 		}
-		dec, err := s.engine.Decide(ctx, sk, p.Tool, p.Input, *base(ctx, caller, api.MethodToolsCheck, audit.EventDecision, p.SessionID))
+		dec, err := s.engine.Decide(ctx, sk, tool, input, *base(ctx, caller, method, audit.EventDecision, ses.ID))
 		if err != nil {
-			return nil, err
+			return policy.Decision{}, err
 		}
 		decs = append(decs, dec)
 	}
-	best := policy.Strictest(decs...)
-	if best.Effect != policy.EffectDeny {
-		// Hooks may narrow what policy allows, never widen it.
-		hd, err := s.preToolUseHooks(ctx, caller, ses, p)
-		if err != nil {
-			return nil, err
-		}
-		best = policy.Strictest(append([]policy.Decision{best}, hd...)...)
-	}
-	return &api.CheckToolResult{Decision: string(best.Effect), Rule: best.Rule, Reason: best.Reason}, nil
+	return policy.Strictest(decs...), nil
 }
 
 // ---- confirmations ----
