@@ -18,12 +18,12 @@ import (
 // "no such name" to everything else, and forwards nothing: a query can
 // carry no data out of the sandbox.
 type dnsServer struct {
-	rules   []Rule
-	answer  netip.Addr
-	onDeny  func(name string)
-	udp     net.PacketConn
-	tcp     net.Listener
-	wg      sync.WaitGroup
+	rules  []Rule
+	answer netip.Addr
+	onDeny func(name string)
+	udp    net.PacketConn
+	tcp    net.Listener
+	wg     sync.WaitGroup
 }
 
 func (d *dnsServer) serve() {
