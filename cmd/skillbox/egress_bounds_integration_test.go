@@ -349,7 +349,7 @@ func TestDaemonEgressSecretRedaction(t *testing.T) {
 // afterwards on an audit filesystem whose min_free the old per-attempt
 // records would have crossed.
 func TestDaemonEgressDenialLoop(t *testing.T) {
-	e := newEgressDaemon(t, `audit { min_free = "40MiB" }`)
+	e := newEgressDaemon(t, `audit { min_free = "46MiB" }`)
 	if err := os.MkdirAll(e.auditDir, 0o750); err != nil {
 		t.Fatal(err)
 	}
