@@ -450,3 +450,31 @@ func TestReportGate(t *testing.T) {
 		}
 	})
 }
+
+// FuzzSameHost: a Host that sameHost accepts inside a tunnel to
+// example.com:443 names example.com (any case, a trailing dot) on no port
+// or 443, whatever the sandbox wrote.
+func FuzzSameHost(f *testing.F) {
+	for _, s := range []string{"example.com", "EXAMPLE.com.:443", "evil.test", "example.com:80", "example.com@evil.test", "[::1]:443", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, h string) {
+		got, ok := sameHost(h, "example.com", 443)
+		if !ok {
+			return
+		}
+		if h == "" {
+			if got != "example.com" {
+				t.Fatalf("empty Host sent as %q", got)
+			}
+			return
+		}
+		name, port, err := net.SplitHostPort(got)
+		if err != nil {
+			name, port = got, ""
+		}
+		if n, ok := normalizeName(name); !ok || n != "example.com" || (port != "" && port != "443") {
+			t.Fatalf("sameHost accepted %q (sent %q)", h, got)
+		}
+	})
+}
