@@ -18,19 +18,13 @@ import (
 // "no such name" to everything else, and forwards nothing: a query can
 // carry no data out of the sandbox.
 type dnsServer struct {
-	rules   []Rule
-	answer  netip.Addr
-	onDeny  func(name string)
-	udp     net.PacketConn
-	tcp     net.Listener
-	wg      sync.WaitGroup
-	mu      sync.Mutex
-	reports int
+	rules  []Rule
+	answer netip.Addr
+	onDeny func(name string)
+	udp    net.PacketConn
+	tcp    net.Listener
+	wg     sync.WaitGroup
 }
-
-// maxDNSReports caps how many refused names one run reports (a script can
-// send queries in a loop); the count of refusals goes on in Stats.
-const maxDNSReports = 100
 
 func (d *dnsServer) serve() {
 	d.wg.Add(2)
@@ -131,16 +125,10 @@ func (d *dnsServer) handle(msg []byte) []byte {
 	return out
 }
 
+// deny reports a refused name (the proxy's report budget aggregates a
+// script that queries in a loop).
 func (d *dnsServer) deny(name string) {
-	d.mu.Lock()
-	n := d.reports
-	d.reports++
-	d.mu.Unlock()
 	if d.onDeny != nil {
-		if n < maxDNSReports {
-			d.onDeny(truncate(strings.TrimSuffix(name, "."), 300))
-		} else {
-			d.onDeny("")
-		}
+		d.onDeny(truncate(strings.TrimSuffix(name, "."), 300))
 	}
 }

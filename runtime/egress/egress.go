@@ -42,12 +42,10 @@ type transparentListener struct {
 	port uint16
 }
 
-// Caps on the connections a sandbox may hold open at once to the proxy
-// (per port) and to the name server over TCP; more wait to be accepted.
-const (
-	maxClientConns = 256
-	maxDNSConns    = 16
-)
+// maxDNSConns caps the connections a sandbox may hold open at once to the
+// name server over TCP; more wait to be accepted. (The proxy's ports are
+// capped by Config.MaxConcurrent.)
+const maxDNSConns = 16
 
 // ProxyPort is the proxy's port on its address.
 const ProxyPort = 3128
@@ -124,18 +122,15 @@ func Start(ctx context.Context, id, dir string, cfg Config) (_ *Egress, err erro
 	e.proxy = NewProxy(cfg)
 	e.dns.onDeny = func(name string) {
 		e.proxy.noteDenied()
-		if name != "" && cfg.Report != nil {
-			cfg.Report(Attempt{Kind: "dns", Host: name, Rule: "none", Reason: "no egress rule names " + name})
-		}
+		e.proxy.reports.send(Attempt{Kind: "dns", Host: name, Rule: "none", Reason: "no egress rule names " + name})
 	}
 	err = inNetns(filepath.Join("/run/netns", e.proxyNS), func() error {
 		var err error
 		if e.listener, err = net.Listen("tcp4", netip.AddrPortFrom(e.proxyAddr, ProxyPort).String()); err != nil {
 			return err
 		}
-		// Bounded, so that a sandbox cannot hold open connections (and
-		// skillbox's goroutines) without end.
-		e.listener = netutil.LimitListener(e.listener, maxClientConns)
+		// The proxy's ports share the run's cap on connections open at
+		// once (Proxy.listen).
 		dnsAddr := netip.AddrPortFrom(e.proxyAddr, 53).String()
 		if e.dns.udp, err = net.ListenPacket("udp4", dnsAddr); err != nil {
 			return err
@@ -149,7 +144,7 @@ func Start(ctx context.Context, id, dir string, cfg Config) (_ *Egress, err erro
 			if err != nil {
 				return err
 			}
-			e.transparent = append(e.transparent, transparentListener{netutil.LimitListener(l, maxClientConns), port})
+			e.transparent = append(e.transparent, transparentListener{l, port})
 		}
 		return nil
 	})
@@ -251,10 +246,12 @@ func (e *Egress) Shutdown() Stats {
 		for _, t := range e.transparent {
 			t.l.Close()
 		}
+		// The name server first: its refusals go into the proxy's
+		// reports, which Shutdown flushes.
+		e.dns.close()
 		e.transparentWG.Wait()
 		e.proxy.Shutdown()
 		<-e.serveDone
-		e.dns.close()
 		e.stats = e.proxy.Stats()
 	})
 	return e.stats

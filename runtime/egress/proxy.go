@@ -40,6 +40,23 @@ type Config struct {
 	MaxBytesOut    int64
 	// DialTimeout bounds connecting upstream; 0 means 10 seconds.
 	DialTimeout time.Duration
+	// MaxHeadBytes bounds a request head from the sandbox (0:
+	// DefaultMaxHeadBytes); HeadTimeout bounds reading one (0:
+	// DefaultHeadTimeout); IdleTimeout closes a connection that carried
+	// nothing either way for that long (0: DefaultIdleTimeout);
+	// MaxConcurrent caps the connections open to the proxy at once (0:
+	// DefaultMaxConcurrent). See limits.go.
+	MaxHeadBytes  int
+	HeadTimeout   time.Duration
+	IdleTimeout   time.Duration
+	MaxConcurrent int
+	// ReportsPerRun attempts of the run are reported one by one (0:
+	// DefaultReportsPerRun), and only while UIDBudget (when set, shared by
+	// the runs of one uid) has room; the rest are summed up in "aggregate"
+	// attempts (see reports.go).
+	ReportsPerRun     int
+	UIDBudget         Budget `json:"-"`
+	AggregateInterval time.Duration
 	// Secrets are added to HTTPS requests to their hosts, which needs CA
 	// (see secrets.go); UpstreamRoots verifies those hosts (nil: the
 	// system's roots). SystemBundle is the host path of the image's own
@@ -57,7 +74,11 @@ type Config struct {
 // Attempt is one connection the sandbox tried to make through the proxy,
 // or one name it tried to resolve that no rule allows.
 type Attempt struct {
-	Kind    string `json:"kind"`           // "connect" (CONNECT), "http" (plain HTTP) or "dns"
+	// Kind is "connect" (CONNECT), "http" (plain HTTP), "transparent",
+	// "dns", "host_mismatch" (a request inside an intercepted tunnel for
+	// another host), "proxy" (a connection the run's cap refused) or
+	// "aggregate" (attempts summed up, see Aggregate).
+	Kind    string `json:"kind"`
 	Host    string `json:"host,omitempty"` // the name asked for; empty for a raw address
 	Address string `json:"address,omitempty"`
 	Port    uint16 `json:"port,omitempty"`
@@ -73,6 +94,12 @@ type Attempt struct {
 	// Secrets names the secrets added to the connection's requests (never
 	// their values).
 	Secrets []string `json:"secrets,omitempty"`
+	// An "aggregate" attempt sums up Count attempts that were not
+	// reported one by one (Out and In are their totals): by kind,
+	// destination and outcome in Aggregate, the rest counted in Unlisted.
+	Count     int            `json:"count,omitempty"`
+	Aggregate []AttemptCount `json:"aggregate,omitempty"`
+	Unlisted  int            `json:"unlisted,omitempty"`
 }
 
 // Caps a run can hit.
@@ -103,8 +130,13 @@ type Proxy struct {
 	bytesOut atomic.Int64
 	active   sync.WaitGroup
 	closed   bool
-	hijacked map[net.Conn]struct{}
+	clients  map[*clientConn]struct{}
+	stopReap chan struct{}
+	reports  *reportGate
 }
+
+// clientKey holds the *clientConn of a request of the plain proxy.
+type clientKey struct{}
 
 // NewProxy makes a proxy for cfg; Serve it on a listener.
 func NewProxy(cfg Config) *Proxy {
@@ -114,14 +146,73 @@ func NewProxy(cfg Config) *Proxy {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = 10 * time.Second
 	}
-	p := &Proxy{cfg: cfg, over: make(chan struct{}), hijacked: map[net.Conn]struct{}{}}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: log.New(io.Discard, "", 0)}
+	if cfg.MaxHeadBytes <= 0 {
+		cfg.MaxHeadBytes = DefaultMaxHeadBytes
+	}
+	if cfg.HeadTimeout <= 0 {
+		cfg.HeadTimeout = DefaultHeadTimeout
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = DefaultMaxConcurrent
+	}
+	p := &Proxy{cfg: cfg, over: make(chan struct{}), clients: map[*clientConn]struct{}{}, stopReap: make(chan struct{})}
+	p.reports = newReportGate(cfg)
+	p.srv = &http.Server{
+		Handler: p,
+		// net/http allows 4 KiB over MaxHeaderBytes; it answers a head
+		// over it with 431 and closes (connState reports it).
+		MaxHeaderBytes:    cfg.MaxHeadBytes,
+		ReadHeaderTimeout: cfg.HeadTimeout,
+		IdleTimeout:       cfg.HeadTimeout,
+		ErrorLog:          log.New(io.Discard, "", 0),
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, clientKey{}, c)
+		},
+		ConnState: p.connState,
+	}
+	go p.reap()
 	return p
+}
+
+// connState reports a connection of the plain proxy that ends while a
+// request head was read but never handled: net/http refused the head (too
+// large: 431; malformed: 400) or timed it out.
+func (p *Proxy) connState(c net.Conn, s http.ConnState) {
+	cc, ok := c.(*clientConn)
+	if !ok {
+		return
+	}
+	switch s {
+	case http.StateNew, http.StateIdle:
+		cc.mark, cc.active = cc.read.Load(), false
+		cc.handled.Store(false)
+	case http.StateActive:
+		cc.active = true
+	case http.StateClosed:
+		n := cc.read.Load() - cc.mark
+		if cc.handled.Load() || n == 0 {
+			return
+		}
+		a := Attempt{Kind: "http", Port: ProxyPort, Rule: "none"}
+		switch {
+		case n > int64(p.cfg.MaxHeadBytes):
+			a.Reason = fmt.Sprintf("request head over %d bytes refused (431) and the connection closed", p.cfg.MaxHeadBytes)
+		case !cc.active:
+			a.Reason = fmt.Sprintf("no complete request head within %s: connection closed", p.cfg.HeadTimeout)
+		default:
+			a.Reason = "malformed request head refused (400) and the connection closed"
+		}
+		a.Out = n
+		p.reporter(&a, time.Now())()
+	}
 }
 
 // Serve accepts proxy connections on l until Shutdown.
 func (p *Proxy) Serve(l net.Listener) error {
-	err := p.srv.Serve(l)
+	err := p.srv.Serve(p.listen(l, "proxy", ProxyPort))
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
@@ -148,12 +239,20 @@ func (p *Proxy) Shutdown() Stats {
 	_ = p.srv.Shutdown(ctx)
 	_ = p.srv.Close()
 	p.mu.Lock()
+	if !p.closed {
+		close(p.stopReap)
+	}
 	p.closed = true
-	for c := range p.hijacked {
-		c.Close()
+	var open []*clientConn
+	for c := range p.clients {
+		open = append(open, c)
 	}
 	p.mu.Unlock()
+	for _, c := range open {
+		c.Close()
+	}
 	p.active.Wait()
+	p.reports.flushAll()
 	return p.Stats()
 }
 
@@ -179,6 +278,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer p.active.Done()
 	start := time.Now()
 	a := Attempt{Kind: "http"}
+	if client, ok := r.Context().Value(clientKey{}).(*clientConn); ok {
+		client.handled.Store(true)
+	}
 	hostport := r.Host
 	if r.Method == http.MethodConnect {
 		a.Kind = "connect"
@@ -206,11 +308,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.Port = uint16(port)
+	client, _ := r.Context().Value(clientKey{}).(*clientConn)
 	cc, status, why := p.connect(r.Context(), host, &a, report)
 	if cc == nil {
 		http.Error(w, "skillbox egress proxy: "+why, status)
 		return
 	}
+	cc.serve(client)
 	defer p.finish(cc, &a, report)
 	if r.Method == http.MethodConnect {
 		if secrets := p.cfg.secretsFor(a.Host); len(secrets) > 0 && p.cfg.CA != nil {
@@ -231,9 +335,7 @@ func (p *Proxy) reporter(a *Attempt, start time.Time) func() {
 		if !a.Allowed {
 			p.noteDenied()
 		}
-		if p.cfg.Report != nil {
-			p.cfg.Report(*a)
-		}
+		p.reports.send(*a)
 	}
 }
 
@@ -407,23 +509,9 @@ func (p *Proxy) dial(ctx context.Context, addrs []netip.Addr, port uint16, a *At
 	return nil, fmt.Errorf("connect to %s port %d: %v", a.Host+a.Address, port, last)
 }
 
-func (p *Proxy) track(c net.Conn, on bool) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if on {
-		if p.closed {
-			return false
-		}
-		p.hijacked[c] = struct{}{}
-	} else {
-		delete(p.hijacked, c)
-	}
-	return true
-}
-
-// establish takes over a CONNECT's client connection and tells it the
-// tunnel is up. The connection is tracked (Shutdown cuts it) until the
-// returned release is called; nil means it is already given up.
+// establish takes over a CONNECT's client connection (a *clientConn:
+// Shutdown and the reaper cut it) and tells it the tunnel is up; release
+// closes it. Nil means it is already given up.
 func (p *Proxy) establish(w http.ResponseWriter, a *Attempt) (net.Conn, *bufio.Reader, func()) {
 	hj, ok := w.(http.Hijacker)
 	if !ok {
@@ -435,14 +523,7 @@ func (p *Proxy) establish(w http.ResponseWriter, a *Attempt) (net.Conn, *bufio.R
 		a.Error = err.Error()
 		return nil, nil, nil
 	}
-	if !p.track(client, true) {
-		client.Close()
-		return nil, nil, nil
-	}
-	release := func() {
-		p.track(client, false)
-		client.Close()
-	}
+	release := func() { client.Close() }
 	if _, err := client.Write([]byte("HTTP/1.1 200 Connection established\r\n\r\n")); err != nil {
 		a.Error = err.Error()
 		release()
@@ -475,10 +556,11 @@ var hopHeaders = []string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy
 func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, up *countedConn, a *Attempt) {
 	defer up.Close()
 	tr := &http.Transport{
-		DialContext:        func(context.Context, string, string) (net.Conn, error) { return up, nil },
-		DisableKeepAlives:  true,
-		DisableCompression: true,
-		Proxy:              nil,
+		DialContext:            func(context.Context, string, string) (net.Conn, error) { return up, nil },
+		DisableKeepAlives:      true,
+		DisableCompression:     true,
+		Proxy:                  nil,
+		MaxResponseHeaderBytes: maxResponseHeadBytes,
 	}
 	defer tr.CloseIdleConnections()
 	out := r.Clone(r.Context())
@@ -513,6 +595,17 @@ type countedConn struct {
 	p       *Proxy
 	out, in atomic.Int64
 	cut     atomic.Bool
+	client  *clientConn // its traffic keeps the client's connection from idling
+}
+
+// serve ties c to the sandbox's connection it serves: closed with it, and
+// its traffic counts as the client's (a slow upstream is not idle).
+func (c *countedConn) serve(client *clientConn) {
+	if client == nil {
+		return
+	}
+	c.client = client
+	client.attach(c)
 }
 
 func (c *countedConn) Write(b []byte) (int, error) {
@@ -531,6 +624,9 @@ func (c *countedConn) Write(b []byte) (int, error) {
 	// these bytes sees them counted (the transport writes from a goroutine
 	// of its own); what was not written is taken back.
 	c.out.Add(int64(len(b)))
+	if c.client != nil {
+		c.client.touch()
+	}
 	n, err := c.Conn.Write(b)
 	if n < len(b) {
 		c.out.Add(-int64(len(b) - n))
@@ -542,6 +638,9 @@ func (c *countedConn) Write(b []byte) (int, error) {
 func (c *countedConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	c.in.Add(int64(n))
+	if n > 0 && c.client != nil {
+		c.client.touch()
+	}
 	return n, err
 }
 

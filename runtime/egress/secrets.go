@@ -9,10 +9,13 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -165,7 +168,11 @@ func (ca *CA) leaf(host string) (*tls.Certificate, error) {
 // intercept serves a CONNECT to a host that secrets go to: TLS with the
 // sandbox on one side (the CA's certificate for the host), TLS with the
 // real host on the other (verified against UpstreamRoots or the system's
-// roots), and each request in between gets the secrets' headers.
+// roots), and each request in between gets the secrets' headers. Only
+// requests for the CONNECTed host are forwarded (a shared front end would
+// otherwise hand the secret to another site), and every response is
+// redacted (redact.go). Heads are read under MaxHeadBytes and
+// HeadTimeout; bodies stream.
 func (p *Proxy) intercept(w http.ResponseWriter, up *countedConn, a *Attempt, host string, secrets []Secret) {
 	defer up.Close()
 	raw, br, release := p.establish(w, a)
@@ -184,6 +191,7 @@ func (p *Proxy) intercept(w http.ResponseWriter, up *countedConn, a *Attempt, ho
 		MinVersion:   tls.VersionTLS12,
 	})
 	defer client.Close()
+	_ = raw.SetReadDeadline(time.Now().Add(p.cfg.HeadTimeout))
 	if err := client.Handshake(); err != nil {
 		a.Error = "TLS with the sandbox: " + err.Error()
 		return
@@ -197,22 +205,63 @@ func (p *Proxy) intercept(w http.ResponseWriter, up *countedConn, a *Attempt, ho
 	for _, s := range secrets {
 		a.Secrets = append(a.Secrets, s.Name)
 	}
-	cr, sr := bufio.NewReader(client), bufio.NewReader(server)
+	red := NewRedactor(secrets)
+	chl, shl := &headLimit{r: client}, &headLimit{r: server}
+	cr, sr := bufio.NewReader(chl), bufio.NewReader(shl)
 	for {
+		_ = raw.SetReadDeadline(time.Now().Add(p.cfg.HeadTimeout))
+		chl.limit(int64(p.cfg.MaxHeadBytes))
 		req, err := http.ReadRequest(cr)
+		chl.unlimit()
+		_ = raw.SetReadDeadline(time.Time{})
 		if err != nil {
+			var ne net.Error
+			switch {
+			case chl.hit:
+				a.Error = fmt.Sprintf("request head over %d bytes: connection closed", p.cfg.MaxHeadBytes)
+				writeStatus(client, http.StatusRequestHeaderFieldsTooLarge, a.Error)
+			case errors.As(err, &ne) && ne.Timeout():
+				a.Error = fmt.Sprintf("no complete request head within %s: connection closed", p.cfg.HeadTimeout)
+			case err != io.EOF:
+				a.Error = "malformed request: " + truncate(err.Error(), 200)
+				writeStatus(client, http.StatusBadRequest, a.Error)
+			}
 			return
+		}
+		if h, ok := sameHost(req.Host, host, a.Port); !ok {
+			m := Attempt{Kind: "host_mismatch", Host: host, Address: a.Address, Port: a.Port, Rule: "none",
+				Reason: fmt.Sprintf("a request for Host %q inside the tunnel to %s:%d (which carries secrets) is refused: only requests for %s are forwarded",
+					truncate(req.Host, 200), host, a.Port, host)}
+			p.reporter(&m, time.Now())()
+			writeStatus(client, http.StatusMisdirectedRequest, m.Reason)
+			return
+		} else {
+			req.Host = h
 		}
 		for _, s := range secrets {
 			s.apply(req.Header)
 		}
+		// The redactor reads gzip and deflate only; a part of a body
+		// (Range) could cut a secret in pieces it would not know.
+		req.Header.Set("Accept-Encoding", "gzip")
+		req.Header.Del("Range")
+		req.Header.Del("If-Range")
 		if err := req.Write(server); err != nil {
 			a.Error = err.Error()
 			return
 		}
+		shl.limit(maxResponseHeadBytes)
 		resp, err := http.ReadResponse(sr, req)
+		shl.unlimit()
 		if err != nil {
+			a.Error = "response of " + host + ": " + err.Error()
+			writeStatus(client, http.StatusBadGateway, a.Error)
+			return
+		}
+		if err := redactResponse(red, req, resp); err != nil {
+			resp.Body.Close()
 			a.Error = err.Error()
+			writeStatus(client, http.StatusBadGateway, a.Error)
 			return
 		}
 		err = resp.Write(client)
@@ -221,6 +270,67 @@ func (p *Proxy) intercept(w http.ResponseWriter, up *countedConn, a *Attempt, ho
 			return
 		}
 	}
+}
+
+// sameHost reports whether a request's Host names the CONNECTed host (on
+// its port, or none), and returns the host to send.
+func sameHost(reqHost, host string, port uint16) (string, bool) {
+	if reqHost == "" {
+		return host, true // HTTP/1.0 without Host: the tunnel's
+	}
+	h, p, err := net.SplitHostPort(reqHost)
+	if err != nil {
+		h, p = reqHost, ""
+	}
+	n, ok := normalizeName(h)
+	if !ok || n != host {
+		return "", false
+	}
+	if p != "" && p != strconv.Itoa(int(port)) {
+		return "", false
+	}
+	return reqHost, true
+}
+
+// redactResponse makes resp safe to pass to the sandbox: the secrets'
+// values are replaced in its status, headers and body. A body is decoded
+// (its content coding dropped) and sent chunked, since redaction changes
+// its length; trailers are dropped.
+func redactResponse(red *Redactor, req *http.Request, resp *http.Response) error {
+	resp.Status = red.String(resp.Status)
+	red.Header(resp.Header)
+	resp.Trailer = nil
+	if req.Method == http.MethodHead || resp.StatusCode < 200 || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
+		return nil
+	}
+	coding := resp.Header.Get("Content-Encoding")
+	if len(resp.Header.Values("Content-Encoding")) > 1 || strings.Contains(coding, ",") {
+		return fmt.Errorf("response of %s has stacked content codings %q, which the proxy cannot redact secrets from", req.Host, resp.Header.Values("Content-Encoding"))
+	}
+	body, ok, err := decodeBody(coding, resp.Body)
+	if !ok {
+		return fmt.Errorf("response of %s has content coding %q, which the proxy cannot redact secrets from", req.Host, coding)
+	}
+	if err == io.EOF {
+		body, err = strings.NewReader(""), nil
+	}
+	if err != nil {
+		return fmt.Errorf("response of %s: %s body: %w", req.Host, coding, err)
+	}
+	resp.Header.Del("Content-Encoding")
+	resp.Header.Del("Content-Length")
+	resp.ContentLength = -1
+	resp.Uncompressed = false
+	if resp.ProtoAtLeast(1, 1) {
+		resp.TransferEncoding = []string{"chunked"}
+	} else {
+		resp.TransferEncoding, resp.Close = nil, true
+	}
+	resp.Body = struct {
+		io.Reader
+		io.Closer
+	}{red.Reader(body), resp.Body}
+	return nil
 }
 
 // prefixConn reads what the HTTP server had buffered first.

@@ -38,21 +38,17 @@ func transparentPorts(rules []Rule) []uint16 {
 // serveTransparent accepts connections made straight to the proxy's
 // address on port until l is closed.
 func (p *Proxy) serveTransparent(l net.Listener, port uint16) {
+	l = p.listen(l, "transparent", port)
 	for {
 		c, err := l.Accept()
 		if err != nil {
 			return
 		}
-		if !p.track(c, true) {
-			c.Close()
-			return
-		}
 		p.active.Add(1)
 		go func() {
 			defer p.active.Done()
-			defer p.track(c, false)
 			defer c.Close()
-			p.transparent(c, port)
+			p.transparent(c.(*clientConn), port)
 		}()
 	}
 }
@@ -60,12 +56,16 @@ func (p *Proxy) serveTransparent(l net.Listener, port uint16) {
 // errSNI stops the TLS handshake once the ClientHello is read.
 var errSNI = errors.New("client hello read")
 
-func (p *Proxy) transparent(c net.Conn, port uint16) {
+func (p *Proxy) transparent(c *clientConn, port uint16) {
 	start := time.Now()
 	a := Attempt{Kind: "transparent", Port: port}
 	report := p.reporter(&a, start)
-	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second))
-	br := bufio.NewReaderSize(c, 16<<10+5)
+	_ = c.SetReadDeadline(time.Now().Add(p.cfg.HeadTimeout))
+	// The head (a ClientHello fits in the buffer; an HTTP head in
+	// MaxHeadBytes) is read under a limit; the rest streams.
+	hl := &headLimit{r: c}
+	hl.limit(int64(p.cfg.MaxHeadBytes))
+	br := bufio.NewReaderSize(hl, 16<<10+5)
 	first, err := br.Peek(1)
 	if err != nil {
 		return // connected and said nothing
@@ -83,17 +83,27 @@ func (p *Proxy) transparent(c net.Conn, port uint16) {
 			}
 		}
 	}
+	hl.unlimit()
 	_ = c.SetReadDeadline(time.Time{})
 	if err != nil || host == "" {
 		a.Rule, a.Reason = "none", "no destination name (TLS without SNI, or not HTTP): set HTTPS_PROXY / HTTP_PROXY to use the proxy"
+		var ne net.Error
+		switch {
+		case hl.hit:
+			a.Reason = fmt.Sprintf("request head over %d bytes: connection closed", p.cfg.MaxHeadBytes)
+			if req == nil && first[0] != 0x16 {
+				writeStatus(c, http.StatusRequestHeaderFieldsTooLarge, a.Reason)
+			}
+		case errors.As(err, &ne) && ne.Timeout():
+			a.Reason = fmt.Sprintf("no complete request head or TLS client hello within %s: connection closed", p.cfg.HeadTimeout)
+		}
+		a.Out = c.read.Load()
 		report()
 		return
 	}
 	refuse := func(why string) {
 		if req != nil {
-			resp := &http.Response{StatusCode: http.StatusForbidden, ProtoMajor: 1, ProtoMinor: 1, Close: true,
-				Header: http.Header{"Content-Type": {"text/plain"}}, Body: io.NopCloser(bytes.NewBufferString("skillbox egress proxy: " + why + "\n"))}
-			_ = resp.Write(c)
+			writeStatus(c, http.StatusForbidden, why)
 		}
 	}
 	cc, status, why := p.connect(context.Background(), host, &a, report)
@@ -103,6 +113,7 @@ func (p *Proxy) transparent(c net.Conn, port uint16) {
 		}
 		return
 	}
+	cc.serve(c)
 	defer p.finish(cc, &a, report)
 	if req != nil {
 		// One request per connection: a second one could name another
@@ -119,6 +130,13 @@ func (p *Proxy) transparent(c net.Conn, port uint16) {
 		return
 	}
 	pipe(c, br, cc) // the buffered ClientHello first, then the rest
+}
+
+// writeStatus answers a plain-HTTP client with code and why, and closes.
+func writeStatus(w io.Writer, code int, why string) {
+	resp := &http.Response{StatusCode: code, ProtoMajor: 1, ProtoMinor: 1, Close: true,
+		Header: http.Header{"Content-Type": {"text/plain"}}, Body: io.NopCloser(bytes.NewBufferString("skillbox egress proxy: " + why + "\n"))}
+	_ = resp.Write(w)
 }
 
 // peekSNI reads the server name of the ClientHello at the head of br

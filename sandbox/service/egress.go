@@ -114,7 +114,14 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, err
 			return nil, err
 		}
 	}
+	var budget egress.Budget
+	if req.Peer != nil {
+		budget = e.egressBudgets.of(req.Peer.UID)
+	}
 	return &egress.Config{
+		// Attempts past the run's and the uid's budgets are summed up in
+		// aggregate records (runtime/egress/reports.go).
+		UIDBudget:     budget,
 		Rules:         p.Egress,
 		Resolver:      e.Egress.Resolver,
 		Hosts:         e.Egress.Hosts,
@@ -127,8 +134,12 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, err
 				Method: req.Method, Skill: p.auditSkill(),
 				Egress: &audit.EgressInfo{RunID: p.RunID, Attempt: a},
 			}
-			r.Outcome = audit.OutcomeOK
-			if !a.Allowed {
+			switch {
+			case a.Kind == "aggregate":
+				r.Outcome = audit.OutcomeAggregated
+			case a.Allowed:
+				r.Outcome = audit.OutcomeOK
+			default:
 				r.Outcome = audit.OutcomeDenied
 			}
 			wctx, cancel := context.WithTimeout(actx, 10*time.Second)
@@ -139,6 +150,72 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, err
 			}
 		},
 	}, nil
+}
+
+// Each uid's runs together have egressReportsPerUID egress attempts
+// recorded one by one per minute (refilled steadily); past that, and past
+// each run's own budget, attempts are aggregated. So a uid running
+// denial loops run after run adds at most about this many records a
+// minute, plus one aggregate per run and minute.
+const egressReportsPerUID = 256
+
+// maxBudgetUIDs bounds the uids remembered; full buckets are dropped first.
+const maxBudgetUIDs = 4096
+
+type uidBudgets struct {
+	mu sync.Mutex
+	m  map[uint32]*uidBucket
+}
+
+func (b *uidBudgets) of(uid uint32) egress.Budget {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[uint32]*uidBucket{}
+	}
+	if k := b.m[uid]; k != nil {
+		return k
+	}
+	if len(b.m) >= maxBudgetUIDs {
+		for u, k := range b.m {
+			if k.full() {
+				delete(b.m, u)
+			}
+		}
+	}
+	k := &uidBucket{tokens: egressReportsPerUID, last: time.Now()}
+	b.m[uid] = k
+	return k
+}
+
+// uidBucket is a token bucket of egressReportsPerUID a minute.
+type uidBucket struct {
+	mu     sync.Mutex
+	tokens float64
+	last   time.Time
+}
+
+func (k *uidBucket) refill(now time.Time) {
+	k.tokens = min(egressReportsPerUID, k.tokens+now.Sub(k.last).Minutes()*egressReportsPerUID)
+	k.last = now
+}
+
+func (k *uidBucket) Take() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.refill(time.Now())
+	if k.tokens < 1 {
+		return false
+	}
+	k.tokens--
+	return true
+}
+
+func (k *uidBucket) full() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.refill(time.Now())
+	return k.tokens >= egressReportsPerUID
 }
 
 // egressWhat describes a plan's destinations for a confirmation.

@@ -152,3 +152,33 @@ func TestEgressInDigest(t *testing.T) {
 }
 
 func policyParse(src string) (*policy.Config, error) { return policy.Parse([]byte(src), "service.hcl") }
+
+// Finding 6: an aggregate the proxy reports (attempts past the run's or
+// the uid's budget) is recorded with outcome aggregated and its counts;
+// each run's egress gets its uid's shared budget.
+func TestRunEgressAggregateRecord(t *testing.T) {
+	more := []servicetest.SkillSpec{{Name: "web", Files: map[string]string{"scripts/run.sh": "echo hi\n"}}}
+	f := newFixtureWith(t, true, egressConfig, more)
+	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
+		if job.Egress == nil || job.Egress.UIDBudget == nil {
+			return nil, fmt.Errorf("job egress without a uid budget: %+v", job.Egress)
+		}
+		job.Egress.Report(egress.Attempt{Kind: "aggregate", Rule: "aggregate", Count: 500,
+			Aggregate: []egress.AttemptCount{{Kind: "connect", Host: "evil.example.com", Port: 443, Reason: "no", Count: 500}}})
+		return &runtime.Result{Reason: runtime.ReasonExit, Egress: &egress.Stats{Denied: 500}}, nil
+	}
+	t.Setenv("SKILLBOX_SERVICE_TEST_TOKEN", "value-of-the-token")
+	ctx := context.Background()
+	ses, err := f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.svc.Run(ctx, owner, service.RunRequest{Skill: f.sk["web"], Script: "scripts/run.sh"},
+		service.RunOptions{Method: "test", SessionID: ses.SessionID}); err != nil {
+		t.Fatal(err)
+	}
+	recs := f.audit.Events(audit.EventEgress)
+	if len(recs) != 1 || recs[0].Outcome != audit.OutcomeAggregated || recs[0].Egress.Count != 500 || len(recs[0].Egress.Aggregate) != 1 {
+		t.Fatalf("egress records %+v", recs)
+	}
+}

@@ -69,6 +69,7 @@ type Engine struct {
 	Deps *Deps
 
 	caMu           sync.Mutex // guards Egress.CA
+	egressBudgets  uidBudgets // per-uid budgets of egress audit records
 	verMu          sync.Mutex // runs call version concurrently
 	runtimeVersion string
 }
