@@ -119,6 +119,14 @@ func OpenStore(dir string, logger hclog.Logger) (*Store, error) {
 			return nil, fmt.Errorf("open image store %s: %w (run as root or pass --dir to a writable directory)", abs, err)
 		}
 	}
+	// The rootfs dirs must stay reachable (o+x on every component) though
+	// not listable: runc, in a user namespace, mounts an image's rootfs
+	// by path as the container's root, a uid of no one on the host. A
+	// state dir made 0700 above the store breaks that with runc's bare
+	// "permission denied", so say it here.
+	if s.asRoot && !othersCanReach(s.rootfsDir()) {
+		logger.Warn("the image rootfs directory cannot be reached by other uids: runc in a user namespace cannot mount an image's rootfs; give every directory above it o+x (e.g. chmod 0711)", "dir", s.rootfsDir())
+	}
 	layout := filepath.Join(s.ociDir(), v1.ImageLayoutFile)
 	if _, err := os.Stat(layout); errors.Is(err, os.ErrNotExist) {
 		b := []byte(`{"imageLayoutVersion":"` + v1.ImageLayoutVersion + `"}` + "\n")

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 )
@@ -474,4 +475,56 @@ func mustDesc(t *testing.T, s *Store, name string) v1.Descriptor {
 		t.Fatalf("%s not in index", name)
 	}
 	return d
+}
+
+// TestOpenStoreWarnsUnreachableRootfs: a store under a directory other
+// uids cannot traverse is said to break runc's user namespace, not left
+// to fail at the first run.
+func TestOpenStoreWarnsUnreachableRootfs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the check applies to a root-owned store")
+	}
+	for _, tc := range []struct {
+		name   string
+		parent os.FileMode
+		warned bool
+	}{
+		{"closed", 0o700, true},
+		{"traversable", 0o711, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmp, err := os.MkdirTemp("", "skillbox-store-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(tmp) })
+			base := filepath.Join(tmp, "state")
+			if err := os.Mkdir(base, tc.parent); err != nil {
+				t.Fatal(err)
+			}
+			// MkdirTemp's dir is 0700: open it up, so that only base
+			// decides.
+			for _, d := range []struct {
+				p string
+				m os.FileMode
+			}{{tmp, 0o711}, {base, tc.parent}} {
+				if err := os.Chmod(d.p, d.m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for d := filepath.Dir(filepath.Dir(base)); d != "/"; d = filepath.Dir(d) {
+				if st, err := os.Stat(d); err != nil || st.Mode().Perm()&0o001 == 0 {
+					t.Skipf("%s is not traversable by others here", d)
+				}
+			}
+			var out bytes.Buffer
+			log := hclog.New(&hclog.LoggerOptions{Output: &out, Level: hclog.Warn})
+			if _, err := OpenStore(filepath.Join(base, "images"), log); err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(out.String(), "cannot be reached by other uids"); got != tc.warned {
+				t.Errorf("warned %v, want %v: %q", got, tc.warned, out.String())
+			}
+		})
+	}
 }

@@ -88,10 +88,8 @@ func createBundle(id, rootfs string, limits Limits, runDir string, opts SpecOpti
 			return nil, err
 		}
 	}
-	// 0711: runtimes in a user namespace must be able to walk to the
-	// workdir; nobody may list the run ids.
-	if err := os.MkdirAll(runDir, 0o711); err != nil {
-		return nil, fmt.Errorf("make run dir: %w", err)
+	if err := MakePrivateDir(runDir, "run dir"); err != nil {
+		return nil, err
 	}
 	// The lock tells Sweep (in another process, after a crash) that this
 	// run dir is alive; the kernel drops it if we die. The dir is never
@@ -124,9 +122,11 @@ func createBundle(id, rootfs string, limits Limits, runDir string, opts SpecOpti
 	if err := os.Mkdir(b.Workdir, 0o700); err != nil {
 		return b, fmt.Errorf("make workdir: %w", err)
 	}
+	// 0700: the script owns /work and may open it up; the closed run dir
+	// above it is what keeps host users out, this is one more layer.
 	data := "size=" + strconv.FormatInt(b.Limits.WorkdirBytes, 10) +
 		",nr_inodes=" + strconv.Itoa(workdirInodes) +
-		",mode=0755,uid=" + strconv.Itoa(uid) + ",gid=" + strconv.Itoa(gid)
+		",mode=0700,uid=" + strconv.Itoa(uid) + ",gid=" + strconv.Itoa(gid)
 	if err := unix.Mount("tmpfs", b.Workdir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
 		return b, fmt.Errorf("mount workdir tmpfs on %s: %w", b.Workdir, err)
 	}
@@ -242,6 +242,53 @@ func (b *Bundle) Remove() error {
 	return errors.Join(errs...)
 }
 
+// Who may reach a run's files on the host. A run dir holds the inputs, the
+// workdir with the script's outputs, config.json (the job's environment)
+// and the logs, and its id is in every process list (the runtime CLI's
+// --bundle, the shim's -id, the watchdog's arguments): so RunDir itself and
+// every run dir in it are root's alone, 0700. No runtime needs more: runsc
+// and its gofer, the shims and the watchdog run as root, and runc, in a
+// user namespace, opens its bind mount sources as root on the host before
+// it enters that namespace (runc >= 1.1). What the container reads inside
+// (hosts file, skills dir, egress files) keeps its own readable mode: the
+// run dir above it is the gate. The script cannot widen this: it owns
+// nothing above /work.
+const (
+	RunDirMode     os.FileMode = 0o700 // RunDir and RunDir/<id>
+	RunDirsParents os.FileMode = 0o711 // parents RunDir makes, e.g. /run/skillbox (the socket's dir)
+)
+
+// MakePrivateDir makes dir (and any missing parent, RunDirsParents) and
+// makes sure that it is a directory of this process's user with mode
+// RunDirMode: one made by an older skillbox (0711) is closed, one that is
+// a link or someone else's is refused. what names it in errors.
+func MakePrivateDir(dir, what string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), RunDirsParents); err != nil {
+		return fmt.Errorf("make %s: %w", what, err)
+	}
+	if err := os.Mkdir(dir, RunDirMode); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("make %s: %w", what, err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open %s %s (it must be a directory, not a link): %w", what, dir, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return fmt.Errorf("stat %s %s: %w", what, dir, err)
+	}
+	if int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("%w: %s %s belongs to uid %d, not to this process's %d: remove it or choose another directory", ErrUnavailable, what, dir, st.Uid, os.Geteuid())
+	}
+	if os.FileMode(st.Mode&0o7777) != RunDirMode {
+		if err := unix.Fchmod(fd, uint32(RunDirMode)); err != nil {
+			return fmt.Errorf("close %s %s to other users: %w", what, dir, err)
+		}
+	}
+	return nil
+}
+
 // prepPrefix starts the hidden name under which a run dir is made and
 // locked before it is renamed to its id.
 const prepPrefix = ".prep-"
@@ -299,9 +346,7 @@ func makeRunDir(runDir, id string) (*os.File, error) {
 			lock.Close() // swept while we waited for the lock
 			continue
 		}
-		// 0711: runtimes in a user namespace must walk through it to the
-		// workdir; nobody else may list it.
-		err = lock.Chmod(0o711)
+		err = lock.Chmod(RunDirMode)
 		if err == nil {
 			err = renameNoReplace(tmp, dir)
 		}

@@ -143,6 +143,13 @@ func (e *engine) create(ctx context.Context, spec SandboxSpec) (_ Sandbox, err e
 	if spec.RootFS == "" {
 		return nil, fmt.Errorf("%w: image %q is the registry image %s, which only the containerd runtime runs (it pulls and unpacks it); this runtime runs images skillbox builds: use --runtime containerd, or a recipe image", ErrUnavailable, spec.Image.Name, spec.Image.Ref)
 	}
+	// The CLI's state dir holds its copy of the spec, with the job's
+	// environment: root's alone, like the run dirs. runc and runsc make it
+	// 0700 themselves; one made otherwise (by hand, by another tool) is
+	// closed here.
+	if err := MakePrivateDir(e.cli.root, e.name+" state dir"); err != nil {
+		return nil, err
+	}
 	opts := e.d.specOptions(probe)
 	b, err := createBundle(spec.ID, spec.RootFS, spec.Limits, e.runDir, opts)
 	if err != nil {

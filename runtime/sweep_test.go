@@ -113,7 +113,7 @@ func TestMakeRunDir(t *testing.T) {
 	}
 	dir := filepath.Join(runDir, "skillbox-a")
 	st, err := os.Lstat(dir)
-	if err != nil || !st.IsDir() || st.Mode().Perm() != 0o711 {
+	if err != nil || !st.IsDir() || st.Mode().Perm() != RunDirMode {
 		t.Fatalf("run dir %v %v", st, err)
 	}
 	if _, err := lockDir(dir, true); !errors.Is(err, errLocked) {
@@ -403,4 +403,68 @@ func alive(pid int) bool {
 	}
 	f := strings.Fields(s[i+1:])
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// TestMakePrivateDir: the run dir is made 0700 with reachable parents, an
+// older, more open one is closed, and a link or another user's dir is
+// refused.
+func TestMakePrivateDir(t *testing.T) {
+	base := t.TempDir()
+	t.Run("new", func(t *testing.T) {
+		dir := filepath.Join(base, "a", "runs")
+		if err := MakePrivateDir(dir, "run dir"); err != nil {
+			t.Fatal(err)
+		}
+		for p, want := range map[string]os.FileMode{dir: RunDirMode, filepath.Dir(dir): RunDirsParents} {
+			if st, err := os.Lstat(p); err != nil || st.Mode().Perm() != want {
+				t.Errorf("%s: %v %v, want mode %o", p, st.Mode(), err, want)
+			}
+		}
+	})
+	t.Run("older-and-open", func(t *testing.T) {
+		dir := filepath.Join(base, "old")
+		if err := os.Mkdir(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(dir, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		if err := MakePrivateDir(dir, "run dir"); err != nil {
+			t.Fatal(err)
+		}
+		if st, err := os.Lstat(dir); err != nil || st.Mode().Perm() != RunDirMode {
+			t.Errorf("%s: %v %v, want it closed to %o", dir, st.Mode(), err, RunDirMode)
+		}
+	})
+	t.Run("link", func(t *testing.T) {
+		target := filepath.Join(base, "target")
+		if err := os.Mkdir(target, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(base, "link")
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		if err := MakePrivateDir(link, "run dir"); err == nil {
+			t.Error("a link was taken for the run dir")
+		}
+		if st, _ := os.Stat(target); st.Mode().Perm() != 0o755 {
+			t.Errorf("the link's target was changed to %v", st.Mode())
+		}
+	})
+	t.Run("other-users", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to make a dir of another uid")
+		}
+		dir := filepath.Join(base, "theirs")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dir, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		if err := MakePrivateDir(dir, "run dir"); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("another user's run dir: %v", err)
+		}
+	})
 }

@@ -264,6 +264,10 @@ func (c *Containerd) Run(ctx context.Context, job runtime.Job) (*runtime.Result,
 
 // runtimeOptions are the options containerd hands the shim.
 func (c *Containerd) runtimeOptions(network bool) (any, error) {
+	// The OCI runtime's root is in the state dir: closed before it runs.
+	if err := runtime.MakePrivateDir(c.opts.StateDir, "containerd state dir"); err != nil {
+		return nil, err
+	}
 	if c.handler == HandlerRuncV2 {
 		bin := c.binary
 		if c.gvisor {
@@ -322,8 +326,10 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // writeState writes name in the state dir atomically, unless it already
 // holds content.
 func (c *Containerd) writeState(name, content string, mode os.FileMode) (string, error) {
-	if err := os.MkdirAll(c.opts.StateDir, 0o700); err != nil {
-		return "", fmt.Errorf("make containerd state dir: %w", err)
+	// Root's alone: it holds the shims' runtime state (runc's and runsc's
+	// copies of the specs).
+	if err := runtime.MakePrivateDir(c.opts.StateDir, "containerd state dir"); err != nil {
+		return "", err
 	}
 	p := filepath.Join(c.opts.StateDir, name)
 	if old, err := os.ReadFile(p); err == nil && string(old) == content {

@@ -30,10 +30,15 @@ type SkillPinner interface {
 // was indexed (and loaded, and approved) with.
 var ErrSkillChanged = errors.New("skill changed on disk")
 
-// DefaultSnapshotDir holds the read-only copies of skill versions. It lives
-// beside the runtimes' run dirs, whose parents user-namespaced runtimes can
-// traverse.
+// DefaultSnapshotDir holds the read-only copies of skill versions, beside
+// the runtimes' run dirs.
 const DefaultSnapshotDir = "/run/skillbox/snapshots"
+
+// snapshotDirMode is the mode of SnapshotStore.Dir: root's alone, like the
+// run dirs. The runtimes bind-mount a copy as root on the host (runc, in a
+// user namespace, opens its bind mount sources before it enters it), so
+// no other uid needs to walk in.
+const snapshotDirMode = 0o700
 
 // DefaultSnapshotMaxBytes bounds the regular files of one skill version.
 const DefaultSnapshotMaxBytes = 128 << 20
@@ -42,11 +47,10 @@ const DefaultSnapshotMaxBytes = 128 << 20
 // on first use and reused by every later run of that version, so the copy
 // costs one stat on the hot path.
 //
-// Copies are private to the daemon as far as the runtimes allow: the
-// directory is 0711 (no listing), and a copy's name is an HMAC of its
-// digest under a key only root can read (Dir/.key), so knowing a skill's
-// digest does not give a local user a path into its copy. Runtimes that
-// run the sandbox in a user namespace (runc) still walk through to it.
+// Copies are private to the daemon: the directory is 0700, and, should it
+// ever be opened up, a copy's name is an HMAC of its digest under a key
+// only root can read (Dir/.key), so knowing a skill's digest does not give
+// a local user a path into its copy.
 type SnapshotStore struct {
 	Dir      string
 	MaxBytes int64
@@ -63,7 +67,7 @@ func (s *SnapshotStore) name(hexDigest string) (string, error) {
 	s.keyMu.Lock()
 	defer s.keyMu.Unlock()
 	if s.key == nil {
-		if err := os.MkdirAll(s.Dir, 0o711); err != nil {
+		if err := makeSnapshotDir(s.Dir); err != nil {
 			return "", err
 		}
 		p := filepath.Join(s.Dir, snapshotKeyFile)
@@ -126,11 +130,7 @@ func (s *SnapshotStore) Pin(sk *skills.Skill) (string, error) {
 		_ = os.Chtimes(final, now, now) // last use, for Prune
 		return final, nil
 	}
-	// 0711: runtimes inside a user namespace must walk through to the copy.
-	if err := os.MkdirAll(s.Dir, 0o711); err != nil {
-		return "", fmt.Errorf("%w: skill snapshots: %v", api.ErrUnavailable, err)
-	}
-	if err := os.Chmod(s.Dir, 0o711); err != nil {
+	if err := makeSnapshotDir(s.Dir); err != nil {
 		return "", fmt.Errorf("%w: skill snapshots: %v", api.ErrUnavailable, err)
 	}
 	tmp, err := os.MkdirTemp(s.Dir, ".tmp-")
@@ -163,6 +163,29 @@ func (s *SnapshotStore) Pin(sk *skills.Skill) (string, error) {
 		return "", fmt.Errorf("%w: skill snapshots: %v", api.ErrUnavailable, err)
 	}
 	return final, nil
+}
+
+// makeSnapshotDir makes dir with snapshotDirMode (its missing parents
+// 0711: /run/skillbox is also the socket's directory) and closes one an
+// older skillbox made 0711.
+func makeSnapshotDir(dir string) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, snapshotDirMode); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	st, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if st.Mode().Perm() != snapshotDirMode {
+		return os.Chmod(dir, snapshotDirMode)
+	}
+	return nil
 }
 
 // Prune removes copies not used for maxAge (and half-made ones), so old

@@ -120,3 +120,22 @@ func TestPrepareUsesThePinnedCopy(t *testing.T) {
 		t.Errorf("script hash %s is not the pinned bytes'", p.ScriptSHA256)
 	}
 }
+
+// TestSnapshotStoreDirIsPrivate: the copies' directory is 0700, and one
+// an older skillbox left 0711 is closed at the next pin.
+func TestSnapshotStoreDirIsPrivate(t *testing.T) {
+	s := newSnapshotStore(t)
+	if err := os.Mkdir(s.Dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(s.Dir, 0o711); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pin(snapshotSkill(t, "print('x')\n")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Lstat(s.Dir)
+	if err != nil || st.Mode().Perm() != 0o700 {
+		t.Fatalf("snapshot dir %v %v, want 0700", st.Mode(), err)
+	}
+}

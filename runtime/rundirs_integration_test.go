@@ -1,0 +1,614 @@
+//go:build integration
+
+package runtime_test
+
+// Issue 22, finding 1: while a run is in flight, another local user must
+// reach none of its files on the host. The run id is public (it is in the
+// runtime CLI's --bundle, the shim's -id and the watchdog's arguments), so
+// the probe below is given it, as an attacker reading `ps` would have it,
+// and walks everything it can from there, as real other uids.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/runtime"
+	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+)
+
+// probeEnv makes the test binary the probe (see probeMain) instead of
+// running tests.
+const probeEnv = "SKILLBOX_TEST_RUNDIR_PROBE"
+
+func init() {
+	if spec := os.Getenv(probeEnv); spec != "" {
+		os.Exit(probeMain(spec))
+	}
+}
+
+// probeSpec is what the probe is told: what to walk, which paths to try
+// directly, the run ids (as `ps` shows them), the names of the run's files
+// (to try under /proc/<pid>/root, cwd and fd) and the secrets to look for.
+type probeSpec struct {
+	Walk    []string
+	Paths   []string
+	IDs     []string
+	Names   []string
+	Secrets []string
+}
+
+// probeHit is one thing the probe reached: Op is stat, list, read or fd;
+// Secret says the secret was in what it read.
+type probeHit struct {
+	Op     string
+	Path   string
+	Secret bool `json:",omitempty"`
+}
+
+// maxProbeRead bounds what the probe reads of one file and in all.
+const (
+	maxProbeRead      = 1 << 20
+	maxProbeReadTotal = 256 << 20
+)
+
+type probe struct {
+	spec  probeSpec
+	hits  []probeHit
+	total int64
+}
+
+// probeMain runs as another uid: it reports, as JSON lines on stdout,
+// every path it could stat, list or read that names a run, and every read
+// that held a secret.
+func probeMain(raw string) int {
+	var p probe
+	if err := json.Unmarshal([]byte(raw), &p.spec); err != nil {
+		fmt.Fprintln(os.Stderr, "probe:", err)
+		return 2
+	}
+	for _, root := range p.spec.Walk {
+		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil // closed to us: that is the point
+			}
+			// Seen in a directory we could list: a name of a run here is
+			// already too much.
+			p.note("stat", path, nil)
+			if d.Type().IsRegular() {
+				p.read(path)
+			}
+			return nil
+		})
+	}
+	for _, path := range p.spec.Paths {
+		p.try(path)
+	}
+	p.procs()
+	enc := json.NewEncoder(os.Stdout)
+	for _, h := range p.hits {
+		_ = enc.Encode(h)
+	}
+	return 0
+}
+
+// named says whether path names one of the runs.
+func (p *probe) named(path string) bool {
+	for _, id := range p.spec.IDs {
+		if strings.Contains(path, id) {
+			return true
+		}
+	}
+	return false
+}
+
+// note records op on path if it names a run or data held a secret.
+func (p *probe) note(op, path string, data []byte) {
+	secret := false
+	for _, s := range p.spec.Secrets {
+		if len(data) > 0 && bytes.Contains(data, []byte(s)) {
+			secret = true
+		}
+	}
+	if secret || p.named(path) {
+		p.hits = append(p.hits, probeHit{Op: op, Path: path, Secret: secret})
+	}
+}
+
+// read reads path (non-blocking: FIFOs and devices are left alone).
+func (p *probe) read(path string) {
+	if p.total > maxProbeReadTotal {
+		return
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return
+	}
+	data, _ := io.ReadAll(io.LimitReader(f, maxProbeRead))
+	p.total += int64(len(data))
+	p.note("read", path, data)
+}
+
+// try stats path and lists or reads what it is.
+func (p *probe) try(path string) {
+	st, err := os.Lstat(path)
+	if err != nil {
+		return
+	}
+	p.hits = append(p.hits, probeHit{Op: "stat", Path: path})
+	if st.IsDir() {
+		if _, err := os.ReadDir(path); err == nil {
+			p.hits = append(p.hits, probeHit{Op: "list", Path: path})
+		}
+		return
+	}
+	p.read(path)
+	if st.Mode().IsRegular() {
+		if f, err := os.Open(path); err == nil {
+			f.Close()
+			p.hits = append(p.hits, probeHit{Op: "read", Path: path})
+		}
+	}
+}
+
+// procs tries the run's files through every process: its root, its cwd,
+// its open descriptors and its environment.
+func (p *probe) procs() {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil || e.Name() == strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		dir := filepath.Join("/proc", e.Name())
+		for _, n := range p.spec.Names {
+			for _, rel := range []string{"root/work/" + n, "cwd/" + n, "cwd/work/" + n, "root/" + n} {
+				p.read(filepath.Join(dir, rel))
+			}
+		}
+		if data, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
+			p.note("read", filepath.Join(dir, "environ"), data)
+		}
+		fds, _ := os.ReadDir(filepath.Join(dir, "fd"))
+		for _, fd := range fds {
+			fp := filepath.Join(dir, "fd", fd.Name())
+			if target, err := os.Readlink(fp); err == nil && p.named(target) {
+				p.hits = append(p.hits, probeHit{Op: "fd", Path: fp + " -> " + target})
+			}
+			f, err := os.OpenFile(fp, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+			if err != nil {
+				continue
+			}
+			if st, err := f.Stat(); err == nil && st.IsDir() {
+				for _, n := range p.spec.Names {
+					if fd2, err := unix.Openat(int(f.Fd()), n, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0); err == nil {
+						g := os.NewFile(uintptr(fd2), fp+"/"+n)
+						data, _ := io.ReadAll(io.LimitReader(g, maxProbeRead))
+						g.Close()
+						p.hits = append(p.hits, probeHit{Op: "fd", Path: fp + "/" + n})
+						p.note("read", fp+"/"+n, data)
+					}
+				}
+			} else if err == nil && st.Mode().IsRegular() {
+				data, _ := io.ReadAll(io.LimitReader(f, maxProbeRead))
+				p.note("read", fp, data)
+			}
+			f.Close()
+		}
+	}
+}
+
+// probeBinary is a copy of this test binary that other uids can run (the
+// build dir is root's).
+func probeBinary(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "skillbox-probe-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "probe")
+	if err := os.WriteFile(bin, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// runProbe runs the probe as uid (and the same gid, no other groups).
+func runProbe(t *testing.T, bin string, uid uint32, spec probeSpec) []probeHit {
+	t.Helper()
+	raw, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = []string{probeEnv + "=" + string(raw), "PATH=/usr/bin:/bin"}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("probe as uid %d: %v: %s", uid, err, stderr.String())
+	}
+	var hits []probeHit
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var h probeHit
+		if err := json.Unmarshal(sc.Bytes(), &h); err != nil {
+			t.Fatalf("probe output %q: %v", sc.Text(), err)
+		}
+		hits = append(hits, h)
+	}
+	return hits
+}
+
+// leakScript is the run: it writes the secret it has in its environment
+// into its workdir and outputs, opens everything it owns to every user,
+// says so and waits to be stopped.
+const leakScript = `umask 000
+printf '%s\n' "$RUN_SECRET" > /work/secret.txt
+printf '%s\n' "$RUN_SECRET" > /work/outputs/out.txt
+chmod 0777 /work /work/outputs
+chmod 0666 /work/secret.txt /work/outputs/out.txt /work/input.txt
+echo ready
+exec sleep 120
+`
+
+const leakPython = `import os, subprocess, sys
+sys.exit(subprocess.call(["/bin/sh", "/skill/scripts/leak.sh"]))
+`
+
+// containerdRunDirs are the directories containerd itself keeps for run
+// id under the private daemon's root and state: their modes are
+// containerd's (0700, or 0710 to the mapped root group in a user
+// namespace, in 0711 parents), so a stat of the directory itself is
+// allowed; nothing in it may be reached.
+func containerdRunDirs(id string) []string {
+	var out []string
+	for _, d := range []string{"root", "state"} {
+		out = append(out, filepath.Join(containerdDir(), d, "io.containerd.runtime.v2.task", rtcontainerd.DefaultNamespace, id))
+	}
+	return out
+}
+
+// liveRunIDs are the run ids in runDir, read as root: what an attacker
+// gets from ps.
+func liveRunIDs(t *testing.T, runDir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(runDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") {
+			ids = append(ids, e.Name())
+		}
+	}
+	if len(ids) == 0 {
+		t.Fatalf("no live run dir in %s", runDir)
+	}
+	return ids
+}
+
+// TestRunFilesPrivate: a run on each backend, cold and warm (the pool's
+// python and exec sandboxes), has an input holding a secret, writes a
+// secret from its environment into its workdir and outputs, and opens
+// /work and those files to everyone (chmod 0777/0666). While it runs, the
+// probe, as uids 65534 and 65533, is given the run ids and walks the test
+// state base (run dirs, the runtimes' state dirs, the private containerd's
+// root and state), /run/skillbox, every process's root, cwd, descriptors
+// and environment, and tries the run's paths directly: it must read no
+// secret and reach nothing of a run but the stat of containerd's own
+// bundle dirs.
+func TestRunFilesPrivate(t *testing.T) {
+	rootfs := testRootfs(t)
+	probeBin := probeBinary(t)
+	skill := makeSkill(t, map[string]string{"scripts/leak.sh": leakScript, "scripts/leak.py": leakPython})
+	canarySecret := "CANARY-" + randomHex(12)
+	canary := filepath.Join(filepath.Dir(probeBin), "canary")
+	if err := os.WriteFile(canary, []byte(canarySecret), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range backends {
+		for _, boot := range []string{"cold", "warm-python", "warm-exec"} {
+			t.Run(name+"/"+boot, func(t *testing.T) {
+				rt, opts := newBackend(t, name)
+				inputSecret, envSecret := "INPUT-SECRET-"+randomHex(12), "ENV-SECRET-"+randomHex(12)
+				args := []string{"/bin/sh", "/skill/scripts/leak.sh"}
+				if boot == "warm-python" {
+					args = []string{"python3", "/skill/scripts/leak.py"}
+				}
+				ready := make(chan struct{})
+				var once bool
+				job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: skill, Args: args,
+					Env:   []string{"RUN_SECRET=" + envSecret},
+					Files: []runtime.InputFile{{Name: "input.txt", Data: []byte(inputSecret + "\n"), Mode: 0o600}},
+					Stdout: sinkFunc(func(p []byte) {
+						if !once && bytes.Contains(p, []byte("ready")) {
+							once = true
+							close(ready)
+						}
+					}),
+					Limits: runtime.Limits{Timeout: 3 * time.Minute},
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				type outcome struct {
+					res *runtime.Result
+					err error
+				}
+				done := make(chan outcome, 1)
+				if boot == "cold" {
+					go func() {
+						res, err := rt.Run(ctx, job)
+						done <- outcome{res, err}
+					}()
+				} else {
+					lc := rt.(runtime.Lifecycle)
+					pool := runtime.NewPool(lc, runtime.PoolConfig{PerKey: 1, Total: 1, IdleTimeout: time.Minute}, nil)
+					defer func() {
+						if err := pool.Close(context.Background()); err != nil {
+							t.Error(err)
+						}
+					}()
+					key, ok := runtime.KeyFor(job, "leak", "sha256:test")
+					if !ok {
+						t.Fatal("job cannot run warm")
+					}
+					pool.Warm(key)
+					deadline := time.Now().Add(2 * time.Minute)
+					for pool.Stats().Idle == 0 && time.Now().Before(deadline) {
+						time.Sleep(100 * time.Millisecond)
+					}
+					if st := pool.Stats(); st.Idle == 0 {
+						t.Fatalf("no sandbox booted: %+v", st)
+					}
+					go func() {
+						res, err := pool.Run(ctx, key, job)
+						done <- outcome{res, err}
+					}()
+				}
+				select {
+				case <-ready:
+				case o := <-done:
+					t.Fatalf("run ended before it was ready: %+v %v", o.res, o.err)
+				case <-time.After(2 * time.Minute):
+					t.Fatal("run not ready after 2 minutes")
+				}
+
+				ids := liveRunIDs(t, opts.RunDir)
+				spec := probeSpec{
+					Walk:    []string{testBase, runtime.DefaultStateBase},
+					IDs:     ids,
+					Names:   []string{"input.txt", "secret.txt", "outputs/out.txt", "config.json"},
+					Secrets: []string{inputSecret, envSecret},
+				}
+				allowedStat := map[string]bool{}
+				for _, id := range ids {
+					dir := filepath.Join(opts.RunDir, id)
+					for _, rel := range []string{"", "work", "work/input.txt", "work/secret.txt", "work/outputs", "work/outputs/out.txt",
+						"config.json", "process.json", "hosts", "skills", "watchdog.log", "runsc.log", "runc.log", "fifo"} {
+						spec.Paths = append(spec.Paths, filepath.Join(dir, rel))
+					}
+					spec.Paths = append(spec.Paths, filepath.Join(opts.StateDir, id))
+					if name == rtcontainerd.Name {
+						for _, d := range containerdRunDirs(id) {
+							allowedStat[d] = true
+							for _, rel := range []string{"", "config.json", "rootfs", "rootfs/work/input.txt", "log", "init.pid"} {
+								spec.Paths = append(spec.Paths, filepath.Join(d, rel))
+							}
+						}
+					}
+				}
+				logModes(t, append(append([]string{opts.RunDir, opts.StateDir}, spec.Paths...), containerdDir(),
+					filepath.Join(containerdDir(), "state"), filepath.Join(containerdDir(), "root")))
+				// The control: a file the probe can read, with a secret of
+				// its own, which it must report.
+				spec.Paths = append(spec.Paths, canary)
+				spec.Secrets = append(spec.Secrets, canarySecret)
+				for _, uid := range []uint32{65534, 65533} {
+					sawCanary := false
+					for _, h := range runProbe(t, probeBin, uid, spec) {
+						switch {
+						case h.Path == canary:
+							sawCanary = sawCanary || h.Secret
+						case h.Secret || !(h.Op == "stat" && allowedStat[h.Path]):
+							t.Errorf("uid %d reached %s %s (secret %v)", uid, h.Op, h.Path, h.Secret)
+						}
+					}
+					if !sawCanary {
+						t.Errorf("uid %d: the probe did not read its control file %s", uid, canary)
+					}
+				}
+				cancel()
+				select {
+				case o := <-done:
+					if o.err != nil {
+						t.Fatal(o.err)
+					}
+					if o.res.Reason != runtime.ReasonKilled {
+						t.Errorf("run ended %s (exit %d, stderr %q), want it killed", o.res.Reason, o.res.ExitCode, o.res.Stderr)
+					}
+				case <-time.After(time.Minute):
+					t.Fatal("run not stopped a minute after its cancel")
+				}
+			})
+		}
+	}
+}
+
+// dirMode is the documented mode and owner of a path skillbox makes for a
+// run (docs/SECURITY.md): owner "root" or "sandbox" (the container's
+// nobody on the host), group likewise.
+type dirMode struct {
+	rel   string
+	mode  os.FileMode
+	owner string
+}
+
+// TestRunDirModes: every entry skillbox makes in a run dir while the run
+// is in flight (before the script changes anything) has its documented
+// mode and owner, and nothing else is there; RunDir itself is root's 0700.
+func TestRunDirModes(t *testing.T) {
+	rootfs := testRootfs(t)
+	for _, name := range backends {
+		t.Run(name, func(t *testing.T) {
+			rt, opts := newBackend(t, name)
+			lc := rt.(runtime.Lifecycle)
+			ctx := context.Background()
+			id := newID()
+			spec := runtime.SandboxSpec{ID: id, RootFS: rootfs, Limits: runtime.Limits{Timeout: time.Minute}, Boot: runtime.BootExec}
+			sb, err := lc.Create(ctx, spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sb.Destroy(ctx)
+			if err := sb.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ready := make(chan struct{})
+			var once bool
+			inv := runtime.Invocation{Args: []string{"/bin/sh", "-c", "echo ready; exec sleep 60"}, Limits: spec.Limits,
+				Files: []runtime.InputFile{{Name: "in.txt", Data: []byte("x"), Mode: 0o600}},
+				Stdout: sinkFunc(func(p []byte) {
+					if !once && bytes.Contains(p, []byte("ready")) {
+						once = true
+						close(ready)
+					}
+				})}
+			if err := sb.Deliver(ctx, inv); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-ready:
+			case <-time.After(time.Minute):
+				t.Fatal("not ready")
+			}
+			sandboxUID := 65534
+			if kernelOf(name) == "runc" && !opts.NoUserNS {
+				sandboxUID = runtime.DefaultUserNSBase + 65534
+			}
+			want := []dirMode{
+				{"", runtime.RunDirMode | os.ModeDir, "root"},
+				{"work", 0o700 | os.ModeDir, "sandbox"},
+				{"work/outputs", 0o755 | os.ModeDir, "sandbox"},
+				{"work/in.txt", 0o600, "sandbox"},
+				{"hosts", 0o644, "root"},
+				{"config.json", 0o600, "root"},
+				{"process.json", 0o600, "root"},
+				{"watchdog.log", 0o600, "root"},
+			}
+			switch name {
+			case "runsc":
+				want = append(want, dirMode{"runsc.log", 0o644, "root"})
+			case "runc":
+				want = append(want, dirMode{"runc.log", 0o644, "root"})
+			case rtcontainerd.Name:
+				want = append(want, dirMode{"fifo", 0o700 | os.ModeDir, "root"})
+			}
+			got := map[string]os.FileInfo{}
+			dir := filepath.Join(opts.RunDir, id)
+			_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+				if err != nil {
+					return err
+				}
+				rel, _ := filepath.Rel(dir, p)
+				if rel == "." {
+					rel = ""
+				}
+				if strings.HasPrefix(rel, "fifo/") {
+					return nil // containerd's FIFOs, in the 0700 fifo dir
+				}
+				info, err := os.Lstat(p)
+				if err == nil {
+					got[rel] = info
+				}
+				return nil
+			})
+			for _, w := range want {
+				info, ok := got[w.rel]
+				delete(got, w.rel)
+				if !ok {
+					if w.rel == "process.json" && name == rtcontainerd.Name {
+						continue // containerd execs from the spec in memory
+					}
+					t.Errorf("%s: missing", filepath.Join(dir, w.rel))
+					continue
+				}
+				st := info.Sys().(*syscall.Stat_t)
+				uid := 0
+				if w.owner == "sandbox" {
+					uid = sandboxUID
+				}
+				if info.Mode() != w.mode || int(st.Uid) != uid || int(st.Gid) != uid {
+					t.Errorf("%s: %v %d:%d, want %v %d:%d", filepath.Join(dir, w.rel), info.Mode(), st.Uid, st.Gid, w.mode, uid, uid)
+				}
+			}
+			for rel, info := range got {
+				t.Errorf("%s: %v, not documented", filepath.Join(dir, rel), info.Mode())
+			}
+			for p, want := range map[string]os.FileMode{opts.RunDir: runtime.RunDirMode} {
+				var st unix.Stat_t
+				if err := unix.Lstat(p, &st); err != nil {
+					t.Error(err)
+				} else if os.FileMode(st.Mode&0o7777) != want || st.Uid != 0 {
+					t.Errorf("%s: %o uid %d, want %o root's", p, st.Mode&0o7777, st.Uid, want)
+				}
+			}
+			// The state dir holds the runtime's copy of the spec: no other
+			// user may list it or get into it.
+			var st unix.Stat_t
+			if err := unix.Lstat(opts.StateDir, &st); err != nil {
+				t.Error(err)
+			} else if os.FileMode(st.Mode&0o7777) != runtime.RunDirMode || st.Uid != 0 {
+				t.Errorf("state dir %s: %o uid %d, want %o root's", opts.StateDir, st.Mode&0o7777, st.Uid, runtime.RunDirMode)
+			}
+			if err := sb.Destroy(ctx); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+// logModes logs the mode and owner of each path that exists (-v): what
+// docs/SECURITY.md's table of modes is checked against.
+func logModes(t *testing.T, paths []string) {
+	t.Helper()
+	for _, p := range paths {
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) == nil {
+			t.Logf("mode %04o %d:%d %s", st.Mode&0o7777, st.Uid, st.Gid, p)
+		}
+	}
+}
