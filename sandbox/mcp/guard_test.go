@@ -209,3 +209,69 @@ func TestGuardedTransportSDKClient(t *testing.T) {
 		t.Errorf("the run did not reach the service; calls %v", f.calls)
 	}
 }
+
+// TestDuplicateKeysInElicitationAnswer: the client's answer to an
+// elicitation holding "action" twice ("accept" and "decline") is refused,
+// the waiting tool call ends with an error giving the reason rather than
+// hanging or going by either value, and nothing is approved.
+func TestDuplicateKeysInElicitationAnswer(t *testing.T) {
+	f := newFake(t)
+	f.run = func(_ context.Context, p api.RunScriptParams) (*api.RunScriptResult, error) {
+		if p.ConfirmationID != "c1" {
+			return nil, &api.ConfirmationRequiredError{ID: "c1", Reason: "scripts need approval", Rule: "test.hcl:3", Digest: "sha256:abc"}
+		}
+		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Reason: api.ReasonExit}, nil
+	}
+	srv := mcp.New(f, mcp.Options{PollInterval: -1, ElicitApprovals: true})
+	sr, cw := io.Pipe()
+	cr, sw := io.Pipe()
+	conn, err := srv.Connect(context.Background(), &sdk.IOTransport{Reader: sr, Writer: sw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cw.Close(); conn.Close() })
+	lines := bufio.NewScanner(cr)
+	next := func() map[string]json.RawMessage {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("the server hung up: %v", lines.Err())
+		}
+		var m map[string]json.RawMessage
+		if err := json.Unmarshal(lines.Bytes(), &m); err != nil {
+			t.Fatalf("not JSON: %q", lines.Text())
+		}
+		return m
+	}
+	send := func(line string) {
+		t.Helper()
+		if _, err := io.WriteString(cw, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"elicitation":{}},"clientInfo":{"name":"raw","version":"1"}}}`)
+	next()
+	send(`{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	send(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"skills_run_script","arguments":{"path":"scripts/greet.sh"}}}`)
+	var result map[string]json.RawMessage
+	for result == nil {
+		m := next()
+		switch {
+		case string(m["method"]) == `"elicitation/create"`:
+			send(`{"jsonrpc":"2.0","id":` + string(m["id"]) + `,"result":{"action":"decline","content":{"approve":true},"action":"accept"}}`)
+		case m["method"] != nil:
+		case string(m["id"]) == "null":
+			if _, msg := rpcError(t, m); !strings.Contains(msg, `"action" appears twice in result`) {
+				t.Errorf("the client was told %q", msg)
+			}
+		case string(m["id"]) == "1":
+			result = m
+		}
+	}
+	// The SDK fails the call that waited for the answer, with the reason.
+	if _, msg := rpcError(t, result); !strings.Contains(msg, "the client's response was refused") || !strings.Contains(msg, `"action" appears twice`) {
+		t.Errorf("tools/call failed with %q, want the refusal's reason", msg)
+	}
+	if f.called("approve:c1") || f.called("run:scripts/greet.sh:c1") {
+		t.Errorf("the refused answer approved the run: %v", f.calls)
+	}
+}
