@@ -108,20 +108,9 @@ func BenchmarkDecodeRequestLarge(b *testing.B) {
 	})
 	b.Run("scan only", func(b *testing.B) {
 		for b.Loop() {
-			if _, _, dup := duplicateKey(line); dup {
+			if _, _, dup := api.DuplicateKey(line); dup {
 				b.Fatal("duplicate")
 			}
 		}
 	})
-}
-
-func BenchmarkDuplicateKeyScan(b *testing.B) {
-	line := []byte(`{"jsonrpc":"2.0","id":1,"method":"skills.run_script","params":{"session_id":"ses_x","path":"a.py","files":[{"path":"in.bin","content":"` + strings.Repeat("QUJD", 200_000) + `"}]}}`)
-	b.SetBytes(int64(len(line)))
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, _, dup := duplicateKey(line); dup {
-			b.Fatal("duplicate")
-		}
-	}
 }

@@ -1309,7 +1309,7 @@ func decodeRequest(line []byte) (request, json.RawMessage, *Error) {
 	if err := json.Unmarshal(line, &m); err != nil || m == nil {
 		return invalid(nil, "a request must be a JSON object")
 	}
-	if where, name, dup := duplicateKey(line); dup {
+	if where, name, dup := api.DuplicateKey(line); dup {
 		if raw, ok := m["method"]; ok && len(raw) > 0 && raw[0] == '"' {
 			json.Unmarshal(raw, &partial.Method)
 		}

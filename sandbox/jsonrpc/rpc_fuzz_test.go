@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // FuzzDecodeRequest feeds arbitrary lines to the request decoder, the first
@@ -12,8 +14,9 @@ import (
 // only well-formed requests, and must always produce a response line that is
 // itself valid JSON-RPC. A line holding one member name twice in an object
 // (bytes.EqualFold, as encoding/json matches names) is never accepted, and
-// is refused only for that reason when it is otherwise a request (checked
-// against a decoder-based reference). The seed corpus is in
+// is refused only for that reason when it is otherwise a request (the scan
+// itself is checked against a decoder-based reference by
+// api.FuzzDuplicateKey). The seed corpus is in
 // testdata/fuzz/FuzzDecodeRequest.
 func FuzzDecodeRequest(f *testing.F) {
 	for _, s := range []string{
@@ -37,7 +40,8 @@ func FuzzDecodeRequest(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, line []byte) {
 		req, id, rerr := decodeRequest(line)
-		dup := json.Valid(line) && refDuplicate(t, line)
+		_, _, dup := api.DuplicateKey(line)
+		dup = dup && json.Valid(line)
 		if rerr != nil {
 			if rerr.Code != CodeParseError && rerr.Code != CodeInvalidRequest && rerr.Code != CodeInvalidParams {
 				t.Fatalf("decoder error code %d", rerr.Code)
@@ -72,50 +76,6 @@ func FuzzDecodeRequest(f *testing.F) {
 		}
 		_ = peekID(line) // the over-long-line path sees arbitrary prefixes
 	})
-}
-
-// refDuplicate is the fuzz target's reference: whether some object in line
-// (valid JSON) holds two member names that bytes.EqualFold calls equal,
-// found with encoding/json's tokenizer instead of duplicateKey's scan.
-func refDuplicate(t *testing.T, line []byte) bool {
-	dec := json.NewDecoder(bytes.NewReader(line))
-	dec.UseNumber()
-	var value func() bool
-	value = func() bool {
-		tok, err := dec.Token()
-		if err != nil {
-			t.Fatalf("reference decoder: %v on valid JSON %q", err, line)
-		}
-		switch tok {
-		case json.Delim('{'):
-			var names []string
-			dup := false
-			for dec.More() {
-				k, err := dec.Token()
-				if err != nil {
-					t.Fatalf("reference decoder: %v", err)
-				}
-				for _, n := range names {
-					if bytes.EqualFold([]byte(n), []byte(k.(string))) {
-						dup = true
-					}
-				}
-				names = append(names, k.(string))
-				dup = value() || dup
-			}
-			dec.Token()
-			return dup
-		case json.Delim('['):
-			dup := false
-			for dec.More() {
-				dup = value() || dup
-			}
-			dec.Token()
-			return dup
-		}
-		return false
-	}
-	return value()
 }
 
 func checkResponse(t *testing.T, id, result json.RawMessage, e *Error) {

@@ -110,7 +110,10 @@ type Conn struct {
 	elicitTable map[string]string // confirmation id -> tool, for elicitations this connection asked
 }
 
-// Connect starts serving one client on t and returns at once.
+// Connect starts serving one client on t and returns at once. On the stdio
+// and IO transports each message is checked before the SDK decodes it (see
+// guard): one holding a member name twice is answered with an error and not
+// run.
 func (s *Server) Connect(ctx context.Context, t sdk.Transport) (*Conn, error) {
 	sess, err := s.svc.CreateSession(ctx, s.opts.Caller, api.CreateSessionParams{})
 	if err != nil {
@@ -144,7 +147,7 @@ func (s *Server) Connect(ctx context.Context, t sdk.Transport) (*Conn, error) {
 	if err := c.refresh(ctx); err != nil {
 		s.log.Warn("listing skills failed; prompts and resources start empty", "error", err)
 	}
-	ss, err := c.mcp.Connect(ctx, t, nil)
+	ss, err := c.mcp.Connect(ctx, s.guard(t), nil)
 	if err != nil {
 		cancel()
 		c.closeSessions()

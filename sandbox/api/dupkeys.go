@@ -1,4 +1,4 @@
-package jsonrpc
+package api
 
 import (
 	"bytes"
@@ -9,15 +9,20 @@ import (
 	"unicode/utf8"
 )
 
-// duplicateKey finds the first object in data (valid JSON) that holds the
-// same member name twice, and returns where it is ("params.env") and the
-// name as sent. encoding/json keeps the last of two equal names, and matches
-// struct fields regardless of case, so a request could show a reviewer (a
-// log, a proxy, an approver reading the raw params) one value and run
-// another. Names are compared after unescaping and, because of that case
-// insensitivity, ignoring case. One pass, no allocation for objects without
-// escaped names and with at most a few members.
-func duplicateKey(data []byte) (where, name string, found bool) {
+// DuplicateKey finds the first object in data that holds the same member
+// name twice, and returns where it is ("params.env"; "" for the top-level
+// object) and the name as sent. data must be valid JSON (check json.Valid
+// first); on other input the answer means nothing, but it does not panic.
+//
+// encoding/json keeps the last of two equal names, and matches struct
+// fields regardless of case, so a request could show a reviewer (a log, a
+// proxy, an approver reading the raw params) one value and run another.
+// Every front end (the socket's JSON-RPC, MCP) refuses such a message
+// before decoding it, with this one scan. Names are compared after
+// unescaping and, because of that case insensitivity, ignoring case. One
+// pass, no allocation for objects without escaped names and with at most a
+// few members.
+func DuplicateKey(data []byte) (where, name string, found bool) {
 	type frame struct {
 		obj       bool
 		expectKey bool
@@ -34,6 +39,9 @@ func duplicateKey(data []byte) (where, name string, found bool) {
 		case '[':
 			stack = append(stack, frame{})
 		case '}', ']':
+			if len(stack) == 0 {
+				return "", "", false // not valid JSON
+			}
 			stack = stack[:len(stack)-1]
 		case ',':
 			if n := len(stack); n > 0 {
