@@ -699,6 +699,15 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	if p3.State != api.ProposalExported || err != nil || !bytes.Contains(patch, []byte("+New text.")) {
 		t.Errorf("read-only root: %+v, patch %v", p3, err)
 	}
+	// The patch may hold what the author has not published: root's alone.
+	for path, want := range map[string]os.FileMode{filepath.Dir(p3.PatchFile): 0o700 | os.ModeDir, p3.PatchFile: 0o600} {
+		st, err := os.Lstat(path)
+		if err != nil {
+			t.Errorf("proposal patch: %v", err)
+		} else if st.Mode() != want {
+			t.Errorf("%s: mode %v, want %v", path, st.Mode(), want)
+		}
+	}
 	if digestOf("frozen") != frozen {
 		t.Errorf("a read-only skill changed")
 	}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/skills"
@@ -289,13 +290,15 @@ func (s *Service) isPinned(name string) bool {
 }
 
 // exportPatch writes an approved proposal's diff for a read-only root.
+// The directory is root's alone (0700), the patch 0600: a diff may hold
+// what a skill's author has not published yet.
 func (s *Service) exportPatch(pr *api.Proposal) (string, error) {
 	dir := filepath.Join(s.cfg.Daemon.StateDir, "proposals")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := runtime.MakePrivateDir(dir, "proposals directory"); err != nil {
 		return "", err
 	}
 	path := filepath.Join(dir, pr.ID+".patch")
 	head := fmt.Sprintf("# skillbox proposal %s for skill %q against %s\n# %s\n", pr.ID, pr.Skill, pr.BaseDigest,
 		strings.ReplaceAll(ClipText(pr.Justification, 2048), "\n", "\n# "))
-	return path, os.WriteFile(path, []byte(head+pr.Diff), 0o644)
+	return path, os.WriteFile(path, []byte(head+pr.Diff), 0o600)
 }
