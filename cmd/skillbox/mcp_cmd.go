@@ -95,6 +95,12 @@ func mcpAction(c *cli.Context) error {
 		defer local.close()
 		svc = local.svc
 		opts.ElicitApprovals = local.svc.IsApprover(opts.Caller)
+		// Lines the transport refuses (not JSON, a member named twice,
+		// over-long) are audited like the socket's refused calls. With
+		// --socket the log is the daemon's, which never sees such a line;
+		// they are only logged there.
+		caller := opts.Caller
+		opts.OnRefused = func(r api.Refusal) { local.svc.AuditRefusal(caller, r) }
 	}
 	err := mcp.New(svc, opts).Serve(ctx, &sdk.StdioTransport{})
 	if ctx.Err() != nil {
@@ -180,6 +186,8 @@ func openLocalService(ctx context.Context, c *cli.Context, log hclog.Logger) (_ 
 	l.svc = service.New(service.Options{
 		Config: cfg, Skills: reg, Engine: eng, Sessions: sessions, Confirmations: confirms, Proposals: proposals, Audit: auditLog, Logger: log,
 	})
+	// Before the audit log closes: the aggregated records still pending.
+	l.closers = append(l.closers, l.svc.FlushAudit)
 	sweepCtx, stopSweep := context.WithCancel(ctx)
 	done := make(chan struct{}, 2)
 	go func() { sessions.RunSweeper(sweepCtx, time.Minute); done <- struct{}{} }()

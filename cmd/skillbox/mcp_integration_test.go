@@ -13,9 +13,11 @@ package main
 // the hack script's cache).
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -348,5 +350,84 @@ func TestMCPEndToEnd(t *testing.T) {
 		if !strings.Contains(trail, want) {
 			t.Errorf("audit trail in %s does not mention %s", auditDir, want)
 		}
+	}
+}
+
+// TestMCPRefusedLineAudited: a line the real stdio server refuses (a member
+// named twice, not JSON) gets a JSON-RPC error, leaves the server up, and
+// is in the audit log as call.refused naming the refusal; the chain
+// verifies.
+func TestMCPRefusedLineAudited(t *testing.T) {
+	runItNeed(t, "runsc")
+	f := newMCPFixture(t)
+	cmd := exec.Command(itBin, "mcp", "--root", f.root, "--config", f.cfgPath)
+	cmd.Env = append(os.Environ(), "SKILLBOX_IMAGES="+itImages)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	lines := make(chan string, 8)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	// exchange sends line and returns the next line that answers id.
+	exchange := func(line, id string) string {
+		t.Helper()
+		if _, err := io.WriteString(stdin, line+"\n"); err != nil {
+			t.Fatalf("writing to skillbox mcp: %v\n%s", err, stderr.String())
+		}
+		timeout := time.After(time.Minute)
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("skillbox mcp hung up waiting for id %s\n%s", id, stderr.String())
+				}
+				if strings.Contains(l, `"id":`+id+`,`) || strings.Contains(l, `"id":`+id+`}`) {
+					return l
+				}
+			case <-timeout:
+				t.Fatalf("no answer for id %s\n%s", id, stderr.String())
+			}
+		}
+	}
+	exchange(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"raw","version":"1"}}}`, "1")
+	io.WriteString(stdin, `{"jsonrpc":"2.0","method":"notifications/initialized"}`+"\n")
+	if got := exchange(`{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"skills_run_script","arguments":{"path":"scripts/kernel.sh","path":"scripts/fail.sh"}}}`, "2"); !strings.Contains(got, `"code":-32602`) || !strings.Contains(got, "appears twice") {
+		t.Errorf("duplicate key answered %s", got)
+	}
+	if got := exchange(`{"jsonrpc":"2.0","id":3,"method":"tools/list"}`, "3"); !strings.Contains(got, "skills_run_script") {
+		t.Errorf("tools/list after the refusal: %s", got)
+	}
+	stdin.Close()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("skillbox mcp: %v\n%s", err, stderr.String())
+	}
+	if out, code := verify(t, f.auditDir); code != 0 {
+		t.Fatalf("audit verify: exit %d\n%s", code, out)
+	}
+	var found bool
+	for _, l := range strings.Split(f.trail(), "\n") {
+		if strings.Contains(l, `"event":"call.refused"`) && strings.Contains(l, `"request_id":"2"`) &&
+			strings.Contains(l, `appears twice in params.arguments`) && strings.Contains(l, `"transport":"mcp"`) {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no call.refused record for the duplicate key in the audit log:\n%s", f.trail())
 	}
 }

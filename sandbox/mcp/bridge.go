@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
@@ -36,9 +37,10 @@ func (e *remoteError) Unwrap() error             { return e.kind }
 func (e *remoteError) ErrorData() map[string]any { return e.data }
 
 // fromClient turns a client error into a service-shaped one; a confirmation
-// request becomes *api.ConfirmationRequiredError, pending when it names the
-// confirmation the call passed.
-func fromClient(err error, passedConfirmation string) error {
+// request becomes *api.ConfirmationRequiredError, pending when it names a
+// confirmation the call passed, with the confirmation_ids of held hooks
+// kept in its data.
+func fromClient(err error, passed ...string) error {
 	var ce *client.Error
 	if !errors.As(err, &ce) {
 		if errors.Is(err, client.ErrConnectionLost) || errors.Is(err, client.ErrClosed) {
@@ -47,10 +49,14 @@ func fromClient(err error, passedConfirmation string) error {
 		return err
 	}
 	if d, ok := ce.ConfirmationRequired(); ok {
-		return &api.ConfirmationRequiredError{
+		cr := &api.ConfirmationRequiredError{
 			ID: d.ConfirmationID, Reason: d.Reason, Rule: d.Rule, Digest: d.Digest,
-			Pending: passedConfirmation != "" && passedConfirmation == d.ConfirmationID,
+			Pending: d.ConfirmationID != "" && slices.Contains(passed, d.ConfirmationID),
 		}
+		if ids, ok := ce.Data["confirmation_ids"]; ok {
+			return api.WithData(cr, map[string]any{"confirmation_ids": ids})
+		}
+		return cr
 	}
 	return &remoteError{msg: ce.Message, kind: api.Sentinel(ce.Kind), data: ce.Data}
 }
@@ -155,7 +161,7 @@ func (b *Bridge) run(ctx context.Context, method string, stream *bool, confirmat
 
 func (b *Bridge) CheckTool(ctx context.Context, _ api.Peer, p api.CheckToolParams) (*api.CheckToolResult, error) {
 	r, err := b.Client.CheckTool(ctx, p)
-	return r, fromClient(err, "")
+	return r, fromClient(err, append([]string{p.ConfirmationID}, p.ConfirmationIDs...)...)
 }
 
 func (b *Bridge) CheckSkill(ctx context.Context, _ api.Peer, p api.CheckSkillParams) (*api.CheckSkillResult, error) {

@@ -13,7 +13,7 @@ func (b *Bridge) ActivateSkill(ctx context.Context, _ api.Peer, p api.ActivatePa
 
 func (b *Bridge) ReportTool(ctx context.Context, _ api.Peer, p api.ReportToolParams) (*api.ReportToolResult, error) {
 	r, err := b.Client.ReportTool(ctx, p)
-	return r, fromClient(err, "")
+	return r, fromClient(err, append([]string{p.ConfirmationID}, p.ConfirmationIDs...)...)
 }
 
 func (b *Bridge) ProposeChange(ctx context.Context, _ api.Peer, p api.ProposeParams) (*api.Proposal, error) {

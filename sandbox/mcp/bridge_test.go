@@ -28,27 +28,10 @@ func TestBridge(t *testing.T) {
 	rs.rt.RunFunc = func(_ context.Context, job runtime.Job) (*runtime.Result, error) {
 		return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit, Stdout: []byte("ran\n"), Runtime: "fake"}, nil
 	}
-	o := rs.opts
-	d := daemon.New(daemon.Options{
-		Config: o.Config, Skills: o.Skills, Engine: o.Engine, Sessions: o.Sessions, Confirmations: o.Confirmations, Audit: rs.audit,
-	})
-	sock := filepath.Join(t.TempDir(), "skillbox.sock")
-	ln, err := jsonrpc.Listen(sock, 0o600, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- d.Server().Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-served })
-
-	cl, err := client.Dial(ctx, sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
+	ctx := context.Background()
+	bridge := serveBridge(t, rs)
 	progress := make(chan string, 16)
-	cs := connect(t, &mcp.Bridge{Client: cl, Socket: sock}, mcp.Options{ElicitApprovals: true}, &sdk.ClientOptions{
+	cs := connect(t, bridge, mcp.Options{ElicitApprovals: true}, &sdk.ClientOptions{
 		ElicitationHandler: func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
 			return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, nil
 		},
@@ -76,5 +59,53 @@ func TestBridge(t *testing.T) {
 	res = call(t, cs, mcp.ToolRunScript, map[string]any{"skill": "guarded-deploy", "path": "scripts/deploy.sh"})
 	if res.IsError || len(rs.rt.Jobs()) != 2 {
 		t.Errorf("guarded run approved by elicitation: isError=%v %q, %d jobs", res.IsError, text(res), len(rs.rt.Jobs()))
+	}
+}
+
+// serveBridge serves rs's parts as a daemon on a Unix socket and returns
+// a bridge to it.
+func serveBridge(t *testing.T, rs *realService) *mcp.Bridge {
+	t.Helper()
+	o := rs.opts
+	d := daemon.New(daemon.Options{
+		Config: o.Config, Skills: o.Skills, Engine: o.Engine, Sessions: o.Sessions, Confirmations: o.Confirmations, Audit: rs.audit,
+	})
+	sock := filepath.Join(t.TempDir(), "skillbox.sock")
+	ln, err := jsonrpc.Listen(sock, 0o600, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- d.Server().Serve(ctx, ln) }()
+	t.Cleanup(func() { cancel(); <-served })
+	cl, err := client.Dial(ctx, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return &mcp.Bridge{Client: cl, Socket: sock}
+}
+
+// TestBridgeHeldHooks: hooks the daemon holds for confirmation are asked
+// about by elicitation through the bridge, all of them in one answer (the
+// daemon's confirmation_ids survive the client), and each runs once.
+func TestBridgeHeldHooks(t *testing.T) {
+	rs := newHookService(t, "./scripts/check.sh", "./scripts/other.sh")
+	// The daemon counts this uid as an approver.
+	cfg := *rs.opts.Config
+	cfg.Daemon.Approvers = []string{fmt.Sprint(os.Getuid())}
+	rs.opts.Config = &cfg
+	asked := 0
+	cs := connect(t, serveBridge(t, rs), mcp.Options{ElicitApprovals: true}, &sdk.ClientOptions{
+		ElicitationHandler: func(context.Context, *sdk.ElicitRequest) (*sdk.ElicitResult, error) {
+			asked++
+			return &sdk.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}, nil
+		},
+	})
+	call(t, cs, mcp.ToolLoad, map[string]any{"names": []string{"guarded-hook"}})
+	res := call(t, cs, mcp.ToolCheck, map[string]any{"tool": "Bash", "input": map[string]any{"command": "ls"}})
+	if res.IsError || asked != 1 || len(rs.rt.Jobs()) != 2 {
+		t.Errorf("held hooks through the daemon: isError=%v %q, asked %d times, %d runs; want asked once, 2 runs", res.IsError, text(res), asked, len(rs.rt.Jobs()))
 	}
 }

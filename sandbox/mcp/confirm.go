@@ -24,19 +24,25 @@ const elicitKey = "skillbox_confirmation"
 // the user's answer (MCP elicitation), when that is allowed and the client
 // supports form elicitation; otherwise it returns nil and the refusal stays
 // a tool error naming the confirmation id. The SDK asks the client and
-// calls the tool again with the answer (elicitationAnswer).
+// calls the tool again with the answer (elicitationAnswer). A tools_check
+// whose hooks are held names every held hook's confirmation
+// (confirmation_ids); one answer approves them all, since the call runs
+// them all.
 func (c *Conn) askConfirmation(ctx context.Context, req *sdk.CallToolRequest, tool string, err error) *sdk.CallToolResult {
 	var cr *api.ConfirmationRequiredError
 	if !c.s.opts.ElicitApprovals || !errors.As(err, &cr) || cr.Pending || !supportsFormElicitation(req) {
 		return nil
 	}
+	ids := confirmationIDs(err, cr.ID)
 	c.elicitMu.Lock()
-	c.elicitTable[cr.ID] = tool
+	for _, id := range ids {
+		c.elicitTable[id] = tool
+	}
 	c.elicitMu.Unlock()
 	return &sdk.CallToolResult{
 		InputRequests: sdk.InputRequestMap{elicitKey: &sdk.ElicitParams{
 			Mode:    "form",
-			Message: c.confirmationMessage(ctx, cr, tool),
+			Message: c.confirmationMessage(ctx, cr, ids, tool),
 			RequestedSchema: &jsonschema.Schema{
 				Type: "object",
 				Properties: map[string]*jsonschema.Schema{
@@ -46,8 +52,28 @@ func (c *Conn) askConfirmation(ctx context.Context, req *sdk.CallToolRequest, to
 			},
 		}},
 		// Only echoed back; elicitationAnswer accepts ids this connection asked about.
-		RequestState: cr.ID,
+		RequestState: strings.Join(ids, ","),
 	}
+}
+
+// confirmationIDs are the confirmations err names: its confirmation_ids
+// (held hooks; a []any when it came through the daemon's JSON) or first.
+func confirmationIDs(err error, first string) []string {
+	var ids []string
+	switch v := api.ErrorData(err)["confirmation_ids"].(type) {
+	case []string:
+		ids = v
+	case []any:
+		for _, x := range v {
+			if id, ok := x.(string); ok && id != "" {
+				ids = append(ids, id)
+			}
+		}
+	}
+	if !slices.Contains(ids, first) {
+		ids = append([]string{first}, ids...)
+	}
+	return ids
 }
 
 func supportsFormElicitation(req *sdk.CallToolRequest) bool {
@@ -61,13 +87,19 @@ func supportsFormElicitation(req *sdk.CallToolRequest) bool {
 
 // confirmationMessage is what the user is asked: what would run, why it
 // needs approval, and the digest the answer binds to.
-func (c *Conn) confirmationMessage(ctx context.Context, cr *api.ConfirmationRequiredError, tool string) string {
+func (c *Conn) confirmationMessage(ctx context.Context, cr *api.ConfirmationRequiredError, ids []string, tool string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "skillbox: %s needs your approval: %s (policy rule %s).", tool, cr.Reason, cr.Rule)
+	if len(ids) > 1 {
+		fmt.Fprintf(&b, "\n%d hooks wait for approval (confirmations %s); approving runs each once.", len(ids), strings.Join(ids, ", "))
+	}
 	if list, err := c.s.svc.ListConfirmations(ctx, c.caller, api.ListConfirmationsParams{SessionID: c.session}); err == nil {
 		for _, conf := range list.Confirmations {
-			if conf.ID != cr.ID {
+			if !slices.Contains(ids, conf.ID) {
 				continue
+			}
+			if len(ids) > 1 {
+				fmt.Fprintf(&b, "\n%s:", conf.ID)
 			}
 			for _, k := range slices.Sorted(maps.Keys(conf.Details)) {
 				fmt.Fprintf(&b, "\n%s: %s", k, conf.Details[k])
@@ -79,20 +111,29 @@ func (c *Conn) confirmationMessage(ctx context.Context, cr *api.ConfirmationRequ
 }
 
 // elicitationAnswer handles the retry of a tool call that asked the user to
-// confirm: it approves (or denies) the confirmation as the caller, through
-// the service, and returns its id for the repeated call. answered is false
-// for an ordinary call.
-func (c *Conn) elicitationAnswer(ctx context.Context, req *sdk.CallToolRequest, tool string) (id string, answered bool, err error) {
+// confirm: it approves (or denies) the confirmations as the caller, through
+// the service, and returns their ids for the repeated call. answered is
+// false for an ordinary call.
+func (c *Conn) elicitationAnswer(ctx context.Context, req *sdk.CallToolRequest, tool string) (ids []string, answered bool, err error) {
 	if len(req.Params.InputResponses) == 0 {
-		return "", false, nil
+		return nil, false, nil
 	}
-	id = req.Params.RequestState
+	ids = strings.Split(req.Params.RequestState, ",")
 	c.elicitMu.Lock()
-	asked, ok := c.elicitTable[id]
-	delete(c.elicitTable, id)
+	ok := true
+	for _, id := range ids {
+		if c.elicitTable[id] != tool {
+			ok = false
+		}
+	}
+	if ok {
+		for _, id := range ids {
+			delete(c.elicitTable, id)
+		}
+	}
 	c.elicitMu.Unlock()
-	if !ok || asked != tool {
-		return "", true, errors.New("invalid_params: this answer is not for a confirmation this connection asked about; repeat the call without it")
+	if !ok {
+		return nil, true, errors.New("invalid_params: this answer is not for a confirmation this connection asked about; repeat the call without it")
 	}
 	resp, _ := req.Params.InputResponses[elicitKey].(*sdk.ElicitResult)
 	if resp == nil || resp.Action != "accept" || resp.Content[approveField] != true {
@@ -101,15 +142,19 @@ func (c *Conn) elicitationAnswer(ctx context.Context, req *sdk.CallToolRequest, 
 			action = "dismissed"
 		}
 		msg := fmt.Sprintf("denied: the user %s the run at the client", action)
-		if _, derr := c.s.svc.DenyConfirmation(ctx, c.caller, api.ConfirmationIDParams{ID: id}); derr == nil {
-			msg += fmt.Sprintf("; confirmation %s is denied", id)
-		} else {
-			msg += fmt.Sprintf("; confirmation %s stays pending for an approver (%v)", id, derr)
+		for _, id := range ids {
+			if _, derr := c.s.svc.DenyConfirmation(ctx, c.caller, api.ConfirmationIDParams{ID: id}); derr == nil {
+				msg += fmt.Sprintf("; confirmation %s is denied", id)
+			} else {
+				msg += fmt.Sprintf("; confirmation %s stays pending for an approver (%v)", id, derr)
+			}
 		}
-		return "", true, errors.New(msg + "; do not retry it unless the user asks")
+		return nil, true, errors.New(msg + "; do not retry it unless the user asks")
 	}
-	if _, err := c.s.svc.ApproveConfirmation(ctx, c.caller, api.ConfirmationIDParams{ID: id}); err != nil {
-		return "", true, fmt.Errorf("%w; the user's answer could not approve it: ask an approver to approve confirmation %s (confirmations.approve), then repeat the call with confirmation_id %q", toolError(err), id, id)
+	for _, id := range ids {
+		if _, err := c.s.svc.ApproveConfirmation(ctx, c.caller, api.ConfirmationIDParams{ID: id}); err != nil {
+			return nil, true, fmt.Errorf("%w; the user's answer could not approve it: ask an approver to approve confirmation %s (confirmations.approve), then repeat the call with confirmation_id %q", toolError(err), id, id)
+		}
 	}
-	return id, true, nil
+	return ids, true, nil
 }

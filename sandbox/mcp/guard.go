@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,9 +32,9 @@ import (
 func (s *Server) guard(t sdk.Transport) sdk.Transport {
 	switch t := t.(type) {
 	case *sdk.StdioTransport:
-		return &lineGuard{r: os.Stdin, w: nopCloser{os.Stdout}, max: t.MaxLineLength, log: s.log}
+		return &lineGuard{r: os.Stdin, w: nopCloser{os.Stdout}, max: t.MaxLineLength, log: s.log, onRefused: s.opts.OnRefused}
 	case *sdk.IOTransport:
-		return &lineGuard{r: t.Reader, w: t.Writer, max: t.MaxLineLength, log: s.log}
+		return &lineGuard{r: t.Reader, w: t.Writer, max: t.MaxLineLength, log: s.log, onRefused: s.opts.OnRefused}
 	}
 	return t
 }
@@ -41,17 +43,18 @@ func (s *Server) guard(t sdk.Transport) sdk.Transport {
 // every line checked before the SDK reads it. A line that is refused is
 // answered here with a JSON-RPC error (the request's id when it can be
 // told) and never reaches the SDK, so nothing of it runs and the
-// connection stays up.
+// connection stays up; it is reported to onRefused (the audit log) first.
 type lineGuard struct {
-	r   io.ReadCloser
-	w   io.WriteCloser
-	max int // bytes per line; 0: sdk.DefaultMaxLineLength; negative: no cap
-	log hclog.Logger
+	r         io.ReadCloser
+	w         io.WriteCloser
+	max       int // bytes per line; 0: sdk.DefaultMaxLineLength; negative: no cap
+	log       hclog.Logger
+	onRefused func(api.Refusal)
 }
 
 func (g *lineGuard) Connect(ctx context.Context) (sdk.Connection, error) {
 	w := &lockedWriter{w: g.w}
-	f := &lineFilter{src: g.r, br: bufio.NewReaderSize(g.r, 64<<10), w: w, max: g.max, log: g.log}
+	f := &lineFilter{src: g.r, br: bufio.NewReaderSize(g.r, 64<<10), w: w, max: g.max, log: g.log, onRefused: g.onRefused}
 	if f.max == 0 {
 		f.max = sdk.DefaultMaxLineLength
 	}
@@ -63,14 +66,17 @@ func (g *lineGuard) Connect(ctx context.Context) (sdk.Connection, error) {
 // lineFilter is the reader the SDK decodes: the client's lines that pass,
 // each complete and newline-terminated.
 type lineFilter struct {
-	src     io.ReadCloser
-	br      *bufio.Reader
-	w       *lockedWriter
-	max     int
-	log     hclog.Logger
-	buf     []byte // the line being read
-	pending []byte // what is left of the last line that passed
-	err     error  // the error that ends the stream, once the lines before it are read
+	src io.ReadCloser
+	br  *bufio.Reader
+	w   *lockedWriter
+	max int
+	log hclog.Logger
+	// onRefused is told about each refused line before it is answered.
+	onRefused func(api.Refusal)
+	buf       []byte // the line being read
+	lineBytes int    // the whole length of the line read last
+	pending   []byte // what is left of the last line that passed
+	err       error  // the error that ends the stream, once the lines before it are read
 }
 
 func (f *lineFilter) Read(p []byte) (int, error) {
@@ -83,7 +89,8 @@ func (f *lineFilter) Read(p []byte) (int, error) {
 			f.err = err
 		}
 		if tooLong {
-			f.refuse(nil, jsonrpc.CodeInvalidRequest, fmt.Sprintf("invalid request: a message is longer than %d bytes; send smaller messages (large inputs belong in files the script reads)", f.max))
+			f.refuse(api.Refusal{Code: jsonrpc.CodeInvalidRequest, Kind: api.KindLimitExceeded, LineBytes: f.lineBytes,
+				Message: fmt.Sprintf("invalid request: a message is longer than %d bytes; send smaller messages (large inputs belong in files the script reads)", f.max)})
 			continue
 		}
 		f.pending = f.check(line)
@@ -98,9 +105,10 @@ func (f *lineFilter) Close() error { return f.src.Close() }
 // readLine reads the next line, keeping at most max bytes of it: a longer
 // line is read to its end and reported as too long.
 func (f *lineFilter) readLine() (line []byte, tooLong bool, err error) {
-	f.buf = f.buf[:0]
+	f.buf, f.lineBytes = f.buf[:0], 0
 	for {
 		chunk, err := f.br.ReadSlice('\n')
+		f.lineBytes += len(bytes.TrimSuffix(chunk, []byte("\n")))
 		if !tooLong {
 			if f.max > 0 && len(f.buf)+len(chunk) > f.max {
 				tooLong, f.buf = true, f.buf[:0]
@@ -125,7 +133,8 @@ func (f *lineFilter) check(line []byte) []byte {
 	// the SDK's decoder would join it with the next lines into one message
 	// that nothing here has checked.
 	if !json.Valid(body) {
-		f.refuse(nil, jsonrpc.CodeParseError, "parse error: the line is not valid JSON; send one JSON-RPC message per line, complete on its line (MCP over stdio allows no newline inside a message)")
+		f.refuse(api.Refusal{Code: jsonrpc.CodeParseError, Kind: api.KindInvalidParams, LineBytes: len(body), LineSHA256: sha256Hex(body),
+			Message: "parse error: the line is not valid JSON; send one JSON-RPC message per line, complete on its line (MCP over stdio allows no newline inside a message)"})
 		return nil
 	}
 	where, name, dup := api.DuplicateKey(body)
@@ -152,28 +161,37 @@ func (f *lineFilter) check(line []byte) []byte {
 		code = jsonrpc.CodeInvalidRequest
 		msg = fmt.Sprintf("invalid message: key %q appears twice in %s (keys are compared ignoring case, as fields are matched); send each key once", name, where)
 	}
+	r := api.Refusal{Code: code, Kind: api.KindInvalidParams, Message: msg, LineBytes: len(body), LineSHA256: sha256Hex(body)}
+	if raw, ok := m["method"]; ok && !(where == "" && strings.EqualFold(name, "method")) {
+		_ = json.Unmarshal(raw, &r.Method)
+	}
 	if _, isRequest := m["method"]; !isRequest && id != nil {
 		// The client's answer to one of the server's requests (an
 		// elicitation, say): the server's call fails with the reason
 		// instead of waiting, and the client is told with a null id (its
 		// own requests use ids of their own).
-		f.refuse(nil, code, msg)
+		f.refuse(r)
 		out, err := json.Marshal(errorResponse(id, code, "the client's response was refused: "+msg))
 		if err != nil {
 			return nil
 		}
 		return append(out, '\n')
 	}
-	f.refuse(id, code, msg)
+	r.ID = id
+	f.refuse(r)
 	return nil
 }
 
-// refuse answers the client with a JSON-RPC error for id (null when it
-// cannot be told). A failed write ends the stream, as the SDK's own writes
-// would.
-func (f *lineFilter) refuse(id json.RawMessage, code int, msg string) {
-	f.log.Warn("refused a message from the client", "id", string(id), "error", msg)
-	out, err := json.Marshal(errorResponse(id, code, msg))
+// refuse audits r (through onRefused) and answers the client with a
+// JSON-RPC error for r.ID (null when it cannot be told). A failed write
+// ends the stream, as the SDK's own writes would.
+func (f *lineFilter) refuse(r api.Refusal) {
+	f.log.Warn("refused a message from the client", "id", string(r.ID), "error", r.Message)
+	if f.onRefused != nil {
+		r.Transport = "mcp"
+		f.onRefused(r)
+	}
+	out, err := json.Marshal(errorResponse(r.ID, r.Code, r.Message))
 	if err == nil {
 		_, err = f.w.Write(append(out, '\n'))
 	}
@@ -191,6 +209,11 @@ type wireResponse struct {
 	JSONRPC string          `json:"jsonrpc"`
 	ID      json.RawMessage `json:"id"`
 	Error   wireError       `json:"error"`
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 func errorResponse(id json.RawMessage, code int, msg string) wireResponse {

@@ -28,7 +28,13 @@ type rawClient struct {
 // serves stdio) and initializes the session.
 func connectRaw(t *testing.T, svc api.Service, maxLine int) *rawClient {
 	t.Helper()
-	srv := mcp.New(svc, mcp.Options{PollInterval: -1})
+	return connectRawWith(t, svc, mcp.Options{}, maxLine)
+}
+
+func connectRawWith(t *testing.T, svc api.Service, opts mcp.Options, maxLine int) *rawClient {
+	t.Helper()
+	opts.PollInterval = -1
+	srv := mcp.New(svc, opts)
 	sr, cw := io.Pipe() // client -> server
 	cr, sw := io.Pipe() // server -> client
 	conn, err := srv.Connect(context.Background(), &sdk.IOTransport{Reader: sr, Writer: sw, MaxLineLength: maxLine})

@@ -52,7 +52,12 @@ type Options struct {
 	// the skills changed (to refresh prompts, resources and the catalog);
 	// negative disables it.
 	PollInterval time.Duration
-	Logger       hclog.Logger
+	// OnRefused is told about each message the stdio (or IO) transport
+	// refuses before the SDK reads it (not JSON, a member named twice,
+	// over-long), before the client is answered: skillbox mcp audits them
+	// (service.AuditRefusal). It may block for an fsync; nil: only logged.
+	OnRefused func(api.Refusal)
+	Logger    hclog.Logger
 }
 
 // Server adapts an api.Service to MCP. It is safe for concurrent use; each

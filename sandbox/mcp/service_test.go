@@ -14,6 +14,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/skills"
 )
 
 // The adapter over the real service (policy, confirmations, audit), with a
@@ -48,19 +49,21 @@ type realService struct {
 
 func newRealService(t *testing.T) *realService { return newRealServiceWith(t, serviceConfig) }
 
-func newRealServiceWith(t *testing.T, config string) *realService {
+// newRealServiceWith serves hello, guarded-deploy and the extra skills
+// under config.
+func newRealServiceWith(t *testing.T, config string, extra ...*skills.Skill) *realService {
 	t.Helper()
 	cfg, err := policy.Parse([]byte(config), "test.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	root := t.TempDir()
-	idx := servicetest.NewIndex(
+	idx := servicetest.NewIndex(append([]*skills.Skill{
 		servicetest.MakeSkill(t, root, servicetest.SkillSpec{Name: "hello", Files: map[string]string{
 			"scripts/run.sh": "echo hi\n", "references/a.md": "reference A\n",
 		}}),
 		servicetest.MakeSkill(t, root, servicetest.SkillSpec{Name: "guarded-deploy", Files: map[string]string{"scripts/deploy.sh": "echo deploying\n"}}),
-	)
+	}, extra...)...)
 	st, err := store.OpenStateDB(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

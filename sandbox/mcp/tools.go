@@ -3,6 +3,7 @@ package mcp
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -85,6 +86,10 @@ type RunCodeInput struct {
 type CheckInput struct {
 	Tool  string `json:"tool" jsonschema:"the host tool about to be called, in the ecosystem's syntax: Read, Bash, skills.run_script"`
 	Input any    `json:"input,omitempty" jsonschema:"the tool's input, for rules that look at it (a Bash command, a path)"`
+	// Approvals of hooks policy holds (a hook is a run of its skill); a
+	// host that answers the elicitation never needs them.
+	ConfirmationID  string   `json:"confirmation_id,omitempty" jsonschema:"the id of an approved confirmation of a held hook, to repeat a check that needed approval"`
+	ConfirmationIDs []string `json:"confirmation_ids,omitempty" jsonschema:"the ids of approved confirmations, when several hooks were held"`
 }
 
 func (c *Conn) addTools() {
@@ -189,8 +194,8 @@ func (c *Conn) read(ctx context.Context, _ *sdk.CallToolRequest, in ReadInput) (
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: text}}}, res, nil
 }
 
-func (c *Conn) check(ctx context.Context, _ *sdk.CallToolRequest, in CheckInput) (*sdk.CallToolResult, *api.CheckToolResult, error) {
-	p := api.CheckToolParams{SessionID: c.session, Tool: in.Tool}
+func (c *Conn) check(ctx context.Context, req *sdk.CallToolRequest, in CheckInput) (*sdk.CallToolResult, *api.CheckToolResult, error) {
+	p := api.CheckToolParams{SessionID: c.session, Tool: in.Tool, ConfirmationID: in.ConfirmationID, ConfirmationIDs: in.ConfirmationIDs}
 	if in.Input != nil {
 		raw, err := jsonMarshal(in.Input)
 		if err != nil {
@@ -198,9 +203,18 @@ func (c *Conn) check(ctx context.Context, _ *sdk.CallToolRequest, in CheckInput)
 		}
 		p.Input = raw
 	}
-	res, err := c.s.svc.CheckTool(ctx, c.caller, p)
-	if err != nil {
-		return nil, nil, toolError(err)
+	// A hook policy holds for confirmation is a held run, asked about
+	// like one of skills_run_script.
+	var res *api.CheckToolResult
+	ask, err := c.withConfirmation(ctx, req, ToolCheck, func(ids []string) error {
+		q := p
+		q.ConfirmationIDs = append(slices.Clone(p.ConfirmationIDs), ids...)
+		var err error
+		res, err = c.s.svc.CheckTool(ctx, c.caller, q)
+		return err
+	})
+	if ask != nil || err != nil {
+		return ask, nil, err
 	}
 	return nil, res, nil
 }
@@ -241,25 +255,46 @@ type runFunc func(ctx context.Context, confirmationID string, stream bool) (*api
 // confirm it when policy holds it for approval, and turns a failed script
 // into a tool error that still carries the whole result.
 func (c *Conn) run(ctx context.Context, req *sdk.CallToolRequest, tool string, call runFunc) (*sdk.CallToolResult, *api.RunScriptResult, error) {
-	confirmationID, answered, err := c.elicitationAnswer(ctx, req, tool)
-	if err != nil {
-		return nil, nil, err
-	}
-	ctx, stream, stop := c.progress(ctx, req)
-	res, err := call(ctx, confirmationID, stream)
-	stop()
-	if err != nil {
-		if !answered {
-			if ask := c.askConfirmation(ctx, req, tool, err); ask != nil {
-				return ask, nil, nil
-			}
+	var res *api.RunScriptResult
+	ask, err := c.withConfirmation(ctx, req, tool, func(ids []string) error {
+		ctx, stream, stop := c.progress(ctx, req)
+		defer stop()
+		var id string
+		if len(ids) > 0 {
+			id = ids[0] // a run asks about one confirmation
 		}
-		return nil, nil, toolError(err)
+		var err error
+		res, err = call(ctx, id, stream)
+		return err
+	})
+	if ask != nil || err != nil {
+		return ask, nil, err
 	}
 	if res.ExitCode == 0 && (res.Reason == "" || res.Reason == api.ReasonExit) {
 		return nil, res, nil
 	}
 	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: failureText(res)}}}, res, nil
+}
+
+// withConfirmation makes a call that policy may hold for approval: the
+// retry of an elicitation first approves (or denies) what the user
+// answered and passes the approved ids to call; a confirmation_required
+// refusal of an ordinary call becomes an elicitation (ask, when the client
+// can be asked). Every other error is returned as a tool error.
+func (c *Conn) withConfirmation(ctx context.Context, req *sdk.CallToolRequest, tool string, call func(ids []string) error) (ask *sdk.CallToolResult, err error) {
+	ids, answered, err := c.elicitationAnswer(ctx, req, tool)
+	if err != nil {
+		return nil, err
+	}
+	if err := call(ids); err != nil {
+		if !answered {
+			if ask := c.askConfirmation(ctx, req, tool, err); ask != nil {
+				return ask, nil
+			}
+		}
+		return nil, toolError(err)
+	}
+	return nil, nil
 }
 
 // failureText says how a run failed, with its stderr (the end of it, when

@@ -146,9 +146,13 @@ func (w *readWindow) record(end time.Time) *audit.Record {
 		Detail: d}
 }
 
-// FlushAudit writes the aggregated records still pending (reads over the
-// per-uid budget); the daemon calls it when it stops.
-func (s *Service) FlushAudit() { s.reads.flushAll() }
+// FlushAudit writes the aggregated records still pending (reads and front
+// end refusals over the per-uid budget); the daemon and skillbox mcp call
+// it when they stop.
+func (s *Service) FlushAudit() {
+	s.reads.flushAll()
+	s.refusals.flushAll()
+}
 
 func (s *Service) writeAggregate(r *audit.Record) {
 	if s.audit == nil {

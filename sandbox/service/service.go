@@ -70,6 +70,7 @@ type Service struct {
 
 	runSlots  *runSlots
 	reads     *readAudit
+	refusals  *refusalAudit
 	queueWait time.Duration
 	runs      runRegistry
 	grants    egressGrants
@@ -104,6 +105,7 @@ func New(o Options) *Service {
 		proposals: o.Proposals,
 	}
 	s.reads = newReadAudit(o.Config.Audit.ReadsPerInterval, o.Config.Audit.AggregateInterval, s.writeAggregate)
+	s.refusals = newRefusalAudit(o.Config.Audit.AggregateInterval, s.writeAggregate)
 	if s.audit != nil {
 		// A typed nil (*audit.Log)(nil) must mean "no audit", not a panic.
 		if l, ok := s.audit.(*audit.Log); ok && l == nil {
