@@ -56,9 +56,10 @@ images: build
 # fresh machine gets through the demo in minutes (docs/BENCHMARKS.md).
 DEMO_IMAGES ?= python
 
+# Recipes unechoed: the image build and hack/demo.sh print their own progress.
 demo: deps build
-	$(BIN) images build --if-needed --dir $(IMAGES) $(DEMO_IMAGES)
-	SKILLBOX_IMAGES=$(IMAGES) ./hack/demo.sh
+	@$(BIN) images build --if-needed --dir $(IMAGES) $(DEMO_IMAGES)
+	@SKILLBOX_IMAGES=$(IMAGES) ./hack/demo.sh
 
 fuzz:
 	./hack/fuzz.sh 8s

@@ -17,7 +17,13 @@ if ((${#missing[@]})); then
   echo "install-deps: installing ${missing[*]}" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # apt's chatter (debconf's "delaying package configuration" and the like)
+  # is shown only when the install fails.
+  if ! out=$(apt-get install -y -qq --no-install-recommends "${missing[@]}" 2>&1); then
+    printf '%s\n' "$out" | tail -n 30 >&2
+    echo "install-deps: apt-get install ${missing[*]} failed (its last lines above)" >&2
+    exit 1
+  fi
 fi
 
 if ! command -v go >/dev/null 2>&1 && [[ ! -x /usr/local/go/bin/go ]]; then

@@ -54,9 +54,25 @@ if [[ $(id -u) -ne 0 && ! -w $(dirname "$PREFIX") ]]; then
   exit 1
 fi
 
+# The builds fetch gVisor's dependencies, one "go: downloading" line each
+# (about 45 on a fresh machine): that chatter goes to a log, kept only when
+# a build fails, so that `make demo` prints one progress line per step.
 work=$(mktemp -d /tmp/skillbox-runsc.XXXXXX)
-trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
+log=$(mktemp /tmp/skillbox-runsc-build.XXXXXX.log)
+keep_log=
+trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"; [[ -n $keep_log ]] || rm -f "$log"' EXIT
 export GOPATH="$work/gopath" GOMODCACHE="${GOMODCACHE:-$work/gopath/pkg/mod}" GOFLAGS=-modcacherw CGO_ENABLED=0
+
+quietly() {
+  local what=$1
+  shift
+  if ! "$@" >>"$log" 2>&1; then
+    keep_log=1
+    echo "install-runsc: $what failed; the last lines of its log, $log:" >&2
+    { grep -v '^go: downloading ' "$log" || true; } | tail -n 30 >&2
+    exit 1
+  fi
+}
 
 # 1. Fetch the module and check its hash before building anything from it.
 sum=$("$GO" mod download -json "$RUNSC_MODULE@$RUNSC_MODULE_VERSION" | sed -n 's/^[[:space:]]*"Sum": "\(.*\)",\{0,1\}$/\1/p')
@@ -67,10 +83,12 @@ fi
 
 # 2. Build it with its version stamped in.
 echo "install-runsc: building runsc $RUNSC_VERSION (about a minute)" >&2
-GOBIN="$work/bin" "$GO" install -trimpath \
+quietly "building runsc" env GOBIN="$work/bin" "$GO" install -trimpath \
   -ldflags "-s -w -X gvisor.dev/gvisor/runsc/version.version=$RUNSC_VERSION" \
   "$RUNSC_MODULE/runsc@$RUNSC_MODULE_VERSION"
-got=$("$work/bin/runsc" --version | head -1)
+# sed, not head: head exits after one line and, with pipefail, the SIGPIPE
+# runsc then gets would fail this line about every other time.
+got=$("$work/bin/runsc" --version | sed -n 1p)
 if [[ $got != "runsc version $RUNSC_VERSION" ]]; then
   echo "install-runsc: built binary reports '$got', want 'runsc version $RUNSC_VERSION'" >&2
   exit 1
@@ -84,7 +102,7 @@ fi
 
 # 3. The containerd shim, from the same module (its command is named shim).
 echo "install-runsc: building containerd-shim-runsc-v1 (about a minute)" >&2
-GOBIN="$work/bin" "$GO" install -trimpath -ldflags "-s -w" "$RUNSC_MODULE/shim@$RUNSC_MODULE_VERSION"
+quietly "building containerd-shim-runsc-v1" env GOBIN="$work/bin" "$GO" install -trimpath -ldflags "-s -w" "$RUNSC_MODULE/shim@$RUNSC_MODULE_VERSION"
 
 # 4. Install them, with what they were built from recorded next to them.
 install -d -m 0755 "$dest"
