@@ -194,9 +194,10 @@ func waitDrains(out *capture, outR *os.File, errc *capture, errR *os.File) {
 // endReason is why a run that ended for reason ended, once its drains are
 // done (so the rule does not depend on timing): a script that went over an
 // output cap and ended before our kill landed is the same run as one we
-// killed, so the same reason, whatever won the race; then finalReason: the
-// limit that stopped the run names it, and the cgroup's counters say OOM
-// or pids only for a run that ended on its own.
+// killed, so the same reason, whatever won the race; then finalReason: a
+// run whose forks pids.max refused is "pids", otherwise the limit that
+// stopped the run names it, and the OOM counter only a run that ended on
+// its own.
 func endReason(reason Reason, out, errc *capture, cgPath string) (Reason, cgroupEvents) {
 	if reason == ReasonExit && (isClosed(out.over) || isClosed(errc.over)) {
 		reason = ReasonOutputCap
