@@ -1285,7 +1285,8 @@ func TestConcurrentRuns(t *testing.T) {
 // the middle of a run, leaving its container, run dir, mount and cgroup. In
 // mode "up" it kills itself once the script has printed "up"; in mode
 // "early" it prints "running" as it starts the run and waits for the test
-// to kill it.
+// to kill it; in mode "warm-idle" it boots a python sandbox and dies with
+// it waiting for a job.
 const crashEnv = "SKILLBOX_TEST_CRASH_HELPER"
 
 // crashCommand is the test binary acting as the crash helper: a run of
@@ -1349,6 +1350,21 @@ func crashHelper(spec string) {
 	}
 	if mode == "early" {
 		fmt.Println("running")
+	}
+	if mode == "warm-idle" {
+		// A pooled sandbox, booted and waiting for a job, when its
+		// process dies.
+		ctx := context.Background()
+		sb, err := rt.(runtime.Lifecycle).Create(ctx, runtime.SandboxSpec{ID: id, RootFS: rootfs, SkillDir: skill, Limits: job.Limits, Boot: runtime.BootPython})
+		if err == nil {
+			err = sb.Start(ctx)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "warm sandbox:", err)
+			os.Exit(2)
+		}
+		fmt.Println("crashing now")
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
 	_, err = rt.Run(context.Background(), job)
 	fmt.Fprintln(os.Stderr, "run ended without the crash:", err)

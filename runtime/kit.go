@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -307,15 +306,8 @@ func SweepRuns(ctx context.Context, runDir string, log Logger, ops SweepOps) err
 	return s.sweep(ctx)
 }
 
-// StartWatchdog starts the watchdog of job id in the sandbox made from
-// bundle b: unless released, it kills what is left in cgroup path cg at
-// deadline.
-func StartWatchdog(id, cg string, deadline time.Time, b *Bundle) (*Watchdog, error) {
-	return startWatchdog(id, cg, deadline, filepath.Join(b.Dir, bundleWatchdogLog))
-}
-
 // WatchdogSlack is what a job's watchdog waits beyond its deadline and
-// grace period before it acts.
+// grace period before it acts (see also StartSandboxWatchdog).
 const WatchdogSlack = watchdogSlack
 
 // Timing of the stop sequence, for backends outside this package.
