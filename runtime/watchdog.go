@@ -3,6 +3,7 @@ package runtime
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -229,6 +230,10 @@ func (w *Watchdog) SetDeadline(deadline time.Time) error {
 // only once the daemon is gone.
 type SweepOpsFunc func(ctx context.Context, extra []string, log Logger) (SweepOps, error)
 
+// lockedWait is how long SweepRun waits for a run dir's lock to be freed
+// by a process that is ending.
+const lockedWait = 5 * time.Second
+
 // sandboxSweepTimeout bounds a sandbox watchdog's sweep.
 const sandboxSweepTimeout = time.Minute
 
@@ -340,6 +345,7 @@ wait:
 		w.log.Error("removing the sandbox of a dead daemon", "id", w.id, "error", err)
 		return 1
 	}
+	w.log.Info("removed the sandbox of a dead daemon", "id", w.id)
 	return 0
 }
 
@@ -370,9 +376,52 @@ func SweepRun(ctx context.Context, runDir, id string, log Logger, ops SweepOps) 
 		endWatchdog:  endWatchdogs,
 		removeNetns:  egress.RemoveNamespaces,
 	}
+	// The daemon's end closes its descriptors one by one, and the pipe
+	// that told us may close before the run dir's lock does: a lock held
+	// for a moment is the dying daemon's. One held on is a live run's (or
+	// a Sweep's, which removes the run): say so rather than report a
+	// removal that did not happen.
+	dir := filepath.Join(runDir, id)
+	giveUp := time.After(lockedWait)
+	for {
+		lock, err := lockDir(dir, true)
+		if lock != nil {
+			lock.Close()
+		}
+		if !errors.Is(err, errLocked) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("run dir %s is locked by a live process; left to it: %w", dir, ctx.Err())
+		case <-giveUp:
+			return fmt.Errorf("run dir %s is locked by a live process (%s); left to it: %w", dir, lockHolders(dir), err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 	found, err := s.sweepRunDir(ctx, id)
 	if found || err != nil {
 		return err
 	}
 	return s.sweepContainer(ctx, ContainerState{ID: id, Bundle: filepath.Join(runDir, id)})
+}
+
+// lockHolders names the processes holding a lock on path (from /proc/locks).
+func lockHolders(path string) string {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return "?"
+	}
+	raw, _ := os.ReadFile("/proc/locks")
+	ino := strconv.FormatUint(st.Ino, 10)
+	var out []string
+	for _, line := range strings.Split(string(raw), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 || !strings.HasSuffix(f[5], ":"+ino) {
+			continue
+		}
+		comm, _ := os.ReadFile("/proc/" + f[4] + "/cmdline")
+		out = append(out, f[4]+" "+strings.ReplaceAll(string(comm), "\x00", " "))
+	}
+	return strings.Join(out, "; ")
 }

@@ -98,6 +98,21 @@ func shimsOf(id string) []int {
 	return pids
 }
 
+// watchdogsOf lists the sandbox watchdogs of id (pid: state).
+func watchdogsOf(id string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.HasPrefix(raw, []byte(runtime.SandboxWatchdogArg0+"\x00"+id+"\x00")) {
+			continue
+		}
+		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		out = append(out, e.Name()+": "+string(st))
+	}
+	return out
+}
+
 // zombies lists the zombie processes on the host, pid -> command name.
 func zombies() map[int]string {
 	z := map[int]string{}
@@ -136,12 +151,14 @@ func TestDaemonKill9EndsIdleContainerdTasks(t *testing.T) {
 	if !rtcontainerd.HasCapSysResource() {
 		gvisor = variant{"gvisor", rtcontainerd.HandlerRuncV2, runtime.PinnedRunscPath()}
 	}
+	// One containerd for both: the first daemon's boot unpacks the image,
+	// which takes minutes on a loaded machine.
+	sock := startContainerd(t)
 	for _, v := range []variant{gvisor, {"runc", rtcontainerd.HandlerRuncV2, "runc"}} {
 		t.Run(v.name, func(t *testing.T) {
 			if v.binary == "runc" && !haveBinary("runc") {
 				t.Skip("runc is not installed")
 			}
-			sock := startContainerd(t)
 			d := newItDaemonPool(t, 2, extraSkill(t, "idler", "scripts/idle.py", "print('idle')\n"))
 			d.useContainerd(t, sock, v.handler, v.binary)
 			d.start()
@@ -150,9 +167,11 @@ func TestDaemonKill9EndsIdleContainerdTasks(t *testing.T) {
 			sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
 			must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"idler"}}))
 
-			// The pool's sandboxes boot and wait, idle, for a job.
+			// The pool's sandboxes boot and wait, idle, for a job. The
+			// first boot unpacks the image into containerd, in minutes
+			// here; a boot that times out is retried (bootRetry).
 			var warm []string
-			deadline := time.Now().Add(3 * time.Minute)
+			deadline := time.Now().Add(10 * time.Minute)
 			for {
 				warm = warm[:0]
 				for _, id := range ctrIDs(t, sock, "tasks", true) {
@@ -164,7 +183,7 @@ func TestDaemonKill9EndsIdleContainerdTasks(t *testing.T) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("%d warm tasks running after 3 minutes, want 2 (tasks %v)", len(warm), ctrIDs(t, sock, "tasks", false))
+					t.Fatalf("%d warm tasks running after 10 minutes, want 2 (tasks %v)", len(warm), ctrIDs(t, sock, "tasks", false))
 				}
 				time.Sleep(200 * time.Millisecond)
 			}
@@ -213,9 +232,13 @@ func TestDaemonKill9EndsIdleContainerdTasks(t *testing.T) {
 			// A few seconds: the watchdogs act at once; the bound is
 			// generous for a busy two-core machine, far below the 40 s
 			// the finding saw.
-			bound := killed.Add(20 * time.Second)
+			bound := killed.Add(30 * time.Second)
 			for l := left(); len(l) > 0; l = left() {
 				if time.Now().After(bound) {
+					for _, id := range warm {
+						log, _ := os.ReadFile(filepath.Join(runtime.DefaultRunDir, id, "watchdog.log"))
+						t.Logf("%s: watchdog processes %v, log:\n%s", id, watchdogsOf(id), log)
+					}
 					t.Fatalf("%s: %s after the daemon was killed, left: %s", v.name, time.Since(killed).Round(time.Second), strings.Join(l, "; "))
 				}
 				time.Sleep(250 * time.Millisecond)
