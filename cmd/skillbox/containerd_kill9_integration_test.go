@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -36,6 +38,11 @@ func (d *itDaemon) useContainerd(t *testing.T, sock, handler, binary string) {
 	if err := os.WriteFile(d.cfgPath, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// runsc under the runc shim keeps its empty network namespace mounted
+	// in the state dir; it goes before the daemon's dir is removed.
+	t.Cleanup(func() {
+		unix.Unmount(filepath.Join(d.base, "containerd", "runc", rtcontainerd.DefaultNamespace, "null-netns"), unix.MNT_DETACH)
+	})
 }
 
 // ctrIDs lists the ids ctr lists of kind (tasks, containers) in skillbox's
