@@ -426,3 +426,52 @@ func TestContainerdImportRightAfterRemove(t *testing.T) {
 		})
 	}
 }
+
+// Issue 22, finding 9: a pooled containerd sandbox, booted and idle,
+// outlived the process that made it (the task lives in its shim) until a
+// Sweep. Its watchdog now removes it as soon as that process is gone, with
+// no Sweep: task, container, snapshot, lease, shim, cgroup and run dir,
+// and then the watchdog itself.
+func TestContainerdIdleSandboxDiesWithItsDaemon(t *testing.T) {
+	rootfs := testRootfs(t)
+	name := rtcontainerd.Name
+	_, opts := newBackend(t, name)
+	dir := makeSkill(t, map[string]string{"scripts/idle.py": "print('idle')\n"})
+	id := newID()
+	crashMidRun(t, crashCommand(name, opts, id, rootfs, dir, "skillbox-marker-"+randomHex(8), "warm-idle"))
+	crashed := time.Now()
+	left := func() []string {
+		var out []string
+		if l, _ := ctr("tasks", "ls", "-q"); strings.Contains(l, id) {
+			out = append(out, "task")
+		}
+		if l, _ := ctr("containers", "ls", "-q"); strings.Contains(l, id) {
+			out = append(out, "container")
+		}
+		if l, _ := ctr("snapshots", "ls"); strings.Contains(l, id) {
+			out = append(out, "snapshot")
+		}
+		if l, _ := ctr("leases", "ls", "-q"); strings.Contains(l, id) {
+			out = append(out, "lease")
+		}
+		if _, err := os.Lstat(filepath.Join(opts.RunDir, id)); err == nil {
+			out = append(out, "run dir")
+		}
+		if p := runtime.CgroupProcesses(runtime.CgroupParent + "/" + id); len(p) > 0 {
+			out = append(out, fmt.Sprintf("processes %v", p))
+		}
+		// Its shim (-id ID) and its watchdog (ID as an argument).
+		if p := hostProcsWith("\x00" + id + "\x00"); len(p) > 0 {
+			out = append(out, fmt.Sprintf("processes naming it %v", p))
+		}
+		return out
+	}
+	for l := left(); len(l) > 0; l = left() {
+		if time.Since(crashed) > 20*time.Second {
+			t.Fatalf("%s after its process died, the idle sandbox %s has left: %s", time.Since(crashed).Round(time.Second), id, strings.Join(l, ", "))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("idle sandbox gone %s after its process died", time.Since(crashed).Round(100*time.Millisecond))
+	assertClean(t, name, opts, id)
+}

@@ -34,26 +34,39 @@ func TestOutputNamesWithControlCharacters(t *testing.T) {
 	}
 }
 
-// Finding 7: a run killed by its time limit is labelled timeout even when
-// it also ran into its pids limit (a fork bomb), and one that ended on its
-// own after hitting the pids limit is labelled pids.
+// Which reason a run gets from what the engine saw and the cgroup's
+// counters (finalReason's precedence). Issue 22: a fork bomb is "pids"
+// whenever pids.max refused a fork, also when memory ran out first (the
+// kernel OOM-killed some of its copies) or the timer or the output cap
+// stopped it; a timeout or an OOM kill without a refused fork keeps its own
+// name; the caller's cancel is what it is.
 func TestReasonByWhatTriggered(t *testing.T) {
 	for _, tc := range []struct {
+		name   string
 		reason Reason
 		ev     cgroupEvents
 		want   Reason
 	}{
-		{ReasonTimeout, cgroupEvents{PidsMax: 100}, ReasonTimeout},
-		{ReasonTimeout, cgroupEvents{OOMKills: 1}, ReasonTimeout},
-		{ReasonExit, cgroupEvents{PidsMax: 3}, ReasonPids},
-		{ReasonExit, cgroupEvents{OOMKills: 1}, ReasonOOM},
-		{ReasonKilled, cgroupEvents{OOMKills: 1}, ReasonKilled},
-		{ReasonOutputCap, cgroupEvents{PidsMax: 1}, ReasonOutputCap},
-		{ReasonExit, cgroupEvents{}, ReasonExit},
+		{"exit", ReasonExit, cgroupEvents{}, ReasonExit},
+		{"ended after a refused fork", ReasonExit, cgroupEvents{PidsMax: 3}, ReasonPids},
+		{"ended after an OOM kill", ReasonExit, cgroupEvents{OOMKills: 1}, ReasonOOM},
+		{"memory ran out before pids", ReasonExit, cgroupEvents{OOMKills: 2, PidsMax: 1, MemFail: 40}, ReasonPids},
+		{"fork bomb stopped by the timer", ReasonTimeout, cgroupEvents{PidsMax: 100}, ReasonPids},
+		{"fork bomb stopped by the timer after OOM kills", ReasonTimeout, cgroupEvents{PidsMax: 100, OOMKills: 3}, ReasonPids},
+		{"fork bomb stopped by the output cap", ReasonOutputCap, cgroupEvents{PidsMax: 1}, ReasonPids},
+		{"fork bomb stopped by the egress cap", ReasonEgressCap, cgroupEvents{PidsMax: 1}, ReasonPids},
+		{"timeout without a refused fork", ReasonTimeout, cgroupEvents{}, ReasonTimeout},
+		{"timeout after an OOM kill", ReasonTimeout, cgroupEvents{OOMKills: 1}, ReasonTimeout},
+		{"output cap after an OOM kill", ReasonOutputCap, cgroupEvents{OOMKills: 1}, ReasonOutputCap},
+		{"caller killed a run that hit memory", ReasonKilled, cgroupEvents{OOMKills: 1}, ReasonKilled},
+		{"caller killed a fork bomb", ReasonKilled, cgroupEvents{PidsMax: 5}, ReasonKilled},
+		{"caller cancelled a fork bomb", ReasonCancelled, cgroupEvents{PidsMax: 5}, ReasonCancelled},
 	} {
-		if got := finalReason(tc.reason, tc.ev); got != tc.want {
-			t.Errorf("finalReason(%s, %+v) = %s, want %s", tc.reason, tc.ev, got, tc.want)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			if got := finalReason(tc.reason, tc.ev); got != tc.want {
+				t.Errorf("finalReason(%s, %+v) = %s, want %s", tc.reason, tc.ev, got, tc.want)
+			}
+		})
 	}
 }
 

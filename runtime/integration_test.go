@@ -500,6 +500,71 @@ except OSError as e:
 		},
 	},
 	{
+		// Issue 22: a fork bomb that also filled the memory limit had a
+		// process OOM-killed as well as forks refused, and was reported
+		// as oom; it is pids whenever pids.max refused a fork. gVisor
+		// has no guest pids limit of its own (see runscHostPids): its
+		// guest processes cost more memory than runc's, and here they
+		// fill the 128 MiB before the scaled host pids.max is reached,
+		// so the sandbox dies of its memory limit and pids.max was never
+		// hit: oom, truthfully.
+		name: "fork_bomb_then_memory",
+		skill: map[string]string{"scripts/forks.py": `import os, time
+n = 0
+try:
+    while n < 100000:
+        if os.fork() == 0:
+            time.sleep(60)
+            os._exit(0)
+        n += 1
+except OSError as e:
+    print("fork failed after", n, e, flush=True)
+chunks = []
+while True:
+    chunks.append(bytearray(8 << 20))
+`},
+		args:   py("forks.py"),
+		limits: runtime.Limits{Pids: 32, MemoryBytes: 128 << 20, Timeout: 60 * time.Second},
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			if c.kernel == "runsc" {
+				if res.Reason != runtime.ReasonPids && res.Reason != runtime.ReasonOOM {
+					t.Errorf("reason %s exit %d, want oom (or pids)\nstdout: %s\nstderr: %s", res.Reason, res.ExitCode, clip(res.Stdout), clip(res.Stderr))
+				}
+				return
+			}
+			if !strings.Contains(string(res.Stdout), "fork failed") || res.Signal != "SIGKILL" {
+				t.Errorf("want a refused fork, then the memory limit's SIGKILL; got signal %q, stdout: %s", res.Signal, clip(res.Stdout))
+			}
+			if res.Reason != runtime.ReasonPids {
+				t.Errorf("reason %s exit %d, want pids\nstdout: %s\nstderr: %s", res.Reason, res.ExitCode, clip(res.Stdout), clip(res.Stderr))
+			}
+		},
+	},
+	{
+		// Issue 22: a fork bomb whose parent waits on after its forks were
+		// refused is stopped by the timer, and is pids all the same.
+		name: "fork_bomb_until_timeout",
+		skill: map[string]string{"scripts/forks.py": `import os, time
+n = 0
+try:
+    while n < 100000:
+        if os.fork() == 0:
+            time.sleep(600)
+            os._exit(0)
+        n += 1
+except OSError as e:
+    print("fork failed after", n, e, flush=True)
+time.sleep(600)
+`},
+		args:   py("forks.py"),
+		limits: runtime.Limits{Pids: 32, Timeout: 12 * time.Second}, // room to start on a loaded machine
+		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			if res.Reason != runtime.ReasonPids {
+				t.Errorf("reason %s exit %d, want pids\nstdout: %s\nstderr: %s", res.Reason, res.ExitCode, clip(res.Stdout), clip(res.Stderr))
+			}
+		},
+	},
+	{
 		name: "memory_hog",
 		skill: map[string]string{"scripts/hog.py": `chunks = []
 while True:
@@ -1220,7 +1285,8 @@ func TestConcurrentRuns(t *testing.T) {
 // the middle of a run, leaving its container, run dir, mount and cgroup. In
 // mode "up" it kills itself once the script has printed "up"; in mode
 // "early" it prints "running" as it starts the run and waits for the test
-// to kill it.
+// to kill it; in mode "warm-idle" it boots a python sandbox and dies with
+// it waiting for a job.
 const crashEnv = "SKILLBOX_TEST_CRASH_HELPER"
 
 // crashCommand is the test binary acting as the crash helper: a run of
@@ -1284,6 +1350,21 @@ func crashHelper(spec string) {
 	}
 	if mode == "early" {
 		fmt.Println("running")
+	}
+	if mode == "warm-idle" {
+		// A pooled sandbox, booted and waiting for a job, when its
+		// process dies.
+		ctx := context.Background()
+		sb, err := rt.(runtime.Lifecycle).Create(ctx, runtime.SandboxSpec{ID: id, RootFS: rootfs, SkillDir: skill, Limits: job.Limits, Boot: runtime.BootPython})
+		if err == nil {
+			err = sb.Start(ctx)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "warm sandbox:", err)
+			os.Exit(2)
+		}
+		fmt.Println("crashing now")
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
 	}
 	_, err = rt.Run(context.Background(), job)
 	fmt.Fprintln(os.Stderr, "run ended without the crash:", err)

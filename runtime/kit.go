@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -194,9 +193,10 @@ func waitDrains(out *capture, outR *os.File, errc *capture, errR *os.File) {
 // endReason is why a run that ended for reason ended, once its drains are
 // done (so the rule does not depend on timing): a script that went over an
 // output cap and ended before our kill landed is the same run as one we
-// killed, so the same reason, whatever won the race; then finalReason: the
-// limit that stopped the run names it, and the cgroup's counters say OOM
-// or pids only for a run that ended on its own.
+// killed, so the same reason, whatever won the race; then finalReason: a
+// run whose forks pids.max refused is "pids", otherwise the limit that
+// stopped the run names it, and the OOM counter only a run that ended on
+// its own.
 func endReason(reason Reason, out, errc *capture, cgPath string) (Reason, cgroupEvents) {
 	if reason == ReasonExit && (isClosed(out.over) || isClosed(errc.over)) {
 		reason = ReasonOutputCap
@@ -306,15 +306,8 @@ func SweepRuns(ctx context.Context, runDir string, log Logger, ops SweepOps) err
 	return s.sweep(ctx)
 }
 
-// StartWatchdog starts the watchdog of job id in the sandbox made from
-// bundle b: unless released, it kills what is left in cgroup path cg at
-// deadline.
-func StartWatchdog(id, cg string, deadline time.Time, b *Bundle) (*Watchdog, error) {
-	return startWatchdog(id, cg, deadline, filepath.Join(b.Dir, bundleWatchdogLog))
-}
-
 // WatchdogSlack is what a job's watchdog waits beyond its deadline and
-// grace period before it acts.
+// grace period before it acts (see also StartSandboxWatchdog).
 const WatchdogSlack = watchdogSlack
 
 // Timing of the stop sequence, for backends outside this package.

@@ -3,8 +3,10 @@ package runtime
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -210,5 +212,52 @@ func BenchmarkCollectOutputs5000(b *testing.B) {
 		if err != nil || len(o.Files) != 5000 || o.Truncated {
 			b.Fatalf("%d files, %v", len(o.Files), err)
 		}
+	}
+}
+
+// Issue 22 (INFO): every special file a script leaves in the workdir is
+// named in outputs_skipped with what it is, at any depth: FIFOs, sockets,
+// character and block devices (the devices need root to make).
+func TestOutputsNameSpecialFiles(t *testing.T) {
+	wd := t.TempDir()
+	writeTree(t, wd, map[string]string{"outputs/real.txt": "real"})
+	type special struct {
+		rel, kind string
+		make      func(p string) error
+		root      bool
+	}
+	for _, s := range []special{
+		{"fifo", "fifo", func(p string) error { return syscall.Mkfifo(p, 0o644) }, false},
+		{"outputs/deep/fifo", "fifo", func(p string) error { return syscall.Mkfifo(p, 0o644) }, false},
+		{"sock", "socket", func(p string) error {
+			l, err := net.Listen("unix", p)
+			if err != nil {
+				return err
+			}
+			l.(*net.UnixListener).SetUnlinkOnClose(false)
+			return l.Close()
+		}, false},
+		{"outputs/null", "character device", func(p string) error { return syscall.Mknod(p, syscall.S_IFCHR|0o644, 1<<8|3) }, true},
+		{"loop", "block device", func(p string) error { return syscall.Mknod(p, syscall.S_IFBLK|0o644, 7<<8|0) }, true},
+	} {
+		t.Run(s.rel, func(t *testing.T) {
+			if s.root && os.Geteuid() != 0 {
+				t.Skip("making a device node needs root")
+			}
+			p := filepath.Join(wd, s.rel)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.make(p); err != nil {
+				t.Fatal(err)
+			}
+			o := collect(t, wd, Limits{})
+			if want := s.rel + ": " + s.kind + ", not collected"; !slices.Contains(o.Skipped, want) {
+				t.Errorf("skipped %q lacks %q", o.Skipped, want)
+			}
+			if len(o.Files) != 1 || o.Files[0].Path != "outputs/real.txt" {
+				t.Errorf("files %+v, want outputs/real.txt only", o.Files)
+			}
+		})
 	}
 }

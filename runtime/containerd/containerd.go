@@ -396,7 +396,13 @@ func (c *Containerd) Sweep(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	return runtime.SweepRuns(c.ctx(ctx), c.opts.RunDir, c.log, runtime.SweepOps{
+	return runtime.SweepRuns(c.ctx(ctx), c.opts.RunDir, c.log, c.sweepOps(cl))
+}
+
+// sweepOps are Sweep's operations on the namespace's containers, also a
+// sandbox watchdog's (watchdog.go).
+func (c *Containerd) sweepOps(cl *containerd.Client) runtime.SweepOps {
+	return runtime.SweepOps{
 		List:  func(ctx context.Context) ([]runtime.ContainerState, error) { return c.list(ctx, cl) },
 		State: func(ctx context.Context, id string) (*runtime.ContainerState, error) { return c.state(ctx, cl, id) },
 		Delete: func(ctx context.Context, id string) error {
@@ -404,7 +410,7 @@ func (c *Containerd) Sweep(ctx context.Context) error {
 			c.killShims(id)
 			return err
 		},
-	})
+	}
 }
 
 // list returns skillbox's containers and leases (those without a container).

@@ -56,13 +56,15 @@ type sandbox struct {
 	initStdin   *eofReader
 	initStreams *runtime.Streams
 	initExit    <-chan containerd.ExitStatus
+	// wd is the sandbox's watchdog (watchdog.go): from Start when warm,
+	// from Deliver when cold.
+	wd *runtime.Watchdog
 
 	// The job.
 	proc    containerd.Process
 	exit    <-chan containerd.ExitStatus
 	streams *runtime.Streams
 	lim     runtime.Limits
-	wd      *runtime.Watchdog
 	started time.Time
 
 	done        chan struct{} // closed at Destroy
@@ -217,6 +219,12 @@ func (s *sandbox) Start(ctx context.Context) error {
 	if err := os.MkdirAll(filepath.Join(s.b.Dir, "fifo"), 0o700); err != nil {
 		return fmt.Errorf("make fifo dir: %w", err)
 	}
+	// Before the task exists: should the daemon die from here on, the
+	// watchdog removes the task at once (watchdog.go), where it would
+	// otherwise wait in its shim for a job that never comes.
+	if err := s.startWatchdog(); err != nil {
+		return err
+	}
 	argv := runtime.HolderArgv()
 	if s.spec.Boot == runtime.BootPython {
 		argv = runtime.SupervisorArgv()
@@ -253,6 +261,16 @@ func (s *sandbox) Start(ctx context.Context) error {
 	return nil
 }
 
+// startWatchdog starts the sandbox's watchdog (see watchdog.go).
+func (s *sandbox) startWatchdog() error {
+	wd, err := runtime.StartSandboxWatchdog(s.spec.ID, s.cg, s.b, s.c.watchdogArgs())
+	if err != nil {
+		return err
+	}
+	s.wd = wd
+	return nil
+}
+
 // Deliver writes the invocation's files into the workdir and starts it.
 func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 	if s.state != stateStarted {
@@ -282,13 +300,16 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		return err
 	}
 	// The deadline holds without the daemon: the task outlives it in its
-	// shim, so its watchdog kills what is left in its cgroup at the
-	// deadline unless Destroy released it.
-	wd, err := runtime.StartWatchdog(s.spec.ID, s.cg, time.Now().Add(s.lim.Timeout+s.c.grace+runtime.WatchdogSlack), s.b)
-	if err != nil {
+	// shim, so its watchdog (started by Start for a warm sandbox) removes
+	// it at the deadline unless Destroy released it.
+	if s.wd == nil {
+		if err := s.startWatchdog(); err != nil {
+			return err
+		}
+	}
+	if err := s.wd.SetDeadline(time.Now().Add(s.lim.Timeout + s.c.grace + runtime.WatchdogSlack)); err != nil {
 		return err
 	}
-	s.wd = wd
 	switch s.spec.Boot {
 	case runtime.BootPython:
 		msg, err := runtime.SupervisorMessage(job)
