@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -23,106 +22,46 @@ import (
 // maxAggregatedPaths bounds the paths an aggregated record names.
 const maxAggregatedPaths = 16
 
-type readWindow struct {
-	start    time.Time
-	recorded int
-	peer     api.Peer
-	count    int
-	bytes    int64
-	skills   map[string]bool
-	paths    map[string]bool
-	more     int // distinct paths beyond maxAggregatedPaths
-	timer    *time.Timer
-}
+// readAudit budgets the records of successful reads per uid.
+type readAudit = uidWindows[readAggregate]
 
-type readAudit struct {
-	mu       sync.Mutex
-	budget   int
-	interval time.Duration
-	uids     map[uint32]*readWindow
-	write    func(*audit.Record)
+// readAggregate is what the reads over a uid's budget add up to.
+type readAggregate struct {
+	peer   api.Peer
+	bytes  int64
+	skills map[string]bool
+	paths  map[string]bool
+	more   int // distinct paths beyond maxAggregatedPaths
 }
 
 func newReadAudit(budget int, interval time.Duration, write func(*audit.Record)) *readAudit {
 	if budget <= 0 {
 		budget = 20
 	}
-	if interval <= 0 {
-		interval = time.Minute
-	}
-	return &readAudit{budget: budget, interval: interval, uids: map[uint32]*readWindow{}, write: write}
+	return newUIDWindows(budget, interval,
+		func() *readAggregate { return &readAggregate{skills: map[string]bool{}, paths: map[string]bool{}} },
+		(*readAggregate).record, write)
 }
 
-// allow reports whether a successful read of caller is recorded in full;
-// when not, it has been counted for the interval's aggregate record.
-func (r *readAudit) allow(caller api.Peer, skill, path string, served int64) bool {
-	now := time.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	w := r.uids[caller.UID]
-	if w == nil || now.Sub(w.start) >= r.interval {
-		if w != nil && w.count > 0 {
-			w.timer.Stop()
-			go r.write(w.record(now))
+// allowRead reports whether a successful read of caller is recorded in
+// full; when not, it has been counted for the interval's aggregate record.
+func (s *Service) allowRead(caller api.Peer, skill, path string, served int64) bool {
+	return s.reads.allow(caller.UID, func(a *readAggregate) {
+		a.peer = caller
+		a.bytes += served
+		a.skills[skill] = true
+		if key := skill + ":" + path; !a.paths[key] {
+			if len(a.paths) < maxAggregatedPaths {
+				a.paths[key] = true
+			} else {
+				a.more++
+			}
 		}
-		w = &readWindow{start: now}
-		r.uids[caller.UID] = w
-	}
-	if w.recorded < r.budget {
-		w.recorded++
-		return true
-	}
-	if w.count == 0 {
-		w.skills, w.paths = map[string]bool{}, map[string]bool{}
-		uid, win := caller.UID, w
-		w.timer = time.AfterFunc(w.start.Add(r.interval).Sub(now), func() { r.flush(uid, win) })
-	}
-	w.peer = caller
-	w.count++
-	w.bytes += served
-	w.skills[skill] = true
-	if !w.paths[skill+":"+path] {
-		if len(w.paths) < maxAggregatedPaths {
-			w.paths[skill+":"+path] = true
-		} else {
-			w.more++
-		}
-	}
-	return false
+	})
 }
 
-// flush writes win's aggregate if it is still uid's pending window.
-func (r *readAudit) flush(uid uint32, win *readWindow) {
-	r.mu.Lock()
-	if r.uids[uid] != win || win.count == 0 {
-		r.mu.Unlock()
-		return
-	}
-	delete(r.uids, uid)
-	rec := win.record(time.Now())
-	r.mu.Unlock()
-	r.write(rec)
-}
-
-// flushAll writes every pending aggregate (at shutdown).
-func (r *readAudit) flushAll() {
-	r.mu.Lock()
-	var recs []*audit.Record
-	for uid, w := range r.uids {
-		if w.count > 0 {
-			w.timer.Stop()
-			recs = append(recs, w.record(time.Now()))
-		}
-		delete(r.uids, uid)
-	}
-	r.mu.Unlock()
-	for _, rec := range recs {
-		r.write(rec)
-	}
-}
-
-func (w *readWindow) record(end time.Time) *audit.Record {
-	p := w.peer
+func (a *readAggregate) record(span windowSpan) *audit.Record {
+	p := a.peer
 	keys := func(m map[string]bool) string {
 		out := make([]string, 0, len(m))
 		for k := range m {
@@ -131,16 +70,14 @@ func (w *readWindow) record(end time.Time) *audit.Record {
 		sort.Strings(out)
 		return strings.Join(out, " ")
 	}
-	d := map[string]string{
-		"reads":        strconv.Itoa(w.count),
-		"bytes":        strconv.FormatInt(w.bytes, 10),
-		"skills":       keys(w.skills),
-		"paths":        keys(w.paths),
-		"window_start": w.start.UTC().Format(time.RFC3339Nano),
-		"window_end":   end.UTC().Format(time.RFC3339Nano),
-	}
-	if w.more > 0 {
-		d["paths_unlisted"] = strconv.Itoa(w.more)
+	d := span.detail(map[string]string{
+		"reads":  strconv.Itoa(span.Folded),
+		"bytes":  strconv.FormatInt(a.bytes, 10),
+		"skills": keys(a.skills),
+		"paths":  keys(a.paths),
+	})
+	if a.more > 0 {
+		d["paths_unlisted"] = strconv.Itoa(a.more)
 	}
 	return &audit.Record{Event: audit.EventSkillRead, Method: api.MethodSkillsRead, Peer: &p, Outcome: audit.OutcomeAggregated,
 		Detail: d}

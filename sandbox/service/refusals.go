@@ -5,7 +5,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -34,21 +33,14 @@ const (
 	maxRefusalMessage = 512
 )
 
-type refusalWindow struct {
-	start     time.Time
-	recorded  int
+// refusalAudit budgets the records of refused messages per uid.
+type refusalAudit = uidWindows[refusalAggregate]
+
+// refusalAggregate is what the refusals over a uid's budget add up to.
+type refusalAggregate struct {
 	peer      api.Peer
 	transport string
-	count     int
 	kinds     map[string]int
-	timer     *time.Timer
-}
-
-type refusalAudit struct {
-	mu       sync.Mutex
-	interval time.Duration
-	uids     map[uint32]*refusalWindow
-	write    func(*audit.Record)
 }
 
 // AuditRefusal records a message a front end refused, within caller's
@@ -58,7 +50,11 @@ func (s *Service) AuditRefusal(caller api.Peer, r api.Refusal) {
 	if s.audit == nil {
 		return
 	}
-	if !s.refusals.allow(caller, r) {
+	own := s.refusals.allow(caller.UID, func(a *refusalAggregate) {
+		a.peer, a.transport = caller, r.Transport
+		a.kinds[r.Kind]++
+	})
+	if !own {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), refusalAuditTimeout)
@@ -90,84 +86,22 @@ func refusalRecord(caller api.Peer, r api.Refusal) *audit.Record {
 }
 
 func newRefusalAudit(interval time.Duration, write func(*audit.Record)) *refusalAudit {
-	if interval <= 0 {
-		interval = time.Minute
-	}
-	return &refusalAudit{interval: interval, uids: map[uint32]*refusalWindow{}, write: write}
+	return newUIDWindows(refusalsPerInterval, interval,
+		func() *refusalAggregate { return &refusalAggregate{kinds: map[string]int{}} },
+		(*refusalAggregate).record, write)
 }
 
-// allow reports whether a refusal of caller gets a record of its own; when
-// not, it has been counted for the interval's aggregate record.
-func (a *refusalAudit) allow(caller api.Peer, r api.Refusal) bool {
-	now := time.Now()
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	w := a.uids[caller.UID]
-	if w == nil || now.Sub(w.start) >= a.interval {
-		if w != nil && w.count > 0 {
-			w.timer.Stop()
-			go a.write(w.record(now))
-		}
-		w = &refusalWindow{start: now}
-		a.uids[caller.UID] = w
-	}
-	if w.recorded < refusalsPerInterval {
-		w.recorded++
-		return true
-	}
-	if w.count == 0 {
-		w.kinds = map[string]int{}
-		uid, win := caller.UID, w
-		w.timer = time.AfterFunc(w.start.Add(a.interval).Sub(now), func() { a.flush(uid, win) })
-	}
-	w.peer, w.transport = caller, r.Transport
-	w.count++
-	w.kinds[r.Kind]++
-	return false
-}
-
-// flush writes win's aggregate if it is still uid's pending window.
-func (a *refusalAudit) flush(uid uint32, win *refusalWindow) {
-	a.mu.Lock()
-	if a.uids[uid] != win || win.count == 0 {
-		a.mu.Unlock()
-		return
-	}
-	delete(a.uids, uid)
-	rec := win.record(time.Now())
-	a.mu.Unlock()
-	a.write(rec)
-}
-
-// flushAll writes every pending aggregate (at shutdown).
-func (a *refusalAudit) flushAll() {
-	a.mu.Lock()
-	var recs []*audit.Record
-	for uid, w := range a.uids {
-		if w.count > 0 {
-			w.timer.Stop()
-			recs = append(recs, w.record(time.Now()))
-		}
-		delete(a.uids, uid)
-	}
-	a.mu.Unlock()
-	for _, rec := range recs {
-		a.write(rec)
-	}
-}
-
-func (w *refusalWindow) record(end time.Time) *audit.Record {
-	p := w.peer
-	kinds := make([]string, 0, len(w.kinds))
-	for k, n := range w.kinds {
+func (a *refusalAggregate) record(span windowSpan) *audit.Record {
+	p := a.peer
+	kinds := make([]string, 0, len(a.kinds))
+	for k, n := range a.kinds {
 		kinds = append(kinds, k+"="+strconv.Itoa(n))
 	}
 	sort.Strings(kinds)
 	return &audit.Record{Event: audit.EventCallRefused, Peer: &p, Outcome: audit.OutcomeAggregated,
-		Error: strconv.Itoa(w.count) + " more messages were refused after the first " + strconv.Itoa(w.recorded) + " of the interval were recorded; they were only counted",
-		Detail: map[string]string{
-			"transport": ClipText(w.transport, 32), "refusals": strconv.Itoa(w.count), "recorded": strconv.Itoa(w.recorded),
-			"kinds":        strings.Join(kinds, " "),
-			"window_start": w.start.UTC().Format(time.RFC3339Nano), "window_end": end.UTC().Format(time.RFC3339Nano),
-		}}
+		Error: strconv.Itoa(span.Folded) + " more messages were refused after the first " + strconv.Itoa(span.Recorded) + " of the interval were recorded; they were only counted",
+		Detail: span.detail(map[string]string{
+			"transport": ClipText(a.transport, 32), "refusals": strconv.Itoa(span.Folded), "recorded": strconv.Itoa(span.Recorded),
+			"kinds": strings.Join(kinds, " "),
+		})}
 }

@@ -636,7 +636,7 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 	}
 	rec.Read = &audit.ReadInfo{Path: fc.Path, Offset: p.Offset, Length: p.Length, Bytes: fc.Size, Served: servedBytes(fc), SHA256: fc.SHA256, Truncated: fc.Truncated}
 	rec.Outcome = audit.OutcomeOK
-	if s.reads.allow(caller, sk.Name, fc.Path, rec.Read.Served) {
+	if s.allowRead(caller, sk.Name, fc.Path, rec.Read.Served) {
 		if err := s.record(ctx, drec); err != nil {
 			return nil, err
 		}
