@@ -185,18 +185,7 @@ func TestPoolOverContainerd(t *testing.T) {
 				}
 			}()
 			job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: args, Limits: runtime.Limits{Timeout: time.Minute}}
-			key, ok := runtime.KeyFor(job, "hello", "sha256:test")
-			if !ok {
-				t.Fatal("job cannot run warm")
-			}
-			pool.Warm(key)
-			deadline := time.Now().Add(2 * time.Minute)
-			for pool.Stats().Idle == 0 && time.Now().Before(deadline) {
-				time.Sleep(100 * time.Millisecond)
-			}
-			if st := pool.Stats(); st.Idle == 0 {
-				t.Fatalf("no sandbox booted: %+v", st)
-			}
+			key := bootWarm(t, pool, job, "hello")
 			res, err := pool.Run(context.Background(), key, job)
 			if err != nil {
 				t.Fatal(err)

@@ -319,6 +319,41 @@ func hostProcsWith(marker string) []string {
 	return found
 }
 
+// bootWarm has pool boot a sandbox for job (of the named skill) and waits
+// up to 2 minutes until it is idle; it returns the job's key.
+func bootWarm(t *testing.T, pool *runtime.Pool, job runtime.Job, skill string) runtime.PoolKey {
+	t.Helper()
+	key, ok := runtime.KeyFor(job, skill, "sha256:test")
+	if !ok {
+		t.Fatal("job cannot run warm")
+	}
+	pool.Warm(key)
+	deadline := time.Now().Add(2 * time.Minute)
+	for pool.Stats().Idle == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if st := pool.Stats(); st.Idle == 0 {
+		t.Fatalf("no sandbox booted: %+v", st)
+	}
+	return key
+}
+
+// forkBombPy is a python script that forks children sleeping childSleep
+// seconds until a fork is refused, says so, and then runs then.
+func forkBombPy(childSleep int, then string) string {
+	return fmt.Sprintf(`import os, time
+n = 0
+try:
+    while n < 100000:
+        if os.fork() == 0:
+            time.sleep(%d)
+            os._exit(0)
+        n += 1
+except OSError as e:
+    print("fork failed after", n, e, flush=True)
+`, childSleep) + then
+}
+
 var cases = []runCase{
 	{
 		name:  "hello_python_args_exit",
@@ -468,18 +503,8 @@ print('release', os.uname().release)
 		},
 	},
 	{
-		name: "fork_bomb_python",
-		skill: map[string]string{"scripts/forks.py": `import os, time
-n = 0
-try:
-    while n < 100000:
-        if os.fork() == 0:
-            time.sleep(60)
-            os._exit(0)
-        n += 1
-except OSError as e:
-    print("fork failed after", n, e, flush=True)
-`},
+		name:   "fork_bomb_python",
+		skill:  map[string]string{"scripts/forks.py": forkBombPy(60, "")},
 		args:   py("forks.py"),
 		limits: runtime.Limits{Pids: 32, Timeout: 60 * time.Second},
 		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
@@ -508,21 +533,8 @@ except OSError as e:
 		// fill the 128 MiB before the scaled host pids.max is reached,
 		// so the sandbox dies of its memory limit and pids.max was never
 		// hit: oom, truthfully.
-		name: "fork_bomb_then_memory",
-		skill: map[string]string{"scripts/forks.py": `import os, time
-n = 0
-try:
-    while n < 100000:
-        if os.fork() == 0:
-            time.sleep(60)
-            os._exit(0)
-        n += 1
-except OSError as e:
-    print("fork failed after", n, e, flush=True)
-chunks = []
-while True:
-    chunks.append(bytearray(8 << 20))
-`},
+		name:   "fork_bomb_then_memory",
+		skill:  map[string]string{"scripts/forks.py": forkBombPy(60, "chunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n")},
 		args:   py("forks.py"),
 		limits: runtime.Limits{Pids: 32, MemoryBytes: 128 << 20, Timeout: 60 * time.Second},
 		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
@@ -543,19 +555,8 @@ while True:
 	{
 		// Issue 22: a fork bomb whose parent waits on after its forks were
 		// refused is stopped by the timer, and is pids all the same.
-		name: "fork_bomb_until_timeout",
-		skill: map[string]string{"scripts/forks.py": `import os, time
-n = 0
-try:
-    while n < 100000:
-        if os.fork() == 0:
-            time.sleep(600)
-            os._exit(0)
-        n += 1
-except OSError as e:
-    print("fork failed after", n, e, flush=True)
-time.sleep(600)
-`},
+		name:   "fork_bomb_until_timeout",
+		skill:  map[string]string{"scripts/forks.py": forkBombPy(600, "time.sleep(600)\n")},
 		args:   py("forks.py"),
 		limits: runtime.Limits{Pids: 32, Timeout: 12 * time.Second}, // room to start on a loaded machine
 		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
@@ -1211,6 +1212,18 @@ func TestCancelKills(t *testing.T) {
 type sinkFunc func(p []byte)
 
 func (f sinkFunc) Write(p []byte) (int, error) { f(p); return len(p), nil }
+
+// closeOn is a sink that closes ch the first time what it is given holds
+// word.
+func closeOn(ch chan struct{}, word string) sinkFunc {
+	var done bool
+	return func(p []byte) {
+		if !done && bytes.Contains(p, []byte(word)) {
+			done = true
+			close(ch)
+		}
+	}
+}
 
 // TestOutputFloodMemoryBounded checks that a flood costs us no more than the
 // cap: the Go heap after the run stays near where it was.

@@ -9,17 +9,10 @@ package runtime_test
 // and walks everything it can from there, as real other uids.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -29,247 +22,11 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
-
-// probeEnv makes the test binary the probe (see probeMain) instead of
-// running tests.
-const probeEnv = "SKILLBOX_TEST_RUNDIR_PROBE"
 
 func init() {
-	if spec := os.Getenv(probeEnv); spec != "" {
-		os.Exit(probeMain(spec))
-	}
-}
-
-// probeSpec is what the probe is told: what to walk, which paths to try
-// directly, the run ids (as `ps` shows them), the names of the run's files
-// (to try under /proc/<pid>/root, cwd and fd) and the secrets to look for.
-type probeSpec struct {
-	Walk    []string
-	Paths   []string
-	IDs     []string
-	Names   []string
-	Secrets []string
-}
-
-// probeHit is one thing the probe reached: Op is stat, list, read or fd;
-// Secret says the secret was in what it read.
-type probeHit struct {
-	Op     string
-	Path   string
-	Secret bool `json:",omitempty"`
-}
-
-// maxProbeRead bounds what the probe reads of one file and in all.
-const (
-	maxProbeRead      = 1 << 20
-	maxProbeReadTotal = 256 << 20
-)
-
-type probe struct {
-	spec  probeSpec
-	hits  []probeHit
-	total int64
-}
-
-// probeMain runs as another uid: it reports, as JSON lines on stdout,
-// every path it could stat, list or read that names a run, and every read
-// that held a secret.
-func probeMain(raw string) int {
-	var p probe
-	if err := json.Unmarshal([]byte(raw), &p.spec); err != nil {
-		fmt.Fprintln(os.Stderr, "probe:", err)
-		return 2
-	}
-	for _, root := range p.spec.Walk {
-		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return nil // closed to us: that is the point
-			}
-			// Seen in a directory we could list: a name of a run here is
-			// already too much.
-			p.note("stat", path, nil)
-			if d.Type().IsRegular() {
-				p.read(path)
-			}
-			return nil
-		})
-	}
-	for _, path := range p.spec.Paths {
-		p.try(path)
-	}
-	p.procs()
-	enc := json.NewEncoder(os.Stdout)
-	for _, h := range p.hits {
-		_ = enc.Encode(h)
-	}
-	return 0
-}
-
-// named says whether path names one of the runs.
-func (p *probe) named(path string) bool {
-	for _, id := range p.spec.IDs {
-		if strings.Contains(path, id) {
-			return true
-		}
-	}
-	return false
-}
-
-// note records op on path if it names a run or data held a secret.
-func (p *probe) note(op, path string, data []byte) {
-	secret := false
-	for _, s := range p.spec.Secrets {
-		if len(data) > 0 && bytes.Contains(data, []byte(s)) {
-			secret = true
-		}
-	}
-	if secret || p.named(path) {
-		p.hits = append(p.hits, probeHit{Op: op, Path: path, Secret: secret})
-	}
-}
-
-// read reads path (non-blocking: FIFOs and devices are left alone).
-func (p *probe) read(path string) {
-	if p.total > maxProbeReadTotal {
-		return
-	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		return
-	}
-	data, _ := io.ReadAll(io.LimitReader(f, maxProbeRead))
-	p.total += int64(len(data))
-	p.note("read", path, data)
-}
-
-// try stats path and lists or reads what it is.
-func (p *probe) try(path string) {
-	st, err := os.Lstat(path)
-	if err != nil {
-		return
-	}
-	p.hits = append(p.hits, probeHit{Op: "stat", Path: path})
-	if st.IsDir() {
-		if _, err := os.ReadDir(path); err == nil {
-			p.hits = append(p.hits, probeHit{Op: "list", Path: path})
-		}
-		return
-	}
-	p.read(path)
-	if st.Mode().IsRegular() {
-		if f, err := os.Open(path); err == nil {
-			f.Close()
-			p.hits = append(p.hits, probeHit{Op: "read", Path: path})
-		}
-	}
-}
-
-// procs tries the run's files through every process: its root, its cwd,
-// its open descriptors and its environment.
-func (p *probe) procs() {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if _, err := strconv.Atoi(e.Name()); err != nil || e.Name() == strconv.Itoa(os.Getpid()) {
-			continue
-		}
-		dir := filepath.Join("/proc", e.Name())
-		for _, n := range p.spec.Names {
-			for _, rel := range []string{"root/work/" + n, "cwd/" + n, "cwd/work/" + n, "root/" + n} {
-				p.read(filepath.Join(dir, rel))
-			}
-		}
-		if data, err := os.ReadFile(filepath.Join(dir, "environ")); err == nil {
-			p.note("read", filepath.Join(dir, "environ"), data)
-		}
-		fds, _ := os.ReadDir(filepath.Join(dir, "fd"))
-		for _, fd := range fds {
-			fp := filepath.Join(dir, "fd", fd.Name())
-			if target, err := os.Readlink(fp); err == nil && p.named(target) {
-				p.hits = append(p.hits, probeHit{Op: "fd", Path: fp + " -> " + target})
-			}
-			f, err := os.OpenFile(fp, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
-			if err != nil {
-				continue
-			}
-			if st, err := f.Stat(); err == nil && st.IsDir() {
-				for _, n := range p.spec.Names {
-					if fd2, err := unix.Openat(int(f.Fd()), n, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0); err == nil {
-						g := os.NewFile(uintptr(fd2), fp+"/"+n)
-						data, _ := io.ReadAll(io.LimitReader(g, maxProbeRead))
-						g.Close()
-						p.hits = append(p.hits, probeHit{Op: "fd", Path: fp + "/" + n})
-						p.note("read", fp+"/"+n, data)
-					}
-				}
-			} else if err == nil && st.Mode().IsRegular() {
-				data, _ := io.ReadAll(io.LimitReader(f, maxProbeRead))
-				p.note("read", fp, data)
-			}
-			f.Close()
-		}
-	}
-}
-
-// probeBinary is a copy of this test binary that other uids can run (the
-// build dir is root's).
-func probeBinary(t *testing.T) string {
-	t.Helper()
-	dir, err := os.MkdirTemp("", "skillbox-probe-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := os.ReadFile(self)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "probe")
-	if err := os.WriteFile(bin, raw, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return bin
-}
-
-// runProbe runs the probe as uid (and the same gid, no other groups).
-func runProbe(t *testing.T, bin string, uid uint32, spec probeSpec) []probeHit {
-	t.Helper()
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Env = []string{probeEnv + "=" + string(raw), "PATH=/usr/bin:/bin"}
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("probe as uid %d: %v: %s", uid, err, stderr.String())
-	}
-	var hits []probeHit
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var h probeHit
-		if err := json.Unmarshal(sc.Bytes(), &h); err != nil {
-			t.Fatalf("probe output %q: %v", sc.Text(), err)
-		}
-		hits = append(hits, h)
-	}
-	return hits
+	runtimetest.ProbeIfAsked()
 }
 
 // leakScript is the run: it writes the secret it has in its environment
@@ -333,7 +90,7 @@ func liveRunIDs(t *testing.T, runDir string) []string {
 // bundle dirs.
 func TestRunFilesPrivate(t *testing.T) {
 	rootfs := testRootfs(t)
-	probeBin := probeBinary(t)
+	probeBin := runtimetest.ProbeBinary(t)
 	skill := makeSkill(t, map[string]string{"scripts/leak.sh": leakScript, "scripts/leak.py": leakPython})
 	canarySecret := "CANARY-" + randomHex(12)
 	canary := filepath.Join(filepath.Dir(probeBin), "canary")
@@ -350,16 +107,10 @@ func TestRunFilesPrivate(t *testing.T) {
 					args = []string{"python3", "/skill/scripts/leak.py"}
 				}
 				ready := make(chan struct{})
-				var once bool
 				job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: skill, Args: args,
-					Env:   []string{"RUN_SECRET=" + envSecret},
-					Files: []runtime.InputFile{{Name: "input.txt", Data: []byte(inputSecret + "\n"), Mode: 0o600}},
-					Stdout: sinkFunc(func(p []byte) {
-						if !once && bytes.Contains(p, []byte("ready")) {
-							once = true
-							close(ready)
-						}
-					}),
+					Env:    []string{"RUN_SECRET=" + envSecret},
+					Files:  []runtime.InputFile{{Name: "input.txt", Data: []byte(inputSecret + "\n"), Mode: 0o600}},
+					Stdout: closeOn(ready, "ready"),
 					Limits: runtime.Limits{Timeout: 3 * time.Minute},
 				}
 				ctx, cancel := context.WithCancel(context.Background())
@@ -382,18 +133,7 @@ func TestRunFilesPrivate(t *testing.T) {
 							t.Error(err)
 						}
 					}()
-					key, ok := runtime.KeyFor(job, "leak", "sha256:test")
-					if !ok {
-						t.Fatal("job cannot run warm")
-					}
-					pool.Warm(key)
-					deadline := time.Now().Add(2 * time.Minute)
-					for pool.Stats().Idle == 0 && time.Now().Before(deadline) {
-						time.Sleep(100 * time.Millisecond)
-					}
-					if st := pool.Stats(); st.Idle == 0 {
-						t.Fatalf("no sandbox booted: %+v", st)
-					}
+					key := bootWarm(t, pool, job, "leak")
 					go func() {
 						res, err := pool.Run(ctx, key, job)
 						done <- outcome{res, err}
@@ -408,7 +148,7 @@ func TestRunFilesPrivate(t *testing.T) {
 				}
 
 				ids := liveRunIDs(t, opts.RunDir)
-				spec := probeSpec{
+				spec := runtimetest.ProbeSpec{
 					Walk:    []string{testBase, runtime.DefaultStateBase},
 					IDs:     ids,
 					Names:   []string{"input.txt", "secret.txt", "outputs/out.txt", "config.json"},
@@ -439,7 +179,7 @@ func TestRunFilesPrivate(t *testing.T) {
 				spec.Secrets = append(spec.Secrets, canarySecret)
 				for _, uid := range []uint32{65534, 65533} {
 					sawCanary := false
-					for _, h := range runProbe(t, probeBin, uid, spec) {
+					for _, h := range runtimetest.RunProbe(t, probeBin, uid, spec) {
 						switch {
 						case h.Path == canary:
 							sawCanary = sawCanary || h.Secret
@@ -498,15 +238,9 @@ func TestRunDirModes(t *testing.T) {
 				t.Fatal(err)
 			}
 			ready := make(chan struct{})
-			var once bool
 			inv := runtime.Invocation{Args: []string{"/bin/sh", "-c", "echo ready; exec sleep 60"}, Limits: spec.Limits,
-				Files: []runtime.InputFile{{Name: "in.txt", Data: []byte("x"), Mode: 0o600}},
-				Stdout: sinkFunc(func(p []byte) {
-					if !once && bytes.Contains(p, []byte("ready")) {
-						once = true
-						close(ready)
-					}
-				})}
+				Files:  []runtime.InputFile{{Name: "in.txt", Data: []byte("x"), Mode: 0o600}},
+				Stdout: closeOn(ready, "ready")}
 			if err := sb.Deliver(ctx, inv); err != nil {
 				t.Fatal(err)
 			}

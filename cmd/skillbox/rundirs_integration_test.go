@@ -9,129 +9,23 @@ package main
 // path inside a run dir or the skill snapshots.
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/base64"
-	"encoding/json"
-	"fmt"
-	"io"
-	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/runtimetest"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/service"
 )
 
-// dirProbeEnv makes this test binary the probe (dirProbeMain).
-const dirProbeEnv = "SKILLBOX_IT_DIR_PROBE"
-
 func init() {
-	if raw := os.Getenv(dirProbeEnv); raw != "" {
-		os.Exit(dirProbeMain(raw))
-	}
-}
-
-type dirProbeSpec struct {
-	Walk    []string
-	Paths   []string
-	Names   []string
-	Secrets []string
-}
-
-type dirProbeHit struct {
-	Op     string
-	Path   string
-	Secret bool `json:",omitempty"`
-}
-
-// dirProbeMain prints, as JSON lines, everything it could stat (walking
-// Walk, and Paths), and every read that held a secret (files it found,
-// Names under each process's root, cwd and directory descriptors).
-func dirProbeMain(raw string) int {
-	var spec dirProbeSpec
-	if err := json.Unmarshal([]byte(raw), &spec); err != nil {
-		fmt.Fprintln(os.Stderr, "probe:", err)
-		return 2
-	}
-	enc := json.NewEncoder(os.Stdout)
-	var total int64
-	read := func(path string, f *os.File) {
-		if total > 256<<20 {
-			return
-		}
-		if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-			return
-		}
-		data, _ := io.ReadAll(io.LimitReader(f, 1<<20))
-		total += int64(len(data))
-		for _, s := range spec.Secrets {
-			if bytes.Contains(data, []byte(s)) {
-				_ = enc.Encode(dirProbeHit{Op: "read", Path: path, Secret: true})
-			}
-		}
-	}
-	open := func(path string) {
-		f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
-		if err == nil {
-			read(path, f)
-			f.Close()
-		}
-	}
-	for _, root := range spec.Walk {
-		_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-			if err != nil {
-				return nil
-			}
-			_ = enc.Encode(dirProbeHit{Op: "stat", Path: path})
-			if d.Type().IsRegular() {
-				open(path)
-			}
-			return nil
-		})
-	}
-	for _, p := range spec.Paths {
-		if _, err := os.Lstat(p); err == nil {
-			_ = enc.Encode(dirProbeHit{Op: "stat", Path: p})
-			open(p)
-		}
-	}
-	procs, _ := os.ReadDir("/proc")
-	for _, e := range procs {
-		if _, err := strconv.Atoi(e.Name()); err != nil || e.Name() == strconv.Itoa(os.Getpid()) {
-			continue
-		}
-		dir := filepath.Join("/proc", e.Name())
-		for _, n := range spec.Names {
-			for _, rel := range []string{"root/work/" + n, "cwd/" + n, "cwd/work/" + n} {
-				open(filepath.Join(dir, rel))
-			}
-		}
-		fds, _ := os.ReadDir(filepath.Join(dir, "fd"))
-		for _, fd := range fds {
-			fp := filepath.Join(dir, "fd", fd.Name())
-			f, err := os.OpenFile(fp, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
-			if err != nil {
-				continue
-			}
-			if st, err := f.Stat(); err == nil && st.IsDir() {
-				for _, n := range spec.Names {
-					open(filepath.Join(fp, n))
-				}
-			} else {
-				read(fp, f)
-			}
-			f.Close()
-		}
-	}
-	return 0
+	runtimetest.ProbeIfAsked()
 }
 
 // leakerScript copies the input's secret and its environment's into its
@@ -221,8 +115,12 @@ func TestDaemonRunFilesPrivate(t *testing.T) {
 				time.Sleep(100 * time.Millisecond)
 				dirs = runDirsOf(inputSecret)
 			}
-			spec := dirProbeSpec{
+			// A reachable run dir or snapshot would be a path below these:
+			// the probe reports any it reaches.
+			closed := []string{runtime.DefaultRunDir + "/", service.DefaultSnapshotDir + "/"}
+			spec := runtimetest.ProbeSpec{
 				Walk:    []string{runtime.DefaultStateBase, d.base},
+				IDs:     closed,
 				Names:   []string{"input.txt", "secret.txt", "outputs/out.txt", "config.json"},
 				Secrets: []string{inputSecret, envSecret, canarySecret},
 				Paths:   []string{canary},
@@ -232,11 +130,9 @@ func TestDaemonRunFilesPrivate(t *testing.T) {
 					spec.Paths = append(spec.Paths, filepath.Join(dir, rel))
 				}
 			}
-			// A reachable run dir or snapshot would be a path below these.
-			closed := []string{runtime.DefaultRunDir + "/", service.DefaultSnapshotDir + "/"}
 			for _, uid := range []uint32{65534, 65533} {
 				sawCanary := false
-				for _, h := range runDirProbe(t, bin, uid, spec) {
+				for _, h := range runtimetest.RunProbe(t, bin, uid, spec) {
 					under := false
 					for _, c := range closed {
 						under = under || strings.HasPrefix(h.Path, c)
@@ -269,34 +165,4 @@ func TestDaemonRunFilesPrivate(t *testing.T) {
 			}
 		})
 	}
-}
-
-// runDirProbe runs the probe as uid and returns what it reached.
-func runDirProbe(t *testing.T, bin string, uid uint32, spec dirProbeSpec) []dirProbeHit {
-	t.Helper()
-	raw, err := json.Marshal(spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run=^$")
-	cmd.Dir = "/"
-	cmd.Env = []string{"PATH=/usr/bin:/bin", dirProbeEnv + "=" + string(raw)}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("probe as uid %d: %v: %s", uid, err, stderr.String())
-	}
-	var hits []dirProbeHit
-	sc := bufio.NewScanner(bytes.NewReader(out))
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var h dirProbeHit
-		if err := json.Unmarshal(sc.Bytes(), &h); err != nil {
-			t.Fatalf("probe output %q: %v", sc.Text(), err)
-		}
-		hits = append(hits, h)
-	}
-	return hits
 }
