@@ -1166,6 +1166,26 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 
 // ---- issue 5: fail closed when the log cannot be written ----
 
+// auditOnTmpfs mounts a tmpfs of size on the daemon's audit dir (the test
+// is skipped if it cannot), unmounted after the daemon stops.
+func (d *itDaemon) auditOnTmpfs(t *testing.T, size string) {
+	t.Helper()
+	if err := os.MkdirAll(d.auditDir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", d.auditDir, "tmpfs", 0, "size="+size+",mode=0750"); err != nil {
+		t.Skipf("cannot mount a tmpfs for the audit dir: %v", err)
+	}
+	// Cleanups run last-registered first: this one stops the daemon before
+	// unmounting, then newItDaemon's removes the directories.
+	t.Cleanup(func() {
+		d.stop()
+		if err := unix.Unmount(d.auditDir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmounting %s: %v", d.auditDir, err)
+		}
+	})
+}
+
 func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	needDaemon(t)
 	d := newItDaemon(t)
@@ -1178,20 +1198,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	}
 	fmt.Fprintln(cfg, "audit { min_free = 0 }")
 	cfg.Close()
-	if err := os.MkdirAll(d.auditDir, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", d.auditDir, "tmpfs", 0, "size=256k,mode=0750"); err != nil {
-		t.Skipf("cannot mount a tmpfs for the audit dir: %v", err)
-	}
-	// Cleanups run last-registered first: this one stops the daemon before
-	// unmounting, then newItDaemon's removes the directories.
-	t.Cleanup(func() {
-		d.stop()
-		if err := unix.Unmount(d.auditDir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmounting %s: %v", d.auditDir, err)
-		}
-	})
+	d.auditOnTmpfs(t, "256k")
 	d.start()
 	c := d.client()
 	ctx := ctxT(t)

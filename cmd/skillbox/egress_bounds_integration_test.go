@@ -10,7 +10,6 @@ package main
 
 import (
 	"bytes"
-	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
@@ -32,6 +31,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/egress/egresstest"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
@@ -121,36 +121,6 @@ while time.time() < end:
 print("attempts", n)
 `
 
-// echoHeaders answers with the request's headers: in a header, and in the
-// body plain, chunked (a few bytes a chunk), gzip-encoded or base64.
-func echoHeaders(w http.ResponseWriter, r *http.Request) {
-	var b bytes.Buffer
-	_ = r.Header.Write(&b)
-	w.Header().Set("X-Echo-Auth", r.Header.Get("Authorization"))
-	body := b.Bytes()
-	switch r.URL.Path {
-	case "/gzip":
-		w.Header().Set("Content-Encoding", "gzip")
-		var z bytes.Buffer
-		zw := gzip.NewWriter(&z)
-		zw.Write(body)
-		zw.Close()
-		body = z.Bytes()
-	case "/base64":
-		body = []byte(base64.StdEncoding.EncodeToString(body))
-	case "/chunked":
-		for len(body) > 0 {
-			n := min(5, len(body))
-			w.Write(body[:n])
-			w.(http.Flusher).Flush()
-			body = body[n:]
-		}
-		return
-	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.Write(body)
-}
-
 // egressDaemon is a daemon whose "egress-*" skills may reach allowed.test
 // (a plain upstream) and example.com (an echoing TLS upstream that a
 // secret goes to), both on loopback.
@@ -165,7 +135,7 @@ func newEgressDaemon(t *testing.T, extraConfig string) *egressDaemon {
 	needDaemon(t)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "plain") }))
 	t.Cleanup(srv.Close)
-	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(echoHeaders))
+	tlsSrv := httptest.NewTLSServer(http.HandlerFunc(egresstest.Echo))
 	t.Cleanup(tlsSrv.Close)
 	pu, _ := url.Parse(srv.URL)
 	tu, _ := url.Parse(tlsSrv.URL)
@@ -350,18 +320,7 @@ func TestDaemonEgressSecretRedaction(t *testing.T) {
 // records would have crossed.
 func TestDaemonEgressDenialLoop(t *testing.T) {
 	e := newEgressDaemon(t, `audit { min_free = "46MiB" }`)
-	if err := os.MkdirAll(e.auditDir, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.Mount("tmpfs", e.auditDir, "tmpfs", 0, "size=48m,mode=0750"); err != nil {
-		t.Skipf("cannot mount a tmpfs for the audit dir: %v", err)
-	}
-	t.Cleanup(func() {
-		e.stop()
-		if err := unix.Unmount(e.auditDir, unix.MNT_DETACH); err != nil {
-			t.Errorf("unmounting %s: %v", e.auditDir, err)
-		}
-	})
+	e.auditOnTmpfs(t, "48m")
 	e.start()
 	var before unix.Statfs_t
 	unix.Statfs(e.auditDir, &before)

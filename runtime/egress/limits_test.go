@@ -3,7 +3,6 @@ package egress
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
@@ -20,6 +19,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/egress/egresstest"
 )
 
 func TestHeadLimit(t *testing.T) {
@@ -64,42 +65,11 @@ type lab struct {
 	roots      *x509.CertPool
 }
 
-// echo answers with the request's headers: in a header, in the body, and
-// the body gzip-encoded, chunked or base64-encoded as the path asks.
-func echo(w http.ResponseWriter, r *http.Request) {
-	var b bytes.Buffer
-	_ = r.Header.Write(&b)
-	w.Header().Set("X-Echo-Auth", r.Header.Get("Authorization"))
-	body := b.Bytes()
-	switch r.URL.Path {
-	case "/gzip":
-		w.Header().Set("Content-Encoding", "gzip")
-		var z bytes.Buffer
-		zw := gzip.NewWriter(&z)
-		zw.Write(body)
-		zw.Close()
-		body = z.Bytes()
-	case "/base64":
-		body = []byte(base64.StdEncoding.EncodeToString(body))
-	case "/chunked":
-		// Flushed a few bytes at a time: the value crosses chunks.
-		for len(body) > 0 {
-			n := min(5, len(body))
-			w.Write(body[:n])
-			w.(http.Flusher).Flush()
-			body = body[n:]
-		}
-		return
-	}
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.Write(body)
-}
-
 func newLab(t *testing.T, tweak func(*Config)) *lab {
 	t.Helper()
 	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "plain") }))
 	t.Cleanup(plain.Close)
-	secure := httptest.NewTLSServer(http.HandlerFunc(echo))
+	secure := httptest.NewTLSServer(http.HandlerFunc(egresstest.Echo))
 	t.Cleanup(secure.Close)
 	ca, err := NewCA()
 	if err != nil {
