@@ -5,11 +5,9 @@ package main
 import (
 	"archive/zip"
 	"bytes"
-	"crypto/rand"
 	"fmt"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,12 +79,8 @@ func procKB(t *testing.T, pid int, name string) int64 {
 func TestDepsLayerCap(t *testing.T) {
 	needDaemon(t)
 	runItNeedImage(t, "python-slim")
-	if err := exec.Command("python3", "-m", "pip", "--version").Run(); err != nil {
-		t.Skipf("the host has no pip (python3 -m pip): %v", err)
-	}
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	ver := fmt.Sprintf("1.0.%d", uint32(rnd[0])<<16|uint32(rnd[1])<<8|uint32(rnd[2]))
+	needPip(t)
+	ver := runVersion()
 
 	ix := &pyIndex{files: map[string][]byte{}, projects: map[string][]string{}}
 	bombFile, bombData := bigWheel(t, "bombdep", ver, "bombdep", map[string]int{"__init__.py": 256 << 20})

@@ -162,17 +162,28 @@ func layerEntries(t *testing.T, dir string) []string {
 	return out
 }
 
-func TestDepsLayers(t *testing.T) {
-	runItNeed(t, "runsc")
-	runItNeedImage(t, "python-slim")
+// needPip skips the test if the host has no pip, which builds the test
+// index's wheels.
+func needPip(t *testing.T) {
+	t.Helper()
 	if err := exec.Command("python3", "-m", "pip", "--version").Run(); err != nil {
 		t.Skipf("the host has no pip (python3 -m pip): %v", err)
 	}
+}
 
-	// Versions unique to this run, so no layer of an earlier run is reused.
+// runVersion is a package version unique to this run, so that no layer of
+// an earlier run is reused.
+func runVersion() string {
 	var rnd [4]byte
 	rand.Read(rnd[:])
-	ver := fmt.Sprintf("1.0.%d", uint32(rnd[0])<<16|uint32(rnd[1])<<8|uint32(rnd[2]))
+	return fmt.Sprintf("1.0.%d", uint32(rnd[0])<<16|uint32(rnd[1])<<8|uint32(rnd[2]))
+}
+
+func TestDepsLayers(t *testing.T) {
+	runItNeed(t, "runsc")
+	runItNeedImage(t, "python-slim")
+	needPip(t)
+	ver := runVersion()
 
 	ix := &pyIndex{files: map[string][]byte{}, projects: map[string][]string{}}
 	tinyFile, tinyWheel := testWheel(t, "tinydep", ver, "tinydep", "VALUE = 'tinydep-"+ver+"'\n")
