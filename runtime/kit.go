@@ -291,18 +291,7 @@ type SweepOps struct {
 // its container, cgroup and workdir mount; a container of ours whose run
 // dir is gone is deleted).
 func SweepRuns(ctx context.Context, runDir string, log Logger, ops SweepOps) error {
-	s := &sweeper{
-		runDir:       runDir,
-		log:          namedLogger(log, "sweep"),
-		list:         ops.List,
-		state:        ops.State,
-		delete:       ops.Delete,
-		unmount:      unmount,
-		killCgroup:   killCgroupProcs,
-		removeCgroup: removeCgroupRetry,
-		endWatchdog:  endWatchdogs,
-		removeNetns:  egress.RemoveNamespaces,
-	}
+	s := newSweeper(runDir, namedLogger(log, "sweep"), ops)
 	return s.sweep(ctx)
 }
 

@@ -86,12 +86,18 @@ func (e *engine) sweep(ctx context.Context) error {
 }
 
 func (e *engine) sweeper() *sweeper {
+	return newSweeper(e.runDir, e.log, SweepOps{List: e.cli.list, State: e.cli.state, Delete: e.deleteRetry})
+}
+
+// newSweeper is a sweeper over runDir with the host's own unmount, cgroup,
+// watchdog and network-namespace steps and a backend's container ops.
+func newSweeper(runDir string, log Logger, ops SweepOps) *sweeper {
 	return &sweeper{
-		runDir:       e.runDir,
-		log:          e.log,
-		list:         e.cli.list,
-		state:        e.cli.state,
-		delete:       e.deleteRetry,
+		runDir:       runDir,
+		log:          log,
+		list:         ops.List,
+		state:        ops.State,
+		delete:       ops.Delete,
 		unmount:      unmount,
 		killCgroup:   killCgroupProcs,
 		removeCgroup: removeCgroupRetry,

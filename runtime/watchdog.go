@@ -18,7 +18,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 
-	"github.com/skillbox/skillbox/runtime/egress"
 )
 
 // A run's time limit must hold even when the process driving it dies
@@ -365,17 +364,7 @@ func (w *sandboxWatchdog) killLeft(why string) {
 // maker is dead), or, with the run dir gone, its container if that was
 // made from it.
 func SweepRun(ctx context.Context, runDir, id string, log Logger, ops SweepOps) error {
-	s := &sweeper{
-		runDir:       runDir,
-		log:          namedLogger(log, "sweep"),
-		state:        ops.State,
-		delete:       ops.Delete,
-		unmount:      unmount,
-		killCgroup:   killCgroupProcs,
-		removeCgroup: removeCgroupRetry,
-		endWatchdog:  endWatchdogs,
-		removeNetns:  egress.RemoveNamespaces,
-	}
+	s := newSweeper(runDir, namedLogger(log, "sweep"), ops)
 	// The daemon's end closes its descriptors one by one, and the pipe
 	// that told us may close before the run dir's lock does: a lock held
 	// for a moment is the dying daemon's. One held on is a live run's (or
