@@ -58,88 +58,13 @@ var ErrClosed = errors.New("skillbox client closed")
 // connection to the daemon broke; whether they ran is unknown.
 var ErrConnectionLost = errors.New("connection to skillbox lost")
 
-// Error is an error the daemon returned for a call. Kind is data.kind (one of
-// the Kind constants); Data holds the other data fields, e.g.
-// confirmation_id for KindConfirmationRequired.
-type Error struct {
-	Code    int
-	Message string
-	Kind    string
-	Data    map[string]any
-}
-
-func (e *Error) Error() string {
-	if e.Kind == "" {
-		return e.Message
-	}
-	return e.Kind + ": " + e.Message
-}
-
-// UnmarshalJSON reads a JSON-RPC error object, lifting data.kind into Kind.
-func (e *Error) UnmarshalJSON(b []byte) error {
-	var w struct {
-		Code    int             `json:"code"`
-		Message string          `json:"message"`
-		Data    json.RawMessage `json:"data"`
-	}
-	if err := json.Unmarshal(b, &w); err != nil {
-		return err
-	}
-	e.Code, e.Message, e.Kind, e.Data = w.Code, w.Message, "", nil
-	var data map[string]any
-	if len(w.Data) > 0 && json.Unmarshal(w.Data, &data) == nil {
-		if k, ok := data["kind"].(string); ok {
-			e.Kind = k
-		}
-		delete(data, "kind")
-		if len(data) > 0 {
-			e.Data = data
-		}
-	} else if len(w.Data) > 0 && string(w.Data) != "null" {
-		e.Data = map[string]any{"data": json.RawMessage(w.Data)}
-	}
-	return nil
-}
-
-// MarshalJSON writes the error back in wire form.
-func (e *Error) MarshalJSON() ([]byte, error) {
-	data := map[string]any{}
-	for k, v := range e.Data {
-		data[k] = v
-	}
-	if e.Kind != "" {
-		data["kind"] = e.Kind
-	}
-	return json.Marshal(struct {
-		Code    int            `json:"code"`
-		Message string         `json:"message"`
-		Data    map[string]any `json:"data,omitempty"`
-	}{e.Code, e.Message, data})
-}
-
-// ConfirmationRequired returns the confirmation to get approved when the
-// daemon held a run for approval.
-func (e *Error) ConfirmationRequired() (*api.ConfirmationRequiredData, bool) {
-	if e.Kind != api.KindConfirmationRequired {
-		return nil, false
-	}
-	b, err := json.Marshal(e.Data)
-	if err != nil {
-		return nil, false
-	}
-	var d api.ConfirmationRequiredData
-	if json.Unmarshal(b, &d) != nil || d.ConfirmationID == "" {
-		return nil, false
-	}
-	return &d, true
-}
-
-// Is makes an error match the api sentinel of its kind, so
-// errors.Is(err, api.ErrDenied) works across the socket as it does in
-// process.
-func (e *Error) Is(target error) bool {
-	return e.Kind != "" && target == api.Sentinel(e.Kind)
-}
+// Error is an error the daemon returned for a call: the wire error type
+// the daemon encodes (api.Error). Kind is data.kind (one of the api.Kind
+// constants); Data holds the other data fields, e.g. confirmation_id for
+// api.KindConfirmationRequired (see ConfirmationRequired). It unwraps to its
+// kind's sentinel, so errors.Is(err, api.ErrDenied) works across the socket
+// as it does in process.
+type Error = api.Error
 
 // IsKind reports whether err is an RPC error of kind.
 func IsKind(err error, kind string) bool {

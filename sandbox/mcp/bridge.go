@@ -24,41 +24,31 @@ type Bridge struct {
 
 var _ api.Service = (*Bridge)(nil)
 
-// remoteError is a daemon error as the service's own errors look: its
-// kind's sentinel (api.KindOf), its data (api.ErrorData) and the message.
-type remoteError struct {
-	msg  string
-	kind error
-	data map[string]any
-}
-
-func (e *remoteError) Error() string             { return e.msg }
-func (e *remoteError) Unwrap() error             { return e.kind }
-func (e *remoteError) ErrorData() map[string]any { return e.data }
-
-// fromClient turns a client error into a service-shaped one; a confirmation
-// request becomes *api.ConfirmationRequiredError, pending when it names a
-// confirmation the call passed, with the confirmation_ids of held hooks
-// kept in its data.
+// fromClient turns a client error into a service-shaped one: a
+// confirmation request becomes *api.ConfirmationRequiredError, pending when
+// it names a confirmation the call passed, with the confirmation_ids of held
+// hooks kept in its data; any other daemon error is the wire error
+// (*api.Error), which matches its kind's sentinel and carries its data; a
+// lost connection is unavailable.
 func fromClient(err error, passed ...string) error {
-	var ce *client.Error
-	if !errors.As(err, &ce) {
+	var we *api.Error
+	if !errors.As(err, &we) {
 		if errors.Is(err, client.ErrConnectionLost) || errors.Is(err, client.ErrClosed) {
 			return errors.Join(api.ErrUnavailable, err)
 		}
 		return err
 	}
-	if d, ok := ce.ConfirmationRequired(); ok {
+	if d, ok := we.ConfirmationRequired(); ok {
 		cr := &api.ConfirmationRequiredError{
 			ID: d.ConfirmationID, Reason: d.Reason, Rule: d.Rule, Digest: d.Digest,
 			Pending: d.ConfirmationID != "" && slices.Contains(passed, d.ConfirmationID),
 		}
-		if ids, ok := ce.Data["confirmation_ids"]; ok {
+		if ids, ok := we.Data["confirmation_ids"]; ok {
 			return api.WithData(cr, map[string]any{"confirmation_ids": ids})
 		}
 		return cr
 	}
-	return &remoteError{msg: ce.Message, kind: api.Sentinel(ce.Kind), data: ce.Data}
+	return err
 }
 
 func (b *Bridge) CreateSession(ctx context.Context, _ api.Peer, p api.CreateSessionParams) (*api.CreateSessionResult, error) {
