@@ -178,7 +178,7 @@ func TestDaemonActivateRenderCommands(t *testing.T) {
 	d.start()
 	c := d.client()
 	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 
 	res := must[*api.ActivateResult](t, "activate render-demo")(c.Activate(ctx, api.ActivateParams{
 		SessionID: sid, Name: "render-demo", Arguments: `42 "two words"`,
@@ -343,21 +343,21 @@ Body.
 	ctx := ctxT(t)
 
 	// Bound skills: the reviewer agent starts with hooked and evolving.
-	cs := must[*api.CreateSessionResult](t, "sessions.create agent")(c.CreateSessionWith(ctx, api.CreateSessionParams{Agent: "reviewer"}))
+	cs := must[*api.CreateSessionResult](t, "sessions.create agent")(c.CreateSession(ctx, api.Peer{}, api.CreateSessionParams{Agent: "reviewer"}))
 	sid := cs.SessionID
-	ins := must[*api.InstructionsResult](t, "instructions")(c.Instructions(ctx, sid))
+	ins := must[*api.InstructionsResult](t, "instructions")(c.Instructions(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
 	for _, want := range []string{"Never delete files.", "Version one."} {
 		if !strings.Contains(ins.Instructions, want) {
 			t.Errorf("the reviewer's session lacks %q in its active skills", want)
 		}
 	}
-	_, err := c.CreateSessionWith(ctx, api.CreateSessionParams{UsesSkills: []string{"no-such-skill"}})
+	_, err := c.CreateSession(ctx, api.Peer{}, api.CreateSessionParams{UsesSkills: []string{"no-such-skill"}})
 	wantKind(t, "uses_skills with an unknown skill", err, api.KindNotFound)
-	_, err = c.CreateSessionWith(ctx, api.CreateSessionParams{Agent: "nobody"})
+	_, err = c.CreateSession(ctx, api.Peer{}, api.CreateSessionParams{Agent: "nobody"})
 	wantKind(t, "unknown agent", err, api.KindNotFound)
 
 	// Token counts.
-	list := must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.ListSkillsParams{SessionID: sid}))
+	list := must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.Peer{}, api.ListSkillsParams{SessionID: sid}))
 	for _, s := range list {
 		if s.Tokens <= 0 || s.BodyTokens <= 0 {
 			t.Errorf("skills.list %s: tokens %d, body %d", s.Name, s.Tokens, s.BodyTokens)
@@ -371,7 +371,7 @@ Body.
 	check := func(tool, command string) *api.CheckToolResult {
 		t.Helper()
 		in, _ := json.Marshal(map[string]string{"command": command, "file_path": command})
-		return must[*api.CheckToolResult](t, "tools.check "+tool)(c.CheckTool(ctx, api.CheckToolParams{SessionID: sid, Tool: tool, Input: in}))
+		return must[*api.CheckToolResult](t, "tools.check "+tool)(c.CheckTool(ctx, api.Peer{}, api.CheckToolParams{SessionID: sid, Tool: tool, Input: in}))
 	}
 	if r := check("Bash", "rm -rf /tmp/x"); r.Decision != "deny" || !strings.Contains(r.Reason, "rm is blocked by the hooked skill") || !strings.Contains(r.Rule, "hook PreToolUse") {
 		t.Errorf("rm: %+v", r)
@@ -383,17 +383,17 @@ Body.
 	if r := check("Write", "/tmp/x"); r.Decision != "deny" || strings.Contains(r.Rule, "hook") {
 		t.Errorf("Write: %+v", r)
 	}
-	rep := must[*api.ReportToolResult](t, "tools.report")(c.ReportTool(ctx, api.ReportToolParams{
+	rep := must[*api.ReportToolResult](t, "tools.report")(c.ReportTool(ctx, api.Peer{}, api.ReportToolParams{
 		SessionID: sid, Tool: "Bash", Input: json.RawMessage(`{"command":"ls"}`), Result: json.RawMessage(`{"stdout":"a\nb\n"}`)}))
 	if !rep.Block || !strings.Contains(rep.Reason, "post hook saw the result") || len(rep.Hooks) != 1 || rep.Hooks[0].RunID == "" {
 		t.Errorf("tools.report: %+v", rep)
 	}
 
 	// A hook that hangs is killed at the policy's hook_timeout and denies.
-	sid2 := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	sid2 := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "load hanging")(c.Load(ctx, api.LoadParams{SessionID: sid2, Names: []string{"hanging"}}))
 	in, _ := json.Marshal(map[string]string{"file_path": "README.md"})
-	r := must[*api.CheckToolResult](t, "tools.check hanging")(c.CheckTool(ctx, api.CheckToolParams{SessionID: sid2, Tool: "Read", Input: in}))
+	r := must[*api.CheckToolResult](t, "tools.check hanging")(c.CheckTool(ctx, api.Peer{}, api.CheckToolParams{SessionID: sid2, Tool: "Read", Input: in}))
 	if r.Decision != "deny" || !strings.Contains(r.Reason, "did not answer within 3s") || !strings.Contains(r.Reason, "fail closed") {
 		t.Errorf("hanging hook: %+v", r)
 	}
@@ -474,10 +474,10 @@ Locked down.
 	}
 	bash := json.RawMessage(`{"command":"ls"}`)
 
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "load hook-guarded")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hook-guarded"}}))
 	report := api.ReportToolParams{SessionID: sid, Tool: "Bash", Input: bash, Result: json.RawMessage(`{"stdout":"x"}`)}
-	_, err := c.ReportTool(ctx, report)
+	_, err := c.ReportTool(ctx, api.Peer{}, report)
 	conf, ok := wantKind(t, "tools.report with a guarded hook", err, api.KindConfirmationRequired).ConfirmationRequired()
 	if !ok || !strings.Contains(conf.Rule, "guarded-hooks") {
 		t.Fatalf("confirmation data of %v", err)
@@ -487,28 +487,28 @@ Locked down.
 	}
 	must[*api.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
 	report.ConfirmationID = conf.ConfirmationID
-	rep := must[*api.ReportToolResult](t, "approved tools.report")(c.ReportTool(ctx, report))
+	rep := must[*api.ReportToolResult](t, "approved tools.report")(c.ReportTool(ctx, api.Peer{}, report))
 	if len(rep.Hooks) != 1 || rep.Hooks[0].RunID == "" || rep.Hooks[0].ExitCode != 0 || rep.Block || hookRuns("hook-guarded") != 1 {
 		t.Fatalf("approved hook: %+v, %d runs", rep, hookRuns("hook-guarded"))
 	}
-	_, err = c.ReportTool(ctx, report)
+	_, err = c.ReportTool(ctx, api.Peer{}, report)
 	wantKind(t, "the approval used again", err, api.KindConfirmationRequired)
 	if n := hookRuns("hook-guarded"); n != 1 {
 		t.Fatalf("the hook ran %d times on one approval", n)
 	}
 	// A call policy denies (Write is in no rule) runs no hook.
-	rep = must[*api.ReportToolResult](t, "tools.report Write")(c.ReportTool(ctx, api.ReportToolParams{SessionID: sid, Tool: "Write", Input: json.RawMessage(`{"file_path":"/tmp/x"}`)}))
+	rep = must[*api.ReportToolResult](t, "tools.report Write")(c.ReportTool(ctx, api.Peer{}, api.ReportToolParams{SessionID: sid, Tool: "Write", Input: json.RawMessage(`{"file_path":"/tmp/x"}`)}))
 	if rep.Decision != "deny" || !rep.Block || len(rep.Hooks) != 0 {
 		t.Errorf("tools.report of a denied call: %+v", rep)
 	}
 
-	lsid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	lsid := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "load hook-locked")(c.Load(ctx, api.LoadParams{SessionID: lsid, Names: []string{"hook-locked"}}))
-	chk := must[*api.CheckToolResult](t, "tools.check")(c.CheckTool(ctx, api.CheckToolParams{SessionID: lsid, Tool: "Bash", Input: bash}))
+	chk := must[*api.CheckToolResult](t, "tools.check")(c.CheckTool(ctx, api.Peer{}, api.CheckToolParams{SessionID: lsid, Tool: "Bash", Input: bash}))
 	if chk.Decision != "deny" || !strings.Contains(chk.Reason, "policy does not let the hook run") {
 		t.Errorf("tools.check with a denied hook: %+v", chk)
 	}
-	rep = must[*api.ReportToolResult](t, "tools.report")(c.ReportTool(ctx, api.ReportToolParams{SessionID: lsid, Tool: "Bash", Input: bash}))
+	rep = must[*api.ReportToolResult](t, "tools.report")(c.ReportTool(ctx, api.Peer{}, api.ReportToolParams{SessionID: lsid, Tool: "Bash", Input: bash}))
 	if !rep.Block || len(rep.Hooks) != 1 || rep.Hooks[0].RunID != "" || !strings.Contains(rep.Reason, "policy does not let the hook run") {
 		t.Errorf("tools.report with a denied hook: %+v", rep)
 	}
@@ -547,11 +547,11 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	d.start()
 	c := d.client()
 	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 
 	digestOf := func(name string) string {
 		t.Helper()
-		for _, s := range must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.ListSkillsParams{})) {
+		for _, s := range must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.Peer{}, api.ListSkillsParams{})) {
 			if s.Name == name {
 				return s.Digest
 			}
@@ -585,7 +585,7 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	old := digestOf("pinned-one")
 	must[*api.LoadResult](t, "load pinned")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"pinned-one"}}))
 	run := api.RunScriptParams{SessionID: sid, Skill: "pinned-one", Path: "scripts/hi.sh"}
-	if r := must[*api.RunScriptResult](t, "run pinned")(c.RunScript(ctx, run)); !strings.Contains(r.Stdout, "hello from the pinned version") {
+	if r := must[*api.RunScriptResult](t, "run pinned")(c.RunScript(ctx, api.Peer{}, run)); !strings.Contains(r.Stdout, "hello from the pinned version") {
 		t.Fatalf("run: %+v", r)
 	}
 
@@ -597,7 +597,7 @@ func TestDaemonLockAndProposals(t *testing.T) {
 		t.Fatal(err)
 	}
 	cur := waitDigest("pinned-one", old)
-	_, err = c.RunScript(ctx, run)
+	_, err = c.RunScript(ctx, api.Peer{}, run)
 	if e := wantKind(t, "run after the edit", err, api.KindInvalidParams); !strings.Contains(e.Message, old) || !strings.Contains(e.Message, cur) {
 		t.Errorf("run refusal names neither digest: %s", e.Message)
 	}
@@ -612,9 +612,9 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "modified scripts/hi.sh") {
 		t.Errorf("skillbox skills diff: %v\n%s", err, out)
 	}
-	must[*api.LockResult](t, "re-lock")(c.LockSkills(ctx, api.LockParams{Names: []string{"pinned-one"}}))
+	must[*api.LockResult](t, "re-lock")(c.LockSkills(ctx, api.Peer{}, api.LockParams{Names: []string{"pinned-one"}}))
 	must[*api.LoadResult](t, "load re-locked")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"pinned-one"}}))
-	if r := must[*api.RunScriptResult](t, "run re-locked")(c.RunScript(ctx, run)); r.ExitCode == 0 {
+	if r := must[*api.RunScriptResult](t, "run re-locked")(c.RunScript(ctx, api.Peer{}, run)); r.ExitCode == 0 {
 		t.Errorf("Echo is not a command, the run should fail: %+v", r)
 	}
 	recs := d.records()
@@ -632,7 +632,7 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	}
 
 	// ---- proposals ----
-	must[*api.LockResult](t, "lock evolving")(c.LockSkills(ctx, api.LockParams{Names: []string{"evolving"}}))
+	must[*api.LockResult](t, "lock evolving")(c.LockSkills(ctx, api.Peer{}, api.LockParams{Names: []string{"evolving"}}))
 	must[*api.LoadResult](t, "load evolving")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"evolving", "frozen"}, Mode: api.LoadAdd}))
 	base := digestOf("evolving")
 	diff := func(from, to string) string {
@@ -665,7 +665,7 @@ func TestDaemonLockAndProposals(t *testing.T) {
 		t.Errorf("proposals approve:\n%s", out)
 	}
 	now := waitDigest("evolving", base)
-	shown := must[*api.Proposal](t, "show applied")(c.ShowProposal(ctx, api.ProposalIDParams{ID: p1.ID}))
+	shown := must[*api.Proposal](t, "show applied")(c.ShowProposal(ctx, api.Peer{}, api.ProposalIDParams{ID: p1.ID}))
 	if shown.State != api.ProposalApplied || shown.NewDigest != now || !shown.LockUpdated {
 		t.Errorf("applied proposal: %+v (skill now %s)", shown, now)
 	}
@@ -673,7 +673,7 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	if err != nil || lock.Skills["evolving"].Digest != now {
 		t.Errorf("the lock does not follow the approved proposal: %v %+v", err, lock)
 	}
-	sid2 := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	sid2 := must[string](t, "sessions.create")(c.NewSession(ctx))
 	act := must[*api.ActivateResult](t, "activate evolving")(c.Activate(ctx, api.ActivateParams{SessionID: sid2, Name: "evolving"}))
 	if !strings.Contains(act.Body, "Version two.") || act.Digest != now {
 		t.Errorf("the new body is not served: %+v", act)
@@ -694,7 +694,7 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	frozen := digestOf("frozen")
 	p3 := must[*api.Proposal](t, "propose frozen")(c.Propose(ctx, api.ProposeParams{SessionID: sid, Skill: "frozen",
 		Diff: "--- a/SKILL.md\n+++ b/SKILL.md\n@@ -5 +5 @@\n-Old text.\n+New text.\n", Justification: "update"}))
-	p3 = must[*api.Proposal](t, "approve frozen")(c.ApproveProposal(ctx, api.ProposalIDParams{ID: p3.ID}))
+	p3 = must[*api.Proposal](t, "approve frozen")(c.ApproveProposal(ctx, api.Peer{}, api.ProposalIDParams{ID: p3.ID}))
 	patch, err := os.ReadFile(p3.PatchFile)
 	if p3.State != api.ProposalExported || err != nil || !bytes.Contains(patch, []byte("+New text.")) {
 		t.Errorf("read-only root: %+v, patch %v", p3, err)
