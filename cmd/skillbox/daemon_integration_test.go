@@ -464,20 +464,20 @@ func TestDaemonWalkthrough(t *testing.T) {
 		}
 	}
 
-	_, err := c.Read(ctx, api.ReadParams{SessionID: sid, Path: "SKILL.md"})
+	_, err := c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "SKILL.md"})
 	wantKind(t, "read before load", err, api.KindInvalidParams)
 
-	lr := must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
+	lr := must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
 	if len(lr.ActiveSkills) != 1 || lr.ActiveSkills[0].Digest != names["hello-python"].Digest || lr.ActiveSkills[0].RootDir == "" {
 		t.Fatalf("load receipt: %+v", lr)
 	}
 
-	rr := must[*api.ReadResult](t, "skills.read")(c.Read(ctx, api.ReadParams{SessionID: sid, Path: "references/usage.md"}))
+	rr := must[*api.ReadResult](t, "skills.read")(c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "references/usage.md"}))
 	if rr.Skill != "hello-python" || rr.Size == 0 || rr.Content == "" || len(rr.SHA256) != 64 {
 		t.Errorf("read: %+v", rr)
 	}
 	for _, p := range []string{"../shell-tools/SKILL.md", "/etc/passwd", "references/../../../../../etc/shadow"} {
-		_, err := c.Read(ctx, api.ReadParams{SessionID: sid, Path: p})
+		_, err := c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: p})
 		wantKind(t, "escape read "+p, err, api.KindInvalidParams)
 	}
 
@@ -499,7 +499,7 @@ func TestDaemonWalkthrough(t *testing.T) {
 	}
 
 	// The guarded skill needs an approver; root is one.
-	must[*api.LoadResult](t, "load guarded")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}, Mode: api.LoadAdd}))
+	must[*api.LoadResult](t, "load guarded")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}, Mode: api.LoadAdd}))
 	deploy := api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"web", "staging", "1.2.3"}}
 	_, err = c.RunScript(ctx, api.Peer{}, deploy)
 	ce := wantKind(t, "guarded run", err, api.KindConfirmationRequired)
@@ -511,7 +511,7 @@ func TestDaemonWalkthrough(t *testing.T) {
 	if len(pending) != 1 || pending[0].ID != conf.ConfirmationID {
 		t.Fatalf("pending confirmations: %+v", pending)
 	}
-	approved := must[*api.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
+	approved := must[*api.Confirmation](t, "approve")(c.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: conf.ConfirmationID}))
 	if approved.State != api.ConfirmationApproved {
 		t.Fatalf("approve: %+v", approved)
 	}
@@ -527,7 +527,7 @@ func TestDaemonWalkthrough(t *testing.T) {
 	_, err = c.RunScript(ctx, api.Peer{}, deploy)
 	wantKind(t, "same confirmation again", err, api.KindInvalidParams)
 
-	ur := must[*api.LoadResult](t, "unload")(c.Unload(ctx, api.UnloadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
+	ur := must[*api.LoadResult](t, "unload")(c.UnloadSkills(ctx, api.Peer{}, api.UnloadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
 	if len(ur.ActiveSkills) != 1 || ur.ActiveSkills[0].Name != "hello-python" {
 		t.Fatalf("unload: %+v", ur)
 	}
@@ -588,7 +588,7 @@ func TestDaemonWalkthrough(t *testing.T) {
 				errs <- fmt.Errorf("session %d: %w", i, err)
 				return
 			}
-			if _, err := cl.Load(ctx, api.LoadParams{SessionID: s, Names: []string{"hello-python"}}); err != nil {
+			if _, err := cl.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: s, Names: []string{"hello-python"}}); err != nil {
 				errs <- fmt.Errorf("session %d: load: %w", i, err)
 				return
 			}
@@ -655,10 +655,10 @@ func TestDaemonRefusedCallsInAuditLog(t *testing.T) {
 	c := d.client()
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	_, err := c.Read(ctx, api.ReadParams{SessionID: sid, Path: "SKILL.md"})
+	_, err := c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "SKILL.md"})
 	wantKind(t, "read before load", err, api.KindInvalidParams)
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
-	_, err = c.Read(ctx, api.ReadParams{SessionID: sid, Path: "../shell-tools/SKILL.md"})
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
+	_, err = c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "../shell-tools/SKILL.md"})
 	wantKind(t, "escaping read", err, api.KindInvalidParams)
 
 	nc, err := net.Dial("unix", d.socket)
@@ -759,7 +759,7 @@ func TestDaemonShutdownSignals(t *testing.T) {
 	d.start()
 	c = d.client()
 	sid = must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
 	runErr := make(chan error, 1)
 	go func() {
 		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 20 * 60 * 1000})
@@ -886,7 +886,7 @@ func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
 
 	// Root's session, with a skill loaded and a confirmation pending.
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
 	_, err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"api", "staging"}})
 	conf, _ := wantKind(t, "guarded run", err, api.KindConfirmationRequired).ConfirmationRequired()
 
@@ -1013,10 +1013,10 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 	ctx := ctxT(t)
 
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	lr := must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"shell-tools"}}))
+	lr := must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"shell-tools"}}))
 	digest := lr.ActiveSkills[0].Digest
-	must[*api.ReadResult](t, "read")(c.Read(ctx, api.ReadParams{SessionID: sid, Path: "scripts/count.sh"}))
-	_, err := c.Read(ctx, api.ReadParams{SessionID: sid, Path: "../hello-python/SKILL.md"})
+	must[*api.ReadResult](t, "read")(c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "scripts/count.sh"}))
+	_, err := c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "../hello-python/SKILL.md"})
 	wantKind(t, "refused read", err, api.KindInvalidParams)
 	res := must[*api.RunScriptResult](t, "run")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{
 		SessionID: sid, Path: "scripts/count.sh", Args: []string{"in.txt"},
@@ -1028,7 +1028,7 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 	}
 	// A second session whose script leaves an output file.
 	sid2 := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load reporter")(c.Load(ctx, api.LoadParams{SessionID: sid2, Names: []string{"reporter"}}))
+	must[*api.LoadResult](t, "load reporter")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid2, Names: []string{"reporter"}}))
 	rep := must[*api.RunScriptResult](t, "report.sh")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid2, Path: "scripts/report.sh"}))
 	if rep.ExitCode != 0 || len(rep.Outputs) != 1 || rep.Outputs[0].Path != "outputs/report.txt" {
 		t.Fatalf("report.sh: %+v", rep)
@@ -1196,7 +1196,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	c := d.client()
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
 	must[*api.RunScriptResult](t, "run before the disk fills")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
 
 	// Fill the file system, then write small audited calls until the log
@@ -1272,7 +1272,7 @@ func TestDaemonCrashMidRun(t *testing.T) {
 	c := d.client()
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
 
 	runErr := make(chan error, 1)
 	go func() {
@@ -1370,7 +1370,7 @@ func TestDaemonClientDisconnectKillsRun(t *testing.T) {
 	ctx := ctxT(t)
 	c := d.client()
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
 
 	runErr := make(chan error, 1)
 	go func() {
@@ -1439,12 +1439,12 @@ func TestDaemonApprovedScriptCannotBeSwapped(t *testing.T) {
 	ctx := ctxT(t)
 	c := d.client()
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"guarded-swap"}}))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-swap"}}))
 	req := api.RunScriptParams{SessionID: sid, Path: "scripts/x.sh"}
 	_, err := c.RunScript(ctx, api.Peer{}, req)
 	ce := wantKind(t, "guarded run", err, api.KindConfirmationRequired)
 	conf, _ := ce.ConfirmationRequired()
-	must[*api.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
+	must[*api.Confirmation](t, "approve")(c.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: conf.ConfirmationID}))
 
 	// Swap the script by rename while the approved call is being set up,
 	// as an attacker with write access to the skills root would.

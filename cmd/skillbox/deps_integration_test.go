@@ -470,7 +470,7 @@ func depsDaemon(t *testing.T, f *runFixture, srvURL, ver string, made *[]string)
 	c := d.client()
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	lr := must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"load-skill"}}))
+	lr := must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"load-skill"}}))
 	if len(lr.ActiveSkills) != 1 {
 		t.Fatalf("load receipt: %+v", lr)
 	}

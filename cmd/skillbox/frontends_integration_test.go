@@ -65,7 +65,7 @@ func TestAuthorizationAcrossFrontEnds(t *testing.T) {
 	c := d.client()
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"open-hello", "guarded-hello", "blocked-hello"}}))
+	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"open-hello", "guarded-hello", "blocked-hello"}}))
 	viaRPC := func(r frontEndRun) frontEndOutcome {
 		res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Skill: r.skill, Path: r.path, Env: r.env})
 		if err != nil {

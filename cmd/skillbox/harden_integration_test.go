@@ -88,7 +88,7 @@ func TestDaemonKill9KeepsDeadline(t *testing.T) {
 			c := d.client()
 			ctx := ctxT(t)
 			sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-			must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+			must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
 
 			const limit = 5 * time.Second
 			runErr := make(chan error, 1)
@@ -368,7 +368,7 @@ func TestDaemonFloodOneUID(t *testing.T) {
 	if confID == "" {
 		t.Fatal("the approver does not see the other uid's confirmation")
 	}
-	must[*api.Confirmation](t, "approve during the flood")(root.Approve(ctx, confID))
+	must[*api.Confirmation](t, "approve during the flood")(root.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: confID}))
 	if out, stderr, code = as(other, "skills.run_script", deploy+`,"confirmation_id":"`+confID+`"}`); code != 0 {
 		t.Fatalf("approved run during the flood: exit %d\n%s\n%s", code, out, stderr)
 	}

@@ -85,7 +85,7 @@ policy "net-x" {
 	run := func(name string) *api.RunScriptResult {
 		t.Helper()
 		sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-		lr := must[*api.LoadResult](t, "skills.load "+name)(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{name}}))
+		lr := must[*api.LoadResult](t, "skills.load "+name)(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{name}}))
 		if len(lr.ActiveSkills) != 1 || lr.ActiveSkills[0].Name != name || lr.ActiveSkills[0].RootDir != filepath.Join(root, name) {
 			t.Errorf("skills.load %s: %+v, want the skill in %s", name, lr.ActiveSkills, filepath.Join(root, name))
 		}
@@ -108,7 +108,7 @@ policy "net-x" {
 	}
 
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	_, err = c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"dup-x"}})
+	_, err = c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"dup-x"}})
 	if e := wantKind(t, "skills.load dup-x", err, api.KindDenied); e != nil {
 		for _, want := range []string{`"dup-x" is claimed by 2`, "group-a/dup-x", "group-b/dup-x", "rename or remove"} {
 			if !strings.Contains(e.Message, want) {

@@ -281,7 +281,7 @@ func skillsRender(c *cli.Context) error {
 		}
 		defer cl.CloseSession(context.WithoutCancel(c.Context), api.Peer{}, api.SessionParams{SessionID: sid})
 		p.SessionID = sid
-		res, err = cl.Activate(c.Context, p)
+		res, err = cl.ActivateSkill(c.Context, api.Peer{}, p)
 	} else {
 		svc, _, done, lerr := oneShotService(c, true)
 		if lerr != nil {

@@ -186,7 +186,7 @@ func TestDaemonRunFilesPrivate(t *testing.T) {
 			inputSecret := "INPUT-SECRET-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			envSecret := "ENV-SECRET-" + strconv.FormatInt(time.Now().UnixNano()+1, 36)
 			sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-			must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"leaker"}}))
+			must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"leaker"}}))
 			if tc.pool > 0 {
 				// Let the pool boot its sandbox, so that the run is warm.
 				time.Sleep(5 * time.Second)

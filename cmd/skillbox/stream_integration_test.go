@@ -76,7 +76,7 @@ func tickerDaemon(t *testing.T) (*itDaemon, *client.Client, *events, string) {
 	c.OnNotification(ev.handle)
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"ticker"}}))
+	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"ticker"}}))
 	return d, c, ev, sid
 }
 
@@ -236,7 +236,7 @@ func TestDaemonSlowReaderDoesNotStallOthers(t *testing.T) {
 	// Meanwhile another client works normally, runs included.
 	c := d.client()
 	sid2 := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid2, Names: []string{"flood"}}))
+	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid2, Names: []string{"flood"}}))
 	for i := 0; i < 3; i++ {
 		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid2, Path: "scripts/hi.sh", Stream: true}))
 		if res.Stdout != "hi\n" {

@@ -96,7 +96,7 @@ func TestDaemonWarmPool(t *testing.T) {
 	c := d.client()
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"prober"}}))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"prober"}}))
 	d.waitWarm(t, 2)
 
 	run := func(args ...string) (*api.RunScriptResult, probe) {
@@ -165,7 +165,7 @@ func TestDaemonWarmPool(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	// The session holds the old digest; loading again takes the new one.
-	must[*api.LoadResult](t, "reload")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"prober"}}))
+	must[*api.LoadResult](t, "reload")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"prober"}}))
 	r3, _ := run()
 	if !strings.Contains(r3.Stdout, "version 2") {
 		t.Errorf("the run after the change did not use the new version: %q", r3.Stdout)

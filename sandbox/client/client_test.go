@@ -148,14 +148,14 @@ func TestTypedMethodsRoundTrip(t *testing.T) {
 	if err := c.Call(ctx, api.MethodSkillsList, api.ListSkillsParams{}, &raw); err != nil || !strings.HasPrefix(string(raw), "[") {
 		t.Fatalf("skills.list on the wire = %s, %v; want a bare array", raw, err)
 	}
-	lr, err := c.Load(ctx, api.LoadParams{SessionID: id, Names: []string{"pdf"}, Mode: api.LoadAdd})
+	lr, err := c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: id, Names: []string{"pdf"}, Mode: api.LoadAdd})
 	if err != nil || lr.ActiveSkills[0].RootDir != "/s/pdf" || lr.Hints[0] != "mode=add" || lr.ActiveSkills[0].Properties["license"] != "MIT" {
 		t.Fatalf("Load = %+v, %v", lr, err)
 	}
-	if lr, err := c.Unload(ctx, api.UnloadParams{SessionID: id, All: true}); err != nil || len(lr.ActiveSkills) != 0 {
+	if lr, err := c.UnloadSkills(ctx, api.Peer{}, api.UnloadParams{SessionID: id, All: true}); err != nil || len(lr.ActiveSkills) != 0 {
 		t.Fatalf("Unload = %+v, %v", lr, err)
 	}
-	rr, err := c.Read(ctx, api.ReadParams{SessionID: id, Path: "SKILL.md", Offset: 1, Length: 2})
+	rr, err := c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: id, Path: "SKILL.md", Offset: 1, Length: 2})
 	if err != nil || rr.Content != "hello" || rr.Path != "SKILL.md" {
 		t.Fatalf("Read = %+v, %v", rr, err)
 	}
@@ -184,10 +184,10 @@ func TestTypedMethodsRoundTrip(t *testing.T) {
 	if len(cl) != 1 || !cl[0].Created.Equal(now) || cl[0].DecidedBy.Process != "skillbox" {
 		t.Fatalf("ListConfirmations = %+v, %v", cl, err)
 	}
-	if a, err := c.Approve(ctx, "cnf_9"); err != nil || a.ID != "cnf_9" {
+	if a, err := c.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: "cnf_9"}); err != nil || a.ID != "cnf_9" {
 		t.Fatalf("Approve = %+v, %v", a, err)
 	}
-	if d, err := c.Deny(ctx, "cnf_9"); err != nil || d.State != "denied" {
+	if d, err := c.DenyConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: "cnf_9"}); err != nil || d.State != "denied" {
 		t.Fatalf("Deny = %+v, %v", d, err)
 	}
 	if _, err := c.CloseSession(ctx, api.Peer{}, api.SessionParams{SessionID: id}); err != nil {

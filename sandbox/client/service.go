@@ -116,29 +116,14 @@ func (c *Client) LoadSkills(ctx context.Context, _ api.Peer, p api.LoadParams) (
 	return call[api.LoadResult](ctx, c, api.MethodSkillsLoad, p)
 }
 
-// Load is LoadSkills.
-func (c *Client) Load(ctx context.Context, p api.LoadParams) (*api.LoadResult, error) {
-	return c.LoadSkills(ctx, api.Peer{}, p)
-}
-
 // UnloadSkills deactivates skills and returns the updated receipt.
 func (c *Client) UnloadSkills(ctx context.Context, _ api.Peer, p api.UnloadParams) (*api.LoadResult, error) {
 	return call[api.LoadResult](ctx, c, api.MethodSkillsUnload, p)
 }
 
-// Unload is UnloadSkills.
-func (c *Client) Unload(ctx context.Context, p api.UnloadParams) (*api.LoadResult, error) {
-	return c.UnloadSkills(ctx, api.Peer{}, p)
-}
-
 // ReadSkillFile reads a file of a loaded skill.
 func (c *Client) ReadSkillFile(ctx context.Context, _ api.Peer, p api.ReadParams) (*api.ReadResult, error) {
 	return call[api.ReadResult](ctx, c, api.MethodSkillsRead, p)
-}
-
-// Read is ReadSkillFile.
-func (c *Client) Read(ctx context.Context, p api.ReadParams) (*api.ReadResult, error) {
-	return c.ReadSkillFile(ctx, api.Peer{}, p)
 }
 
 // RunScript runs a script of a loaded skill in a sandbox. When policy holds
@@ -228,29 +213,14 @@ func (c *Client) ApproveConfirmation(ctx context.Context, _ api.Peer, p api.Conf
 	return call[api.Confirmation](ctx, c, api.MethodConfirmationsApprove, p)
 }
 
-// Approve is ApproveConfirmation of id.
-func (c *Client) Approve(ctx context.Context, id string) (*api.Confirmation, error) {
-	return c.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: id})
-}
-
 // DenyConfirmation denies a confirmation; denials are final.
 func (c *Client) DenyConfirmation(ctx context.Context, _ api.Peer, p api.ConfirmationIDParams) (*api.Confirmation, error) {
 	return call[api.Confirmation](ctx, c, api.MethodConfirmationsDeny, p)
 }
 
-// Deny is DenyConfirmation of id.
-func (c *Client) Deny(ctx context.Context, id string) (*api.Confirmation, error) {
-	return c.DenyConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: id})
-}
-
 // ActivateSkill renders a skill's body for one invocation (skills.activate).
 func (c *Client) ActivateSkill(ctx context.Context, _ api.Peer, p api.ActivateParams) (*api.ActivateResult, error) {
 	return call[api.ActivateResult](ctx, c, api.MethodSkillsActivate, p, p.ConfirmationID)
-}
-
-// Activate is ActivateSkill.
-func (c *Client) Activate(ctx context.Context, p api.ActivateParams) (*api.ActivateResult, error) {
-	return c.ActivateSkill(ctx, api.Peer{}, p)
 }
 
 // ReportTool runs the active skills' PostToolUse hooks (tools.report).
@@ -261,11 +231,6 @@ func (c *Client) ReportTool(ctx context.Context, _ api.Peer, p api.ReportToolPar
 // ProposeChange stores a proposed change to a loaded skill (skills.propose).
 func (c *Client) ProposeChange(ctx context.Context, _ api.Peer, p api.ProposeParams) (*api.Proposal, error) {
 	return call[api.Proposal](ctx, c, api.MethodSkillsPropose, p)
-}
-
-// Propose is ProposeChange.
-func (c *Client) Propose(ctx context.Context, p api.ProposeParams) (*api.Proposal, error) {
-	return c.ProposeChange(ctx, api.Peer{}, p)
 }
 
 // ListProposals lists proposals (proposals.list).

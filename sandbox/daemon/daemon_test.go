@@ -798,7 +798,7 @@ func TestDaemonOverSocket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hello"}}); err != nil {
+	if _, err := cl.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"hello"}}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := cl.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh", Args: []string{"x"}})
