@@ -451,9 +451,9 @@ func TestDaemonWalkthrough(t *testing.T) {
 	c := d.client()
 	ctx := ctxT(t)
 
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 
-	list := must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.ListSkillsParams{SessionID: sid}))
+	list := must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.Peer{}, api.ListSkillsParams{SessionID: sid}))
 	names := map[string]api.SkillInfo{}
 	for _, s := range list {
 		names[s.Name] = s
@@ -464,24 +464,24 @@ func TestDaemonWalkthrough(t *testing.T) {
 		}
 	}
 
-	_, err := c.Read(ctx, api.ReadParams{SessionID: sid, Path: "SKILL.md"})
+	_, err := c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "SKILL.md"})
 	wantKind(t, "read before load", err, api.KindInvalidParams)
 
-	lr := must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
+	lr := must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
 	if len(lr.ActiveSkills) != 1 || lr.ActiveSkills[0].Digest != names["hello-python"].Digest || lr.ActiveSkills[0].RootDir == "" {
 		t.Fatalf("load receipt: %+v", lr)
 	}
 
-	rr := must[*api.ReadResult](t, "skills.read")(c.Read(ctx, api.ReadParams{SessionID: sid, Path: "references/usage.md"}))
+	rr := must[*api.ReadResult](t, "skills.read")(c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "references/usage.md"}))
 	if rr.Skill != "hello-python" || rr.Size == 0 || rr.Content == "" || len(rr.SHA256) != 64 {
 		t.Errorf("read: %+v", rr)
 	}
 	for _, p := range []string{"../shell-tools/SKILL.md", "/etc/passwd", "references/../../../../../etc/shadow"} {
-		_, err := c.Read(ctx, api.ReadParams{SessionID: sid, Path: p})
+		_, err := c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: p})
 		wantKind(t, "escape read "+p, err, api.KindInvalidParams)
 	}
 
-	res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.RunScriptParams{
+	res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{
 		SessionID: sid, Path: "scripts/hello.py", Args: []string{"a b", "c"}, Env: map[string]string{"GREETING_STYLE": "plain"},
 	}))
 	if res.ExitCode != 0 || res.Reason != "exit" || res.Runtime != "runsc" || res.Image != "python" || !strings.HasPrefix(res.ImageDigest, "sha256:") ||
@@ -490,7 +490,7 @@ func TestDaemonWalkthrough(t *testing.T) {
 	}
 	t.Logf("hello.py in gVisor: %d ms, stdout %q", res.DurationMS, res.Stdout)
 
-	ins := must[*api.InstructionsResult](t, "instructions")(c.Instructions(ctx, sid))
+	ins := must[*api.InstructionsResult](t, "instructions")(c.Instructions(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
 	for _, want := range []string{"<available_skills>", "</available_skills>", "<active_skills>", "</active_skills>",
 		"# Hello, Python", "scripts/hello.py", "guarded-deploy", "skills.load"} {
 		if !strings.Contains(ins.Instructions, want) {
@@ -499,35 +499,35 @@ func TestDaemonWalkthrough(t *testing.T) {
 	}
 
 	// The guarded skill needs an approver; root is one.
-	must[*api.LoadResult](t, "load guarded")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}, Mode: api.LoadAdd}))
+	must[*api.LoadResult](t, "load guarded")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}, Mode: api.LoadAdd}))
 	deploy := api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"web", "staging", "1.2.3"}}
-	_, err = c.RunScript(ctx, deploy)
+	_, err = c.RunScript(ctx, api.Peer{}, deploy)
 	ce := wantKind(t, "guarded run", err, api.KindConfirmationRequired)
 	conf, ok := ce.ConfirmationRequired()
 	if !ok || !strings.Contains(conf.Rule, "needs-approval") {
 		t.Fatalf("confirmation data: %+v", ce.Data)
 	}
-	pending := must[[]api.Confirmation](t, "confirmations.list")(c.ListConfirmations(ctx, api.ListConfirmationsParams{State: "pending"}))
+	pending := must[*api.ListConfirmationsResult](t, "confirmations.list")(c.ListConfirmations(ctx, api.Peer{}, api.ListConfirmationsParams{State: "pending"})).Confirmations
 	if len(pending) != 1 || pending[0].ID != conf.ConfirmationID {
 		t.Fatalf("pending confirmations: %+v", pending)
 	}
-	approved := must[*api.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
+	approved := must[*api.Confirmation](t, "approve")(c.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: conf.ConfirmationID}))
 	if approved.State != api.ConfirmationApproved {
 		t.Fatalf("approve: %+v", approved)
 	}
 	deploy.ConfirmationID = conf.ConfirmationID
-	res = must[*api.RunScriptResult](t, "approved run")(c.RunScript(ctx, deploy))
+	res = must[*api.RunScriptResult](t, "approved run")(c.RunScript(ctx, api.Peer{}, deploy))
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "deployed web@1.2.3 to staging (simulated)") {
 		t.Fatalf("approved run: %+v", res)
 	}
 	other := deploy
 	other.Args = []string{"web", "production", "1.2.3"}
-	_, err = c.RunScript(ctx, other)
+	_, err = c.RunScript(ctx, api.Peer{}, other)
 	wantKind(t, "same confirmation, other args", err, api.KindInvalidParams)
-	_, err = c.RunScript(ctx, deploy)
+	_, err = c.RunScript(ctx, api.Peer{}, deploy)
 	wantKind(t, "same confirmation again", err, api.KindInvalidParams)
 
-	ur := must[*api.LoadResult](t, "unload")(c.Unload(ctx, api.UnloadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
+	ur := must[*api.LoadResult](t, "unload")(c.UnloadSkills(ctx, api.Peer{}, api.UnloadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
 	if len(ur.ActiveSkills) != 1 || ur.ActiveSkills[0].Name != "hello-python" {
 		t.Fatalf("unload: %+v", ur)
 	}
@@ -583,16 +583,16 @@ func TestDaemonWalkthrough(t *testing.T) {
 				return
 			}
 			defer cl.Close()
-			s, err := cl.CreateSession(ctx)
+			s, err := cl.NewSession(ctx)
 			if err != nil {
 				errs <- fmt.Errorf("session %d: %w", i, err)
 				return
 			}
-			if _, err := cl.Load(ctx, api.LoadParams{SessionID: s, Names: []string{"hello-python"}}); err != nil {
+			if _, err := cl.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: s, Names: []string{"hello-python"}}); err != nil {
 				errs <- fmt.Errorf("session %d: load: %w", i, err)
 				return
 			}
-			r, err := cl.RunScript(ctx, api.RunScriptParams{SessionID: s, Path: "scripts/hello.py", Args: []string{fmt.Sprintf("run-%d", i)}})
+			r, err := cl.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: s, Path: "scripts/hello.py", Args: []string{fmt.Sprintf("run-%d", i)}})
 			if err != nil {
 				errs <- fmt.Errorf("session %d: run: %w", i, err)
 				return
@@ -612,12 +612,12 @@ func TestDaemonWalkthrough(t *testing.T) {
 	d.stop()
 	d.start()
 	c2 := d.client()
-	ins = must[*api.InstructionsResult](t, "instructions after restart")(c2.Instructions(ctx, sid))
+	ins = must[*api.InstructionsResult](t, "instructions after restart")(c2.Instructions(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
 	if !strings.Contains(ins.ActiveSkills, `name="hello-python"`) || strings.Contains(ins.ActiveSkills, `name="guarded-deploy"`) {
 		t.Errorf("after restart the session's active skills are:\n%s", ins.ActiveSkills)
 	}
 	// And it still runs.
-	res = must[*api.RunScriptResult](t, "run after restart")(c2.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
+	res = must[*api.RunScriptResult](t, "run after restart")(c2.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
 	if res.ExitCode != 0 {
 		t.Errorf("run after restart: %+v", res)
 	}
@@ -654,11 +654,11 @@ func TestDaemonRefusedCallsInAuditLog(t *testing.T) {
 	d.start()
 	c := d.client()
 	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	_, err := c.Read(ctx, api.ReadParams{SessionID: sid, Path: "SKILL.md"})
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	_, err := c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "SKILL.md"})
 	wantKind(t, "read before load", err, api.KindInvalidParams)
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
-	_, err = c.Read(ctx, api.ReadParams{SessionID: sid, Path: "../shell-tools/SKILL.md"})
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
+	_, err = c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "../shell-tools/SKILL.md"})
 	wantKind(t, "escaping read", err, api.KindInvalidParams)
 
 	nc, err := net.Dial("unix", d.socket)
@@ -741,9 +741,9 @@ func TestDaemonShutdownSignals(t *testing.T) {
 
 	// A clean stop: the sweepers' last sweep saves the session's last use
 	// before the state database is closed.
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 	time.Sleep(20 * time.Millisecond)
-	must[*api.InstructionsResult](t, "instructions")(c.Instructions(ctx, sid))
+	must[*api.InstructionsResult](t, "instructions")(c.Instructions(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
 	d.stop()
 	st, err := store.OpenStateDB(d.stateDir)
 	if err != nil {
@@ -758,11 +758,11 @@ func TestDaemonShutdownSignals(t *testing.T) {
 	// A run in flight, then two signals.
 	d.start()
 	c = d.client()
-	sid = must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+	sid = must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
 	runErr := make(chan error, 1)
 	go func() {
-		_, err := c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 20 * 60 * 1000})
+		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 20 * 60 * 1000})
 		runErr <- err
 	}()
 	var runID string
@@ -885,9 +885,9 @@ func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
 	}
 
 	// Root's session, with a skill loaded and a confirmation pending.
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
-	_, err = c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"api", "staging"}})
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
+	_, err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"api", "staging"}})
 	conf, _ := wantKind(t, "guarded run", err, api.KindConfirmationRequired).ConfirmationRequired()
 
 	// nobody cannot see or use root's session ...
@@ -921,7 +921,7 @@ func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &created); err != nil || created.SessionID == "" {
 		t.Fatalf("sessions.create output %q: %v", out, err)
 	}
-	_, err = c.Instructions(ctx, created.SessionID)
+	_, err = c.Instructions(ctx, api.Peer{}, api.SessionParams{SessionID: created.SessionID})
 	wantKind(t, "root reads nobody's session", err, api.KindNotFound)
 	_, stderr, code = asNobody("sessions.instructions", `{"session_id":"`+created.SessionID+`"}`)
 	if code != 0 {
@@ -929,7 +929,7 @@ func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
 	}
 
 	// Root's confirmation was not touched.
-	list := must[[]api.Confirmation](t, "list")(c.ListConfirmations(ctx, api.ListConfirmationsParams{}))
+	list := must[*api.ListConfirmationsResult](t, "list")(c.ListConfirmations(ctx, api.Peer{}, api.ListConfirmationsParams{})).Confirmations
 	if len(list) != 1 || list[0].State != api.ConfirmationPending {
 		t.Errorf("root's confirmation after nobody's attempts: %+v", list)
 	}
@@ -1012,13 +1012,13 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 	c := d.client()
 	ctx := ctxT(t)
 
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	lr := must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"shell-tools"}}))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	lr := must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"shell-tools"}}))
 	digest := lr.ActiveSkills[0].Digest
-	must[*api.ReadResult](t, "read")(c.Read(ctx, api.ReadParams{SessionID: sid, Path: "scripts/count.sh"}))
-	_, err := c.Read(ctx, api.ReadParams{SessionID: sid, Path: "../hello-python/SKILL.md"})
+	must[*api.ReadResult](t, "read")(c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "scripts/count.sh"}))
+	_, err := c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "../hello-python/SKILL.md"})
 	wantKind(t, "refused read", err, api.KindInvalidParams)
-	res := must[*api.RunScriptResult](t, "run")(c.RunScript(ctx, api.RunScriptParams{
+	res := must[*api.RunScriptResult](t, "run")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{
 		SessionID: sid, Path: "scripts/count.sh", Args: []string{"in.txt"},
 		Env:   map[string]string{"SECRET_TOKEN": "hunter2", "MODE": "x"},
 		Files: []api.File{api.NewFile("in.txt", []byte("one two\nthree\n"))},
@@ -1027,9 +1027,9 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 		t.Fatalf("count.sh: %+v", res)
 	}
 	// A second session whose script leaves an output file.
-	sid2 := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "load reporter")(c.Load(ctx, api.LoadParams{SessionID: sid2, Names: []string{"reporter"}}))
-	rep := must[*api.RunScriptResult](t, "report.sh")(c.RunScript(ctx, api.RunScriptParams{SessionID: sid2, Path: "scripts/report.sh"}))
+	sid2 := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load reporter")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid2, Names: []string{"reporter"}}))
+	rep := must[*api.RunScriptResult](t, "report.sh")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid2, Path: "scripts/report.sh"}))
 	if rep.ExitCode != 0 || len(rep.Outputs) != 1 || rep.Outputs[0].Path != "outputs/report.txt" {
 		t.Fatalf("report.sh: %+v", rep)
 	}
@@ -1202,9 +1202,9 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	d.start()
 	c := d.client()
 	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
-	must[*api.RunScriptResult](t, "run before the disk fills")(c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
+	must[*api.RunScriptResult](t, "run before the disk fills")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
 
 	// Fill the file system, then write small audited calls until the log
 	// hits the wall (the last page of its file may still have had room).
@@ -1225,7 +1225,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	f.Close()
 	full := false
 	for i := 0; i < 200 && !full; i++ {
-		_, err := c.CheckTool(ctx, api.CheckToolParams{SessionID: sid, Tool: "skills.read"})
+		_, err := c.CheckTool(ctx, api.Peer{}, api.CheckToolParams{SessionID: sid, Tool: "skills.read"})
 		if err != nil {
 			wantKind(t, "tools.check on a full disk", err, api.KindUnavailable)
 			full = true
@@ -1235,7 +1235,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 		t.Fatal("200 audited calls succeeded on a full tmpfs")
 	}
 
-	_, err = c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py", Args: []string{"must-not-run"}})
+	_, err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py", Args: []string{"must-not-run"}})
 	e := wantKind(t, "run with a full audit log", err, api.KindUnavailable)
 	if !strings.Contains(e.Message, "audit") || !strings.Contains(e.Message, "no space left") {
 		t.Errorf("the refusal does not say why: %s", e.Message)
@@ -1246,7 +1246,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	res := must[*api.RunScriptResult](t, "run after space returned")(c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py", Args: []string{"after"}}))
+	res := must[*api.RunScriptResult](t, "run after space returned")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py", Args: []string{"after"}}))
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "1: after") {
 		t.Fatalf("run after recovery: %+v", res)
 	}
@@ -1278,12 +1278,12 @@ func TestDaemonCrashMidRun(t *testing.T) {
 	d.start()
 	c := d.client()
 	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
 
 	runErr := make(chan error, 1)
 	go func() {
-		_, err := c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
+		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
 		runErr <- err
 	}()
 	// Wait until the run has been audited and its sandbox exists.
@@ -1336,7 +1336,7 @@ func TestDaemonCrashMidRun(t *testing.T) {
 	}
 	// The daemon works after the crash.
 	c2 := d.client()
-	ins := must[*api.InstructionsResult](t, "instructions after the crash")(c2.Instructions(ctx, sid))
+	ins := must[*api.InstructionsResult](t, "instructions after the crash")(c2.Instructions(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
 	if !strings.Contains(ins.ActiveSkills, `name="sleeper"`) {
 		t.Errorf("session lost its skill in the crash:\n%s", ins.ActiveSkills)
 	}
@@ -1376,12 +1376,12 @@ func TestDaemonClientDisconnectKillsRun(t *testing.T) {
 	defer d.stop()
 	ctx := ctxT(t)
 	c := d.client()
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
 
 	runErr := make(chan error, 1)
 	go func() {
-		_, err := c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
+		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
 		runErr <- err
 	}()
 	deadline := time.Now().Add(3 * time.Minute)
@@ -1429,7 +1429,7 @@ func TestDaemonClientDisconnectKillsRun(t *testing.T) {
 	}
 	// The daemon still serves other clients.
 	c2 := d.client()
-	if _, err := c2.CreateSession(ctx); err != nil {
+	if _, err := c2.NewSession(ctx); err != nil {
 		t.Fatalf("daemon after a hang-up: %v", err)
 	}
 }
@@ -1445,13 +1445,13 @@ func TestDaemonApprovedScriptCannotBeSwapped(t *testing.T) {
 	defer d.stop()
 	ctx := ctxT(t)
 	c := d.client()
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"guarded-swap"}}))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-swap"}}))
 	req := api.RunScriptParams{SessionID: sid, Path: "scripts/x.sh"}
-	_, err := c.RunScript(ctx, req)
+	_, err := c.RunScript(ctx, api.Peer{}, req)
 	ce := wantKind(t, "guarded run", err, api.KindConfirmationRequired)
 	conf, _ := ce.ConfirmationRequired()
-	must[*api.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
+	must[*api.Confirmation](t, "approve")(c.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: conf.ConfirmationID}))
 
 	// Swap the script by rename while the approved call is being set up,
 	// as an attacker with write access to the skills root would.
@@ -1466,7 +1466,7 @@ func TestDaemonApprovedScriptCannotBeSwapped(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		res, err := c.RunScript(ctx, req)
+		res, err := c.RunScript(ctx, api.Peer{}, req)
 		done <- answer{res, err}
 	}()
 	time.Sleep(30 * time.Millisecond)

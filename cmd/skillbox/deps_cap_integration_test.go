@@ -119,7 +119,7 @@ dependencies { max_layer_bytes = "48MiB" }
 	ctx := ctxT(t)
 	pid := d.cmd.Process.Pid
 	// Settle, then take the baseline.
-	must[string](t, "sessions.create")(c.CreateSession(ctx))
+	must[string](t, "sessions.create")(c.NewSession(ctx))
 	time.Sleep(time.Second)
 	baseline := procKB(t, pid, "VmRSS")
 
@@ -131,9 +131,9 @@ dependencies { max_layer_bytes = "48MiB" }
 		{"grow-skill", []string{"grew past the cap of 48.0 MiB", "while unpacking", "max_layer_bytes"}},
 	} {
 		t.Run(tc.skill, func(t *testing.T) {
-			sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-			must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{tc.skill}}))
-			_, err := c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/use.py"})
+			sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+			must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{tc.skill}}))
+			_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/use.py"})
 			e := wantKind(t, "a run of a skill whose layer is over the cap", err, api.KindUnavailable)
 			for _, w := range tc.says {
 				if !strings.Contains(e.Message, w) {

@@ -183,9 +183,9 @@ func (e *egressDaemon) run(t *testing.T, skill string, args ...string) *api.RunS
 	t.Helper()
 	c := e.client()
 	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{skill}}))
-	return must[*api.RunScriptResult](t, "run "+skill)(c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/run.py", Args: args}))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{skill}}))
+	return must[*api.RunScriptResult](t, "run "+skill)(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/run.py", Args: args}))
 }
 
 func (e *egressDaemon) pid() int {

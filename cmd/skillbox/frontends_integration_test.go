@@ -64,10 +64,10 @@ func TestAuthorizationAcrossFrontEnds(t *testing.T) {
 	d.start()
 	c := d.client()
 	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"open-hello", "guarded-hello", "blocked-hello"}}))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"open-hello", "guarded-hello", "blocked-hello"}}))
 	viaRPC := func(r frontEndRun) frontEndOutcome {
-		res, err := c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Skill: r.skill, Path: r.path, Env: r.env})
+		res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Skill: r.skill, Path: r.path, Env: r.env})
 		if err != nil {
 			return frontEndOutcome{kind: api.KindOf(err), text: err.Error()}
 		}

@@ -87,13 +87,13 @@ func TestDaemonKill9KeepsDeadline(t *testing.T) {
 			d.start()
 			c := d.client()
 			ctx := ctxT(t)
-			sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-			must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
+			sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+			must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
 
 			const limit = 5 * time.Second
 			runErr := make(chan error, 1)
 			go func() {
-				_, err := c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: limit.Milliseconds()})
+				_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: limit.Milliseconds()})
 				runErr <- err
 			}()
 			// Wait until the run is audited and its processes are in its
@@ -131,7 +131,7 @@ func TestDaemonKill9KeepsDeadline(t *testing.T) {
 			// state, run dir, cgroup) and works.
 			d.start()
 			c2 := d.client()
-			if _, err := c2.Instructions(ctx, sid); err != nil {
+			if _, err := c2.Instructions(ctx, api.Peer{}, api.SessionParams{SessionID: sid}); err != nil {
 				t.Errorf("instructions after the restart: %v", err)
 			}
 		})
@@ -360,7 +360,7 @@ func TestDaemonFloodOneUID(t *testing.T) {
 	}
 	root := d.client()
 	var confID string
-	for _, cf := range must[[]api.Confirmation](t, "confirmations.list")(root.ListConfirmations(ctx, api.ListConfirmationsParams{})) {
+	for _, cf := range must[*api.ListConfirmationsResult](t, "confirmations.list")(root.ListConfirmations(ctx, api.Peer{}, api.ListConfirmationsParams{})).Confirmations {
 		if cf.RequestedBy == other && cf.State == api.ConfirmationPending {
 			confID = cf.ID
 		}
@@ -368,7 +368,7 @@ func TestDaemonFloodOneUID(t *testing.T) {
 	if confID == "" {
 		t.Fatal("the approver does not see the other uid's confirmation")
 	}
-	must[*api.Confirmation](t, "approve during the flood")(root.Approve(ctx, confID))
+	must[*api.Confirmation](t, "approve during the flood")(root.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: confID}))
 	if out, stderr, code = as(other, "skills.run_script", deploy+`,"confirmation_id":"`+confID+`"}`); code != 0 {
 		t.Fatalf("approved run during the flood: exit %d\n%s\n%s", code, out, stderr)
 	}

@@ -396,10 +396,10 @@ func TestLayoutDaemon(t *testing.T) {
 			runItNeed(t, rt)
 			d, c := layoutDaemon(t, rt, "limits {\n  output_files = 5000\n}\n")
 			ctx := ctxT(t)
-			sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-			must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"pkg-style", "office", "many-files", "leave-behind"}}))
+			sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+			must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"pkg-style", "office", "many-files", "leave-behind"}}))
 			run := func(skill, path string, args []string, files ...api.File) (*api.RunScriptResult, error) {
-				return c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Skill: skill, Path: path, Args: args, Files: files})
+				return c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Skill: skill, Path: path, Args: args, Files: files})
 			}
 
 			t.Run("package-style", func(t *testing.T) {

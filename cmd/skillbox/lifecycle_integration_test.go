@@ -178,9 +178,9 @@ func TestDaemonActivateRenderCommands(t *testing.T) {
 	d.start()
 	c := d.client()
 	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 
-	res := must[*api.ActivateResult](t, "activate render-demo")(c.Activate(ctx, api.ActivateParams{
+	res := must[*api.ActivateResult](t, "activate render-demo")(c.ActivateSkill(ctx, api.Peer{}, api.ActivateParams{
 		SessionID: sid, Name: "render-demo", Arguments: `42 "two words"`,
 	}))
 	t.Logf("rendered body:\n%s", res.Body)
@@ -241,39 +241,39 @@ func TestDaemonActivateRenderCommands(t *testing.T) {
 
 	// No rule lists skills.render_command for this skill: denied, and the
 	// body says so where the output would be.
-	res = must[*api.ActivateResult](t, "activate render-denied")(c.Activate(ctx, api.ActivateParams{SessionID: sid, Name: "render-denied"}))
+	res = must[*api.ActivateResult](t, "activate render-denied")(c.ActivateSkill(ctx, api.Peer{}, api.ActivateParams{SessionID: sid, Name: "render-denied"}))
 	if !strings.Contains(res.Body, "[skillbox: command `date +%Y` was not run:") || !strings.Contains(res.Body, "denied") ||
 		len(res.Commands) != 1 || res.Commands[0].RunID != "" {
 		t.Errorf("denied command: %+v", res)
 	}
 
 	// Confirmable: held until an approver approves, then run once.
-	res = must[*api.ActivateResult](t, "activate render-held")(c.Activate(ctx, api.ActivateParams{SessionID: sid, Name: "render-held"}))
+	res = must[*api.ActivateResult](t, "activate render-held")(c.ActivateSkill(ctx, api.Peer{}, api.ActivateParams{SessionID: sid, Name: "render-held"}))
 	if len(res.Commands) != 1 || res.Commands[0].ConfirmationID == "" || strings.Contains(res.Body, "Held: approved-output") {
 		t.Fatalf("held command: %+v", res)
 	}
 	id := res.Commands[0].ConfirmationID
-	must[*api.Confirmation](t, "approve")(c.Approve(ctx, id))
-	res = must[*api.ActivateResult](t, "activate approved")(c.Activate(ctx, api.ActivateParams{SessionID: sid, Name: "render-held", ConfirmationID: id}))
+	must[*api.Confirmation](t, "approve")(c.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: id}))
+	res = must[*api.ActivateResult](t, "activate approved")(c.ActivateSkill(ctx, api.Peer{}, api.ActivateParams{SessionID: sid, Name: "render-held", ConfirmationID: id}))
 	if !strings.Contains(res.Body, "Held: approved-output") {
 		t.Errorf("approved command: %+v", res)
 	}
-	res = must[*api.ActivateResult](t, "activate again")(c.Activate(ctx, api.ActivateParams{SessionID: sid, Name: "render-held", ConfirmationID: id}))
+	res = must[*api.ActivateResult](t, "activate again")(c.ActivateSkill(ctx, api.Peer{}, api.ActivateParams{SessionID: sid, Name: "render-held", ConfirmationID: id}))
 	if strings.Contains(res.Body, "Held: approved-output") {
 		t.Errorf("an approval was used twice: %s", res.Body)
 	}
 
 	// Invocation kinds: the refusal says why.
-	_, err = c.Activate(ctx, api.ActivateParams{SessionID: sid, Name: "user-only"})
+	_, err = c.ActivateSkill(ctx, api.Peer{}, api.ActivateParams{SessionID: sid, Name: "user-only"})
 	if e := wantKind(t, "model activates user-only", err, api.KindDenied); !strings.Contains(e.Message, "disable-model-invocation") {
 		t.Errorf("refusal: %s", e.Message)
 	}
-	res = must[*api.ActivateResult](t, "user activates user-only")(c.Activate(ctx, api.ActivateParams{
+	res = must[*api.ActivateResult](t, "user activates user-only")(c.ActivateSkill(ctx, api.Peer{}, api.ActivateParams{
 		SessionID: sid, Name: "user-only", Arguments: "the thing", Invocation: api.InvocationUser}))
 	if !strings.Contains(res.Body, "Do the thing.") {
 		t.Errorf("user invocation: %q", res.Body)
 	}
-	_, err = c.Activate(ctx, api.ActivateParams{SessionID: sid, Name: "background", Invocation: api.InvocationUser})
+	_, err = c.ActivateSkill(ctx, api.Peer{}, api.ActivateParams{SessionID: sid, Name: "background", Invocation: api.InvocationUser})
 	if e := wantKind(t, "user activates background", err, api.KindDenied); !strings.Contains(e.Message, "user-invocable") {
 		t.Errorf("refusal: %s", e.Message)
 	}
@@ -343,27 +343,27 @@ Body.
 	ctx := ctxT(t)
 
 	// Bound skills: the reviewer agent starts with hooked and evolving.
-	cs := must[*api.CreateSessionResult](t, "sessions.create agent")(c.CreateSessionWith(ctx, api.CreateSessionParams{Agent: "reviewer"}))
+	cs := must[*api.CreateSessionResult](t, "sessions.create agent")(c.CreateSession(ctx, api.Peer{}, api.CreateSessionParams{Agent: "reviewer"}))
 	sid := cs.SessionID
-	ins := must[*api.InstructionsResult](t, "instructions")(c.Instructions(ctx, sid))
+	ins := must[*api.InstructionsResult](t, "instructions")(c.Instructions(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
 	for _, want := range []string{"Never delete files.", "Version one."} {
 		if !strings.Contains(ins.Instructions, want) {
 			t.Errorf("the reviewer's session lacks %q in its active skills", want)
 		}
 	}
-	_, err := c.CreateSessionWith(ctx, api.CreateSessionParams{UsesSkills: []string{"no-such-skill"}})
+	_, err := c.CreateSession(ctx, api.Peer{}, api.CreateSessionParams{UsesSkills: []string{"no-such-skill"}})
 	wantKind(t, "uses_skills with an unknown skill", err, api.KindNotFound)
-	_, err = c.CreateSessionWith(ctx, api.CreateSessionParams{Agent: "nobody"})
+	_, err = c.CreateSession(ctx, api.Peer{}, api.CreateSessionParams{Agent: "nobody"})
 	wantKind(t, "unknown agent", err, api.KindNotFound)
 
 	// Token counts.
-	list := must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.ListSkillsParams{SessionID: sid}))
+	list := must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.Peer{}, api.ListSkillsParams{SessionID: sid}))
 	for _, s := range list {
 		if s.Tokens <= 0 || s.BodyTokens <= 0 {
 			t.Errorf("skills.list %s: tokens %d, body %d", s.Name, s.Tokens, s.BodyTokens)
 		}
 	}
-	rr := must[*api.ReadResult](t, "skills.read")(c.Read(ctx, api.ReadParams{SessionID: sid, Skill: "hooked", Path: "hooks/no-rm.sh"}))
+	rr := must[*api.ReadResult](t, "skills.read")(c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Skill: "hooked", Path: "hooks/no-rm.sh"}))
 	if rr.Tokens != skills.EstimateTokens(rr.Content) || rr.Tokens == 0 {
 		t.Errorf("skills.read tokens %d", rr.Tokens)
 	}
@@ -371,7 +371,7 @@ Body.
 	check := func(tool, command string) *api.CheckToolResult {
 		t.Helper()
 		in, _ := json.Marshal(map[string]string{"command": command, "file_path": command})
-		return must[*api.CheckToolResult](t, "tools.check "+tool)(c.CheckTool(ctx, api.CheckToolParams{SessionID: sid, Tool: tool, Input: in}))
+		return must[*api.CheckToolResult](t, "tools.check "+tool)(c.CheckTool(ctx, api.Peer{}, api.CheckToolParams{SessionID: sid, Tool: tool, Input: in}))
 	}
 	if r := check("Bash", "rm -rf /tmp/x"); r.Decision != "deny" || !strings.Contains(r.Reason, "rm is blocked by the hooked skill") || !strings.Contains(r.Rule, "hook PreToolUse") {
 		t.Errorf("rm: %+v", r)
@@ -383,17 +383,17 @@ Body.
 	if r := check("Write", "/tmp/x"); r.Decision != "deny" || strings.Contains(r.Rule, "hook") {
 		t.Errorf("Write: %+v", r)
 	}
-	rep := must[*api.ReportToolResult](t, "tools.report")(c.ReportTool(ctx, api.ReportToolParams{
+	rep := must[*api.ReportToolResult](t, "tools.report")(c.ReportTool(ctx, api.Peer{}, api.ReportToolParams{
 		SessionID: sid, Tool: "Bash", Input: json.RawMessage(`{"command":"ls"}`), Result: json.RawMessage(`{"stdout":"a\nb\n"}`)}))
 	if !rep.Block || !strings.Contains(rep.Reason, "post hook saw the result") || len(rep.Hooks) != 1 || rep.Hooks[0].RunID == "" {
 		t.Errorf("tools.report: %+v", rep)
 	}
 
 	// A hook that hangs is killed at the policy's hook_timeout and denies.
-	sid2 := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "load hanging")(c.Load(ctx, api.LoadParams{SessionID: sid2, Names: []string{"hanging"}}))
+	sid2 := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load hanging")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid2, Names: []string{"hanging"}}))
 	in, _ := json.Marshal(map[string]string{"file_path": "README.md"})
-	r := must[*api.CheckToolResult](t, "tools.check hanging")(c.CheckTool(ctx, api.CheckToolParams{SessionID: sid2, Tool: "Read", Input: in}))
+	r := must[*api.CheckToolResult](t, "tools.check hanging")(c.CheckTool(ctx, api.Peer{}, api.CheckToolParams{SessionID: sid2, Tool: "Read", Input: in}))
 	if r.Decision != "deny" || !strings.Contains(r.Reason, "did not answer within 3s") || !strings.Contains(r.Reason, "fail closed") {
 		t.Errorf("hanging hook: %+v", r)
 	}
@@ -474,10 +474,10 @@ Locked down.
 	}
 	bash := json.RawMessage(`{"command":"ls"}`)
 
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "load hook-guarded")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hook-guarded"}}))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load hook-guarded")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"hook-guarded"}}))
 	report := api.ReportToolParams{SessionID: sid, Tool: "Bash", Input: bash, Result: json.RawMessage(`{"stdout":"x"}`)}
-	_, err := c.ReportTool(ctx, report)
+	_, err := c.ReportTool(ctx, api.Peer{}, report)
 	conf, ok := wantKind(t, "tools.report with a guarded hook", err, api.KindConfirmationRequired).ConfirmationRequired()
 	if !ok || !strings.Contains(conf.Rule, "guarded-hooks") {
 		t.Fatalf("confirmation data of %v", err)
@@ -485,30 +485,30 @@ Locked down.
 	if n := hookRuns("hook-guarded"); n != 0 {
 		t.Fatalf("the guarded hook ran %d times without approval", n)
 	}
-	must[*api.Confirmation](t, "approve")(c.Approve(ctx, conf.ConfirmationID))
+	must[*api.Confirmation](t, "approve")(c.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: conf.ConfirmationID}))
 	report.ConfirmationID = conf.ConfirmationID
-	rep := must[*api.ReportToolResult](t, "approved tools.report")(c.ReportTool(ctx, report))
+	rep := must[*api.ReportToolResult](t, "approved tools.report")(c.ReportTool(ctx, api.Peer{}, report))
 	if len(rep.Hooks) != 1 || rep.Hooks[0].RunID == "" || rep.Hooks[0].ExitCode != 0 || rep.Block || hookRuns("hook-guarded") != 1 {
 		t.Fatalf("approved hook: %+v, %d runs", rep, hookRuns("hook-guarded"))
 	}
-	_, err = c.ReportTool(ctx, report)
+	_, err = c.ReportTool(ctx, api.Peer{}, report)
 	wantKind(t, "the approval used again", err, api.KindConfirmationRequired)
 	if n := hookRuns("hook-guarded"); n != 1 {
 		t.Fatalf("the hook ran %d times on one approval", n)
 	}
 	// A call policy denies (Write is in no rule) runs no hook.
-	rep = must[*api.ReportToolResult](t, "tools.report Write")(c.ReportTool(ctx, api.ReportToolParams{SessionID: sid, Tool: "Write", Input: json.RawMessage(`{"file_path":"/tmp/x"}`)}))
+	rep = must[*api.ReportToolResult](t, "tools.report Write")(c.ReportTool(ctx, api.Peer{}, api.ReportToolParams{SessionID: sid, Tool: "Write", Input: json.RawMessage(`{"file_path":"/tmp/x"}`)}))
 	if rep.Decision != "deny" || !rep.Block || len(rep.Hooks) != 0 {
 		t.Errorf("tools.report of a denied call: %+v", rep)
 	}
 
-	lsid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "load hook-locked")(c.Load(ctx, api.LoadParams{SessionID: lsid, Names: []string{"hook-locked"}}))
-	chk := must[*api.CheckToolResult](t, "tools.check")(c.CheckTool(ctx, api.CheckToolParams{SessionID: lsid, Tool: "Bash", Input: bash}))
+	lsid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load hook-locked")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: lsid, Names: []string{"hook-locked"}}))
+	chk := must[*api.CheckToolResult](t, "tools.check")(c.CheckTool(ctx, api.Peer{}, api.CheckToolParams{SessionID: lsid, Tool: "Bash", Input: bash}))
 	if chk.Decision != "deny" || !strings.Contains(chk.Reason, "policy does not let the hook run") {
 		t.Errorf("tools.check with a denied hook: %+v", chk)
 	}
-	rep = must[*api.ReportToolResult](t, "tools.report")(c.ReportTool(ctx, api.ReportToolParams{SessionID: lsid, Tool: "Bash", Input: bash}))
+	rep = must[*api.ReportToolResult](t, "tools.report")(c.ReportTool(ctx, api.Peer{}, api.ReportToolParams{SessionID: lsid, Tool: "Bash", Input: bash}))
 	if !rep.Block || len(rep.Hooks) != 1 || rep.Hooks[0].RunID != "" || !strings.Contains(rep.Reason, "policy does not let the hook run") {
 		t.Errorf("tools.report with a denied hook: %+v", rep)
 	}
@@ -547,11 +547,11 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	d.start()
 	c := d.client()
 	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 
 	digestOf := func(name string) string {
 		t.Helper()
-		for _, s := range must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.ListSkillsParams{})) {
+		for _, s := range must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.Peer{}, api.ListSkillsParams{})) {
 			if s.Name == name {
 				return s.Digest
 			}
@@ -574,7 +574,7 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	}
 
 	// ---- the lock ----
-	_, err := c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"pinned-one"}})
+	_, err := c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"pinned-one"}})
 	if e := wantKind(t, "load before locking", err, api.KindDenied); !strings.Contains(e.Message, "not in the lock file") {
 		t.Errorf("refusal: %s", e.Message)
 	}
@@ -583,9 +583,9 @@ func TestDaemonLockAndProposals(t *testing.T) {
 		t.Fatalf("skillbox skills lock: %v\n%s", err, out)
 	}
 	old := digestOf("pinned-one")
-	must[*api.LoadResult](t, "load pinned")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"pinned-one"}}))
+	must[*api.LoadResult](t, "load pinned")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"pinned-one"}}))
 	run := api.RunScriptParams{SessionID: sid, Skill: "pinned-one", Path: "scripts/hi.sh"}
-	if r := must[*api.RunScriptResult](t, "run pinned")(c.RunScript(ctx, run)); !strings.Contains(r.Stdout, "hello from the pinned version") {
+	if r := must[*api.RunScriptResult](t, "run pinned")(c.RunScript(ctx, api.Peer{}, run)); !strings.Contains(r.Stdout, "hello from the pinned version") {
 		t.Fatalf("run: %+v", r)
 	}
 
@@ -597,11 +597,11 @@ func TestDaemonLockAndProposals(t *testing.T) {
 		t.Fatal(err)
 	}
 	cur := waitDigest("pinned-one", old)
-	_, err = c.RunScript(ctx, run)
+	_, err = c.RunScript(ctx, api.Peer{}, run)
 	if e := wantKind(t, "run after the edit", err, api.KindInvalidParams); !strings.Contains(e.Message, old) || !strings.Contains(e.Message, cur) {
 		t.Errorf("run refusal names neither digest: %s", e.Message)
 	}
-	_, err = c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"pinned-one"}})
+	_, err = c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"pinned-one"}})
 	e := wantKind(t, "load after the edit", err, api.KindDenied)
 	for _, want := range []string{old, cur, "skillbox skills diff"} {
 		if !strings.Contains(e.Message, want) {
@@ -612,9 +612,9 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "modified scripts/hi.sh") {
 		t.Errorf("skillbox skills diff: %v\n%s", err, out)
 	}
-	must[*api.LockResult](t, "re-lock")(c.LockSkills(ctx, api.LockParams{Names: []string{"pinned-one"}}))
-	must[*api.LoadResult](t, "load re-locked")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"pinned-one"}}))
-	if r := must[*api.RunScriptResult](t, "run re-locked")(c.RunScript(ctx, run)); r.ExitCode == 0 {
+	must[*api.LockResult](t, "re-lock")(c.LockSkills(ctx, api.Peer{}, api.LockParams{Names: []string{"pinned-one"}}))
+	must[*api.LoadResult](t, "load re-locked")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"pinned-one"}}))
+	if r := must[*api.RunScriptResult](t, "run re-locked")(c.RunScript(ctx, api.Peer{}, run)); r.ExitCode == 0 {
 		t.Errorf("Echo is not a command, the run should fail: %+v", r)
 	}
 	recs := d.records()
@@ -632,17 +632,17 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	}
 
 	// ---- proposals ----
-	must[*api.LockResult](t, "lock evolving")(c.LockSkills(ctx, api.LockParams{Names: []string{"evolving"}}))
-	must[*api.LoadResult](t, "load evolving")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"evolving", "frozen"}, Mode: api.LoadAdd}))
+	must[*api.LockResult](t, "lock evolving")(c.LockSkills(ctx, api.Peer{}, api.LockParams{Names: []string{"evolving"}}))
+	must[*api.LoadResult](t, "load evolving")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"evolving", "frozen"}, Mode: api.LoadAdd}))
 	base := digestOf("evolving")
 	diff := func(from, to string) string {
 		return "--- a/SKILL.md\n+++ b/SKILL.md\n@@ -3,4 +3,4 @@\n description: Agents propose changes to it.\n ---\n-" + from + "\n+" + to + "\n Keep this line.\n"
 	}
-	_, err = c.Propose(ctx, api.ProposeParams{SessionID: sid, Skill: "evolving", Diff: diff("Version zero.", "Version two."), Justification: "wrong base"})
+	_, err = c.ProposeChange(ctx, api.Peer{}, api.ProposeParams{SessionID: sid, Skill: "evolving", Diff: diff("Version zero.", "Version two."), Justification: "wrong base"})
 	wantKind(t, "a diff that does not apply", err, api.KindInvalidParams)
-	p1 := must[*api.Proposal](t, "propose")(c.Propose(ctx, api.ProposeParams{SessionID: sid, Skill: "evolving",
+	p1 := must[*api.Proposal](t, "propose")(c.ProposeChange(ctx, api.Peer{}, api.ProposeParams{SessionID: sid, Skill: "evolving",
 		Diff: diff("Version one.", "Version two."), Justification: "the skill is at version two", Evidence: "release notes"}))
-	p2 := must[*api.Proposal](t, "propose another")(c.Propose(ctx, api.ProposeParams{SessionID: sid, Skill: "evolving",
+	p2 := must[*api.Proposal](t, "propose another")(c.ProposeChange(ctx, api.Peer{}, api.ProposeParams{SessionID: sid, Skill: "evolving",
 		Diff: diff("Version one.", "Version three."), Justification: "a competing change"}))
 	if p1.State != api.ProposalPending || p1.BaseDigest != base || strings.Join(p1.Files, ",") != "SKILL.md" {
 		t.Fatalf("proposal: %+v", p1)
@@ -665,7 +665,7 @@ func TestDaemonLockAndProposals(t *testing.T) {
 		t.Errorf("proposals approve:\n%s", out)
 	}
 	now := waitDigest("evolving", base)
-	shown := must[*api.Proposal](t, "show applied")(c.ShowProposal(ctx, api.ProposalIDParams{ID: p1.ID}))
+	shown := must[*api.Proposal](t, "show applied")(c.ShowProposal(ctx, api.Peer{}, api.ProposalIDParams{ID: p1.ID}))
 	if shown.State != api.ProposalApplied || shown.NewDigest != now || !shown.LockUpdated {
 		t.Errorf("applied proposal: %+v (skill now %s)", shown, now)
 	}
@@ -673,8 +673,8 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	if err != nil || lock.Skills["evolving"].Digest != now {
 		t.Errorf("the lock does not follow the approved proposal: %v %+v", err, lock)
 	}
-	sid2 := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	act := must[*api.ActivateResult](t, "activate evolving")(c.Activate(ctx, api.ActivateParams{SessionID: sid2, Name: "evolving"}))
+	sid2 := must[string](t, "sessions.create")(c.NewSession(ctx))
+	act := must[*api.ActivateResult](t, "activate evolving")(c.ActivateSkill(ctx, api.Peer{}, api.ActivateParams{SessionID: sid2, Name: "evolving"}))
 	if !strings.Contains(act.Body, "Version two.") || act.Digest != now {
 		t.Errorf("the new body is not served: %+v", act)
 	}
@@ -684,7 +684,7 @@ func TestDaemonLockAndProposals(t *testing.T) {
 		t.Errorf("stale approval: %v\n%s", err, out)
 	}
 	// The old session still holds the old version: proposing against it is refused.
-	_, err = c.Propose(ctx, api.ProposeParams{SessionID: sid, Skill: "evolving", Diff: diff("Version one.", "Version four."), Justification: "old view"})
+	_, err = c.ProposeChange(ctx, api.Peer{}, api.ProposeParams{SessionID: sid, Skill: "evolving", Diff: diff("Version one.", "Version four."), Justification: "old view"})
 	wantKind(t, "propose against the old digest", err, api.KindInvalidParams)
 	if out := cli("reject", "--note", "superseded", p2.ID); !strings.Contains(out, "rejected") {
 		t.Errorf("proposals reject:\n%s", out)
@@ -692,9 +692,9 @@ func TestDaemonLockAndProposals(t *testing.T) {
 
 	// A read-only root: approval exports a patch, the skill is unchanged.
 	frozen := digestOf("frozen")
-	p3 := must[*api.Proposal](t, "propose frozen")(c.Propose(ctx, api.ProposeParams{SessionID: sid, Skill: "frozen",
+	p3 := must[*api.Proposal](t, "propose frozen")(c.ProposeChange(ctx, api.Peer{}, api.ProposeParams{SessionID: sid, Skill: "frozen",
 		Diff: "--- a/SKILL.md\n+++ b/SKILL.md\n@@ -5 +5 @@\n-Old text.\n+New text.\n", Justification: "update"}))
-	p3 = must[*api.Proposal](t, "approve frozen")(c.ApproveProposal(ctx, api.ProposalIDParams{ID: p3.ID}))
+	p3 = must[*api.Proposal](t, "approve frozen")(c.ApproveProposal(ctx, api.Peer{}, api.ProposalIDParams{ID: p3.ID}))
 	patch, err := os.ReadFile(p3.PatchFile)
 	if p3.State != api.ProposalExported || err != nil || !bytes.Contains(patch, []byte("+New text.")) {
 		t.Errorf("read-only root: %+v, patch %v", p3, err)

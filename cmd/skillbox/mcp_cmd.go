@@ -83,7 +83,9 @@ func mcpAction(c *cli.Context) error {
 			return fmt.Errorf("connecting to the daemon at %s: %w (is skillbox serve running? or drop --socket to run self-contained)", sock, err)
 		}
 		defer cl.Close()
-		svc = &mcp.Bridge{Client: cl, Socket: sock}
+		// The client is an api.Service: the same MCP server, over the
+		// daemon; the daemon knows this process by its peer credentials.
+		svc = cl
 		// The daemon decides who may approve; an answer from a user it
 		// does not count as an approver is refused and reported.
 		opts.ElicitApprovals = true

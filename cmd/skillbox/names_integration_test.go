@@ -84,12 +84,12 @@ policy "net-x" {
 
 	run := func(name string) *api.RunScriptResult {
 		t.Helper()
-		sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-		lr := must[*api.LoadResult](t, "skills.load "+name)(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{name}}))
+		sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+		lr := must[*api.LoadResult](t, "skills.load "+name)(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{name}}))
 		if len(lr.ActiveSkills) != 1 || lr.ActiveSkills[0].Name != name || lr.ActiveSkills[0].RootDir != filepath.Join(root, name) {
 			t.Errorf("skills.load %s: %+v, want the skill in %s", name, lr.ActiveSkills, filepath.Join(root, name))
 		}
-		res := must[*api.RunScriptResult](t, "run "+name)(c.RunScript(ctx, api.RunScriptParams{
+		res := must[*api.RunScriptResult](t, "run "+name)(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{
 			SessionID: sid, Path: "scripts/who.py", Args: []string{"", u.Port()}}))
 		t.Logf("%s: %q", name, res.Stdout)
 		return res
@@ -107,8 +107,8 @@ policy "net-x" {
 		t.Errorf("aa-helper (the impostor) got some of net-x's policy: %+v", res)
 	}
 
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	_, err = c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"dup-x"}})
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	_, err = c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"dup-x"}})
 	if e := wantKind(t, "skills.load dup-x", err, api.KindDenied); e != nil {
 		for _, want := range []string{`"dup-x" is claimed by 2`, "group-a/dup-x", "group-b/dup-x", "rename or remove"} {
 			if !strings.Contains(e.Message, want) {
@@ -116,7 +116,7 @@ policy "net-x" {
 			}
 		}
 	}
-	list := must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.ListSkillsParams{SessionID: sid}))
+	list := must[[]api.SkillInfo](t, "skills.list")(c.ListSkills(ctx, api.Peer{}, api.ListSkillsParams{SessionID: sid}))
 	for _, s := range list {
 		if s.Name == "dup-x" || (s.Name == "net-x" && s.Location != filepath.Join(root, "net-x", "SKILL.md")) {
 			t.Errorf("skills.list: %+v", s)

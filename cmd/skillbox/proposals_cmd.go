@@ -101,7 +101,7 @@ func proposalsList(c *cli.Context) error {
 		return err
 	}
 	defer cl.Close()
-	res, err := cl.ListProposals(c.Context, api.ListProposalsParams{Skill: c.String("skill"), State: c.String("state")})
+	res, err := cl.ListProposals(c.Context, api.Peer{}, api.ListProposalsParams{Skill: c.String("skill"), State: c.String("state")})
 	if err != nil {
 		return exitCode(1, "proposals.list: %v", err)
 	}
@@ -129,7 +129,7 @@ func proposalsShow(c *cli.Context) error {
 		return err
 	}
 	defer cl.Close()
-	p, err := cl.ShowProposal(c.Context, api.ProposalIDParams{ID: c.Args().First()})
+	p, err := cl.ShowProposal(c.Context, api.Peer{}, api.ProposalIDParams{ID: c.Args().First()})
 	if err != nil {
 		return exitCode(1, "proposals.show: %v", err)
 	}
@@ -180,9 +180,9 @@ func proposalsDecide(approve bool) cli.ActionFunc {
 		params := api.ProposalIDParams{ID: c.Args().First(), Note: c.String("note")}
 		var p *api.Proposal
 		if approve {
-			p, err = cl.ApproveProposal(c.Context, params)
+			p, err = cl.ApproveProposal(c.Context, api.Peer{}, params)
 		} else {
-			p, err = cl.RejectProposal(c.Context, params)
+			p, err = cl.RejectProposal(c.Context, api.Peer{}, params)
 		}
 		if err != nil {
 			return exitCode(1, "proposals.%s: %v", verb, err)
@@ -275,13 +275,13 @@ func skillsRender(c *cli.Context) error {
 			return derr
 		}
 		defer cl.Close()
-		sid, serr := cl.CreateSession(c.Context)
+		sid, serr := cl.NewSession(c.Context)
 		if serr != nil {
 			return exitCode(1, "sessions.create: %v", serr)
 		}
-		defer cl.CloseSession(context.WithoutCancel(c.Context), sid)
+		defer cl.CloseSession(context.WithoutCancel(c.Context), api.Peer{}, api.SessionParams{SessionID: sid})
 		p.SessionID = sid
-		res, err = cl.Activate(c.Context, p)
+		res, err = cl.ActivateSkill(c.Context, api.Peer{}, p)
 	} else {
 		svc, _, done, lerr := oneShotService(c, true)
 		if lerr != nil {
@@ -324,7 +324,7 @@ func skillsLock(c *cli.Context) error {
 			return derr
 		}
 		defer cl.Close()
-		res, err = cl.LockSkills(c.Context, p)
+		res, err = cl.LockSkills(c.Context, api.Peer{}, p)
 	} else {
 		svc, _, done, lerr := oneShotService(c, false)
 		if lerr != nil {

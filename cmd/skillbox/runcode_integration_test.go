@@ -194,13 +194,13 @@ func TestDaemonRunCode(t *testing.T) {
 	c := d.client()
 	ctx := ctxT(t)
 
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"gif-maker", "text-tools"}}))
-	ins := must[*api.InstructionsResult](t, "sessions.instructions")(c.Instructions(ctx, sid))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"gif-maker", "text-tools"}}))
+	ins := must[*api.InstructionsResult](t, "sessions.instructions")(c.Instructions(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
 	if !strings.Contains(ins.Instructions, "- gif-maker: /skills/gif-maker\n- text-tools: /skills/text-tools\n") {
 		t.Errorf("instructions do not name the mounts:\n%s", ins.Instructions)
 	}
-	res := must[*api.RunScriptResult](t, "skills.run_code")(c.RunCode(ctx, api.RunCodeParams{SessionID: sid, Language: api.LanguagePython, Code: codeItPython, Args: []string{"x"}}))
+	res := must[*api.RunScriptResult](t, "skills.run_code")(c.RunCode(ctx, api.Peer{}, api.RunCodeParams{SessionID: sid, Language: api.LanguagePython, Code: codeItPython, Args: []string{"x"}}))
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "MADE! 14 ['x']") || strings.Contains(res.Stdout, "WROTE") {
 		t.Fatalf("run_code result %+v", res)
 	}
@@ -218,24 +218,24 @@ func TestDaemonRunCode(t *testing.T) {
 	}
 
 	// Deny: one loaded skill denies run_code, so the call is denied.
-	must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"nocode-skill"}, Mode: api.LoadAdd}))
-	_, err = c.RunCode(ctx, api.RunCodeParams{SessionID: sid, Language: api.LanguagePython, Code: "print(1)"})
+	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"nocode-skill"}, Mode: api.LoadAdd}))
+	_, err = c.RunCode(ctx, api.Peer{}, api.RunCodeParams{SessionID: sid, Language: api.LanguagePython, Code: "print(1)"})
 	if e := wantKind(t, "run_code with a denying skill", err, api.KindDenied); !strings.Contains(e.Message, `policy "no-code"`) {
 		t.Errorf("deny message %q", e.Message)
 	}
 
 	// Confirm: held, approved, then run once with the approval.
-	gs := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: gs, Names: []string{"guarded-code"}}))
+	gs := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: gs, Names: []string{"guarded-code"}}))
 	p := api.RunCodeParams{SessionID: gs, Language: api.LanguagePython, Code: "from core.guard import OK; print(OK)"}
-	_, err = c.RunCode(ctx, p)
+	_, err = c.RunCode(ctx, api.Peer{}, p)
 	cr, ok := wantKind(t, "guarded run_code", err, api.KindConfirmationRequired).ConfirmationRequired()
 	if !ok {
 		t.Fatalf("no confirmation data in %v", err)
 	}
-	must[*api.Confirmation](t, "confirmations.approve")(c.Approve(ctx, cr.ConfirmationID))
+	must[*api.Confirmation](t, "confirmations.approve")(c.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: cr.ConfirmationID}))
 	p.ConfirmationID = cr.ConfirmationID
-	res = must[*api.RunScriptResult](t, "approved run_code")(c.RunCode(ctx, p))
+	res = must[*api.RunScriptResult](t, "approved run_code")(c.RunCode(ctx, api.Peer{}, p))
 	if res.Stdout != "guarded ok\n" {
 		t.Errorf("approved run %+v", res)
 	}

@@ -79,8 +79,8 @@ func TestDaemonRunFilesPrivate(t *testing.T) {
 			}
 			inputSecret := "INPUT-SECRET-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 			envSecret := "ENV-SECRET-" + strconv.FormatInt(time.Now().UnixNano()+1, 36)
-			sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-			must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"leaker"}}))
+			sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+			must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"leaker"}}))
 			if tc.pool > 0 {
 				// Let the pool boot its sandbox, so that the run is warm.
 				time.Sleep(5 * time.Second)
@@ -95,9 +95,9 @@ func TestDaemonRunFilesPrivate(t *testing.T) {
 			go func() {
 				var o outcome
 				if tc.code {
-					o.res, o.err = c.RunCode(ctx, api.RunCodeParams{SessionID: sid, Language: api.LanguageShell, Code: leakerScript, Files: files, Env: env})
+					o.res, o.err = c.RunCode(ctx, api.Peer{}, api.RunCodeParams{SessionID: sid, Language: api.LanguageShell, Code: leakerScript, Files: files, Env: env})
 				} else {
-					o.res, o.err = c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/leak.sh", Files: files, Env: env})
+					o.res, o.err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/leak.sh", Files: files, Env: env})
 				}
 				done <- o
 			}()

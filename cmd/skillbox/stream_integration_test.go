@@ -75,8 +75,8 @@ func tickerDaemon(t *testing.T) (*itDaemon, *client.Client, *events, string) {
 	ev := newEvents()
 	c.OnNotification(ev.handle)
 	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"ticker"}}))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"ticker"}}))
 	return d, c, ev, sid
 }
 
@@ -87,7 +87,7 @@ func TestDaemonStreamsRunOutput(t *testing.T) {
 	_, c, ev, sid := tickerDaemon(t)
 	ctx := ctxT(t)
 
-	res, err := c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/tick.sh", Stream: true})
+	res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/tick.sh", Stream: true})
 	ev.done()
 	if err != nil {
 		t.Fatal(err)
@@ -145,7 +145,7 @@ func TestDaemonCancelRun(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		res, err := c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/tick.sh", Stream: true})
+		res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/tick.sh", Stream: true})
 		done <- answer{res, err}
 	}()
 	var runID string
@@ -154,12 +154,12 @@ func TestDaemonCancelRun(t *testing.T) {
 	case a := <-done:
 		t.Fatalf("the run ended before any output: %+v %v", a.res, a.err)
 	}
-	_, err := c.CancelRun(ctx, "run_"+strings.Repeat("0", 32))
+	_, err := c.CancelRun(ctx, api.Peer{}, api.CancelRunParams{RunID: "run_" + strings.Repeat("0", 32)})
 	wantKind(t, "cancel of an unknown run", err, api.KindNotFound)
 
 	// Another connection of the same uid may cancel it.
 	other := d.client()
-	cr, err := other.CancelRun(ctx, runID)
+	cr, err := other.CancelRun(ctx, api.Peer{}, api.CancelRunParams{RunID: runID})
 	if err != nil || !cr.Cancelled || cr.RunID != runID {
 		t.Fatalf("runs.cancel: %+v %v", cr, err)
 	}
@@ -235,10 +235,10 @@ func TestDaemonSlowReaderDoesNotStallOthers(t *testing.T) {
 
 	// Meanwhile another client works normally, runs included.
 	c := d.client()
-	sid2 := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "skills.load")(c.Load(ctx, api.LoadParams{SessionID: sid2, Names: []string{"flood"}}))
+	sid2 := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid2, Names: []string{"flood"}}))
 	for i := 0; i < 3; i++ {
-		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.RunScriptParams{SessionID: sid2, Path: "scripts/hi.sh", Stream: true}))
+		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid2, Path: "scripts/hi.sh", Stream: true}))
 		if res.Stdout != "hi\n" {
 			t.Fatalf("other client's run: %+v", res)
 		}

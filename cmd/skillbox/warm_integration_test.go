@@ -95,13 +95,13 @@ func TestDaemonWarmPool(t *testing.T) {
 	d.start()
 	c := d.client()
 	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-	must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"prober"}}))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"prober"}}))
 	d.waitWarm(t, 2)
 
 	run := func(args ...string) (*api.RunScriptResult, probe) {
 		t.Helper()
-		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/probe.py", Args: args}))
+		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/probe.py", Args: args}))
 		if res.ExitCode != 0 {
 			t.Fatalf("probe exited %d: %s", res.ExitCode, res.Stderr)
 		}
@@ -165,7 +165,7 @@ func TestDaemonWarmPool(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	// The session holds the old digest; loading again takes the new one.
-	must[*api.LoadResult](t, "reload")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"prober"}}))
+	must[*api.LoadResult](t, "reload")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"prober"}}))
 	r3, _ := run()
 	if !strings.Contains(r3.Stdout, "version 2") {
 		t.Errorf("the run after the change did not use the new version: %q", r3.Stdout)
@@ -175,7 +175,7 @@ func TestDaemonWarmPool(t *testing.T) {
 	d.waitWarm(t, 2)
 	c2 := d.client()
 	go func() {
-		_, _ = c2.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/probe.py", Args: []string{"hang"}, TimeoutMS: 300000})
+		_, _ = c2.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/probe.py", Args: []string{"hang"}, TimeoutMS: 300000})
 	}()
 	deadline = time.Now().Add(2 * time.Minute)
 	// The run's sandbox and two refilled ones.

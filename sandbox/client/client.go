@@ -51,95 +51,29 @@ func SocketPath() string {
 // outputs, so it is well above the daemon's request limit.
 const MaxResponseBytes = 256 << 20
 
-// ErrClosed is returned by calls on a Client after Close.
-var ErrClosed = errors.New("skillbox client closed")
+// ErrClosed is returned by calls on a Client after Close. It is of kind
+// unavailable (matches api.ErrUnavailable).
+var ErrClosed error = &unavailableError{"skillbox client closed"}
 
 // ErrConnectionLost is returned by calls that were in flight when the
-// connection to the daemon broke; whether they ran is unknown.
-var ErrConnectionLost = errors.New("connection to skillbox lost")
+// connection to the daemon broke; whether they ran is unknown. It is of
+// kind unavailable (matches api.ErrUnavailable).
+var ErrConnectionLost error = &unavailableError{"connection to skillbox lost"}
 
-// Error is an error the daemon returned for a call. Kind is data.kind (one of
-// the Kind constants); Data holds the other data fields, e.g.
-// confirmation_id for KindConfirmationRequired.
-type Error struct {
-	Code    int
-	Message string
-	Kind    string
-	Data    map[string]any
-}
+// unavailableError is a sentinel of the client's own whose kind is
+// unavailable, as the service's is when it cannot answer.
+type unavailableError struct{ msg string }
 
-func (e *Error) Error() string {
-	if e.Kind == "" {
-		return e.Message
-	}
-	return e.Kind + ": " + e.Message
-}
+func (e *unavailableError) Error() string { return e.msg }
+func (e *unavailableError) Unwrap() error { return api.ErrUnavailable }
 
-// UnmarshalJSON reads a JSON-RPC error object, lifting data.kind into Kind.
-func (e *Error) UnmarshalJSON(b []byte) error {
-	var w struct {
-		Code    int             `json:"code"`
-		Message string          `json:"message"`
-		Data    json.RawMessage `json:"data"`
-	}
-	if err := json.Unmarshal(b, &w); err != nil {
-		return err
-	}
-	e.Code, e.Message, e.Kind, e.Data = w.Code, w.Message, "", nil
-	var data map[string]any
-	if len(w.Data) > 0 && json.Unmarshal(w.Data, &data) == nil {
-		if k, ok := data["kind"].(string); ok {
-			e.Kind = k
-		}
-		delete(data, "kind")
-		if len(data) > 0 {
-			e.Data = data
-		}
-	} else if len(w.Data) > 0 && string(w.Data) != "null" {
-		e.Data = map[string]any{"data": json.RawMessage(w.Data)}
-	}
-	return nil
-}
-
-// MarshalJSON writes the error back in wire form.
-func (e *Error) MarshalJSON() ([]byte, error) {
-	data := map[string]any{}
-	for k, v := range e.Data {
-		data[k] = v
-	}
-	if e.Kind != "" {
-		data["kind"] = e.Kind
-	}
-	return json.Marshal(struct {
-		Code    int            `json:"code"`
-		Message string         `json:"message"`
-		Data    map[string]any `json:"data,omitempty"`
-	}{e.Code, e.Message, data})
-}
-
-// ConfirmationRequired returns the confirmation to get approved when the
-// daemon held a run for approval.
-func (e *Error) ConfirmationRequired() (*api.ConfirmationRequiredData, bool) {
-	if e.Kind != api.KindConfirmationRequired {
-		return nil, false
-	}
-	b, err := json.Marshal(e.Data)
-	if err != nil {
-		return nil, false
-	}
-	var d api.ConfirmationRequiredData
-	if json.Unmarshal(b, &d) != nil || d.ConfirmationID == "" {
-		return nil, false
-	}
-	return &d, true
-}
-
-// Is makes an error match the api sentinel of its kind, so
-// errors.Is(err, api.ErrDenied) works across the socket as it does in
-// process.
-func (e *Error) Is(target error) bool {
-	return e.Kind != "" && target == api.Sentinel(e.Kind)
-}
+// Error is an error the daemon returned for a call: the wire error type
+// the daemon encodes (api.Error). Kind is data.kind (one of the api.Kind
+// constants); Data holds the other data fields, e.g. confirmation_id for
+// api.KindConfirmationRequired (see ConfirmationRequired). It unwraps to its
+// kind's sentinel, so errors.Is(err, api.ErrDenied) works across the socket
+// as it does in process.
+type Error = api.Error
 
 // IsKind reports whether err is an RPC error of kind.
 func IsKind(err error, kind string) bool {
@@ -524,143 +458,6 @@ func (c *Client) notifyHandler() func(Notification) {
 	return nil
 }
 
-// ---- typed methods ----
-
-// CreateSession starts a session and returns its id.
-func (c *Client) CreateSession(ctx context.Context) (string, error) {
-	var r api.CreateSessionResult
-	if err := c.Call(ctx, api.MethodSessionsCreate, struct{}{}, &r); err != nil {
-		return "", err
-	}
-	return r.SessionID, nil
-}
-
-// CloseSession ends a session.
-func (c *Client) CloseSession(ctx context.Context, sessionID string) error {
-	return c.Call(ctx, api.MethodSessionsClose, api.SessionParams{SessionID: sessionID}, nil)
-}
-
-// Instructions returns the instructions for the host's next LLM call.
-func (c *Client) Instructions(ctx context.Context, sessionID string) (*api.InstructionsResult, error) {
-	var r api.InstructionsResult
-	if err := c.Call(ctx, api.MethodSessionsInstructions, api.SessionParams{SessionID: sessionID}, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-// ListSkills lists the indexed skills matching p. skills.list answers with
-// a bare array, [{name, description, location, digest, tags,
-// model_invocable}]; skills disabled for model invocation are in it, marked
-// ModelInvocable false. (The {"skills": [...]} object of earlier daemons is
-// still read.)
-func (c *Client) ListSkills(ctx context.Context, p api.ListSkillsParams) ([]api.SkillInfo, error) {
-	var raw json.RawMessage
-	if err := c.Call(ctx, api.MethodSkillsList, p, &raw); err != nil {
-		return nil, err
-	}
-	out := []api.SkillInfo{}
-	if err := decodeList(raw, "skills", &out); err != nil {
-		return nil, fmt.Errorf("skillbox: decoding the skills.list result: %w", err)
-	}
-	return out, nil
-}
-
-// Load activates skills in a session and returns the receipt.
-func (c *Client) Load(ctx context.Context, p api.LoadParams) (*api.LoadResult, error) {
-	var r api.LoadResult
-	if err := c.Call(ctx, api.MethodSkillsLoad, p, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-// Unload deactivates skills and returns the updated receipt.
-func (c *Client) Unload(ctx context.Context, p api.UnloadParams) (*api.LoadResult, error) {
-	var r api.LoadResult
-	if err := c.Call(ctx, api.MethodSkillsUnload, p, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-// Read reads a file of a loaded skill.
-func (c *Client) Read(ctx context.Context, p api.ReadParams) (*api.ReadResult, error) {
-	var r api.ReadResult
-	if err := c.Call(ctx, api.MethodSkillsRead, p, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-// RunScript runs a script of a loaded skill in a sandbox. When policy holds
-// the run for approval the error is an *Error of KindConfirmationRequired;
-// see (*Error).ConfirmationRequired.
-func (c *Client) RunScript(ctx context.Context, p api.RunScriptParams) (*api.RunScriptResult, error) {
-	var r api.RunScriptResult
-	if err := c.Call(ctx, api.MethodSkillsRunScript, p, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-// RunCode runs code the caller wrote in a sandbox with every loaded skill
-// mounted (skills.run_code); errors as RunScript's.
-func (c *Client) RunCode(ctx context.Context, p api.RunCodeParams) (*api.RunScriptResult, error) {
-	var r api.RunScriptResult
-	if err := c.Call(ctx, api.MethodSkillsRunCode, p, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-// CancelRun stops a run of the caller's (its id is in run.started and in
-// the result); the run's call then returns with reason "cancelled".
-func (c *Client) CancelRun(ctx context.Context, runID string) (*api.CancelRunResult, error) {
-	var r api.CancelRunResult
-	if err := c.Call(ctx, api.MethodRunsCancel, api.CancelRunParams{RunID: runID}, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-// CheckTool asks whether the host may call one of its own tools now.
-func (c *Client) CheckTool(ctx context.Context, p api.CheckToolParams) (*api.CheckToolResult, error) {
-	var r api.CheckToolResult
-	if err := c.Call(ctx, api.MethodToolsCheck, p, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-// ListConfirmations lists confirmation requests the caller may see.
-func (c *Client) ListConfirmations(ctx context.Context, p api.ListConfirmationsParams) ([]api.Confirmation, error) {
-	var raw json.RawMessage
-	if err := c.Call(ctx, api.MethodConfirmationsList, p, &raw); err != nil {
-		return nil, err
-	}
-	var out []api.Confirmation
-	return out, decodeList(raw, "confirmations", &out)
-}
-
-// Approve approves a pending confirmation (the caller must be an approver).
-func (c *Client) Approve(ctx context.Context, id string) (*api.Confirmation, error) {
-	var r api.Confirmation
-	if err := c.Call(ctx, api.MethodConfirmationsApprove, api.ConfirmationIDParams{ID: id}, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
-// Deny denies a confirmation; denials are final.
-func (c *Client) Deny(ctx context.Context, id string) (*api.Confirmation, error) {
-	var r api.Confirmation
-	if err := c.Call(ctx, api.MethodConfirmationsDeny, api.ConfirmationIDParams{ID: id}, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
-}
-
 // decodeList accepts a list result either as a bare array or wrapped in an
 // object under key ({"skills": [...]}).
 func decodeList(raw json.RawMessage, key string, out any) error {
@@ -676,14 +473,4 @@ func decodeList(raw json.RawMessage, key string, out any) error {
 		return nil
 	}
 	return json.Unmarshal(raw, out)
-}
-
-// CheckSkill is skills.check: the imports and programs a skill's scripts
-// need, resolved against its image and dependency layer.
-func (c *Client) CheckSkill(ctx context.Context, p api.CheckSkillParams) (*api.CheckSkillResult, error) {
-	var r api.CheckSkillResult
-	if err := c.Call(ctx, api.MethodSkillsCheck, p, &r); err != nil {
-		return nil, err
-	}
-	return &r, nil
 }

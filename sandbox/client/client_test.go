@@ -127,42 +127,42 @@ func TestTypedMethodsRoundTrip(t *testing.T) {
 	c := dial(t, path)
 	ctx := context.Background()
 
-	id, err := c.CreateSession(ctx)
+	id, err := c.NewSession(ctx)
 	if err != nil || id != "ses_1" {
 		t.Fatalf("CreateSession = %q, %v", id, err)
 	}
-	ins, err := c.Instructions(ctx, id)
+	ins, err := c.Instructions(ctx, api.Peer{}, api.SessionParams{SessionID: id})
 	if err != nil || ins.Instructions != "use skills" {
 		t.Fatalf("Instructions = %+v, %v", ins, err)
 	}
 	for _, q := range []string{"pdf", "legacy"} {
-		sk, err := c.ListSkills(ctx, api.ListSkillsParams{Query: q})
+		sk, err := c.ListSkills(ctx, api.Peer{}, api.ListSkillsParams{Query: q})
 		if err != nil || len(sk) != 1 || sk[0].Name != "pdf" || !sk[0].ModelInvocable || len(sk[0].Tags) != 1 {
 			t.Fatalf("ListSkills(%s) = %+v, %v", q, sk, err)
 		}
 	}
-	if sk, err := c.ListSkills(ctx, api.ListSkillsParams{Query: "none"}); err != nil || sk == nil || len(sk) != 0 {
+	if sk, err := c.ListSkills(ctx, api.Peer{}, api.ListSkillsParams{Query: "none"}); err != nil || sk == nil || len(sk) != 0 {
 		t.Fatalf("ListSkills(none) = %#v, %v; want an empty, non-nil list", sk, err)
 	}
 	var raw json.RawMessage
 	if err := c.Call(ctx, api.MethodSkillsList, api.ListSkillsParams{}, &raw); err != nil || !strings.HasPrefix(string(raw), "[") {
 		t.Fatalf("skills.list on the wire = %s, %v; want a bare array", raw, err)
 	}
-	lr, err := c.Load(ctx, api.LoadParams{SessionID: id, Names: []string{"pdf"}, Mode: api.LoadAdd})
+	lr, err := c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: id, Names: []string{"pdf"}, Mode: api.LoadAdd})
 	if err != nil || lr.ActiveSkills[0].RootDir != "/s/pdf" || lr.Hints[0] != "mode=add" || lr.ActiveSkills[0].Properties["license"] != "MIT" {
 		t.Fatalf("Load = %+v, %v", lr, err)
 	}
-	if lr, err := c.Unload(ctx, api.UnloadParams{SessionID: id, All: true}); err != nil || len(lr.ActiveSkills) != 0 {
+	if lr, err := c.UnloadSkills(ctx, api.Peer{}, api.UnloadParams{SessionID: id, All: true}); err != nil || len(lr.ActiveSkills) != 0 {
 		t.Fatalf("Unload = %+v, %v", lr, err)
 	}
-	rr, err := c.Read(ctx, api.ReadParams{SessionID: id, Path: "SKILL.md", Offset: 1, Length: 2})
+	rr, err := c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: id, Path: "SKILL.md", Offset: 1, Length: 2})
 	if err != nil || rr.Content != "hello" || rr.Path != "SKILL.md" {
 		t.Fatalf("Read = %+v, %v", rr, err)
 	}
 	want := api.RunScriptParams{SessionID: id, Skill: "pdf", Path: "scripts/x.py", Args: []string{"a", "b c"},
 		Env: map[string]string{"K": "V"}, Stdin: "in", TimeoutMS: 5000, Files: []api.File{api.NewFile("in.bin", []byte{0, 1, 2})},
 		Network: true, ConfirmationID: "cnf_1"}
-	res, err := c.RunScript(ctx, want)
+	res, err := c.RunScript(ctx, api.Peer{}, want)
 	if err != nil || res.ExitCode != 3 || res.RunID != "run_1" || res.Reason != "exit" {
 		t.Fatalf("RunScript = %+v, %v", res, err)
 	}
@@ -172,24 +172,28 @@ func TestTypedMethodsRoundTrip(t *testing.T) {
 	if data, err := res.Outputs[0].Data(); err != nil || string(data) != "ok" {
 		t.Fatalf("output data %q, %v", data, err)
 	}
-	ct, err := c.CheckTool(ctx, api.CheckToolParams{SessionID: id, Tool: "Bash", Input: json.RawMessage(`{"command":"ls"}`)})
+	ct, err := c.CheckTool(ctx, api.Peer{}, api.CheckToolParams{SessionID: id, Tool: "Bash", Input: json.RawMessage(`{"command":"ls"}`)})
 	if err != nil || ct.Decision != "deny" || ct.Reason != `{"command":"ls"}` {
 		t.Fatalf("CheckTool = %+v, %v", ct, err)
 	}
-	cl, err := c.ListConfirmations(ctx, api.ListConfirmationsParams{State: "pending"})
-	if err != nil || len(cl) != 1 || !cl[0].Created.Equal(now) || cl[0].DecidedBy.Process != "skillbox" {
-		t.Fatalf("ListConfirmations = %+v, %v", cl, err)
-	}
-	if a, err := c.Approve(ctx, "cnf_9"); err != nil || a.ID != "cnf_9" {
-		t.Fatalf("Approve = %+v, %v", a, err)
-	}
-	if d, err := c.Deny(ctx, "cnf_9"); err != nil || d.State != "denied" {
-		t.Fatalf("Deny = %+v, %v", d, err)
-	}
-	if err := c.CloseSession(ctx, id); err != nil {
+	confs, err := c.ListConfirmations(ctx, api.Peer{}, api.ListConfirmationsParams{State: "pending"})
+	if err != nil {
 		t.Fatal(err)
 	}
-	err = c.CloseSession(ctx, "ses_other")
+	cl := confs.Confirmations
+	if len(cl) != 1 || !cl[0].Created.Equal(now) || cl[0].DecidedBy.Process != "skillbox" {
+		t.Fatalf("ListConfirmations = %+v, %v", cl, err)
+	}
+	if a, err := c.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: "cnf_9"}); err != nil || a.ID != "cnf_9" {
+		t.Fatalf("Approve = %+v, %v", a, err)
+	}
+	if d, err := c.DenyConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: "cnf_9"}); err != nil || d.State != "denied" {
+		t.Fatalf("Deny = %+v, %v", d, err)
+	}
+	if _, err := c.CloseSession(ctx, api.Peer{}, api.SessionParams{SessionID: id}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CloseSession(ctx, api.Peer{}, api.SessionParams{SessionID: "ses_other"})
 	if !client.IsKind(err, api.KindNotFound) {
 		t.Fatalf("CloseSession(other) = %v", err)
 	}
@@ -222,7 +226,7 @@ func TestErrorsAndConfirmationData(t *testing.T) {
 		})
 	})
 	c := dial(t, path)
-	_, err := c.RunScript(context.Background(), api.RunScriptParams{SessionID: "s", Path: "scripts/a.sh"})
+	_, err := c.RunScript(context.Background(), api.Peer{}, api.RunScriptParams{SessionID: "s", Path: "scripts/a.sh"})
 	var e *client.Error
 	if !errors.As(err, &e) || e.Kind != api.KindConfirmationRequired || e.Code != jsonrpc.CodeConfirmationRequired {
 		t.Fatalf("err = %#v", err)

@@ -794,14 +794,14 @@ func TestDaemonOverSocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	sid, err := cl.CreateSession(ctx)
+	sid, err := cl.NewSession(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := cl.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"hello"}}); err != nil {
+	if _, err := cl.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"hello"}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := cl.RunScript(ctx, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh", Args: []string{"x"}})
+	res, err := cl.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh", Args: []string{"x"}})
 	if err != nil || !strings.Contains(res.Stdout, "bash /skill/scripts/run.sh x") {
 		t.Fatalf("run over the socket: %+v %v", res, err)
 	}

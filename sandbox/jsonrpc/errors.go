@@ -1,7 +1,6 @@
 package jsonrpc
 
 import (
-	"encoding/json"
 	"errors"
 
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -23,39 +22,11 @@ const (
 	CodeUnavailable          = -32005
 )
 
-// Error is a JSON-RPC error object. On the wire it is
-//
-//	{"code": -32001, "message": "...", "data": {"kind": "not_found", ...Data}}
-//
-// Kind is always present in data; Data holds extra fields a host can act on
-// (confirmation_id, limit, methods, ...). A handler may return an *Error
-// directly when it needs full control of the code or data.
-type Error struct {
-	Code    int
-	Message string
-	Kind    string
-	Data    map[string]any
-}
-
-func (e *Error) Error() string { return e.Kind + ": " + e.Message }
-
-// MarshalJSON writes the JSON-RPC error object with kind folded into data.
-func (e *Error) MarshalJSON() ([]byte, error) {
-	data := make(map[string]any, len(e.Data)+1)
-	for k, v := range e.Data {
-		data[k] = v
-	}
-	kind := e.Kind
-	if kind == "" {
-		kind = api.KindInternal
-	}
-	data["kind"] = kind
-	return json.Marshal(struct {
-		Code    int            `json:"code"`
-		Message string         `json:"message"`
-		Data    map[string]any `json:"data"`
-	}{e.Code, e.Message, data})
-}
+// Error is the JSON-RPC error object, the wire error type both ends share
+// (api.Error). Kind is always present in data; Data holds extra fields a
+// host can act on (confirmation_id, limit, methods, ...). A handler may
+// return an *Error directly when it needs full control of the code or data.
+type Error = api.Error
 
 // kindCodes maps each kind to its JSON-RPC code; this is the only place
 // kinds meet JSON-RPC.

@@ -64,7 +64,7 @@ func TestBridge(t *testing.T) {
 
 // serveBridge serves rs's parts as a daemon on a Unix socket and returns
 // a bridge to it.
-func serveBridge(t *testing.T, rs *realService) *mcp.Bridge {
+func serveBridge(t *testing.T, rs *realService) *client.Client {
 	t.Helper()
 	o := rs.opts
 	d := daemon.New(daemon.Options{
@@ -84,7 +84,7 @@ func serveBridge(t *testing.T, rs *realService) *mcp.Bridge {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
-	return &mcp.Bridge{Client: cl, Socket: sock}
+	return cl
 }
 
 // TestBridgeHeldHooks: hooks the daemon holds for confirmation are asked

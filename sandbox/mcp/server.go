@@ -224,7 +224,7 @@ func (c *Conn) instructions(ctx context.Context) string {
 	res, err := c.s.svc.Instructions(ctx, c.caller, api.SessionParams{SessionID: c.session})
 	if err != nil {
 		c.s.log.Warn("rendering instructions failed", "error", err)
-		return "skillbox runs Agent Skills in sandboxes; call skills_list to see the skills (the catalog could not be rendered: " + err.Error() + ")"
+		return "skillbox runs Agent Skills in sandboxes; call skills_list to see the skills (the catalog could not be rendered: " + serviceText(err) + ")"
 	}
 	return res.Instructions + mcpToolNames
 }
@@ -295,7 +295,7 @@ func (c *Conn) skillsSnapshot() []api.SkillInfo {
 // error data (confirmation id, limits, ...).
 func toolError(err error) error {
 	kind := api.KindOf(err)
-	text := err.Error()
+	text := serviceText(err)
 	// The service's messages may start with the sentinel's own words.
 	text = strings.TrimPrefix(text, api.Sentinel(kind).Error()+": ")
 	msg := kind + ": " + text
@@ -307,4 +307,14 @@ func toolError(err error) error {
 		msg += " (" + strings.Join(parts, ", ") + ")"
 	}
 	return errors.New(msg)
+}
+
+// serviceText is err's text as the service wrote it: a daemon's error
+// (through the bridge, *api.Error) is its message without the kind, as it
+// would read in process.
+func serviceText(err error) string {
+	if we, ok := err.(*api.Error); ok {
+		return we.Message
+	}
+	return err.Error()
 }
