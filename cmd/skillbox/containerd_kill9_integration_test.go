@@ -171,8 +171,8 @@ func TestDaemonKill9EndsIdleContainerdTasks(t *testing.T) {
 			d.start()
 			c := d.client()
 			ctx := ctxT(t)
-			sid := must[string](t, "sessions.create")(c.CreateSession(ctx))
-			must[*api.LoadResult](t, "load")(c.Load(ctx, api.LoadParams{SessionID: sid, Names: []string{"idler"}}))
+			sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+			must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"idler"}}))
 
 			// The pool's sandboxes boot and wait, idle, for a job. The
 			// first boot unpacks the image into containerd, in minutes
