@@ -231,65 +231,15 @@ func (c *Config) NetworkFor(skill string) (bool, string) {
 	return true, yes.String()
 }
 
-// limitField is one field of runtime.Limits, for field-wise minimums.
-type limitField struct {
-	name string
-	set  func(l *runtime.Limits) bool
-	less func(a, b *runtime.Limits) bool // a stricter than b
-	copy func(dst, src *runtime.Limits)
-}
-
-var limitFields = []limitField{
-	{"timeout", func(l *runtime.Limits) bool { return l.Timeout > 0 },
-		func(a, b *runtime.Limits) bool { return a.Timeout < b.Timeout },
-		func(d, s *runtime.Limits) { d.Timeout = s.Timeout }},
-	{"memory", func(l *runtime.Limits) bool { return l.MemoryBytes > 0 },
-		func(a, b *runtime.Limits) bool { return a.MemoryBytes < b.MemoryBytes },
-		func(d, s *runtime.Limits) { d.MemoryBytes = s.MemoryBytes }},
-	{"pids", func(l *runtime.Limits) bool { return l.Pids > 0 },
-		func(a, b *runtime.Limits) bool { return a.Pids < b.Pids },
-		func(d, s *runtime.Limits) { d.Pids = s.Pids }},
-	{"cpus", func(l *runtime.Limits) bool { return l.CPUs > 0 },
-		func(a, b *runtime.Limits) bool { return a.CPUs < b.CPUs },
-		func(d, s *runtime.Limits) { d.CPUs = s.CPUs }},
-	{"workdir", func(l *runtime.Limits) bool { return l.WorkdirBytes > 0 },
-		func(a, b *runtime.Limits) bool { return a.WorkdirBytes < b.WorkdirBytes },
-		func(d, s *runtime.Limits) { d.WorkdirBytes = s.WorkdirBytes }},
-	{"tmp", func(l *runtime.Limits) bool { return l.TmpBytes > 0 },
-		func(a, b *runtime.Limits) bool { return a.TmpBytes < b.TmpBytes },
-		func(d, s *runtime.Limits) { d.TmpBytes = s.TmpBytes }},
-	{"stdout", func(l *runtime.Limits) bool { return l.StdoutBytes > 0 },
-		func(a, b *runtime.Limits) bool { return a.StdoutBytes < b.StdoutBytes },
-		func(d, s *runtime.Limits) { d.StdoutBytes = s.StdoutBytes }},
-	{"stderr", func(l *runtime.Limits) bool { return l.StderrBytes > 0 },
-		func(a, b *runtime.Limits) bool { return a.StderrBytes < b.StderrBytes },
-		func(d, s *runtime.Limits) { d.StderrBytes = s.StderrBytes }},
-	{"outputs", func(l *runtime.Limits) bool { return l.OutputBytes > 0 },
-		func(a, b *runtime.Limits) bool { return a.OutputBytes < b.OutputBytes },
-		func(d, s *runtime.Limits) { d.OutputBytes = s.OutputBytes }},
-	{"output_files", func(l *runtime.Limits) bool { return l.OutputFiles > 0 },
-		func(a, b *runtime.Limits) bool { return a.OutputFiles < b.OutputFiles },
-		func(d, s *runtime.Limits) { d.OutputFiles = s.OutputFiles }},
-	{"egress_connections", func(l *runtime.Limits) bool { return l.EgressConnections > 0 },
-		func(a, b *runtime.Limits) bool { return a.EgressConnections < b.EgressConnections },
-		func(d, s *runtime.Limits) { d.EgressConnections = s.EgressConnections }},
-	{"egress_bytes_out", func(l *runtime.Limits) bool { return l.EgressBytesOut > 0 },
-		func(a, b *runtime.Limits) bool { return a.EgressBytesOut < b.EgressBytesOut },
-		func(d, s *runtime.Limits) { d.EgressBytesOut = s.EgressBytesOut }},
-	{"output_file_bytes", func(l *runtime.Limits) bool { return l.OutputFileBytes > 0 },
-		func(a, b *runtime.Limits) bool { return a.OutputFileBytes < b.OutputFileBytes },
-		func(d, s *runtime.Limits) { d.OutputFileBytes = s.OutputFileBytes }},
-}
-
 // Tighten returns base with every field that req sets and that is stricter
 // taken from req (zero fields in either mean "not set"). Use it to apply a
 // caller's requested limits (timeout_ms, --memory) without ever loosening
 // what policy gives.
 func Tighten(base, req runtime.Limits) runtime.Limits {
 	out := base
-	for _, f := range limitFields {
-		if f.set(&req) && (!f.set(&out) || f.less(&req, &out)) {
-			f.copy(&out, &req)
+	for _, f := range runtime.LimitFields {
+		if f.IsSet(&req) && (!f.IsSet(&out) || f.Stricter(&req, &out)) {
+			f.Copy(&out, &req)
 		}
 	}
 	return out
@@ -301,15 +251,15 @@ func Tighten(base, req runtime.Limits) runtime.Limits {
 // first, then rules by name).
 func (c *Config) LimitsFor(skill string) (runtime.Limits, []string) {
 	out := c.Limits.WithDefaults()
-	src := make([]string, len(limitFields))
+	src := make([]string, len(runtime.LimitFields))
 	base := "limits (" + c.LimitsPos.String() + ")"
 	for i := range src {
 		src[i] = base
 	}
 	for _, r := range c.matching(skill) {
-		for i, f := range limitFields {
-			if f.set(&r.Limits) && f.less(&r.Limits, &out) {
-				f.copy(&out, &r.Limits)
+		for i, f := range runtime.LimitFields {
+			if f.IsSet(&r.Limits) && f.Stricter(&r.Limits, &out) {
+				f.Copy(&out, &r.Limits)
 				src[i] = r.String()
 			}
 		}

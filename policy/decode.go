@@ -51,11 +51,9 @@ var (
 		"address", "namespace", "handler")}
 	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
 	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe", "ref")}
-	limitsSchema = &hcl.BodySchema{Attributes: attrs("timeout", "memory", "pids", "cpus",
-		"workdir", "tmp", "stdout", "stderr", "outputs", "output_files", "output_file_bytes",
-		"egress_connections", "egress_bytes_out")}
-	poolSchema  = &hcl.BodySchema{Attributes: attrs("per_key", "total", "idle_timeout", "memory_budget")}
-	auditSchema = &hcl.BodySchema{Attributes: attrs("rotate_bytes", "rotate_size", "rotate_age",
+	limitsSchema = &hcl.BodySchema{Attributes: attrs(limitKeys()...)}
+	poolSchema   = &hcl.BodySchema{Attributes: attrs("per_key", "total", "idle_timeout", "memory_budget")}
+	auditSchema  = &hcl.BodySchema{Attributes: attrs("rotate_bytes", "rotate_size", "rotate_age",
 		"checkpoint_key", "checkpoint_interval", "min_free", "reads_per_interval", "aggregate_interval")}
 	policySchema = &hcl.BodySchema{
 		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "env", "require_lock", "hook_failure", "hook_timeout", "build_from_source", "egress"),
@@ -701,20 +699,34 @@ func (d *decoder) checkExtensions() {
 func (d *decoder) limits(blk *hcl.Block, prefix string) (runtime.Limits, Pos) {
 	var l runtime.Limits
 	b, _ := d.body(blk.Body, prefix, limitsSchema)
-	b.duration("timeout", &l.Timeout)
-	b.size("memory", &l.MemoryBytes)
-	b.integer("pids", 1, &l.Pids)
-	b.float("cpus", &l.CPUs)
-	b.size("workdir", &l.WorkdirBytes)
-	b.size("tmp", &l.TmpBytes)
-	b.size("stdout", &l.StdoutBytes)
-	b.size("stderr", &l.StderrBytes)
-	b.size("outputs", &l.OutputBytes)
-	b.intField("output_files", 1, &l.OutputFiles)
-	b.size("output_file_bytes", &l.OutputFileBytes)
-	b.intField("egress_connections", 1, &l.EgressConnections)
-	b.size("egress_bytes_out", &l.EgressBytesOut)
+	for _, f := range runtime.LimitFields {
+		switch p := f.Ptr(&l).(type) {
+		case *time.Duration:
+			b.duration(f.HCL, p)
+		case *float64:
+			b.float(f.HCL, p)
+		case *int64:
+			if f.Kind == runtime.LimitCount {
+				b.integer(f.HCL, 1, p)
+			} else {
+				b.size(f.HCL, p)
+			}
+		case *int:
+			b.intField(f.HCL, 1, p)
+		default:
+			panic(fmt.Sprintf("policy: limit %s has no decoder for %T", f.HCL, p))
+		}
+	}
 	return l, d.pos(blk.DefRange)
+}
+
+// limitKeys are the attributes of a limits {} block.
+func limitKeys() []string {
+	keys := make([]string, len(runtime.LimitFields))
+	for i, f := range runtime.LimitFields {
+		keys[i] = f.HCL
+	}
+	return keys
 }
 
 func (d *decoder) audit(blk *hcl.Block) {

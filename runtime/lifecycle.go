@@ -114,9 +114,7 @@ func (j Job) invocation() Invocation {
 // job puts a spec and an invocation back together (for validation and the
 // OCI spec).
 func (s SandboxSpec) job(inv Invocation) Job {
-	lim := inv.Limits.WithDefaults()
-	sl := s.Limits.WithDefaults()
-	lim.MemoryBytes, lim.Pids, lim.CPUs, lim.WorkdirBytes, lim.TmpBytes = sl.MemoryBytes, sl.Pids, sl.CPUs, sl.WorkdirBytes, sl.TmpBytes
+	lim := inv.Limits.WithDefaults().WithSandbox(s.Limits.Sandbox())
 	return Job{ID: s.ID, RootFS: s.RootFS, Image: s.Image, SkillDir: s.SkillDir, DepsDir: s.DepsDir, Args: inv.Args, Env: inv.Env, ModuleEnv: inv.ModuleEnv,
 		Stdin: inv.Stdin, Files: inv.Files, Limits: lim, Network: s.Network, Egress: s.Egress, Skills: s.Skills, Program: s.Program,
 		Stdout: inv.Stdout, Stderr: inv.Stderr}
@@ -126,11 +124,7 @@ func (s SandboxSpec) job(inv Invocation) Job {
 // made with limits sb: the sandbox-wide limits must be exactly the job's
 // (a job never gets looser limits than it asked for, and a stricter one
 // needs a sandbox of its own).
-func Fits(sb, inv Limits) bool {
-	a, b := sb.WithDefaults(), inv.WithDefaults()
-	return a.MemoryBytes == b.MemoryBytes && a.Pids == b.Pids && a.CPUs == b.CPUs &&
-		a.WorkdirBytes == b.WorkdirBytes && a.TmpBytes == b.TmpBytes
-}
+func Fits(sb, inv Limits) bool { return sb.Sandbox() == inv.Sandbox() }
 
 // PythonInvocation reports whether argv runs a python script the
 // supervisor of BootPython can run: python3 (or python) then an absolute

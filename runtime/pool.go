@@ -43,17 +43,10 @@ type PoolKey struct {
 	Image       ImageRef
 	RootFS      string
 	SkillDigest string
-	SkillDir    string // the pinned copy of that skill version
-	DepLayer    string // host dir of the dependency layer mounted at DepsMount; "" for none
-	Limits      Limits // SandboxLimits of the policy's limits for the skill
+	SkillDir    string        // the pinned copy of that skill version
+	DepLayer    string        // host dir of the dependency layer mounted at DepsMount; "" for none
+	Limits      SandboxLimits // of the policy's limits for the skill
 	Boot        BootMode
-}
-
-// SandboxLimits keeps the limits a sandbox is made with (memory, pids,
-// CPUs, tmpfs sizes), defaults applied, and zeroes the per-job ones.
-func SandboxLimits(l Limits) Limits {
-	l = l.WithDefaults()
-	return Limits{MemoryBytes: l.MemoryBytes, Pids: l.Pids, CPUs: l.CPUs, WorkdirBytes: l.WorkdirBytes, TmpBytes: l.TmpBytes}
 }
 
 // KeyFor returns the pool key a job would use, and whether it can run warm
@@ -65,7 +58,7 @@ func KeyFor(job Job, skill, skillDigest string) (PoolKey, bool) {
 		boot = BootPython
 	}
 	k := PoolKey{Skill: skill, Image: job.Image, RootFS: job.RootFS, SkillDigest: skillDigest, SkillDir: job.SkillDir,
-		DepLayer: job.DepsDir, Limits: SandboxLimits(job.Limits), Boot: boot}
+		DepLayer: job.DepsDir, Limits: job.Limits.Sandbox(), Boot: boot}
 	return k, !job.Network && job.Egress == nil
 }
 
@@ -173,7 +166,7 @@ func (p *Pool) take(key PoolKey) *pooled {
 func (p *Pool) Run(ctx context.Context, key PoolKey, job Job) (*Result, error) {
 	var pb *pooled
 	// Pooled sandboxes mount one skill and no program: run_code jobs run cold.
-	if Fits(key.Limits, job.Limits) && !job.Network && job.Egress == nil && len(job.Skills) == 0 && job.Program == nil {
+	if key.Limits == job.Limits.Sandbox() && !job.Network && job.Egress == nil && len(job.Skills) == 0 && job.Program == nil {
 		pb = p.take(key)
 	}
 	if pb == nil {
@@ -394,7 +387,7 @@ func (p *Pool) boot(key PoolKey) {
 	defer cancel()
 	id := IDPrefix + "warm-" + randomID()
 	started := time.Now()
-	sb, err := p.lc.Create(ctx, SandboxSpec{ID: id, RootFS: key.RootFS, Image: key.Image, SkillDir: key.SkillDir, DepsDir: key.DepLayer, Limits: key.Limits, Boot: key.Boot, Background: true})
+	sb, err := p.lc.Create(ctx, SandboxSpec{ID: id, RootFS: key.RootFS, Image: key.Image, SkillDir: key.SkillDir, DepsDir: key.DepLayer, Limits: key.Limits.Limits(), Boot: key.Boot, Background: true})
 	if err == nil {
 		if err = sb.Start(ctx); err != nil {
 			_ = sb.Destroy(ctx)

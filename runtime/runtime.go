@@ -67,89 +67,27 @@ const (
 	ContainerGID = 65534
 )
 
-// Limits bound one run. Zero values mean "use DefaultLimits".
+// Limits bound one run. Zero values mean "use DefaultLimits". LimitFields
+// describes every field (its HCL and JSON keys, kind and default); a field
+// added here must be added there. Memory, pids, CPUs and the tmpfs sizes
+// are the sandbox's (see SandboxLimits), the rest each job's.
 type Limits struct {
-	Timeout      time.Duration `json:"timeout_ms"`
-	MemoryBytes  int64         `json:"memory_bytes"`
-	Pids         int64         `json:"pids"`
-	CPUs         float64       `json:"cpus"`
-	WorkdirBytes int64         `json:"workdir_bytes"` // tmpfs size of /work
-	TmpBytes     int64         `json:"tmp_bytes"`     // tmpfs size of /tmp
-	StdoutBytes  int64         `json:"stdout_bytes"`  // cap per stream
-	StderrBytes  int64         `json:"stderr_bytes"`
-	OutputBytes  int64         `json:"output_bytes"` // total bytes of collected outputs
-	OutputFiles  int           `json:"output_files"` // max number of collected outputs
+	Timeout      time.Duration
+	MemoryBytes  int64
+	Pids         int64
+	CPUs         float64
+	WorkdirBytes int64 // tmpfs size of /work
+	TmpBytes     int64 // tmpfs size of /tmp
+	StdoutBytes  int64 // cap per stream
+	StderrBytes  int64
+	OutputBytes  int64 // total bytes of collected outputs
+	OutputFiles  int   // max number of collected outputs
 	// OutputFileBytes caps one output file; a bigger one is left out.
-	OutputFileBytes int64 `json:"output_file_bytes"`
+	OutputFileBytes int64
 	// EgressConnections and EgressBytesOut cap a run's connections through
 	// the egress proxy and the bytes it sends over them (runs with Egress).
-	EgressConnections int   `json:"egress_connections"`
-	EgressBytesOut    int64 `json:"egress_bytes_out"`
-}
-
-// DefaultLimits are used for every field left zero.
-var DefaultLimits = Limits{
-	Timeout:     30 * time.Second,
-	MemoryBytes: 512 << 20,
-	Pids:        128,
-	CPUs:        1,
-	// The output caps fit an unpacked office document (thousands of parts,
-	// hundreds of MiB); the tmpfs sizes are ceilings, allocated as written
-	// and charged to the run's memory limit.
-	WorkdirBytes:      1 << 30,
-	TmpBytes:          256 << 20,
-	StdoutBytes:       1 << 20,
-	StderrBytes:       1 << 20,
-	OutputBytes:       512 << 20,
-	OutputFiles:       20000,
-	OutputFileBytes:   256 << 20,
-	EgressConnections: 256,
-	EgressBytesOut:    256 << 20,
-}
-
-// WithDefaults returns l with every zero field taken from DefaultLimits.
-func (l Limits) WithDefaults() Limits {
-	d := DefaultLimits
-	if l.Timeout > 0 {
-		d.Timeout = l.Timeout
-	}
-	if l.MemoryBytes > 0 {
-		d.MemoryBytes = l.MemoryBytes
-	}
-	if l.Pids > 0 {
-		d.Pids = l.Pids
-	}
-	if l.CPUs > 0 {
-		d.CPUs = l.CPUs
-	}
-	if l.WorkdirBytes > 0 {
-		d.WorkdirBytes = l.WorkdirBytes
-	}
-	if l.TmpBytes > 0 {
-		d.TmpBytes = l.TmpBytes
-	}
-	if l.StdoutBytes > 0 {
-		d.StdoutBytes = l.StdoutBytes
-	}
-	if l.StderrBytes > 0 {
-		d.StderrBytes = l.StderrBytes
-	}
-	if l.OutputBytes > 0 {
-		d.OutputBytes = l.OutputBytes
-	}
-	if l.OutputFiles > 0 {
-		d.OutputFiles = l.OutputFiles
-	}
-	if l.OutputFileBytes > 0 {
-		d.OutputFileBytes = l.OutputFileBytes
-	}
-	if l.EgressConnections > 0 {
-		d.EgressConnections = l.EgressConnections
-	}
-	if l.EgressBytesOut > 0 {
-		d.EgressBytesOut = l.EgressBytesOut
-	}
-	return d
+	EgressConnections int
+	EgressBytesOut    int64
 }
 
 // InputKind says what an InputFile entry makes in the workdir.

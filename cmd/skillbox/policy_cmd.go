@@ -330,41 +330,35 @@ func fmtDur(d time.Duration) string {
 	return s
 }
 
-func fmtLimits(l runtime.Limits) string {
-	return fmt.Sprintf("timeout %s, memory %s, pids %d, cpus %g, workdir %s, tmp %s, stdout %s, stderr %s, outputs %s, output_files %d, output_file_bytes %s",
-		fmtDur(l.Timeout), policy.FormatSize(l.MemoryBytes), l.Pids, l.CPUs, policy.FormatSize(l.WorkdirBytes),
-		policy.FormatSize(l.TmpBytes), policy.FormatSize(l.StdoutBytes), policy.FormatSize(l.StderrBytes),
-		policy.FormatSize(l.OutputBytes), l.OutputFiles, policy.FormatSize(l.OutputFileBytes))
-}
+func fmtLimits(l runtime.Limits) string { return fmtLimitFields(l, true) }
 
 // fmtRuleLimits prints only the fields a rule sets.
-func fmtRuleLimits(l runtime.Limits) string {
+func fmtRuleLimits(l runtime.Limits) string { return fmtLimitFields(l, false) }
+
+// fmtLimitFields prints l's fields by their HCL names: every field, or only
+// the ones set.
+func fmtLimitFields(l runtime.Limits, all bool) string {
 	var parts []string
-	add := func(name, v string) { parts = append(parts, name+" "+v) }
-	if l.Timeout > 0 {
-		add("timeout", fmtDur(l.Timeout))
-	}
-	for _, f := range []struct {
-		name string
-		v    int64
-	}{{"memory", l.MemoryBytes}, {"workdir", l.WorkdirBytes}, {"tmp", l.TmpBytes}, {"stdout", l.StdoutBytes},
-		{"stderr", l.StderrBytes}, {"outputs", l.OutputBytes}, {"output_file_bytes", l.OutputFileBytes},
-		{"egress_bytes_out", l.EgressBytesOut}} {
-		if f.v > 0 {
-			add(f.name, policy.FormatSize(f.v))
+	for _, f := range runtime.LimitFields {
+		if !all && !f.IsSet(&l) {
+			continue
 		}
-	}
-	if l.Pids > 0 {
-		add("pids", fmt.Sprint(l.Pids))
-	}
-	if l.CPUs > 0 {
-		add("cpus", fmt.Sprintf("%g", l.CPUs))
-	}
-	if l.OutputFiles > 0 {
-		add("output_files", fmt.Sprint(l.OutputFiles))
-	}
-	if l.EgressConnections > 0 {
-		add("egress_connections", fmt.Sprint(l.EgressConnections))
+		var v string
+		switch p := f.Ptr(&l).(type) {
+		case *time.Duration:
+			v = fmtDur(*p)
+		case *float64:
+			v = fmt.Sprintf("%g", *p)
+		case *int:
+			v = fmt.Sprint(*p)
+		case *int64:
+			if f.Kind == runtime.LimitSize {
+				v = policy.FormatSize(*p)
+			} else {
+				v = fmt.Sprint(*p)
+			}
+		}
+		parts = append(parts, f.HCL+" "+v)
 	}
 	return strings.Join(parts, ", ")
 }

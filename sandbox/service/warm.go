@@ -83,7 +83,7 @@ func (e *Engine) warmSkill(sk *skills.Skill) {
 			boot = runtime.BootPython
 		}
 		e.Pool.Warm(runtime.PoolKey{Skill: sk.Name, Image: ref, RootFS: rootfs, SkillDigest: sk.Digest,
-			SkillDir: root, DepLayer: layer, Limits: runtime.SandboxLimits(limits), Boot: boot})
+			SkillDir: root, DepLayer: layer, Limits: limits.Sandbox(), Boot: boot})
 	}
 }
 
