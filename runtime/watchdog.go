@@ -17,7 +17,6 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
-
 )
 
 // A run's time limit must hold even when the process driving it dies
