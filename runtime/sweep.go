@@ -180,8 +180,13 @@ func (s *sweeper) sweepRunDir(ctx context.Context, id string) (found bool, err e
 			"id", id, "bundle", st.Bundle, "run_dir", dir)
 		owned = false
 	case err != nil && isNotExist(err):
-		// The run died before its container was made, or after it was
-		// deleted.
+		// The run died before its container was made, after it was
+		// deleted, or while its CLI was making it: runc then leaves a state
+		// dir without state.json, which state and list do not show and
+		// only delete --force removes.
+		if err := s.delete(ctx, id); err != nil && !isNotExist(err) {
+			errs = append(errs, err)
+		}
 	default:
 		// It exists, or state failed (half-written state of a CLI killed
 		// while creating it): delete --force copes with both.
