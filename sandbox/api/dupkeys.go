@@ -54,6 +54,9 @@ func DuplicateKey(data []byte) (where, name string, found bool) {
 		case '"':
 			start := i
 			i = stringEnd(data, i+1)
+			if i >= len(data) {
+				return "", "", false // an unterminated string: not valid JSON
+			}
 			n := len(stack)
 			if n == 0 || !stack[n-1].obj || !stack[n-1].expectKey {
 				continue
