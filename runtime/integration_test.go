@@ -1327,9 +1327,45 @@ func TestMain(m *testing.M) {
 		crashHelper(spec)
 		os.Exit(3) // not reached: the helper kills itself
 	}
+	release := clearLeftovers()
 	code := m.Run()
 	stopContainerd()
+	release()
 	os.Exit(code)
+}
+
+// clearLeftovers removes what killed test processes of this checkout left in
+// testBase's runc and runsc state dirs (a CLI killed while creating leaves a
+// state dir that makes every later list fail), so that one crashed run does
+// not fail every later run's leftover check. It only acts while it holds
+// testBase's lock: a test process that re-executes this binary as a helper
+// finds the lock taken and leaves the parent's containers alone.
+func clearLeftovers() (release func()) {
+	if err := os.MkdirAll(testBase, 0o700); err != nil {
+		return func() {}
+	}
+	lock, err := os.OpenFile(filepath.Join(testBase, ".lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return func() {}
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return func() {}
+	}
+	for _, name := range []string{"runsc", "runc"} {
+		for _, dir := range []string{name, name + "-other"} {
+			state := filepath.Join(testBase, dir, "state")
+			ents, _ := os.ReadDir(state)
+			for _, e := range ents {
+				if !e.IsDir() || !strings.HasPrefix(e.Name(), runtime.IDPrefix) {
+					continue
+				}
+				out, err := exec.Command(binaryOf(name), "--root", state, "delete", "--force", e.Name()).CombinedOutput()
+				fmt.Fprintf(os.Stderr, "removed a container left by an earlier test process: %s/%s (%v %s)\n", state, e.Name(), err, bytes.TrimSpace(out))
+			}
+		}
+	}
+	return func() { lock.Close() }
 }
 
 func crashHelper(spec string) {
