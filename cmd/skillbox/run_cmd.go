@@ -451,74 +451,16 @@ func quoteUnprintable(s string) string {
 	return s
 }
 
-// runJSON is what --json prints: the daemon's run_script result (same
-// names) with every field present, plus what only the CLI knows.
+// runJSON is what --json prints: the daemon's run_script result, with its
+// outputs' contents left out (they are saved with --outputs), plus the files
+// the CLI saved.
 type runJSON struct {
-	RunID           string          `json:"run_id"`
-	Skill           string          `json:"skill"`
-	SkillDigest     string          `json:"skill_digest"`
-	Path            string          `json:"path"`
-	ExitCode        int             `json:"exit_code"`
-	Signal          string          `json:"signal"`
-	Reason          string          `json:"reason"`
-	Stdout          string          `json:"stdout"`
-	Stderr          string          `json:"stderr"`
-	StdoutTruncated bool            `json:"stdout_truncated"`
-	StderrTruncated bool            `json:"stderr_truncated"`
-	DurationMS      int64           `json:"duration_ms"`
-	Image           string          `json:"image"`
-	ImageDigest     string          `json:"image_digest"`
-	Runtime         string          `json:"runtime"`
-	DepsLayer       string          `json:"deps_layer,omitempty"`
-	Hint            string          `json:"hint,omitempty"`
-	RuntimeVersion  string          `json:"runtime_version"`
-	Network         bool            `json:"network"`
-	Limits          runtime.Limits  `json:"limits"`
-	Outputs         []runJSONOutput `json:"outputs"`
-	// OutputsTruncated and the fields after it: see api.RunScriptResult.
-	OutputsTruncated    bool     `json:"outputs_truncated"`
-	OutputsTruncatedBy  string   `json:"outputs_truncated_by"`
-	OutputsOmittedFiles int      `json:"outputs_omitted_files"`
-	OutputsOmittedBytes int64    `json:"outputs_omitted_bytes"`
-	OutputsSkipped      []string `json:"outputs_skipped"`
-	SavedOutputs        []string `json:"saved_outputs"`
-	ConfirmationID      string   `json:"confirmation_id,omitempty"`
-	// Skills are the skills `skillbox exec` mounted (skill is empty then).
-	Skills []api.MountedSkill `json:"skills,omitempty"`
-}
-
-type runJSONOutput struct {
-	Path   string `json:"path"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
+	api.RunScriptResult
+	SavedOutputs []string `json:"saved_outputs"`
 }
 
 func newRunJSON(o *service.Outcome, saved []string) *runJSON {
-	r, p := o.Result, o.Plan
-	j := &runJSON{
-		RunID: o.RunID, Path: p.Script, Skills: service.ResultOf(o, 0).Skills,
-		ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason),
-		Stdout: string(r.Stdout), Stderr: string(r.Stderr),
-		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
-		DurationMS: r.Duration.Milliseconds(),
-		Image:      o.Image.Name, ImageDigest: o.Image.Digest,
-		Runtime: r.Runtime, RuntimeVersion: r.RuntimeVersion, Network: p.Network,
-		Limits:           p.Limits,
-		Outputs:          []runJSONOutput{},
-		OutputsTruncated: r.OutputsTruncated, OutputsTruncatedBy: r.OutputsTruncatedBy,
-		OutputsOmittedFiles: r.OutputsOmittedFiles, OutputsOmittedBytes: r.OutputsOmittedBytes,
-		OutputsSkipped: append([]string{}, r.OutputsSkipped...),
-		SavedOutputs:   append([]string{}, saved...),
-		ConfirmationID: p.Request.ConfirmationID,
-		DepsLayer:      o.DepsLayer, Hint: o.Hint,
-	}
-	if sk := p.Request.Skill; sk != nil {
-		j.Skill, j.SkillDigest = sk.Name, sk.Digest
-	}
-	for _, f := range r.Outputs {
-		j.Outputs = append(j.Outputs, runJSONOutput{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
-	}
-	return j
+	return &runJSON{RunScriptResult: service.ResultOf(o, 0), SavedOutputs: append([]string{}, saved...)}
 }
 
 // scriptExitCode is what the shell would report for the script; a run that

@@ -248,27 +248,38 @@ type RunCodeParams struct {
 // needs them runs the script again with fewer or smaller outputs (or uses
 // `skillbox run --outputs DIR`, which has no such budget).
 type RunScriptResult struct {
-	RunID               string   `json:"run_id"`
+	RunID string `json:"run_id"`
+	// Skill and SkillDigest name the skill version that ran (empty for a
+	// skills.run_code run, whose mounted skills are in Skills).
+	Skill               string   `json:"skill"`
+	SkillDigest         string   `json:"skill_digest"`
 	Path                string   `json:"path"`
 	ExitCode            int      `json:"exit_code"`
-	Signal              string   `json:"signal,omitempty"`
+	Signal              string   `json:"signal"`
 	Stdout              string   `json:"stdout"`
 	Stderr              string   `json:"stderr"`
 	StdoutTruncated     bool     `json:"stdout_truncated"`
 	StderrTruncated     bool     `json:"stderr_truncated"`
 	DurationMS          int64    `json:"duration_ms"`
 	Reason              string   `json:"reason"`
-	Outputs             []Output `json:"outputs,omitempty"`
+	Outputs             []Output `json:"outputs"`
 	OutputsTruncated    bool     `json:"outputs_truncated"`
-	OutputsTruncatedBy  string   `json:"outputs_truncated_by,omitempty"`
-	OutputsOmittedFiles int      `json:"outputs_omitted_files,omitempty"`
-	OutputsOmittedBytes int64    `json:"outputs_omitted_bytes,omitempty"`
-	OutputsSkipped      []string `json:"outputs_skipped,omitempty"`
+	OutputsTruncatedBy  string   `json:"outputs_truncated_by"`
+	OutputsOmittedFiles int      `json:"outputs_omitted_files"`
+	OutputsOmittedBytes int64    `json:"outputs_omitted_bytes"`
+	OutputsSkipped      []string `json:"outputs_skipped"`
 	OutputsNotInlined   int      `json:"outputs_not_inlined,omitempty"`
-	Image               string   `json:"image,omitempty"`
-	ImageDigest         string   `json:"image_digest,omitempty"`
-	Runtime             string   `json:"runtime,omitempty"`
-	RuntimeVersion      string   `json:"runtime_version,omitempty"`
+	Image               string   `json:"image"`
+	ImageDigest         string   `json:"image_digest"`
+	Runtime             string   `json:"runtime"`
+	RuntimeVersion      string   `json:"runtime_version"`
+	// Network says the run had a network (egress rules); Limits are the
+	// limits it ran under, in runtime.Limits' JSON form (every field, the
+	// same names as the config's limits block).
+	Network bool           `json:"network"`
+	Limits  map[string]any `json:"limits,omitempty"`
+	// ConfirmationID is the approval the run consumed, if it needed one.
+	ConfirmationID string `json:"confirmation_id,omitempty"`
 	// Warm says the run used a pre-booted sandbox; false is a cold start.
 	Warm bool `json:"warm"`
 	// Skills are the skills a skills.run_code run mounted.

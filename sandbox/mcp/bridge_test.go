@@ -47,8 +47,11 @@ func TestBridge(t *testing.T) {
 	params := &sdk.CallToolParams{Name: mcp.ToolRunScript, Arguments: map[string]any{"skill": "hello", "path": "scripts/run.sh"}}
 	params.SetProgressToken(1)
 	res, err := cs.CallTool(ctx, params)
-	if err != nil || res.IsError {
-		t.Fatalf("run: %v %q", err, text(res))
+	if err != nil {
+		t.Fatalf("run: %v", err)
+	}
+	if res.IsError {
+		t.Fatalf("run: %q", text(res))
 	}
 	// The first message is the run.started event, sent on the run's own
 	// connection to the daemon.

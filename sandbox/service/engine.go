@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -730,6 +731,15 @@ func ResultOf(o *Outcome, inlineBudget int64) api.RunScriptResult {
 	if e := r.Egress; e != nil {
 		res.Egress = &api.EgressSummary{Connections: e.Connections, Denied: e.Denied, BytesOut: e.BytesOut, BytesIn: e.BytesIn, LimitHit: e.LimitHit}
 	}
+	if sk := o.Plan.Request.Skill; sk != nil {
+		res.Skill, res.SkillDigest = sk.Name, sk.Digest
+	}
+	res.Network, res.ConfirmationID = o.Plan.Network, o.Plan.Request.ConfirmationID
+	if b, err := json.Marshal(o.Plan.Limits); err == nil {
+		_ = json.Unmarshal(b, &res.Limits)
+	}
+	// Every list is present, empty or not: a reader need not tell null from [].
+	res.Outputs, res.OutputsSkipped = []api.Output{}, append([]string{}, r.OutputsSkipped...)
 	left := inlineBudget
 	for _, f := range r.Outputs {
 		out := api.Output{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
