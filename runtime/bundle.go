@@ -422,3 +422,26 @@ func unmount(target string) error {
 	}
 	return nil
 }
+
+// NewSandboxBundle validates spec and makes its bundle (see createBundle):
+// the locked run dir, the empty workdir tmpfs and the hosts file. The
+// caller must Remove it.
+func NewSandboxBundle(spec SandboxSpec, runDir string, opts SpecOptions) (*Bundle, error) {
+	probe := spec.job(Invocation{Args: []string{"true"}, Limits: spec.Limits})
+	if err := ValidateJob(probe); err != nil {
+		return nil, err
+	}
+	return createBundle(spec.ID, spec.RootFS, spec.Limits, runDir, opts)
+}
+
+// WriteInputs puts the job's input entries into the workdir and sets the
+// bundle's limits (the output caps CollectOutputs applies) to job's.
+func (b *Bundle) WriteInputs(job Job) error {
+	b.Limits = job.Limits.WithDefaults()
+	return b.writeInputs(job.Files)
+}
+
+// SpecFor builds the OCI spec of job on this bundle (its workdir, hosts
+// file and skills dir as sources) with BuildSpec, and writes it as the
+// bundle's config.json.
+func (b *Bundle) SpecFor(job Job, opts SpecOptions) error { return b.writeConfig(job, opts) }

@@ -140,9 +140,9 @@ func killCgroupProcs(ctx context.Context, p string) error {
 	if p == "" || filepath.Clean("/"+p) == "/" {
 		return nil
 	}
-	giveUp := time.After(killWait)
+	giveUp := time.After(KillWait)
 	for {
-		pids := cgroupProcs(p)
+		pids := CgroupProcesses(p)
 		if len(pids) == 0 {
 			return nil
 		}
@@ -161,7 +161,7 @@ func killCgroupProcs(ctx context.Context, p string) error {
 
 // cgroupProcs lists the processes in cgroup path p and its children, in
 // every hierarchy (a process shows up once per hierarchy on cgroup v1).
-func cgroupProcs(p string) []int {
+func CgroupProcesses(p string) []int {
 	seen := map[int]bool{}
 	var pids []int
 	for _, dir := range cgroupDirs(p) {
@@ -188,7 +188,7 @@ func cgroupProcs(p string) []int {
 // setCPUWeight gives cgroup path p a low CPU weight (a sandbox booting in
 // the background) or the normal one back (its job runs). The cgroup is
 // made if it is not there yet; both runtimes join an existing one.
-func setCPUWeight(p string, low bool) error {
+func SetBackgroundWeight(p string, low bool) error {
 	p = filepath.Clean("/" + p)
 	if isCgroup2() {
 		w := "100"

@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	goruntime "runtime"
@@ -10,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"golang.org/x/sys/unix"
 )
 
@@ -80,45 +78,6 @@ type driver interface {
 	setupError(b *Bundle, code int) error
 }
 
-// Timing of the stop sequence. No timing here is a guarantee the tests
-// depend on; they only bound how long a stuck runtime can hold a run.
-const (
-	defaultGrace    = time.Second
-	killRetry       = 500 * time.Millisecond
-	killWait        = 10 * time.Second
-	drainWait       = 5 * time.Second
-	teardownTimeout = 60 * time.Second
-)
-
-// IDPrefix starts the ids of the runs the daemon makes; Sweep only touches
-// containers whose id has it.
-const IDPrefix = "skillbox-"
-
-// Default directories.
-const (
-	DefaultStateBase = "/run/skillbox"
-	DefaultRunDir    = "/run/skillbox/runs"
-)
-
-func graceOr(d time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return defaultGrace
-}
-
-// namedLogger returns an hclog logger named name from opts, or a null logger.
-func namedLogger(l Logger, name string) Logger {
-	switch lg := l.(type) {
-	case nil:
-		return hclog.NewNullLogger()
-	case hclog.Logger:
-		return lg.Named(name)
-	default:
-		return l
-	}
-}
-
 // startTied starts the runtime CLI's run command so that it dies with us,
 // and returns a channel closed once it has exited and been waited for.
 //
@@ -176,7 +135,7 @@ func exitStatus(ps *os.ProcessState) (int, string) {
 // repeated because a kill can race the container's start; then delete
 // --force (which for runsc kills the sandbox); then the CLI's process group.
 func (e *engine) stop(id string, cmd *exec.Cmd, exited <-chan struct{}, graceful bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), TeardownTimeout)
 	defer cancel()
 	if graceful {
 		if err := e.cli.kill(ctx, id, "TERM", true); err != nil {
@@ -188,7 +147,7 @@ func (e *engine) stop(id string, cmd *exec.Cmd, exited <-chan struct{}, graceful
 		case <-time.After(e.grace):
 		}
 	}
-	deadline := time.After(killWait)
+	deadline := time.After(KillWait)
 	for {
 		if err := e.cli.kill(ctx, id, "KILL", true); err != nil {
 			e.log.Debug("kill KILL failed", "id", id, "error", err)
@@ -197,7 +156,7 @@ func (e *engine) stop(id string, cmd *exec.Cmd, exited <-chan struct{}, graceful
 		case <-exited:
 			return
 		case <-deadline:
-		case <-time.After(killRetry):
+		case <-time.After(KillRetry):
 			continue
 		}
 		break
@@ -209,39 +168,12 @@ func (e *engine) stop(id string, cmd *exec.Cmd, exited <-chan struct{}, graceful
 	select {
 	case <-exited:
 		return
-	case <-time.After(killWait):
+	case <-time.After(KillWait):
 	}
 	e.log.Warn("runtime did not exit; killing its process group", "id", id)
 	_ = killGroup(cmd)
 	select {
 	case <-exited:
-	case <-time.After(killWait):
-	}
-}
-
-// removeCgroupRetry retries for a while as the cgroup's last processes exit.
-func removeCgroupRetry(ctx context.Context, p string) error {
-	giveUp := time.After(killWait)
-	for {
-		err := removeCgroup(p)
-		if err == nil || !errors.Is(err, unix.EBUSY) {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-giveUp:
-			return err
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
+	case <-time.After(KillWait):
 	}
 }

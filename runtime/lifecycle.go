@@ -161,3 +161,8 @@ func RunLifecycle(ctx context.Context, lc Lifecycle, job Job) (res *Result, err 
 	}
 	return sb.Wait(ctx)
 }
+
+// JobOf puts a sandbox spec and an invocation back together: the
+// invocation's timeout and output caps, the sandbox's memory, pids, CPUs
+// and tmpfs sizes.
+func JobOf(spec SandboxSpec, inv Invocation) Job { return spec.job(inv) }

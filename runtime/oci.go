@@ -140,15 +140,6 @@ func (c *ociCLI) Version(ctx context.Context) (string, error) {
 	return c.version, nil
 }
 
-// ContainerState is one entry of `state` / `list --format=json`.
-type ContainerState struct {
-	ID      string `json:"id"`
-	Pid     int    `json:"pid"`
-	Status  string `json:"status"`
-	Bundle  string `json:"bundle"`
-	Created string `json:"created,omitempty"`
-}
-
 // kill sends sig to the container's init, or with all to every process in it.
 func (c *ociCLI) kill(ctx context.Context, id, sig string, all bool) error {
 	args := []string{"kill"}
@@ -163,7 +154,7 @@ func (c *ociCLI) kill(ctx context.Context, id, sig string, all bool) error {
 // A container that does not exist is not an error.
 func (c *ociCLI) delete(ctx context.Context, id string) error {
 	_, err := c.exec(ctx, "delete", "--force", id)
-	if err != nil && isNotExist(err) {
+	if err != nil && IsNotExist(err) {
 		return nil
 	}
 	return err
@@ -196,11 +187,4 @@ func (c *ociCLI) list(ctx context.Context) ([]ContainerState, error) {
 		return nil, fmt.Errorf("%s list: %w", c.name, err)
 	}
 	return list, nil
-}
-
-// isNotExist recognises both runtimes' "no such container" wording.
-func isNotExist(err error) bool {
-	s := strings.ToLower(err.Error())
-	return strings.Contains(s, "does not exist") || strings.Contains(s, "not exist") ||
-		strings.Contains(s, "no such") || strings.Contains(s, "not found")
 }

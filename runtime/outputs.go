@@ -31,13 +31,6 @@ import (
 // maxOutputDepth bounds how deep the workdir is walked.
 const maxOutputDepth = 64
 
-// Caps an output can hit; Result.OutputsTruncatedBy names one of them.
-const (
-	CapOutputFiles     = "output_files"      // Limits.OutputFiles
-	CapOutputBytes     = "output_bytes"      // Limits.OutputBytes, all outputs together
-	CapOutputFileBytes = "output_file_bytes" // Limits.OutputFileBytes, one output
-)
-
 // Outputs is what CollectOutputs found.
 type Outputs struct {
 	Files []OutputFile

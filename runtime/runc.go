@@ -60,8 +60,8 @@ func NewRunc(opts Options) (*Runc, error) {
 		name:   "runc",
 		cli:    r.cli,
 		runDir: opts.RunDir,
-		log:    namedLogger(opts.Logger, "runtime.runc"),
-		grace:  graceOr(opts.KillGrace),
+		log:    NamedLogger(opts.Logger, "runtime.runc"),
+		grace:  opts.KillGraceOrDefault(),
 		d:      r,
 	}
 	return r, nil

@@ -303,3 +303,67 @@ func New(name string, opts Options) (Runtime, error) {
 	}
 	return f(opts)
 }
+
+// Caps an output can hit; Result.OutputsTruncatedBy names one of them.
+const (
+	CapOutputFiles     = "output_files"      // Limits.OutputFiles
+	CapOutputBytes     = "output_bytes"      // Limits.OutputBytes, all outputs together
+	CapOutputFileBytes = "output_file_bytes" // Limits.OutputFileBytes, one output
+)
+
+// IDPrefix starts the ids of the runs the daemon makes; Sweep only touches
+// containers whose id has it.
+const IDPrefix = "skillbox-"
+
+// Default directories.
+const (
+	DefaultStateBase = "/run/skillbox"
+	DefaultRunDir    = "/run/skillbox/runs"
+)
+
+// Sweeper is implemented by backends that can clean up after a crash.
+type Sweeper interface {
+	Sweep(ctx context.Context) error
+}
+
+// Sweep removes what runs of rt left behind when the process driving them
+// died (daemon crash, kill -9, power loss of /run is moot), and nothing else.
+// The backend's RunDir is the record: a run locks its run dir before anything
+// of the run exists and removes it last (after its container and cgroup), so
+//
+//   - a run dir whose lock is held belongs to a run in progress, in this
+//     process or another (`skillbox run` next to the daemon), however young,
+//     and is left alone with its container and cgroup;
+//   - a run dir whose lock is free is a dead run's: Sweep removes its
+//     container (from the backend's state dir), the processes still in its
+//     cgroup, the cgroup, the workdir mount and the dir;
+//   - a container in the backend's state dir with IDPrefix whose bundle is
+//     RunDir/<id> but whose run dir is gone is a leftover of a run whose
+//     teardown failed to delete it (teardown deletes the container before it
+//     removes the run dir): Sweep deletes it, then its cgroup if no process
+//     is left in it.
+//
+// Cgroups under CgroupParent are shared by every RunDir and state dir on the
+// host (test runs, a second daemon), so Sweep only removes one whose id it
+// attributed as above; an empty cgroup it cannot attribute stays, which is
+// harmless, where removing another instance's would not be. The daemon calls
+// Sweep once at start. Backends that keep no local state (none yet) need not
+// implement Sweeper.
+func Sweep(ctx context.Context, rt Runtime) error {
+	s, ok := rt.(Sweeper)
+	if !ok {
+		return nil
+	}
+	return s.Sweep(ctx)
+}
+
+// KillGrace is o.KillGrace or the default grace between TERM and KILL.
+func (o Options) KillGraceOrDefault() time.Duration {
+	if o.KillGrace > 0 {
+		return o.KillGrace
+	}
+	return DefaultKillGrace
+}
+
+// DefaultKillGrace is the grace between TERM and KILL when none is set.
+const DefaultKillGrace = time.Second

@@ -3,8 +3,6 @@ package runtime
 import (
 	"context"
 	_ "embed"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -23,20 +21,6 @@ import (
 	"github.com/skillbox/skillbox/runtime/egress"
 )
 
-// supervisorSource is the python supervisor of BootPython, run as
-// `python3 -c` so that nothing needs mounting for it.
-//
-//go:embed supervisor.py
-var supervisorSource string
-
-// readyMarker is what a warm sandbox's first process writes on its stdout
-// once it waits for its job.
-const readyMarker = "skillbox-ready\n"
-
-// holderArgv is the first process of a BootExec sandbox: it says it is
-// ready and waits until its stdin closes (at Destroy).
-var holderArgv = []string{"/bin/sh", "-c", "printf '" + `skillbox-ready\n` + "'; read -r _"}
-
 // statusFD is the descriptor on which the first process of a detached
 // sandbox (see detachedRunCommand) reports its job's exit status.
 const statusFD = 3
@@ -51,9 +35,6 @@ func reportingSupervisor() []string {
 	fd := strconv.Itoa(statusFD)
 	return []string{"/bin/sh", "-c", `trap : TERM INT HUP QUIT USR1 USR2 ALRM; python3 -c "$0" ` + fd + `>&-; echo $? >&` + fd, supervisorSource}
 }
-
-// bootTimeout bounds how long Start waits for a sandbox to be ready.
-const bootTimeout = 60 * time.Second
 
 // Names in the bundle dir.
 const execProcessFile = "process.json"
@@ -177,7 +158,7 @@ func (e *engine) create(ctx context.Context, spec SandboxSpec) (_ Sandbox, err e
 		}
 	}
 	if spec.Background {
-		if err := setCPUWeight(s.cgPath, true); err != nil {
+		if err := SetBackgroundWeight(s.cgPath, true); err != nil {
 			e.log.Debug("lowering the CPU weight of a booting sandbox failed", "id", spec.ID, "error", err)
 		}
 	}
@@ -199,9 +180,9 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 	if detached && reapsOrphans() {
 		detached = false
 	}
-	argv := holderArgv
+	argv := HolderArgv()
 	if s.spec.Boot == BootPython {
-		argv = []string{"python3", "-c", supervisorSource}
+		argv = SupervisorArgv()
 		if detached {
 			argv = reportingSupervisor()
 		}
@@ -223,7 +204,7 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	if err := waitReady(ctx, outR, bootTimeout); err != nil {
+	if err := waitReady(ctx, outR, BootTimeout); err != nil {
 		return s.bootError(err)
 	}
 	return nil
@@ -247,12 +228,12 @@ func (s *sandbox) startDetached(ctx context.Context, global, args []string, stdi
 		return err
 	}
 	s.runCmd, s.runExited = cmd, exited
-	timer := time.NewTimer(bootTimeout)
+	timer := time.NewTimer(BootTimeout)
 	defer timer.Stop()
 	select {
 	case <-exited:
 	case <-timer.C:
-		return fmt.Errorf("sandbox %s (%s) did not boot: %s run --detach still running after %s", s.spec.ID, s.spec.Boot, s.e.name, bootTimeout)
+		return fmt.Errorf("sandbox %s (%s) did not boot: %s run --detach still running after %s", s.spec.ID, s.spec.Boot, s.e.name, BootTimeout)
 	case <-ctx.Done():
 		return fmt.Errorf("sandbox %s (%s) did not boot: %w", s.spec.ID, s.spec.Boot, ctx.Err())
 	}
@@ -398,13 +379,6 @@ func (s *sandbox) startCLI(global, args []string, stdin, stdout, stderr, extra *
 	return cmd, exited, nil
 }
 
-// supervisorJob is the header the python supervisor reads.
-type supervisorJob struct {
-	Argv []string `json:"argv"`
-	Env  []string `json:"env"`
-	Cwd  string   `json:"cwd"`
-}
-
 func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 	if s.state != stateStarted {
 		return fmt.Errorf("sandbox %s: Deliver before Start or twice", s.spec.ID)
@@ -416,7 +390,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 	if s.spec.Boot == BootPython && !PythonInvocation(inv.Args) {
 		return fmt.Errorf("%w: sandbox %s runs python scripts only, not %q", ErrInvalidJob, s.spec.ID, inv.Args[0])
 	}
-	job := s.spec.job(inv)
+	job := JobOf(s.spec, inv)
 	if err := ValidateJob(job); err != nil {
 		return err
 	}
@@ -424,25 +398,24 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 		return fmt.Errorf("run %s not started: %w", s.spec.ID, err)
 	}
 	if s.spec.Background {
-		if err := setCPUWeight(s.cgPath, false); err != nil {
+		if err := SetBackgroundWeight(s.cgPath, false); err != nil {
 			return fmt.Errorf("restore the CPU weight of sandbox %s: %w", s.spec.ID, err)
 		}
 	}
 	s.lim = job.Limits
-	s.b.Limits = job.Limits // the output caps CollectOutputs applies
-	if err := s.b.writeInputs(job.Files); err != nil {
+	if err := s.b.WriteInputs(job); err != nil { // also the output caps CollectOutputs applies
 		return err
 	}
 	s.outCap = newCapture(s.lim.StdoutBytes, job.Stdout)
 	s.errCap = newCapture(s.lim.StderrBytes, job.Stderr)
 	// The deadline holds without us: from here on the job may run.
-	if s.wd, err = startWatchdog(s.spec.ID, s.cgPath, time.Now().Add(s.lim.Timeout+s.e.grace+watchdogSlack), filepath.Join(s.b.Dir, bundleWatchdogLog)); err != nil {
+	if s.wd, err = startWatchdog(s.spec.ID, s.cgPath, time.Now().Add(s.lim.Timeout+s.e.grace+WatchdogSlack), filepath.Join(s.b.Dir, bundleWatchdogLog)); err != nil {
 		return err
 	}
 
 	switch s.spec.Boot {
 	case BootPython:
-		msg, err := supervisorMessage(job)
+		msg, err := SupervisorMessage(job)
 		if err != nil {
 			return err
 		}
@@ -457,7 +430,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 		s.outR, s.errR = s.initOut, s.initErr
 		s.initOut, s.initErr = nil, nil
 	case BootCold:
-		if err := s.b.writeConfig(job, s.opts); err != nil {
+		if err := s.b.SpecFor(job, s.opts); err != nil {
 			return err
 		}
 		if err := s.startJob(job.Stdin, func(in, out, errw *os.File) error {
@@ -512,45 +485,11 @@ func (s *sandbox) Deliver(ctx context.Context, inv Invocation) (err error) {
 	return nil
 }
 
-// supervisorMessage is the job as the python supervisor reads it: a
-// length-prefixed JSON header (argv, env, cwd), then the script's stdin.
-func supervisorMessage(job Job) ([]byte, error) {
-	env, err := ContainerEnv(job.Env)
-	if err != nil {
-		return nil, err
-	}
-	hdr, err := json.Marshal(supervisorJob{Argv: job.Args, Env: append(env, job.ModuleEnv...), Cwd: WorkDir})
-	if err != nil {
-		return nil, fmt.Errorf("encode job: %w", err)
-	}
-	msg := binary.BigEndian.AppendUint64(nil, uint64(len(hdr)))
-	return append(append(msg, hdr...), job.Stdin...), nil
-}
-
 // withSources fills in the bundle's workdir and hosts file.
 func withSources(o SpecOptions, b *Bundle) SpecOptions {
 	o.WorkdirSource = b.Workdir
 	o.HostsSource = filepath.Join(b.Dir, bundleHosts)
 	return o
-}
-
-type pipePair struct{ r, w *os.File }
-
-// makePipes makes n pipes; on error none is left open.
-func makePipes(n int) ([]pipePair, error) {
-	ps := make([]pipePair, 0, n)
-	for i := 0; i < n; i++ {
-		r, w, err := os.Pipe()
-		if err != nil {
-			for _, p := range ps {
-				p.r.Close()
-				p.w.Close()
-			}
-			return nil, fmt.Errorf("pipe: %w", err)
-		}
-		ps = append(ps, pipePair{r, w})
-	}
-	return ps, nil
 }
 
 // startJob makes the job's pipes, calls start with the child's ends (which
@@ -681,7 +620,7 @@ func (s *sandbox) Destroy(context.Context) error {
 }
 
 func (s *sandbox) teardown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), teardownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), TeardownTimeout)
 	defer cancel()
 	var errs []error
 	if s.runCmd != nil {
@@ -731,7 +670,7 @@ func (s *sandbox) initCmd() *exec.Cmd {
 // Processes lists the host pids of the sandbox's processes (its cgroup's
 // and the CLI waiting for it, if any), for memory accounting.
 func (s *sandbox) Processes() []int {
-	pids := cgroupProcs(s.cgPath)
+	pids := CgroupProcesses(s.cgPath)
 	if c := s.initCmd(); c != nil && c.Process != nil {
 		select {
 		case <-s.runExited:

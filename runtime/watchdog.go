@@ -37,7 +37,7 @@ const watchdogArg0 = "skillbox-run-watchdog"
 
 // watchdogSlack is added to a run's deadline and grace before the watchdog
 // acts, so that it never races a daemon that is alive and stopping the run.
-const watchdogSlack = 2 * time.Second
+const WatchdogSlack = 2 * time.Second
 
 // The watchdog is this binary started again (/proc/self/exe), so it needs
 // no helper installed next to it; a binary or test binary that links this
@@ -142,10 +142,10 @@ func watchdogMain(args []string, release io.Reader, log io.Writer) int {
 		// up.
 		why = "its daemon had not stopped it"
 	}
-	if len(cgroupProcs(cg)) == 0 {
+	if len(CgroupProcesses(cg)) == 0 {
 		return 0
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), killWait)
+	ctx, cancel := context.WithTimeout(context.Background(), KillWait)
 	defer cancel()
 	err = killCgroupProcs(ctx, cg)
 	fmt.Fprintf(log, "skillbox: run %s outlived its deadline and %s; its processes were killed (cgroup %s)\n", id, why, cg)
@@ -248,7 +248,7 @@ func RunSandboxWatchdog(args []string, release io.Reader, log io.Writer, ops Swe
 	lg := hclog.New(&hclog.LoggerOptions{Name: SandboxWatchdogArg0, Output: log, Level: hclog.Info})
 	w := &sandboxWatchdog{
 		id: id, cg: cg, log: lg,
-		procs:      cgroupProcs,
+		procs:      CgroupProcesses,
 		killCgroup: killCgroupProcs,
 		sweep: func(ctx context.Context) error {
 			o, err := ops(ctx, extra, lg)
@@ -352,7 +352,7 @@ func (w *sandboxWatchdog) killLeft(why string) {
 	if len(w.procs(w.cg)) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), killWait)
+	ctx, cancel := context.WithTimeout(context.Background(), KillWait)
 	defer cancel()
 	err := w.killCgroup(ctx, w.cg)
 	w.log.Warn("the job outlived its deadline and "+why+"; its processes were killed", "id", w.id, "cgroup", w.cg, "error", err)
@@ -363,7 +363,7 @@ func (w *sandboxWatchdog) killLeft(why string) {
 // maker is dead), or, with the run dir gone, its container if that was
 // made from it.
 func SweepRun(ctx context.Context, runDir, id string, log Logger, ops SweepOps) error {
-	s := newSweeper(runDir, namedLogger(log, "sweep"), ops)
+	s := newSweeper(runDir, NamedLogger(log, "sweep"), ops)
 	// The daemon's end closes its descriptors one by one, and the pipe
 	// that told us may close before the run dir's lock does: a lock held
 	// for a moment is the dying daemon's. One held on is a live run's (or

@@ -20,34 +20,6 @@ import (
 // end-of-run rules and outputs: a backend only says how a process is
 // started, waited for and killed.
 
-// NewSandboxBundle validates spec and makes its bundle (see createBundle):
-// the locked run dir, the empty workdir tmpfs and the hosts file. The
-// caller must Remove it.
-func NewSandboxBundle(spec SandboxSpec, runDir string, opts SpecOptions) (*Bundle, error) {
-	probe := spec.job(Invocation{Args: []string{"true"}, Limits: spec.Limits})
-	if err := ValidateJob(probe); err != nil {
-		return nil, err
-	}
-	return createBundle(spec.ID, spec.RootFS, spec.Limits, runDir, opts)
-}
-
-// JobOf puts a sandbox spec and an invocation back together: the
-// invocation's timeout and output caps, the sandbox's memory, pids, CPUs
-// and tmpfs sizes.
-func JobOf(spec SandboxSpec, inv Invocation) Job { return spec.job(inv) }
-
-// WriteInputs puts the job's input entries into the workdir and sets the
-// bundle's limits (the output caps CollectOutputs applies) to job's.
-func (b *Bundle) WriteInputs(job Job) error {
-	b.Limits = job.Limits.WithDefaults()
-	return b.writeInputs(job.Files)
-}
-
-// SpecFor builds the OCI spec of job on this bundle (its workdir, hosts
-// file and skills dir as sources) with BuildSpec, and writes it as the
-// bundle's config.json.
-func (b *Bundle) SpecFor(job Job, opts SpecOptions) error { return b.writeConfig(job, opts) }
-
 // Streams are a process's stdout and stderr: pipes whose write ends go to
 // the process (WriteOut, WriteErr) and whose read ends, once Drain is
 // called, are drained concurrently and capped at the job's limits, passing
@@ -169,7 +141,7 @@ func (s *Streams) EndReason(reason Reason, cgPath string) (_ Reason, limitHit bo
 // res (see fillResult).
 func (s *Streams) Fill(res *Result, b *Bundle, log Logger) {
 	if log == nil {
-		log = namedLogger(nil, "")
+		log = NamedLogger(nil, "")
 	}
 	fillResult(res, s.out, s.err, b, log)
 }
@@ -237,10 +209,6 @@ func CreateRunscCgroup(cgPath string, lim Limits, platform string) error {
 	return createCgroup(cgPath, lim.MemoryBytes, runscHostPids(lim.Pids, platform))
 }
 
-// SetBackgroundWeight gives a booting sandbox's cgroup a low CPU weight,
-// or the normal one back.
-func SetBackgroundWeight(cgPath string, low bool) error { return setCPUWeight(cgPath, low) }
-
 // ReleaseSandbox is the end of every backend's teardown, once the
 // sandbox's processes are gone: its cgroup, egress plumbing (eg may be
 // nil) and bundle are removed, and only then is its watchdog released, so
@@ -263,55 +231,16 @@ func ReleaseSandbox(ctx context.Context, cgPath string, eg *egress.Egress, b *Bu
 	return errors.Join(errs...)
 }
 
-// CgroupProcesses lists the host pids in a run's cgroup.
-func CgroupProcesses(cgPath string) []int { return cgroupProcs(cgPath) }
-
-// NamedLogger names l for a component (a null logger when l is nil).
-func NamedLogger(l Logger, name string) Logger { return namedLogger(l, name) }
-
-// KillGrace is o.KillGrace or the default grace between TERM and KILL.
-func (o Options) KillGraceOrDefault() time.Duration { return graceOr(o.KillGrace) }
-
-// IsNotExist recognises the "no such container" errors of the OCI CLIs and
-// of containerd ("not found").
-func IsNotExist(err error) bool { return err != nil && isNotExist(err) }
-
-// SweepOps are what a backend outside this package gives Sweep about its
-// containers: List the ones it knows (Bundle is the run dir each was made
-// for), State of one (an error IsNotExist recognises when there is none),
-// Delete one with everything it holds (not existing is no error).
-type SweepOps struct {
-	List   func(ctx context.Context) ([]ContainerState, error)
-	State  func(ctx context.Context, id string) (*ContainerState, error)
-	Delete func(ctx context.Context, id string) error
-}
-
 // SweepRuns is Sweep for such a backend: the same rules over runDir (a
 // locked run dir is a live run's; an unlocked one, a dead run's, goes with
 // its container, cgroup and workdir mount; a container of ours whose run
 // dir is gone is deleted).
 func SweepRuns(ctx context.Context, runDir string, log Logger, ops SweepOps) error {
-	s := newSweeper(runDir, namedLogger(log, "sweep"), ops)
+	s := newSweeper(runDir, NamedLogger(log, "sweep"), ops)
 	return s.sweep(ctx)
 }
-
-// WatchdogSlack is what a job's watchdog waits beyond its deadline and
-// grace period before it acts (see also StartSandboxWatchdog).
-const WatchdogSlack = watchdogSlack
-
-// Timing of the stop sequence, for backends outside this package.
-const (
-	KillRetry       = killRetry
-	KillWait        = killWait
-	TeardownTimeout = teardownTimeout
-	BootTimeout     = bootTimeout
-)
 
 // HolderArgv is the first process of a BootExec sandbox, SupervisorArgv
 // that of a BootPython one; both say they are ready (see WaitReady).
 func HolderArgv() []string     { return append([]string(nil), holderArgv...) }
 func SupervisorArgv() []string { return []string{"python3", "-c", supervisorSource} }
-
-// SupervisorMessage is what Deliver writes down a BootPython sandbox's
-// stdin: the length-prefixed job header, then the script's stdin.
-func SupervisorMessage(job Job) ([]byte, error) { return supervisorMessage(job) }

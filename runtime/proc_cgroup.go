@@ -1,0 +1,82 @@
+package runtime
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// runscHostPids is the host pids.max for a job allowed pids processes.
+// systrap shares its stub processes between guest processes: measured on
+// the pinned runsc, a guest process costs about two host tasks.
+func runscHostPids(pids int64, platform string) int64 {
+	if platform == "systrap" {
+		return pids*runscPidsPerProcessSystrap + runscPidsBase
+	}
+	return pids*runscPidsPerProcess + runscPidsBase
+}
+
+// createCgroup makes the run's memory and pids cgroups with their limits
+// (memory+swap equal to memory where swap is accounted).
+func createCgroup(p string, memory, pids int64) error {
+	p = filepath.Clean("/" + p)
+	mem := strconv.FormatInt(memory, 10)
+	if isCgroup2() {
+		if err := enableControllers(filepath.Dir(p), "+memory +pids +cpu"); err != nil {
+			return err
+		}
+		dir := filepath.Join(cgroupRoot, p)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("make cgroup: %w", err)
+		}
+		return writeFiles(dir, [][2]string{
+			{"memory.max", mem}, {"memory.swap.max", "0"}, {"pids.max", strconv.FormatInt(pids, 10)},
+		}, "memory.swap.max")
+	}
+	mdir := filepath.Join(cgroupRoot, "memory", p)
+	if err := os.MkdirAll(mdir, 0o755); err != nil {
+		return fmt.Errorf("make memory cgroup: %w", err)
+	}
+	if err := writeFiles(mdir, [][2]string{
+		{"memory.limit_in_bytes", mem}, {"memory.memsw.limit_in_bytes", mem},
+	}, "memory.memsw.limit_in_bytes"); err != nil {
+		return err
+	}
+	pdir := filepath.Join(cgroupRoot, "pids", p)
+	if err := os.MkdirAll(pdir, 0o755); err != nil {
+		return fmt.Errorf("make pids cgroup: %w", err)
+	}
+	return writeFiles(pdir, [][2]string{{"pids.max", strconv.FormatInt(pids, 10)}}, "")
+}
+
+// writeFiles writes name=value pairs in dir; optional may be missing.
+func writeFiles(dir string, kv [][2]string, optional string) error {
+	for _, f := range kv {
+		err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0)
+		if err != nil && !(f[0] == optional && os.IsNotExist(err)) {
+			return fmt.Errorf("set %s in %s: %w", f[0], dir, err)
+		}
+	}
+	return nil
+}
+
+// enableControllers turns on controllers for the children of every level
+// from the cgroup v2 root down to parent.
+func enableControllers(parent, ctrl string) error {
+	dir := cgroupRoot
+	parts := strings.Split(strings.Trim(parent, "/"), "/")
+	for i := 0; ; i++ {
+		if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(ctrl), 0); err != nil {
+			return fmt.Errorf("enable %s in %s: %w", ctrl, dir, err)
+		}
+		if i >= len(parts) || parts[i] == "" {
+			return nil
+		}
+		dir = filepath.Join(dir, parts[i])
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("make cgroup: %w", err)
+		}
+	}
+}
