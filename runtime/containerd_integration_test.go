@@ -24,6 +24,8 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/process"
 )
 
 var (
@@ -446,7 +448,7 @@ func TestContainerdIdleSandboxDiesWithItsDaemon(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(opts.RunDir, id)); err == nil {
 			out = append(out, "run dir")
 		}
-		if p := runtime.CgroupProcesses(runtime.CgroupParent + "/" + id); len(p) > 0 {
+		if p := process.CgroupProcesses(oci.CgroupParent + "/" + id); len(p) > 0 {
 			out = append(out, fmt.Sprintf("processes %v", p))
 		}
 		// Its shim (-id ID) and its watchdog (ID as an argument).

@@ -33,7 +33,7 @@ const (
 // bytes. The error wraps ErrInvalidJob and names the entry (quoted).
 func ValidateInputName(name string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%w: input %s %s", ErrInvalidJob, quoteName(name), why)
+		return fmt.Errorf("%w: input %s %s", ErrInvalidJob, QuoteName(name), why)
 	}
 	switch {
 	case name == "":
@@ -67,15 +67,16 @@ func ValidateInputName(name string) error {
 	return nil
 }
 
-// quoteName shows a caller- or script-chosen name safely in a message.
-func quoteName(name string) string {
+// QuoteName shows a caller- or script-chosen name safely in a message.
+func QuoteName(name string) string {
 	if len(name) > 128 {
 		name = strings.ToValidUTF8(name[:128], "") + "..."
 	}
 	return strconv.Quote(name)
 }
 
-func (f *InputFile) kind() InputKind {
+// EffectiveKind is Kind, with "" meaning InputRegular.
+func (f *InputFile) EffectiveKind() InputKind {
 	if f.Kind == "" {
 		return InputRegular
 	}
@@ -98,8 +99,8 @@ func ValidateInputs(files []InputFile, workdirBytes int64) error {
 		if err := ValidateInputName(f.Name); err != nil {
 			return err
 		}
-		q := quoteName(f.Name)
-		k := f.kind()
+		q := QuoteName(f.Name)
+		k := f.EffectiveKind()
 		switch k {
 		case InputRegular:
 			if f.Target != "" {
@@ -142,7 +143,7 @@ func ValidateInputs(files []InputFile, workdirBytes int64) error {
 		for j := strings.IndexByte(name, '/'); j >= 0; {
 			parent := name[:j]
 			if k, ok := kinds[parent]; ok && k != InputDir {
-				return fmt.Errorf("%w: input %s lies under %s, which is a %s, not a directory", ErrInvalidJob, quoteName(name), quoteName(parent), kindWord(k))
+				return fmt.Errorf("%w: input %s lies under %s, which is a %s, not a directory", ErrInvalidJob, QuoteName(name), QuoteName(parent), kindWord(k))
 			}
 			next := strings.IndexByte(name[j+1:], '/')
 			if next < 0 {

@@ -35,6 +35,8 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/oci"
+	_ "github.com/skillbox/skillbox/runtime/ocicli" // registers the runsc and runc backends
 )
 
 const (
@@ -1119,7 +1121,7 @@ func assertClean(t *testing.T, backend string, opts runtime.Options, id string) 
 	}
 	// With no id: no cgroup of any test run may be left.
 	for _, ctrl := range []string{"memory", "pids", "cpu", "unified"} {
-		parent := filepath.Join("/sys/fs/cgroup", ctrl, runtime.CgroupParent)
+		parent := filepath.Join("/sys/fs/cgroup", ctrl, oci.CgroupParent)
 		kids, _ := os.ReadDir(parent)
 		for _, k := range kids {
 			if k.IsDir() && (k.Name() == id || id == "" && strings.HasPrefix(k.Name(), testIDPrefix())) {
@@ -1578,7 +1580,7 @@ func TestSweepYoungCrash(t *testing.T) {
 					// What the crash left, for the log: it varies with timing.
 					list, _ := listContainers(name, opts)
 					_, dirErr := os.Stat(filepath.Join(opts.RunDir, id))
-					_, cgErr := os.Stat(filepath.Join("/sys/fs/cgroup/memory", runtime.CgroupParent, id))
+					_, cgErr := os.Stat(filepath.Join("/sys/fs/cgroup/memory", oci.CgroupParent, id))
 					t.Logf("killed %v after the run started; left: containers %q, run dir %v, memory cgroup %v",
 						delay, strings.Fields(string(list)), dirErr == nil, cgErr == nil)
 
@@ -1620,8 +1622,8 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
 			cgDirs := func(id string) []string {
 				return []string{
-					filepath.Join("/sys/fs/cgroup/memory", runtime.CgroupParent, id),
-					filepath.Join("/sys/fs/cgroup/pids", runtime.CgroupParent, id),
+					filepath.Join("/sys/fs/cgroup/memory", oci.CgroupParent, id),
+					filepath.Join("/sys/fs/cgroup/pids", oci.CgroupParent, id),
 				}
 			}
 
@@ -1649,7 +1651,7 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 			// A run just made: its bundle and its (runsc-style, pre-made)
 			// cgroups exist, nothing runs in them yet.
 			young := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"true"}}
-			b, err := runtime.PrepareBundle(young, opts.RunDir, runtime.SpecOptions{})
+			b, err := oci.PrepareBundle(young, opts.RunDir, oci.SpecOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
 
@@ -251,10 +252,10 @@ func TestRunDirModes(t *testing.T) {
 			}
 			sandboxUID := 65534
 			if kernelOf(name) == "runc" && !opts.NoUserNS {
-				sandboxUID = runtime.DefaultUserNSBase + 65534
+				sandboxUID = oci.DefaultUserNSBase + 65534
 			}
 			want := []dirMode{
-				{"", runtime.RunDirMode | os.ModeDir, "root"},
+				{"", oci.RunDirMode | os.ModeDir, "root"},
 				{"work", 0o700 | os.ModeDir, "sandbox"},
 				{"work/outputs", 0o755 | os.ModeDir, "sandbox"},
 				{"work/in.txt", 0o600, "sandbox"},
@@ -312,7 +313,7 @@ func TestRunDirModes(t *testing.T) {
 			for rel, info := range got {
 				t.Errorf("%s: %v, not documented", filepath.Join(dir, rel), info.Mode())
 			}
-			for p, want := range map[string]os.FileMode{opts.RunDir: runtime.RunDirMode} {
+			for p, want := range map[string]os.FileMode{opts.RunDir: oci.RunDirMode} {
 				var st unix.Stat_t
 				if err := unix.Lstat(p, &st); err != nil {
 					t.Error(err)
@@ -325,8 +326,8 @@ func TestRunDirModes(t *testing.T) {
 			var st unix.Stat_t
 			if err := unix.Lstat(opts.StateDir, &st); err != nil {
 				t.Error(err)
-			} else if os.FileMode(st.Mode&0o7777) != runtime.RunDirMode || st.Uid != 0 {
-				t.Errorf("state dir %s: %o uid %d, want %o root's", opts.StateDir, st.Mode&0o7777, st.Uid, runtime.RunDirMode)
+			} else if os.FileMode(st.Mode&0o7777) != oci.RunDirMode || st.Uid != 0 {
+				t.Errorf("state dir %s: %o uid %d, want %o root's", opts.StateDir, st.Mode&0o7777, st.Uid, oci.RunDirMode)
 			}
 			if err := sb.Destroy(ctx); err != nil {
 				t.Error(err)

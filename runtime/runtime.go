@@ -1,20 +1,16 @@
-// Package runtime runs one job in one fresh OCI container and tears it down.
+// Package runtime is the API between skillbox and the sandboxes that run its
+// jobs: a Job and its Limits, the Result of a run, the Runtime interface a
+// backend implements (one call wide: Run) and the Lifecycle of single-use
+// sandboxes under it (Create, Start, Deliver, Wait, Destroy) that the warm
+// Pool uses; what a valid job is (ValidateJob, the environment and input
+// rules, module paths); and the registry of backends. Backends register
+// themselves by name from their own packages (runtime/ocicli: runsc, runc;
+// runtime/containerd); callers import the ones they offer and pick one with
+// New, which never falls back to another.
 //
-// The Runtime interface is deliberately one call wide (Run) so that a warm pool
-// of pre-booted single-use sandboxes, or a containerd backend, can slot in
-// behind it later without the callers changing. Backends register themselves
-// by name; callers pick one with New and never fall back to another.
-//
-// What the backends share lives here too: BuildSpec turns a Job into the OCI
-// runtime spec that is the isolation contract (read-only image, read-only
-// skill, capped tmpfs workdir and /tmp, nobody without capabilities, an
-// allowlisted environment, no network but loopback, cgroup limits);
-// PrepareBundle makes a run's bundle and workdir with the inputs in it;
-// CollectOutputs reads back every file the script created or changed in the
-// workdir without following links; Sweep removes what a crashed process left. The runsc
-// (gVisor, the default) and runc backends drive their CLIs through one run
-// driver (engine.go), which separates preparing a bundle from starting,
-// watching and tearing down its container so a warm pool can pre-create.
+// The parts backends share live beside it, not in it: runtime/oci builds a
+// job's OCI bundle and reads its outputs back, runtime/process holds the
+// host side of a sandbox (streams, cgroup, watchdog, sweep).
 package runtime
 
 import (
@@ -24,6 +20,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/skillbox/skillbox/runtime/egress"
 )
 
@@ -367,3 +364,15 @@ func (o Options) KillGraceOrDefault() time.Duration {
 
 // DefaultKillGrace is the grace between TERM and KILL when none is set.
 const DefaultKillGrace = time.Second
+
+// NamedLogger returns an hclog logger named name from opts, or a null logger.
+func NamedLogger(l Logger, name string) Logger {
+	switch lg := l.(type) {
+	case nil:
+		return hclog.NewNullLogger()
+	case hclog.Logger:
+		return lg.Named(name)
+	default:
+		return l
+	}
+}

@@ -52,8 +52,8 @@ var mountNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // SkillTarget is the fixed mount path of the skill named name.
 func SkillTarget(name string) string { return SkillsMount + "/" + name }
 
-// usesSkillsDir says whether the job needs the SkillsMount directory.
-func (j Job) usesSkillsDir() bool { return len(j.Skills) > 0 || j.Program != nil }
+// UsesSkillsDir says whether the job needs the SkillsMount directory.
+func (j Job) UsesSkillsDir() bool { return len(j.Skills) > 0 || j.Program != nil }
 
 // validateSkillMounts checks Job.Skills and Job.Program: sources are clean
 // absolute host paths; targets are SkillTarget(name) for a plain name, each
@@ -64,7 +64,7 @@ func validateSkillMounts(job Job) error {
 	}
 	seen := make(map[string]bool, len(job.Skills))
 	for _, m := range job.Skills {
-		if !isCleanAbs(m.Source) {
+		if !IsCleanAbs(m.Source) {
 			return fmt.Errorf("%w: skill mount source %q must be an absolute, clean host path", ErrInvalidJob, truncateForError(m.Source))
 		}
 		dir, name := path.Split(m.Target)

@@ -8,7 +8,7 @@ import (
 )
 
 var (
-	jobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
+	JobIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 	maxArgs      = 4096
 	maxArgBytes  = 256 << 10
 )
@@ -16,16 +16,16 @@ var (
 // ValidateJob checks the parts of a job every backend relies on; errors wrap
 // ErrInvalidJob. It does not touch the file system.
 func ValidateJob(job Job) error {
-	if !jobIDPattern.MatchString(job.ID) {
+	if !JobIDPattern.MatchString(job.ID) {
 		return fmt.Errorf("%w: job id %q must be 1-64 of [A-Za-z0-9_-], starting with a letter or digit", ErrInvalidJob, truncateForError(job.ID))
 	}
-	if !isCleanAbs(job.RootFS) && (job.RootFS != "" || job.Image.Ref == "") {
+	if !IsCleanAbs(job.RootFS) && (job.RootFS != "" || job.Image.Ref == "") {
 		return fmt.Errorf("%w: rootfs %q must be an absolute, clean host path", ErrInvalidJob, job.RootFS)
 	}
-	if job.SkillDir != "" && !isCleanAbs(job.SkillDir) {
+	if job.SkillDir != "" && !IsCleanAbs(job.SkillDir) {
 		return fmt.Errorf("%w: skill dir %q must be an absolute, clean host path", ErrInvalidJob, job.SkillDir)
 	}
-	if job.DepsDir != "" && !isCleanAbs(job.DepsDir) {
+	if job.DepsDir != "" && !IsCleanAbs(job.DepsDir) {
 		return fmt.Errorf("%w: dependency layer %q must be an absolute, clean host path", ErrInvalidJob, job.DepsDir)
 	}
 	if err := validateSkillMounts(job); err != nil {
@@ -59,6 +59,6 @@ func ValidateJob(job Job) error {
 	return ValidateInputs(job.Files, job.Limits.WithDefaults().WorkdirBytes)
 }
 
-func isCleanAbs(p string) bool {
+func IsCleanAbs(p string) bool {
 	return p != "" && filepath.IsAbs(p) && filepath.Clean(p) == p && !strings.ContainsRune(p, 0)
 }

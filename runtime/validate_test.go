@@ -53,3 +53,13 @@ func TestValidateJob(t *testing.T) {
 		}
 	}
 }
+
+func goldenJob() Job {
+	return Job{
+		ID:       "skillbox-golden-1",
+		RootFS:   "/var/lib/skillbox/images/python/rootfs",
+		SkillDir: "/srv/skills/pdf",
+		Args:     []string{"python3", "/skill/scripts/extract.py", "in.pdf"},
+		Env:      []string{"FOO=bar", "LANG=de_DE.UTF-8"},
+	}
+}

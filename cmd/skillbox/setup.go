@@ -17,6 +17,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	_ "github.com/skillbox/skillbox/runtime/containerd" // registers the containerd backend
+	_ "github.com/skillbox/skillbox/runtime/ocicli"     // registers the runsc and runc backends
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"

@@ -5,9 +5,10 @@
 // default, or the runc v2 shim running runsc or runc.
 //
 // It is the same sandbox as the runsc and runc backends: the bundle, the
-// OCI spec (runtime.BuildSpec, with the options of the OCI runtime the
+// OCI spec (oci.BuildSpec, with the options of the OCI runtime the
 // handler runs), the workdir with its inputs, the output capture, the end
-// of run rules and the outputs all come from package runtime; only how a
+// of run rules and the outputs all come from runtime/oci and runtime/process;
+// only how a
 // process is started, waited for and killed is containerd's, and the
 // rootfs: a snapshot of the job's image in containerd (see snapshot.go).
 //
@@ -42,6 +43,8 @@ import (
 	clog "github.com/containerd/log"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/process"
 )
 
 // Name is the backend's name in runtime.New and the config.
@@ -87,7 +90,7 @@ type Containerd struct {
 	binary    string // the OCI runtime the shim runs
 	gvisor    bool
 	platform  string
-	specOpts  runtime.SpecOptions
+	specOpts  oci.SpecOptions
 	log       runtime.Logger
 	grace     time.Duration
 
@@ -155,9 +158,9 @@ func New(opts runtime.Options) (*Containerd, error) {
 		c.opts.RunDir = runtime.DefaultRunDir
 	}
 	if c.gvisor {
-		c.specOpts = runtime.RunscSpecOptions(opts)
+		c.specOpts = process.RunscSpecOptions(opts)
 	} else {
-		c.specOpts = runtime.RuncSpecOptions(opts)
+		c.specOpts = process.RuncSpecOptions(opts)
 	}
 	c.log = runtime.NamedLogger(opts.Logger, "runtime.containerd")
 	c.grace = opts.KillGraceOrDefault()
@@ -265,7 +268,7 @@ func (c *Containerd) Run(ctx context.Context, job runtime.Job) (*runtime.Result,
 // runtimeOptions are the options containerd hands the shim.
 func (c *Containerd) runtimeOptions(network bool) (any, error) {
 	// The OCI runtime's root is in the state dir: closed before it runs.
-	if err := runtime.MakePrivateDir(c.opts.StateDir, "containerd state dir"); err != nil {
+	if err := oci.MakePrivateDir(c.opts.StateDir, "containerd state dir"); err != nil {
 		return nil, err
 	}
 	if c.handler == HandlerRuncV2 {
@@ -328,7 +331,7 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 func (c *Containerd) writeState(name, content string, mode os.FileMode) (string, error) {
 	// Root's alone: it holds the shims' runtime state (runc's and runsc's
 	// copies of the specs).
-	if err := runtime.MakePrivateDir(c.opts.StateDir, "containerd state dir"); err != nil {
+	if err := oci.MakePrivateDir(c.opts.StateDir, "containerd state dir"); err != nil {
 		return "", err
 	}
 	p := filepath.Join(c.opts.StateDir, name)
@@ -374,7 +377,7 @@ func (c *Containerd) Close(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	var errs []error
-	if err := runtime.DestroyAll(ctx, live); err != nil {
+	if err := process.DestroyAll(ctx, live); err != nil {
 		errs = append(errs, err)
 	}
 	c.mu.Lock()
@@ -389,22 +392,22 @@ func (c *Containerd) Close(ctx context.Context) error {
 }
 
 // Sweep removes what dead runs left in the namespace and the run dir: see
-// runtime.SweepRuns. A container or lease counts as this backend's when it
+// process.SweepRuns. A container or lease counts as this backend's when it
 // carries LabelRunDir; which run dir it names decides the rest.
 func (c *Containerd) Sweep(ctx context.Context) error {
 	cl, err := c.connect(ctx)
 	if err != nil {
 		return err
 	}
-	return runtime.SweepRuns(c.ctx(ctx), c.opts.RunDir, c.log, c.sweepOps(cl))
+	return process.SweepRuns(c.ctx(ctx), c.opts.RunDir, c.log, c.sweepOps(cl))
 }
 
 // sweepOps are Sweep's operations on the namespace's containers, also a
 // sandbox watchdog's (watchdog.go).
-func (c *Containerd) sweepOps(cl *containerd.Client) runtime.SweepOps {
-	return runtime.SweepOps{
-		List:  func(ctx context.Context) ([]runtime.ContainerState, error) { return c.list(ctx, cl) },
-		State: func(ctx context.Context, id string) (*runtime.ContainerState, error) { return c.state(ctx, cl, id) },
+func (c *Containerd) sweepOps(cl *containerd.Client) process.SweepOps {
+	return process.SweepOps{
+		List:  func(ctx context.Context) ([]process.ContainerState, error) { return c.list(ctx, cl) },
+		State: func(ctx context.Context, id string) (*process.ContainerState, error) { return c.state(ctx, cl, id) },
 		Delete: func(ctx context.Context, id string) error {
 			err := c.remove(ctx, cl, id)
 			c.killShims(id)
@@ -414,13 +417,13 @@ func (c *Containerd) sweepOps(cl *containerd.Client) runtime.SweepOps {
 }
 
 // list returns skillbox's containers and leases (those without a container).
-func (c *Containerd) list(ctx context.Context, cl *containerd.Client) ([]runtime.ContainerState, error) {
+func (c *Containerd) list(ctx context.Context, cl *containerd.Client) ([]process.ContainerState, error) {
 	ctx = c.ctx(ctx)
 	cs, err := cl.Containers(ctx, "labels."+`"`+LabelRunDir+`"`)
 	if err != nil {
 		return nil, fmt.Errorf("list containerd containers: %w", err)
 	}
-	var out []runtime.ContainerState
+	var out []process.ContainerState
 	seen := map[string]bool{}
 	for _, ct := range cs {
 		labels, err := ct.Labels(ctx)
@@ -428,7 +431,7 @@ func (c *Containerd) list(ctx context.Context, cl *containerd.Client) ([]runtime
 			continue
 		}
 		seen[ct.ID()] = true
-		out = append(out, runtime.ContainerState{ID: ct.ID(), Bundle: labels[LabelRunDir]})
+		out = append(out, process.ContainerState{ID: ct.ID(), Bundle: labels[LabelRunDir]})
 	}
 	ls, err := cl.LeasesService().List(ctx, "labels."+`"`+LabelRunDir+`"`)
 	if err != nil {
@@ -436,7 +439,7 @@ func (c *Containerd) list(ctx context.Context, cl *containerd.Client) ([]runtime
 	}
 	for _, l := range ls {
 		if !seen[l.ID] {
-			out = append(out, runtime.ContainerState{ID: l.ID, Bundle: l.Labels[LabelRunDir]})
+			out = append(out, process.ContainerState{ID: l.ID, Bundle: l.Labels[LabelRunDir]})
 		}
 	}
 	return out, nil
@@ -444,7 +447,7 @@ func (c *Containerd) list(ctx context.Context, cl *containerd.Client) ([]runtime
 
 // state is a container's (or, without one, its lease's) run dir; neither
 // existing is a not-found error.
-func (c *Containerd) state(ctx context.Context, cl *containerd.Client, id string) (*runtime.ContainerState, error) {
+func (c *Containerd) state(ctx context.Context, cl *containerd.Client, id string) (*process.ContainerState, error) {
 	ctx = c.ctx(ctx)
 	ct, err := cl.LoadContainer(ctx, id)
 	if err == nil {
@@ -452,7 +455,7 @@ func (c *Containerd) state(ctx context.Context, cl *containerd.Client, id string
 		if err != nil {
 			return nil, err
 		}
-		return &runtime.ContainerState{ID: id, Bundle: labels[LabelRunDir]}, nil
+		return &process.ContainerState{ID: id, Bundle: labels[LabelRunDir]}, nil
 	}
 	if !errdefs.IsNotFound(err) {
 		return nil, err
@@ -464,7 +467,7 @@ func (c *Containerd) state(ctx context.Context, cl *containerd.Client, id string
 	if len(ls) == 0 {
 		return nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
 	}
-	return &runtime.ContainerState{ID: id, Bundle: ls[0].Labels[LabelRunDir]}, nil
+	return &process.ContainerState{ID: id, Bundle: ls[0].Labels[LabelRunDir]}, nil
 }
 
 // remove kills and deletes a container's task, the container and the
@@ -540,7 +543,7 @@ func stopTask(ctx context.Context, t containerd.Task) error {
 			_ = t.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll)
 			select {
 			case <-exit:
-			case <-time.After(runtime.KillWait):
+			case <-time.After(process.KillWait):
 			}
 		}
 	}
