@@ -7,10 +7,9 @@
 // It is the same sandbox as the runsc and runc backends: the bundle, the
 // OCI spec (oci.BuildSpec, with the options of the OCI runtime the
 // handler runs), the workdir with its inputs, the output capture, the end
-// of run rules and the outputs all come from runtime/oci and runtime/process;
-// only how a
-// process is started, waited for and killed is containerd's, and the
-// rootfs: a snapshot of the job's image in containerd (see snapshot.go).
+// of run rules and the outputs all come from runtime/oci and
+// runtime/process; only how a process is started, waited for and killed is
+// containerd's, and the rootfs: a snapshot of the job's image in containerd (see snapshot.go).
 //
 // A lease per sandbox (id = the run's id, labelled with its run dir) holds
 // whatever containerd keeps for the run; the container carries the run dir
