@@ -85,9 +85,9 @@ func withContainerd(t testing.TB, name string, opts *runtime.Options) {
 	if name != rtcontainerd.Name {
 		return
 	}
-	opts.Address = containerdSock()
-	opts.Namespace = rtcontainerd.DefaultNamespace
-	opts.Handler, opts.Binary = containerdHandler()
+	handler, binary := containerdHandler()
+	opts.Settings["address"], opts.Settings["namespace"] = containerdSock(), rtcontainerd.DefaultNamespace
+	opts.Settings["handler"], opts.Settings["binary"] = handler, binary
 }
 
 // containerdHandler is the handler and binary the tests use: the
@@ -116,7 +116,7 @@ func listContainers(name string, opts runtime.Options) (string, error) {
 	if name == rtcontainerd.Name {
 		return ctr("containers", "ls", "-q")
 	}
-	out, err := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").CombinedOutput()
+	out, err := exec.Command(binaryOf(name), "--root", opts.Settings.String("state_dir"), "list", "--quiet").CombinedOutput()
 	return string(out), err
 }
 

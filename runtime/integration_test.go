@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -125,8 +126,7 @@ func newBackend(t testing.TB, name string) (runtime.Runtime, runtime.Options) {
 	t.Helper()
 	needBackend(t, name)
 	opts := runtime.Options{
-		Binary:   runtimeBinary(name),
-		StateDir: filepath.Join(testBase, name, "state"),
+		Settings: runtime.Settings{"binary": runtimeBinary(name), "state_dir": filepath.Join(testBase, name, "state")},
 		RunDir:   filepath.Join(testBase, name, "runs"),
 		// Generous, so that a script handling TERM gets to run its
 		// handler on a loaded machine; the sequence is the same as with
@@ -1107,7 +1107,7 @@ func assertClean(t *testing.T, backend string, opts runtime.Options, id string) 
 	if err != nil {
 		t.Errorf("%s list: %v %s", backend, err, out)
 	} else if strings.TrimSpace(out) != "" {
-		t.Errorf("containers left in %s: %s", opts.StateDir, out)
+		t.Errorf("containers left in %s: %s", opts.Settings.String("state_dir"), out)
 	}
 	assertContainerdClean(t, backend, opts)
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
@@ -1309,7 +1309,7 @@ const crashEnv = "SKILLBOX_TEST_CRASH_HELPER"
 // the mode's own fields after them).
 func crashCommand(name string, opts runtime.Options, id, rootfs, skill, marker, mode string, more ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	fields := append([]string{name, opts.StateDir, opts.RunDir, id, rootfs, skill, marker, mode}, more...)
+	fields := append([]string{name, opts.Settings.String("state_dir"), opts.RunDir, id, rootfs, skill, marker, mode}, more...)
 	cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join(fields, "|"))
 	return cmd
 }
@@ -1373,7 +1373,7 @@ func clearLeftovers() (release func()) {
 func crashHelper(spec string) {
 	f := strings.Split(spec, "|")
 	backend, stateDir, runDir, id, rootfs, skill, marker, mode := f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
-	opts := runtime.Options{Binary: runtimeBinary(backend), StateDir: stateDir, RunDir: runDir}
+	opts := runtime.Options{Settings: runtime.Settings{"binary": runtimeBinary(backend), "state_dir": stateDir}, RunDir: runDir}
 	withContainerd(nil, backend, &opts)
 	rt, err := runtime.New(backend, opts)
 	if err != nil {
@@ -1613,7 +1613,8 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rt, opts := newBackend(t, name)
 			otherOpts := opts
-			otherOpts.StateDir = filepath.Join(testBase, name+"-other", "state")
+			otherOpts.Settings = maps.Clone(opts.Settings)
+			otherOpts.Settings["state_dir"] = filepath.Join(testBase, name+"-other", "state")
 			otherOpts.RunDir = filepath.Join(testBase, name+"-other", "runs")
 			other, err := runtime.New(name, otherOpts)
 			if err != nil {

@@ -223,41 +223,101 @@ type Runtime interface {
 	Run(ctx context.Context, job Job) (*Result, error)
 }
 
-// Options configure a backend. Fields a backend does not use are ignored.
+// Options are what New hands a backend: what every backend takes, and the
+// backend's own options, which the backend owns and decodes (BackendOptions).
 type Options struct {
-	Binary   string   // path or name of the CLI; default the backend's name
-	StateDir string   // --root for the runtime's state; default /run/skillbox/<name>
-	RunDir   string   // where bundles and workdirs are made; default /run/skillbox/runs
-	Platform string   // runsc --platform; default the runtime's own
-	Flags    []string // extra global flags, passed before the subcommand
-	Logger   Logger   // an hclog.Logger is Named per backend; nil logs nothing
-
-	// Added by the backends (issue 3):
+	RunDir string // where bundles and workdirs are made; default DefaultRunDir
+	Logger Logger // an hclog.Logger is Named per backend; nil logs nothing
 
 	// NetNS is the path of a prepared network namespace (e.g. made by CNI or
 	// `ip netns add`) that jobs with Network join. Without it such jobs are
 	// refused with ErrUnavailable rather than silently given no network.
 	NetNS string
-	// UserNSBase is the first host uid/gid of the 65536 ids runc maps the
-	// container's ids to; 0 means DefaultUserNSBase. NoUserNS turns the user
-	// namespace off (e.g. on hosts that forbid them). runsc ignores both.
-	UserNSBase uint32
-	NoUserNS   bool
 	// KillGrace is how long a timed-out script has between SIGTERM and
 	// SIGKILL; 0 means one second.
 	KillGrace time.Duration
 
-	// The containerd backend (runtime/containerd): the daemon's socket,
-	// the namespace skillbox's containers live in, and the runtime handler
-	// (the shim) that runs them; Binary is then the OCI runtime the shim
-	// runs (runsc or runc). Zero values mean that backend's defaults.
-	Address   string
-	Namespace string
-	Handler   string
+	// Settings are the attributes of the backend's runtime "NAME" {} block
+	// of the config file (policy.Config.RuntimeOptions), which the backend
+	// decodes into its own options.
+	Settings Settings
+	// Backend, for Go callers, is the backend's own options as the type it
+	// declares (ocicli.RunscOptions, ocicli.RuncOptions,
+	// containerd.Options); it excludes Settings. Neither means the
+	// backend's defaults.
+	Backend any
+}
+
+// Settings are a runtime block's attributes by their names in the config
+// file (binary, state_dir, flags, ...): a string, or []string for a list.
+// Policy checks them against the file's format; a backend takes the ones
+// it has.
+type Settings map[string]any
+
+// BackendOptions gives backend name its own options of type T from o:
+// o.Backend when it is a T (or *T), else o.Settings decoded by decode, else
+// T's zero value (the backend's defaults).
+func BackendOptions[T any](name string, o Options, decode func(Settings) (T, error)) (T, error) {
+	var zero T
+	switch b := o.Backend.(type) {
+	case nil:
+	case T:
+		if len(o.Settings) > 0 {
+			return zero, fmt.Errorf("runtime %s: both settings and options given", name)
+		}
+		return b, nil
+	case *T:
+		if len(o.Settings) > 0 {
+			return zero, fmt.Errorf("runtime %s: both settings and options given", name)
+		}
+		return *b, nil
+	default:
+		return zero, fmt.Errorf("runtime %s: options of type %T, want %T", name, o.Backend, zero)
+	}
+	if len(o.Settings) == 0 {
+		return zero, nil
+	}
+	t, err := decode(o.Settings)
+	if err != nil {
+		return zero, fmt.Errorf("runtime %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// Decode sets the options a backend has from s: each field of fields by
+// its attribute name, a *string or a *[]string. An attribute the backend
+// does not have, or of the wrong kind, is an error.
+func (s Settings) Decode(fields map[string]any) error {
+	for name, v := range s {
+		switch dst := fields[name].(type) {
+		case *string:
+			str, ok := v.(string)
+			if !ok {
+				return fmt.Errorf("setting %s is %T, want a string", name, v)
+			}
+			*dst = str
+		case *[]string:
+			strs, ok := v.([]string)
+			if !ok {
+				return fmt.Errorf("setting %s is %T, want a list of strings", name, v)
+			}
+			*dst = append([]string(nil), strs...)
+		default:
+			return fmt.Errorf("no setting %s", name)
+		}
+	}
+	return nil
+}
+
+// String is the string setting name ("" when it is not set).
+func (s Settings) String(name string) string {
+	v, _ := s[name].(string)
+	return v
 }
 
 // The runtime handlers of the containerd backend: gVisor's shim, or
-// containerd's runc v2 shim running Options.Binary (runc, or runsc).
+// containerd's runc v2 shim running its binary (runc, or runsc). They are
+// here, not in runtime/containerd, because the config file names them.
 const (
 	ContainerdHandlerRunsc  = "io.containerd.runsc.v1"
 	ContainerdHandlerRuncV2 = "io.containerd.runc.v2"

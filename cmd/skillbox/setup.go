@@ -125,8 +125,8 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 		name = o.runtime
 	}
 	ropts := cfg.RuntimeOptions(name)
-	if o.containerdAddress != "" {
-		ropts.Address = o.containerdAddress
+	if o.containerdAddress != "" && name == "containerd" { // only containerd has an address
+		ropts.Settings["address"] = o.containerdAddress
 	}
 	ropts.Logger = log.Named("runtime." + name)
 	rt, err := runtime.New(name, ropts)

@@ -83,6 +83,7 @@ const connectTimeout = 5 * time.Second
 // Containerd runs jobs as containerd containers.
 type Containerd struct {
 	opts      runtime.Options
+	co        Options
 	address   string
 	namespace string
 	handler   string
@@ -117,12 +118,44 @@ func init() {
 	_ = clog.SetLevel("warn")
 }
 
+// Options are the containerd backend's own options
+// (runtime.Options.Backend; from the config file, its runtime "containerd"
+// {} block). Zero values mean the defaults.
+type Options struct {
+	Address   string // the daemon's socket; default DefaultAddress
+	Namespace string // the namespace skillbox's containers live in; default DefaultNamespace
+	Handler   string // the runtime handler (shim) that runs them; default DefaultHandler
+	// Binary is the OCI runtime the shim runs: for HandlerRunsc the pinned
+	// runsc by default, for HandlerRuncV2 runc (or a runsc).
+	Binary   string
+	StateDir string   // the shims' runtime state and runsc configs; default DefaultStateDir
+	Platform string   // runsc's --platform; the pinned build's default is systrap
+	Flags    []string // extra runsc flags (its config file)
+	// UserNSBase and NoUserNS: see ocicli.RuncOptions (runc only).
+	UserNSBase uint32
+	NoUserNS   bool
+}
+
+// DecodeOptions takes Options from a runtime "containerd" block's
+// settings: address, namespace, handler, binary, state_dir, platform and
+// flags.
+func DecodeOptions(s runtime.Settings) (Options, error) {
+	var o Options
+	err := s.Decode(map[string]any{"address": &o.Address, "namespace": &o.Namespace, "handler": &o.Handler,
+		"binary": &o.Binary, "state_dir": &o.StateDir, "platform": &o.Platform, "flags": &o.Flags})
+	return o, err
+}
+
 // New makes the backend. Nothing is dialled here: an unreachable daemon or
 // a missing handler is reported by Version and Run (runtime.ErrUnavailable),
 // so a daemon can start and say what to install.
 func New(opts runtime.Options) (*Containerd, error) {
-	c := &Containerd{opts: opts, address: opts.Address, namespace: opts.Namespace, handler: opts.Handler,
-		binary: opts.Binary, platform: opts.Platform}
+	co, err := runtime.BackendOptions(Name, opts, DecodeOptions)
+	if err != nil {
+		return nil, err
+	}
+	c := &Containerd{opts: opts, co: co, address: co.Address, namespace: co.Namespace, handler: co.Handler,
+		binary: co.Binary, platform: co.Platform}
 	if c.address == "" {
 		c.address = DefaultAddress
 	}
@@ -150,16 +183,16 @@ func New(opts runtime.Options) (*Containerd, error) {
 	if c.gvisor && c.platform == "" && filepath.Clean(c.binary) == runtime.PinnedRunscPath() {
 		c.platform = runtime.PinnedRunscPlatform
 	}
-	if c.opts.StateDir == "" {
-		c.opts.StateDir = DefaultStateDir
+	if c.co.StateDir == "" {
+		c.co.StateDir = DefaultStateDir
 	}
 	if c.opts.RunDir == "" {
 		c.opts.RunDir = runtime.DefaultRunDir
 	}
 	if c.gvisor {
-		c.specOpts = process.RunscSpecOptions(opts)
+		c.specOpts = process.RunscSpecOptions(opts.NetNS)
 	} else {
-		c.specOpts = process.RuncSpecOptions(opts)
+		c.specOpts = process.RuncSpecOptions(opts.NetNS, co.UserNSBase, co.NoUserNS)
 	}
 	c.log = runtime.NamedLogger(opts.Logger, "runtime.containerd")
 	c.grace = opts.KillGraceOrDefault()
@@ -267,7 +300,7 @@ func (c *Containerd) Run(ctx context.Context, job runtime.Job) (*runtime.Result,
 // runtimeOptions are the options containerd hands the shim.
 func (c *Containerd) runtimeOptions(network bool) (any, error) {
 	// The OCI runtime's root is in the state dir: closed before it runs.
-	if err := oci.MakePrivateDir(c.opts.StateDir, "containerd state dir"); err != nil {
+	if err := oci.MakePrivateDir(c.co.StateDir, "containerd state dir"); err != nil {
 		return nil, err
 	}
 	if c.handler == HandlerRuncV2 {
@@ -278,7 +311,7 @@ func (c *Containerd) runtimeOptions(network bool) (any, error) {
 				return nil, err
 			}
 		}
-		return &runcoptions.Options{BinaryName: bin, Root: filepath.Join(c.opts.StateDir, "runc")}, nil
+		return &runcoptions.Options{BinaryName: bin, Root: filepath.Join(c.co.StateDir, "runc")}, nil
 	}
 	p, err := c.runscConfig(network)
 	if err != nil {
@@ -298,7 +331,7 @@ func (c *Containerd) runscFlags(network bool) map[string]string {
 	if c.platform != "" {
 		f["platform"] = c.platform
 	}
-	for _, fl := range c.opts.Flags {
+	for _, fl := range c.co.Flags {
 		k, v, ok := strings.Cut(strings.TrimLeft(fl, "-"), "=")
 		if !ok {
 			v = "true"
@@ -330,14 +363,14 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 func (c *Containerd) writeState(name, content string, mode os.FileMode) (string, error) {
 	// Root's alone: it holds the shims' runtime state (runc's and runsc's
 	// copies of the specs).
-	if err := oci.MakePrivateDir(c.opts.StateDir, "containerd state dir"); err != nil {
+	if err := oci.MakePrivateDir(c.co.StateDir, "containerd state dir"); err != nil {
 		return "", err
 	}
-	p := filepath.Join(c.opts.StateDir, name)
+	p := filepath.Join(c.co.StateDir, name)
 	if old, err := os.ReadFile(p); err == nil && string(old) == content {
 		return p, nil
 	}
-	tmp, err := os.CreateTemp(c.opts.StateDir, "."+name+"-*")
+	tmp, err := os.CreateTemp(c.co.StateDir, "."+name+"-*")
 	if err != nil {
 		return "", fmt.Errorf("write %s: %w", p, err)
 	}
@@ -360,7 +393,7 @@ func (c *Containerd) runscConfig(network bool) (string, error) {
 	flags := c.runscFlags(network)
 	keys := slices.Sorted(maps.Keys(flags))
 	var b strings.Builder
-	fmt.Fprintf(&b, "binary_name = %q\nroot = %q\n\n[runsc_config]\n", c.binary, filepath.Join(c.opts.StateDir, "runsc"))
+	fmt.Fprintf(&b, "binary_name = %q\nroot = %q\n\n[runsc_config]\n", c.binary, filepath.Join(c.co.StateDir, "runsc"))
 	for _, k := range keys {
 		fmt.Fprintf(&b, "  %q = %q\n", k, flags[k])
 	}

@@ -50,15 +50,15 @@ func TestMissingBinary(t *testing.T) {
 		t.Errorf("Debian runsc hint %q", h)
 	}
 	r, _ := NewRunsc(runtime.Options{})
-	if r.opts.Binary != runtime.PinnedRunscPath() || r.opts.Platform != runtime.PinnedRunscPlatform || r.opts.StateDir != runtime.RunscStateDir("") {
-		t.Errorf("default runsc options %+v", r.opts)
+	if r.ro.Binary != runtime.PinnedRunscPath() || r.ro.Platform != runtime.PinnedRunscPlatform || r.ro.StateDir != runtime.RunscStateDir("") {
+		t.Errorf("default runsc options %+v", r.ro)
 	}
-	r, _ = NewRunsc(runtime.Options{Binary: "/usr/bin/runsc"})
-	if r.opts.Platform != "" || r.opts.StateDir != "/run/skillbox/runsc" {
-		t.Errorf("Debian runsc options %+v", r.opts)
+	r, _ = NewRunsc(runtime.Options{Backend: RunscOptions{Binary: "/usr/bin/runsc"}})
+	if r.ro.Platform != "" || r.ro.StateDir != "/run/skillbox/runsc" {
+		t.Errorf("Debian runsc options %+v", r.ro)
 	}
 	for _, name := range []string{"runsc", "runc"} {
-		rt, err := runtime.New(name, runtime.Options{Binary: "/nonexistent/" + name, RunDir: t.TempDir()})
+		rt, err := runtime.New(name, runtime.Options{Settings: runtime.Settings{"binary": "/nonexistent/" + name}, RunDir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}

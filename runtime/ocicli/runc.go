@@ -20,6 +20,7 @@ import (
 // place until we delete it, which is how the OOM and pids counters are read.
 type Runc struct {
 	opts runtime.Options
+	ro   RuncOptions
 	cli  *ociCLI
 	eng  *engine
 }
@@ -33,22 +34,48 @@ func init() {
 	runtime.Register("runc", func(o runtime.Options) (runtime.Runtime, error) { return NewRunc(o) })
 }
 
+// RuncOptions are the runc backend's own options (runtime.Options.Backend;
+// from the config file, its runtime "runc" {} block).
+type RuncOptions struct {
+	Binary   string   // path or name of runc; default "runc"
+	StateDir string   // its --root; default /run/skillbox/runc
+	Flags    []string // extra global flags, passed before the subcommand
+	// UserNSBase is the first host uid/gid of the 65536 ids runc maps the
+	// container's ids to; 0 means oci.DefaultUserNSBase. NoUserNS turns the
+	// user namespace off (e.g. on hosts that forbid them).
+	UserNSBase uint32
+	NoUserNS   bool
+}
+
+// DecodeRuncOptions takes RuncOptions from a runtime "runc" block's
+// settings: binary, state_dir and flags.
+func DecodeRuncOptions(s runtime.Settings) (RuncOptions, error) {
+	var o RuncOptions
+	err := s.Decode(map[string]any{"binary": &o.Binary, "state_dir": &o.StateDir, "flags": &o.Flags})
+	return o, err
+}
+
 // NewRunc makes the runc backend. A missing runc binary is reported by
 // Version and Run (ErrUnavailable).
 func NewRunc(opts runtime.Options) (*Runc, error) {
-	opts = withDefaults(opts, "runc")
-	if opts.UserNSBase == 0 {
-		opts.UserNSBase = oci.DefaultUserNSBase
+	ro, err := runtime.BackendOptions("runc", opts, DecodeRuncOptions)
+	if err != nil {
+		return nil, err
 	}
-	if uint64(opts.UserNSBase)+oci.UserNSSize > 1<<32-1 {
-		return nil, fmt.Errorf("runc: user namespace base %d leaves no room for %d ids", opts.UserNSBase, oci.UserNSSize)
+	opts = withDefaults(opts)
+	ro.Binary, ro.StateDir = binaryOr(ro.Binary, "runc"), stateDirOr(ro.StateDir, "runc")
+	if ro.UserNSBase == 0 {
+		ro.UserNSBase = oci.DefaultUserNSBase
 	}
-	r := &Runc{opts: opts}
+	if uint64(ro.UserNSBase)+oci.UserNSSize > 1<<32-1 {
+		return nil, fmt.Errorf("runc: user namespace base %d leaves no room for %d ids", ro.UserNSBase, oci.UserNSSize)
+	}
+	r := &Runc{opts: opts, ro: ro}
 	r.cli = &ociCLI{
 		name:    "runc",
-		binary:  opts.Binary,
-		root:    opts.StateDir,
-		global:  append([]string(nil), opts.Flags...),
+		binary:  ro.Binary,
+		root:    ro.StateDir,
+		global:  append([]string(nil), ro.Flags...),
 		install: "apt-get install runc",
 	}
 	r.eng = &engine{
@@ -83,7 +110,9 @@ func (r *Runc) Close(ctx context.Context) error { return r.eng.close(ctx) }
 // Sweep removes what crashed runs left: see Sweep.
 func (r *Runc) Sweep(ctx context.Context) error { return r.eng.sweep(ctx) }
 
-func (r *Runc) specOptions(job runtime.Job) oci.SpecOptions { return process.RuncSpecOptions(r.opts) }
+func (r *Runc) specOptions(job runtime.Job) oci.SpecOptions {
+	return process.RuncSpecOptions(r.opts.NetNS, r.ro.UserNSBase, r.ro.NoUserNS)
+}
 
 func (r *Runc) setupCgroup(string, runtime.Limits) error { return nil } // runc makes it from the spec
 

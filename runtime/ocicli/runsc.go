@@ -33,6 +33,7 @@ import (
 //     and the whole sandbox dies, which pids.events records (reason pids).
 type Runsc struct {
 	opts runtime.Options
+	ro   RunscOptions
 	cli  *ociCLI
 	eng  *engine
 }
@@ -46,6 +47,23 @@ func init() {
 	runtime.Register("runsc", func(o runtime.Options) (runtime.Runtime, error) { return NewRunsc(o) })
 }
 
+// RunscOptions are the runsc backend's own options (runtime.Options.Backend;
+// from the config file, its runtime "runsc" {} block).
+type RunscOptions struct {
+	Binary   string   // path or name of runsc; default the pinned build (PinnedRunscPath)
+	StateDir string   // its --root; default RunscStateDir(Binary)
+	Platform string   // its --platform; the pinned build's default is systrap, another's "" keeps its own
+	Flags    []string // extra global flags, passed before the subcommand
+}
+
+// DecodeRunscOptions takes RunscOptions from a runtime "runsc" block's
+// settings: binary, state_dir, platform and flags.
+func DecodeRunscOptions(s runtime.Settings) (RunscOptions, error) {
+	var o RunscOptions
+	err := s.Decode(map[string]any{"binary": &o.Binary, "state_dir": &o.StateDir, "platform": &o.Platform, "flags": &o.Flags})
+	return o, err
+}
+
 // NewRunsc makes the gVisor backend. A missing runsc binary is reported by
 // Version and Run (ErrUnavailable), not here, so a daemon can start and say
 // what to install.
@@ -53,28 +71,32 @@ func init() {
 // Without a Binary it is the pinned build (PinnedRunscPath) on the systrap
 // platform, with a state dir of its version's own (RunscStateDir).
 func NewRunsc(opts runtime.Options) (*Runsc, error) {
-	if opts.Binary == "" {
-		opts.Binary = runtime.PinnedRunscPath()
+	ro, err := runtime.BackendOptions("runsc", opts, DecodeRunscOptions)
+	if err != nil {
+		return nil, err
 	}
-	if opts.Platform == "" && runtime.IsPinnedRunsc(opts.Binary) {
-		opts.Platform = runtime.PinnedRunscPlatform
+	if ro.Binary == "" {
+		ro.Binary = runtime.PinnedRunscPath()
 	}
-	if opts.StateDir == "" {
-		opts.StateDir = runtime.RunscStateDir(opts.Binary)
+	if ro.Platform == "" && runtime.IsPinnedRunsc(ro.Binary) {
+		ro.Platform = runtime.PinnedRunscPlatform
 	}
-	opts = withDefaults(opts, "runsc")
+	if ro.StateDir == "" {
+		ro.StateDir = runtime.RunscStateDir(ro.Binary)
+	}
+	opts = withDefaults(opts)
 	global := []string{}
-	if opts.Platform != "" {
-		global = append(global, "--platform="+opts.Platform)
+	if ro.Platform != "" {
+		global = append(global, "--platform="+ro.Platform)
 	}
-	global = append(global, opts.Flags...)
-	r := &Runsc{opts: opts}
+	global = append(global, ro.Flags...)
+	r := &Runsc{opts: opts, ro: ro}
 	r.cli = &ociCLI{
 		name:    "runsc",
-		binary:  opts.Binary,
-		root:    opts.StateDir,
+		binary:  ro.Binary,
+		root:    ro.StateDir,
 		global:  global,
-		install: runtime.RunscInstallHint(opts.Binary),
+		install: runtime.RunscInstallHint(ro.Binary),
 	}
 	r.eng = &engine{
 		name:   "runsc",
@@ -87,18 +109,28 @@ func NewRunsc(opts runtime.Options) (*Runsc, error) {
 	return r, nil
 }
 
-// withDefaults fills the directory and binary defaults for backend name.
-func withDefaults(o runtime.Options, name string) runtime.Options {
-	if o.Binary == "" {
-		o.Binary = name
-	}
-	if o.StateDir == "" {
-		o.StateDir = filepath.Join(runtime.DefaultStateBase, name)
-	}
+// withDefaults fills the run dir default.
+func withDefaults(o runtime.Options) runtime.Options {
 	if o.RunDir == "" {
 		o.RunDir = runtime.DefaultRunDir
 	}
 	return o
+}
+
+// binaryOr and stateDirOr are the binary and state dir defaults of the CLI
+// backend name.
+func binaryOr(bin, name string) string {
+	if bin == "" {
+		return name
+	}
+	return bin
+}
+
+func stateDirOr(dir, name string) string {
+	if dir == "" {
+		return filepath.Join(runtime.DefaultStateBase, name)
+	}
+	return dir
 }
 
 func (r *Runsc) Name() string { return "runsc" }
@@ -122,7 +154,9 @@ func (r *Runsc) Close(ctx context.Context) error { return r.eng.close(ctx) }
 // Sweep removes what crashed runs left: see Sweep.
 func (r *Runsc) Sweep(ctx context.Context) error { return r.eng.sweep(ctx) }
 
-func (r *Runsc) specOptions(job runtime.Job) oci.SpecOptions { return process.RunscSpecOptions(r.opts) }
+func (r *Runsc) specOptions(job runtime.Job) oci.SpecOptions {
+	return process.RunscSpecOptions(r.opts.NetNS)
+}
 
 func (r *Runsc) runCommand(net bool, b *oci.Bundle) ([]string, []string) {
 	network := "--network=none"
@@ -160,7 +194,7 @@ func (r *Runsc) setupError(b *oci.Bundle, code int) error {
 }
 
 func (r *Runsc) setupCgroup(cgPath string, lim runtime.Limits) error {
-	return process.CreateCgroup(cgPath, lim.MemoryBytes, process.RunscHostPids(lim.Pids, r.opts.Platform))
+	return process.CreateCgroup(cgPath, lim.MemoryBytes, process.RunscHostPids(lim.Pids, r.ro.Platform))
 }
 
 // logErrors returns the error-level messages of a JSON log (runc, runsc).

@@ -4,24 +4,24 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/oci"
 )
 
 // RuncSpecOptions are the BuildSpec choices of a container that runc runs
 // on the host kernel (this backend's, and containerd's with runc as its
-// handler): seccomp, a cgroup namespace, no swap and, unless opts say
-// otherwise, a user namespace at opts.UserNSBase (oci.DefaultUserNSBase when 0).
-func RuncSpecOptions(opts runtime.Options) oci.SpecOptions {
+// handler): seccomp, a cgroup namespace, no swap and, unless noUserNS, a
+// user namespace at userNSBase (oci.DefaultUserNSBase when 0); jobs with
+// Network join netNS.
+func RuncSpecOptions(netNS string, userNSBase uint32, noUserNS bool) oci.SpecOptions {
 	o := oci.SpecOptions{
 		Seccomp:      true,
 		CgroupNS:     true,
 		MaskHostInfo: true,
 		SwapLimit:    swapAccounted(),
-		NetNS:        opts.NetNS,
+		NetNS:        netNS,
 	}
-	if !opts.NoUserNS {
-		base := opts.UserNSBase
+	if !noUserNS {
+		base := userNSBase
 		if base == 0 {
 			base = oci.DefaultUserNSBase
 		}
@@ -34,8 +34,8 @@ func RuncSpecOptions(opts runtime.Options) oci.SpecOptions {
 // backend's, and containerd's with runsc as its handler): no seccomp
 // (gVisor filters the sentry itself), no user namespace (runsc already
 // runs the sandbox unprivileged in its own one).
-func RunscSpecOptions(opts runtime.Options) oci.SpecOptions {
-	return oci.SpecOptions{NetNS: opts.NetNS}
+func RunscSpecOptions(netNS string) oci.SpecOptions {
+	return oci.SpecOptions{NetNS: netNS}
 }
 
 // swapAccounted reports whether memory+swap can be limited (cgroup v1 needs
