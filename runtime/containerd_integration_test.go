@@ -70,7 +70,7 @@ func stopContainerd() {
 	}
 }
 
-// runtimeBinary is Options.Binary for a backend: for containerd, the OCI
+// runtimeBinary is the "binary" setting for a backend: for containerd, the OCI
 // runtime its handler runs (the handler's default unless set).
 func runtimeBinary(name string) string {
 	if name == rtcontainerd.Name {
