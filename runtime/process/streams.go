@@ -16,11 +16,9 @@ import (
 	"github.com/skillbox/skillbox/runtime/oci"
 )
 
-// The parts of a sandbox that a backend outside this package (the
-// containerd client in runtime/containerd) shares with runsc and runc, so
-// that every backend has the same bundle, spec, inputs, output capture,
-// end-of-run rules and outputs: a backend only says how a process is
-// started, waited for and killed.
+// What every backend does with a sandbox's output and end: the same
+// capture, end-of-run rules, outputs and teardown order, whatever started
+// the process.
 
 // Streams are a process's stdout and stderr: pipes whose write ends go to
 // the process (WriteOut, WriteErr) and whose read ends, once Drain is
