@@ -94,7 +94,7 @@ func createBundle(id, rootfs string, limits runtime.Limits, runDir string, opts 
 	}
 	// The lock tells Sweep (in another process, after a crash) that this
 	// run dir is alive; the kernel drops it if we die. The dir is never
-	// visible without it (see makeRunDir).
+	// visible without it (see MakeRunDir).
 	dir := filepath.Join(runDir, id)
 	lock, err := MakeRunDir(runDir, id)
 	if err != nil {
@@ -316,7 +316,7 @@ func PrepMakerAlive(name string) bool {
 	return err == nil || errors.Is(err, unix.EPERM)
 }
 
-// makeRunDirTries bounds how often makeRunDir starts over because a
+// makeRunDirTries bounds how often MakeRunDir starts over because a
 // concurrent Sweep removed its unlocked, just-made directory.
 const makeRunDirTries = 10
 

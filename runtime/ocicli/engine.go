@@ -23,9 +23,9 @@ import (
 )
 
 // engine is the run driver runc and runsc share; its sandbox implements
-// the lifecycle (lifecycle.go) on top of their CLIs. A sandbox is:
+// the lifecycle (runtime.Lifecycle) on top of their CLIs. A sandbox is:
 //
-//	create   createBundle: run dir (locked before it is visible: the run's
+//	create   oci.NewSandboxBundle: run dir (locked before it is visible: the run's
 //	         record for Sweep), empty workdir tmpfs, hosts file; the cgroup
 //	         (runsc pre-creates the cgroups it reads)
 //	start    warm only: config.json with skillbox's own first process (the

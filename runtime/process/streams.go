@@ -130,7 +130,7 @@ func (s *Streams) Close() {
 }
 
 // EndReason applies the rules every backend shares to a run that ended
-// for reason (after Finish; see endReason). limitHit says the cgroup
+// for reason (after Finish; see EndReason). limitHit says the cgroup
 // counters explain the end.
 func (s *Streams) EndReason(reason runtime.Reason, cgPath string) (_ runtime.Reason, limitHit bool) {
 	reason, ev := EndReason(reason, s.out, s.err, cgPath)

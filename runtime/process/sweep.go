@@ -22,7 +22,7 @@ type Sweeper struct {
 	runDir string
 	log    runtime.Logger
 	// list returns the containers in the backend's state dir; state one of
-	// them (an error that isNotExist recognises if there is none); delete
+	// them (an error that IsNotExist recognises if there is none); delete
 	// removes one (not existing is no error).
 	list   func(ctx context.Context) ([]ContainerState, error)
 	state  func(ctx context.Context, id string) (*ContainerState, error)
@@ -120,7 +120,7 @@ func (s *Sweeper) sweepRunDir(ctx context.Context, id string) (found bool, err e
 	}
 	// Holding the lock, the run is dead and stays so: its process died, and
 	// the runtime CLI that could still have made its container was killed
-	// in the same exit (startTied).
+	// in the same exit (ocicli's startTied).
 	s.log.Info("removing leftover run dir", "id", id, "dir", dir)
 	var errs []error
 	owned := true
@@ -220,7 +220,7 @@ func (s *Sweeper) sweepContainer(ctx context.Context, c ContainerState) error {
 	return s.removeCgroup(ctx, oci.CgroupParent+"/"+c.ID)
 }
 
-// sweepPrepDir removes a temporary run dir (see makeRunDir) that a process
+// sweepPrepDir removes a temporary run dir (see oci.MakeRunDir) that a process
 // died with before renaming it. One that is locked is being made now.
 func (s *Sweeper) sweepPrepDir(name string) error {
 	p := filepath.Join(s.runDir, name)

@@ -23,7 +23,7 @@ import (
 
 // A run's time limit must hold even when the process driving it dies
 // (kill -9 of the daemon, an OOM kill, a crash): the runtime CLI dies with
-// it (startTied), but the container or sandbox it made lives on, and Sweep
+// it (ocicli's startTied), but the container or sandbox it made lives on, and Sweep
 // only removes it when a daemon starts again, which may be never. So every
 // run has a watchdog: a small process of its own, started from this
 // binary, in its own session and not tied to the daemon, that knows the
