@@ -379,21 +379,31 @@ func (c *Config) Image(name string) *Image {
 	return nil
 }
 
-// RuntimeOptions turns the runtime "NAME" block into options for runtime.New.
+// RuntimeOptions turns the runtime "NAME" block into options for
+// runtime.New: its attributes as the backend's Settings (only those set),
+// which the backend decodes into its own options.
 func (c *Config) RuntimeOptions(name string) runtime.Options {
 	rc := c.Runtimes[name]
 	if rc == nil {
 		return runtime.Options{}
 	}
-	return runtime.Options{
-		Binary:    rc.Binary,
-		StateDir:  rc.StateDir,
-		Platform:  rc.Platform,
-		Flags:     append([]string(nil), rc.Flags...),
-		Address:   rc.Address,
-		Namespace: rc.Namespace,
-		Handler:   rc.Handler,
+	return runtime.Options{Settings: rc.Settings()}
+}
+
+// Settings are the block's attributes that are set, by their names in the
+// file.
+func (rc *RuntimeConfig) Settings() runtime.Settings {
+	s := runtime.Settings{}
+	for name, v := range map[string]string{"binary": rc.Binary, "state_dir": rc.StateDir, "platform": rc.Platform,
+		"address": rc.Address, "namespace": rc.Namespace, "handler": rc.Handler} {
+		if v != "" {
+			s[name] = v
+		}
 	}
+	if len(rc.Flags) > 0 {
+		s["flags"] = append([]string(nil), rc.Flags...)
+	}
+	return s
 }
 
 // LoadCheckpointKey reads audit.checkpoint_key: a PEM "PRIVATE KEY" (PKCS#8,

@@ -121,7 +121,7 @@ func TestFullFile(t *testing.T) {
 		{"runsc binary", c.Runtimes["runsc"].Binary, "/usr/local/bin/runsc"},
 		{"runsc platform", c.Runtimes["runsc"].Platform, "ptrace"},
 		{"runsc flags", strings.Join(c.Runtimes["runsc"].Flags, " "), "--debug"},
-		{"runsc options", c.RuntimeOptions("runsc").StateDir, "/run/sb/runsc"},
+		{"runsc options", c.RuntimeOptions("runsc").Settings.String("state_dir"), "/run/sb/runsc"},
 		{"runc state default", c.Runtimes["runc"].StateDir, "/run/skillbox/runc"},
 		{"images dir", c.Images.Dir, "/var/lib/sb/images"},
 		{"recipes", strings.Join(c.Images.RecipesDirs, ","), "testdata/recipes"},
@@ -352,13 +352,13 @@ runtime "containerd" {
 		t.Fatal(err)
 	}
 	got := c.RuntimeOptions("containerd")
-	want := runtime.Options{Binary: "/usr/local/bin/runsc", StateDir: "/run/skillbox/containerd", Flags: []string{"--debug"},
-		Address: "/run/k8s/containerd.sock", Namespace: "agents", Handler: runtime.ContainerdHandlerRuncV2}
+	want := runtime.Options{Settings: runtime.Settings{"binary": "/usr/local/bin/runsc", "state_dir": "/run/skillbox/containerd", "flags": []string{"--debug"},
+		"address": "/run/k8s/containerd.sock", "namespace": "agents", "handler": runtime.ContainerdHandlerRuncV2}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("options %+v, want %+v", got, want)
 	}
-	d := Default().RuntimeOptions("containerd")
-	if d.Handler != runtime.ContainerdHandlerRunsc || d.Address != "/run/containerd/containerd.sock" || d.Namespace != "skillbox" || d.Binary != "" {
+	d := Default().RuntimeOptions("containerd").Settings
+	if d.String("handler") != runtime.ContainerdHandlerRunsc || d.String("address") != "/run/containerd/containerd.sock" || d.String("namespace") != "skillbox" || d.String("binary") != "" {
 		t.Errorf("default containerd options %+v", d)
 	}
 }

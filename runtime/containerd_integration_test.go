@@ -24,6 +24,8 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/process"
 )
 
 var (
@@ -68,7 +70,7 @@ func stopContainerd() {
 	}
 }
 
-// runtimeBinary is Options.Binary for a backend: for containerd, the OCI
+// runtimeBinary is the "binary" setting for a backend: for containerd, the OCI
 // runtime its handler runs (the handler's default unless set).
 func runtimeBinary(name string) string {
 	if name == rtcontainerd.Name {
@@ -83,9 +85,9 @@ func withContainerd(t testing.TB, name string, opts *runtime.Options) {
 	if name != rtcontainerd.Name {
 		return
 	}
-	opts.Address = containerdSock()
-	opts.Namespace = rtcontainerd.DefaultNamespace
-	opts.Handler, opts.Binary = containerdHandler()
+	handler, binary := containerdHandler()
+	opts.Settings["address"], opts.Settings["namespace"] = containerdSock(), rtcontainerd.DefaultNamespace
+	opts.Settings["handler"], opts.Settings["binary"] = handler, binary
 }
 
 // containerdHandler is the handler and binary the tests use: the
@@ -114,7 +116,7 @@ func listContainers(name string, opts runtime.Options) (string, error) {
 	if name == rtcontainerd.Name {
 		return ctr("containers", "ls", "-q")
 	}
-	out, err := exec.Command(binaryOf(name), "--root", opts.StateDir, "list", "--quiet").CombinedOutput()
+	out, err := exec.Command(binaryOf(name), "--root", opts.Settings.String("state_dir"), "list", "--quiet").CombinedOutput()
 	return string(out), err
 }
 
@@ -446,7 +448,7 @@ func TestContainerdIdleSandboxDiesWithItsDaemon(t *testing.T) {
 		if _, err := os.Lstat(filepath.Join(opts.RunDir, id)); err == nil {
 			out = append(out, "run dir")
 		}
-		if p := runtime.CgroupProcesses(runtime.CgroupParent + "/" + id); len(p) > 0 {
+		if p := process.CgroupProcesses(oci.CgroupParent + "/" + id); len(p) > 0 {
 			out = append(out, fmt.Sprintf("processes %v", p))
 		}
 		// Its shim (-id ID) and its watchdog (ID as an argument).

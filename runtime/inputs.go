@@ -1,16 +1,12 @@
 package runtime
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"path"
 	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
-
-	"golang.org/x/sys/unix"
 )
 
 // Inputs come from callers (a model, a host) and name paths inside the
@@ -37,7 +33,7 @@ const (
 // bytes. The error wraps ErrInvalidJob and names the entry (quoted).
 func ValidateInputName(name string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%w: input %s %s", ErrInvalidJob, quoteName(name), why)
+		return fmt.Errorf("%w: input %s %s", ErrInvalidJob, QuoteName(name), why)
 	}
 	switch {
 	case name == "":
@@ -71,15 +67,16 @@ func ValidateInputName(name string) error {
 	return nil
 }
 
-// quoteName shows a caller- or script-chosen name safely in a message.
-func quoteName(name string) string {
+// QuoteName shows a caller- or script-chosen name safely in a message.
+func QuoteName(name string) string {
 	if len(name) > 128 {
 		name = strings.ToValidUTF8(name[:128], "") + "..."
 	}
 	return strconv.Quote(name)
 }
 
-func (f *InputFile) kind() InputKind {
+// EffectiveKind is Kind, with "" meaning InputRegular.
+func (f *InputFile) EffectiveKind() InputKind {
 	if f.Kind == "" {
 		return InputRegular
 	}
@@ -102,8 +99,8 @@ func ValidateInputs(files []InputFile, workdirBytes int64) error {
 		if err := ValidateInputName(f.Name); err != nil {
 			return err
 		}
-		q := quoteName(f.Name)
-		k := f.kind()
+		q := QuoteName(f.Name)
+		k := f.EffectiveKind()
 		switch k {
 		case InputRegular:
 			if f.Target != "" {
@@ -146,7 +143,7 @@ func ValidateInputs(files []InputFile, workdirBytes int64) error {
 		for j := strings.IndexByte(name, '/'); j >= 0; {
 			parent := name[:j]
 			if k, ok := kinds[parent]; ok && k != InputDir {
-				return fmt.Errorf("%w: input %s lies under %s, which is a %s, not a directory", ErrInvalidJob, quoteName(name), quoteName(parent), kindWord(k))
+				return fmt.Errorf("%w: input %s lies under %s, which is a %s, not a directory", ErrInvalidJob, QuoteName(name), QuoteName(parent), kindWord(k))
 			}
 			next := strings.IndexByte(name[j+1:], '/')
 			if next < 0 {
@@ -166,160 +163,4 @@ func kindWord(k InputKind) string {
 		return "symlink"
 	}
 	return "file"
-}
-
-// inputRecord is what was written for one input entry, so that collecting
-// outputs can tell unchanged inputs from what the script changed.
-type inputRecord struct {
-	kind   InputKind
-	data   []byte // InputRegular: the bytes written (the job's own slice)
-	target string // InputSymlink
-	fp     fingerprint
-}
-
-// fingerprint is the host-side identity and change state of a file: if all
-// of it is equal after the run the file was not written to (ctime moves on
-// every write, chmod or utimes, and the script cannot set it). When it
-// differs, the content is compared with what was written.
-type fingerprint struct {
-	ino          uint64
-	size         int64
-	mtime, ctime unix.Timespec
-}
-
-func fingerprintOf(st *unix.Stat_t) fingerprint {
-	return fingerprint{ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
-}
-
-// inputManifest maps workdir-relative paths to what was written there.
-type inputManifest map[string]*inputRecord
-
-// inputWriter creates input entries beneath the open workdir, never
-// following a link, owned by the container user. It keeps the last parent
-// directory open, since entries usually come grouped by directory.
-type inputWriter struct {
-	wd       int
-	uid, gid int
-	lastDir  string
-	lastFD   int
-	manifest inputManifest
-}
-
-func (w *inputWriter) close() {
-	if w.lastFD >= 0 && w.lastFD != w.wd {
-		unix.Close(w.lastFD)
-	}
-	w.lastFD, w.lastDir = -1, ""
-}
-
-// dir returns an fd of the directory rel (relative to the workdir),
-// creating missing components (0755, owned by the container user). Every
-// component is opened with O_NOFOLLOW|O_DIRECTORY from its parent, so a
-// symlink anywhere on the way is an error, not a detour.
-func (w *inputWriter) dir(rel string) (int, error) {
-	if rel == "" || rel == "." {
-		return w.wd, nil
-	}
-	if rel == w.lastDir && w.lastFD >= 0 {
-		return w.lastFD, nil
-	}
-	w.close()
-	fd := w.wd
-	for comp := range strings.SplitSeq(rel, "/") {
-		next, err := w.mkdirOpen(fd, comp, 0o755, false)
-		if fd != w.wd {
-			unix.Close(fd)
-		}
-		if err != nil {
-			return -1, fmt.Errorf("input directory %s: %w", quoteName(rel), err)
-		}
-		fd = next
-	}
-	w.lastDir, w.lastFD = rel, fd
-	return fd, nil
-}
-
-// mkdirOpen makes directory name in parent unless it exists and opens it
-// without following links. With setMode an existing one gets mode too.
-func (w *inputWriter) mkdirOpen(parent int, name string, mode uint32, setMode bool) (int, error) {
-	created := true
-	if err := unix.Mkdirat(parent, name, mode); err != nil {
-		if !errors.Is(err, unix.EEXIST) {
-			return -1, err
-		}
-		created = false
-	}
-	fd, err := unix.Openat(parent, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, err
-	}
-	if created || setMode {
-		err = unix.Fchown(fd, w.uid, w.gid)
-		if err == nil {
-			err = unix.Fchmod(fd, mode) // not subject to umask
-		}
-		if err != nil {
-			unix.Close(fd)
-			return -1, err
-		}
-	}
-	return fd, nil
-}
-
-// write creates one validated entry and records it in the manifest.
-func (w *inputWriter) write(f *InputFile) error {
-	parent, base := path.Split(f.Name)
-	parent = strings.TrimSuffix(parent, "/")
-	dfd, err := w.dir(parent)
-	if err != nil {
-		return err
-	}
-	switch f.kind() {
-	case InputDir:
-		mode := f.Mode & 0o777
-		if mode == 0 {
-			mode = 0o755
-		}
-		fd, err := w.mkdirOpen(dfd, base, mode, true)
-		if err != nil {
-			return fmt.Errorf("create input directory %s: %w", quoteName(f.Name), err)
-		}
-		unix.Close(fd)
-		w.manifest[f.Name] = &inputRecord{kind: InputDir}
-	case InputSymlink:
-		if err := unix.Symlinkat(f.Target, dfd, base); err != nil {
-			return fmt.Errorf("create input symlink %s: %w", quoteName(f.Name), err)
-		}
-		if err := unix.Fchownat(dfd, base, w.uid, w.gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return fmt.Errorf("chown input symlink %s: %w", quoteName(f.Name), err)
-		}
-		w.manifest[f.Name] = &inputRecord{kind: InputSymlink, target: f.Target}
-	default:
-		mode := f.Mode & 0o777
-		if mode == 0 {
-			mode = 0o644
-		}
-		fd, err := unix.Openat(dfd, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
-		if err != nil {
-			return fmt.Errorf("create input file %s: %w", quoteName(f.Name), err)
-		}
-		file := os.NewFile(uintptr(fd), base)
-		_, werr := file.Write(f.Data)
-		if werr == nil {
-			werr = file.Chown(w.uid, w.gid)
-		}
-		if werr == nil {
-			werr = file.Chmod(os.FileMode(mode)) // not subject to umask
-		}
-		var st unix.Stat_t
-		if werr == nil {
-			werr = unix.Fstat(fd, &st)
-		}
-		cerr := file.Close()
-		if werr != nil || cerr != nil {
-			return fmt.Errorf("write input file %s: %w", quoteName(f.Name), errors.Join(werr, cerr))
-		}
-		w.manifest[f.Name] = &inputRecord{kind: InputRegular, data: f.Data, fp: fingerprintOf(&st)}
-	}
-	return nil
 }

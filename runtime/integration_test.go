@@ -20,6 +20,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,8 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/oci"
+	_ "github.com/skillbox/skillbox/runtime/ocicli" // registers the runsc and runc backends
 )
 
 const (
@@ -123,8 +126,7 @@ func newBackend(t testing.TB, name string) (runtime.Runtime, runtime.Options) {
 	t.Helper()
 	needBackend(t, name)
 	opts := runtime.Options{
-		Binary:   runtimeBinary(name),
-		StateDir: filepath.Join(testBase, name, "state"),
+		Settings: runtime.Settings{"binary": runtimeBinary(name), "state_dir": filepath.Join(testBase, name, "state")},
 		RunDir:   filepath.Join(testBase, name, "runs"),
 		// Generous, so that a script handling TERM gets to run its
 		// handler on a loaded machine; the sequence is the same as with
@@ -1105,7 +1107,7 @@ func assertClean(t *testing.T, backend string, opts runtime.Options, id string) 
 	if err != nil {
 		t.Errorf("%s list: %v %s", backend, err, out)
 	} else if strings.TrimSpace(out) != "" {
-		t.Errorf("containers left in %s: %s", opts.StateDir, out)
+		t.Errorf("containers left in %s: %s", opts.Settings.String("state_dir"), out)
 	}
 	assertContainerdClean(t, backend, opts)
 	mi, _ := os.ReadFile("/proc/self/mountinfo")
@@ -1119,7 +1121,7 @@ func assertClean(t *testing.T, backend string, opts runtime.Options, id string) 
 	}
 	// With no id: no cgroup of any test run may be left.
 	for _, ctrl := range []string{"memory", "pids", "cpu", "unified"} {
-		parent := filepath.Join("/sys/fs/cgroup", ctrl, runtime.CgroupParent)
+		parent := filepath.Join("/sys/fs/cgroup", ctrl, oci.CgroupParent)
 		kids, _ := os.ReadDir(parent)
 		for _, k := range kids {
 			if k.IsDir() && (k.Name() == id || id == "" && strings.HasPrefix(k.Name(), testIDPrefix())) {
@@ -1307,7 +1309,7 @@ const crashEnv = "SKILLBOX_TEST_CRASH_HELPER"
 // the mode's own fields after them).
 func crashCommand(name string, opts runtime.Options, id, rootfs, skill, marker, mode string, more ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	fields := append([]string{name, opts.StateDir, opts.RunDir, id, rootfs, skill, marker, mode}, more...)
+	fields := append([]string{name, opts.Settings.String("state_dir"), opts.RunDir, id, rootfs, skill, marker, mode}, more...)
 	cmd.Env = append(os.Environ(), crashEnv+"="+strings.Join(fields, "|"))
 	return cmd
 }
@@ -1371,7 +1373,7 @@ func clearLeftovers() (release func()) {
 func crashHelper(spec string) {
 	f := strings.Split(spec, "|")
 	backend, stateDir, runDir, id, rootfs, skill, marker, mode := f[0], f[1], f[2], f[3], f[4], f[5], f[6], f[7]
-	opts := runtime.Options{Binary: runtimeBinary(backend), StateDir: stateDir, RunDir: runDir}
+	opts := runtime.Options{Settings: runtime.Settings{"binary": runtimeBinary(backend), "state_dir": stateDir}, RunDir: runDir}
 	withContainerd(nil, backend, &opts)
 	rt, err := runtime.New(backend, opts)
 	if err != nil {
@@ -1578,7 +1580,7 @@ func TestSweepYoungCrash(t *testing.T) {
 					// What the crash left, for the log: it varies with timing.
 					list, _ := listContainers(name, opts)
 					_, dirErr := os.Stat(filepath.Join(opts.RunDir, id))
-					_, cgErr := os.Stat(filepath.Join("/sys/fs/cgroup/memory", runtime.CgroupParent, id))
+					_, cgErr := os.Stat(filepath.Join("/sys/fs/cgroup/memory", oci.CgroupParent, id))
 					t.Logf("killed %v after the run started; left: containers %q, run dir %v, memory cgroup %v",
 						delay, strings.Fields(string(list)), dirErr == nil, cgErr == nil)
 
@@ -1611,7 +1613,8 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			rt, opts := newBackend(t, name)
 			otherOpts := opts
-			otherOpts.StateDir = filepath.Join(testBase, name+"-other", "state")
+			otherOpts.Settings = maps.Clone(opts.Settings)
+			otherOpts.Settings["state_dir"] = filepath.Join(testBase, name+"-other", "state")
 			otherOpts.RunDir = filepath.Join(testBase, name+"-other", "runs")
 			other, err := runtime.New(name, otherOpts)
 			if err != nil {
@@ -1620,8 +1623,8 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
 			cgDirs := func(id string) []string {
 				return []string{
-					filepath.Join("/sys/fs/cgroup/memory", runtime.CgroupParent, id),
-					filepath.Join("/sys/fs/cgroup/pids", runtime.CgroupParent, id),
+					filepath.Join("/sys/fs/cgroup/memory", oci.CgroupParent, id),
+					filepath.Join("/sys/fs/cgroup/pids", oci.CgroupParent, id),
 				}
 			}
 
@@ -1649,7 +1652,7 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 			// A run just made: its bundle and its (runsc-style, pre-made)
 			// cgroups exist, nothing runs in them yet.
 			young := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"true"}}
-			b, err := runtime.PrepareBundle(young, opts.RunDir, runtime.SpecOptions{})
+			b, err := oci.PrepareBundle(young, opts.RunDir, oci.SpecOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/skillbox/skillbox/runtime/egress"
 )
@@ -161,3 +162,11 @@ func RunLifecycle(ctx context.Context, lc Lifecycle, job Job) (res *Result, err 
 	}
 	return sb.Wait(ctx)
 }
+
+// JobOf puts a sandbox spec and an invocation back together: the
+// invocation's timeout and output caps, the sandbox's memory, pids, CPUs
+// and tmpfs sizes.
+func JobOf(spec SandboxSpec, inv Invocation) Job { return spec.job(inv) }
+
+// BootTimeout bounds how long Start waits for a sandbox to be ready.
+const BootTimeout = 60 * time.Second

@@ -34,19 +34,19 @@ func PinnedRunscPath() string {
 // version, since versions do not read each other's state, so the pinned
 // build gets its own and any other binary /run/skillbox/runsc.
 func RunscStateDir(binary string) string {
-	if isPinnedRunsc(binary) {
+	if IsPinnedRunsc(binary) {
 		return filepath.Join(DefaultStateBase, "runsc-"+PinnedRunscVersion)
 	}
 	return filepath.Join(DefaultStateBase, "runsc")
 }
 
-func isPinnedRunsc(binary string) bool {
+func IsPinnedRunsc(binary string) bool {
 	return binary == "" || filepath.Clean(binary) == PinnedRunscPath()
 }
 
-// runscInstallHint is how to get the runsc binary configured.
-func runscInstallHint(binary string) string {
-	if isPinnedRunsc(binary) {
+// RunscInstallHint is how to get the runsc binary configured.
+func RunscInstallHint(binary string) string {
+	if IsPinnedRunsc(binary) {
 		return RunscInstallCommand + " (as root, from the skillbox source tree; it builds gVisor " + PinnedRunscVersion + " from the Go module proxy), or set runtime \"runsc\" { binary = ... } to another runsc"
 	}
 	if strings.HasPrefix(binary, "/usr/bin/") || !strings.Contains(binary, "/") {

@@ -111,7 +111,7 @@ const defaultPSSGuess = 32 << 20
 // and every run goes cold.
 func NewPool(lc Lifecycle, cfg PoolConfig, log Logger) *Pool {
 	p := &Pool{
-		lc: lc, cfg: cfg, log: namedLogger(log, "pool"),
+		lc: lc, cfg: cfg, log: NamedLogger(log, "pool"),
 		idle: map[PoolKey][]*pooled{}, wanted: map[PoolKey]time.Time{}, failed: map[PoolKey]time.Time{},
 		pssGuess: map[PoolKey]int64{},
 		kick:     make(chan struct{}, 1), stop: make(chan struct{}),
@@ -383,7 +383,7 @@ func (p *Pool) next() (PoolKey, bool) {
 
 // boot makes one sandbox of key and adds it to the idle list.
 func (p *Pool) boot(key PoolKey) {
-	ctx, cancel := context.WithTimeout(context.Background(), bootTimeout+10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), BootTimeout+10*time.Second)
 	defer cancel()
 	id := IDPrefix + "warm-" + randomID()
 	started := time.Now()

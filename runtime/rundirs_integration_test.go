@@ -22,6 +22,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
 
@@ -161,7 +162,7 @@ func TestRunFilesPrivate(t *testing.T) {
 						"config.json", "process.json", "hosts", "skills", "watchdog.log", "runsc.log", "runc.log", "fifo"} {
 						spec.Paths = append(spec.Paths, filepath.Join(dir, rel))
 					}
-					spec.Paths = append(spec.Paths, filepath.Join(opts.StateDir, id))
+					spec.Paths = append(spec.Paths, filepath.Join(opts.Settings.String("state_dir"), id))
 					if name == rtcontainerd.Name {
 						for _, d := range containerdRunDirs(id) {
 							allowedStat[d] = true
@@ -171,7 +172,7 @@ func TestRunFilesPrivate(t *testing.T) {
 						}
 					}
 				}
-				logModes(t, append(append([]string{opts.RunDir, opts.StateDir}, spec.Paths...), containerdDir(),
+				logModes(t, append(append([]string{opts.RunDir, opts.Settings.String("state_dir")}, spec.Paths...), containerdDir(),
 					filepath.Join(containerdDir(), "state"), filepath.Join(containerdDir(), "root")))
 				// The control: a file the probe can read, with a secret of
 				// its own, which it must report.
@@ -250,11 +251,11 @@ func TestRunDirModes(t *testing.T) {
 				t.Fatal("not ready")
 			}
 			sandboxUID := 65534
-			if kernelOf(name) == "runc" && !opts.NoUserNS {
-				sandboxUID = runtime.DefaultUserNSBase + 65534
+			if kernelOf(name) == "runc" { // the tests keep runc's user namespace on
+				sandboxUID = oci.DefaultUserNSBase + 65534
 			}
 			want := []dirMode{
-				{"", runtime.RunDirMode | os.ModeDir, "root"},
+				{"", oci.RunDirMode | os.ModeDir, "root"},
 				{"work", 0o700 | os.ModeDir, "sandbox"},
 				{"work/outputs", 0o755 | os.ModeDir, "sandbox"},
 				{"work/in.txt", 0o600, "sandbox"},
@@ -312,7 +313,7 @@ func TestRunDirModes(t *testing.T) {
 			for rel, info := range got {
 				t.Errorf("%s: %v, not documented", filepath.Join(dir, rel), info.Mode())
 			}
-			for p, want := range map[string]os.FileMode{opts.RunDir: runtime.RunDirMode} {
+			for p, want := range map[string]os.FileMode{opts.RunDir: oci.RunDirMode} {
 				var st unix.Stat_t
 				if err := unix.Lstat(p, &st); err != nil {
 					t.Error(err)
@@ -323,10 +324,10 @@ func TestRunDirModes(t *testing.T) {
 			// The state dir holds the runtime's copy of the spec: no other
 			// user may list it or get into it.
 			var st unix.Stat_t
-			if err := unix.Lstat(opts.StateDir, &st); err != nil {
+			if err := unix.Lstat(opts.Settings.String("state_dir"), &st); err != nil {
 				t.Error(err)
-			} else if os.FileMode(st.Mode&0o7777) != runtime.RunDirMode || st.Uid != 0 {
-				t.Errorf("state dir %s: %o uid %d, want %o root's", opts.StateDir, st.Mode&0o7777, st.Uid, runtime.RunDirMode)
+			} else if os.FileMode(st.Mode&0o7777) != oci.RunDirMode || st.Uid != 0 {
+				t.Errorf("state dir %s: %o uid %d, want %o root's", opts.Settings.String("state_dir"), st.Mode&0o7777, st.Uid, oci.RunDirMode)
 			}
 			if err := sb.Destroy(ctx); err != nil {
 				t.Error(err)

@@ -1,20 +1,16 @@
-// Package runtime runs one job in one fresh OCI container and tears it down.
+// Package runtime is the API between skillbox and the sandboxes that run its
+// jobs: a Job and its Limits, the Result of a run, the Runtime interface a
+// backend implements (one call wide: Run) and the Lifecycle of single-use
+// sandboxes under it (Create, Start, Deliver, Wait, Destroy) that the warm
+// Pool uses; what a valid job is (ValidateJob, the environment and input
+// rules, module paths); and the registry of backends. Backends register
+// themselves by name from their own packages (runtime/ocicli: runsc, runc;
+// runtime/containerd); callers import the ones they offer and pick one with
+// New, which never falls back to another.
 //
-// The Runtime interface is deliberately one call wide (Run) so that a warm pool
-// of pre-booted single-use sandboxes, or a containerd backend, can slot in
-// behind it later without the callers changing. Backends register themselves
-// by name; callers pick one with New and never fall back to another.
-//
-// What the backends share lives here too: BuildSpec turns a Job into the OCI
-// runtime spec that is the isolation contract (read-only image, read-only
-// skill, capped tmpfs workdir and /tmp, nobody without capabilities, an
-// allowlisted environment, no network but loopback, cgroup limits);
-// PrepareBundle makes a run's bundle and workdir with the inputs in it;
-// CollectOutputs reads back every file the script created or changed in the
-// workdir without following links; Sweep removes what a crashed process left. The runsc
-// (gVisor, the default) and runc backends drive their CLIs through one run
-// driver (engine.go), which separates preparing a bundle from starting,
-// watching and tearing down its container so a warm pool can pre-create.
+// The parts backends share live beside it, not in it: runtime/oci builds a
+// job's OCI bundle and reads its outputs back, runtime/process holds the
+// host side of a sandbox (streams, cgroup, watchdog, sweep).
 package runtime
 
 import (
@@ -24,6 +20,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/skillbox/skillbox/runtime/egress"
 )
 
@@ -226,41 +223,101 @@ type Runtime interface {
 	Run(ctx context.Context, job Job) (*Result, error)
 }
 
-// Options configure a backend. Fields a backend does not use are ignored.
+// Options are what New hands a backend: what every backend takes, and the
+// backend's own options, which the backend owns and decodes (BackendOptions).
 type Options struct {
-	Binary   string   // path or name of the CLI; default the backend's name
-	StateDir string   // --root for the runtime's state; default /run/skillbox/<name>
-	RunDir   string   // where bundles and workdirs are made; default /run/skillbox/runs
-	Platform string   // runsc --platform; default the runtime's own
-	Flags    []string // extra global flags, passed before the subcommand
-	Logger   Logger   // an hclog.Logger is Named per backend; nil logs nothing
-
-	// Added by the backends (issue 3):
+	RunDir string // where bundles and workdirs are made; default DefaultRunDir
+	Logger Logger // an hclog.Logger is Named per backend; nil logs nothing
 
 	// NetNS is the path of a prepared network namespace (e.g. made by CNI or
 	// `ip netns add`) that jobs with Network join. Without it such jobs are
 	// refused with ErrUnavailable rather than silently given no network.
 	NetNS string
-	// UserNSBase is the first host uid/gid of the 65536 ids runc maps the
-	// container's ids to; 0 means DefaultUserNSBase. NoUserNS turns the user
-	// namespace off (e.g. on hosts that forbid them). runsc ignores both.
-	UserNSBase uint32
-	NoUserNS   bool
 	// KillGrace is how long a timed-out script has between SIGTERM and
 	// SIGKILL; 0 means one second.
 	KillGrace time.Duration
 
-	// The containerd backend (runtime/containerd): the daemon's socket,
-	// the namespace skillbox's containers live in, and the runtime handler
-	// (the shim) that runs them; Binary is then the OCI runtime the shim
-	// runs (runsc or runc). Zero values mean that backend's defaults.
-	Address   string
-	Namespace string
-	Handler   string
+	// Settings are the attributes of the backend's runtime "NAME" {} block
+	// of the config file (policy.Config.RuntimeOptions), which the backend
+	// decodes into its own options.
+	Settings Settings
+	// Backend, for Go callers, is the backend's own options as the type it
+	// declares (ocicli.RunscOptions, ocicli.RuncOptions,
+	// containerd.Options); it excludes Settings. Neither means the
+	// backend's defaults.
+	Backend any
+}
+
+// Settings are a runtime block's attributes by their names in the config
+// file (binary, state_dir, flags, ...): a string, or []string for a list.
+// Policy checks them against the file's format; a backend takes the ones
+// it has.
+type Settings map[string]any
+
+// BackendOptions gives backend name its own options of type T from o:
+// o.Backend when it is a T (or *T), else o.Settings decoded by decode, else
+// T's zero value (the backend's defaults).
+func BackendOptions[T any](name string, o Options, decode func(Settings) (T, error)) (T, error) {
+	var zero T
+	switch b := o.Backend.(type) {
+	case nil:
+	case T:
+		if len(o.Settings) > 0 {
+			return zero, fmt.Errorf("runtime %s: both settings and options given", name)
+		}
+		return b, nil
+	case *T:
+		if len(o.Settings) > 0 {
+			return zero, fmt.Errorf("runtime %s: both settings and options given", name)
+		}
+		return *b, nil
+	default:
+		return zero, fmt.Errorf("runtime %s: options of type %T, want %T", name, o.Backend, zero)
+	}
+	if len(o.Settings) == 0 {
+		return zero, nil
+	}
+	t, err := decode(o.Settings)
+	if err != nil {
+		return zero, fmt.Errorf("runtime %s: %w", name, err)
+	}
+	return t, nil
+}
+
+// Decode sets the options a backend has from s: each field of fields by
+// its attribute name, a *string or a *[]string. An attribute the backend
+// does not have, or of the wrong kind, is an error.
+func (s Settings) Decode(fields map[string]any) error {
+	for name, v := range s {
+		switch dst := fields[name].(type) {
+		case *string:
+			str, ok := v.(string)
+			if !ok {
+				return fmt.Errorf("setting %s is %T, want a string", name, v)
+			}
+			*dst = str
+		case *[]string:
+			strs, ok := v.([]string)
+			if !ok {
+				return fmt.Errorf("setting %s is %T, want a list of strings", name, v)
+			}
+			*dst = append([]string(nil), strs...)
+		default:
+			return fmt.Errorf("no setting %s", name)
+		}
+	}
+	return nil
+}
+
+// String is the string setting name ("" when it is not set).
+func (s Settings) String(name string) string {
+	v, _ := s[name].(string)
+	return v
 }
 
 // The runtime handlers of the containerd backend: gVisor's shim, or
-// containerd's runc v2 shim running Options.Binary (runc, or runsc).
+// containerd's runc v2 shim running its binary (runc, or runsc). They are
+// here, not in runtime/containerd, because the config file names them.
 const (
 	ContainerdHandlerRunsc  = "io.containerd.runsc.v1"
 	ContainerdHandlerRuncV2 = "io.containerd.runc.v2"
@@ -302,4 +359,80 @@ func New(name string, opts Options) (Runtime, error) {
 		return nil, fmt.Errorf("%w %q: choose one of %v", ErrUnknownRuntime, name, Names())
 	}
 	return f(opts)
+}
+
+// Caps an output can hit; Result.OutputsTruncatedBy names one of them.
+const (
+	CapOutputFiles     = "output_files"      // Limits.OutputFiles
+	CapOutputBytes     = "output_bytes"      // Limits.OutputBytes, all outputs together
+	CapOutputFileBytes = "output_file_bytes" // Limits.OutputFileBytes, one output
+)
+
+// IDPrefix starts the ids of the runs the daemon makes; Sweep only touches
+// containers whose id has it.
+const IDPrefix = "skillbox-"
+
+// Default directories.
+const (
+	DefaultStateBase = "/run/skillbox"
+	DefaultRunDir    = "/run/skillbox/runs"
+)
+
+// Sweeper is implemented by backends that can clean up after a crash.
+type Sweeper interface {
+	Sweep(ctx context.Context) error
+}
+
+// Sweep removes what runs of rt left behind when the process driving them
+// died (daemon crash, kill -9, power loss of /run is moot), and nothing else.
+// The backend's RunDir is the record: a run locks its run dir before anything
+// of the run exists and removes it last (after its container and cgroup), so
+//
+//   - a run dir whose lock is held belongs to a run in progress, in this
+//     process or another (`skillbox run` next to the daemon), however young,
+//     and is left alone with its container and cgroup;
+//   - a run dir whose lock is free is a dead run's: Sweep removes its
+//     container (from the backend's state dir), the processes still in its
+//     cgroup, the cgroup, the workdir mount and the dir;
+//   - a container in the backend's state dir with IDPrefix whose bundle is
+//     RunDir/<id> but whose run dir is gone is a leftover of a run whose
+//     teardown failed to delete it (teardown deletes the container before it
+//     removes the run dir): Sweep deletes it, then its cgroup if no process
+//     is left in it.
+//
+// Cgroups under CgroupParent are shared by every RunDir and state dir on the
+// host (test runs, a second daemon), so Sweep only removes one whose id it
+// attributed as above; an empty cgroup it cannot attribute stays, which is
+// harmless, where removing another instance's would not be. The daemon calls
+// Sweep once at start. Backends that keep no local state (none yet) need not
+// implement Sweeper.
+func Sweep(ctx context.Context, rt Runtime) error {
+	s, ok := rt.(Sweeper)
+	if !ok {
+		return nil
+	}
+	return s.Sweep(ctx)
+}
+
+// KillGrace is o.KillGrace or the default grace between TERM and KILL.
+func (o Options) KillGraceOrDefault() time.Duration {
+	if o.KillGrace > 0 {
+		return o.KillGrace
+	}
+	return DefaultKillGrace
+}
+
+// DefaultKillGrace is the grace between TERM and KILL when none is set.
+const DefaultKillGrace = time.Second
+
+// NamedLogger returns an hclog logger named name from opts, or a null logger.
+func NamedLogger(l Logger, name string) Logger {
+	switch lg := l.(type) {
+	case nil:
+		return hclog.NewNullLogger()
+	case hclog.Logger:
+		return lg.Named(name)
+	default:
+		return l
+	}
 }

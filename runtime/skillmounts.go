@@ -2,12 +2,8 @@ package runtime
 
 import (
 	"fmt"
-	"os"
 	"path"
-	"path/filepath"
 	"regexp"
-
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // skills.run_code runs code the caller wrote, not a file of one skill, so
@@ -56,8 +52,8 @@ var mountNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // SkillTarget is the fixed mount path of the skill named name.
 func SkillTarget(name string) string { return SkillsMount + "/" + name }
 
-// usesSkillsDir says whether the job needs the SkillsMount directory.
-func (j Job) usesSkillsDir() bool { return len(j.Skills) > 0 || j.Program != nil }
+// UsesSkillsDir says whether the job needs the SkillsMount directory.
+func (j Job) UsesSkillsDir() bool { return len(j.Skills) > 0 || j.Program != nil }
 
 // validateSkillMounts checks Job.Skills and Job.Program: sources are clean
 // absolute host paths; targets are SkillTarget(name) for a plain name, each
@@ -68,7 +64,7 @@ func validateSkillMounts(job Job) error {
 	}
 	seen := make(map[string]bool, len(job.Skills))
 	for _, m := range job.Skills {
-		if !isCleanAbs(m.Source) {
+		if !IsCleanAbs(m.Source) {
 			return fmt.Errorf("%w: skill mount source %q must be an absolute, clean host path", ErrInvalidJob, truncateForError(m.Source))
 		}
 		dir, name := path.Split(m.Target)
@@ -89,65 +85,4 @@ func validateSkillMounts(job Job) error {
 		}
 	}
 	return nil
-}
-
-// skillsMounts are the mounts of a job's skills: the bundle's directory of
-// mount points (and the program) on SkillsMount, then each skill on its
-// target. Nothing when the job has neither skills nor a program.
-func skillsMounts(job Job, source string) []specs.Mount {
-	if !job.usesSkillsDir() {
-		return nil
-	}
-	m := []specs.Mount{{Destination: SkillsMount, Type: "bind", Source: source, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}}}
-	for _, s := range job.Skills {
-		// Like SkillMount: not noexec, a skill's own tools may be run by path.
-		m = append(m, specs.Mount{Destination: s.Target, Type: "bind", Source: s.Source, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
-	}
-	return m
-}
-
-// bundleSkills is the bundle's directory mounted on SkillsMount.
-const bundleSkills = "skills"
-
-// prepareSkillsDir makes the directory mounted on SkillsMount in bundle
-// dir: an empty mount point per skill and ProgramDir with the program, all
-// root's and read-only to the container. It returns "" when the job needs
-// none. The rootfs must have SkillsMount to mount it on.
-func prepareSkillsDir(dir string, job Job) (string, error) {
-	if !job.usesSkillsDir() {
-		return "", nil
-	}
-	// A registry image (no RootFS on the host) gets the mount point made
-	// in its snapshot by the OCI runtime.
-	if st, err := os.Lstat(filepath.Join(job.RootFS, SkillsMount)); job.RootFS != "" && (err != nil || !st.IsDir()) {
-		return "", fmt.Errorf("%w: the image at %s has no directory %s to mount the skills on: rebuild the image with this skillbox (skillbox images build NAME)", ErrUnavailable, job.RootFS, SkillsMount)
-	}
-	root := filepath.Join(dir, bundleSkills)
-	dirs := []string{root}
-	for _, s := range job.Skills {
-		dirs = append(dirs, filepath.Join(root, path.Base(s.Target)))
-	}
-	if job.Program != nil {
-		dirs = append(dirs, filepath.Join(root, path.Base(ProgramDir)))
-	}
-	// Modes are set explicitly: the container's user must read them
-	// whatever this process's umask.
-	for _, d := range dirs {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return "", fmt.Errorf("make skill mount point: %w", err)
-		}
-		if err := os.Chmod(d, 0o755); err != nil {
-			return "", fmt.Errorf("make skill mount point: %w", err)
-		}
-	}
-	if p := job.Program; p != nil {
-		f := filepath.Join(dirs[len(dirs)-1], p.Name)
-		if err := os.WriteFile(f, p.Data, 0o644); err != nil {
-			return "", fmt.Errorf("write program: %w", err)
-		}
-		if err := os.Chmod(f, 0o644); err != nil {
-			return "", fmt.Errorf("write program: %w", err)
-		}
-	}
-	return root, nil
 }

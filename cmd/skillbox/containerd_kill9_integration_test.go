@@ -17,6 +17,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+	"github.com/skillbox/skillbox/runtime/process"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -111,7 +112,7 @@ func watchdogsOf(id string) []string {
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		raw, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err != nil || !bytes.HasPrefix(raw, []byte(runtime.SandboxWatchdogArg0+"\x00"+id+"\x00")) {
+		if err != nil || !bytes.HasPrefix(raw, []byte(process.SandboxWatchdogArg0+"\x00"+id+"\x00")) {
 			continue
 		}
 		st, _ := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))

@@ -35,10 +35,10 @@ func containerdBackend(c *cli.Context) (*rtcontainerd.Containerd, error) {
 	}
 	opts := cfg.RuntimeOptions(rtcontainerd.Name)
 	if a := c.String("containerd-address"); a != "" {
-		opts.Address = a
+		opts.Settings["address"] = a
 	}
 	if ns := c.String("namespace"); ns != "" {
-		opts.Namespace = ns
+		opts.Settings["namespace"] = ns
 	}
 	opts.Logger = imagesLogger()
 	return rtcontainerd.New(opts)

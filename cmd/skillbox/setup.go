@@ -17,6 +17,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	_ "github.com/skillbox/skillbox/runtime/containerd" // registers the containerd backend
+	_ "github.com/skillbox/skillbox/runtime/ocicli"     // registers the runsc and runc backends
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
@@ -124,8 +125,8 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*service.
 		name = o.runtime
 	}
 	ropts := cfg.RuntimeOptions(name)
-	if o.containerdAddress != "" {
-		ropts.Address = o.containerdAddress
+	if o.containerdAddress != "" && name == "containerd" { // only containerd has an address
+		ropts.Settings["address"] = o.containerdAddress
 	}
 	ropts.Logger = log.Named("runtime." + name)
 	rt, err := runtime.New(name, ropts)

@@ -41,7 +41,7 @@ func versionCommand() *cli.Command {
 				PinnedRunsc    string `json:"pinned_runsc"`
 			}{Version: version, Runtime: name, PinnedRunsc: runtime.PinnedRunscVersion}
 			opts := cfg.RuntimeOptions(name)
-			out.RuntimeBinary = opts.Binary
+			out.RuntimeBinary = opts.Settings.String("binary")
 			rt, err := runtime.New(name, opts)
 			if err == nil {
 				ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)

@@ -5,11 +5,11 @@
 // default, or the runc v2 shim running runsc or runc.
 //
 // It is the same sandbox as the runsc and runc backends: the bundle, the
-// OCI spec (runtime.BuildSpec, with the options of the OCI runtime the
+// OCI spec (oci.BuildSpec, with the options of the OCI runtime the
 // handler runs), the workdir with its inputs, the output capture, the end
-// of run rules and the outputs all come from package runtime; only how a
-// process is started, waited for and killed is containerd's, and the
-// rootfs: a snapshot of the job's image in containerd (see snapshot.go).
+// of run rules and the outputs all come from runtime/oci and
+// runtime/process; only how a process is started, waited for and killed is
+// containerd's, and the rootfs: a snapshot of the job's image in containerd (see snapshot.go).
 //
 // A lease per sandbox (id = the run's id, labelled with its run dir) holds
 // whatever containerd keeps for the run; the container carries the run dir
@@ -42,6 +42,8 @@ import (
 	clog "github.com/containerd/log"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/process"
 )
 
 // Name is the backend's name in runtime.New and the config.
@@ -81,13 +83,14 @@ const connectTimeout = 5 * time.Second
 // Containerd runs jobs as containerd containers.
 type Containerd struct {
 	opts      runtime.Options
+	co        Options
 	address   string
 	namespace string
 	handler   string
 	binary    string // the OCI runtime the shim runs
 	gvisor    bool
 	platform  string
-	specOpts  runtime.SpecOptions
+	specOpts  oci.SpecOptions
 	log       runtime.Logger
 	grace     time.Duration
 
@@ -115,12 +118,44 @@ func init() {
 	_ = clog.SetLevel("warn")
 }
 
+// Options are the containerd backend's own options
+// (runtime.Options.Backend; from the config file, its runtime "containerd"
+// {} block). Zero values mean the defaults.
+type Options struct {
+	Address   string // the daemon's socket; default DefaultAddress
+	Namespace string // the namespace skillbox's containers live in; default DefaultNamespace
+	Handler   string // the runtime handler (shim) that runs them; default DefaultHandler
+	// Binary is the OCI runtime the shim runs: for HandlerRunsc the pinned
+	// runsc by default, for HandlerRuncV2 runc (or a runsc).
+	Binary   string
+	StateDir string   // the shims' runtime state and runsc configs; default DefaultStateDir
+	Platform string   // runsc's --platform; the pinned build's default is systrap
+	Flags    []string // extra runsc flags (its config file)
+	// UserNSBase and NoUserNS: see ocicli.RuncOptions (runc only).
+	UserNSBase uint32
+	NoUserNS   bool
+}
+
+// DecodeOptions takes Options from a runtime "containerd" block's
+// settings: address, namespace, handler, binary, state_dir, platform and
+// flags.
+func DecodeOptions(s runtime.Settings) (Options, error) {
+	var o Options
+	err := s.Decode(map[string]any{"address": &o.Address, "namespace": &o.Namespace, "handler": &o.Handler,
+		"binary": &o.Binary, "state_dir": &o.StateDir, "platform": &o.Platform, "flags": &o.Flags})
+	return o, err
+}
+
 // New makes the backend. Nothing is dialled here: an unreachable daemon or
 // a missing handler is reported by Version and Run (runtime.ErrUnavailable),
 // so a daemon can start and say what to install.
 func New(opts runtime.Options) (*Containerd, error) {
-	c := &Containerd{opts: opts, address: opts.Address, namespace: opts.Namespace, handler: opts.Handler,
-		binary: opts.Binary, platform: opts.Platform}
+	co, err := runtime.BackendOptions(Name, opts, DecodeOptions)
+	if err != nil {
+		return nil, err
+	}
+	c := &Containerd{opts: opts, co: co, address: co.Address, namespace: co.Namespace, handler: co.Handler,
+		binary: co.Binary, platform: co.Platform}
 	if c.address == "" {
 		c.address = DefaultAddress
 	}
@@ -148,16 +183,16 @@ func New(opts runtime.Options) (*Containerd, error) {
 	if c.gvisor && c.platform == "" && filepath.Clean(c.binary) == runtime.PinnedRunscPath() {
 		c.platform = runtime.PinnedRunscPlatform
 	}
-	if c.opts.StateDir == "" {
-		c.opts.StateDir = DefaultStateDir
+	if c.co.StateDir == "" {
+		c.co.StateDir = DefaultStateDir
 	}
 	if c.opts.RunDir == "" {
 		c.opts.RunDir = runtime.DefaultRunDir
 	}
 	if c.gvisor {
-		c.specOpts = runtime.RunscSpecOptions(opts)
+		c.specOpts = process.RunscSpecOptions(opts.NetNS)
 	} else {
-		c.specOpts = runtime.RuncSpecOptions(opts)
+		c.specOpts = process.RuncSpecOptions(opts.NetNS, co.UserNSBase, co.NoUserNS)
 	}
 	c.log = runtime.NamedLogger(opts.Logger, "runtime.containerd")
 	c.grace = opts.KillGraceOrDefault()
@@ -265,7 +300,7 @@ func (c *Containerd) Run(ctx context.Context, job runtime.Job) (*runtime.Result,
 // runtimeOptions are the options containerd hands the shim.
 func (c *Containerd) runtimeOptions(network bool) (any, error) {
 	// The OCI runtime's root is in the state dir: closed before it runs.
-	if err := runtime.MakePrivateDir(c.opts.StateDir, "containerd state dir"); err != nil {
+	if err := oci.MakePrivateDir(c.co.StateDir, "containerd state dir"); err != nil {
 		return nil, err
 	}
 	if c.handler == HandlerRuncV2 {
@@ -276,7 +311,7 @@ func (c *Containerd) runtimeOptions(network bool) (any, error) {
 				return nil, err
 			}
 		}
-		return &runcoptions.Options{BinaryName: bin, Root: filepath.Join(c.opts.StateDir, "runc")}, nil
+		return &runcoptions.Options{BinaryName: bin, Root: filepath.Join(c.co.StateDir, "runc")}, nil
 	}
 	p, err := c.runscConfig(network)
 	if err != nil {
@@ -296,7 +331,7 @@ func (c *Containerd) runscFlags(network bool) map[string]string {
 	if c.platform != "" {
 		f["platform"] = c.platform
 	}
-	for _, fl := range c.opts.Flags {
+	for _, fl := range c.co.Flags {
 		k, v, ok := strings.Cut(strings.TrimLeft(fl, "-"), "=")
 		if !ok {
 			v = "true"
@@ -328,14 +363,14 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 func (c *Containerd) writeState(name, content string, mode os.FileMode) (string, error) {
 	// Root's alone: it holds the shims' runtime state (runc's and runsc's
 	// copies of the specs).
-	if err := runtime.MakePrivateDir(c.opts.StateDir, "containerd state dir"); err != nil {
+	if err := oci.MakePrivateDir(c.co.StateDir, "containerd state dir"); err != nil {
 		return "", err
 	}
-	p := filepath.Join(c.opts.StateDir, name)
+	p := filepath.Join(c.co.StateDir, name)
 	if old, err := os.ReadFile(p); err == nil && string(old) == content {
 		return p, nil
 	}
-	tmp, err := os.CreateTemp(c.opts.StateDir, "."+name+"-*")
+	tmp, err := os.CreateTemp(c.co.StateDir, "."+name+"-*")
 	if err != nil {
 		return "", fmt.Errorf("write %s: %w", p, err)
 	}
@@ -358,7 +393,7 @@ func (c *Containerd) runscConfig(network bool) (string, error) {
 	flags := c.runscFlags(network)
 	keys := slices.Sorted(maps.Keys(flags))
 	var b strings.Builder
-	fmt.Fprintf(&b, "binary_name = %q\nroot = %q\n\n[runsc_config]\n", c.binary, filepath.Join(c.opts.StateDir, "runsc"))
+	fmt.Fprintf(&b, "binary_name = %q\nroot = %q\n\n[runsc_config]\n", c.binary, filepath.Join(c.co.StateDir, "runsc"))
 	for _, k := range keys {
 		fmt.Fprintf(&b, "  %q = %q\n", k, flags[k])
 	}
@@ -374,7 +409,7 @@ func (c *Containerd) Close(ctx context.Context) error {
 	}
 	c.mu.Unlock()
 	var errs []error
-	if err := runtime.DestroyAll(ctx, live); err != nil {
+	if err := process.DestroyAll(ctx, live); err != nil {
 		errs = append(errs, err)
 	}
 	c.mu.Lock()
@@ -389,22 +424,22 @@ func (c *Containerd) Close(ctx context.Context) error {
 }
 
 // Sweep removes what dead runs left in the namespace and the run dir: see
-// runtime.SweepRuns. A container or lease counts as this backend's when it
+// process.SweepRuns. A container or lease counts as this backend's when it
 // carries LabelRunDir; which run dir it names decides the rest.
 func (c *Containerd) Sweep(ctx context.Context) error {
 	cl, err := c.connect(ctx)
 	if err != nil {
 		return err
 	}
-	return runtime.SweepRuns(c.ctx(ctx), c.opts.RunDir, c.log, c.sweepOps(cl))
+	return process.SweepRuns(c.ctx(ctx), c.opts.RunDir, c.log, c.sweepOps(cl))
 }
 
 // sweepOps are Sweep's operations on the namespace's containers, also a
 // sandbox watchdog's (watchdog.go).
-func (c *Containerd) sweepOps(cl *containerd.Client) runtime.SweepOps {
-	return runtime.SweepOps{
-		List:  func(ctx context.Context) ([]runtime.ContainerState, error) { return c.list(ctx, cl) },
-		State: func(ctx context.Context, id string) (*runtime.ContainerState, error) { return c.state(ctx, cl, id) },
+func (c *Containerd) sweepOps(cl *containerd.Client) process.SweepOps {
+	return process.SweepOps{
+		List:  func(ctx context.Context) ([]process.ContainerState, error) { return c.list(ctx, cl) },
+		State: func(ctx context.Context, id string) (*process.ContainerState, error) { return c.state(ctx, cl, id) },
 		Delete: func(ctx context.Context, id string) error {
 			err := c.remove(ctx, cl, id)
 			c.killShims(id)
@@ -414,13 +449,13 @@ func (c *Containerd) sweepOps(cl *containerd.Client) runtime.SweepOps {
 }
 
 // list returns skillbox's containers and leases (those without a container).
-func (c *Containerd) list(ctx context.Context, cl *containerd.Client) ([]runtime.ContainerState, error) {
+func (c *Containerd) list(ctx context.Context, cl *containerd.Client) ([]process.ContainerState, error) {
 	ctx = c.ctx(ctx)
 	cs, err := cl.Containers(ctx, "labels."+`"`+LabelRunDir+`"`)
 	if err != nil {
 		return nil, fmt.Errorf("list containerd containers: %w", err)
 	}
-	var out []runtime.ContainerState
+	var out []process.ContainerState
 	seen := map[string]bool{}
 	for _, ct := range cs {
 		labels, err := ct.Labels(ctx)
@@ -428,7 +463,7 @@ func (c *Containerd) list(ctx context.Context, cl *containerd.Client) ([]runtime
 			continue
 		}
 		seen[ct.ID()] = true
-		out = append(out, runtime.ContainerState{ID: ct.ID(), Bundle: labels[LabelRunDir]})
+		out = append(out, process.ContainerState{ID: ct.ID(), Bundle: labels[LabelRunDir]})
 	}
 	ls, err := cl.LeasesService().List(ctx, "labels."+`"`+LabelRunDir+`"`)
 	if err != nil {
@@ -436,7 +471,7 @@ func (c *Containerd) list(ctx context.Context, cl *containerd.Client) ([]runtime
 	}
 	for _, l := range ls {
 		if !seen[l.ID] {
-			out = append(out, runtime.ContainerState{ID: l.ID, Bundle: l.Labels[LabelRunDir]})
+			out = append(out, process.ContainerState{ID: l.ID, Bundle: l.Labels[LabelRunDir]})
 		}
 	}
 	return out, nil
@@ -444,7 +479,7 @@ func (c *Containerd) list(ctx context.Context, cl *containerd.Client) ([]runtime
 
 // state is a container's (or, without one, its lease's) run dir; neither
 // existing is a not-found error.
-func (c *Containerd) state(ctx context.Context, cl *containerd.Client, id string) (*runtime.ContainerState, error) {
+func (c *Containerd) state(ctx context.Context, cl *containerd.Client, id string) (*process.ContainerState, error) {
 	ctx = c.ctx(ctx)
 	ct, err := cl.LoadContainer(ctx, id)
 	if err == nil {
@@ -452,7 +487,7 @@ func (c *Containerd) state(ctx context.Context, cl *containerd.Client, id string
 		if err != nil {
 			return nil, err
 		}
-		return &runtime.ContainerState{ID: id, Bundle: labels[LabelRunDir]}, nil
+		return &process.ContainerState{ID: id, Bundle: labels[LabelRunDir]}, nil
 	}
 	if !errdefs.IsNotFound(err) {
 		return nil, err
@@ -464,7 +499,7 @@ func (c *Containerd) state(ctx context.Context, cl *containerd.Client, id string
 	if len(ls) == 0 {
 		return nil, fmt.Errorf("container %s: %w", id, errdefs.ErrNotFound)
 	}
-	return &runtime.ContainerState{ID: id, Bundle: ls[0].Labels[LabelRunDir]}, nil
+	return &process.ContainerState{ID: id, Bundle: ls[0].Labels[LabelRunDir]}, nil
 }
 
 // remove kills and deletes a container's task, the container and the
@@ -540,7 +575,7 @@ func stopTask(ctx context.Context, t containerd.Task) error {
 			_ = t.Kill(ctx, syscall.SIGKILL, containerd.WithKillAll)
 			select {
 			case <-exit:
-			case <-time.After(runtime.KillWait):
+			case <-time.After(process.KillWait):
 			}
 		}
 	}

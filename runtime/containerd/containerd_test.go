@@ -23,12 +23,12 @@ func TestNewHandlers(t *testing.T) {
 		err      bool
 	}{
 		{name: "default is gVisor's shim", handler: HandlerRunsc, binary: pinned, gvisor: true, platform: runtime.PinnedRunscPlatform},
-		{name: "runc v2 shim runs runc", opts: runtime.Options{Handler: HandlerRuncV2}, handler: HandlerRuncV2, binary: "runc"},
-		{name: "runc v2 shim runs the pinned runsc", opts: runtime.Options{Handler: HandlerRuncV2, Binary: pinned},
+		{name: "runc v2 shim runs runc", opts: runtime.Options{Backend: Options{Handler: HandlerRuncV2}}, handler: HandlerRuncV2, binary: "runc"},
+		{name: "runc v2 shim runs the pinned runsc", opts: runtime.Options{Backend: Options{Handler: HandlerRuncV2, Binary: pinned}},
 			handler: HandlerRuncV2, binary: pinned, gvisor: true, platform: runtime.PinnedRunscPlatform},
-		{name: "another runsc keeps its platform", opts: runtime.Options{Handler: HandlerRuncV2, Binary: "/usr/bin/runsc"},
+		{name: "another runsc keeps its platform", opts: runtime.Options{Backend: Options{Handler: HandlerRuncV2, Binary: "/usr/bin/runsc"}},
 			handler: HandlerRuncV2, binary: "/usr/bin/runsc", gvisor: true},
-		{name: "unknown handler", opts: runtime.Options{Handler: "io.containerd.kata.v2"}, err: true},
+		{name: "unknown handler", opts: runtime.Options{Backend: Options{Handler: "io.containerd.kata.v2"}}, err: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := New(tc.opts)
@@ -57,7 +57,7 @@ func TestNewHandlers(t *testing.T) {
 
 func TestRunscConfigAndWrapper(t *testing.T) {
 	dir := t.TempDir()
-	c, err := New(runtime.Options{StateDir: dir, Binary: "/opt/runsc", Platform: "systrap", Flags: []string{"--debug", "--overlay2=none"}})
+	c, err := New(runtime.Options{Backend: Options{StateDir: dir, Binary: "/opt/runsc", Platform: "systrap", Flags: []string{"--debug", "--overlay2=none"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestRunscConfigAndWrapper(t *testing.T) {
 }
 
 func TestUnreachableDaemon(t *testing.T) {
-	c, err := New(runtime.Options{Address: filepath.Join(t.TempDir(), "none.sock")})
+	c, err := New(runtime.Options{Backend: Options{Address: filepath.Join(t.TempDir(), "none.sock")}})
 	if err != nil {
 		t.Fatal(err)
 	}

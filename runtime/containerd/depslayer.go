@@ -81,7 +81,7 @@ func (c *Containerd) depsImage(ctx context.Context, cl *containerd.Client, base 
 	ctx = leases.WithLease(ctx, l.ID)
 	cs := cl.ContentStore()
 
-	layer, err := writeLayerTar(ctx, cs, c.opts.StateDir, dir, strings.TrimPrefix(runtime.DepsMount, "/"))
+	layer, err := writeLayerTar(ctx, cs, c.co.StateDir, dir, strings.TrimPrefix(runtime.DepsMount, "/"))
 	if err != nil {
 		return nil, fmt.Errorf("%w: dependency layer %s into containerd: %v", runtime.ErrUnavailable, layerDigest, err)
 	}

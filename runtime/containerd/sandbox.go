@@ -19,6 +19,8 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/process"
 )
 
 // A sandbox is one container of the backend through the lifecycle:
@@ -40,12 +42,12 @@ type sandbox struct {
 	c     *Containerd
 	cl    *containerd.Client
 	spec  runtime.SandboxSpec
-	b     *runtime.Bundle
+	b     *oci.Bundle
 	cg    string
 	state int
 	// opts are the backend's spec options with this sandbox's egress
 	// (eg, nil without one) filled in.
-	opts runtime.SpecOptions
+	opts oci.SpecOptions
 	eg   *egress.Egress
 
 	version string
@@ -54,16 +56,16 @@ type sandbox struct {
 	// The first process's stdio (warm): its stdin's write end, its streams.
 	initIn      *os.File
 	initStdin   *eofReader
-	initStreams *runtime.Streams
+	initStreams *process.Streams
 	initExit    <-chan containerd.ExitStatus
 	// wd is the sandbox's watchdog (watchdog.go): from Start when warm,
 	// from Deliver when cold.
-	wd *runtime.Watchdog
+	wd *process.Watchdog
 
 	// The job.
 	proc    containerd.Process
 	exit    <-chan containerd.ExitStatus
-	streams *runtime.Streams
+	streams *process.Streams
 	lim     runtime.Limits
 	started time.Time
 
@@ -105,11 +107,11 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 		return nil, err
 	}
 	spec.Limits = spec.Limits.WithDefaults()
-	b, err := runtime.NewSandboxBundle(spec, c.opts.RunDir, c.specOpts)
+	b, err := oci.NewSandboxBundle(spec, c.opts.RunDir, c.specOpts)
 	if err != nil {
 		return nil, err
 	}
-	s := &sandbox{c: c, cl: cl, spec: spec, b: b, cg: runtime.CgroupParent + "/" + spec.ID, version: version, done: make(chan struct{}), opts: c.specOpts}
+	s := &sandbox{c: c, cl: cl, spec: spec, b: b, cg: oci.CgroupParent + "/" + spec.ID, version: version, done: make(chan struct{}), opts: c.specOpts}
 	s.lifeCtx, s.lifeCancel = context.WithCancel(s.ctx(context.Background()))
 	c.mu.Lock()
 	if c.live == nil {
@@ -127,19 +129,19 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 		return nil, fmt.Errorf("create containerd lease %s: %w", spec.ID, err)
 	}
 	if spec.Egress != nil {
-		if s.eg, err = runtime.StartEgress(ctx, spec, b.Dir, &s.opts); err != nil {
+		if s.eg, err = process.StartEgress(ctx, spec, b.Dir, &s.opts); err != nil {
 			return nil, err
 		}
 	}
 	if c.gvisor {
 		// runsc joins an existing cgroup and leaves it (and so its OOM
 		// and pids counters) in place; runc makes it from the spec.
-		if err := runtime.CreateRunscCgroup(s.cg, spec.Limits, c.platform); err != nil {
+		if err := process.CreateRunscCgroup(s.cg, spec.Limits, c.platform); err != nil {
 			return nil, err
 		}
 	}
 	if spec.Background {
-		if err := runtime.SetBackgroundWeight(s.cg, true); err != nil {
+		if err := process.SetBackgroundWeight(s.cg, true); err != nil {
 			c.log.Debug("lowering the CPU weight of a booting sandbox failed", "id", spec.ID, "error", err)
 		}
 	}
@@ -155,7 +157,7 @@ func (s *sandbox) ctx(ctx context.Context) context.Context {
 
 // newTask makes the container with job's spec and its task with the given
 // stdio, and waits for its exit before it starts.
-func (s *sandbox) newTask(ctx context.Context, job runtime.Job, stdin io.Reader, st *runtime.Streams) (<-chan containerd.ExitStatus, error) {
+func (s *sandbox) newTask(ctx context.Context, job runtime.Job, stdin io.Reader, st *process.Streams) (<-chan containerd.ExitStatus, error) {
 	if err := s.b.SpecFor(job, s.opts); err != nil {
 		return nil, err
 	}
@@ -196,7 +198,7 @@ func (s *sandbox) handlerError(what string, err error) error {
 // ioCreator gives a process our pipes: containerd's client copies the
 // FIFOs (in the run dir) into their write ends, which stay open until
 // those copies are done (waitIO).
-func (s *sandbox) ioCreator(stdin io.Reader, st *runtime.Streams) cio.Creator {
+func (s *sandbox) ioCreator(stdin io.Reader, st *process.Streams) cio.Creator {
 	if in, ok := stdin.(*eofReader); ok && in == nil {
 		stdin = nil // no stdin at all, not a nil reader
 	}
@@ -225,11 +227,11 @@ func (s *sandbox) Start(ctx context.Context) error {
 	if err := s.startWatchdog(); err != nil {
 		return err
 	}
-	argv := runtime.HolderArgv()
+	argv := process.HolderArgv()
 	if s.spec.Boot == runtime.BootPython {
-		argv = runtime.SupervisorArgv()
+		argv = process.SupervisorArgv()
 	}
-	st, err := runtime.NewStreams()
+	st, err := process.NewStreams()
 	if err != nil {
 		return err
 	}
@@ -263,7 +265,7 @@ func (s *sandbox) Start(ctx context.Context) error {
 
 // startWatchdog starts the sandbox's watchdog (see watchdog.go).
 func (s *sandbox) startWatchdog() error {
-	wd, err := runtime.StartSandboxWatchdog(s.spec.ID, s.cg, s.b, s.c.watchdogArgs())
+	wd, err := process.StartSandboxWatchdog(s.spec.ID, s.cg, s.b, s.c.watchdogArgs())
 	if err != nil {
 		return err
 	}
@@ -291,7 +293,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		return fmt.Errorf("run %s not started: %w", s.spec.ID, err)
 	}
 	if s.spec.Background {
-		if err := runtime.SetBackgroundWeight(s.cg, false); err != nil {
+		if err := process.SetBackgroundWeight(s.cg, false); err != nil {
 			return fmt.Errorf("restore the CPU weight of sandbox %s: %w", s.spec.ID, err)
 		}
 	}
@@ -307,19 +309,19 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 			return err
 		}
 	}
-	if err := s.wd.SetDeadline(time.Now().Add(s.lim.Timeout + s.c.grace + runtime.WatchdogSlack)); err != nil {
+	if err := s.wd.SetDeadline(time.Now().Add(s.lim.Timeout + s.c.grace + process.WatchdogSlack)); err != nil {
 		return err
 	}
 	switch s.spec.Boot {
 	case runtime.BootPython:
-		msg, err := runtime.SupervisorMessage(job)
+		msg, err := process.SupervisorMessage(job)
 		if err != nil {
 			return err
 		}
 		in := s.initIn
 		s.initIn = nil
 		s.started = time.Now()
-		runtime.FeedAndClose(in, msg)
+		process.FeedAndClose(in, msg)
 		s.streams, s.initStreams = s.initStreams, nil
 		s.streams.Drain(s.lim, job.Stdout, job.Stderr)
 		s.exit, s.proc = s.initExit, s.task
@@ -437,7 +439,7 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	res := &runtime.Result{
 		Egress:         egStats,
 		ExitCode:       code,
-		Signal:         runtime.ExitSignal(code),
+		Signal:         process.ExitSignal(code),
 		Reason:         reason,
 		Duration:       duration,
 		Runtime:        Name,
@@ -451,8 +453,8 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 }
 
 // jobIO makes the job's streams, draining at its caps, and its stdin.
-func (s *sandbox) jobIO(job runtime.Job) (*runtime.Streams, *eofReader, error) {
-	st, err := runtime.NewStreams()
+func (s *sandbox) jobIO(job runtime.Job) (*process.Streams, *eofReader, error) {
+	st, err := process.NewStreams()
 	if err != nil {
 		return nil, nil, err
 	}
@@ -499,7 +501,7 @@ func (s *sandbox) closeStdinAtEOF(in *eofReader) {
 		}
 		// The copy returns once the shim took the last bytes; give the
 		// FIFO writer a moment to flush them before the shim closes it.
-		ctx, cancel := context.WithTimeout(s.c.ctx(context.Background()), runtime.KillWait)
+		ctx, cancel := context.WithTimeout(s.c.ctx(context.Background()), process.KillWait)
 		defer cancel()
 		if err := p.CloseIO(ctx, containerd.WithStdinCloser); err != nil && !errdefs.IsNotFound(err) {
 			s.c.log.Debug("closing stdin failed", "id", s.spec.ID, "error", err)
@@ -531,7 +533,7 @@ func (s *sandbox) killAll(sig syscall.Signal) {
 	if s.task == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(s.c.ctx(context.Background()), runtime.TeardownTimeout)
+	ctx, cancel := context.WithTimeout(s.c.ctx(context.Background()), process.TeardownTimeout)
 	defer cancel()
 	if err := s.task.Kill(ctx, sig, containerd.WithKillAll); err != nil && !errdefs.IsNotFound(err) {
 		s.c.log.Debug("kill failed", "id", s.spec.ID, "signal", sig, "error", err)
@@ -550,7 +552,7 @@ func (s *sandbox) stop(graceful bool) (containerd.ExitStatus, syscall.Signal, bo
 		case <-time.After(s.c.grace):
 		}
 	}
-	deadline := time.After(runtime.KillWait)
+	deadline := time.After(process.KillWait)
 	for {
 		s.killAll(syscall.SIGKILL)
 		select {
@@ -559,7 +561,7 @@ func (s *sandbox) stop(graceful bool) (containerd.ExitStatus, syscall.Signal, bo
 		case <-deadline:
 			s.c.log.Warn("task did not stop on KILL", "id", s.spec.ID)
 			return containerd.ExitStatus{}, 0, false
-		case <-time.After(runtime.KillRetry):
+		case <-time.After(process.KillRetry):
 		}
 	}
 }
@@ -582,7 +584,7 @@ func (s *sandbox) Destroy(context.Context) error {
 }
 
 func (s *sandbox) teardown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), runtime.TeardownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), process.TeardownTimeout)
 	defer cancel()
 	var errs []error
 	if s.initIn != nil {
@@ -597,12 +599,12 @@ func (s *sandbox) teardown() error {
 			_ = p.IO().Close()
 		}
 	}
-	for _, st := range []*runtime.Streams{s.initStreams, s.streams} {
+	for _, st := range []*process.Streams{s.initStreams, s.streams} {
 		if st != nil {
 			st.Close()
 		}
 	}
-	if err := runtime.ReleaseSandbox(ctx, s.cg, s.eg, s.b, s.wd); err != nil {
+	if err := process.ReleaseSandbox(ctx, s.cg, s.eg, s.b, s.wd); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -610,4 +612,4 @@ func (s *sandbox) teardown() error {
 
 // Processes lists the host pids in the sandbox's cgroup, for memory
 // accounting.
-func (s *sandbox) Processes() []int { return runtime.CgroupProcesses(s.cg) }
+func (s *sandbox) Processes() []int { return process.CgroupProcesses(s.cg) }

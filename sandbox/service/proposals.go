@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/skills"
@@ -294,7 +294,7 @@ func (s *Service) isPinned(name string) bool {
 // what a skill's author has not published yet.
 func (s *Service) exportPatch(pr *api.Proposal) (string, error) {
 	dir := filepath.Join(s.cfg.Daemon.StateDir, "proposals")
-	if err := runtime.MakePrivateDir(dir, "proposals directory"); err != nil {
+	if err := oci.MakePrivateDir(dir, "proposals directory"); err != nil {
 		return "", err
 	}
 	path := filepath.Join(dir, pr.ID+".patch")

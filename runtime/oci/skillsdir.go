@@ -1,0 +1,72 @@
+package oci
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/skillbox/skillbox/runtime"
+)
+
+// skillsMounts are the mounts of a job's skills: the bundle's directory of
+// mount points (and the program) on SkillsMount, then each skill on its
+// target. Nothing when the job has neither skills nor a program.
+func skillsMounts(job runtime.Job, source string) []specs.Mount {
+	if !job.UsesSkillsDir() {
+		return nil
+	}
+	m := []specs.Mount{{Destination: runtime.SkillsMount, Type: "bind", Source: source, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}}}
+	for _, s := range job.Skills {
+		// Like SkillMount: not noexec, a skill's own tools may be run by path.
+		m = append(m, specs.Mount{Destination: s.Target, Type: "bind", Source: s.Source, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	}
+	return m
+}
+
+// bundleSkills is the bundle's directory mounted on SkillsMount.
+const bundleSkills = "skills"
+
+// prepareSkillsDir makes the directory mounted on SkillsMount in bundle
+// dir: an empty mount point per skill and ProgramDir with the program, all
+// root's and read-only to the container. It returns "" when the job needs
+// none. The rootfs must have SkillsMount to mount it on.
+func prepareSkillsDir(dir string, job runtime.Job) (string, error) {
+	if !job.UsesSkillsDir() {
+		return "", nil
+	}
+	// A registry image (no RootFS on the host) gets the mount point made
+	// in its snapshot by the OCI runtime.
+	if st, err := os.Lstat(filepath.Join(job.RootFS, runtime.SkillsMount)); job.RootFS != "" && (err != nil || !st.IsDir()) {
+		return "", fmt.Errorf("%w: the image at %s has no directory %s to mount the skills on: rebuild the image with this skillbox (skillbox images build NAME)", runtime.ErrUnavailable, job.RootFS, runtime.SkillsMount)
+	}
+	root := filepath.Join(dir, bundleSkills)
+	dirs := []string{root}
+	for _, s := range job.Skills {
+		dirs = append(dirs, filepath.Join(root, path.Base(s.Target)))
+	}
+	if job.Program != nil {
+		dirs = append(dirs, filepath.Join(root, path.Base(runtime.ProgramDir)))
+	}
+	// Modes are set explicitly: the container's user must read them
+	// whatever this process's umask.
+	for _, d := range dirs {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return "", fmt.Errorf("make skill mount point: %w", err)
+		}
+		if err := os.Chmod(d, 0o755); err != nil {
+			return "", fmt.Errorf("make skill mount point: %w", err)
+		}
+	}
+	if p := job.Program; p != nil {
+		f := filepath.Join(dirs[len(dirs)-1], p.Name)
+		if err := os.WriteFile(f, p.Data, 0o644); err != nil {
+			return "", fmt.Errorf("write program: %w", err)
+		}
+		if err := os.Chmod(f, 0o644); err != nil {
+			return "", fmt.Errorf("write program: %w", err)
+		}
+	}
+	return root, nil
+}

@@ -1,0 +1,66 @@
+package process
+
+import (
+	_ "embed"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/skillbox/skillbox/runtime"
+)
+
+// SupervisorSource is the python supervisor of BootPython, run as
+// `python3 -c` so that nothing needs mounting for it.
+//
+//go:embed supervisor.py
+var SupervisorSource string
+
+// readyMarker is what a warm sandbox's first process writes on its stdout
+// once it waits for its job.
+const readyMarker = "skillbox-ready\n"
+
+// holderArgv is the first process of a BootExec sandbox: it says it is
+// ready and waits until its stdin closes (at Destroy).
+var holderArgv = []string{"/bin/sh", "-c", "printf '" + `skillbox-ready\n` + "'; read -r _"}
+
+// supervisorJob is the header the python supervisor reads.
+type supervisorJob struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Cwd  string   `json:"cwd"`
+}
+
+// SupervisorMessage is the job as the python supervisor reads it: a
+// length-prefixed JSON header (argv, env, cwd), then the script's stdin.
+func SupervisorMessage(job runtime.Job) ([]byte, error) {
+	env, err := runtime.ContainerEnv(job.Env)
+	if err != nil {
+		return nil, err
+	}
+	hdr, err := json.Marshal(supervisorJob{Argv: job.Args, Env: append(env, job.ModuleEnv...), Cwd: runtime.WorkDir})
+	if err != nil {
+		return nil, fmt.Errorf("encode job: %w", err)
+	}
+	msg := binary.BigEndian.AppendUint64(nil, uint64(len(hdr)))
+	return append(append(msg, hdr...), job.Stdin...), nil
+}
+
+type pipePair struct{ R, W *os.File }
+
+// MakePipes makes n pipes; on error none is left open.
+func MakePipes(n int) ([]pipePair, error) {
+	ps := make([]pipePair, 0, n)
+	for i := 0; i < n; i++ {
+		r, w, err := os.Pipe()
+		if err != nil {
+			for _, p := range ps {
+				p.R.Close()
+				p.W.Close()
+			}
+			return nil, fmt.Errorf("pipe: %w", err)
+		}
+		ps = append(ps, pipePair{r, w})
+	}
+	return ps, nil
+}
