@@ -23,7 +23,9 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/stack"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -177,7 +179,7 @@ func (b *bench) native(n int) (float64, error) {
 	return med, nil
 }
 
-func (b *bench) engine(rt string, log hclog.Logger) (*service.Engine, *skills.Skill, error) {
+func (b *bench) engine(rt string, log hclog.Logger) (*runner.Engine, *skills.Skill, error) {
 	cfg := policy.Default()
 	if f := b.c.String("config"); f != "" {
 		var err error
@@ -191,11 +193,12 @@ func (b *bench) engine(rt string, log hclog.Logger) (*service.Engine, *skills.Sk
 		cfg.Runtimes["runsc"].Binary = "/usr/bin/runsc"
 		cfg.Runtimes["runsc"].StateDir = runtime.RunscStateDir("/usr/bin/runsc")
 	}
-	eng, err := newEngine(cfg, engineOptions{runtime: rt, containerdAddress: b.c.String("containerd-address"),
-		imageDir: b.c.String("images"), progress: os.Stderr}, log)
+	st, err := stack.New(b.c.Context, stack.Options{Mode: stack.EngineOnly, Config: cfg, Logger: log, Runtime: rt,
+		ContainerdAddress: b.c.String("containerd-address"), ImageDir: b.c.String("images"), Progress: os.Stderr})
 	if err != nil {
 		return nil, nil, err
 	}
+	eng := st.Engine()
 	reg, err := openRegistry(b.c.Context, cfg, []string{b.c.String("root")}, log)
 	if err != nil {
 		return nil, nil, err
@@ -339,7 +342,7 @@ func loadedSession(ctx context.Context, cl *client.Client) (string, error) {
 
 // waitIdle waits (untimed) until the daemon's pool holds n idle sandboxes.
 func waitIdle(ctx context.Context, rd *runningDaemon, n int) error {
-	p := rd.daemon.Service().Engine().Pool
+	p := rd.daemon.Service().Engine().Pool()
 	if p == nil {
 		return fmt.Errorf("the daemon has no warm pool")
 	}
@@ -413,7 +416,7 @@ func (b *bench) daemon(ctx context.Context, rt string, n int, coldRunsc, native 
 		return err
 	}
 	time.Sleep(time.Second)
-	idle := rd.daemon.Service().Engine().Pool.IdleSandboxes()
+	idle := rd.daemon.Service().Engine().Pool().IdleSandboxes()
 	var total int64
 	for _, pids := range idle {
 		total += runtime.PSS(pids)
@@ -663,7 +666,9 @@ func (b *bench) audit(ctx context.Context, n int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	l, err := audit.Open(dir, audit.Options{Logger: hclog.NewNullLogger()})
+	acfg := &policy.Config{}
+	acfg.Daemon.AuditDir = dir
+	l, err := stack.OpenAudit(acfg, hclog.NewNullLogger())
 	if err != nil {
 		return err
 	}
