@@ -559,7 +559,7 @@ func (e *Engine) CheckSkill(ctx context.Context, sk *skills.Skill) (*api.CheckSk
 			why[fam.family] = err.Error()
 			continue
 		}
-		if ic, ok := e.images.(interface{ Built(string) error }); ok && ic.Built(interp.Image) != nil {
+		if ic, ok := e.images.(BuiltChecker); ok && ic.Built(interp.Image) != nil {
 			why[fam.family] = fmt.Sprintf("image %q is not built (skillbox images build %s)", interp.Image, interp.Image)
 			continue
 		}

@@ -1,3 +1,10 @@
+// Package runner is skillbox's run engine: it turns a run request that the
+// service has already authorized into one sandboxed run. It plans the run
+// (script path, interpreter image, limits, network and egress, the digest an
+// approval binds), supplies its image, dependency layer and pinned skill
+// copy, takes a warm sandbox when the pool has one, writes the run's audit
+// records and calls the runtime. It knows nothing of sessions, callers or
+// confirmations: those are the service's, which sits above it.
 package runner
 
 import (

@@ -64,7 +64,7 @@ func (e *Engine) warmSkill(sk *skills.Skill) {
 	limits, _ := e.cfg.LimitsFor(sk.Name)
 	dirs, _ := e.cfg.ScriptDirsFor(sk.Name)
 	for _, it := range e.scriptImages(root, dirs) {
-		if ic, ok := e.images.(interface{ Built(string) error }); ok && ic.Built(it.image) != nil {
+		if ic, ok := e.images.(BuiltChecker); ok && ic.Built(it.image) != nil {
 			continue // warming never builds an image
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -231,7 +231,7 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 	case err != nil:
 		return nil, s.refuseProposal(ctx, rec, fmt.Errorf("%w: applying proposal %s to %s: %v", api.ErrInternal, pr.ID, sk.Dir, err))
 	default:
-		if rl, ok := s.skills.(interface{ Reload(context.Context) error }); ok {
+		if rl, ok := s.skills.(Reloader); ok {
 			if err := rl.Reload(ctx); err != nil {
 				s.log.Warn("reloading skills after applying a proposal", "error", err)
 			}

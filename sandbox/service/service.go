@@ -2,9 +2,11 @@
 // skills, the tool calls of sandbox/api as Go methods, and the one
 // authorization path every run takes (policy decision, the skill's
 // allowed-tools, confirmation, audit) whichever front end asked: the
-// JSON-RPC daemon, the MCP server or `skillbox run`. The Engine below it
-// turns an authorized request into one sandboxed run. Calls may emit events
-// (run output while a script runs) to a sink the front end puts in ctx.
+// JSON-RPC daemon, the MCP server or `skillbox run`. The run engine below it
+// (sandbox/runner) turns an authorized request into one sandboxed run; the
+// service owns the audit log and writes it through the same runner.Journal
+// as the engine. Calls may emit events (run output while a script runs) to
+// a sink the front end puts in ctx.
 package service
 
 import (
@@ -37,6 +39,14 @@ type SkillIndex interface {
 	Get(name string) (*skills.Skill, error)
 	List() []*skills.Skill
 }
+
+// Reloader is a SkillIndex that can index its roots again (the registry):
+// an applied proposal is seen at once.
+type Reloader interface {
+	Reload(ctx context.Context) error
+}
+
+var _ Reloader = (*skills.Registry)(nil)
 
 // Options wire a Service; the caller owns the parts' lifetimes.
 type Options struct {

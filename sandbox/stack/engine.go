@@ -83,6 +83,7 @@ type engineOptions struct {
 	progress          io.Writer
 	wrap              func(*runner.StoreImages) runner.ImageSource
 	journal           *runner.Journal
+	pins              *runner.SnapshotStore
 	logger            hclog.Logger
 	// prepare, when set, is the mode's start on the runtime before the
 	// engine exists; it may return the warm pool.
@@ -183,7 +184,7 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*runner.E
 		Images:   imgs,
 		Runtime:  rt,
 		Pool:     pool,
-		Pins:     &runner.SnapshotStore{Dir: runner.DefaultSnapshotDir},
+		Pins:     o.pins,
 		Audit:    rec,
 		Logger:   o.logger,
 		Progress: o.progress,

@@ -205,8 +205,9 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 	s.journal = runner.NewJournal(auditor(s.auditLog), runLog.Named("audit"))
 
 	if o.Mode != Local || o.WithEngine {
+		pins := &runner.SnapshotStore{Dir: runner.DefaultSnapshotDir}
 		eo := engineOptions{
-			runtime: o.Runtime, containerdAddress: o.ContainerdAddress, imageDir: o.ImageDir,
+			pins: pins, runtime: o.Runtime, containerdAddress: o.ContainerdAddress, imageDir: o.ImageDir,
 			build: !o.NoBuild, progress: o.Progress, wrap: o.Images, logger: runLog.Named("engine"),
 		}
 		switch o.Mode {
@@ -234,12 +235,10 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 			s.drainOnReload(ctx)
 		}
 		if o.Mode == Serve {
-			if ss, ok := s.engine.Pins().(*runner.SnapshotStore); ok {
-				if n, err := ss.Prune(snapshotMaxAge); err != nil {
-					log.Warn("pruning old skill snapshots failed", "dir", ss.Dir, "error", err)
-				} else if n > 0 {
-					log.Info("pruned skill snapshots not used for a day", "count", n)
-				}
+			if n, err := pins.Prune(snapshotMaxAge); err != nil {
+				log.Warn("pruning old skill snapshots failed", "dir", pins.Dir, "error", err)
+			} else if n > 0 {
+				log.Info("pruned skill snapshots not used for a day", "count", n)
 			}
 		}
 	}
