@@ -259,23 +259,18 @@ func (b *bench) daemonFixture(ctx context.Context, rt string) (*runningDaemon, s
 	}
 	root, _ := filepath.Abs(b.c.String("root"))
 	imgDir := b.imagesDir()
-	src := fmt.Sprintf(`
-daemon {
-  socket    = %q
-  state_dir = %q
-  audit_dir = %q
-  max_concurrent_runs = 16
-  runtime   = %q
-}
-skills { roots = [%q] }
-images { dir = %q }
-pool {
-  per_key       = %d
-  total         = %d
-  memory_budget = "1GiB"
-}
-`, filepath.Join(dir, "s.sock"), filepath.Join(dir, "state"), filepath.Join(dir, "audit"), rt, root, imgDir,
-		max(1, b.c.Int("pool")), max(1, b.c.Int("pool")))
+	// The config as a value: the defaults with the bench's daemon, root,
+	// images and pool laid over them.
+	cfg := policy.Default()
+	cfg.File = filepath.Join(dir, "bench.hcl")
+	d := &cfg.Daemon
+	d.Socket, d.StateDir, d.AuditDir = filepath.Join(dir, "s.sock"), filepath.Join(dir, "state"), filepath.Join(dir, "audit")
+	d.MaxConcurrentRuns, d.Runtime = 16, rt
+	cfg.Skills.Roots = []string{root}
+	cfg.Skills.LockFile = filepath.Join(d.StateDir, "skills.lock")
+	cfg.Images.Dir = imgDir
+	n := max(1, b.c.Int("pool"))
+	cfg.Pool.PerKey, cfg.Pool.Total, cfg.Pool.MemoryBudget = n, n, 1<<30
 	if rt == "containerd" {
 		// The containerd the cold figures used: --config's block, the flag over it.
 		rc := policy.Default().Runtimes["containerd"]
@@ -284,20 +279,14 @@ pool {
 				rc = lc.Runtimes["containerd"]
 			}
 		}
-		addr := rc.Address
+		cc := cfg.Runtimes["containerd"]
+		cc.Address, cc.Namespace, cc.Handler = rc.Address, rc.Namespace, rc.Handler
 		if a := b.c.String("containerd-address"); a != "" {
-			addr = a
+			cc.Address = a
 		}
-		src += fmt.Sprintf("runtime \"containerd\" {\n  address = %q\n  namespace = %q\n  handler = %q\n", addr, rc.Namespace, rc.Handler)
 		if rc.Binary != "" {
-			src += fmt.Sprintf("  binary = %q\n", rc.Binary)
+			cc.Binary = rc.Binary
 		}
-		src += "}\n"
-	}
-	cfg, err := policy.Parse([]byte(src), filepath.Join(dir, "bench.hcl"))
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, "", nil, err
 	}
 	rd, err := startDaemon(ctx, cfg, hclog.NewNullLogger())
 	if err != nil {

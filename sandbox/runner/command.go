@@ -85,7 +85,7 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 		Request:      req,
 		Script:       label,
 		SkillRoot:    root,
-		ScriptSHA256: sha256Hex([]byte(script)),
+		ScriptSHA256: SHA256Hex([]byte(script)),
 		Interpreter:  policy.Interpreter{Image: im.Name, Argv: []string{"/bin/sh", "-c"}, Rule: im.Rule()},
 		Argv:         argv,
 		Env:          env,

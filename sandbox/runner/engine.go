@@ -489,10 +489,10 @@ func (e *Engine) runInfo(p *Plan, img runtime.ImageRef, rtVersion string) *audit
 		Code:           p.Code.AuditCode(false),
 	}
 	if len(req.Stdin) > 0 {
-		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), sha256Hex(req.Stdin)
+		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), SHA256Hex(req.Stdin)
 	}
 	for _, f := range req.Files {
-		ref := audit.FileRef{Path: f.Name, Size: int64(len(f.Data)), SHA256: sha256Hex(f.Data)}
+		ref := audit.FileRef{Path: f.Name, Size: int64(len(f.Data)), SHA256: SHA256Hex(f.Data)}
 		switch f.Kind {
 		case runtime.InputDir:
 			ref = audit.FileRef{Path: f.Name, Type: string(f.Kind)}
@@ -544,8 +544,8 @@ func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
 	ri.DurationMS = res.Duration.Milliseconds()
 	ri.StdoutBytes = int64(len(res.Stdout))
 	ri.StderrBytes = int64(len(res.Stderr))
-	ri.StdoutSHA256 = sha256Hex(res.Stdout)
-	ri.StderrSHA256 = sha256Hex(res.Stderr)
+	ri.StdoutSHA256 = SHA256Hex(res.Stdout)
+	ri.StderrSHA256 = SHA256Hex(res.Stderr)
 	ri.StdoutTruncated = res.StdoutTruncated
 	ri.StderrTruncated = res.StderrTruncated
 	for _, o := range res.Outputs {
@@ -656,12 +656,12 @@ func runDigestFields(p *Plan) []string {
 	files := make([]string, 0, len(req.Files))
 	for _, f := range req.Files {
 		// Kind, mode and link target are part of what was approved.
-		files = append(files, fmt.Sprintf("%q:%s:%o:%q:%s", f.Name, f.Kind, f.Mode, f.Target, sha256Hex(f.Data)))
+		files = append(files, fmt.Sprintf("%q:%s:%o:%q:%s", f.Name, f.Kind, f.Mode, f.Target, SHA256Hex(f.Data)))
 	}
 	fields := []string{
-		"args", strings.Join(quoteAll(req.Args), " "),
-		"env", strings.Join(quoteAll(p.Env), " "),
-		"stdin_sha256", sha256Hex(req.Stdin),
+		"args", strings.Join(QuoteAll(req.Args), " "),
+		"env", strings.Join(QuoteAll(p.Env), " "),
+		"stdin_sha256", SHA256Hex(req.Stdin),
 		"files", strings.Join(files, " "),
 		"limits", fmt.Sprintf("%+v", p.Limits),
 		"network", fmt.Sprint(p.Network),
@@ -673,7 +673,9 @@ func runDigestFields(p *Plan) []string {
 	return fields
 }
 
-func quoteAll(ss []string) []string {
+// QuoteAll quotes each of ss as Go would (%q): how digests and approvers
+// see argument lists.
+func QuoteAll(ss []string) []string {
 	out := make([]string, len(ss))
 	for i, s := range ss {
 		out[i] = fmt.Sprintf("%q", s)
@@ -681,7 +683,9 @@ func quoteAll(ss []string) []string {
 	return out
 }
 
-func sha256Hex(b []byte) string {
+// SHA256Hex is the hex sha256 of b, as audit records and digests name
+// contents.
+func SHA256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }

@@ -98,7 +98,7 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 		return nil, fmt.Errorf("%w: language %q: %v", api.ErrInvalidParams, c.Language, err)
 	}
 
-	cp := &CodePlan{Language: c.Language, Code: c.Code, SHA256: sha256Hex(c.Code), Program: &runtime.Program{Name: name, Data: c.Code}}
+	cp := &CodePlan{Language: c.Language, Code: c.Code, SHA256: SHA256Hex(c.Code), Program: &runtime.Program{Name: name, Data: c.Code}}
 	var limits runtime.Limits
 	var rules, dirs []string
 	seen := map[string]bool{}

@@ -99,10 +99,10 @@ func (s *Service) ActivateSkill(ctx context.Context, caller api.Peer, p api.Acti
 	})
 	res.Body, res.Tokens = body, skills.EstimateTokens(body)
 	rec.Outcome = audit.OutcomeOK
-	rec.Detail["body_sha256"] = sha256Hex([]byte(body))
+	rec.Detail["body_sha256"] = runner.SHA256Hex([]byte(body))
 	rec.Detail["commands"] = strconv.Itoa(len(res.Commands))
 	if p.Arguments != "" {
-		rec.Detail["arguments_sha256"] = sha256Hex([]byte(p.Arguments))
+		rec.Detail["arguments_sha256"] = runner.SHA256Hex([]byte(p.Arguments))
 	}
 	if err := s.record(ctx, rec); err != nil {
 		return nil, err

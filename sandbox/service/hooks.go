@@ -209,7 +209,7 @@ func hookTools(sk *skills.Skill, hc skills.HookCommand) (string, []byte, []Polic
 		return api.MethodSkillsRunScript, toolInput(sc.Path, sc.Args), nil
 	}
 	script, _ := json.Marshal(map[string]any{"command": hc.Command})
-	code, _ := json.Marshal(map[string]any{"language": api.LanguageShell, "code_sha256": sha256Hex([]byte(hc.Command)), "args": []string{}})
+	code, _ := json.Marshal(map[string]any{"language": api.LanguageShell, "code_sha256": runner.SHA256Hex([]byte(hc.Command)), "args": []string{}})
 	return api.MethodSkillsRunScript, script, []PolicyTool{{Tool: api.MethodSkillsRunCode, Input: code}}
 }
 
@@ -260,7 +260,7 @@ func (s *Service) runHook(ctx context.Context, caller api.Peer, call *hookCall, 
 	}
 	r := base(ctx, caller, call.method, audit.EventDecision, call.sessionID)
 	r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
-	r.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(effect), Rule: rule, Reason: runner.ClipText(reason, 1024), InputSHA256: sha256Hex(input)}
+	r.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(effect), Rule: rule, Reason: runner.ClipText(reason, 1024), InputSHA256: runner.SHA256Hex(input)}
 	r.Outcome = string(effect)
 	r.Detail = map[string]string{"hook_event": event, "hook_command": runner.ClipText(hc.Command, 1024), "run_id": hr.RunID, "exit_code": fmt.Sprint(hr.ExitCode)}
 	if hr.Reason != "" {

@@ -77,7 +77,7 @@ func (s *Service) ProposeChange(ctx context.Context, caller api.Peer, p api.Prop
 	}
 	rec := base(ctx, caller, method, EventProposalCreate, p.SessionID)
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
-	rec.Detail = map[string]string{"diff_sha256": sha256Hex([]byte(p.Diff)), "diff_bytes": fmt.Sprint(len(p.Diff))}
+	rec.Detail = map[string]string{"diff_sha256": runner.SHA256Hex([]byte(p.Diff)), "diff_bytes": fmt.Sprint(len(p.Diff))}
 	patch, err := skills.ApplyDiff(sk.Dir, p.Diff, patchOptions)
 	if err != nil {
 		rec.Outcome, rec.Error = audit.OutcomeRefused, err.Error()

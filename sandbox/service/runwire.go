@@ -2,9 +2,7 @@ package service
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -91,7 +89,7 @@ func (s *Service) decideRun(ctx context.Context, caller api.Peer, o RunOptions, 
 	if len(c.Skills) == 0 {
 		return policy.Decision{}, fmt.Errorf("%w: no skill to run the code with: load the skills it uses first", api.ErrInvalidParams)
 	}
-	input, _ := json.Marshal(map[string]any{"language": c.Language, "code_sha256": sha256Hex(c.Code), "args": req.Args})
+	input, _ := json.Marshal(map[string]any{"language": c.Language, "code_sha256": runner.SHA256Hex(c.Code), "args": req.Args})
 	decs := make([]policy.Decision, 0, len(c.Skills))
 	for _, sk := range c.Skills {
 		d, err := s.decideTool(ctx, caller, o.Method, o.SessionID, sk, api.MethodSkillsRunCode, input)
@@ -122,7 +120,7 @@ func planWhat(p *Plan) string {
 // confirmDetails is what an approver is shown of a run besides the reason.
 func confirmDetails(p *Plan) map[string]string {
 	req := p.Request
-	d := map[string]string{"args": strings.Join(quoteAll(req.Args), " "), "network": fmt.Sprint(p.Network)}
+	d := map[string]string{"args": strings.Join(runner.QuoteAll(req.Args), " "), "network": fmt.Sprint(p.Network)}
 	if len(p.Egress) > 0 {
 		d["egress"] = strings.Join(p.EgressNames(), " ")
 	}
@@ -299,7 +297,7 @@ func (s *Service) decision(sk *skills.Skill, tool string, input []byte, rec audi
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
 	rec.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(d.Effect), Rule: d.Rule, Reason: d.Reason, Mode: string(s.cfg.Daemon.ToolMode)}
 	if len(input) > 0 {
-		rec.Decision.InputSHA256 = sha256Hex(input)
+		rec.Decision.InputSHA256 = runner.SHA256Hex(input)
 	}
 	rec.Outcome = string(d.Effect)
 	return d, &rec
@@ -354,17 +352,4 @@ func ResultOf(o *Outcome, inlineBudget int64) api.RunScriptResult {
 		res.Outputs = append(res.Outputs, out)
 	}
 	return res
-}
-
-func quoteAll(ss []string) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = fmt.Sprintf("%q", s)
-	}
-	return out
-}
-
-func sha256Hex(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }
