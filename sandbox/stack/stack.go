@@ -143,6 +143,9 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 	if o.Config == nil {
 		return nil, errors.New("stack: no config")
 	}
+	if o.Mode < Serve || o.Mode > EngineOnly {
+		return nil, fmt.Errorf("stack: unknown mode %d", o.Mode)
+	}
 	log := o.Logger
 	if log == nil {
 		log = hclog.NewNullLogger()
