@@ -110,9 +110,6 @@ func (e *Engine) Config() *policy.Config { return e.cfg }
 // Runtime is the backend runs go to.
 func (e *Engine) Runtime() runtime.Runtime { return e.rt }
 
-// Images is the engine's image source.
-func (e *Engine) Images() ImageSource { return e.images }
-
 // Pool is the warm pool, or nil.
 func (e *Engine) Pool() *runtime.Pool { return e.pool }
 
