@@ -5,8 +5,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -239,12 +237,12 @@ func refusedRecord(ce *jsonrpc.CallError) *audit.Record {
 	if ce.Params != nil {
 		r.SessionID = paramsSession(ce.Params)
 		r.Detail["params_bytes"] = strconv.Itoa(len(ce.Params))
-		r.Detail["params_sha256"] = sha256Hex(ce.Params)
+		r.Detail["params_sha256"] = runner.SHA256Hex(ce.Params)
 	}
 	if ce.Line != nil || ce.LineBytes > 0 {
 		r.Detail["line_bytes"] = strconv.Itoa(ce.LineBytes)
 		if len(ce.Line) == ce.LineBytes {
-			r.Detail["line_sha256"] = sha256Hex(ce.Line)
+			r.Detail["line_sha256"] = runner.SHA256Hex(ce.Line)
 		}
 		if ce.Resp.Code == jsonrpc.CodeParseError {
 			// Not JSON at all: the start of the line, escaped, says what
@@ -264,9 +262,4 @@ func paramsSession(params json.RawMessage) string {
 		return p.SessionID
 	}
 	return ""
-}
-
-func sha256Hex(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }

@@ -707,7 +707,7 @@ policy "slow" {
 	}
 	e := ends[0].Run
 	if e.ExitCode == nil || *e.ExitCode != 3 || e.Reason != "exit" || e.StdoutBytes != 3 || e.StderrBytes != 4 ||
-		e.StdoutSHA256 != sha256Hex([]byte("out")) || len(e.Outputs) != 1 || e.Outputs[0].Path != "r.txt" || ends[0].Outcome != "exit" {
+		e.StdoutSHA256 != runner.SHA256Hex([]byte("out")) || len(e.Outputs) != 1 || e.Outputs[0].Path != "r.txt" || ends[0].Outcome != "exit" {
 		t.Errorf("end record %+v", e)
 	}
 
