@@ -109,7 +109,7 @@ func runSkills(req RunRequest) []*skills.Skill {
 	return []*skills.Skill{req.Skill}
 }
 
-// what says what a confirmation is asked for.
+// planWhat says what a confirmation is asked for.
 func planWhat(p *Plan) string {
 	if p.Code != nil {
 		return fmt.Sprintf("running %s code with skills %s", p.Code.Language, codeSkillNames(p.Code))
@@ -309,6 +309,7 @@ func commandLimits(timeout time.Duration, output int64) runtime.Limits {
 	return runtime.Limits{Timeout: timeout, StdoutBytes: output, StderrBytes: output}
 }
 
+// codeSkillNames lists the skills a code run mounts, quoted, for messages.
 func codeSkillNames(c *runner.CodePlan) string {
 	names := make([]string, len(c.Mounts))
 	for i, m := range c.Mounts {
@@ -317,6 +318,7 @@ func codeSkillNames(c *runner.CodePlan) string {
 	return quoteList(names)
 }
 
+// ResultOf turns an outcome into its wire form (skills.run_script's
 // result). Output contents are inlined (base64), in path order, while their
 // bytes fit in inlineBudget (api.MaxInlineOutputBytes on the socket; 0
 // inlines none); every output past the budget keeps its path, size and
