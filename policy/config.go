@@ -385,7 +385,7 @@ func (c *Config) Image(name string) *Image {
 func (c *Config) RuntimeOptions(name string) runtime.Options {
 	rc := c.Runtimes[name]
 	if rc == nil {
-		return runtime.Options{}
+		return runtime.Options{Settings: runtime.Settings{}} // callers may add overrides
 	}
 	return runtime.Options{Settings: rc.Settings()}
 }

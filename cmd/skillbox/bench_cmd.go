@@ -23,7 +23,9 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/stack"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -177,7 +179,7 @@ func (b *bench) native(n int) (float64, error) {
 	return med, nil
 }
 
-func (b *bench) engine(rt string, log hclog.Logger) (*service.Engine, *skills.Skill, error) {
+func (b *bench) engine(rt string, log hclog.Logger) (*runner.Engine, *skills.Skill, error) {
 	cfg := policy.Default()
 	if f := b.c.String("config"); f != "" {
 		var err error
@@ -191,11 +193,12 @@ func (b *bench) engine(rt string, log hclog.Logger) (*service.Engine, *skills.Sk
 		cfg.Runtimes["runsc"].Binary = "/usr/bin/runsc"
 		cfg.Runtimes["runsc"].StateDir = runtime.RunscStateDir("/usr/bin/runsc")
 	}
-	eng, err := newEngine(cfg, engineOptions{runtime: rt, containerdAddress: b.c.String("containerd-address"),
-		imageDir: b.c.String("images"), progress: os.Stderr}, log)
+	st, err := stack.New(b.c.Context, stack.Options{Mode: stack.EngineOnly, Config: cfg, Logger: log, Runtime: rt,
+		ContainerdAddress: b.c.String("containerd-address"), ImageDir: b.c.String("images"), Progress: os.Stderr})
 	if err != nil {
 		return nil, nil, err
 	}
+	eng := st.Engine()
 	reg, err := openRegistry(b.c.Context, cfg, []string{b.c.String("root")}, log)
 	if err != nil {
 		return nil, nil, err
@@ -256,23 +259,18 @@ func (b *bench) daemonFixture(ctx context.Context, rt string) (*runningDaemon, s
 	}
 	root, _ := filepath.Abs(b.c.String("root"))
 	imgDir := b.imagesDir()
-	src := fmt.Sprintf(`
-daemon {
-  socket    = %q
-  state_dir = %q
-  audit_dir = %q
-  max_concurrent_runs = 16
-  runtime   = %q
-}
-skills { roots = [%q] }
-images { dir = %q }
-pool {
-  per_key       = %d
-  total         = %d
-  memory_budget = "1GiB"
-}
-`, filepath.Join(dir, "s.sock"), filepath.Join(dir, "state"), filepath.Join(dir, "audit"), rt, root, imgDir,
-		max(1, b.c.Int("pool")), max(1, b.c.Int("pool")))
+	// The config as a value: the defaults with the bench's daemon, root,
+	// images and pool laid over them.
+	cfg := policy.Default()
+	cfg.File = filepath.Join(dir, "bench.hcl")
+	d := &cfg.Daemon
+	d.Socket, d.StateDir, d.AuditDir = filepath.Join(dir, "s.sock"), filepath.Join(dir, "state"), filepath.Join(dir, "audit")
+	d.MaxConcurrentRuns, d.Runtime = 16, rt
+	cfg.Skills.Roots = []string{root}
+	cfg.Skills.LockFile = filepath.Join(d.StateDir, "skills.lock")
+	cfg.Images.Dir = imgDir
+	n := max(1, b.c.Int("pool"))
+	cfg.Pool.PerKey, cfg.Pool.Total, cfg.Pool.MemoryBudget = n, n, 1<<30
 	if rt == "containerd" {
 		// The containerd the cold figures used: --config's block, the flag over it.
 		rc := policy.Default().Runtimes["containerd"]
@@ -281,20 +279,14 @@ pool {
 				rc = lc.Runtimes["containerd"]
 			}
 		}
-		addr := rc.Address
+		cc := cfg.Runtimes["containerd"]
+		cc.Address, cc.Namespace, cc.Handler = rc.Address, rc.Namespace, rc.Handler
 		if a := b.c.String("containerd-address"); a != "" {
-			addr = a
+			cc.Address = a
 		}
-		src += fmt.Sprintf("runtime \"containerd\" {\n  address = %q\n  namespace = %q\n  handler = %q\n", addr, rc.Namespace, rc.Handler)
 		if rc.Binary != "" {
-			src += fmt.Sprintf("  binary = %q\n", rc.Binary)
+			cc.Binary = rc.Binary
 		}
-		src += "}\n"
-	}
-	cfg, err := policy.Parse([]byte(src), filepath.Join(dir, "bench.hcl"))
-	if err != nil {
-		os.RemoveAll(dir)
-		return nil, "", nil, err
 	}
 	rd, err := startDaemon(ctx, cfg, hclog.NewNullLogger())
 	if err != nil {
@@ -339,7 +331,7 @@ func loadedSession(ctx context.Context, cl *client.Client) (string, error) {
 
 // waitIdle waits (untimed) until the daemon's pool holds n idle sandboxes.
 func waitIdle(ctx context.Context, rd *runningDaemon, n int) error {
-	p := rd.daemon.Service().Engine().Pool
+	p := rd.daemon.Service().Engine().Pool()
 	if p == nil {
 		return fmt.Errorf("the daemon has no warm pool")
 	}
@@ -413,7 +405,7 @@ func (b *bench) daemon(ctx context.Context, rt string, n int, coldRunsc, native 
 		return err
 	}
 	time.Sleep(time.Second)
-	idle := rd.daemon.Service().Engine().Pool.IdleSandboxes()
+	idle := rd.daemon.Service().Engine().Pool().IdleSandboxes()
 	var total int64
 	for _, pids := range idle {
 		total += runtime.PSS(pids)
@@ -663,7 +655,9 @@ func (b *bench) audit(ctx context.Context, n int) error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	l, err := audit.Open(dir, audit.Options{Logger: hclog.NewNullLogger()})
+	acfg := &policy.Config{}
+	acfg.Daemon.AuditDir = dir
+	l, err := stack.OpenAudit(acfg, hclog.NewNullLogger())
 	if err != nil {
 		return err
 	}

@@ -8,7 +8,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
-	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/stack"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -43,14 +44,14 @@ func depsBuild(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return exitCode(2, "usage: skillbox deps build [--root DIR]... [--config FILE] SKILL|SKILLDIR")
 	}
-	sk, eng, err := skillEngine(c, engineOptions{runtime: c.String("runtime"), imageDir: c.String("images"), progress: os.Stderr})
+	sk, eng, err := skillEngine(c, stack.Options{Runtime: c.String("runtime"), ImageDir: c.String("images"), Progress: os.Stderr})
 	if err != nil {
 		return err
 	}
-	if err := rootCheck("deps build", eng.Runtime.Name(), os.Geteuid()); err != nil {
+	if err := rootCheck("deps build", eng.Runtime().Name(), os.Geteuid()); err != nil {
 		return err
 	}
-	layers, err := eng.Deps.Build(c.Context, sk, sk.Dir)
+	layers, err := eng.Deps().Build(c.Context, sk, sk.Dir)
 	if err != nil {
 		return cliError(err)
 	}
@@ -70,7 +71,7 @@ func depsBuild(c *cli.Context) error {
 
 // skillEngine resolves the command's SKILL|SKILLDIR argument (--root,
 // --config) and builds the engine the daemon would use for it.
-func skillEngine(c *cli.Context, o engineOptions) (*skills.Skill, *service.Engine, error) {
+func skillEngine(c *cli.Context, o stack.Options) (*skills.Skill, *runner.Engine, error) {
 	log := newLogger("skillbox", hclog.Warn, os.Stderr)
 	cfg, err := loadConfig(c.String("config"))
 	if err != nil {
@@ -80,9 +81,10 @@ func skillEngine(c *cli.Context, o engineOptions) (*skills.Skill, *service.Engin
 	if err != nil {
 		return nil, nil, cliError(err)
 	}
-	eng, err := newEngine(cfg, o, log)
+	o.Mode, o.Config, o.Logger = stack.EngineOnly, cfg, log
+	st, err := stack.New(c.Context, o)
 	if err != nil {
 		return nil, nil, cliError(err)
 	}
-	return sk, eng, nil
+	return sk, st.Engine(), nil
 }

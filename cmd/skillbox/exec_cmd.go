@@ -15,6 +15,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -118,7 +119,7 @@ func execAction(c *cli.Context) error {
 	err = runLocal(c, o.runOptions, "skillbox exec", func(ctx context.Context, cfg *policy.Config, log hclog.Logger) (service.RunRequest, service.SkillIndex, error) {
 		lang := o.language
 		if lang == "" {
-			if lang = service.LanguageForFile(cfg, o.file); lang == "" {
+			if lang = runner.LanguageForFile(cfg, o.file); lang == "" {
 				return service.RunRequest{}, nil, exitCode(2, "cannot tell the language of %s from its extension: give --language python, shell or node", o.file)
 			}
 		}

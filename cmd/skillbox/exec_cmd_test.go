@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/policy"
-	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/runner"
 )
 
 // parseExec runs only the argument parsing of `skillbox exec`.
@@ -64,7 +64,7 @@ func TestLanguageForFile(t *testing.T) {
 	for name, want := range map[string]string{
 		"x.py": "python", "x.sh": "shell", "x.bash": "shell", "x.js": "node", "x.cjs": "node", "x.rb": "", "x": "",
 	} {
-		if got := service.LanguageForFile(cfg, name); got != want {
+		if got := runner.LanguageForFile(cfg, name); got != want {
 			t.Errorf("%s: %q, want %q", name, got, want)
 		}
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
@@ -20,8 +18,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/mcp"
-	"github.com/skillbox/skillbox/sandbox/service"
-	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/sandbox/stack"
 )
 
 // mcpHosts are the hosts `skillbox mcp config` knows, with where their
@@ -90,113 +87,33 @@ func mcpAction(c *cli.Context) error {
 		// does not count as an approver is refused and reported.
 		opts.ElicitApprovals = true
 	} else {
-		local, err := openLocalService(ctx, c, log)
+		// The daemon's service, self-contained: the registry with hot
+		// reload, the engine, the audit log, and sessions in a state
+		// database of its own (the config's state_dir is the daemon's).
+		cfg, err := loadConfig(c.String("config"))
 		if err != nil {
 			return err
 		}
-		defer local.close()
-		svc = local.svc
-		opts.ElicitApprovals = local.svc.IsApprover(opts.Caller)
+		st, err := stack.New(ctx, stack.Options{Mode: stack.MCP, Config: cfg, Logger: log, Roots: c.StringSlice("root"), Runtime: c.String("runtime")})
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		local := st.Service()
+		svc = local
+		opts.ElicitApprovals = local.IsApprover(opts.Caller)
 		// Lines the transport refuses (not JSON, a member named twice,
 		// over-long) are audited like the socket's refused calls. With
 		// --socket the log is the daemon's, which never sees such a line;
 		// they are only logged there.
 		caller := opts.Caller
-		opts.OnRefused = func(r api.Refusal) { local.svc.AuditRefusal(caller, r) }
+		opts.OnRefused = func(r api.Refusal) { local.AuditRefusal(caller, r) }
 	}
 	err := mcp.New(svc, opts).Serve(ctx, &sdk.StdioTransport{})
 	if ctx.Err() != nil {
 		return nil
 	}
 	return err
-}
-
-// localService is the self-contained service and what it holds open.
-type localService struct {
-	svc     *service.Service
-	closers []func()
-}
-
-func (l *localService) close() {
-	for i := len(l.closers) - 1; i >= 0; i-- {
-		l.closers[i]()
-	}
-}
-
-// openLocalService builds the service the way serve and run do (registry
-// with hot reload, engine, audit log), with sessions and confirmations in
-// a state database of its own: a private temp dir, since the config's
-// state_dir belongs to the daemon.
-func openLocalService(ctx context.Context, c *cli.Context, log hclog.Logger) (_ *localService, err error) {
-	l := &localService{}
-	defer func() {
-		if err != nil {
-			l.close()
-		}
-	}()
-	cfg, err := loadConfig(c.String("config"))
-	if err != nil {
-		return nil, err
-	}
-	reg, err := openRegistry(ctx, cfg, c.StringSlice("root"), log)
-	if err != nil {
-		return nil, err
-	}
-	for _, p := range reg.Problems() {
-		log.Warn("skill not indexed", "path", p.Path, "error", p.Err)
-	}
-	watchCtx, cancel := context.WithCancel(ctx)
-	l.closers = append(l.closers, cancel)
-	go func() {
-		if err := reg.Watch(watchCtx); err != nil && watchCtx.Err() == nil {
-			log.Error("skill watcher stopped; hot reload is off", "error", err)
-		}
-	}()
-	auditLog, err := openAudit(cfg, log)
-	if err != nil {
-		return nil, err
-	}
-	if auditLog != nil {
-		l.closers = append(l.closers, func() { auditLog.Close() })
-	}
-	eng, err := newEngine(cfg, engineOptions{runtime: c.String("runtime"), audit: auditLog, progress: logWriter{log.Named("images")}}, log)
-	if err != nil {
-		return nil, err
-	}
-	if si, ok := eng.Images.(*service.StoreImages); ok {
-		// As in the daemon: building an image takes minutes, so inside a
-		// tool call only when the config asks for it.
-		si.Build = cfg.Images.BuildOnDemand
-		checkImages(cfg, si, log.Named("images"))
-	}
-	stateDir, err := os.MkdirTemp("", "skillbox-mcp-")
-	if err != nil {
-		return nil, err
-	}
-	l.closers = append(l.closers, func() { os.RemoveAll(stateDir) })
-	st, err := store.OpenStateDB(stateDir)
-	if err != nil {
-		return nil, err
-	}
-	l.closers = append(l.closers, func() { st.Close() })
-	sessions := store.NewSessionStore(st, store.SessionOptions{Logger: log.Named("store")})
-	confirms := store.NewConfirmationStore(st, store.ConfirmationOptions{DefaultTTL: cfg.Daemon.ConfirmationTTL, Logger: log.Named("store")})
-	proposals, err := store.NewProposalStore(st)
-	if err != nil {
-		return nil, err
-	}
-	l.svc = service.New(service.Options{
-		Config: cfg, Skills: reg, Engine: eng, Sessions: sessions, Confirmations: confirms, Proposals: proposals, Audit: auditLog, Logger: log,
-	})
-	// Before the audit log closes: the aggregated records still pending.
-	l.closers = append(l.closers, l.svc.FlushAudit)
-	sweepCtx, stopSweep := context.WithCancel(ctx)
-	done := make(chan struct{}, 2)
-	go func() { sessions.RunSweeper(sweepCtx, time.Minute); done <- struct{}{} }()
-	go func() { confirms.RunSweeper(sweepCtx, time.Minute); done <- struct{}{} }()
-	// Registered after the state DB, so it runs before the DB closes.
-	l.closers = append(l.closers, func() { stopSweep(); <-done; <-done })
-	return l, nil
 }
 
 // mcpCaller is who a self-contained server acts for: this process's user,

@@ -16,7 +16,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/service"
-	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/sandbox/stack"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -204,51 +204,19 @@ func oneShotService(c *cli.Context, needEngine bool) (*service.Service, *policy.
 		cfg.Skills.LockFile = c.String("lock")
 	}
 	log := newLogger("skillbox", hclog.Warn, os.Stderr)
-	reg, err := openRegistry(ctx, cfg, c.StringSlice("root"), log)
-	if err != nil {
+	st, err := stack.New(ctx, stack.Options{Mode: stack.Local, Config: cfg, Logger: log, Roots: c.StringSlice("root"), Progress: os.Stderr, WithEngine: needEngine})
+	var se *stack.Error
+	switch {
+	case err == nil:
+	case errors.As(err, &se) && se.Part == stack.PartSkills:
 		return nil, nil, nil, exitCode(1, "indexing skills: %v", err)
-	}
-	var closers []func()
-	done := func() {
-		for i := len(closers) - 1; i >= 0; i-- {
-			closers[i]()
-		}
-	}
-	auditLog, err := openAudit(cfg, log)
-	if err != nil {
+	case errors.As(err, &se) && se.Part == stack.PartAudit:
 		return nil, nil, nil, exitCode(1, "%v (when the daemon holds the audit log, use --daemon)", err)
+	default:
+		return nil, nil, nil, exitCode(1, "%v", err)
 	}
-	if auditLog != nil {
-		closers = append(closers, func() { auditLog.Close() })
-	}
-	var eng *service.Engine
-	if needEngine {
-		if eng, err = newEngine(cfg, engineOptions{noBuild: true, progress: os.Stderr, audit: auditLog}, log); err != nil {
-			done()
-			return nil, nil, nil, exitCode(1, "%v", err)
-		}
-	}
-	stateDir, err := os.MkdirTemp("", "skillbox-local-")
-	if err != nil {
-		done()
-		return nil, nil, nil, err
-	}
-	closers = append(closers, func() { os.RemoveAll(stateDir) })
-	st, err := store.OpenStateDB(stateDir)
-	if err != nil {
-		done()
-		return nil, nil, nil, err
-	}
-	closers = append(closers, func() { st.Close() })
-	var aud service.Auditor
-	if auditLog != nil {
-		aud = auditLog
-	}
-	svc := service.New(service.Options{
-		Config: cfg, Skills: reg, Engine: eng, Audit: aud, Logger: log,
-		Sessions:      store.NewSessionStore(st, store.SessionOptions{Logger: log.Named("store")}),
-		Confirmations: store.NewConfirmationStore(st, store.ConfirmationOptions{DefaultTTL: cfg.Daemon.ConfirmationTTL, Logger: log.Named("store")}),
-	})
+	svc := st.Service()
+	done := func() { st.Close() }
 	return svc, cfg, done, nil
 }
 

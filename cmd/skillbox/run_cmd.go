@@ -29,7 +29,9 @@ import (
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/stack"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -229,39 +231,35 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 		return err
 	}
 
-	auditLog, err := openAudit(cfg, log)
-	if err != nil {
-		return err
-	}
-	if auditLog != nil {
-		defer auditLog.Close()
-	}
-	imageDir := c.String("images")
-	eng, err := newEngine(cfg, engineOptions{
-		runtime: o.runtime, containerdAddress: o.containerd, imageDir: imageDir, noBuild: c.Bool("no-build"),
-		progress: os.Stderr, audit: auditLog,
-	}, log)
-	if err != nil {
-		return err
-	}
-	// Failures come back as the one-line error; the engine's own error log
-	// would say the same again (SKILLBOX_LOG_LEVEL=debug shows it).
+	// Failures come back as the one-line error; the engine's and the
+	// service's own error logs would say the same again
+	// (SKILLBOX_LOG_LEVEL=debug shows them).
 	quiet := newLogger("skillbox", hclog.Off, os.Stderr)
-	eng.Logger = quiet.Named("engine")
-	if si, ok := eng.Images.(*service.StoreImages); ok {
-		eng.Images = &cliImages{StoreImages: si, noBuild: c.Bool("no-build")}
+	noBuild := c.Bool("no-build")
+	st, err := stack.New(ctx, stack.Options{
+		Mode: stack.OneShot, Config: cfg, Logger: log, RunLogger: quiet, Index: index,
+		Runtime: o.runtime, ContainerdAddress: o.containerd, ImageDir: c.String("images"), NoBuild: noBuild,
+		Progress: os.Stderr,
+		Images: func(si *runner.StoreImages) runner.ImageSource {
+			return &cliImages{StoreImages: si, noBuild: noBuild}
+		},
+	})
+	if err != nil {
+		return err
 	}
+	defer st.Close()
+	eng := st.Engine()
 
 	req.Args, req.Env, req.Files, req.Limits, req.Stdin = o.args, o.env, o.files, o.limits, o.stdin
 	if !c.Bool("json") {
 		req.Stdout, req.Stderr = &liveSink{w: os.Stdout}, &liveSink{w: os.Stderr}
 	}
-	if err := rootCheck("run", eng.Runtime.Name(), os.Geteuid()); err != nil {
+	if err := rootCheck("run", eng.Runtime().Name(), os.Geteuid()); err != nil {
 		return err
 	}
 	// The terminal's run is a load and a run: a skill's dependency layer
 	// is built (or found) now, before the run, never inside it.
-	if eng.Deps != nil && cfg.Deps.BuildOnLoad {
+	if eng.Deps() != nil && cfg.Deps.BuildOnLoad {
 		loaded := []*skills.Skill{req.Skill}
 		if req.Code != nil {
 			loaded = req.Code.Skills
@@ -270,14 +268,14 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 			if sk == nil {
 				continue
 			}
-			if _, err := eng.Deps.Build(ctx, sk, sk.Dir); err != nil {
+			if _, err := eng.Deps().Build(ctx, sk, sk.Dir); err != nil {
 				return err
 			}
 		}
 	}
 	// The daemon's authorization path, with the person at the terminal as
 	// the approver (--yes) instead of a confirmation request.
-	svc := service.New(service.Options{Config: cfg, Skills: index, Engine: eng, Audit: eng.Audit, Logger: quiet})
+	svc := st.Service()
 	out, err := svc.Run(ctx, selfPeer(), req, service.RunOptions{
 		Method:          method,
 		SelfApprove:     c.Bool("yes"),
@@ -824,11 +822,11 @@ func outputParents(root *os.Root, rel string, made map[string]bool) error {
 // needs: a line saying a missing image is being built (the build's own
 // progress follows), and with --no-build an error that says how to build it.
 type cliImages struct {
-	*service.StoreImages
+	*runner.StoreImages
 	noBuild bool
 }
 
-// Available implements service.ImageChecker: with --no-build a missing
+// Available implements runner.ImageChecker: with --no-build a missing
 // image is refused before anything is decided, saying how to build it.
 func (c *cliImages) Available(name string) error {
 	if err := c.Built(name); errors.Is(err, images.ErrNotBuilt) && c.noBuild {

@@ -19,7 +19,7 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -511,7 +511,7 @@ func TestCLIImagesNoBuild(t *testing.T) {
 		t.Fatal(err)
 	}
 	store.SetRecipes(recipes)
-	src := &cliImages{StoreImages: &service.StoreImages{Store: store, Recipes: recipes}, noBuild: true}
+	src := &cliImages{StoreImages: &runner.StoreImages{Store: store, Recipes: recipes}, noBuild: true}
 	var progress strings.Builder
 	_, _, err = src.Ensure(context.Background(), "shell", &progress)
 	if err == nil {

@@ -21,7 +21,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/runner"
 )
 
 func init() {
@@ -117,7 +117,7 @@ func TestDaemonRunFilesPrivate(t *testing.T) {
 			}
 			// A reachable run dir or snapshot would be a path below these:
 			// the probe reports any it reaches.
-			closed := []string{runtime.DefaultRunDir + "/", service.DefaultSnapshotDir + "/"}
+			closed := []string{runtime.DefaultRunDir + "/", runner.DefaultSnapshotDir + "/"}
 			spec := runtimetest.ProbeSpec{
 				Walk:    []string{runtime.DefaultStateBase, d.base},
 				IDs:     closed,

@@ -12,7 +12,8 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
-	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/stack"
 )
 
 // serve (and run) report config errors on one line that names every problem
@@ -82,8 +83,8 @@ func TestServeWarnsAboutMissingImages(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	log := hclog.New(&hclog.LoggerOptions{Output: &buf, Level: hclog.Info})
-	si := &service.StoreImages{Store: store, Recipes: recipes}
-	checkImages(cfg, si, log)
+	si := &runner.StoreImages{Store: store, Recipes: recipes}
+	stack.CheckImages(cfg, si, log)
 	out := buf.String()
 	for _, name := range []string{"python", "shell", "node"} {
 		want := "fix=\"skillbox images build --dir " + store.Dir() + " " + name + "\""
@@ -99,7 +100,7 @@ func TestServeWarnsAboutMissingImages(t *testing.T) {
 	}
 	buf.Reset()
 	si.Build = true
-	checkImages(cfg, si, log)
+	stack.CheckImages(cfg, si, log)
 	if !strings.Contains(buf.String(), "build_on_demand") {
 		t.Errorf("with build_on_demand the warning does not say so:\n%s", buf.String())
 	}

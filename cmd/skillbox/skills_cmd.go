@@ -17,6 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skillbox/skillbox/images/deps"
+	"github.com/skillbox/skillbox/sandbox/stack"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -319,7 +320,7 @@ func skillsCheck(c *cli.Context) error {
 	if c.NArg() != 1 {
 		return exitCode(2, "usage: skillbox skills check [--root DIR]... [--config FILE] [--json] SKILL|SKILLDIR")
 	}
-	sk, eng, err := skillEngine(c, engineOptions{imageDir: c.String("images"), noBuild: true})
+	sk, eng, err := skillEngine(c, stack.Options{ImageDir: c.String("images"), NoBuild: true})
 	if err != nil {
 		return err
 	}

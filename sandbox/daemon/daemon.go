@@ -5,8 +5,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -17,28 +15,19 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
-	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/store"
 )
 
-// Options wire the daemon's parts; the caller owns their lifetimes.
+// Options wire the daemon: the service it serves (its options, declared
+// once in service.Options) and the daemon's own bound. The caller owns the
+// parts' lifetimes.
 type Options struct {
-	Config        *policy.Config
-	Skills        service.SkillIndex
-	Engine        *service.Engine
-	Sessions      *store.SessionStore
-	Confirmations *store.ConfirmationStore
-	// Proposals keeps skills.propose's proposals (nil: unavailable).
-	Proposals *store.ProposalStore
-	// Audit receives every event; nil means none (tests). The daemon
-	// refuses runs while it is unhealthy.
-	Audit service.Auditor
-	// Logger is the parent logger; each component names its own.
-	Logger hclog.Logger
+	service.Options
 	// MaxRefusedRecords bounds the call.refused records written for one
 	// connection (0: DefaultMaxRefusedRecords; negative: no bound). See
 	// Daemon's comment.
@@ -76,7 +65,7 @@ const refusedAuditTimeout = 10 * time.Second
 // logged and changes nothing else: the call was refused anyway.
 type Daemon struct {
 	svc    *service.Service
-	audit  service.Auditor
+	audit  runner.Recorder // the service's journal
 	log    hclog.Logger
 	server *jsonrpc.Server
 
@@ -103,24 +92,18 @@ func New(o Options) *Daemon {
 		log = hclog.NewNullLogger()
 	}
 	dc := o.Config.Daemon
+	so := o.Options
+	so.Logger = log
+	svc := service.New(so)
 	d := &Daemon{
-		svc: service.New(service.Options{
-			Config: o.Config, Skills: o.Skills, Engine: o.Engine, Sessions: o.Sessions,
-			Confirmations: o.Confirmations, Audit: o.Audit, Logger: log, Proposals: o.Proposals,
-		}),
-		audit:      o.Audit,
+		svc:        svc,
+		audit:      svc.Journal(),
 		log:        log.Named("daemon"),
 		refusedCap: o.MaxRefusedRecords,
 		refused:    map[uint64]*refusedTally{},
 	}
 	if d.refusedCap == 0 {
 		d.refusedCap = DefaultMaxRefusedRecords
-	}
-	if d.audit != nil {
-		// A typed nil (*audit.Log)(nil) must mean "no audit", not a panic.
-		if l, ok := d.audit.(*audit.Log); ok && l == nil {
-			d.audit = nil
-		}
 	}
 	d.conns = newConnRefusals(o.Config.Audit.AggregateInterval, d.writeRefusal)
 	d.server = jsonrpc.NewServer(jsonrpc.ServerOptions{
@@ -148,18 +131,17 @@ func (d *Daemon) Server() *jsonrpc.Server { return d.server }
 func (d *Daemon) Service() *service.Service { return d.svc }
 
 func (d *Daemon) authRefused(p api.Peer, reason string) {
-	if d.audit == nil {
+	if !d.audit.Enabled() {
 		return
 	}
-	if err := d.audit.Append(context.Background(), &audit.Record{Event: audit.EventAuthRefused, Peer: &p, Outcome: "refused", Error: reason}); err != nil {
-		d.log.Error("audit append failed", "event", audit.EventAuthRefused, "error", err)
-	}
+	// A failure is logged by the journal: the connection was refused anyway.
+	_ = d.audit.Record(context.Background(), &audit.Record{Event: audit.EventAuthRefused, Peer: &p, Outcome: "refused", Error: reason})
 }
 
 // callRefused audits a refused or failed call that no handler audited in
 // detail (see Daemon's comment), within the connection's cap.
 func (d *Daemon) callRefused(ce *jsonrpc.CallError) {
-	if d.audit == nil || ce.Resp == nil || (ce.Err != nil && api.IsAudited(ce.Err)) {
+	if !d.audit.Enabled() || ce.Resp == nil || (ce.Err != nil && api.IsAudited(ce.Err)) {
 		return
 	}
 	if !d.tallyRefused(ce.ConnID, ce.Peer, ce.Resp.Kind) {
@@ -168,7 +150,7 @@ func (d *Daemon) callRefused(ce *jsonrpc.CallError) {
 	rec := refusedRecord(ce)
 	ctx, cancel := context.WithTimeout(context.Background(), refusedAuditTimeout)
 	defer cancel()
-	if err := d.audit.Append(ctx, rec); err != nil {
+	if err := d.audit.Record(ctx, rec); err != nil {
 		d.log.Warn("audit of a refused call failed", "method", rec.Method, "kind", ce.Resp.Kind, "error", err)
 	}
 }
@@ -202,7 +184,7 @@ func (d *Daemon) connClosed(conn uint64, _ api.Peer) {
 	t := d.refused[conn]
 	delete(d.refused, conn)
 	d.refMu.Unlock()
-	if t == nil || t.suppressed == 0 || d.audit == nil {
+	if t == nil || t.suppressed == 0 || !d.audit.Enabled() {
 		return
 	}
 	kinds := make([]string, 0, len(t.kinds))
@@ -220,7 +202,7 @@ func (d *Daemon) connClosed(conn uint64, _ api.Peer) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), refusedAuditTimeout)
 	defer cancel()
-	if err := d.audit.Append(ctx, rec); err != nil {
+	if err := d.audit.Record(ctx, rec); err != nil {
 		d.log.Warn("audit of suppressed refusals failed", "conn", conn, "suppressed", t.suppressed, "error", err)
 	}
 }
@@ -240,9 +222,9 @@ func refusedRecord(ce *jsonrpc.CallError) *audit.Record {
 		Event:     audit.EventCallRefused,
 		Peer:      &peer,
 		RequestID: service.AuditRequestID(string(ce.ID)),
-		Method:    service.ClipText(ce.Method, maxAuditMethod),
+		Method:    runner.ClipText(ce.Method, maxAuditMethod),
 		Outcome:   audit.OutcomeRefused,
-		Error:     service.ClipText(ce.Resp.Message, maxAuditMessage),
+		Error:     runner.ClipText(ce.Resp.Message, maxAuditMessage),
 		Detail: map[string]string{
 			"kind": ce.Resp.Kind,
 			"code": strconv.Itoa(ce.Resp.Code),
@@ -255,12 +237,12 @@ func refusedRecord(ce *jsonrpc.CallError) *audit.Record {
 	if ce.Params != nil {
 		r.SessionID = paramsSession(ce.Params)
 		r.Detail["params_bytes"] = strconv.Itoa(len(ce.Params))
-		r.Detail["params_sha256"] = sha256Hex(ce.Params)
+		r.Detail["params_sha256"] = runner.SHA256Hex(ce.Params)
 	}
 	if ce.Line != nil || ce.LineBytes > 0 {
 		r.Detail["line_bytes"] = strconv.Itoa(ce.LineBytes)
 		if len(ce.Line) == ce.LineBytes {
-			r.Detail["line_sha256"] = sha256Hex(ce.Line)
+			r.Detail["line_sha256"] = runner.SHA256Hex(ce.Line)
 		}
 		if ce.Resp.Code == jsonrpc.CodeParseError {
 			// Not JSON at all: the start of the line, escaped, says what
@@ -280,9 +262,4 @@ func paramsSession(params json.RawMessage) string {
 		return p.SessionID
 	}
 	return ""
-}
-
-func sha256Hex(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
-	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/sandbox/store"
 )
@@ -494,7 +494,6 @@ func TestDaemonSkillsListShape(t *testing.T) {
 // approver is asked and without a run record; with build_on_demand the
 // image counts as available.
 func TestDaemonMissingImageFailsFast(t *testing.T) {
-	h := newHarness(t, testConfig, defaultSkills())
 	dir := t.TempDir()
 	imgs, err := images.OpenStore(dir, nil)
 	if err != nil {
@@ -504,8 +503,11 @@ func TestDaemonMissingImageFailsFast(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	si := &service.StoreImages{Store: imgs, Recipes: recipes}
-	h.engine.Images = si
+	si := &runner.StoreImages{Store: imgs, Recipes: recipes}
+	h := newHarness(t, testConfig, defaultSkills(), func(o *Options, _ *store.StateDB) {
+		e := o.Engine
+		o.Engine = runner.New(runner.Options{Config: e.Config(), Images: si, Runtime: e.Runtime(), Pins: e.Pins(), Audit: o.Audit})
+	})
 
 	sid := h.session(peerA)
 	h.load(peerA, sid, "add", "hello", "guarded-deploy")
@@ -540,7 +542,7 @@ func TestDaemonMissingImageFailsFast(t *testing.T) {
 	if err := si.Available("python"); err != nil {
 		t.Errorf("with build on demand: %v", err)
 	}
-	if got := service.BuildCommand(images.DefaultDir, "python"); got != "skillbox images build python" {
-		t.Errorf("service.BuildCommand(default) = %q", got)
+	if got := runner.BuildCommand(images.DefaultDir, "python"); got != "skillbox images build python" {
+		t.Errorf("runner.BuildCommand(default) = %q", got)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/sandbox/store"
@@ -52,7 +53,7 @@ type daemonHarness struct {
 	root   string
 	cfg    *policy.Config
 	state  *store.StateDB
-	engine *service.Engine
+	engine *runner.Engine
 	opts   Options
 }
 
@@ -92,18 +93,19 @@ func newHarness(t *testing.T, config string, specs []servicetest.SkillSpec, opts
 	t.Cleanup(func() { st.Close() })
 	rt := &servicetest.Runtime{}
 	au := &servicetest.Auditor{}
-	eng := &service.Engine{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Audit: au, Pins: servicetest.LivePins{}}
-	o := Options{
+	j := runner.NewJournal(au, nil)
+	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Audit: j, Pins: servicetest.LivePins{}})
+	o := Options{Options: service.Options{
 		Config: cfg, Skills: idx, Engine: eng,
 		Sessions:      store.NewSessionStore(st, store.SessionOptions{}),
 		Confirmations: store.NewConfirmationStore(st, store.ConfirmationOptions{}),
-		Audit:         au,
-	}
+		Audit:         j,
+	}}
 	for _, f := range opts {
 		f(&o, st)
 	}
 	d := New(o)
-	return &daemonHarness{t: t, d: d, rt: rt, audit: au, index: idx, root: root, cfg: cfg, state: st, engine: eng, opts: o}
+	return &daemonHarness{t: t, d: d, rt: rt, audit: au, index: idx, root: root, cfg: cfg, state: st, engine: o.Engine, opts: o}
 }
 
 var (
@@ -705,7 +707,7 @@ policy "slow" {
 	}
 	e := ends[0].Run
 	if e.ExitCode == nil || *e.ExitCode != 3 || e.Reason != "exit" || e.StdoutBytes != 3 || e.StderrBytes != 4 ||
-		e.StdoutSHA256 != sha256Hex([]byte("out")) || len(e.Outputs) != 1 || e.Outputs[0].Path != "r.txt" || ends[0].Outcome != "exit" {
+		e.StdoutSHA256 != runner.SHA256Hex([]byte("out")) || len(e.Outputs) != 1 || e.Outputs[0].Path != "r.txt" || ends[0].Outcome != "exit" {
 		t.Errorf("end record %+v", e)
 	}
 

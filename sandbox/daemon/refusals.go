@@ -95,12 +95,12 @@ func connRecord(p api.Peer, reason string, n int, outcome string, start, end tim
 }
 
 func (d *Daemon) writeRefusal(r *audit.Record) {
-	if d.audit == nil {
+	if !d.audit.Enabled() {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), refusedAuditTimeout)
 	defer cancel()
-	if err := d.audit.Append(ctx, r); err != nil {
+	if err := d.audit.Record(ctx, r); err != nil {
 		d.log.Warn("audit of refused connections failed", "uid", r.Peer.UID, "error", err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/daemon"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 	"github.com/skillbox/skillbox/sandbox/mcp"
+	"github.com/skillbox/skillbox/sandbox/service"
 )
 
 // TestBridge serves MCP through the Go client to a daemon on a real Unix
@@ -70,9 +71,9 @@ func TestBridge(t *testing.T) {
 func serveBridge(t *testing.T, rs *realService) *client.Client {
 	t.Helper()
 	o := rs.opts
-	d := daemon.New(daemon.Options{
-		Config: o.Config, Skills: o.Skills, Engine: o.Engine, Sessions: o.Sessions, Confirmations: o.Confirmations, Audit: rs.audit,
-	})
+	d := daemon.New(daemon.Options{Options: service.Options{
+		Config: o.Config, Skills: o.Skills, Engine: o.Engine, Sessions: o.Sessions, Confirmations: o.Confirmations, Audit: o.Audit,
+	}})
 	sock := filepath.Join(t.TempDir(), "skillbox.sock")
 	ln, err := jsonrpc.Listen(sock, 0o600, "")
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/mcp"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/sandbox/store"
@@ -71,9 +72,10 @@ func newRealServiceWith(t *testing.T, config string, extra ...*skills.Skill) *re
 	t.Cleanup(func() { st.Close() })
 	rt := &servicetest.Runtime{}
 	au := &servicetest.Auditor{}
-	eng := &service.Engine{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Audit: au, Pins: servicetest.LivePins{}}
+	j := runner.NewJournal(au, nil)
+	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Audit: j, Pins: servicetest.LivePins{}})
 	opts := service.Options{
-		Config: cfg, Skills: idx, Engine: eng, Audit: au,
+		Config: cfg, Skills: idx, Engine: eng, Audit: j,
 		Sessions:      store.NewSessionStore(st, store.SessionOptions{}),
 		Confirmations: store.NewConfirmationStore(st, store.ConfirmationOptions{}),
 	}

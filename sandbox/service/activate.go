@@ -15,6 +15,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -98,10 +99,10 @@ func (s *Service) ActivateSkill(ctx context.Context, caller api.Peer, p api.Acti
 	})
 	res.Body, res.Tokens = body, skills.EstimateTokens(body)
 	rec.Outcome = audit.OutcomeOK
-	rec.Detail["body_sha256"] = sha256Hex([]byte(body))
+	rec.Detail["body_sha256"] = runner.SHA256Hex([]byte(body))
 	rec.Detail["commands"] = strconv.Itoa(len(res.Commands))
 	if p.Arguments != "" {
-		rec.Detail["arguments_sha256"] = sha256Hex([]byte(p.Arguments))
+		rec.Detail["arguments_sha256"] = runner.SHA256Hex([]byte(p.Arguments))
 	}
 	if err := s.record(ctx, rec); err != nil {
 		return nil, err
@@ -137,7 +138,7 @@ func (s *Service) renderCommand(ctx context.Context, caller api.Peer, sessionID 
 	}
 	req := RunRequest{
 		Skill:   sk,
-		Command: &CommandSpec{Command: command, Label: "SKILL.md !`" + ClipText(command, 200) + "`"},
+		Command: &CommandSpec{Command: command, Label: "SKILL.md !`" + runner.ClipText(command, 200) + "`"},
 		Limits:  commandLimits(RenderCommandTimeout, RenderCommandOutput),
 	}
 	out, err := s.Run(ctx, caller, req, o)
@@ -164,7 +165,7 @@ func (s *Service) renderCommand(ctx context.Context, caller api.Peer, sessionID 
 		}
 		msg := fmt.Sprintf("[skillbox: command `%s` failed (%s, run %s)", command, why, out.RunID)
 		if e := strings.TrimSpace(string(r.Stderr)); e != "" {
-			msg += ": " + oneLine(ClipText(e, 500))
+			msg += ": " + oneLine(runner.ClipText(e, 500))
 		}
 		msg += "]"
 		rc.Error = msg

@@ -12,6 +12,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 )
@@ -136,7 +137,7 @@ func TestEgressInDigest(t *testing.T) {
 	f := newFixtureWith(t, false, egressConfig, []servicetest.SkillSpec{{Name: "web", Files: map[string]string{"scripts/run.sh": "echo hi\n"}}})
 	digest := func(config string) string {
 		cfg := mustV(policyParse(config))
-		eng := &service.Engine{Config: cfg, Images: &servicetest.Images{}, Runtime: f.rt, Pins: servicetest.LivePins{}}
+		eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: f.rt, Pins: servicetest.LivePins{}})
 		p, err := eng.Prepare(service.RunRequest{Skill: f.sk["web"], Script: "scripts/run.sh"})
 		if err != nil {
 			t.Fatal(err)

@@ -1,7 +1,6 @@
 package service_test
 
 import (
-	"bufio"
 	"context"
 	"os"
 	"path/filepath"
@@ -14,55 +13,12 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/skills"
 )
-
-// dangerousEnv reads testdata/dangerous_env.txt: the 75 names of the
-// hostile review, none of which a run may be given by default.
-func dangerousEnv(t *testing.T) []string {
-	t.Helper()
-	f, err := os.Open("testdata/dangerous_env.txt")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var names []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if l := strings.TrimSpace(sc.Text()); l != "" && !strings.HasPrefix(l, "#") {
-			names = append(names, l)
-		}
-	}
-	if len(names) != 75 {
-		t.Fatalf("testdata/dangerous_env.txt has %d names, want 75", len(names))
-	}
-	return names
-}
-
-// Finding 1: the environment is an allowlist; none of the dangerous names
-// gets through the default policy.
-func TestPrepareRefusesDangerousEnvByDefault(t *testing.T) {
-	e, _ := newTestEngine(t, engineConfig)
-	sk := engineSkill(t, "tool")
-	for _, name := range dangerousEnv(t) {
-		t.Run(name, func(t *testing.T) {
-			_, err := e.Prepare(service.RunRequest{Skill: sk, Script: "scripts/a.py", Env: map[string]string{name: "x"}})
-			if err == nil {
-				t.Fatalf("env %s was accepted", name)
-			}
-			if !strings.Contains(err.Error(), name) && !strings.Contains(err.Error(), "valid name") {
-				t.Errorf("error does not name %s: %v", name, err)
-			}
-		})
-	}
-	// The documented defaults still pass.
-	if _, err := e.Prepare(service.RunRequest{Skill: sk, Script: "scripts/a.py", Env: map[string]string{"LANG": "de_DE.UTF-8", "TZ": "UTC", "PYTHONUNBUFFERED": "1"}}); err != nil {
-		t.Fatalf("default env names: %v", err)
-	}
-}
 
 // Finding 5: sessions.instructions renders the version that was loaded
 // (the pinned snapshot whose digest the receipt names), not the file as
@@ -76,7 +32,7 @@ func TestInstructionsRenderTheLoadedSnapshot(t *testing.T) {
 	sk := servicetest.MakeSkill(t, root, servicetest.SkillSpec{Name: "plain", Files: map[string]string{"scripts/run.sh": "echo hi\n"}})
 	idx := servicetest.NewIndex(sk)
 	pins := newSnapshotStore(t) // its cleanup removes the read-only copies
-	eng := &service.Engine{Config: cfg, Images: &servicetest.Images{}, Runtime: &servicetest.Runtime{}, Pins: pins}
+	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: &servicetest.Runtime{}, Pins: pins})
 	st, err := store.OpenStateDB(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -99,27 +55,6 @@ func TestInstructionsRenderTheLoadedSnapshot(t *testing.T) {
 	}
 	if strings.Contains(res.ActiveSkills, "IGNORE PREVIOUS") || !strings.Contains(res.ActiveSkills, "Use scripts/run.py for plain.") {
 		t.Fatalf("active skills render the live file, not the loaded version:\n%s", res.ActiveSkills)
-	}
-}
-
-// Finding 7: snapshot directories are not reachable by a path made from a
-// digest, and their directory cannot be listed by others.
-func TestSnapshotPathsAreNotGuessable(t *testing.T) {
-	s := newSnapshotStore(t)
-	sk := snapshotSkill(t, "print(1)\n")
-	root, err := s.Pin(sk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if hex := strings.TrimPrefix(sk.Digest, "sha256:"); strings.Contains(filepath.Base(root), hex) {
-		t.Errorf("snapshot %s is named by the skill's digest", root)
-	}
-	st, err := os.Stat(s.Dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.Mode().Perm()&0o044 != 0 {
-		t.Errorf("snapshot dir %s is %v: others can list it", s.Dir, st.Mode().Perm())
 	}
 }
 
@@ -163,7 +98,7 @@ policy "default" {
 		return &runtime.Result{Reason: runtime.ReasonExit}, nil
 	}
 	sk := servicetest.MakeSkill(t, t.TempDir(), servicetest.SkillSpec{Name: "plain", Files: map[string]string{"scripts/run.sh": "echo hi\n"}})
-	eng := &service.Engine{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Pins: servicetest.LivePins{}}
+	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Pins: servicetest.LivePins{}})
 	svc := service.New(service.Options{Config: cfg, Skills: servicetest.NewIndex(sk), Engine: eng})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -224,8 +159,9 @@ audit {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lg.Close() })
-	eng := &service.Engine{Config: cfg, Images: &servicetest.Images{}, Runtime: &servicetest.Runtime{}, Pins: servicetest.LivePins{}, Audit: lg}
-	svc := service.New(service.Options{Config: cfg, Skills: servicetest.NewIndex(sk), Engine: eng, Audit: lg})
+	j := runner.NewJournal(lg, nil)
+	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: &servicetest.Runtime{}, Pins: servicetest.LivePins{}, Audit: j})
+	svc := service.New(service.Options{Config: cfg, Skills: servicetest.NewIndex(sk), Engine: eng, Audit: j})
 	_, err = svc.Run(context.Background(), owner, service.RunRequest{Skill: sk, Script: "scripts/run.sh"}, service.RunOptions{Method: "test"})
 	if api.KindOf(err) != api.KindUnavailable || !strings.Contains(err.Error(), "min_free") {
 		t.Fatalf("run with the audit filesystem below its watermark: %v", err)
@@ -233,3 +169,9 @@ audit {
 }
 
 var _ = skills.ErrNotFound
+
+func newSnapshotStore(t *testing.T) *runner.SnapshotStore {
+	s := &runner.SnapshotStore{Dir: filepath.Join(t.TempDir(), "snapshots")}
+	t.Cleanup(func() { s.Prune(-time.Hour) })
+	return s
+}

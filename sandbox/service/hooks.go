@@ -12,6 +12,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -208,7 +209,7 @@ func hookTools(sk *skills.Skill, hc skills.HookCommand) (string, []byte, []Polic
 		return api.MethodSkillsRunScript, toolInput(sc.Path, sc.Args), nil
 	}
 	script, _ := json.Marshal(map[string]any{"command": hc.Command})
-	code, _ := json.Marshal(map[string]any{"language": api.LanguageShell, "code_sha256": sha256Hex([]byte(hc.Command)), "args": []string{}})
+	code, _ := json.Marshal(map[string]any{"language": api.LanguageShell, "code_sha256": runner.SHA256Hex([]byte(hc.Command)), "args": []string{}})
 	return api.MethodSkillsRunScript, script, []PolicyTool{{Tool: api.MethodSkillsRunCode, Input: code}}
 }
 
@@ -237,7 +238,7 @@ func (s *Service) runHook(ctx context.Context, caller api.Peer, call *hookCall, 
 	}
 	payload, _ := json.Marshal(hookEvent{SessionID: call.sessionID, HookEventName: event, ToolName: tool, ToolInput: input,
 		ToolResponse: result, Skill: sk.Name, Cwd: runtime.SkillMount})
-	rule := fmt.Sprintf("hook %s of skill %q (%s)", event, sk.Name, ClipText(hc.Command, 200))
+	rule := fmt.Sprintf("hook %s of skill %q (%s)", event, sk.Name, runner.ClipText(hc.Command, 200))
 	hr := api.HookRun{Skill: sk.Name, Event: event, Command: hc.Command, ExitCode: -1}
 
 	effect, reason, failed := s.execHook(ctx, caller, call, sk, event, hc, payload, timeout, &hr)
@@ -259,9 +260,9 @@ func (s *Service) runHook(ctx context.Context, caller api.Peer, call *hookCall, 
 	}
 	r := base(ctx, caller, call.method, audit.EventDecision, call.sessionID)
 	r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
-	r.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(effect), Rule: rule, Reason: ClipText(reason, 1024), InputSHA256: sha256Hex(input)}
+	r.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(effect), Rule: rule, Reason: runner.ClipText(reason, 1024), InputSHA256: runner.SHA256Hex(input)}
 	r.Outcome = string(effect)
-	r.Detail = map[string]string{"hook_event": event, "hook_command": ClipText(hc.Command, 1024), "run_id": hr.RunID, "exit_code": fmt.Sprint(hr.ExitCode)}
+	r.Detail = map[string]string{"hook_event": event, "hook_command": runner.ClipText(hc.Command, 1024), "run_id": hr.RunID, "exit_code": fmt.Sprint(hr.ExitCode)}
 	if hr.Reason != "" {
 		r.Detail["run_reason"] = hr.Reason
 	}
@@ -311,11 +312,11 @@ func (s *Service) execHook(ctx context.Context, caller api.Peer, call *hookCall,
 		if stderr == "" {
 			stderr = "blocked by the hook (no reason given)"
 		}
-		return policy.EffectDeny, ClipText(stderr, 2048), false
+		return policy.EffectDeny, runner.ClipText(stderr, 2048), false
 	case r.ExitCode != 0:
 		msg := fmt.Sprintf("the hook exited with status %d (run %s)", r.ExitCode, out.RunID)
 		if stderr != "" {
-			msg += ": " + ClipText(stderr, 500)
+			msg += ": " + runner.ClipText(stderr, 500)
 		}
 		return "", msg, true
 	}

@@ -140,10 +140,8 @@ func (s *Service) pin(ctx context.Context, caller api.Peer, method, proposal str
 		}
 		res.Pinned = append(res.Pinned, api.PinnedSkill{Name: sk.Name, Digest: sk.Digest, Previous: prev, ApprovedBy: who, ApprovedAt: now})
 	}
-	if s.audit != nil {
-		if err := s.audit.Healthy(); err != nil {
-			return nil, auditDown(err)
-		}
+	if err := s.journal.Check(); err != nil {
+		return nil, err
 	}
 	if err := l.Write(path); err != nil {
 		return nil, fmt.Errorf("%w: %v", api.ErrInternal, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -76,7 +77,7 @@ func (s *Service) ProposeChange(ctx context.Context, caller api.Peer, p api.Prop
 	}
 	rec := base(ctx, caller, method, EventProposalCreate, p.SessionID)
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
-	rec.Detail = map[string]string{"diff_sha256": sha256Hex([]byte(p.Diff)), "diff_bytes": fmt.Sprint(len(p.Diff))}
+	rec.Detail = map[string]string{"diff_sha256": runner.SHA256Hex([]byte(p.Diff)), "diff_bytes": fmt.Sprint(len(p.Diff))}
 	patch, err := skills.ApplyDiff(sk.Dir, p.Diff, patchOptions)
 	if err != nil {
 		rec.Outcome, rec.Error = audit.OutcomeRefused, err.Error()
@@ -169,7 +170,7 @@ func (s *Service) RejectProposal(ctx context.Context, caller api.Peer, p api.Pro
 	rec.Skill = &audit.SkillRef{Name: pr.Skill, Digest: pr.BaseDigest}
 	rec.Outcome = api.ProposalRejected
 	if p.Note != "" {
-		rec.Detail["note"] = ClipText(p.Note, 1024)
+		rec.Detail["note"] = runner.ClipText(p.Note, 1024)
 	}
 	if err := s.record(ctx, rec); err != nil {
 		return nil, err
@@ -216,10 +217,8 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 	if err != nil {
 		return nil, s.refuseProposal(ctx, rec, fmt.Errorf("%w: %v", api.ErrInvalidParams, err))
 	}
-	if s.audit != nil {
-		if err := s.audit.Healthy(); err != nil {
-			return nil, auditDown(err)
-		}
+	if err := s.journal.Check(); err != nil {
+		return nil, err
 	}
 	state, patchFile, newDigest := api.ProposalApplied, "", ""
 	var pinned *skills.Skill
@@ -232,7 +231,7 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 	case err != nil:
 		return nil, s.refuseProposal(ctx, rec, fmt.Errorf("%w: applying proposal %s to %s: %v", api.ErrInternal, pr.ID, sk.Dir, err))
 	default:
-		if rl, ok := s.skills.(interface{ Reload(context.Context) error }); ok {
+		if rl, ok := s.skills.(Reloader); ok {
 			if err := rl.Reload(ctx); err != nil {
 				s.log.Warn("reloading skills after applying a proposal", "error", err)
 			}
@@ -299,6 +298,6 @@ func (s *Service) exportPatch(pr *api.Proposal) (string, error) {
 	}
 	path := filepath.Join(dir, pr.ID+".patch")
 	head := fmt.Sprintf("# skillbox proposal %s for skill %q against %s\n# %s\n", pr.ID, pr.Skill, pr.BaseDigest,
-		strings.ReplaceAll(ClipText(pr.Justification, 2048), "\n", "\n# "))
+		strings.ReplaceAll(runner.ClipText(pr.Justification, 2048), "\n", "\n# "))
 	return path, os.WriteFile(path, []byte(head+pr.Diff), 0o600)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
 )
 
 // A front end that refuses a message before it becomes a call (MCP's line
@@ -47,7 +48,7 @@ type refusalAggregate struct {
 // budget (see above). A failure to write is logged: the message was
 // refused anyway.
 func (s *Service) AuditRefusal(caller api.Peer, r api.Refusal) {
-	if s.audit == nil {
+	if !s.journal.Enabled() {
 		return
 	}
 	own := s.refusals.allow(caller.UID, func(a *refusalAggregate) {
@@ -59,7 +60,7 @@ func (s *Service) AuditRefusal(caller api.Peer, r api.Refusal) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), refusalAuditTimeout)
 	defer cancel()
-	if err := s.audit.Append(ctx, refusalRecord(caller, r)); err != nil {
+	if err := s.journal.Record(ctx, refusalRecord(caller, r)); err != nil {
 		s.log.Warn("audit of a refused message failed", "transport", r.Transport, "kind", r.Kind, "error", err)
 	}
 }
@@ -69,11 +70,11 @@ func refusalRecord(caller api.Peer, r api.Refusal) *audit.Record {
 		Event:     audit.EventCallRefused,
 		Peer:      &caller,
 		RequestID: AuditRequestID(string(r.ID)),
-		Method:    ClipText(r.Method, maxRefusalMethod),
+		Method:    runner.ClipText(r.Method, maxRefusalMethod),
 		Outcome:   audit.OutcomeRefused,
-		Error:     ClipText(r.Message, maxRefusalMessage),
+		Error:     runner.ClipText(r.Message, maxRefusalMessage),
 		Detail: map[string]string{
-			"transport":  ClipText(r.Transport, 32),
+			"transport":  runner.ClipText(r.Transport, 32),
 			"kind":       r.Kind,
 			"code":       strconv.Itoa(r.Code),
 			"line_bytes": strconv.Itoa(r.LineBytes),
@@ -101,7 +102,7 @@ func (a *refusalAggregate) record(span windowSpan) *audit.Record {
 	return &audit.Record{Event: audit.EventCallRefused, Peer: &p, Outcome: audit.OutcomeAggregated,
 		Error: strconv.Itoa(span.Folded) + " more messages were refused after the first " + strconv.Itoa(span.Recorded) + " of the interval were recorded; they were only counted",
 		Detail: span.detail(map[string]string{
-			"transport": ClipText(a.transport, 32), "refusals": strconv.Itoa(span.Folded), "recorded": strconv.Itoa(span.Recorded),
+			"transport": runner.ClipText(a.transport, 32), "refusals": strconv.Itoa(span.Folded), "recorded": strconv.Itoa(span.Recorded),
 			"kinds": strings.Join(kinds, " "),
 		})}
 }

@@ -2,7 +2,6 @@ package service
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -12,6 +11,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -115,17 +115,17 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	}
 
 	needConfirm := dec.Effect == policy.EffectConfirm
-	what, reason, rule := plan.what(), dec.Reason, dec.Rule
+	what, reason, rule := planWhat(plan), dec.Reason, dec.Rule
 	grantEgress := false // an approval of this run also covers its destinations
 	if plan.Network || len(plan.Egress) > 0 {
-		nd, err := s.engine.Decide(ctx, sk, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
+		nd, err := s.decide(ctx, sk, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
 		if err != nil {
 			return nil, err
 		}
 		switch {
 		case nd.Effect == policy.EffectDeny:
 			return nil, api.MarkAudited(fmt.Errorf("%w: network access for skill %q is denied by %s: %s", api.ErrDenied, sk.Name, nd.Rule, nd.Reason))
-		case nd.Effect == policy.EffectConfirm && len(plan.Egress) > 0 && s.grants.covers(o.SessionID, sk.Name, plan.egressNames()):
+		case nd.Effect == policy.EffectConfirm && len(plan.Egress) > 0 && s.grants.covers(o.SessionID, sk.Name, plan.EgressNames()):
 			// An approver approved these destinations for this skill
 			// earlier in the session.
 			s.log.Debug("egress destinations approved earlier in the session", "session", o.SessionID, "skill", sk.Name)
@@ -136,7 +136,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 			}
 			needConfirm, what, reason, rule = true, fmt.Sprintf("network access for skill %q", sk.Name), "network access: "+nd.Reason, nd.Rule
 			if len(plan.Egress) > 0 {
-				what, reason = plan.egressWhat(), "network access to "+strings.Join(plan.egressNames(), ", ")+": "+nd.Reason
+				what, reason = egressWhat(plan), "network access to "+strings.Join(plan.EgressNames(), ", ")+": "+nd.Reason
 			}
 		}
 	}
@@ -160,20 +160,18 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		return nil, err
 	}
 	defer release()
-	if s.audit != nil {
-		if err := s.audit.Healthy(); err != nil {
-			return nil, auditDown(err)
-		}
-		if err := s.auditSpace(); err != nil {
-			return nil, err
-		}
+	if err := s.journal.Check(); err != nil {
+		return nil, err
+	}
+	if err := s.auditSpace(); err != nil {
+		return nil, err
 	}
 	if o.ConfirmationID != "" {
 		if err := s.useConfirmation(ctx, caller, o, plan); err != nil {
 			return nil, err
 		}
 		if grantEgress {
-			s.grants.grant(o.SessionID, sk.Name, plan.egressNames())
+			s.grants.grant(o.SessionID, sk.Name, plan.EgressNames())
 		}
 	}
 	if o.Authorized != nil {
@@ -182,21 +180,18 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	return s.execute(ctx, caller, o, plan)
 }
 
-// freeSpacer is an audit log that can say how much room it has left.
-type freeSpacer interface {
-	FreeBytes() (int64, error)
-}
-
 // auditSpace refuses a new run when the audit filesystem is below its
 // watermark (audit min_free): the run's records would push it towards
 // full, where every audited call fails.
 func (s *Service) auditSpace() error {
 	minFree := s.cfg.Audit.MinFree
-	fs, ok := s.audit.(freeSpacer)
-	if minFree <= 0 || !ok {
+	if minFree <= 0 {
 		return nil
 	}
-	free, err := fs.FreeBytes()
+	free, ok, err := s.journal.FreeBytes()
+	if !ok {
+		return nil
+	}
 	if err != nil {
 		s.log.Warn("cannot read the audit filesystem's free space", "error", err)
 		return nil
@@ -212,7 +207,7 @@ func (s *Service) auditSpace() error {
 // decideTool asks policy whether skill may use tool; the decision is
 // audited. A deny is returned as an error.
 func (s *Service) decideTool(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill, tool string, input []byte) (policy.Decision, error) {
-	dec, err := s.engine.Decide(ctx, sk, tool, input, *base(ctx, caller, method, audit.EventDecision, sessionID))
+	dec, err := s.decide(ctx, sk, tool, input, *base(ctx, caller, method, audit.EventDecision, sessionID))
 	if err != nil {
 		return dec, err
 	}
@@ -234,15 +229,15 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 		return fmt.Errorf("%w: %s needs confirmation (%s): %s", api.ErrConfirmationRequired, what, rule, hint)
 	}
 	req := plan.Request
-	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest, reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(plan.confirmDetails()))
+	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest, reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(confirmDetails(plan)))
 	if err != nil {
 		return err
 	}
 	r := base(ctx, caller, o.Method, audit.EventConfirmRequest, o.SessionID)
-	r.Skill, r.Skills = plan.auditSkill(), plan.Code.auditSkills()
+	r.Skill, r.Skills = plan.AuditSkill(), plan.Code.AuditSkills()
 	uid := caller.UID
 	r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid, Expires: c.Expires}
-	r.Run = &audit.RunInfo{Script: plan.Script, ScriptSHA256: plan.ScriptSHA256, Args: req.Args, Network: plan.Network, Egress: plan.auditEgress(), Digest: plan.Digest, Code: plan.Code.auditCode(true)}
+	r.Run = &audit.RunInfo{Script: plan.Script, ScriptSHA256: plan.ScriptSHA256, Args: req.Args, Network: plan.Network, Egress: plan.AuditEgress(), Digest: plan.Digest, Code: plan.Code.AuditCode(true)}
 	r.Outcome = string(c.State)
 	if err := s.record(ctx, r); err != nil {
 		return err
@@ -258,7 +253,7 @@ func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions
 	id := "cli_" + strings.TrimPrefix(plan.RunID, "run_")
 	uid := caller.UID
 	r := base(ctx, caller, o.Method, audit.EventConfirmApprove, o.SessionID)
-	r.Skill, r.Skills = plan.auditSkill(), plan.Code.auditSkills()
+	r.Skill, r.Skills = plan.AuditSkill(), plan.Code.AuditSkills()
 	r.Confirmation = &audit.ConfirmationInfo{ID: id, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid}
 	r.Outcome = string(api.ConfirmationApproved)
 	r.Detail = map[string]string{"via": "--yes"}
@@ -303,7 +298,7 @@ func (s *Service) useConfirmation(ctx context.Context, caller api.Peer, o RunOpt
 		return err
 	}
 	r := base(ctx, caller, o.Method, audit.EventConfirmUse, o.SessionID)
-	r.Skill, r.Skills = plan.auditSkill(), plan.Code.auditSkills()
+	r.Skill, r.Skills = plan.AuditSkill(), plan.Code.AuditSkills()
 	r.Confirmation = &audit.ConfirmationInfo{ID: o.ConfirmationID, Digest: plan.Digest}
 	if err := cs.Consume(o.ConfirmationID, o.SessionID, plan.Digest); err != nil {
 		r.Outcome, r.Error = audit.OutcomeRefused, err.Error()
@@ -347,8 +342,8 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		ev := &outputEvents{runID: plan.RunID, sink: sink}
 		plan.Request.Stdout = teeSink(plan.Request.Stdout, ev.stream(api.StreamStdout))
 		plan.Request.Stderr = teeSink(plan.Request.Stderr, ev.stream(api.StreamStderr))
-		sink(api.RunStartedEvent{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.skillName(), Path: plan.Script,
-			Image: plan.Interpreter.Image, Runtime: s.engine.Runtime.Name()})
+		sink(api.RunStartedEvent{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.SkillName(), Path: plan.Script,
+			Image: plan.Interpreter.Image, Runtime: s.engine.Runtime().Name()})
 	}
 	out, err := s.engine.Execute(runCtx, plan)
 	if err != nil {
@@ -373,9 +368,6 @@ func (s *Service) CancelRun(ctx context.Context, caller api.Peer, p api.CancelRu
 	s.log.Info("run cancelled", "run_id", p.RunID, "uid", caller.UID)
 	return &api.CancelRunResult{RunID: p.RunID, Cancelled: true}, nil
 }
-
-// ErrRunCancelled is the cause of a run's ctx when runs.cancel stopped it.
-var ErrRunCancelled = errors.New("run cancelled on request")
 
 // runRegistry knows the runs in progress, for runs.cancel.
 type runRegistry struct {
@@ -408,7 +400,7 @@ func (r *runRegistry) cancel(id string, owner uint32) bool {
 	if a == nil || a.owner != owner {
 		return false
 	}
-	a.cancel(ErrRunCancelled)
+	a.cancel(runner.ErrRunCancelled)
 	return true
 }
 

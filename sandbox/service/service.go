@@ -2,9 +2,11 @@
 // skills, the tool calls of sandbox/api as Go methods, and the one
 // authorization path every run takes (policy decision, the skill's
 // allowed-tools, confirmation, audit) whichever front end asked: the
-// JSON-RPC daemon, the MCP server or `skillbox run`. The Engine below it
-// turns an authorized request into one sandboxed run. Calls may emit events
-// (run output while a script runs) to a sink the front end puts in ctx.
+// JSON-RPC daemon, the MCP server or `skillbox run`. The run engine below it
+// (sandbox/runner) turns an authorized request into one sandboxed run; the
+// service owns the audit log and writes it through the same runner.Journal
+// as the engine. Calls may emit events (run output while a script runs) to
+// a sink the front end puts in ctx.
 package service
 
 import (
@@ -27,6 +29,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -37,18 +40,28 @@ type SkillIndex interface {
 	List() []*skills.Skill
 }
 
+// Reloader is a SkillIndex that can index its roots again (the registry):
+// an applied proposal is seen at once.
+type Reloader interface {
+	Reload(ctx context.Context) error
+}
+
+var _ Reloader = (*skills.Registry)(nil)
+
 // Options wire a Service; the caller owns the parts' lifetimes.
 type Options struct {
 	Config *policy.Config
 	Skills SkillIndex
-	Engine *Engine
+	Engine *runner.Engine
 	// Sessions and Confirmations may be nil for a service that only runs
 	// (`skillbox run`); the calls that need them are then unavailable.
 	Sessions      *store.SessionStore
 	Confirmations *store.ConfirmationStore
-	// Audit receives every event; nil means none (tests, a local run
-	// without an audit dir). Runs are refused while it is unhealthy.
-	Audit Auditor
+	// Audit is the audit log's one writer, the same one the Engine
+	// writes its runs' records through (the stack makes it); nil means
+	// none (tests, a local run without an audit dir). Audited calls, runs
+	// included, are refused while it is unhealthy.
+	Audit runner.Recorder
 	// Logger is the parent logger; the service names its own.
 	Logger hclog.Logger
 	// Proposals keeps skills.propose's proposals; nil makes those calls
@@ -62,10 +75,10 @@ type Options struct {
 type Service struct {
 	cfg      *policy.Config
 	skills   SkillIndex
-	engine   *Engine
+	engine   *runner.Engine
 	sessions *store.SessionStore
 	confirms *store.ConfirmationStore
-	audit    Auditor
+	journal  runner.Recorder
 	log      hclog.Logger
 
 	runSlots  *runSlots
@@ -97,21 +110,18 @@ func New(o Options) *Service {
 		engine:    o.Engine,
 		sessions:  o.Sessions,
 		confirms:  o.Confirmations,
-		audit:     o.Audit,
+		journal:   o.Audit,
 		log:       log.Named("service"),
 		runSlots:  newRunSlots(dc.MaxConcurrentRuns, dc.ApproverRuns, dc.MaxRunsPerUID, dc.MaxQueuedRunsPerUID),
 		queueWait: dc.RunQueueTimeout,
 		runs:      runRegistry{runs: map[string]*activeRun{}},
 		proposals: o.Proposals,
 	}
+	if s.journal == nil {
+		s.journal = runner.NewJournal(nil, nil)
+	}
 	s.reads = newReadAudit(o.Config.Audit.ReadsPerInterval, o.Config.Audit.AggregateInterval, s.writeAggregate)
 	s.refusals = newRefusalAudit(o.Config.Audit.AggregateInterval, s.writeAggregate)
-	if s.audit != nil {
-		// A typed nil (*audit.Log)(nil) must mean "no audit", not a panic.
-		if l, ok := s.audit.(*audit.Log); ok && l == nil {
-			s.audit = nil
-		}
-	}
 	if s.sessions != nil {
 		s.sessions.AddExpireHook(s.sessionExpired)
 	}
@@ -122,7 +132,12 @@ func New(o Options) *Service {
 }
 
 // Engine is the engine the service runs with.
-func (s *Service) Engine() *Engine { return s.engine }
+func (s *Service) Engine() *runner.Engine { return s.engine }
+
+// Journal is the audit log's one writer, which the service owns; front
+// ends that audit what they refuse themselves (the daemon's socket) write
+// through it too.
+func (s *Service) Journal() runner.Recorder { return s.journal }
 
 // ---- audit helpers ----
 
@@ -132,15 +147,7 @@ const maxAuditRequestID = 128
 
 // AuditRequestID is a front end's request id as audit records keep it:
 // clipped to 128 bytes.
-func AuditRequestID(id string) string { return ClipText(id, maxAuditRequestID) }
-
-// ClipText cuts s to at most n bytes of valid UTF-8, saying how long it was.
-func ClipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("… (%d bytes)", len(s))
-}
+func AuditRequestID(id string) string { return runner.ClipText(id, maxAuditRequestID) }
 
 // base is the record every audited call starts from: who asked, in which
 // session, with which request.
@@ -149,17 +156,10 @@ func base(ctx context.Context, caller api.Peer, method, event, session string) *
 	return &audit.Record{Event: event, Peer: &p, SessionID: session, RequestID: AuditRequestID(api.RequestIDFrom(ctx)), Method: method}
 }
 
-// record appends to the audit log; a failure is logged, and the log's
-// Healthy() makes the next run refuse.
+// record appends to the audit log through the one journal; a failure is
+// logged there and returned as the refusal.
 func (s *Service) record(ctx context.Context, r *audit.Record) error {
-	if s.audit == nil {
-		return nil
-	}
-	if err := s.audit.Append(ctx, r); err != nil {
-		s.log.Error("audit append failed", "event", r.Event, "error", err)
-		return auditDown(err)
-	}
-	return nil
+	return s.journal.Record(ctx, r)
 }
 
 // sessionExpired audits a session a sweep removed.
@@ -342,7 +342,7 @@ func (s *Service) pinnedBody(digest string) (string, bool) {
 	if s.engine == nil {
 		return "", false
 	}
-	l, ok := s.engine.Pins.(SnapshotLookup)
+	l, ok := s.engine.Pins().(SnapshotLookup)
 	if !ok {
 		return "", false
 	}
@@ -470,9 +470,9 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 	}
 	// Keep a copy of each version loaded, so that what is rendered and run
 	// later is this version even if the files change (see pinnedBody).
-	if s.engine != nil && s.engine.Pins != nil {
+	if s.engine != nil && s.engine.Pins() != nil {
 		for _, sk := range found {
-			if _, err := s.engine.Pins.Pin(sk); err != nil {
+			if _, err := s.engine.Pins().Pin(sk); err != nil {
 				s.log.Warn("could not keep a copy of the loaded skill version", "skill", sk.Name, "digest", sk.Digest, "error", err)
 			}
 		}
@@ -613,7 +613,7 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 	}
 	// The decision is recorded with the read's outcome: one by one for a
 	// deny or a refused read, within the uid's budget otherwise (readAudit).
-	dec, drec := s.engine.decision(sk, method, nil, *base(ctx, caller, method, audit.EventDecision, p.SessionID))
+	dec, drec := s.decision(sk, method, nil, *base(ctx, caller, method, audit.EventDecision, p.SessionID))
 	if dec.Effect == policy.EffectDeny {
 		if err := s.record(ctx, drec); err != nil {
 			return nil, err
@@ -643,12 +643,10 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 		if err := s.record(ctx, rec); err != nil {
 			return nil, err
 		}
-	} else if s.audit != nil {
+	} else if err := s.journal.Check(); err != nil {
 		// Counted, not recorded: the log must still be writable, or the
 		// read is refused like any audited call (fail closed).
-		if err := s.audit.Healthy(); err != nil {
-			return nil, auditDown(err)
-		}
+		return nil, err
 	}
 	return &api.ReadResult{Skill: sk.Name, Path: fc.Path, Size: fc.Size, SHA256: fc.SHA256, Encoding: fc.Encoding, Content: fc.Content, Truncated: fc.Truncated,
 		Tokens: skills.EstimateTokens(fc.Content)}, nil
@@ -721,7 +719,7 @@ func (s *Service) decideHostTool(ctx context.Context, caller api.Peer, method st
 				Reason: fmt.Sprintf("skill %q changed on disk since it was loaded; load it again (skills.load)", a.Name)})
 			continue
 		}
-		dec, err := s.engine.Decide(ctx, sk, tool, input, *base(ctx, caller, method, audit.EventDecision, ses.ID))
+		dec, err := s.decide(ctx, sk, tool, input, *base(ctx, caller, method, audit.EventDecision, ses.ID))
 		if err != nil {
 			return policy.Decision{}, err
 		}
@@ -839,7 +837,7 @@ func decodeFiles(in []api.File) ([]runtime.InputFile, error) {
 	files := make([]runtime.InputFile, 0, len(in))
 	for i, f := range in {
 		bad := func(format string, args ...any) error {
-			return fmt.Errorf("%w: files[%d] %s: %s", api.ErrInvalidParams, i, ClipText(strconv.Quote(f.Name), 140), fmt.Sprintf(format, args...))
+			return fmt.Errorf("%w: files[%d] %s: %s", api.ErrInvalidParams, i, runner.ClipText(strconv.Quote(f.Name), 140), fmt.Sprintf(format, args...))
 		}
 		if err := runtime.ValidateInputName(f.Name); err != nil {
 			return nil, fmt.Errorf("%w: files[%d]: %s", api.ErrInvalidParams, i, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
@@ -866,7 +864,7 @@ func decodeFiles(in []api.File) ([]runtime.InputFile, error) {
 			}
 			e.Kind, e.Target = runtime.InputSymlink, f.Target
 		default:
-			return nil, bad("unknown type %q: use %q (the default), %q or %q", ClipText(f.Type, 32), api.FileTypeFile, api.FileTypeDir, api.FileTypeSymlink)
+			return nil, bad("unknown type %q: use %q (the default), %q or %q", runner.ClipText(f.Type, 32), api.FileTypeFile, api.FileTypeDir, api.FileTypeSymlink)
 		}
 		files = append(files, e)
 	}

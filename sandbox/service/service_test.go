@@ -11,6 +11,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/sandbox/store"
@@ -77,8 +78,9 @@ func newFixtureWith(t *testing.T, withStores bool, config string, more []service
 		f.sk[sp.Name] = sk
 	}
 	f.idx = idx
-	eng := &service.Engine{Config: cfg, Images: &servicetest.Images{}, Runtime: f.rt, Audit: f.audit, Pins: servicetest.LivePins{}}
-	o := service.Options{Config: cfg, Skills: idx, Engine: eng, Audit: f.audit}
+	j := runner.NewJournal(f.audit, nil)
+	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: f.rt, Audit: j, Pins: servicetest.LivePins{}})
+	o := service.Options{Config: cfg, Skills: idx, Engine: eng, Audit: j}
 	if withStores {
 		st, err := store.OpenStateDB(t.TempDir())
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -32,11 +33,11 @@ type Runtime struct {
 }
 
 var (
-	_ runtime.Runtime     = (*Runtime)(nil)
-	_ service.ImageSource = (*Images)(nil)
-	_ service.Auditor     = (*Auditor)(nil)
-	_ service.SkillIndex  = (*Index)(nil)
-	_ service.SkillPinner = LivePins{}
+	_ runtime.Runtime    = (*Runtime)(nil)
+	_ runner.ImageSource = (*Images)(nil)
+	_ runner.Auditor     = (*Auditor)(nil)
+	_ service.SkillIndex = (*Index)(nil)
+	_ runner.SkillPinner = LivePins{}
 )
 
 func (f *Runtime) Name() string { return "fake" }
@@ -227,7 +228,7 @@ func (a *Auditor) Records() []audit.Record {
 // there is nothing to pin.
 type LivePins struct{}
 
-// Pin implements service.SkillPinner.
+// Pin implements runner.SkillPinner.
 func (LivePins) Pin(sk *skills.Skill) (string, error) { return sk.Dir, nil }
 
 // Clock is a settable clock for the stores' Now option.

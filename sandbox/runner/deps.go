@@ -1,4 +1,4 @@
-package service
+package runner
 
 import (
 	"context"
@@ -27,17 +27,12 @@ import (
 // for the build in progress, as the config's dependencies block says.
 // A skill that declares nothing costs one map lookup per run.
 type Deps struct {
-	Builder *deps.Builder
-	Config  *policy.Config
-	Images  ImageSource
-	Logger  hclog.Logger
-	// Audit, when set, gets a deps.build record for every layer build
-	// (its outcome, or why it failed: a layer over its cap, a refused
-	// package).
-	Audit Auditor
-	// Extras are the packages each image's recipe names as extras (image
-	// name → package names), for hints about what is missing.
-	Extras map[string][]string
+	builder *deps.Builder
+	cfg     *policy.Config
+	images  ImageSource
+	log     hclog.Logger
+	journal Recorder
+	extras  map[string][]string
 
 	mu       sync.Mutex
 	declared map[string]*deps.Set // by skill digest
@@ -48,6 +43,29 @@ type Deps struct {
 	// load waits for it even before the build has registered itself.
 	loading map[string]chan struct{}
 }
+
+// DepsOptions are what Deps is made of.
+type DepsOptions struct {
+	Builder *deps.Builder
+	Config  *policy.Config
+	Images  ImageSource
+	Logger  hclog.Logger
+	// Audit, when set, gets a deps.build record for every layer build
+	// (its outcome, or why it failed: a layer over its cap, a refused
+	// package).
+	Audit Recorder
+	// Extras are the packages each image's recipe names as extras (image
+	// name → package names), for hints about what is missing.
+	Extras map[string][]string
+}
+
+// NewDeps makes the dependency layers of runs.
+func NewDeps(o DepsOptions) *Deps {
+	return &Deps{builder: o.Builder, cfg: o.Config, images: o.Images, log: o.Logger, journal: o.Audit, extras: o.Extras}
+}
+
+// Builder builds and stores the layers.
+func (d *Deps) Builder() *deps.Builder { return d.builder }
 
 // family is the interpreter family of an image name ("python-slim" → "python").
 func family(image string) string {
@@ -64,7 +82,7 @@ func (d *Deps) Declared(sk *skills.Skill, root string) (*deps.Set, error) {
 		return s, nil
 	}
 	d.mu.Unlock()
-	pk := d.Config.PackagesFor(sk.Name)
+	pk := d.cfg.PackagesFor(sk.Name)
 	s, err := deps.Discover(root, deps.Extra{Python: pk.Python, Npm: pk.Npm, AllowSource: pk.BuildFromSource, Where: pk.Where})
 	if err != nil {
 		return nil, fmt.Errorf("%w: skill %q: %v", api.ErrInvalidParams, sk.Name, err)
@@ -138,10 +156,10 @@ func (d *Deps) request(sk *skills.Skill, set *deps.Set, img runtime.ImageRef, ro
 // hasExtras reports whether some image's extras can be installed (they
 // have a source); without, skills that declare nothing skip all of this.
 func (d *Deps) hasExtras() bool {
-	if !d.Builder.Sources.Python() {
+	if !d.builder.Sources.Python() {
 		return false
 	}
-	for _, ex := range d.Extras {
+	for _, ex := range d.extras {
 		if len(ex) > 0 {
 			return true
 		}
@@ -153,11 +171,11 @@ func (d *Deps) hasExtras() bool {
 // (what a skill declares for it): none without a Python source, and none
 // that part names itself (the skill's own declaration wins).
 func (d *Deps) extrasFor(image string, part *deps.Set) []deps.Requirement {
-	if !d.Builder.Sources.Python() || family(image) != "python" {
+	if !d.builder.Sources.Python() || family(image) != "python" {
 		return nil
 	}
 	var out []deps.Requirement
-	for _, e := range d.Extras[image] {
+	for _, e := range d.extras[image] {
 		r, err := deps.ParseRequirement(e, "image "+image+" python_extras")
 		if err != nil {
 			continue // recipes are validated when loaded
@@ -239,7 +257,7 @@ func (d *Deps) ReadyDir(sk *skills.Skill, root string, img runtime.ImageRef, roo
 	if plan == nil {
 		return "", true
 	}
-	if l, err := d.Builder.Ready(plan); err == nil {
+	if l, err := d.builder.Ready(plan); err == nil {
 		return l.Dir, true
 	}
 	return "", false
@@ -252,7 +270,7 @@ func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img 
 	if err != nil || plan == nil {
 		return nil, err
 	}
-	if l, err := d.Builder.Ready(plan); err == nil {
+	if l, err := d.builder.Ready(plan); err == nil {
 		return l, nil
 	}
 	if set, _ := d.Declared(sk, root); forFamily(set, family(img.Name)) == nil {
@@ -261,21 +279,21 @@ func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img 
 		return nil, nil
 	}
 	name := sk.Name
-	if d.Config.Deps.WhenNotReady != "fail" {
-		wctx, cancel := context.WithTimeout(ctx, d.Config.Deps.WaitTimeout)
+	if d.cfg.Deps.WhenNotReady != "fail" {
+		wctx, cancel := context.WithTimeout(ctx, d.cfg.Deps.WaitTimeout)
 		defer cancel()
 		d.waitLoading(wctx, sk)
-		if l, err := d.Builder.Ready(plan); err == nil {
+		if l, err := d.builder.Ready(plan); err == nil {
 			return l, nil
 		}
-		if l, inflight, err := d.Builder.Wait(wctx, plan.Digest); inflight {
+		if l, inflight, err := d.builder.Wait(wctx, plan.Digest); inflight {
 			if err != nil {
 				return nil, fmt.Errorf("%w: the dependency layer of skill %q did not build: %v", api.ErrUnavailable, name, err)
 			}
 			return l, nil
 		}
 	}
-	if err := deps.MissingSourceError(name, plan.Missing, d.Builder.Sources); err != nil {
+	if err := deps.MissingSourceError(name, plan.Missing, d.builder.Sources); err != nil {
 		return nil, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
 	}
 	d.mu.Lock()
@@ -298,11 +316,11 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 	}
 	var out []*deps.Layer
 	for _, probe := range d.probes(set) {
-		interp, err := d.Config.Interpreter(probe, nil)
+		interp, err := d.cfg.Interpreter(probe, nil)
 		if err != nil {
 			return out, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
 		}
-		img, rootfs, err := d.Images.Ensure(ctx, interp.Image, nil)
+		img, rootfs, err := d.images.Ensure(ctx, interp.Image, nil)
 		if err != nil {
 			return out, fmt.Errorf("%w: image %q: %v", api.ErrUnavailable, interp.Image, err)
 		}
@@ -313,7 +331,7 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 		if err := layerImage(sk, img, rootfs); err != nil {
 			return out, err
 		}
-		l, err := d.Builder.Build(ctx, *req)
+		l, err := d.builder.Build(ctx, *req)
 		d.auditBuild(ctx, sk, req, l, err)
 		if err != nil {
 			if p := deps.PlanFor(*req); p.Digest != "" {
@@ -339,7 +357,7 @@ const EventDepsBuild = "deps.build"
 // auditBuild records how a layer build for sk ended (nothing when no layer
 // was needed).
 func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Request, l *deps.Layer, err error) {
-	if d.Audit == nil || (l == nil && err == nil) {
+	if d.journal == nil || (l == nil && err == nil) {
 		return
 	}
 	r := &audit.Record{Event: EventDepsBuild, Skill: &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}, Outcome: audit.OutcomeOK,
@@ -356,9 +374,7 @@ func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Reque
 	default:
 		r.Detail["size"] = strconv.FormatInt(l.Size, 10)
 	}
-	if aerr := d.Audit.Append(ctx, r); aerr != nil {
-		d.logger().Error("audit append failed", "event", r.Event, "error", aerr)
-	}
+	_ = d.journal.Record(ctx, r) // logged there; the build's own error is what the caller sees
 }
 
 // probes are script names whose extensions pick the images set needs.
@@ -385,13 +401,13 @@ func (d *Deps) OnLoad(sk *skills.Skill, ready func()) *api.Dependencies {
 		return &api.Dependencies{State: "invalid", Message: err.Error()}
 	}
 	if set.Empty() {
-		if d.hasExtras() && d.Config.Deps.BuildOnLoad {
+		if d.hasExtras() && d.cfg.Deps.BuildOnLoad {
 			go d.buildInBackground(sk, ready, d.startLoading(sk)) // the image extras' layer
 		}
 		return nil
 	}
 	info := describe(set)
-	if !d.Config.Deps.BuildOnLoad {
+	if !d.cfg.Deps.BuildOnLoad {
 		info.State = "not_built"
 		info.Message = "build_on_load is off: run skillbox deps build " + sk.Name
 		return info
@@ -460,10 +476,10 @@ func (d *Deps) buildInBackground(sk *skills.Skill, ready func(), done func()) {
 }
 
 func (d *Deps) logger() hclog.Logger {
-	if d.Logger == nil {
+	if d.log == nil {
 		return hclog.NewNullLogger()
 	}
-	return d.Logger
+	return d.log
 }
 
 func describe(set *deps.Set) *api.Dependencies {
@@ -503,7 +519,7 @@ func (d *Deps) importHint(o *Outcome) string {
 			return fmt.Sprintf("module %q is the image extra %q of image %q, which is not installed: configure python_index { url = … } and run: skillbox images build %s", mod, extra, o.Image.Name, o.Image.Name)
 		}
 		return fmt.Sprintf("module %q is neither in image %q nor in the skill's dependency layer: declare its package in the skill's requirements.txt or a PEP 723 block (# /// script … dependencies = [...]) and configure python_index; skillbox skills check %s lists every missing import",
-			mod, o.Image.Name, o.Plan.skillName())
+			mod, o.Image.Name, o.Plan.SkillName())
 	}
 	if m := nodeMissingRE.FindSubmatch(r.Stderr); m != nil {
 		return fmt.Sprintf("module %q is neither in image %q nor in the skill's dependency layer: declare it in the skill's package.json and configure npm_registry", string(m[1]), o.Image.Name)
@@ -516,7 +532,7 @@ func (d *Deps) extraFor(image, mod string) string {
 	if d == nil {
 		return ""
 	}
-	for _, e := range d.Extras[image] {
+	for _, e := range d.extras[image] {
 		if deps.ModuleOf(e) == mod {
 			return e
 		}
@@ -524,72 +540,30 @@ func (d *Deps) extraFor(image, mod string) string {
 	return ""
 }
 
-// loadDeps starts the layer builds of the skills just loaded and puts what
-// they declare into the receipt.
-func (s *Service) loadDeps(found []*skills.Skill, res *api.LoadResult) {
-	if s.engine == nil || s.engine.Deps == nil {
-		return
-	}
-	for _, sk := range found {
-		// Warming skipped the skill's scripts whose layer was not built;
-		// once it is, they are warmed with it.
-		info := s.engine.Deps.OnLoad(sk, func() { s.engine.WarmSkills([]*skills.Skill{sk}) })
-		if info == nil {
-			continue
-		}
-		for i := range res.ActiveSkills {
-			if res.ActiveSkills[i].Name == sk.Name {
-				res.ActiveSkills[i].Dependencies = info
-			}
-		}
-	}
-}
-
-// CheckSkill implements api.Service (skills.check): a static check of the
-// skill's scripts against the images they run in and its dependency layer.
-// It reads files only and never builds an image or a layer: a family whose
-// image is not built is reported as skipped.
-func (s *Service) CheckSkill(ctx context.Context, caller api.Peer, p api.CheckSkillParams) (*api.CheckSkillResult, error) {
-	if p.Skill == "" {
-		return nil, fmt.Errorf("%w: skill is required: name a skill from skills.list", api.ErrInvalidParams)
-	}
-	if err := skills.ValidName(p.Skill); err != nil {
-		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
-	}
-	sk, err := s.skills.Get(p.Skill)
-	if err != nil {
-		return nil, fmt.Errorf("%w: no skill named %q: call skills.list to see the available names", api.ErrNotFound, p.Skill)
-	}
-	if s.engine == nil {
-		return nil, fmt.Errorf("%w: this service runs nothing, so it has no images to check against", api.ErrUnavailable)
-	}
-	return s.engine.CheckSkill(ctx, sk)
-}
-
 // CheckSkill is the engine's half of skills.check.
 func (e *Engine) CheckSkill(ctx context.Context, sk *skills.Skill) (*api.CheckSkillResult, error) {
 	in := deps.CheckInput{Images: map[string]*deps.Image{}, Layers: map[string]string{}, Extras: map[string][]string{}}
 	res := &api.CheckSkillResult{Skill: sk.Name, Digest: sk.Digest, Findings: []api.CheckFinding{}}
 	var set *deps.Set
-	if e.Deps != nil {
+	if e.deps != nil {
 		var err error
-		if set, err = e.Deps.Declared(sk, sk.Dir); err != nil {
+		if set, err = e.deps.Declared(sk, sk.Dir); err != nil {
 			return nil, err
 		}
 		in.Declared = set
 	}
 	why := map[string]string{}
 	for _, fam := range []struct{ family, probe string }{{"python", "x.py"}, {"node", "x.js"}, {"shell", "x.sh"}} {
-		interp, err := e.Config.Interpreter(fam.probe, nil)
+		interp, err := e.cfg.Interpreter(fam.probe, nil)
 		if err != nil {
 			why[fam.family] = err.Error()
 			continue
 		}
-		if ic, ok := e.Images.(interface{ Built(string) error }); ok && ic.Built(interp.Image) != nil {
+		if ic, ok := e.images.(BuiltChecker); ok && ic.Built(interp.Image) != nil {
 			why[fam.family] = fmt.Sprintf("image %q is not built (skillbox images build %s)", interp.Image, interp.Image)
 			continue
 		}
-		ref, rootfs, err := e.Images.Ensure(ctx, interp.Image, nil)
+		ref, rootfs, err := e.images.Ensure(ctx, interp.Image, nil)
 		if err != nil {
 			why[fam.family] = fmt.Sprintf("image %q: %v", interp.Image, err)
 			continue
@@ -598,10 +572,10 @@ func (e *Engine) CheckSkill(ctx context.Context, sk *skills.Skill) (*api.CheckSk
 			why[fam.family] = fmt.Sprintf("image %q is the registry image %s: dependency layers are built only on images skillbox builds", interp.Image, ref.Ref)
 			continue
 		}
-		if e.Deps != nil {
-			in.Images[fam.family] = e.Deps.image(rootfs)
-			in.Layers[fam.family], _ = e.Deps.ReadyDir(sk, sk.Dir, ref, rootfs)
-			in.Extras[fam.family] = e.Deps.Extras[interp.Image]
+		if e.deps != nil {
+			in.Images[fam.family] = e.deps.image(rootfs)
+			in.Layers[fam.family], _ = e.deps.ReadyDir(sk, sk.Dir, ref, rootfs)
+			in.Extras[fam.family] = e.deps.extras[interp.Image]
 		} else {
 			in.Images[fam.family] = deps.Inspect(rootfs)
 		}

@@ -1,11 +1,16 @@
-package service
+// Package runner is skillbox's run engine: it turns a run request that the
+// service has already authorized into one sandboxed run. It plans the run
+// (script path, interpreter image, limits, network and egress, the digest an
+// approval binds), supplies its image, dependency layer and pinned skill
+// copy, takes a warm sandbox when the pool has one, writes the run's audit
+// records and calls the runtime. It knows nothing of sessions, callers or
+// confirmations: those are the service's, which sits above it.
+package runner
 
 import (
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -38,18 +43,9 @@ type ImageSource interface {
 	Ensure(ctx context.Context, name string, progress io.Writer) (runtime.ImageRef, string, error)
 }
 
-// Auditor is the slice of the audit log the engine writes to. A nil Auditor
-// means "no audit configured" (a local `skillbox run` without an audit dir).
-type Auditor interface {
-	Append(ctx context.Context, r *audit.Record) error
-	Healthy() error
-}
-
-// Engine turns a run request into one sandboxed run: it confines the script
-// path, picks the interpreter image from the extension, applies the policy's
-// limits and network rule, writes the audit start/end records, and calls the
-// runtime. The daemon and `skillbox run` share it so both behave the same.
-type Engine struct {
+// Options are what an Engine is made of; New copies them, and the caller
+// owns the parts' lifetimes.
+type Options struct {
 	Config  *policy.Config
 	Images  ImageSource
 	Runtime runtime.Runtime
@@ -58,8 +54,9 @@ type Engine struct {
 	Pool *runtime.Pool
 	// Pins gives each run a copy of the skill version it was checked
 	// against; required (a run never mounts the live skill directory).
-	Pins   SkillPinner
-	Audit  Auditor
+	Pins SkillPinner
+	// Audit is the audit log's one writer (see Journal); nil: no audit.
+	Audit  Recorder
 	Logger hclog.Logger
 	// Progress receives image build progress (stderr for the CLI).
 	Progress io.Writer
@@ -68,12 +65,59 @@ type Engine struct {
 	// Deps gives runs their dependency layers; nil: skills' declared
 	// dependencies are ignored.
 	Deps *Deps
+}
 
-	caMu           sync.Mutex // guards Egress.CA
+// Engine turns an authorized run request into one sandboxed run: it
+// confines the script path, picks the interpreter image from the extension,
+// applies the policy's limits and network rule, writes the audit
+// start/end records, and calls the runtime. Every front end runs through
+// it (behind the service's authorization), so all behave the same.
+type Engine struct {
+	cfg      *policy.Config
+	images   ImageSource
+	rt       runtime.Runtime
+	pool     *runtime.Pool
+	pins     SkillPinner
+	journal  Recorder
+	log      hclog.Logger
+	progress io.Writer
+	egress   EgressOptions
+	deps     *Deps
+
+	caMu           sync.Mutex // guards egress.CA
 	egressBudgets  uidBudgets // per-uid budgets of egress audit records
 	verMu          sync.Mutex // runs call version concurrently
 	runtimeVersion string
 }
+
+// New makes an Engine of o.
+func New(o Options) *Engine {
+	log := o.Logger
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	j := o.Audit
+	if j == nil {
+		j = NewJournal(nil, nil)
+	}
+	return &Engine{cfg: o.Config, images: o.Images, rt: o.Runtime, pool: o.Pool, pins: o.Pins, journal: j,
+		log: log, progress: o.Progress, egress: o.Egress, deps: o.Deps}
+}
+
+// Config is the policy the engine plans runs with.
+func (e *Engine) Config() *policy.Config { return e.cfg }
+
+// Runtime is the backend runs go to.
+func (e *Engine) Runtime() runtime.Runtime { return e.rt }
+
+// Pool is the warm pool, or nil.
+func (e *Engine) Pool() *runtime.Pool { return e.pool }
+
+// Pins is the skill snapshot store runs mount their skills from.
+func (e *Engine) Pins() SkillPinner { return e.pins }
+
+// Deps is the dependency layers of runs, or nil.
+func (e *Engine) Deps() *Deps { return e.deps }
 
 // RunRequest is one script run as asked for by a host or a person.
 type RunRequest struct {
@@ -169,19 +213,19 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	dirs, dirsRule := e.Config.ScriptDirsFor(req.Skill.Name)
+	dirs, dirsRule := e.cfg.ScriptDirsFor(req.Skill.Name)
 	if !policy.ScriptInDirs(rel, dirs) {
 		if len(dirs) == 0 {
 			return nil, fmt.Errorf("%w: no script of skill %q may be run: the script_dirs of %s have no directory in common; ask an administrator to fix them", api.ErrDenied, req.Skill.Name, dirsRule)
 		}
 		return nil, fmt.Errorf("%w: script %q of skill %q is outside the directories policy lets scripts run from (script_dirs %s, set by %s): run a script under one of them", api.ErrDenied, rel, req.Skill.Name, strings.Join(dirs, ", "), dirsRule)
 	}
-	if e.Pins == nil {
+	if e.pins == nil {
 		return nil, fmt.Errorf("%w: the engine has no skill snapshot store", api.ErrUnavailable)
 	}
 	// Everything below reads the pinned copy: the script hashed here is the
 	// one the sandbox will see, whatever happens to the skill's directory.
-	root, err := e.Pins.Pin(req.Skill)
+	root, err := e.pins.Pin(req.Skill)
 	if err != nil {
 		return nil, err
 	}
@@ -202,19 +246,19 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	}
 	sum := sha256.Sum256(script)
 
-	interp, err := e.Config.Interpreter(rel, script[:min(len(script), 256)])
+	interp, err := e.cfg.Interpreter(rel, script[:min(len(script), 256)])
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
 	}
 
-	limits, rules := e.Config.LimitsFor(req.Skill.Name)
+	limits, rules := e.cfg.LimitsFor(req.Skill.Name)
 	limits = policy.Tighten(limits, req.Limits)
 
 	network := false
 	netRule := ""
 	if req.Network {
-		ok, rule := e.Config.NetworkFor(req.Skill.Name)
-		if dests, _ := e.Config.EgressFor(req.Skill.Name); !ok && len(dests) == 0 {
+		ok, rule := e.cfg.NetworkFor(req.Skill.Name)
+		if dests, _ := e.cfg.EgressFor(req.Skill.Name); !ok && len(dests) == 0 {
 			return nil, fmt.Errorf("%w: network access for skill %q is not allowed by any policy rule; ask an administrator to list its destinations in egress = [...] (or set network = true) in a policy block for it", api.ErrDenied, req.Skill.Name)
 		}
 		// Without full network, the skill's egress destinations are its
@@ -276,7 +320,7 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 // building or unpacking anything (see ImageChecker); an image source that
 // cannot tell says yes, and Execute finds out.
 func (e *Engine) CheckImage(p *Plan) error {
-	if ic, ok := e.Images.(ImageChecker); ok {
+	if ic, ok := e.images.(ImageChecker); ok {
 		return ic.Available(p.Interpreter.Image)
 	}
 	return nil
@@ -287,17 +331,15 @@ func (e *Engine) CheckImage(p *Plan) error {
 // returned; if either cannot be written the run is refused or its result
 // withheld (fail closed).
 func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
-	log := e.logger()
-	if e.Audit != nil {
-		if err := e.Audit.Healthy(); err != nil {
-			return nil, auditDown(err)
-		}
+	log := e.log
+	if err := e.journal.Check(); err != nil {
+		return nil, err
 	}
-	img, rootfs, err := e.Images.Ensure(ctx, p.Interpreter.Image, e.Progress)
+	img, rootfs, err := e.images.Ensure(ctx, p.Interpreter.Image, e.progress)
 	if err != nil {
 		return nil, fmt.Errorf("%w: image %q for %s: %v", api.ErrUnavailable, p.Interpreter.Image, p.Script, err)
 	}
-	layer, err := e.Deps.ForRun(ctx, p, img, rootfs)
+	layer, err := e.deps.ForRun(ctx, p, img, rootfs)
 	if err != nil {
 		return nil, err
 	}
@@ -319,15 +361,15 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		SessionID: req.SessionID,
 		RequestID: req.RequestID,
 		Method:    req.Method,
-		Skill:     p.auditSkill(),
-		Skills:    p.Code.auditSkills(),
+		Skill:     p.AuditSkill(),
+		Skills:    p.Code.AuditSkills(),
 		Run:       e.runInfo(p, img, rtVersion),
 		Detail:    planDetail(p),
 	}
 	start.Run.Started = began.UTC()
 	start.Run.DepsLayer = layerDigest
-	start.Run.Code = p.Code.auditCode(true)
-	if err := e.append(ctx, start); err != nil {
+	start.Run.Code = p.Code.AuditCode(true)
+	if err := e.journal.Record(ctx, start); err != nil {
 		return nil, err
 	}
 
@@ -350,7 +392,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	}
 	p.Code.applyTo(&job)
 	job.ModuleEnv = depsModuleEnv(job.ModuleEnv, img.Name, layer)
-	log.Debug("run starting", "run_id", p.RunID, "skill", p.skillName(), "script", p.Script, "image", img.Digest, "deps_layer", layerDigest)
+	log.Debug("run starting", "run_id", p.RunID, "skill", p.SkillName(), "script", p.Script, "image", img.Digest, "deps_layer", layerDigest)
 	res, runErr := e.runJob(ctx, p, img, job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
 		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
@@ -371,7 +413,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	end.Run.DepsLayer = layerDigest
 	end.Run.Ended = time.Now().UTC()
 	if runErr == nil && res == nil {
-		runErr = fmt.Errorf("runtime %s returned no result", e.Runtime.Name())
+		runErr = fmt.Errorf("runtime %s returned no result", e.rt.Name())
 	}
 	if runErr != nil {
 		end.Outcome = audit.OutcomeError
@@ -383,7 +425,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 	// Use a fresh context: a cancelled caller must not cost us the end record.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := e.append(actx, end); err != nil {
+	if err := e.journal.Record(actx, end); err != nil {
 		return nil, err
 	}
 	if runErr != nil {
@@ -391,9 +433,9 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		// The run.end record holds the failure.
 		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
-	log.Info("run finished", "run_id", p.RunID, "skill", p.skillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
+	log.Info("run finished", "run_id", p.RunID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
 	out := &Outcome{RunID: p.RunID, Plan: p, Image: img, Result: res, DepsLayer: layerDigest}
-	out.Hint = e.Deps.importHint(out)
+	out.Hint = e.deps.importHint(out)
 	return out, nil
 }
 
@@ -406,59 +448,13 @@ func (e *Engine) Run(ctx context.Context, req RunRequest) (*Outcome, error) {
 	return e.Execute(ctx, p)
 }
 
-// Decide asks the policy about a tool for a skill and audits the decision.
-func (e *Engine) Decide(ctx context.Context, s *skills.Skill, tool string, input []byte, rec audit.Record) (policy.Decision, error) {
-	d, r := e.decision(s, tool, input, rec)
-	if err := e.append(ctx, r); err != nil {
-		return d, err
-	}
-	return d, nil
-}
-
-// decision is Decide without writing its record.
-func (e *Engine) decision(s *skills.Skill, tool string, input []byte, rec audit.Record) (policy.Decision, *audit.Record) {
-	d := e.Config.Decide(policy.Request{Skill: s.Name, AllowedTools: s.AllowedTools, Tool: tool, Input: input})
-	rec.Event = audit.EventDecision
-	rec.Skill = &audit.SkillRef{Name: s.Name, Digest: s.Digest}
-	rec.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(d.Effect), Rule: d.Rule, Reason: d.Reason, Mode: string(e.Config.Daemon.ToolMode)}
-	if len(input) > 0 {
-		rec.Decision.InputSHA256 = sha256Hex(input)
-	}
-	rec.Outcome = string(d.Effect)
-	return d, &rec
-}
-
-func (e *Engine) append(ctx context.Context, r *audit.Record) error {
-	if e.Audit == nil {
-		return nil
-	}
-	if err := e.Audit.Append(ctx, r); err != nil {
-		return auditDown(err)
-	}
-	return nil
-}
-
-// auditDown is the error of a call refused because the audit log cannot be
-// written (fail closed). It says so once, with the log's own reason.
-func auditDown(err error) error {
-	why := strings.TrimPrefix(err.Error(), audit.ErrUnavailable.Error()+": ")
-	return fmt.Errorf("%w: the audit log cannot be written (%s); skillbox refuses audited calls, runs included, until it can", api.ErrUnavailable, why)
-}
-
-func (e *Engine) logger() hclog.Logger {
-	if e.Logger == nil {
-		return hclog.NewNullLogger()
-	}
-	return e.Logger
-}
-
 // version caches the runtime's version; it is asked once per engine (until
 // it answers).
 func (e *Engine) version(ctx context.Context) string {
 	e.verMu.Lock()
 	defer e.verMu.Unlock()
 	if e.runtimeVersion == "" {
-		v, err := e.Runtime.Version(ctx)
+		v, err := e.rt.Version(ctx)
 		if err != nil {
 			return "unknown"
 		}
@@ -477,23 +473,23 @@ func (e *Engine) runInfo(p *Plan, img runtime.ImageRef, rtVersion string) *audit
 		Args:           req.Args,
 		EnvNames:       names,
 		EnvHash:        envHash,
-		Runtime:        e.Runtime.Name(),
+		Runtime:        e.rt.Name(),
 		RuntimeVersion: rtVersion,
 		Image:          img.Name,
 		ImageDigest:    img.Digest,
 		Limits:         p.Limits,
 		Network:        p.Network,
-		Egress:         p.auditEgress(),
+		Egress:         p.AuditEgress(),
 		EgressSecrets:  p.secretNames(),
 		Digest:         p.Digest,
 		ConfirmationID: req.ConfirmationID,
-		Code:           p.Code.auditCode(false),
+		Code:           p.Code.AuditCode(false),
 	}
 	if len(req.Stdin) > 0 {
-		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), sha256Hex(req.Stdin)
+		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), SHA256Hex(req.Stdin)
 	}
 	for _, f := range req.Files {
-		ref := audit.FileRef{Path: f.Name, Size: int64(len(f.Data)), SHA256: sha256Hex(f.Data)}
+		ref := audit.FileRef{Path: f.Name, Size: int64(len(f.Data)), SHA256: SHA256Hex(f.Data)}
 		switch f.Kind {
 		case runtime.InputDir:
 			ref = audit.FileRef{Path: f.Name, Type: string(f.Kind)}
@@ -545,8 +541,8 @@ func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
 	ri.DurationMS = res.Duration.Milliseconds()
 	ri.StdoutBytes = int64(len(res.Stdout))
 	ri.StderrBytes = int64(len(res.Stderr))
-	ri.StdoutSHA256 = sha256Hex(res.Stdout)
-	ri.StderrSHA256 = sha256Hex(res.Stderr)
+	ri.StdoutSHA256 = SHA256Hex(res.Stdout)
+	ri.StderrSHA256 = SHA256Hex(res.Stderr)
 	ri.StdoutTruncated = res.StdoutTruncated
 	ri.StderrTruncated = res.StderrTruncated
 	for _, o := range res.Outputs {
@@ -631,7 +627,7 @@ func (e *Engine) checkEnv(env []string, given map[string]string, skillNames ...s
 		names = append(names, k)
 	}
 	for _, sk := range skillNames {
-		if err := e.Config.CheckEnv(sk, names); err != nil {
+		if err := e.cfg.CheckEnv(sk, names); err != nil {
 			return fmt.Errorf("%w: %v", api.ErrDenied, strings.TrimPrefix(err.Error(), policy.ErrDenied.Error()+": "))
 		}
 	}
@@ -657,24 +653,26 @@ func runDigestFields(p *Plan) []string {
 	files := make([]string, 0, len(req.Files))
 	for _, f := range req.Files {
 		// Kind, mode and link target are part of what was approved.
-		files = append(files, fmt.Sprintf("%q:%s:%o:%q:%s", f.Name, f.Kind, f.Mode, f.Target, sha256Hex(f.Data)))
+		files = append(files, fmt.Sprintf("%q:%s:%o:%q:%s", f.Name, f.Kind, f.Mode, f.Target, SHA256Hex(f.Data)))
 	}
 	fields := []string{
-		"args", strings.Join(quoteAll(req.Args), " "),
-		"env", strings.Join(quoteAll(p.Env), " "),
-		"stdin_sha256", sha256Hex(req.Stdin),
+		"args", strings.Join(QuoteAll(req.Args), " "),
+		"env", strings.Join(QuoteAll(p.Env), " "),
+		"stdin_sha256", SHA256Hex(req.Stdin),
 		"files", strings.Join(files, " "),
 		"limits", fmt.Sprintf("%+v", p.Limits),
 		"network", fmt.Sprint(p.Network),
 	}
 	if len(p.Egress) > 0 {
 		// The destinations an approval covers are part of what it binds.
-		fields = append(fields, "egress", strings.Join(p.egressNames(), " "), "egress_secrets", strings.Join(p.secretNames(), " "))
+		fields = append(fields, "egress", strings.Join(p.EgressNames(), " "), "egress_secrets", strings.Join(p.secretNames(), " "))
 	}
 	return fields
 }
 
-func quoteAll(ss []string) []string {
+// QuoteAll quotes each of ss as Go would (%q): how digests and approvers
+// see argument lists.
+func QuoteAll(ss []string) []string {
 	out := make([]string, len(ss))
 	for i, s := range ss {
 		out[i] = fmt.Sprintf("%q", s)
@@ -682,7 +680,9 @@ func quoteAll(ss []string) []string {
 	return out
 }
 
-func sha256Hex(b []byte) string {
+// SHA256Hex is the hex sha256 of b, as audit records and digests name
+// contents.
+func SHA256Hex(b []byte) string {
 	s := sha256.Sum256(b)
 	return hex.EncodeToString(s[:])
 }
@@ -708,49 +708,5 @@ func classifyRuntimeErr(err error) error {
 	}
 }
 
-// ResultOf turns an outcome into its wire form (skills.run_script's
-// result). Output contents are inlined (base64), in path order, while their
-// bytes fit in inlineBudget (api.MaxInlineOutputBytes on the socket; 0
-// inlines none); every output past the budget keeps its path, size and
-// sha256 and is marked ContentOmitted, and OutputsNotInlined counts them.
-func ResultOf(o *Outcome, inlineBudget int64) api.RunScriptResult {
-	r := o.Result
-	res := api.RunScriptResult{
-		RunID: o.RunID, Path: o.Plan.Script, ExitCode: r.ExitCode, Signal: r.Signal,
-		Stdout: string(r.Stdout), Stderr: string(r.Stderr),
-		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
-		DurationMS: r.Duration.Milliseconds(), Reason: string(r.Reason),
-		OutputsTruncated: r.OutputsTruncated, OutputsTruncatedBy: r.OutputsTruncatedBy,
-		OutputsOmittedFiles: r.OutputsOmittedFiles, OutputsOmittedBytes: r.OutputsOmittedBytes,
-		OutputsSkipped: r.OutputsSkipped,
-		Image:          o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
-		Skills:         o.Plan.Code.resultSkills(),
-		RuntimeVersion: r.RuntimeVersion, Warm: r.Warm,
-		DepsLayer: o.DepsLayer, Hint: o.Hint,
-	}
-	if e := r.Egress; e != nil {
-		res.Egress = &api.EgressSummary{Connections: e.Connections, Denied: e.Denied, BytesOut: e.BytesOut, BytesIn: e.BytesIn, LimitHit: e.LimitHit}
-	}
-	if sk := o.Plan.Request.Skill; sk != nil {
-		res.Skill, res.SkillDigest = sk.Name, sk.Digest
-	}
-	res.Network, res.ConfirmationID = o.Plan.Network, o.Plan.Request.ConfirmationID
-	if b, err := json.Marshal(o.Plan.Limits); err == nil {
-		_ = json.Unmarshal(b, &res.Limits)
-	}
-	// Every list is present, empty or not: a reader need not tell null from [].
-	res.Outputs, res.OutputsSkipped = []api.Output{}, append([]string{}, r.OutputsSkipped...)
-	left := inlineBudget
-	for _, f := range r.Outputs {
-		out := api.Output{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
-		if int64(len(f.Data)) <= left && res.OutputsNotInlined == 0 {
-			out.Content = base64.StdEncoding.EncodeToString(f.Data)
-			left -= int64(len(f.Data))
-		} else {
-			out.ContentOmitted = true
-			res.OutputsNotInlined++
-		}
-		res.Outputs = append(res.Outputs, out)
-	}
-	return res
-}
+// ErrRunCancelled is the cause of a run's ctx when runs.cancel stopped it.
+var ErrRunCancelled = errors.New("run cancelled on request")

@@ -1,4 +1,4 @@
-package service_test
+package runner_test
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -43,19 +43,19 @@ func TestCleanScriptPath(t *testing.T) {
 		{"./", "", "skill root"},
 		{"scripts/..", "", ".."},
 	} {
-		got, err := service.CleanScriptPath(tc.in)
+		got, err := runner.CleanScriptPath(tc.in)
 		if tc.want != "" {
 			if err != nil || got != tc.want {
-				t.Errorf("service.CleanScriptPath(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
+				t.Errorf("runner.CleanScriptPath(%q) = %q, %v; want %q", tc.in, got, err, tc.want)
 			}
 			continue
 		}
 		if err == nil {
-			t.Errorf("service.CleanScriptPath(%q) = %q, want an error", tc.in, got)
+			t.Errorf("runner.CleanScriptPath(%q) = %q, want an error", tc.in, got)
 			continue
 		}
 		if !errors.Is(err, api.ErrInvalidParams) || !strings.Contains(err.Error(), tc.msg) {
-			t.Errorf("service.CleanScriptPath(%q) error %v, want invalid params mentioning %q", tc.in, err, tc.msg)
+			t.Errorf("runner.CleanScriptPath(%q) error %v, want invalid params mentioning %q", tc.in, err, tc.msg)
 		}
 	}
 }
@@ -82,14 +82,18 @@ policy "online" {
 }
 `
 
-func newTestEngine(t *testing.T, config string) (*service.Engine, *servicetest.Runtime) {
+func newTestEngine(t *testing.T, config string, with ...func(*runner.Options)) (*runner.Engine, *servicetest.Runtime) {
 	t.Helper()
 	cfg, err := policy.Parse([]byte(config), "engine.hcl")
 	if err != nil {
 		t.Fatal(err)
 	}
 	rt := &servicetest.Runtime{}
-	return &service.Engine{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Pins: servicetest.LivePins{}}, rt
+	o := runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Pins: servicetest.LivePins{}}
+	for _, f := range with {
+		f(&o)
+	}
+	return runner.New(o), rt
 }
 
 func engineSkill(t *testing.T, name string) *skills.Skill {
@@ -123,7 +127,7 @@ func TestPrepareInterpreterByExtension(t *testing.T) {
 		{"scripts/noext", "python", "python3"}, // shebang fallback
 		{"scripts/binsh", "shell", "bash"},
 	} {
-		p, err := e.Prepare(service.RunRequest{Skill: sk, Script: tc.script, Args: []string{"x"}})
+		p, err := e.Prepare(runner.RunRequest{Skill: sk, Script: tc.script, Args: []string{"x"}})
 		if err != nil {
 			t.Errorf("%s: %v", tc.script, err)
 			continue
@@ -147,14 +151,14 @@ func TestPrepareInterpreterByExtension(t *testing.T) {
 		{"scripts", api.ErrInvalidParams, "not a regular file"},
 		{"SKILL.md", api.ErrInvalidParams, ".md"},
 	} {
-		_, err := e.Prepare(service.RunRequest{Skill: sk, Script: tc.script})
+		_, err := e.Prepare(runner.RunRequest{Skill: sk, Script: tc.script})
 		if !errors.Is(err, tc.target) || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("%s: error %v, want %v mentioning %q", tc.script, err, tc.target, tc.msg)
 		}
 	}
 	// The caller cannot pick the interpreter: a request has no field for
 	// it, and args go after the script path.
-	p, err := e.Prepare(service.RunRequest{Skill: sk, Script: "scripts/a.py", Args: []string{"-c", "import os"}})
+	p, err := e.Prepare(runner.RunRequest{Skill: sk, Script: "scripts/a.py", Args: []string{"-c", "import os"}})
 	if err != nil || p.Argv[0] != "python3" || p.Argv[1] != "/skill/scripts/a.py" {
 		t.Errorf("args before the script: %q %v", p.Argv, err)
 	}
@@ -165,25 +169,25 @@ func TestPrepareLimitsOnlyLowered(t *testing.T) {
 	tool := engineSkill(t, "tool")
 	other := engineSkill(t, "other")
 
-	p, err := e.Prepare(service.RunRequest{Skill: other, Script: "scripts/a.py"})
+	p, err := e.Prepare(runner.RunRequest{Skill: other, Script: "scripts/a.py"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if p.Limits.Timeout != 30*time.Second || p.Limits.MemoryBytes != 256<<20 || p.Limits.Pids != runtime.DefaultLimits.Pids {
 		t.Errorf("config limits: %+v", p.Limits)
 	}
-	p, _ = e.Prepare(service.RunRequest{Skill: tool, Script: "scripts/a.py"})
+	p, _ = e.Prepare(runner.RunRequest{Skill: tool, Script: "scripts/a.py"})
 	if p.Limits.Pids != 16 || !strings.Contains(strings.Join(p.LimitRules, ";"), `policy "tight"`) {
 		t.Errorf("rule limits: %+v from %q", p.Limits, p.LimitRules)
 	}
 	// Asking for more is ignored, asking for less is honoured.
-	p, _ = e.Prepare(service.RunRequest{Skill: tool, Script: "scripts/a.py", Limits: runtime.Limits{
+	p, _ = e.Prepare(runner.RunRequest{Skill: tool, Script: "scripts/a.py", Limits: runtime.Limits{
 		Timeout: time.Hour, MemoryBytes: 8 << 30, Pids: 1000, CPUs: 64,
 	}})
 	if p.Limits.Timeout != 30*time.Second || p.Limits.MemoryBytes != 256<<20 || p.Limits.Pids != 16 || p.Limits.CPUs != runtime.DefaultLimits.CPUs {
 		t.Errorf("raised limits: %+v", p.Limits)
 	}
-	p, _ = e.Prepare(service.RunRequest{Skill: tool, Script: "scripts/a.py", Limits: runtime.Limits{
+	p, _ = e.Prepare(runner.RunRequest{Skill: tool, Script: "scripts/a.py", Limits: runtime.Limits{
 		Timeout: 2 * time.Second, MemoryBytes: 64 << 20, Pids: 4, CPUs: 0.5,
 	}})
 	if p.Limits.Timeout != 2*time.Second || p.Limits.MemoryBytes != 64<<20 || p.Limits.Pids != 4 || p.Limits.CPUs != 0.5 {
@@ -196,20 +200,20 @@ func TestPrepareNetwork(t *testing.T) {
 	tool := engineSkill(t, "tool")
 	netter := engineSkill(t, "netter")
 
-	p, err := e.Prepare(service.RunRequest{Skill: tool, Script: "scripts/a.py"})
+	p, err := e.Prepare(runner.RunRequest{Skill: tool, Script: "scripts/a.py"})
 	if err != nil || p.Network {
 		t.Fatalf("default network: %v %v", p.Network, err)
 	}
-	_, err = e.Prepare(service.RunRequest{Skill: tool, Script: "scripts/a.py", Network: true})
+	_, err = e.Prepare(runner.RunRequest{Skill: tool, Script: "scripts/a.py", Network: true})
 	if !errors.Is(err, api.ErrDenied) || !strings.Contains(err.Error(), "network") {
 		t.Errorf("network without a rule: %v", err)
 	}
 	// Allowed by a rule, but only when asked for.
-	p, err = e.Prepare(service.RunRequest{Skill: netter, Script: "scripts/a.py"})
+	p, err = e.Prepare(runner.RunRequest{Skill: netter, Script: "scripts/a.py"})
 	if err != nil || p.Network {
 		t.Errorf("network not asked for: %v %v", p.Network, err)
 	}
-	p, err = e.Prepare(service.RunRequest{Skill: netter, Script: "scripts/a.py", Network: true})
+	p, err = e.Prepare(runner.RunRequest{Skill: netter, Script: "scripts/a.py", Network: true})
 	if err != nil || !p.Network || !strings.Contains(p.NetworkRule, `policy "online"`) {
 		t.Errorf("network with a rule: %+v %v", p, err)
 	}
@@ -220,7 +224,7 @@ policy "offline" {
   network = false
 }
 `)
-	if _, err := e2.Prepare(service.RunRequest{Skill: netter, Script: "scripts/a.py", Network: true}); !errors.Is(err, api.ErrDenied) {
+	if _, err := e2.Prepare(runner.RunRequest{Skill: netter, Script: "scripts/a.py", Network: true}); !errors.Is(err, api.ErrDenied) {
 		t.Errorf("network = false did not win: %v", err)
 	}
 }
@@ -228,7 +232,7 @@ policy "offline" {
 func TestPrepareDigestBindsTheRun(t *testing.T) {
 	e, _ := newTestEngine(t, engineConfig)
 	sk := engineSkill(t, "tool")
-	base := service.RunRequest{Skill: sk, Script: "scripts/a.py", Args: []string{"a", "b"}, Env: map[string]string{"K": "v"}}
+	base := runner.RunRequest{Skill: sk, Script: "scripts/a.py", Args: []string{"a", "b"}, Env: map[string]string{"K": "v"}}
 	p0, err := e.Prepare(base)
 	if err != nil {
 		t.Fatal(err)
@@ -237,7 +241,7 @@ func TestPrepareDigestBindsTheRun(t *testing.T) {
 	if p0.Digest != p1.Digest || p0.RunID == p1.RunID {
 		t.Fatalf("same request: digests %s %s, run ids %s %s", p0.Digest, p1.Digest, p0.RunID, p1.RunID)
 	}
-	variants := map[string]service.RunRequest{}
+	variants := map[string]runner.RunRequest{}
 	v := base
 	v.Args = []string{"a b"}
 	variants["args joined"] = v
@@ -270,18 +274,17 @@ func TestPrepareDigestBindsTheRun(t *testing.T) {
 	}
 	// Env values are checked here, before any confirmation or audit.
 	for _, env := range []map[string]string{{"LD_PRELOAD": "x"}, {"PATH": "/tmp"}, {"A=B": "x"}, {"K": "a\x00b"}} {
-		if _, err := e.Prepare(service.RunRequest{Skill: sk, Script: "scripts/a.py", Env: env}); !errors.Is(err, api.ErrInvalidParams) {
+		if _, err := e.Prepare(runner.RunRequest{Skill: sk, Script: "scripts/a.py", Env: env}); !errors.Is(err, api.ErrInvalidParams) {
 			t.Errorf("env %q: %v", env, err)
 		}
 	}
 }
 
 func TestExecuteFailClosed(t *testing.T) {
-	e, rt := newTestEngine(t, engineConfig)
 	au := &servicetest.Auditor{}
-	e.Audit = au
+	e, rt := newTestEngine(t, engineConfig, func(o *runner.Options) { o.Audit = runner.NewJournal(au, nil) })
 	sk := engineSkill(t, "tool")
-	p, err := e.Prepare(service.RunRequest{Skill: sk, Script: "scripts/a.py"})
+	p, err := e.Prepare(runner.RunRequest{Skill: sk, Script: "scripts/a.py"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package service_test
+package runner_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/skillbox/skillbox/images/deps"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/skills"
@@ -21,9 +22,8 @@ const depsImageDigest = "sha256:abababababababababababababababababababababababab
 
 // depsEngine is an engine over a fake rootfs with python 3.13 (and
 // nothing installed) and a layer store in a temp dir.
-func depsEngine(t *testing.T, config string, src deps.Sources) (*service.Engine, *servicetest.Runtime, string) {
+func depsEngine(t *testing.T, config string, src deps.Sources) (*runner.Engine, *servicetest.Runtime, string) {
 	t.Helper()
-	e, rt := newTestEngine(t, config)
 	rootfs := t.TempDir()
 	for _, d := range []string{"usr/lib/python3.13", "usr/bin"} {
 		if err := os.MkdirAll(filepath.Join(rootfs, d), 0o755); err != nil {
@@ -31,11 +31,14 @@ func depsEngine(t *testing.T, config string, src deps.Sources) (*service.Engine,
 		}
 	}
 	os.WriteFile(filepath.Join(rootfs, "usr/bin/python3.13"), nil, 0o755)
-	e.Images = &servicetest.Images{EnsureFunc: func(_ context.Context, name string) (runtime.ImageRef, string, error) {
+	images := &servicetest.Images{EnsureFunc: func(_ context.Context, name string) (runtime.ImageRef, string, error) {
 		return runtime.ImageRef{Name: name, Digest: depsImageDigest}, rootfs, nil
 	}}
 	store := t.TempDir()
-	e.Deps = &service.Deps{Builder: &deps.Builder{Store: deps.OpenStore(store), Runtime: rt, Sources: src}, Config: e.Config, Images: e.Images}
+	e, rt := newTestEngine(t, config, func(o *runner.Options) {
+		o.Images = images
+		o.Deps = runner.NewDeps(runner.DepsOptions{Builder: &deps.Builder{Store: deps.OpenStore(store), Runtime: o.Runtime, Sources: src}, Config: o.Config, Images: images})
+	})
 	return e, rt, rootfs
 }
 
@@ -49,7 +52,7 @@ func depsSkill(t *testing.T, name, requirements string) *skills.Skill {
 
 func TestDepsRunWithoutDeclarationsMountsNothing(t *testing.T) {
 	e, rt, _ := depsEngine(t, engineConfig, deps.Sources{PythonIndex: "http://127.0.0.1:1/simple"})
-	out, err := e.Run(context.Background(), service.RunRequest{Skill: depsSkill(t, "plain", ""), Script: "scripts/run.py"})
+	out, err := e.Run(context.Background(), runner.RunRequest{Skill: depsSkill(t, "plain", ""), Script: "scripts/run.py"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +76,7 @@ func TestDepsRunRefusedWithoutLayer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e, rt, _ := depsEngine(t, tc.config, tc.src)
-			_, err := e.Run(context.Background(), service.RunRequest{Skill: depsSkill(t, "needy", "tinydep==1.0\n"), Script: "scripts/run.py"})
+			_, err := e.Run(context.Background(), runner.RunRequest{Skill: depsSkill(t, "needy", "tinydep==1.0\n"), Script: "scripts/run.py"})
 			if !errors.Is(err, api.ErrUnavailable) {
 				t.Fatalf("got %v, want ErrUnavailable", err)
 			}
@@ -98,14 +101,14 @@ func TestDepsRunMountsBuiltLayer(t *testing.T) {
 	}
 	// A layer as a build leaves it: manifest.json beside tree/.
 	p := deps.PlanFor(deps.Request{Image: "python", ImageDigest: depsImageDigest, RootFS: rootfs, Set: set})
-	dir := filepath.Join(e.Deps.Builder.Store.Dir(), "sha256-"+strings.TrimPrefix(p.Digest, "sha256:"))
+	dir := filepath.Join(e.Deps().Builder().Store.Dir(), "sha256-"+strings.TrimPrefix(p.Digest, "sha256:"))
 	if err := os.MkdirAll(filepath.Join(dir, "tree", "python", "tinydep"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	m, _ := json.Marshal(deps.Manifest{Digest: p.Digest, Image: "python", ImageDigest: depsImageDigest})
 	os.WriteFile(filepath.Join(dir, "manifest.json"), m, 0o644)
 
-	out, err := e.Run(context.Background(), service.RunRequest{Skill: sk, Script: "scripts/run.py"})
+	out, err := e.Run(context.Background(), runner.RunRequest{Skill: sk, Script: "scripts/run.py"})
 	if err != nil {
 		t.Fatal(err)
 	}

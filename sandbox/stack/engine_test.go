@@ -1,4 +1,4 @@
-package main
+package stack_test
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/sandbox/stack"
 )
 
 func TestRecipesByImage(t *testing.T) {
@@ -35,7 +36,7 @@ func TestRecipesByImage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := recipesByImage(cfg, recipes)
+			got, err := stack.RecipesByImage(cfg, recipes)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)

@@ -1,9 +1,8 @@
-package service
+package runner
 
 import (
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
@@ -44,14 +43,14 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 	if req.Network {
 		return nil, fmt.Errorf("%w: a skill's commands never get network access", api.ErrDenied)
 	}
-	if e.Pins == nil {
+	if e.pins == nil {
 		return nil, fmt.Errorf("%w: the engine has no skill snapshot store", api.ErrUnavailable)
 	}
-	im := e.Config.Image(CommandImage)
+	im := e.cfg.Image(CommandImage)
 	if im == nil {
 		return nil, fmt.Errorf("%w: no %q image is configured for skill commands; add an image %q block", api.ErrUnavailable, CommandImage, CommandImage)
 	}
-	root, err := e.Pins.Pin(req.Skill)
+	root, err := e.pins.Pin(req.Skill)
 	if err != nil {
 		return nil, err
 	}
@@ -60,7 +59,7 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 		script = "cd " + runtime.SkillMount + " || exit 125\n" + script
 	}
 	argv := []string{"/bin/sh", "-c", script}
-	limits, rules := e.Config.LimitsFor(req.Skill.Name)
+	limits, rules := e.cfg.LimitsFor(req.Skill.Name)
 	limits = policy.Tighten(limits, req.Limits)
 	env, err := envList(req.Env)
 	if err != nil {
@@ -86,7 +85,7 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 		Request:      req,
 		Script:       label,
 		SkillRoot:    root,
-		ScriptSHA256: sha256Hex([]byte(script)),
+		ScriptSHA256: SHA256Hex([]byte(script)),
 		Interpreter:  policy.Interpreter{Image: im.Name, Argv: []string{"/bin/sh", "-c"}, Rule: im.Rule()},
 		Argv:         argv,
 		Env:          env,
@@ -95,10 +94,4 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 	}
 	p.Digest = planDigest(p)
 	return p, nil
-}
-
-// commandLimits are the limits a command asks for: a short timeout and a
-// small output cap (the policy's may only be stricter).
-func commandLimits(timeout time.Duration, output int64) runtime.Limits {
-	return runtime.Limits{Timeout: timeout, StdoutBytes: output, StderrBytes: output}
 }

@@ -1,11 +1,8 @@
-package service
+package runner
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
@@ -74,98 +71,6 @@ func codeProgramName(language string) (string, error) {
 	return "main" + ext, nil
 }
 
-// RunCode implements api.Service: the code runs with every active skill
-// of the session mounted.
-func (s *Service) RunCode(ctx context.Context, caller api.Peer, p api.RunCodeParams) (*api.RunScriptResult, error) {
-	ses, err := s.session(caller, p.SessionID)
-	if err != nil {
-		return nil, err
-	}
-	if len(ses.Active) == 0 {
-		return nil, fmt.Errorf("%w: no skill is loaded in this session: call skills.load with the skills the code uses first", api.ErrInvalidParams)
-	}
-	var sks []*skills.Skill
-	for _, a := range ses.Active {
-		sk, err := s.activeSkill(ses, a.Name)
-		if err != nil {
-			return nil, err
-		}
-		sks = append(sks, sk)
-	}
-	req := RunRequest{Code: &CodeRequest{Language: p.Language, Code: []byte(p.Code), Skills: sks}}
-	return s.runWire(ctx, caller, req, p.Args, p.Env, p.Stdin, p.Files, p.TimeoutMS, RunOptions{
-		Method: api.MethodSkillsRunCode, SessionID: p.SessionID, ConfirmationID: p.ConfirmationID, Stream: p.Stream,
-	})
-}
-
-// runWire completes req with the run parameters skills.run_script and
-// skills.run_code share, as they come over the wire, runs it and returns
-// the wire result.
-func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, args []string, env map[string]string, stdin string, in []api.File, timeoutMS int64, o RunOptions) (*api.RunScriptResult, error) {
-	files, err := decodeFiles(in)
-	if err != nil {
-		return nil, err
-	}
-	if timeoutMS < 0 {
-		return nil, fmt.Errorf("%w: timeout_ms must not be negative", api.ErrInvalidParams)
-	}
-	req.Args, req.Env, req.Stdin, req.Files = args, env, []byte(stdin), files
-	req.Limits = runtime.Limits{Timeout: time.Duration(timeoutMS) * time.Millisecond}
-	out, err := s.Run(ctx, caller, req, o)
-	if err != nil {
-		return nil, err
-	}
-	res := ResultOf(out, api.MaxInlineOutputBytes)
-	return &res, nil
-}
-
-// decideRun asks policy about a run: skills.run_script for its skill, or
-// skills.run_code for every skill a code run mounts (each decision is
-// audited; the strictest wins, and any deny ends the call).
-func (s *Service) decideRun(ctx context.Context, caller api.Peer, o RunOptions, req RunRequest) (policy.Decision, error) {
-	if req.Code == nil {
-		tool, input := api.MethodSkillsRunScript, toolInput(req.Script, req.Args)
-		if o.Tool != "" {
-			tool, input = o.Tool, o.ToolInput
-		}
-		dec, err := s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, tool, input)
-		for _, t := range o.AlsoTools {
-			if err != nil {
-				break
-			}
-			var d policy.Decision
-			d, err = s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, t.Tool, t.Input)
-			dec = policy.Strictest(dec, d)
-		}
-		return dec, err
-	}
-	c := req.Code
-	if _, err := codeProgramName(c.Language); err != nil {
-		return policy.Decision{}, err
-	}
-	if len(c.Skills) == 0 {
-		return policy.Decision{}, fmt.Errorf("%w: no skill to run the code with: load the skills it uses first", api.ErrInvalidParams)
-	}
-	input, _ := json.Marshal(map[string]any{"language": c.Language, "code_sha256": sha256Hex(c.Code), "args": req.Args})
-	decs := make([]policy.Decision, 0, len(c.Skills))
-	for _, sk := range c.Skills {
-		d, err := s.decideTool(ctx, caller, o.Method, o.SessionID, sk, api.MethodSkillsRunCode, input)
-		if err != nil {
-			return d, err
-		}
-		decs = append(decs, d)
-	}
-	return policy.Strictest(decs...), nil
-}
-
-// runSkills are the skills a run mounts: its skill, or a code run's.
-func runSkills(req RunRequest) []*skills.Skill {
-	if req.Code != nil {
-		return req.Code.Skills
-	}
-	return []*skills.Skill{req.Skill}
-}
-
 // prepareCode is Prepare for a code run.
 func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 	c := req.Code
@@ -185,15 +90,15 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 	if len(c.Skills) == 0 {
 		return nil, fmt.Errorf("%w: no skill to run the code with: load the skills it uses first", api.ErrInvalidParams)
 	}
-	if e.Pins == nil {
+	if e.pins == nil {
 		return nil, fmt.Errorf("%w: the engine has no skill snapshot store", api.ErrUnavailable)
 	}
-	interp, err := e.Config.Interpreter(name, nil)
+	interp, err := e.cfg.Interpreter(name, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: language %q: %v", api.ErrInvalidParams, c.Language, err)
 	}
 
-	cp := &CodePlan{Language: c.Language, Code: c.Code, SHA256: sha256Hex(c.Code), Program: &runtime.Program{Name: name, Data: c.Code}}
+	cp := &CodePlan{Language: c.Language, Code: c.Code, SHA256: SHA256Hex(c.Code), Program: &runtime.Program{Name: name, Data: c.Code}}
 	var limits runtime.Limits
 	var rules, dirs []string
 	seen := map[string]bool{}
@@ -204,14 +109,14 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 		seen[sk.Name] = true
 		// The pinned copy: what is mounted is the version that was
 		// decided on and approved, whatever happens to its directory.
-		root, err := e.Pins.Pin(sk)
+		root, err := e.pins.Pin(sk)
 		if err != nil {
 			return nil, err
 		}
 		target := runtime.SkillTarget(sk.Name)
 		cp.Mounts = append(cp.Mounts, SkillMountPlan{Skill: sk, Root: root, Path: target})
 		dirs = append(dirs, target)
-		l, r := e.Config.LimitsFor(sk.Name)
+		l, r := e.cfg.LimitsFor(sk.Name)
 		if i == 0 {
 			limits = l
 		} else {
@@ -299,8 +204,8 @@ func (c *CodePlan) applyTo(job *runtime.Job) {
 	job.ModuleEnv = c.ModuleEnv
 }
 
-// auditSkills are the mounted skills as audit records name them.
-func (c *CodePlan) auditSkills() []audit.SkillRef {
+// AuditSkills are the mounted skills as audit records name them.
+func (c *CodePlan) AuditSkills() []audit.SkillRef {
 	if c == nil {
 		return nil
 	}
@@ -311,17 +216,17 @@ func (c *CodePlan) auditSkills() []audit.SkillRef {
 	return out
 }
 
-// auditCode is the code as audit records keep it: with the text (capped at
+// AuditCode is the code as audit records keep it: with the text (capped at
 // audit.MaxCodeText) or only its size and hash.
-func (c *CodePlan) auditCode(withText bool) *audit.CodeInfo {
+func (c *CodePlan) AuditCode(withText bool) *audit.CodeInfo {
 	if c == nil {
 		return nil
 	}
 	return audit.NewCodeInfo(c.Language, c.Code, withText, audit.MaxCodeText)
 }
 
-// resultSkills are the mounts as the result names them.
-func (c *CodePlan) resultSkills() []api.MountedSkill {
+// MountedSkills are the mounts as the result names them.
+func (c *CodePlan) MountedSkills() []api.MountedSkill {
 	if c == nil {
 		return nil
 	}
@@ -332,18 +237,9 @@ func (c *CodePlan) resultSkills() []api.MountedSkill {
 	return out
 }
 
-// skillNames lists the mounted skills, quoted, for messages.
-func (c *CodePlan) skillNames() string {
-	names := make([]string, len(c.Mounts))
-	for i, m := range c.Mounts {
-		names[i] = m.Skill.Name
-	}
-	return quoteList(names)
-}
-
-// auditSkill is the one skill a script run's records name (nil for a code
+// AuditSkill is the one skill a script run's records name (nil for a code
 // run, whose records list Skills).
-func (p *Plan) auditSkill() *audit.SkillRef {
+func (p *Plan) AuditSkill() *audit.SkillRef {
 	sk := p.Request.Skill
 	if sk == nil {
 		return nil
@@ -351,8 +247,8 @@ func (p *Plan) auditSkill() *audit.SkillRef {
 	return &audit.SkillRef{Name: sk.Name, Digest: sk.Digest, Location: sk.Location}
 }
 
-// skillName names the run's skill(s) for logs and events.
-func (p *Plan) skillName() string {
+// SkillName names the run's skill(s) for logs and events.
+func (p *Plan) SkillName() string {
 	if p.Code != nil {
 		names := make([]string, len(p.Code.Mounts))
 		for i, m := range p.Code.Mounts {
@@ -361,72 +257,6 @@ func (p *Plan) skillName() string {
 		return strings.Join(names, ",")
 	}
 	return p.Request.Skill.Name
-}
-
-// what says what a confirmation is asked for.
-func (p *Plan) what() string {
-	if p.Code != nil {
-		return fmt.Sprintf("running %s code with skills %s", p.Code.Language, p.Code.skillNames())
-	}
-	return fmt.Sprintf("running scripts of skill %q", p.Request.Skill.Name)
-}
-
-// confirmDetails is what an approver is shown of a run besides the reason.
-func (p *Plan) confirmDetails() map[string]string {
-	req := p.Request
-	d := map[string]string{"args": strings.Join(quoteAll(req.Args), " "), "network": fmt.Sprint(p.Network)}
-	if len(p.Egress) > 0 {
-		d["egress"] = strings.Join(p.egressNames(), " ")
-	}
-	if c := p.Code; c != nil {
-		mounts := make([]string, len(c.Mounts))
-		for i, m := range c.Mounts {
-			mounts[i] = m.Skill.Name + "@" + m.Skill.Digest
-		}
-		code := audit.NewCodeInfo(c.Language, c.Code, true, audit.MaxCodeText)
-		d["skills"], d["language"], d["code_sha256"] = strings.Join(mounts, " "), c.Language, c.SHA256
-		var notes []string
-		if code.Truncated {
-			notes = append(notes, fmt.Sprintf("%d bytes, the first %d shown", code.Size, audit.MaxCodeText))
-		}
-		if code.Encoding != "" {
-			notes = append(notes, "not UTF-8, shown as "+code.Encoding)
-		}
-		d["code"] = code.Text
-		if len(notes) > 0 {
-			d["code"] = "(" + strings.Join(notes, "; ") + ") " + code.Text
-		}
-	} else {
-		d["skill"], d["skill_digest"], d["script"], d["script_sha256"] = req.Skill.Name, req.Skill.Digest, p.Script, p.ScriptSHA256
-		if req.Command != nil {
-			// A hook or !`command`: the approver sees what it runs.
-			d["command"] = ClipText(req.Command.Command, audit.MaxCodeText)
-		}
-	}
-	if names, _ := audit.EnvSummary(req.Env); len(names) > 0 {
-		d["env_names"] = strings.Join(names, " ")
-	}
-	return d
-}
-
-// skillMounts says where skills.run_code mounts each of the active skills
-// act, for sessions.instructions: the structured list, and the text the
-// model reads ("" when no skill is active).
-func skillMounts(act []*skills.Skill) ([]api.MountedSkill, string) {
-	if len(act) == 0 {
-		return nil, ""
-	}
-	var b strings.Builder
-	b.WriteString("\nWith skills.run_code you can run code you write (language python, shell or node) in a fresh sandbox " +
-		"where every active skill is mounted read-only and on the module path (PYTHONPATH, NODE_PATH), " +
-		"so `from core.x import y` imports a skill's core/x.py; the working directory is /work, and the files the code " +
-		"creates or changes there are returned. The skills are mounted at:\n")
-	out := make([]api.MountedSkill, len(act))
-	for i, sk := range act {
-		out[i] = api.MountedSkill{Name: sk.Name, Path: runtime.SkillTarget(sk.Name), Digest: sk.Digest}
-		fmt.Fprintf(&b, "- %s: %s\n", sk.Name, out[i].Path)
-	}
-	return out, b.String()
 }
 
 // LanguageForFile is the run_code language of a code file by its name (its
@@ -443,4 +273,11 @@ func LanguageForFile(cfg *policy.Config, name string) string {
 		}
 	}
 	return ""
+}
+
+// CheckLanguage refuses a run_code language that has no image mapping
+// (what the service checks before it asks policy).
+func CheckLanguage(language string) error {
+	_, err := codeProgramName(language)
+	return err
 }

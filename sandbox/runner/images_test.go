@@ -1,4 +1,4 @@
-package service_test
+package runner_test
 
 import (
 	"context"
@@ -8,10 +8,10 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/runner"
 )
 
-// fakePuller is a service.RegistryPuller whose EnsureImage is a function.
+// fakePuller is a runner.RegistryPuller whose EnsureImage is a function.
 type fakePuller struct {
 	EnsureImageFunc func(ctx context.Context, ref string) (string, error)
 }
@@ -20,7 +20,7 @@ func (f *fakePuller) EnsureImage(ctx context.Context, ref string) (string, error
 	return f.EnsureImageFunc(ctx, ref)
 }
 
-var _ service.RegistryPuller = (*fakePuller)(nil)
+var _ runner.RegistryPuller = (*fakePuller)(nil)
 
 // A registry image comes from the puller, without a rootfs on the host;
 // without a puller (a runtime other than containerd) it is unavailable,
@@ -31,7 +31,7 @@ func TestStoreImagesRegistry(t *testing.T) {
 	pullErr := errors.New("registry unreachable")
 	tests := []struct {
 		name    string
-		puller  service.RegistryPuller
+		puller  runner.RegistryPuller
 		want    runtime.ImageRef
 		wantErr []string
 	}{
@@ -47,7 +47,7 @@ func TestStoreImagesRegistry(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			si := &service.StoreImages{Registry: map[string]string{"r": ref}, Puller: tc.puller}
+			si := &runner.StoreImages{Registry: map[string]string{"r": ref}, Puller: tc.puller}
 			got, rootfs, err := si.Ensure(context.Background(), "r", nil)
 			if tc.wantErr == nil {
 				if err != nil || got != tc.want || rootfs != "" {

@@ -1,11 +1,10 @@
-package service
+package runner
 
 import (
 	"context"
 	"crypto/x509"
 	"fmt"
 	"net/netip"
-	"strings"
 	"sync"
 	"time"
 
@@ -35,12 +34,12 @@ func (e *Engine) planEgress(p *Plan) error {
 	if p.Network || p.Code != nil || p.Request.Skill == nil {
 		return nil
 	}
-	dests, rule := e.Config.EgressFor(p.Request.Skill.Name)
+	dests, rule := e.cfg.EgressFor(p.Request.Skill.Name)
 	if len(dests) == 0 {
 		return nil
 	}
 	p.Egress, p.EgressRule = dests, rule
-	p.EgressSecrets = e.Config.SecretsFor(p.Request.Skill.Name, dests)
+	p.EgressSecrets = e.cfg.SecretsFor(p.Request.Skill.Name, dests)
 	for _, s := range p.EgressSecrets {
 		if _, ok := p.Request.Env[s.Name]; ok {
 			return fmt.Errorf("%w: env %s is the placeholder of a secret of this run (%s); leave it out", api.ErrInvalidParams, s.Name, s)
@@ -62,19 +61,19 @@ func (p *Plan) secretNames() []string {
 func (e *Engine) ca() (*egress.CA, error) {
 	e.caMu.Lock()
 	defer e.caMu.Unlock()
-	if e.Egress.CA == nil {
+	if e.egress.CA == nil {
 		ca, err := egress.NewCA()
 		if err != nil {
 			return nil, fmt.Errorf("%w: make the egress CA: %v", api.ErrInternal, err)
 		}
-		e.Egress.CA = ca
+		e.egress.CA = ca
 	}
-	return e.Egress.CA, nil
+	return e.egress.CA, nil
 }
 
-// egressNames are the destinations of a plan as written in policy, sorted
+// EgressNames are the destinations of a plan as written in policy, sorted
 // as policy lists them.
-func (p *Plan) egressNames() []string {
+func (p *Plan) EgressNames() []string {
 	out := make([]string, len(p.Egress))
 	for i, d := range p.Egress {
 		out[i] = d.String()
@@ -82,8 +81,8 @@ func (p *Plan) egressNames() []string {
 	return out
 }
 
-// auditEgress lists the destinations with the rules that allow them.
-func (p *Plan) auditEgress() []string {
+// AuditEgress lists the destinations with the rules that allow them.
+func (p *Plan) AuditEgress() []string {
 	out := make([]string, len(p.Egress))
 	for i, d := range p.Egress {
 		out[i] = d.String() + " (" + d.Source + ")"
@@ -123,15 +122,15 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, err
 		// aggregate records (runtime/egress/reports.go).
 		UIDBudget:     budget,
 		Rules:         p.Egress,
-		Resolver:      e.Egress.Resolver,
-		Hosts:         e.Egress.Hosts,
+		Resolver:      e.egress.Resolver,
+		Hosts:         e.egress.Hosts,
 		Secrets:       secrets,
 		CA:            ca,
-		UpstreamRoots: e.Egress.UpstreamRoots,
+		UpstreamRoots: e.egress.UpstreamRoots,
 		Report: func(a egress.Attempt) {
 			r := &audit.Record{
 				Event: audit.EventEgress, Peer: req.Peer, SessionID: req.SessionID, RequestID: req.RequestID,
-				Method: req.Method, Skill: p.auditSkill(),
+				Method: req.Method, Skill: p.AuditSkill(),
 				Egress: &audit.EgressInfo{RunID: p.RunID, Attempt: a},
 			}
 			switch {
@@ -144,9 +143,9 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, err
 			}
 			wctx, cancel := context.WithTimeout(actx, 10*time.Second)
 			defer cancel()
-			if err := e.append(wctx, r); err != nil {
+			if err := e.journal.Record(wctx, r); err != nil {
 				// The run.end record still sums the run's egress up.
-				e.logger().Error("egress audit record not written", "run_id", p.RunID, "error", err)
+				e.log.Error("egress audit record not written", "run_id", p.RunID, "error", err)
 			}
 		},
 	}, nil
@@ -216,68 +215,4 @@ func (k *uidBucket) full() bool {
 	defer k.mu.Unlock()
 	k.refill(time.Now())
 	return k.tokens >= egressReportsPerUID
-}
-
-// egressWhat describes a plan's destinations for a confirmation.
-func (p *Plan) egressWhat() string {
-	return fmt.Sprintf("network access for skill %q to %s", p.Request.Skill.Name, strings.Join(p.egressNames(), ", "))
-}
-
-// egressGrants remembers, per session, the (skill, destination) pairs an
-// approver has approved network access to (confirm = ["network"]), so a
-// session is asked once per destination, not on every run. Bounded: when
-// full, nothing more is remembered and runs ask again.
-type egressGrants struct {
-	mu sync.Mutex
-	m  map[string]map[string]bool // session -> skill "\x00" destination
-	n  int
-}
-
-const maxEgressGrants = 10000
-
-func grantKey(skill, dest string) string { return skill + "\x00" + dest }
-
-// covers reports whether every destination was approved for skill in session.
-func (g *egressGrants) covers(session, skill string, dests []string) bool {
-	if session == "" || len(dests) == 0 {
-		return false
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for _, d := range dests {
-		if !g.m[session][grantKey(skill, d)] {
-			return false
-		}
-	}
-	return true
-}
-
-func (g *egressGrants) grant(session, skill string, dests []string) {
-	if session == "" {
-		return
-	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.m == nil {
-		g.m = map[string]map[string]bool{}
-	}
-	for _, d := range dests {
-		k := grantKey(skill, d)
-		if g.m[session][k] || g.n >= maxEgressGrants {
-			continue
-		}
-		if g.m[session] == nil {
-			g.m[session] = map[string]bool{}
-		}
-		g.m[session][k] = true
-		g.n++
-	}
-}
-
-// forget drops a session's grants (it closed or expired).
-func (g *egressGrants) forget(session string) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	g.n -= len(g.m[session])
-	delete(g.m, session)
 }

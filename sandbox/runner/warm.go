@@ -1,4 +1,4 @@
-package service
+package runner
 
 import (
 	"context"
@@ -26,23 +26,23 @@ const warmScanFiles = 500
 // runJob runs job warm when the pool has a sandbox for it, cold otherwise.
 func (e *Engine) runJob(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job) (*runtime.Result, error) {
 	sk := p.Request.Skill
-	if e.Pool == nil || sk == nil { // run_code runs are always cold
-		return e.Runtime.Run(ctx, job)
+	if e.pool == nil || sk == nil { // run_code runs are always cold
+		return e.rt.Run(ctx, job)
 	}
 	key, ok := runtime.KeyFor(job, sk.Name, sk.Digest)
 	if !ok {
-		return e.Runtime.Run(ctx, job)
+		return e.rt.Run(ctx, job)
 	}
 	// A run of an older version than the pool holds, or the other way
 	// round: the pool's sandboxes of other versions go.
-	e.Pool.Drain(func(k runtime.PoolKey) bool { return k.Skill == sk.Name && k.SkillDigest != sk.Digest })
-	return e.Pool.Run(ctx, key, job)
+	e.pool.Drain(func(k runtime.PoolKey) bool { return k.Skill == sk.Name && k.SkillDigest != sk.Digest })
+	return e.pool.Run(ctx, key, job)
 }
 
 // WarmSkills starts booting sandboxes for the skills' scripts, in the
 // background; it never blocks the caller and never builds an image.
 func (e *Engine) WarmSkills(list []*skills.Skill) {
-	if e == nil || e.Pool == nil || len(list) == 0 {
+	if e == nil || e.pool == nil || len(list) == 0 {
 		return
 	}
 	list = slices.Clone(list)
@@ -54,27 +54,27 @@ func (e *Engine) WarmSkills(list []*skills.Skill) {
 }
 
 func (e *Engine) warmSkill(sk *skills.Skill) {
-	log := e.logger()
-	e.Pool.Drain(func(k runtime.PoolKey) bool { return k.Skill == sk.Name && k.SkillDigest != sk.Digest })
-	root, err := e.Pins.Pin(sk)
+	log := e.log
+	e.pool.Drain(func(k runtime.PoolKey) bool { return k.Skill == sk.Name && k.SkillDigest != sk.Digest })
+	root, err := e.pins.Pin(sk)
 	if err != nil {
 		log.Debug("not warming a skill that cannot be pinned", "skill", sk.Name, "error", err)
 		return
 	}
-	limits, _ := e.Config.LimitsFor(sk.Name)
-	dirs, _ := e.Config.ScriptDirsFor(sk.Name)
+	limits, _ := e.cfg.LimitsFor(sk.Name)
+	dirs, _ := e.cfg.ScriptDirsFor(sk.Name)
 	for _, it := range e.scriptImages(root, dirs) {
-		if ic, ok := e.Images.(interface{ Built(string) error }); ok && ic.Built(it.image) != nil {
+		if ic, ok := e.images.(BuiltChecker); ok && ic.Built(it.image) != nil {
 			continue // warming never builds an image
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		ref, rootfs, err := e.Images.Ensure(ctx, it.image, nil)
+		ref, rootfs, err := e.images.Ensure(ctx, it.image, nil)
 		cancel()
 		if err != nil {
 			log.Debug("not warming: image unavailable", "skill", sk.Name, "image", it.image, "error", err)
 			continue
 		}
-		layer, ok := e.Deps.ReadyDir(sk, root, ref, rootfs)
+		layer, ok := e.deps.ReadyDir(sk, root, ref, rootfs)
 		if !ok {
 			continue // warmed once its layer is built (Deps.OnLoad)
 		}
@@ -82,7 +82,7 @@ func (e *Engine) warmSkill(sk *skills.Skill) {
 		if runtime.PythonInvocation(append(slices.Clone(it.argv), "/x")) {
 			boot = runtime.BootPython
 		}
-		e.Pool.Warm(runtime.PoolKey{Skill: sk.Name, Image: ref, RootFS: rootfs, SkillDigest: sk.Digest,
+		e.pool.Warm(runtime.PoolKey{Skill: sk.Name, Image: ref, RootFS: rootfs, SkillDigest: sk.Digest,
 			SkillDir: root, DepLayer: layer, Limits: limits.Sandbox(), Boot: boot})
 	}
 }
@@ -120,7 +120,7 @@ func (e *Engine) scriptImages(root string, dirs []string) []scriptImage {
 			head = head[:n]
 			f.Close()
 		}
-		in, err := e.Config.Interpreter(filepath.ToSlash(rel), head)
+		in, err := e.cfg.Interpreter(filepath.ToSlash(rel), head)
 		if err != nil {
 			return nil
 		}
@@ -145,10 +145,10 @@ func (e *Engine) scriptImages(root string, dirs []string) []scriptImage {
 // DrainStale drains the pool's sandboxes of skill versions that are no
 // longer current (the registry reloaded a changed skill, or lost it).
 func (e *Engine) DrainStale(get func(name string) (*skills.Skill, error)) {
-	if e.Pool == nil {
+	if e.pool == nil {
 		return
 	}
-	e.Pool.Drain(func(k runtime.PoolKey) bool {
+	e.pool.Drain(func(k runtime.PoolKey) bool {
 		sk, err := get(k.Skill)
 		return err != nil || sk.Digest != k.SkillDigest
 	})

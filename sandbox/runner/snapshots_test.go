@@ -1,6 +1,6 @@
 //go:build linux
 
-package service_test
+package runner_test
 
 import (
 	"errors"
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -29,8 +29,8 @@ func snapshotSkill(t *testing.T, script string) *skills.Skill {
 	return &skills.Skill{Name: "pinned", Dir: dir, Digest: d}
 }
 
-func newSnapshotStore(t *testing.T) *service.SnapshotStore {
-	s := &service.SnapshotStore{Dir: filepath.Join(t.TempDir(), "snapshots")}
+func newSnapshotStore(t *testing.T) *runner.SnapshotStore {
+	s := &runner.SnapshotStore{Dir: filepath.Join(t.TempDir(), "snapshots")}
 	t.Cleanup(func() { s.Prune(-time.Hour) })
 	return s
 }
@@ -69,8 +69,8 @@ func TestSnapshotStoreRefusesAChangedSkill(t *testing.T) {
 	// The file changes after indexing, before the first run.
 	os.WriteFile(filepath.Join(sk.Dir, "scripts", "run.py"), []byte("print('swapped')\n"), 0o644)
 	_, err := s.Pin(sk)
-	if !errors.Is(err, service.ErrSkillChanged) || !errors.Is(err, api.ErrInvalidParams) {
-		t.Fatalf("pin of a changed skill: %v, want service.ErrSkillChanged (invalid_params)", err)
+	if !errors.Is(err, runner.ErrSkillChanged) || !errors.Is(err, api.ErrInvalidParams) {
+		t.Fatalf("pin of a changed skill: %v, want runner.ErrSkillChanged (invalid_params)", err)
 	}
 	entries, _ := os.ReadDir(s.Dir)
 	if len(entries) != 1 || entries[0].Name() != ".key" { // the naming key stays
@@ -105,11 +105,10 @@ func TestSnapshotStorePrune(t *testing.T) {
 
 // Prepare reads the script from the pinned copy and the job mounts it.
 func TestPrepareUsesThePinnedCopy(t *testing.T) {
-	eng, _ := newTestEngine(t, "")
 	store := newSnapshotStore(t)
-	eng.Pins = store
+	eng, _ := newTestEngine(t, "", func(o *runner.Options) { o.Pins = store })
 	sk := snapshotSkill(t, "print('approved')\n")
-	p, err := eng.Prepare(service.RunRequest{Skill: sk, Script: "scripts/run.py"})
+	p, err := eng.Prepare(runner.RunRequest{Skill: sk, Script: "scripts/run.py"})
 	if err != nil {
 		t.Fatal(err)
 	}

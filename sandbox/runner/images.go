@@ -1,4 +1,4 @@
-package service
+package runner
 
 import (
 	"context"
@@ -32,7 +32,15 @@ type StoreImages struct {
 var (
 	_ ImageSource  = (*StoreImages)(nil)
 	_ ImageChecker = (*StoreImages)(nil)
+	_ BuiltChecker = (*StoreImages)(nil)
 )
+
+// BuiltChecker is an ImageSource that can tell whether an image is built
+// already: warming a skill and skills.check use an image only then, since
+// neither may build one.
+type BuiltChecker interface {
+	Built(name string) error
+}
 
 // RegistryPuller yields registry images: the manifest digest of ref,
 // pulled first when it is not there yet.

@@ -1,0 +1,116 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
+)
+
+// Auditor is the audit log as skillbox writes it (audit.Log; a fake in
+// tests).
+type Auditor interface {
+	Append(ctx context.Context, r *audit.Record) error
+	Healthy() error
+}
+
+// Recorder is the one way records reach the audit log: the service's
+// calls and the engine's runs both write through it, and both ask it
+// whether the log can be written before they act (fail closed). Journal is
+// the implementation; the stack makes one per audit log and hands it to
+// both.
+type Recorder interface {
+	// Record appends r. Its error is the refusal the caller returns.
+	Record(ctx context.Context, r *audit.Record) error
+	// Check is nil when the log can be written, else the refusal.
+	Check() error
+	// Enabled says whether there is an audit log at all.
+	Enabled() bool
+	// FreeBytes is the room left on the log's filesystem; ok is false when
+	// the log cannot tell (or there is none).
+	FreeBytes() (free int64, ok bool, err error)
+}
+
+// Journal is the Recorder over an Auditor; a nil Auditor (a local run
+// without an audit dir) records nothing and is always healthy.
+type Journal struct {
+	log    Auditor
+	logger hclog.Logger
+}
+
+var _ Recorder = (*Journal)(nil)
+
+// NewJournal makes the one writer of log; logger gets append failures.
+func NewJournal(log Auditor, logger hclog.Logger) *Journal {
+	if l, ok := log.(*audit.Log); ok && l == nil {
+		log = nil // a typed nil means "no audit", not a panic
+	}
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	return &Journal{log: log, logger: logger}
+}
+
+// Record implements Recorder: a failure is logged, and returned as the
+// refusal of the call that needed the record.
+func (j *Journal) Record(ctx context.Context, r *audit.Record) error {
+	if j == nil || j.log == nil {
+		return nil
+	}
+	if err := j.log.Append(ctx, r); err != nil {
+		j.logger.Error("audit append failed", "event", r.Event, "outcome", r.Outcome, "error", err)
+		return auditDown(err)
+	}
+	return nil
+}
+
+// Check implements Recorder.
+func (j *Journal) Check() error {
+	if j == nil || j.log == nil {
+		return nil
+	}
+	if err := j.log.Healthy(); err != nil {
+		return auditDown(err)
+	}
+	return nil
+}
+
+// Enabled implements Recorder.
+func (j *Journal) Enabled() bool { return j != nil && j.log != nil }
+
+// freeSpacer is an audit log that can say how much room it has left.
+type freeSpacer interface {
+	FreeBytes() (int64, error)
+}
+
+// FreeBytes implements Recorder.
+func (j *Journal) FreeBytes() (int64, bool, error) {
+	if j == nil || j.log == nil {
+		return 0, false, nil
+	}
+	fs, ok := j.log.(freeSpacer)
+	if !ok {
+		return 0, false, nil
+	}
+	free, err := fs.FreeBytes()
+	return free, true, err
+}
+
+// auditDown is the error of a call refused because the audit log cannot be
+// written (fail closed). It says so once, with the log's own reason.
+func auditDown(err error) error {
+	why := strings.TrimPrefix(err.Error(), audit.ErrUnavailable.Error()+": ")
+	return fmt.Errorf("%w: the audit log cannot be written (%s); skillbox refuses audited calls, runs included, until it can", api.ErrUnavailable, why)
+}
+
+// ClipText cuts s to at most n bytes of valid UTF-8, saying how long it was.
+func ClipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + fmt.Sprintf("… (%d bytes)", len(s))
+}
