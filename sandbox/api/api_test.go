@@ -56,38 +56,3 @@ func TestEventsJSON(t *testing.T) {
 		t.Error("context helpers")
 	}
 }
-
-func TestErrorfKindNotInText(t *testing.T) {
-	cause := errors.New("disk full")
-	tests := []struct {
-		name     string
-		err      error
-		text     string
-		kind     string
-		isCause  bool
-		dataKeys []string
-	}{
-		{"message alone", Errorf(ErrNotFound, "skill %q is not loaded", "pdf"), `skill "pdf" is not loaded`, KindNotFound, false, nil},
-		{"cause last", Errorf(ErrUnavailable, "audit append: %w", cause), "audit append: disk full", KindUnavailable, true, nil},
-		{"wrapped with context", fmt.Errorf("load pdf: %w", Errorf(ErrDenied, "policy rule 3")), "load pdf: policy rule 3", KindDenied, false, nil},
-		{"with data", WithData(Errorf(ErrLimitExceeded, "too many runs"), map[string]any{"limit": 4}), "too many runs", KindLimitExceeded, false, []string{"limit"}},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.err.Error(); got != tc.text {
-				t.Errorf("text = %q, want %q", got, tc.text)
-			}
-			if got := KindOf(tc.err); got != tc.kind {
-				t.Errorf("kind = %q, want %q", got, tc.kind)
-			}
-			if errors.Is(tc.err, cause) != tc.isCause {
-				t.Errorf("errors.Is(cause) = %v", !tc.isCause)
-			}
-			for _, k := range tc.dataKeys {
-				if _, ok := ErrorData(tc.err)[k]; !ok {
-					t.Errorf("data lacks %q", k)
-				}
-			}
-		})
-	}
-}

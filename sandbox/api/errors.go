@@ -79,25 +79,6 @@ func Sentinel(kind string) error {
 	return ErrInternal
 }
 
-// Errorf returns an error of kind (one of the Kinds' sentinels, or an
-// error wrapping one) whose text is the message alone, context first and a
-// cause last ("skill %q: %w"). The kind is not written into the text: each
-// front end renders it its own way (data.kind on the wire, "kind: message"
-// in an MCP tool error, nothing on a terminal), so no one has to cut it
-// back off.
-func Errorf(kind error, format string, args ...any) error {
-	return &kindError{kind: kind, err: fmt.Errorf(format, args...)}
-}
-
-// kindError is an error of a kind whose text is its message.
-type kindError struct {
-	kind error
-	err  error
-}
-
-func (e *kindError) Error() string   { return e.err.Error() }
-func (e *kindError) Unwrap() []error { return []error{e.kind, e.err} }
-
 // dataError attaches extra error-data fields to an error.
 type dataError struct {
 	err  error
