@@ -256,7 +256,7 @@ func skillsRender(c *cli.Context) error {
 			return lerr
 		}
 		defer done()
-		me := selfPeer()
+		me := stack.SelfPeer()
 		ses, serr := svc.CreateSession(c.Context, me, api.CreateSessionParams{})
 		if serr != nil {
 			return exitCode(1, "%v", serr)
@@ -299,7 +299,7 @@ func skillsLock(c *cli.Context) error {
 			return lerr
 		}
 		defer done()
-		res, err = svc.LockSkills(c.Context, selfPeer(), p)
+		res, err = svc.LockSkills(c.Context, stack.SelfPeer(), p)
 	}
 	if err != nil {
 		return exitCode(1, "skills lock: %v", err)

@@ -276,7 +276,7 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 	// The daemon's authorization path, with the person at the terminal as
 	// the approver (--yes) instead of a confirmation request.
 	svc := st.Service()
-	out, err := svc.Run(ctx, selfPeer(), req, service.RunOptions{
+	out, err := svc.Run(ctx, stack.SelfPeer(), req, service.RunOptions{
 		Method:          method,
 		SelfApprove:     c.Bool("yes"),
 		SelfApproveHint: "re-run with --yes to confirm it yourself",
@@ -971,13 +971,6 @@ func rootCheck(command, runtimeName string, euid int) error {
 	}
 	return fmt.Errorf("%s needs root: the %s sandbox runtime makes mounts, namespaces and cgroups that only root may, and you are uid %d; run it with sudo (sudo skillbox %s …)", command, runtimeName, euid, command)
 }
-
-// selfPeer is the caller of a local command: this process.
-func selfPeer() api.Peer {
-	return api.Peer{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: int32(os.Getpid()), Process: "skillbox"}
-}
-
-func ptr[T any](v T) *T { return &v }
 
 // stdinFromFlag reads what --stdin names, capped like an input file: the
 // sandbox gets bytes, never the terminal itself.

@@ -1,0 +1,119 @@
+package stack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/jsonrpc"
+)
+
+// Serving is a daemon answering on its socket: what `skillbox serve` and the
+// bench's daemon figures start, and stop in the same order (stop accepting,
+// let calls finish, stop background work, write daemon.stop, close).
+type Serving struct {
+	stack  *Stack
+	log    hclog.Logger
+	cancel context.CancelFunc
+	done   chan error
+	// forced is set when the grace period was cut short.
+	forced atomic.Bool
+}
+
+// StartDaemon builds the daemon's stack for cfg and starts serving on its socket,
+// after the daemon.start record (version names the binary). It returns
+// once the socket accepts connections.
+func StartDaemon(parent context.Context, cfg *policy.Config, version string, log hclog.Logger) (*Serving, error) {
+	if cfg.Daemon.AuditDir == "" {
+		return nil, fmt.Errorf("config %s: daemon.audit_dir is required for serve: every run must be audited", cfg.File)
+	}
+	ctx, cancel := context.WithCancel(parent)
+	st, err := New(ctx, Options{Mode: Serve, Config: cfg, Logger: log})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	sv := &Serving{stack: st, log: log, cancel: cancel, done: make(chan error, 1)}
+	fail := func(err error) (*Serving, error) {
+		cancel()
+		st.Close()
+		return nil, err
+	}
+	ln, err := jsonrpc.Listen(cfg.Daemon.Socket, cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
+	if err != nil {
+		return fail(err)
+	}
+	rtName := st.Engine().Runtime().Name()
+	self := SelfPeer()
+	err = st.Journal().Record(ctx, &audit.Record{
+		Event: audit.EventDaemonStart, Peer: &self,
+		Daemon: &audit.DaemonInfo{
+			Version: version, PID: os.Getpid(), ConfigPath: cfg.File, ConfigHash: cfg.Hash(),
+			Socket: cfg.Daemon.Socket, Runtimes: map[string]string{rtName: st.RuntimeVersion()},
+		},
+	})
+	if err != nil {
+		ln.Close()
+		return fail(err)
+	}
+	go func() { sv.done <- st.Daemon().Server().Serve(ctx, ln) }()
+	log.Info("serving", "socket", cfg.Daemon.Socket, "runtime", rtName, "runtime_version", st.RuntimeVersion(),
+		"skills", len(st.Registry().List()), "audit_dir", cfg.Daemon.AuditDir)
+	return sv, nil
+}
+
+// Stack is the stack being served.
+func (sv *Serving) Stack() *Stack { return sv.stack }
+
+// Done receives the error that ended serving early (the listener failed).
+func (sv *Serving) Done() <-chan error { return sv.done }
+
+// Force marks the stop as forced (a second signal cut the grace period
+// short); the daemon.stop record says so.
+func (sv *Serving) Force() { sv.forced.Store(true) }
+
+// Close stops accepting (the socket file goes at once), lets calls in
+// flight finish until ctx ends, cancels the rest, stops the stack's
+// background work (the session sweeper's last sweep saves the sessions'
+// last-use times) and then writes the daemon.stop record (why the daemon
+// stopped), before it closes the state DB and the log.
+func (sv *Serving) Close(ctx context.Context, why string) {
+	serr := sv.stack.Daemon().Server().Shutdown(ctx)
+	switch {
+	case serr == nil:
+	case errors.Is(serr, context.DeadlineExceeded), errors.Is(serr, context.Canceled):
+		sv.log.Warn("calls still in flight were cancelled", "forced", sv.forced.Load())
+	default:
+		sv.log.Warn("shutdown", "error", serr)
+	}
+	sv.cancel()
+	sv.stack.Stop()
+	self := SelfPeer()
+	stop := &audit.Record{Event: audit.EventDaemonStop, Peer: &self, Outcome: why}
+	if sv.forced.Load() {
+		stop.Outcome = why + " (forced by a second signal)"
+	}
+	if serr != nil {
+		stop.Error = "calls in flight were cancelled: " + serr.Error()
+	}
+	actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if err := sv.stack.Journal().Record(actx, stop); err != nil {
+		sv.log.Error("cannot write the daemon.stop record", "error", err)
+	}
+	acancel()
+	sv.stack.Close()
+	sv.log.Info("stopped")
+}
+
+// SelfPeer is the caller of a local command: this process.
+func SelfPeer() api.Peer {
+	return api.Peer{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: int32(os.Getpid()), Process: "skillbox"}
+}
