@@ -349,7 +349,7 @@ func interruptContext(parent context.Context) (ctx context.Context, interrupted 
 
 // reportRun tells the person at the terminal what the streams do not: why a
 // run ended early, truncation, and outputs that were or were not kept.
-func reportRun(w io.Writer, out *service.Outcome, outputsDir string) {
+func reportRun(w io.Writer, out *service.Result, outputsDir string) {
 	res, lim := out.Result, out.Plan.Limits
 	if res.StdoutTruncated || res.StderrTruncated {
 		fmt.Fprintf(w, "skillbox: output was truncated at the cap (stdout %s, stderr %s per run)\n", policy.FormatSize(lim.StdoutBytes), policy.FormatSize(lim.StderrBytes))
@@ -454,7 +454,7 @@ type runJSON struct {
 	SavedOutputs []string `json:"saved_outputs"`
 }
 
-func newRunJSON(o *service.Outcome, saved []string) *runJSON {
+func newRunJSON(o *service.Result, saved []string) *runJSON {
 	return &runJSON{RunScriptResult: service.ResultOf(o, 0), SavedOutputs: append([]string{}, saved...)}
 }
 

@@ -508,7 +508,7 @@ var (
 
 // importHint recognises a failed import in a run's stderr and says how to
 // provide the module.
-func (d *Deps) importHint(o *Outcome) string {
+func (d *Deps) importHint(o *Result) string {
 	r := o.Result
 	if r == nil || r.ExitCode == 0 {
 		return ""

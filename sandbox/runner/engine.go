@@ -185,12 +185,15 @@ type Plan struct {
 	Code          *CodePlan // skills.run_code runs only
 }
 
-// Outcome is a finished run.
-type Outcome struct {
-	RunID  string
-	Plan   *Plan
-	Image  runtime.ImageRef
-	Result *runtime.Result
+// Result is a finished run: the sandbox's result (runtime.Result: exit,
+// reason, streams, outputs) with what the engine adds to it, and the plan
+// it ran. It is the last of the four shapes a run takes (RunRequest, Plan,
+// runtime.Job, Result); front ends encode it (api.RunScriptResult).
+type Result struct {
+	*runtime.Result
+	RunID string
+	Plan  *Plan
+	Image runtime.ImageRef
 	// DepsLayer is the dependency layer digest the run mounted, if any.
 	DepsLayer string
 	// Hint says how to fix a failure skillbox recognises (a missing module).
@@ -330,7 +333,7 @@ func (e *Engine) CheckImage(p *Plan) error {
 // fsynced) before the sandbox starts and the end record before the result is
 // returned; if either cannot be written the run is refused or its result
 // withheld (fail closed).
-func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
+func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	log := e.log
 	if err := e.journal.Check(); err != nil {
 		return nil, err
@@ -434,13 +437,13 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Outcome, error) {
 		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
 	log.Info("run finished", "run_id", p.RunID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
-	out := &Outcome{RunID: p.RunID, Plan: p, Image: img, Result: res, DepsLayer: layerDigest}
+	out := &Result{RunID: p.RunID, Plan: p, Image: img, Result: res, DepsLayer: layerDigest}
 	out.Hint = e.deps.importHint(out)
 	return out, nil
 }
 
 // Run is Prepare then Execute, for callers with no confirmation step between.
-func (e *Engine) Run(ctx context.Context, req RunRequest) (*Outcome, error) {
+func (e *Engine) Run(ctx context.Context, req RunRequest) (*Result, error) {
 	p, err := e.Prepare(req)
 	if err != nil {
 		return nil, err

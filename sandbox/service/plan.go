@@ -4,12 +4,12 @@ import "github.com/skillbox/skillbox/sandbox/runner"
 
 // The run types of the service's API are the engine's: Service.Run takes
 // a RunRequest, authorizes it and hands the engine's Plan of it back to
-// the caller (RunOptions.Authorized) and its Outcome. They are named here
+// the caller (RunOptions.Authorized) and its Result. They are named here
 // so that front ends that only call the service need not import the runner.
 type (
 	RunRequest  = runner.RunRequest
 	Plan        = runner.Plan
-	Outcome     = runner.Outcome
+	Result      = runner.Result
 	CodeRequest = runner.CodeRequest
 	CommandSpec = runner.CommandSpec
 )

@@ -82,12 +82,12 @@ func (s *Service) RunScript(ctx context.Context, caller api.Peer, p api.RunScrip
 // run slot, a healthy audit log, then the engine. Every decision is
 // audited; refusals that were audited in detail are marked
 // (api.MarkAudited).
-func (s *Service) Run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Outcome, error) {
+func (s *Service) Run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Result, error) {
 	out, err := s.run(ctx, caller, req, o)
 	return out, classify(err)
 }
 
-func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Outcome, error) {
+func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Result, error) {
 	sk := req.Skill
 	if sk == nil && req.Code == nil {
 		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
@@ -328,7 +328,7 @@ func (s *Service) acquireRunSlot(ctx context.Context, caller api.Peer) (func(), 
 
 // execute runs an authorized plan: registered for runs.cancel, streaming
 // its events when asked.
-func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan) (*Outcome, error) {
+func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan) (*Result, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	s.runs.add(plan.RunID, caller.UID, cancel)

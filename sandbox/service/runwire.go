@@ -323,7 +323,7 @@ func codeSkillNames(c *runner.CodePlan) string {
 // bytes fit in inlineBudget (api.MaxInlineOutputBytes on the socket; 0
 // inlines none); every output past the budget keeps its path, size and
 // sha256 and is marked ContentOmitted, and OutputsNotInlined counts them.
-func ResultOf(o *Outcome, inlineBudget int64) api.RunScriptResult {
+func ResultOf(o *Result, inlineBudget int64) api.RunScriptResult {
 	r := o.Result
 	res := api.RunScriptResult{
 		RunID: o.RunID, Path: o.Plan.Script, ExitCode: r.ExitCode, Signal: r.Signal,

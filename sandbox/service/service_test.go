@@ -178,7 +178,7 @@ func TestCancelRunOnlyByOwner(t *testing.T) {
 	col := newCollector()
 	ctx := api.WithEventSink(context.Background(), col.sink)
 	type answer struct {
-		out *service.Outcome
+		out *service.Result
 		err error
 	}
 	done := make(chan answer, 1)
@@ -221,7 +221,7 @@ func TestCancelRunOnlyByOwner(t *testing.T) {
 func TestRunSelfApprove(t *testing.T) {
 	f := newFixture(t, false)
 	ctx := context.Background()
-	run := func(who api.Peer, skill string, self bool) (*service.Outcome, error) {
+	run := func(who api.Peer, skill string, self bool) (*service.Result, error) {
 		return f.svc.Run(ctx, who, service.RunRequest{Skill: f.sk[skill], Script: "scripts/run.sh"},
 			service.RunOptions{Method: "skillbox run", SelfApprove: self, SelfApproveHint: "re-run with --yes"})
 	}
