@@ -466,28 +466,24 @@ func (e *Engine) version(ctx context.Context) string {
 	return e.runtimeVersion
 }
 
+// AuditRun is the plan as the audit records it: what an approval binds
+// (script and its hash, args, network, egress, digest, code). A
+// confirmation request keeps the code's text for the approver (withCode);
+// the run's own records keep its size and hash. The run.start and run.end
+// records add what only the run knows (Engine.runInfo).
+func (p *Plan) AuditRun(withCode bool) *audit.RunInfo {
+	return &audit.RunInfo{
+		Script: p.Script, ScriptSHA256: p.ScriptSHA256, Args: p.Request.Args,
+		Network: p.Network, Egress: p.AuditEgress(), Digest: p.Digest, Code: p.Code.AuditCode(withCode),
+	}
+}
+
 func (e *Engine) runInfo(p *Plan, img runtime.ImageRef, rtVersion string) *audit.RunInfo {
 	req := p.Request
-	names, envHash := audit.EnvSummary(req.Env)
-	ri := &audit.RunInfo{
-		RunID:          p.RunID,
-		Script:         p.Script,
-		ScriptSHA256:   p.ScriptSHA256,
-		Args:           req.Args,
-		EnvNames:       names,
-		EnvHash:        envHash,
-		Runtime:        e.rt.Name(),
-		RuntimeVersion: rtVersion,
-		Image:          img.Name,
-		ImageDigest:    img.Digest,
-		Limits:         p.Limits,
-		Network:        p.Network,
-		Egress:         p.AuditEgress(),
-		EgressSecrets:  p.secretNames(),
-		Digest:         p.Digest,
-		ConfirmationID: req.ConfirmationID,
-		Code:           p.Code.AuditCode(false),
-	}
+	ri := p.AuditRun(false)
+	ri.RunID, ri.Limits, ri.EgressSecrets, ri.ConfirmationID = p.RunID, p.Limits, p.secretNames(), req.ConfirmationID
+	ri.EnvNames, ri.EnvHash = audit.EnvSummary(req.Env)
+	ri.Runtime, ri.RuntimeVersion, ri.Image, ri.ImageDigest = e.rt.Name(), rtVersion, img.Name, img.Digest
 	if len(req.Stdin) > 0 {
 		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), SHA256Hex(req.Stdin)
 	}

@@ -228,7 +228,6 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 		}
 		return fmt.Errorf("%w: %s needs confirmation (%s): %s", api.ErrConfirmationRequired, what, rule, hint)
 	}
-	req := plan.Request
 	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest, reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(confirmDetails(plan)))
 	if err != nil {
 		return err
@@ -237,7 +236,7 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 	r.Skill, r.Skills = plan.AuditSkill(), plan.Code.AuditSkills()
 	uid := caller.UID
 	r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid, Expires: c.Expires}
-	r.Run = &audit.RunInfo{Script: plan.Script, ScriptSHA256: plan.ScriptSHA256, Args: req.Args, Network: plan.Network, Egress: plan.AuditEgress(), Digest: plan.Digest, Code: plan.Code.AuditCode(true)}
+	r.Run = plan.AuditRun(true)
 	r.Outcome = string(c.State)
 	if err := s.record(ctx, r); err != nil {
 		return err
