@@ -163,6 +163,27 @@ func RunLifecycle(ctx context.Context, lc Lifecycle, job Job) (res *Result, err 
 	return sb.Wait(ctx)
 }
 
+// Accept checks that inv may be delivered into a sandbox made from spec,
+// the first step of every backend's Deliver: its sandbox-wide limits are
+// the sandbox's, a python-booted sandbox gets a python script, the job
+// they make together is valid, and ctx is not done. It returns that job.
+func Accept(ctx context.Context, spec SandboxSpec, inv Invocation) (Job, error) {
+	if !Fits(spec.Limits, inv.Limits) {
+		return Job{}, fmt.Errorf("%w: the job's memory, pids, cpus or tmpfs limits differ from sandbox %s's", ErrInvalidJob, spec.ID)
+	}
+	if spec.Boot == BootPython && !PythonInvocation(inv.Args) {
+		return Job{}, fmt.Errorf("%w: sandbox %s runs python scripts only, not %q", ErrInvalidJob, spec.ID, inv.Args[0])
+	}
+	job := JobOf(spec, inv)
+	if err := ValidateJob(job); err != nil {
+		return Job{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Job{}, fmt.Errorf("run %s not started: %w", spec.ID, err)
+	}
+	return job, nil
+}
+
 // JobOf puts a sandbox spec and an invocation back together: the
 // invocation's timeout and output caps, the sandbox's memory, pids, CPUs
 // and tmpfs sizes.

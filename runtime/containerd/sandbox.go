@@ -279,18 +279,9 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		return fmt.Errorf("sandbox %s: Deliver before Start or twice", s.spec.ID)
 	}
 	s.state = stateDelivered
-	if !runtime.Fits(s.spec.Limits, inv.Limits) {
-		return fmt.Errorf("%w: the job's memory, pids, cpus or tmpfs limits differ from sandbox %s's", runtime.ErrInvalidJob, s.spec.ID)
-	}
-	if s.spec.Boot == runtime.BootPython && !runtime.PythonInvocation(inv.Args) {
-		return fmt.Errorf("%w: sandbox %s runs python scripts only, not %q", runtime.ErrInvalidJob, s.spec.ID, inv.Args[0])
-	}
-	job := runtime.JobOf(s.spec, inv)
-	if err := runtime.ValidateJob(job); err != nil {
+	job, err := runtime.Accept(ctx, s.spec, inv)
+	if err != nil {
 		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("run %s not started: %w", s.spec.ID, err)
 	}
 	if s.spec.Background {
 		if err := process.SetBackgroundWeight(s.cg, false); err != nil {
