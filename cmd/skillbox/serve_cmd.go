@@ -35,6 +35,9 @@ func serveAction(c *cli.Context) error {
 	if s := c.String("socket"); s != "" {
 		cfg.Daemon.Socket = s
 	}
+	if err := stack.CheckServeConfig(cfg); err != nil {
+		return err
+	}
 	if err := rootCheck("serve", cfg.Daemon.Runtime, os.Geteuid()); err != nil {
 		return err
 	}

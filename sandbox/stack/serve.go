@@ -32,8 +32,8 @@ type Serving struct {
 // after the daemon.start record (version names the binary). It returns
 // once the socket accepts connections.
 func StartDaemon(parent context.Context, cfg *policy.Config, version string, log hclog.Logger) (*Serving, error) {
-	if cfg.Daemon.AuditDir == "" {
-		return nil, fmt.Errorf("config %s: daemon.audit_dir is required for serve: every run must be audited", cfg.File)
+	if err := CheckServeConfig(cfg); err != nil {
+		return nil, err
 	}
 	ctx, cancel := context.WithCancel(parent)
 	st, err := New(ctx, Options{Mode: Serve, Config: cfg, Logger: log})
@@ -68,6 +68,15 @@ func StartDaemon(parent context.Context, cfg *policy.Config, version string, log
 	log.Info("serving", "socket", cfg.Daemon.Socket, "runtime", rtName, "runtime_version", st.RuntimeVersion(),
 		"skills", len(st.Registry().List()), "audit_dir", cfg.Daemon.AuditDir)
 	return sv, nil
+}
+
+// CheckServeConfig refuses a config the daemon cannot serve with: every run
+// must be audited, so daemon.audit_dir is required.
+func CheckServeConfig(cfg *policy.Config) error {
+	if cfg.Daemon.AuditDir == "" {
+		return fmt.Errorf("config %s: daemon.audit_dir is required for serve: every run must be audited", cfg.File)
+	}
+	return nil
 }
 
 // Stack is the stack being served.
