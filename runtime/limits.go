@@ -203,6 +203,26 @@ func (l Limits) WithSandbox(s SandboxLimits) Limits {
 // Limits returns s as Limits whose per-job fields are zero.
 func (s SandboxLimits) Limits() Limits { return Limits{}.WithSandbox(s) }
 
+// Map is the JSON form as a map (the run result's limits in the API): the
+// keys and values MarshalJSON writes, without encoding and decoding them.
+func (l Limits) Map() map[string]any {
+	m := make(map[string]any, len(LimitFields))
+	for _, f := range LimitFields {
+		v := f.value(&l)
+		if v.IsZero() {
+			continue
+		}
+		if f.Kind == LimitDuration {
+			if ms := v.Interface().(time.Duration).Milliseconds(); ms != 0 {
+				m[f.JSON] = ms
+			}
+			continue
+		}
+		m[f.JSON] = v.Interface()
+	}
+	return m
+}
+
 // MarshalJSON writes Limits as in audit records and `skillbox run --json`:
 // the timeout in milliseconds, which is what people read, and zero values
 // omitted.

@@ -87,3 +87,36 @@ func TestSandboxLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestLimitsMapIsTheJSONForm: Map has exactly the keys and values
+// MarshalJSON writes.
+func TestLimitsMapIsTheJSONForm(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		l    Limits
+	}{
+		{"defaults", DefaultLimits},
+		{"partial", Limits{Timeout: 2 * time.Second, CPUs: 0.5, OutputFileBytes: 7}},
+		{"sub-millisecond timeout", Limits{Timeout: time.Microsecond, Pids: 3}},
+		{"empty", Limits{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want, err := json.Marshal(tc.l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := json.Marshal(tc.l.Map())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var w, g map[string]any
+			json.Unmarshal(want, &w)
+			json.Unmarshal(got, &g)
+			wb, _ := json.Marshal(w) // both as sorted-key JSON
+			gb, _ := json.Marshal(g)
+			if string(wb) != string(gb) {
+				t.Errorf("Map = %s, MarshalJSON = %s", gb, wb)
+			}
+		})
+	}
+}

@@ -345,9 +345,7 @@ func ResultOf(o *Result, inlineBudget int64) api.RunScriptResult {
 		res.Skill, res.SkillDigest = sk.Name, sk.Digest
 	}
 	res.Network, res.ConfirmationID = o.Plan.Network, o.Plan.Request.ConfirmationID
-	if b, err := json.Marshal(o.Plan.Limits); err == nil {
-		_ = json.Unmarshal(b, &res.Limits)
-	}
+	res.Limits = o.Plan.Limits.Map()
 	// Every list is present, empty or not: a reader need not tell null from [].
 	res.Outputs, res.OutputsSkipped = []api.Output{}, append([]string{}, r.OutputsSkipped...)
 	left := inlineBudget
