@@ -191,3 +191,24 @@ func (c *ociCLI) list(ctx context.Context) ([]process.ContainerState, error) {
 	}
 	return list, nil
 }
+
+// cliBackend is what runsc and runc share as backends: their CLI and the
+// run driver over it. Each adds its name, its options and Run.
+type cliBackend struct {
+	cli *ociCLI
+	eng *engine
+}
+
+// Version is the first line of the CLI's --version.
+func (b *cliBackend) Version(ctx context.Context) (string, error) { return b.cli.Version(ctx) }
+
+// Create makes a sandbox (see Lifecycle).
+func (b *cliBackend) Create(ctx context.Context, spec runtime.SandboxSpec) (runtime.Sandbox, error) {
+	return b.eng.create(ctx, spec)
+}
+
+// Close destroys the sandboxes of this backend that are still there.
+func (b *cliBackend) Close(ctx context.Context) error { return b.eng.close(ctx) }
+
+// Sweep removes what crashed runs left: see Sweep.
+func (b *cliBackend) Sweep(ctx context.Context) error { return b.eng.sweep(ctx) }

@@ -19,10 +19,9 @@ import (
 // `runc run --keep` leaves the stopped container, and so its cgroup, in
 // place until we delete it, which is how the OOM and pids counters are read.
 type Runc struct {
+	cliBackend
 	opts runtime.Options
 	ro   RuncOptions
-	cli  *ociCLI
-	eng  *engine
 }
 
 var (
@@ -91,24 +90,10 @@ func NewRunc(opts runtime.Options) (*Runc, error) {
 
 func (r *Runc) Name() string { return "runc" }
 
-// Version is the first line of `runc --version`.
-func (r *Runc) Version(ctx context.Context) (string, error) { return r.cli.Version(ctx) }
-
 // Run runs job in a fresh runc container and removes it.
 func (r *Runc) Run(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 	return runtime.RunLifecycle(ctx, r, job)
 }
-
-// Create makes a sandbox (see Lifecycle).
-func (r *Runc) Create(ctx context.Context, spec runtime.SandboxSpec) (runtime.Sandbox, error) {
-	return r.eng.create(ctx, spec)
-}
-
-// Close destroys the sandboxes of this backend that are still there.
-func (r *Runc) Close(ctx context.Context) error { return r.eng.close(ctx) }
-
-// Sweep removes what crashed runs left: see Sweep.
-func (r *Runc) Sweep(ctx context.Context) error { return r.eng.sweep(ctx) }
 
 func (r *Runc) specOptions(job runtime.Job) oci.SpecOptions {
 	return process.RuncSpecOptions(r.opts.NetNS, r.ro.UserNSBase, r.ro.NoUserNS)

@@ -32,10 +32,9 @@ import (
 //     bomb runs into the scaled host limit, the sentry cannot make a thread
 //     and the whole sandbox dies, which pids.events records (reason pids).
 type Runsc struct {
+	cliBackend
 	opts runtime.Options
 	ro   RunscOptions
-	cli  *ociCLI
-	eng  *engine
 }
 
 var (
@@ -135,24 +134,10 @@ func stateDirOr(dir, name string) string {
 
 func (r *Runsc) Name() string { return "runsc" }
 
-// Version is the first line of `runsc --version`.
-func (r *Runsc) Version(ctx context.Context) (string, error) { return r.cli.Version(ctx) }
-
 // Run runs job in a fresh gVisor sandbox and removes it.
 func (r *Runsc) Run(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 	return runtime.RunLifecycle(ctx, r, job)
 }
-
-// Create makes a sandbox (see Lifecycle).
-func (r *Runsc) Create(ctx context.Context, spec runtime.SandboxSpec) (runtime.Sandbox, error) {
-	return r.eng.create(ctx, spec)
-}
-
-// Close destroys the sandboxes of this backend that are still there.
-func (r *Runsc) Close(ctx context.Context) error { return r.eng.close(ctx) }
-
-// Sweep removes what crashed runs left: see Sweep.
-func (r *Runsc) Sweep(ctx context.Context) error { return r.eng.sweep(ctx) }
 
 func (r *Runsc) specOptions(job runtime.Job) oci.SpecOptions {
 	return process.RunscSpecOptions(r.opts.NetNS)
