@@ -34,7 +34,7 @@ unit: modules
 # Integration tests need root, runsc, runc and the interpreter images; they run
 # one package at a time so two cores are not oversubscribed by sandboxes.
 integration: deps build images
-	SKILLBOX_IMAGES=$(IMAGES) SKILLBOX_BIN=$(CURDIR)/$(BIN) SKILLBOX_TEST_BUILD=1 SKILLBOX_TEST_NPM_REGISTRY=1 \
+	SKILLBOX_IMAGES=$(IMAGES) SKILLBOX_BIN=$(CURDIR)/$(BIN) SKILLBOX_TEST_BUILD=1 SKILLBOX_TEST_NPM_REGISTRY=1 SKILLBOX_TEST_REQUIRE_SANDBOXES=1 \
 	  $(GO) test $(GOFLAGS_TEST) -p 1 -timeout 40m -tags integration ./...
 
 ifeq ($(ROOT),0)

@@ -26,6 +26,7 @@ import (
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
 	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/runtime/process"
+	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
 
 var (
@@ -269,11 +270,11 @@ func storeImage(t *testing.T) (*images.Store, *images.Image) {
 	}
 	store, err := images.OpenStore(dir, nil)
 	if err != nil {
-		t.Skipf("no image store at %s: %v", dir, err)
+		runtimetest.SkipUnlessRequired(t, "no image store at %s: %v", dir, err)
 	}
 	imgs, err := store.List()
 	if err != nil || len(imgs) == 0 {
-		t.Skipf("no built image in %s (skillbox images build shell): %v", dir, err)
+		runtimetest.SkipUnlessRequired(t, "no built image in %s (skillbox images build shell): %v", dir, err)
 	}
 	img := imgs[0]
 	for _, im := range imgs {

@@ -38,6 +38,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/oci"
 	_ "github.com/skillbox/skillbox/runtime/ocicli" // registers the runsc and runc backends
+	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
 
 const (
@@ -67,7 +68,7 @@ var (
 func testRootfs(t testing.TB) string {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root and runsc/runc: run via make test as root")
+		runtimetest.SkipUnlessRequired(t, "needs root and runsc/runc: run via make test as root")
 	}
 	rootfsOnce.Do(func() {
 		if p := os.Getenv("SKILLBOX_TEST_ROOTFS"); p != "" {
@@ -111,10 +112,10 @@ func binaryOf(name string) string {
 func needBackend(t testing.TB, name string) {
 	t.Helper()
 	if os.Geteuid() != 0 {
-		t.Skip("needs root and runsc/runc: run via make test as root")
+		runtimetest.SkipUnlessRequired(t, "needs root and runsc/runc: run via make test as root")
 	}
 	if _, err := exec.LookPath(binaryOf(name)); err != nil {
-		t.Skipf("needs root and runsc/runc: run via make test as root (%s not found: %v)", name, err)
+		runtimetest.SkipUnlessRequired(t, "needs root and runsc/runc: run via make test as root (%s not found: %v)", name, err)
 	}
 	if name == "containerd" {
 		containerdAddress(t)

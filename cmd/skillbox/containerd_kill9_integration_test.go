@@ -18,6 +18,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
 	"github.com/skillbox/skillbox/runtime/process"
+	"github.com/skillbox/skillbox/runtime/runtimetest"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -165,7 +166,7 @@ func TestDaemonKill9EndsIdleContainerdTasks(t *testing.T) {
 	for _, v := range []variant{gvisor, {"runc", rtcontainerd.HandlerRuncV2, "runc"}} {
 		t.Run(v.name, func(t *testing.T) {
 			if v.binary == "runc" && !haveBinary("runc") {
-				t.Skip("runc is not installed")
+				runtimetest.SkipUnlessRequired(t, "runc is not installed")
 			}
 			d := newItDaemonPool(t, 2, extraSkill(t, "idler", "scripts/idle.py", "print('idle')\n"))
 			d.useContainerd(t, sock, v.handler, v.binary)

@@ -36,6 +36,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/runtimetest"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
@@ -124,10 +125,10 @@ var (
 func needDaemon(t *testing.T) {
 	t.Helper()
 	if itSkip != "" {
-		t.Skip(itSkip)
+		runtimetest.SkipUnlessRequired(t, "%s", itSkip)
 	}
 	if !haveBinary(runtime.PinnedRunscPath()) {
-		t.Skip("the pinned runsc (gVisor) is not installed: run hack/install-runsc.sh to run the daemon integration tests")
+		runtimetest.SkipUnlessRequired(t, "the pinned runsc (gVisor) is not installed: run hack/install-runsc.sh to run the daemon integration tests")
 	}
 	daemonImagesOnce.Do(func() {
 		out, err := exec.Command(itBin, "images", "list", "--json", "--dir", itImages).Output()
@@ -159,7 +160,7 @@ func needDaemon(t *testing.T) {
 		}
 	})
 	if daemonImagesSkip != "" {
-		t.Skip(daemonImagesSkip)
+		runtimetest.SkipUnlessRequired(t, "%s", daemonImagesSkip)
 	}
 }
 

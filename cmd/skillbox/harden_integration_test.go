@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/runtimetest"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
@@ -79,7 +80,7 @@ func TestDaemonKill9KeepsDeadline(t *testing.T) {
 	for _, rt := range []string{"runc", "runsc"} {
 		t.Run(rt, func(t *testing.T) {
 			if rt == "runc" && !haveBinary("runc") {
-				t.Skip("runc is not installed")
+				runtimetest.SkipUnlessRequired(t, "runc is not installed")
 			}
 			extra := extraSkill(t, "sleeper", "scripts/sleep.sh", "echo sleeping\nsleep 600\n")
 			d := newItDaemon(t, extra)

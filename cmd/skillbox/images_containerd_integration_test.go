@@ -15,6 +15,7 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
 
 // startContainerd starts a private containerd (hack/containerd.sh) for the
@@ -22,7 +23,7 @@ import (
 func startContainerd(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("containerd"); err != nil {
-		t.Skip("containerd is not installed: hack/install-deps.sh installs it")
+		runtimetest.SkipUnlessRequired(t, "containerd is not installed: hack/install-deps.sh installs it")
 	}
 	dir, err := os.MkdirTemp("", "sbcd-") // short: the socket path must fit in 108 bytes
 	if err != nil {

@@ -28,6 +28,8 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
 
 // mcpClientResult is what testdata/mcpclient/client.mjs prints.
@@ -76,7 +78,7 @@ func (r toolResult) text() string {
 func mcpClientDir(t *testing.T) string {
 	t.Helper()
 	if _, err := exec.LookPath("node"); err != nil {
-		t.Skip("node is not installed: the end-to-end MCP test drives skillbox with the official TypeScript SDK; install Node.js 20+ and npm (Debian: apt-get install nodejs npm)")
+		runtimetest.SkipUnlessRequired(t, "node is not installed: the end-to-end MCP test drives skillbox with the official TypeScript SDK; install Node.js 20+ and npm (Debian: apt-get install nodejs npm)")
 	}
 	cmd := exec.Command(filepath.Join(itRepo, "hack", "mcp-client-deps.sh"))
 	var stderr bytes.Buffer

@@ -29,6 +29,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
 
 // runItCallLimit bounds one `skillbox run` (a sandbox on a loaded machine).
@@ -44,10 +46,10 @@ var (
 func runItNeed(t *testing.T, rt string) {
 	t.Helper()
 	if itSkip != "" {
-		t.Skip("skillbox run integration tests: " + itSkip)
+		runtimetest.SkipUnlessRequired(t, "skillbox run integration tests: %s", itSkip)
 	}
 	if !haveBinary(rt) {
-		t.Skipf("%s is not in PATH: install it (hack/setup.sh) to run the skillbox run tests on %s", rt, rt)
+		runtimetest.SkipUnlessRequired(t, "%s is not in PATH: install it (hack/setup.sh) to run the skillbox run tests on %s", rt, rt)
 	}
 }
 
@@ -74,10 +76,10 @@ func runItNeedImage(t *testing.T, name string) {
 		}
 	})
 	if runItImagesErr != nil {
-		t.Skipf("cannot list the images in %s (%v): build them with `skillbox images build`", itImages, runItImagesErr)
+		runtimetest.SkipUnlessRequired(t, "cannot list the images in %s (%v): build them with `skillbox images build`", itImages, runItImagesErr)
 	}
 	if !runItBuilt[name] {
-		t.Skipf("image %q is not built in %s: run `skillbox images build %s` (or set SKILLBOX_IMAGES)", name, itImages, name)
+		runtimetest.SkipUnlessRequired(t, "image %q is not built in %s: run `skillbox images build %s` (or set SKILLBOX_IMAGES)", name, itImages, name)
 	}
 }
 

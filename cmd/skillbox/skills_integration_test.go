@@ -28,6 +28,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
 
 // skillImagesEnv is one runtime's test setting: a copy of testdata/skills
@@ -96,7 +98,7 @@ func (e *skillImagesEnv) needImage(t *testing.T, name string) {
 	t.Helper()
 	out, err := exec.Command(itBin, "images", "list", "--json", "--dir", itImages).Output()
 	if err != nil {
-		t.Skipf("cannot list the images in %s (%v): build them with `skillbox images build`", itImages, err)
+		runtimetest.SkipUnlessRequired(t, "cannot list the images in %s (%v): build them with `skillbox images build`", itImages, err)
 	}
 	var list []struct {
 		Name  string `json:"name"`
@@ -111,7 +113,7 @@ func (e *skillImagesEnv) needImage(t *testing.T, name string) {
 			continue
 		}
 		if !im.Built {
-			t.Skipf("image %q is not built in %s: run `skillbox images build %s` (or set SKILLBOX_IMAGES)", name, itImages, name)
+			runtimetest.SkipUnlessRequired(t, "image %q is not built in %s: run `skillbox images build %s` (or set SKILLBOX_IMAGES)", name, itImages, name)
 		}
 		if im.Stale {
 			t.Fatalf("image %q in %s is older than its recipe: run `skillbox images build --if-needed --dir %s %s`", name, itImages, itImages, name)
