@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // fallbackEpoch is SOURCE_DATE_EPOCH when the archive's Release date cannot
@@ -99,7 +101,7 @@ func (s *Store) BuildLogPath(name string) string {
 // building twice.
 func (s *Store) build(ctx context.Context, r *Recipe, opts BuildOptions, onlyIfMissing bool) (*Image, error) {
 	if err := r.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrBuildFailed, r.File, err)
+		return nil, errkind.Errorf(ErrBuildFailed, "%s: %w", r.File, err)
 	}
 	start := time.Now()
 	rep := newStageReporter(opts.Progress, r, opts.Log == nil)
@@ -123,7 +125,7 @@ func (s *Store) build(ctx context.Context, r *Recipe, opts BuildOptions, onlyIfM
 	}
 	bin, err := exec.LookPath(s.mmdebstrap)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s not found; install it with: apt-get install mmdebstrap", ErrBuildFailed, s.mmdebstrap)
+		return nil, errkind.Errorf(ErrBuildFailed, "%s not found; install it with: apt-get install mmdebstrap", s.mmdebstrap)
 	}
 	rep.begin("fetching package lists (" + r.Suite + ")")
 	epoch := s.sourceDateEpoch(ctx, r)
@@ -154,7 +156,7 @@ func (s *Store) build(ctx context.Context, r *Recipe, opts BuildOptions, onlyIfM
 	}
 	logFile, err := os.Create(logPath)
 	if err != nil {
-		return nil, fmt.Errorf("%w: image %q: build log: %v", ErrBuildFailed, r.Name, err)
+		return nil, errkind.Errorf(ErrBuildFailed, "image %q: build log: %w", r.Name, err)
 	}
 	defer logFile.Close()
 	cmdline := "mmdebstrap " + strings.Join(args, " ")
@@ -181,14 +183,13 @@ func (s *Store) build(ctx context.Context, r *Recipe, opts BuildOptions, onlyIfM
 	if runErr != nil {
 		rep.end("failed")
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("%w: image %q: build cancelled: %w", ErrBuildFailed, r.Name, ctx.Err())
+			return nil, errkind.Errorf(ErrBuildFailed, "image %q: build cancelled: %w", r.Name, ctx.Err())
 		}
-		return nil, fmt.Errorf("%w: image %q: mmdebstrap: %v; its last %d lines:\n%s\nfull log: %s\ncheck the recipe (%s) and that the mirror is reachable, then run: skillbox images build %s",
-			ErrBuildFailed, r.Name, runErr, failTailLines, out.Tail(), logPath, r.File, r.Name)
+		return nil, errkind.Errorf(ErrBuildFailed, "image %q: mmdebstrap: %v; its last %d lines:\n%s\nfull log: %s\ncheck the recipe (%s) and that the mirror is reachable, then run: skillbox images build %s", r.Name, runErr, failTailLines, out.Tail(), logPath, r.File, r.Name)
 	}
 	f, err := os.Open(tarPath)
 	if err != nil {
-		return nil, fmt.Errorf("%w: image %q: mmdebstrap left no tarball: %v (full log: %s)", ErrBuildFailed, r.Name, err, logPath)
+		return nil, errkind.Errorf(ErrBuildFailed, "image %q: mmdebstrap left no tarball: %v (full log: %s)", r.Name, err, logPath)
 	}
 	defer f.Close()
 	rep.begin("writing the OCI layout")
@@ -196,7 +197,7 @@ func (s *Store) build(ctx context.Context, r *Recipe, opts BuildOptions, onlyIfM
 	img, err := s.commit(ctx, r, f, epoch, history)
 	if err != nil {
 		rep.end("failed")
-		return nil, fmt.Errorf("%w: image %q: %w", ErrBuildFailed, r.Name, err)
+		return nil, errkind.Errorf(ErrBuildFailed, "image %q: %w", r.Name, err)
 	}
 	if opts.Unpack {
 		rep.begin("unpacking the rootfs")

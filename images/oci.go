@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/klauspost/compress/gzip"
 	"io"
 	"io/fs"
 	"os"
@@ -17,6 +16,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
@@ -209,11 +212,11 @@ func normalizeHeader(hdr *tar.Header, epoch time.Time) (*tar.Header, error) {
 // made by mmdebstrap or this package.
 func layerName(name string) (string, error) {
 	if strings.HasPrefix(name, "/") {
-		return "", fmt.Errorf("%w: entry %q has an absolute path", ErrUnsafeLayer, name)
+		return "", errkind.Errorf(ErrUnsafeLayer, "entry %q has an absolute path", name)
 	}
 	for _, part := range strings.Split(name, "/") {
 		if part == ".." {
-			return "", fmt.Errorf("%w: entry %q climbs out with '..'", ErrUnsafeLayer, name)
+			return "", errkind.Errorf(ErrUnsafeLayer, "entry %q climbs out with '..'", name)
 		}
 	}
 	clean := path.Clean("/" + name)[1:]

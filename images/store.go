@@ -15,6 +15,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // DefaultDir is where the daemon and the CLI keep images unless told
@@ -182,7 +184,7 @@ func (s *Store) Get(name string) (*Image, error) {
 	recipes := s.Recipes()
 	if !ok {
 		if _, known := recipes[name]; known {
-			return nil, fmt.Errorf("%w: image %q is not in %s; run: skillbox images build %s", ErrNotBuilt, name, s.dir, name)
+			return nil, errkind.Errorf(ErrNotBuilt, "image %q is not in %s; run: skillbox images build %s", name, s.dir, name)
 		}
 		return nil, errUnknown(name, recipes)
 	}
@@ -260,7 +262,7 @@ func (s *Store) getFor(r *Recipe) (*Image, error) {
 	}
 	desc, ok := findRef(idx, r.Name)
 	if !ok {
-		return nil, fmt.Errorf("%w: image %q is not in %s; run: skillbox images build %s", ErrNotBuilt, r.Name, s.dir, r.Name)
+		return nil, errkind.Errorf(ErrNotBuilt, "image %q is not in %s; run: skillbox images build %s", r.Name, s.dir, r.Name)
 	}
 	img, err := s.imageFromDescriptor(desc)
 	if err != nil {

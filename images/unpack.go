@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/klauspost/compress/gzip"
 	"io"
 	"io/fs"
 	"os"
@@ -15,6 +14,10 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/opencontainers/go-digest"
@@ -64,7 +67,7 @@ func (s *Store) RootFS(ctx context.Context, img *Image) (string, error) {
 	}
 	st, err := os.Stat(mp)
 	if err != nil {
-		return "", fmt.Errorf("%w: image %q: manifest %s is missing from %s; run: skillbox images build %s", ErrNotBuilt, img.Name, d, s.ociDir(), img.Name)
+		return "", errkind.Errorf(ErrNotBuilt, "image %q: manifest %s is missing from %s; run: skillbox images build %s", img.Name, d, s.ociDir(), img.Name)
 	}
 	man, err := s.readManifest(v1.Descriptor{MediaType: v1.MediaTypeImageManifest, Digest: d, Size: st.Size()})
 	if err != nil {
@@ -236,7 +239,7 @@ func (u *unpacker) unpack(ctx context.Context, r io.Reader) error {
 }
 
 func unsafeErr(name, why string) error {
-	return fmt.Errorf("%w: %q %s", ErrUnsafeLayer, name, why)
+	return errkind.Errorf(ErrUnsafeLayer, "%q %s", name, why)
 }
 
 // entry writes one tar entry.

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // RuleEgressDefault: no matching rule lists egress destinations.
@@ -30,7 +31,7 @@ func (b *body) egressList(r *Rule) {
 	for _, s := range dests {
 		d, err := egress.ParseRule(s)
 		if err != nil {
-			b.bad(a, "%s", strings.TrimPrefix(err.Error(), egress.ErrBadDestination.Error()+": "))
+			b.bad(a, "%s", errkind.Detail(err, egress.ErrBadDestination))
 			continue
 		}
 		if seen[d.String()] {
@@ -103,14 +104,14 @@ func (e Egress) UpstreamRoots() (*x509.CertPool, error) {
 	}
 	raw, err := os.ReadFile(e.UpstreamCAFile)
 	if err != nil {
-		return nil, fmt.Errorf("%w: egress.upstream_ca_file (%s): %v", ErrConfig, e.Pos, err)
+		return nil, errkind.Errorf(ErrConfig, "egress.upstream_ca_file (%s): %w", e.Pos, err)
 	}
 	pool, err := x509.SystemCertPool()
 	if err != nil || pool == nil {
 		pool = x509.NewCertPool()
 	}
 	if !pool.AppendCertsFromPEM(raw) {
-		return nil, fmt.Errorf("%w: egress.upstream_ca_file %s holds no PEM certificate", ErrConfig, e.UpstreamCAFile)
+		return nil, errkind.Errorf(ErrConfig, "egress.upstream_ca_file %s holds no PEM certificate", e.UpstreamCAFile)
 	}
 	return pool, nil
 }
@@ -122,12 +123,12 @@ func (e Egress) LoadHosts() (map[string][]netip.Addr, error) {
 	}
 	f, err := os.Open(e.HostsFile)
 	if err != nil {
-		return nil, fmt.Errorf("%w: egress.hosts_file (%s): %v", ErrConfig, e.Pos, err)
+		return nil, errkind.Errorf(ErrConfig, "egress.hosts_file (%s): %w", e.Pos, err)
 	}
 	defer f.Close()
 	hosts, err := egress.ParseHosts(f)
 	if err != nil {
-		return nil, fmt.Errorf("%w: egress.hosts_file %s: %v", ErrConfig, e.HostsFile, err)
+		return nil, errkind.Errorf(ErrConfig, "egress.hosts_file %s: %w", e.HostsFile, err)
 	}
 	return hosts, nil
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // Which environment a caller may pass to a skill's run is policy: the
@@ -41,7 +42,7 @@ func (c *Config) CheckEnv(skill string, names []string) error {
 	sort.Strings(sorted)
 	for _, n := range sorted {
 		if why := runtime.EnvNeverAllowed(n); why != "" {
-			return fmt.Errorf("%w: environment variable %q %s; no policy rule can allow it", ErrDenied, n, why)
+			return errkind.Errorf(ErrDenied, "environment variable %q %s; no policy rule can allow it", n, why)
 		}
 		ok := false
 		for _, p := range patterns {
@@ -55,8 +56,7 @@ func (c *Config) CheckEnv(skill string, names []string) error {
 			if len(rules) > 0 {
 				where += " (e.g. " + strings.Join(rules, ", ") + ")"
 			}
-			return fmt.Errorf("%w: environment variable %q is not allowed for skill %q: only %s and names a policy rule lists in env may be passed; %s, like env = [%q]",
-				ErrDenied, n, skill, RuleEnvDefault, where, n)
+			return errkind.Errorf(ErrDenied, "environment variable %q is not allowed for skill %q: only %s and names a policy rule lists in env may be passed; %s, like env = [%q]", n, skill, RuleEnvDefault, where, n)
 		}
 	}
 	return nil

@@ -1,9 +1,10 @@
 package runtime
 
 import (
-	"fmt"
 	"path"
 	"strings"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // The container environment is an allowlist: PATH, HOME and LANG are set by
@@ -181,7 +182,7 @@ func ValidateEnv(env []string) error {
 // duplicate names, NUL bytes, and oversized environments.
 func ContainerEnv(env []string) ([]string, error) {
 	if len(env) > maxEnvVars {
-		return nil, fmt.Errorf("%w: %d environment variables, at most %d", ErrInvalidJob, len(env), maxEnvVars)
+		return nil, errkind.Errorf(ErrInvalidJob, "%d environment variables, at most %d", len(env), maxEnvVars)
 	}
 	seen := make(map[string]bool, len(env))
 	total := 0
@@ -190,24 +191,24 @@ func ContainerEnv(env []string) ([]string, error) {
 	for _, kv := range env {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok {
-			return nil, fmt.Errorf("%w: environment entry %q is not KEY=VALUE", ErrInvalidJob, truncateForError(kv))
+			return nil, errkind.Errorf(ErrInvalidJob, "environment entry %q is not KEY=VALUE", truncateForError(kv))
 		}
 		if why := envRefusal(name); why != "" {
-			return nil, fmt.Errorf("%w: environment variable %q %s", ErrInvalidJob, truncateForError(name), why)
+			return nil, errkind.Errorf(ErrInvalidJob, "environment variable %q %s", truncateForError(name), why)
 		}
 		if seen[name] {
-			return nil, fmt.Errorf("%w: environment variable %q given twice", ErrInvalidJob, name)
+			return nil, errkind.Errorf(ErrInvalidJob, "environment variable %q given twice", name)
 		}
 		seen[name] = true
 		if strings.IndexByte(value, 0) >= 0 {
-			return nil, fmt.Errorf("%w: environment variable %q contains a NUL byte", ErrInvalidJob, name)
+			return nil, errkind.Errorf(ErrInvalidJob, "environment variable %q contains a NUL byte", name)
 		}
 		if len(value) > maxEnvValueLen {
-			return nil, fmt.Errorf("%w: environment variable %q is %d bytes, at most %d", ErrInvalidJob, name, len(value), maxEnvValueLen)
+			return nil, errkind.Errorf(ErrInvalidJob, "environment variable %q is %d bytes, at most %d", name, len(value), maxEnvValueLen)
 		}
 		total += len(kv)
 		if total > maxEnvBytes {
-			return nil, fmt.Errorf("%w: environment is over %d bytes", ErrInvalidJob, maxEnvBytes)
+			return nil, errkind.Errorf(ErrInvalidJob, "environment is over %d bytes", maxEnvBytes)
 		}
 		if name == "LANG" {
 			lang = kv
@@ -284,18 +285,18 @@ func validateModuleEnv(env []string) error {
 	for _, kv := range env {
 		name, value, ok := strings.Cut(kv, "=")
 		if !ok || !moduleEnvNames[name] {
-			return fmt.Errorf("%w: module path entry %q: only PYTHONPATH and NODE_PATH are allowed (see ModulePathEnv)", ErrInvalidJob, truncateForError(kv))
+			return errkind.Errorf(ErrInvalidJob, "module path entry %q: only PYTHONPATH and NODE_PATH are allowed (see ModulePathEnv)", truncateForError(kv))
 		}
 		if seen[name] {
-			return fmt.Errorf("%w: module path %s given twice", ErrInvalidJob, name)
+			return errkind.Errorf(ErrInvalidJob, "module path %s given twice", name)
 		}
 		seen[name] = true
 		if len(value) > maxEnvValueLen {
-			return fmt.Errorf("%w: module path %s is %d bytes, at most %d", ErrInvalidJob, name, len(value), maxEnvValueLen)
+			return errkind.Errorf(ErrInvalidJob, "module path %s is %d bytes, at most %d", name, len(value), maxEnvValueLen)
 		}
 		for _, p := range strings.Split(value, ":") {
 			if !path.IsAbs(p) || path.Clean(p) != p || strings.IndexByte(p, 0) >= 0 {
-				return fmt.Errorf("%w: module path %s element %q must be an absolute, clean path", ErrInvalidJob, name, truncateForError(p))
+				return errkind.Errorf(ErrInvalidJob, "module path %s element %q must be an absolute, clean path", name, truncateForError(p))
 			}
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // Inputs come from callers (a model, a host) and name paths inside the
@@ -33,11 +35,11 @@ const (
 // bytes. The error wraps ErrInvalidJob and names the entry (quoted).
 func ValidateInputName(name string) error {
 	bad := func(why string) error {
-		return fmt.Errorf("%w: input %s %s", ErrInvalidJob, QuoteName(name), why)
+		return errkind.Errorf(ErrInvalidJob, "input %s %s", QuoteName(name), why)
 	}
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: input name is empty: give a relative path such as \"in.txt\" or \"dir/in.txt\"", ErrInvalidJob)
+		return errkind.Errorf(ErrInvalidJob, "input name is empty: give a relative path such as \"in.txt\" or \"dir/in.txt\"")
 	case len(name) > MaxInputPathBytes:
 		return bad(fmt.Sprintf("is %d bytes long, at most %d", len(name), MaxInputPathBytes))
 	case !utf8.ValidString(name):
@@ -90,7 +92,7 @@ func (f *InputFile) EffectiveKind() InputKind {
 // Limits.WorkdirBytes). Errors wrap ErrInvalidJob and name the entry.
 func ValidateInputs(files []InputFile, workdirBytes int64) error {
 	if len(files) > MaxInputEntries {
-		return fmt.Errorf("%w: %d input entries, at most %d", ErrInvalidJob, len(files), MaxInputEntries)
+		return errkind.Errorf(ErrInvalidJob, "%d input entries, at most %d", len(files), MaxInputEntries)
 	}
 	kinds := make(map[string]InputKind, len(files))
 	var total int64
@@ -104,34 +106,34 @@ func ValidateInputs(files []InputFile, workdirBytes int64) error {
 		switch k {
 		case InputRegular:
 			if f.Target != "" {
-				return fmt.Errorf("%w: input %s is a file and cannot have a link target", ErrInvalidJob, q)
+				return errkind.Errorf(ErrInvalidJob, "input %s is a file and cannot have a link target", q)
 			}
 		case InputDir:
 			if len(f.Data) > 0 || f.Target != "" {
-				return fmt.Errorf("%w: input %s is a directory and cannot have data or a link target", ErrInvalidJob, q)
+				return errkind.Errorf(ErrInvalidJob, "input %s is a directory and cannot have data or a link target", q)
 			}
 		case InputSymlink:
 			switch {
 			case len(f.Data) > 0:
-				return fmt.Errorf("%w: input %s is a symlink and cannot have data", ErrInvalidJob, q)
+				return errkind.Errorf(ErrInvalidJob, "input %s is a symlink and cannot have data", q)
 			case f.Target == "":
-				return fmt.Errorf("%w: input %s is a symlink without a target", ErrInvalidJob, q)
+				return errkind.Errorf(ErrInvalidJob, "input %s is a symlink without a target", q)
 			case len(f.Target) > MaxInputTargetSize:
-				return fmt.Errorf("%w: input %s: link target is %d bytes, at most %d", ErrInvalidJob, q, len(f.Target), MaxInputTargetSize)
+				return errkind.Errorf(ErrInvalidJob, "input %s: link target is %d bytes, at most %d", q, len(f.Target), MaxInputTargetSize)
 			case strings.IndexByte(f.Target, 0) >= 0:
-				return fmt.Errorf("%w: input %s: link target contains a NUL byte", ErrInvalidJob, q)
+				return errkind.Errorf(ErrInvalidJob, "input %s: link target contains a NUL byte", q)
 			}
 		default:
-			return fmt.Errorf("%w: input %s has unknown kind %q: use %q, %q or %q", ErrInvalidJob, q, f.Kind, InputRegular, InputDir, InputSymlink)
+			return errkind.Errorf(ErrInvalidJob, "input %s has unknown kind %q: use %q, %q or %q", q, f.Kind, InputRegular, InputDir, InputSymlink)
 		}
 		if f.Mode&^0o777 != 0 {
-			return fmt.Errorf("%w: input %s mode %#o: only permission bits are allowed", ErrInvalidJob, q, f.Mode)
+			return errkind.Errorf(ErrInvalidJob, "input %s mode %#o: only permission bits are allowed", q, f.Mode)
 		}
 		if _, dup := kinds[f.Name]; dup {
-			return fmt.Errorf("%w: input %s given twice", ErrInvalidJob, q)
+			return errkind.Errorf(ErrInvalidJob, "input %s given twice", q)
 		}
 		if f.Name == path.Base(OutputsDir) && k != InputDir {
-			return fmt.Errorf("%w: input %s is reserved for the outputs folder (it may only be a directory)", ErrInvalidJob, q)
+			return errkind.Errorf(ErrInvalidJob, "input %s is reserved for the outputs folder (it may only be a directory)", q)
 		}
 		kinds[f.Name] = k
 		total += int64(len(f.Data))
@@ -143,7 +145,7 @@ func ValidateInputs(files []InputFile, workdirBytes int64) error {
 		for j := strings.IndexByte(name, '/'); j >= 0; {
 			parent := name[:j]
 			if k, ok := kinds[parent]; ok && k != InputDir {
-				return fmt.Errorf("%w: input %s lies under %s, which is a %s, not a directory", ErrInvalidJob, QuoteName(name), QuoteName(parent), kindWord(k))
+				return errkind.Errorf(ErrInvalidJob, "input %s lies under %s, which is a %s, not a directory", QuoteName(name), QuoteName(parent), kindWord(k))
 			}
 			next := strings.IndexByte(name[j+1:], '/')
 			if next < 0 {
@@ -153,7 +155,7 @@ func ValidateInputs(files []InputFile, workdirBytes int64) error {
 		}
 	}
 	if total > workdirBytes {
-		return fmt.Errorf("%w: input files total %d bytes, over the %d-byte workdir", ErrInvalidJob, total, workdirBytes)
+		return errkind.Errorf(ErrInvalidJob, "input files total %d bytes, over the %d-byte workdir", total, workdirBytes)
 	}
 	return nil
 }

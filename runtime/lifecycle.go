@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // The lifecycle splits a run in two: the sandbox (image, skill, limits,
@@ -169,10 +170,10 @@ func RunLifecycle(ctx context.Context, lc Lifecycle, job Job) (res *Result, err 
 // they make together is valid, and ctx is not done. It returns that job.
 func Accept(ctx context.Context, spec SandboxSpec, inv Invocation) (Job, error) {
 	if !Fits(spec.Limits, inv.Limits) {
-		return Job{}, fmt.Errorf("%w: the job's memory, pids, cpus or tmpfs limits differ from sandbox %s's", ErrInvalidJob, spec.ID)
+		return Job{}, errkind.Errorf(ErrInvalidJob, "the job's memory, pids, cpus or tmpfs limits differ from sandbox %s's", spec.ID)
 	}
 	if spec.Boot == BootPython && !PythonInvocation(inv.Args) {
-		return Job{}, fmt.Errorf("%w: sandbox %s runs python scripts only, not %q", ErrInvalidJob, spec.ID, inv.Args[0])
+		return Job{}, errkind.Errorf(ErrInvalidJob, "sandbox %s runs python scripts only, not %q", spec.ID, inv.Args[0])
 	}
 	job := JobOf(spec, inv)
 	if err := ValidateJob(job); err != nil {

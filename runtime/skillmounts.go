@@ -1,9 +1,10 @@
 package runtime
 
 import (
-	"fmt"
 	"path"
 	"regexp"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // skills.run_code runs code the caller wrote, not a file of one skill, so
@@ -60,28 +61,28 @@ func (j Job) UsesSkillsDir() bool { return len(j.Skills) > 0 || j.Program != nil
 // at most once; the program has a plain name and a bounded size.
 func validateSkillMounts(job Job) error {
 	if len(job.Skills) > maxSkillMounts {
-		return fmt.Errorf("%w: %d skill mounts, at most %d", ErrInvalidJob, len(job.Skills), maxSkillMounts)
+		return errkind.Errorf(ErrInvalidJob, "%d skill mounts, at most %d", len(job.Skills), maxSkillMounts)
 	}
 	seen := make(map[string]bool, len(job.Skills))
 	for _, m := range job.Skills {
 		if !IsCleanAbs(m.Source) {
-			return fmt.Errorf("%w: skill mount source %q must be an absolute, clean host path", ErrInvalidJob, truncateForError(m.Source))
+			return errkind.Errorf(ErrInvalidJob, "skill mount source %q must be an absolute, clean host path", truncateForError(m.Source))
 		}
 		dir, name := path.Split(m.Target)
 		if dir != SkillsMount+"/" || !mountNamePattern.MatchString(name) {
-			return fmt.Errorf("%w: skill mount target %q must be %s/NAME for a plain name (letters, digits, . _ -)", ErrInvalidJob, truncateForError(m.Target), SkillsMount)
+			return errkind.Errorf(ErrInvalidJob, "skill mount target %q must be %s/NAME for a plain name (letters, digits, . _ -)", truncateForError(m.Target), SkillsMount)
 		}
 		if seen[m.Target] {
-			return fmt.Errorf("%w: skill mount target %q given twice", ErrInvalidJob, m.Target)
+			return errkind.Errorf(ErrInvalidJob, "skill mount target %q given twice", m.Target)
 		}
 		seen[m.Target] = true
 	}
 	if p := job.Program; p != nil {
 		if !mountNamePattern.MatchString(p.Name) {
-			return fmt.Errorf("%w: program name %q must be a plain file name (letters, digits, . _ -)", ErrInvalidJob, truncateForError(p.Name))
+			return errkind.Errorf(ErrInvalidJob, "program name %q must be a plain file name (letters, digits, . _ -)", truncateForError(p.Name))
 		}
 		if len(p.Data) > MaxProgramBytes {
-			return fmt.Errorf("%w: program is %d bytes, at most %d", ErrInvalidJob, len(p.Data), MaxProgramBytes)
+			return errkind.Errorf(ErrInvalidJob, "program is %d bytes, at most %d", len(p.Data), MaxProgramBytes)
 		}
 	}
 	return nil

@@ -1,10 +1,11 @@
 package runtime
 
 import (
-	"fmt"
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 var (
@@ -17,38 +18,38 @@ var (
 // ErrInvalidJob. It does not touch the file system.
 func ValidateJob(job Job) error {
 	if !JobIDPattern.MatchString(job.ID) {
-		return fmt.Errorf("%w: job id %q must be 1-64 of [A-Za-z0-9_-], starting with a letter or digit", ErrInvalidJob, truncateForError(job.ID))
+		return errkind.Errorf(ErrInvalidJob, "job id %q must be 1-64 of [A-Za-z0-9_-], starting with a letter or digit", truncateForError(job.ID))
 	}
 	if !IsCleanAbs(job.RootFS) && (job.RootFS != "" || job.Image.Ref == "") {
-		return fmt.Errorf("%w: rootfs %q must be an absolute, clean host path", ErrInvalidJob, job.RootFS)
+		return errkind.Errorf(ErrInvalidJob, "rootfs %q must be an absolute, clean host path", job.RootFS)
 	}
 	if job.SkillDir != "" && !IsCleanAbs(job.SkillDir) {
-		return fmt.Errorf("%w: skill dir %q must be an absolute, clean host path", ErrInvalidJob, job.SkillDir)
+		return errkind.Errorf(ErrInvalidJob, "skill dir %q must be an absolute, clean host path", job.SkillDir)
 	}
 	if job.DepsDir != "" && !IsCleanAbs(job.DepsDir) {
-		return fmt.Errorf("%w: dependency layer %q must be an absolute, clean host path", ErrInvalidJob, job.DepsDir)
+		return errkind.Errorf(ErrInvalidJob, "dependency layer %q must be an absolute, clean host path", job.DepsDir)
 	}
 	if err := validateSkillMounts(job); err != nil {
 		return err
 	}
 	if job.Network && job.Egress != nil {
-		return fmt.Errorf("%w: a job has either full network or egress through the proxy, not both", ErrInvalidJob)
+		return errkind.Errorf(ErrInvalidJob, "a job has either full network or egress through the proxy, not both")
 	}
 	if len(job.Args) == 0 || job.Args[0] == "" {
-		return fmt.Errorf("%w: no command to run (Args is empty)", ErrInvalidJob)
+		return errkind.Errorf(ErrInvalidJob, "no command to run (Args is empty)")
 	}
 	if len(job.Args) > maxArgs {
-		return fmt.Errorf("%w: %d arguments, at most %d", ErrInvalidJob, len(job.Args), maxArgs)
+		return errkind.Errorf(ErrInvalidJob, "%d arguments, at most %d", len(job.Args), maxArgs)
 	}
 	n := 0
 	for i, a := range job.Args {
 		if strings.IndexByte(a, 0) >= 0 {
-			return fmt.Errorf("%w: argument %d contains a NUL byte", ErrInvalidJob, i)
+			return errkind.Errorf(ErrInvalidJob, "argument %d contains a NUL byte", i)
 		}
 		n += len(a) + 1
 	}
 	if n > maxArgBytes {
-		return fmt.Errorf("%w: arguments are %d bytes, at most %d", ErrInvalidJob, n, maxArgBytes)
+		return errkind.Errorf(ErrInvalidJob, "arguments are %d bytes, at most %d", n, maxArgBytes)
 	}
 	if _, err := ContainerEnv(job.Env); err != nil {
 		return err

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // ErrNotLocked: a skill's current version is not the one its lock pins (or
@@ -119,12 +121,10 @@ func (l *Lock) Write(path string) error {
 func (l *Lock) Check(sk *Skill, lockPath string) error {
 	e, ok := l.Skills[sk.Name]
 	if !ok {
-		return fmt.Errorf("%w: skill %q (%s) is not in the lock file %s; an approver pins it with 'skillbox skills lock --lock %s %s'",
-			ErrNotLocked, sk.Name, sk.Digest, lockPath, lockPath, sk.Name)
+		return errkind.Errorf(ErrNotLocked, "skill %q (%s) is not in the lock file %s; an approver pins it with 'skillbox skills lock --lock %s %s'", sk.Name, sk.Digest, lockPath, lockPath, sk.Name)
 	}
 	if e.Digest != sk.Digest {
-		return fmt.Errorf("%w: skill %q changed since it was approved: the lock %s pins %s (approved by %s), the skill is now %s; see what changed with 'skillbox skills diff --lock %s %s' and re-approve with 'skillbox skills lock --lock %s %s'",
-			ErrNotLocked, sk.Name, lockPath, e.Digest, e.ApprovedBy, sk.Digest, lockPath, sk.Name, lockPath, sk.Name)
+		return errkind.Errorf(ErrNotLocked, "skill %q changed since it was approved: the lock %s pins %s (approved by %s), the skill is now %s; see what changed with 'skillbox skills diff --lock %s %s' and re-approve with 'skillbox skills lock --lock %s %s'", sk.Name, lockPath, e.Digest, e.ApprovedBy, sk.Digest, lockPath, sk.Name, lockPath, sk.Name)
 	}
 	return nil
 }

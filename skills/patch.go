@@ -15,6 +15,8 @@ import (
 	"syscall"
 
 	"github.com/bluekeyes/go-gitdiff/gitdiff"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // Proposed changes to a skill arrive as unified diffs (git's or diff -u's
@@ -65,27 +67,27 @@ func (p *Patch) Paths() []string {
 // Renames, copies and binary patches are refused.
 func ApplyDiff(dir, diff string, opts LoadOptions) (*Patch, error) {
 	if len(diff) > MaxDiffBytes {
-		return nil, fmt.Errorf("%w: the diff is %d bytes, more than %d", ErrPatch, len(diff), MaxDiffBytes)
+		return nil, errkind.Errorf(ErrPatch, "the diff is %d bytes, more than %d", len(diff), MaxDiffBytes)
 	}
 	files, _, err := gitdiff.Parse(strings.NewReader(stripGitPrefixes(diff)))
 	if err != nil {
-		return nil, fmt.Errorf("%w: the diff does not parse: %v", ErrPatch, err)
+		return nil, errkind.Errorf(ErrPatch, "the diff does not parse: %w", err)
 	}
 	if len(files) == 0 {
-		return nil, fmt.Errorf("%w: the diff changes no file; give a unified diff (---/+++ headers and @@ hunks) against the loaded skill", ErrPatch)
+		return nil, errkind.Errorf(ErrPatch, "the diff changes no file; give a unified diff (---/+++ headers and @@ hunks) against the loaded skill")
 	}
 	if len(files) > maxPatchedFiles {
-		return nil, fmt.Errorf("%w: the diff changes %d files, at most %d allowed", ErrPatch, len(files), maxPatchedFiles)
+		return nil, errkind.Errorf(ErrPatch, "the diff changes %d files, at most %d allowed", len(files), maxPatchedFiles)
 	}
 	p := &Patch{}
 	seen := map[string]bool{}
 	total := 0
 	for _, f := range files {
 		if f.IsRename || f.IsCopy {
-			return nil, fmt.Errorf("%w: %s → %s: renames and copies are not supported; delete and add the file instead", ErrPatch, f.OldName, f.NewName)
+			return nil, errkind.Errorf(ErrPatch, "%s → %s: renames and copies are not supported; delete and add the file instead", f.OldName, f.NewName)
 		}
 		if f.IsBinary {
-			return nil, fmt.Errorf("%w: %s: binary patches are not supported", ErrPatch, f.NewName)
+			return nil, errkind.Errorf(ErrPatch, "%s: binary patches are not supported", f.NewName)
 		}
 		name := f.NewName
 		if f.IsDelete {
@@ -93,10 +95,10 @@ func ApplyDiff(dir, diff string, opts LoadOptions) (*Patch, error) {
 		}
 		rel, err := cleanRel(name)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %v", ErrPatch, err)
+			return nil, errkind.Wrap(ErrPatch, err)
 		}
 		if seen[rel] {
-			return nil, fmt.Errorf("%w: %s is changed twice in the diff", ErrPatch, rel)
+			return nil, errkind.Errorf(ErrPatch, "%s is changed twice in the diff", rel)
 		}
 		seen[rel] = true
 		var src []byte
@@ -104,30 +106,30 @@ func ApplyDiff(dir, diff string, opts LoadOptions) (*Patch, error) {
 		existing, rerr := readForPatch(dir, rel)
 		switch {
 		case rerr == nil && f.IsNew:
-			return nil, fmt.Errorf("%w: %s already exists in the skill; diff against its content instead of adding it", ErrPatch, rel)
+			return nil, errkind.Errorf(ErrPatch, "%s already exists in the skill; diff against its content instead of adding it", rel)
 		case rerr == nil:
 			src, mode = existing.data, existing.mode
 		case errors.Is(rerr, ErrNotFound) && f.IsNew:
 		case errors.Is(rerr, ErrNotFound):
-			return nil, fmt.Errorf("%w: %s does not exist in the skill", ErrPatch, rel)
+			return nil, errkind.Errorf(ErrPatch, "%s does not exist in the skill", rel)
 		default:
-			return nil, fmt.Errorf("%w: %v", ErrPatch, rerr)
+			return nil, errkind.Wrap(ErrPatch, rerr)
 		}
 		if f.IsDelete {
 			var out bytes.Buffer
 			if err := gitdiff.Apply(&out, bytes.NewReader(src), f); err != nil {
-				return nil, fmt.Errorf("%w: %s: %v", ErrPatch, rel, err)
+				return nil, errkind.Errorf(ErrPatch, "%s: %w", rel, err)
 			}
 			p.Files = append(p.Files, PatchedFile{Path: rel, Delete: true})
 			continue
 		}
 		var out bytes.Buffer
 		if err := gitdiff.Apply(&out, bytes.NewReader(src), f); err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrPatch, rel, err)
+			return nil, errkind.Errorf(ErrPatch, "%s: %w", rel, err)
 		}
 		total += out.Len()
 		if total > maxPatchedResult {
-			return nil, fmt.Errorf("%w: the changed files would hold more than %d bytes", ErrPatch, maxPatchedResult)
+			return nil, errkind.Errorf(ErrPatch, "the changed files would hold more than %d bytes", maxPatchedResult)
 		}
 		if f.NewMode != 0 {
 			mode = f.NewMode.Perm() & 0o755
@@ -226,7 +228,7 @@ func (p *Patch) checkSkill(dir string, opts LoadOptions) error {
 			continue
 		}
 		if f.Delete {
-			return fmt.Errorf("%w: the diff deletes SKILL.md; a skill needs one", ErrPatch)
+			return errkind.Errorf(ErrPatch, "the diff deletes SKILL.md; a skill needs one")
 		}
 		data = f.Data
 	}
@@ -235,14 +237,14 @@ func (p *Patch) checkSkill(dir string, opts LoadOptions) error {
 	}
 	doc, err := Parse(data)
 	if err != nil {
-		return fmt.Errorf("%w: SKILL.md after the change: %v", ErrPatch, err)
+		return errkind.Errorf(ErrPatch, "SKILL.md after the change: %w", err)
 	}
 	s, err := newSkill(doc, filepath.Base(dir), opts)
 	if err != nil {
-		return fmt.Errorf("%w: SKILL.md after the change: %v", ErrPatch, err)
+		return errkind.Errorf(ErrPatch, "SKILL.md after the change: %w", err)
 	}
 	if len(s.HookErrors) > 0 {
-		return fmt.Errorf("%w: SKILL.md after the change: hooks: %s", ErrPatch, strings.Join(s.HookErrors, "; "))
+		return errkind.Errorf(ErrPatch, "SKILL.md after the change: hooks: %s", strings.Join(s.HookErrors, "; "))
 	}
 	return nil
 }
@@ -284,7 +286,7 @@ func (p *Patch) WriteTo(dir string) error {
 	tmp, err := os.MkdirTemp(parent, ".skillbox-patch-*")
 	if err != nil {
 		if errors.Is(err, syscall.EROFS) || errors.Is(err, fs.ErrPermission) {
-			return fmt.Errorf("%w: %s: %v", ErrReadOnly, parent, err)
+			return errkind.Errorf(ErrReadOnly, "%s: %w", parent, err)
 		}
 		return err
 	}
@@ -365,11 +367,11 @@ func noLinks(root *os.Root, base, rel string) error {
 		last := i == len(parts)
 		switch {
 		case st.Mode()&fs.ModeSymlink != 0:
-			return fmt.Errorf("%w: %s is a symbolic link; skillbox never writes through links", ErrEscape, cur)
+			return errkind.Errorf(ErrEscape, "%s is a symbolic link; skillbox never writes through links", cur)
 		case !last && !st.IsDir():
-			return fmt.Errorf("%w: %s is not a directory", ErrPatch, cur)
+			return errkind.Errorf(ErrPatch, "%s is not a directory", cur)
 		case last && !st.Mode().IsRegular():
-			return fmt.Errorf("%w: %s is not a regular file", ErrPatch, cur)
+			return errkind.Errorf(ErrPatch, "%s is not a regular file", cur)
 		}
 	}
 	return nil

@@ -17,6 +17,8 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // Registry defaults. Depth 4 covers root/skill and root/group/skill layouts
@@ -160,14 +162,14 @@ func (r *Registry) Get(name string) (*Skill, error) {
 	}
 	for _, p := range st.problems {
 		if NormalizeName(filepath.Base(p.Path)) == key {
-			return nil, fmt.Errorf("%w: skill %q at %s could not be loaded: %v; fix its SKILL.md (check with 'skillbox skills validate %s')", ErrNotFound, name, p.Path, p.Err, p.Path)
+			return nil, errkind.Errorf(ErrNotFound, "skill %q at %s could not be loaded: %v; fix its SKILL.md (check with 'skillbox skills validate %s')", name, p.Path, p.Err, p.Path)
 		}
 	}
 	hint := ""
 	if s := closest(key, st.sorted); s != "" {
 		hint = fmt.Sprintf(" (did you mean %q?)", s)
 	}
-	return nil, fmt.Errorf("%w: no skill named %q%s; list the available names with skills.list or 'skillbox skills list --root DIR'", ErrNotFound, name, hint)
+	return nil, errkind.Errorf(ErrNotFound, "no skill named %q%s; list the available names with skills.list or 'skillbox skills list --root DIR'", name, hint)
 }
 
 // Conflicts returns the names refused because more than one skill
@@ -184,8 +186,7 @@ func (r *Registry) Conflicts() map[string][]string {
 // conflictError says that name is refused because dirs all claim it, and
 // what resolves it.
 func conflictError(name string, dirs []string) error {
-	return fmt.Errorf("%w: skill name %q is claimed by %d skill directories in the same root (%s); it is refused for all of them until only one is left: rename or remove the others (a skill is known by its directory's name)",
-		ErrConflict, name, len(dirs), strings.Join(dirs, ", "))
+	return errkind.Errorf(ErrConflict, "skill name %q is claimed by %d skill directories in the same root (%s); it is refused for all of them until only one is left: rename or remove the others (a skill is known by its directory's name)", name, len(dirs), strings.Join(dirs, ", "))
 }
 
 func sortedKeys[V any](m map[string]V) []string {
@@ -416,13 +417,13 @@ func (r *Registry) scanRoot(root string, limit int) (dirs, watch []string, probs
 		visited++
 		if visited > maxDirs {
 			full = true
-			probs = append(probs, Problem{Path: root, Err: fmt.Errorf("%w: more than %d directories under the root; point the root at the directory that holds the skills", ErrTooLarge, maxDirs)})
+			probs = append(probs, Problem{Path: root, Err: errkind.Errorf(ErrTooLarge, "more than %d directories under the root; point the root at the directory that holds the skills", maxDirs)})
 			return
 		}
 		if isSkillDir(dir) {
 			if len(dirs) >= limit {
 				full = true
-				probs = append(probs, Problem{Path: dir, Err: fmt.Errorf("%w: more than %d skills; raise the limit or remove skills", ErrTooLarge, r.opts.MaxSkills)})
+				probs = append(probs, Problem{Path: dir, Err: errkind.Errorf(ErrTooLarge, "more than %d skills; raise the limit or remove skills", r.opts.MaxSkills)})
 				return
 			}
 			dirs = append(dirs, dir)

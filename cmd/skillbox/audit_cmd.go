@@ -122,7 +122,7 @@ func auditVerify(c *cli.Context) error {
 		printReport(out, rep, te, opts)
 	}
 	if te != nil {
-		return exitCode(1, "audit log %s is NOT intact: first bad seq %d: %s", dir, te.Seq, clean(strings.TrimPrefix(te.Error(), fmt.Sprintf("seq %d: ", te.Seq))))
+		return exitCode(1, "audit log %s is NOT intact: first bad seq %d: %s", dir, te.Seq, clean(te.Finding()))
 	}
 	return nil
 }

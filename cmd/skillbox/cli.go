@@ -16,6 +16,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/stack"
@@ -116,7 +117,7 @@ func (o oneSkill) Get(name string) (*skills.Skill, error) {
 	if skills.NormalizeName(name) == skills.NormalizeName(o.sk.Name) {
 		return o.sk, nil
 	}
-	return nil, fmt.Errorf("%w: %q", skills.ErrNotFound, name)
+	return nil, errkind.Errorf(skills.ErrNotFound, "%q", name)
 }
 
 func (o oneSkill) List() []*skills.Skill { return []*skills.Skill{o.sk} }
@@ -143,26 +144,19 @@ func skillNotFound(err error, roots []string) error {
 	return &oneLineError{msg: msg, err: err}
 }
 
-// sentinelPrefixes are the texts of wrapped sentinels ("not found: …") that
-// mean something to a host branching on kinds but only clutter a terminal.
-var sentinelPrefixes = []string{
-	api.ErrNotFound.Error(), api.ErrInvalidParams.Error(), api.ErrDenied.Error(),
-	api.ErrUnavailable.Error(), api.ErrLimitExceeded.Error(), api.ErrInternal.Error(),
-	runtime.ErrInvalidJob.Error(), runtime.ErrUnavailable.Error(),
+// terminalKinds are the error kinds ("not found: …") that mean something to
+// a host branching on kinds but only clutter a terminal; cliError prints
+// their errors' messages without them.
+var terminalKinds = []error{
+	api.ErrNotFound, api.ErrInvalidParams, api.ErrDenied,
+	api.ErrUnavailable, api.ErrLimitExceeded, api.ErrInternal,
+	runtime.ErrInvalidJob, runtime.ErrUnavailable,
 }
 
 // cliError renders err as the one line the CLI prints, keeping it for
 // errors.Is. Exit code 1.
 func cliError(err error) error {
-	msg := err.Error()
-	for again := true; again; {
-		again = false
-		for _, p := range sentinelPrefixes {
-			if rest, ok := strings.CutPrefix(msg, p+": "); ok {
-				msg, again = rest, true
-			}
-		}
-	}
+	msg := errkind.Detail(err, terminalKinds...)
 	msg = strings.TrimSpace(strings.NewReplacer("\r\n", "; ", "\n", "; ").Replace(strings.TrimSpace(msg)))
 	return &oneLineError{msg: msg, err: err}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
@@ -555,7 +556,7 @@ func envFromFlags(kvs []string) (map[string]string, error) {
 			return nil, fmt.Errorf("--env %s is given twice: give each variable once", k)
 		}
 		if err := runtime.ValidateEnv([]string{kv}); err != nil {
-			msg := strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": ")
+			msg := errkind.Detail(err, runtime.ErrInvalidJob)
 			return nil, fmt.Errorf("--env %s refused: %s; pass only settings the script itself reads", k, msg)
 		}
 		env[k] = v
@@ -566,7 +567,7 @@ func envFromFlags(kvs []string) (map[string]string, error) {
 			list = append(list, k+"="+v)
 		}
 		if err := runtime.ValidateEnv(list); err != nil {
-			return nil, fmt.Errorf("--env: %s", strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+			return nil, fmt.Errorf("--env: %s", errkind.Detail(err, runtime.ErrInvalidJob))
 		}
 	}
 	return env, nil

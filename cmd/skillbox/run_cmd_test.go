@@ -18,6 +18,7 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/skills"
@@ -474,7 +475,7 @@ func TestScriptExitCode(t *testing.T) {
 }
 
 func TestCLIErrorOneLine(t *testing.T) {
-	err := fmt.Errorf("%w: %w: environment variable %q can make the interpreter run other code", api.ErrInvalidParams, runtime.ErrInvalidJob, "LD_AUDIT")
+	err := errkind.Wrap(api.ErrInvalidParams, errkind.Errorf(runtime.ErrInvalidJob, "environment variable %q can make the interpreter run other code", "LD_AUDIT"))
 	got := cliError(err)
 	if got.Error() != `environment variable "LD_AUDIT" can make the interpreter run other code` {
 		t.Errorf("got %q", got)
@@ -482,14 +483,14 @@ func TestCLIErrorOneLine(t *testing.T) {
 	if !errors.Is(got, api.ErrInvalidParams) || !errors.Is(got, runtime.ErrInvalidJob) {
 		t.Errorf("the sentinels are lost: %v", got)
 	}
-	got = cliError(fmt.Errorf("%w: sandbox failed: runsc: exit 1\nstderr line\n", api.ErrInternal))
+	got = cliError(errkind.Errorf(api.ErrInternal, "sandbox failed: runsc: exit 1\nstderr line\n"))
 	if strings.Contains(got.Error(), "\n") || !strings.HasPrefix(got.Error(), "sandbox failed") {
 		t.Errorf("got %q", got)
 	}
 }
 
 func TestSkillNotFoundNamesRoots(t *testing.T) {
-	err := fmt.Errorf("%w: no skill named %q; list the available names with skills.list or 'skillbox skills list --root DIR'", skills.ErrNotFound, "nope")
+	err := errkind.Errorf(skills.ErrNotFound, "no skill named %q; list the available names with skills.list or 'skillbox skills list --root DIR'", "nope")
 	got := skillNotFound(err, []string{"/a", "/b"})
 	if !strings.Contains(got.Error(), "'skillbox skills list --root /a --root /b'") || !errors.Is(got, skills.ErrNotFound) {
 		t.Errorf("got %q", got)

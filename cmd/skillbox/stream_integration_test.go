@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
 )
@@ -92,7 +93,7 @@ func TestDaemonStreamsRunOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Reason != api.ReasonExit || res.ExitCode != 0 || !strings.Contains(res.Stdout, "tick 60\n") {
+	if res.Reason != string(runtime.ReasonExit) || res.ExitCode != 0 || !strings.Contains(res.Stdout, "tick 60\n") {
 		t.Fatalf("result: %+v", res)
 	}
 	got := ev.list()
@@ -102,7 +103,7 @@ func TestDaemonStreamsRunOutput(t *testing.T) {
 	if s, ok := got[0].(*api.RunStartedEvent); !ok || s.RunID != res.RunID || s.Skill != "ticker" || s.Path != "scripts/tick.sh" {
 		t.Errorf("first event %+v, want run.started of %s", got[0], res.RunID)
 	}
-	if x, ok := got[len(got)-1].(*api.RunExitedEvent); !ok || x.RunID != res.RunID || x.Reason != api.ReasonExit || x.ExitCode != 0 {
+	if x, ok := got[len(got)-1].(*api.RunExitedEvent); !ok || x.RunID != res.RunID || x.Reason != string(runtime.ReasonExit) || x.ExitCode != 0 {
 		t.Errorf("last event %+v, want run.exited", got[len(got)-1])
 	}
 	var streamed strings.Builder
@@ -167,11 +168,11 @@ func TestDaemonCancelRun(t *testing.T) {
 	if a.err != nil {
 		t.Fatalf("cancelled run: %v", a.err)
 	}
-	if a.res.Reason != api.ReasonCancelled || a.res.RunID != runID || strings.Contains(a.res.Stdout, "tick 60") {
+	if a.res.Reason != string(runtime.ReasonCancelled) || a.res.RunID != runID || strings.Contains(a.res.Stdout, "tick 60") {
 		t.Fatalf("cancelled run's result: %+v", a.res)
 	}
 	got := ev.list()
-	if x, ok := got[len(got)-1].(*api.RunExitedEvent); !ok || x.Reason != api.ReasonCancelled {
+	if x, ok := got[len(got)-1].(*api.RunExitedEvent); !ok || x.Reason != string(runtime.ReasonCancelled) {
 		t.Errorf("last event %+v, want run.exited with reason cancelled", got[len(got)-1])
 	}
 	if ids := d.containers(); len(ids) != 0 {
@@ -181,7 +182,7 @@ func TestDaemonCancelRun(t *testing.T) {
 	for _, r := range d.records() {
 		if r.Event == "run.end" && r.Run != nil && r.Run.RunID == runID {
 			ends++
-			if r.Outcome != api.ReasonCancelled {
+			if r.Outcome != string(runtime.ReasonCancelled) {
 				t.Errorf("run.end outcome %q, want cancelled", r.Outcome)
 			}
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
 )
@@ -72,7 +73,7 @@ func filesFromFlags(specs []string) ([]runtime.InputFile, error) {
 			name = filepath.Base(filepath.Clean(host))
 		}
 		if err := runtime.ValidateInputName(name); err != nil {
-			return nil, fileUsage("--file %s: %s; give a relative NAME with --file PATH:NAME", spec, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+			return nil, fileUsage("--file %s: %s; give a relative NAME with --file PATH:NAME", spec, errkind.Detail(err, runtime.ErrInvalidJob))
 		}
 		if prev := seen[name]; prev != "" {
 			return nil, fileUsage("--file %s: --file %s already has the name %q in the working directory: rename one with --file PATH:NAME", spec, prev, name)
@@ -108,7 +109,7 @@ func filesFromFlags(specs []string) ([]runtime.InputFile, error) {
 		}
 	}
 	if err := runtime.ValidateInputs(out, math.MaxInt64); err != nil {
-		return nil, fileUsage("--file: %s", strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+		return nil, fileUsage("--file: %s", errkind.Detail(err, runtime.ErrInvalidJob))
 	}
 	return out, nil
 }
@@ -134,7 +135,7 @@ func dirInputs(host, name, spec string) ([]runtime.InputFile, error) {
 			return fileUsage("--file %s: more than %d files and directories", spec, runtime.MaxInputEntries)
 		}
 		if err := runtime.ValidateInputName(e.Name); err != nil {
-			return fileUsage("--file %s: %s: %s", spec, quoteUnprintable(e.HostPath), strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+			return fileUsage("--file %s: %s: %s", spec, quoteUnprintable(e.HostPath), errkind.Detail(err, runtime.ErrInvalidJob))
 		}
 		f := runtime.InputFile{Name: e.Name, Data: e.Data, Mode: e.Mode}
 		switch e.Type {

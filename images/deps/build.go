@@ -21,6 +21,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // Sources are the package sources the config names.
@@ -107,7 +108,7 @@ func (b *Builder) Ready(p *Plan) (*Layer, error) {
 	}
 	l, err := b.Store.Get(p.Digest)
 	if err != nil {
-		return nil, fmt.Errorf("%w: layer %s is not built", ErrNotReady, p.Digest)
+		return nil, errkind.Errorf(ErrNotReady, "layer %s is not built", p.Digest)
 	}
 	return l, nil
 }
@@ -190,8 +191,7 @@ func MissingSourceError(skill string, m *Set, src Sources) error {
 	if len(parts) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: skill %q needs packages its image lacks: %s; then run: skillbox deps build %s",
-		ErrNoSource, skill, strings.Join(parts, "; "), skill)
+	return errkind.Errorf(ErrNoSource, "skill %q needs packages its image lacks: %s; then run: skillbox deps build %s", skill, strings.Join(parts, "; "), skill)
 }
 
 func (b *Builder) logger() hclog.Logger {
@@ -208,7 +208,7 @@ func (b *Builder) build(ctx context.Context, req Request, p *Plan) (*Layer, erro
 	began := time.Now()
 	stage, err := b.Store.staging()
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrBuild, err)
+		return nil, errkind.Wrap(ErrBuild, err)
 	}
 	ok := false
 	defer func() {
@@ -225,7 +225,7 @@ func (b *Builder) build(ctx context.Context, req Request, p *Plan) (*Layer, erro
 	log := b.logger().With("layer", p.Digest, "skill", req.Skill)
 	if len(p.Missing.Python) > 0 {
 		if p.Image.PythonVersion == "" {
-			return nil, fmt.Errorf("%w: skill %q declares Python packages but image %q has no python3", ErrBuild, req.Skill, req.Image)
+			return nil, errkind.Errorf(ErrBuild, "skill %q declares Python packages but image %q has no python3", req.Skill, req.Image)
 		}
 		arts, err := b.buildPython(ctx, req, p, stage, tree)
 		if err != nil {
@@ -319,7 +319,7 @@ func (b *Builder) buildPython(ctx context.Context, req Request, p *Plan, stage, 
 	for _, e := range entries {
 		name := e.Name()
 		if !strings.HasSuffix(name, ".whl") {
-			return nil, fmt.Errorf("%w: %s is not a wheel; source distributions are refused (building runs package code)", ErrRefused, name)
+			return nil, errkind.Errorf(ErrRefused, "%s is not a wheel; source distributions are refused (building runs package code)", name)
 		}
 		data, err := os.ReadFile(filepath.Join(wheels, name))
 		if err != nil {
@@ -331,7 +331,7 @@ func (b *Builder) buildPython(ctx context.Context, req Request, p *Plan, stage, 
 			a.Name, a.Version = NormalizeName(m[1]), m[2]
 		}
 		if r, ok := byName[a.Name]; ok && len(r.Hashes) > 0 && !contains(r.Hashes, "sha256:"+a.SHA256) {
-			return nil, fmt.Errorf("%w: %s (%s): got sha256:%s, %s pins %s", ErrHash, a.Name, name, a.SHA256, r.Source, strings.Join(r.Hashes, " or "))
+			return nil, errkind.Errorf(ErrHash, "%s (%s): got sha256:%s, %s pins %s", a.Name, name, a.SHA256, r.Source, strings.Join(r.Hashes, " or "))
 		}
 		arts = append(arts, a)
 		files = append(files, "/skill/wheels/"+name)
@@ -388,20 +388,20 @@ func (b *Builder) pipDownloadError(ctx context.Context, p *Plan, out string, err
 				where = " (" + r.Source + ")"
 			}
 		}
-		return fmt.Errorf("%w: %s%s: the index serves sha256:%s, the requirement pins sha256:%s; nothing was installed or cached: fix the pinned hash or the index", ErrHash, name, where, m[3], m[2])
+		return errkind.Errorf(ErrHash, "%s%s: the index serves sha256:%s, the requirement pins sha256:%s; nothing was installed or cached: fix the pinned hash or the index", name, where, m[3], m[2])
 	}
 	if strings.Contains(out, "DO NOT MATCH THE HASHES") || strings.Contains(out, "hashes are required") ||
 		strings.Contains(out, "Hashes are required") {
-		return fmt.Errorf("%w: pip refused the download: %s", ErrHash, tail(out, 1200))
+		return errkind.Errorf(ErrHash, "pip refused the download: %s", tail(out, 1200))
 	}
 	if m := noMatchRE.FindStringSubmatch(out); m != nil {
 		name := NormalizeName(m[1])
 		if sdist := b.onlySdist(ctx, name); sdist != "" && !p.Missing.AllowSource {
-			return fmt.Errorf("%w: %s is only available as a source distribution (%s); building from source runs package code, so it is refused: publish a wheel to the index, or set build_from_source = true in a policy rule for the skill", ErrRefused, name, sdist)
+			return errkind.Errorf(ErrRefused, "%s is only available as a source distribution (%s); building from source runs package code, so it is refused: publish a wheel to the index, or set build_from_source = true in a policy rule for the skill", name, sdist)
 		}
-		return fmt.Errorf("%w: no wheel of %s for python %s on linux in the configured source: %s", ErrBuild, name, p.Image.PythonVersion, tail(out, 600))
+		return errkind.Errorf(ErrBuild, "no wheel of %s for python %s on linux in the configured source: %s", name, p.Image.PythonVersion, tail(out, 600))
 	}
-	return fmt.Errorf("%w: pip download: %v: %s", ErrBuild, err, tail(out, 1200))
+	return errkind.Errorf(ErrBuild, "pip download: %v: %s", err, tail(out, 1200))
 }
 
 var hrefRE = regexp.MustCompile(`href="([^"]+)"`)
@@ -475,11 +475,11 @@ func (b *Builder) pipInstaller(ctx context.Context, im *Image, in string) ([]str
 	}
 	out, err := exec.CommandContext(ctx, py, "-c", "import os, pip; print(os.path.dirname(pip.__file__))").Output()
 	if err != nil {
-		return nil, fmt.Errorf("%w: the image has no pip and the host's %s has none to lend: install pip on the host (python3 -m pip) or add python3-pip to the image", ErrBuild, py)
+		return nil, errkind.Errorf(ErrBuild, "the image has no pip and the host's %s has none to lend: install pip on the host (python3 -m pip) or add python3-pip to the image", py)
 	}
 	src := strings.TrimSpace(string(out))
 	if err := copyTree(src, filepath.Join(in, "pip", "pip")); err != nil {
-		return nil, fmt.Errorf("%w: copying pip: %v", ErrBuild, err)
+		return nil, errkind.Errorf(ErrBuild, "copying pip: %w", err)
 	}
 	return []string{"python3", "/skill/pip/pip"}, nil
 }
@@ -489,7 +489,7 @@ func (b *Builder) pipInstaller(ctx context.Context, im *Image, in string) ([]str
 // under /work/out into tree.
 func (b *Builder) installInSandbox(ctx context.Context, req Request, in string, argv []string, tree string) error {
 	if b.Runtime == nil {
-		return fmt.Errorf("%w: no sandbox runtime to install in", ErrBuild)
+		return errkind.Errorf(ErrBuild, "no sandbox runtime to install in")
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
@@ -502,7 +502,7 @@ func (b *Builder) installInSandbox(ctx context.Context, req Request, in string, 
 	}
 	res, err := b.Runtime.Run(ctx, job)
 	if err != nil {
-		return fmt.Errorf("%w: install sandbox: %v", ErrBuild, err)
+		return errkind.Errorf(ErrBuild, "install sandbox: %w", err)
 	}
 	out := string(res.Stderr) + string(res.Stdout)
 	if res.Reason != runtime.ReasonExit || res.ExitCode != 0 {
@@ -514,8 +514,7 @@ func (b *Builder) installInSandbox(ctx context.Context, req Request, in string, 
 		if res.StdoutTruncated || res.StderrTruncated {
 			cut = fmt.Sprintf(" (installer output cut at %d bytes per stream)", job.Limits.StdoutBytes)
 		}
-		return fmt.Errorf("%w: installing in the sandbox ended with %s (exit %d)%s: %s", ErrBuild, res.Reason, res.ExitCode, cut,
-			tail(out, 1500))
+		return errkind.Errorf(ErrBuild, "installing in the sandbox ended with %s (exit %d)%s: %s", res.Reason, res.ExitCode, cut, tail(out, 1500))
 	}
 	var total int64
 	for _, o := range res.Outputs {
@@ -531,7 +530,7 @@ func (b *Builder) installInSandbox(ctx context.Context, req Request, in string, 
 		}
 		dst := filepath.Join(tree, filepath.FromSlash(rel))
 		if !strings.HasPrefix(dst, tree+string(filepath.Separator)) {
-			return fmt.Errorf("%w: output path %q leaves the layer", ErrBuild, o.Path)
+			return errkind.Errorf(ErrBuild, "output path %q leaves the layer", o.Path)
 		}
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return err

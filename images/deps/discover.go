@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path"
@@ -13,6 +12,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // NpmDep is one declared npm dependency.
@@ -206,7 +207,7 @@ func readRegular(root, rel string) ([]byte, error) {
 		return nil, nil
 	}
 	if fi.Size() > maxScriptScan {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrInvalid, rel, maxScriptScan)
+		return nil, errkind.Errorf(ErrInvalid, "%s is larger than %d bytes", rel, maxScriptScan)
 	}
 	return os.ReadFile(p)
 }
@@ -221,13 +222,13 @@ var (
 // other than latest and aliases are refused.
 func ParsePackageJSON(data []byte, file string) ([]NpmDep, error) {
 	if len(data) > maxDeclBytes {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrInvalid, file, maxDeclBytes)
+		return nil, errkind.Errorf(ErrInvalid, "%s is larger than %d bytes", file, maxDeclBytes)
 	}
 	var pj struct {
 		Dependencies map[string]string `json:"dependencies"`
 	}
 	if err := json.Unmarshal(data, &pj); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, file, err)
+		return nil, errkind.Errorf(ErrInvalid, "%s: %w", file, err)
 	}
 	var out []NpmDep
 	for name, rng := range pj.Dependencies {
@@ -252,14 +253,14 @@ func ParseNpmSpec(s, where string) (NpmDep, error) {
 
 func checkNpm(name, rng, where string) (NpmDep, error) {
 	if !npmNameRE.MatchString(name) || len(name) > 214 {
-		return NpmDep{}, fmt.Errorf("%w: %s: %q is not an npm package name", ErrInvalid, where, clip(name))
+		return NpmDep{}, errkind.Errorf(ErrInvalid, "%s: %q is not an npm package name", where, clip(name))
 	}
 	rng = strings.TrimSpace(rng)
 	if rng == "" || rng == "*" {
 		rng = "latest"
 	}
 	if rng != "latest" && (!npmRangeRE.MatchString(rng) || len(rng) > 200) {
-		return NpmDep{}, fmt.Errorf("%w: %s: %s: %q is not a semver range (URLs, git, file: and link: specs are not allowed; the registry comes from the config)", ErrInvalid, where, name, clip(rng))
+		return NpmDep{}, errkind.Errorf(ErrInvalid, "%s: %s: %q is not a semver range (URLs, git, file: and link: specs are not allowed; the registry comes from the config)", where, name, clip(rng))
 	}
 	return NpmDep{Name: name, Range: rng, Source: where}, nil
 }

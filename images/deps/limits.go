@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"sync"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // A hostile package can be small to fetch and huge once installed (a
@@ -40,14 +42,12 @@ func (b *Builder) layerCap() int64 {
 // tooLarge is the error of a layer over the cap: what (the wheels, the
 // installed tree) comes to size.
 func (b *Builder) tooLarge(who, what, size string) error {
-	return fmt.Errorf("%w: %s: %s comes to %s, over the cap of %s on an installed layer (dependencies.max_layer_bytes); nothing was installed: drop or replace the package, or raise max_layer_bytes in the config's dependencies block if a layer this large is intended",
-		ErrTooLarge, who, what, size, humanSize(b.layerCap()))
+	return errkind.Errorf(ErrTooLarge, "%s: %s comes to %s, over the cap of %s on an installed layer (dependencies.max_layer_bytes); nothing was installed: drop or replace the package, or raise max_layer_bytes in the config's dependencies block if a layer this large is intended", who, what, size, humanSize(b.layerCap()))
 }
 
 // ranOutOfRoom is the error of an install stopped by the tmpfs cap.
 func (b *Builder) ranOutOfRoom(who string) error {
-	return fmt.Errorf("%w: %s: the install grew past the cap of %s on an installed layer (dependencies.max_layer_bytes) while unpacking and was stopped; nothing was installed: drop or replace the package, or raise max_layer_bytes in the config's dependencies block if a layer this large is intended",
-		ErrTooLarge, who, humanSize(b.layerCap()))
+	return errkind.Errorf(ErrTooLarge, "%s: the install grew past the cap of %s on an installed layer (dependencies.max_layer_bytes) while unpacking and was stopped; nothing was installed: drop or replace the package, or raise max_layer_bytes in the config's dependencies block if a layer this large is intended", who, humanSize(b.layerCap()))
 }
 
 // wheelSize is the unpacked size a wheel's zip directory declares. pip
@@ -56,7 +56,7 @@ func (b *Builder) ranOutOfRoom(who string) error {
 func wheelSize(file string) (int64, error) {
 	r, err := zip.OpenReader(file)
 	if err != nil {
-		return 0, fmt.Errorf("%w: %s is not a valid wheel (zip): %v", ErrRefused, file, err)
+		return 0, errkind.Errorf(ErrRefused, "%s is not a valid wheel (zip): %w", file, err)
 	}
 	defer r.Close()
 	var n int64

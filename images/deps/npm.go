@@ -21,6 +21,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // lockFile is the part of package-lock.json (v2/v3) the builder reads.
@@ -83,19 +85,19 @@ func (b *Builder) buildNpm(ctx context.Context, req Request, p *Plan, stage, tre
 		err := cmd.Run()
 		os.RemoveAll(filepath.Join(stage, "npm-cache"))
 		if err != nil {
-			return nil, fmt.Errorf("%w: npm could not resolve %s: %s", ErrBuild, npmList(p.Missing.Npm), tail(out.String(), 1200))
+			return nil, errkind.Errorf(ErrBuild, "npm could not resolve %s: %s", npmList(p.Missing.Npm), tail(out.String(), 1200))
 		}
 		lockData, err = os.ReadFile(filepath.Join(dir, "package-lock.json"))
 		if err != nil {
-			return nil, fmt.Errorf("%w: npm wrote no lock: %v", ErrBuild, err)
+			return nil, errkind.Errorf(ErrBuild, "npm wrote no lock: %w", err)
 		}
 	}
 	var lock lockFile
 	if err := json.Unmarshal(lockData, &lock); err != nil {
-		return nil, fmt.Errorf("%w: package-lock.json: %v", ErrInvalid, err)
+		return nil, errkind.Errorf(ErrInvalid, "package-lock.json: %w", err)
 	}
 	if lock.LockfileVersion < 2 {
-		return nil, fmt.Errorf("%w: package-lock.json version %d: regenerate it with npm 7 or later (lockfileVersion 2 or 3)", ErrInvalid, lock.LockfileVersion)
+		return nil, errkind.Errorf(ErrInvalid, "package-lock.json version %d: regenerate it with npm 7 or later (lockfileVersion 2 or 3)", lock.LockfileVersion)
 	}
 	paths := make([]string, 0, len(lock.Packages))
 	for k := range lock.Packages {
@@ -118,28 +120,28 @@ func (b *Builder) buildNpm(ctx context.Context, req Request, p *Plan, stage, tre
 		}
 		m := lockPathRE.FindStringSubmatch(k)
 		if m == nil {
-			return nil, fmt.Errorf("%w: package-lock.json: %q is not a node_modules path", ErrInvalid, clip(k))
+			return nil, errkind.Errorf(ErrInvalid, "package-lock.json: %q is not a node_modules path", clip(k))
 		}
 		name := k[strings.LastIndex(k, "node_modules/")+len("node_modules/"):]
 		if pkg.Link {
-			return nil, fmt.Errorf("%w: %s is a link in the lock; only registry packages are installed", ErrRefused, name)
+			return nil, errkind.Errorf(ErrRefused, "%s is a link in the lock; only registry packages are installed", name)
 		}
 		if pkg.HasInstallScript && !p.Missing.AllowSource {
-			return nil, fmt.Errorf("%w: %s@%s has install scripts; they are not run: pick a version without them, or set build_from_source = true in a policy rule for the skill", ErrRefused, name, pkg.Version)
+			return nil, errkind.Errorf(ErrRefused, "%s@%s has install scripts; they are not run: pick a version without them, or set build_from_source = true in a policy rule for the skill", name, pkg.Version)
 		}
 		u, err := b.tarballURL(pkg.Resolved)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %s: %v", ErrRefused, name, err)
+			return nil, errkind.Errorf(ErrRefused, "%s: %w", name, err)
 		}
 		data, err := b.get(ctx, u, maxTarball)
 		if err != nil {
-			return nil, fmt.Errorf("%w: fetching %s: %v", ErrBuild, name, err)
+			return nil, errkind.Errorf(ErrBuild, "fetching %s: %w", name, err)
 		}
 		if err := checkIntegrity(data, pkg.Integrity); err != nil {
-			return nil, fmt.Errorf("%w: %s@%s: %v", ErrHash, name, pkg.Version, err)
+			return nil, errkind.Errorf(ErrHash, "%s@%s: %w", name, pkg.Version, err)
 		}
 		if s := installScripts(data); s != "" && !p.Missing.AllowSource {
-			return nil, fmt.Errorf("%w: %s@%s has an install script (%s); it is not run: pick a version without one, or set build_from_source = true in a policy rule for the skill", ErrRefused, name, pkg.Version, s)
+			return nil, errkind.Errorf(ErrRefused, "%s@%s has an install script (%s); it is not run: pick a version without one, or set build_from_source = true in a policy rule for the skill", name, pkg.Version, s)
 		}
 		sum := sha256.Sum256(data)
 		file := fmt.Sprintf("%d.tgz", i)

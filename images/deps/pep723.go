@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // ParsePEP723 reads the inline script metadata block of a Python script
@@ -33,7 +35,7 @@ func ParsePEP723(script []byte, file string) ([]Requirement, error) {
 		if !in {
 			if strings.HasPrefix(l, "# /// ") && strings.TrimSpace(l[len("# /// "):]) == "script" {
 				if found {
-					return nil, fmt.Errorf("%w: %s:%d: a second \"# /// script\" block; PEP 723 allows one", ErrInvalid, file, lineNo)
+					return nil, errkind.Errorf(ErrInvalid, "%s:%d: a second \"# /// script\" block; PEP 723 allows one", file, lineNo)
 				}
 				in, found, startLine = true, true, lineNo
 				body.Reset()
@@ -49,11 +51,11 @@ func ParsePEP723(script []byte, file string) ([]Requirement, error) {
 			body.WriteString(l[2:])
 			body.WriteString("\n")
 		default:
-			return nil, fmt.Errorf("%w: %s:%d: the \"# /// script\" block opened at line %d is not closed with \"# ///\"", ErrInvalid, file, lineNo, startLine)
+			return nil, errkind.Errorf(ErrInvalid, "%s:%d: the \"# /// script\" block opened at line %d is not closed with \"# ///\"", file, lineNo, startLine)
 		}
 	}
 	if in {
-		return nil, fmt.Errorf("%w: %s:%d: the \"# /// script\" block is not closed with \"# ///\"", ErrInvalid, file, startLine)
+		return nil, errkind.Errorf(ErrInvalid, "%s:%d: the \"# /// script\" block is not closed with \"# ///\"", file, startLine)
 	}
 	if !found {
 		return nil, nil
@@ -63,7 +65,7 @@ func ParsePEP723(script []byte, file string) ([]Requirement, error) {
 		RequiresPython string   `toml:"requires-python"`
 	}
 	if _, err := toml.Decode(body.String(), &meta); err != nil {
-		return nil, fmt.Errorf("%w: %s:%d: script metadata: %v", ErrInvalid, file, startLine, err)
+		return nil, errkind.Errorf(ErrInvalid, "%s:%d: script metadata: %w", file, startLine, err)
 	}
 	var out []Requirement
 	for _, d := range meta.Dependencies {

@@ -7,6 +7,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // Requirement is one declared Python dependency in a form pip accepts,
@@ -57,7 +59,7 @@ const maxDeclBytes = 1 << 20
 // the file and line: sources come from the config, never from a skill.
 func ParseRequirements(data []byte, file string) ([]Requirement, error) {
 	if len(data) > maxDeclBytes {
-		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrInvalid, file, maxDeclBytes)
+		return nil, errkind.Errorf(ErrInvalid, "%s is larger than %d bytes", file, maxDeclBytes)
 	}
 	var out []Requirement
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -87,7 +89,7 @@ func ParseRequirements(data []byte, file string) ([]Requirement, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, file, err)
+		return nil, errkind.Errorf(ErrInvalid, "%s: %w", file, err)
 	}
 	if logical.Len() > 0 {
 		r, ok, err := parseRequirementLine(logical.String(), fmt.Sprintf("%s:%d", file, start))
@@ -105,7 +107,7 @@ func ParseRequirements(data []byte, file string) ([]Requirement, error) {
 // comment lines.
 func parseRequirementLine(text, where string) (Requirement, bool, error) {
 	if strings.IndexByte(text, 0) >= 0 {
-		return Requirement{}, false, fmt.Errorf("%w: %s: NUL byte", ErrInvalid, where)
+		return Requirement{}, false, errkind.Errorf(ErrInvalid, "%s: NUL byte", where)
 	}
 	// A comment starts at '#' at the line start or after whitespace.
 	if i := strings.Index(text, "#"); i == 0 {
@@ -125,7 +127,7 @@ func parseRequirementLine(text, where string) (Requirement, bool, error) {
 	if strings.HasPrefix(text, "-") {
 		opt, _, _ := strings.Cut(text, " ")
 		opt, _, _ = strings.Cut(opt, "=")
-		return Requirement{}, false, fmt.Errorf("%w: %s: option %q is not supported in a skill's requirements: package sources come from the config (python_index), and a requirement is a name with version specifiers", ErrInvalid, where, opt)
+		return Requirement{}, false, errkind.Errorf(ErrInvalid, "%s: option %q is not supported in a skill's requirements: package sources come from the config (python_index), and a requirement is a name with version specifiers", where, opt)
 	}
 	var hashes []string
 	fields := strings.Fields(text)
@@ -138,16 +140,16 @@ func parseRequirementLine(text, where string) (Requirement, bool, error) {
 		}
 		if h, ok := strings.CutPrefix(f, "--hash="); ok {
 			if !hashRE.MatchString(h) {
-				return Requirement{}, false, fmt.Errorf("%w: %s: hash %q: write --hash=sha256:<64 hex digits>", ErrInvalid, where, clip(h))
+				return Requirement{}, false, errkind.Errorf(ErrInvalid, "%s: hash %q: write --hash=sha256:<64 hex digits>", where, clip(h))
 			}
 			hashes = append(hashes, h)
 			continue
 		}
 		if strings.HasPrefix(f, "-") {
-			return Requirement{}, false, fmt.Errorf("%w: %s: option %q is not supported per requirement (only --hash)", ErrInvalid, where, clip(f))
+			return Requirement{}, false, errkind.Errorf(ErrInvalid, "%s: option %q is not supported per requirement (only --hash)", where, clip(f))
 		}
 		if len(hashes) > 0 {
-			return Requirement{}, false, fmt.Errorf("%w: %s: text after --hash options: put the requirement first", ErrInvalid, where)
+			return Requirement{}, false, errkind.Errorf(ErrInvalid, "%s: text after --hash options: put the requirement first", where)
 		}
 		spec = append(spec, f)
 	}
@@ -166,15 +168,15 @@ func ParseRequirement(s, where string) (Requirement, error) {
 	s = strings.TrimSpace(s)
 	req, marker, hasMarker := strings.Cut(s, ";")
 	if strings.Contains(req, "@") || strings.Contains(req, "://") || strings.ContainsAny(req, "/\\") {
-		return Requirement{}, fmt.Errorf("%w: %s: %q: URLs and paths are not allowed; name a package from the configured index", ErrInvalid, where, clip(s))
+		return Requirement{}, errkind.Errorf(ErrInvalid, "%s: %q: URLs and paths are not allowed; name a package from the configured index", where, clip(s))
 	}
 	m := reqNameRE.FindStringSubmatch(strings.TrimSpace(req))
 	if m == nil {
-		return Requirement{}, fmt.Errorf("%w: %s: %q is not a requirement (write name[extras] and version specifiers, e.g. pillow>=10)", ErrInvalid, where, clip(s))
+		return Requirement{}, errkind.Errorf(ErrInvalid, "%s: %q is not a requirement (write name[extras] and version specifiers, e.g. pillow>=10)", where, clip(s))
 	}
 	name, extras, rest := m[1], m[2], strings.TrimSpace(m[3])
 	if rest != "" && !specRE.MatchString(rest) {
-		return Requirement{}, fmt.Errorf("%w: %s: %q: version specifier %q is not understood (use ==, >=, <, ~=, != with versions)", ErrInvalid, where, clip(s), clip(rest))
+		return Requirement{}, errkind.Errorf(ErrInvalid, "%s: %q: version specifier %q is not understood (use ==, >=, <, ~=, != with versions)", where, clip(s), clip(rest))
 	}
 	canon := NormalizeName(name)
 	if extras != "" {
@@ -196,7 +198,7 @@ func ParseRequirement(s, where string) (Requirement, error) {
 	if hasMarker {
 		marker = strings.TrimSpace(marker)
 		if marker == "" || !markerRE.MatchString(marker) {
-			return Requirement{}, fmt.Errorf("%w: %s: %q: environment marker %q is not understood", ErrInvalid, where, clip(s), clip(marker))
+			return Requirement{}, errkind.Errorf(ErrInvalid, "%s: %q: environment marker %q is not understood", where, clip(s), clip(marker))
 		}
 		canon += "; " + strings.Join(strings.Fields(marker), " ")
 	}

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // layerFormat is folded into every key; bump it when the layout of a layer
@@ -106,7 +108,7 @@ func (s *Store) Dir() string { return s.dir }
 func (s *Store) path(digest string) (string, error) {
 	hexd, ok := strings.CutPrefix(digest, "sha256:")
 	if !ok || len(hexd) != 64 || strings.Trim(hexd, "0123456789abcdef") != "" {
-		return "", fmt.Errorf("%w: layer digest %q", ErrInvalid, digest)
+		return "", errkind.Errorf(ErrInvalid, "layer digest %q", digest)
 	}
 	return filepath.Join(s.dir, "sha256-"+hexd), nil
 }
@@ -232,7 +234,7 @@ func (s *Store) commit(stage string, m *Manifest) (*Layer, error) {
 			os.RemoveAll(stage)
 			return s.Get(m.Digest)
 		}
-		return nil, fmt.Errorf("%w: storing layer: %v", ErrBuild, err)
+		return nil, errkind.Errorf(ErrBuild, "storing layer: %w", err)
 	}
 	return s.Get(m.Digest)
 }

@@ -42,6 +42,7 @@ import (
 	clog "github.com/containerd/log"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/runtime/process"
 )
@@ -177,8 +178,7 @@ func New(opts runtime.Options) (*Containerd, error) {
 		}
 		c.gvisor = strings.Contains(filepath.Base(c.binary), "runsc")
 	default:
-		return nil, fmt.Errorf("%w: containerd handler %q: choose %s (gVisor) or %s (with binary runsc or runc)",
-			runtime.ErrUnavailable, c.handler, HandlerRunsc, HandlerRuncV2)
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "containerd handler %q: choose %s (gVisor) or %s (with binary runsc or runc)", c.handler, HandlerRunsc, HandlerRuncV2)
 	}
 	if c.gvisor && c.platform == "" && filepath.Clean(c.binary) == runtime.PinnedRunscPath() {
 		c.platform = runtime.PinnedRunscPlatform
@@ -219,11 +219,11 @@ func (c *Containerd) connect(ctx context.Context) (*containerd.Client, error) {
 		return c.client, nil
 	}
 	if _, err := os.Stat(c.address); err != nil {
-		return nil, fmt.Errorf("%w: containerd socket %s: %v: start containerd (apt-get install containerd; or hack/containerd.sh start DIR for a private one) or set the containerd address", runtime.ErrUnavailable, c.address, err)
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "containerd socket %s: %w: start containerd (apt-get install containerd; or hack/containerd.sh start DIR for a private one) or set the containerd address", c.address, err)
 	}
 	cl, err := containerd.New(c.address, containerd.WithDefaultNamespace(c.namespace), containerd.WithTimeout(connectTimeout))
 	if err != nil {
-		return nil, fmt.Errorf("%w: connect to containerd at %s: %v", runtime.ErrUnavailable, c.address, err)
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "connect to containerd at %s: %w", c.address, err)
 	}
 	c.client = cl
 	return cl, nil
@@ -243,7 +243,7 @@ func (c *Containerd) Version(ctx context.Context) (string, error) {
 	}
 	v, err := cl.Version(ctx)
 	if err != nil {
-		return "", fmt.Errorf("%w: containerd at %s: %v", runtime.ErrUnavailable, c.address, err)
+		return "", errkind.Errorf(runtime.ErrUnavailable, "containerd at %s: %w", c.address, err)
 	}
 	if err := c.checkHandler(); err != nil {
 		return "", err
@@ -262,14 +262,12 @@ func (c *Containerd) Version(ctx context.Context) (string, error) {
 func (c *Containerd) checkHandler() error {
 	if c.handler == HandlerRunsc {
 		if !HasCapSysResource() {
-			return fmt.Errorf("%w: containerd handler %s cannot start here: gVisor's shim sets its OOM score to -999, which needs CAP_SYS_RESOURCE, and this host's root lacks it: choose handler %s with binary runsc (still gVisor)",
-				runtime.ErrUnavailable, c.handler, HandlerRuncV2)
+			return errkind.Errorf(runtime.ErrUnavailable, "containerd handler %s cannot start here: gVisor's shim sets its OOM score to -999, which needs CAP_SYS_RESOURCE, and this host's root lacks it: choose handler %s with binary runsc (still gVisor)", c.handler, HandlerRuncV2)
 		}
 		_, err := exec.LookPath(RunscShim)
 		if err != nil {
 			if _, err2 := os.Stat(filepath.Join(filepath.Dir(runtime.PinnedRunscPath()), RunscShim)); err2 != nil {
-				return fmt.Errorf("%w: containerd handler %s needs %s on containerd's PATH (not found: %v): install it with %s and put %s on containerd's PATH, or choose handler %s",
-					runtime.ErrUnavailable, c.handler, RunscShim, err, runtime.RunscInstallCommand, filepath.Dir(runtime.PinnedRunscPath()), HandlerRuncV2)
+				return errkind.Errorf(runtime.ErrUnavailable, "containerd handler %s needs %s on containerd's PATH (not found: %v): install it with %s and put %s on containerd's PATH, or choose handler %s", c.handler, RunscShim, err, runtime.RunscInstallCommand, filepath.Dir(runtime.PinnedRunscPath()), HandlerRuncV2)
 			}
 		}
 	}
@@ -278,7 +276,7 @@ func (c *Containerd) checkHandler() error {
 		if c.gvisor {
 			hint = runtime.RunscInstallCommand + " (as root, from the skillbox source tree)"
 		}
-		return fmt.Errorf("%w: %s for containerd handler %s not found (%v): install it with %s", runtime.ErrUnavailable, c.binary, c.handler, err, hint)
+		return errkind.Errorf(runtime.ErrUnavailable, "%s for containerd handler %s not found (%v): install it with %s", c.binary, c.handler, err, hint)
 	}
 	return nil
 }
@@ -286,7 +284,7 @@ func (c *Containerd) checkHandler() error {
 func binaryVersion(ctx context.Context, bin string) (string, error) {
 	out, err := exec.CommandContext(ctx, bin, "--version").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("%w: %s --version: %v: %s", runtime.ErrUnavailable, bin, err, strings.TrimSpace(string(out)))
+		return "", errkind.Errorf(runtime.ErrUnavailable, "%s --version: %v: %s", bin, err, strings.TrimSpace(string(out)))
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	return strings.TrimSpace(line), nil

@@ -24,6 +24,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // Dependency layers in containerd: a run with a dependency layer (a
@@ -47,10 +48,10 @@ func layerDigestOf(dir string) (string, error) {
 	base := filepath.Base(filepath.Dir(dir))
 	hexPart, ok := strings.CutPrefix(base, "sha256-")
 	if filepath.Base(dir) != "tree" || !ok || len(hexPart) != 64 {
-		return "", fmt.Errorf("%w: dependency layer %s is not a directory of the layer store (<layers>/sha256-<hex>/tree)", runtime.ErrInvalidJob, dir)
+		return "", errkind.Errorf(runtime.ErrInvalidJob, "dependency layer %s is not a directory of the layer store (<layers>/sha256-<hex>/tree)", dir)
 	}
 	if _, err := hex.DecodeString(hexPart); err != nil {
-		return "", fmt.Errorf("%w: dependency layer %s: bad digest in its path", runtime.ErrInvalidJob, dir)
+		return "", errkind.Errorf(runtime.ErrInvalidJob, "dependency layer %s: bad digest in its path", dir)
 	}
 	return "sha256:" + hexPart, nil
 }
@@ -70,7 +71,7 @@ func (c *Containerd) depsImage(ctx context.Context, cl *containerd.Client, base 
 	if img, err := cl.GetImage(ctx, name); err == nil && img.Labels()[LabelImageDigest] == base.Target().Digest.String() && img.Labels()[LabelDepsLayer] == layerDigest {
 		return img, c.unpack(ctx, cl, img)
 	} else if err != nil && !errdefs.IsNotFound(err) {
-		return nil, fmt.Errorf("%w: look up image %s in containerd: %v", runtime.ErrUnavailable, name, err)
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "look up image %s in containerd: %w", name, err)
 	}
 
 	l, err := cl.LeasesService().Create(ctx, leases.WithRandomID(), leases.WithExpiration(importLeaseExpiry))
@@ -83,15 +84,15 @@ func (c *Containerd) depsImage(ctx context.Context, cl *containerd.Client, base 
 
 	layer, err := writeLayerTar(ctx, cs, c.co.StateDir, dir, strings.TrimPrefix(runtime.DepsMount, "/"))
 	if err != nil {
-		return nil, fmt.Errorf("%w: dependency layer %s into containerd: %v", runtime.ErrUnavailable, layerDigest, err)
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "dependency layer %s into containerd: %w", layerDigest, err)
 	}
 	var m ocispec.Manifest
 	if err := readJSON(ctx, cs, base.Target(), &m); err != nil {
-		return nil, fmt.Errorf("%w: image %s: manifest: %v", runtime.ErrUnavailable, base.Name(), err)
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "image %s: manifest: %w", base.Name(), err)
 	}
 	var cfg ocispec.Image
 	if err := readJSON(ctx, cs, m.Config, &cfg); err != nil {
-		return nil, fmt.Errorf("%w: image %s: config: %v", runtime.ErrUnavailable, base.Name(), err)
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "image %s: config: %w", base.Name(), err)
 	}
 	// The layer is an uncompressed tar: its diff id is its digest.
 	cfg.RootFS.DiffIDs = append(cfg.RootFS.DiffIDs, layer.Digest)
@@ -124,7 +125,7 @@ func (c *Containerd) depsImage(ctx context.Context, cl *containerd.Client, base 
 	c.log.Info("dependency layer imported into containerd", "name", name, "layer", layerDigest, "image", base.Name())
 	out, err := cl.GetImage(ctx, name)
 	if err != nil {
-		return nil, fmt.Errorf("%w: image %s made but not found: %v", runtime.ErrUnavailable, name, err)
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "image %s made but not found: %w", name, err)
 	}
 	return out, c.unpack(ctx, cl, out)
 }

@@ -20,6 +20,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // Images in containerd: skillbox's own images (built into an OCI layout by
@@ -182,8 +183,7 @@ func (c *Containerd) PullImage(ctx context.Context, ref string) (string, error) 
 	defer cancel()
 	img, err := cl.Pull(c.ctx(ctx), ref, containerd.WithResolver(resolver))
 	if err != nil {
-		return "", fmt.Errorf("%w: %w: pull %s: %v (is its registry reachable from this machine? use an image built with skillbox images build and imported with skillbox images import --containerd instead)",
-			runtime.ErrUnavailable, ErrPull, ref, err)
+		return "", errkind.Wrap(runtime.ErrUnavailable, errkind.Errorf(ErrPull, "pull %s: %w (is its registry reachable from this machine? use an image built with skillbox images build and imported with skillbox images import --containerd instead)", ref, err))
 	}
 	c.log.Info("image pulled into containerd", "ref", ref, "digest", img.Target().Digest.String(), "namespace", c.namespace)
 	return img.Name(), nil
@@ -207,7 +207,7 @@ func (c *Containerd) EnsureImage(ctx context.Context, ref string) (string, error
 		if errors.Is(err, runtime.ErrUnavailable) {
 			return "", err
 		}
-		return "", fmt.Errorf("%w: image %s in containerd: %v", runtime.ErrUnavailable, ref, err)
+		return "", errkind.Errorf(runtime.ErrUnavailable, "image %s in containerd: %w", ref, err)
 	}
 	return img.Target().Digest.String(), nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/runtime/process"
 )
@@ -97,7 +98,7 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 	switch spec.Boot {
 	case runtime.BootCold, runtime.BootPython, runtime.BootExec:
 	default:
-		return nil, fmt.Errorf("%w: unknown boot mode %q", runtime.ErrInvalidJob, spec.Boot)
+		return nil, errkind.Errorf(runtime.ErrInvalidJob, "unknown boot mode %q", spec.Boot)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
@@ -190,7 +191,7 @@ func (s *sandbox) newTask(ctx context.Context, job runtime.Job, stdin io.Reader,
 // handler containerd does not have is ErrUnavailable.
 func (s *sandbox) handlerError(what string, err error) error {
 	if errdefs.IsNotFound(err) || errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("%w: containerd %s %s with handler %s: %v (is %s on containerd's PATH?)", runtime.ErrUnavailable, what, s.spec.ID, s.c.handler, err, RunscShim)
+		return errkind.Errorf(runtime.ErrUnavailable, "containerd %s %s with handler %s: %v (is %s on containerd's PATH?)", what, s.spec.ID, s.c.handler, err, RunscShim)
 	}
 	return fmt.Errorf("containerd %s %s with handler %s: %w", what, s.spec.ID, s.c.handler, err)
 }

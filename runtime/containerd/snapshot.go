@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // Rootfs from snapshots: a sandbox whose spec names its image (an image
@@ -72,29 +73,28 @@ func (c *Containerd) image(ctx context.Context, cl *containerd.Client, ref runti
 	img, err := cl.GetImage(ctx, name)
 	switch {
 	case err != nil && !errdefs.IsNotFound(err):
-		return nil, fmt.Errorf("%w: look up image %s in containerd: %v", runtime.ErrUnavailable, name, err)
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "look up image %s in containerd: %w", name, err)
 	case ref.Ref != "":
 		if err != nil {
 			if _, err := c.PullImage(ctx, ref.Ref); err != nil {
 				return nil, err
 			}
 			if img, err = cl.GetImage(ctx, name); err != nil {
-				return nil, fmt.Errorf("%w: image %s pulled but not found: %v", runtime.ErrUnavailable, name, err)
+				return nil, errkind.Errorf(runtime.ErrUnavailable, "image %s pulled but not found: %w", name, err)
 			}
 		}
 		if ref.Digest != "" && img.Target().Digest.String() != ref.Digest {
-			return nil, fmt.Errorf("%w: image %s in containerd is %s now, not %s as when the run was planned: run again", runtime.ErrUnavailable, name, img.Target().Digest, ref.Digest)
+			return nil, errkind.Errorf(runtime.ErrUnavailable, "image %s in containerd is %s now, not %s as when the run was planned: run again", name, img.Target().Digest, ref.Digest)
 		}
 	case err != nil || img.Target().Digest.String() != ref.Digest:
 		if ref.Layout == "" {
-			return nil, fmt.Errorf("%w: image %s (%s) is not in containerd namespace %s: import it with skillbox images import --containerd %s",
-				runtime.ErrUnavailable, ref.Name, ref.Digest, c.namespace, ref.Name)
+			return nil, errkind.Errorf(runtime.ErrUnavailable, "image %s (%s) is not in containerd namespace %s: import it with skillbox images import --containerd %s", ref.Name, ref.Digest, c.namespace, ref.Name)
 		}
 		if _, err := c.ImportImage(ctx, ref.Layout, ref.Name, ref.Digest); err != nil {
-			return nil, fmt.Errorf("%w: import image %s into containerd: %v", runtime.ErrUnavailable, ref.Name, err)
+			return nil, errkind.Errorf(runtime.ErrUnavailable, "import image %s into containerd: %w", ref.Name, err)
 		}
 		if img, err = cl.GetImage(ctx, name); err != nil {
-			return nil, fmt.Errorf("%w: image %s imported but not found: %v", runtime.ErrUnavailable, name, err)
+			return nil, errkind.Errorf(runtime.ErrUnavailable, "image %s imported but not found: %w", name, err)
 		}
 	}
 	if err := c.unpack(ctx, cl, img); err != nil {
@@ -117,7 +117,7 @@ func (c *Containerd) image(ctx context.Context, cl *containerd.Client, ref runti
 func (c *Containerd) unpack(ctx context.Context, cl *containerd.Client, img containerd.Image) error {
 	ok, err := img.IsUnpacked(ctx, snapshotter)
 	if err != nil {
-		return fmt.Errorf("%w: image %s: check its snapshots: %v", runtime.ErrUnavailable, img.Name(), err)
+		return errkind.Errorf(runtime.ErrUnavailable, "image %s: check its snapshots: %w", img.Name(), err)
 	}
 	if ok {
 		return nil
@@ -128,7 +128,7 @@ func (c *Containerd) unpack(ctx context.Context, cl *containerd.Client, img cont
 	}
 	defer func() { _ = cl.LeasesService().Delete(context.WithoutCancel(ctx), l) }()
 	if err := img.Unpack(leases.WithLease(ctx, l.ID), snapshotter); err != nil {
-		return fmt.Errorf("%w: unpack image %s into containerd's %s snapshotter: %v", runtime.ErrUnavailable, img.Name(), snapshotter, err)
+		return errkind.Errorf(runtime.ErrUnavailable, "unpack image %s into containerd's %s snapshotter: %w", img.Name(), snapshotter, err)
 	}
 	c.log.Info("image unpacked into containerd", "name", img.Name(), "snapshotter", snapshotter)
 	return nil

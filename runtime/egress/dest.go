@@ -16,6 +16,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // ErrBadDestination is wrapped by ParseRule errors.
@@ -45,44 +47,44 @@ const maxRuleLen = 300
 // mistake that would open every port.
 func ParseRule(s string) (Rule, error) {
 	if len(s) > maxRuleLen {
-		return Rule{}, fmt.Errorf("%w: longer than %d bytes", ErrBadDestination, maxRuleLen)
+		return Rule{}, errkind.Errorf(ErrBadDestination, "longer than %d bytes", maxRuleLen)
 	}
 	var hostPart, portPart string
 	if strings.HasPrefix(s, "[") {
 		end := strings.Index(s, "]")
 		if end < 0 || !strings.HasPrefix(s[end+1:], ":") {
-			return Rule{}, fmt.Errorf("%w: %q: write IPv6 destinations as \"[addr]:port\" or \"[addr/len]:port\"", ErrBadDestination, s)
+			return Rule{}, errkind.Errorf(ErrBadDestination, "%q: write IPv6 destinations as \"[addr]:port\" or \"[addr/len]:port\"", s)
 		}
 		hostPart, portPart = s[1:end], s[end+2:]
 	} else {
 		i := strings.LastIndex(s, ":")
 		if i < 0 {
-			return Rule{}, fmt.Errorf("%w: %q has no port: write it as \"host:port\", e.g. \"api.example.com:443\"", ErrBadDestination, s)
+			return Rule{}, errkind.Errorf(ErrBadDestination, "%q has no port: write it as \"host:port\", e.g. \"api.example.com:443\"", s)
 		}
 		hostPart, portPart = s[:i], s[i+1:]
 		if strings.Contains(hostPart, ":") {
-			return Rule{}, fmt.Errorf("%w: %q: write IPv6 destinations as \"[addr]:port\"", ErrBadDestination, s)
+			return Rule{}, errkind.Errorf(ErrBadDestination, "%q: write IPv6 destinations as \"[addr]:port\"", s)
 		}
 	}
 	port, err := strconv.ParseUint(portPart, 10, 16)
 	if err != nil || port == 0 || strings.HasPrefix(portPart, "+") || (len(portPart) > 1 && portPart[0] == '0') {
-		return Rule{}, fmt.Errorf("%w: %q: port %q must be a number from 1 to 65535", ErrBadDestination, s, portPart)
+		return Rule{}, errkind.Errorf(ErrBadDestination, "%q: port %q must be a number from 1 to 65535", s, portPart)
 	}
 	r := Rule{Port: uint16(port)}
 	if strings.Contains(hostPart, "/") {
 		p, err := netip.ParsePrefix(hostPart)
 		if err != nil {
-			return Rule{}, fmt.Errorf("%w: %q: %q is not an address range like 10.1.2.0/24", ErrBadDestination, s, hostPart)
+			return Rule{}, errkind.Errorf(ErrBadDestination, "%q: %q is not an address range like 10.1.2.0/24", s, hostPart)
 		}
 		if p.Masked() != p {
-			return Rule{}, fmt.Errorf("%w: %q: %s has host bits set; did you mean %s?", ErrBadDestination, s, p, p.Masked())
+			return Rule{}, errkind.Errorf(ErrBadDestination, "%q: %s has host bits set; did you mean %s?", s, p, p.Masked())
 		}
 		r.Prefix = p
 		return r, nil
 	}
 	if a, err := netip.ParseAddr(hostPart); err == nil {
 		if a.Zone() != "" {
-			return Rule{}, fmt.Errorf("%w: %q: zoned addresses are not allowed", ErrBadDestination, s)
+			return Rule{}, errkind.Errorf(ErrBadDestination, "%q: zoned addresses are not allowed", s)
 		}
 		r.Prefix = netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen())
 		return r, nil
@@ -92,11 +94,11 @@ func ParseRule(s string) (Rule, error) {
 		r.Wildcard = true
 		host = host[2:]
 		if !strings.Contains(host, ".") {
-			return Rule{}, fmt.Errorf("%w: %q: a wildcard must name a domain with at least two labels, like \"*.example.org:443\"", ErrBadDestination, s)
+			return Rule{}, errkind.Errorf(ErrBadDestination, "%q: a wildcard must name a domain with at least two labels, like \"*.example.org:443\"", s)
 		}
 	}
 	if err := checkHostName(host); err != nil {
-		return Rule{}, fmt.Errorf("%w: %q: %v", ErrBadDestination, s, err)
+		return Rule{}, errkind.Errorf(ErrBadDestination, "%q: %w", s, err)
 	}
 	r.Host = host
 	return r, nil

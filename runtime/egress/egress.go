@@ -18,6 +18,8 @@ import (
 
 	"golang.org/x/net/netutil"
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // ErrSetup is wrapped when the namespaces or the proxy cannot be made.
@@ -81,11 +83,11 @@ type Egress struct {
 // iproute2's ip. On error nothing is left behind.
 func Start(ctx context.Context, id, dir string, cfg Config) (_ *Egress, err error) {
 	if _, err := exec.LookPath("ip"); err != nil {
-		return nil, fmt.Errorf("%w: ip (iproute2) is not installed: apt-get install iproute2", ErrSetup)
+		return nil, errkind.Errorf(ErrSetup, "ip (iproute2) is not installed: apt-get install iproute2")
 	}
 	var rnd [2]byte
 	if _, err := rand.Read(rnd[:]); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrSetup, err)
+		return nil, errkind.Wrap(ErrSetup, err)
 	}
 	// One of the 2^14 100.x.y.0/30 in 100.64.0.0/10, at random.
 	base := [4]byte{100, 64 + rnd[0]&0x3f, rnd[1], 0}
@@ -149,11 +151,11 @@ func Start(ctx context.Context, id, dir string, cfg Config) (_ *Egress, err erro
 		return nil
 	})
 	if err != nil {
-		return e, fmt.Errorf("%w: listen in the proxy's namespace: %v", ErrSetup, err)
+		return e, errkind.Errorf(ErrSetup, "listen in the proxy's namespace: %w", err)
 	}
 	if len(cfg.Secrets) > 0 {
 		if cfg.CA == nil {
-			return e, fmt.Errorf("%w: the run has secrets but no CA to add them with", ErrSetup)
+			return e, errkind.Errorf(ErrSetup, "the run has secrets but no CA to add them with")
 		}
 		var bundle []byte
 		if cfg.SystemBundle != "" {
@@ -163,13 +165,13 @@ func Start(ctx context.Context, id, dir string, cfg Config) (_ *Egress, err erro
 		}
 		e.caBundle = filepath.Join(dir, "ca-bundle.pem")
 		if err := os.WriteFile(e.caBundle, append(bundle, cfg.CA.CertPEM()...), 0o644); err != nil {
-			return e, fmt.Errorf("%w: write the CA bundle: %v", ErrSetup, err)
+			return e, errkind.Errorf(ErrSetup, "write the CA bundle: %w", err)
 		}
 		e.secrets = cfg.Secrets
 	}
 	e.resolvConf = filepath.Join(dir, "resolv.conf")
 	if err := os.WriteFile(e.resolvConf, []byte("nameserver "+e.proxyAddr.String()+"\noptions attempts:1 timeout:2\n"), 0o644); err != nil {
-		return e, fmt.Errorf("%w: write resolv.conf: %v", ErrSetup, err)
+		return e, errkind.Errorf(ErrSetup, "write resolv.conf: %w", err)
 	}
 	e.serving = true
 	e.dns.serve()
@@ -310,7 +312,7 @@ func ipCmd(ctx context.Context, ns, cmds string) error {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%w: ip %s: %v: %s", ErrSetup, strings.ReplaceAll(cmds, "\n", "; "), err, strings.TrimSpace(out.String()))
+		return errkind.Errorf(ErrSetup, "ip %s: %v: %s", strings.ReplaceAll(cmds, "\n", "; "), err, strings.TrimSpace(out.String()))
 	}
 	return nil
 }

@@ -10,8 +10,10 @@ import (
 	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
-	"github.com/skillbox/skillbox/runtime"
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // A Bundle is one run's prepared OCI bundle: a directory under the run dir
@@ -82,7 +84,7 @@ func PrepareBundle(job runtime.Job, runDir string, opts SpecOptions) (b *Bundle,
 // nothing is left behind.
 func createBundle(id, rootfs string, limits runtime.Limits, runDir string, opts SpecOptions) (b *Bundle, err error) {
 	if !runtime.IsCleanAbs(runDir) {
-		return nil, fmt.Errorf("%w: run dir %q must be an absolute, clean path", runtime.ErrInvalidJob, runDir)
+		return nil, errkind.Errorf(runtime.ErrInvalidJob, "run dir %q must be an absolute, clean path", runDir)
 	}
 	if rootfs != "" { // "": a registry image's snapshot, made by containerd
 		if err := checkHostsMountPoint(rootfs); err != nil {
@@ -180,7 +182,7 @@ func checkHostsMountPoint(rootfs string) error {
 	p := filepath.Join(rootfs, "etc", "hosts")
 	st, err := os.Lstat(p)
 	if err != nil || !st.Mode().IsRegular() {
-		return fmt.Errorf("%w: the image at %s has no regular file /etc/hosts to mount the sandbox's hosts file on: rebuild the image with this skillbox (skillbox images build NAME)", runtime.ErrUnavailable, rootfs)
+		return errkind.Errorf(runtime.ErrUnavailable, "the image at %s has no regular file /etc/hosts to mount the sandbox's hosts file on: rebuild the image with this skillbox (skillbox images build NAME)", rootfs)
 	}
 	return nil
 }
@@ -199,7 +201,7 @@ func (b *Bundle) writeInputs(files []runtime.InputFile) error {
 	for i := range files {
 		if err := w.write(&files[i]); err != nil {
 			if errors.Is(err, unix.ENOSPC) {
-				return fmt.Errorf("%w: the inputs do not fit in the workdir (%d bytes, %d files) at %s", runtime.ErrInvalidJob, b.Limits.WorkdirBytes, workdirInodes, runtime.QuoteName(files[i].Name))
+				return errkind.Errorf(runtime.ErrInvalidJob, "the inputs do not fit in the workdir (%d bytes, %d files) at %s", b.Limits.WorkdirBytes, workdirInodes, runtime.QuoteName(files[i].Name))
 			}
 			return err
 		}
@@ -280,7 +282,7 @@ func MakePrivateDir(dir, what string) error {
 		return fmt.Errorf("stat %s %s: %w", what, dir, err)
 	}
 	if int(st.Uid) != os.Geteuid() {
-		return fmt.Errorf("%w: %s %s belongs to uid %d, not to this process's %d: remove it or choose another directory", runtime.ErrUnavailable, what, dir, st.Uid, os.Geteuid())
+		return errkind.Errorf(runtime.ErrUnavailable, "%s %s belongs to uid %d, not to this process's %d: remove it or choose another directory", what, dir, st.Uid, os.Geteuid())
 	}
 	if os.FileMode(st.Mode&0o7777) != RunDirMode {
 		if err := unix.Fchmod(fd, uint32(RunDirMode)); err != nil {
@@ -357,7 +359,7 @@ func MakeRunDir(runDir, id string) (*os.File, error) {
 		_ = unix.Rmdir(tmp)
 		lock.Close()
 		if errors.Is(err, unix.EEXIST) || errors.Is(err, unix.ENOTEMPTY) {
-			return nil, fmt.Errorf("%w: a run with id %q already exists in %s", runtime.ErrInvalidJob, id, runDir)
+			return nil, errkind.Errorf(runtime.ErrInvalidJob, "a run with id %q already exists in %s", id, runDir)
 		}
 		return nil, fmt.Errorf("make bundle dir: %w", err)
 	}

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // skillsMounts are the mounts of a job's skills: the bundle's directory of
@@ -39,7 +41,7 @@ func prepareSkillsDir(dir string, job runtime.Job) (string, error) {
 	// A registry image (no RootFS on the host) gets the mount point made
 	// in its snapshot by the OCI runtime.
 	if st, err := os.Lstat(filepath.Join(job.RootFS, runtime.SkillsMount)); job.RootFS != "" && (err != nil || !st.IsDir()) {
-		return "", fmt.Errorf("%w: the image at %s has no directory %s to mount the skills on: rebuild the image with this skillbox (skillbox images build NAME)", runtime.ErrUnavailable, job.RootFS, runtime.SkillsMount)
+		return "", errkind.Errorf(runtime.ErrUnavailable, "the image at %s has no directory %s to mount the skills on: rebuild the image with this skillbox (skillbox images build NAME)", job.RootFS, runtime.SkillsMount)
 	}
 	root := filepath.Join(dir, bundleSkills)
 	dirs := []string{root}

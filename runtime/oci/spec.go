@@ -14,13 +14,13 @@
 package oci
 
 import (
-	"fmt"
 	"strconv"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // SpecOptions are the per-backend and per-run choices BuildSpec cannot derive
@@ -147,22 +147,22 @@ func BuildSpec(job runtime.Job, opts SpecOptions) (*specs.Spec, error) {
 		return nil, err
 	}
 	if !runtime.IsCleanAbs(opts.WorkdirSource) {
-		return nil, fmt.Errorf("%w: workdir source %q must be an absolute, clean host path", runtime.ErrInvalidJob, opts.WorkdirSource)
+		return nil, errkind.Errorf(runtime.ErrInvalidJob, "workdir source %q must be an absolute, clean host path", opts.WorkdirSource)
 	}
 	if job.Egress != nil && (opts.NetNS == "" || !runtime.IsCleanAbs(opts.ResolvConfSource)) {
-		return nil, fmt.Errorf("%w: the job has egress but its network namespace or resolv.conf is not set up", runtime.ErrInvalidJob)
+		return nil, errkind.Errorf(runtime.ErrInvalidJob, "the job has egress but its network namespace or resolv.conf is not set up")
 	}
 	if job.Network && opts.NetNS == "" {
-		return nil, fmt.Errorf("%w: the job asks for network but no network namespace is configured for this runtime (set its netns to a prepared namespace, e.g. /var/run/netns/skillbox)", runtime.ErrUnavailable)
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "the job asks for network but no network namespace is configured for this runtime (set its netns to a prepared namespace, e.g. /var/run/netns/skillbox)")
 	}
 	if opts.UserNS != nil && opts.UserNS.Size <= runtime.ContainerUID {
-		return nil, fmt.Errorf("%w: user namespace size %d must cover uid %d", runtime.ErrInvalidJob, opts.UserNS.Size, runtime.ContainerUID)
+		return nil, errkind.Errorf(runtime.ErrInvalidJob, "user namespace size %d must cover uid %d", opts.UserNS.Size, runtime.ContainerUID)
 	}
 	if !runtime.IsCleanAbs(opts.HostsSource) {
-		return nil, fmt.Errorf("%w: hosts file source %q must be an absolute, clean host path", runtime.ErrInvalidJob, opts.HostsSource)
+		return nil, errkind.Errorf(runtime.ErrInvalidJob, "hosts file source %q must be an absolute, clean host path", opts.HostsSource)
 	}
 	if job.UsesSkillsDir() && !runtime.IsCleanAbs(opts.SkillsSource) {
-		return nil, fmt.Errorf("%w: skills dir source %q must be an absolute, clean host path", runtime.ErrInvalidJob, opts.SkillsSource)
+		return nil, errkind.Errorf(runtime.ErrInvalidJob, "skills dir source %q must be an absolute, clean host path", opts.SkillsSource)
 	}
 	env, err := runtime.ContainerEnv(job.Env)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/process"
 )
 
@@ -44,7 +45,7 @@ func (c *ociCLI) lookup() (string, error) {
 	c.once.Do(func() {
 		p, err := exec.LookPath(c.binary)
 		if err != nil {
-			c.lookErr = fmt.Errorf("%w: %s not found (%v): install it with: %s", runtime.ErrUnavailable, c.name, err, c.install)
+			c.lookErr = errkind.Errorf(runtime.ErrUnavailable, "%s not found (%v): install it with: %s", c.name, err, c.install)
 			return
 		}
 		c.path = p
@@ -136,7 +137,7 @@ func (c *ociCLI) Version(ctx context.Context) (string, error) {
 	cmd.WaitDelay = waitDelay
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("%w: %s --version: %v: %s", runtime.ErrUnavailable, c.name, err, strings.TrimSpace(string(out)))
+		return "", errkind.Errorf(runtime.ErrUnavailable, "%s --version: %v: %s", c.name, err, strings.TrimSpace(string(out)))
 	}
 	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
 	c.version = strings.TrimSpace(line)

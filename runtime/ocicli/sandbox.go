@@ -20,6 +20,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/runtime/process"
 )
@@ -114,7 +115,7 @@ func (e *engine) create(ctx context.Context, spec runtime.SandboxSpec) (_ runtim
 	switch spec.Boot {
 	case runtime.BootCold, runtime.BootPython, runtime.BootExec:
 	default:
-		return nil, fmt.Errorf("%w: unknown boot mode %q", runtime.ErrInvalidJob, spec.Boot)
+		return nil, errkind.Errorf(runtime.ErrInvalidJob, "unknown boot mode %q", spec.Boot)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
@@ -125,7 +126,7 @@ func (e *engine) create(ctx context.Context, spec runtime.SandboxSpec) (_ runtim
 		return nil, err
 	}
 	if spec.RootFS == "" {
-		return nil, fmt.Errorf("%w: image %q is the registry image %s, which only the containerd runtime runs (it pulls and unpacks it); this runtime runs images skillbox builds: use --runtime containerd, or a recipe image", runtime.ErrUnavailable, spec.Image.Name, spec.Image.Ref)
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "image %q is the registry image %s, which only the containerd runtime runs (it pulls and unpacks it); this runtime runs images skillbox builds: use --runtime containerd, or a recipe image", spec.Image.Name, spec.Image.Ref)
 	}
 	// The CLI's state dir holds its copy of the spec, with the job's
 	// environment: root's alone, like the run dirs. runc and runsc make it

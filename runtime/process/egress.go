@@ -2,12 +2,12 @@ package process
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/oci"
 )
 
@@ -30,7 +30,7 @@ func StartEgress(ctx context.Context, spec runtime.SandboxSpec, dir string, opts
 	}
 	eg, err := egress.Start(ctx, spec.ID, dir, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", runtime.ErrUnavailable, err)
+		return nil, errkind.Wrap(runtime.ErrUnavailable, err)
 	}
 	opts.NetNS, opts.ResolvConfSource, opts.EgressEnv = eg.NetNS(), eg.ResolvConf(), eg.Env()
 	opts.CABundleSource = eg.CABundle()

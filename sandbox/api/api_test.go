@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 func TestKindOf(t *testing.T) {
@@ -19,8 +21,10 @@ func TestKindOf(t *testing.T) {
 		{"not found", fmt.Errorf("x: %w", ErrNotFound), KindNotFound},
 		{"confirmation", &ConfirmationRequiredError{ID: "cnf_1"}, KindConfirmationRequired},
 		{"cancelled", fmt.Errorf("stopped: %w", context.Canceled), KindUnavailable},
-		{"first wins", fmt.Errorf("%w: %w", ErrDenied, ErrUnavailable), KindDenied},
-		{"audited", MarkAudited(fmt.Errorf("%w: no", ErrDenied)), KindDenied},
+		{"first wins", errkind.Wrap(ErrDenied, ErrUnavailable), KindDenied},
+		{"outermost wins over the table's order", errkind.Wrap(ErrInternal, errkind.Errorf(ErrNotFound, "gone")), KindInternal},
+		{"kind under context", fmt.Errorf("load: %w", errkind.Wrap(ErrUnavailable, errkind.Errorf(ErrInvalidParams, "x"))), KindUnavailable},
+		{"audited", MarkAudited(errkind.Errorf(ErrDenied, "no")), KindDenied},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := KindOf(tc.err); got != tc.want {

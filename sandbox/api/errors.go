@@ -20,8 +20,9 @@ const (
 	KindInternal             = "internal"
 )
 
-// Sentinels of the kinds. The service wraps them with %w and a message that
-// says what to do next; front ends classify with KindOf.
+// Sentinels of the kinds. The service makes errors of a kind with
+// errkind.Errorf (runtime/errkind) and a message that says what to do next;
+// front ends classify with KindOf.
 var (
 	ErrNotFound             = errors.New("not found")
 	ErrInvalidParams        = errors.New("invalid params")
@@ -38,8 +39,7 @@ type KindInfo struct {
 	Sentinel error
 }
 
-// Kinds is the one table of error kinds, checked in this order by KindOf:
-// an error that wraps several sentinels takes the first one's kind.
+// Kinds is the one table of error kinds.
 var Kinds = []KindInfo{
 	{KindNotFound, ErrNotFound},
 	{KindInvalidParams, ErrInvalidParams},
@@ -50,22 +50,50 @@ var Kinds = []KindInfo{
 	{KindInternal, ErrInternal},
 }
 
-// KindOf returns the kind of err: the first sentinel of Kinds it wraps; a
-// call cancelled (the caller went away, skillbox shuts down) or timed out
-// is unavailable; anything else is internal. nil has no kind ("").
+// KindOf returns the kind of err: that of the outermost sentinel of Kinds
+// in its tree (walked as errors.Is walks it, so an error of one kind whose
+// cause has another takes the kind it was given last); a call cancelled
+// (the caller went away, skillbox shuts down) or timed out is unavailable;
+// anything else is internal. nil has no kind ("").
 func KindOf(err error) string {
 	if err == nil {
 		return ""
 	}
-	for _, k := range Kinds {
-		if errors.Is(err, k.Sentinel) {
-			return k.Kind
-		}
+	if kind := outermostKind(err); kind != "" {
+		return kind
 	}
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return KindUnavailable
 	}
 	return KindInternal
+}
+
+func outermostKind(err error) string {
+	for _, k := range Kinds {
+		if err == k.Sentinel {
+			return k.Kind
+		}
+	}
+	if is, ok := err.(interface{ Is(error) bool }); ok {
+		for _, k := range Kinds {
+			if is.Is(k.Sentinel) {
+				return k.Kind
+			}
+		}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		if inner := u.Unwrap(); inner != nil {
+			return outermostKind(inner)
+		}
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if kind := outermostKind(e); kind != "" {
+				return kind
+			}
+		}
+	}
+	return ""
 }
 
 // Sentinel returns the sentinel of kind (ErrInternal for an unknown kind),

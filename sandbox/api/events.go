@@ -60,7 +60,7 @@ type RunExitedEvent struct {
 	RunID      string `json:"run_id"`
 	ExitCode   int    `json:"exit_code"`
 	Signal     string `json:"signal,omitempty"`
-	Reason     string `json:"reason"`
+	Reason     string `json:"reason"` // runtime.Reason's values, as RunScriptResult.Reason
 	DurationMS int64  `json:"duration_ms"`
 }
 

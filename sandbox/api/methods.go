@@ -32,21 +32,6 @@ const (
 	DecisionConfirm = "confirm"
 )
 
-// Run end reasons in RunScriptResult.Reason and RunExitedEvent.Reason. They
-// are runtime.Reason's values.
-const (
-	ReasonExit      = "exit"
-	ReasonTimeout   = "timeout"
-	ReasonOOM       = "oom"
-	ReasonPids      = "pids"
-	ReasonOutputCap = "output_cap"
-	ReasonCancelled = "cancelled"
-	ReasonKilled    = "killed"
-	// ReasonEgressCap: the run hit its cap on egress connections or bytes
-	// sent (RunScriptResult.Egress.LimitHit says which).
-	ReasonEgressCap = "egress_cap"
-)
-
 // Languages of RunCodeParams.Language.
 const (
 	LanguagePython = "python"

@@ -251,16 +251,19 @@ type RunScriptResult struct {
 	RunID string `json:"run_id"`
 	// Skill and SkillDigest name the skill version that ran (empty for a
 	// skills.run_code run, whose mounted skills are in Skills).
-	Skill               string   `json:"skill"`
-	SkillDigest         string   `json:"skill_digest"`
-	Path                string   `json:"path"`
-	ExitCode            int      `json:"exit_code"`
-	Signal              string   `json:"signal"`
-	Stdout              string   `json:"stdout"`
-	Stderr              string   `json:"stderr"`
-	StdoutTruncated     bool     `json:"stdout_truncated"`
-	StderrTruncated     bool     `json:"stderr_truncated"`
-	DurationMS          int64    `json:"duration_ms"`
+	Skill           string `json:"skill"`
+	SkillDigest     string `json:"skill_digest"`
+	Path            string `json:"path"`
+	ExitCode        int    `json:"exit_code"`
+	Signal          string `json:"signal"`
+	Stdout          string `json:"stdout"`
+	Stderr          string `json:"stderr"`
+	StdoutTruncated bool   `json:"stdout_truncated"`
+	StderrTruncated bool   `json:"stderr_truncated"`
+	DurationMS      int64  `json:"duration_ms"`
+	// Reason is why the run ended: one of runtime.Reason's values (exit,
+	// timeout, oom, pids, output_cap, cancelled, killed, egress_cap), which
+	// are declared there once.
 	Reason              string   `json:"reason"`
 	Outputs             []Output `json:"outputs"`
 	OutputsTruncated    bool     `json:"outputs_truncated"`

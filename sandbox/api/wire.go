@@ -11,7 +11,8 @@ import (
 //
 //	{"code": -32001, "message": "...", "data": {"kind": "not_found", ...Data}}
 //
-// Kind (data.kind) is always present on the wire; Data holds the other data
+// Kind (data.kind) is always present on the wire; Detail (data.detail) when
+// the message starts with the kind's words; Data holds the other data
 // fields a host can act on (confirmation_id, limit, methods, ...). Code is
 // JSON-RPC's, which sandbox/jsonrpc derives from the kind.
 //
@@ -22,7 +23,12 @@ type Error struct {
 	Code    int
 	Message string
 	Kind    string
-	Data    map[string]any
+	// Detail (data.detail) is the message without its kind's words ("the
+	// user declined the run" for "denied: the user declined the run"), for
+	// a front end that shows the kind its own way. Empty when the message
+	// has no such words.
+	Detail string
+	Data   map[string]any
 }
 
 func (e *Error) Error() string {
@@ -55,6 +61,9 @@ func (e *Error) MarshalJSON() ([]byte, error) {
 		kind = KindInternal
 	}
 	data["kind"] = kind
+	if e.Detail != "" && e.Detail != e.Message {
+		data["detail"] = e.Detail
+	}
 	return json.Marshal(struct {
 		Code    int            `json:"code"`
 		Message string         `json:"message"`
@@ -62,7 +71,8 @@ func (e *Error) MarshalJSON() ([]byte, error) {
 	}{e.Code, e.Message, data})
 }
 
-// UnmarshalJSON reads a JSON-RPC error object, lifting data.kind into Kind.
+// UnmarshalJSON reads a JSON-RPC error object, lifting data.kind into Kind
+// and data.detail into Detail.
 // Data that is not an object is kept whole under the key "data".
 func (e *Error) UnmarshalJSON(b []byte) error {
 	var w struct {
@@ -73,13 +83,17 @@ func (e *Error) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &w); err != nil {
 		return err
 	}
-	e.Code, e.Message, e.Kind, e.Data = w.Code, w.Message, "", nil
+	e.Code, e.Message, e.Kind, e.Detail, e.Data = w.Code, w.Message, "", "", nil
 	var data map[string]any
 	if len(w.Data) > 0 && json.Unmarshal(w.Data, &data) == nil {
 		if k, ok := data["kind"].(string); ok {
 			e.Kind = k
 		}
+		if d, ok := data["detail"].(string); ok {
+			e.Detail = d
+		}
 		delete(data, "kind")
+		delete(data, "detail")
 		if len(data) > 0 {
 			e.Data = data
 		}

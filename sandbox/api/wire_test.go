@@ -20,6 +20,7 @@ func TestWireError(t *testing.T) {
 	}{
 		{"not found", `{"code":-32001,"message":"no skill x","data":{"kind":"not_found"}}`, api.KindNotFound, api.ErrNotFound, nil},
 		{"limit with data", `{"code":-32004,"message":"too big","data":{"kind":"limit_exceeded","limit":"bytes"}}`, api.KindLimitExceeded, api.ErrLimitExceeded, map[string]any{"limit": "bytes"}},
+		{"detail", `{"code":-32002,"message":"denied: the user declined","data":{"detail":"the user declined","kind":"denied"}}`, api.KindDenied, api.ErrDenied, nil},
 		{"confirmation", `{"code":-32003,"message":"held","data":{"confirmation_id":"c1","kind":"confirmation_required"}}`, api.KindConfirmationRequired, api.ErrConfirmationRequired, map[string]any{"confirmation_id": "c1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // file is what the writer needs of an open log file. It is an interface so
@@ -107,7 +109,7 @@ func lockDir(dir string) (*os.File, error) {
 	p := filepath.Join(dir, lockName)
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
-		return nil, fmt.Errorf("%w: lock file: %v", ErrUnavailable, err)
+		return nil, errkind.Errorf(ErrUnavailable, "lock file: %w", err)
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		b, _ := os.ReadFile(p)
@@ -117,9 +119,9 @@ func lockDir(dir string) (*os.File, error) {
 			if holder == "" {
 				holder = "unknown"
 			}
-			return nil, fmt.Errorf("%w: %s is being written by another process (pid %s); stop it or use another audit dir", ErrLocked, dir, holder)
+			return nil, errkind.Errorf(ErrLocked, "%s is being written by another process (pid %s); stop it or use another audit dir", dir, holder)
 		}
-		return nil, fmt.Errorf("%w: locking %s: %v", ErrUnavailable, p, err)
+		return nil, errkind.Errorf(ErrUnavailable, "locking %s: %w", p, err)
 	}
 	if err := f.Truncate(0); err == nil {
 		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // Sentinel errors.
@@ -35,7 +37,7 @@ var (
 	ErrLocked = errors.New("audit log locked")
 	// ErrClosed: Append after Close. It wraps ErrUnavailable, so a closed
 	// log also refuses runs.
-	ErrClosed = fmt.Errorf("%w: closed", ErrUnavailable)
+	ErrClosed = errkind.Errorf(ErrUnavailable, "closed")
 )
 
 // Defaults for Options left zero.
@@ -175,7 +177,7 @@ func Open(dir string, opts Options) (*Log, error) {
 func openLog(dir string, opts Options, fsys fileSystem, now func() time.Time) (*Log, error) {
 	opts = opts.withDefaults(dir)
 	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return nil, errkind.Wrap(ErrUnavailable, err)
 	}
 	lock, err := lockDir(dir)
 	if err != nil {
@@ -202,7 +204,7 @@ func openLog(dir string, opts Options, fsys fileSystem, now func() time.Time) (*
 func (l *Log) resume() error {
 	files, err := listFiles(l.dir)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return errkind.Wrap(ErrUnavailable, err)
 	}
 	if len(files) == 0 {
 		return l.genesis(fileName(1), os.O_EXCL, nil)
@@ -210,16 +212,16 @@ func (l *Log) resume() error {
 	last := files[len(files)-1]
 	st, err := os.Stat(last.Path)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return errkind.Wrap(ErrUnavailable, err)
 	}
 	f, err := l.fs.OpenFile(last.Path, os.O_RDWR, 0)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return errkind.Wrap(ErrUnavailable, err)
 	}
 	l.cur, l.curN, l.curName, l.curPath = f, last.N, last.Name, last.Path
 	first, lastLine, good, torn, err := fileEnds(f, st.Size())
 	if err != nil {
-		return fmt.Errorf("%w: reading %s: %v", ErrUnavailable, last.Name, err)
+		return errkind.Errorf(ErrUnavailable, "reading %s: %w", last.Name, err)
 	}
 	var dropped *Dropped
 	if len(torn) > 0 {
@@ -239,20 +241,20 @@ func (l *Log) resume() error {
 		prev := files[len(files)-2]
 		pf, err := os.Open(prev.Path)
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return errkind.Wrap(ErrUnavailable, err)
 		}
 		pst, err := pf.Stat()
 		if err != nil {
 			pf.Close()
-			return fmt.Errorf("%w: %v", ErrUnavailable, err)
+			return errkind.Wrap(ErrUnavailable, err)
 		}
 		pfirst, plast, _, ptorn, err := fileEnds(pf, pst.Size())
 		pf.Close()
 		if err != nil {
-			return fmt.Errorf("%w: reading %s: %v", ErrUnavailable, prev.Name, err)
+			return errkind.Errorf(ErrUnavailable, "reading %s: %w", prev.Name, err)
 		}
 		if len(ptorn) > 0 || plast == nil {
-			return fmt.Errorf("%w: %s does not end with a whole record but is not the last file; run 'skillbox audit verify --dir %s'", ErrTampered, prev.Name, l.dir)
+			return errkind.Errorf(ErrTampered, "%s does not end with a whole record but is not the last file; run 'skillbox audit verify --dir %s'", prev.Name, l.dir)
 		}
 		if err := l.headFrom(prev.Name, pfirst, plast); err != nil {
 			return err
@@ -283,14 +285,14 @@ func (l *Log) resume() error {
 func (l *Log) headFrom(name string, first, last []byte) error {
 	r1, _, err := parseLine(first)
 	if err != nil {
-		return fmt.Errorf("%w: %s: first record: %v; run 'skillbox audit verify --dir %s'", ErrTampered, name, err, l.dir)
+		return errkind.Errorf(ErrTampered, "%s: first record: %v; run 'skillbox audit verify --dir %s'", name, err, l.dir)
 	}
 	if (r1.Event != EventGenesis && r1.Event != EventRotate) || r1.Log == nil || r1.Log.ID == "" {
-		return fmt.Errorf("%w: %s: first record is %q, not %s or %s", ErrTampered, name, r1.Event, EventGenesis, EventRotate)
+		return errkind.Errorf(ErrTampered, "%s: first record is %q, not %s or %s", name, r1.Event, EventGenesis, EventRotate)
 	}
 	rl, h, err := parseLine(last)
 	if err != nil {
-		return fmt.Errorf("%w: %s: last record: %v; run 'skillbox audit verify --dir %s'", ErrTampered, name, err, l.dir)
+		return errkind.Errorf(ErrTampered, "%s: last record: %v; run 'skillbox audit verify --dir %s'", name, err, l.dir)
 	}
 	l.logID, l.curStart, l.seq, l.hash = r1.Log.ID, r1.Time, rl.Seq, h
 	if rl.Event == EventCheckpoint {
@@ -309,7 +311,7 @@ func (l *Log) genesis(name string, flag int, dropped *Dropped) error {
 	path := filepath.Join(l.dir, name)
 	f, err := l.fs.OpenFile(path, os.O_RDWR|os.O_CREATE|flag, 0o640)
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return errkind.Wrap(ErrUnavailable, err)
 	}
 	n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(name, "audit-"), ".jsonl"))
 	l.cur, l.curN, l.curName, l.curPath = f, n, name, path
@@ -320,7 +322,7 @@ func (l *Log) genesis(name string, flag int, dropped *Dropped) error {
 		return err
 	}
 	if err := l.fs.SyncDir(l.dir); err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return errkind.Wrap(ErrUnavailable, err)
 	}
 	return nil
 }
@@ -345,10 +347,10 @@ func (l *Log) writeRecovered(items []item, dropped *Dropped) error {
 // truncate cuts the current file to size and syncs it.
 func (l *Log) truncate(size int64) error {
 	if err := l.cur.Truncate(size); err != nil {
-		return fmt.Errorf("%w: truncating %s: %v", ErrUnavailable, l.curName, err)
+		return errkind.Errorf(ErrUnavailable, "truncating %s: %w", l.curName, err)
 	}
 	if err := l.cur.Sync(); err != nil {
-		return fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return errkind.Wrap(ErrUnavailable, err)
 	}
 	l.offset = size
 	return nil
@@ -604,10 +606,9 @@ func (l *Log) fail(cause error, items []item) error {
 			l.refused++
 		}
 	}
-	err := fmt.Errorf("%w: %w", ErrUnavailable, cause)
+	err := errkind.Wrap(ErrUnavailable, cause)
 	l.state.Lock()
-	l.health = fmt.Errorf("%w: %v (since %s, %d appends refused; retrying every %s)",
-		ErrUnavailable, cause, l.failedSince.Format(time.RFC3339), l.refused, l.opts.RetryEvery)
+	l.health = errkind.Errorf(ErrUnavailable, "%w (since %s, %d appends refused; retrying every %s)", cause, l.failedSince.Format(time.RFC3339), l.refused, l.opts.RetryEvery)
 	l.state.Unlock()
 	for _, it := range items {
 		if it.req != nil {

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // Reason classifies why Verify rejected a log.
@@ -37,8 +39,11 @@ type TamperError struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-func (e *TamperError) Error() string {
-	s := fmt.Sprintf("seq %d: %s", e.Seq, e.Reason)
+func (e *TamperError) Error() string { return fmt.Sprintf("seq %d: %s", e.Seq, e.Finding()) }
+
+// Finding is what is wrong at Seq: the reason, where, and the detail.
+func (e *TamperError) Finding() string {
+	s := string(e.Reason)
 	if e.File != "" {
 		s += fmt.Sprintf(" (%s line %d)", e.File, e.Line)
 	}
@@ -209,7 +214,7 @@ func (v *verifier) walk() error {
 		}
 	}
 	if !v.started && v.rep.TornTail == 0 {
-		return fmt.Errorf("%w: %s holds no records", ErrNoLog, v.rep.Dir)
+		return errkind.Errorf(ErrNoLog, "%s holds no records", v.rep.Dir)
 	}
 	return nil
 }

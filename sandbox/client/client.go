@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -276,7 +277,7 @@ func (cc *conn) failureLocked() error {
 	if errors.Is(cc.err, ErrClosed) {
 		return ErrClosed
 	}
-	return fmt.Errorf("%w: %v", ErrConnectionLost, cc.err)
+	return errkind.Wrap(ErrConnectionLost, cc.err)
 }
 
 // fail ends the connection with err (first error wins).

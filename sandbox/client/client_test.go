@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
@@ -104,7 +105,7 @@ func TestTypedMethodsRoundTrip(t *testing.T) {
 		})
 		bind(s, api.MethodSkillsRunScript, func(p api.RunScriptParams) (any, error) {
 			gotRun = p
-			return api.RunScriptResult{RunID: "run_1", Path: p.Path, ExitCode: 3, Stdout: "out", Reason: api.ReasonExit, DurationMS: 12,
+			return api.RunScriptResult{RunID: "run_1", Path: p.Path, ExitCode: 3, Stdout: "out", Reason: string(runtime.ReasonExit), DurationMS: 12,
 				Outputs: []api.Output{{Path: "outputs/r.txt", Size: 2, SHA256: "x", Content: "b2s="}}}, nil
 		})
 		bind(s, api.MethodToolsCheck, func(p api.CheckToolParams) (any, error) {

@@ -3,6 +3,7 @@ package jsonrpc
 import (
 	"errors"
 
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -71,5 +72,6 @@ func ToRPCError(err error) *Error {
 		return &out
 	}
 	kind := api.KindOf(err)
-	return &Error{Code: CodeForKind(kind), Message: err.Error(), Kind: kind, Data: api.ErrorData(err)}
+	return &Error{Code: CodeForKind(kind), Message: err.Error(), Kind: kind,
+		Detail: errkind.Detail(err, api.Sentinel(kind)), Data: api.ErrorData(err)}
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -33,6 +34,20 @@ func TestErrorMapping(t *testing.T) {
 	}
 	if ToRPCError(nil) != nil {
 		t.Error("nil error mapped to non-nil")
+	}
+	// Detail: the message without its kind's words, structurally.
+	for _, tc := range []struct {
+		err                 error
+		message, wantDetail string
+	}{
+		{errkind.Errorf(api.ErrDenied, "the user declined %s", "x"), "denied: the user declined x", "the user declined x"},
+		{api.MarkAudited(errkind.Wrap(api.ErrNotFound, errors.New("no skill y"))), "not found: no skill y", "no skill y"},
+		{fmt.Errorf("load: %w", errkind.Errorf(api.ErrDenied, "no")), "load: denied: no", "load: denied: no"},
+	} {
+		e := ToRPCError(tc.err)
+		if e.Message != tc.message || e.Detail != tc.wantDetail {
+			t.Errorf("%v → message %q detail %q, want %q and %q", tc.err, e.Message, e.Detail, tc.message, tc.wantDetail)
+		}
 	}
 	// Data: outermost wins, kind is reserved.
 	err := api.WithData(fmt.Errorf("outer: %w", api.WithData(api.ErrDenied, map[string]any{"a": 1, "b": 1, "kind": "x"})), map[string]any{"a": 2})

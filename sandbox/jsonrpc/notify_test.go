@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -25,7 +26,7 @@ func TestStreamedNotificationsBoundedAndOrdered(t *testing.T) {
 				sink(api.RunOutputEvent{RunID: "run_1", Stream: api.StreamStdout, Seq: uint64(i), Data: strings.Repeat("x", size)})
 			}
 			close(emitted) // all emitted without the client reading a byte
-			sink(api.RunExitedEvent{RunID: "run_1", Reason: api.ReasonExit})
+			sink(api.RunExitedEvent{RunID: "run_1", Reason: string(runtime.ReasonExit)})
 			return map[string]bool{"done": true}, nil
 		}))
 	})

@@ -2,14 +2,15 @@ package jsonrpc
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"strings"
 
-	"github.com/skillbox/skillbox/sandbox/api"
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // ErrNoPeerCredentials is returned by PeerCredentials when the kernel does
@@ -21,21 +22,21 @@ var ErrNoPeerCredentials = errors.New("peer credentials unavailable")
 func PeerCredentials(c net.Conn) (api.Peer, error) {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
-		return api.Peer{}, fmt.Errorf("%w: %T is not a Unix socket", ErrNoPeerCredentials, c)
+		return api.Peer{}, errkind.Errorf(ErrNoPeerCredentials, "%T is not a Unix socket", c)
 	}
 	raw, err := uc.SyscallConn()
 	if err != nil {
-		return api.Peer{}, fmt.Errorf("%w: %v", ErrNoPeerCredentials, err)
+		return api.Peer{}, errkind.Wrap(ErrNoPeerCredentials, err)
 	}
 	var cred *unix.Ucred
 	var credErr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, credErr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return api.Peer{}, fmt.Errorf("%w: %v", ErrNoPeerCredentials, err)
+		return api.Peer{}, errkind.Wrap(ErrNoPeerCredentials, err)
 	}
 	if credErr != nil {
-		return api.Peer{}, fmt.Errorf("%w: %v", ErrNoPeerCredentials, credErr)
+		return api.Peer{}, errkind.Wrap(ErrNoPeerCredentials, credErr)
 	}
 	// The kernel reports the overflow ids (65534) or pid 0 for peers in
 	// other user/PID namespaces; they are still the kernel's answer, so

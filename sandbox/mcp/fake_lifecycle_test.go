@@ -2,8 +2,8 @@ package mcp_test
 
 import (
 	"context"
-	"fmt"
 
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -14,10 +14,10 @@ func (f *fakeService) ActivateSkill(ctx context.Context, caller api.Peer, p api.
 	f.record("activate:" + p.Name + ":" + p.Invocation)
 	s, err := f.reg.Get(p.Name)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", api.ErrNotFound, err)
+		return nil, errkind.Wrap(api.ErrNotFound, err)
 	}
 	if p.Invocation != api.InvocationUser && s.DisableModelInvocation {
-		return nil, fmt.Errorf("%w: skill %q disables model invocation", api.ErrDenied, p.Name)
+		return nil, errkind.Errorf(api.ErrDenied, "skill %q disables model invocation", p.Name)
 	}
 	if _, err := f.LoadSkills(ctx, caller, api.LoadParams{SessionID: p.SessionID, Names: []string{p.Name}, Mode: api.LoadAdd}); err != nil {
 		return nil, err

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -111,7 +113,7 @@ func (f *fakeService) LoadSkills(_ context.Context, _ api.Peer, p api.LoadParams
 	f.record("load:" + p.SessionID)
 	for _, n := range p.Names {
 		if _, err := f.reg.Get(n); err != nil {
-			return nil, fmt.Errorf("%w: skill %q: call skills.list to see the skills", api.ErrNotFound, n)
+			return nil, errkind.Errorf(api.ErrNotFound, "skill %q: call skills.list to see the skills", n)
 		}
 	}
 	f.mu.Lock()
@@ -148,7 +150,7 @@ func (f *fakeService) ReadSkillFile(_ context.Context, _ api.Peer, p api.ReadPar
 		name = loaded[len(loaded)-1]
 	}
 	if !slices.Contains(loaded, name) {
-		return nil, fmt.Errorf("%w: skill %q is not loaded in this session; load it first", api.ErrInvalidParams, name)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "skill %q is not loaded in this session; load it first", name)
 	}
 	s, _ := f.reg.Get(name)
 	fc, err := skills.ReadFile(s.Dir, p.Path, skills.ReadOptions{Offset: p.Offset, Length: p.Length, MaxBytes: 64})
@@ -165,13 +167,13 @@ func (f *fakeService) ReadSkillFile(_ context.Context, _ api.Peer, p api.ReadPar
 func (f *fakeService) RunScript(ctx context.Context, _ api.Peer, p api.RunScriptParams) (*api.RunScriptResult, error) {
 	f.record("run:" + p.Path + ":" + p.ConfirmationID)
 	if f.run == nil {
-		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Reason: api.ReasonExit}, nil
+		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Reason: string(runtime.ReasonExit)}, nil
 	}
 	return f.run(ctx, p)
 }
 
 func (f *fakeService) RunCode(context.Context, api.Peer, api.RunCodeParams) (*api.RunScriptResult, error) {
-	return nil, fmt.Errorf("%w: run_code is not available here", api.ErrUnavailable)
+	return nil, errkind.Errorf(api.ErrUnavailable, "run_code is not available here")
 }
 
 func (f *fakeService) CheckTool(_ context.Context, _ api.Peer, p api.CheckToolParams) (*api.CheckToolResult, error) {

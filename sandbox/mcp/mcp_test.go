@@ -11,6 +11,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/mcp"
 )
@@ -77,9 +78,9 @@ func TestToolsListLoadReadRun(t *testing.T) {
 	f := newFake(t)
 	f.run = func(_ context.Context, p api.RunScriptParams) (*api.RunScriptResult, error) {
 		if p.Path == "scripts/fail.sh" {
-			return &api.RunScriptResult{RunID: "r2", Path: p.Path, ExitCode: 3, Stderr: "something broke\n", Reason: api.ReasonExit}, nil
+			return &api.RunScriptResult{RunID: "r2", Path: p.Path, ExitCode: 3, Stderr: "something broke\n", Reason: string(runtime.ReasonExit)}, nil
 		}
-		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Stdout: "hello, " + strings.Join(p.Args, " ") + "\n", Reason: api.ReasonExit}, nil
+		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Stdout: "hello, " + strings.Join(p.Args, " ") + "\n", Reason: string(runtime.ReasonExit)}, nil
 	}
 	cs := connect(t, f, mcp.Options{}, nil)
 
@@ -358,7 +359,7 @@ func TestElicitation(t *testing.T) {
 				if p.ConfirmationID != "c1" {
 					return nil, &api.ConfirmationRequiredError{ID: "c1", Reason: "scripts need approval", Rule: "test.hcl:3", Digest: "sha256:abc"}
 				}
-				return &api.RunScriptResult{RunID: "r1", Path: p.Path, Stdout: "ran\n", Reason: api.ReasonExit}, nil
+				return &api.RunScriptResult{RunID: "r1", Path: p.Path, Stdout: "ran\n", Reason: string(runtime.ReasonExit)}, nil
 			}
 			var asked string
 			cs := connect(t, f, mcp.Options{ElicitApprovals: true}, &sdk.ClientOptions{
@@ -413,8 +414,8 @@ func TestProgress(t *testing.T) {
 		sink(api.RunStartedEvent{RunID: "r1", Skill: "hello", Path: p.Path})
 		sink(api.RunOutputEvent{RunID: "r1", Stream: api.StreamStdout, Seq: 1, Data: "line 1\n"})
 		sink(api.RunOutputEvent{RunID: "r1", Stream: api.StreamStdout, Seq: 2, Data: "line 2\n"})
-		sink(api.RunExitedEvent{RunID: "r1", Reason: api.ReasonExit})
-		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Stdout: "line 1\nline 2\n", Reason: api.ReasonExit}, nil
+		sink(api.RunExitedEvent{RunID: "r1", Reason: string(runtime.ReasonExit)})
+		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Stdout: "line 1\nline 2\n", Reason: string(runtime.ReasonExit)}, nil
 	}
 	got := make(chan string, 10)
 	cs := connect(t, f, mcp.Options{}, &sdk.ClientOptions{

@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -224,7 +225,7 @@ func (c *Conn) instructions(ctx context.Context) string {
 	res, err := c.s.svc.Instructions(ctx, c.caller, api.SessionParams{SessionID: c.session})
 	if err != nil {
 		c.s.log.Warn("rendering instructions failed", "error", err)
-		return "skillbox runs Agent Skills in sandboxes; call skills_list to see the skills (the catalog could not be rendered: " + serviceText(err) + ")"
+		return "skillbox runs Agent Skills in sandboxes; call skills_list to see the skills (the catalog could not be rendered: " + serviceText(err, api.Sentinel(api.KindOf(err))) + ")"
 	}
 	return res.Instructions + mcpToolNames
 }
@@ -295,10 +296,7 @@ func (c *Conn) skillsSnapshot() []api.SkillInfo {
 // error data (confirmation id, limits, ...).
 func toolError(err error) error {
 	kind := api.KindOf(err)
-	text := serviceText(err)
-	// The service's messages may start with the sentinel's own words.
-	text = strings.TrimPrefix(text, api.Sentinel(kind).Error()+": ")
-	msg := kind + ": " + text
+	msg := kind + ": " + serviceText(err, api.Sentinel(kind))
 	if data := api.ErrorData(err); len(data) > 0 {
 		var parts []string
 		for _, k := range slices.Sorted(maps.Keys(data)) {
@@ -309,12 +307,15 @@ func toolError(err error) error {
 	return errors.New(msg)
 }
 
-// serviceText is err's text as the service wrote it: a daemon's error
-// (through the bridge, *api.Error) is its message without the kind, as it
-// would read in process.
-func serviceText(err error) string {
+// serviceText is err's text as the service wrote it, without the words of
+// its kind (which toolError shows its own way): an error of a daemon
+// (through the bridge, *api.Error) gives its detail from the wire.
+func serviceText(err error, kind error) string {
 	if we, ok := err.(*api.Error); ok {
+		if we.Detail != "" {
+			return we.Detail
+		}
 		return we.Message
 	}
-	return err.Error()
+	return errkind.Detail(err, kind)
 }

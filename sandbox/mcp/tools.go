@@ -8,6 +8,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -270,7 +271,7 @@ func (c *Conn) run(ctx context.Context, req *sdk.CallToolRequest, tool string, c
 	if ask != nil || err != nil {
 		return ask, nil, err
 	}
-	if res.ExitCode == 0 && (res.Reason == "" || res.Reason == api.ReasonExit) {
+	if res.ExitCode == 0 && (res.Reason == "" || res.Reason == string(runtime.ReasonExit)) {
 		return nil, res, nil
 	}
 	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: failureText(res)}}}, res, nil
@@ -302,7 +303,7 @@ func (c *Conn) withConfirmation(ctx context.Context, req *sdk.CallToolRequest, t
 func failureText(res *api.RunScriptResult) string {
 	var b strings.Builder
 	switch res.Reason {
-	case "", api.ReasonExit:
+	case "", string(runtime.ReasonExit):
 		fmt.Fprintf(&b, "%s exited with code %d", res.Path, res.ExitCode)
 	default:
 		fmt.Fprintf(&b, "%s stopped: %s (exit code %d", res.Path, res.Reason, res.ExitCode)

@@ -1,11 +1,11 @@
 package runner
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -35,20 +35,20 @@ type CommandSpec struct {
 func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 	c := req.Command
 	if strings.TrimSpace(c.Command) == "" {
-		return nil, fmt.Errorf("%w: empty command", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "empty command")
 	}
 	if strings.ContainsRune(c.Command, 0) {
-		return nil, fmt.Errorf("%w: the command contains a NUL byte", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "the command contains a NUL byte")
 	}
 	if req.Network {
-		return nil, fmt.Errorf("%w: a skill's commands never get network access", api.ErrDenied)
+		return nil, errkind.Errorf(api.ErrDenied, "a skill's commands never get network access")
 	}
 	if e.pins == nil {
-		return nil, fmt.Errorf("%w: the engine has no skill snapshot store", api.ErrUnavailable)
+		return nil, errkind.Errorf(api.ErrUnavailable, "the engine has no skill snapshot store")
 	}
 	im := e.cfg.Image(CommandImage)
 	if im == nil {
-		return nil, fmt.Errorf("%w: no %q image is configured for skill commands; add an image %q block", api.ErrUnavailable, CommandImage, CommandImage)
+		return nil, errkind.Errorf(api.ErrUnavailable, "no %q image is configured for skill commands; add an image %q block", CommandImage, CommandImage)
 	}
 	root, err := e.pins.Pin(req.Skill)
 	if err != nil {
@@ -73,7 +73,7 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 	if err := runtime.ValidateJob(runtime.Job{
 		ID: jobID, RootFS: "/", SkillDir: "/", Args: argv, Env: env, Files: req.Files, Limits: limits,
 	}); err != nil {
-		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+		return nil, errkind.Wrap(api.ErrInvalidParams, err)
 	}
 	label := c.Label
 	if label == "" {

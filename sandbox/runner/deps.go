@@ -16,6 +16,7 @@ import (
 	"github.com/skillbox/skillbox/images/deps"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/skills"
@@ -85,7 +86,7 @@ func (d *Deps) Declared(sk *skills.Skill, root string) (*deps.Set, error) {
 	pk := d.cfg.PackagesFor(sk.Name)
 	s, err := deps.Discover(root, deps.Extra{Python: pk.Python, Npm: pk.Npm, AllowSource: pk.BuildFromSource, Where: pk.Where})
 	if err != nil {
-		return nil, fmt.Errorf("%w: skill %q: %v", api.ErrInvalidParams, sk.Name, err)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "skill %q: %w", sk.Name, err)
 	}
 	d.mu.Lock()
 	if d.declared == nil {
@@ -134,8 +135,7 @@ func layerImage(sk *skills.Skill, img runtime.ImageRef, rootfs string) error {
 	if rootfs != "" {
 		return nil
 	}
-	return fmt.Errorf("%w: skill %q declares dependencies, and its scripts run in image %q, the registry image %s: dependency layers are built only on images skillbox builds (map the extension to a recipe image, or use a registry image that already has the packages and drop the declaration)",
-		api.ErrUnavailable, sk.Name, img.Name, img.Ref)
+	return errkind.Errorf(api.ErrUnavailable, "skill %q declares dependencies, and its scripts run in image %q, the registry image %s: dependency layers are built only on images skillbox builds (map the extension to a recipe image, or use a registry image that already has the packages and drop the declaration)", sk.Name, img.Name, img.Ref)
 }
 
 // request is the build request of the part of set that image img uses.
@@ -212,8 +212,7 @@ func (d *Deps) ForRun(ctx context.Context, p *Plan, img runtime.ImageRef, rootfs
 			continue
 		}
 		if layer != nil && l.Digest != layer.Digest {
-			return nil, fmt.Errorf("%w: skills %q and %q each need a dependency layer and a code run mounts one: load only one of them for this code, or run their scripts with skills.run_script",
-				api.ErrInvalidParams, owner, m.Skill.Name)
+			return nil, errkind.Errorf(api.ErrInvalidParams, "skills %q and %q each need a dependency layer and a code run mounts one: load only one of them for this code, or run their scripts with skills.run_script", owner, m.Skill.Name)
 		}
 		layer, owner = l, m.Skill.Name
 	}
@@ -288,22 +287,21 @@ func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img 
 		}
 		if l, inflight, err := d.builder.Wait(wctx, plan.Digest); inflight {
 			if err != nil {
-				return nil, fmt.Errorf("%w: the dependency layer of skill %q did not build: %v", api.ErrUnavailable, name, err)
+				return nil, errkind.Errorf(api.ErrUnavailable, "the dependency layer of skill %q did not build: %w", name, err)
 			}
 			return l, nil
 		}
 	}
 	if err := deps.MissingSourceError(name, plan.Missing, d.builder.Sources); err != nil {
-		return nil, fmt.Errorf("%w: %v", api.ErrUnavailable, err)
+		return nil, errkind.Wrap(api.ErrUnavailable, err)
 	}
 	d.mu.Lock()
 	berr := d.errs[plan.Digest]
 	d.mu.Unlock()
 	if berr != nil {
-		return nil, fmt.Errorf("%w: the dependency layer of skill %q failed to build: %v", api.ErrUnavailable, name, berr)
+		return nil, errkind.Errorf(api.ErrUnavailable, "the dependency layer of skill %q failed to build: %v", name, berr)
 	}
-	return nil, fmt.Errorf("%w: %w: skill %q needs dependency layer %s, which is not built: load the skill (skills.load builds it) or run: skillbox deps build %s",
-		api.ErrUnavailable, deps.ErrNotReady, name, plan.Digest, name)
+	return nil, errkind.Wrap(api.ErrUnavailable, errkind.Errorf(deps.ErrNotReady, "skill %q needs dependency layer %s, which is not built: load the skill (skills.load builds it) or run: skillbox deps build %s", name, plan.Digest, name))
 }
 
 // Build builds (or finds) the layers skill sk needs, one per image family
@@ -318,11 +316,11 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 	for _, probe := range d.probes(set) {
 		interp, err := d.cfg.Interpreter(probe, nil)
 		if err != nil {
-			return out, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+			return out, errkind.Wrap(api.ErrInvalidParams, err)
 		}
 		img, rootfs, err := d.images.Ensure(ctx, interp.Image, nil)
 		if err != nil {
-			return out, fmt.Errorf("%w: image %q: %v", api.ErrUnavailable, interp.Image, err)
+			return out, errkind.Errorf(api.ErrUnavailable, "image %q: %w", interp.Image, err)
 		}
 		req := d.request(sk, set, img, rootfs)
 		if req == nil {
@@ -582,7 +580,7 @@ func (e *Engine) CheckSkill(ctx context.Context, sk *skills.Skill) (*api.CheckSk
 	}
 	found, unchecked, err := deps.Check(sk.Dir, in)
 	if err != nil {
-		return nil, fmt.Errorf("%w: checking skill %q: %v", api.ErrInternal, sk.Name, err)
+		return nil, errkind.Errorf(api.ErrInternal, "checking skill %q: %w", sk.Name, err)
 	}
 	for _, f := range unchecked {
 		res.Skipped = append(res.Skipped, f+" scripts: "+why[f])

@@ -26,6 +26,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/store"
@@ -207,7 +208,7 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 		return e.prepareCode(req)
 	}
 	if req.Skill == nil {
-		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "no skill given")
 	}
 	if req.Command != nil {
 		return e.prepareCommand(req)
@@ -219,12 +220,12 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	dirs, dirsRule := e.cfg.ScriptDirsFor(req.Skill.Name)
 	if !policy.ScriptInDirs(rel, dirs) {
 		if len(dirs) == 0 {
-			return nil, fmt.Errorf("%w: no script of skill %q may be run: the script_dirs of %s have no directory in common; ask an administrator to fix them", api.ErrDenied, req.Skill.Name, dirsRule)
+			return nil, errkind.Errorf(api.ErrDenied, "no script of skill %q may be run: the script_dirs of %s have no directory in common; ask an administrator to fix them", req.Skill.Name, dirsRule)
 		}
-		return nil, fmt.Errorf("%w: script %q of skill %q is outside the directories policy lets scripts run from (script_dirs %s, set by %s): run a script under one of them", api.ErrDenied, rel, req.Skill.Name, strings.Join(dirs, ", "), dirsRule)
+		return nil, errkind.Errorf(api.ErrDenied, "script %q of skill %q is outside the directories policy lets scripts run from (script_dirs %s, set by %s): run a script under one of them", rel, req.Skill.Name, strings.Join(dirs, ", "), dirsRule)
 	}
 	if e.pins == nil {
-		return nil, fmt.Errorf("%w: the engine has no skill snapshot store", api.ErrUnavailable)
+		return nil, errkind.Errorf(api.ErrUnavailable, "the engine has no skill snapshot store")
 	}
 	// Everything below reads the pinned copy: the script hashed here is the
 	// one the sandbox will see, whatever happens to the skill's directory.
@@ -235,23 +236,23 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	f, err := skills.OpenInRoot(root, rel)
 	if err != nil {
 		if errors.Is(err, skills.ErrNotFound) {
-			return nil, fmt.Errorf("%w: script %q not found in skill %q: give a file of the skill relative to its root (SKILL.md names them; skillbox skills show lists them)", api.ErrNotFound, rel, req.Skill.Name)
+			return nil, errkind.Errorf(api.ErrNotFound, "script %q not found in skill %q: give a file of the skill relative to its root (SKILL.md names them; skillbox skills show lists them)", rel, req.Skill.Name)
 		}
-		return nil, fmt.Errorf("%w: script %q: %v", api.ErrInvalidParams, rel, err)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "script %q: %w", rel, err)
 	}
 	script, err := io.ReadAll(io.LimitReader(f, maxScriptBytes+1))
 	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("%w: reading script %q: %v", api.ErrInternal, rel, err)
+		return nil, errkind.Errorf(api.ErrInternal, "reading script %q: %w", rel, err)
 	}
 	if len(script) > maxScriptBytes {
-		return nil, fmt.Errorf("%w: script %q is larger than %d bytes", api.ErrInvalidParams, rel, maxScriptBytes)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "script %q is larger than %d bytes", rel, maxScriptBytes)
 	}
 	sum := sha256.Sum256(script)
 
 	interp, err := e.cfg.Interpreter(rel, script[:min(len(script), 256)])
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+		return nil, errkind.Wrap(api.ErrInvalidParams, err)
 	}
 
 	limits, rules := e.cfg.LimitsFor(req.Skill.Name)
@@ -262,7 +263,7 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	if req.Network {
 		ok, rule := e.cfg.NetworkFor(req.Skill.Name)
 		if dests, _ := e.cfg.EgressFor(req.Skill.Name); !ok && len(dests) == 0 {
-			return nil, fmt.Errorf("%w: network access for skill %q is not allowed by any policy rule; ask an administrator to list its destinations in egress = [...] (or set network = true) in a policy block for it", api.ErrDenied, req.Skill.Name)
+			return nil, errkind.Errorf(api.ErrDenied, "network access for skill %q is not allowed by any policy rule; ask an administrator to list its destinations in egress = [...] (or set network = true) in a policy block for it", req.Skill.Name)
 		}
 		// Without full network, the skill's egress destinations are its
 		// network (planEgress).
@@ -292,7 +293,7 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	if err := runtime.ValidateJob(runtime.Job{
 		ID: jobID, RootFS: "/", SkillDir: "/", Args: argv, Env: env, ModuleEnv: moduleEnv, Files: req.Files, Limits: limits,
 	}); err != nil {
-		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+		return nil, errkind.Wrap(api.ErrInvalidParams, err)
 	}
 
 	p := &Plan{
@@ -340,7 +341,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	}
 	img, rootfs, err := e.images.Ensure(ctx, p.Interpreter.Image, e.progress)
 	if err != nil {
-		return nil, fmt.Errorf("%w: image %q for %s: %v", api.ErrUnavailable, p.Interpreter.Image, p.Script, err)
+		return nil, errkind.Errorf(api.ErrUnavailable, "image %q for %s: %w", p.Interpreter.Image, p.Script, err)
 	}
 	layer, err := e.deps.ForRun(ctx, p, img, rootfs)
 	if err != nil {
@@ -573,22 +574,22 @@ func interpreterFamily(in policy.Interpreter) string {
 // (script_dirs, checked by Prepare).
 func CleanScriptPath(p string) (string, error) {
 	if p == "" {
-		return "", fmt.Errorf("%w: path is empty: give a script relative to the skill root, e.g. scripts/run.py", api.ErrInvalidParams)
+		return "", errkind.Errorf(api.ErrInvalidParams, "path is empty: give a script relative to the skill root, e.g. scripts/run.py")
 	}
 	if strings.ContainsRune(p, 0) {
-		return "", fmt.Errorf("%w: path contains a NUL byte", api.ErrInvalidParams)
+		return "", errkind.Errorf(api.ErrInvalidParams, "path contains a NUL byte")
 	}
 	if path.IsAbs(p) {
-		return "", fmt.Errorf("%w: path %q is absolute: give it relative to the skill root, e.g. scripts/run.py", api.ErrInvalidParams, p)
+		return "", errkind.Errorf(api.ErrInvalidParams, "path %q is absolute: give it relative to the skill root, e.g. scripts/run.py", p)
 	}
 	for _, part := range strings.Split(p, "/") {
 		if part == ".." {
-			return "", fmt.Errorf("%w: path %q contains \"..\": only files inside the skill can run", api.ErrInvalidParams, p)
+			return "", errkind.Errorf(api.ErrInvalidParams, "path %q contains \"..\": only files inside the skill can run", p)
 		}
 	}
 	c := path.Clean(p)
 	if c == "." {
-		return "", fmt.Errorf("%w: path %q is the skill root, not a script: give a file of the skill, e.g. scripts/run.py", api.ErrInvalidParams, p)
+		return "", errkind.Errorf(api.ErrInvalidParams, "path %q is the skill root, not a script: give a file of the skill, e.g. scripts/run.py", p)
 	}
 	return c, nil
 }
@@ -599,10 +600,10 @@ func envList(env map[string]string) ([]string, error) {
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, fmt.Errorf("%w: environment name %q is malformed", api.ErrInvalidParams, k)
+			return nil, errkind.Errorf(api.ErrInvalidParams, "environment name %q is malformed", k)
 		}
 		if strings.ContainsRune(env[k], 0) {
-			return nil, fmt.Errorf("%w: environment value of %q contains a NUL byte", api.ErrInvalidParams, k)
+			return nil, errkind.Errorf(api.ErrInvalidParams, "environment value of %q contains a NUL byte", k)
 		}
 		keys = append(keys, k)
 	}
@@ -619,7 +620,7 @@ func envList(env map[string]string) ([]string, error) {
 // malformed requests, names no matching rule allows are denied.
 func (e *Engine) checkEnv(env []string, given map[string]string, skillNames ...string) error {
 	if err := runtime.ValidateEnv(env); err != nil {
-		return fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+		return errkind.Wrap(api.ErrInvalidParams, err)
 	}
 	names := make([]string, 0, len(given))
 	for k := range given {
@@ -627,7 +628,7 @@ func (e *Engine) checkEnv(env []string, given map[string]string, skillNames ...s
 	}
 	for _, sk := range skillNames {
 		if err := e.cfg.CheckEnv(sk, names); err != nil {
-			return fmt.Errorf("%w: %v", api.ErrDenied, strings.TrimPrefix(err.Error(), policy.ErrDenied.Error()+": "))
+			return errkind.Errorf(api.ErrDenied, "%s", errkind.Detail(err, policy.ErrDenied))
 		}
 	}
 	return nil
@@ -699,11 +700,11 @@ func newID(prefix string) string {
 func classifyRuntimeErr(err error) error {
 	switch {
 	case errors.Is(err, runtime.ErrUnavailable):
-		return fmt.Errorf("%w: %v", api.ErrUnavailable, err)
+		return errkind.Wrap(api.ErrUnavailable, err)
 	case errors.Is(err, runtime.ErrInvalidJob):
-		return fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+		return errkind.Wrap(api.ErrInvalidParams, err)
 	default:
-		return fmt.Errorf("%w: sandbox failed: %v", api.ErrInternal, err)
+		return errkind.Errorf(api.ErrInternal, "sandbox failed: %w", err)
 	}
 }
 

@@ -3,11 +3,11 @@ package runner
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -53,8 +53,7 @@ type RegistryPuller interface {
 func (s *StoreImages) registryImage(name string) (ref string, ok bool, err error) {
 	ref, ok = s.Registry[name]
 	if ok && s.Puller == nil {
-		err = fmt.Errorf("%w: image %q is the registry image %s, which only the containerd runtime runs (it pulls and unpacks it): use --runtime containerd or daemon { runtime = \"containerd\" }, or map the extension to an image skillbox builds",
-			api.ErrUnavailable, name, ref)
+		err = errkind.Errorf(api.ErrUnavailable, "image %q is the registry image %s, which only the containerd runtime runs (it pulls and unpacks it): use --runtime containerd or daemon { runtime = \"containerd\" }, or map the extension to an image skillbox builds", name, ref)
 	}
 	return ref, ok, err
 }
@@ -76,7 +75,7 @@ func (s *StoreImages) Built(name string) error {
 	}
 	r, ok := s.Recipes[name]
 	if !ok {
-		return fmt.Errorf("%w: no recipe named %q: add images/recipes/%s.hcl or fix the image block in the config", images.ErrUnknownImage, name, name)
+		return errkind.Errorf(images.ErrUnknownImage, "no recipe named %q: add images/recipes/%s.hcl or fix the image block in the config", name, name)
 	}
 	_, err := s.Store.Get(r.Name)
 	return err
@@ -97,12 +96,11 @@ func (s *StoreImages) Available(name string) error {
 		if s.Build {
 			return nil
 		}
-		return fmt.Errorf("%w: image %s is not built: run %s (or set images { build_on_demand = true } in the config to build it on first use, which takes minutes)",
-			api.ErrUnavailable, name, BuildCommand(s.Store.Dir(), s.Recipes[name].Name))
+		return errkind.Errorf(api.ErrUnavailable, "image %s is not built: run %s (or set images { build_on_demand = true } in the config to build it on first use, which takes minutes)", name, BuildCommand(s.Store.Dir(), s.Recipes[name].Name))
 	case errors.Is(err, images.ErrUnknownImage):
-		return fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+		return errkind.Wrap(api.ErrInvalidParams, err)
 	default:
-		return fmt.Errorf("%w: image store %s: %v", api.ErrUnavailable, s.Store.Dir(), err)
+		return errkind.Errorf(api.ErrUnavailable, "image store %s: %w", s.Store.Dir(), err)
 	}
 }
 
@@ -129,7 +127,7 @@ func (s *StoreImages) Ensure(ctx context.Context, name string, progress io.Write
 	}
 	r, ok := s.Recipes[name]
 	if !ok {
-		return runtime.ImageRef{}, "", fmt.Errorf("%w: no recipe named %q: add images/recipes/%s.hcl or fix the image block in the config", images.ErrUnknownImage, name, name)
+		return runtime.ImageRef{}, "", errkind.Errorf(images.ErrUnknownImage, "no recipe named %q: add images/recipes/%s.hcl or fix the image block in the config", name, name)
 	}
 	img, rootfs, err := s.Store.Ensure(ctx, r, s.Build, progress)
 	if err != nil {

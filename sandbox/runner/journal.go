@@ -7,6 +7,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
@@ -103,8 +104,8 @@ func (j *Journal) FreeBytes() (int64, bool, error) {
 // auditDown is the error of a call refused because the audit log cannot be
 // written (fail closed). It says so once, with the log's own reason.
 func auditDown(err error) error {
-	why := strings.TrimPrefix(err.Error(), audit.ErrUnavailable.Error()+": ")
-	return fmt.Errorf("%w: the audit log cannot be written (%s); skillbox refuses audited calls, runs included, until it can", api.ErrUnavailable, why)
+	why := errkind.Detail(err, audit.ErrUnavailable)
+	return errkind.Errorf(api.ErrUnavailable, "the audit log cannot be written (%s); skillbox refuses audited calls, runs included, until it can", why)
 }
 
 // ClipText cuts s to at most n bytes of valid UTF-8, saying how long it was.

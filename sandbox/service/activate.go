@@ -13,6 +13,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
@@ -47,14 +48,14 @@ func (s *Service) ActivateSkill(ctx context.Context, caller api.Peer, p api.Acti
 		return nil, err
 	}
 	if err := skills.ValidName(p.Name); err != nil {
-		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+		return nil, errkind.Wrap(api.ErrInvalidParams, err)
 	}
 	inv := p.Invocation
 	if inv == "" {
 		inv = api.InvocationModel
 	}
 	if inv != api.InvocationModel && inv != api.InvocationUser {
-		return nil, fmt.Errorf("%w: invocation %q: use %q (the model chose the skill) or %q (a person invoked it)", api.ErrInvalidParams, inv, api.InvocationModel, api.InvocationUser)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "invocation %q: use %q (the model chose the skill) or %q (a person invoked it)", inv, api.InvocationModel, api.InvocationUser)
 	}
 	sk, err := s.skills.Get(p.Name)
 	if err != nil {
@@ -65,7 +66,7 @@ func (s *Service) ActivateSkill(ctx context.Context, caller api.Peer, p api.Acti
 	rec.Detail = map[string]string{"invocation": inv}
 	if why := invocationRefusal(sk, inv); why != "" {
 		rec.Outcome, rec.Error = audit.OutcomeRefused, why
-		err := fmt.Errorf("%w: %s", api.ErrDenied, why)
+		err := errkind.Errorf(api.ErrDenied, "%s", why)
 		if s.record(ctx, rec) == nil {
 			err = api.MarkAudited(err)
 		}
@@ -206,13 +207,13 @@ func (s *Service) boundSkills(p api.CreateSessionParams) ([]string, error) {
 			if len(known) > 0 {
 				list = "configured: " + strings.Join(known, ", ")
 			}
-			return nil, fmt.Errorf("%w: no agent %q in the config (%s): add an agent block with uses_skills", api.ErrNotFound, p.Agent, list)
+			return nil, errkind.Errorf(api.ErrNotFound, "no agent %q in the config (%s): add an agent block with uses_skills", p.Agent, list)
 		}
 		names = append(names, a.UsesSkills...)
 	}
 	for _, n := range p.UsesSkills {
 		if err := skills.ValidName(n); err != nil {
-			return nil, fmt.Errorf("%w: uses_skills: %v", api.ErrInvalidParams, err)
+			return nil, errkind.Errorf(api.ErrInvalidParams, "uses_skills: %w", err)
 		}
 		if !slices.Contains(names, n) {
 			names = append(names, n)

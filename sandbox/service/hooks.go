@@ -10,6 +10,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
@@ -90,7 +91,7 @@ func newHookCall(method, sessionID, id string, ids []string) (*hookCall, error) 
 	}
 	hc.confirmations = append(hc.confirmations, ids...)
 	if len(hc.confirmations) > maxHookConfirmations {
-		return nil, fmt.Errorf("%w: %d confirmation ids, at most %d: pass only the ones this call's hooks asked for", api.ErrInvalidParams, len(hc.confirmations), maxHookConfirmations)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "%d confirmation ids, at most %d: pass only the ones this call's hooks asked for", len(hc.confirmations), maxHookConfirmations)
 	}
 	return hc, nil
 }
@@ -146,7 +147,7 @@ func (s *Service) preToolUseHooks(ctx context.Context, caller api.Peer, ses *sto
 // PostToolUse hooks of the active skills see it and its result.
 func (s *Service) ReportTool(ctx context.Context, caller api.Peer, p api.ReportToolParams) (*api.ReportToolResult, error) {
 	if p.Tool == "" {
-		return nil, fmt.Errorf("%w: tool is required, e.g. \"Bash\"", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "tool is required, e.g. \"Bash\"")
 	}
 	ses, err := s.session(caller, p.SessionID)
 	if err != nil {

@@ -3,13 +3,13 @@ package service
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/user"
 	"strconv"
 	"sync"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/skills"
@@ -72,7 +72,7 @@ func (s *Service) checkLock(ctx context.Context, caller api.Peer, method, sessio
 	if err == nil {
 		err = l.Check(sk, path)
 	} else {
-		err = fmt.Errorf("%w: %v", skills.ErrNotLocked, err)
+		err = errkind.Wrap(skills.ErrNotLocked, err)
 	}
 	if err == nil {
 		return nil
@@ -89,7 +89,7 @@ func (s *Service) checkLock(ctx context.Context, caller api.Peer, method, sessio
 	if aerr := s.record(ctx, r); aerr != nil {
 		return aerr
 	}
-	return api.MarkAudited(fmt.Errorf("%w: %v (policy %s requires a pinned version)", api.ErrDenied, err, rule))
+	return api.MarkAudited(errkind.Errorf(api.ErrDenied, "%w (policy %s requires a pinned version)", err, rule))
 }
 
 // LockSkills implements api.Service: an approver pins the current
@@ -100,7 +100,7 @@ func (s *Service) LockSkills(ctx context.Context, caller api.Peer, p api.LockPar
 	if !s.IsApprover(caller) {
 		r := base(ctx, caller, method, EventSkillLock, "")
 		r.Outcome, r.Error = audit.OutcomeRefused, "not an approver"
-		err := fmt.Errorf("%w: uid %d is not an approver: the config's daemon.approvers names who may pin skill versions", api.ErrDenied, caller.UID)
+		err := errkind.Errorf(api.ErrDenied, "uid %d is not an approver: the config's daemon.approvers names who may pin skill versions", caller.UID)
 		if s.record(ctx, r) == nil {
 			err = api.MarkAudited(err)
 		}
@@ -128,7 +128,7 @@ func (s *Service) pin(ctx context.Context, caller api.Peer, method, proposal str
 	path := s.cfg.Skills.LockFile
 	l, err := skills.ReadLock(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%w: %v", api.ErrInternal, err)
+		return nil, errkind.Wrap(api.ErrInternal, err)
 	}
 	who := approverName(caller)
 	now := time.Now().UTC()
@@ -136,7 +136,7 @@ func (s *Service) pin(ctx context.Context, caller api.Peer, method, proposal str
 	for _, sk := range list {
 		prev := l.Skills[sk.Name].Digest
 		if err := l.Pin(sk, who, now); err != nil {
-			return nil, fmt.Errorf("%w: %v", api.ErrInternal, err)
+			return nil, errkind.Wrap(api.ErrInternal, err)
 		}
 		res.Pinned = append(res.Pinned, api.PinnedSkill{Name: sk.Name, Digest: sk.Digest, Previous: prev, ApprovedBy: who, ApprovedAt: now})
 	}
@@ -144,7 +144,7 @@ func (s *Service) pin(ctx context.Context, caller api.Peer, method, proposal str
 		return nil, err
 	}
 	if err := l.Write(path); err != nil {
-		return nil, fmt.Errorf("%w: %v", api.ErrInternal, err)
+		return nil, errkind.Wrap(api.ErrInternal, err)
 	}
 	s.locks.forget()
 	for _, pn := range res.Pinned {

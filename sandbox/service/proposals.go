@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
@@ -43,7 +44,7 @@ var patchOptions = skills.LoadOptions{AllowExtensions: true, Lenient: true}
 
 func (s *Service) proposalStore() error {
 	if s.proposals == nil {
-		return fmt.Errorf("%w: this skillbox keeps no proposals (use the daemon)", api.ErrUnavailable)
+		return errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no proposals (use the daemon)")
 	}
 	return nil
 }
@@ -59,15 +60,15 @@ func (s *Service) ProposeChange(ctx context.Context, caller api.Peer, p api.Prop
 		return nil, err
 	}
 	if p.Skill == "" {
-		return nil, fmt.Errorf("%w: skill is required: name the loaded skill the diff changes", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "skill is required: name the loaded skill the diff changes")
 	}
 	switch {
 	case strings.TrimSpace(p.Justification) == "":
-		return nil, fmt.Errorf("%w: justification is required: say why the skill should change, for the approver", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "justification is required: say why the skill should change, for the approver")
 	case len(p.Justification) > maxJustification:
-		return nil, fmt.Errorf("%w: justification is %d bytes, at most %d", api.ErrInvalidParams, len(p.Justification), maxJustification)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "justification is %d bytes, at most %d", len(p.Justification), maxJustification)
 	case len(p.Evidence) > maxEvidence:
-		return nil, fmt.Errorf("%w: evidence is %d bytes, at most %d", api.ErrInvalidParams, len(p.Evidence), maxEvidence)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "evidence is %d bytes, at most %d", len(p.Evidence), maxEvidence)
 	}
 	// The base is the version loaded in the session; a skill that changed
 	// since is refused here (load it again and diff against the new one).
@@ -81,7 +82,7 @@ func (s *Service) ProposeChange(ctx context.Context, caller api.Peer, p api.Prop
 	patch, err := skills.ApplyDiff(sk.Dir, p.Diff, patchOptions)
 	if err != nil {
 		rec.Outcome, rec.Error = audit.OutcomeRefused, err.Error()
-		err = fmt.Errorf("%w: %v; make the diff against skill %q as loaded (%s) with skills.read", api.ErrInvalidParams, err, sk.Name, sk.Digest)
+		err = errkind.Errorf(api.ErrInvalidParams, "%w; make the diff against skill %q as loaded (%s) with skills.read", err, sk.Name, sk.Digest)
 		if s.record(ctx, rec) == nil {
 			err = api.MarkAudited(err)
 		}
@@ -92,7 +93,7 @@ func (s *Service) ProposeChange(ctx context.Context, caller api.Peer, p api.Prop
 		Justification: p.Justification, Evidence: p.Evidence, SessionID: p.SessionID, ProposedBy: caller,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", api.ErrInternal, err)
+		return nil, errkind.Wrap(api.ErrInternal, err)
 	}
 	rec.Outcome = api.ProposalPending
 	rec.Detail["proposal"] = prop.ID
@@ -111,7 +112,7 @@ func (s *Service) ListProposals(ctx context.Context, caller api.Peer, p api.List
 	}
 	all, err := s.proposals.List(p.Skill, p.State)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %v", api.ErrInternal, err)
+		return nil, errkind.Wrap(api.ErrInternal, err)
 	}
 	approver := s.IsApprover(caller)
 	out := []*api.Proposal{}
@@ -134,7 +135,7 @@ func (s *Service) ShowProposal(ctx context.Context, caller api.Peer, p api.Propo
 		return nil, err
 	}
 	if !s.IsApprover(caller) && pr.ProposedBy.UID != caller.UID {
-		return nil, fmt.Errorf("%w: no proposal %q: list them with proposals.list", api.ErrNotFound, p.ID)
+		return nil, errkind.Errorf(api.ErrNotFound, "no proposal %q: list them with proposals.list", p.ID)
 	}
 	return pr, nil
 }
@@ -156,7 +157,7 @@ func (s *Service) RejectProposal(ctx context.Context, caller api.Peer, p api.Pro
 	rec := base(ctx, caller, api.MethodProposalsReject, EventProposalReject, "")
 	rec.Detail = map[string]string{"proposal": p.ID}
 	if !s.IsApprover(caller) {
-		return nil, s.refuseProposal(ctx, rec, fmt.Errorf("%w: uid %d is not an approver: the config's daemon.approvers names who may decide proposals", api.ErrDenied, caller.UID))
+		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrDenied, "uid %d is not an approver: the config's daemon.approvers names who may decide proposals", caller.UID))
 	}
 	now := time.Now().UTC()
 	pr, err := s.proposals.Decide(p.ID, func(pr *api.Proposal) error {
@@ -192,7 +193,7 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 	rec := base(ctx, caller, method, EventProposalApprove, "")
 	rec.Detail = map[string]string{"proposal": p.ID}
 	if !s.IsApprover(caller) {
-		return nil, s.refuseProposal(ctx, rec, fmt.Errorf("%w: uid %d is not an approver: the config's daemon.approvers names who may decide proposals", api.ErrDenied, caller.UID))
+		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrDenied, "uid %d is not an approver: the config's daemon.approvers names who may decide proposals", caller.UID))
 	}
 	s.lockMu.Lock()
 	defer s.lockMu.Unlock()
@@ -203,19 +204,18 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 	rec.SessionID = pr.SessionID
 	rec.Skill = &audit.SkillRef{Name: pr.Skill, Digest: pr.BaseDigest}
 	if pr.State != api.ProposalPending {
-		return nil, s.refuseProposal(ctx, rec, fmt.Errorf("%w: proposal %s is already %s", api.ErrInvalidParams, pr.ID, pr.State))
+		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrInvalidParams, "proposal %s is already %s", pr.ID, pr.State))
 	}
 	sk, err := s.skills.Get(pr.Skill)
 	if err != nil {
 		return nil, s.refuseProposal(ctx, rec, classify(err))
 	}
 	if sk.Digest != pr.BaseDigest {
-		return nil, s.refuseProposal(ctx, rec, fmt.Errorf("%w: proposal %s is stale: it was made against %s but skill %q is now %s; reject it and ask for a new proposal against the current version",
-			api.ErrInvalidParams, pr.ID, pr.BaseDigest, sk.Name, sk.Digest))
+		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrInvalidParams, "proposal %s is stale: it was made against %s but skill %q is now %s; reject it and ask for a new proposal against the current version", pr.ID, pr.BaseDigest, sk.Name, sk.Digest))
 	}
 	patch, err := skills.ApplyDiff(sk.Dir, pr.Diff, patchOptions)
 	if err != nil {
-		return nil, s.refuseProposal(ctx, rec, fmt.Errorf("%w: %v", api.ErrInvalidParams, err))
+		return nil, s.refuseProposal(ctx, rec, errkind.Wrap(api.ErrInvalidParams, err))
 	}
 	if err := s.journal.Check(); err != nil {
 		return nil, err
@@ -226,10 +226,10 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 	case errors.Is(err, skills.ErrReadOnly):
 		state = api.ProposalExported
 		if patchFile, err = s.exportPatch(pr); err != nil {
-			return nil, s.refuseProposal(ctx, rec, fmt.Errorf("%w: the skill's root is read-only and the patch could not be exported: %v", api.ErrInternal, err))
+			return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrInternal, "the skill's root is read-only and the patch could not be exported: %w", err))
 		}
 	case err != nil:
-		return nil, s.refuseProposal(ctx, rec, fmt.Errorf("%w: applying proposal %s to %s: %v", api.ErrInternal, pr.ID, sk.Dir, err))
+		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrInternal, "applying proposal %s to %s: %w", pr.ID, sk.Dir, err))
 	default:
 		if rl, ok := s.skills.(Reloader); ok {
 			if err := rl.Reload(ctx); err != nil {
@@ -238,7 +238,7 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 		}
 		cur, err := skills.Digest(sk.Dir)
 		if err != nil {
-			return nil, fmt.Errorf("%w: hashing skill %q after the change: %v", api.ErrInternal, sk.Name, err)
+			return nil, errkind.Errorf(api.ErrInternal, "hashing skill %q after the change: %w", sk.Name, err)
 		}
 		newDigest = cur
 		if nsk, err := s.skills.Get(sk.Name); err == nil && nsk.Digest == cur {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
@@ -90,7 +91,7 @@ func (s *Service) Run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Result, error) {
 	sk := req.Skill
 	if sk == nil && req.Code == nil {
-		return nil, fmt.Errorf("%w: no skill given", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "no skill given")
 	}
 	// A lock pins versions: every skill the run mounts must be pinned.
 	for _, lk := range runSkills(req) {
@@ -124,7 +125,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		}
 		switch {
 		case nd.Effect == policy.EffectDeny:
-			return nil, api.MarkAudited(fmt.Errorf("%w: network access for skill %q is denied by %s: %s", api.ErrDenied, sk.Name, nd.Rule, nd.Reason))
+			return nil, api.MarkAudited(errkind.Errorf(api.ErrDenied, "network access for skill %q is denied by %s: %s", sk.Name, nd.Rule, nd.Reason))
 		case nd.Effect == policy.EffectConfirm && len(plan.Egress) > 0 && s.grants.covers(o.SessionID, sk.Name, plan.EgressNames()):
 			// An approver approved these destinations for this skill
 			// earlier in the session.
@@ -198,8 +199,7 @@ func (s *Service) auditSpace() error {
 	}
 	if free < minFree {
 		s.log.Error("run refused: audit filesystem below its watermark", "free", free, "min_free", minFree)
-		return fmt.Errorf("%w: the audit log's filesystem has %s free, below audit.min_free (%s): new runs are refused until space is freed (export and remove rotated audit files, or lower audit.min_free)",
-			api.ErrUnavailable, policy.FormatSize(free), policy.FormatSize(minFree))
+		return errkind.Errorf(api.ErrUnavailable, "the audit log's filesystem has %s free, below audit.min_free (%s): new runs are refused until space is freed (export and remove rotated audit files, or lower audit.min_free)", policy.FormatSize(free), policy.FormatSize(minFree))
 	}
 	return nil
 }
@@ -213,7 +213,7 @@ func (s *Service) decideTool(ctx context.Context, caller api.Peer, method, sessi
 	}
 	if dec.Effect == policy.EffectDeny {
 		// The decision record just written says why.
-		return dec, api.MarkAudited(fmt.Errorf("%w: %s for skill %q is denied by %s: %s; a policy deny cannot be overridden, change the rule if this is intended", api.ErrDenied, tool, sk.Name, dec.Rule, dec.Reason))
+		return dec, api.MarkAudited(errkind.Errorf(api.ErrDenied, "%s for skill %q is denied by %s: %s; a policy deny cannot be overridden, change the rule if this is intended", tool, sk.Name, dec.Rule, dec.Reason))
 	}
 	return dec, nil
 }
@@ -226,7 +226,7 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 		if hint == "" {
 			hint = "ask an approver"
 		}
-		return fmt.Errorf("%w: %s needs confirmation (%s): %s", api.ErrConfirmationRequired, what, rule, hint)
+		return errkind.Errorf(api.ErrConfirmationRequired, "%s needs confirmation (%s): %s", what, rule, hint)
 	}
 	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest, reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(confirmDetails(plan)))
 	if err != nil {
@@ -247,7 +247,7 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 // selfApprove confirms plan on behalf of caller, who must be an approver.
 func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan, what, reason, rule string) error {
 	if !s.IsApprover(caller) {
-		return fmt.Errorf("%w: %s needs confirmation (%s) and uid %d is not one of the approvers (daemon.approvers): ask an approver to run it", api.ErrDenied, what, rule, caller.UID)
+		return errkind.Errorf(api.ErrDenied, "%s needs confirmation (%s) and uid %d is not one of the approvers (daemon.approvers): ask an approver to run it", what, rule, caller.UID)
 	}
 	id := "cli_" + strings.TrimPrefix(plan.RunID, "run_")
 	uid := caller.UID
@@ -359,10 +359,10 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 // The run's own call returns its result with reason "cancelled".
 func (s *Service) CancelRun(ctx context.Context, caller api.Peer, p api.CancelRunParams) (*api.CancelRunResult, error) {
 	if p.RunID == "" {
-		return nil, fmt.Errorf("%w: run_id is required (run.started and the result name it)", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "run_id is required (run.started and the result name it)")
 	}
 	if !s.runs.cancel(p.RunID, caller.UID) {
-		return nil, fmt.Errorf("%w: run %q is not running: it has ended, or it is not yours", api.ErrNotFound, p.RunID)
+		return nil, errkind.Errorf(api.ErrNotFound, "run %q is not running: it has ended, or it is not yours", p.RunID)
 	}
 	s.log.Info("run cancelled", "run_id", p.RunID, "uid", caller.UID)
 	return &api.CancelRunResult{RunID: p.RunID, Cancelled: true}, nil

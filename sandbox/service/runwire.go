@@ -11,6 +11,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
@@ -25,7 +26,7 @@ func (s *Service) RunCode(ctx context.Context, caller api.Peer, p api.RunCodePar
 		return nil, err
 	}
 	if len(ses.Active) == 0 {
-		return nil, fmt.Errorf("%w: no skill is loaded in this session: call skills.load with the skills the code uses first", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "no skill is loaded in this session: call skills.load with the skills the code uses first")
 	}
 	var sks []*skills.Skill
 	for _, a := range ses.Active {
@@ -50,7 +51,7 @@ func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, 
 		return nil, err
 	}
 	if timeoutMS < 0 {
-		return nil, fmt.Errorf("%w: timeout_ms must not be negative", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "timeout_ms must not be negative")
 	}
 	req.Args, req.Env, req.Stdin, req.Files = args, env, []byte(stdin), files
 	req.Limits = runtime.Limits{Timeout: time.Duration(timeoutMS) * time.Millisecond}
@@ -87,7 +88,7 @@ func (s *Service) decideRun(ctx context.Context, caller api.Peer, o RunOptions, 
 		return policy.Decision{}, err
 	}
 	if len(c.Skills) == 0 {
-		return policy.Decision{}, fmt.Errorf("%w: no skill to run the code with: load the skills it uses first", api.ErrInvalidParams)
+		return policy.Decision{}, errkind.Errorf(api.ErrInvalidParams, "no skill to run the code with: load the skills it uses first")
 	}
 	input, _ := json.Marshal(map[string]any{"language": c.Language, "code_sha256": runner.SHA256Hex(c.Code), "args": req.Args})
 	decs := make([]policy.Decision, 0, len(c.Skills))
@@ -266,17 +267,17 @@ func (s *Service) loadDeps(found []*skills.Skill, res *api.LoadResult) {
 // image is not built is reported as skipped.
 func (s *Service) CheckSkill(ctx context.Context, caller api.Peer, p api.CheckSkillParams) (*api.CheckSkillResult, error) {
 	if p.Skill == "" {
-		return nil, fmt.Errorf("%w: skill is required: name a skill from skills.list", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "skill is required: name a skill from skills.list")
 	}
 	if err := skills.ValidName(p.Skill); err != nil {
-		return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+		return nil, errkind.Wrap(api.ErrInvalidParams, err)
 	}
 	sk, err := s.skills.Get(p.Skill)
 	if err != nil {
-		return nil, fmt.Errorf("%w: no skill named %q: call skills.list to see the available names", api.ErrNotFound, p.Skill)
+		return nil, errkind.Errorf(api.ErrNotFound, "no skill named %q: call skills.list to see the available names", p.Skill)
 	}
 	if s.engine == nil {
-		return nil, fmt.Errorf("%w: this service runs nothing, so it has no images to check against", api.ErrUnavailable)
+		return nil, errkind.Errorf(api.ErrUnavailable, "this service runs nothing, so it has no images to check against")
 	}
 	return s.engine.CheckSkill(ctx, sk)
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
@@ -227,10 +228,10 @@ func classify(err error) error {
 
 func (s *Service) session(caller api.Peer, id string) (*store.Session, error) {
 	if s.sessions == nil {
-		return nil, fmt.Errorf("%w: this skillbox keeps no sessions (use the daemon)", api.ErrUnavailable)
+		return nil, errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no sessions (use the daemon)")
 	}
 	if id == "" {
-		return nil, fmt.Errorf("%w: session_id is required: call sessions.create first", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "session_id is required: call sessions.create first")
 	}
 	ses, err := s.sessions.Get(id, caller.UID)
 	if err != nil {
@@ -240,7 +241,7 @@ func (s *Service) session(caller api.Peer, id string) (*store.Session, error) {
 		if errors.Is(err, api.ErrNotFound) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("%w: reading session %q: %v", api.ErrInternal, id, err)
+		return nil, errkind.Errorf(api.ErrInternal, "reading session %q: %w", id, err)
 	}
 	return ses, nil
 }
@@ -248,7 +249,7 @@ func (s *Service) session(caller api.Peer, id string) (*store.Session, error) {
 // CreateSession implements api.Service.
 func (s *Service) CreateSession(ctx context.Context, caller api.Peer, p api.CreateSessionParams) (*api.CreateSessionResult, error) {
 	if s.sessions == nil {
-		return nil, fmt.Errorf("%w: this skillbox keeps no sessions (use the daemon)", api.ErrUnavailable)
+		return nil, errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no sessions (use the daemon)")
 	}
 	bound, err := s.boundSkills(p)
 	if err != nil {
@@ -432,22 +433,22 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 		p.Mode = api.LoadReplace
 	}
 	if p.Mode != api.LoadReplace && p.Mode != api.LoadAdd {
-		return nil, fmt.Errorf("%w: mode %q: use \"replace\" (default) or \"add\"", api.ErrInvalidParams, p.Mode)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "mode %q: use \"replace\" (default) or \"add\"", p.Mode)
 	}
 	if len(p.Names) == 0 {
-		return nil, fmt.Errorf("%w: names is empty: give the skills to load, see skills.list", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "names is empty: give the skills to load, see skills.list")
 	}
 	var found []*skills.Skill
 	var missing []string
 	for _, n := range p.Names {
 		if err := skills.ValidName(n); err != nil {
-			return nil, fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+			return nil, errkind.Wrap(api.ErrInvalidParams, err)
 		}
 		sk, err := s.skills.Get(n)
 		if errors.Is(err, skills.ErrConflict) {
 			// Two skill directories claim the name: neither is loaded,
 			// whichever the policy for the name was written for.
-			return nil, fmt.Errorf("%w: %v", api.ErrDenied, err)
+			return nil, errkind.Wrap(api.ErrDenied, err)
 		}
 		if err != nil {
 			missing = append(missing, n)
@@ -456,12 +457,12 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 		if sk.Name != skills.NormalizeName(n) {
 			// Policy, locks and approvals go by the name: never load a
 			// skill under a name other than its own.
-			return nil, fmt.Errorf("%w: asked for skill %q, the index returned %q (%s)", api.ErrInternal, n, sk.Name, sk.Dir)
+			return nil, errkind.Errorf(api.ErrInternal, "asked for skill %q, the index returned %q (%s)", n, sk.Name, sk.Dir)
 		}
 		found = append(found, sk)
 	}
 	if len(missing) > 0 {
-		return nil, fmt.Errorf("%w: no skill named %s: call skills.list to see the available names", api.ErrNotFound, quoteList(missing))
+		return nil, errkind.Errorf(api.ErrNotFound, "no skill named %s: call skills.list to see the available names", quoteList(missing))
 	}
 	for _, sk := range found {
 		if err := s.checkLock(ctx, caller, api.MethodSkillsLoad, p.SessionID, sk); err != nil {
@@ -494,7 +495,7 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 			next = append(kept, store.ActiveSkill{Name: sk.Name, Digest: sk.Digest, Dir: sk.Dir, LoadedAt: time.Now().UTC()})
 		}
 		if maxActive > 0 && len(next) > maxActive {
-			return fmt.Errorf("%w: %d skills would be active, the limit is %d: unload some (skills.unload) or load with mode \"replace\"", api.ErrLimitExceeded, len(next), maxActive)
+			return errkind.Errorf(api.ErrLimitExceeded, "%d skills would be active, the limit is %d: unload some (skills.unload) or load with mode \"replace\"", len(next), maxActive)
 		}
 		ses.Active = next
 		sess = ses
@@ -522,7 +523,7 @@ func (s *Service) UnloadSkills(ctx context.Context, caller api.Peer, p api.Unloa
 		return nil, err
 	}
 	if !p.All && len(p.Names) == 0 {
-		return nil, fmt.Errorf("%w: give names or all: true", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "give names or all: true")
 	}
 	var removed []store.ActiveSkill
 	var sess *store.Session
@@ -545,7 +546,7 @@ func (s *Service) UnloadSkills(ctx context.Context, caller api.Peer, p api.Unloa
 			for n := range drop {
 				names = append(names, n)
 			}
-			return fmt.Errorf("%w: %s not loaded in this session", api.ErrNotFound, quoteList(names))
+			return errkind.Errorf(api.ErrNotFound, "%s not loaded in this session", quoteList(names))
 		}
 		ses.Active = kept
 		sess = ses
@@ -566,7 +567,7 @@ func (s *Service) UnloadSkills(ctx context.Context, caller api.Peer, p api.Unloa
 // the most recently loaded. It refuses a skill whose files changed since load.
 func (s *Service) activeSkill(ses *store.Session, name string) (*skills.Skill, error) {
 	if len(ses.Active) == 0 {
-		return nil, fmt.Errorf("%w: no skill is loaded in this session: call skills.load first", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "no skill is loaded in this session: call skills.load first")
 	}
 	var a *store.ActiveSkill
 	if name == "" {
@@ -578,23 +579,23 @@ func (s *Service) activeSkill(ses *store.Session, name string) (*skills.Skill, e
 			}
 		}
 		if a == nil {
-			return nil, fmt.Errorf("%w: skill %q is not loaded in this session: call skills.load with it first", api.ErrInvalidParams, name)
+			return nil, errkind.Errorf(api.ErrInvalidParams, "skill %q is not loaded in this session: call skills.load with it first", name)
 		}
 	}
 	sk, err := s.skills.Get(a.Name)
 	if errors.Is(err, skills.ErrConflict) {
-		return nil, fmt.Errorf("%w: skill %q was loaded, but now %v", api.ErrDenied, a.Name, err)
+		return nil, errkind.Errorf(api.ErrDenied, "skill %q was loaded, but now %w", a.Name, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%w: skill %q is no longer available: unload it", api.ErrNotFound, a.Name)
+		return nil, errkind.Errorf(api.ErrNotFound, "skill %q is no longer available: unload it", a.Name)
 	}
 	if sk.Digest != a.Digest {
-		return nil, fmt.Errorf("%w: skill %q changed on disk since it was loaded (%s → %s): call skills.load again to use the new version", api.ErrInvalidParams, a.Name, a.Digest, sk.Digest)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "skill %q changed on disk since it was loaded (%s → %s): call skills.load again to use the new version", a.Name, a.Digest, sk.Digest)
 	}
 	if a.Dir != "" && sk.Dir != a.Dir {
 		// Same bytes, other directory (a later root now provides the
 		// name): still another skill than the one loaded.
-		return nil, fmt.Errorf("%w: skill %q now comes from %s, not %s where it was loaded from: call skills.load again to use it", api.ErrInvalidParams, a.Name, sk.Dir, a.Dir)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "skill %q now comes from %s, not %s where it was loaded from: call skills.load again to use it", a.Name, sk.Dir, a.Dir)
 	}
 	return sk, nil
 }
@@ -618,7 +619,7 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 		if err := s.record(ctx, drec); err != nil {
 			return nil, err
 		}
-		return nil, api.MarkAudited(fmt.Errorf("%w: %s for skill %q is denied by %s: %s; a policy deny cannot be overridden, change the rule if this is intended", api.ErrDenied, method, sk.Name, dec.Rule, dec.Reason))
+		return nil, api.MarkAudited(errkind.Errorf(api.ErrDenied, "%s for skill %q is denied by %s: %s; a policy deny cannot be overridden, change the rule if this is intended", method, sk.Name, dec.Rule, dec.Reason))
 	}
 	rec := base(ctx, caller, method, audit.EventSkillRead, p.SessionID)
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
@@ -663,9 +664,9 @@ func servedBytes(fc *skills.FileContent) int64 {
 
 func readError(err error) error {
 	if errors.Is(err, skills.ErrNotFound) {
-		return fmt.Errorf("%w: %v", api.ErrNotFound, err)
+		return errkind.Wrap(api.ErrNotFound, err)
 	}
-	return fmt.Errorf("%w: %v", api.ErrInvalidParams, err)
+	return errkind.Wrap(api.ErrInvalidParams, err)
 }
 
 // ---- tools.check ----
@@ -675,7 +676,7 @@ func readError(err error) error {
 // active skills wins.
 func (s *Service) CheckTool(ctx context.Context, caller api.Peer, p api.CheckToolParams) (*api.CheckToolResult, error) {
 	if p.Tool == "" {
-		return nil, fmt.Errorf("%w: tool is required, e.g. \"Bash\" or \"skills.run_script\"", api.ErrInvalidParams)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "tool is required, e.g. \"Bash\" or \"skills.run_script\"")
 	}
 	ses, err := s.session(caller, p.SessionID)
 	if err != nil {
@@ -741,7 +742,7 @@ func (s *Service) IsApprover(caller api.Peer) bool {
 
 func (s *Service) confirmStore() (*store.ConfirmationStore, error) {
 	if s.confirms == nil {
-		return nil, fmt.Errorf("%w: this skillbox keeps no confirmations (use the daemon)", api.ErrUnavailable)
+		return nil, errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no confirmations (use the daemon)")
 	}
 	return s.confirms, nil
 }
@@ -790,7 +791,7 @@ func (s *Service) decideConfirmation(ctx context.Context, caller api.Peer, id st
 	r.Confirmation = &audit.ConfirmationInfo{ID: id}
 	if !s.IsApprover(caller) {
 		r.Outcome, r.Error = "refused", "not an approver"
-		err := fmt.Errorf("%w: uid %d is not an approver: the config's daemon.approvers names who may approve", api.ErrDenied, caller.UID)
+		err := errkind.Errorf(api.ErrDenied, "uid %d is not an approver: the config's daemon.approvers names who may approve", caller.UID)
 		if s.record(ctx, r) == nil {
 			err = api.MarkAudited(err)
 		}
@@ -832,15 +833,15 @@ func quoteList(names []string) string {
 // confirmed; an error names the entry as files[i] "name".
 func decodeFiles(in []api.File) ([]runtime.InputFile, error) {
 	if len(in) > runtime.MaxInputEntries {
-		return nil, fmt.Errorf("%w: files has %d entries, at most %d", api.ErrInvalidParams, len(in), runtime.MaxInputEntries)
+		return nil, errkind.Errorf(api.ErrInvalidParams, "files has %d entries, at most %d", len(in), runtime.MaxInputEntries)
 	}
 	files := make([]runtime.InputFile, 0, len(in))
 	for i, f := range in {
 		bad := func(format string, args ...any) error {
-			return fmt.Errorf("%w: files[%d] %s: %s", api.ErrInvalidParams, i, runner.ClipText(strconv.Quote(f.Name), 140), fmt.Sprintf(format, args...))
+			return errkind.Errorf(api.ErrInvalidParams, "files[%d] %s: %s", i, runner.ClipText(strconv.Quote(f.Name), 140), fmt.Sprintf(format, args...))
 		}
 		if err := runtime.ValidateInputName(f.Name); err != nil {
-			return nil, fmt.Errorf("%w: files[%d]: %s", api.ErrInvalidParams, i, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+			return nil, errkind.Errorf(api.ErrInvalidParams, "files[%d]: %s", i, errkind.Detail(err, runtime.ErrInvalidJob))
 		}
 		e := runtime.InputFile{Name: f.Name, Mode: f.Mode}
 		switch f.Type {
@@ -871,7 +872,7 @@ func decodeFiles(in []api.File) ([]runtime.InputFile, error) {
 	// The whole set (duplicates, entries under a file or link, modes, link
 	// targets); the workdir size is checked against the run's limits later.
 	if err := runtime.ValidateInputs(files, math.MaxInt64); err != nil {
-		return nil, fmt.Errorf("%w: files: %s", api.ErrInvalidParams, strings.TrimPrefix(err.Error(), runtime.ErrInvalidJob.Error()+": "))
+		return nil, errkind.Errorf(api.ErrInvalidParams, "files: %s", errkind.Detail(err, runtime.ErrInvalidJob))
 	}
 	return files, nil
 }

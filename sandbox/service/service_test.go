@@ -162,7 +162,7 @@ func TestRunStreamsEventsInOrder(t *testing.T) {
 		if strings.Join(seqs, "|") != "stdout:one\n|stderr:warn\n|stdout:two\n" {
 			t.Errorf("outputs %q", seqs)
 		}
-		if x := col.evs[4].(api.RunExitedEvent); x.ExitCode != 2 || x.Reason != api.ReasonExit {
+		if x := col.evs[4].(api.RunExitedEvent); x.ExitCode != 2 || x.Reason != string(runtime.ReasonExit) {
 			t.Errorf("run.exited %+v", x)
 		}
 	}
@@ -203,7 +203,7 @@ func TestCancelRunOnlyByOwner(t *testing.T) {
 	if a.err != nil || a.out.Result.Reason != runtime.ReasonCancelled {
 		t.Fatalf("cancelled run: %+v %v", a.out, a.err)
 	}
-	if x := (<-col.ch).(api.RunExitedEvent); x.Reason != api.ReasonCancelled {
+	if x := (<-col.ch).(api.RunExitedEvent); x.Reason != string(runtime.ReasonCancelled) {
 		t.Errorf("run.exited %+v", x)
 	}
 	ends := f.audit.Events(audit.EventRunEnd)

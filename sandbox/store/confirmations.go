@@ -23,8 +23,10 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/skillbox/skillbox/sandbox/api"
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 type confirmationRecord struct {
@@ -335,10 +337,10 @@ func (s *ConfirmationStore) Get(id string) (*api.Confirmation, error) {
 func (s *ConfirmationStore) Approve(id string, approver api.Peer) (*api.Confirmation, error) {
 	c, err := s.update(id, func(c *api.Confirmation, now time.Time) (bool, error) {
 		if expire(c, now) {
-			return true, fmt.Errorf("%w: %s expired at %s before it was approved; the host must ask again", ErrConfirmationExpired, c.ID, c.Expires.Format(time.RFC3339))
+			return true, errkind.Errorf(ErrConfirmationExpired, "%s expired at %s before it was approved; the host must ask again", c.ID, c.Expires.Format(time.RFC3339))
 		}
 		if c.State != api.ConfirmationPending {
-			return false, fmt.Errorf("%w: %s is already %s; decisions are final", ErrConfirmationDecided, c.ID, c.State)
+			return false, errkind.Errorf(ErrConfirmationDecided, "%s is already %s; decisions are final", c.ID, c.State)
 		}
 		c.State = api.ConfirmationApproved
 		c.DecidedBy = &approver
@@ -356,10 +358,10 @@ func (s *ConfirmationStore) Approve(id string, approver api.Peer) (*api.Confirma
 func (s *ConfirmationStore) Deny(id string, approver api.Peer) (*api.Confirmation, error) {
 	c, err := s.update(id, func(c *api.Confirmation, now time.Time) (bool, error) {
 		if expire(c, now) {
-			return true, fmt.Errorf("%w: %s already expired at %s", ErrConfirmationExpired, c.ID, c.Expires.Format(time.RFC3339))
+			return true, errkind.Errorf(ErrConfirmationExpired, "%s already expired at %s", c.ID, c.Expires.Format(time.RFC3339))
 		}
 		if c.State != api.ConfirmationPending && c.State != api.ConfirmationApproved {
-			return false, fmt.Errorf("%w: %s is already %s; decisions are final", ErrConfirmationDecided, c.ID, c.State)
+			return false, errkind.Errorf(ErrConfirmationDecided, "%s is already %s; decisions are final", c.ID, c.State)
 		}
 		c.State = api.ConfirmationDenied
 		c.DecidedBy = &approver
@@ -384,7 +386,7 @@ func (s *ConfirmationStore) Consume(id, sessionID, digest string) error {
 			return false, notFoundConfirmation(id)
 		}
 		if expire(c, now) {
-			return true, fmt.Errorf("%w: %s expired at %s; repeat the call without confirmation_id to ask for a new approval", ErrConfirmationExpired, c.ID, c.Expires.Format(time.RFC3339))
+			return true, errkind.Errorf(ErrConfirmationExpired, "%s expired at %s; repeat the call without confirmation_id to ask for a new approval", c.ID, c.Expires.Format(time.RFC3339))
 		}
 		switch c.State {
 		case api.ConfirmationPending:
@@ -394,14 +396,14 @@ func (s *ConfirmationStore) Consume(id, sessionID, digest string) error {
 			if c.DecidedBy != nil {
 				by = fmt.Sprintf("uid %d", c.DecidedBy.UID)
 			}
-			return false, fmt.Errorf("%w: %s was denied by %s; this run may not proceed", ErrConfirmationDenied, c.ID, by)
+			return false, errkind.Errorf(ErrConfirmationDenied, "%s was denied by %s; this run may not proceed", c.ID, by)
 		case api.ConfirmationUsed:
-			return false, fmt.Errorf("%w: %s was already used by a run; approvals are single-use, so repeat the call without confirmation_id to ask again", ErrConfirmationUsed, c.ID)
+			return false, errkind.Errorf(ErrConfirmationUsed, "%s was already used by a run; approvals are single-use, so repeat the call without confirmation_id to ask again", c.ID)
 		case api.ConfirmationExpired:
-			return false, fmt.Errorf("%w: %s expired; repeat the call without confirmation_id to ask for a new approval", ErrConfirmationExpired, c.ID)
+			return false, errkind.Errorf(ErrConfirmationExpired, "%s expired; repeat the call without confirmation_id to ask for a new approval", c.ID)
 		}
 		if subtle.ConstantTimeCompare([]byte(c.Digest), []byte(digest)) != 1 {
-			return false, fmt.Errorf("%w: %s approved a different request (%s) than this call (%s); repeat exactly the approved call, or call without confirmation_id to ask for a new approval", ErrConfirmationMismatch, c.ID, c.Digest, digest)
+			return false, errkind.Errorf(ErrConfirmationMismatch, "%s approved a different request (%s) than this call (%s); repeat exactly the approved call, or call without confirmation_id to ask for a new approval", c.ID, c.Digest, digest)
 		}
 		c.State = api.ConfirmationUsed
 		c.UsedAt = &now

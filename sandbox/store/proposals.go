@@ -12,6 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -63,7 +64,7 @@ func (s *ProposalStore) Get(id string) (*api.Proposal, error) {
 	err := s.st.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketProposals).Get([]byte(id))
 		if v == nil {
-			return fmt.Errorf("%w: no proposal %q: list them with proposals.list", api.ErrNotFound, id)
+			return errkind.Errorf(api.ErrNotFound, "no proposal %q: list them with proposals.list", id)
 		}
 		p = new(api.Proposal)
 		return json.Unmarshal(v, p)
@@ -99,14 +100,14 @@ func (s *ProposalStore) Decide(id string, fn func(p *api.Proposal) error) (*api.
 		b := tx.Bucket(bucketProposals)
 		v := b.Get([]byte(id))
 		if v == nil {
-			return fmt.Errorf("%w: no proposal %q: list them with proposals.list", api.ErrNotFound, id)
+			return errkind.Errorf(api.ErrNotFound, "no proposal %q: list them with proposals.list", id)
 		}
 		p := new(api.Proposal)
 		if err := json.Unmarshal(v, p); err != nil {
 			return err
 		}
 		if p.State != api.ProposalPending {
-			return fmt.Errorf("%w: proposal %s is already %s", api.ErrInvalidParams, id, p.State)
+			return errkind.Errorf(api.ErrInvalidParams, "proposal %s is already %s", id, p.State)
 		}
 		if err := fn(p); err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
@@ -88,7 +89,7 @@ func (a *Auditor) Append(_ context.Context, r *audit.Record) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.FailWith != nil {
-		return fmt.Errorf("%w: %v", audit.ErrUnavailable, a.FailWith)
+		return errkind.Wrap(audit.ErrUnavailable, a.FailWith)
 	}
 	r.Seq = uint64(len(a.records) + 1)
 	a.records = append(a.records, *r)
@@ -99,7 +100,7 @@ func (a *Auditor) Healthy() error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.FailWith != nil {
-		return fmt.Errorf("%w: %v", audit.ErrUnavailable, a.FailWith)
+		return errkind.Wrap(audit.ErrUnavailable, a.FailWith)
 	}
 	return nil
 }

@@ -1,0 +1,61 @@
+package errkind_test
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"testing"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
+)
+
+var (
+	errDenied  = errors.New("denied")
+	errInvalid = errors.New("invalid job")
+)
+
+// marked wraps an error without adding text, as api.WithData does.
+type marked struct{ err error }
+
+func (m *marked) Error() string { return m.err.Error() }
+func (m *marked) Unwrap() error { return m.err }
+
+func TestErrorf(t *testing.T) {
+	err := errkind.Errorf(errDenied, "read %s: %w", "x", fs.ErrNotExist)
+	if got, want := err.Error(), "denied: read x: file does not exist"; got != want {
+		t.Errorf("Error() = %q, want %q", got, want)
+	}
+	if !errors.Is(err, errDenied) || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("errors.Is misses the kind or the cause: %v", err)
+	}
+	var k *errkind.Error
+	if !errors.As(fmt.Errorf("outer: %w", err), &k) || k.Kind != errDenied {
+		t.Errorf("errors.As did not find the kind")
+	}
+	if errkind.Wrap(errDenied, nil) != nil {
+		t.Errorf("Wrap(kind, nil) != nil")
+	}
+}
+
+func TestDetail(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"nil", nil, ""},
+		{"kind not listed", errkind.Errorf(errors.New("invalid config"), "line 3"), "invalid config: line 3"},
+		{"no kind", errors.New("plain"), "plain"},
+		{"one kind", errkind.Errorf(errDenied, "the user declined"), "the user declined"},
+		{"kind in kind", errkind.Wrap(errDenied, errkind.Errorf(errInvalid, "bad env")), "bad env"},
+		{"through a mark", &marked{errkind.Errorf(errDenied, "no")}, "no"},
+		{"text before the kind", fmt.Errorf("load x: %w", errkind.Errorf(errDenied, "no")), "load x: denied: no"},
+		{"kind words inside the message", errkind.Errorf(errDenied, "%w", fmt.Errorf("step: %w", errkind.Errorf(errInvalid, "bad"))), "step: invalid job: bad"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := errkind.Detail(tc.err, errDenied, errInvalid); got != tc.want {
+				t.Errorf("Detail = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
