@@ -280,19 +280,11 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		return fmt.Errorf("sandbox %s: Deliver before Start or twice", s.spec.ID)
 	}
 	s.state = stateDelivered
-	job, err := runtime.Accept(ctx, s.spec, inv)
+	job, err := process.Admit(ctx, s.spec, inv, s.cg, s.b)
 	if err != nil {
 		return err
 	}
-	if s.spec.Background {
-		if err := process.SetBackgroundWeight(s.cg, false); err != nil {
-			return fmt.Errorf("restore the CPU weight of sandbox %s: %w", s.spec.ID, err)
-		}
-	}
 	s.lim = job.Limits
-	if err := s.b.WriteInputs(job); err != nil {
-		return err
-	}
 	// The deadline holds without the daemon: the task outlives it in its
 	// shim, so its watchdog (started by Start for a warm sandbox) removes
 	// it at the deadline unless Destroy released it.
@@ -369,30 +361,11 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 		return nil, fmt.Errorf("sandbox %s: Wait without a delivered job", s.spec.ID)
 	}
 	s.state = stateWaited
-	reason := runtime.ReasonExit
-	timer := time.NewTimer(s.lim.Timeout - time.Since(s.started))
-	defer timer.Stop()
-	var ex containerd.ExitStatus
+	ex, exited, reason := process.AwaitEnd(ctx, s.exit, process.Ends{
+		Left:       s.lim.Timeout - time.Since(s.started),
+		StdoutOver: s.streams.Over(), StderrOver: s.streams.OverErr(), Egress: s.eg,
+	})
 	var sent syscall.Signal // the signal that ended a job we stopped
-	exited := false
-	var egressOver <-chan struct{} // nil: never ready
-	if s.eg != nil {
-		egressOver = s.eg.Over()
-	}
-	select {
-	case <-egressOver:
-		reason = runtime.ReasonEgressCap
-	case ex = <-s.exit:
-		exited = true
-	case <-timer.C:
-		reason = runtime.ReasonTimeout
-	case <-s.streams.Over():
-		reason = runtime.ReasonOutputCap
-	case <-s.streams.OverErr():
-		reason = runtime.ReasonOutputCap
-	case <-ctx.Done():
-		reason = runtime.ReasonKilled
-	}
 	if !exited {
 		var ok bool
 		ex, sent, ok = s.stop(reason == runtime.ReasonTimeout)
@@ -418,16 +391,7 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 		code = 128 + int(sent)
 	}
 	reason, _ = s.streams.EndReason(reason, s.cg)
-	var egStats *egress.Stats
-	if s.eg != nil {
-		// Every connection is over once the task is; this waits until
-		// each has been reported.
-		st := s.eg.Shutdown()
-		egStats = &st
-		if reason == runtime.ReasonExit && st.LimitHit != "" {
-			reason = runtime.ReasonEgressCap
-		}
-	}
+	egStats, reason := process.FinishEgress(s.eg, reason)
 	res := &runtime.Result{
 		Egress:         egStats,
 		ExitCode:       code,

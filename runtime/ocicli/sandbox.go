@@ -388,19 +388,11 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) (err erro
 		return fmt.Errorf("sandbox %s: Deliver before Start or twice", s.spec.ID)
 	}
 	s.state = stateDelivered
-	job, err := runtime.Accept(ctx, s.spec, inv)
+	job, err := process.Admit(ctx, s.spec, inv, s.cgPath, s.b)
 	if err != nil {
 		return err
 	}
-	if s.spec.Background {
-		if err := process.SetBackgroundWeight(s.cgPath, false); err != nil {
-			return fmt.Errorf("restore the CPU weight of sandbox %s: %w", s.spec.ID, err)
-		}
-	}
 	s.lim = job.Limits
-	if err := s.b.WriteInputs(job); err != nil { // also the output caps CollectOutputs applies
-		return err
-	}
 	s.outCap = oci.NewCapture(s.lim.StdoutBytes, job.Stdout)
 	s.errCap = oci.NewCapture(s.lim.StderrBytes, job.Stderr)
 	// The deadline holds without us: from here on the job may run.
@@ -523,30 +515,12 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	}
 	s.state = stateWaited
 	e, id := s.e, s.spec.ID
-	reason := runtime.ReasonExit
-	timer := time.NewTimer(s.lim.Timeout - time.Since(s.started))
-	defer timer.Stop()
-	var egressOver <-chan struct{} // nil: never ready
-	if s.eg != nil {
-		egressOver = s.eg.Over()
-	}
-	select {
-	case <-egressOver:
-		reason = runtime.ReasonEgressCap
-		e.stop(id, s.jobCmd, s.jobExited, false)
-	case <-s.jobExited:
-	case <-timer.C:
-		reason = runtime.ReasonTimeout
-		e.stop(id, s.jobCmd, s.jobExited, true)
-	case <-s.outCap.Over:
-		reason = runtime.ReasonOutputCap
-		e.stop(id, s.jobCmd, s.jobExited, false)
-	case <-s.errCap.Over:
-		reason = runtime.ReasonOutputCap
-		e.stop(id, s.jobCmd, s.jobExited, false)
-	case <-ctx.Done():
-		reason = runtime.ReasonKilled
-		e.stop(id, s.jobCmd, s.jobExited, false)
+	_, exited, reason := process.AwaitEnd(ctx, s.jobExited, process.Ends{
+		Left:       s.lim.Timeout - time.Since(s.started),
+		StdoutOver: s.outCap.Over, StderrOver: s.errCap.Over, Egress: s.eg,
+	})
+	if !exited {
+		e.stop(id, s.jobCmd, s.jobExited, reason == runtime.ReasonTimeout)
 	}
 	select {
 	case <-s.jobExited:
@@ -566,16 +540,7 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	process.WaitDrains(s.outCap, s.outR, s.errCap, s.errR)
 	code, signal := s.jobStatus()
 	reason, ev := process.EndReason(reason, s.outCap, s.errCap, s.cgPath)
-	var egStats *egress.Stats
-	if s.eg != nil {
-		// Every connection is over once the sandbox is; this waits until
-		// each has been reported.
-		st := s.eg.Shutdown()
-		egStats = &st
-		if reason == runtime.ReasonExit && st.LimitHit != "" {
-			reason = runtime.ReasonEgressCap
-		}
-	}
+	egStats, reason := process.FinishEgress(s.eg, reason)
 	// A run that we stopped, or that ran into its memory or pids limit,
 	// did run; the CLI may still log errors about how its sandbox ended.
 	if reason == runtime.ReasonExit {
