@@ -1,0 +1,118 @@
+// Package workspace lets a run work on a directory of the user's: the
+// files it names are copied into the run's /work before the run, and what
+// the run created, changed or deleted there is applied back after it. The
+// sandbox never sees the host directory itself, so nothing it does can
+// reach past what it was given; everything that crosses is checked here,
+// on the host side, where it is confined to the workspace (every path
+// resolved beneath an open directory of it, never through a symlink),
+// capped (never silently) and reported for the audit log.
+//
+// A change is applied only where the host file is still the one the run
+// started from (its SHA-256 in the Snapshot); otherwise it is a conflict,
+// reported by path, and the host file is left as it is.
+package workspace
+
+import (
+	"github.com/skillbox/skillbox/runtime"
+)
+
+// Mode is what policy lets a run do with a workspace.
+type Mode string
+
+const (
+	ModeNone  Mode = "none"  // no workspace
+	ModeRead  Mode = "read"  // files go in; nothing comes back
+	ModeWrite Mode = "write" // files go in; the run's changes come back
+)
+
+// DefaultExcludes are the paths never copied into a run nor written back
+// unless policy lists others: version control, environment files, keys
+// and certificates, key stores. Pattern syntax: see Match.
+var DefaultExcludes = []string{
+	".git/", ".hg/", ".svn/",
+	".env", ".env.*",
+	".ssh/", ".gnupg/", ".aws/", ".kube/", ".docker/",
+	"*.pem", "*.key", "*.crt", "*.cer", "*.der", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.kdbx",
+	"id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
+}
+
+// Caps bound what crosses a workspace in one run; a cap that leaves
+// something out says so (Finding), it never truncates silently. Zero
+// fields take the Default* values.
+type Caps struct {
+	Files     int   // entries copied in
+	Bytes     int64 // bytes copied in, all files together
+	FileBytes int64 // bytes of one file copied in or written back
+}
+
+// Options are what a Snapshot and an Apply follow.
+type Options struct {
+	// Excludes are patterns (see Match) of paths neither copied in nor
+	// written back; nil is DefaultExcludes, an empty non-nil slice none.
+	Excludes []string
+	Caps     Caps
+	// Owner, for Apply: who owns what it creates (nil: the writer).
+	Owner *Owner
+}
+
+// Entry is what one path of the workspace was when the run started.
+type Entry struct {
+	Path   string            `json:"path"` // relative, "/"-separated
+	Kind   runtime.InputKind `json:"kind"`
+	Size   int64             `json:"size,omitempty"`
+	SHA256 string            `json:"sha256,omitempty"` // regular files
+	Mode   uint32            `json:"mode,omitempty"`   // permission bits
+	Target string            `json:"target,omitempty"` // symlinks
+}
+
+// Finding is a path that was not copied or not applied, and why, in words
+// a model or a person can act on.
+type Finding struct {
+	Path string `json:"path"`
+	Why  string `json:"why"`
+}
+
+// Snapshot is what a run was given from a workspace.
+type Snapshot struct {
+	// Files are the entries to write into /work (directories, regular
+	// files, symlinks as symlinks).
+	Files []runtime.InputFile
+	// Entries are those entries as they were read, by path: the base a
+	// change is applied against.
+	Entries map[string]Entry
+	// Refused are paths left out because of what they are (a special
+	// file, a hard-linked file, a symlink pointing out of the workspace,
+	// a name not valid in /work) or a cap; Excluded counts the paths an
+	// exclude pattern left out.
+	Refused  []Finding
+	Excluded int
+}
+
+// Changes are what a run did to /work: the regular files it created or
+// changed (runtime.Result.Outputs) and the inputs it removed
+// (runtime.Result.Deleted).
+type Changes struct {
+	Written []runtime.OutputFile
+	Deleted []string
+}
+
+// FileChange is one change applied to the host copy.
+type FileChange struct {
+	Path   string `json:"path"`
+	Before string `json:"sha256_before,omitempty"` // "": the file is new
+	After  string `json:"sha256_after,omitempty"`  // "": the file was deleted
+	Size   int64  `json:"size,omitempty"`
+}
+
+// Report is what Apply did.
+type Report struct {
+	Written   []FileChange `json:"written"`
+	Deleted   []FileChange `json:"deleted"`
+	Conflicts []Finding    `json:"conflicts"` // the host copy changed since the run started
+	Refused   []Finding    `json:"refused"`   // excluded, not allowed, in the way, over a cap
+}
+
+// Owner is the uid and gid that files and directories Apply creates are
+// given (a daemon running as root writes into a user's directory); nil
+// leaves them the writer's.
+type Owner struct{ UID, GID int }
