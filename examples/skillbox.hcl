@@ -101,6 +101,24 @@ policy "needs-approval" {
 #   upstream_ca_file = "/etc/skillbox/internal-ca.pem"
 # }
 #
+# Workspaces: a run's /work backed by a directory of the user's
+# (skillbox run/exec --workdir DIR). Its files are copied in before the run
+# and the run's changes applied back after it, each only if the host file
+# is still the one the run started from (else a conflict, never an
+# overwrite). A host directory is read-only unless a rule sets workspace =
+# "write" for it; the strictest mode of the matching rules wins ("none"
+# refuses the workspace). workspace_paths (absolute globs, ** for any depth)
+# limit a rule to some directories; deletions are applied only with
+# workspace_delete = true; workspace_excludes replace the default excludes
+# (.git/, .env*, .ssh/, keys, certificates, key stores).
+# confirm = ["workspace"] asks an approver before such a run.
+# policy "projects" {
+#   skills           = ["pdf", "docx"]
+#   workspace        = "write"                   # none | read | write
+#   workspace_paths  = ["/home/*/projects/**"]
+#   workspace_delete = true
+# }
+#
 # Agents: sessions.create {agent = "reviewer"} starts with these skills loaded.
 # agent "reviewer" {
 #   uses_skills = ["code-review"]

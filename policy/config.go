@@ -218,7 +218,16 @@ type Rule struct {
 	// Packages and BuildFromSource: see PackagesFor.
 	Packages        *RulePackages
 	BuildFromSource *bool
-	Pos             Pos
+	// Workspace is the mode the rule gives runs' workspaces (api.Workspace*
+	// mode; "" when not set), for the host directories WorkspacePaths
+	// match (none: every directory); WorkspaceDelete whether their
+	// deletions are applied (nil: not set); WorkspaceExcludes the paths
+	// neither copied in nor written back (nil: not set). See WorkspaceFor.
+	Workspace         string
+	WorkspacePaths    []string
+	WorkspaceDelete   *bool
+	WorkspaceExcludes []string
+	Pos               Pos
 
 	tools, deny, confirm []toolPattern
 }

@@ -120,6 +120,9 @@ func (c *Config) Decide(req Request) Decision {
 	if req.Tool == NetworkTool {
 		return c.decideNetwork(req.Skill)
 	}
+	if req.Tool == WorkspaceTool {
+		return c.decideWorkspace(req.Skill, req.Input)
+	}
 	cl, err := newCall(req.Tool, req.Input)
 	if err != nil {
 		return Decision{Effect: EffectDeny, Rule: RuleBadRequest, Reason: err.Error()}

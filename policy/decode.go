@@ -56,7 +56,8 @@ var (
 	auditSchema  = &hcl.BodySchema{Attributes: attrs("rotate_bytes", "rotate_size", "rotate_age",
 		"checkpoint_key", "checkpoint_interval", "min_free", "reads_per_interval", "aggregate_interval")}
 	policySchema = &hcl.BodySchema{
-		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "env", "require_lock", "hook_failure", "hook_timeout", "build_from_source", "egress"),
+		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "env", "require_lock", "hook_failure", "hook_timeout", "build_from_source", "egress",
+			"workspace", "workspace_paths", "workspace_delete", "workspace_excludes"),
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "packages"}},
 	}
 )
@@ -795,9 +796,9 @@ func (d *decoder) policy(blk *hcl.Block) {
 			return
 		}
 		for _, s := range *dst {
-			if s == NetworkTool {
+			if s == NetworkTool || s == WorkspaceTool {
 				if !networkOK {
-					b.bad(a, "%q is not a tool here: use network = true or false in the rule (and confirm = [\"network\"] to ask first)", s)
+					b.bad(a, "%q is not a tool here: use %s = ... in the rule (and confirm = [%q] to ask first)", s, s, s)
 				}
 				*pats = append(*pats, toolPattern{raw: s, name: s})
 				continue
@@ -818,6 +819,7 @@ func (d *decoder) policy(blk *hcl.Block) {
 		r.Network = &net
 	}
 	b.egressList(r)
+	b.workspaceRule(r)
 	var dirs []string
 	if a := b.strs("script_dirs", &dirs); a != nil {
 		ok := true

@@ -478,8 +478,8 @@ func globMatch(pattern, s string) bool {
 // firstMatch returns the first pattern covering the call.
 func firstMatch(pats []toolPattern, c *call, mode matchMode) (toolPattern, bool) {
 	for _, p := range pats {
-		if p.name == NetworkTool && !p.hasSpec {
-			continue // the pseudo-tool is only decided by the network rules
+		if (p.name == NetworkTool || p.name == WorkspaceTool) && !p.hasSpec {
+			continue // the pseudo-tools are only decided by their own rules
 		}
 		if p.match(c, mode) {
 			return p, true

@@ -204,8 +204,11 @@ type Result struct {
 	OutputsTruncatedBy  string `json:"outputs_truncated_by,omitempty"`
 	OutputsOmittedFiles int    `json:"outputs_omitted_files,omitempty"`
 	OutputsOmittedBytes int64  `json:"outputs_omitted_bytes,omitempty"`
-	Runtime             string `json:"runtime"`
-	RuntimeVersion      string `json:"runtime_version"`
+	// Deleted are the input files and symlinks the script removed from
+	// /work (relative paths, in lexical order).
+	Deleted        []string `json:"deleted,omitempty"`
+	Runtime        string   `json:"runtime"`
+	RuntimeVersion string   `json:"runtime_version"`
 	// Warm says the job ran in a pre-booted sandbox (see Pool).
 	Warm bool `json:"warm"`
 	// Egress sums up the run's connections through the egress proxy; nil

@@ -8,6 +8,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/sandbox/bench"
 )
 
@@ -27,7 +28,9 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "audit-runs", Value: 10000, Usage: "runs (start+end records) to verify for the audit figure"},
 			&cli.IntSliceFlag{Name: "concurrency", Value: cli.NewIntSlice(1, 2, 4, 8), Usage: "concurrent clients for the warm throughput figures"},
 			&cli.IntFlag{Name: "pool", Value: 8, Usage: "warm pool size per skill (pool.per_key) in the daemon's figures"},
-			&cli.StringSliceFlag{Name: "only", Usage: "run only these parts: cold, daemon, throughput, registry, audit"},
+			&cli.StringSliceFlag{Name: "only", Usage: "run only these parts: cold, daemon, throughput, registry, audit, workspace"},
+			&cli.IntFlag{Name: "workspace-files", Value: 10000, Usage: "files in the workspace of the workspace figures"},
+			&cli.StringFlag{Name: "workspace-size", Value: "1GiB", Usage: "bytes in all of the workspace of the workspace figures"},
 			&cli.BoolFlag{Name: "json", Usage: "print the figures as JSON"},
 		},
 		Action: benchAction,
@@ -39,7 +42,12 @@ func benchAction(c *cli.Context) error {
 	if !asJSON {
 		fmt.Printf("skillbox bench: %s, %d cores\n", bench.HostDescription(), bench.Cores())
 	}
+	wsBytes, err := policy.ParseSize(c.String("workspace-size"))
+	if err != nil {
+		return exitCode(2, "--workspace-size: %v", err)
+	}
 	figs, err := bench.Run(c.Context, bench.Options{
+		WorkspaceFiles: c.Int("workspace-files"), WorkspaceBytes: wsBytes,
 		Runs: c.Int("runs"), Runtimes: c.StringSlice("runtime"), ConfigFile: c.String("config"),
 		ContainerdAddress: c.String("containerd-address"), Root: c.String("root"), ImageDir: c.String("images"),
 		Skills: c.Int("skills"), AuditRuns: c.Int("audit-runs"), Concurrency: c.IntSlice("concurrency"),

@@ -34,6 +34,7 @@ func mcpServerFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "root", Usage: "skill root `DIR` (repeatable; default: the config's skills.roots)"},
 		&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` (policy, limits, audit; default: built-in defaults)"},
 		&cli.StringFlag{Name: "socket", Usage: "bridge to the daemon listening at `PATH` instead of running scripts in this process"},
+		&cli.StringFlag{Name: "workspace", Usage: "`DIR` runs work on when the client lists no file:// root (default: the directory skillbox mcp starts in, where hosts start it: the project); \"none\" for none"},
 	}
 }
 
@@ -69,6 +70,19 @@ func mcpAction(c *cli.Context) error {
 	defer stop()
 	log := newLogger("skillbox", hclog.Warn, os.Stderr)
 	opts := mcp.Options{Caller: mcpCaller(), Version: version, Logger: log.Named("mcp")}
+	switch ws := c.String("workspace"); ws {
+	case "none":
+	case "":
+		if wd, err := os.Getwd(); err == nil {
+			opts.Workspace = wd
+		}
+	default:
+		abs, err := filepath.Abs(ws)
+		if err != nil {
+			return exitCode(2, "--workspace %s: %v", ws, err)
+		}
+		opts.Workspace = abs
+	}
 
 	var svc api.Service
 	if sock := c.String("socket"); sock != "" {

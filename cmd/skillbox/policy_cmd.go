@@ -294,6 +294,18 @@ func printConfig(w io.Writer, cfg *policy.Config) {
 		if r.ScriptDirs != nil {
 			p("    script_dirs\t%s", strings.Join(r.ScriptDirs, " "))
 		}
+		if r.Workspace != "" {
+			p("    workspace\t%s", r.Workspace)
+		}
+		if len(r.WorkspacePaths) > 0 {
+			p("    workspace_paths\t%s", strings.Join(r.WorkspacePaths, " "))
+		}
+		if r.WorkspaceDelete != nil {
+			p("    workspace_delete\t%v", *r.WorkspaceDelete)
+		}
+		if r.WorkspaceExcludes != nil {
+			p("    workspace_excludes\t%s", strings.Join(r.WorkspaceExcludes, " "))
+		}
 		if len(r.Egress) > 0 {
 			names := make([]string, len(r.Egress))
 			for i, d := range r.Egress {

@@ -88,6 +88,8 @@ func runCommand() *cli.Command {
 			&cli.StringFlag{Name: "stdin", Usage: "`FILE` whose bytes are the script's standard input (- for this terminal's stdin); default: none"},
 			&cli.StringSliceFlag{Name: "file", Usage: "host `PATH[:NAME]` copied into the run's working directory (/work, the script's cwd) under its base name, or under the relative NAME (may contain /); a directory is copied whole, symlinks in it as symlinks (never followed), special files refused (repeatable)"},
 			&cli.StringFlag{Name: "outputs", Usage: "`DIR` that receives every file the script created or changed in /work, at its relative path (created if missing; symlinks in DIR are never written through)"},
+			&cli.StringFlag{Name: "workdir", Usage: "host `DIR` the run works on as /work: its files are copied in before the run, and the files the run created, changed or deleted are applied back after it where policy lets (a host directory is read-only unless a policy rule sets workspace = \"write\"); a change made on the host meanwhile is a conflict, never overwritten; .git/, .env* and key files stay out"},
+			&cli.StringSliceFlag{Name: "input", Usage: "with --workdir: copy in only this workspace `PATH` or glob (a directory brings everything under it; repeatable; default: the whole directory)"},
 			&cli.BoolFlag{Name: "network", Usage: "ask for network access (a policy rule must allow it)"},
 			&cli.BoolFlag{Name: "no-build", Usage: "fail instead of building a missing image"},
 			&cli.BoolFlag{Name: "yes", Usage: "confirm, as the approver at this terminal, a run that policy marks as needing confirmation"},
@@ -110,6 +112,8 @@ type runOptions struct {
 	env           map[string]string
 	files         []runtime.InputFile
 	outputs       string
+	workdir       string   // --workdir: the host workspace
+	inputs        []string // --input: what of it the run is given
 	runtime       string
 	containerd    string // --containerd-address
 	stdin         []byte
@@ -171,6 +175,10 @@ func parseRunFlags(c *cli.Context, args []string) (*runOptions, error) {
 		return nil, err
 	}
 	o.outputs = c.String("outputs")
+	o.workdir, o.inputs = c.String("workdir"), c.StringSlice("input")
+	if len(o.inputs) > 0 && o.workdir == "" {
+		return nil, exitCode(2, "--input names paths of the workspace: give the directory with --workdir DIR")
+	}
 	return o, nil
 }
 
@@ -249,6 +257,9 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 	eng := st.Engine()
 
 	req.Args, req.Env, req.Files, req.Limits, req.Stdin = o.args, o.env, o.files, o.limits, o.stdin
+	if o.workdir != "" {
+		req.Workspace = &runner.WorkspaceRequest{Dir: o.workdir, Kind: api.WorkspaceHost, Inputs: o.inputs, Owner: service.WorkspaceOwner(o.workdir)}
+	}
 	if !c.Bool("json") {
 		req.Stdout, req.Stderr = &liveSink{w: os.Stdout}, &liveSink{w: os.Stderr}
 	}
@@ -311,7 +322,7 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 	if n := interrupted(); n > 0 && res.Reason == runtime.ReasonKilled {
 		code = 128 + n // like any command stopped with Ctrl-C
 	}
-	if code == 0 && res.OutputsTruncated {
+	if code == 0 && (res.OutputsTruncated || (out.Workspace != nil && len(out.Workspace.Conflicts) > 0)) {
 		code = exitOutputsTruncated
 	}
 	if code != 0 {
@@ -355,6 +366,12 @@ func reportRun(w io.Writer, out *service.Result, outputsDir string) {
 	if res.StdoutTruncated || res.StderrTruncated {
 		fmt.Fprintf(w, "skillbox: output was truncated at the cap (stdout %s, stderr %s per run)\n", policy.FormatSize(lim.StdoutBytes), policy.FormatSize(lim.StderrBytes))
 	}
+	if ws := out.Workspace; ws != nil {
+		reportWorkspace(w, ws)
+		if ws.Mode == api.WorkspaceWrite && ws.NotApplied == "" {
+			outputsDir = "-" // the workspace has them
+		}
+	}
 	reportOutputs(w, res, lim, outputsDir)
 	switch res.Reason {
 	case runtime.ReasonExit:
@@ -389,6 +406,7 @@ func reportRun(w io.Writer, out *service.Result, outputsDir string) {
 func reportOutputs(w io.Writer, res *runtime.Result, lim runtime.Limits, outputsDir string) {
 	n := len(res.Outputs)
 	switch {
+	case outputsDir == "-":
 	case n > 0 && outputsDir == "":
 		fmt.Fprintf(w, "skillbox: the script left %d file(s) in /work (%s); pass --outputs DIR to keep them\n", n, outputNames(res.Outputs, 3))
 	case n > 0:
@@ -660,4 +678,42 @@ func stdinFromFlag(name string) ([]byte, error) {
 		return nil, exitCode(2, "--stdin %s: more than %d bytes", name, maxInputFile)
 	}
 	return b, nil
+}
+
+// reportWorkspace says what a run took from its workspace and what came
+// back: the files applied (the first maxOutputsListed by name), and never
+// silently a conflict, a refusal or changes not applied.
+func reportWorkspace(w io.Writer, ws *api.WorkspaceReport) {
+	fmt.Fprintf(w, "skillbox: workspace %s (%s, %s): %d file(s) of %s copied in", ws.Dir, ws.Mode, ws.Rule, ws.Inputs, policy.FormatSize(ws.InputBytes))
+	if ws.Excluded > 0 {
+		fmt.Fprintf(w, ", %d path(s) excluded", ws.Excluded)
+	}
+	fmt.Fprintln(w)
+	if ws.NotApplied != "" {
+		fmt.Fprintf(w, "skillbox: workspace: %s\n", ws.NotApplied)
+	}
+	for i, c := range ws.Written {
+		if i == maxOutputsListed {
+			fmt.Fprintf(w, "skillbox:   ... and %d more written (--json lists them all)\n", len(ws.Written)-i)
+			break
+		}
+		verb := "changed"
+		if c.Before == "" {
+			verb = "new"
+		}
+		fmt.Fprintf(w, "skillbox:   wrote %s (%s, %s)\n", quoteUnprintable(c.Path), verb, policy.FormatSize(c.Size))
+	}
+	for i, c := range ws.Deleted {
+		if i == maxOutputsListed {
+			fmt.Fprintf(w, "skillbox:   ... and %d more deleted (--json lists them all)\n", len(ws.Deleted)-i)
+			break
+		}
+		fmt.Fprintf(w, "skillbox:   deleted %s\n", quoteUnprintable(c.Path))
+	}
+	for _, c := range ws.Conflicts {
+		fmt.Fprintf(w, "skillbox: workspace conflict, not applied: %s: %s\n", quoteUnprintable(c.Path), c.Why)
+	}
+	for _, r := range ws.Refused {
+		fmt.Fprintf(w, "skillbox: workspace: %s: %s\n", quoteUnprintable(r.Path), r.Why)
+	}
 }

@@ -141,3 +141,47 @@ func writeTestInputs(t *testing.T, dir string, files []runtime.InputFile) inputM
 	}
 	return w.manifest
 }
+
+// TestCollectOutputsDeleted: inputs the script removed are reported, each
+// by its own lookup, and an input replaced by something else is not.
+func TestCollectOutputsDeleted(t *testing.T) {
+	wd := t.TempDir()
+	inputs := writeTestInputs(t, wd, []runtime.InputFile{
+		{Name: "keep.txt", Data: []byte("k")},
+		{Name: "gone.txt", Data: []byte("g")},
+		{Name: "dir", Kind: runtime.InputDir},
+		{Name: "dir/gone-with-dir.txt", Data: []byte("d")},
+		{Name: "link", Kind: runtime.InputSymlink, Target: "keep.txt"},
+		{Name: "now-a-dir", Data: []byte("x")},
+		{Name: "under", Kind: runtime.InputDir},
+		{Name: "under/file", Data: []byte("u")},
+	})
+	for _, rm := range []string{"gone.txt", "dir", "link", "now-a-dir", "under"} {
+		if err := os.RemoveAll(filepath.Join(wd, rm)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(wd, "now-a-dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// "under" is now a symlink to a directory that has "file": the link
+	// is not followed, and the input under it counts as replaced (the
+	// link is reported among the skipped entries), not as deleted.
+	other := t.TempDir()
+	writeTree(t, other, map[string]string{"file": "u"})
+	if err := os.Symlink(other, filepath.Join(wd, "under")); err != nil {
+		t.Fatal(err)
+	}
+	o, err := collectOutputs(wd, runtime.Limits{}, inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(o.Deleted, ","), "dir/gone-with-dir.txt,gone.txt,link"; got != want {
+		t.Errorf("deleted %q, want %q", got, want)
+	}
+	var r runtime.Result
+	o.Apply(&r)
+	if strings.Join(r.Deleted, ",") != strings.Join(o.Deleted, ",") {
+		t.Errorf("Apply lost Deleted: %q", r.Deleted)
+	}
+}

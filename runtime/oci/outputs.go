@@ -44,6 +44,9 @@ type Outputs struct {
 	TruncatedBy  string
 	OmittedFiles int
 	OmittedBytes int64
+	// Deleted are the input files and symlinks the script removed, in
+	// lexical order.
+	Deleted []string
 }
 
 // Apply copies o into a result.
@@ -51,6 +54,7 @@ func (o *Outputs) Apply(r *runtime.Result) {
 	r.Outputs, r.OutputsSkipped = o.Files, o.Skipped
 	r.OutputsTruncated, r.OutputsTruncatedBy = o.Truncated, o.TruncatedBy
 	r.OutputsOmittedFiles, r.OutputsOmittedBytes = o.OmittedFiles, o.OmittedBytes
+	r.Deleted = o.Deleted
 }
 
 // CollectOutputs reads, from the host side of the stopped container's
@@ -76,7 +80,45 @@ func collectOutputs(workdir string, lim runtime.Limits, inputs inputManifest) (*
 	if c.unlisted > 0 {
 		c.out.Skipped = append(c.out.Skipped, fmt.Sprintf("... and %d more entries not collected (only the first %d are named)", c.unlisted, maxSkippedNamed))
 	}
+	c.out.Deleted = deletedInputs(wd, inputs)
 	return &c.out, nil
+}
+
+// deletedInputs returns the input files and symlinks of which nothing is
+// left at their path: the path or one of its directories is gone. Each is
+// looked up on its own, beneath the workdir and through no symlink, so a
+// walk cut short by a cap never makes an input look deleted; an input
+// whose path now holds something else (a directory, a link, a file where
+// a directory was) is not deleted but replaced, and is reported as what
+// is there now.
+func deletedInputs(wd int, inputs inputManifest) []string {
+	var out []string
+	for name, in := range inputs {
+		if in.kind != runtime.InputRegular && in.kind != runtime.InputSymlink {
+			continue
+		}
+		dir, base := ".", name
+		if i := strings.LastIndexByte(name, '/'); i >= 0 {
+			dir, base = name[:i], name[i+1:]
+		}
+		dfd, err := unix.Openat2(wd, dir, &unix.OpenHow{
+			Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV,
+		})
+		if err != nil {
+			if err == unix.ENOENT {
+				out = append(out, name)
+			}
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(dfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err == unix.ENOENT {
+			out = append(out, name)
+		}
+		unix.Close(dfd)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // A script decides how many entries outputs/ holds and how they are named;

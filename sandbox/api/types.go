@@ -205,6 +205,18 @@ type RunScriptParams struct {
 	Network        bool              `json:"network,omitempty"`
 	Stream         bool              `json:"stream,omitempty"`
 	ConfirmationID string            `json:"confirmation_id,omitempty"`
+	WorkspaceParams
+}
+
+// WorkspaceParams give a run a workspace (see WorkspaceReport): Workspace
+// is a host directory ("" for none); Inputs name what of it the run is
+// given, as paths relative to it and globs ("**" for any depth; a
+// directory brings everything under it); none: all of it. Over the
+// socket the directory must belong to the caller and a policy rule must
+// grant it (workspace, workspace_paths).
+type WorkspaceParams struct {
+	Workspace string   `json:"workspace,omitempty"`
+	Inputs    []string `json:"inputs,omitempty"`
 }
 
 // RunCodeParams is skills.run_code's request: code the caller wrote, run in
@@ -225,6 +237,7 @@ type RunCodeParams struct {
 	TimeoutMS      int64             `json:"timeout_ms,omitempty"`
 	Stream         bool              `json:"stream,omitempty"`
 	ConfirmationID string            `json:"confirmation_id,omitempty"`
+	WorkspaceParams
 }
 
 // RunScriptResult is skills.run_script's (and skills.run_code's) result. A
@@ -272,10 +285,13 @@ type RunScriptResult struct {
 	OutputsOmittedBytes int64    `json:"outputs_omitted_bytes"`
 	OutputsSkipped      []string `json:"outputs_skipped"`
 	OutputsNotInlined   int      `json:"outputs_not_inlined,omitempty"`
-	Image               string   `json:"image"`
-	ImageDigest         string   `json:"image_digest"`
-	Runtime             string   `json:"runtime"`
-	RuntimeVersion      string   `json:"runtime_version"`
+	// Deleted are the input files and symlinks the script removed from
+	// its working directory.
+	Deleted        []string `json:"deleted"`
+	Image          string   `json:"image"`
+	ImageDigest    string   `json:"image_digest"`
+	Runtime        string   `json:"runtime"`
+	RuntimeVersion string   `json:"runtime_version"`
 	// Network says the run had a network (egress rules); Limits are the
 	// limits it ran under, in runtime.Limits' JSON form (every field, the
 	// same names as the config's limits block).
@@ -295,6 +311,71 @@ type RunScriptResult struct {
 	// Egress sums up a run's connections through the egress proxy (runs
 	// whose policy lists egress destinations).
 	Egress *EgressSummary `json:"egress,omitempty"`
+	// Workspace is what the run took from its workspace and what came
+	// back (runs with a workspace).
+	Workspace *WorkspaceReport `json:"workspace,omitempty"`
+}
+
+// Workspace kinds: a host directory (the CLI's --workdir, an MCP client's
+// root, a directory policy grants a daemon caller) or the per-session
+// directory the daemon keeps.
+const (
+	WorkspaceHost    = "host"
+	WorkspaceSession = "session"
+)
+
+// Workspace modes: what policy lets a run do with its workspace.
+const (
+	WorkspaceNone  = "none"  // no workspace
+	WorkspaceRead  = "read"  // files go in; nothing comes back
+	WorkspaceWrite = "write" // files go in; the run's changes come back
+)
+
+// WorkspaceReport is what a run took from its workspace and what it did
+// to it. A run sees copies of the workspace's files in its /work; after
+// it, the files it created or changed (and, where policy allows, the ones
+// it deleted) are applied back, each only if the host copy is still the
+// one the run started from: otherwise it is a conflict and the host copy
+// stays. Nothing is left out silently: every path not copied in or not
+// applied back is in Refused or Conflicts with why.
+type WorkspaceReport struct {
+	Dir  string `json:"dir"`
+	Kind string `json:"kind"` // WorkspaceHost or WorkspaceSession
+	Mode string `json:"mode"` // WorkspaceRead or WorkspaceWrite
+	// Rule names the policy rule that set the mode (or the default).
+	Rule string `json:"rule"`
+	// Inputs and InputBytes count the files copied in; Excluded the paths
+	// an exclude pattern left out.
+	Inputs     int   `json:"inputs"`
+	InputBytes int64 `json:"input_bytes"`
+	Excluded   int   `json:"excluded"`
+	// Written and Deleted are the changes applied to the host copy.
+	Written []WorkspaceChange `json:"written"`
+	Deleted []WorkspaceChange `json:"deleted"`
+	// Conflicts are changes not applied because the host copy changed
+	// since the run started; Refused are paths not copied in or not
+	// applied back for another reason (excluded, a symlink, a special
+	// file, a cap, a deletion policy does not allow).
+	Conflicts []WorkspaceFinding `json:"conflicts"`
+	Refused   []WorkspaceFinding `json:"refused"`
+	// NotApplied, when set, says why none of the run's changes were
+	// applied (a read-only workspace, a run that did not end by itself).
+	NotApplied string `json:"not_applied,omitempty"`
+}
+
+// WorkspaceChange is one change applied to a workspace.
+type WorkspaceChange struct {
+	Path   string `json:"path"`
+	Before string `json:"sha256_before,omitempty"` // "": the file is new
+	After  string `json:"sha256_after,omitempty"`  // "": the file was deleted
+	Size   int64  `json:"size,omitempty"`
+}
+
+// WorkspaceFinding is a workspace path that was not copied in or not
+// applied back, and why.
+type WorkspaceFinding struct {
+	Path string `json:"path"`
+	Why  string `json:"why"`
 }
 
 // EgressSummary counts a run's egress: allowed connections, refused

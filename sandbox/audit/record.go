@@ -155,6 +155,11 @@ type RunInfo struct {
 	// EgressSecrets names the secrets the proxy adds (never values).
 	EgressSecrets []string      `json:"egress_secrets,omitempty"`
 	EgressStats   *egress.Stats `json:"egress_stats,omitempty"`
+	// Workspace is the run's workspace: in run.start every file copied in
+	// (WorkspaceFiles) and every path refused, in run.end also every change
+	// applied back, conflict and refusal.
+	Workspace      *api.WorkspaceReport `json:"workspace,omitempty"`
+	WorkspaceFiles []FileRef            `json:"workspace_files,omitempty"`
 	// Digest is the run's confirmation digest (skill digest, script bytes,
 	// args, env, limits); ConfirmationID the approval it used, if any.
 	Digest         string    `json:"digest,omitempty"`

@@ -46,15 +46,19 @@ type Options struct {
 	AuditRuns         int      // runs verified for the audit figure
 	Concurrency       []int    // concurrent clients for the throughput figures
 	Pool              int      // warm pool per skill in the daemon figures
-	Only              []string // parts to run (cold, daemon, throughput, registry, audit); none: all
-	Version           string   // the binary's version, for the daemon.start record
-	Logger            hclog.Logger
+	Only              []string // parts to run (cold, daemon, throughput, registry, audit, workspace); none: all
+	// WorkspaceFiles and WorkspaceBytes size the workspace of the
+	// workspace figures.
+	WorkspaceFiles int
+	WorkspaceBytes int64
+	Version        string // the binary's version, for the daemon.start record
+	Logger         hclog.Logger
 	// Report, when set, receives each figure as it is measured.
 	Report func(Figure)
 }
 
 // Parts are the bench's parts, in the order they run.
-var Parts = []string{"cold", "daemon", "throughput", "registry", "audit"}
+var Parts = []string{"cold", "daemon", "throughput", "registry", "audit", "workspace"}
 
 // Run measures the parts o names and returns every figure measured, also
 // those before an error.
@@ -121,6 +125,11 @@ func Run(ctx context.Context, o Options) ([]Figure, error) {
 	}
 	if want("audit") {
 		if err := b.audit(ctx, o.AuditRuns); err != nil {
+			return b.figures, err
+		}
+	}
+	if want("workspace") {
+		if err := b.workspace(ctx, "runsc", o.Runs); err != nil {
 			return b.figures, err
 		}
 	}

@@ -58,7 +58,15 @@ type Options struct {
 	// over-long), before the client is answered: skillbox mcp audits them
 	// (service.AuditRefusal). It may block for an fsync; nil: only logged.
 	OnRefused func(api.Refusal)
-	Logger    hclog.Logger
+	// Workspace is the directory runs work on when the client lists no
+	// file:// root ("": none): skillbox mcp's --workspace, by default the
+	// directory it was started in.
+	Workspace string
+	// ResultBytes bounds what one run's tool result takes (text and
+	// structured content together, whatever the script wrote); zero is
+	// DefaultResultBytes.
+	ResultBytes int
+	Logger      hclog.Logger
 }
 
 // Server adapts an api.Service to MCP. It is safe for concurrent use; each
@@ -114,6 +122,9 @@ type Conn struct {
 	resMu       sync.Mutex
 	elicitMu    sync.Mutex
 	elicitTable map[string]string // confirmation id -> tool, for elicitations this connection asked
+	rootDir     string            // the workspace from the client's roots ("": none listed)
+	rootsKnown  bool              // rootDir holds the client's answer (or it has no roots)
+	runs        *runStore         // what results point to: whole logs, files outside the workspace
 }
 
 // Connect starts serving one client on t and returns at once. On the stdio
@@ -133,6 +144,7 @@ func (s *Server) Connect(ctx context.Context, t sdk.Transport) (*Conn, error) {
 		cancel:      cancel,
 		done:        make(chan struct{}),
 		elicitTable: map[string]string{},
+		runs:        newRunStore(maxStoredRuns, maxStoredBytes),
 	}
 	c.mcp = sdk.NewServer(&sdk.Implementation{Name: "skillbox", Title: "skillbox", Version: s.opts.Version}, &sdk.ServerOptions{
 		Capabilities: &sdk.ServerCapabilities{
@@ -141,11 +153,16 @@ func (s *Server) Connect(ctx context.Context, t sdk.Transport) (*Conn, error) {
 			Resources:  &sdk.ResourceCapabilities{ListChanged: true},
 			Extensions: map[string]any{SkillsExtension: map[string]any{}},
 		},
+		// ListRoots is a request to the client: it cannot wait inside
+		// the handler of one of the client's messages.
+		InitializedHandler:      func(_ context.Context, r *sdk.InitializedRequest) { go c.refreshRoots(ctx, r.Session) },
+		RootsListChangedHandler: func(_ context.Context, r *sdk.RootsListChangedRequest) { go c.refreshRoots(ctx, r.Session) },
 	})
 	// The instructions are rendered when a client asks for them, so a
 	// client that (re)initializes after a reload gets the current catalog.
 	c.mcp.AddReceivingMiddleware(c.instructionsMiddleware)
 	c.addTools()
+	c.addRunResources()
 	if err := c.addSkillsExtension(); err != nil {
 		cancel()
 		return nil, err

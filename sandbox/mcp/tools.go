@@ -8,7 +8,6 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -67,7 +66,8 @@ type RunScriptInput struct {
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables (only names the policy allows)"`
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"text given on standard input"`
 	TimeoutMS      int64             `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (capped by policy)"`
-	Files          []api.File        `json:"files,omitempty" jsonschema:"input files put in the working directory: name (relative) and content (base64)"`
+	Files          []api.File        `json:"files,omitempty" jsonschema:"input files put in the working directory: name (relative) and content (base64); for programs, not for the user's files (those are in the workspace)"`
+	Inputs         []string          `json:"inputs,omitempty" jsonschema:"paths or globs of the workspace (the user's project) the run is given in its working directory, like report.pdf or data/**; default: the whole workspace"`
 	ConfirmationID string            `json:"confirmation_id,omitempty" jsonschema:"the id of an approved confirmation, to repeat a run that needed approval"`
 }
 
@@ -80,6 +80,7 @@ type RunCodeInput struct {
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"text given on standard input"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables (only names the policy allows)"`
 	TimeoutMS      int64             `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (capped by policy)"`
+	Inputs         []string          `json:"inputs,omitempty" jsonschema:"paths or globs of the workspace (the user's project) the run is given in its working directory, like report.pdf or data/**; default: the whole workspace"`
 	ConfirmationID string            `json:"confirmation_id,omitempty" jsonschema:"the id of an approved confirmation, to repeat a run that needed approval"`
 }
 
@@ -118,13 +119,13 @@ func (c *Conn) addTools() {
 		Title: "Run a skill script",
 		Description: "Run a script of a loaded skill in an isolated sandbox (gVisor by default; no network unless policy allows). " +
 			"The interpreter comes from the extension. A non-zero exit is a tool error carrying exit_code and stderr. " +
-			"Files the script writes in its working directory come back in outputs.",
+			"Its working directory holds the workspace (the user's project, or the paths named in inputs); the files it writes there are applied back to the workspace where policy allows, and the result links them.",
 	}, c.runScript)
 	sdk.AddTool(c.mcp, &sdk.Tool{
 		Name:  ToolRunCode,
 		Title: "Run code",
 		Description: "Run code you wrote (python, shell or node) in the same kind of sandbox as a skill script, " +
-			"with every active skill mounted read-only. A non-zero exit is a tool error carrying exit_code and stderr.",
+			"with every active skill mounted read-only, working in the workspace as skills_run_script does. A non-zero exit is a tool error carrying exit_code and stderr.",
 	}, c.runCode)
 	sdk.AddTool(c.mcp, &sdk.Tool{
 		Name:        ToolCheck,
@@ -220,10 +221,11 @@ func (c *Conn) check(ctx context.Context, req *sdk.CallToolRequest, in CheckInpu
 	return nil, res, nil
 }
 
-func (c *Conn) runScript(ctx context.Context, req *sdk.CallToolRequest, in RunScriptInput) (*sdk.CallToolResult, *api.RunScriptResult, error) {
+func (c *Conn) runScript(ctx context.Context, req *sdk.CallToolRequest, in RunScriptInput) (*sdk.CallToolResult, *RunOutput, error) {
 	p := api.RunScriptParams{
 		SessionID: c.session, Skill: in.Skill, Path: in.Path, Args: in.Args, Env: in.Env, Stdin: in.Stdin,
 		TimeoutMS: in.TimeoutMS, Files: in.Files, ConfirmationID: in.ConfirmationID,
+		WorkspaceParams: api.WorkspaceParams{Workspace: c.workspaceDir(ctx, req.Session), Inputs: in.Inputs},
 	}
 	return c.run(ctx, req, ToolRunScript, func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error) {
 		p.Stream = stream
@@ -234,10 +236,11 @@ func (c *Conn) runScript(ctx context.Context, req *sdk.CallToolRequest, in RunSc
 	})
 }
 
-func (c *Conn) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCodeInput) (*sdk.CallToolResult, *api.RunScriptResult, error) {
+func (c *Conn) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCodeInput) (*sdk.CallToolResult, *RunOutput, error) {
 	p := api.RunCodeParams{
 		SessionID: c.session, Language: in.Language, Code: in.Code, Args: in.Args, Files: in.Files,
 		Stdin: in.Stdin, Env: in.Env, TimeoutMS: in.TimeoutMS, ConfirmationID: in.ConfirmationID,
+		WorkspaceParams: api.WorkspaceParams{Workspace: c.workspaceDir(ctx, req.Session), Inputs: in.Inputs},
 	}
 	return c.run(ctx, req, ToolRunCode, func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error) {
 		p.Stream = stream
@@ -253,9 +256,10 @@ func (c *Conn) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCode
 type runFunc func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error)
 
 // run makes a run call with progress from its events, asks the user to
-// confirm it when policy holds it for approval, and turns a failed script
-// into a tool error that still carries the whole result.
-func (c *Conn) run(ctx context.Context, req *sdk.CallToolRequest, tool string, call runFunc) (*sdk.CallToolResult, *api.RunScriptResult, error) {
+// confirm it when policy holds it for approval, and returns its result
+// sized for the model (runResult): a failed script is a tool error that
+// still carries it.
+func (c *Conn) run(ctx context.Context, req *sdk.CallToolRequest, tool string, call runFunc) (*sdk.CallToolResult, *RunOutput, error) {
 	var res *api.RunScriptResult
 	ask, err := c.withConfirmation(ctx, req, tool, func(ids []string) error {
 		ctx, stream, stop := c.progress(ctx, req)
@@ -271,10 +275,8 @@ func (c *Conn) run(ctx context.Context, req *sdk.CallToolRequest, tool string, c
 	if ask != nil || err != nil {
 		return ask, nil, err
 	}
-	if res.ExitCode == 0 && (res.Reason == "" || res.Reason == string(runtime.ReasonExit)) {
-		return nil, res, nil
-	}
-	return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: failureText(res)}}}, res, nil
+	tr, out := c.runResult(res)
+	return tr, out, nil
 }
 
 // withConfirmation makes a call that policy may hold for approval: the
@@ -296,33 +298,4 @@ func (c *Conn) withConfirmation(ctx context.Context, req *sdk.CallToolRequest, t
 		return nil, toolError(err)
 	}
 	return nil, nil
-}
-
-// failureText says how a run failed, with its stderr (the end of it, when
-// long; the structured result has all of it).
-func failureText(res *api.RunScriptResult) string {
-	var b strings.Builder
-	switch res.Reason {
-	case "", string(runtime.ReasonExit):
-		fmt.Fprintf(&b, "%s exited with code %d", res.Path, res.ExitCode)
-	default:
-		fmt.Fprintf(&b, "%s stopped: %s (exit code %d", res.Path, res.Reason, res.ExitCode)
-		if res.Signal != "" {
-			fmt.Fprintf(&b, ", signal %s", res.Signal)
-		}
-		b.WriteString(")")
-	}
-	fmt.Fprintf(&b, " after %d ms (run %s)", res.DurationMS, res.RunID)
-	for _, out := range []struct{ name, text string }{{"stderr", res.Stderr}, {"stdout", res.Stdout}} {
-		if out.text == "" {
-			continue
-		}
-		const tail = 4000
-		text := out.text
-		if len(text) > tail {
-			text = fmt.Sprintf("[last %d of %d bytes; all in the structured result]\n", tail, len(text)) + text[len(text)-tail:]
-		}
-		fmt.Fprintf(&b, "\n%s:\n%s", out.name, text)
-	}
-	return b.String()
 }

@@ -125,13 +125,16 @@ type RunRequest struct {
 	Skill *skills.Skill
 	// Script is relative to the skill root: any file of the skill, unless
 	// policy restricts the directories (script_dirs).
-	Script  string
-	Args    []string
-	Env     map[string]string
-	Stdin   []byte
-	Files   []runtime.InputFile
-	Limits  runtime.Limits // requested; may only lower the policy's limits
-	Network bool           // requested; needs a policy rule that allows it
+	Script string
+	Args   []string
+	Env    map[string]string
+	Stdin  []byte
+	Files  []runtime.InputFile
+	// Workspace, when set, backs /work with a workspace (see
+	// WorkspaceRequest).
+	Workspace *WorkspaceRequest
+	Limits    runtime.Limits // requested; may only lower the policy's limits
+	Network   bool           // requested; needs a policy rule that allows it
 	// Code makes it a skills.run_code run (Skill and Script stay empty).
 	Code *CodeRequest
 
@@ -183,7 +186,8 @@ type Plan struct {
 	// secret blocks whose hosts the destinations reach).
 	EgressSecrets []*policy.Secret
 	Digest        string
-	Code          *CodePlan // skills.run_code runs only
+	Code          *CodePlan      // skills.run_code runs only
+	Workspace     *WorkspacePlan // runs with a workspace only
 }
 
 // Result is a finished run: the sandbox's result (runtime.Result: exit,
@@ -199,11 +203,36 @@ type Result struct {
 	DepsLayer string
 	// Hint says how to fix a failure skillbox recognises (a missing module).
 	Hint string
+	// Workspace is what the run took from its workspace and what came
+	// back (runs with a workspace).
+	Workspace *api.WorkspaceReport
 }
 
 // Prepare validates req against the skill and the policy without running
-// anything. Errors wrap api.ErrInvalidParams, api.ErrNotFound or api.ErrDenied.
+// anything; a run with a workspace reads the files it is given from it
+// now, so that its digest (what an approval binds) covers them. Errors
+// wrap api.ErrInvalidParams, api.ErrNotFound, api.ErrDenied or
+// api.ErrLimitExceeded.
 func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
+	p, err := e.prepare(req)
+	if err != nil || req.Workspace == nil {
+		return p, err
+	}
+	if req.Command != nil {
+		return nil, errkind.Errorf(api.ErrInvalidParams, "a command (a skill's !`command` or hook) runs without a workspace")
+	}
+	if err := e.planWorkspace(p); err != nil {
+		return nil, err
+	}
+	if p.Code != nil {
+		p.Digest = codeDigest(p)
+	} else {
+		p.Digest = planDigest(p)
+	}
+	return p, nil
+}
+
+func (e *Engine) prepare(req RunRequest) (*Plan, error) {
 	if req.Code != nil {
 		return e.prepareCode(req)
 	}
@@ -373,6 +402,9 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	start.Run.Started = began.UTC()
 	start.Run.DepsLayer = layerDigest
 	start.Run.Code = p.Code.AuditCode(true)
+	if w := p.Workspace; w != nil {
+		start.Run.Workspace, start.Run.WorkspaceFiles = w.report(), w.auditFiles()
+	}
 	if err := e.journal.Record(ctx, start); err != nil {
 		return nil, err
 	}
@@ -386,7 +418,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 		Env:       p.Env,
 		ModuleEnv: p.ModuleEnv,
 		Stdin:     req.Stdin,
-		Files:     req.Files,
+		Files:     p.inputFiles(),
 		Limits:    p.Limits,
 		Network:   p.Network,
 		Egress:    egCfg,
@@ -419,12 +451,17 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	if runErr == nil && res == nil {
 		runErr = fmt.Errorf("runtime %s returned no result", e.rt.Name())
 	}
+	var wsReport *api.WorkspaceReport
 	if runErr != nil {
 		end.Outcome = audit.OutcomeError
 		end.Error = runErr.Error()
 	} else {
 		end.Outcome = string(res.Reason)
 		fillRunResult(end.Run, res)
+		if p.Workspace != nil {
+			wsReport = p.Workspace.applyBack(res)
+			end.Run.Workspace = wsReport
+		}
 	}
 	// Use a fresh context: a cancelled caller must not cost us the end record.
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -438,7 +475,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
 	log.Info("run finished", "run_id", p.RunID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
-	out := &Result{RunID: p.RunID, Plan: p, Image: img, Result: res, DepsLayer: layerDigest}
+	out := &Result{RunID: p.RunID, Plan: p, Image: img, Result: res, DepsLayer: layerDigest, Workspace: wsReport}
 	out.Hint = e.deps.importHint(out)
 	return out, nil
 }
@@ -650,8 +687,9 @@ func planDigest(p *Plan) string {
 // under, after the fields that say what runs.
 func runDigestFields(p *Plan) []string {
 	req := p.Request
-	files := make([]string, 0, len(req.Files))
-	for _, f := range req.Files {
+	in := p.inputFiles()
+	files := make([]string, 0, len(in))
+	for _, f := range in {
 		// Kind, mode and link target are part of what was approved.
 		files = append(files, fmt.Sprintf("%q:%s:%o:%q:%s", f.Name, f.Kind, f.Mode, f.Target, SHA256Hex(f.Data)))
 	}
@@ -662,6 +700,10 @@ func runDigestFields(p *Plan) []string {
 		"files", strings.Join(files, " "),
 		"limits", fmt.Sprintf("%+v", p.Limits),
 		"network", fmt.Sprint(p.Network),
+	}
+	if w := p.Workspace; w != nil {
+		// Where the changes go back, and whether they do, is approved too.
+		fields = append(fields, "workspace", fmt.Sprintf("%q:%s:%s:%v:%q", w.Dir, w.Request.Kind, w.Grant.Mode, w.Grant.Delete, w.Grant.Excludes))
 	}
 	if len(p.Egress) > 0 {
 		// The destinations an approval covers are part of what it binds.

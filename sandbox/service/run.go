@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -73,7 +74,7 @@ func (s *Service) RunScript(ctx context.Context, caller api.Peer, p api.RunScrip
 		return nil, err
 	}
 	req := RunRequest{Skill: sk, Script: p.Path, Network: p.Network}
-	return s.runWire(ctx, caller, req, p.Args, p.Env, p.Stdin, p.Files, p.TimeoutMS, RunOptions{
+	return s.runWire(ctx, caller, req, wireRun{p.Args, p.Env, p.Stdin, p.Files, p.TimeoutMS, p.WorkspaceParams}, RunOptions{
 		Method: api.MethodSkillsRunScript, SessionID: p.SessionID, ConfirmationID: p.ConfirmationID, Stream: p.Stream,
 	})
 }
@@ -139,6 +140,15 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 			if len(plan.Egress) > 0 {
 				what, reason = egressWhat(plan), "network access to "+strings.Join(plan.EgressNames(), ", ")+": "+nd.Reason
 			}
+		}
+	}
+	if w := plan.Workspace; w != nil {
+		wd, err := s.decideWorkspace(ctx, caller, o, req, w)
+		if err != nil {
+			return nil, err
+		}
+		if wd.Effect == policy.EffectConfirm && !needConfirm {
+			needConfirm, what, reason, rule = true, fmt.Sprintf("a run in the workspace %s (%s)", w.Dir, w.Grant.Mode), wd.Reason, wd.Rule
 		}
 	}
 	if needConfirm && o.ConfirmationID == "" && len(o.ConfirmationIDs) > 0 {
@@ -439,4 +449,31 @@ func teeSink(a, b runtime.StreamSink) runtime.StreamSink {
 		a.Write(p)
 		return b.Write(p)
 	})
+}
+
+// decideWorkspace decides the workspace pseudo-tool for every skill the
+// run mounts, each decision audited: any deny refuses the run, any
+// confirm holds it for an approver.
+func (s *Service) decideWorkspace(ctx context.Context, caller api.Peer, o RunOptions, req RunRequest, w *runner.WorkspacePlan) (policy.Decision, error) {
+	input, err := json.Marshal(policy.WorkspaceRequest{Dir: w.Dir, Kind: w.Request.Kind})
+	if err != nil {
+		return policy.Decision{}, errkind.Wrap(api.ErrInternal, err)
+	}
+	var ds []policy.Decision
+	for _, sk := range runSkills(req) {
+		d, err := s.decide(ctx, sk, policy.WorkspaceTool, input, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
+		if err != nil {
+			return d, err
+		}
+		if d.Effect == policy.EffectDeny {
+			return d, api.MarkAudited(errkind.Errorf(api.ErrDenied, "the workspace %s is denied for skill %q by %s: %s", w.Dir, sk.Name, d.Rule, d.Reason))
+		}
+		ds = append(ds, d)
+	}
+	if len(ds) == 0 {
+		// Code without skills: the grant Prepare found (a mode of none
+		// refused it there) is the decision, recorded in run.start.
+		return policy.Decision{Effect: policy.EffectAllow, Rule: w.Grant.Rule}, nil
+	}
+	return policy.Strictest(ds...), nil
 }

@@ -37,24 +37,37 @@ func (s *Service) RunCode(ctx context.Context, caller api.Peer, p api.RunCodePar
 		sks = append(sks, sk)
 	}
 	req := RunRequest{Code: &CodeRequest{Language: p.Language, Code: []byte(p.Code), Skills: sks}}
-	return s.runWire(ctx, caller, req, p.Args, p.Env, p.Stdin, p.Files, p.TimeoutMS, RunOptions{
+	return s.runWire(ctx, caller, req, wireRun{p.Args, p.Env, p.Stdin, p.Files, p.TimeoutMS, p.WorkspaceParams}, RunOptions{
 		Method: api.MethodSkillsRunCode, SessionID: p.SessionID, ConfirmationID: p.ConfirmationID, Stream: p.Stream,
 	})
 }
 
-// runWire completes req with the run parameters skills.run_script and
-// skills.run_code share, as they come over the wire, runs it and returns
-// the wire result.
-func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, args []string, env map[string]string, stdin string, in []api.File, timeoutMS int64, o RunOptions) (*api.RunScriptResult, error) {
-	files, err := decodeFiles(in)
+// wireRun are the run parameters skills.run_script and skills.run_code
+// share, as they come over the wire.
+type wireRun struct {
+	args      []string
+	env       map[string]string
+	stdin     string
+	files     []api.File
+	timeoutMS int64
+	api.WorkspaceParams
+}
+
+// runWire completes req with the wire's run parameters, runs it and
+// returns the wire result.
+func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, w wireRun, o RunOptions) (*api.RunScriptResult, error) {
+	files, err := decodeFiles(w.files)
 	if err != nil {
 		return nil, err
 	}
-	if timeoutMS < 0 {
+	if w.timeoutMS < 0 {
 		return nil, errkind.Errorf(api.ErrInvalidParams, "timeout_ms must not be negative")
 	}
-	req.Args, req.Env, req.Stdin, req.Files = args, env, []byte(stdin), files
-	req.Limits = runtime.Limits{Timeout: time.Duration(timeoutMS) * time.Millisecond}
+	req.Args, req.Env, req.Stdin, req.Files = w.args, w.env, []byte(w.stdin), files
+	req.Limits = runtime.Limits{Timeout: time.Duration(w.timeoutMS) * time.Millisecond}
+	if req.Workspace, err = s.hostWorkspace(caller, w.WorkspaceParams); err != nil {
+		return nil, err
+	}
 	out, err := s.Run(ctx, caller, req, o)
 	if err != nil {
 		return nil, err
@@ -349,6 +362,8 @@ func ResultOf(o *Result, inlineBudget int64) api.RunScriptResult {
 	res.Limits = o.Plan.Limits.Map()
 	// Every list is present, empty or not: a reader need not tell null from [].
 	res.Outputs, res.OutputsSkipped = []api.Output{}, append([]string{}, r.OutputsSkipped...)
+	res.Deleted = append([]string{}, r.Deleted...)
+	res.Workspace = o.Workspace
 	left := inlineBudget
 	for _, f := range r.Outputs {
 		out := api.Output{Path: f.Path, Size: f.Size, SHA256: f.SHA256}

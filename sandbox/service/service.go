@@ -68,6 +68,10 @@ type Options struct {
 	// Proposals keeps skills.propose's proposals; nil makes those calls
 	// unavailable.
 	Proposals *store.ProposalStore
+	// HostWorkspaces says which host directories a call may name as its
+	// run's workspace (see HostWorkspacePolicy); the zero value refuses
+	// them all.
+	HostWorkspaces HostWorkspacePolicy
 }
 
 // Service serves the tool calls; it implements api.Service. Every method
@@ -90,6 +94,7 @@ type Service struct {
 	grants    egressGrants
 
 	proposals *store.ProposalStore
+	hostWS    HostWorkspacePolicy
 	locks     lockCache
 	lockMu    sync.Mutex // lock file writes and proposal applies
 }
@@ -117,6 +122,7 @@ func New(o Options) *Service {
 		queueWait: dc.RunQueueTimeout,
 		runs:      runRegistry{runs: map[string]*activeRun{}},
 		proposals: o.Proposals,
+		hostWS:    o.HostWorkspaces,
 	}
 	if s.journal == nil {
 		s.journal = runner.NewJournal(nil, nil)

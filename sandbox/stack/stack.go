@@ -250,6 +250,12 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 
 	so := service.Options{Config: cfg, Skills: index, Engine: s.engine, Audit: s.journal, Logger: runLog}
+	// The daemon's callers name only directories of their own that policy
+	// grants; a front end in the user's own process names any of theirs.
+	so.HostWorkspaces = service.HostWorkspacesOwn
+	if o.Mode == Serve {
+		so.HostWorkspaces = service.HostWorkspacesGranted
+	}
 	var sessions *store.SessionStore
 	var confirms *store.ConfirmationStore
 	if o.Mode != OneShot {

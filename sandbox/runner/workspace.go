@@ -1,0 +1,215 @@
+package runner
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/workspace"
+)
+
+// WorkspaceRequest asks for a run whose /work is backed by a workspace (see
+// package workspace): the files it names are copied in before the run,
+// and the run's changes are applied back after it where policy gives the
+// workspace the mode write.
+type WorkspaceRequest struct {
+	Dir  string // the host directory
+	Kind string // api.WorkspaceHost or api.WorkspaceSession
+	// Inputs are the workspace paths and globs the run is given; none:
+	// the whole workspace.
+	Inputs []string
+	// Owner owns what the write-back creates (a daemon writing into a
+	// caller's directory); nil: the writer.
+	Owner *workspace.Owner
+	// RequireGrant refuses the workspace unless a policy rule sets its
+	// mode (the daemon's callers): the default mode is no grant.
+	RequireGrant bool
+}
+
+// WorkspacePlan is a run's prepared workspace: what policy gives it and
+// what was read from it, which the run's digest covers.
+type WorkspacePlan struct {
+	Request WorkspaceRequest
+	Dir     string // resolved
+	Grant   policy.WorkspaceGrant
+	// Snapshot is what the run is given; write-back applies against it.
+	Snapshot *workspace.Snapshot
+}
+
+// skillNames are the skills whose rules decide a run's workspace: the
+// script's skill or the skills a code run mounts ("" for none, which only
+// rules for every skill match).
+func (p *Plan) skillNames() []string {
+	var out []string
+	if p.Code != nil {
+		for _, m := range p.Code.Mounts {
+			out = append(out, m.Skill.Name)
+		}
+	} else if sk := p.Request.Skill; sk != nil {
+		out = append(out, sk.Name)
+	}
+	if len(out) == 0 {
+		out = []string{""}
+	}
+	return out
+}
+
+// WorkspaceGrantFor combines what policy gives each skill: the strictest
+// mode (naming its rule), deletions only where every skill's rules apply
+// them, and every skill's excludes.
+func WorkspaceGrantFor(cfg *policy.Config, skillNames []string, req policy.WorkspaceRequest) policy.WorkspaceGrant {
+	rank := map[string]int{api.WorkspaceNone: 0, api.WorkspaceRead: 1, api.WorkspaceWrite: 2}
+	var out policy.WorkspaceGrant
+	for i, name := range skillNames {
+		g := cfg.WorkspaceFor(name, req)
+		if i == 0 {
+			out = g
+			continue
+		}
+		if rank[g.Mode] < rank[out.Mode] {
+			out.Mode, out.Rule = g.Mode, g.Rule
+		}
+		out.Delete = out.Delete && g.Delete
+		for _, x := range g.Excludes {
+			if !slices.Contains(out.Excludes, x) {
+				out.Excludes = append(out.Excludes, x)
+			}
+		}
+	}
+	return out
+}
+
+// planWorkspace reads the run's workspace into p: policy's grant (a mode
+// of none refuses the run), then the snapshot of the files the run names,
+// whose entries join the request's own files in /work.
+func (e *Engine) planWorkspace(p *Plan) error {
+	wr := p.Request.Workspace
+	if wr.Kind != api.WorkspaceHost && wr.Kind != api.WorkspaceSession {
+		return errkind.Errorf(api.ErrInvalidParams, "workspace kind %q: use %q or %q", wr.Kind, api.WorkspaceHost, api.WorkspaceSession)
+	}
+	ws, err := workspace.Open(wr.Dir)
+	if err != nil {
+		return err
+	}
+	defer ws.Close()
+	dir := ws.Dir()
+	grant := WorkspaceGrantFor(e.cfg, p.skillNames(), policy.WorkspaceRequest{Dir: dir, Kind: wr.Kind})
+	if wr.RequireGrant && grant.Rule == policy.RuleWorkspaceHostDefault {
+		return errkind.Errorf(api.ErrDenied, "no policy rule grants the workspace %s to runs of %s: an administrator sets workspace = \"read\" or \"write\" for it (workspace_paths covering it) in a policy rule for the skill", dir, quoteList(p.skillNames()))
+	}
+	if grant.Mode == api.WorkspaceNone {
+		return errkind.Errorf(api.ErrDenied, "runs of %s may not use the workspace %s (workspace = \"none\" in %s); run without it or ask an administrator for a rule that grants it", quoteList(p.skillNames()), dir, grant.Rule)
+	}
+	snap, err := ws.Snapshot(wr.Inputs, workspace.Options{Excludes: grant.Excludes})
+	if err != nil {
+		return err
+	}
+	taken := make(map[string]int, len(p.Request.Files))
+	for i, f := range p.Request.Files {
+		taken[f.Name] = i
+	}
+	files := append([]runtime.InputFile{}, p.Request.Files...)
+	for _, f := range snap.Files {
+		if i, ok := taken[f.Name]; ok {
+			return errkind.Errorf(api.ErrInvalidParams, "files[%d] %s is also a path of the workspace %s: give it another name, or leave it to the workspace", i, runtime.QuoteName(f.Name), dir)
+		}
+		files = append(files, f)
+	}
+	if err := runtime.ValidateInputs(files, p.Limits.WorkdirBytes); err != nil {
+		return errkind.Wrap(api.ErrInvalidParams, fmt.Errorf("the workspace's files with the call's: %w", err))
+	}
+	p.Workspace = &WorkspacePlan{Request: *wr, Dir: dir, Grant: grant, Snapshot: snap}
+	return nil
+}
+
+// quoteList quotes names for a message ("" reads as "code without skills").
+func quoteList(names []string) string {
+	if len(names) == 1 && names[0] == "" {
+		return "code without skills"
+	}
+	return fmt.Sprintf("%q", names)
+}
+
+// inputFiles are the files the run's /work starts with: the request's and
+// the workspace's.
+func (p *Plan) inputFiles() []runtime.InputFile {
+	if p.Workspace == nil {
+		return p.Request.Files
+	}
+	return append(append([]runtime.InputFile{}, p.Request.Files...), p.Workspace.Snapshot.Files...)
+}
+
+// report is the workspace's part of a run's result and records, before
+// anything is applied back.
+func (w *WorkspacePlan) report() *api.WorkspaceReport {
+	r := &api.WorkspaceReport{
+		Dir: w.Dir, Kind: w.Request.Kind, Mode: w.Grant.Mode, Rule: w.Grant.Rule,
+		Excluded:  w.Snapshot.Excluded,
+		Written:   []api.WorkspaceChange{},
+		Deleted:   []api.WorkspaceChange{},
+		Conflicts: []api.WorkspaceFinding{},
+		Refused:   append([]api.WorkspaceFinding{}, w.Snapshot.Refused...),
+	}
+	for _, f := range w.Snapshot.Files {
+		if f.EffectiveKind() == runtime.InputRegular {
+			r.Inputs++
+			r.InputBytes += int64(len(f.Data))
+		}
+	}
+	return r
+}
+
+// auditFiles names every entry copied in, with its sha256.
+func (w *WorkspacePlan) auditFiles() []audit.FileRef {
+	out := make([]audit.FileRef, 0, len(w.Snapshot.Files))
+	for _, f := range w.Snapshot.Files {
+		ref := audit.FileRef{Path: f.Name, Size: int64(len(f.Data)), SHA256: SHA256Hex(f.Data)}
+		switch f.Kind {
+		case runtime.InputDir:
+			ref = audit.FileRef{Path: f.Name, Type: string(f.Kind)}
+		case runtime.InputSymlink:
+			ref = audit.FileRef{Path: f.Name, Type: string(f.Kind), Target: f.Target}
+		}
+		out = append(out, ref)
+	}
+	return out
+}
+
+// applyBack applies a finished run's changes to its workspace and returns
+// the report: nothing comes back from a read-only workspace or from a run
+// that did not end by itself (timeout, a cap, cancelled), whose files may
+// be half written.
+func (w *WorkspacePlan) applyBack(res *runtime.Result) *api.WorkspaceReport {
+	r := w.report()
+	switch {
+	case w.Grant.Mode != api.WorkspaceWrite:
+		if len(res.Outputs) > 0 || len(res.Deleted) > 0 {
+			r.NotApplied = fmt.Sprintf("the workspace is read-only for this run (%s); its %d changed and %d deleted files were not applied (they are in the result's outputs)", w.Grant.Rule, len(res.Outputs), len(res.Deleted))
+		}
+		return r
+	case res.Reason != runtime.ReasonExit:
+		r.NotApplied = fmt.Sprintf("the run ended by %s, so its files may be half written; none of its changes were applied", res.Reason)
+		return r
+	}
+	ws, err := workspace.Open(w.Dir)
+	if err != nil {
+		r.NotApplied = "the workspace cannot be opened again: " + err.Error()
+		return r
+	}
+	defer ws.Close()
+	rep, err := ws.Apply(w.Snapshot, workspace.Changes{Written: res.Outputs, Deleted: res.Deleted}, w.Grant.Delete,
+		workspace.Options{Excludes: w.Grant.Excludes, Owner: w.Request.Owner})
+	if err != nil {
+		r.NotApplied = "the workspace could not be written: " + err.Error()
+		return r
+	}
+	r.Written = append(r.Written, rep.Written...)
+	r.Deleted = append(r.Deleted, rep.Deleted...)
+	r.Conflicts = append(r.Conflicts, rep.Conflicts...)
+	r.Refused = append(r.Refused, rep.Refused...)
+	return r
+}
