@@ -162,7 +162,7 @@ func (s *snapper) literal(root int, in string) error {
 		}
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
 	}
-	if wantDir && st.Mode&unix.S_IFMT != unix.S_IFDIR {
+	if k := st.Mode & unix.S_IFMT; wantDir && k != unix.S_IFDIR && k != unix.S_IFLNK {
 		return errkind.Errorf(api.ErrInvalidParams, "input %s names a directory (it ends in \"/\") but %s is a %s", runtime.QuoteName(in), runtime.QuoteName(rel), kindName(st.Mode))
 	}
 	return s.take(dirfd, rel, name, &st)
@@ -172,8 +172,8 @@ func (s *snapper) literal(root int, in string) error {
 // below the root). With take every entry not excluded is taken; without,
 // only those a glob matches (and everything under them).
 func (s *snapper) walk(dirfd int, rel string, take bool, depth int) error {
-	if depth > runtime.MaxInputDepth {
-		return nil // nothing deeper can be a /work path
+	if depth > runtime.MaxInputDepth+1 {
+		return nil // nothing this deep can be a /work path (one level deeper is refused by name)
 	}
 	// A fresh open of "." reads the directory from its start, whoever
 	// else holds dirfd, and is closed here, never by a finalizer.
@@ -211,13 +211,21 @@ func (s *snapper) visit(dirfd int, rel, name string, take bool, depth int) error
 	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
 	// The parents of rel were checked on the way down.
 	if s.excluded(rel, false) != "" {
-		s.snap.Excluded++
-		if !take {
-			for i, g := range s.globs {
-				if s.excludedHit[i] == "" && g.match(rel, isDir, false) {
+		// Counted where it would have been taken.
+		if take {
+			s.snap.Excluded++
+			return nil
+		}
+		for i, g := range s.globs {
+			if g.match(rel, isDir, false) {
+				if s.excludedHit[i] == "" {
 					s.excludedHit[i] = runtime.QuoteName(rel)
 				}
+				take = true
 			}
+		}
+		if take {
+			s.snap.Excluded++
 		}
 		return nil
 	}
