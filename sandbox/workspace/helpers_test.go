@@ -14,7 +14,7 @@ import (
 // fixture is a workspace directory and, beside it, a directory outside it
 // with a canary file no test may read or change.
 type fixture struct {
-	t       *testing.T
+	t       testing.TB
 	ws      string // the workspace
 	outside string // beside it
 	canary  string
@@ -23,7 +23,7 @@ type fixture struct {
 
 const canaryData = "canary: nothing may read or change this\n"
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	base := t.TempDir()
 	f := &fixture{t: t, ws: filepath.Join(base, "ws"), outside: filepath.Join(base, "outside")}

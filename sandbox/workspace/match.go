@@ -154,6 +154,43 @@ func (c *pattern) match(rel string, isDir, ancestors bool) bool {
 	return false
 }
 
+// mayMatchUnder reports whether c may match a path under the directory
+// dir: a base-name pattern always may; a pattern with "/" may if a
+// beginning of it matches dir's components and some of it is left.
+func (c *pattern) mayMatchUnder(dir string) bool {
+	if c.parts == nil {
+		return c.base != ""
+	}
+	pp := c.parts
+	// cur[i]: pp[:i] matches the components of dir seen so far.
+	cur := make([]bool, len(pp)+1)
+	next := make([]bool, len(pp)+1)
+	cur[0] = true
+	for i := 1; i <= len(pp) && pp[i-1] == "**"; i++ {
+		cur[i] = true
+	}
+	for name := range strings.SplitSeq(dir, "/") {
+		next[0] = false
+		for i := 1; i <= len(pp); i++ {
+			if pp[i-1] == "**" {
+				next[i] = cur[i] || next[i-1]
+			} else {
+				next[i] = false
+				if cur[i-1] {
+					next[i], _ = path.Match(pp[i-1], name)
+				}
+			}
+		}
+		cur, next = next, cur
+	}
+	for i := 0; i < len(pp); i++ {
+		if cur[i] {
+			return true
+		}
+	}
+	return cur[len(pp)] && pp[len(pp)-1] == "**"
+}
+
 // prefixMatches returns, for each j, whether the pattern components pp
 // match names[:j] entirely. It is the dynamic program of glob matching
 // ("**" matching any run of components), so it costs len(pp)*len(names)

@@ -259,7 +259,7 @@ func kindName(mode uint32) string {
 // openRegularAt opens name in dirfd for reading if it is the regular,
 // singly linked file want (an lstat of it) still: never through a
 // symlink, never blocking on a FIFO or a device.
-func openRegularAt(dirfd int, name string, want *unix.Stat_t) (*os.File, error) {
+func openRegularAt(dirfd int, name string, want *unix.Stat_t) (*fdReader, error) {
 	fd, err := retry(func() (int, error) {
 		return unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 	})
@@ -275,16 +275,33 @@ func openRegularAt(dirfd int, name string, want *unix.Stat_t) (*os.File, error) 
 		unix.Close(fd)
 		return nil, refusef("changed while it was read; try again")
 	}
-	if err := unix.SetNonblock(fd, false); err != nil {
-		unix.Close(fd)
-		return nil, err
-	}
-	return os.NewFile(uintptr(fd), name), nil
+	// Regular files ignore O_NONBLOCK; read(2) directly, without the
+	// poller and the fcntl calls an os.File would make.
+	return &fdReader{fd: fd}, nil
 }
+
+// fdReader reads a regular file by its descriptor.
+type fdReader struct{ fd int }
+
+func (r *fdReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, err := retry(func() (int, error) { return unix.Read(r.fd, p) })
+	switch {
+	case err != nil:
+		return 0, err
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (r *fdReader) Close() error { return unix.Close(r.fd) }
 
 // readAll reads f, sized size by its stat, refusing more than max bytes
 // (a file that grows while it is read is caught too).
-func readAll(f *os.File, size, max int64) ([]byte, error) {
+func readAll(f io.Reader, size, max int64) ([]byte, error) {
 	if size > max {
 		return nil, errTooBig
 	}

@@ -182,33 +182,29 @@ func (s *snapper) walk(dirfd int, rel string, take bool, depth int) error {
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: open directory %s: %w", s.w.dir, rel, err)
 	}
 	f := os.NewFile(uintptr(fd), rel)
-	names, err := f.Readdirnames(-1)
+	ents, err := f.ReadDir(-1)
 	f.Close()
 	if err != nil {
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: read directory %s: %w", s.w.dir, rel, err)
 	}
-	sort.Strings(names)
-	for _, name := range names {
+	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
+	for _, e := range ents {
+		name := e.Name()
 		child := name
 		if rel != "." {
 			child = rel + "/" + name
 		}
-		if err := s.visit(dirfd, child, name, take, depth); err != nil {
+		if err := s.visit(dirfd, child, name, e.Type().IsDir(), take, depth); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (s *snapper) visit(dirfd int, rel, name string, take bool, depth int) error {
-	var st unix.Stat_t
-	if err := lstatAt(dirfd, name, &st); err != nil {
-		if errors.Is(err, unix.ENOENT) {
-			return nil // removed since the directory was read
-		}
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
-	}
-	isDir := st.Mode&unix.S_IFMT == unix.S_IFDIR
+// visit handles the entry name of dirfd, rel in the workspace. isDir is
+// what the directory listing says it is, good enough to match patterns
+// with; what is taken is lstat'ed.
+func (s *snapper) visit(dirfd int, rel, name string, isDir, take bool, depth int) error {
 	// The parents of rel were checked on the way down.
 	if s.excluded(rel, false) != "" {
 		// Counted where it would have been taken.
@@ -237,8 +233,8 @@ func (s *snapper) visit(dirfd int, rel, name string, take bool, depth int) error
 			}
 		}
 		if !take {
-			if isDir {
-				return s.descend(dirfd, rel, name, &st, false, depth)
+			if isDir && s.mayMatchUnder(rel) {
+				return s.descend(dirfd, rel, name, nil, false, depth)
 			}
 			return nil
 		}
@@ -246,10 +242,29 @@ func (s *snapper) visit(dirfd int, rel, name string, take bool, depth int) error
 	if _, ok := s.snap.Entries[rel]; ok {
 		return nil // a literal input took it already
 	}
+	var st unix.Stat_t
+	if err := lstatAt(dirfd, name, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil // removed since the directory was read
+		}
+		return errkind.Errorf(api.ErrUnavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
+	}
 	return s.take(dirfd, rel, name, &st)
 }
 
-// descend walks the directory name of dirfd, lstat'ed as st.
+// mayMatchUnder reports whether a glob may match something under the
+// directory rel (which none matches), so a walk skips what cannot.
+func (s *snapper) mayMatchUnder(rel string) bool {
+	for _, g := range s.globs {
+		if g.mayMatchUnder(rel) {
+			return true
+		}
+	}
+	return false
+}
+
+// descend walks the directory name of dirfd, lstat'ed as st (nil: not
+// lstat'ed; O_DIRECTORY|O_NOFOLLOW is check enough).
 func (s *snapper) descend(dirfd int, rel, name string, st *unix.Stat_t, take bool, depth int) error {
 	fd, err := openDirAt(dirfd, name)
 	if err != nil {
@@ -262,11 +277,13 @@ func (s *snapper) descend(dirfd int, rel, name string, st *unix.Stat_t, take boo
 		}
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: open %s: %w", s.w.dir, rel, err)
 	}
-	var got unix.Stat_t
-	if err := unix.Fstat(fd, &got); err != nil || got.Dev != st.Dev || got.Ino != st.Ino {
-		unix.Close(fd)
-		s.refuse(rel, "changed while it was read; try again")
-		return nil
+	if st != nil {
+		var got unix.Stat_t
+		if err := unix.Fstat(fd, &got); err != nil || got.Dev != st.Dev || got.Ino != st.Ino {
+			unix.Close(fd)
+			s.refuse(rel, "changed while it was read; try again")
+			return nil
+		}
 	}
 	defer unix.Close(fd)
 	return s.walk(fd, rel, take, depth+1)
