@@ -1,0 +1,221 @@
+package workspace
+
+import (
+	"fmt"
+	"path"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/sandbox/api"
+)
+
+// Patterns are shared by policy (workspace excludes) and by callers naming
+// inputs, so they are checked once, here, the same way for both.
+
+// Match reports whether the slash path rel matches pattern. A path matches
+// when it, or a directory it lies in, matches:
+//   - components are compared one by one with path.Match ("*", "?", "[a-z]",
+//     "\" escapes), and a "**" component stands for any number (zero too)
+//     of directories: "docs/**/*.md";
+//   - a pattern without "/" matches a base name at any depth: "*.pem"
+//     matches "a/b/key.pem" and everything under a directory "x.pem";
+//   - a trailing "/" makes the pattern match a directory and everything
+//     under it, and not a file of that name: "build/". Match cannot look
+//     at the file system, so a rel ending in "/" names a directory; any
+//     other rel is taken as a file (its ancestors are directories).
+//
+// A component that is not a valid path.Match pattern matches nothing;
+// check patterns with ValidatePattern first.
+func Match(pattern, rel string) bool {
+	isDir := strings.HasSuffix(rel, "/")
+	rel = strings.TrimSuffix(rel, "/")
+	if rel == "" {
+		return false
+	}
+	return compile(pattern).match(rel, isDir, true)
+}
+
+// ValidatePattern checks a pattern as Match reads it, for policy and for
+// untrusted inputs: not empty, relative (no leading "/"), no empty, "." or
+// ".." components, valid UTF-8 without control characters, at most
+// runtime.MaxInputPathBytes bytes and runtime.MaxInputDepth components of
+// at most 255 bytes, each a valid path.Match pattern. The error is of kind
+// api.ErrInvalidParams and names the pattern.
+func ValidatePattern(p string) error {
+	bad := func(why string) error {
+		return errkind.Errorf(api.ErrInvalidParams, "pattern %s %s", runtime.QuoteName(p), why)
+	}
+	switch {
+	case p == "":
+		return errkind.Errorf(api.ErrInvalidParams, "pattern is empty: give a relative path such as \"report.pdf\" or a glob such as \"docs/*.md\"")
+	case len(p) > runtime.MaxInputPathBytes:
+		return bad(fmt.Sprintf("is %d bytes long, at most %d", len(p), runtime.MaxInputPathBytes))
+	case !utf8.ValidString(p):
+		return bad("is not valid UTF-8")
+	case strings.IndexFunc(p, unicode.IsControl) >= 0:
+		return bad("contains a control character (or NUL)")
+	case p[0] == '/':
+		return bad("is an absolute path: give a path relative to the workspace, such as \"src/main.go\"")
+	}
+	parts := strings.Split(strings.TrimSuffix(p, "/"), "/")
+	if len(parts) > runtime.MaxInputDepth {
+		return bad(fmt.Sprintf("is %d levels deep, at most %d", len(parts), runtime.MaxInputDepth))
+	}
+	for _, c := range parts {
+		switch {
+		case c == "":
+			return bad("has an empty path component (\"//\")")
+		case c == "..":
+			return bad("has a \"..\" component: paths must stay inside the workspace")
+		case c == ".":
+			return bad("has a \".\" component: write the path without it")
+		case len(c) > 255:
+			return bad(fmt.Sprintf("has a component of %d bytes, at most 255", len(c)))
+		}
+		if _, err := path.Match(c, ""); err != nil {
+			return bad(fmt.Sprintf("has a malformed glob %q (an unclosed \"[\" or a trailing \"\\\"): %v", c, err))
+		}
+	}
+	return nil
+}
+
+// hasMeta reports whether p is a glob rather than a literal path.
+func hasMeta(p string) bool { return strings.ContainsAny(p, `*?[\`) }
+
+// pattern is a compiled Match pattern.
+type pattern struct {
+	raw     string
+	dirOnly bool     // trailing "/"
+	base    string   // set for a pattern without "/": matched against each component
+	parts   []string // otherwise the components, "**" included
+}
+
+func compile(p string) *pattern {
+	c := &pattern{raw: p, dirOnly: strings.HasSuffix(p, "/")}
+	body := strings.TrimSuffix(p, "/")
+	if !strings.Contains(body, "/") {
+		c.base = body
+		return c
+	}
+	c.parts = strings.Split(body, "/")
+	return c
+}
+
+func compileAll(ps []string) []*pattern {
+	out := make([]*pattern, len(ps))
+	for i, p := range ps {
+		out[i] = compile(p)
+	}
+	return out
+}
+
+// match reports whether rel matches; ancestors says whether rel's parent
+// directories are tried too (a walk that has tried them already says no).
+func (c *pattern) match(rel string, isDir, ancestors bool) bool {
+	if c.parts == nil {
+		if c.base == "" {
+			return false
+		}
+		if !c.dirOnly || isDir {
+			if ok, _ := path.Match(c.base, path.Base(rel)); ok {
+				return true
+			}
+		}
+		if !ancestors {
+			return false
+		}
+		for rest := rel; ; {
+			i := strings.IndexByte(rest, '/')
+			if i < 0 {
+				return false
+			}
+			if ok, _ := path.Match(c.base, rest[:i]); ok {
+				return true
+			}
+			rest = rest[i+1:]
+		}
+	}
+	names := strings.Split(rel, "/")
+	reach := prefixMatches(c.parts, names)
+	n := len(names)
+	if reach[n] && (!c.dirOnly || isDir) {
+		return true
+	}
+	if ancestors {
+		for j := 1; j < n; j++ {
+			if reach[j] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mayMatchUnder reports whether c may match a path under the directory
+// dir: a base-name pattern always may; a pattern with "/" may if a
+// beginning of it matches dir's components and some of it is left.
+func (c *pattern) mayMatchUnder(dir string) bool {
+	if c.parts == nil {
+		return c.base != ""
+	}
+	pp := c.parts
+	// cur[i]: pp[:i] matches the components of dir seen so far.
+	cur := make([]bool, len(pp)+1)
+	next := make([]bool, len(pp)+1)
+	cur[0] = true
+	for i := 1; i <= len(pp) && pp[i-1] == "**"; i++ {
+		cur[i] = true
+	}
+	for name := range strings.SplitSeq(dir, "/") {
+		next[0] = false
+		for i := 1; i <= len(pp); i++ {
+			if pp[i-1] == "**" {
+				next[i] = cur[i] || next[i-1]
+			} else {
+				next[i] = false
+				if cur[i-1] {
+					next[i], _ = path.Match(pp[i-1], name)
+				}
+			}
+		}
+		cur, next = next, cur
+	}
+	for i := 0; i < len(pp); i++ {
+		if cur[i] {
+			return true
+		}
+	}
+	return cur[len(pp)] && pp[len(pp)-1] == "**"
+}
+
+// prefixMatches returns, for each j, whether the pattern components pp
+// match names[:j] entirely. It is the dynamic program of glob matching
+// ("**" matching any run of components), so it costs len(pp)*len(names)
+// component matches whatever the pattern, never an exponential search.
+func prefixMatches(pp, names []string) []bool {
+	n := len(names)
+	prev := make([]bool, n+1) // pp[:0] matches names[:j] only for j == 0
+	prev[0] = true
+	cur := make([]bool, n+1)
+	for _, p := range pp {
+		if p == "**" {
+			cur[0] = prev[0]
+			for j := 1; j <= n; j++ {
+				cur[j] = prev[j] || cur[j-1]
+			}
+		} else {
+			cur[0] = false
+			for j := 1; j <= n; j++ {
+				cur[j] = false
+				if prev[j-1] {
+					cur[j], _ = path.Match(p, names[j-1])
+				}
+			}
+		}
+		prev, cur = cur, prev
+	}
+	return prev
+}

@@ -1,0 +1,102 @@
+package workspace
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
+)
+
+// FuzzMatch: ValidatePattern and Match never panic; a valid literal
+// pattern matches itself and everything under it; a path matches when
+// one of its directories does.
+func FuzzMatch(f *testing.F) {
+	for _, s := range [][2]string{
+		{"a.txt", "a.txt"}, {"*.pem", "x/k.pem"}, {".git/", ".git/config"}, {"docs/**/*.md", "docs/a/b.md"},
+		{"**", "x"}, {"[a-", "a"}, {`\`, `\`}, {"a//b", "a/b"}, {"../x", "x"}, {"/abs", "abs"}, {"a/**/**/b", "a/b"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, p, rel string) {
+		valid := ValidatePattern(p) == nil
+		got := Match(p, rel)
+		if !valid {
+			return
+		}
+		if !hasMeta(p) && !strings.HasSuffix(p, "/") {
+			if !Match(p, p) || !Match(p, p+"/x") {
+				t.Fatalf("literal %q does not match itself or what lies under it", p)
+			}
+		}
+		if got && runtime.ValidateInputName(strings.TrimSuffix(rel, "/")) == nil {
+			if under := strings.TrimSuffix(rel, "/") + "/x"; !Match(p, under) {
+				t.Fatalf("Match(%q, %q) but not %q under it", p, rel, under)
+			}
+		}
+	})
+}
+
+// FuzzSnapshotInputs: whatever inputs a caller sends, Snapshot never
+// panics or hangs, takes only paths of the workspace that pass
+// ValidateInputs, never the excluded or hostile ones, and reports errors
+// of a kind.
+func FuzzSnapshotInputs(f *testing.F) {
+	for _, s := range []string{
+		"", "a.txt", "sub", "sub/", "*.txt", "**", "../outside/canary.txt", "/etc/passwd", "link/canary.txt",
+		"out/", "pipe", ".git/config", "sub/**/x\nsub/deep", "l*", "[", "a.txt\na.txt", "missing",
+	} {
+		f.Add(s)
+	}
+	fx := newFixture(f) // built once, for every input list
+	fx.file("a.txt", "a")
+	fx.file("sub/deep/x", "x")
+	fx.file("sub/y.txt", "y")
+	fx.file(".git/config", "c")
+	fx.symlink("link", "../outside")
+	fx.symlink("out", fx.outside)
+	fx.symlink("sub/in", "../a.txt")
+	fx.fifo("pipe")
+	w, err := Open(fx.ws)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { w.Close() })
+	f.Fuzz(func(t *testing.T, list string) {
+		var inputs []string
+		if list != "" {
+			inputs = strings.Split(list, "\n")
+			if len(inputs) > 8 {
+				return
+			}
+		}
+		s, err := w.Snapshot(inputs, Options{})
+		if err != nil {
+			if !errors.Is(err, api.ErrInvalidParams) && !errors.Is(err, api.ErrNotFound) {
+				t.Fatalf("Snapshot(%q) = %v: not of a caller's kind", inputs, err)
+			}
+			return
+		}
+		if err := runtime.ValidateInputs(s.Files, 1<<30); err != nil {
+			t.Fatalf("Snapshot(%q) gives invalid inputs: %v", inputs, err)
+		}
+		for _, in := range s.Files {
+			if strings.HasPrefix(in.Name, ".git") || in.Name == "pipe" || in.Name == "link" || in.Name == "out" {
+				t.Fatalf("Snapshot(%q) took %q", inputs, in.Name)
+			}
+			if _, err := os.Lstat(filepath.Join(fx.ws, in.Name)); err != nil {
+				t.Fatalf("Snapshot(%q) took %q, not in the workspace: %v", inputs, in.Name, err)
+			}
+			if strings.Contains(string(in.Data), "canary") {
+				t.Fatalf("Snapshot(%q) read the canary as %q", inputs, in.Name)
+			}
+		}
+		data, err := os.ReadFile(fx.canary)
+		if err != nil || string(data) != canaryData {
+			t.Fatalf("canary changed")
+		}
+	})
+}
