@@ -36,9 +36,10 @@ import (
 //     was in base and is still base's on the host (else Conflict); a
 //     symlink is removed, not followed; a directory is never deleted.
 //
-// A nil base is an empty one. Apply returns an error only when the
-// workspace itself cannot be used (closed, removed, an invalid exclude
-// pattern); every problem with one path is a Finding of the Report.
+// A path both deleted and written is written. A nil base is an empty one.
+// Apply returns an error only when the workspace itself cannot be used
+// (closed, removed, an invalid exclude pattern), with the Report of what
+// was done before; every problem with one path is a Finding.
 func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options) (*Report, error) {
 	excludes := o.Excludes
 	if excludes == nil {
@@ -67,9 +68,16 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 		a.base = base.Entries
 	}
 
+	writes := make(map[string]bool, len(c.Written))
+	for i := range c.Written {
+		writes[c.Written[i].Path] = true
+	}
 	deleted := append([]string(nil), c.Deleted...)
 	sort.Strings(deleted)
 	for _, rel := range deleted {
+		if writes[rel] {
+			continue // written again: the write replaces it
+		}
 		if err := a.delete(rel, allowDelete); err != nil {
 			return a.rep, err
 		}

@@ -337,6 +337,14 @@ func TestApply(t *testing.T) {
 			allowDelete: true,
 		},
 		{
+			name:        "deleted and written again",
+			setup:       func(f *fixture) { f.file("a", "a") },
+			changes:     Changes{Deleted: []string{"a"}, Written: []runtime.OutputFile{out("a", "again")}},
+			allowDelete: true,
+			written:     []string{"a"},
+			check:       func(f *fixture) { expect(f, "a", "again") },
+		},
+		{
 			name:        "a file replaced by a directory",
 			setup:       func(f *fixture) { f.file("a", "a") },
 			changes:     Changes{Deleted: []string{"a"}, Written: []runtime.OutputFile{out("a/b", "b")}},

@@ -324,6 +324,13 @@ func TestSnapshotHostile(t *testing.T) {
 			errText: `"*.docx" matches nothing`,
 		},
 		{
+			name:    "glob under an excluded directory",
+			setup:   func(f *fixture) { f.file(".git/config", "c"); f.file("a", "a") },
+			inputs:  []string{".git/*"},
+			err:     api.ErrNotFound,
+			errText: `matches nothing in the workspace outside excluded paths (".git" is excluded`,
+		},
+		{
 			name:    "directory wanted, file found",
 			setup:   func(f *fixture) { f.file("a", "a") },
 			inputs:  []string{"a/"},
@@ -453,5 +460,29 @@ func TestSnapshotInvalidExclude(t *testing.T) {
 	f := newFixture(t)
 	if _, err := f.open().Snapshot(nil, Options{Excludes: []string{"../x"}}); !errors.Is(err, api.ErrInvalidParams) {
 		t.Fatalf("Snapshot with an invalid exclude = %v", err)
+	}
+}
+
+func TestSnapshotPermissionDenied(t *testing.T) {
+	if os.Getuid() == 0 {
+		t.Skip("root reads what it is denied")
+	}
+	f := newFixture(t)
+	f.file("locked/secret", "s")
+	f.fileMode("unreadable", "u", 0)
+	f.file("ok", "ok")
+	if err := os.Chmod(f.path("locked"), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(f.path("locked"), 0o755) })
+	s, err := f.open().Snapshot(nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(s); !slices.Equal(got, []string{"locked", "ok"}) {
+		t.Errorf("files = %q", got)
+	}
+	if !hasFinding(s.Refused, "locked", "permission denied") || !hasFinding(s.Refused, "unreadable", "permission denied") {
+		t.Errorf("refused:\n%s", findings(s.Refused))
 	}
 }

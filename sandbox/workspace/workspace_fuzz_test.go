@@ -32,10 +32,27 @@ func FuzzMatch(f *testing.F) {
 				t.Fatalf("literal %q does not match itself or what lies under it", p)
 			}
 		}
-		if got && runtime.ValidateInputName(strings.TrimSuffix(rel, "/")) == nil {
-			if under := strings.TrimSuffix(rel, "/") + "/x"; !Match(p, under) {
-				t.Fatalf("Match(%q, %q) but not %q under it", p, rel, under)
+		clean := strings.TrimSuffix(rel, "/")
+		if !got || runtime.ValidateInputName(clean) != nil {
+			return
+		}
+		if under := clean + "/x"; !Match(p, under) {
+			t.Fatalf("Match(%q, %q) but not %q under it", p, rel, under)
+		}
+		// A glob walk skips a directory only where nothing under it
+		// can match: every directory on the way to a match that does
+		// not match itself must be walked.
+		c := compile(p)
+		for i := strings.IndexByte(clean, '/'); i >= 0; {
+			dir := clean[:i]
+			if !c.match(dir, true, true) && !c.mayMatchUnder(dir) {
+				t.Fatalf("Match(%q, %q) but a walk would skip %q", p, rel, dir)
 			}
+			next := strings.IndexByte(clean[i+1:], '/')
+			if next < 0 {
+				break
+			}
+			i += 1 + next
 		}
 	})
 }
