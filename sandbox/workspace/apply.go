@@ -46,8 +46,8 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 		excludes = DefaultExcludes
 	}
 	for _, p := range excludes {
-		if err := ValidatePattern(p); err != nil {
-			return nil, fmt.Errorf("exclude: %w", err)
+		if err := validatePattern(p, "exclude pattern"); err != nil {
+			return nil, err
 		}
 	}
 	root, done, err := w.root()

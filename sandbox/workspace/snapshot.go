@@ -38,14 +38,14 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 		excludes = DefaultExcludes
 	}
 	for _, p := range excludes {
-		if err := ValidatePattern(p); err != nil {
-			return nil, fmt.Errorf("exclude: %w", err)
+		if err := validatePattern(p, "exclude pattern"); err != nil {
+			return nil, err
 		}
 	}
 	var literals, globs []string
 	for _, in := range inputs {
-		if err := ValidatePattern(in); err != nil {
-			return nil, fmt.Errorf("input: %w", err)
+		if err := validatePattern(in, "input"); err != nil {
+			return nil, err
 		}
 		if hasMeta(in) {
 			globs = append(globs, in)
@@ -122,10 +122,10 @@ func (s *snapper) refuse(rel, format string, args ...any) {
 	s.snap.Refused = append(s.snap.Refused, Finding{Path: rel, Why: fmt.Sprintf(format, args...)})
 }
 
-// excluded returns the exclude pattern rel (a directory if isDir) matches,
-// its parent directories included when ancestors. A file named like an
-// excluded directory (".git" as a file, as in a git worktree) is excluded
-// too.
+// excluded returns the exclude pattern rel matches, its parent
+// directories tried too when ancestors. rel is matched as a directory: a
+// file named like an excluded directory (".git" as a file, as in a git
+// worktree) is excluded too.
 func (s *snapper) excluded(rel string, ancestors bool) string {
 	for _, p := range s.excludes {
 		if p.match(rel, true, ancestors) {

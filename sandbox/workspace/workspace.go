@@ -48,7 +48,9 @@ type Caps struct {
 // Options are what a Snapshot and an Apply follow.
 type Options struct {
 	// Excludes are patterns (see Match) of paths neither copied in nor
-	// written back; nil is DefaultExcludes, an empty non-nil slice none.
+	// written back, nor anything under them; nil is DefaultExcludes, an
+	// empty non-nil slice none. A pattern ending in "/" excludes a file of
+	// that name too (the ".git" file of a git worktree).
 	Excludes []string
 	Caps     Caps
 	// Owner, for Apply: who owns what it creates (nil: the writer).
