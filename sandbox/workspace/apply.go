@@ -265,7 +265,7 @@ func (a *applier) replace(dirfd int, rel, name string, be Entry, data []byte, af
 	if a.w.raced != nil {
 		a.w.raced(rel)
 	}
-	err = renameat2(dirfd, tmp, name, unix.RENAME_EXCHANGE)
+	err = a.renameat2(dirfd, tmp, name, unix.RENAME_EXCHANGE)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
 		// No exchange on this file system: check once more and rename
 		// over it. A host write between the two is the one not seen.
@@ -292,7 +292,7 @@ func (a *applier) replace(dirfd int, rel, name string, be Entry, data []byte, af
 	// tmp now holds what was at name: it must be base's still, or a host
 	// writer got in between the check and the exchange.
 	if ok, err := same(dirfd, tmp, be); err != nil || !ok {
-		if xerr := renameat2(dirfd, tmp, name, unix.RENAME_EXCHANGE); xerr != nil {
+		if xerr := a.renameat2(dirfd, tmp, name, unix.RENAME_EXCHANGE); xerr != nil {
 			a.conflict(rel, "changed on the host while it was written back, and putting the host copy back failed (%v): the host copy is at %s", xerr, path.Join(path.Dir(rel), tmp))
 			return nil
 		}
@@ -334,7 +334,7 @@ func (a *applier) create(dirfd int, rel, name string, data []byte, after string)
 	if a.w.raced != nil {
 		a.w.raced(rel)
 	}
-	err = renameat2(dirfd, tmp, name, unix.RENAME_NOREPLACE)
+	err = a.renameat2(dirfd, tmp, name, unix.RENAME_NOREPLACE)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
 		// No RENAME_NOREPLACE here: a hard link is just as exclusive.
 		err = linkat(dirfd, tmp, name)
@@ -413,7 +413,7 @@ func (a *applier) delete(rel string, allow bool) error {
 	// Move it aside, check what was moved, then remove it: a host change
 	// in between is put back, never lost.
 	tmp := tempName()
-	if err := renameat2(dirfd, name, tmp, unix.RENAME_NOREPLACE); err != nil {
+	if err := a.renameat2(dirfd, name, tmp, unix.RENAME_NOREPLACE); err != nil {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
 			err = renameat(dirfd, name, tmp) // tmp is a fresh random name
 		}
@@ -425,7 +425,13 @@ func (a *applier) delete(rel string, allow bool) error {
 		}
 	}
 	if ok, err := same(dirfd, tmp, be); err != nil || !ok {
-		if err := renameat2(dirfd, tmp, name, unix.RENAME_NOREPLACE); err != nil {
+		err := a.renameat2(dirfd, tmp, name, unix.RENAME_NOREPLACE)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+			if err = linkat(dirfd, tmp, name); err == nil {
+				unix.Unlinkat(dirfd, tmp, 0)
+			}
+		}
+		if err != nil {
 			a.conflict(rel, "changed on the host while it was deleted; the host copy is kept at %s", path.Join(path.Dir(rel), tmp))
 			return nil
 		}
@@ -509,6 +515,13 @@ func writeTemp(dirfd int, data []byte, perm uint32, uid, gid int, keep bool) (st
 		return "", err
 	}
 	return name, nil
+}
+
+func (a *applier) renameat2(dirfd int, from, to string, flags uint) error {
+	if a.w.noRenameat2 {
+		return unix.EINVAL
+	}
+	return renameat2(dirfd, from, to, flags)
 }
 
 func renameat2(dirfd int, from, to string, flags uint) error {

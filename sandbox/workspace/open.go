@@ -55,6 +55,9 @@ type Workspace struct {
 	// was checked and before it is replaced or deleted: a host writer
 	// racing the write-back.
 	raced func(rel string)
+	// noRenameat2, when set (tests), makes Apply take the way it takes on
+	// a file system without renameat2's flags.
+	noRenameat2 bool
 }
 
 // Open opens the workspace at dir, a directory. The symlinks on dir's path,

@@ -379,11 +379,13 @@ func (s *snapper) take(dirfd int, rel, name string, st *unix.Stat_t) error {
 	}
 	f, err := openRegularAt(dirfd, name, st)
 	if err != nil {
+		s.bytes -= st.Size
 		return s.readErr(rel, err)
 	}
 	data, err := readAll(f, st.Size, s.caps.FileBytes)
 	f.Close()
 	if err != nil {
+		s.bytes -= st.Size
 		return s.readErr(rel, err)
 	}
 	s.bytes += int64(len(data)) - st.Size // it may have changed size while read
