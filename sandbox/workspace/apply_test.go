@@ -219,6 +219,12 @@ func testApply(t *testing.T, fallback bool) {
 			conflicts: map[string]string{"p": "named pipe (FIFO)"},
 		},
 		{
+			name:    "a new file under a FIFO",
+			setup:   func(f *fixture) { f.fifo("p") },
+			changes: Changes{Written: []runtime.OutputFile{out("p/x", "x")}},
+			refused: map[string]string{"p/x": `"p" is a named pipe (FIFO) on the host, not a directory`},
+		},
+		{
 			name:    "hostile paths",
 			setup:   func(f *fixture) { f.file("a", "a") },
 			changes: Changes{Written: []runtime.OutputFile{out("../outside/canary.txt", "pwned"), out("/etc/x", "x"), out("a/./b", "x"), out("bad\x00", "x")}},

@@ -173,11 +173,10 @@ func openDirAt(dirfd int, name string) (int, error) {
 // directory is a refusal; a missing one without create wraps
 // unix.ENOENT.
 func openDir(root int, rel string, create bool, owner *Owner) (int, error) {
-	fd, err := retry(func() (int, error) { return unix.Dup(root) })
+	fd, err := retry(func() (int, error) { return unix.FcntlInt(uintptr(root), unix.F_DUPFD_CLOEXEC, 0) })
 	if err != nil {
 		return -1, err
 	}
-	unix.CloseOnExec(fd)
 	if rel == "." || rel == "" {
 		return fd, nil
 	}

@@ -272,6 +272,13 @@ func TestSnapshotHostile(t *testing.T) {
 			refused: map[string]string{"pipe.txt": "named pipe (FIFO)"},
 		},
 		{
+			name:    "through a fifo",
+			setup:   func(f *fixture) { f.fifo("pipe") },
+			inputs:  []string{"pipe/x"},
+			want:    []string{},
+			refused: map[string]string{"pipe/x": `"pipe" is a named pipe (FIFO) on the host, not a directory`},
+		},
+		{
 			name: "hardlink to a file outside",
 			setup: func(f *fixture) {
 				secret := filepath.Join(f.outside, "keep-secret")
