@@ -24,7 +24,12 @@ import (
 //     (renameat2 RENAME_EXCHANGE); what the exchange took out is checked
 //     again, and if a host writer changed it meanwhile the exchange is
 //     undone and the path is a Conflict. The file keeps its mode bits
-//     (and owner, where the writer may keep it).
+//     (and owner, where the writer may keep it). A host program that
+//     still holds the old file open after that writes to the old copy,
+//     which is gone from the workspace: no check can see that write.
+//     Without renameat2's flags (some file systems) the check is made
+//     again just before a plain rename, and a host write between the two
+//     is the one not seen.
 //   - A path that was not in base is created (mode 0644, owned by
 //     o.Owner when set) only where nothing is (RENAME_NOREPLACE); if
 //     something is there already it is a Conflict, unless it holds the

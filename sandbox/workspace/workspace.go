@@ -85,7 +85,7 @@ type Snapshot struct {
 	// Refused are paths left out because of what they are (a special
 	// file, a hard-linked file, a symlink pointing out of the workspace,
 	// a name not valid in /work) or a cap; Excluded counts the paths an
-	// exclude pattern left out.
+	// exclude pattern left out (an excluded directory counts once).
 	Refused  []Finding
 	Excluded int
 }
