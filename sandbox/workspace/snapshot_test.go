@@ -493,3 +493,30 @@ func TestSnapshotPermissionDenied(t *testing.T) {
 		t.Errorf("refused:\n%s", findings(s.Refused))
 	}
 }
+
+// TestSnapshotConcurrent: one Workspace serves runs at once; each walk
+// reads the directories from their start.
+func TestSnapshotConcurrent(t *testing.T) {
+	f := newFixture(t)
+	project(f)
+	w := f.open()
+	want, err := w.Snapshot(nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			s, err := w.Snapshot(nil, Options{})
+			if err == nil && !slices.Equal(names(s), names(want)) {
+				err = errors.New(strings.Join(names(s), ","))
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
