@@ -117,3 +117,51 @@ func FuzzSnapshotInputs(f *testing.F) {
 		}
 	})
 }
+
+// FuzzApplyPaths: whatever paths a run's changes name, Apply never
+// panics, never errors on a usable workspace, and never writes or deletes
+// outside it, through a symlink or otherwise.
+func FuzzApplyPaths(f *testing.F) {
+	for _, s := range [][2]string{
+		{"a.txt", "a.txt"}, {"up/outside/canary.txt", "up/outside/canary.txt"}, {"abs/canary.txt", "abs/canary.txt"},
+		{"../outside/canary.txt", "/etc/passwd"}, {"d/new/x", "d/file"}, {"link", "link"}, {"d/file/x", ".git/config"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	fx := newFixture(f)
+	fx.file("a.txt", "a")
+	fx.file("d/file", "f")
+	fx.file(".git/config", "c")
+	fx.symlink("up", "..")
+	fx.symlink("abs", fx.outside)
+	fx.symlink("link", "a.txt")
+	w, err := Open(fx.ws)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { w.Close() })
+	base, err := w.Snapshot(nil, Options{Excludes: []string{}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, write, del string) {
+		rep, err := w.Apply(base, Changes{Written: []runtime.OutputFile{out(write, "fuzz")}, Deleted: []string{del}}, true, Options{})
+		if err != nil {
+			t.Fatalf("Apply(%q, %q) = %v", write, del, err)
+		}
+		if n := len(rep.Written) + len(rep.Deleted) + len(rep.Conflicts) + len(rep.Refused); n == 0 && write != "a.txt" {
+			// Every change is accounted for, unless nothing was to do.
+			if _, err := os.Lstat(filepath.Join(fx.ws, write)); err != nil {
+				t.Fatalf("Apply(%q, %q) reported nothing and wrote nothing", write, del)
+			}
+		}
+		data, err := os.ReadFile(fx.canary)
+		if err != nil || string(data) != canaryData {
+			t.Fatalf("canary changed by Apply(%q, %q)", write, del)
+		}
+		ents, err := os.ReadDir(fx.outside)
+		if err != nil || len(ents) != 1 {
+			t.Fatalf("Apply(%q, %q) wrote outside the workspace: %v", write, del, ents)
+		}
+	})
+}
