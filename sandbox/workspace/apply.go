@@ -24,7 +24,12 @@ import (
 //     (renameat2 RENAME_EXCHANGE); what the exchange took out is checked
 //     again, and if a host writer changed it meanwhile the exchange is
 //     undone and the path is a Conflict. The file keeps its mode bits
-//     (and owner, where the writer may keep it).
+//     (and owner, where the writer may keep it). A host program that
+//     still holds the old file open after that writes to the old copy,
+//     which is gone from the workspace: no check can see that write.
+//     Without renameat2's flags (some file systems) the check is made
+//     again just before a plain rename, and a host write between the two
+//     is the one not seen.
 //   - A path that was not in base is created (mode 0644, owned by
 //     o.Owner when set) only where nothing is (RENAME_NOREPLACE); if
 //     something is there already it is a Conflict, unless it holds the
@@ -36,17 +41,18 @@ import (
 //     was in base and is still base's on the host (else Conflict); a
 //     symlink is removed, not followed; a directory is never deleted.
 //
-// A nil base is an empty one. Apply returns an error only when the
-// workspace itself cannot be used (closed, removed, an invalid exclude
-// pattern); every problem with one path is a Finding of the Report.
+// A path both deleted and written is written. A nil base is an empty one.
+// Apply returns an error only when the workspace itself cannot be used
+// (closed, removed, an invalid exclude pattern), with the Report of what
+// was done before; every problem with one path is a Finding.
 func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options) (*Report, error) {
 	excludes := o.Excludes
 	if excludes == nil {
 		excludes = DefaultExcludes
 	}
 	for _, p := range excludes {
-		if err := ValidatePattern(p); err != nil {
-			return nil, fmt.Errorf("exclude: %w", err)
+		if err := validatePattern(p, "exclude pattern"); err != nil {
+			return nil, err
 		}
 	}
 	root, done, err := w.root()
@@ -67,9 +73,16 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 		a.base = base.Entries
 	}
 
+	writes := make(map[string]bool, len(c.Written))
+	for i := range c.Written {
+		writes[c.Written[i].Path] = true
+	}
 	deleted := append([]string(nil), c.Deleted...)
 	sort.Strings(deleted)
 	for _, rel := range deleted {
+		if writes[rel] {
+			continue // written again: the write replaces it
+		}
 		if err := a.delete(rel, allowDelete); err != nil {
 			return a.rep, err
 		}
@@ -257,7 +270,7 @@ func (a *applier) replace(dirfd int, rel, name string, be Entry, data []byte, af
 	if a.w.raced != nil {
 		a.w.raced(rel)
 	}
-	err = renameat2(dirfd, tmp, name, unix.RENAME_EXCHANGE)
+	err = a.renameat2(dirfd, tmp, name, unix.RENAME_EXCHANGE)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
 		// No exchange on this file system: check once more and rename
 		// over it. A host write between the two is the one not seen.
@@ -284,7 +297,7 @@ func (a *applier) replace(dirfd int, rel, name string, be Entry, data []byte, af
 	// tmp now holds what was at name: it must be base's still, or a host
 	// writer got in between the check and the exchange.
 	if ok, err := same(dirfd, tmp, be); err != nil || !ok {
-		if xerr := renameat2(dirfd, tmp, name, unix.RENAME_EXCHANGE); xerr != nil {
+		if xerr := a.renameat2(dirfd, tmp, name, unix.RENAME_EXCHANGE); xerr != nil {
 			a.conflict(rel, "changed on the host while it was written back, and putting the host copy back failed (%v): the host copy is at %s", xerr, path.Join(path.Dir(rel), tmp))
 			return nil
 		}
@@ -326,7 +339,7 @@ func (a *applier) create(dirfd int, rel, name string, data []byte, after string)
 	if a.w.raced != nil {
 		a.w.raced(rel)
 	}
-	err = renameat2(dirfd, tmp, name, unix.RENAME_NOREPLACE)
+	err = a.renameat2(dirfd, tmp, name, unix.RENAME_NOREPLACE)
 	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
 		// No RENAME_NOREPLACE here: a hard link is just as exclusive.
 		err = linkat(dirfd, tmp, name)
@@ -405,7 +418,7 @@ func (a *applier) delete(rel string, allow bool) error {
 	// Move it aside, check what was moved, then remove it: a host change
 	// in between is put back, never lost.
 	tmp := tempName()
-	if err := renameat2(dirfd, name, tmp, unix.RENAME_NOREPLACE); err != nil {
+	if err := a.renameat2(dirfd, name, tmp, unix.RENAME_NOREPLACE); err != nil {
 		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
 			err = renameat(dirfd, name, tmp) // tmp is a fresh random name
 		}
@@ -417,7 +430,13 @@ func (a *applier) delete(rel string, allow bool) error {
 		}
 	}
 	if ok, err := same(dirfd, tmp, be); err != nil || !ok {
-		if err := renameat2(dirfd, tmp, name, unix.RENAME_NOREPLACE); err != nil {
+		err := a.renameat2(dirfd, tmp, name, unix.RENAME_NOREPLACE)
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+			if err = linkat(dirfd, tmp, name); err == nil {
+				unix.Unlinkat(dirfd, tmp, 0)
+			}
+		}
+		if err != nil {
 			a.conflict(rel, "changed on the host while it was deleted; the host copy is kept at %s", path.Join(path.Dir(rel), tmp))
 			return nil
 		}
@@ -501,6 +520,13 @@ func writeTemp(dirfd int, data []byte, perm uint32, uid, gid int, keep bool) (st
 		return "", err
 	}
 	return name, nil
+}
+
+func (a *applier) renameat2(dirfd int, from, to string, flags uint) error {
+	if a.w.noRenameat2 {
+		return unix.EINVAL
+	}
+	return renameat2(dirfd, from, to, flags)
 }
 
 func renameat2(dirfd int, from, to string, flags uint) error {

@@ -27,6 +27,18 @@ func changePaths(cs []FileChange) []string {
 }
 
 func TestApply(t *testing.T) {
+	for _, fallback := range []bool{false, true} {
+		name := "renameat2"
+		if fallback {
+			name = "no renameat2"
+		}
+		t.Run(name, func(t *testing.T) { testApply(t, fallback) })
+	}
+}
+
+// testApply runs the cases the way Apply takes with renameat2's flags or,
+// with fallback, without them.
+func testApply(t *testing.T, fallback bool) {
 	for _, tc := range []struct {
 		name        string
 		setup       func(f *fixture)
@@ -132,7 +144,7 @@ func TestApply(t *testing.T) {
 			raced: func(f *fixture, rel string) {
 				// Written in place, as an editor that does not rename would.
 				if err := os.WriteFile(f.path(rel), []byte("racing host edit"), 0o644); err != nil {
-					f.t.Fatal(err)
+					f.t.Error(err)
 				}
 			},
 			changes:   Changes{Written: []runtime.OutputFile{out("doc.txt", "run edit")}},
@@ -144,7 +156,7 @@ func TestApply(t *testing.T) {
 			setup: func(f *fixture) { f.file("a", "a") },
 			raced: func(f *fixture, rel string) {
 				if err := os.WriteFile(f.path(rel), []byte("host"), 0o644); err != nil {
-					f.t.Fatal(err)
+					f.t.Error(err)
 				}
 			},
 			changes:   Changes{Written: []runtime.OutputFile{out("new.txt", "run")}},
@@ -205,6 +217,12 @@ func TestApply(t *testing.T) {
 			setup:     func(f *fixture) { f.file("a", "a"); f.fifo("p") },
 			changes:   Changes{Written: []runtime.OutputFile{out("p", "x")}},
 			conflicts: map[string]string{"p": "named pipe (FIFO)"},
+		},
+		{
+			name:    "a new file under a FIFO",
+			setup:   func(f *fixture) { f.fifo("p") },
+			changes: Changes{Written: []runtime.OutputFile{out("p/x", "x")}},
+			refused: map[string]string{"p/x": `"p" is a named pipe (FIFO) on the host, not a directory`},
 		},
 		{
 			name:    "hostile paths",
@@ -278,7 +296,7 @@ func TestApply(t *testing.T) {
 			setup: func(f *fixture) { f.file("a", "a") },
 			raced: func(f *fixture, rel string) {
 				if err := os.WriteFile(f.path(rel), []byte("racing host edit"), 0o644); err != nil {
-					f.t.Fatal(err)
+					f.t.Error(err)
 				}
 			},
 			changes:     Changes{Deleted: []string{"a"}},
@@ -337,6 +355,14 @@ func TestApply(t *testing.T) {
 			allowDelete: true,
 		},
 		{
+			name:        "deleted and written again",
+			setup:       func(f *fixture) { f.file("a", "a") },
+			changes:     Changes{Deleted: []string{"a"}, Written: []runtime.OutputFile{out("a", "again")}},
+			allowDelete: true,
+			written:     []string{"a"},
+			check:       func(f *fixture) { expect(f, "a", "again") },
+		},
+		{
 			name:        "a file replaced by a directory",
 			setup:       func(f *fixture) { f.file("a", "a") },
 			changes:     Changes{Deleted: []string{"a"}, Written: []runtime.OutputFile{out("a/b", "b")}},
@@ -362,6 +388,7 @@ func TestApply(t *testing.T) {
 			if tc.raced != nil {
 				w.raced = func(rel string) { tc.raced(f, rel) }
 			}
+			w.noRenameat2 = fallback
 			var rep *Report
 			within(t, func() { rep, err = w.Apply(base, tc.changes, tc.allowDelete, tc.opts) })
 			if err != nil {

@@ -44,13 +44,17 @@ func Match(pattern, rel string) bool {
 // runtime.MaxInputPathBytes bytes and runtime.MaxInputDepth components of
 // at most 255 bytes, each a valid path.Match pattern. The error is of kind
 // api.ErrInvalidParams and names the pattern.
-func ValidatePattern(p string) error {
+func ValidatePattern(p string) error { return validatePattern(p, "pattern") }
+
+// validatePattern is ValidatePattern, its messages naming p a what
+// ("input", "exclude pattern").
+func validatePattern(p, what string) error {
 	bad := func(why string) error {
-		return errkind.Errorf(api.ErrInvalidParams, "pattern %s %s", runtime.QuoteName(p), why)
+		return errkind.Errorf(api.ErrInvalidParams, "%s %s %s", what, runtime.QuoteName(p), why)
 	}
 	switch {
 	case p == "":
-		return errkind.Errorf(api.ErrInvalidParams, "pattern is empty: give a relative path such as \"report.pdf\" or a glob such as \"docs/*.md\"")
+		return errkind.Errorf(api.ErrInvalidParams, "%s is empty: give a relative path such as \"report.pdf\" or a glob such as \"docs/*.md\"", what)
 	case len(p) > runtime.MaxInputPathBytes:
 		return bad(fmt.Sprintf("is %d bytes long, at most %d", len(p), runtime.MaxInputPathBytes))
 	case !utf8.ValidString(p):

@@ -118,3 +118,25 @@ func TestValidatePattern(t *testing.T) {
 		}
 	}
 }
+
+func TestMayMatchUnder(t *testing.T) {
+	for _, tc := range []struct {
+		pattern, dir string
+		want         bool
+	}{
+		{"*.md", "any/dir", true},
+		{"docs/*.md", "docs", true},
+		{"docs/*.md", "src", false},
+		{"docs/*.md", "docs/sub", false},
+		{"docs/**/*.md", "docs/a/b", true},
+		{"docs/**/*.md", "src/docs", false},
+		{"**/x/y", "a/b", true},
+		{"d*/sub/", "dx", true},
+		{"d*/sub/", "dx/sub", false}, // it matches there; nothing under it is left to match
+		{"a/**", "a/b", true},
+	} {
+		if got := compile(tc.pattern).mayMatchUnder(tc.dir); got != tc.want {
+			t.Errorf("mayMatchUnder(%q, %q) = %v, want %v", tc.pattern, tc.dir, got, tc.want)
+		}
+	}
+}

@@ -55,6 +55,9 @@ type Workspace struct {
 	// was checked and before it is replaced or deleted: a host writer
 	// racing the write-back.
 	raced func(rel string)
+	// noRenameat2, when set (tests), makes Apply take the way it takes on
+	// a file system without renameat2's flags.
+	noRenameat2 bool
 }
 
 // Open opens the workspace at dir, a directory. The symlinks on dir's path,
@@ -170,11 +173,10 @@ func openDirAt(dirfd int, name string) (int, error) {
 // directory is a refusal; a missing one without create wraps
 // unix.ENOENT.
 func openDir(root int, rel string, create bool, owner *Owner) (int, error) {
-	fd, err := retry(func() (int, error) { return unix.Dup(root) })
+	fd, err := retry(func() (int, error) { return unix.FcntlInt(uintptr(root), unix.F_DUPFD_CLOEXEC, 0) })
 	if err != nil {
 		return -1, err
 	}
-	unix.CloseOnExec(fd)
 	if rel == "." || rel == "" {
 		return fd, nil
 	}

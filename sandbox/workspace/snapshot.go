@@ -38,14 +38,14 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 		excludes = DefaultExcludes
 	}
 	for _, p := range excludes {
-		if err := ValidatePattern(p); err != nil {
-			return nil, fmt.Errorf("exclude: %w", err)
+		if err := validatePattern(p, "exclude pattern"); err != nil {
+			return nil, err
 		}
 	}
 	var literals, globs []string
 	for _, in := range inputs {
-		if err := ValidatePattern(in); err != nil {
-			return nil, fmt.Errorf("input: %w", err)
+		if err := validatePattern(in, "input"); err != nil {
+			return nil, err
 		}
 		if hasMeta(in) {
 			globs = append(globs, in)
@@ -80,6 +80,7 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 		s.globs = compileAll(globs)
 		s.hits = make([]int, len(globs))
 		s.excludedHit = make([]string, len(globs))
+		s.excludedUnder = make([]string, len(globs))
 		if err := s.walk(root, ".", false, 1); err != nil {
 			return nil, err
 		}
@@ -88,6 +89,8 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 			case s.hits[i] > 0:
 			case s.excludedHit[i] != "":
 				s.refuse(g, "matches only excluded paths (such as %s); excluded paths are never copied in", s.excludedHit[i])
+			case s.excludedUnder[i] != "":
+				return nil, errkind.Errorf(api.ErrNotFound, "input %s matches nothing in the workspace outside excluded paths (%s is excluded and never searched): check the path against a listing of the workspace", runtime.QuoteName(g), s.excludedUnder[i])
 			default:
 				return nil, notFound(g)
 			}
@@ -111,16 +114,18 @@ type snapper struct {
 	globs       []*pattern
 	hits        []int    // per glob, entries selected
 	excludedHit []string // per glob, an excluded path it matched
+	// per glob, an excluded directory it might have matched under
+	excludedUnder []string
 }
 
 func (s *snapper) refuse(rel, format string, args ...any) {
 	s.snap.Refused = append(s.snap.Refused, Finding{Path: rel, Why: fmt.Sprintf(format, args...)})
 }
 
-// excluded returns the exclude pattern rel (a directory if isDir) matches,
-// its parent directories included when ancestors. A file named like an
-// excluded directory (".git" as a file, as in a git worktree) is excluded
-// too.
+// excluded returns the exclude pattern rel matches, its parent
+// directories tried too when ancestors. rel is matched as a directory: a
+// file named like an excluded directory (".git" as a file, as in a git
+// worktree) is excluded too.
 func (s *snapper) excluded(rel string, ancestors bool) string {
 	for _, p := range s.excludes {
 		if p.match(rel, true, ancestors) {
@@ -151,6 +156,9 @@ func (s *snapper) literal(root int, in string) error {
 			return nil
 		case errors.Is(err, unix.ENOENT):
 			return notFound(in)
+		case denied(err):
+			s.refuse(rel, "cannot be read: permission denied on the way to it")
+			return nil
 		}
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: %w", s.w.dir, err)
 	}
@@ -159,6 +167,10 @@ func (s *snapper) literal(root int, in string) error {
 	if err := lstatAt(dirfd, name, &st); err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return notFound(in)
+		}
+		if denied(err) {
+			s.refuse(rel, "cannot be read: permission denied")
+			return nil
 		}
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
 	}
@@ -179,6 +191,10 @@ func (s *snapper) walk(dirfd int, rel string, take bool, depth int) error {
 	// else holds dirfd, and is closed here, never by a finalizer.
 	fd, err := openDirAt(dirfd, ".")
 	if err != nil {
+		if denied(err) && rel != "." {
+			s.refuse(rel, "cannot be read: permission denied; nothing under it is copied in")
+			return nil
+		}
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: open directory %s: %w", s.w.dir, rel, err)
 	}
 	f := os.NewFile(uintptr(fd), rel)
@@ -213,11 +229,14 @@ func (s *snapper) visit(dirfd int, rel, name string, isDir, take bool, depth int
 			return nil
 		}
 		for i, g := range s.globs {
-			if g.match(rel, isDir, false) {
+			switch {
+			case g.match(rel, isDir, false):
 				if s.excludedHit[i] == "" {
 					s.excludedHit[i] = runtime.QuoteName(rel)
 				}
 				take = true
+			case isDir && s.excludedUnder[i] == "" && g.mayMatchUnder(rel):
+				s.excludedUnder[i] = runtime.QuoteName(rel)
 			}
 		}
 		if take {
@@ -247,6 +266,10 @@ func (s *snapper) visit(dirfd int, rel, name string, isDir, take bool, depth int
 		if errors.Is(err, unix.ENOENT) {
 			return nil // removed since the directory was read
 		}
+		if denied(err) {
+			s.refuse(rel, "cannot be read: permission denied")
+			return nil
+		}
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
 	}
 	return s.take(dirfd, rel, name, &st)
@@ -273,6 +296,10 @@ func (s *snapper) descend(dirfd int, rel, name string, st *unix.Stat_t, take boo
 		}
 		if errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
 			s.refuse(rel, "changed while it was read; try again")
+			return nil
+		}
+		if denied(err) {
+			s.refuse(rel, "cannot be read: permission denied; nothing under it is copied in")
 			return nil
 		}
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: open %s: %w", s.w.dir, rel, err)
@@ -352,11 +379,13 @@ func (s *snapper) take(dirfd int, rel, name string, st *unix.Stat_t) error {
 	}
 	f, err := openRegularAt(dirfd, name, st)
 	if err != nil {
+		s.bytes -= st.Size
 		return s.readErr(rel, err)
 	}
 	data, err := readAll(f, st.Size, s.caps.FileBytes)
 	f.Close()
 	if err != nil {
+		s.bytes -= st.Size
 		return s.readErr(rel, err)
 	}
 	s.bytes += int64(len(data)) - st.Size // it may have changed size while read
@@ -400,7 +429,7 @@ func (s *snapper) readErr(rel string, err error) error {
 		s.refuse(rel, "grew over the %d-byte cap on one file while it was read; it is not copied in", s.caps.FileBytes)
 	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.ELOOP):
 		s.refuse(rel, "changed while it was read; try again")
-	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
+	case denied(err):
 		s.refuse(rel, "cannot be read: permission denied")
 	default:
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: read %s: %w", s.w.dir, rel, err)
@@ -427,3 +456,5 @@ func linkOut(rel, target string) string {
 	}
 	return ""
 }
+
+func denied(err error) bool { return errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) }

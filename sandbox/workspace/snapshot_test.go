@@ -272,6 +272,13 @@ func TestSnapshotHostile(t *testing.T) {
 			refused: map[string]string{"pipe.txt": "named pipe (FIFO)"},
 		},
 		{
+			name:    "through a fifo",
+			setup:   func(f *fixture) { f.fifo("pipe") },
+			inputs:  []string{"pipe/x"},
+			want:    []string{},
+			refused: map[string]string{"pipe/x": `"pipe" is a named pipe (FIFO) on the host, not a directory`},
+		},
+		{
 			name: "hardlink to a file outside",
 			setup: func(f *fixture) {
 				secret := filepath.Join(f.outside, "keep-secret")
@@ -322,6 +329,13 @@ func TestSnapshotHostile(t *testing.T) {
 			inputs:  []string{"*.docx"},
 			err:     api.ErrNotFound,
 			errText: `"*.docx" matches nothing`,
+		},
+		{
+			name:    "glob under an excluded directory",
+			setup:   func(f *fixture) { f.file(".git/config", "c"); f.file("a", "a") },
+			inputs:  []string{".git/*"},
+			err:     api.ErrNotFound,
+			errText: `matches nothing in the workspace outside excluded paths (".git" is excluded`,
 		},
 		{
 			name:    "directory wanted, file found",
@@ -453,5 +467,56 @@ func TestSnapshotInvalidExclude(t *testing.T) {
 	f := newFixture(t)
 	if _, err := f.open().Snapshot(nil, Options{Excludes: []string{"../x"}}); !errors.Is(err, api.ErrInvalidParams) {
 		t.Fatalf("Snapshot with an invalid exclude = %v", err)
+	}
+}
+
+func TestSnapshotPermissionDenied(t *testing.T) {
+	if os.Getuid() == 0 {
+		t.Skip("root reads what it is denied")
+	}
+	f := newFixture(t)
+	f.file("locked/secret", "s")
+	f.fileMode("unreadable", "u", 0)
+	f.file("ok", "ok")
+	if err := os.Chmod(f.path("locked"), 0); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Chmod(f.path("locked"), 0o755) })
+	s, err := f.open().Snapshot(nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names(s); !slices.Equal(got, []string{"locked", "ok"}) {
+		t.Errorf("files = %q", got)
+	}
+	if !hasFinding(s.Refused, "locked", "permission denied") || !hasFinding(s.Refused, "unreadable", "permission denied") {
+		t.Errorf("refused:\n%s", findings(s.Refused))
+	}
+}
+
+// TestSnapshotConcurrent: one Workspace serves runs at once; each walk
+// reads the directories from their start.
+func TestSnapshotConcurrent(t *testing.T) {
+	f := newFixture(t)
+	project(f)
+	w := f.open()
+	want, err := w.Snapshot(nil, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errs := make(chan error, 8)
+	for range 8 {
+		go func() {
+			s, err := w.Snapshot(nil, Options{})
+			if err == nil && !slices.Equal(names(s), names(want)) {
+				err = errors.New(strings.Join(names(s), ","))
+			}
+			errs <- err
+		}()
+	}
+	for range 8 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
 	}
 }

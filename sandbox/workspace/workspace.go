@@ -48,7 +48,9 @@ type Caps struct {
 // Options are what a Snapshot and an Apply follow.
 type Options struct {
 	// Excludes are patterns (see Match) of paths neither copied in nor
-	// written back; nil is DefaultExcludes, an empty non-nil slice none.
+	// written back, nor anything under them; nil is DefaultExcludes, an
+	// empty non-nil slice none. A pattern ending in "/" excludes a file of
+	// that name too (the ".git" file of a git worktree).
 	Excludes []string
 	Caps     Caps
 	// Owner, for Apply: who owns what it creates (nil: the writer).
@@ -83,7 +85,7 @@ type Snapshot struct {
 	// Refused are paths left out because of what they are (a special
 	// file, a hard-linked file, a symlink pointing out of the workspace,
 	// a name not valid in /work) or a cap; Excluded counts the paths an
-	// exclude pattern left out.
+	// exclude pattern left out (an excluded directory counts once).
 	Refused  []Finding
 	Excluded int
 }

@@ -32,10 +32,27 @@ func FuzzMatch(f *testing.F) {
 				t.Fatalf("literal %q does not match itself or what lies under it", p)
 			}
 		}
-		if got && runtime.ValidateInputName(strings.TrimSuffix(rel, "/")) == nil {
-			if under := strings.TrimSuffix(rel, "/") + "/x"; !Match(p, under) {
-				t.Fatalf("Match(%q, %q) but not %q under it", p, rel, under)
+		clean := strings.TrimSuffix(rel, "/")
+		if !got || runtime.ValidateInputName(clean) != nil {
+			return
+		}
+		if under := clean + "/x"; !Match(p, under) {
+			t.Fatalf("Match(%q, %q) but not %q under it", p, rel, under)
+		}
+		// A glob walk skips a directory only where nothing under it
+		// can match: every directory on the way to a match that does
+		// not match itself must be walked.
+		c := compile(p)
+		for i := strings.IndexByte(clean, '/'); i >= 0; {
+			dir := clean[:i]
+			if !c.match(dir, true, true) && !c.mayMatchUnder(dir) {
+				t.Fatalf("Match(%q, %q) but a walk would skip %q", p, rel, dir)
 			}
+			next := strings.IndexByte(clean[i+1:], '/')
+			if next < 0 {
+				break
+			}
+			i += 1 + next
 		}
 	})
 }
@@ -97,6 +114,54 @@ func FuzzSnapshotInputs(f *testing.F) {
 		data, err := os.ReadFile(fx.canary)
 		if err != nil || string(data) != canaryData {
 			t.Fatalf("canary changed")
+		}
+	})
+}
+
+// FuzzApplyPaths: whatever paths a run's changes name, Apply never
+// panics, never errors on a usable workspace, and never writes or deletes
+// outside it, through a symlink or otherwise.
+func FuzzApplyPaths(f *testing.F) {
+	for _, s := range [][2]string{
+		{"a.txt", "a.txt"}, {"up/outside/canary.txt", "up/outside/canary.txt"}, {"abs/canary.txt", "abs/canary.txt"},
+		{"../outside/canary.txt", "/etc/passwd"}, {"d/new/x", "d/file"}, {"link", "link"}, {"d/file/x", ".git/config"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	fx := newFixture(f)
+	fx.file("a.txt", "a")
+	fx.file("d/file", "f")
+	fx.file(".git/config", "c")
+	fx.symlink("up", "..")
+	fx.symlink("abs", fx.outside)
+	fx.symlink("link", "a.txt")
+	w, err := Open(fx.ws)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { w.Close() })
+	base, err := w.Snapshot(nil, Options{Excludes: []string{}})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, write, del string) {
+		rep, err := w.Apply(base, Changes{Written: []runtime.OutputFile{out(write, "fuzz")}, Deleted: []string{del}}, true, Options{})
+		if err != nil {
+			t.Fatalf("Apply(%q, %q) = %v", write, del, err)
+		}
+		if n := len(rep.Written) + len(rep.Deleted) + len(rep.Conflicts) + len(rep.Refused); n == 0 && write != "a.txt" {
+			// Every change is accounted for, unless nothing was to do.
+			if _, err := os.Lstat(filepath.Join(fx.ws, write)); err != nil {
+				t.Fatalf("Apply(%q, %q) reported nothing and wrote nothing", write, del)
+			}
+		}
+		data, err := os.ReadFile(fx.canary)
+		if err != nil || string(data) != canaryData {
+			t.Fatalf("canary changed by Apply(%q, %q)", write, del)
+		}
+		ents, err := os.ReadDir(fx.outside)
+		if err != nil || len(ents) != 1 {
+			t.Fatalf("Apply(%q, %q) wrote outside the workspace: %v", write, del, ents)
 		}
 	})
 }
