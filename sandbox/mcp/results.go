@@ -69,6 +69,8 @@ type RunOutput struct {
 	Workspace          *WorkspaceSummary `json:"workspace,omitempty"`
 	Hint               string            `json:"hint,omitempty"`
 	ConfirmationID     string            `json:"confirmation_id,omitempty"`
+	// Skills are the skills a skills_run_code run mounted, and where.
+	Skills []api.MountedSkill `json:"skills,omitempty"`
 }
 
 // FileLink is a file a run wrote and where to read it.
@@ -104,11 +106,12 @@ func (c *Conn) runResult(res *api.RunScriptResult) (*sdk.CallToolResult, *RunOut
 	if budget <= 0 {
 		budget = DefaultResultBytes
 	}
-	// Halve the streams' ends until the whole result fits.
-	for tail := budget / 4; ; tail /= 2 {
-		out := runOutput(res, stored, tail)
+	// Halve the streams' ends and the lists until the whole result fits.
+	for level := 0; ; level++ {
+		cut := resultCut{tail: budget / 4 >> level, links: max(1, maxLinks>>level), findings: max(1, maxFindings>>level), why: max(80, 400>>level)}
+		out := runOutput(res, stored, cut)
 		tr := &sdk.CallToolResult{Content: resultContent(out)}
-		if resultSize(tr, out) <= budget || tail < 64 {
+		if resultSize(tr, out) <= budget || level >= 8 {
 			tr.IsError = res.ExitCode != 0 || (res.Reason != "" && res.Reason != string(runtime.ReasonExit))
 			return tr, out
 		}
@@ -121,20 +124,26 @@ func resultSize(tr *sdk.CallToolResult, out *RunOutput) int {
 	return len(b) + len(s)
 }
 
-func runOutput(res *api.RunScriptResult, stored bool, tail int) *RunOutput {
+// resultCut is how much of each part a result keeps: the streams' ends
+// (bytes), the files linked, the findings named, the bytes of each
+// finding's reason.
+type resultCut struct{ tail, links, findings, why int }
+
+func runOutput(res *api.RunScriptResult, stored bool, cut resultCut) *RunOutput {
+	tail := cut.tail
 	out := &RunOutput{
 		RunID: res.RunID, Skill: res.Skill, Path: res.Path, ExitCode: res.ExitCode, Signal: res.Signal,
 		Reason: res.Reason, DurationMS: res.DurationMS,
 		StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr),
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 		OutputsTruncatedBy: res.OutputsTruncatedBy, Hint: res.Hint, ConfirmationID: res.ConfirmationID,
-		Files: []FileLink{},
+		Files: []FileLink{}, Skills: res.Skills,
 	}
-	var cut bool
-	if out.Stdout, cut = streamEnd(res.Stdout, tail); cut && stored {
+	var cutShort bool
+	if out.Stdout, cutShort = streamEnd(res.Stdout, tail); cutShort && stored {
 		out.StdoutLog = runURI(res.RunID, "stdout")
 	}
-	if out.Stderr, cut = streamEnd(res.Stderr, tail); cut && stored {
+	if out.Stderr, cutShort = streamEnd(res.Stderr, tail); cutShort && stored {
 		out.StderrLog = runURI(res.RunID, "stderr")
 	}
 	applied := map[string]bool{}
@@ -143,12 +152,12 @@ func runOutput(res *api.RunScriptResult, stored bool, tail int) *RunOutput {
 			applied[w.Path] = true
 		}
 		sum := &WorkspaceSummary{Dir: ws.Dir, Mode: ws.Mode, Inputs: ws.Inputs, Written: len(ws.Written), Deleted: len(ws.Deleted),
-			Conflicts: firstFindings(ws.Conflicts), Refused: firstFindings(ws.Refused), NotApplied: ws.NotApplied}
+			Conflicts: firstFindings(ws.Conflicts, cut), Refused: firstFindings(ws.Refused, cut), NotApplied: ws.NotApplied}
 		sum.NotListed = len(ws.Conflicts) - len(sum.Conflicts) + len(ws.Refused) - len(sum.Refused)
 		out.Workspace = sum
 	}
 	for i, o := range res.Outputs {
-		if i == maxLinks {
+		if i == cut.links {
 			out.FilesNotListed = len(res.Outputs) - i
 			break
 		}
@@ -162,18 +171,32 @@ func runOutput(res *api.RunScriptResult, stored bool, tail int) *RunOutput {
 		out.Files = append(out.Files, l)
 	}
 	for i, s := range res.OutputsSkipped {
-		if i == maxFindings {
+		if i == cut.findings {
 			out.Skipped = append(out.Skipped, fmt.Sprintf("... and %d more", len(res.OutputsSkipped)-i))
 			break
 		}
-		out.Skipped = append(out.Skipped, s)
+		out.Skipped = append(out.Skipped, clip(s, cut.why))
 	}
 	return out
 }
 
-func firstFindings(fs []api.WorkspaceFinding) []api.WorkspaceFinding {
-	out := append([]api.WorkspaceFinding{}, fs[:min(len(fs), maxFindings)]...)
+func firstFindings(fs []api.WorkspaceFinding, cut resultCut) []api.WorkspaceFinding {
+	out := []api.WorkspaceFinding{}
+	for _, f := range fs[:min(len(fs), cut.findings)] {
+		out = append(out, api.WorkspaceFinding{Path: clip(f.Path, cut.why), Why: clip(f.Why, cut.why)})
+	}
 	return out
+}
+
+// clip is s, or its first n bytes (to a rune start) and an ellipsis.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 // streamEnd is s, or its last n bytes (from a rune start) when longer.

@@ -48,16 +48,16 @@ func (s *Service) hostWorkspace(caller api.Peer, p api.WorkspaceParams) (*runner
 		if err != nil {
 			return nil, err
 		}
-		uid, gid, err := ws.Owner()
+		owner, err := ws.Owner()
 		dir := ws.Dir()
 		ws.Close()
 		if err != nil {
-			return nil, errkind.Errorf(api.ErrUnavailable, "workspace %s: %w", dir, err)
+			return nil, err
 		}
-		if uid != caller.UID {
-			return nil, errkind.Errorf(api.ErrDenied, "the workspace %s belongs to uid %d, not to you (uid %d): name a directory of your own", dir, uid, caller.UID)
+		if owner.UID != int(caller.UID) {
+			return nil, errkind.Errorf(api.ErrDenied, "the workspace %s belongs to uid %d, not to you (uid %d): name a directory of your own", dir, owner.UID, caller.UID)
 		}
-		req.Dir, req.Owner, req.RequireGrant = dir, &workspace.Owner{UID: caller.UID, GID: gid}, true
+		req.Dir, req.Owner, req.RequireGrant = dir, owner, true
 		return req, nil
 	}
 	return nil, errkind.Errorf(api.ErrDenied, "this skillbox takes no host workspace from its callers")

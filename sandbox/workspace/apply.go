@@ -44,7 +44,7 @@ import (
 // A path both deleted and written is written. A nil base is an empty one.
 // Apply returns an error only when the workspace itself cannot be used
 // (closed, removed, an invalid exclude pattern), with the Report of what
-// was done before; every problem with one path is a Finding.
+// was done before; every problem with one path is a api.WorkspaceFinding.
 func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options) (*Report, error) {
 	excludes := o.Excludes
 	if excludes == nil {
@@ -66,7 +66,7 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 		caps:     o.Caps.withDefaults(),
 		owner:    o.Owner,
 		excludes: compileAll(excludes),
-		rep:      &Report{Written: []FileChange{}, Deleted: []FileChange{}, Conflicts: []Finding{}, Refused: []Finding{}},
+		rep:      &Report{Written: []api.WorkspaceChange{}, Deleted: []api.WorkspaceChange{}, Conflicts: []api.WorkspaceFinding{}, Refused: []api.WorkspaceFinding{}},
 		seen:     map[string]bool{},
 	}
 	if base != nil {
@@ -113,11 +113,11 @@ type applier struct {
 }
 
 func (a *applier) refuse(rel, format string, args ...any) {
-	a.rep.Refused = append(a.rep.Refused, Finding{Path: rel, Why: fmt.Sprintf(format, args...)})
+	a.rep.Refused = append(a.rep.Refused, api.WorkspaceFinding{Path: rel, Why: fmt.Sprintf(format, args...)})
 }
 
 func (a *applier) conflict(rel, format string, args ...any) {
-	a.rep.Conflicts = append(a.rep.Conflicts, Finding{Path: rel, Why: fmt.Sprintf(format, args...)})
+	a.rep.Conflicts = append(a.rep.Conflicts, api.WorkspaceFinding{Path: rel, Why: fmt.Sprintf(format, args...)})
 }
 
 // check refuses what no change may touch: a name /work cannot hold, a
@@ -142,7 +142,7 @@ func (a *applier) check(rel, verb string) bool {
 }
 
 // parent opens rel's directory (making it with create). When it cannot,
-// ok is false and either a Finding is recorded, or missing says the
+// ok is false and either a api.WorkspaceFinding is recorded, or missing says the
 // directory is not there (without create), or err says the workspace is
 // unusable.
 func (a *applier) parent(rel, verb string, create bool) (fd int, ok, missing bool, err error) {
@@ -314,7 +314,7 @@ func (a *applier) replace(dirfd int, rel, name string, be Entry, data []byte, af
 
 func (a *applier) written(dirfd int, rel string, be Entry, after string, size int) {
 	unix.Fsync(dirfd)
-	a.rep.Written = append(a.rep.Written, FileChange{Path: rel, Before: be.SHA256, After: after, Size: int64(size)})
+	a.rep.Written = append(a.rep.Written, api.WorkspaceChange{Path: rel, Before: be.SHA256, After: after, Size: int64(size)})
 }
 
 // create puts data at name, where nothing was when the run started, if
@@ -447,11 +447,11 @@ func (a *applier) delete(rel string, allow bool) error {
 		return a.writeErr(rel, err)
 	}
 	unix.Fsync(dirfd)
-	a.rep.Deleted = append(a.rep.Deleted, FileChange{Path: rel, Before: be.SHA256})
+	a.rep.Deleted = append(a.rep.Deleted, api.WorkspaceChange{Path: rel, Before: be.SHA256})
 	return nil
 }
 
-// writeErr turns a system error on rel into a Finding where the path is
+// writeErr turns a system error on rel into a api.WorkspaceFinding where the path is
 // at fault (permissions, space, a kind of file) and an error where the
 // workspace is.
 func (a *applier) writeErr(rel string, err error) error {

@@ -18,7 +18,7 @@ func out(rel, data string) runtime.OutputFile {
 	return runtime.OutputFile{Path: rel, Size: int64(len(data)), SHA256: sum([]byte(data)), Data: []byte(data)}
 }
 
-func changePaths(cs []FileChange) []string {
+func changePaths(cs []api.WorkspaceChange) []string {
 	out := []string{}
 	for _, c := range cs {
 		out = append(out, c.Path)
@@ -408,7 +408,7 @@ func testApply(t *testing.T, fallback bool) {
 			}
 			for _, c := range []struct {
 				what string
-				got  []Finding
+				got  []api.WorkspaceFinding
 				want map[string]string
 			}{{"conflicts", rep.Conflicts, tc.conflicts}, {"refused", rep.Refused, tc.refused}} {
 				if len(c.got) != len(c.want) {
@@ -456,13 +456,13 @@ func TestApplyReport(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Report{
-		Written: []FileChange{
+		Written: []api.WorkspaceChange{
 			{Path: "a", Before: sum([]byte("old")), After: sum([]byte("new")), Size: 3},
 			{Path: "c", After: sum([]byte("sea")), Size: 3},
 		},
-		Deleted:   []FileChange{{Path: "b", Before: sum([]byte("bye"))}},
-		Conflicts: []Finding{},
-		Refused:   []Finding{},
+		Deleted:   []api.WorkspaceChange{{Path: "b", Before: sum([]byte("bye"))}},
+		Conflicts: []api.WorkspaceFinding{},
+		Refused:   []api.WorkspaceFinding{},
 	}
 	if !slices.Equal(rep.Written, want.Written) || !slices.Equal(rep.Deleted, want.Deleted) || len(rep.Conflicts)+len(rep.Refused) != 0 {
 		t.Errorf("report = %+v\nwant     %+v", rep, want)

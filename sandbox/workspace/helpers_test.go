@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // fixture is a workspace directory and, beside it, a directory outside it
@@ -166,7 +168,7 @@ func within(t *testing.T, fn func()) {
 	}
 }
 
-func findings(fs []Finding) string {
+func findings(fs []api.WorkspaceFinding) string {
 	var b bytes.Buffer
 	for _, f := range fs {
 		b.WriteString(f.Path + ": " + f.Why + "\n")
@@ -174,7 +176,7 @@ func findings(fs []Finding) string {
 	return b.String()
 }
 
-func hasFinding(fs []Finding, path, why string) bool {
+func hasFinding(fs []api.WorkspaceFinding, path, why string) bool {
 	for _, f := range fs {
 		if f.Path == path && strings.Contains(f.Why, why) {
 			return true

@@ -22,9 +22,9 @@ import (
 
 // Default caps (Caps fields left zero).
 const (
-	DefaultFiles     = 10000            // entries copied in
-	DefaultBytes     = int64(1 << 30)   // bytes copied in, all files together
-	DefaultFileBytes = int64(256 << 20) // bytes of one file, in or back
+	DefaultFiles     = runtime.MaxInputEntries // entries copied in: all a job takes
+	DefaultBytes     = int64(1 << 30)          // bytes copied in, all files together
+	DefaultFileBytes = int64(256 << 20)        // bytes of one file, in or back
 )
 
 func (c Caps) withDefaults() Caps {
@@ -138,7 +138,7 @@ func (w *Workspace) root() (fd int, done func(), err error) {
 
 // refusal is a path the file system of the host will not let through: a
 // symlink or a non-directory on the way, a file of the wrong kind. It
-// becomes a Finding, never an error of the whole operation.
+// becomes a api.WorkspaceFinding, never an error of the whole operation.
 type refusal struct{ why string }
 
 func (r *refusal) Error() string { return r.why }

@@ -63,7 +63,7 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 		w:        w,
 		caps:     o.Caps.withDefaults(),
 		excludes: compileAll(excludes),
-		snap:     &Snapshot{Files: []runtime.InputFile{}, Entries: map[string]Entry{}, Refused: []Finding{}},
+		snap:     &Snapshot{Files: []runtime.InputFile{}, Entries: map[string]Entry{}, Refused: []api.WorkspaceFinding{}},
 	}
 	if len(inputs) == 0 {
 		if err := s.walk(root, ".", true, 1); err != nil {
@@ -119,7 +119,7 @@ type snapper struct {
 }
 
 func (s *snapper) refuse(rel, format string, args ...any) {
-	s.snap.Refused = append(s.snap.Refused, Finding{Path: rel, Why: fmt.Sprintf(format, args...)})
+	s.snap.Refused = append(s.snap.Refused, api.WorkspaceFinding{Path: rel, Why: fmt.Sprintf(format, args...)})
 }
 
 // excluded returns the exclude pattern rel matches, its parent

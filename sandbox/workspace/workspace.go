@@ -14,6 +14,7 @@ package workspace
 
 import (
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // Mode is what policy lets a run do with a workspace.
@@ -37,7 +38,7 @@ var DefaultExcludes = []string{
 }
 
 // Caps bound what crosses a workspace in one run; a cap that leaves
-// something out says so (Finding), it never truncates silently. Zero
+// something out says so (api.WorkspaceFinding), it never truncates silently. Zero
 // fields take the Default* values.
 type Caps struct {
 	Files     int   // entries copied in
@@ -67,13 +68,6 @@ type Entry struct {
 	Target string            `json:"target,omitempty"` // symlinks
 }
 
-// Finding is a path that was not copied or not applied, and why, in words
-// a model or a person can act on.
-type Finding struct {
-	Path string `json:"path"`
-	Why  string `json:"why"`
-}
-
 // Snapshot is what a run was given from a workspace.
 type Snapshot struct {
 	// Files are the entries to write into /work (directories, regular
@@ -86,7 +80,7 @@ type Snapshot struct {
 	// file, a hard-linked file, a symlink pointing out of the workspace,
 	// a name not valid in /work) or a cap; Excluded counts the paths an
 	// exclude pattern left out (an excluded directory counts once).
-	Refused  []Finding
+	Refused  []api.WorkspaceFinding
 	Excluded int
 }
 
@@ -98,20 +92,12 @@ type Changes struct {
 	Deleted []string
 }
 
-// FileChange is one change applied to the host copy.
-type FileChange struct {
-	Path   string `json:"path"`
-	Before string `json:"sha256_before,omitempty"` // "": the file is new
-	After  string `json:"sha256_after,omitempty"`  // "": the file was deleted
-	Size   int64  `json:"size,omitempty"`
-}
-
 // Report is what Apply did.
 type Report struct {
-	Written   []FileChange `json:"written"`
-	Deleted   []FileChange `json:"deleted"`
-	Conflicts []Finding    `json:"conflicts"` // the host copy changed since the run started
-	Refused   []Finding    `json:"refused"`   // excluded, not allowed, in the way, over a cap
+	Written   []api.WorkspaceChange  `json:"written"`
+	Deleted   []api.WorkspaceChange  `json:"deleted"`
+	Conflicts []api.WorkspaceFinding `json:"conflicts"` // the host copy changed since the run started
+	Refused   []api.WorkspaceFinding `json:"refused"`   // excluded, not allowed, in the way, over a cap
 }
 
 // Owner is the uid and gid that files and directories Apply creates are
