@@ -76,7 +76,7 @@ func (b *bench) workspace(ctx context.Context, rt string, n int) error {
 	b.add(Figure{Name: fmt.Sprintf("cold run, %s", rt), Value: base, Unit: "ms", Note: fmt.Sprintf("no workspace, n=%d", n)})
 	b.add(Figure{Name: fmt.Sprintf("cold run, workspace of %d files naming one", files), Value: ms(median(with)), Unit: "ms",
 		Baseline: "the run without a workspace", Ratio: ms(median(with)) / base,
-		Note: fmt.Sprintf("+%.1f ms, %s tree, n=%d", ms(median(with))-base, size, n)})
+		Note: fmt.Sprintf("%+.1f ms, %s tree, n=%d", ms(median(with))-base, size, n)})
 	whole := plain
 	whole.Workspace = &runner.WorkspaceRequest{Dir: dir, Kind: api.WorkspaceHost}
 	var ws []time.Duration

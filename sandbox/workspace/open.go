@@ -83,6 +83,9 @@ func Open(dir string) (*Workspace, error) {
 		}
 		return nil, errkind.Errorf(api.ErrInvalidParams, "workspace directory %s: %w", dir, err)
 	}
+	if err := checkNotSystem(resolved); err != nil {
+		return nil, err
+	}
 	fd, err := retry(func() (int, error) {
 		return unix.Open(resolved, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	})
