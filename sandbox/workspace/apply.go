@@ -462,7 +462,8 @@ func (a *applier) writeErr(rel string, err error) error {
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM), errors.Is(err, unix.EROFS),
 		errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG),
 		errors.Is(err, unix.ENAMETOOLONG), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EISDIR),
-		errors.Is(err, unix.ELOOP), errors.Is(err, unix.EBUSY):
+		errors.Is(err, unix.ELOOP), errors.Is(err, unix.EBUSY), errors.Is(err, unix.EMLINK),
+		errors.Is(err, unix.ETXTBSY), errors.Is(err, unix.EOPNOTSUPP):
 		a.refuse(rel, "cannot be changed on the host: %v", err)
 	default:
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: %s: %w", a.w.dir, rel, err)

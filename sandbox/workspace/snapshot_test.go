@@ -2,11 +2,14 @@ package workspace
 
 import (
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -517,6 +520,36 @@ func TestSnapshotConcurrent(t *testing.T) {
 	for range 8 {
 		if err := <-errs; err != nil {
 			t.Error(err)
+		}
+	}
+}
+
+// TestSnapshotSpecial: sockets and devices are refused by kind, never
+// opened.
+func TestSnapshotSpecial(t *testing.T) {
+	f := newFixture(t)
+	l, err := net.Listen("unix", f.path("sock"))
+	if err != nil {
+		t.Skipf("no unix socket here: %v", err)
+	}
+	defer l.Close()
+	want := map[string]string{"sock": "is a socket"}
+	if err := unix.Mknod(f.path("null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))); err == nil {
+		want["null"] = "is a character device"
+	} else {
+		t.Logf("no device node (%v): sockets only", err)
+	}
+	var s *Snapshot
+	within(t, func() { s, err = f.open().Snapshot(nil, Options{}) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s.Files) != 0 || len(s.Refused) != len(want) {
+		t.Errorf("files %q, refused:\n%s", names(s), findings(s.Refused))
+	}
+	for p, why := range want {
+		if !hasFinding(s.Refused, p, why) {
+			t.Errorf("%s not refused with %q:\n%s", p, why, findings(s.Refused))
 		}
 	}
 }
