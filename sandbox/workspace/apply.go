@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"errors"
-	"fmt"
 	"path"
 	"sort"
 
@@ -113,11 +112,11 @@ type applier struct {
 }
 
 func (a *applier) refuse(rel, format string, args ...any) {
-	a.rep.Refused = append(a.rep.Refused, api.WorkspaceFinding{Path: rel, Why: fmt.Sprintf(format, args...)})
+	addFinding(&a.rep.Refused, rel, format, args...)
 }
 
 func (a *applier) conflict(rel, format string, args ...any) {
-	a.rep.Conflicts = append(a.rep.Conflicts, api.WorkspaceFinding{Path: rel, Why: fmt.Sprintf(format, args...)})
+	addFinding(&a.rep.Conflicts, rel, format, args...)
 }
 
 // check refuses what no change may touch: a name /work cannot hold, a

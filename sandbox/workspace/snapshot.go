@@ -119,7 +119,7 @@ type snapper struct {
 }
 
 func (s *snapper) refuse(rel, format string, args ...any) {
-	s.snap.Refused = append(s.snap.Refused, api.WorkspaceFinding{Path: rel, Why: fmt.Sprintf(format, args...)})
+	addFinding(&s.snap.Refused, rel, format, args...)
 }
 
 // excluded returns the exclude pattern rel matches, its parent

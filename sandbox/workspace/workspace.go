@@ -13,6 +13,8 @@
 package workspace
 
 import (
+	"fmt"
+
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
@@ -104,3 +106,24 @@ type Report struct {
 // given (a daemon running as root writes into a user's directory); nil
 // leaves them the writer's.
 type Owner struct{ UID, GID int }
+
+// MaxFindingsNamed bounds each list of findings a Snapshot or an Apply
+// names one by one (a tree may hold any number of FIFOs); past it, one
+// last finding counts the rest, so nothing is dropped silently.
+const MaxFindingsNamed = 1000
+
+// addFinding adds a finding to list, or counts it in the list's last entry
+// once MaxFindingsNamed are named.
+func addFinding(list *[]api.WorkspaceFinding, rel, format string, args ...any) {
+	l := *list
+	switch {
+	case len(l) < MaxFindingsNamed:
+		*list = append(l, api.WorkspaceFinding{Path: rel, Why: fmt.Sprintf(format, args...)})
+	case len(l) == MaxFindingsNamed:
+		*list = append(l, api.WorkspaceFinding{Path: "...", Why: "and 1 more path, not named"})
+	default:
+		var n int
+		fmt.Sscanf(l[len(l)-1].Why, "and %d more", &n)
+		l[len(l)-1].Why = fmt.Sprintf("and %d more paths, not named", n+1)
+	}
+}

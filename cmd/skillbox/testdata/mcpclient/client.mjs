@@ -7,17 +7,26 @@
 // A plan: {"elicit": "accept"|"decline"|null, "steps": [{"op": ..., ...}]}
 // with ops listTools, callTool {name, arguments}, listPrompts,
 // getPrompt {name, arguments}, listResources, listResourceTemplates,
-// readResource {uri}, request {method, params}.
+// readResource {uri}, request {method, params}, writeFile {path, content}
+// (a change the user makes on the host between two calls). With "roots"
+// (file:// URIs) the client has the roots capability and lists them.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
-import { ElicitRequestSchema, ResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { ElicitRequestSchema, ListRootsRequestSchema, ResultSchema } from '@modelcontextprotocol/sdk/types.js';
+import { writeFileSync } from 'node:fs';
 
 const plan = JSON.parse(process.argv[2]);
 const sep = process.argv.indexOf('--');
 const [command, ...args] = process.argv.slice(sep + 1);
 
 const capabilities = plan.elicit ? { elicitation: { form: {} } } : {};
+if (plan.roots) capabilities.roots = { listChanged: true };
 const client = new Client({ name: 'skillbox-e2e', version: '1.0.0' }, { capabilities });
+if (plan.roots) {
+  client.setRequestHandler(ListRootsRequestSchema, async () => ({
+    roots: plan.roots.map((uri) => ({ uri, name: 'project' })),
+  }));
+}
 const elicitations = [];
 if (plan.elicit) {
   client.setRequestHandler(ElicitRequestSchema, async (req) => {
@@ -68,6 +77,10 @@ for (const step of plan.steps) {
         break;
       case 'readResource':
         rec.result = await client.readResource({ uri: step.uri });
+        break;
+      case 'writeFile':
+        writeFileSync(step.path, step.content);
+        rec.result = {};
         break;
       case 'request':
         rec.result = await client.request({ method: step.method, params: step.params ?? {} }, ResultSchema);
