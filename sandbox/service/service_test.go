@@ -60,6 +60,13 @@ func newFixture(t *testing.T, withStores bool) *fixture {
 // newFixtureWith is newFixture with its own config and more skills.
 func newFixtureWith(t *testing.T, withStores bool, config string, more []servicetest.SkillSpec) *fixture {
 	t.Helper()
+	return newFixtureOpts(t, withStores, config, more, nil)
+}
+
+// newFixtureOpts is newFixtureWith with the service's options adjusted by
+// with (when set).
+func newFixtureOpts(t *testing.T, withStores bool, config string, more []servicetest.SkillSpec, with func(*service.Options)) *fixture {
+	t.Helper()
 	cfg, err := policy.Parse([]byte(config), "service.hcl")
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +96,9 @@ func newFixtureWith(t *testing.T, withStores bool, config string, more []service
 		t.Cleanup(func() { st.Close() })
 		o.Sessions = store.NewSessionStore(st, store.SessionOptions{})
 		o.Confirmations = store.NewConfirmationStore(st, store.ConfirmationOptions{})
+	}
+	if with != nil {
+		with(&o)
 	}
 	f.svc = service.New(o)
 	return f
