@@ -19,6 +19,7 @@ daemon {
   # confirmation_ttl    = "10m"       # approvals expire after this
   # runtime             = "runsc"     # runsc | runc | containerd
   # tool_mode           = "restrict"  # restrict | preapprove (meaning of a skill's allowed-tools)
+  # workspace_quota     = "1GiB"      # what one session's workspace (state_dir/workspaces/SESSION) may hold
 }
 
 skills {

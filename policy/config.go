@@ -85,16 +85,19 @@ type Daemon struct {
 	MaxRunsPerUID         int   // runs of one uid in progress
 	MaxQueuedRunsPerUID   int   // runs of one uid waiting for a slot
 	MaxRequestBytesPerUID int64 // request bytes of one uid's calls in flight
-	ApproverConnections   int   // connections only approvers may use
-	ApproverRuns          int   // run slots only approvers may use
-	MaxActiveSkills       int
-	RunQueueTimeout       time.Duration
-	IdleTimeout           time.Duration // idle client connections are closed after this
-	MaxLineBytes          int           // largest JSON-RPC request line
-	ConfirmationTTL       time.Duration
-	Runtime               string
-	ToolMode              ToolMode
-	Pos                   Pos
+	// WorkspaceQuota bounds what one session's workspace (the directory
+	// the daemon keeps per session, under state_dir) may hold.
+	WorkspaceQuota      int64
+	ApproverConnections int // connections only approvers may use
+	ApproverRuns        int // run slots only approvers may use
+	MaxActiveSkills     int
+	RunQueueTimeout     time.Duration
+	IdleTimeout         time.Duration // idle client connections are closed after this
+	MaxLineBytes        int           // largest JSON-RPC request line
+	ConfirmationTTL     time.Duration
+	Runtime             string
+	ToolMode            ToolMode
+	Pos                 Pos
 }
 
 // Skills is the skills {} block.
@@ -257,6 +260,7 @@ func defaults() *Config {
 			MaxRunsPerUID:         2,
 			MaxQueuedRunsPerUID:   4,
 			MaxRequestBytesPerUID: 16 << 20,
+			WorkspaceQuota:        1 << 30,
 			ApproverConnections:   8,
 			ApproverRuns:          1,
 			ConfirmationTTL:       10 * time.Minute,

@@ -44,7 +44,8 @@ var (
 		"state_dir", "audit_dir", "approvers", "max_connections", "max_concurrent_runs",
 		"max_active_skills", "run_queue_timeout", "idle_timeout", "max_line_bytes",
 		"confirmation_ttl", "runtime", "tool_mode", "max_connections_per_uid", "max_runs_per_uid",
-		"max_queued_runs_per_uid", "max_request_bytes_per_uid", "approver_connections", "approver_runs")}
+		"max_queued_runs_per_uid", "max_request_bytes_per_uid", "approver_connections", "approver_runs",
+		"workspace_quota")}
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
 		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
@@ -487,6 +488,7 @@ func (d *decoder) daemon(blk *hcl.Block) {
 	b.intField("max_runs_per_uid", 1, &dc.MaxRunsPerUID)
 	b.intField("max_queued_runs_per_uid", 0, &dc.MaxQueuedRunsPerUID)
 	b.size("max_request_bytes_per_uid", &dc.MaxRequestBytesPerUID)
+	b.size("workspace_quota", &dc.WorkspaceQuota)
 	b.intField("approver_connections", 0, &dc.ApproverConnections)
 	b.intField("approver_runs", 0, &dc.ApproverRuns)
 	if dc.ApproverConnections >= dc.MaxConnections {

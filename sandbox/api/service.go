@@ -33,4 +33,10 @@ type Service interface {
 	ApproveProposal(ctx context.Context, caller Peer, p ProposalIDParams) (*Proposal, error)
 	RejectProposal(ctx context.Context, caller Peer, p ProposalIDParams) (*Proposal, error)
 	LockSkills(ctx context.Context, caller Peer, p LockParams) (*LockResult, error)
+
+	ListWorkspace(ctx context.Context, caller Peer, p WorkspaceListParams) (*WorkspaceListResult, error)
+	StatWorkspace(ctx context.Context, caller Peer, p WorkspacePathParams) (*WorkspaceEntry, error)
+	ReadWorkspace(ctx context.Context, caller Peer, p WorkspaceReadParams) (*WorkspaceReadResult, error)
+	WriteWorkspace(ctx context.Context, caller Peer, p WorkspaceWriteParams) (*WorkspaceWriteResult, error)
+	DeleteWorkspace(ctx context.Context, caller Peer, p WorkspaceDeleteParams) (*WorkspaceDeleteResult, error)
 }

@@ -47,6 +47,13 @@ const (
 	// sha256. Outcome "suppressed" is the per-connection summary written
 	// once a connection's cap of such records was reached.
 	EventCallRefused = "call.refused"
+	// The files API on a session's workspace (workspace: path, offset,
+	// length, bytes, sha256 of the bytes written; removed).
+	EventWorkspaceList   = "workspace.list"
+	EventWorkspaceStat   = "workspace.stat"
+	EventWorkspaceRead   = "workspace.read"
+	EventWorkspaceWrite  = "workspace.write"
+	EventWorkspaceDelete = "workspace.delete"
 
 	EventGenesis    = "audit.genesis"    // first record of a log: log.id anchors the chain
 	EventRotate     = "audit.rotate"     // first record of every later file
@@ -84,6 +91,7 @@ type Record struct {
 	Skill        *SkillRef         `json:"skill,omitempty"`
 	Skills       []SkillRef        `json:"skills,omitempty"`
 	Read         *ReadInfo         `json:"read,omitempty"`
+	WorkspaceOp  *WorkspaceOpInfo  `json:"workspace_op,omitempty"`
 	Run          *RunInfo          `json:"run,omitempty"`
 	Decision     *DecisionInfo     `json:"decision,omitempty"`
 	Confirmation *ConfirmationInfo `json:"confirmation,omitempty"`
@@ -125,6 +133,19 @@ type ReadInfo struct {
 	Served    int64  `json:"served,omitempty"` // bytes returned
 	SHA256    string `json:"sha256,omitempty"` // of the whole file
 	Truncated bool   `json:"truncated,omitempty"`
+}
+
+// WorkspaceOpInfo is one call of the files API on a session's workspace.
+type WorkspaceOpInfo struct {
+	Path      string `json:"path"`
+	Offset    int64  `json:"offset,omitempty"`
+	Length    int64  `json:"length,omitempty"` // bytes read or written
+	Size      int64  `json:"size,omitempty"`   // the file's size after the call
+	SHA256    string `json:"sha256,omitempty"` // of the bytes written
+	Truncate  bool   `json:"truncate,omitempty"`
+	Recursive bool   `json:"recursive,omitempty"`
+	Removed   int    `json:"removed,omitempty"`
+	Entries   int    `json:"entries,omitempty"` // listed
 }
 
 // RunInfo describes one run_script or run_code. The start record holds what

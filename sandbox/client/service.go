@@ -257,3 +257,32 @@ func (c *Client) RejectProposal(ctx context.Context, _ api.Peer, p api.ProposalI
 func (c *Client) LockSkills(ctx context.Context, _ api.Peer, p api.LockParams) (*api.LockResult, error) {
 	return call[api.LockResult](ctx, c, api.MethodSkillsLock, p)
 }
+
+// ListWorkspace lists the session's workspace (workspace.list).
+func (c *Client) ListWorkspace(ctx context.Context, _ api.Peer, p api.WorkspaceListParams) (*api.WorkspaceListResult, error) {
+	return call[api.WorkspaceListResult](ctx, c, api.MethodWorkspaceList, p)
+}
+
+// StatWorkspace describes one path of the session's workspace
+// (workspace.stat).
+func (c *Client) StatWorkspace(ctx context.Context, _ api.Peer, p api.WorkspacePathParams) (*api.WorkspaceEntry, error) {
+	return call[api.WorkspaceEntry](ctx, c, api.MethodWorkspaceStat, p)
+}
+
+// ReadWorkspace reads a piece of a file of the session's workspace
+// (workspace.read).
+func (c *Client) ReadWorkspace(ctx context.Context, _ api.Peer, p api.WorkspaceReadParams) (*api.WorkspaceReadResult, error) {
+	return call[api.WorkspaceReadResult](ctx, c, api.MethodWorkspaceRead, p)
+}
+
+// WriteWorkspace writes a piece of a file of the session's workspace
+// (workspace.write).
+func (c *Client) WriteWorkspace(ctx context.Context, _ api.Peer, p api.WorkspaceWriteParams) (*api.WorkspaceWriteResult, error) {
+	return call[api.WorkspaceWriteResult](ctx, c, api.MethodWorkspaceWrite, p)
+}
+
+// DeleteWorkspace removes a path of the session's workspace
+// (workspace.delete).
+func (c *Client) DeleteWorkspace(ctx context.Context, _ api.Peer, p api.WorkspaceDeleteParams) (*api.WorkspaceDeleteResult, error) {
+	return call[api.WorkspaceDeleteResult](ctx, c, api.MethodWorkspaceDelete, p)
+}

@@ -36,6 +36,11 @@ func RegisterService(s *Server, svc api.Service) {
 	s.Handle(api.MethodProposalsApprove, bind(svc.ApproveProposal))
 	s.Handle(api.MethodProposalsReject, bind(svc.RejectProposal))
 	s.Handle(api.MethodSkillsLock, bind(svc.LockSkills))
+	s.Handle(api.MethodWorkspaceList, bind(svc.ListWorkspace))
+	s.Handle(api.MethodWorkspaceStat, bind(svc.StatWorkspace))
+	s.Handle(api.MethodWorkspaceRead, bind(svc.ReadWorkspace))
+	s.Handle(api.MethodWorkspaceWrite, bind(svc.WriteWorkspace))
+	s.Handle(api.MethodWorkspaceDelete, bind(svc.DeleteWorkspace))
 }
 
 // serviceCtx is the ctx a service method gets: the request id for audit.

@@ -53,3 +53,23 @@ func (f *fakeService) RejectProposal(context.Context, api.Peer, api.ProposalIDPa
 func (f *fakeService) LockSkills(context.Context, api.Peer, api.LockParams) (*api.LockResult, error) {
 	return nil, api.ErrUnavailable
 }
+
+func (f *fakeService) ListWorkspace(context.Context, api.Peer, api.WorkspaceListParams) (*api.WorkspaceListResult, error) {
+	return nil, api.ErrUnavailable
+}
+
+func (f *fakeService) StatWorkspace(context.Context, api.Peer, api.WorkspacePathParams) (*api.WorkspaceEntry, error) {
+	return nil, api.ErrUnavailable
+}
+
+func (f *fakeService) ReadWorkspace(context.Context, api.Peer, api.WorkspaceReadParams) (*api.WorkspaceReadResult, error) {
+	return nil, api.ErrUnavailable
+}
+
+func (f *fakeService) WriteWorkspace(context.Context, api.Peer, api.WorkspaceWriteParams) (*api.WorkspaceWriteResult, error) {
+	return nil, api.ErrUnavailable
+}
+
+func (f *fakeService) DeleteWorkspace(context.Context, api.Peer, api.WorkspaceDeleteParams) (*api.WorkspaceDeleteResult, error) {
+	return nil, api.ErrUnavailable
+}

@@ -28,6 +28,9 @@ type WorkspaceRequest struct {
 	// RequireGrant refuses the workspace unless a policy rule sets its
 	// mode (the daemon's callers): the default mode is no grant.
 	RequireGrant bool
+	// Quota bounds what the workspace may hold after the write-back (a
+	// session's workspace); 0: none.
+	Quota int64
 }
 
 // WorkspacePlan is a run's prepared workspace: what policy gives it and
@@ -202,7 +205,7 @@ func (w *WorkspacePlan) applyBack(res *runtime.Result) *api.WorkspaceReport {
 	}
 	defer ws.Close()
 	rep, err := ws.Apply(w.Snapshot, workspace.Changes{Written: res.Outputs, Deleted: res.Deleted}, w.Grant.Delete,
-		workspace.Options{Excludes: w.Grant.Excludes, Owner: w.Request.Owner})
+		workspace.Options{Excludes: w.Grant.Excludes, Owner: w.Request.Owner, Quota: w.Request.Quota})
 	if err != nil {
 		r.NotApplied = "the workspace could not be written: " + err.Error()
 		return r

@@ -68,6 +68,12 @@ func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, 
 	if req.Workspace, err = s.hostWorkspace(caller, w.WorkspaceParams); err != nil {
 		return nil, err
 	}
+	if req.Workspace == nil && w.Workspace == "" {
+		// A run that names no directory works in its session's own.
+		if req.Workspace, err = s.sessionWorkspaceRequest(o.SessionID, w.Inputs); err != nil {
+			return nil, err
+		}
+	}
 	out, err := s.Run(ctx, caller, req, o)
 	if err != nil {
 		return nil, err

@@ -72,6 +72,10 @@ type Options struct {
 	// run's workspace (see HostWorkspacePolicy); the zero value refuses
 	// them all.
 	HostWorkspaces HostWorkspacePolicy
+	// SessionWorkspaces is the directory of the sessions' own workspaces
+	// (state_dir/workspaces; "": none), WorkspaceQuota what one may hold.
+	SessionWorkspaces string
+	WorkspaceQuota    int64
 }
 
 // Service serves the tool calls; it implements api.Service. Every method
@@ -95,6 +99,8 @@ type Service struct {
 
 	proposals *store.ProposalStore
 	hostWS    HostWorkspacePolicy
+	sessionWS string // the sessions' workspaces ("": none)
+	wsQuota   int64
 	locks     lockCache
 	lockMu    sync.Mutex // lock file writes and proposal applies
 }
@@ -123,6 +129,8 @@ func New(o Options) *Service {
 		runs:      runRegistry{runs: map[string]*activeRun{}},
 		proposals: o.Proposals,
 		hostWS:    o.HostWorkspaces,
+		sessionWS: o.SessionWorkspaces,
+		wsQuota:   o.WorkspaceQuota,
 	}
 	if s.journal == nil {
 		s.journal = runner.NewJournal(nil, nil)
@@ -172,6 +180,7 @@ func (s *Service) record(ctx context.Context, r *audit.Record) error {
 // sessionExpired audits a session a sweep removed.
 func (s *Service) sessionExpired(ses store.Session) {
 	s.grants.forget(ses.ID)
+	s.removeSessionWorkspace(ses.ID)
 	s.record(context.Background(), &audit.Record{
 		Event: audit.EventSessionClose, SessionID: ses.ID, Outcome: "expired",
 		Detail: map[string]string{"owner_uid": strconv.FormatUint(uint64(ses.OwnerUID), 10), "last_used": ses.LastUsed.UTC().Format(time.RFC3339)},
@@ -289,6 +298,7 @@ func (s *Service) CloseSession(ctx context.Context, caller api.Peer, p api.Sessi
 		return nil, err
 	}
 	s.grants.forget(p.SessionID)
+	s.removeSessionWorkspace(p.SessionID)
 	s.record(ctx, base(ctx, caller, api.MethodSessionsClose, audit.EventSessionClose, p.SessionID))
 	return &api.CloseSessionResult{Closed: true}, nil
 }

@@ -276,6 +276,7 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 		sessions = store.NewSessionStore(s.state, store.SessionOptions{Logger: log.Named("store")})
 		confirms = store.NewConfirmationStore(s.state, store.ConfirmationOptions{DefaultTTL: cfg.Daemon.ConfirmationTTL, Logger: log.Named("store")})
 		so.Sessions, so.Confirmations = sessions, confirms
+		so.SessionWorkspaces, so.WorkspaceQuota = filepath.Join(dir, "workspaces"), cfg.Daemon.WorkspaceQuota
 		if o.Mode != Local {
 			if so.Proposals, err = store.NewProposalStore(s.state); err != nil {
 				return nil, err
@@ -289,6 +290,12 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 		s.svc = s.daemon.Service()
 	} else {
 		s.svc = service.New(so)
+	}
+	if o.Mode == Serve {
+		// Workspaces of sessions that expired while no daemon ran.
+		if err := s.svc.SweepSessionWorkspaces(); err != nil {
+			log.Warn("sweeping the workspaces of ended sessions failed", "error", err)
+		}
 	}
 	if o.Mode == Serve || o.Mode == MCP {
 		s.bg.Add(2)

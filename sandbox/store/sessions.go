@@ -267,6 +267,17 @@ func (s *SessionStore) load(tx *bolt.Tx, id string, uid uint32, now time.Time) (
 	return ses, nil
 }
 
+// Exists reports whether the store holds session id at all (expired ones
+// until a sweep removes them, with their hooks).
+func (s *SessionStore) Exists(id string) bool {
+	found := false
+	s.db.View(func(tx *bolt.Tx) error {
+		found = tx.Bucket(bucketSessions).Get([]byte(id)) != nil
+		return nil
+	})
+	return found
+}
+
 // Create starts a session owned by owner.
 func (s *SessionStore) Create(owner uint32) (*Session, error) {
 	id, err := randomID("ses_")

@@ -1,0 +1,221 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/workspace"
+)
+
+// Session workspaces: a directory the daemon keeps for each session under
+// Options.SessionWorkspaces (state_dir/workspaces/SESSION), root's and
+// 0700, so no other local user reaches a session's files. It is the
+// workspace of the session's runs that name none, holds what the files
+// API writes, counts against the quota (daemon.workspace_quota), lives as
+// long as the session (daemon restarts included) and goes with it.
+
+// sessionIDRE is what a session id must look like to name a directory.
+var sessionIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// sessionWorkspaceDir is ses's workspace directory, made when missing;
+// "" when this service keeps none.
+func (s *Service) sessionWorkspaceDir(id string) (string, error) {
+	if s.sessionWS == "" {
+		return "", nil
+	}
+	if !sessionIDRE.MatchString(id) {
+		return "", errkind.Errorf(api.ErrInternal, "session id %q cannot name a workspace directory", id)
+	}
+	if err := os.MkdirAll(s.sessionWS, 0o700); err != nil {
+		return "", errkind.Errorf(api.ErrUnavailable, "session workspaces: %w", err)
+	}
+	dir := filepath.Join(s.sessionWS, id)
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", errkind.Errorf(api.ErrUnavailable, "the session's workspace: %w", err)
+	}
+	return dir, nil
+}
+
+// removeSessionWorkspace removes a closed or expired session's workspace.
+func (s *Service) removeSessionWorkspace(id string) {
+	if s.sessionWS == "" || !sessionIDRE.MatchString(id) {
+		return
+	}
+	if err := os.RemoveAll(filepath.Join(s.sessionWS, id)); err != nil {
+		s.log.Warn("removing a session's workspace failed", "session", id, "error", err)
+	}
+}
+
+// SweepSessionWorkspaces removes the workspaces of sessions that no longer
+// exist (they expired while the daemon was down); the daemon calls it at
+// start.
+func (s *Service) SweepSessionWorkspaces() error {
+	if s.sessionWS == "" || s.sessions == nil {
+		return nil
+	}
+	ents, err := os.ReadDir(s.sessionWS)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("session workspaces: %w", err)
+	}
+	for _, e := range ents {
+		if !s.sessions.Exists(e.Name()) {
+			s.removeSessionWorkspace(e.Name())
+		}
+	}
+	return nil
+}
+
+// sessionWorkspaceRequest is the workspace of a session's run that names
+// none: the session's own, or none when this service keeps none.
+func (s *Service) sessionWorkspaceRequest(sessionID string, inputs []string) (*runner.WorkspaceRequest, error) {
+	dir, err := s.sessionWorkspaceDir(sessionID)
+	if err != nil || dir == "" {
+		return nil, err
+	}
+	return &runner.WorkspaceRequest{Dir: dir, Kind: api.WorkspaceSession, Inputs: inputs, Quota: s.wsQuota}, nil
+}
+
+// openSessionWorkspace opens the caller's session's workspace for the
+// files API.
+func (s *Service) openSessionWorkspace(caller api.Peer, sessionID string) (*workspace.Workspace, error) {
+	if _, err := s.session(caller, sessionID); err != nil {
+		return nil, err
+	}
+	dir, err := s.sessionWorkspaceDir(sessionID)
+	if err != nil {
+		return nil, err
+	}
+	if dir == "" {
+		return nil, errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no session workspaces (use the daemon)")
+	}
+	return workspace.Open(dir)
+}
+
+// fileOp runs one files API call on the caller's session's workspace and
+// audits it (a refusal too, marked so the front end does not repeat it).
+func (s *Service) fileOp(ctx context.Context, caller api.Peer, method, event, sessionID string, info *audit.WorkspaceOpInfo, op func(*workspace.Workspace) error) error {
+	ws, err := s.openSessionWorkspace(caller, sessionID)
+	if err == nil {
+		err = op(ws)
+		ws.Close()
+	}
+	rec := base(ctx, caller, method, event, sessionID)
+	rec.WorkspaceOp, rec.Outcome = info, audit.OutcomeOK
+	if err != nil {
+		rec.Outcome, rec.Error = audit.OutcomeRefused, err.Error()
+	}
+	if aerr := s.record(ctx, rec); aerr != nil {
+		return aerr
+	}
+	return api.MarkAudited(err)
+}
+
+// ListWorkspace implements api.Service (workspace.list).
+func (s *Service) ListWorkspace(ctx context.Context, caller api.Peer, p api.WorkspaceListParams) (*api.WorkspaceListResult, error) {
+	res := &api.WorkspaceListResult{Entries: []api.WorkspaceEntry{}, Quota: s.wsQuota}
+	info := &audit.WorkspaceOpInfo{Path: p.Path, Recursive: p.Recursive}
+	err := s.fileOp(ctx, caller, api.MethodWorkspaceList, audit.EventWorkspaceList, p.SessionID, info, func(ws *workspace.Workspace) error {
+		ents, truncated, err := ws.List(p.Path, p.Recursive, p.Limit)
+		if err != nil {
+			return err
+		}
+		used, _, err := ws.Usage()
+		if err != nil {
+			return err
+		}
+		res.Entries, res.Truncated, res.Bytes = append(res.Entries, ents...), truncated, used
+		info.Entries = len(ents)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// StatWorkspace implements api.Service (workspace.stat).
+func (s *Service) StatWorkspace(ctx context.Context, caller api.Peer, p api.WorkspacePathParams) (*api.WorkspaceEntry, error) {
+	var out api.WorkspaceEntry
+	err := s.fileOp(ctx, caller, api.MethodWorkspaceStat, audit.EventWorkspaceStat, p.SessionID, &audit.WorkspaceOpInfo{Path: p.Path}, func(ws *workspace.Workspace) error {
+		var err error
+		out, err = ws.Stat(p.Path)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ReadWorkspace implements api.Service (workspace.read).
+func (s *Service) ReadWorkspace(ctx context.Context, caller api.Peer, p api.WorkspaceReadParams) (*api.WorkspaceReadResult, error) {
+	if p.Offset < 0 || p.Length < 0 {
+		return nil, errkind.Errorf(api.ErrInvalidParams, "offset and length must not be negative")
+	}
+	res := &api.WorkspaceReadResult{Offset: p.Offset, Data: []byte{}}
+	info := &audit.WorkspaceOpInfo{Path: p.Path, Offset: p.Offset}
+	err := s.fileOp(ctx, caller, api.MethodWorkspaceRead, audit.EventWorkspaceRead, p.SessionID, info, func(ws *workspace.Workspace) error {
+		n := p.Length
+		if n == 0 || n > api.MaxWorkspaceChunk {
+			n = api.MaxWorkspaceChunk
+		}
+		data, size, eof, err := ws.ReadAt(p.Path, p.Offset, n)
+		if err != nil {
+			return err
+		}
+		res.Data, res.Size, res.EOF = data, size, eof
+		info.Length, info.Size = int64(len(data)), size
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// WriteWorkspace implements api.Service (workspace.write).
+func (s *Service) WriteWorkspace(ctx context.Context, caller api.Peer, p api.WorkspaceWriteParams) (*api.WorkspaceWriteResult, error) {
+	if len(p.Data) > api.MaxWorkspaceChunk {
+		return nil, errkind.Errorf(api.ErrLimitExceeded, "data is %d bytes, over the %d-byte chunk: write the file in pieces, each at the offset where the last ended", len(p.Data), api.MaxWorkspaceChunk)
+	}
+	if p.Offset < 0 || (p.Truncate && p.Offset != 0) {
+		return nil, errkind.Errorf(api.ErrInvalidParams, "offset must not be negative, and truncate starts a file over from offset 0")
+	}
+	res := &api.WorkspaceWriteResult{}
+	info := &audit.WorkspaceOpInfo{Path: p.Path, Offset: p.Offset, Length: int64(len(p.Data)), SHA256: runner.SHA256Hex(p.Data), Truncate: p.Truncate}
+	err := s.fileOp(ctx, caller, api.MethodWorkspaceWrite, audit.EventWorkspaceWrite, p.SessionID, info, func(ws *workspace.Workspace) error {
+		size, err := ws.WriteAt(p.Path, p.Offset, p.Data, p.Truncate, p.Mode, workspace.Options{Quota: s.wsQuota})
+		res.Size, info.Size = size, size
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// DeleteWorkspace implements api.Service (workspace.delete).
+func (s *Service) DeleteWorkspace(ctx context.Context, caller api.Peer, p api.WorkspaceDeleteParams) (*api.WorkspaceDeleteResult, error) {
+	res := &api.WorkspaceDeleteResult{}
+	info := &audit.WorkspaceOpInfo{Path: p.Path, Recursive: p.Recursive}
+	err := s.fileOp(ctx, caller, api.MethodWorkspaceDelete, audit.EventWorkspaceDelete, p.SessionID, info, func(ws *workspace.Workspace) error {
+		n, err := ws.Delete(p.Path, p.Recursive)
+		res.Removed, info.Removed = n, n
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
