@@ -51,6 +51,10 @@ type Workspace struct {
 	mu sync.RWMutex
 	fd int // -1 once closed
 
+	// quotaMu makes the check of a quota and the write it lets through
+	// one step: two writers never both take the last of a quota.
+	quotaMu sync.Mutex
+
 	// raced, when set (tests), runs in Apply after the host copy of rel
 	// was checked and before it is replaced or deleted: a host writer
 	// racing the write-back.
