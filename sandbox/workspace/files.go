@@ -277,7 +277,10 @@ func (w *Workspace) ReadAt(rel string, off, n int64) (data []byte, size int64, e
 // regularOnly refuses what the files API does not read or write in
 // place: anything but a singly linked regular file.
 func regularOnly(rel string, st *unix.Stat_t, verb string) error {
-	q := runtime.QuoteName(rel)
+	q, done := runtime.QuoteName(rel), "read"
+	if verb == "write" {
+		done = "written"
+	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 	case unix.S_IFDIR:
@@ -285,23 +288,14 @@ func regularOnly(rel string, st *unix.Stat_t, verb string) error {
 	case unix.S_IFLNK:
 		return errkind.Errorf(api.ErrInvalidParams, "%s is a symlink; the files API never follows one: %s the file it points to by its own path, or delete the link", q, verb)
 	default:
-		return errkind.Errorf(api.ErrDenied, "%s is a %s; only regular files are %s", q, kindName(st.Mode), pastTense(verb))
+		return errkind.Errorf(api.ErrDenied, "%s is a %s; only regular files are %s (it can only be deleted)", q, kindName(st.Mode), done)
 	}
 	if st.Nlink > 1 {
-		return errkind.Errorf(api.ErrDenied, "%s has %d hard links and may be the same file as one outside the workspace; it is not %s (copy it to a new file and delete the link)", q, st.Nlink, pastTense(verb))
+		return errkind.Errorf(api.ErrDenied, "%s has %d hard links and may be the same file as one outside the workspace; it is not %s (it can only be deleted)", q, st.Nlink, done)
 	}
 	return nil
 }
 
-func pastTense(verb string) string {
-	switch verb {
-	case "read":
-		return "read"
-	case "write":
-		return "written"
-	}
-	return verb + "ed"
-}
 
 // WriteAt writes data (at most api.MaxWorkspaceChunk bytes) into the
 // regular file rel at off, which may not lie past the file's end (no
@@ -585,6 +579,9 @@ func (w *Workspace) removeAll(dirfd int, rel string, depth int, removed *int) er
 	}
 	for _, name := range names {
 		child := rel + "/" + name
+		if w.raced != nil {
+			w.raced(child)
+		}
 		fd, err := openDirAt(dirfd, name)
 		switch {
 		case err == nil:
@@ -645,7 +642,7 @@ func (w *Workspace) parentOf(root int, rel, verb string) (dirfd int, name string
 func (w *Workspace) pathErr(rel, verb string, err error) error {
 	var r *refusal
 	if errors.As(err, &r) {
-		return errkind.Errorf(api.ErrInvalidParams, "cannot %s %s: %s (the files API follows no links and goes only through directories)", verb, runtime.QuoteName(rel), r.why)
+		return errkind.Errorf(api.ErrInvalidParams, "cannot %s %s: %s (the files API follows no links)", verb, runtime.QuoteName(rel), r.why)
 	}
 	return w.ioErr(rel, verb, err)
 }

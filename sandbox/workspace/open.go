@@ -58,6 +58,8 @@ type Workspace struct {
 	// raced, when set (tests), runs in Apply after the host copy of rel
 	// was checked and before it is replaced or deleted: a host writer
 	// racing the write-back.
+	// In Delete it runs before each entry under the directory deleted
+	// is opened: a host swapping a subdirectory for a link.
 	raced func(rel string)
 	// noRenameat2, when set (tests), makes Apply take the way it takes on
 	// a file system without renameat2's flags.

@@ -20,6 +20,9 @@ import (
 // is an error rather than a long walk.
 const MaxUsageEntries = 10 * DefaultFiles
 
+// usageEntries is MaxUsageEntries (lowered by tests).
+var usageEntries = MaxUsageEntries
+
 // maxUsageDepth bounds how deep the walk of Usage goes (an open directory
 // per level); a deeper tree is an error, never an undercount.
 const maxUsageDepth = 4 * runtime.MaxInputDepth
@@ -79,8 +82,8 @@ func (u *usage) walk(dirfd int, rel string, depth int) error {
 			return errkind.Errorf(api.ErrUnavailable, "workspace %s: lstat %s: %w", u.w.dir, runtime.QuoteName(child), err)
 		}
 		u.entries++
-		if u.entries > MaxUsageEntries {
-			return errkind.Errorf(api.ErrLimitExceeded, "workspace %s holds more than %d entries, too many to count its size: delete files or directories it no longer needs", u.w.dir, MaxUsageEntries)
+		if u.entries > usageEntries {
+			return errkind.Errorf(api.ErrLimitExceeded, "workspace %s holds more than %d entries, too many to count its size: delete files or directories it no longer needs", u.w.dir, usageEntries)
 		}
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFREG:
