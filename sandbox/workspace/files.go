@@ -296,7 +296,6 @@ func regularOnly(rel string, st *unix.Stat_t, verb string) error {
 	return nil
 }
 
-
 // WriteAt writes data (at most api.MaxWorkspaceChunk bytes) into the
 // regular file rel at off, which may not lie past the file's end (no
 // holes); a file is uploaded in pieces by writing each at the end of the
