@@ -36,6 +36,10 @@ import (
 //     directories are made, 0755, one at a time without following links.
 //   - A path under a symlink or a non-directory on the host, an excluded
 //     path, or a file over o.Caps.FileBytes is Refused.
+//   - With o.Quota, what the workspace holds is counted once (Usage) at
+//     the start, deletions take from it and writes add their growth; a
+//     file whose growth would take it over the quota is Refused, naming
+//     the quota, and the others are applied still, in path order.
 //   - A deletion is applied only with allowDelete, only to a path that
 //     was in base and is still base's on the host (else Conflict); a
 //     symlink is removed, not followed; a directory is never deleted.
@@ -54,6 +58,10 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 			return nil, err
 		}
 	}
+	if o.Quota > 0 {
+		w.quotaMu.Lock()
+		defer w.quotaMu.Unlock()
+	}
 	root, done, err := w.root()
 	if err != nil {
 		return nil, err
@@ -70,6 +78,12 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 	}
 	if base != nil {
 		a.base = base.Entries
+	}
+	if o.Quota > 0 {
+		a.quota = o.Quota
+		if a.used, _, err = w.usage(root); err != nil {
+			return nil, err
+		}
 	}
 
 	writes := make(map[string]bool, len(c.Written))
@@ -109,6 +123,8 @@ type applier struct {
 	base     map[string]Entry
 	rep      *Report
 	seen     map[string]bool
+	// quota (0: none) and used, what the workspace holds as Apply goes.
+	quota, used int64
 }
 
 func (a *applier) refuse(rel, format string, args ...any) {
@@ -219,6 +235,22 @@ func (a *applier) write(f *runtime.OutputFile) error {
 	if inBase && be.Kind == runtime.InputDir {
 		a.refuse(rel, "was a directory when the run started; a directory is not replaced by a file; not written")
 		return nil
+	}
+	// What the file adds: a replaced file was base's, or it is a conflict.
+	growth := int64(len(f.Data))
+	if inBase && be.Kind == runtime.InputRegular {
+		growth -= be.Size
+	}
+	if why := overQuota(a.quota, a.used, growth); why != "" {
+		a.refuse(rel, "is %d bytes and %s; not written", len(f.Data), why)
+		return nil
+	}
+	if n := len(a.rep.Written); a.quota > 0 {
+		defer func() {
+			if len(a.rep.Written) > n {
+				a.used += growth
+			}
+		}()
 	}
 	dirfd, ok, missing, err := a.parent(rel, "written", !inBase)
 	if !ok {
@@ -447,6 +479,9 @@ func (a *applier) delete(rel string, allow bool) error {
 	}
 	unix.Fsync(dirfd)
 	a.rep.Deleted = append(a.rep.Deleted, api.WorkspaceChange{Path: rel, Before: be.SHA256})
+	if be.Kind == runtime.InputRegular {
+		a.used -= be.Size
+	}
 	return nil
 }
 

@@ -51,9 +51,15 @@ type Workspace struct {
 	mu sync.RWMutex
 	fd int // -1 once closed
 
+	// quotaMu makes the check of a quota and the write it lets through
+	// one step: two writers never both take the last of a quota.
+	quotaMu sync.Mutex
+
 	// raced, when set (tests), runs in Apply after the host copy of rel
 	// was checked and before it is replaced or deleted: a host writer
 	// racing the write-back.
+	// In Delete it runs before each entry under the directory deleted
+	// is opened: a host swapping a subdirectory for a link.
 	raced func(rel string)
 	// noRenameat2, when set (tests), makes Apply take the way it takes on
 	// a file system without renameat2's flags.

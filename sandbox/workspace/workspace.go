@@ -58,6 +58,10 @@ type Options struct {
 	Caps     Caps
 	// Owner, for Apply: who owns what it creates (nil: the writer).
 	Owner *Owner
+	// Quota, for Apply and WriteAt: the most bytes of regular files the
+	// workspace may hold (a session's, which the daemon keeps); 0: no
+	// quota. A write that would take it over is refused, by path.
+	Quota int64
 }
 
 // Entry is what one path of the workspace was when the run started.
