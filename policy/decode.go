@@ -59,7 +59,7 @@ var (
 	policySchema = &hcl.BodySchema{
 		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "env", "require_lock", "hook_failure", "hook_timeout", "build_from_source", "egress",
 			"workspace", "workspace_paths", "workspace_delete", "workspace_excludes"),
-		Blocks:     []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "packages"}},
+		Blocks: []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "packages"}},
 	}
 )
 
