@@ -399,3 +399,30 @@ func (c *Conn) addRunResources() {
 		return &sdk.ReadResourceResult{Contents: []*sdk.ResourceContents{rc}}, nil
 	})
 }
+
+// MaxImageBytes bounds the image a run result shows when the call asks
+// for it (show_images); images count against a model's context apart
+// from text, and only one is shown.
+const MaxImageBytes = 256 << 10
+
+// firstImage is the first output that is a small image whose bytes the
+// result has, as image content.
+func firstImage(res *api.RunScriptResult) *sdk.ImageContent {
+	for _, o := range res.Outputs {
+		mt := mimeType(o.Path)
+		switch mt {
+		case "image/png", "image/jpeg", "image/gif", "image/webp":
+		default:
+			continue
+		}
+		if o.ContentOmitted || o.Size > MaxImageBytes {
+			continue
+		}
+		data, err := base64.StdEncoding.DecodeString(o.Content)
+		if err != nil || len(data) > MaxImageBytes {
+			continue
+		}
+		return &sdk.ImageContent{Data: data, MIMEType: mt}
+	}
+	return nil
+}

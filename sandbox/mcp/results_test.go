@@ -109,3 +109,19 @@ func TestRunStoreBounds(t *testing.T) {
 		}
 	}
 }
+
+func TestFirstImage(t *testing.T) {
+	png := []byte("\x89PNG\r\n\x1a\nsmall")
+	res := &api.RunScriptResult{Outputs: []api.Output{
+		{Path: "notes.txt", Size: 2, Content: base64.StdEncoding.EncodeToString([]byte("hi"))},
+		{Path: "big.png", Size: MaxImageBytes + 1, ContentOmitted: true},
+		{Path: "chart.png", Size: int64(len(png)), Content: base64.StdEncoding.EncodeToString(png)},
+	}}
+	img := firstImage(res)
+	if img == nil || img.MIMEType != "image/png" || string(img.Data) != string(png) {
+		t.Fatalf("firstImage = %+v", img)
+	}
+	if firstImage(&api.RunScriptResult{Outputs: res.Outputs[:2]}) != nil {
+		t.Error("an image over the cap, or no image, is shown")
+	}
+}

@@ -68,6 +68,7 @@ type RunScriptInput struct {
 	TimeoutMS      int64             `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (capped by policy)"`
 	Files          []api.File        `json:"files,omitempty" jsonschema:"input files put in the working directory: name (relative) and content (base64); for programs, not for the user's files (those are in the workspace)"`
 	Inputs         []string          `json:"inputs,omitempty" jsonschema:"paths or globs of the workspace (the user's project) the run is given in its working directory, like report.pdf or data/**; default: the whole workspace"`
+	ShowImages     bool              `json:"show_images,omitempty" jsonschema:"also return the first small image the run wrote (PNG, JPEG, GIF, WebP up to 256 KiB) as image content, to look at it"`
 	ConfirmationID string            `json:"confirmation_id,omitempty" jsonschema:"the id of an approved confirmation, to repeat a run that needed approval"`
 }
 
@@ -81,6 +82,7 @@ type RunCodeInput struct {
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables (only names the policy allows)"`
 	TimeoutMS      int64             `json:"timeout_ms,omitempty" jsonschema:"wall-clock limit in milliseconds (capped by policy)"`
 	Inputs         []string          `json:"inputs,omitempty" jsonschema:"paths or globs of the workspace (the user's project) the run is given in its working directory, like report.pdf or data/**; default: the whole workspace"`
+	ShowImages     bool              `json:"show_images,omitempty" jsonschema:"also return the first small image the run wrote (PNG, JPEG, GIF, WebP up to 256 KiB) as image content, to look at it"`
 	ConfirmationID string            `json:"confirmation_id,omitempty" jsonschema:"the id of an approved confirmation, to repeat a run that needed approval"`
 }
 
@@ -233,7 +235,7 @@ func (c *Conn) runScript(ctx context.Context, req *sdk.CallToolRequest, in RunSc
 			p.ConfirmationID = confirmationID
 		}
 		return c.s.svc.RunScript(ctx, c.caller, p)
-	})
+	}, in.ShowImages)
 }
 
 func (c *Conn) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCodeInput) (*sdk.CallToolResult, *RunOutput, error) {
@@ -248,7 +250,7 @@ func (c *Conn) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCode
 			p.ConfirmationID = confirmationID
 		}
 		return c.s.svc.RunCode(ctx, c.caller, p)
-	})
+	}, in.ShowImages)
 }
 
 // runFunc makes the service call of a run, with the confirmation id to use
@@ -259,7 +261,7 @@ type runFunc func(ctx context.Context, confirmationID string, stream bool) (*api
 // confirm it when policy holds it for approval, and returns its result
 // sized for the model (runResult): a failed script is a tool error that
 // still carries it.
-func (c *Conn) run(ctx context.Context, req *sdk.CallToolRequest, tool string, call runFunc) (*sdk.CallToolResult, *RunOutput, error) {
+func (c *Conn) run(ctx context.Context, req *sdk.CallToolRequest, tool string, call runFunc, showImages bool) (*sdk.CallToolResult, *RunOutput, error) {
 	var res *api.RunScriptResult
 	ask, err := c.withConfirmation(ctx, req, tool, func(ids []string) error {
 		ctx, stream, stop := c.progress(ctx, req)
@@ -276,6 +278,11 @@ func (c *Conn) run(ctx context.Context, req *sdk.CallToolRequest, tool string, c
 		return ask, nil, err
 	}
 	tr, out := c.runResult(res)
+	if showImages {
+		if img := firstImage(res); img != nil {
+			tr.Content = append(tr.Content, img)
+		}
+	}
 	return tr, out, nil
 }
 
