@@ -49,14 +49,9 @@ import (
 // (closed, removed, an invalid exclude pattern), with the Report of what
 // was done before; every problem with one path is a api.WorkspaceFinding.
 func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options) (*Report, error) {
-	excludes := o.Excludes
-	if excludes == nil {
-		excludes = DefaultExcludes
-	}
-	for _, p := range excludes {
-		if err := validatePattern(p, "exclude pattern"); err != nil {
-			return nil, err
-		}
+	excludes, err := o.excludes()
+	if err != nil {
+		return nil, err
 	}
 	if o.Quota > 0 {
 		w.quotaMu.Lock()

@@ -324,7 +324,7 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 	case perm&^0o777 != 0:
 		return 0, errkind.Errorf(api.ErrInvalidParams, "mode %#o of %s has bits other than permissions: give at most 0777 (0: 0644)", perm, q)
 	}
-	if err := checkExcluded(rel, o.Excludes, "written"); err != nil {
+	if err := checkExcluded(rel, o, "written"); err != nil {
 		return 0, err
 	}
 	if o.Quota > 0 {
@@ -494,16 +494,12 @@ func openWritableAt(dirfd int, name string, want *unix.Stat_t) (int, error) {
 	return fd, nil
 }
 
-// checkExcluded refuses rel where an exclude pattern (nil: DefaultExcludes)
-// matches it or a directory above it.
-func checkExcluded(rel string, excludes []string, verb string) error {
-	if excludes == nil {
-		excludes = DefaultExcludes
-	}
-	for _, p := range excludes {
-		if err := validatePattern(p, "exclude pattern"); err != nil {
-			return err
-		}
+// checkExcluded refuses rel where one of o's exclude patterns matches it
+// or a directory above it.
+func checkExcluded(rel string, o Options, verb string) error {
+	excludes, err := o.excludes()
+	if err != nil {
+		return err
 	}
 	for _, p := range compileAll(excludes) {
 		if p.match(rel, true, true) {

@@ -33,14 +33,9 @@ import (
 // api.ErrInvalidParams, an input that matches nothing one of kind
 // api.ErrNotFound.
 func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
-	excludes := o.Excludes
-	if excludes == nil {
-		excludes = DefaultExcludes
-	}
-	for _, p := range excludes {
-		if err := validatePattern(p, "exclude pattern"); err != nil {
-			return nil, err
-		}
+	excludes, err := o.excludes()
+	if err != nil {
+		return nil, err
 	}
 	var literals, globs []string
 	for _, in := range inputs {

@@ -131,3 +131,17 @@ func addFinding(list *[]api.WorkspaceFinding, rel, format string, args ...any) {
 		l[len(l)-1].Why = fmt.Sprintf("and %d more paths, not named", n+1)
 	}
 }
+
+// excludes are o's exclude patterns (DefaultExcludes for nil), checked.
+func (o Options) excludes() ([]string, error) {
+	excludes := o.Excludes
+	if excludes == nil {
+		excludes = DefaultExcludes
+	}
+	for _, p := range excludes {
+		if err := validatePattern(p, "exclude pattern"); err != nil {
+			return nil, err
+		}
+	}
+	return excludes, nil
+}
