@@ -17,22 +17,37 @@ import (
 
 // Session workspaces: a directory the daemon keeps for each session under
 // Options.SessionWorkspaces (state_dir/workspaces/SESSION), root's and
-// 0700, so no other local user reaches a session's files. It is the
-// workspace of the session's runs that name none, holds what the files
-// API writes, counts against the quota (daemon.workspace_quota), lives as
-// long as the session (daemon restarts included) and goes with it.
+// 0700, so no other local user reaches a session's files. It comes into
+// being with the first file the files API writes there, or with a run
+// that names it (workspace "session"); from then on it is the workspace
+// of every run of the session that names none, so what was put there once
+// is seen by every later run. A session that never uses it keeps the
+// fresh /work of each run. It counts against the quota
+// (daemon.workspace_quota), lives as long as the session (daemon restarts
+// included) and goes with it.
+
+// SessionWorkspaceName is the workspace a call names to work in its
+// session's own (api.WorkspaceParams.Workspace).
+const SessionWorkspaceName = "session"
 
 // sessionIDRE is what a session id must look like to name a directory.
 var sessionIDRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
 
-// sessionWorkspaceDir is ses's workspace directory, made when missing;
-// "" when this service keeps none.
-func (s *Service) sessionWorkspaceDir(id string) (string, error) {
+// sessionWorkspaceDir is ses's workspace directory, made when missing if
+// create is set; "" when this service keeps none, or when it is missing
+// and create is not set.
+func (s *Service) sessionWorkspaceDir(id string, create bool) (string, error) {
 	if s.sessionWS == "" {
 		return "", nil
 	}
 	if !sessionIDRE.MatchString(id) {
 		return "", errkind.Errorf(api.ErrInternal, "session id %q cannot name a workspace directory", id)
+	}
+	if !create {
+		if _, err := os.Lstat(filepath.Join(s.sessionWS, id)); err != nil {
+			return "", nil
+		}
+		return filepath.Join(s.sessionWS, id), nil
 	}
 	if err := os.MkdirAll(s.sessionWS, 0o700); err != nil {
 		return "", errkind.Errorf(api.ErrUnavailable, "session workspaces: %w", err)
@@ -77,38 +92,59 @@ func (s *Service) SweepSessionWorkspaces() error {
 }
 
 // sessionWorkspaceRequest is the workspace of a session's run that names
-// none: the session's own, or none when this service keeps none.
-func (s *Service) sessionWorkspaceRequest(sessionID string, inputs []string) (*runner.WorkspaceRequest, error) {
-	dir, err := s.sessionWorkspaceDir(sessionID)
-	if err != nil || dir == "" {
+// none (named: that names "session"): the session's own once it exists
+// (named: made now), else none.
+func (s *Service) sessionWorkspaceRequest(sessionID string, inputs []string, named bool) (*runner.WorkspaceRequest, error) {
+	dir, err := s.sessionWorkspaceDir(sessionID, named)
+	if err != nil {
 		return nil, err
+	}
+	if dir == "" {
+		switch {
+		case named && s.sessionWS == "":
+			return nil, errkind.Errorf(api.ErrInvalidParams, "this skillbox keeps no session workspaces (use the daemon), so workspace %q names nothing", SessionWorkspaceName)
+		case len(inputs) > 0:
+			return nil, errkind.Errorf(api.ErrInvalidParams, "inputs name paths of a workspace, and this session has none yet: upload files with workspace.write, or give the directory in workspace")
+		}
+		return nil, nil
 	}
 	return &runner.WorkspaceRequest{Dir: dir, Kind: api.WorkspaceSession, Inputs: inputs, Quota: s.wsQuota}, nil
 }
 
 // openSessionWorkspace opens the caller's session's workspace for the
-// files API.
-func (s *Service) openSessionWorkspace(caller api.Peer, sessionID string) (*workspace.Workspace, error) {
+// files API, making it when create is set (a write); nil when it does not
+// exist yet.
+func (s *Service) openSessionWorkspace(caller api.Peer, sessionID string, create bool) (*workspace.Workspace, error) {
 	if _, err := s.session(caller, sessionID); err != nil {
 		return nil, err
 	}
-	dir, err := s.sessionWorkspaceDir(sessionID)
-	if err != nil {
-		return nil, err
-	}
-	if dir == "" {
+	if s.sessionWS == "" {
 		return nil, errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no session workspaces (use the daemon)")
+	}
+	dir, err := s.sessionWorkspaceDir(sessionID, create)
+	if err != nil || dir == "" {
+		return nil, err
 	}
 	return workspace.Open(dir)
 }
 
+// errNoSessionWorkspace answers a read of a session workspace that holds
+// nothing yet.
+func errNoSessionWorkspace(rel string) error {
+	return errkind.Errorf(api.ErrNotFound, "%q: this session's workspace holds nothing yet; write files with workspace.write (or run a script with workspace %q) first", rel, SessionWorkspaceName)
+}
+
 // fileOp runs one files API call on the caller's session's workspace and
 // audits it (a refusal too, marked so the front end does not repeat it).
-func (s *Service) fileOp(ctx context.Context, caller api.Peer, method, event, sessionID string, info *audit.WorkspaceOpInfo, op func(*workspace.Workspace) error) error {
-	ws, err := s.openSessionWorkspace(caller, sessionID)
+// The workspace is made for a write (create); op gets nil for one that
+// does not exist yet.
+func (s *Service) fileOp(ctx context.Context, caller api.Peer, method, event, sessionID string, create bool, info *audit.WorkspaceOpInfo, op func(*workspace.Workspace) error) error {
+	ws, err := s.openSessionWorkspace(caller, sessionID, create)
 	if err == nil {
 		err = op(ws)
-		ws.Close()
+		if ws != nil {
+			ws.Close()
+		}
 	}
 	rec := base(ctx, caller, method, event, sessionID)
 	rec.WorkspaceOp, rec.Outcome = info, audit.OutcomeOK
@@ -125,7 +161,10 @@ func (s *Service) fileOp(ctx context.Context, caller api.Peer, method, event, se
 func (s *Service) ListWorkspace(ctx context.Context, caller api.Peer, p api.WorkspaceListParams) (*api.WorkspaceListResult, error) {
 	res := &api.WorkspaceListResult{Entries: []api.WorkspaceEntry{}, Quota: s.wsQuota}
 	info := &audit.WorkspaceOpInfo{Path: p.Path, Recursive: p.Recursive}
-	err := s.fileOp(ctx, caller, api.MethodWorkspaceList, audit.EventWorkspaceList, p.SessionID, info, func(ws *workspace.Workspace) error {
+	err := s.fileOp(ctx, caller, api.MethodWorkspaceList, audit.EventWorkspaceList, p.SessionID, false, info, func(ws *workspace.Workspace) error {
+		if ws == nil {
+			return nil
+		}
 		ents, truncated, err := ws.List(p.Path, p.Recursive, p.Limit)
 		if err != nil {
 			return err
@@ -147,7 +186,10 @@ func (s *Service) ListWorkspace(ctx context.Context, caller api.Peer, p api.Work
 // StatWorkspace implements api.Service (workspace.stat).
 func (s *Service) StatWorkspace(ctx context.Context, caller api.Peer, p api.WorkspacePathParams) (*api.WorkspaceEntry, error) {
 	var out api.WorkspaceEntry
-	err := s.fileOp(ctx, caller, api.MethodWorkspaceStat, audit.EventWorkspaceStat, p.SessionID, &audit.WorkspaceOpInfo{Path: p.Path}, func(ws *workspace.Workspace) error {
+	err := s.fileOp(ctx, caller, api.MethodWorkspaceStat, audit.EventWorkspaceStat, p.SessionID, false, &audit.WorkspaceOpInfo{Path: p.Path}, func(ws *workspace.Workspace) error {
+		if ws == nil {
+			return errNoSessionWorkspace(p.Path)
+		}
 		var err error
 		out, err = ws.Stat(p.Path)
 		return err
@@ -165,7 +207,10 @@ func (s *Service) ReadWorkspace(ctx context.Context, caller api.Peer, p api.Work
 	}
 	res := &api.WorkspaceReadResult{Offset: p.Offset, Data: []byte{}}
 	info := &audit.WorkspaceOpInfo{Path: p.Path, Offset: p.Offset}
-	err := s.fileOp(ctx, caller, api.MethodWorkspaceRead, audit.EventWorkspaceRead, p.SessionID, info, func(ws *workspace.Workspace) error {
+	err := s.fileOp(ctx, caller, api.MethodWorkspaceRead, audit.EventWorkspaceRead, p.SessionID, false, info, func(ws *workspace.Workspace) error {
+		if ws == nil {
+			return errNoSessionWorkspace(p.Path)
+		}
 		n := p.Length
 		if n == 0 || n > api.MaxWorkspaceChunk {
 			n = api.MaxWorkspaceChunk
@@ -194,7 +239,7 @@ func (s *Service) WriteWorkspace(ctx context.Context, caller api.Peer, p api.Wor
 	}
 	res := &api.WorkspaceWriteResult{}
 	info := &audit.WorkspaceOpInfo{Path: p.Path, Offset: p.Offset, Length: int64(len(p.Data)), SHA256: runner.SHA256Hex(p.Data), Truncate: p.Truncate}
-	err := s.fileOp(ctx, caller, api.MethodWorkspaceWrite, audit.EventWorkspaceWrite, p.SessionID, info, func(ws *workspace.Workspace) error {
+	err := s.fileOp(ctx, caller, api.MethodWorkspaceWrite, audit.EventWorkspaceWrite, p.SessionID, true, info, func(ws *workspace.Workspace) error {
 		size, err := ws.WriteAt(p.Path, p.Offset, p.Data, p.Truncate, p.Mode, workspace.Options{Quota: s.wsQuota})
 		res.Size, info.Size = size, size
 		return err
@@ -209,7 +254,10 @@ func (s *Service) WriteWorkspace(ctx context.Context, caller api.Peer, p api.Wor
 func (s *Service) DeleteWorkspace(ctx context.Context, caller api.Peer, p api.WorkspaceDeleteParams) (*api.WorkspaceDeleteResult, error) {
 	res := &api.WorkspaceDeleteResult{}
 	info := &audit.WorkspaceOpInfo{Path: p.Path, Recursive: p.Recursive}
-	err := s.fileOp(ctx, caller, api.MethodWorkspaceDelete, audit.EventWorkspaceDelete, p.SessionID, info, func(ws *workspace.Workspace) error {
+	err := s.fileOp(ctx, caller, api.MethodWorkspaceDelete, audit.EventWorkspaceDelete, p.SessionID, false, info, func(ws *workspace.Workspace) error {
+		if ws == nil {
+			return errNoSessionWorkspace(p.Path)
+		}
 		n, err := ws.Delete(p.Path, p.Recursive)
 		res.Removed, info.Removed = n, n
 		return err

@@ -65,14 +65,15 @@ func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, 
 	}
 	req.Args, req.Env, req.Stdin, req.Files = w.args, w.env, []byte(w.stdin), files
 	req.Limits = runtime.Limits{Timeout: time.Duration(w.timeoutMS) * time.Millisecond}
-	if req.Workspace, err = s.hostWorkspace(caller, w.WorkspaceParams); err != nil {
-		return nil, err
+	if w.Workspace == "" || w.Workspace == SessionWorkspaceName {
+		// A run that names no directory works in its session's own, once
+		// the session has one.
+		req.Workspace, err = s.sessionWorkspaceRequest(o.SessionID, w.Inputs, w.Workspace == SessionWorkspaceName)
+	} else {
+		req.Workspace, err = s.hostWorkspace(caller, w.WorkspaceParams)
 	}
-	if req.Workspace == nil && w.Workspace == "" {
-		// A run that names no directory works in its session's own.
-		if req.Workspace, err = s.sessionWorkspaceRequest(o.SessionID, w.Inputs); err != nil {
-			return nil, err
-		}
+	if err != nil {
+		return nil, err
 	}
 	out, err := s.Run(ctx, caller, req, o)
 	if err != nil {

@@ -33,7 +33,7 @@ const (
 // skillbox runs as root for somebody else.
 func (s *Service) hostWorkspace(caller api.Peer, p api.WorkspaceParams) (*runner.WorkspaceRequest, error) {
 	if p.Workspace == "" {
-		if len(p.Inputs) > 0 && s.sessionWS == "" {
+		if len(p.Inputs) > 0 {
 			return nil, errkind.Errorf(api.ErrInvalidParams, "inputs name paths of a workspace: give the directory in workspace")
 		}
 		return nil, nil
