@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/audit/audittest"
 )
 
 func runAudit(t *testing.T, args ...string) (string, string, int) {
@@ -31,17 +33,20 @@ func runAudit(t *testing.T, args ...string) (string, string, int) {
 	return out.String(), errw.String(), code
 }
 
-// auditFixture is a copy of a small signed log (testdata/audit: written
-// once by the audit package's own Append): a session, a decision, a run
-// (whose error text tries to fake a table row) and a refused caller, with
-// its checkpoints and the public key that signed them.
+// auditFixture writes a small signed log: a session, a decision, a run
+// (whose error text tries to fake a table row) and a refused caller.
 func auditFixture(t *testing.T) (dir, pub, cps string) {
 	t.Helper()
-	dir = t.TempDir()
-	if err := os.CopyFS(dir, os.DirFS(filepath.Join("testdata", "audit", "log"))); err != nil {
-		t.Fatal(err)
-	}
-	return dir, filepath.Join("testdata", "audit", "audit.key.pub"), filepath.Join(dir, "checkpoints.jsonl")
+	peer := &api.Peer{UID: 1000, GID: 1000, PID: 42, Process: "host"}
+	code := 3
+	return audittest.SignedLog(t, []*audit.Record{
+		{Event: audit.EventSessionCreate, Peer: peer, SessionID: "s1"},
+		{Event: audit.EventDecision, Peer: peer, SessionID: "s1", Skill: &audit.SkillRef{Name: "pdf"}, Decision: &audit.DecisionInfo{Tool: "skills.run_script", Effect: "allow", Rule: "pdf-ok"}},
+		{Event: audit.EventRunStart, Peer: peer, SessionID: "s1", Skill: &audit.SkillRef{Name: "pdf"}, Run: &audit.RunInfo{Script: "scripts/x.py"}},
+		{Event: audit.EventRunEnd, Peer: peer, SessionID: "s1", Skill: &audit.SkillRef{Name: "pdf"}, Run: &audit.RunInfo{Script: "scripts/x.py", ExitCode: &code, Reason: "exit"},
+			Outcome: "exit", Error: "boom\n2099-01-01T00:00:00Z  1  run.end  0  fake  \x1b[2J"},
+		{Event: audit.EventAuthRefused, Peer: &api.Peer{UID: 4242, PID: 7}, Outcome: "refused", Error: "uid not allowed"},
+	})
 }
 
 func TestAuditVerifyCommand(t *testing.T) {

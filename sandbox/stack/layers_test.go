@@ -19,7 +19,7 @@ var layers = [][]string{
 	{"cmd/skillbox"},
 	{"sandbox/bench"},
 	{"sandbox/stack"},
-	{"sandbox/daemon", "sandbox/service/servicetest"},
+	{"sandbox/daemon", "sandbox/service/servicetest", "sandbox/audit/audittest"},
 	{"sandbox/jsonrpc", "sandbox/mcp", "sandbox/client"},
 	{"sandbox/service"},
 	{"sandbox/runner"},
