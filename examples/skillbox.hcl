@@ -15,7 +15,7 @@ daemon {
   # max_active_skills   = 8           # skills loaded at once per session
   # run_queue_timeout   = "30s"       # how long a run waits for a free slot
   # idle_timeout        = "30m"       # idle client connections are closed after this
-  # max_line_bytes      = "16MiB"     # largest JSON-RPC request line
+  # max_line_bytes      = "4MiB"      # largest JSON-RPC request line
   # confirmation_ttl    = "10m"       # approvals expire after this
   # runtime             = "runsc"     # runsc | runc | containerd
   # tool_mode           = "restrict"  # restrict | preapprove (meaning of a skill's allowed-tools)

@@ -242,6 +242,7 @@ daemon {
   approvers   = ["root"]
   # Generous for a busy two-core machine: 8 concurrent runs queue for 4 slots.
   run_queue_timeout = "5m"
+  workspace_quota   = "64MiB"
 }
 skills { roots = [%s] }
 images { dir = %q }

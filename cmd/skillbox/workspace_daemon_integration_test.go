@@ -31,7 +31,7 @@ two) cat a.txt > b.txt; echo two >> b.txt ;;
 three) cat b.txt > c.txt; echo three >> c.txt ;;
 slow) echo started; sleep 4; echo from-run > shared.txt ;;
 swap) rm -f a.txt; ln -s /etc/shadow a.txt ;;
-fill) head -c 3000000 /dev/zero > big.bin ;;
+fill) head -c 70000000 /dev/zero > big.bin; echo small > small.txt ;;
 esac
 `)
 	d := newItDaemon(t, root)
@@ -63,7 +63,9 @@ esac
 	host := t.TempDir()
 	os.MkdirAll(filepath.Join(host, "in"), 0o755)
 	os.WriteFile(filepath.Join(host, "in", "seed.txt"), []byte("seed\n"), 0o644)
-	if rep, err := cl.UploadDir(ctx, sid, host, ""); err != nil || rep.Files != 1 {
+	large := bytes.Repeat([]byte("0123456789abcdef"), (3*api.MaxWorkspaceChunk+123)/16)
+	os.WriteFile(filepath.Join(host, "in", "large.bin"), large, 0o644)
+	if rep, err := cl.UploadDir(ctx, sid, host, ""); err != nil || rep.Files != 2 || rep.Bytes != int64(len(large))+5 {
 		t.Fatalf("upload: %+v %v", rep, err)
 	}
 	for _, step := range []string{"one", "two", "three"} {
@@ -80,6 +82,9 @@ esac
 	}
 	if b, _ := os.ReadFile(filepath.Join(back, "c.txt")); string(b) != "seed\none\ntwo\nthree\n" {
 		t.Errorf("downloaded c.txt = %q", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(back, "in", "large.bin")); !bytes.Equal(b, large) {
+		t.Errorf("a file of several pieces came back as %d bytes, want %d", len(b), len(large))
 	}
 
 	// A change through the files API during a run is a conflict.
@@ -144,6 +149,37 @@ esac
 	}
 	if writes == 0 || refusals < 5 {
 		t.Errorf("audit: %d workspace.write records, %d refused", writes, refusals)
+	}
+
+	// Over the quota (64 MiB here): a write through the files API is
+	// refused, a run's file that would take the workspace over it is
+	// refused by name while the rest comes back.
+	if _, err := cl.WriteWorkspace(ctx, api.Peer{}, api.WorkspaceWriteParams{SessionID: sid, Path: "pad.bin", Data: bytes.Repeat([]byte("p"), api.MaxWorkspaceChunk), Truncate: true}); err != nil {
+		t.Fatal(err)
+	}
+	for off := int64(api.MaxWorkspaceChunk); ; off += api.MaxWorkspaceChunk {
+		_, err := cl.WriteWorkspace(ctx, api.Peer{}, api.WorkspaceWriteParams{SessionID: sid, Path: "pad.bin", Offset: off, Data: bytes.Repeat([]byte("p"), api.MaxWorkspaceChunk)})
+		if err != nil {
+			if !errors.Is(err, api.ErrLimitExceeded) || !strings.Contains(err.Error(), "quota") {
+				t.Fatalf("a write over the quota: %v", err)
+			}
+			break
+		}
+		if off > 80<<20 {
+			t.Fatal("the quota let the workspace grow past 80 MiB")
+		}
+	}
+	cl.DeleteWorkspace(ctx, api.Peer{}, api.WorkspaceDeleteParams{SessionID: sid, Path: "pad.bin"})
+	res = run("fill")
+	refused := ""
+	for _, f := range res.Workspace.Refused {
+		refused += f.Path + ": " + f.Why + "\n"
+	}
+	if !strings.Contains(refused, "big.bin") || !strings.Contains(refused, "quota") {
+		t.Errorf("big.bin over the quota is not refused by name: %q (outputs truncated %v)", refused, res.OutputsTruncated)
+	}
+	if got := read("small.txt"); got != "small\n" {
+		t.Errorf("small.txt did not come back beside the refused file: %q", got)
 	}
 
 	// Closing the session removes its workspace.

@@ -16,8 +16,10 @@ const (
 )
 
 // MaxWorkspaceChunk is the most one workspace.read returns and one
-// workspace.write takes, in bytes of file data.
-const MaxWorkspaceChunk = 4 << 20
+// workspace.write takes, in bytes of file data: in base64 with its
+// envelope it stays well under the daemon's default request line limit
+// (daemon.max_line_bytes, 4 MiB).
+const MaxWorkspaceChunk = 1 << 20
 
 // Kinds of WorkspaceEntry.Type.
 const (
