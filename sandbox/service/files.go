@@ -9,6 +9,7 @@ import (
 	"regexp"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
@@ -49,12 +50,14 @@ func (s *Service) sessionWorkspaceDir(id string, create bool) (string, error) {
 		}
 		return filepath.Join(s.sessionWS, id), nil
 	}
-	if err := os.MkdirAll(s.sessionWS, 0o700); err != nil {
-		return "", errkind.Errorf(api.ErrUnavailable, "session workspaces: %w", err)
+	// Both root's and 0700, made as the run dirs are (a link or another
+	// uid's directory in the way is refused, one found open is closed).
+	if err := oci.MakePrivateDir(s.sessionWS, "session workspaces"); err != nil {
+		return "", errkind.Wrap(api.ErrUnavailable, err)
 	}
 	dir := filepath.Join(s.sessionWS, id)
-	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", errkind.Errorf(api.ErrUnavailable, "the session's workspace: %w", err)
+	if err := oci.MakePrivateDir(dir, "the session's workspace"); err != nil {
+		return "", errkind.Wrap(api.ErrUnavailable, err)
 	}
 	return dir, nil
 }
