@@ -13,8 +13,10 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -182,11 +184,22 @@ esac
 		t.Errorf("small.txt did not come back beside the refused file: %q", got)
 	}
 
-	// Closing the session removes its workspace.
+	// The session's workspace is root's and closed: another uid can
+	// neither list it nor read a file in it, even knowing the path.
 	wsDir := filepath.Join(d.stateDir, "workspaces", sid)
-	if fi, err := os.Stat(wsDir); err != nil || fi.Mode().Perm() != 0o700 {
-		t.Errorf("the session's workspace %s: %v %v", wsDir, fi, err)
+	for _, dir := range []string{filepath.Dir(wsDir), wsDir} {
+		if fi, err := os.Stat(dir); err != nil || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("%s: %v %v, want root's 0700", dir, fi, err)
+		}
 	}
+	for _, args := range [][]string{{"ls", wsDir}, {"cat", filepath.Join(wsDir, "c.txt")}, {"stat", filepath.Join(wsDir, "in")}} {
+		out, err := exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups"}, args...)...).CombinedOutput()
+		if err == nil || strings.Contains(string(out), "three") {
+			t.Errorf("uid 65534 ran %v: %v %q", args, err, out)
+		}
+	}
+
+	// Closing the session removes its workspace.
 	cl.CloseSession(context.Background(), api.Peer{}, api.SessionParams{SessionID: sid})
 	if _, err := os.Stat(wsDir); !os.IsNotExist(err) {
 		t.Errorf("the closed session's workspace is still there: %v", err)
