@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -85,6 +86,31 @@ func (c *Config) WorkspaceFor(skill string, req WorkspaceRequest) WorkspaceGrant
 	}
 	g.Excludes = excludes
 	return g
+}
+
+// WorkspaceForSkills combines WorkspaceFor over the skills a run mounts:
+// the strictest mode (naming its rule), deletions only where every
+// skill's rules apply them, and every skill's excludes.
+func (c *Config) WorkspaceForSkills(skills []string, req WorkspaceRequest) WorkspaceGrant {
+	var out WorkspaceGrant
+	for i, name := range skills {
+		g := c.WorkspaceFor(name, req)
+		if i == 0 {
+			out = g
+			out.Excludes = slices.Clone(g.Excludes) // never append to DefaultWorkspaceExcludes
+			continue
+		}
+		if workspaceRank[g.Mode] < workspaceRank[out.Mode] {
+			out.Mode, out.Rule = g.Mode, g.Rule
+		}
+		out.Delete = out.Delete && g.Delete
+		for _, x := range g.Excludes {
+			if !slices.Contains(out.Excludes, x) {
+				out.Excludes = append(out.Excludes, x)
+			}
+		}
+	}
+	return out
 }
 
 // DefaultWorkspaceExcludes are the paths no run sees or writes unless a

@@ -2,7 +2,6 @@ package runner
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
@@ -61,31 +60,6 @@ func (p *Plan) skillNames() []string {
 	return out
 }
 
-// WorkspaceGrantFor combines what policy gives each skill: the strictest
-// mode (naming its rule), deletions only where every skill's rules apply
-// them, and every skill's excludes.
-func WorkspaceGrantFor(cfg *policy.Config, skillNames []string, req policy.WorkspaceRequest) policy.WorkspaceGrant {
-	rank := map[string]int{api.WorkspaceNone: 0, api.WorkspaceRead: 1, api.WorkspaceWrite: 2}
-	var out policy.WorkspaceGrant
-	for i, name := range skillNames {
-		g := cfg.WorkspaceFor(name, req)
-		if i == 0 {
-			out = g
-			continue
-		}
-		if rank[g.Mode] < rank[out.Mode] {
-			out.Mode, out.Rule = g.Mode, g.Rule
-		}
-		out.Delete = out.Delete && g.Delete
-		for _, x := range g.Excludes {
-			if !slices.Contains(out.Excludes, x) {
-				out.Excludes = append(out.Excludes, x)
-			}
-		}
-	}
-	return out
-}
-
 // planWorkspace reads the run's workspace into p: policy's grant (a mode
 // of none refuses the run), then the snapshot of the files the run names,
 // whose entries join the request's own files in /work.
@@ -100,7 +74,7 @@ func (e *Engine) planWorkspace(p *Plan) error {
 	}
 	defer ws.Close()
 	dir := ws.Dir()
-	grant := WorkspaceGrantFor(e.cfg, p.skillNames(), policy.WorkspaceRequest{Dir: dir, Kind: wr.Kind})
+	grant := e.cfg.WorkspaceForSkills(p.skillNames(), policy.WorkspaceRequest{Dir: dir, Kind: wr.Kind})
 	if wr.RequireGrant && grant.Rule == policy.RuleWorkspaceHostDefault {
 		return errkind.Errorf(api.ErrDenied, "no policy rule grants the workspace %s to runs of %s: an administrator sets workspace = \"read\" or \"write\" for it (workspace_paths covering it) in a policy rule for the skill", dir, quoteList(p.skillNames()))
 	}
