@@ -46,6 +46,11 @@ func (s *Store) RootFS(ctx context.Context, img *Image) (string, error) {
 		return final, nil
 	}
 	lock, err := acquireLock(ctx, s.lockPath("rootfs", d.Encoded()), s.logger)
+	if errors.Is(err, fs.ErrPermission) {
+		// An ordinary user running from the system's store (rootless):
+		// it reads the unpacked trees, but only root unpacks them.
+		return "", errkind.Errorf(ErrNotBuilt, "image %q is built but not unpacked in the image store %s, and this user may not unpack it there: run `sudo skillbox images build %s` once (it unpacks it), or use a store of your own with --images DIR: %v", img.Name, s.dir, img.Name, err)
+	}
 	if err != nil {
 		return "", err
 	}

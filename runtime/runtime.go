@@ -214,6 +214,10 @@ type Result struct {
 	// Egress sums up the run's connections through the egress proxy; nil
 	// for runs without egress.
 	Egress *egress.Stats `json:"egress,omitempty"`
+	// LimitsEnforcedBy names, for each limit by its HCL name (memory,
+	// pids, cpus, timeout, ...), what enforced it in this run (the
+	// EnforcedBy constants; see Enforcement).
+	LimitsEnforcedBy map[string]string `json:"limits_enforced_by,omitempty"`
 }
 
 // Runtime runs jobs. Implementations must remove every container, bundle and
@@ -239,6 +243,11 @@ type Options struct {
 	// KillGrace is how long a timed-out script has between SIGTERM and
 	// SIGKILL; 0 means one second.
 	KillGrace time.Duration
+	// Rootless runs sandboxes as the ordinary user this process is outside
+	// its user namespace (runtime/rootless): only runsc can, the other
+	// backends refuse it. RunDir and the backend's state dir must then be
+	// the user's.
+	Rootless bool
 
 	// Settings are the attributes of the backend's runtime "NAME" {} block
 	// of the config file (policy.Config.RuntimeOptions), which the backend

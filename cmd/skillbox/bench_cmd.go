@@ -33,7 +33,7 @@ func benchCommand() *cli.Command {
 			&cli.StringFlag{Name: "workspace-size", Value: "1GiB", Usage: "bytes in all of the workspace of the workspace figures"},
 			&cli.BoolFlag{Name: "json", Usage: "print the figures as JSON"},
 		},
-		Action: benchAction,
+		Action: withoutRoot(benchAction, nil),
 	}
 }
 

@@ -12,6 +12,9 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/skillbox/skillbox/runtime/rootless"
+	"github.com/urfave/cli/v2"
+
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/skillbox/skillbox/policy"
@@ -159,6 +162,31 @@ func cliError(err error) error {
 	msg := errkind.Detail(err, terminalKinds...)
 	msg = strings.TrimSpace(strings.NewReplacer("\r\n", "; ", "\n", "; ").Replace(strings.TrimSpace(msg)))
 	return &oneLineError{msg: msg, err: err}
+}
+
+// withoutRoot makes a command that starts sandboxes work for an ordinary
+// user: before anything else (stdin is not read yet, no file is open) it
+// re-executes skillbox in a user and mount namespace of its own and exits
+// with that run's code (rootless.Enter); inside, the runtime runs gVisor
+// rootless. skip, when it says so, leaves the command as it is (mcp
+// --socket starts no sandbox).
+func withoutRoot(action cli.ActionFunc, skip func(*cli.Context) bool) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if skip != nil && skip(c) {
+			return action(c)
+		}
+		code, reexeced, err := rootless.Enter()
+		if err != nil {
+			return cliError(err)
+		}
+		if reexeced {
+			if code != 0 {
+				return &exitError{code: code}
+			}
+			return nil
+		}
+		return action(c)
+	}
 }
 
 // rootCheck is the one check that a command which starts sandboxes has the

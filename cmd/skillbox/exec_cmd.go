@@ -50,7 +50,7 @@ func execCommand() *cli.Command {
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return exitCode(2, "usage: %v (see 'skillbox exec --help')", err)
 		},
-		Action: execAction,
+		Action: withoutRoot(execAction, nil),
 	}
 }
 

@@ -49,7 +49,7 @@ func mcpCommand() *cli.Command {
 		Flags: append(mcpServerFlags(),
 			&cli.StringFlag{Name: "runtime", Usage: "runsc, runc or containerd (overrides daemon.runtime; self-contained only)"},
 		),
-		Action: mcpAction,
+		Action: withoutRoot(mcpAction, func(c *cli.Context) bool { return c.String("socket") != "" }),
 		Subcommands: []*cli.Command{{
 			Name:      "config",
 			Usage:     "print the entry an MCP host needs to start skillbox mcp",

@@ -100,7 +100,7 @@ func runCommand() *cli.Command {
 		OnUsageError: func(_ *cli.Context, err error, _ bool) error {
 			return exitCode(2, "usage: %v (see 'skillbox run --help')", err)
 		},
-		Action: runAction,
+		Action: withoutRoot(runAction, nil),
 	}
 }
 
@@ -373,6 +373,9 @@ func reportRun(w io.Writer, out *service.Result, outputsDir string) {
 		}
 	}
 	reportOutputs(w, res, lim, outputsDir)
+	if none := runtime.Unenforced(res.LimitsEnforcedBy); len(none) > 0 {
+		fmt.Fprintf(w, "skillbox: not enforced on this host: %s (without root there is no cgroup for them; run as root, or see limits_enforced_by in --json)\n", strings.Join(none, ", "))
+	}
 	switch res.Reason {
 	case runtime.ReasonExit:
 	case runtime.ReasonTimeout:

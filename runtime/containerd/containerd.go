@@ -151,6 +151,9 @@ func DecodeOptions(s runtime.Settings) (Options, error) {
 // a missing handler is reported by Version and Run (runtime.ErrUnavailable),
 // so a daemon can start and say what to install.
 func New(opts runtime.Options) (*Containerd, error) {
+	if opts.Rootless {
+		return nil, runtime.RefuseRootless(Name)
+	}
 	co, err := runtime.BackendOptions(Name, opts, DecodeOptions)
 	if err != nil {
 		return nil, err
@@ -609,4 +612,16 @@ func HasCapSysResource() bool {
 		}
 	}
 	return true
+}
+
+// enforcement names what holds each limit of this backend's runs.
+func (c *Containerd) enforcement() map[string]string {
+	tmp := runtime.EnforcedByTmpfs
+	if c.handler == HandlerRunsc {
+		tmp = runtime.EnforcedByGVisor
+	}
+	return runtime.Enforcement(map[string]string{
+		"memory": runtime.EnforcedByCgroup, "pids": runtime.EnforcedByCgroup, "cpus": runtime.EnforcedByCgroup,
+		"workdir": runtime.EnforcedByTmpfs, "tmp": tmp,
+	})
 }

@@ -401,6 +401,9 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 		Runtime:        Name,
 		RuntimeVersion: s.version,
 		Warm:           s.spec.Boot != runtime.BootCold,
+		// The shim makes the run's cgroup from the spec; /work is
+		// skillbox's tmpfs, /tmp gVisor's (runsc) or the kernel's (runc).
+		LimitsEnforcedBy: s.c.enforcement(),
 	}
 	s.streams.Fill(res, s.b, s.c.log)
 	s.c.log.Debug("run finished", "id", s.spec.ID, "boot", s.spec.Boot, "reason", reason, "exit_code", code,

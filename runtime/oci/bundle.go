@@ -28,8 +28,9 @@ type Bundle struct {
 	Workdir string // Dir/work: the host side of /work
 	Spec    *specs.Spec
 	Limits  runtime.Limits // with defaults applied
-	// OwnerUID/OwnerGID are the host IDs that the container's nobody has
-	// (65534, or its mapping in a user namespace); workdir files belong to it.
+	// OwnerUID/OwnerGID are the host IDs that the container's user has
+	// (nobody, 65534, or its mapping in a user namespace; in a rootless
+	// sandbox 0, the user); workdir files belong to it.
 	OwnerUID, OwnerGID int
 	mounted            bool
 	lock               *os.File // the run dir, flocked while the run lives
@@ -103,7 +104,9 @@ func createBundle(id, rootfs string, limits runtime.Limits, runDir string, opts 
 		return nil, err
 	}
 	uid, gid := runtime.ContainerUID, runtime.ContainerGID
-	if opts.UserNS != nil {
+	if opts.Rootless {
+		uid, gid = 0, 0 // the script's uid in a rootless sandbox: the user
+	} else if opts.UserNS != nil {
 		uid = int(opts.UserNS.HostUID) + runtime.ContainerUID
 		gid = int(opts.UserNS.HostGID) + runtime.ContainerGID
 	}
@@ -181,6 +184,9 @@ const hostsFile = "127.0.0.1\tlocalhost " + Hostname + "\n::1\tlocalhost ip6-loc
 func checkHostsMountPoint(rootfs string) error {
 	p := filepath.Join(rootfs, "etc", "hosts")
 	st, err := os.Lstat(p)
+	if errors.Is(err, os.ErrPermission) {
+		return errkind.Errorf(runtime.ErrUnavailable, "the image at %s cannot be read by this user (%v): an image store must be readable by whoever runs skillbox (every directory down to the image 0755, as `skillbox images build` makes them), or use a store of your own with --images DIR", rootfs, err)
+	}
 	if err != nil || !st.Mode().IsRegular() {
 		return errkind.Errorf(runtime.ErrUnavailable, "the image at %s has no regular file /etc/hosts to mount the sandbox's hosts file on: rebuild the image with this skillbox (skillbox images build NAME)", rootfs)
 	}

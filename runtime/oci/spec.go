@@ -70,6 +70,14 @@ type SpecOptions struct {
 	// CABundleSource, when set, is bind-mounted read-only at
 	// egress.CABundlePath (a run with secrets).
 	CABundleSource string
+	// Rootless is a gVisor sandbox that an ordinary user starts (runsc
+	// --rootless, see runtime/rootless): its script runs as uid 0 of
+	// gVisor's kernel, which is the user on the host (gVisor maps only
+	// that uid; a file made by its nobody would have no host owner), still
+	// without any capability; there is no cgroup to put limits in, so the
+	// spec has none (nothing in it looks like a limit it does not get),
+	// and the sentry bounds the sandbox's tasks with RLIMIT_NPROC instead.
+	Rootless bool
 }
 
 // IDMap is a contiguous user/group ID mapping for a user namespace.
@@ -172,6 +180,9 @@ func BuildSpec(job runtime.Job, opts SpecOptions) (*specs.Spec, error) {
 	if job.Egress != nil {
 		env = append(env, opts.EgressEnv...)
 	}
+	if opts.Rootless && (opts.UserNS != nil || job.Network || job.Egress != nil) {
+		return nil, errkind.Errorf(runtime.ErrInvalidJob, "a rootless sandbox has neither a user namespace mapping nor a network")
+	}
 	lim := job.Limits.WithDefaults()
 	cgPath := opts.CgroupsPath
 	if cgPath == "" {
@@ -205,6 +216,11 @@ func BuildSpec(job runtime.Job, opts SpecOptions) (*specs.Spec, error) {
 			MaskedPaths:   append([]string(nil), maskedPaths...),
 			ReadonlyPaths: append([]string(nil), readonlyPaths...),
 		},
+	}
+	if opts.Rootless {
+		s.Process.User = specs.User{UID: 0, GID: 0}
+		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(lim.Pids), Soft: uint64(lim.Pids)})
+		s.Linux.Resources, s.Linux.CgroupsPath = nil, ""
 	}
 	if opts.UserNS != nil {
 		s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: opts.UserNS.HostUID, Size: opts.UserNS.Size}}

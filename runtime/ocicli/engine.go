@@ -60,6 +60,9 @@ type engine struct {
 	log    runtime.Logger
 	grace  time.Duration // between TERM and KILL on timeout
 	d      driver
+	// rootless: sandboxes of an ordinary user (runsc --rootless): no
+	// network, no cgroup, memory watched by skillbox (memoryWatch).
+	rootless bool
 
 	mu   sync.Mutex
 	live map[string]*sandbox // created and not yet destroyed
@@ -83,6 +86,8 @@ type driver interface {
 	// execCommand returns the global flags and arguments that exec the
 	// process in processFile into the bundle's running container.
 	execCommand(b *oci.Bundle, processFile string) (global, args []string)
+	// enforcement names what holds each limit (Result.LimitsEnforcedBy).
+	enforcement() map[string]string
 	// setupError tells a failure of the CLI itself (the container never ran
 	// the script) apart from the script's own exit code.
 	setupError(b *oci.Bundle, code int) error

@@ -57,6 +57,9 @@ func DecodeRuncOptions(s runtime.Settings) (RuncOptions, error) {
 // NewRunc makes the runc backend. A missing runc binary is reported by
 // Version and Run (ErrUnavailable).
 func NewRunc(opts runtime.Options) (*Runc, error) {
+	if opts.Rootless {
+		return nil, runtime.RefuseRootless("runc")
+	}
 	ro, err := runtime.BackendOptions("runc", opts, DecodeRuncOptions)
 	if err != nil {
 		return nil, err
@@ -100,6 +103,15 @@ func (r *Runc) specOptions(job runtime.Job) oci.SpecOptions {
 }
 
 func (r *Runc) setupCgroup(string, runtime.Limits) error { return nil } // runc makes it from the spec
+
+// enforcement: runc writes every sandbox limit into the run's cgroup from
+// the spec, and mounts /tmp as a kernel tmpfs of its size.
+func (r *Runc) enforcement() map[string]string {
+	return runtime.Enforcement(map[string]string{
+		"memory": runtime.EnforcedByCgroup, "pids": runtime.EnforcedByCgroup, "cpus": runtime.EnforcedByCgroup,
+		"workdir": runtime.EnforcedByTmpfs, "tmp": runtime.EnforcedByTmpfs,
+	})
+}
 
 const runcLog = "runc.log"
 

@@ -88,6 +88,12 @@ func NewRunsc(opts runtime.Options) (*Runsc, error) {
 	if ro.Platform != "" {
 		global = append(global, "--platform="+ro.Platform)
 	}
+	if opts.Rootless {
+		// No cgroup to make: runsc would log that it cannot and go on
+		// without limits; skillbox enforces them another way (see
+		// enforcement) and says which.
+		global = append(global, "--rootless", "--ignore-cgroups")
+	}
 	global = append(global, ro.Flags...)
 	r := &Runsc{opts: opts, ro: ro}
 	r.cli = &ociCLI{
@@ -98,12 +104,13 @@ func NewRunsc(opts runtime.Options) (*Runsc, error) {
 		install: runtime.RunscInstallHint(ro.Binary),
 	}
 	r.eng = &engine{
-		name:   "runsc",
-		cli:    r.cli,
-		runDir: opts.RunDir,
-		log:    runtime.NamedLogger(opts.Logger, "runtime.runsc"),
-		grace:  opts.KillGraceOrDefault(),
-		d:      r,
+		name:     "runsc",
+		cli:      r.cli,
+		runDir:   opts.RunDir,
+		log:      runtime.NamedLogger(opts.Logger, "runtime.runsc"),
+		grace:    opts.KillGraceOrDefault(),
+		d:        r,
+		rootless: opts.Rootless,
 	}
 	return r, nil
 }
@@ -140,7 +147,28 @@ func (r *Runsc) Run(ctx context.Context, job runtime.Job) (*runtime.Result, erro
 }
 
 func (r *Runsc) specOptions(job runtime.Job) oci.SpecOptions {
+	if r.opts.Rootless {
+		return oci.SpecOptions{Rootless: true}
+	}
 	return process.RunscSpecOptions(r.opts.NetNS)
+}
+
+// enforcement is what holds the sandbox limits: with root, the run's
+// cgroup (memory, pids; the CPU quota runsc applies to the cgroups it
+// makes) and skillbox's tmpfs for /work; rootless, no cgroup: skillbox
+// watches the sentry's memory (memoryWatch), the sentry's RLIMIT_NPROC
+// bounds the tasks, and nothing holds a CPU quota.
+func (r *Runsc) enforcement() map[string]string {
+	if r.opts.Rootless {
+		return runtime.Enforcement(map[string]string{
+			"memory": runtime.EnforcedBySkillboxPoll, "pids": runtime.EnforcedByRlimit,
+			"workdir": runtime.EnforcedByTmpfs, "tmp": runtime.EnforcedByGVisor,
+		})
+	}
+	return runtime.Enforcement(map[string]string{
+		"memory": runtime.EnforcedByCgroup, "pids": runtime.EnforcedByCgroup, "cpus": runtime.EnforcedByCgroup,
+		"workdir": runtime.EnforcedByTmpfs, "tmp": runtime.EnforcedByGVisor,
+	})
 }
 
 func (r *Runsc) runCommand(net bool, b *oci.Bundle) ([]string, []string) {
@@ -179,6 +207,9 @@ func (r *Runsc) setupError(b *oci.Bundle, code int) error {
 }
 
 func (r *Runsc) setupCgroup(cgPath string, lim runtime.Limits) error {
+	if r.opts.Rootless {
+		return nil
+	}
 	return process.CreateCgroup(cgPath, lim.MemoryBytes, process.RunscHostPids(lim.Pids, r.ro.Platform))
 }
 

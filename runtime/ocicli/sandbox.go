@@ -97,6 +97,8 @@ type sandbox struct {
 	// eg is the run's egress plumbing (nil without Egress); egStats its
 	// totals once the job ended.
 	eg *egress.Egress
+	// mem holds the memory limit of a rootless sandbox (nil otherwise).
+	mem *memoryWatch
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -124,6 +126,9 @@ func (e *engine) create(ctx context.Context, spec runtime.SandboxSpec) (_ runtim
 	probe := runtime.JobOf(spec, runtime.Invocation{Args: []string{"true"}, Limits: spec.Limits})
 	if err := runtime.ValidateJob(probe); err != nil {
 		return nil, err
+	}
+	if e.rootless && (spec.Network || spec.Egress != nil) {
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "network is not available without root: gVisor rootless (runsc --rootless) has no sandbox network, and skillbox never gives a sandbox the host's; run the script without network, or run skillbox as root (for example the daemon, sudo skillbox serve) for network and egress")
 	}
 	if spec.RootFS == "" {
 		return nil, errkind.Errorf(runtime.ErrUnavailable, "image %q is the registry image %s, which only the containerd runtime runs (it pulls and unpacks it); this runtime runs images skillbox builds: use --runtime containerd, or a recipe image", spec.Image.Name, spec.Image.Ref)
@@ -181,7 +186,9 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 		return nil
 	}
 	global, args, detached := s.e.d.detachedRunCommand(s.networked(), s.b, statusFD)
-	if detached && reapsOrphans() {
+	if detached && (reapsOrphans() || s.e.rootless) {
+		// Rootless: the memory watch finds the sandbox as the attached
+		// CLI's child.
 		detached = false
 	}
 	argv := process.HolderArgv()
@@ -350,6 +357,9 @@ func (s *sandbox) startRun(stdin, stdout, stderr *os.File) error {
 	s.runCmd, s.runExited = cmd, exited
 	s.initExited = exited
 	s.initStatus = func() (int, string) { return exitStatus(cmd.ProcessState) }
+	if s.e.rootless && s.mem == nil {
+		s.mem = watchMemory(cmd.Process.Pid, s.spec.Limits.MemoryBytes)
+	}
 	return nil
 }
 
@@ -540,6 +550,16 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	process.WaitDrains(s.outCap, s.outR, s.errCap, s.errR)
 	code, signal := s.jobStatus()
 	reason, ev := process.EndReason(reason, s.outCap, s.errCap, s.cgPath)
+	if s.mem != nil {
+		over, peak, err := s.mem.Stop()
+		if err != nil {
+			return nil, errkind.Wrap(runtime.ErrUnavailable, fmt.Errorf("run %s was stopped: %w", id, err))
+		}
+		if over && reason == runtime.ReasonExit {
+			reason = runtime.ReasonOOM
+		}
+		e.log.Debug("rootless sandbox memory", "id", id, "peak_bytes", peak, "limit_bytes", s.spec.Limits.MemoryBytes, "killed", over)
+	}
 	egStats, reason := process.FinishEgress(s.eg, reason)
 	// A run that we stopped, or that ran into its memory or pids limit,
 	// did run; the CLI may still log errors about how its sandbox ended.
@@ -558,6 +578,8 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 		RuntimeVersion: s.version,
 		Warm:           s.spec.Boot != runtime.BootCold,
 		Egress:         egStats,
+		// What held the limits of this run on this host.
+		LimitsEnforcedBy: e.d.enforcement(),
 	}
 	process.FillResult(res, s.outCap, s.errCap, s.b, e.log)
 	e.log.Debug("run finished", "id", id, "boot", s.spec.Boot, "reason", reason, "exit_code", code, "signal", signal,
@@ -589,6 +611,9 @@ func (s *sandbox) teardown() error {
 		}
 	}
 	s.lifeCancel()
+	if s.mem != nil {
+		_, _, _ = s.mem.Stop()
+	}
 	for _, c := range []*exec.Cmd{s.runCmd, s.jobCmd} {
 		if c != nil && c.Process != nil {
 			// Anything the CLI forked that is still in its group (a runsc

@@ -297,6 +297,12 @@ type RunScriptResult struct {
 	// same names as the config's limits block).
 	Network bool           `json:"network"`
 	Limits  map[string]any `json:"limits,omitempty"`
+	// LimitsEnforcedBy names, per limit, what held it in this run:
+	// "cgroup", "gvisor", "tmpfs", "skillbox" (its clock and caps),
+	// "skillbox-poll" (memory sampled, the sandbox killed above it: reason
+	// oom), "gvisor-rlimit" (tasks bounded; a refused fork is the script's
+	// error), or "none" (nothing on this host could: a rootless run's cpus).
+	LimitsEnforcedBy map[string]string `json:"limits_enforced_by,omitempty"`
 	// ConfirmationID is the approval the run consumed, if it needed one.
 	ConfirmationID string `json:"confirmation_id,omitempty"`
 	// Warm says the run used a pre-booted sandbox; false is a cold start.

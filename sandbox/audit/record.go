@@ -192,6 +192,10 @@ type RunInfo struct {
 	ExitCode *int   `json:"exit_code,omitempty"`
 	Signal   string `json:"signal,omitempty"`
 	Reason   string `json:"reason,omitempty"` // exit, timeout, oom, pids, output_cap, killed
+	// LimitsEnforcedBy names what held each limit (run.end; see
+	// runtime.Result.LimitsEnforcedBy): cgroup, gvisor, tmpfs, skillbox,
+	// skillbox-poll, gvisor-rlimit, or none.
+	LimitsEnforcedBy map[string]string `json:"limits_enforced_by,omitempty"`
 	// Warm: the run used a pre-booted sandbox (run.end only).
 	Warm            bool   `json:"warm,omitempty"`
 	StdoutBytes     int64  `json:"stdout_bytes,omitempty"`

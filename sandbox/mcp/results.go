@@ -71,6 +71,9 @@ type RunOutput struct {
 	ConfirmationID     string            `json:"confirmation_id,omitempty"`
 	// Skills are the skills a skills_run_code run mounted, and where.
 	Skills []api.MountedSkill `json:"skills,omitempty"`
+	// LimitsEnforcedBy names what held each limit (see
+	// api.RunScriptResult).
+	LimitsEnforcedBy map[string]string `json:"limits_enforced_by,omitempty"`
 }
 
 // FileLink is a file a run wrote and where to read it.
@@ -137,7 +140,7 @@ func runOutput(res *api.RunScriptResult, stored bool, cut resultCut) *RunOutput 
 		StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr),
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 		OutputsTruncatedBy: res.OutputsTruncatedBy, Hint: res.Hint, ConfirmationID: res.ConfirmationID,
-		Files: []FileLink{}, Skills: res.Skills,
+		Files: []FileLink{}, Skills: res.Skills, LimitsEnforcedBy: res.LimitsEnforcedBy,
 	}
 	var cutShort bool
 	if out.Stdout, cutShort = streamEnd(res.Stdout, tail); cutShort && stored {

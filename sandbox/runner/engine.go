@@ -572,6 +572,7 @@ func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
 	ri.Reason = string(res.Reason)
 	ri.Warm = res.Warm
 	ri.EgressStats = res.Egress
+	ri.LimitsEnforcedBy = res.LimitsEnforcedBy
 	if res.RuntimeVersion != "" {
 		ri.RuntimeVersion = res.RuntimeVersion
 	}

@@ -367,6 +367,7 @@ func ResultOf(o *Result, inlineBudget int64) api.RunScriptResult {
 	}
 	res.Network, res.ConfirmationID = o.Plan.Network, o.Plan.Request.ConfirmationID
 	res.Limits = o.Plan.Limits.Map()
+	res.LimitsEnforcedBy = r.LimitsEnforcedBy
 	// Every list is present, empty or not: a reader need not tell null from [].
 	res.Outputs, res.OutputsSkipped = []api.Output{}, append([]string{}, r.OutputsSkipped...)
 	res.Deleted = append([]string{}, r.Deleted...)

@@ -18,6 +18,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	_ "github.com/skillbox/skillbox/runtime/containerd" // registers the containerd backend
 	_ "github.com/skillbox/skillbox/runtime/ocicli"     // registers the runsc and runc backends
+	"github.com/skillbox/skillbox/runtime/rootless"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/skills"
@@ -102,6 +103,11 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*runner.E
 		ropts.Settings["address"] = o.containerdAddress
 	}
 	ropts.Logger = log.Named("runtime." + name)
+	if rootless.Active() {
+		if err := rootlessOptions(name, &ropts); err != nil {
+			return nil, err
+		}
+	}
 	rt, err := runtime.New(name, ropts)
 	if err != nil {
 		return nil, err
@@ -251,4 +257,33 @@ func CheckImages(cfg *policy.Config, si *runner.StoreImages, log hclog.Logger) {
 			log.Warn("cannot tell whether the image is built", "image", im.Name, "error", err)
 		}
 	}
+}
+
+// rootlessOptions makes ropts those of an ordinary user's runtime (see
+// runtime/rootless): gVisor rootless, with its run dir and state dir in
+// the user's state directory, never the system's.
+func rootlessOptions(name string, ropts *runtime.Options) error {
+	if name != "runsc" {
+		return runtime.RefuseRootless(name)
+	}
+	dirs, err := rootless.UserDirs()
+	if err != nil {
+		return err
+	}
+	bin, _ := ropts.Settings["binary"].(string)
+	ropts.Rootless = true
+	ropts.RunDir = dirs.Runs()
+	ropts.Settings["state_dir"] = dirs.State(filepath.Base(runtime.RunscStateDir(bin)))
+	return nil
+}
+
+// snapshotDir is where the engine keeps skill snapshots: the system's, or
+// the user's when rootless.
+func snapshotDir() string {
+	if rootless.Active() {
+		if dirs, err := rootless.UserDirs(); err == nil {
+			return dirs.Snapshots()
+		}
+	}
+	return runner.DefaultSnapshotDir
 }

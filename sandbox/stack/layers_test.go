@@ -29,7 +29,7 @@ var layers = [][]string{
 	{"runtime/oci"},
 	{"runtime"},
 	{"runtime/egress"},
-	{"runtime/errkind", "sandbox/api", "runtime/runtimetest", "runtime/egress/egresstest"},
+	{"runtime/errkind", "runtime/rootless", "sandbox/api", "runtime/runtimetest", "runtime/egress/egresstest"},
 }
 
 // TestImportLayers keeps the imports of every package (its non-test files)

@@ -21,6 +21,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/rootless"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/daemon"
 	"github.com/skillbox/skillbox/sandbox/runner"
@@ -209,7 +210,7 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 	s.journal = runner.NewJournal(auditor(s.auditLog), runLog.Named("audit"))
 
 	if o.Mode != Local || o.WithEngine {
-		pins := &runner.SnapshotStore{Dir: runner.DefaultSnapshotDir}
+		pins := &runner.SnapshotStore{Dir: snapshotDir()}
 		eo := engineOptions{
 			pins: pins, runtime: o.Runtime, containerdAddress: o.ContainerdAddress, imageDir: o.ImageDir,
 			build: !o.NoBuild, progress: o.Progress, wrap: o.Images, logger: runLog.Named("engine"),
@@ -237,6 +238,9 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 		}
 		if s.engine.Pool() != nil {
 			s.drainOnReload(ctx)
+		}
+		if o.Mode != Serve && rootless.Active() {
+			sweepUserRuns(ctx, s.engine.Runtime(), log)
 		}
 		if o.Mode == Serve {
 			if n, err := pins.Prune(snapshotMaxAge); err != nil {
@@ -484,4 +488,22 @@ func trimNewline(p []byte) []byte {
 		p = p[:len(p)-1]
 	}
 	return p
+}
+
+// sweepUserRuns removes what an ordinary user's killed runs left (their
+// run dirs and runsc's state of their sandboxes; the sandboxes themselves
+// died with the command, see runtime/rootless): no daemon of theirs starts
+// to sweep, so each rootless command does, when there is something to.
+// Runs in progress hold their run dir's lock and are spared.
+func sweepUserRuns(ctx context.Context, rt runtime.Runtime, log hclog.Logger) {
+	dirs, err := rootless.UserDirs()
+	if err != nil {
+		return
+	}
+	if ents, err := os.ReadDir(dirs.Runs()); err != nil || len(ents) == 0 {
+		return
+	}
+	if err := runtime.Sweep(ctx, rt); err != nil {
+		log.Warn("sweeping leftovers of an earlier run failed", "error", err)
+	}
 }
