@@ -37,7 +37,8 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/oci"
-	_ "github.com/skillbox/skillbox/runtime/ocicli" // registers the runsc and runc backends
+	_ "github.com/skillbox/skillbox/runtime/ocicli"
+	"github.com/skillbox/skillbox/runtime/rootless" // registers the runsc and runc backends
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
 
@@ -140,6 +141,7 @@ func newBackend(t testing.TB, name string) (runtime.Runtime, runtime.Options) {
 		}),
 	}
 	withContainerd(t, name, &opts)
+	opts.Rootless = rootless.Active() // TestRunRootless's user namespace
 	rt, err := runtime.New(name, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -244,6 +246,8 @@ type caseEnv struct {
 	secret  hostSecret
 	envVal  string
 	marker  string
+	// rootless: an ordinary user's gVisor sandbox (TestRunRootless).
+	rootless bool
 }
 
 func py(script string) func(*caseEnv) []string {
@@ -511,6 +515,10 @@ print('release', os.uname().release)
 		args:   py("forks.py"),
 		limits: runtime.Limits{Pids: 32, Timeout: 60 * time.Second},
 		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			if c.rootless {
+				wantForksRefused(t, res, 32)
+				return
+			}
 			if res.Reason != runtime.ReasonPids {
 				t.Errorf("reason %s exit %d, want pids\nstdout: %s\nstderr: %s", res.Reason, res.ExitCode, clip(res.Stdout), clip(res.Stderr))
 			}
@@ -522,6 +530,14 @@ print('release', os.uname().release)
 		args:   func(*caseEnv) []string { return []string{"bash", "/skill/scripts/bomb.sh"} },
 		limits: runtime.Limits{Pids: 32, Timeout: 60 * time.Second},
 		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			if c.rootless {
+				// The sentry refuses the 33rd task; bash says so and the
+				// bomb ends by itself.
+				if res.Reason != runtime.ReasonExit || !strings.Contains(string(res.Stderr), "fork") {
+					t.Errorf("reason %s exit %d, want refused forks and an exit\nstderr: %s", res.Reason, res.ExitCode, clip(res.Stderr))
+				}
+				return
+			}
 			if res.Reason != runtime.ReasonPids {
 				t.Errorf("reason %s exit %d, want pids\nstderr: %s", res.Reason, res.ExitCode, clip(res.Stderr))
 			}
@@ -563,6 +579,12 @@ print('release', os.uname().release)
 		args:   py("forks.py"),
 		limits: runtime.Limits{Pids: 32, Timeout: 12 * time.Second}, // room to start on a loaded machine
 		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
+			if c.rootless {
+				if res.Reason != runtime.ReasonTimeout || !strings.Contains(string(res.Stdout), "fork failed after") {
+					t.Errorf("reason %s exit %d, want refused forks, then the timeout\nstdout: %s\nstderr: %s", res.Reason, res.ExitCode, clip(res.Stdout), clip(res.Stderr))
+				}
+				return
+			}
 			if res.Reason != runtime.ReasonPids {
 				t.Errorf("reason %s exit %d, want pids\nstdout: %s\nstderr: %s", res.Reason, res.ExitCode, clip(res.Stdout), clip(res.Stderr))
 			}
@@ -749,7 +771,11 @@ for p in ("/skill/new.txt", "/skill/scripts/write.py", "/etc/passwd", "/usr/bin/
 		check: func(t *testing.T, c *caseEnv, res *runtime.Result) {
 			wantExit(t, res, 0, runtime.ReasonExit)
 			out := string(res.Stdout)
-			for _, want := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000", "Uid:\t65534\t65534\t65534\t65534"} {
+			uid := "Uid:\t65534\t65534\t65534\t65534"
+			if c.rootless {
+				uid = "Uid:\t0\t0\t0\t0" // gVisor's uid 0: the user on the host, still without capabilities
+			}
+			for _, want := range []string{"CapEff:\t0000000000000000", "CapPrm:\t0000000000000000", "CapBnd:\t0000000000000000", uid} {
 				if !strings.Contains(out, want) {
 					t.Errorf("missing %q in\n%s", want, out)
 				}
@@ -1012,55 +1038,60 @@ func TestRun(t *testing.T) {
 	t.Setenv(hostEnvName, envVal)
 	for _, name := range backends {
 		t.Run(name, func(t *testing.T) {
-			rt, opts := newBackend(t, name)
-			for _, mode := range []string{"cold", "warm"} {
-				t.Run(mode, func(t *testing.T) {
-					for _, tc := range cases {
-						t.Run(tc.name, func(t *testing.T) {
-							c := &caseEnv{backend: name, kernel: kernelOf(name), secret: secret, envVal: envVal, marker: "skillbox-marker-" + randomHex(8)}
-							dir := makeSkill(t, tc.skill)
-							for link, target := range tc.links {
-								if target == "SECRET_PATH" {
-									target = secret.path
-								}
-								if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
-									t.Fatal(err)
-								}
-							}
-							job := runtime.Job{
-								ID:       newID(),
-								RootFS:   rootfs,
-								SkillDir: dir,
-								Args:     tc.args(c),
-								Env:      tc.env,
-								Stdin:    []byte(tc.stdin),
-								Files:    tc.files,
-								Limits:   tc.limits,
-							}
-							if a := job.Args; len(a) > 1 && strings.HasPrefix(a[1], runtime.SkillMount+"/") {
-								family := map[string]string{"python3": "python", "node": "node"}[a[0]]
-								job.ModuleEnv = runtime.ModulePathEnv(family, strings.TrimPrefix(a[1], runtime.SkillMount+"/"))
-							}
-							if job.Limits.Timeout == 0 {
-								job.Limits.Timeout = 60 * time.Second
-							}
-							var res *runtime.Result
-							var err error
-							if mode == "cold" {
-								res, err = rt.Run(context.Background(), job)
-							} else {
-								res, err = runWarm(t, rt, job)
-							}
-							if err != nil {
-								t.Fatalf("Run: %v", err)
-							}
-							if res.Warm != (mode == "warm") {
-								t.Errorf("result says warm %v on the %s path", res.Warm, mode)
-							}
-							tc.check(t, c, res)
-							assertClean(t, name, opts, job.ID)
-						})
+			runCases(t, name, rootfs, secret, envVal)
+		})
+	}
+}
+
+// runCases runs the case table on backend name, cold and warm.
+func runCases(t *testing.T, name, rootfs string, secret hostSecret, envVal string) {
+	rt, opts := newBackend(t, name)
+	for _, mode := range []string{"cold", "warm"} {
+		t.Run(mode, func(t *testing.T) {
+			for _, tc := range cases {
+				t.Run(tc.name, func(t *testing.T) {
+					c := &caseEnv{backend: name, kernel: kernelOf(name), secret: secret, envVal: envVal, marker: "skillbox-marker-" + randomHex(8), rootless: opts.Rootless}
+					dir := makeSkill(t, tc.skill)
+					for link, target := range tc.links {
+						if target == "SECRET_PATH" {
+							target = secret.path
+						}
+						if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+							t.Fatal(err)
+						}
 					}
+					job := runtime.Job{
+						ID:       newID(),
+						RootFS:   rootfs,
+						SkillDir: dir,
+						Args:     tc.args(c),
+						Env:      tc.env,
+						Stdin:    []byte(tc.stdin),
+						Files:    tc.files,
+						Limits:   tc.limits,
+					}
+					if a := job.Args; len(a) > 1 && strings.HasPrefix(a[1], runtime.SkillMount+"/") {
+						family := map[string]string{"python3": "python", "node": "node"}[a[0]]
+						job.ModuleEnv = runtime.ModulePathEnv(family, strings.TrimPrefix(a[1], runtime.SkillMount+"/"))
+					}
+					if job.Limits.Timeout == 0 {
+						job.Limits.Timeout = 60 * time.Second
+					}
+					var res *runtime.Result
+					var err error
+					if mode == "cold" {
+						res, err = rt.Run(context.Background(), job)
+					} else {
+						res, err = runWarm(t, rt, job)
+					}
+					if err != nil {
+						t.Fatalf("Run: %v", err)
+					}
+					if res.Warm != (mode == "warm") {
+						t.Errorf("result says warm %v on the %s path", res.Warm, mode)
+					}
+					tc.check(t, c, res)
+					assertClean(t, name, opts, job.ID)
 				})
 			}
 		})
@@ -1326,6 +1357,7 @@ func crashMidRun(t *testing.T, cmd *exec.Cmd) {
 }
 
 func TestMain(m *testing.M) {
+	enterRootlessChild()
 	if spec := os.Getenv(crashEnv); spec != "" {
 		crashHelper(spec)
 		os.Exit(3) // not reached: the helper kills itself

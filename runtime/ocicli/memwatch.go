@@ -2,6 +2,7 @@ package ocicli
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -150,11 +151,17 @@ func sandboxMemory(pid, memfd int) (int64, error) {
 		return 0, err
 	}
 	anon, err := statusKiB(pid, "RssAnon:")
-	if err != nil {
+	if errors.Is(err, errNoStatusLine) {
+		anon = 0 // exiting: its memory is gone already
+	} else if err != nil {
 		return 0, err
 	}
 	return st.Blocks*512 + anon<<10, nil
 }
+
+// errNoStatusLine: a process that has released its memory while it exits
+// has no memory lines in its status.
+var errNoStatusLine = errors.New("no such line in the process's status")
 
 // openSentryMemory opens the sandbox's memory file through /proc; the
 // descriptor stays valid whatever happens to the pid.
@@ -214,7 +221,7 @@ func statusKiB(pid int, key string) (int64, error) {
 			}
 		}
 	}
-	return 0, fmt.Errorf("/proc/%d/status has no %s", pid, key)
+	return 0, fmt.Errorf("/proc/%d/status: %s: %w", pid, key, errNoStatusLine)
 }
 
 func processGone(pid int) bool {
