@@ -36,10 +36,11 @@ import (
 //     directories are made, 0755, one at a time without following links.
 //   - A path under a symlink or a non-directory on the host, an excluded
 //     path, or a file over o.Caps.FileBytes is Refused.
-//   - With o.Quota, what the workspace holds is counted once (Usage) at
-//     the start, deletions take from it and writes add their growth; a
-//     file whose growth would take it over the quota is Refused, naming
-//     the quota, and the others are applied still, in path order.
+//   - With o.Quota, what the workspace holds is counted once (a walk, as
+//     Usage) at the start, deletions take from it and writes add their
+//     growth; a file whose growth would take it over the quota is
+//     Refused, naming the quota, and the others are applied still, in
+//     path order.
 //   - A deletion is applied only with allowDelete, only to a path that
 //     was in base and is still base's on the host (else Conflict); a
 //     symlink is removed, not followed; a directory is never deleted.
@@ -76,10 +77,15 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 	}
 	if o.Quota > 0 {
 		a.quota = o.Quota
-		if a.used, _, err = w.usage(root); err != nil {
+		if a.used, _, err = w.walkUsage(root); err != nil {
 			return nil, err
 		}
 	}
+	// What Apply changes is not counted exactly (the directories it
+	// makes, a previous copy it could not remove): the count is dropped.
+	chg := &treeChange{w: w}
+	chg.begin()
+	defer chg.end()
 
 	writes := make(map[string]bool, len(c.Written))
 	for i := range c.Written {

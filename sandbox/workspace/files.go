@@ -341,15 +341,26 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 		if o.Quota <= 0 || after <= before {
 			return nil
 		}
-		used, _, err := w.usage(root)
+		used, _, fresh, err := w.cachedUsage(root)
 		if err != nil {
 			return err
 		}
-		if why := overQuota(o.Quota, used, after-before); why != "" {
+		why := overQuota(o.Quota, used, after-before)
+		if why != "" && !fresh {
+			// Refused by the count kept: walked again, to be sure.
+			if used, _, err = w.walkUsage(root); err != nil {
+				return err
+			}
+			why = overQuota(o.Quota, used, after-before)
+		}
+		if why != "" {
 			return errkind.Errorf(api.ErrLimitExceeded, "writing %s %s: delete files it no longer needs, or write less", q, why)
 		}
 		return nil
 	}
+	// What the write changes, kept in the count; exact once it is done.
+	chg := &treeChange{w: w}
+	defer chg.end()
 
 	dir, name := path.Dir(rel), path.Base(rel)
 	dirfd, err := openDir(root, dir, false, nil)
@@ -358,8 +369,10 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 		if err := quota(0, int64(len(data))); err != nil {
 			return 0, err
 		}
+		chg.begin()
 		dirfd, err = openDir(root, dir, true, o.Owner)
 	}
+	madeDirs := chg.begun // how many is not counted: the count is dropped
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return 0, errkind.Errorf(api.ErrNotFound, "%s does not exist in the workspace: write its first piece with truncate (offset 0), which creates it", q)
@@ -369,6 +382,7 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 	defer unix.Close(dirfd)
 
 	var fd int
+	var before int64 // the file's size before the write
 	created := false
 	for attempt := 0; ; attempt++ {
 		var st unix.Stat_t
@@ -381,6 +395,7 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 			if err := quota(0, int64(len(data))); err != nil {
 				return 0, err
 			}
+			chg.begin()
 			mode := perm
 			if mode == 0 {
 				mode = 0o644
@@ -416,6 +431,8 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 			if err := quota(st.Size, after); err != nil {
 				return 0, err
 			}
+			chg.begin()
+			before = st.Size
 			fd, err = openWritableAt(dirfd, name, &st)
 			if err != nil {
 				return 0, w.ioErr(rel, "write", err)
@@ -454,6 +471,10 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fail(err)
+	}
+	chg.exact, chg.bytes = !madeDirs, st.Size-before
+	if created {
+		chg.entries = 1
 	}
 	return st.Size, nil
 }
@@ -535,9 +556,18 @@ func (w *Workspace) Delete(rel string, recursive bool) (int, error) {
 	if err := lstatAt(dirfd, name, &st); err != nil {
 		return 0, w.ioErr(rel, "delete", err)
 	}
+	// What the deletion changes, kept in the count: exact for one entry;
+	// what a recursive one removed is not counted (the count is dropped).
+	chg := &treeChange{w: w}
+	defer chg.end()
+	chg.begin()
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		if err := unlinkAny(dirfd, name); err != nil {
 			return 0, w.ioErr(rel, "delete", err)
+		}
+		chg.exact, chg.entries = true, -1
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			chg.bytes = -st.Size
 		}
 		return 1, nil
 	}
@@ -559,6 +589,7 @@ func (w *Workspace) Delete(rel string, recursive bool) (int, error) {
 		}
 		return removed, w.ioErr(rel, "delete", err)
 	}
+	chg.exact, chg.entries = !recursive, -1
 	return removed + 1, nil
 }
 
