@@ -58,7 +58,7 @@ func (w *Workspace) List(rel string, recursive bool, limit int) (entries []api.W
 	if rel != "." {
 		depth = strings.Count(rel, "/") + 2
 	}
-	if err := l.walk(fd, rel, depth); err != nil && !errors.Is(err, errListFull) {
+	if err := walkDir(fd, rel, depth, l); err != nil && !errors.Is(err, errListFull) {
 		return nil, false, err
 	}
 	return l.entries, l.truncated, nil
@@ -75,15 +75,55 @@ type lister struct {
 	truncated bool
 }
 
-// walk lists the directory dirfd, rel in the workspace, its entries depth
-// components deep.
-func (l *lister) walk(dirfd int, rel string, depth int) error {
-	names, err := readDirNames(dirfd)
-	if err != nil {
+// entry lists one entry, and says whether to list what is under it.
+func (l *lister) entry(dirfd int, name, rel string, st *unix.Stat_t, depth int) (bool, error) {
+	if len(l.entries) == l.limit {
+		l.truncated = true
+		return false, errListFull
+	}
+	l.entries = append(l.entries, entryOf(dirfd, name, rel, st))
+	return l.recursive && st.Mode&unix.S_IFMT == unix.S_IFDIR && depth < runtime.MaxInputDepth, nil
+}
+
+func (l *lister) failed(op, rel string, err error) error {
+	switch op {
+	case "read directory":
 		if denied(err) {
 			return errkind.Errorf(api.ErrDenied, "workspace %s: directory %s cannot be read: permission denied on the host", l.w.dir, runtime.QuoteName(rel))
 		}
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: read directory %s: %w", l.w.dir, runtime.QuoteName(rel), err)
+	case "open":
+		return nil // changed since it was looked at, or unreadable: listed, not entered
+	}
+	return l.w.ioErr(rel, "list", err)
+}
+
+// visitor is what a walk of the workspace (walkDir) does: List's and
+// Usage's.
+type visitor interface {
+	// entry sees the entry name of dirfd, rel in the workspace, lstat'ed
+	// as st, depth components deep; enter says to walk what is under it
+	// (a directory).
+	entry(dirfd int, name, rel string, st *unix.Stat_t, depth int) (enter bool, err error)
+	// failed is the error the walk ends with when op ("read directory",
+	// "lstat", "open") failed on rel; nil passes rel over.
+	failed(op, rel string, err error) error
+}
+
+var (
+	_ visitor = (*lister)(nil)
+	_ visitor = (*usage)(nil)
+)
+
+// walkDir walks the directory dirfd, rel in the workspace, whose entries
+// are depth components deep: each entry, in name order and lstat'ed
+// without following links, goes to v, and a directory v enters is walked
+// in turn if it is still the one lstat'ed. An entry removed since the
+// directory was read is passed over.
+func walkDir(dirfd int, rel string, depth int, v visitor) error {
+	names, err := readDirNames(dirfd)
+	if err != nil {
+		return v.failed("read directory", rel, err)
 	}
 	for _, name := range names {
 		child := name
@@ -95,21 +135,26 @@ func (l *lister) walk(dirfd int, rel string, depth int) error {
 			if errors.Is(err, unix.ENOENT) {
 				continue // removed since the directory was read
 			}
-			return l.w.ioErr(child, "list", err)
+			if err := v.failed("lstat", child, err); err != nil {
+				return err
+			}
+			continue
 		}
-		if len(l.entries) == l.limit {
-			l.truncated = true
-			return errListFull
+		enter, err := v.entry(dirfd, name, child, &st, depth)
+		if err != nil {
+			return err
 		}
-		l.entries = append(l.entries, entryOf(dirfd, name, child, &st))
-		if !l.recursive || st.Mode&unix.S_IFMT != unix.S_IFDIR || depth >= runtime.MaxInputDepth {
+		if !enter {
 			continue
 		}
 		fd, err := openSameDir(dirfd, name, &st)
 		if err != nil {
-			continue // changed since it was looked at, or unreadable: listed, not entered
+			if err := v.failed("open", child, err); err != nil {
+				return err
+			}
+			continue
 		}
-		err = l.walk(fd, child, depth+1)
+		err = walkDir(fd, child, depth+1, v)
 		unix.Close(fd)
 		if err != nil {
 			return err

@@ -148,7 +148,7 @@ func (w *Workspace) usage(root int) (int64, int, error) {
 	}
 	defer unix.Close(fd)
 	u := &usage{w: w}
-	if err := u.walk(fd, ".", 1); err != nil {
+	if err := walkDir(fd, ".", 1, u); err != nil {
 		return 0, 0, err
 	}
 	return u.bytes, u.entries, nil
@@ -160,50 +160,30 @@ type usage struct {
 	entries int
 }
 
-func (u *usage) walk(dirfd int, rel string, depth int) error {
-	if depth > maxUsageDepth {
-		return errkind.Errorf(api.ErrLimitExceeded, "workspace %s is nested more than %d levels deep, at %s: its size is not counted; delete what lies that deep", u.w.dir, maxUsageDepth, runtime.QuoteName(rel))
+// entry counts one entry, and says whether to count what is under it.
+func (u *usage) entry(_ int, _, rel string, st *unix.Stat_t, depth int) (bool, error) {
+	u.entries++
+	if u.entries > usageEntries {
+		return false, errkind.Errorf(api.ErrLimitExceeded, "workspace %s holds more than %d entries, too many to count its size: delete files or directories it no longer needs", u.w.dir, usageEntries)
 	}
-	names, err := readDirNames(dirfd)
-	if err != nil {
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: read directory %s: %w", u.w.dir, runtime.QuoteName(rel), err)
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		u.bytes += st.Size
+	case unix.S_IFDIR:
+		if depth+1 > maxUsageDepth {
+			return false, errkind.Errorf(api.ErrLimitExceeded, "workspace %s is nested more than %d levels deep, at %s: its size is not counted; delete what lies that deep", u.w.dir, maxUsageDepth, runtime.QuoteName(rel))
+		}
+		return true, nil
 	}
-	for _, name := range names {
-		child := name
-		if rel != "." {
-			child = rel + "/" + name
-		}
-		var st unix.Stat_t
-		if err := lstatAt(dirfd, name, &st); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				continue
-			}
-			return errkind.Errorf(api.ErrUnavailable, "workspace %s: lstat %s: %w", u.w.dir, runtime.QuoteName(child), err)
-		}
-		u.entries++
-		if u.entries > usageEntries {
-			return errkind.Errorf(api.ErrLimitExceeded, "workspace %s holds more than %d entries, too many to count its size: delete files or directories it no longer needs", u.w.dir, usageEntries)
-		}
-		switch st.Mode & unix.S_IFMT {
-		case unix.S_IFREG:
-			u.bytes += st.Size
-		case unix.S_IFDIR:
-			fd, err := openSameDir(dirfd, name, &st)
-			if err != nil {
-				var r *refusal
-				if errors.As(err, &r) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR) {
-					continue // swapped or removed since it was looked at
-				}
-				return errkind.Errorf(api.ErrUnavailable, "workspace %s: open %s: %w", u.w.dir, runtime.QuoteName(child), err)
-			}
-			err = u.walk(fd, child, depth+1)
-			unix.Close(fd)
-			if err != nil {
-				return err
-			}
-		}
+	return false, nil
+}
+
+func (u *usage) failed(op, rel string, err error) error {
+	var r *refusal
+	if op == "open" && (errors.As(err, &r) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR)) {
+		return nil // swapped or removed since it was looked at
 	}
-	return nil
+	return errkind.Errorf(api.ErrUnavailable, "workspace %s: %s %s: %w", u.w.dir, op, runtime.QuoteName(rel), err)
 }
 
 // overQuota says why a write of growth bytes is refused by quota, given

@@ -273,3 +273,42 @@ func TestUsageKeptConcurrent(t *testing.T) {
 	}
 	keptMatches(t, w, "after one more piece")
 }
+
+// List and Usage walk the tree with one walker, each to its own depth:
+// List no deeper than a run's /work, Usage to maxUsageDepth (what lies in
+// a directory that deep is deeper) and then an error, never an
+// undercount.
+func TestWalkDepth(t *testing.T) {
+	nested := func(n int) string { return strings.TrimSuffix(strings.Repeat("d/", n), "/") }
+	cases := []struct {
+		name     string
+		dirs     int // directories nested
+		usageErr error
+		listed   int // entries a recursive List gives
+	}{
+		{name: "shallow", dirs: 3, listed: 4},
+		{name: "as deep as /work", dirs: runtime.MaxInputDepth - 1, listed: runtime.MaxInputDepth},
+		{name: "deeper than /work", dirs: runtime.MaxInputDepth + 3, listed: runtime.MaxInputDepth},
+		{name: "as deep as Usage goes", dirs: maxUsageDepth - 1, listed: runtime.MaxInputDepth},
+		{name: "deeper than Usage goes", dirs: maxUsageDepth, usageErr: api.ErrLimitExceeded, listed: runtime.MaxInputDepth},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.dir(nested(c.dirs))
+			if err := os.WriteFile(filepath.Join(f.path(nested(c.dirs)), "f"), []byte("abc"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			w := f.open()
+			b, n, err := w.Usage()
+			wantKind(t, "Usage", err, c.usageErr)
+			if c.usageErr == nil && (b != 3 || n != c.dirs+1) {
+				t.Errorf("Usage = %d bytes, %d entries; want 3, %d", b, n, c.dirs+1)
+			}
+			es, truncated, err := w.List("", true, 0)
+			if err != nil || truncated || len(es) != c.listed {
+				t.Errorf("List = %d entries, truncated %v, %v; want %d", len(es), truncated, err, c.listed)
+			}
+		})
+	}
+}
