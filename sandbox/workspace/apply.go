@@ -72,6 +72,7 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 		rep:      &Report{Written: []api.WorkspaceChange{}, Deleted: []api.WorkspaceChange{}, Conflicts: []api.WorkspaceFinding{}, Refused: []api.WorkspaceFinding{}},
 		seen:     map[string]bool{},
 	}
+	a.refused.list, a.conflicts.list = &a.rep.Refused, &a.rep.Conflicts
 	if base != nil {
 		a.base = base.Entries
 	}
@@ -123,17 +124,19 @@ type applier struct {
 	excludes []*pattern
 	base     map[string]Entry
 	rep      *Report
-	seen     map[string]bool
+	// refused and conflicts add to rep's Refused and Conflicts.
+	refused, conflicts findingList
+	seen               map[string]bool
 	// quota (0: none) and used, what the workspace holds as Apply goes.
 	quota, used int64
 }
 
 func (a *applier) refuse(rel, format string, args ...any) {
-	addFinding(&a.rep.Refused, rel, format, args...)
+	a.refused.add(rel, format, args...)
 }
 
 func (a *applier) conflict(rel, format string, args ...any) {
-	addFinding(&a.rep.Conflicts, rel, format, args...)
+	a.conflicts.add(rel, format, args...)
 }
 
 // check refuses what no change may touch: a name /work cannot hold, a
