@@ -66,11 +66,12 @@ type usageCount struct {
 }
 
 // cachedUsage is what the workspace holds, from the count kept when there
-// is one (fresh false) or else walked.
+// is one (fresh false) or else walked. A count of more entries than a walk
+// may count is walked, so that it fails as a walk would.
 func (w *Workspace) cachedUsage(root int) (bytes int64, entries int, fresh bool, err error) {
 	c := &w.count
 	c.mu.Lock()
-	if c.known {
+	if c.known && c.entries <= usageEntries {
 		bytes, entries = c.bytes, c.entries
 		c.mu.Unlock()
 		return bytes, entries, false, nil

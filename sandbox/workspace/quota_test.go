@@ -312,3 +312,34 @@ func TestWalkDepth(t *testing.T) {
 		})
 	}
 }
+
+// A tree that WriteAt grows past the entries a walk may count fails the
+// next quota check as a walk of it would, the count kept or not.
+func TestUsageKeptEntryBound(t *testing.T) {
+	old := usageEntries
+	usageEntries = 5
+	defer func() { usageEntries = old }()
+	f := newFixture(t)
+	f.file("a", "a")
+	f.file("b", "b")
+	f.file("c", "c")
+	f.file("d", "d") // 4 entries
+	w := f.open()
+	q := Options{Quota: 1000}
+	steps := []struct {
+		rel string
+		err error
+	}{
+		{rel: "e"},                            // a walk of 4
+		{rel: "f"},                            // 5
+		{rel: "g", err: api.ErrLimitExceeded}, // 6: more than a walk counts
+		{rel: "a"},                            // no growth: no count needed
+	}
+	for _, s := range steps {
+		t.Run(s.rel, func(t *testing.T) {
+			_, err := w.WriteAt(s.rel, 0, []byte("x"), true, 0, q)
+			wantKind(t, "WriteAt("+s.rel+")", err, s.err)
+		})
+	}
+	gone(f, "g")
+}
