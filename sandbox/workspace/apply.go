@@ -36,10 +36,11 @@ import (
 //     directories are made, 0755, one at a time without following links.
 //   - A path under a symlink or a non-directory on the host, an excluded
 //     path, or a file over o.Caps.FileBytes is Refused.
-//   - With o.Quota, what the workspace holds is counted once (Usage) at
-//     the start, deletions take from it and writes add their growth; a
-//     file whose growth would take it over the quota is Refused, naming
-//     the quota, and the others are applied still, in path order.
+//   - With o.Quota, what the workspace holds is counted once (a walk, as
+//     Usage) at the start, deletions take from it and writes add their
+//     growth; a file whose growth would take it over the quota is
+//     Refused, naming the quota, and the others are applied still, in
+//     path order.
 //   - A deletion is applied only with allowDelete, only to a path that
 //     was in base and is still base's on the host (else Conflict); a
 //     symlink is removed, not followed; a directory is never deleted.
@@ -71,15 +72,21 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 		rep:      &Report{Written: []api.WorkspaceChange{}, Deleted: []api.WorkspaceChange{}, Conflicts: []api.WorkspaceFinding{}, Refused: []api.WorkspaceFinding{}},
 		seen:     map[string]bool{},
 	}
+	a.refused.list, a.conflicts.list = &a.rep.Refused, &a.rep.Conflicts
 	if base != nil {
 		a.base = base.Entries
 	}
 	if o.Quota > 0 {
 		a.quota = o.Quota
-		if a.used, _, err = w.usage(root); err != nil {
+		if a.used, _, err = w.walkUsage(root); err != nil {
 			return nil, err
 		}
 	}
+	// What Apply changes is not counted exactly (the directories it
+	// makes, a previous copy it could not remove): the count is dropped.
+	chg := &treeChange{w: w}
+	chg.begin()
+	defer chg.end()
 
 	writes := make(map[string]bool, len(c.Written))
 	for i := range c.Written {
@@ -117,17 +124,19 @@ type applier struct {
 	excludes []*pattern
 	base     map[string]Entry
 	rep      *Report
-	seen     map[string]bool
+	// refused and conflicts add to rep's Refused and Conflicts.
+	refused, conflicts findingList
+	seen               map[string]bool
 	// quota (0: none) and used, what the workspace holds as Apply goes.
 	quota, used int64
 }
 
 func (a *applier) refuse(rel, format string, args ...any) {
-	addFinding(&a.rep.Refused, rel, format, args...)
+	a.refused.add(rel, format, args...)
 }
 
 func (a *applier) conflict(rel, format string, args ...any) {
-	addFinding(&a.rep.Conflicts, rel, format, args...)
+	a.conflicts.add(rel, format, args...)
 }
 
 // check refuses what no change may touch: a name /work cannot hold, a

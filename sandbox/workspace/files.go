@@ -58,7 +58,7 @@ func (w *Workspace) List(rel string, recursive bool, limit int) (entries []api.W
 	if rel != "." {
 		depth = strings.Count(rel, "/") + 2
 	}
-	if err := l.walk(fd, rel, depth); err != nil && !errors.Is(err, errListFull) {
+	if err := walkDir(fd, rel, depth, l); err != nil && !errors.Is(err, errListFull) {
 		return nil, false, err
 	}
 	return l.entries, l.truncated, nil
@@ -75,15 +75,55 @@ type lister struct {
 	truncated bool
 }
 
-// walk lists the directory dirfd, rel in the workspace, its entries depth
-// components deep.
-func (l *lister) walk(dirfd int, rel string, depth int) error {
-	names, err := readDirNames(dirfd)
-	if err != nil {
+// entry lists one entry, and says whether to list what is under it.
+func (l *lister) entry(dirfd int, name, rel string, st *unix.Stat_t, depth int) (bool, error) {
+	if len(l.entries) == l.limit {
+		l.truncated = true
+		return false, errListFull
+	}
+	l.entries = append(l.entries, entryOf(dirfd, name, rel, st))
+	return l.recursive && st.Mode&unix.S_IFMT == unix.S_IFDIR && depth < runtime.MaxInputDepth, nil
+}
+
+func (l *lister) failed(op, rel string, err error) error {
+	switch op {
+	case "read directory":
 		if denied(err) {
 			return errkind.Errorf(api.ErrDenied, "workspace %s: directory %s cannot be read: permission denied on the host", l.w.dir, runtime.QuoteName(rel))
 		}
 		return errkind.Errorf(api.ErrUnavailable, "workspace %s: read directory %s: %w", l.w.dir, runtime.QuoteName(rel), err)
+	case "open":
+		return nil // changed since it was looked at, or unreadable: listed, not entered
+	}
+	return l.w.ioErr(rel, "list", err)
+}
+
+// visitor is what a walk of the workspace (walkDir) does: List's and
+// Usage's.
+type visitor interface {
+	// entry sees the entry name of dirfd, rel in the workspace, lstat'ed
+	// as st, depth components deep; enter says to walk what is under it
+	// (a directory).
+	entry(dirfd int, name, rel string, st *unix.Stat_t, depth int) (enter bool, err error)
+	// failed is the error the walk ends with when op ("read directory",
+	// "lstat", "open") failed on rel; nil passes rel over.
+	failed(op, rel string, err error) error
+}
+
+var (
+	_ visitor = (*lister)(nil)
+	_ visitor = (*usage)(nil)
+)
+
+// walkDir walks the directory dirfd, rel in the workspace, whose entries
+// are depth components deep: each entry, in name order and lstat'ed
+// without following links, goes to v, and a directory v enters is walked
+// in turn if it is still the one lstat'ed. An entry removed since the
+// directory was read is passed over.
+func walkDir(dirfd int, rel string, depth int, v visitor) error {
+	names, err := readDirNames(dirfd)
+	if err != nil {
+		return v.failed("read directory", rel, err)
 	}
 	for _, name := range names {
 		child := name
@@ -95,21 +135,26 @@ func (l *lister) walk(dirfd int, rel string, depth int) error {
 			if errors.Is(err, unix.ENOENT) {
 				continue // removed since the directory was read
 			}
-			return l.w.ioErr(child, "list", err)
+			if err := v.failed("lstat", child, err); err != nil {
+				return err
+			}
+			continue
 		}
-		if len(l.entries) == l.limit {
-			l.truncated = true
-			return errListFull
+		enter, err := v.entry(dirfd, name, child, &st, depth)
+		if err != nil {
+			return err
 		}
-		l.entries = append(l.entries, entryOf(dirfd, name, child, &st))
-		if !l.recursive || st.Mode&unix.S_IFMT != unix.S_IFDIR || depth >= runtime.MaxInputDepth {
+		if !enter {
 			continue
 		}
 		fd, err := openSameDir(dirfd, name, &st)
 		if err != nil {
-			continue // changed since it was looked at, or unreadable: listed, not entered
+			if err := v.failed("open", child, err); err != nil {
+				return err
+			}
+			continue
 		}
-		err = l.walk(fd, child, depth+1)
+		err = walkDir(fd, child, depth+1, v)
 		unix.Close(fd)
 		if err != nil {
 			return err
@@ -341,15 +386,26 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 		if o.Quota <= 0 || after <= before {
 			return nil
 		}
-		used, _, err := w.usage(root)
+		used, _, fresh, err := w.cachedUsage(root)
 		if err != nil {
 			return err
 		}
-		if why := overQuota(o.Quota, used, after-before); why != "" {
+		why := overQuota(o.Quota, used, after-before)
+		if why != "" && !fresh {
+			// Refused by the count kept: walked again, to be sure.
+			if used, _, err = w.walkUsage(root); err != nil {
+				return err
+			}
+			why = overQuota(o.Quota, used, after-before)
+		}
+		if why != "" {
 			return errkind.Errorf(api.ErrLimitExceeded, "writing %s %s: delete files it no longer needs, or write less", q, why)
 		}
 		return nil
 	}
+	// What the write changes, kept in the count; exact once it is done.
+	chg := &treeChange{w: w}
+	defer chg.end()
 
 	dir, name := path.Dir(rel), path.Base(rel)
 	dirfd, err := openDir(root, dir, false, nil)
@@ -358,8 +414,10 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 		if err := quota(0, int64(len(data))); err != nil {
 			return 0, err
 		}
+		chg.begin()
 		dirfd, err = openDir(root, dir, true, o.Owner)
 	}
+	madeDirs := chg.begun // how many is not counted: the count is dropped
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
 			return 0, errkind.Errorf(api.ErrNotFound, "%s does not exist in the workspace: write its first piece with truncate (offset 0), which creates it", q)
@@ -369,6 +427,7 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 	defer unix.Close(dirfd)
 
 	var fd int
+	var before int64 // the file's size before the write
 	created := false
 	for attempt := 0; ; attempt++ {
 		var st unix.Stat_t
@@ -381,6 +440,7 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 			if err := quota(0, int64(len(data))); err != nil {
 				return 0, err
 			}
+			chg.begin()
 			mode := perm
 			if mode == 0 {
 				mode = 0o644
@@ -416,6 +476,8 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 			if err := quota(st.Size, after); err != nil {
 				return 0, err
 			}
+			chg.begin()
+			before = st.Size
 			fd, err = openWritableAt(dirfd, name, &st)
 			if err != nil {
 				return 0, w.ioErr(rel, "write", err)
@@ -454,6 +516,10 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		return fail(err)
+	}
+	chg.exact, chg.bytes = !madeDirs, st.Size-before
+	if created {
+		chg.entries = 1
 	}
 	return st.Size, nil
 }
@@ -535,9 +601,18 @@ func (w *Workspace) Delete(rel string, recursive bool) (int, error) {
 	if err := lstatAt(dirfd, name, &st); err != nil {
 		return 0, w.ioErr(rel, "delete", err)
 	}
+	// What the deletion changes, kept in the count: exact for one entry;
+	// what a recursive one removed is not counted (the count is dropped).
+	chg := &treeChange{w: w}
+	defer chg.end()
+	chg.begin()
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		if err := unlinkAny(dirfd, name); err != nil {
 			return 0, w.ioErr(rel, "delete", err)
+		}
+		chg.exact, chg.entries = true, -1
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			chg.bytes = -st.Size
 		}
 		return 1, nil
 	}
@@ -559,6 +634,7 @@ func (w *Workspace) Delete(rel string, recursive bool) (int, error) {
 		}
 		return removed, w.ioErr(rel, "delete", err)
 	}
+	chg.exact, chg.entries = !recursive, -1
 	return removed + 1, nil
 }
 

@@ -3,6 +3,7 @@ package workspace
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -524,6 +525,9 @@ func FuzzFilesPaths(f *testing.F) {
 				t.Fatalf("%s(%q) = %v: not of a caller's kind", op, rel, err)
 			}
 		}
+		if _, _, err := w.Usage(); err != nil { // a count kept, which the calls below must keep right
+			t.Fatal(err)
+		}
 		within(t, func() {
 			es, _, err := w.List(rel, recursive, 0)
 			check("List", err)
@@ -549,6 +553,7 @@ func FuzzFilesPaths(f *testing.F) {
 			_, err = w.Delete(rel, recursive)
 			check("Delete", err)
 		})
+		keptMatches(t, w, fmt.Sprintf("after the calls on %q", rel))
 		data, err := os.ReadFile(fx.canary)
 		if err != nil || string(data) != canaryData {
 			t.Fatalf("canary changed by %q", rel)

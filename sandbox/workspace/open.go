@@ -54,6 +54,8 @@ type Workspace struct {
 	// quotaMu makes the check of a quota and the write it lets through
 	// one step: two writers never both take the last of a quota.
 	quotaMu sync.Mutex
+	// count is what the workspace holds, kept for the quota (quota.go).
+	count usageCount
 
 	// raced, when set (tests), runs in Apply after the host copy of rel
 	// was checked and before it is replaced or deleted: a host writer

@@ -60,6 +60,7 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 		excludes: compileAll(excludes),
 		snap:     &Snapshot{Files: []runtime.InputFile{}, Entries: map[string]Entry{}, Refused: []api.WorkspaceFinding{}},
 	}
+	s.refused.list = &s.snap.Refused
 	if len(inputs) == 0 {
 		if err := s.walk(root, ".", true, 1); err != nil {
 			return nil, err
@@ -104,6 +105,7 @@ type snapper struct {
 	caps     Caps
 	excludes []*pattern
 	snap     *Snapshot
+	refused  findingList // into snap.Refused
 	bytes    int64
 
 	globs       []*pattern
@@ -114,7 +116,7 @@ type snapper struct {
 }
 
 func (s *snapper) refuse(rel, format string, args ...any) {
-	addFinding(&s.snap.Refused, rel, format, args...)
+	s.refused.add(rel, format, args...)
 }
 
 // excluded returns the exclude pattern rel matches, its parent

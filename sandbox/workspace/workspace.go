@@ -116,20 +116,27 @@ type Owner struct{ UID, GID int }
 // last finding counts the rest, so nothing is dropped silently.
 const MaxFindingsNamed = 1000
 
-// addFinding adds a finding to list, or counts it in the list's last entry
-// once MaxFindingsNamed are named.
-func addFinding(list *[]api.WorkspaceFinding, rel, format string, args ...any) {
-	l := *list
-	switch {
-	case len(l) < MaxFindingsNamed:
-		*list = append(l, api.WorkspaceFinding{Path: rel, Why: fmt.Sprintf(format, args...)})
-	case len(l) == MaxFindingsNamed:
-		*list = append(l, api.WorkspaceFinding{Path: "...", Why: "and 1 more path, not named"})
-	default:
-		var n int
-		fmt.Sscanf(l[len(l)-1].Why, "and %d more", &n)
-		l[len(l)-1].Why = fmt.Sprintf("and %d more paths, not named", n+1)
+// findingList adds findings to a list, naming MaxFindingsNamed of them; past
+// that it counts them in more, and the list's last finding says how many.
+type findingList struct {
+	list *[]api.WorkspaceFinding
+	more int // findings past the named ones
+}
+
+func (f *findingList) add(rel, format string, args ...any) {
+	l := *f.list
+	if f.more == 0 && len(l) < MaxFindingsNamed {
+		*f.list = append(l, api.WorkspaceFinding{Path: rel, Why: fmt.Sprintf(format, args...)})
+		return
 	}
+	f.more++
+	last := api.WorkspaceFinding{Path: "...", Why: "and 1 more path, not named"}
+	if f.more > 1 {
+		last.Why = fmt.Sprintf("and %d more paths, not named", f.more)
+		l[len(l)-1] = last
+		return
+	}
+	*f.list = append(l, last)
 }
 
 // excludes are o's exclude patterns (DefaultExcludes for nil), checked.
