@@ -64,6 +64,17 @@ var goldenCases = []struct {
 		arch: "amd64",
 	},
 	{
+		// An ordinary user's gVisor sandbox: uid 0 of gVisor without
+		// capabilities, RLIMIT_NPROC, no cgroup and no resources.
+		name: "runsc_rootless",
+		job:  goldenJob,
+		opts: SpecOptions{
+			WorkdirSource: "/home/u/.local/state/skillbox/runs/skillbox-golden-1/work",
+			HostsSource:   "/home/u/.local/state/skillbox/runs/skillbox-golden-1/hosts",
+			Rootless:      true,
+		},
+	},
+	{
 		name: "network_netns",
 		job: func() runtime.Job {
 			j := goldenJob()

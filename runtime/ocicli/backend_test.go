@@ -130,3 +130,34 @@ func goldenJob() runtime.Job {
 		Env:      []string{"FOO=bar", "LANG=de_DE.UTF-8"},
 	}
 }
+
+// Rootless, runsc runs with --rootless and no cgroups, its spec is the
+// rootless one, and it names what holds each limit; runc refuses.
+func TestRootlessOptions(t *testing.T) {
+	r, err := NewRunsc(runtime.Options{Rootless: true, RunDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, flag := range []string{"--rootless", "--ignore-cgroups"} {
+		if !slices.Contains(r.cli.global, flag) {
+			t.Errorf("global flags %v lack %s", r.cli.global, flag)
+		}
+	}
+	if !r.specOptions(runtime.Job{}).Rootless || !r.eng.rootless {
+		t.Error("the rootless backend builds a root spec")
+	}
+	if err := r.setupCgroup("/skillbox/x", runtime.Limits{}); err != nil {
+		t.Errorf("rootless makes no cgroup: %v", err)
+	}
+	by := r.enforcement()
+	if by["memory"] != runtime.EnforcedBySkillboxPoll || by["pids"] != runtime.EnforcedByRlimit || by["cpus"] != runtime.EnforcedByNone {
+		t.Errorf("rootless enforcement %v", by)
+	}
+	root, _ := NewRunsc(runtime.Options{})
+	if slices.Contains(root.cli.global, "--rootless") || root.enforcement()["memory"] != runtime.EnforcedByCgroup {
+		t.Errorf("root runsc: flags %v, enforcement %v", root.cli.global, root.enforcement())
+	}
+	if _, err := NewRunc(runtime.Options{Rootless: true}); !errors.Is(err, runtime.ErrUnavailable) {
+		t.Errorf("runc rootless: want ErrUnavailable, got %v", err)
+	}
+}

@@ -87,6 +87,7 @@ func (w *memoryWatch) run() {
 		}
 	}()
 	var sandboxSeen time.Time
+	started := time.Now()
 	for {
 		select {
 		case <-w.stop:
@@ -95,6 +96,15 @@ func (w *memoryWatch) run() {
 		}
 		if sandbox < 0 {
 			if sandbox = childNamed(w.cli, sandboxArg0); sandbox < 0 {
+				if processGone(w.cli) || processExited(w.cli) {
+					return
+				}
+				if time.Since(started) > memoryFileWait {
+					// Without the sandbox there is no limit: the run
+					// goes (the CLI's death takes its sandbox along).
+					w.fail(w.cli, fmt.Errorf("the sandbox process of runsc (pid %d) was not found within %s, so its memory limit cannot be enforced without root", w.cli, memoryFileWait))
+					return
+				}
 				continue
 			}
 			sandboxSeen = time.Now()
@@ -180,29 +190,59 @@ func openSentryMemory(pid int) (int, error) {
 	return -1, fmt.Errorf("no such descriptor among %d", len(ents))
 }
 
-// childNamed finds the child of pid whose argv[0] is name (-1: none yet).
+// childNamed finds the child of pid whose argv[0] is name (-1: none yet),
+// from /proc/PID/task/*/children, or, on a kernel without those files, from
+// every process's parent.
 func childNamed(pid int, name string) int {
+	var children []string
 	tasks, _ := os.ReadDir(filepath.Join("/proc", strconv.Itoa(pid), "task"))
+	listed := false
 	for _, t := range tasks {
 		raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "task", t.Name(), "children"))
 		if err != nil {
 			continue
 		}
-		for _, f := range strings.Fields(string(raw)) {
-			child, err := strconv.Atoi(f)
-			if err != nil {
-				continue
-			}
-			cmdline, err := os.ReadFile(filepath.Join("/proc", f, "cmdline"))
-			if err != nil {
-				continue
-			}
-			if arg0, _, _ := strings.Cut(string(cmdline), "\x00"); arg0 == name {
-				return child
-			}
+		listed = true
+		children = append(children, strings.Fields(string(raw))...)
+	}
+	if !listed {
+		children = childrenByParent(pid)
+	}
+	for _, f := range children {
+		child, err := strconv.Atoi(f)
+		if err != nil {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", f, "cmdline"))
+		if err != nil {
+			continue
+		}
+		if arg0, _, _ := strings.Cut(string(cmdline), "\x00"); arg0 == name {
+			return child
 		}
 	}
 	return -1
+}
+
+// childrenByParent lists the processes whose parent is pid.
+func childrenByParent(pid int) []string {
+	var out []string
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		raw, err := os.ReadFile(filepath.Join("/proc", p.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		i := strings.LastIndexByte(string(raw), ')')
+		if i < 0 {
+			continue
+		}
+		if fs := strings.Fields(string(raw[i+1:])); len(fs) > 1 && fs[1] == strconv.Itoa(pid) {
+			out = append(out, p.Name())
+		}
+	}
+	return out
 }
 
 // statusKiB reads a "Key: N kB" line of /proc/PID/status.

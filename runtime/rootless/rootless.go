@@ -44,14 +44,14 @@ func Active() bool {
 	return err == nil && !m.initial()
 }
 
-// HostUID is the host uid that uid 0 of this namespace is, or -1 when it
-// cannot be told (a mapping of more than the one uid, as containers have).
+// HostUID is the uid in the parent namespace that uid 0 of this one is, or
+// -1 when uid 0 is not mapped (or the map cannot be read).
 func HostUID() int {
 	m, err := readIDMap("/proc/self/uid_map")
-	if err != nil || len(m) != 1 || m[0].inside != 0 {
+	if err != nil {
 		return -1
 	}
-	return int(m[0].outside)
+	return m.outside(0)
 }
 
 // idRange is one line of a uid_map or gid_map.
@@ -63,6 +63,16 @@ type idMap []idRange
 // itself.
 func (m idMap) initial() bool {
 	return len(m) == 1 && m[0].inside == 0 && m[0].outside == 0 && m[0].size == 4294967295
+}
+
+// outside is what id inside maps to, or -1.
+func (m idMap) outside(inside uint64) int {
+	for _, r := range m {
+		if inside >= r.inside && inside-r.inside < r.size {
+			return int(r.outside + inside - r.inside)
+		}
+	}
+	return -1
 }
 
 func readIDMap(path string) (idMap, error) {

@@ -1,0 +1,56 @@
+package ocicli
+
+import (
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// The watch's view of /proc: a child found by its argv[0], a process's
+// anonymous memory, and a zombie told apart from a live process.
+func TestMemoryWatchProc(t *testing.T) {
+	sleep, err := exec.LookPath("sleep")
+	if err != nil {
+		t.Skipf("no sleep: %v", err)
+	}
+	cmd := exec.Command(sleep, "30")
+	cmd.Args[0] = sandboxArg0
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	var child int
+	for i := 0; i < 100 && child <= 0; i++ {
+		child = childNamed(os.Getpid(), sandboxArg0)
+		time.Sleep(10 * time.Millisecond)
+	}
+	if child != cmd.Process.Pid {
+		t.Fatalf("childNamed = %d, want %d", child, cmd.Process.Pid)
+	}
+	if !slices.Contains(childrenByParent(os.Getpid()), strconv.Itoa(child)) {
+		t.Errorf("childrenByParent does not list %d", child)
+	}
+	if anon, err := statusKiB(child, "RssAnon:"); err != nil || anon < 0 {
+		t.Errorf("RssAnon of a live process: %d %v", anon, err)
+	}
+	if processExited(child) {
+		t.Error("a sleeping process counts as exited")
+	}
+	cmd.Process.Kill()
+	for i := 0; i < 100 && !processExited(child); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !processExited(child) {
+		t.Error("a killed, unwaited child is not seen as exited")
+	}
+	cmd.Wait()
+	if !processGone(child) {
+		t.Error("a waited child is not gone")
+	}
+	if _, err := openSentryMemory(os.Getpid()); err == nil {
+		t.Error("this process has no sentry memory file")
+	}
+}
