@@ -49,3 +49,25 @@ $bin audit tail --dir "$demo/audit" -n 1 --json
 
 step "verify the audit hash chain"
 $bin audit verify --dir "$demo/audit"
+
+# Without root: an ordinary user's run (nobody here) on gVisor rootless, in
+# a user namespace of its own, with the limits it had and what held them.
+step "the same script as an ordinary user (uid 65534, no root): gVisor rootless"
+if [ "$(id -u)" = 0 ]; then
+  user="$demo/user"
+  mkdir -p "$user"
+  cp "$bin" "$user/skillbox"
+  cp -r examples/skills "$user/skills"
+  chmod 755 "$demo"
+  chown -R 65534:65534 "$user"
+  as_nobody() {
+    setpriv --reuid=65534 --regid=65534 --clear-groups \
+      env -i HOME="$user" PATH="$PATH" SKILLBOX_IMAGES="${SKILLBOX_IMAGES:-/var/lib/skillbox/images}" \
+      "$user/skillbox" "$@"
+  }
+  as_nobody run --root "$user/skills" hello-python scripts/hello.py -- as nobody
+  echo "what held each limit (from --json):"
+  as_nobody run --root "$user/skills" --json hello-python scripts/hello.py | sed -n '/"limits_enforced_by"/,/}/p'
+else
+  echo "(this demo already ran as uid $(id -u): every run above was rootless)"
+fi
