@@ -68,20 +68,8 @@ func TestRunRootless(t *testing.T) {
 	}
 	// A home of the user's: the test binary (go test's build dir is
 	// root's alone), the state and run dirs, the temp dir.
-	home, err := os.MkdirTemp("", "skillbox-rootless-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(home) })
-	if err := os.Chmod(home, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(home, "runtime.test")
-	copyFile(t, self, bin, 0o755)
+	bin := runtimetest.ProbeBinary(t)
+	home := filepath.Dir(bin)
 	for _, d := range []string{"tmp", "state"} {
 		if err := os.Mkdir(filepath.Join(home, d), 0o700); err != nil {
 			t.Fatal(err)
@@ -129,17 +117,6 @@ func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
 	w.t.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
-}
-
-func copyFile(t *testing.T, from, to string, mode os.FileMode) {
-	t.Helper()
-	raw, err := os.ReadFile(from)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(to, raw, mode); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // processesOf lists the processes of uid whose command line mentions

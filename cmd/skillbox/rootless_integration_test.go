@@ -8,10 +8,8 @@ package main
 // each run says it had enforced and how.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,20 +91,7 @@ func (h *rootlessHome) run(t *testing.T, args ...string) runOut {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), runItCallLimit)
 	defer cancel()
-	cmd := h.command(ctx, args...)
-	var so, se bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &so, &se
-	err := cmd.Run()
-	o := runOut{stdout: so.String(), stderr: se.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		o.code = ee.ExitCode()
-	default:
-		t.Fatalf("skillbox %q as uid %d: %v", args, rootlessUID, err)
-	}
-	return o
+	return runItWait(t, ctx, h.command(ctx, args...), runItCallLimit)
 }
 
 func TestRootless(t *testing.T) {

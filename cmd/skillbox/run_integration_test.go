@@ -107,6 +107,13 @@ func runItExecWithin(t *testing.T, limit time.Duration, args ...string) runOut {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, itBin, args...)
 	cmd.Env = append(os.Environ(), "SKILLBOX_IMAGES="+itImages)
+	return runItWait(t, ctx, cmd, limit)
+}
+
+// runItWait runs cmd (made with ctx, whose deadline is limit) to its end.
+func runItWait(t *testing.T, ctx context.Context, cmd *exec.Cmd, limit time.Duration) runOut {
+	t.Helper()
+	args := cmd.Args[1:]
 	var so, se bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &so, &se
 	err := cmd.Run()
