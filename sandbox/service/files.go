@@ -67,6 +67,7 @@ func (s *Service) removeSessionWorkspace(id string) {
 	if s.sessionWS == "" || !sessionIDRE.MatchString(id) {
 		return
 	}
+	s.wsOpen.drop(id)
 	if err := os.RemoveAll(filepath.Join(s.sessionWS, id)); err != nil {
 		s.log.Warn("removing a session's workspace failed", "session", id, "error", err)
 	}
@@ -116,19 +117,41 @@ func (s *Service) sessionWorkspaceRequest(sessionID string, inputs []string, nam
 
 // openSessionWorkspace opens the caller's session's workspace for the
 // files API, making it when create is set (a write); nil when it does not
-// exist yet.
-func (s *Service) openSessionWorkspace(caller api.Peer, sessionID string, create bool) (*workspace.Workspace, error) {
+// exist yet. The workspace stays open for the session's next calls
+// (sessionWorkspaces); call release when done with it.
+func (s *Service) openSessionWorkspace(caller api.Peer, sessionID string, create bool) (ws *workspace.Workspace, release func(), err error) {
 	if _, err := s.session(caller, sessionID); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if s.sessionWS == "" {
-		return nil, errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no session workspaces (use the daemon)")
+		return nil, nil, errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no session workspaces (use the daemon)")
 	}
-	dir, err := s.sessionWorkspaceDir(sessionID, create)
-	if err != nil || dir == "" {
-		return nil, err
+	return s.wsOpen.acquire(sessionID, func() (*workspace.Workspace, error) {
+		dir, err := s.sessionWorkspaceDir(sessionID, create)
+		if err != nil || dir == "" {
+			return nil, err
+		}
+		return workspace.Open(dir)
+	})
+}
+
+// sessionOfRun is the session whose workspace plan's run works in ("":
+// none), whose open workspace the run's write-back makes stale.
+func (s *Service) sessionOfRun(o RunOptions, plan *Plan) string {
+	w := plan.Workspace
+	switch {
+	case w == nil || s.sessionWS == "":
+		return ""
+	case w.Request.Kind == api.WorkspaceSession:
+		return o.SessionID
 	}
-	return workspace.Open(dir)
+	for _, dir := range []string{w.Dir, w.Request.Dir} {
+		// A host workspace naming a session's directory (root may).
+		if dir = filepath.Clean(dir); filepath.Dir(dir) == filepath.Clean(s.sessionWS) {
+			return filepath.Base(dir)
+		}
+	}
+	return ""
 }
 
 // errNoSessionWorkspace answers a read of a session workspace that holds
@@ -142,11 +165,13 @@ func errNoSessionWorkspace(rel string) error {
 // The workspace is made for a write (create); op gets nil for one that
 // does not exist yet.
 func (s *Service) fileOp(ctx context.Context, caller api.Peer, method, event, sessionID string, create bool, info *audit.WorkspaceOpInfo, op func(*workspace.Workspace) error) error {
-	ws, err := s.openSessionWorkspace(caller, sessionID, create)
+	ws, release, err := s.openSessionWorkspace(caller, sessionID, create)
 	if err == nil {
 		err = op(ws)
-		if ws != nil {
-			ws.Close()
+		release()
+		if ws != nil && unavailable(err) {
+			// Removed or closed under the call: opened anew next time.
+			s.wsOpen.drop(sessionID)
 		}
 	}
 	rec := base(ctx, caller, method, event, sessionID)

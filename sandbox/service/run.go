@@ -342,6 +342,12 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 	defer cancel(nil)
 	s.runs.add(plan.RunID, caller.UID, cancel)
 	defer s.runs.remove(plan.RunID)
+	if id := s.sessionOfRun(o, plan); id != "" {
+		// The run changes its session's workspace behind the files API's
+		// open one: dropped, the next call walks the tree anew.
+		s.wsOpen.drop(id)
+		defer s.wsOpen.drop(id)
+	}
 
 	sink := api.EventSinkFrom(ctx)
 	if !o.Stream {

@@ -101,6 +101,7 @@ type Service struct {
 	hostWS    HostWorkspacePolicy
 	sessionWS string // the sessions' workspaces ("": none)
 	wsQuota   int64
+	wsOpen    sessionWorkspaces
 	locks     lockCache
 	lockMu    sync.Mutex // lock file writes and proposal applies
 }
