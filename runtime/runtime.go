@@ -248,6 +248,10 @@ type Options struct {
 	// backends refuse it. RunDir and the backend's state dir must then be
 	// the user's.
 	Rootless bool
+	// Delegated, with Rootless, is the user's delegated cgroup v2 subtree
+	// (runtime/rootless.DelegatedCgroup): each run gets a cgroup under it
+	// with its limits, which runsc joins. Nil: the runs have no cgroup.
+	Delegated *DelegatedCgroup
 
 	// Settings are the attributes of the backend's runtime "NAME" {} block
 	// of the config file (policy.Config.RuntimeOptions), which the backend
@@ -258,6 +262,14 @@ type Options struct {
 	// containerd.Options); it excludes Settings. Neither means the
 	// backend's defaults.
 	Backend any
+}
+
+// DelegatedCgroup is a cgroup v2 subtree an ordinary user may manage, with
+// the memory and pids controllers (and, when CPU, cpu) enabled for its
+// children.
+type DelegatedCgroup struct {
+	Path string // relative to the hierarchy's root
+	CPU  bool
 }
 
 // Settings are a runtime block's attributes by their names in the config

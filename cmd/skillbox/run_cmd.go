@@ -374,7 +374,7 @@ func reportRun(w io.Writer, out *service.Result, outputsDir string) {
 	}
 	reportOutputs(w, res, lim, outputsDir)
 	if none := runtime.Unenforced(res.LimitsEnforcedBy); len(none) > 0 {
-		fmt.Fprintf(w, "skillbox: not enforced on this host: %s (without root there is no cgroup for them; run as root, or see limits_enforced_by in --json)\n", strings.Join(none, ", "))
+		fmt.Fprintf(w, "skillbox: not enforced on this host: %s (without root or a delegated cgroup there is none to hold them: run as root, or start skillbox in a cgroup of its own with systemd-run --user --scope -p Delegate=yes; limits_enforced_by in --json says what held each limit)\n", strings.Join(none, ", "))
 	}
 	switch res.Reason {
 	case runtime.ReasonExit:

@@ -220,7 +220,9 @@ func BuildSpec(job runtime.Job, opts SpecOptions) (*specs.Spec, error) {
 	if opts.Rootless {
 		s.Process.User = specs.User{UID: 0, GID: 0}
 		s.Process.Rlimits = append(s.Process.Rlimits, specs.POSIXRlimit{Type: "RLIMIT_NPROC", Hard: uint64(lim.Pids), Soft: uint64(lim.Pids)})
-		s.Linux.Resources, s.Linux.CgroupsPath = nil, ""
+		// A delegated cgroup (CgroupsPath) is made with its limits
+		// before runsc joins it; none otherwise.
+		s.Linux.Resources, s.Linux.CgroupsPath = nil, opts.CgroupsPath
 	}
 	if opts.UserNS != nil {
 		s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: opts.UserNS.HostUID, Size: opts.UserNS.Size}}

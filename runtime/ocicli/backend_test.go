@@ -161,3 +161,27 @@ func TestRootlessOptions(t *testing.T) {
 		t.Errorf("runc rootless: want ErrUnavailable, got %v", err)
 	}
 }
+
+// With a delegated cgroup, runsc rootless joins the run's cgroup under it
+// (no --ignore-cgroups), and the kernel holds the limits.
+func TestRootlessDelegatedOptions(t *testing.T) {
+	const sub = "/user.slice/user@1000.service/app.slice/skillbox.scope"
+	r, err := NewRunsc(runtime.Options{Rootless: true, RunDir: t.TempDir(), Delegated: &runtime.DelegatedCgroup{Path: sub}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(r.cli.global, "--ignore-cgroups") || !slices.Contains(r.cli.global, "--rootless") {
+		t.Errorf("global flags %v", r.cli.global)
+	}
+	if o := r.specOptions(runtime.Job{ID: "skillbox-x"}); !o.Rootless || o.CgroupsPath != sub+"/skillbox-x" {
+		t.Errorf("spec options %+v", o)
+	}
+	by := r.enforcement()
+	if by["memory"] != runtime.EnforcedByCgroup || by["pids"] != runtime.EnforcedByCgroup || by["cpus"] != runtime.EnforcedByNone {
+		t.Errorf("delegated without cpu: %v", by)
+	}
+	r, _ = NewRunsc(runtime.Options{Rootless: true, RunDir: t.TempDir(), Delegated: &runtime.DelegatedCgroup{Path: sub, CPU: true}})
+	if r.enforcement()["cpus"] != runtime.EnforcedByCgroup {
+		t.Errorf("delegated with cpu: %v", r.enforcement())
+	}
+}

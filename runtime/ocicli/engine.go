@@ -63,6 +63,10 @@ type engine struct {
 	// rootless: sandboxes of an ordinary user (runsc --rootless): no
 	// network, no cgroup, memory watched by skillbox (memoryWatch).
 	rootless bool
+	// cgParent is where runs' cgroups are made (oci.CgroupParent, or a
+	// rootless user's delegated subtree when delegated).
+	cgParent  string
+	delegated bool
 
 	mu   sync.Mutex
 	live map[string]*sandbox // created and not yet destroyed

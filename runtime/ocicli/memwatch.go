@@ -42,11 +42,17 @@ const sentryMemoryFile = "/memfd:runsc-memory (deleted)"
 // sandboxArg0 is the argv[0] of runsc's sandbox (sentry) process.
 const sandboxArg0 = "runsc-sandbox"
 
+// With a delegated cgroup (runtime.Options.Delegated) the kernel holds the
+// limit, and the watch only checks, once the sandbox runs, that it is in
+// the run's cgroup: a sandbox that is not, whatever the reason, is killed
+// rather than left without its limits (watchCgroup).
+
 type memoryWatch struct {
-	limit int64
-	cli   int // pid of the runsc CLI whose child the sandbox is
-	stop  chan struct{}
-	done  chan struct{}
+	limit  int64
+	cgroup string // delegated: the run's cgroup the sandbox must be in
+	cli    int    // pid of the runsc CLI whose child the sandbox is
+	stop   chan struct{}
+	done   chan struct{}
 
 	mu     sync.Mutex
 	killed bool  // the sandbox went over the limit and was killed
@@ -58,6 +64,14 @@ type memoryWatch struct {
 // starts; Stop ends the watch.
 func watchMemory(cli int, limit int64) *memoryWatch {
 	w := &memoryWatch{limit: limit, cli: cli, stop: make(chan struct{}), done: make(chan struct{})}
+	go w.run()
+	return w
+}
+
+// watchCgroup starts checking that the sandbox runsc CLI process cli
+// starts joins cgroup (a cgroup v2 path); Stop ends it.
+func watchCgroup(cli int, cgroup string) *memoryWatch {
+	w := &memoryWatch{cgroup: cgroup, cli: cli, stop: make(chan struct{}), done: make(chan struct{})}
 	go w.run()
 	return w
 }
@@ -108,6 +122,12 @@ func (w *memoryWatch) run() {
 				continue
 			}
 			sandboxSeen = time.Now()
+			if w.cgroup != "" {
+				if err := inCgroup(sandbox, w.cgroup); err != nil && !processGone(sandbox) && !processExited(sandbox) {
+					w.fail(sandbox, err)
+				}
+				return
+			}
 		}
 		if memfd < 0 {
 			fd, err := openSentryMemory(sandbox)
@@ -278,4 +298,21 @@ func processExited(pid int) bool {
 	// pid (comm) S ...: the state follows the last ')'.
 	i := strings.LastIndexByte(string(raw), ')')
 	return i < 0 || i+2 >= len(raw) || raw[i+2] == 'Z' || raw[i+2] == 'X'
+}
+
+// inCgroup checks that pid is in cgroup v2 cgroup p (or below it).
+func inCgroup(pid int, p string) error {
+	raw, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return fmt.Errorf("read the sandbox's cgroup: %w", err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if got, ok := strings.CutPrefix(line, "0::"); ok {
+			if got == p || strings.HasPrefix(got, p+"/") {
+				return nil
+			}
+			return fmt.Errorf("the sandbox (pid %d) is in cgroup %s, not in its run's %s, so its limits would not hold", pid, got, p)
+		}
+	}
+	return fmt.Errorf("the sandbox (pid %d) is in no cgroup v2 cgroup, so its limits would not hold", pid)
 }

@@ -5,6 +5,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -52,5 +53,30 @@ func TestMemoryWatchProc(t *testing.T) {
 	}
 	if _, err := openSentryMemory(os.Getpid()); err == nil {
 		t.Error("this process has no sentry memory file")
+	}
+}
+
+func TestInCgroup(t *testing.T) {
+	raw, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Skip(err)
+	}
+	var mine string
+	for _, line := range strings.Split(string(raw), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			mine = p
+		}
+	}
+	if mine == "" {
+		if err := inCgroup(os.Getpid(), "/x"); err == nil || !strings.Contains(err.Error(), "no cgroup v2") {
+			t.Errorf("a process in no v2 cgroup: %v", err)
+		}
+		return
+	}
+	if err := inCgroup(os.Getpid(), mine); err != nil {
+		t.Errorf("this process in its own cgroup %s: %v", mine, err)
+	}
+	if err := inCgroup(os.Getpid(), "/surely/not/this/one"); err == nil {
+		t.Error("this process is not in /surely/not/this/one")
 	}
 }

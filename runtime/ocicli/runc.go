@@ -81,12 +81,13 @@ func NewRunc(opts runtime.Options) (*Runc, error) {
 		install: "apt-get install runc",
 	}
 	r.eng = &engine{
-		name:   "runc",
-		cli:    r.cli,
-		runDir: opts.RunDir,
-		log:    runtime.NamedLogger(opts.Logger, "runtime.runc"),
-		grace:  opts.KillGraceOrDefault(),
-		d:      r,
+		name:     "runc",
+		cli:      r.cli,
+		runDir:   opts.RunDir,
+		log:      runtime.NamedLogger(opts.Logger, "runtime.runc"),
+		grace:    opts.KillGraceOrDefault(),
+		d:        r,
+		cgParent: oci.CgroupParent,
 	}
 	return r, nil
 }

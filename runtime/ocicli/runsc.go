@@ -89,10 +89,14 @@ func NewRunsc(opts runtime.Options) (*Runsc, error) {
 		global = append(global, "--platform="+ro.Platform)
 	}
 	if opts.Rootless {
-		// No cgroup to make: runsc would log that it cannot and go on
-		// without limits; skillbox enforces them another way (see
-		// enforcement) and says which.
-		global = append(global, "--rootless", "--ignore-cgroups")
+		// No cgroup to make unless the user has a delegated subtree:
+		// runsc would log that it cannot and go on without limits;
+		// skillbox enforces them another way (see enforcement) and says
+		// which.
+		global = append(global, "--rootless")
+		if opts.Delegated == nil {
+			global = append(global, "--ignore-cgroups")
+		}
 	}
 	global = append(global, ro.Flags...)
 	r := &Runsc{opts: opts, ro: ro}
@@ -111,6 +115,10 @@ func NewRunsc(opts runtime.Options) (*Runsc, error) {
 		grace:    opts.KillGraceOrDefault(),
 		d:        r,
 		rootless: opts.Rootless,
+		cgParent: oci.CgroupParent,
+	}
+	if opts.Rootless && opts.Delegated != nil {
+		r.eng.cgParent, r.eng.delegated = opts.Delegated.Path, true
 	}
 	return r, nil
 }
@@ -148,7 +156,11 @@ func (r *Runsc) Run(ctx context.Context, job runtime.Job) (*runtime.Result, erro
 
 func (r *Runsc) specOptions(job runtime.Job) oci.SpecOptions {
 	if r.opts.Rootless {
-		return oci.SpecOptions{Rootless: true}
+		o := oci.SpecOptions{Rootless: true}
+		if r.eng.delegated {
+			o.CgroupsPath = r.eng.cgParent + "/" + job.ID
+		}
+		return o
 	}
 	return process.RunscSpecOptions(r.opts.NetNS)
 }
@@ -159,6 +171,16 @@ func (r *Runsc) specOptions(job runtime.Job) oci.SpecOptions {
 // watches the sentry's memory (memoryWatch), the sentry's RLIMIT_NPROC
 // bounds the tasks, and nothing holds a CPU quota.
 func (r *Runsc) enforcement() map[string]string {
+	if d := r.opts.Delegated; r.opts.Rootless && d != nil {
+		cpu := runtime.EnforcedByNone
+		if d.CPU {
+			cpu = runtime.EnforcedByCgroup
+		}
+		return runtime.Enforcement(map[string]string{
+			"memory": runtime.EnforcedByCgroup, "pids": runtime.EnforcedByCgroup, "cpus": cpu,
+			"workdir": runtime.EnforcedByTmpfs, "tmp": runtime.EnforcedByGVisor,
+		})
+	}
 	if r.opts.Rootless {
 		return runtime.Enforcement(map[string]string{
 			"memory": runtime.EnforcedBySkillboxPoll, "pids": runtime.EnforcedByRlimit,
@@ -207,6 +229,13 @@ func (r *Runsc) setupError(b *oci.Bundle, code int) error {
 }
 
 func (r *Runsc) setupCgroup(cgPath string, lim runtime.Limits) error {
+	if d := r.opts.Delegated; r.opts.Rootless && d != nil {
+		cpus := 0.0
+		if d.CPU {
+			cpus = lim.CPUs
+		}
+		return process.CreateDelegatedCgroup(cgPath, lim.MemoryBytes, process.RunscHostPids(lim.Pids, r.ro.Platform), cpus)
+	}
 	if r.opts.Rootless {
 		return nil
 	}

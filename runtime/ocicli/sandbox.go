@@ -145,7 +145,7 @@ func (e *engine) create(ctx context.Context, spec runtime.SandboxSpec) (_ runtim
 	if err != nil {
 		return nil, err
 	}
-	s := &sandbox{e: e, spec: spec, version: version, opts: opts, b: b, cgPath: oci.CgroupParent + "/" + spec.ID}
+	s := &sandbox{e: e, spec: spec, version: version, opts: opts, b: b, cgPath: e.cgParent + "/" + spec.ID}
 	s.lifeCtx, s.lifeCancel = context.WithCancel(context.Background())
 	e.mu.Lock()
 	if e.live == nil {
@@ -358,7 +358,11 @@ func (s *sandbox) startRun(stdin, stdout, stderr *os.File) error {
 	s.initExited = exited
 	s.initStatus = func() (int, string) { return exitStatus(cmd.ProcessState) }
 	if s.e.rootless && s.mem == nil {
-		s.mem = watchMemory(cmd.Process.Pid, s.spec.Limits.MemoryBytes)
+		if s.e.delegated {
+			s.mem = watchCgroup(cmd.Process.Pid, s.cgPath)
+		} else {
+			s.mem = watchMemory(cmd.Process.Pid, s.spec.Limits.MemoryBytes)
+		}
 	}
 	return nil
 }

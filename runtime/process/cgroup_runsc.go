@@ -89,3 +89,31 @@ const (
 	RunscPidsPerProcessSystrap = 2
 	RunscPidsBase              = 64
 )
+
+// CreateDelegatedCgroup makes a rootless run's cgroup p in the user's
+// delegated cgroup v2 subtree (runtime/rootless): its parent already has
+// the controllers enabled for children, and nothing above it is ours to
+// touch. cpus 0 leaves the CPU quota unset (no cpu controller delegated).
+func CreateDelegatedCgroup(p string, memory, pids int64, cpus float64) error {
+	dir := filepath.Join(CgroupRoot, filepath.Clean("/"+p))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return fmt.Errorf("make cgroup %s: %w", dir, err)
+	}
+	kv := [][2]string{
+		{"memory.max", strconv.FormatInt(memory, 10)}, {"memory.swap.max", "0"}, {"pids.max", strconv.FormatInt(pids, 10)},
+	}
+	if cpus > 0 {
+		kv = append(kv, [2]string{"cpu.max", CPUMax(cpus)})
+	}
+	return writeFiles(dir, kv, "memory.swap.max")
+}
+
+// CPUMax is cgroup v2's cpu.max for a quota of cpus CPUs over a 100 ms
+// period (at least 1 ms, the kernel's minimum).
+func CPUMax(cpus float64) string {
+	quota := int64(cpus * 100000)
+	if quota < 1000 {
+		quota = 1000
+	}
+	return strconv.FormatInt(quota, 10) + " 100000"
+}

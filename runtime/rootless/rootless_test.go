@@ -2,6 +2,8 @@ package rootless
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -95,5 +97,66 @@ func TestUserDirs(t *testing.T) {
 	t.Setenv("HOME", "")
 	if _, err = UserDirs(); err == nil {
 		t.Error("no HOME: want an error")
+	}
+}
+
+// A fake cgroup v2 hierarchy: which subtrees count as delegated, and what
+// preparing one writes.
+func TestDelegatedCgroup(t *testing.T) {
+	const own = "/user.slice/user-1000.slice/user@1000.service/app.slice/run-1.scope"
+	write := func(t *testing.T, root, rel, name, data string) {
+		t.Helper()
+		dir := filepath.Join(root, rel)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		v2       bool
+		self     string
+		ctrl     string
+		procs    string
+		wantErr  string
+		wantCPU  bool
+		wantPath string
+	}{
+		{name: "v1_or_hybrid", v2: false, self: "0::" + own, ctrl: "memory pids", procs: "10\n", wantErr: "not a cgroup v2"},
+		{name: "no_v2_line", v2: true, self: "4:memory:/x\n", ctrl: "memory pids", procs: "10\n", wantErr: "no cgroup v2 cgroup"},
+		{name: "no_memory", v2: true, self: "0::" + own, ctrl: "pids cpu", procs: "10\n", wantErr: "not memory and pids"},
+		{name: "others_inside", v2: true, self: "0::" + own, ctrl: "memory pids", procs: "10\n77\n", wantErr: "systemd-run --user --scope"},
+		{name: "delegated", v2: true, self: "0::" + own, ctrl: "cpu memory pids", procs: "10\n11\n", wantCPU: true, wantPath: own},
+		{name: "delegated_without_cpu", v2: true, self: "0::" + own, ctrl: "memory pids", procs: "10\n", wantPath: own},
+		{name: "already_in_leaf", v2: true, self: "0::" + own + "/" + LeafName, ctrl: "memory pids", procs: "", wantPath: own},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			write(t, root, own, "cgroup.controllers", tc.ctrl)
+			write(t, root, own, "cgroup.procs", tc.procs)
+			write(t, root, own, "cgroup.subtree_control", "")
+			cg, err := delegatedCgroup(root, tc.v2, []byte(tc.self), []int{10, 11})
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrNoDelegation) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("want ErrNoDelegation with %q, got %v", tc.wantErr, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cg.Path != tc.wantPath || cg.CPU != tc.wantCPU {
+				t.Errorf("got %+v, want path %s cpu %v", cg, tc.wantPath, tc.wantCPU)
+			}
+			sub, _ := os.ReadFile(filepath.Join(root, own, "cgroup.subtree_control"))
+			if !strings.Contains(string(sub), "+memory +pids") || strings.Contains(string(sub), "+cpu") != tc.wantCPU {
+				t.Errorf("subtree_control = %q", sub)
+			}
+			if fi, err := os.Stat(filepath.Join(root, own, LeafName)); err != nil || !fi.IsDir() {
+				t.Errorf("no leaf for skillbox's own processes: %v", err)
+			}
+		})
 	}
 }

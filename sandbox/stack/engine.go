@@ -104,7 +104,7 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*runner.E
 	}
 	ropts.Logger = log.Named("runtime." + name)
 	if rootless.Active() {
-		if err := rootlessOptions(name, &ropts); err != nil {
+		if err := rootlessOptions(name, &ropts, log); err != nil {
 			return nil, err
 		}
 	}
@@ -262,7 +262,7 @@ func CheckImages(cfg *policy.Config, si *runner.StoreImages, log hclog.Logger) {
 // rootlessOptions makes ropts those of an ordinary user's runtime (see
 // runtime/rootless): gVisor rootless, with its run dir and state dir in
 // the user's state directory, never the system's.
-func rootlessOptions(name string, ropts *runtime.Options) error {
+func rootlessOptions(name string, ropts *runtime.Options, log hclog.Logger) error {
 	if name != "runsc" {
 		return runtime.RefuseRootless(name)
 	}
@@ -274,6 +274,14 @@ func rootlessOptions(name string, ropts *runtime.Options) error {
 	ropts.Rootless = true
 	ropts.RunDir = dirs.Runs()
 	ropts.Settings["state_dir"] = dirs.State(filepath.Base(runtime.RunscStateDir(bin)))
+	// The kernel holds the limits when the user has a cgroup subtree to
+	// give; otherwise skillbox does, and every result says which.
+	if cg, err := rootless.DelegatedCgroup(); err == nil {
+		ropts.Delegated = &runtime.DelegatedCgroup{Path: cg.Path, CPU: cg.CPU}
+		log.Debug("runs get cgroups in the delegated subtree", "cgroup", cg.Path, "cpu", cg.CPU)
+	} else {
+		log.Debug("no delegated cgroup: skillbox watches memory, gVisor bounds tasks, CPU is not limited", "why", err)
+	}
 	return nil
 }
 
