@@ -61,7 +61,7 @@ var hostTools = []hostTool{{
 	grants:  []string{toolRunScript, toolRunCode},
 	renders: true,
 	kind:    EntryHostShell,
-	note:    "the host's shell tool: the skill may run its own scripts and code",
+	note:    "the host's shell tool, with which hosts run a skill's scripts: the skill may run its own scripts and code",
 }, {
 	// Reading and searching files: skillbox's counterpart reads the
 	// skill's own files.
@@ -75,7 +75,7 @@ var hostTools = []hostTool{{
 	// skillbox's and never cause a refusal.
 	names: []string{"Write", "Edit", "MultiEdit", "NotebookEdit", "write_file", "replace"},
 	kind:  EntryHostWrite,
-	note:  "the host's file editing tool: skillbox gates no such tool (a script writes only in its workspace), so it changes nothing here",
+	note:  "the host's file editing tool; skillbox gates no such tool (a script writes only in its workspace), so it refuses nothing",
 }}
 
 // skillboxMCPNames are skillbox's tool names over MCP (skills_run_script),
@@ -136,7 +136,7 @@ func explainEntry(s string) AllowedEntry {
 	e := AllowedEntry{Entry: s}
 	p, err := parseToolPattern(s)
 	if err != nil {
-		e.Kind, e.Note = EntryInvalid, err.Error()+"; it covers nothing"
+		e.Kind, e.Note = EntryInvalid, err.Error()+"; ignored"
 		return e
 	}
 	e.pats = []toolPattern{p}
@@ -155,7 +155,7 @@ func explainEntry(s string) AllowedEntry {
 			e.Kind, e.Note = EntrySkillbox, "skillbox's own tool name"
 			return e
 		case strings.HasPrefix(p.name, "skills."):
-			e.Kind, e.Note = EntrySkillbox, "a skillbox tool no decision gates: it covers nothing"
+			e.Kind, e.Note = EntrySkillbox, "a skillbox tool no decision gates"
 			return e
 		}
 	}
@@ -179,7 +179,7 @@ func explainEntry(s string) AllowedEntry {
 		}
 		return e
 	}
-	e.Kind, e.Note = EntryOther, "not a skillbox tool: it covers none of skillbox's tools (tools.check still matches it against the host's own calls)"
+	e.Kind, e.Note = EntryOther, "ignored here; tools.check still matches it against the host's own calls"
 	return e
 }
 
