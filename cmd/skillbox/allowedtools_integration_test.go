@@ -41,9 +41,9 @@ func allowedToolsSkills(t *testing.T) string {
 		"host-tools/SKILL.md": "---\nname: host-tools\ndescription: Writes a report with its own script, as skills written for agent hosts do.\n" +
 			"allowed-tools: Read Write Edit Bash\n---\nRun `python3 scripts/report.py NAME`.\n",
 		"host-tools/scripts/report.py": "import platform, sys\nprint('report for', sys.argv[1], 'on', platform.release())\n",
-		"reader/SKILL.md": "---\nname: reader\ndescription: Only reads its reference files.\nallowed-tools: Read\n---\nRead references/notes.md.\n",
-		"reader/references/notes.md": "Nothing to run here.\n",
-		"reader/scripts/run.sh":      "#!/bin/sh\necho should not run\n",
+		"reader/SKILL.md":              "---\nname: reader\ndescription: Only reads its reference files.\nallowed-tools: Read\n---\nRead references/notes.md.\n",
+		"reader/references/notes.md":   "Nothing to run here.\n",
+		"reader/scripts/run.sh":        "#!/bin/sh\necho should not run\n",
 	})
 	return root
 }
