@@ -57,3 +57,37 @@ func TestAllowedToolsRefusals(t *testing.T) {
 		})
 	}
 }
+
+// tools.check answers with the same cause and fix a run's refusal has.
+func TestAllowedToolsCheckToolReason(t *testing.T) {
+	f := newFixtureWith(t, true, serviceConfig, []servicetest.SkillSpec{
+		{Name: "host-tools", Allowed: []string{"Read", "Write", "Edit", "Bash"}},
+		{Name: "reader", Allowed: []string{"Read"}},
+	})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		skill, tool, want string
+		reason            []string
+	}{
+		{"host-tools", "skills.run_script", "allow", nil},
+		{"host-tools", "skills.read", "allow", nil},
+		{"reader", "skills.read", "allow", nil},
+		{"reader", "skills.run_script", "deny", []string{`which lists "Read"`, "add Bash or skills.run_script to the skill's allowed-tools"}},
+	} {
+		t.Run(tc.skill+"/"+tc.tool, func(t *testing.T) {
+			sid := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{UsesSkills: []string{tc.skill}})).SessionID
+			r, err := f.svc.CheckTool(ctx, owner, api.CheckToolParams{SessionID: sid, Tool: tc.tool})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Decision != tc.want {
+				t.Fatalf("%+v, want %s", r, tc.want)
+			}
+			for _, w := range tc.reason {
+				if !strings.Contains(r.Reason, w) {
+					t.Errorf("reason %q lacks %q", r.Reason, w)
+				}
+			}
+		})
+	}
+}
