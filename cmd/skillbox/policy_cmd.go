@@ -138,7 +138,16 @@ func policyCheck(c *cli.Context) error {
 		if o.asJSON {
 			enc := json.NewEncoder(out)
 			enc.SetIndent("", "  ")
-			return enc.Encode(d)
+			// The decision's fields, and with --allowed-tools what each
+			// entry covers.
+			v := struct {
+				policy.Decision
+				AllowedTools []policy.AllowedEntry `json:"allowed_tools,omitempty"`
+			}{Decision: d}
+			if req.AllowedTools != nil {
+				v.AllowedTools = policy.ExplainAllowedTools(req.AllowedTools)
+			}
+			return enc.Encode(v)
 		}
 		fmt.Fprintf(out, "%s: valid (%s)\n", cfg.File, cfg.Hash())
 		fmt.Fprintf(out, "\nskill %q calling %q", o.skill, o.tool)
