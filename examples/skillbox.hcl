@@ -18,7 +18,7 @@ daemon {
   # max_line_bytes      = "4MiB"      # largest JSON-RPC request line
   # confirmation_ttl    = "10m"       # approvals expire after this
   # runtime             = "runsc"     # runsc | runc | containerd
-  # tool_mode           = "restrict"  # restrict | preapprove (meaning of a skill's allowed-tools)
+  # tool_mode           = "restrict"  # restrict | preapprove (meaning of a skill's allowed-tools; docs/CONFIG.md)
   # workspace_quota     = "1GiB"      # what one session's workspace (state_dir/workspaces/SESSION) may hold
 }
 

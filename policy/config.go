@@ -18,12 +18,17 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 )
 
-// ToolMode says what a skill's own allowed-tools means (see DESIGN.md, tools.check).
+// ToolMode says what a skill's own allowed-tools means (see DESIGN.md,
+// tools.check). Entries are read as the hosts skills are written for mean
+// them: the host's shell (Bash, Bash(python:*)) covers the skill's own
+// scripts and code, Read covers skills.read, Write and Edit cover nothing
+// of skillbox's (hostTools in hosttools.go, docs/CONFIG.md).
 type ToolMode string
 
 const (
 	// ToolModeRestrict: while a skill that declares allowed-tools is active,
-	// calls outside the list are denied. The default.
+	// calls its list does not cover are denied, and the refusal quotes the
+	// list and names what to add. The default.
 	ToolModeRestrict ToolMode = "restrict"
 	// ToolModePreapprove: the list does not restrict; every call keeps the
 	// policy's outcome. A listed call never skips a confirmation the policy

@@ -51,6 +51,18 @@ type Decision struct {
 	Effect Effect `json:"decision"`
 	Rule   string `json:"rule"`
 	Reason string `json:"reason"`
+	// Fix is the smallest change that would allow a denied call (which
+	// entry to add to the skill's allowed-tools, which rule to change);
+	// empty when the call is not denied or the reason already says it.
+	Fix string `json:"fix,omitempty"`
+}
+
+// Why is the reason followed by the fix, for a refusal's text.
+func (d Decision) Why() string {
+	if d.Fix == "" {
+		return d.Reason
+	}
+	return d.Reason + "; " + d.Fix
 }
 
 // Rule names for decisions no policy block made.
@@ -136,13 +148,7 @@ func (c *Config) Decide(req Request) Decision {
 	if req.Source != "" {
 		src += " (" + req.Source + ")"
 	}
-	var pats []toolPattern
-	for _, s := range req.AllowedTools {
-		if p, err := parseToolPattern(s); err == nil {
-			pats = append(pats, p)
-		}
-	}
-	p, listed := firstMatch(pats, cl, modeGrant)
+	p, listed := firstMatch(allowedPatterns(req.AllowedTools), cl, modeGrant)
 	switch c.Daemon.ToolMode {
 	case ToolModePreapprove:
 		// The skill is not the approver: whoever can write its SKILL.md
@@ -152,15 +158,32 @@ func (c *Config) Decide(req Request) Decision {
 		}
 	default:
 		if !listed {
-			list := "it declares none"
-			if len(req.AllowedTools) > 0 {
-				list = "it declares: " + strings.Join(req.AllowedTools, " ")
-			}
-			return Decision{Effect: EffectDeny, Rule: src,
-				Reason: fmt.Sprintf("this %q call is outside the allowed-tools of skill %q (%s); while the skill is active only those calls may run", req.Tool, req.Skill, list)}
+			return Decision{Effect: EffectDeny, Rule: src, Reason: outsideList(req, cl),
+				Fix: fmt.Sprintf("to allow it, add %s to the skill's allowed-tools, or set tool_mode = %q in the daemon block", suggestEntry(cl), ToolModePreapprove)}
 		}
 	}
 	return d
+}
+
+// outsideList says why a call is outside a skill's allowed-tools: the
+// list as declared, and what of skillbox's its entries cover.
+func outsideList(req Request, cl *call) string {
+	mode := fmt.Sprintf("under tool_mode %q only calls that list covers may run while the skill is active", ToolModeRestrict)
+	if len(req.AllowedTools) == 0 {
+		return fmt.Sprintf("skill %q declares an empty allowed-tools, so no %q call is covered; %s", req.Skill, cl.tool, mode)
+	}
+	var covers []string
+	for _, e := range ExplainAllowedTools(req.AllowedTools) {
+		if len(e.Covers) > 0 && e.Kind != EntrySkillbox {
+			covers = append(covers, e.Entry+" covers "+strings.Join(e.Covers, ", "))
+		}
+	}
+	what := ""
+	if len(covers) > 0 {
+		what = " (" + strings.Join(covers, "; ") + ")"
+	}
+	return fmt.Sprintf("this %q call is outside the allowed-tools of skill %q, which lists %q%s; %s",
+		cl.tool, req.Skill, strings.Join(req.AllowedTools, " "), what, mode)
 }
 
 func (c *Config) decidePolicy(skill string, cl *call) Decision {
@@ -168,7 +191,8 @@ func (c *Config) decidePolicy(skill string, cl *call) Decision {
 	for _, r := range rules {
 		if p, ok := firstMatch(r.deny, cl, modeRestrict); ok {
 			return Decision{Effect: EffectDeny, Rule: r.String(),
-				Reason: fmt.Sprintf("tool %q is denied for skill %q by %q in deny", cl.tool, skill, p.raw)}
+				Reason: fmt.Sprintf("tool %q is denied for skill %q by %q in deny", cl.tool, skill, p.raw),
+				Fix:    fmt.Sprintf("a policy deny cannot be overridden (not by the skill's allowed-tools nor by tool_mode): change %s if this is intended", r.String())}
 		}
 	}
 	for _, r := range rules {
@@ -184,7 +208,8 @@ func (c *Config) decidePolicy(skill string, cl *call) Decision {
 		}
 	}
 	return Decision{Effect: EffectDeny, Rule: RuleDefaultDeny,
-		Reason: fmt.Sprintf("no policy rule allows tool %q (with this input) for skill %q; rules for this skill: %s", cl.tool, skill, ruleList(rules))}
+		Reason: fmt.Sprintf("no policy rule allows tool %q (with this input) for skill %q; rules for this skill: %s", cl.tool, skill, ruleList(rules)),
+		Fix:    fmt.Sprintf("to allow it, add %q to the tools of a policy block whose skills match %q", policyEntry(cl), skill)}
 }
 
 // decideNetwork answers the "network" pseudo-tool: denied unless network is
@@ -199,7 +224,11 @@ func (c *Config) decideNetwork(skill string) Decision {
 		}
 	}
 	if !ok {
-		return Decision{Effect: EffectDeny, Rule: rule, Reason: fmt.Sprintf("network access is off for skill %q", skill)}
+		fix := fmt.Sprintf("to allow it, set network = true (or egress destinations) in a policy block whose skills match %q", skill)
+		if rule != RuleNetworkDefault {
+			fix = fmt.Sprintf("%s sets network = false, which no other rule overrides: change it if this is intended", rule)
+		}
+		return Decision{Effect: EffectDeny, Rule: rule, Reason: fmt.Sprintf("network access is off for skill %q", skill), Fix: fix}
 	}
 	for _, r := range c.matching(skill) {
 		for _, p := range r.confirm {

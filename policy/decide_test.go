@@ -83,7 +83,7 @@ var policyCases = []decideCase{
 
 	// A skill's allowed-tools, restrict mode (the default).
 	{name: "restrict: inside the list", req: Request{Skill: "plain", AllowedTools: []string{"Read", "Bash(git:*)"}, Tool: "Bash", Input: bash("git diff")}, effect: EffectAllow, rule: `policy "base"`},
-	{name: "restrict: skillbox tool outside", req: Request{Skill: "plain", AllowedTools: []string{"Bash(git:*)"}, Tool: "skills.run_script"}, effect: EffectDeny, rule: `allowed-tools of skill "plain"`},
+	{name: "restrict: skillbox tool outside", req: Request{Skill: "plain", AllowedTools: []string{"Read", "WebFetch"}, Tool: "skills.run_script"}, effect: EffectDeny, rule: `allowed-tools of skill "plain"`, inWhy: `which lists "Read WebFetch" (Read covers skills.read)`},
 	{name: "restrict: host tool outside", req: Request{Skill: "plain", AllowedTools: []string{"skills.run_script"}, Tool: "Read"}, effect: EffectDeny, rule: `allowed-tools of skill "plain"`},
 	{name: "restrict: input outside the list", req: Request{Skill: "plain", AllowedTools: []string{"Bash(git log:*)"}, Tool: "Bash", Input: bash("git status")}, effect: EffectDeny, rule: `allowed-tools of skill "plain"`},
 	{name: "restrict: cannot widen", req: Request{Skill: "plain", AllowedTools: []string{"Write", "Bash"}, Tool: "Write"}, effect: EffectDeny, rule: RuleDefaultDeny},
@@ -92,7 +92,29 @@ var policyCases = []decideCase{
 	{name: "restrict: declared empty", req: Request{Skill: "plain", AllowedTools: []string{}, Tool: "skills.read"}, effect: EffectDeny, rule: `allowed-tools of skill "plain"`},
 	{name: "restrict: confirm stays", req: Request{Skill: "guarded-x", AllowedTools: []string{"skills.run_script"}, Tool: "skills.run_script"}, effect: EffectConfirm, rule: `policy "guarded"`},
 	{name: "restrict: source named", req: Request{Skill: "plain", AllowedTools: []string{"Read"}, Source: "/s/plain/SKILL.md:4", Tool: "Write"}, effect: EffectDeny, rule: RuleDefaultDeny},
-	{name: "restrict: source named on its deny", req: Request{Skill: "plain", AllowedTools: []string{"Read"}, Source: "/s/plain/SKILL.md:4", Tool: "skills.read"}, effect: EffectDeny, rule: `allowed-tools of skill "plain" (/s/plain/SKILL.md:4)`},
+	{name: "restrict: source named on its deny", req: Request{Skill: "plain", AllowedTools: []string{"Read"}, Source: "/s/plain/SKILL.md:4", Tool: "skills.run_script"}, effect: EffectDeny, rule: `allowed-tools of skill "plain" (/s/plain/SKILL.md:4)`},
+
+	// Host tool names in allowed-tools (issue 25): the host's shell
+	// covers the skill's own scripts and code, Read covers skills.read,
+	// Write and Edit cover nothing and refuse nothing.
+	{name: "hosts: Read Write Edit Bash runs scripts", req: Request{Skill: "plain", AllowedTools: []string{"Read", "Write", "Edit", "Bash"}, Tool: "skills.run_script"}, effect: EffectAllow, rule: `policy "base"`},
+	{name: "hosts: Read Write Edit Bash runs code", req: Request{Skill: "plain", AllowedTools: []string{"Read", "Write", "Edit", "Bash"}, Tool: "skills.run_code", Input: []byte(`{"language": "python"}`)}, effect: EffectAllow, rule: `policy "base"`},
+	{name: "hosts: Read Write Edit Bash reads", req: Request{Skill: "plain", AllowedTools: []string{"Read", "Write", "Edit", "Bash"}, Tool: "skills.read"}, effect: EffectAllow, rule: `policy "base"`},
+	{name: "hosts: Bash(python:*) runs scripts", req: Request{Skill: "plain", AllowedTools: []string{"Bash(python:*)"}, Tool: "skills.run_script", Input: []byte(`{"path": "scripts/x.py"}`)}, effect: EffectAllow, rule: `policy "base"`},
+	{name: "hosts: Bash(./scripts/*) runs scripts", req: Request{Skill: "plain", AllowedTools: []string{"Bash(./scripts/*)"}, Tool: "skills.run_script"}, effect: EffectAllow, rule: `policy "base"`},
+	{name: "hosts: Bash(git:*) runs scripts", req: Request{Skill: "plain", AllowedTools: []string{"Bash(git:*)"}, Tool: "skills.run_script"}, effect: EffectAllow, rule: `policy "base"`},
+	{name: "hosts: lowercase shell", req: Request{Skill: "plain", AllowedTools: []string{"shell"}, Tool: "skills.run_script"}, effect: EffectAllow, rule: `policy "base"`},
+	{name: "hosts: Glob reads", req: Request{Skill: "plain", AllowedTools: []string{"Glob"}, Tool: "skills.read"}, effect: EffectAllow, rule: `policy "base"`},
+	{name: "hosts: MCP name", req: Request{Skill: "plain", AllowedTools: []string{"skills_run_script"}, Tool: "skills.run_script"}, effect: EffectAllow, rule: `policy "base"`},
+	{name: "hosts: prefixed MCP name", req: Request{Skill: "plain", AllowedTools: []string{"mcp__skillbox__skills_run_script"}, Tool: "skills.run_script"}, effect: EffectAllow, rule: `policy "base"`},
+	{name: "hosts: Read alone does not run", req: Request{Skill: "plain", AllowedTools: []string{"Read"}, Tool: "skills.run_script"}, effect: EffectDeny, rule: `allowed-tools of skill "plain"`,
+		inWhy: `which lists "Read" (Read covers skills.read)`},
+	{name: "hosts: Write Edit do not run", req: Request{Skill: "plain", AllowedTools: []string{"Write", "Edit", "WebFetch", "mcp__x__y"}, Tool: "skills.run_code", Input: []byte(`{"language": "python"}`)}, effect: EffectDeny, rule: `allowed-tools of skill "plain"`},
+	{name: "hosts: shell keeps narrowing host Bash", req: Request{Skill: "plain", AllowedTools: []string{"Bash(python:*)"}, Tool: "Bash", Input: bash("git status")}, effect: EffectDeny, rule: `allowed-tools of skill "plain"`},
+	{name: "hosts: Bash maps, policy deny stays", req: Request{Skill: "guarded-secret", AllowedTools: []string{"Bash"}, Tool: "skills.run_script"}, effect: EffectDeny, rule: `policy "lockdown"`, inWhy: "denied"},
+	{name: "hosts: Bash maps, policy confirm stays", req: Request{Skill: "guarded-x", AllowedTools: []string{"Bash"}, Tool: "skills.run_script"}, effect: EffectConfirm, rule: `policy "guarded"`},
+	{name: "hosts: Bash maps, policy language stays", req: Request{Skill: "plain", AllowedTools: []string{"Bash"}, Tool: "skills.run_code", Input: []byte(`{"language": "shell"}`)}, effect: EffectDeny, rule: RuleDefaultDeny},
+	{name: "hosts: invalid entry covers nothing", req: Request{Skill: "plain", AllowedTools: []string{"Bash("}, Tool: "skills.run_script"}, effect: EffectDeny, rule: `allowed-tools of skill "plain"`},
 
 	// preapprove mode.
 	// A skill's own text only narrows policy (issue 22): listing a tool
@@ -104,6 +126,8 @@ var policyCases = []decideCase{
 	{preappr: true, name: "preapprove: others keep allow", req: Request{Skill: "plain", AllowedTools: []string{"Read"}, Tool: "Bash", Input: bash("git status")}, effect: EffectAllow, rule: `policy "base"`},
 	{preappr: true, name: "preapprove: never past explicit deny", req: Request{Skill: "guarded-secret", AllowedTools: []string{"skills.run_script"}, Tool: "skills.run_script"}, effect: EffectDeny, rule: `policy "lockdown"`},
 	{preappr: true, name: "preapprove: never past default deny", req: Request{Skill: "plain", AllowedTools: []string{"Write"}, Tool: "Write"}, effect: EffectDeny, rule: RuleDefaultDeny},
+	{preappr: true, name: "preapprove: Read alone keeps the policy's allow", req: Request{Skill: "plain", AllowedTools: []string{"Read"}, Tool: "skills.run_script"}, effect: EffectAllow, rule: `policy "base"`},
+	{preappr: true, name: "preapprove: Bash cannot waive a confirmation", req: Request{Skill: "guarded-x", AllowedTools: []string{"Bash"}, Tool: "skills.run_script"}, effect: EffectConfirm, rule: `policy "guarded"`, inWhy: `"Bash" in the skill's allowed-tools`},
 	{preappr: true, name: "preapprove: list does not cover input", req: Request{Skill: "guarded-x", AllowedTools: []string{"Bash(git log:*)"}, Tool: "Bash", Input: bash("git commit -m x")}, effect: EffectConfirm, rule: `policy "guarded"`},
 }
 

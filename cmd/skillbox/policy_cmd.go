@@ -34,7 +34,7 @@ func policyCommand() *cli.Command {
 				&cli.StringFlag{Name: "skill", Usage: "skill name to decide for (also prints its limits and network)"},
 				&cli.StringFlag{Name: "tool", Usage: "tool being called, e.g. Bash, Read, skills.run_script, network"},
 				&cli.StringFlag{Name: "input", Usage: "the call's input as a JSON object, e.g. '{\"command\": \"git status\"}'"},
-				&cli.StringFlag{Name: "allowed-tools", Usage: "the skill's allowed-tools, space or comma separated (not set: not declared)"},
+				&cli.StringFlag{Name: "allowed-tools", Usage: "the skill's allowed-tools, space or comma separated; host names (Bash, Read, Write) are explained as skillbox maps them (not set: not declared)"},
 				&cli.BoolFlag{Name: "json", Usage: "print only the decision, as JSON"},
 			},
 			Action: policyCheck,
@@ -138,7 +138,16 @@ func policyCheck(c *cli.Context) error {
 		if o.asJSON {
 			enc := json.NewEncoder(out)
 			enc.SetIndent("", "  ")
-			return enc.Encode(d)
+			// The decision's fields, and with --allowed-tools what each
+			// entry covers.
+			v := struct {
+				policy.Decision
+				AllowedTools []policy.AllowedEntry `json:"allowed_tools,omitempty"`
+			}{Decision: d}
+			if req.AllowedTools != nil {
+				v.AllowedTools = policy.ExplainAllowedTools(req.AllowedTools)
+			}
+			return enc.Encode(v)
 		}
 		fmt.Fprintf(out, "%s: valid (%s)\n", cfg.File, cfg.Hash())
 		fmt.Fprintf(out, "\nskill %q calling %q", o.skill, o.tool)
@@ -148,8 +157,12 @@ func policyCheck(c *cli.Context) error {
 		fmt.Fprintln(out)
 		tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
 		fmt.Fprintf(tw, "  decision\t%s\n  rule\t%s\n  reason\t%s\n", d.Effect, d.Rule, d.Reason)
+		if d.Fix != "" {
+			fmt.Fprintf(tw, "  fix\t%s\n", d.Fix)
+		}
 		if req.AllowedTools != nil {
 			fmt.Fprintf(tw, "  allowed-tools\t%s (tool_mode %s)\n", orNone(strings.Join(req.AllowedTools, " "), "declared empty"), cfg.Daemon.ToolMode)
+			printAllowedTools(tw, req.AllowedTools)
 		}
 		printSkill(tw, cfg, o.skill)
 		return tw.Flush()
@@ -162,6 +175,18 @@ func policyCheck(c *cli.Context) error {
 		return tw.Flush()
 	}
 	return nil
+}
+
+// printAllowedTools explains a skill's allowed-tools entry by entry: which
+// host names map to which of skillbox's tools, and which cover nothing.
+func printAllowedTools(tw io.Writer, list []string) {
+	for _, e := range policy.ExplainAllowedTools(list) {
+		covers := "covers none of skillbox's tools"
+		if len(e.Covers) > 0 {
+			covers = "covers " + strings.Join(e.Covers, ", ")
+		}
+		fmt.Fprintf(tw, "    %s\t%s: %s; %s\n", e.Entry, e.Kind, covers, e.Note)
+	}
 }
 
 // printSkill shows what the rules give one skill besides tool decisions:

@@ -43,3 +43,23 @@ policy "none" {
 		t.Errorf("config listing lacks the rule's script_dirs:\n%s", b.String())
 	}
 }
+
+// policy check explains a skill's allowed-tools entry by entry: what each
+// host name maps to, and which are ignored.
+func TestPrintAllowedTools(t *testing.T) {
+	var b bytes.Buffer
+	printAllowedTools(&b, []string{"Read", "Write", "Edit", "Bash(python:*)", "WebFetch", "Bash("})
+	out := b.String()
+	for _, want := range []string{
+		"Read\thost read: covers skills.read;",
+		"Write\thost write: covers none of skillbox's tools;",
+		"Edit\thost write: covers none of skillbox's tools;",
+		"Bash(python:*)\thost shell: covers skills.run_script, skills.run_code, skills.render_command(python:*);",
+		"WebFetch\tnot a skillbox tool: covers none of skillbox's tools; ignored here",
+		"Bash(\tinvalid: covers none of skillbox's tools;",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("explanation lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -126,7 +126,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		}
 		switch {
 		case nd.Effect == policy.EffectDeny:
-			return nil, api.MarkAudited(errkind.Errorf(api.ErrDenied, "network access for skill %q is denied by %s: %s", sk.Name, nd.Rule, nd.Reason))
+			return nil, api.MarkAudited(errkind.Errorf(api.ErrDenied, "network access for skill %q is denied by %s: %s", sk.Name, nd.Rule, nd.Why()))
 		case nd.Effect == policy.EffectConfirm && len(plan.Egress) > 0 && s.grants.covers(o.SessionID, sk.Name, plan.EgressNames()):
 			// An approver approved these destinations for this skill
 			// earlier in the session.
@@ -223,7 +223,7 @@ func (s *Service) decideTool(ctx context.Context, caller api.Peer, method, sessi
 	}
 	if dec.Effect == policy.EffectDeny {
 		// The decision record just written says why.
-		return dec, api.MarkAudited(errkind.Errorf(api.ErrDenied, "%s for skill %q is denied by %s: %s; a policy deny cannot be overridden, change the rule if this is intended", tool, sk.Name, dec.Rule, dec.Reason))
+		return dec, api.MarkAudited(errkind.Errorf(api.ErrDenied, "%s for skill %q is denied by %s: %s", tool, sk.Name, dec.Rule, dec.Why()))
 	}
 	return dec, nil
 }

@@ -313,7 +313,7 @@ func (s *Service) decide(ctx context.Context, sk *skills.Skill, tool string, inp
 
 // decision is decide without writing its record.
 func (s *Service) decision(sk *skills.Skill, tool string, input []byte, rec audit.Record) (policy.Decision, *audit.Record) {
-	d := s.cfg.Decide(policy.Request{Skill: sk.Name, AllowedTools: sk.AllowedTools, Tool: tool, Input: input})
+	d := s.cfg.Decide(policy.Request{Skill: sk.Name, AllowedTools: sk.AllowedTools, Source: sk.Location, Tool: tool, Input: input})
 	rec.Event = audit.EventDecision
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
 	rec.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(d.Effect), Rule: d.Rule, Reason: d.Reason, Mode: string(s.cfg.Daemon.ToolMode)}

@@ -636,7 +636,7 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 		if err := s.record(ctx, drec); err != nil {
 			return nil, err
 		}
-		return nil, api.MarkAudited(errkind.Errorf(api.ErrDenied, "%s for skill %q is denied by %s: %s; a policy deny cannot be overridden, change the rule if this is intended", method, sk.Name, dec.Rule, dec.Reason))
+		return nil, api.MarkAudited(errkind.Errorf(api.ErrDenied, "%s for skill %q is denied by %s: %s", method, sk.Name, dec.Rule, dec.Why()))
 	}
 	rec := base(ctx, caller, method, audit.EventSkillRead, p.SessionID)
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
@@ -711,7 +711,7 @@ func (s *Service) CheckTool(ctx context.Context, caller api.Peer, p api.CheckToo
 		}
 		best = policy.Strictest(append([]policy.Decision{best}, hd...)...)
 	}
-	return &api.CheckToolResult{Decision: string(best.Effect), Rule: best.Rule, Reason: best.Reason}, nil
+	return &api.CheckToolResult{Decision: string(best.Effect), Rule: best.Rule, Reason: best.Why()}, nil
 }
 
 // decideHostTool is policy's decision on a host's tool call while the
