@@ -53,6 +53,10 @@ type CheckInput struct {
 	// Extras are image extras by family that are not installed (recipe
 	// names), for hints.
 	Extras map[string][]string
+	// ImageFor, when set, may name another image for one script than its
+	// family's (a shell script moved by the programs it starts); nil keeps
+	// the family's.
+	ImageFor func(rel string, data []byte) *Image
 }
 
 var (
@@ -128,6 +132,11 @@ func checkFile(root, rel, fam string, data []byte, in CheckInput) []Finding {
 	if im == nil {
 		return nil
 	}
+	if in.ImageFor != nil {
+		if alt := in.ImageFor(rel, data); alt != nil {
+			im = alt
+		}
+	}
 	var out []Finding
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 64<<10), maxScriptScan)
@@ -179,6 +188,11 @@ func checkFile(root, rel, fam string, data []byte, in CheckInput) []Finding {
 			for _, m := range jsProgRE.FindAllStringSubmatch(l, -1) {
 				add(checkProgram(rel, line, m[1], im))
 			}
+		}
+	}
+	if fam == "shell" {
+		for _, c := range ShellCalls(data) {
+			add(checkProgram(rel, c.Line, c.Name, im))
 		}
 	}
 	return out

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"time"
@@ -123,6 +124,15 @@ func (e *Engine) scriptImages(root string, dirs []string) []scriptImage {
 		in, err := e.cfg.Interpreter(filepath.ToSlash(rel), head)
 		if err != nil {
 			return nil
+		}
+		if len(in.Argv) > 0 && shellInterpreters[path.Base(in.Argv[0])] {
+			// A shell script's image also depends on the programs it
+			// starts (interpreterFor): warm the one its runs will use.
+			if b, err := readFileMax(p, maxScriptBytes); err == nil {
+				if in, err = e.interpreterFor(filepath.ToSlash(rel), b); err != nil {
+					return nil
+				}
+			}
 		}
 		count[in.Image]++
 		argv[in.Image] = in.Argv
