@@ -178,3 +178,21 @@ func TestCheckSkillShellPrograms(t *testing.T) {
 		t.Errorf("%d programs missing, want 2: %+v", missing, res.Findings)
 	}
 }
+
+// skills.run_code follows the same rule for shell code.
+func TestShellCodeImageByPrograms(t *testing.T) {
+	e, _ := newTestEngine(t, engineConfig, func(o *runner.Options) { o.Images = progImages{roots: fakeRoots(t, docsImages)} })
+	sk := docsSkill(t)
+	for code, image := range map[string]string{
+		"pdfinfo /skill/a.pdf | grep Pages\n": "python",
+		"jq -n 1\n":                           "shell",
+	} {
+		p, err := e.Prepare(runner.RunRequest{Code: &runner.CodeRequest{Language: "shell", Code: []byte(code), Skills: []*skills.Skill{sk}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Interpreter.Image != image {
+			t.Errorf("code %q: image %q, want %q (%s)", code, p.Interpreter.Image, image, p.Interpreter.Rule)
+		}
+	}
+}
