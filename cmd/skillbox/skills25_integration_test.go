@@ -282,3 +282,50 @@ func TestShellScriptTools(t *testing.T) {
 		}
 	})
 }
+
+// TestSkillSnapshotModesRootless: without root the sandbox's uid 0 is the
+// user who owns the snapshot, so the owner's write bits it now keeps would
+// let it write, were it not for the read-only mount: it must refuse every
+// change, and the user's snapshot directory stays 0700.
+func TestSkillSnapshotModesRootless(t *testing.T) {
+	runItNeed(t, "runsc")
+	runItNeedImage(t, "python")
+	h := newRootlessHome(t)
+	code := `import os, shutil
+shutil.copy('/skill/scripts/hi.sh', 'hi.sh')
+open('hi.sh', 'a').write('echo edited\n')
+print('copy edited')
+p = '/skill/scripts/py.py'
+st = os.stat(p)
+print('uid', os.getuid(), 'owner', st.st_uid, 'mode', oct(st.st_mode & 0o777))
+for name, fn in [('append', lambda: open(p, 'a').write('x')), ('chmod', lambda: os.chmod(p, 0o777)),
+                 ('unlink', lambda: os.unlink(p)), ('create', lambda: open('/skill/new', 'w')),
+                 ('utime', lambda: os.utime(p, (0, 0))), ('rename', lambda: os.rename(p, p + '.x'))]:
+    try:
+        fn()
+        print('WRITABLE', name)
+    except OSError as e:
+        print('refused', name, e.errno)
+`
+	o := h.run(t, "run", "--config", h.cfg, "--root", h.root, "probe", "scripts/py.py", "--", code)
+	if o.code != 0 || !strings.Contains(o.stdout, "copy edited") || !strings.Contains(o.stdout, "mode 0o644") {
+		t.Fatalf("rootless template copy:\n%s", o)
+	}
+	if strings.Contains(o.stdout, "WRITABLE") || strings.Count(o.stdout, "refused") != 6 {
+		t.Errorf("the skill is writable in a rootless sandbox:\n%s", o)
+	}
+	var snaps []string
+	filepath.WalkDir(h.dir, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && d.Name() == "snapshots" {
+			snaps = append(snaps, p)
+			return filepath.SkipDir
+		}
+		return nil
+	})
+	if len(snaps) != 1 {
+		t.Fatalf("want the user's one snapshots directory under %s, found %v", h.dir, snaps)
+	}
+	if st, err := os.Lstat(snaps[0]); err != nil || st.Mode().Perm() != 0o700 || st.Sys().(*syscall.Stat_t).Uid != rootlessUID {
+		t.Errorf("%s: %v %v, want uid %d's 0700", snaps[0], st.Mode(), err, rootlessUID)
+	}
+}
