@@ -23,7 +23,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
 
@@ -327,5 +329,40 @@ for name, fn in [('append', lambda: open(p, 'a').write('x')), ('chmod', lambda: 
 	}
 	if st, err := os.Lstat(snaps[0]); err != nil || st.Mode().Perm() != 0o700 || st.Sys().(*syscall.Stat_t).Uid != rootlessUID {
 		t.Errorf("%s: %v %v, want uid %d's 0700", snaps[0], st.Mode(), err, rootlessUID)
+	}
+}
+
+// TestDaemonWarmShellScriptInPythonImage: through the socket with a warm
+// pool, a .sh that calls pdfinfo is warmed in, and runs warm in, the
+// python image, beside the skill's python script (another boot mode).
+func TestDaemonWarmShellScriptInPythonImage(t *testing.T) {
+	needDaemon(t)
+	runItNeedImage(t, "python")
+	runItNeedImage(t, "shell")
+	root := extraSkill(t, "docs25warm", "scripts/v.sh", "pdfinfo -v 2>&1 | head -n 1\n")
+	runItWriteFile(t, filepath.Join(root, "docs25warm", "scripts", "p.py"), "print('py')\n")
+	d := newItDaemonPool(t, 1, root)
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"docs25warm"}}))
+	d.waitWarm(t, 2) // python with a preloaded interpreter, python for exec
+	var warm bool
+	for i := 0; i < 10 && !warm; i++ {
+		d.waitWarm(t, 2)
+		time.Sleep(500 * time.Millisecond)
+		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/v.sh"}))
+		if res.ExitCode != 0 || !strings.Contains(res.Stdout, "pdfinfo version") || res.Image != "python" {
+			t.Fatalf("v.sh: exit %d image %q\n%s%s", res.ExitCode, res.Image, res.Stdout, res.Stderr)
+		}
+		warm = res.Warm
+	}
+	if !warm {
+		t.Errorf("no run of the moved .sh went warm in ten")
+	}
+	res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/p.py"}))
+	if res.ExitCode != 0 || res.Stdout != "py\n" {
+		t.Errorf("p.py beside it: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
 	}
 }
