@@ -1,9 +1,6 @@
 package deps
 
-import (
-	"regexp"
-	"strings"
-)
+import "strings"
 
 // A small, static reading of shell scripts: which programs a script starts
 // by a literal name. It knows enough of the shell's grammar to find command
@@ -33,21 +30,15 @@ const maxShellDepth = 32
 // keywords, functions the script defines, and paths relative to the working
 // directory or the skill (./x, scripts/x.sh) are left out.
 func ShellCalls(src []byte) []ShellCall {
-	lx := &shLexer{src: src, line: 1}
-	lx.list(false)
-	p := &shParser{funcs: map[string]bool{}}
+	p := &shParser{funcs: map[string]bool{}, seen: map[string]bool{}}
 	p.push()
-	for _, t := range lx.toks {
-		p.token(t)
-	}
+	lx := &shLexer{src: src, line: 1, sink: p.token}
+	lx.list(false)
 	var out []ShellCall
-	seen := map[string]bool{}
 	for _, c := range p.calls {
-		if seen[c.Name] || p.funcs[c.Name] {
-			continue
+		if !p.funcs[c.Name] {
+			out = append(out, c)
 		}
-		seen[c.Name] = true
-		out = append(out, c)
 	}
 	return out
 }
@@ -69,12 +60,15 @@ type shTok struct {
 	line int
 }
 
+// shLexer hands each token to sink as it is read (the parser), but for a
+// here-document's delimiter, which it keeps (grab).
 type shLexer struct {
 	src      []byte
 	i        int
 	line     int
 	depth    int
-	toks     []shTok
+	sink     func(shTok)
+	grab     *shTok
 	heredocs []shHeredocSpec
 }
 
@@ -91,7 +85,12 @@ func (lx *shLexer) peek(off int) byte {
 }
 
 func (lx *shLexer) emit(kind int, text string, lit bool, line int) {
-	lx.toks = append(lx.toks, shTok{kind: kind, text: text, lit: lit, line: line})
+	t := shTok{kind: kind, text: text, lit: lit, line: line}
+	if lx.grab != nil && kind == shWord {
+		*lx.grab, lx.grab = t, nil
+		return
+	}
+	lx.sink(t)
 }
 
 // list lexes commands until the end of input or, inside a substitution
@@ -183,13 +182,13 @@ func (lx *shLexer) redirection() {
 		}
 		// The delimiter is a word with its quotes removed; it is not a
 		// token of its own.
-		n := len(lx.toks)
+		var d shTok
+		lx.grab = &d
 		lx.word()
-		if len(lx.toks) > n {
-			d := lx.toks[len(lx.toks)-1]
-			lx.toks = lx.toks[:n]
+		if lx.grab == nil {
 			lx.heredocs = append(lx.heredocs, shHeredocSpec{delim: d.text, tabs: tabs})
 		}
+		lx.grab = nil
 		lx.emit(shHeredoc, "<<", true, line)
 	default:
 		n := 1
@@ -278,10 +277,9 @@ func (lx *shLexer) backquote() {
 	if lx.depth >= maxShellDepth {
 		return
 	}
-	sub := &shLexer{src: body, line: line, depth: lx.depth + 1}
-	sub.list(false)
 	lx.emit(shOpen, "`", true, line)
-	lx.toks = append(lx.toks, sub.toks...)
+	sub := &shLexer{src: body, line: line, depth: lx.depth + 1, sink: lx.sink}
+	sub.list(false)
 	lx.emit(shClose, "`", true, lx.line)
 }
 
@@ -485,7 +483,8 @@ func isNameByte(c byte) bool {
 // shParser walks the tokens with a little state per nesting level.
 type shParser struct {
 	stack []*shState
-	calls []ShellCall
+	calls []ShellCall // each program once, at its first call
+	seen  map[string]bool
 	funcs map[string]bool
 }
 
@@ -496,11 +495,11 @@ type shState struct {
 	funcName  bool  // the next word names a function (after "function")
 	cases     []int // open case statements: caseWord, caseIn, casePattern, caseBody
 	wrap      *shWrapper
-	wrapSkip  bool // the wrapper's next word is an option's value
-	wrapPos   int  // positional words the wrapper still takes (timeout's duration)
-	lastCall  int  // index in calls of the call just seen, else -1
-	lastWasIt bool // the previous token was that call's word
-	afterFunc bool // a name ( ) was just seen: the body follows
+	wrapSkip  bool   // the wrapper's next word is an option's value
+	wrapPos   int    // positional words the wrapper still takes (timeout's duration)
+	lastCall  string // the program of the call just seen
+	lastWasIt bool   // the previous token was that call's word
+	afterFunc bool   // a name ( ) was just seen: the body follows
 }
 
 const (
@@ -551,15 +550,59 @@ var shBuiltins = stringSet(strings.Fields(`. : [ alias bg bind break builtin cal
 	test times trap true type typeset ulimit umask unalias unset wait
 	if then else elif fi do done while until for in case esac select function time coproc { } ! [[ ]]`)...)
 
-var (
-	shAssignRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*(\[[^]]*\])?\+?=`)
-	// shNameRE is a program name worth looking up: a bare name or an
-	// absolute path of plain characters.
-	shNameRE = regexp.MustCompile(`^(?:[A-Za-z0-9_][A-Za-z0-9_.+@:-]*|/[A-Za-z0-9_.+@:/-]*[A-Za-z0-9_+@-])$`)
-)
+// isAssignment reports whether w starts with NAME=, NAME+= or NAME[...]=.
+func isAssignment(w string) bool {
+	i := 0
+	for i < len(w) && isNameByte(w[i]) {
+		i++
+	}
+	if i == 0 || isDigit(w[0]) || i == len(w) {
+		return false
+	}
+	if w[i] == '[' {
+		j := strings.IndexByte(w[i:], ']')
+		if j < 0 {
+			return false
+		}
+		i += j + 1
+	}
+	if i < len(w) && w[i] == '+' {
+		i++
+	}
+	return i < len(w) && w[i] == '='
+}
+
+// isProgramName reports whether w is a program name worth looking up: a
+// bare name or an absolute path, of plain characters, without "/." in it.
+func isProgramName(w string) bool {
+	if w == "" || strings.Contains(w, "/.") {
+		return false
+	}
+	abs := w[0] == '/'
+	if abs && (len(w) == 1 || w[len(w)-1] == '/') {
+		return false
+	}
+	for i := 0; i < len(w); i++ {
+		c := w[i]
+		switch {
+		case isNameByte(c):
+		case c == '.' || c == ':' || c == '-' || c == '+' || c == '@':
+			if i == 0 {
+				return false
+			}
+		case c == '/':
+			if !abs {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
 
 func (p *shParser) push() {
-	p.stack = append(p.stack, &shState{cmdPos: true, lastCall: -1})
+	p.stack = append(p.stack, &shState{cmdPos: true})
 }
 
 func (p *shParser) top() *shState { return p.stack[len(p.stack)-1] }
@@ -636,9 +679,9 @@ func (p *shParser) op(s *shState, t shTok, wasIt bool) {
 	s.wrap, s.redir = nil, false
 	switch t.text {
 	case "(":
-		if wasIt && s.lastCall >= 0 {
+		if wasIt && s.lastCall != "" {
 			// name ( ): a function definition, not a call.
-			p.funcs[p.calls[s.lastCall].Name] = true
+			p.funcs[s.lastCall] = true
 			s.afterFunc = true
 			s.cmdPos = false
 			return
@@ -676,7 +719,7 @@ func (p *shParser) op(s *shState, t shTok, wasIt bool) {
 // command handles a word in command position.
 func (p *shParser) command(s *shState, t shTok) {
 	w := t.text
-	if shAssignRE.MatchString(w) {
+	if isAssignment(w) {
 		return // VAR=value cmd: still in command position
 	}
 	s.afterFunc = false
@@ -739,7 +782,7 @@ func (p *shParser) wrapped(s *shState, t shTok) {
 			return
 		}
 		s.wrapSkip = wr.argOpts[w]
-	case wr == shWrappers["env"] && shAssignRE.MatchString(w):
+	case wr == shWrappers["env"] && isAssignment(w):
 	case s.wrapPos > 0:
 		s.wrapPos--
 	default:
@@ -751,10 +794,13 @@ func (p *shParser) wrapped(s *shState, t shTok) {
 
 func (p *shParser) call(s *shState, t shTok) {
 	name := t.text
-	if !shNameRE.MatchString(name) || strings.Contains(name, "/.") || (strings.Contains(name, "/") && !strings.HasPrefix(name, "/")) {
+	if !isProgramName(name) {
 		return
 	}
-	p.calls = append(p.calls, ShellCall{Name: name, Line: t.line})
-	s.lastCall = len(p.calls) - 1
+	if !p.seen[name] {
+		p.seen[name] = true
+		p.calls = append(p.calls, ShellCall{Name: name, Line: t.line})
+	}
+	s.lastCall = name
 	s.lastWasIt = true
 }

@@ -132,3 +132,22 @@ func FuzzShellCalls(f *testing.F) {
 		}
 	})
 }
+
+// TestShellCallsPathological: inputs built to make a tokenizer loop,
+// recurse or go quadratic finish (the test's own timeout is the bound).
+func TestShellCallsPathological(t *testing.T) {
+	for name, src := range map[string]string{
+		"open substitutions":  strings.Repeat("$(", 100000),
+		"backquotes":          strings.Repeat("`a ", 100000),
+		"escaped backquotes":  strings.Repeat("`\\`\\\\\\`", 50000),
+		"parens":              strings.Repeat("(", 100000) + strings.Repeat(")", 100000),
+		"heredocs":            strings.Repeat("cat <<E <<F <<G\n", 50000),
+		"parameter braces":    strings.Repeat("${", 100000),
+		"many commands":       strings.Repeat("a | b ; c && d\n", 100000),
+		"quoted substitution": strings.Repeat("\"$(\"", 100000),
+		"arrays":              strings.Repeat("a=(", 100000),
+		"cases":               strings.Repeat("case x in a) ", 50000),
+	} {
+		t.Run(name, func(t *testing.T) { ShellCalls([]byte(src)) })
+	}
+}
