@@ -267,6 +267,9 @@ func TestShellScriptTools(t *testing.T) {
 			if f.Kind == "program" {
 				got[fmt.Sprintf("%s:%d %s", f.File, f.Line, f.Name)] = f.State
 			}
+			if f.Name == "nosuchprog25" && !strings.Contains(f.Hint, "images/recipes/") {
+				t.Errorf("the hint does not say how to provide it: %q", f.Hint)
+			}
 		}
 		for k, want := range map[string]string{
 			"scripts/missing.sh:2 nosuchprog25": "missing",

@@ -192,7 +192,11 @@ func checkFile(root, rel, fam string, data []byte, in CheckInput) []Finding {
 	}
 	if fam == "shell" {
 		for _, c := range ShellCalls(data) {
-			add(checkProgram(rel, c.Line, c.Name, im))
+			f := checkProgram(rel, c.Line, c.Name, im)
+			if f.State == StateMissing {
+				f.Hint = "no built image has " + c.Name + " together with the shell and the script's other programs (a shell script runs in another image only if that one has them all): add the Debian package that provides it to the recipe of the script's image (images/recipes/) and rebuild it, or do without it"
+			}
+			add(f)
 		}
 	}
 	return out
