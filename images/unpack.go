@@ -30,6 +30,18 @@ import (
 // link to outside). Such an image is refused whole, never partly unpacked.
 var ErrUnsafeLayer = errors.New("unsafe layer entry")
 
+// UnpackedRootFS returns the directory of img's root filesystem if it is
+// unpacked already, without unpacking anything: for cheap looks at an
+// image (which programs it has) that must not cost an unpack.
+func (s *Store) UnpackedRootFS(img *Image) (string, bool) {
+	d, err := digest.Parse(img.Digest)
+	if err != nil || d.Algorithm() != digest.SHA256 {
+		return "", false
+	}
+	final := filepath.Join(s.rootfsDir(), "sha256-"+d.Encoded())
+	return final, dirExists(final)
+}
+
 // RootFS returns the directory holding img's unpacked root filesystem,
 // unpacking it first if this digest has not been unpacked before. The tree
 // is shared by every sandbox that runs the image and must be mounted

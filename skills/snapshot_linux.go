@@ -23,8 +23,13 @@ import (
 //
 // The source is walked through open directory handles, never following a
 // symlink (only src itself may be one, as Digest allows). Directories and
-// regular files are recreated with their permission bits minus every write
-// bit (and minus setuid, setgid and sticky), owned by the caller; symlinks
+// regular files are recreated with the author's permission bits, owned by
+// the caller: the owner's read, write and execute bits as they are (a
+// script that copies a template into its working directory gets a copy it
+// can edit, and executables stay executable), group and other without
+// write, and no setuid, setgid or sticky bit. The copy is protected by
+// where it lives and how it is used, not by its modes: its parent is
+// private to the caller and runs mount it read-only. Symlinks are recreated
 // with the same target text. FIFOs, sockets and devices enter the digest by
 // type, as in Digest, but are not copied. The regular files may total at
 // most maxBytes (ErrTooLarge); the entry count is bounded as in Digest.
@@ -47,7 +52,7 @@ func Snapshot(src, dst string, maxBytes int64) (string, error) {
 	if err := s.copyDir(sfd, dfd, ""); err != nil {
 		return "", err
 	}
-	if err := unix.Fchmod(dfd, readOnlyPerm(st.Mode)); err != nil {
+	if err := unix.Fchmod(dfd, snapshotPerm(st.Mode)); err != nil {
 		return "", fmt.Errorf("snapshot: %w", err)
 	}
 	return "sha256:" + hex.EncodeToString(s.h.Sum(nil)), nil
@@ -60,8 +65,9 @@ type snapshotter struct {
 	left  int64 // bytes of regular files still allowed
 }
 
-// readOnlyPerm keeps the read and execute bits of a mode.
-func readOnlyPerm(mode uint32) uint32 { return mode & 0o555 }
+// snapshotPerm is the mode a copy gets from its source's mode: the
+// owner's bits as they are, group and other without write, no special bits.
+func snapshotPerm(mode uint32) uint32 { return mode & 0o755 }
 
 // copyDir copies the entries of the open directory sfd into dfd; rel is its
 // path relative to the skill ("" for the skill itself).
@@ -123,7 +129,7 @@ func (s *snapshotter) copyEntry(sfd, dfd int, name, rel string, st *unix.Stat_t)
 		if err := unix.Fstat(sub, &now); err != nil {
 			return fail(err)
 		}
-		return fail(unix.Fchmod(dsub, readOnlyPerm(now.Mode)))
+		return fail(unix.Fchmod(dsub, snapshotPerm(now.Mode)))
 	case unix.S_IFLNK:
 		buf := make([]byte, unix.PathMax)
 		n, err := unix.Readlinkat(sfd, name, buf)
@@ -174,7 +180,7 @@ func (s *snapshotter) copyFile(sfd, dfd int, name, rel string, lst *unix.Stat_t)
 		}
 		return fmt.Errorf("snapshot: %s: %w", rel, err)
 	}
-	if err := dst.Chmod(fs.FileMode(readOnlyPerm(st.Mode))); err != nil {
+	if err := dst.Chmod(fs.FileMode(snapshotPerm(st.Mode))); err != nil {
 		return fmt.Errorf("snapshot: %s: %w", rel, err)
 	}
 	return dst.Close()

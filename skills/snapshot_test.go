@@ -42,6 +42,12 @@ func TestSnapshotDigestMatchesDigest(t *testing.T) {
 	os.WriteFile(filepath.Join(src, "assets", "empty.txt"), nil, 0o644)
 	os.WriteFile(filepath.Join(src, "scripts", "tool.sh"), []byte("#!/bin/sh\necho hi\n"), 0o755)
 	os.WriteFile(filepath.Join(src, "assets", "secret.txt"), []byte("owner only\n"), 0o600)
+	os.WriteFile(filepath.Join(src, "assets", "template.docx"), []byte("a template\n"), 0o644)
+	os.WriteFile(filepath.Join(src, "assets", "shared.txt"), []byte("group and others may write\n"), 0o644)
+	os.Chmod(filepath.Join(src, "assets", "shared.txt"), 0o666)
+	os.WriteFile(filepath.Join(src, "scripts", "setuid.sh"), []byte("#!/bin/sh\n"), 0o755)
+	os.Chmod(filepath.Join(src, "scripts", "setuid.sh"), 0o4755|0o2000)
+	os.MkdirAll(filepath.Join(src, "assets", "private"), 0o700)
 	os.Symlink("../references/guide.md", filepath.Join(src, "assets", "guide"))
 	os.Symlink("/etc/passwd", filepath.Join(src, "assets", "passwd"))
 	os.Symlink("nowhere", filepath.Join(src, "assets", "dangling"))
@@ -61,8 +67,9 @@ func TestSnapshotDigestMatchesDigest(t *testing.T) {
 		t.Fatalf("Snapshot digest %s, Digest %s", got, want)
 	}
 
-	// The copy holds the same bytes and links, nothing writable, no FIFO
-	// (blocking opens stay out of a run's skill), and links are not followed.
+	// The copy holds the same bytes and links, the author's modes (without
+	// group or other write and special bits), no FIFO (blocking opens stay
+	// out of a run's skill), and links are not followed.
 	b, err := os.ReadFile(filepath.Join(dst, "scripts", "tool.sh"))
 	if err != nil || string(b) != "#!/bin/sh\necho hi\n" {
 		t.Fatalf("copied script = %q, %v", b, err)
@@ -74,23 +81,24 @@ func TestSnapshotDigestMatchesDigest(t *testing.T) {
 		t.Fatalf("FIFO was copied: %v", err)
 	}
 	wantPerm := map[string]fs.FileMode{
-		".": 0o555, "scripts": 0o555, "scripts/tool.sh": 0o555, "SKILL.md": 0o444, "assets/secret.txt": 0o400,
+		"scripts": 0o755, "scripts/tool.sh": 0o755, "assets/template.docx": 0o644,
+		"assets/secret.txt": 0o600, "assets/shared.txt": 0o644, "scripts/setuid.sh": 0o755, "assets/private": 0o700,
 	}
 	for rel, perm := range wantPerm {
 		fi, err := os.Lstat(filepath.Join(dst, rel))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fi.Mode().Perm() != perm {
-			t.Errorf("%s: mode %v, want %v", rel, fi.Mode().Perm(), perm)
+		if fi.Mode()&(fs.ModePerm|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != perm {
+			t.Errorf("%s: mode %v, want %v", rel, fi.Mode(), perm)
 		}
 	}
 	filepath.WalkDir(dst, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if fi, _ := d.Info(); d.Type()&fs.ModeSymlink == 0 && fi.Mode().Perm()&0o222 != 0 {
-			t.Errorf("%s is writable in the snapshot: %v", p, fi.Mode())
+		if fi, _ := d.Info(); d.Type()&fs.ModeSymlink == 0 && fi.Mode()&(0o022|fs.ModeSetuid|fs.ModeSetgid|fs.ModeSticky) != 0 {
+			t.Errorf("%s is writable by group or others, or has a special bit, in the snapshot: %v", p, fi.Mode())
 		}
 		return nil
 	})

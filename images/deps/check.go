@@ -53,6 +53,10 @@ type CheckInput struct {
 	// Extras are image extras by family that are not installed (recipe
 	// names), for hints.
 	Extras map[string][]string
+	// ImageFor, when set, may name another image for one script than its
+	// family's (a shell script moved by the programs it starts); nil keeps
+	// the family's.
+	ImageFor func(rel string, data []byte) *Image
 }
 
 var (
@@ -128,6 +132,11 @@ func checkFile(root, rel, fam string, data []byte, in CheckInput) []Finding {
 	if im == nil {
 		return nil
 	}
+	if in.ImageFor != nil {
+		if alt := in.ImageFor(rel, data); alt != nil {
+			im = alt
+		}
+	}
 	var out []Finding
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	sc.Buffer(make([]byte, 0, 64<<10), maxScriptScan)
@@ -179,6 +188,15 @@ func checkFile(root, rel, fam string, data []byte, in CheckInput) []Finding {
 			for _, m := range jsProgRE.FindAllStringSubmatch(l, -1) {
 				add(checkProgram(rel, line, m[1], im))
 			}
+		}
+	}
+	if fam == "shell" {
+		for _, c := range ShellCalls(data) {
+			f := checkProgram(rel, c.Line, c.Name, im)
+			if f.State == StateMissing {
+				f.Hint = "no built image has " + c.Name + " together with the shell and the script's other programs (a shell script runs in another image only if that one has them all): add the Debian package that provides it to the recipe of the script's image (images/recipes/) and rebuild it, or do without it"
+			}
+			add(f)
 		}
 	}
 	return out

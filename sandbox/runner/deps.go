@@ -578,6 +578,7 @@ func (e *Engine) CheckSkill(ctx context.Context, sk *skills.Skill) (*api.CheckSk
 			in.Images[fam.family] = deps.Inspect(rootfs)
 		}
 	}
+	in.ImageFor = e.checkImageFor()
 	found, unchecked, err := deps.Check(sk.Dir, in)
 	if err != nil {
 		return nil, errkind.Errorf(api.ErrInternal, "checking skill %q: %w", sk.Name, err)

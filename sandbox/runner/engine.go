@@ -279,7 +279,7 @@ func (e *Engine) prepare(req RunRequest) (*Plan, error) {
 	}
 	sum := sha256.Sum256(script)
 
-	interp, err := e.cfg.Interpreter(rel, script[:min(len(script), 256)])
+	interp, err := e.interpreterFor(rel, script)
 	if err != nil {
 		return nil, errkind.Wrap(api.ErrInvalidParams, err)
 	}

@@ -3,9 +3,12 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"sync"
 
 	"github.com/skillbox/skillbox/images"
+	"github.com/skillbox/skillbox/images/deps"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -27,13 +30,48 @@ type StoreImages struct {
 	// needs it). Without it a missing image fails fast with api.ErrUnavailable,
 	// naming the command that builds it.
 	Build bool
+
+	progMu   sync.Mutex
+	programs map[string]*deps.Programs // by image digest
 }
 
 var (
-	_ ImageSource  = (*StoreImages)(nil)
-	_ ImageChecker = (*StoreImages)(nil)
-	_ BuiltChecker = (*StoreImages)(nil)
+	_ ImageSource   = (*StoreImages)(nil)
+	_ ImageChecker  = (*StoreImages)(nil)
+	_ BuiltChecker  = (*StoreImages)(nil)
+	_ ProgramLister = (*StoreImages)(nil)
 )
+
+// Programs implements ProgramLister: the programs of a built, unpacked
+// image, listed once per image digest.
+func (s *StoreImages) Programs(name string) (*deps.Programs, error) {
+	if ref, ok, _ := s.registryImage(name); ok {
+		return nil, fmt.Errorf("image %q is the registry image %s: it has no rootfs on this host", name, ref)
+	}
+	r, ok := s.Recipes[name]
+	if !ok || s.Store == nil {
+		return nil, errkind.Errorf(images.ErrUnknownImage, "no recipe named %q", name)
+	}
+	img, err := s.Store.Get(r.Name)
+	if err != nil {
+		return nil, err
+	}
+	s.progMu.Lock()
+	defer s.progMu.Unlock()
+	if p, ok := s.programs[img.Digest]; ok {
+		return p, nil
+	}
+	root, ok := s.Store.UnpackedRootFS(img)
+	if !ok {
+		return nil, errkind.Errorf(images.ErrNotBuilt, "image %q is built but not unpacked yet", name)
+	}
+	p := deps.ListPrograms(root)
+	if s.programs == nil {
+		s.programs = map[string]*deps.Programs{}
+	}
+	s.programs[img.Digest] = p
+	return p, nil
+}
 
 // BuiltChecker is an ImageSource that can tell whether an image is built
 // already: warming a skill and skills.check use an image only then, since

@@ -93,7 +93,7 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 	if e.pins == nil {
 		return nil, errkind.Errorf(api.ErrUnavailable, "the engine has no skill snapshot store")
 	}
-	interp, err := e.cfg.Interpreter(name, nil)
+	interp, err := e.interpreterFor(name, c.Code)
 	if err != nil {
 		return nil, errkind.Errorf(api.ErrInvalidParams, "language %q: %w", c.Language, err)
 	}

@@ -31,7 +31,7 @@ type SkillPinner interface {
 // was indexed (and loaded, and approved) with.
 var ErrSkillChanged = errors.New("skill changed on disk")
 
-// DefaultSnapshotDir holds the read-only copies of skill versions, beside
+// DefaultSnapshotDir holds the copies of skill versions runs mount, beside
 // the runtimes' run dirs.
 const DefaultSnapshotDir = "/run/skillbox/snapshots"
 
@@ -44,9 +44,13 @@ const snapshotDirMode = 0o700
 // DefaultSnapshotMaxBytes bounds the regular files of one skill version.
 const DefaultSnapshotMaxBytes = 128 << 20
 
-// SnapshotStore keeps one read-only, root-owned copy per skill digest, made
-// on first use and reused by every later run of that version, so the copy
-// costs one stat on the hot path.
+// SnapshotStore keeps one root-owned copy per skill digest, made on first
+// use and reused by every later run of that version, so the copy costs one
+// stat on the hot path. Files keep their author's modes (skills.Snapshot):
+// a template a script copies into /work stays editable there, executables
+// stay executable. What keeps the copy unchanged is not its modes: runs
+// mount it read-only, the sandbox's uid is not its owner, and its parent
+// (Dir) is root's alone.
 //
 // Copies are private to the daemon: the directory is 0700, and, should it
 // ever be opened up, a copy's name is an HMAC of its digest under a key
@@ -62,6 +66,11 @@ type SnapshotStore struct {
 
 // snapshotKeyFile holds the key that names copies.
 const snapshotKeyFile = ".key"
+
+// snapshotFormat enters every copy's name: a copy made by a skillbox that
+// copied differently (the write bits stripped, before format 2) is not
+// reused; Prune removes it once unused.
+const snapshotFormat = "2:"
 
 // name is the directory name of the copy of digest (hex, no prefix).
 func (s *SnapshotStore) name(hexDigest string) (string, error) {
@@ -91,7 +100,7 @@ func (s *SnapshotStore) name(hexDigest string) (string, error) {
 		s.key = k
 	}
 	m := hmac.New(sha256.New, s.key)
-	m.Write([]byte(hexDigest))
+	m.Write([]byte(snapshotFormat + hexDigest))
 	return "v-" + hex.EncodeToString(m.Sum(nil))[:48], nil
 }
 
@@ -218,7 +227,7 @@ func (s *SnapshotStore) Prune(maxAge time.Duration) (int, error) {
 	return removed, errors.Join(errs...)
 }
 
-// removeAll removes a copy whose directories have no write bits.
+// removeAll removes a copy, whose directories may lack write bits.
 func removeAll(dir string) error {
 	filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
 		if err == nil && d.IsDir() {

@@ -42,13 +42,14 @@ func TestSnapshotStorePinsTheIndexedVersion(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The copy has the skill's digest and no write bits.
+	// The copy has the skill's digest and the author's modes: a template
+	// copied into /work by the script stays editable there.
 	if d, err := skills.Digest(root); err != nil || d != sk.Digest {
 		t.Fatalf("copy digest %s (%v), want %s", d, err, sk.Digest)
 	}
 	st, _ := os.Stat(filepath.Join(root, "scripts", "run.py"))
-	if st.Mode().Perm()&0o222 != 0 {
-		t.Errorf("copied script is writable: %v", st.Mode())
+	if st.Mode().Perm() != 0o644 {
+		t.Errorf("copied script has mode %v, want the source's 0644", st.Mode())
 	}
 	// Changing the live directory changes nothing in the copy.
 	os.WriteFile(filepath.Join(sk.Dir, "scripts", "run.py"), []byte("print('swapped')\n"), 0o644)

@@ -2,10 +2,13 @@ package runner
 
 import (
 	"context"
+	"fmt"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/skillbox/skillbox/runtime"
@@ -94,10 +97,13 @@ type scriptImage struct {
 
 // scriptImages are the interpreter images of the files the pinned skill
 // may run (under dirs, the policy's script_dirs, or anywhere when nil),
-// most used first.
+// most used first. An image appears once per way of booting it: a shell
+// script moved to the python image (interpreterFor) boots it differently
+// from the python scripts that run there.
 func (e *Engine) scriptImages(root string, dirs []string) []scriptImage {
 	count := map[string]int{}
 	argv := map[string][]string{}
+	image := map[string]string{}
 	seen := 0
 	if dirs == nil {
 		dirs = []string{"."}
@@ -124,18 +130,37 @@ func (e *Engine) scriptImages(root string, dirs []string) []scriptImage {
 		if err != nil {
 			return nil
 		}
-		count[in.Image]++
-		argv[in.Image] = in.Argv
+		if len(in.Argv) > 0 && shellInterpreters[path.Base(in.Argv[0])] {
+			// A shell script's image also depends on the programs it
+			// starts (interpreterFor): warm the one its runs will use.
+			if b, err := readFileMax(p, maxScriptBytes); err == nil {
+				if in, err = e.interpreterFor(filepath.ToSlash(rel), b); err != nil {
+					return nil
+				}
+			}
+		}
+		k := fmt.Sprintf("%s\x00%v", in.Image, runtime.PythonInvocation(append(slices.Clone(in.Argv), "/x")))
+		count[k]++
+		argv[k], image[k] = in.Argv, in.Image
 		return nil
 	}
 	for _, d := range dirs {
 		_ = filepath.WalkDir(filepath.Join(root, filepath.FromSlash(d)), walk)
 	}
-	var out []scriptImage
-	for im := range count {
-		out = append(out, scriptImage{image: im, argv: argv[im]})
+	var keys []string
+	for k := range count {
+		keys = append(keys, k)
 	}
-	slices.SortFunc(out, func(a, b scriptImage) int { return count[b.image] - count[a.image] })
+	slices.SortFunc(keys, func(a, b string) int {
+		if c := count[b] - count[a]; c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var out []scriptImage
+	for _, k := range keys {
+		out = append(out, scriptImage{image: image[k], argv: argv[k]})
+	}
 	if len(out) > warmImagesPerSkill {
 		out = out[:warmImagesPerSkill]
 	}
