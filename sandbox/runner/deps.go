@@ -216,8 +216,9 @@ func (d *Deps) extrasNote(sk *skills.Skill, root, image string, left map[string]
 	var notes []string
 	for _, e := range d.extras[image] {
 		why, ok := left[e]
-		if ok && imp.ImportsPython(deps.ModuleOf(e)) {
-			notes = append(notes, fmt.Sprintf("image %q's extra %s is not in the dependency layer (%s): a script that imports %s fails; add a wheel of it to the configured python_index", image, e, why, deps.ModuleOf(e)))
+		r, err := deps.ParseRequirement(e, "image "+image+" python_extras")
+		if ok && err == nil && imp.ImportsPython(r.Name) {
+			notes = append(notes, fmt.Sprintf("image %q's extra %s is not in the dependency layer (%s): a script that imports %s fails; add a wheel of it to the configured python_index", image, e, why, deps.ModuleOf(r.Name)))
 		}
 	}
 	return notes, nil
@@ -509,20 +510,25 @@ func (d *Deps) buildLayer(ctx context.Context, sk *skills.Skill, root string, se
 	if err != nil {
 		return nil, err
 	}
+	own := func(name string) bool {
+		return part != nil && slices.ContainsFunc(part.Python, func(r deps.Requirement) bool { return r.Name == name })
+	}
 	var apartKey string // set while trying without the extras
 	for {
 		l, err := d.builder.Build(ctx, *req)
-		d.auditBuild(ctx, sk, req, l, err)
+		ex, left := d.extrasFor(img, part)
+		d.auditBuild(ctx, sk, req, l, err, left)
 		if err == nil {
 			return l, nil
 		}
-		ex, _ := d.extrasFor(img, part)
 		var nw *deps.NoWheelError
+		noWheel := errors.As(err, &nw)
 		switch {
-		case len(ex) == 0 || ctx.Err() != nil:
+		case len(ex) == 0 || ctx.Err() != nil || noWheel && own(nw.Package):
+			// The skill's own packages failed: as they always did.
 			d.mu.Lock()
 			if apartKey != "" {
-				delete(d.apart, apartKey) // the skill's own packages failed
+				delete(d.apart, apartKey)
 			}
 			if p := deps.PlanFor(*req); p.Digest != "" {
 				if d.errs == nil {
@@ -532,12 +538,12 @@ func (d *Deps) buildLayer(ctx context.Context, sk *skills.Skill, root string, se
 			}
 			d.mu.Unlock()
 			return nil, err
-		case errors.As(err, &nw) && slices.ContainsFunc(ex, func(r deps.Requirement) bool { return r.Name == nw.Package }):
+		case noWheel && slices.ContainsFunc(ex, func(r deps.Requirement) bool { return r.Name == nw.Package }):
 			d.logger().Warn("image extra left out: the package source has no wheel of it", "image", img.Name, "extra", nw.Package)
 			d.leaveOut(img, nw.Package, "the configured python_index has no wheel of it")
-		case errors.As(err, &nw):
-			return nil, err // a package of the skill's own
 		default:
+			// Something else failed with the extras in (one of their own
+			// dependencies, a conflict): try without them.
 			d.logger().Warn("image extras left out: the layer failed with them", "image", img.Name, "skill", sk.Name, "error", err)
 			apartKey = extrasKey(img, part)
 			d.mu.Lock()
@@ -591,7 +597,7 @@ const EventDepsBuild = "deps.build"
 
 // auditBuild records how a layer build for sk ended (nothing when no layer
 // was needed).
-func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Request, l *deps.Layer, err error) {
+func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Request, l *deps.Layer, err error, left map[string]string) {
 	if d.journal == nil || (l == nil && err == nil) {
 		return
 	}
@@ -608,6 +614,14 @@ func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Reque
 		}
 	default:
 		r.Detail["size"] = strconv.FormatInt(l.Size, 10)
+	}
+	if len(left) > 0 {
+		var out []string
+		for e, why := range left {
+			out = append(out, e+" ("+why+")")
+		}
+		slices.Sort(out)
+		r.Detail["extras_left_out"] = ClipText(strings.Join(out, "; "), 2048)
 	}
 	_ = d.journal.Record(ctx, r) // logged there; the build's own error is what the caller sees
 }
@@ -765,7 +779,7 @@ func (d *Deps) extraFor(image, mod string) string {
 		return ""
 	}
 	for _, e := range d.extras[image] {
-		if deps.ModuleOf(e) == mod {
+		if r, err := deps.ParseRequirement(e, "image "+image+" python_extras"); err == nil && deps.ModuleOf(r.Name) == mod {
 			return e
 		}
 	}
