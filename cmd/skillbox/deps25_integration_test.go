@@ -217,6 +217,7 @@ type slowIndex struct {
 	inner   http.Handler
 	project string
 	delay   time.Duration
+	stop    chan struct{} // closed when the test ends: answer now
 	mu      sync.Mutex
 	last    time.Time
 }
@@ -226,7 +227,11 @@ func (s *slowIndex) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.inner.ServeHTTP(w, r)
 		return
 	}
-	time.Sleep(s.delay)
+	select {
+	case <-time.After(s.delay):
+	case <-s.stop:
+	case <-r.Context().Done():
+	}
 	s.mu.Lock()
 	s.last = time.Now()
 	s.mu.Unlock()
@@ -248,10 +253,12 @@ func TestDeps25WaitingRuns(t *testing.T) {
 	needPip(t)
 	ver := runVersion()
 	ix := &pyIndex{files: map[string][]byte{}, projects: map[string][]string{}}
-	fail := &slowIndex{inner: ix, project: "slowfail", delay: 3 * time.Second}
-	slow := &slowIndex{inner: fail, project: "slowpoke", delay: 40 * time.Second}
+	stop := make(chan struct{})
+	fail := &slowIndex{inner: ix, project: "slowfail", delay: 3 * time.Second, stop: stop}
+	slow := &slowIndex{inner: fail, project: "slowpoke", delay: 40 * time.Second, stop: stop}
 	srv := httptest.NewServer(slow)
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(stop) }) // before Close: the daemon's pip may still be asking
 
 	root, err := os.MkdirTemp("", "sbdeps25-")
 	if err != nil {
