@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -490,7 +491,7 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 		if err := layerImage(sk, img, rootfs); err != nil {
 			return out, err
 		}
-		l, err := d.buildLayer(ctx, sk, root, set, img, rootfs, req)
+		l, err := d.buildLayer(ctx, sk, root, set, img, rootfs)
 		if err != nil {
 			return out, err
 		}
@@ -501,64 +502,60 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 	return out, nil
 }
 
-// buildLayer builds req, whose image extras are optional: an extra the
-// source has no wheel of is left out (of every layer on the image), and a
-// layer that fails with the extras is built without them. The skill's own
-// packages fail the build as they always did.
-func (d *Deps) buildLayer(ctx context.Context, sk *skills.Skill, root string, set *deps.Set, img runtime.ImageRef, rootfs string, req *deps.Request) (*deps.Layer, error) {
+// buildLayer builds the layer of sk on img: the skill's own part, which
+// fails as it always did, and the image extras, which are optional
+// (deps.Builder.BuildOptional). What it leaves out is remembered, so that
+// runs plan the layer it built: an extra the source has no wheel of for
+// every layer on the image, extras a layer failed with for that layer.
+func (d *Deps) buildLayer(ctx context.Context, sk *skills.Skill, root string, set *deps.Set, img runtime.ImageRef, rootfs string) (*deps.Layer, error) {
 	part, _, err := d.partOf(sk, root, set, img, rootfs)
 	if err != nil {
 		return nil, err
 	}
-	own := func(name string) bool {
-		return part != nil && slices.ContainsFunc(part.Python, func(r deps.Requirement) bool { return r.Name == name })
+	ex, known := d.extrasFor(img, part)
+	base := deps.Request{Image: img.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: part, Skill: sk.Name, SkillDigest: sk.Digest}
+	if base.Set == nil {
+		base.Set = &deps.Set{}
 	}
-	var apartKey string // set while trying without the extras
-	for {
-		l, err := d.builder.Build(ctx, *req)
-		ex, left := d.extrasFor(img, part)
-		d.auditBuild(ctx, sk, req, l, err, left)
-		if err == nil {
-			return l, nil
-		}
-		var nw *deps.NoWheelError
-		noWheel := errors.As(err, &nw)
-		switch {
-		case len(ex) == 0 || ctx.Err() != nil || noWheel && own(nw.Package):
-			// The skill's own packages failed: as they always did.
-			d.mu.Lock()
-			if apartKey != "" {
-				delete(d.apart, apartKey)
+	l, left, err := d.builder.BuildOptional(ctx, base, ex, func(try deps.Request, left []deps.LeftOut, l *deps.Layer, err error) {
+		out := maps.Clone(known)
+		for _, o := range left {
+			if out == nil {
+				out = map[string]string{}
 			}
+			out[o.Name] = o.Why
+		}
+		d.auditBuild(ctx, sk, &try, l, err, out)
+	})
+	for _, o := range left {
+		if o.NoWheel {
+			d.logger().Warn("image extra left out: the package source has no wheel of it", "image", img.Name, "extra", o.Name)
+			d.leaveOut(img, o.Name, o.Why)
+			continue
+		}
+		d.logger().Warn("image extra left out: the layer failed with it", "image", img.Name, "skill", sk.Name, "extra", o.Name, "why", o.Why)
+		d.mu.Lock()
+		if d.apart == nil {
+			d.apart = map[string]string{}
+		}
+		d.apart[extrasKey(img, part)] = o.Why
+		d.mu.Unlock()
+	}
+	if err != nil {
+		// Runs plan what request says now: the failure is theirs to report.
+		if req, _, rerr := d.request(sk, root, set, img, rootfs); rerr == nil && req != nil {
 			if p := deps.PlanFor(*req); p.Digest != "" {
+				d.mu.Lock()
 				if d.errs == nil {
 					d.errs = map[string]error{}
 				}
 				d.errs[p.Digest] = err
+				d.mu.Unlock()
 			}
-			d.mu.Unlock()
-			return nil, err
-		case noWheel && slices.ContainsFunc(ex, func(r deps.Requirement) bool { return r.Name == nw.Package }):
-			d.logger().Warn("image extra left out: the package source has no wheel of it", "image", img.Name, "extra", nw.Package)
-			d.leaveOut(img, nw.Package, "the configured python_index has no wheel of it")
-		default:
-			// Something else failed with the extras in (one of their own
-			// dependencies, a conflict): try without them.
-			d.logger().Warn("image extras left out: the layer failed with them", "image", img.Name, "skill", sk.Name, "error", err)
-			apartKey = extrasKey(img, part)
-			d.mu.Lock()
-			if d.apart == nil {
-				d.apart = map[string]string{}
-			}
-			d.apart[apartKey] = "the layer failed to build with them: " + ClipText(err.Error(), 300)
-			d.mu.Unlock()
 		}
-		next, _, rerr := d.request(sk, root, set, img, rootfs)
-		if rerr != nil || next == nil {
-			return nil, rerr
-		}
-		req = next
+		return nil, err
 	}
+	return l, nil
 }
 
 // partOf is the skill's own part of a layer on img (without the image
