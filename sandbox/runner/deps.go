@@ -446,11 +446,13 @@ func (w layerWait) wait(ctx context.Context, limit time.Duration) (l *deps.Layer
 		case <-ctx.Done():
 			return nil, nil, true, ctx.Err()
 		}
-		if b.err != nil {
-			return nil, nil, true, b.err
-		}
+		// The load builds every family the skill declares for: this
+		// run's layer may be there even when another failed.
 		if l, notes, err := w.ready(); err == nil {
 			return l, notes, true, nil
+		}
+		if b.err != nil {
+			return nil, nil, true, b.err
 		}
 	}
 	l, inflight, err := w.flight(ctx)

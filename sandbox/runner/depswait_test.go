@@ -74,6 +74,12 @@ func TestLayerWait(t *testing.T) {
 			minDur: 200 * time.Millisecond, maxDur: time.Second,
 		},
 		{
+			name: "the load failed another family's layer: this one is built",
+			w: layerWait{load: ending(50*time.Millisecond, buildErr), flight: noFlight,
+				ready: func() (*deps.Layer, []string, error) { return built, nil, nil }},
+			limit: time.Minute, wantLayer: built, wantWaited: true, maxDur: time.Second,
+		},
+		{
 			name:  "nothing in progress: no wait",
 			w:     layerWait{load: func() *loadBuild { return nil }, ready: notReady, flight: noFlight},
 			limit: time.Minute, maxDur: 100 * time.Millisecond,
