@@ -92,3 +92,22 @@ func TestUnused(t *testing.T) {
 		}
 	})
 }
+
+// The script reader behind Check and ScanImports reads a skill's files,
+// which are untrusted: it must not panic, and every name it reports is
+// non-empty.
+func FuzzScanFile(f *testing.F) {
+	f.Add("python", "import os, sys\nfrom a.b import c\nsubprocess.run(['ls'])\n")
+	f.Add("node", "const x = require('@a/b/c');\nimport y from 'z';\nexecSync(`git status`)\n")
+	f.Add("python", "#!/usr/bin/env -S python3 -u\nimport\n")
+	f.Fuzz(func(t *testing.T, fam, src string) {
+		scanFile(fam, []byte(src), func(line int, kind, name string) {
+			if name == "" || line < 1 || (kind != KindImport && kind != KindProgram) {
+				t.Errorf("line %d %s %q", line, kind, name)
+			}
+			if kind == KindImport && fam == "node" && nodePackage(name) == "" {
+				t.Errorf("node import %q has no package", name)
+			}
+		})
+	})
+}
