@@ -25,7 +25,9 @@ type LeftOut struct {
 // BuildOptional builds req with optional added to its set (those req's set
 // names itself are not added). An optional requirement the source has no
 // wheel of is left out and the build tried again; a build that fails with
-// optional ones in for another reason is tried once more without any. An
+// optional ones in for another reason is tried once more without any.
+// What the source has no wheel of is remembered in the store for
+// UnservedTTL and not asked for again meanwhile (Store.Unserved). An
 // error is the failure of req's own set, which is never dropped; left then
 // keeps only the NoWheel entries, which hold whatever req needs. A layer of
 // optional requirements alone that are all left out is nil, nil. attempt,
@@ -35,8 +37,14 @@ func (b *Builder) BuildOptional(ctx context.Context, req Request, optional []Req
 	own := func(name string) bool {
 		return req.Set != nil && slices.ContainsFunc(req.Set.Python, func(r Requirement) bool { return r.Name == name })
 	}
+	src := b.Sources.ID()
+	unserved := b.Store.Unserved(req.ImageDigest, src)
 	var opt []Requirement
 	for _, r := range optional {
+		if why, ok := unserved[r.Name]; ok && !own(r.Name) {
+			left = append(left, LeftOut{Name: r.Name, Why: why, NoWheel: true})
+			continue
+		}
 		if !own(r.Name) {
 			opt = append(opt, r)
 		}
@@ -69,7 +77,11 @@ func (b *Builder) BuildOptional(ctx context.Context, req Request, optional []Req
 			return nil, left, err
 		case errors.As(err, &nw) && slices.ContainsFunc(opt, func(r Requirement) bool { return r.Name == nw.Package }):
 			opt = slices.DeleteFunc(opt, func(r Requirement) bool { return r.Name == nw.Package })
-			left = append(left, LeftOut{Name: nw.Package, Why: "the configured python_index has no wheel of it", NoWheel: true})
+			why := "the configured python_index has no wheel of it"
+			left = append(left, LeftOut{Name: nw.Package, Why: why, NoWheel: true})
+			if err := b.Store.MarkUnserved(req.ImageDigest, src, nw.Package, why); err != nil {
+				b.logger().Warn("could not remember a missing wheel", "package", nw.Package, "error", err)
+			}
 		default:
 			for _, r := range opt {
 				left = append(left, LeftOut{Name: r.Name, Why: "the layer failed to build with it: " + tail(err.Error(), 300)})

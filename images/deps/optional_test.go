@@ -3,6 +3,7 @@ package deps
 import (
 	"archive/zip"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // optionalPip is a host "python3" whose pip download fails like pip when
@@ -141,5 +143,56 @@ func TestBuildOptional(t *testing.T) {
 				t.Errorf("%v is no NoWheelError", err)
 			}
 		})
+	}
+}
+
+// What a source has no wheel of is remembered in the store: the next build
+// (another process: a one-shot skillbox run) does not ask pip again until
+// UnservedTTL has passed, and another source is asked.
+func TestBuildOptionalRemembersUnserved(t *testing.T) {
+	py, _ := optionalPip(t, "python-pptx")
+	store := OpenStore(t.TempDir())
+	img := "sha256:" + strings.Repeat("c", 64)
+	r := Request{Image: "python", ImageDigest: img, RootFS: pythonRootFS(t),
+		Set: &Set{Python: []Requirement{{Name: "ownpkg", Spec: "ownpkg==1.0", Source: "requirements.txt:1"}}}, Skill: "s"}
+	extras := []Requirement{{Name: "python-pptx", Spec: "python-pptx==1.0"}, {Name: "pdfplumber", Spec: "pdfplumber==1.0"}}
+	build := func(src Sources) (int, []LeftOut) {
+		t.Helper()
+		b := &Builder{Store: store, Runtime: &fakeRuntime{}, Sources: src, HostPython: py}
+		tries := 0
+		l, left, err := b.BuildOptional(context.Background(), r, extras, func(Request, []LeftOut, *Layer, error) { tries++ })
+		if err != nil || l == nil {
+			t.Fatalf("build: %v, %v", l, err)
+		}
+		return tries, left
+	}
+	src := Sources{FindLinks: []string{"/wheels/a"}}
+	if n, left := build(src); n != 2 || len(left) != 1 || left[0].Name != "python-pptx" {
+		t.Fatalf("first build: %d tries, left %+v", n, left)
+	}
+	if got := store.Unserved(img, src.ID()); got["python-pptx"] == "" {
+		t.Fatalf("the store does not remember python-pptx: %v", got)
+	}
+	if n, left := build(src); n != 1 || len(left) != 1 || left[0].Name != "python-pptx" || !left[0].NoWheel {
+		t.Errorf("second build: %d tries (want 1: the layer without python-pptx), left %+v", n, left)
+	}
+	if n, _ := build(Sources{FindLinks: []string{"/wheels/b"}}); n != 2 {
+		t.Errorf("another source: %d tries, want 2 (asked again)", n)
+	}
+	// Expired entries are asked for again.
+	if err := store.MarkUnserved(img, "other", "x", "why"); err != nil {
+		t.Fatal(err)
+	}
+	all := store.readUnserved()
+	for k, m := range all {
+		for n, e := range m {
+			e.At = e.At.Add(-UnservedTTL - time.Minute)
+			all[k][n] = e
+		}
+	}
+	b, _ := json.Marshal(all)
+	os.WriteFile(filepath.Join(store.Dir(), unservedFile), b, 0o644)
+	if got := store.Unserved(img, src.ID()); len(got) != 0 {
+		t.Errorf("expired entries still count: %v", got)
 	}
 }

@@ -45,9 +45,6 @@ type Deps struct {
 	// right after the load waits for it even before the build has
 	// registered itself, and learns its error the moment it fails.
 	loading map[string]*loadBuild
-	// noWheel are the image extras the Python source has no wheel of, by
-	// image digest (extra → why): left out of every layer on that image.
-	noWheel map[string]map[string]string
 	// apart are the layers (by extrasKey) that failed with the image
 	// extras and built without them (→ why): built without them since.
 	apart map[string]string
@@ -248,8 +245,10 @@ func (d *Deps) extrasFor(img runtime.ImageRef, part *deps.Set) (ex []deps.Requir
 	if !d.builder.Sources.Python() || family(img.Name) != "python" {
 		return nil, nil
 	}
+	// What the source has no wheel of is left out of every layer on the
+	// image (the store remembers it for a while: deps.UnservedTTL).
+	noWheel := d.builder.Store.Unserved(img.Digest, d.builder.Sources.ID())
 	d.mu.Lock()
-	noWheel := d.noWheel[img.Digest]
 	apart, isApart := d.apart[extrasKey(img, part)]
 	d.mu.Unlock()
 	for _, e := range d.extras[img.Name] {
@@ -508,7 +507,8 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 // fails as it always did, and the image extras, which are optional
 // (deps.Builder.BuildOptional). What it leaves out is remembered, so that
 // runs plan the layer it built: an extra the source has no wheel of for
-// every layer on the image, extras a layer failed with for that layer.
+// every layer on the image (in the store), extras a layer failed with for
+// that layer (here).
 func (d *Deps) buildLayer(ctx context.Context, sk *skills.Skill, root string, set *deps.Set, img runtime.ImageRef, rootfs string) (*deps.Layer, error) {
 	part, _, err := d.partOf(sk, root, set, img, rootfs)
 	if err != nil {
@@ -530,9 +530,8 @@ func (d *Deps) buildLayer(ctx context.Context, sk *skills.Skill, root string, se
 		d.auditBuild(ctx, sk, &try, l, err, out)
 	})
 	for _, o := range left {
-		if o.NoWheel {
+		if o.NoWheel { // the store remembers it
 			d.logger().Warn("image extra left out: the package source has no wheel of it", "image", img.Name, "extra", o.Name)
-			d.leaveOut(img, o.Name, o.Why)
 			continue
 		}
 		d.logger().Warn("image extra left out: the layer failed with it", "image", img.Name, "skill", sk.Name, "extra", o.Name, "why", o.Why)
@@ -576,19 +575,6 @@ func (d *Deps) partOf(sk *skills.Skill, root string, set *deps.Set, img runtime.
 	}
 	part, notes := deps.Unused(d.image(rootfs).Missing(part), imp, src)
 	return part, notes, nil
-}
-
-// leaveOut records that the Python source has no wheel of extra for img.
-func (d *Deps) leaveOut(img runtime.ImageRef, extra, why string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.noWheel == nil {
-		d.noWheel = map[string]map[string]string{}
-	}
-	if d.noWheel[img.Digest] == nil {
-		d.noWheel[img.Digest] = map[string]string{}
-	}
-	d.noWheel[img.Digest][extra] = why
 }
 
 // EventDepsBuild is the audit event of a dependency layer build.
