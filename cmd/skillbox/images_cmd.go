@@ -426,9 +426,16 @@ func buildExtras(ctx context.Context, c *cli.Context, store *images.Store, r *im
 	b := &deps.Builder{Store: deps.OpenStore(c.String("dir")), Runtime: rt, Logger: log.Named("deps"),
 		Sources:       deps.Sources{PythonIndex: src.PythonIndex, FindLinks: src.FindLinks, NpmRegistry: src.NpmRegistry},
 		MaxLayerBytes: cfg.Deps.MaxLayerBytes}
-	l, err := b.Build(ctx, deps.Request{Image: r.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: set})
+	// The extras are optional: those the source lacks are left out, said here.
+	l, left, err := b.BuildOptional(ctx, deps.Request{Image: r.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: &deps.Set{}}, set.Python, nil)
+	for _, o := range left {
+		fmt.Fprintf(c.App.ErrWriter, "skillbox: %s: extra %s not installed: %s\n", r.Name, o.Name, o.Why)
+	}
 	if err != nil {
 		return fmt.Errorf("%s extras: %w", r.Name, err)
+	}
+	if l == nil && len(left) > 0 {
+		return nil
 	}
 	if l == nil {
 		fmt.Fprintf(c.App.Writer, "%s\textras\tin the image already\n", r.Name)

@@ -363,6 +363,9 @@ func interruptContext(parent context.Context) (ctx context.Context, interrupted 
 // run ended early, truncation, and outputs that were or were not kept.
 func reportRun(w io.Writer, out *service.Result, outputsDir string) {
 	res, lim := out.Result, out.Plan.Limits
+	for _, n := range out.Warnings {
+		fmt.Fprintf(w, "skillbox: warning: %s\n", n)
+	}
 	if res.StdoutTruncated || res.StderrTruncated {
 		fmt.Fprintf(w, "skillbox: output was truncated at the cap (stdout %s, stderr %s per run)\n", policy.FormatSize(lim.StdoutBytes), policy.FormatSize(lim.StderrBytes))
 	}

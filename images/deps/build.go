@@ -399,9 +399,23 @@ func (b *Builder) pipDownloadError(ctx context.Context, p *Plan, out string, err
 		if sdist := b.onlySdist(ctx, name); sdist != "" && !p.Missing.AllowSource {
 			return errkind.Errorf(ErrRefused, "%s is only available as a source distribution (%s); building from source runs package code, so it is refused: publish a wheel to the index, or set build_from_source = true in a policy rule for the skill", name, sdist)
 		}
-		return errkind.Errorf(ErrBuild, "no wheel of %s for python %s on linux in the configured source: %s", name, p.Image.PythonVersion, tail(out, 600))
+		return errkind.Wrap(ErrBuild, &NoWheelError{Package: name, Python: p.Image.PythonVersion, Output: tail(out, 600)})
 	}
 	return errkind.Errorf(ErrBuild, "pip download: %v: %s", err, tail(out, 1200))
+}
+
+// NoWheelError is a build that failed because the configured source has
+// no wheel of Package (normalised) for the image's Python: a mirror that
+// lacks it, or a name it does not know. The image extras are optional
+// because of it (a layer leaves out an extra the source lacks).
+type NoWheelError struct {
+	Package string
+	Python  string
+	Output  string // pip's last words
+}
+
+func (e *NoWheelError) Error() string {
+	return fmt.Sprintf("no wheel of %s for python %s on linux in the configured source: %s", e.Package, e.Python, e.Output)
 }
 
 var hrefRE = regexp.MustCompile(`href="([^"]+)"`)

@@ -138,9 +138,6 @@ func checkFile(root, rel, fam string, data []byte, in CheckInput) []Finding {
 		}
 	}
 	var out []Finding
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64<<10), maxScriptScan)
-	line := 0
 	seen := map[string]bool{}
 	add := func(f Finding) {
 		k := f.Kind + "\x00" + f.Name
@@ -150,14 +147,43 @@ func checkFile(root, rel, fam string, data []byte, in CheckInput) []Finding {
 		seen[k] = true
 		out = append(out, f)
 	}
+	scanFile(fam, data, func(line int, kind, name string) {
+		switch {
+		case kind == KindProgram:
+			add(checkProgram(rel, line, name, im))
+		case fam == "python":
+			add(checkPythonModule(root, rel, line, name, im, in))
+		default:
+			add(checkNodeModule(rel, line, name, im, in))
+		}
+	})
+	if fam == "shell" {
+		for _, c := range ShellCalls(data) {
+			f := checkProgram(rel, c.Line, c.Name, im)
+			if f.State == StateMissing {
+				f.Hint = "no built image has " + c.Name + " together with the shell and the script's other programs (a shell script runs in another image only if that one has them all): add the Debian package that provides it to the recipe of the script's image (images/recipes/) and rebuild it, or do without it"
+			}
+			add(f)
+		}
+	}
+	return out
+}
+
+// scanFile calls fn with every import (a Python module's top-level name,
+// a Node module specifier) and program a script of family fam names, with
+// its line; the one reading of scripts that Check and Imports share.
+func scanFile(fam string, data []byte, fn func(line int, kind, name string)) {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, 64<<10), maxScriptScan)
+	line := 0
 	for sc.Scan() {
 		line++
 		l := sc.Text()
 		if line == 1 {
 			if m := shebangEnvRE.FindStringSubmatch(l); m != nil {
-				add(checkProgram(rel, line, m[1], im))
+				fn(line, KindProgram, m[1])
 			} else if m := shebangRE.FindStringSubmatch(l); m != nil {
-				add(checkProgram(rel, line, m[1], im))
+				fn(line, KindProgram, m[1])
 			}
 		}
 		switch fam {
@@ -175,31 +201,20 @@ func checkFile(root, rel, fam string, data []byte, in CheckInput) []Finding {
 			}
 			for _, mod := range mods {
 				top, _, _ := strings.Cut(mod, ".")
-				add(checkPythonModule(root, rel, line, top, im, in))
+				fn(line, KindImport, top)
 			}
 			for _, m := range pyProgRE.FindAllStringSubmatch(l, -1) {
-				add(checkProgram(rel, line, m[1], im))
+				fn(line, KindProgram, m[1])
 			}
 		case "node":
 			for _, m := range jsRequireRE.FindAllStringSubmatch(l, -1) {
-				name := m[1] + m[2] + m[3]
-				add(checkNodeModule(rel, line, name, im, in))
+				fn(line, KindImport, m[1]+m[2]+m[3])
 			}
 			for _, m := range jsProgRE.FindAllStringSubmatch(l, -1) {
-				add(checkProgram(rel, line, m[1], im))
+				fn(line, KindProgram, m[1])
 			}
 		}
 	}
-	if fam == "shell" {
-		for _, c := range ShellCalls(data) {
-			f := checkProgram(rel, c.Line, c.Name, im)
-			if f.State == StateMissing {
-				f.Hint = "no built image has " + c.Name + " together with the shell and the script's other programs (a shell script runs in another image only if that one has them all): add the Debian package that provides it to the recipe of the script's image (images/recipes/) and rebuild it, or do without it"
-			}
-			add(f)
-		}
-	}
-	return out
 }
 
 func checkProgram(rel string, line int, name string, im *Image) Finding {
@@ -312,13 +327,7 @@ func checkNodeModule(rel string, line int, name string, im *Image, in CheckInput
 		f.State, f.By = StateSatisfied, "builtin"
 		return f
 	}
-	pkg := name
-	parts := strings.Split(name, "/")
-	if strings.HasPrefix(name, "@") && len(parts) > 1 {
-		pkg = parts[0] + "/" + parts[1]
-	} else {
-		pkg = parts[0]
-	}
+	pkg := nodePackage(name)
 	f.Name = pkg
 	sat := func(by string) Finding { f.State, f.By = StateSatisfied, by; return f }
 	if nodeBuiltins[pkg] {
@@ -344,4 +353,14 @@ func checkNodeModule(rel string, line int, name string, im *Image, in CheckInput
 	f.State = StateMissing
 	f.Hint = "declare it in the skill's package.json dependencies and configure npm_registry"
 	return f
+}
+
+// nodePackage is the package a module specifier names ("@a/b/c" → "@a/b",
+// "lodash/fp" → "lodash").
+func nodePackage(name string) string {
+	parts := strings.Split(name, "/")
+	if strings.HasPrefix(name, "@") && len(parts) > 1 {
+		return parts[0] + "/" + parts[1]
+	}
+	return parts[0]
 }

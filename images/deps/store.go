@@ -89,6 +89,7 @@ type Layer struct {
 //	<images>/layers/sha256-<hex>/tree/        (python/, node_modules/)
 //	<images>/layers/sha256-<hex>/users.json   skills that use it
 //	<images>/layers/.build-*                  builds in progress
+//	<images>/layers/unserved.json             wheels sources lacked (unserved.go)
 //
 // A layer appears by rename once complete, so a reader never sees half of one.
 type Store struct {

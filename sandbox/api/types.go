@@ -314,6 +314,11 @@ type RunScriptResult struct {
 	// Hint says what to do about a failure skillbox recognises (a module
 	// the image and layer lack).
 	Hint string `json:"hint,omitempty"`
+	// Warnings are what the run went without and why, one note each: the
+	// declared packages no script imports that were not installed (no
+	// package source), the image extras the source lacks that a script
+	// imports.
+	Warnings []string `json:"warnings,omitempty"`
 	// Egress sums up a run's connections through the egress proxy (runs
 	// whose policy lists egress destinations).
 	Egress *EgressSummary `json:"egress,omitempty"`

@@ -167,6 +167,7 @@ type RunInfo struct {
 	Image          string         `json:"image,omitempty"`
 	ImageDigest    string         `json:"image_digest,omitempty"`
 	DepsLayer      string         `json:"deps_layer,omitempty"` // dependency layer digest
+	Warnings       []string       `json:"warnings,omitempty"`   // what the run went without and why (api.RunScriptResult.Warnings)
 	Limits         runtime.Limits `json:"limits,omitzero"`
 	Network        bool           `json:"network"`
 	// Egress lists the destinations the run may reach through the egress

@@ -68,6 +68,7 @@ type RunOutput struct {
 	Skipped            []string          `json:"skipped,omitempty"`
 	Workspace          *WorkspaceSummary `json:"workspace,omitempty"`
 	Hint               string            `json:"hint,omitempty"`
+	Warnings           []string          `json:"warnings,omitempty"`
 	ConfirmationID     string            `json:"confirmation_id,omitempty"`
 	// Skills are the skills a skills_run_code run mounted, and where.
 	Skills []api.MountedSkill `json:"skills,omitempty"`
@@ -139,7 +140,7 @@ func runOutput(res *api.RunScriptResult, stored bool, cut resultCut) *RunOutput 
 		Reason: res.Reason, DurationMS: res.DurationMS,
 		StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr),
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
-		OutputsTruncatedBy: res.OutputsTruncatedBy, Hint: res.Hint, ConfirmationID: res.ConfirmationID,
+		OutputsTruncatedBy: res.OutputsTruncatedBy, Hint: res.Hint, Warnings: res.Warnings, ConfirmationID: res.ConfirmationID,
 		Files: []FileLink{}, Skills: res.Skills, LimitsEnforcedBy: res.LimitsEnforcedBy,
 	}
 	var cutShort bool
@@ -269,6 +270,9 @@ func resultContent(out *RunOutput) []sdk.Content {
 	}
 	if out.Hint != "" {
 		fmt.Fprintf(&b, "\nHint: %s", out.Hint)
+	}
+	for _, n := range out.Warnings {
+		fmt.Fprintf(&b, "\nWarning: %s", n)
 	}
 	content := []sdk.Content{&sdk.TextContent{Text: b.String()}}
 	for _, f := range out.Files {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strconv"
@@ -36,13 +37,24 @@ type Deps struct {
 	extras  map[string][]string
 
 	mu       sync.Mutex
-	declared map[string]*deps.Set // by skill digest
+	declared map[string]*deps.Set     // by skill digest
+	imports  map[string]*deps.Imports // by skill digest
 	inspect  map[string]*deps.Image
-	errs     map[string]error // last background build failure by layer digest
-	// loading holds, by skill digest, a channel closed when the
-	// background build a load started has ended: a run right after the
-	// load waits for it even before the build has registered itself.
-	loading map[string]chan struct{}
+	errs     map[string]error // last build failure by layer digest
+	// loading holds, by skill digest, the build a load started: a run
+	// right after the load waits for it even before the build has
+	// registered itself, and learns its error the moment it fails.
+	loading map[string]*loadBuild
+	// apart are the layers (by extrasKey) that failed with the image
+	// extras and built without them (→ why): built without them since.
+	apart map[string]string
+}
+
+// loadBuild is the build of a skill's layers a load started; done is
+// closed when it has ended, err is then its error.
+type loadBuild struct {
+	done chan struct{}
+	err  error
 }
 
 // DepsOptions are what Deps is made of.
@@ -97,6 +109,28 @@ func (d *Deps) Declared(sk *skills.Skill, root string) (*deps.Set, error) {
 	return s, nil
 }
 
+// importsOf is what the scripts of skill sk (its files under root)
+// import, cached by the skill's digest.
+func (d *Deps) importsOf(sk *skills.Skill, root string) (*deps.Imports, error) {
+	d.mu.Lock()
+	if imp, ok := d.imports[sk.Digest]; ok && sk.Digest != "" {
+		d.mu.Unlock()
+		return imp, nil
+	}
+	d.mu.Unlock()
+	imp, err := deps.ScanImports(root)
+	if err != nil {
+		return nil, errkind.Errorf(api.ErrInvalidParams, "skill %q: reading its scripts' imports: %w", sk.Name, err)
+	}
+	d.mu.Lock()
+	if d.imports == nil {
+		d.imports = map[string]*deps.Imports{}
+	}
+	d.imports[sk.Digest] = imp
+	d.mu.Unlock()
+	return imp, nil
+}
+
 // forFamily is the part of s an image of family uses.
 func forFamily(s *deps.Set, fam string) *deps.Set {
 	out := *s
@@ -138,19 +172,54 @@ func layerImage(sk *skills.Skill, img runtime.ImageRef, rootfs string) error {
 	return errkind.Errorf(api.ErrUnavailable, "skill %q declares dependencies, and its scripts run in image %q, the registry image %s: dependency layers are built only on images skillbox builds (map the extension to a recipe image, or use a registry image that already has the packages and drop the declaration)", sk.Name, img.Name, img.Ref)
 }
 
-// request is the build request of the part of set that image img uses.
-func (d *Deps) request(sk *skills.Skill, set *deps.Set, img runtime.ImageRef, rootfs string) *deps.Request {
-	part := forFamily(set, family(img.Name))
-	if ex := d.extrasFor(img.Name, part); len(ex) > 0 {
+// request is the build request of the part of set that image img uses
+// (nil when none), and notes on what it leaves out: declared packages no
+// script imports whose ecosystem has no source (deps.Unused), and image
+// extras the source cannot provide that a script imports.
+func (d *Deps) request(sk *skills.Skill, root string, set *deps.Set, img runtime.ImageRef, rootfs string) (*deps.Request, []string, error) {
+	part, notes, err := d.partOf(sk, root, set, img, rootfs)
+	if err != nil {
+		return nil, nil, err
+	}
+	ex, left := d.extrasFor(img, part)
+	if len(left) > 0 {
+		n, err := d.extrasNote(sk, root, img.Name, left)
+		if err != nil {
+			return nil, nil, err
+		}
+		notes = append(notes, n...)
+	}
+	if len(ex) > 0 {
 		if part == nil {
 			part = &deps.Set{}
+		} else {
+			cp := *part
+			part = &cp
 		}
 		part.Python = append(slices.Clone(part.Python), ex...)
 	}
 	if part == nil {
-		return nil
+		return nil, notes, nil
 	}
-	return &deps.Request{Image: img.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: part, Skill: sk.Name, SkillDigest: sk.Digest}
+	return &deps.Request{Image: img.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: part, Skill: sk.Name, SkillDigest: sk.Digest}, notes, nil
+}
+
+// extrasNote names the left-out extras (extra → why) a script of sk
+// imports: the others concern no run of it.
+func (d *Deps) extrasNote(sk *skills.Skill, root, image string, left map[string]string) ([]string, error) {
+	imp, err := d.importsOf(sk, root)
+	if err != nil {
+		return nil, err
+	}
+	var notes []string
+	for _, e := range d.extras[image] {
+		why, ok := left[e]
+		r, err := deps.ParseRequirement(e, "image "+image+" python_extras")
+		if ok && err == nil && imp.ImportsPython(r.Name) {
+			notes = append(notes, fmt.Sprintf("image %q's extra %s is not in the dependency layer (%s): a script that imports %s fails; add a wheel of it to the configured python_index", image, e, why, deps.ModuleOf(r.Name)))
+		}
+	}
+	return notes, nil
 }
 
 // hasExtras reports whether some image's extras can be installed (they
@@ -167,79 +236,109 @@ func (d *Deps) hasExtras() bool {
 	return false
 }
 
-// extrasFor are the image extras of image that go into a layer with part
-// (what a skill declares for it): none without a Python source, and none
-// that part names itself (the skill's own declaration wins).
-func (d *Deps) extrasFor(image string, part *deps.Set) []deps.Requirement {
-	if !d.builder.Sources.Python() || family(image) != "python" {
-		return nil
+// extrasFor are the image extras of img that go into a layer with part
+// (what a skill declares for it): none without a Python source, none that
+// part names itself (the skill's own declaration wins), and none the
+// source cannot provide: left says which were left out and why (recipe
+// extra → why).
+func (d *Deps) extrasFor(img runtime.ImageRef, part *deps.Set) (ex []deps.Requirement, left map[string]string) {
+	if !d.builder.Sources.Python() || family(img.Name) != "python" {
+		return nil, nil
 	}
-	var out []deps.Requirement
-	for _, e := range d.extras[image] {
-		r, err := deps.ParseRequirement(e, "image "+image+" python_extras")
+	// What the source has no wheel of is left out of every layer on the
+	// image (the store remembers it for a while: deps.UnservedTTL).
+	noWheel := d.builder.Store.Unserved(img.Digest, d.builder.Sources.ID())
+	d.mu.Lock()
+	apart, isApart := d.apart[extrasKey(img, part)]
+	d.mu.Unlock()
+	for _, e := range d.extras[img.Name] {
+		r, err := deps.ParseRequirement(e, "image "+img.Name+" python_extras")
 		if err != nil {
 			continue // recipes are validated when loaded
 		}
 		if part != nil && slices.ContainsFunc(part.Python, func(x deps.Requirement) bool { return x.Name == r.Name }) {
 			continue
 		}
-		out = append(out, r)
+		why, ok := noWheel[r.Name]
+		if !ok && isApart {
+			why, ok = apart, true
+		}
+		if ok {
+			if left == nil {
+				left = map[string]string{}
+			}
+			left[e] = why
+			continue
+		}
+		ex = append(ex, r)
 	}
-	return out
+	return ex, left
 }
 
-// ForRun returns the layer a run of plan p in image img mounts, or nil
-// when it needs none. A layer not built yet is waited for when a build is
-// in progress and the config says wait; otherwise the run fails with an
-// error that says how to build it.
-func (d *Deps) ForRun(ctx context.Context, p *Plan, img runtime.ImageRef, rootfs string) (*deps.Layer, error) {
+// extrasKey names a layer's own part (what a skill needs of image img,
+// without the extras) for the record of layers built apart from them.
+func extrasKey(img runtime.ImageRef, part *deps.Set) string {
+	if part == nil {
+		part = &deps.Set{}
+	}
+	return deps.Key(img.Digest, part)
+}
+
+// ForRun returns the layer a run of plan p in image img mounts (nil when
+// it needs none) and notes for the run's result and audit (what was left
+// out of the layer). A layer not built yet is waited for when a build is
+// in progress and the config says wait, never longer than the run's own
+// timeout; a build that fails ends the wait at once with its error.
+func (d *Deps) ForRun(ctx context.Context, p *Plan, img runtime.ImageRef, rootfs string) (*deps.Layer, []string, error) {
 	if d == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	if p.Code == nil {
-		return d.layerFor(ctx, p.Request.Skill, p.SkillRoot, img, rootfs)
+		return d.layerFor(ctx, p.Request.Skill, p.SkillRoot, img, rootfs, p.Limits.Timeout)
 	}
 	// A code run mounts one layer: that of the one mounted skill that
 	// needs one.
 	var layer *deps.Layer
 	var owner string
+	var notes []string
 	for _, m := range p.Code.Mounts {
-		l, err := d.layerFor(ctx, m.Skill, m.Root, img, rootfs)
+		l, n, err := d.layerFor(ctx, m.Skill, m.Root, img, rootfs, p.Limits.Timeout)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
+		notes = append(notes, n...)
 		if l == nil {
 			continue
 		}
 		if layer != nil && l.Digest != layer.Digest {
-			return nil, errkind.Errorf(api.ErrInvalidParams, "skills %q and %q each need a dependency layer and a code run mounts one: load only one of them for this code, or run their scripts with skills.run_script", owner, m.Skill.Name)
+			return nil, nil, errkind.Errorf(api.ErrInvalidParams, "skills %q and %q each need a dependency layer and a code run mounts one: load only one of them for this code, or run their scripts with skills.run_script", owner, m.Skill.Name)
 		}
 		layer, owner = l, m.Skill.Name
 	}
-	return layer, nil
+	return layer, notes, nil
 }
 
 // plan is what skill sk (its copy at root) needs beyond image img: nil
-// when nothing.
-func (d *Deps) plan(sk *skills.Skill, root string, img runtime.ImageRef, rootfs string) (*deps.Plan, error) {
+// when nothing; notes say what request left out.
+func (d *Deps) plan(sk *skills.Skill, root string, img runtime.ImageRef, rootfs string) (*deps.Plan, []string, error) {
 	set, err := d.Declared(sk, root)
 	if err != nil || set.Empty() && !d.hasExtras() {
-		return nil, err
+		return nil, nil, err
 	}
-	req := d.request(sk, set, img, rootfs)
-	if req == nil {
-		return nil, nil
+	req, notes, err := d.request(sk, root, set, img, rootfs)
+	if err != nil || req == nil {
+		return nil, notes, err
 	}
 	if err := layerImage(sk, img, rootfs); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	plan := &deps.Plan{Image: d.image(rootfs)}
 	plan.Missing = plan.Image.Missing(req.Set)
 	if plan.Missing == nil {
-		return nil, nil
+		return nil, notes, nil
 	}
 	plan.Digest = deps.Key(req.ImageDigest, plan.Missing)
-	return plan, nil
+	return plan, notes, nil
 }
 
 // ReadyDir is the directory of the built layer skill sk needs in img, ""
@@ -249,7 +348,7 @@ func (d *Deps) ReadyDir(sk *skills.Skill, root string, img runtime.ImageRef, roo
 	if d == nil {
 		return "", true
 	}
-	plan, err := d.plan(sk, root, img, rootfs)
+	plan, _, err := d.plan(sk, root, img, rootfs)
 	if err != nil {
 		return "", false
 	}
@@ -263,45 +362,106 @@ func (d *Deps) ReadyDir(sk *skills.Skill, root string, img runtime.ImageRef, roo
 }
 
 // layerFor is the layer skill sk (its pinned copy at root) needs in image
-// img, or nil.
-func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img runtime.ImageRef, rootfs string) (*deps.Layer, error) {
-	plan, err := d.plan(sk, root, img, rootfs)
+// img, or nil, with the notes of its plan; a run with timeout waits for a
+// build no longer than that.
+func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img runtime.ImageRef, rootfs string, timeout time.Duration) (*deps.Layer, []string, error) {
+	plan, notes, err := d.plan(sk, root, img, rootfs)
 	if err != nil || plan == nil {
-		return nil, err
+		return nil, notes, err
 	}
 	if l, err := d.builder.Ready(plan); err == nil {
-		return l, nil
+		return l, notes, nil
 	}
 	if set, _ := d.Declared(sk, root); forFamily(set, family(img.Name)) == nil {
 		// Only the image's extras: optional, never waited for or failed
 		// on (skills check and the import hint name them when missing).
-		return nil, nil
+		return nil, notes, nil
 	}
 	name := sk.Name
 	if d.cfg.Deps.WhenNotReady != "fail" {
-		wctx, cancel := context.WithTimeout(ctx, d.cfg.Deps.WaitTimeout)
-		defer cancel()
-		d.waitLoading(wctx, sk)
-		if l, err := d.builder.Ready(plan); err == nil {
-			return l, nil
+		limit := d.cfg.Deps.WaitTimeout
+		if timeout > 0 && (limit <= 0 || timeout < limit) {
+			limit = timeout
 		}
-		if l, inflight, err := d.builder.Wait(wctx, plan.Digest); inflight {
-			if err != nil {
-				return nil, errkind.Errorf(api.ErrUnavailable, "the dependency layer of skill %q did not build: %w", name, err)
-			}
-			return l, nil
+		w := layerWait{
+			load: func() *loadBuild { return d.loadOf(sk) },
+			ready: func() (*deps.Layer, []string, error) {
+				// The build may have left extras out: plan again.
+				p, n, err := d.plan(sk, root, img, rootfs)
+				if err != nil || p == nil {
+					return nil, n, err
+				}
+				plan = p
+				l, err := d.builder.Ready(p)
+				return l, n, err
+			},
+			flight: func(ctx context.Context) (*deps.Layer, bool, error) { return d.builder.Wait(ctx, plan.Digest) },
+		}
+		l, n, waited, err := w.wait(ctx, limit)
+		switch {
+		case err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			return nil, nil, errkind.Errorf(api.ErrUnavailable, "the dependency layer of skill %q is still building after %s (a run waits no longer than its timeout): run again once it is built (skillbox deps build %s builds it and shows why it fails)", name, limit, name)
+		case err != nil:
+			return nil, nil, errkind.Errorf(api.ErrUnavailable, "the dependency layer of skill %q did not build: %w", name, err)
+		case waited:
+			return l, n, nil
 		}
 	}
 	if err := deps.MissingSourceError(name, plan.Missing, d.builder.Sources); err != nil {
-		return nil, errkind.Wrap(api.ErrUnavailable, err)
+		return nil, nil, errkind.Wrap(api.ErrUnavailable, err)
 	}
 	d.mu.Lock()
 	berr := d.errs[plan.Digest]
 	d.mu.Unlock()
 	if berr != nil {
-		return nil, errkind.Errorf(api.ErrUnavailable, "the dependency layer of skill %q failed to build: %v", name, berr)
+		return nil, nil, errkind.Errorf(api.ErrUnavailable, "the dependency layer of skill %q failed to build: %v", name, berr)
 	}
-	return nil, errkind.Wrap(api.ErrUnavailable, errkind.Errorf(deps.ErrNotReady, "skill %q needs dependency layer %s, which is not built: load the skill (skills.load builds it) or run: skillbox deps build %s", name, plan.Digest, name))
+	return nil, nil, errkind.Wrap(api.ErrUnavailable, errkind.Errorf(deps.ErrNotReady, "skill %q needs dependency layer %s, which is not built: load the skill (skills.load builds it) or run: skillbox deps build %s", name, plan.Digest, name))
+}
+
+// layerWait is how a run waits for a layer that is not built: for the
+// build a load of its skill started (load), else for a build of the same
+// layer in progress (flight). A build that ends with an error ends the
+// wait at once with that error; ready looks for the layer again. Function
+// fields, so that the rule is tested on its own.
+type layerWait struct {
+	load   func() *loadBuild
+	ready  func() (*deps.Layer, []string, error)
+	flight func(ctx context.Context) (l *deps.Layer, inflight bool, err error)
+}
+
+// wait waits at most limit. waited is false when there was nothing to
+// wait for (the caller says why the layer is missing); err is the build's
+// error, or the context's (context.DeadlineExceeded once limit is up).
+func (w layerWait) wait(ctx context.Context, limit time.Duration) (l *deps.Layer, notes []string, waited bool, err error) {
+	if limit > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, limit)
+		defer cancel()
+	}
+	if b := w.load(); b != nil {
+		select {
+		case <-b.done:
+		case <-ctx.Done():
+			return nil, nil, true, ctx.Err()
+		}
+		// The load builds every family the skill declares for: this
+		// run's layer may be there even when another failed.
+		if l, notes, err := w.ready(); err == nil {
+			return l, notes, true, nil
+		}
+		if b.err != nil {
+			return nil, nil, true, b.err
+		}
+	}
+	l, inflight, err := w.flight(ctx)
+	if !inflight {
+		return nil, nil, false, nil
+	}
+	if err != nil {
+		return nil, nil, true, err
+	}
+	return l, nil, true, nil
 }
 
 // Build builds (or finds) the layers skill sk needs, one per image family
@@ -322,24 +482,18 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 		if err != nil {
 			return out, errkind.Errorf(api.ErrUnavailable, "image %q: %w", interp.Image, err)
 		}
-		req := d.request(sk, set, img, rootfs)
+		req, _, err := d.request(sk, root, set, img, rootfs)
+		if err != nil {
+			return out, err
+		}
 		if req == nil {
 			continue
 		}
 		if err := layerImage(sk, img, rootfs); err != nil {
 			return out, err
 		}
-		l, err := d.builder.Build(ctx, *req)
-		d.auditBuild(ctx, sk, req, l, err)
+		l, err := d.buildLayer(ctx, sk, root, set, img, rootfs)
 		if err != nil {
-			if p := deps.PlanFor(*req); p.Digest != "" {
-				d.mu.Lock()
-				if d.errs == nil {
-					d.errs = map[string]error{}
-				}
-				d.errs[p.Digest] = err
-				d.mu.Unlock()
-			}
 			return out, err
 		}
 		if l != nil {
@@ -349,12 +503,86 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 	return out, nil
 }
 
+// buildLayer builds the layer of sk on img: the skill's own part, which
+// fails as it always did, and the image extras, which are optional
+// (deps.Builder.BuildOptional). What it leaves out is remembered, so that
+// runs plan the layer it built: an extra the source has no wheel of for
+// every layer on the image (in the store), extras a layer failed with for
+// that layer (here).
+func (d *Deps) buildLayer(ctx context.Context, sk *skills.Skill, root string, set *deps.Set, img runtime.ImageRef, rootfs string) (*deps.Layer, error) {
+	part, _, err := d.partOf(sk, root, set, img, rootfs)
+	if err != nil {
+		return nil, err
+	}
+	ex, known := d.extrasFor(img, part)
+	base := deps.Request{Image: img.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: part, Skill: sk.Name, SkillDigest: sk.Digest}
+	if base.Set == nil {
+		base.Set = &deps.Set{}
+	}
+	l, left, err := d.builder.BuildOptional(ctx, base, ex, func(try deps.Request, left []deps.LeftOut, l *deps.Layer, err error) {
+		out := maps.Clone(known)
+		for _, o := range left {
+			if out == nil {
+				out = map[string]string{}
+			}
+			out[o.Name] = o.Why
+		}
+		d.auditBuild(ctx, sk, &try, l, err, out)
+	})
+	for _, o := range left {
+		if o.NoWheel { // the store remembers it
+			d.logger().Warn("image extra left out: the package source has no wheel of it", "image", img.Name, "extra", o.Name)
+			continue
+		}
+		d.logger().Warn("image extra left out: the layer failed with it", "image", img.Name, "skill", sk.Name, "extra", o.Name, "why", o.Why)
+		d.mu.Lock()
+		if d.apart == nil {
+			d.apart = map[string]string{}
+		}
+		d.apart[extrasKey(img, part)] = o.Why
+		d.mu.Unlock()
+	}
+	if err != nil {
+		// Runs plan what request says now: the failure is theirs to report.
+		if req, _, rerr := d.request(sk, root, set, img, rootfs); rerr == nil && req != nil {
+			if p := deps.PlanFor(*req); p.Digest != "" {
+				d.mu.Lock()
+				if d.errs == nil {
+					d.errs = map[string]error{}
+				}
+				d.errs[p.Digest] = err
+				d.mu.Unlock()
+			}
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+// partOf is the skill's own part of a layer on img (without the image
+// extras): what set declares for the image's family, less the packages no
+// script imports whose ecosystem has no source (deps.Unused; notes name
+// them).
+func (d *Deps) partOf(sk *skills.Skill, root string, set *deps.Set, img runtime.ImageRef, rootfs string) (*deps.Set, []string, error) {
+	part := forFamily(set, family(img.Name))
+	src := d.builder.Sources
+	if part == nil || rootfs == "" || src.Python() && src.NpmRegistry != "" {
+		return part, nil, nil
+	}
+	imp, err := d.importsOf(sk, root)
+	if err != nil {
+		return nil, nil, err
+	}
+	part, notes := deps.Unused(d.image(rootfs).Missing(part), imp, src)
+	return part, notes, nil
+}
+
 // EventDepsBuild is the audit event of a dependency layer build.
 const EventDepsBuild = "deps.build"
 
 // auditBuild records how a layer build for sk ended (nothing when no layer
 // was needed).
-func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Request, l *deps.Layer, err error) {
+func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Request, l *deps.Layer, err error, left map[string]string) {
 	if d.journal == nil || (l == nil && err == nil) {
 		return
 	}
@@ -371,6 +599,14 @@ func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Reque
 		}
 	default:
 		r.Detail["size"] = strconv.FormatInt(l.Size, 10)
+	}
+	if len(left) > 0 {
+		var out []string
+		for e, why := range left {
+			out = append(out, e+" ("+why+")")
+		}
+		slices.Sort(out)
+		r.Detail["extras_left_out"] = ClipText(strings.Join(out, "; "), 2048)
 	}
 	_ = d.journal.Record(ctx, r) // logged there; the build's own error is what the caller sees
 }
@@ -416,50 +652,47 @@ func (d *Deps) OnLoad(sk *skills.Skill, ready func()) *api.Dependencies {
 }
 
 // startLoading records that a load started sk's build; the returned func
-// says it ended.
-func (d *Deps) startLoading(sk *skills.Skill) func() {
+// says it ended, with its error (a second load while one builds shares
+// its record).
+func (d *Deps) startLoading(sk *skills.Skill) func(error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.loading == nil {
-		d.loading = map[string]chan struct{}{}
+		d.loading = map[string]*loadBuild{}
 	}
-	ch := d.loading[sk.Digest]
-	if ch == nil {
-		ch = make(chan struct{})
-		d.loading[sk.Digest] = ch
+	b := d.loading[sk.Digest]
+	if b == nil {
+		b = &loadBuild{done: make(chan struct{})}
+		d.loading[sk.Digest] = b
 	}
-	return func() {
+	return func(err error) {
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		if d.loading[sk.Digest] == ch {
+		if d.loading[sk.Digest] == b {
 			delete(d.loading, sk.Digest)
-			close(ch)
+			b.err = err
+			close(b.done)
 		}
 	}
 }
 
-// waitLoading waits for a build a load of sk started, if one is under way.
-func (d *Deps) waitLoading(ctx context.Context, sk *skills.Skill) {
+// loadOf is the build a load of sk started, nil when none is under way.
+func (d *Deps) loadOf(sk *skills.Skill) *loadBuild {
 	d.mu.Lock()
-	ch := d.loading[sk.Digest]
-	d.mu.Unlock()
-	if ch == nil {
-		return
-	}
-	select {
-	case <-ch:
-	case <-ctx.Done():
-	}
+	defer d.mu.Unlock()
+	return d.loading[sk.Digest]
 }
 
 // buildInBackground builds sk's layers; done is startLoading's, called
 // (before ready) when the build has ended.
-func (d *Deps) buildInBackground(sk *skills.Skill, ready func(), done func()) {
-	defer done()
+func (d *Deps) buildInBackground(sk *skills.Skill, ready func(), done func(error)) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 	defer cancel()
-	ls, err := d.Build(ctx, sk, sk.Dir)
-	done() // safe to call again
+	var ls []*deps.Layer
+	err := errors.New("the build stopped unexpectedly")
+	defer func() { done(err) }() // a panic still ends the waits
+	ls, err = d.Build(ctx, sk, sk.Dir)
+	done(err)
 	log := d.logger()
 	if err != nil {
 		log.Warn("dependency layer build failed", "skill", sk.Name, "error", err)
@@ -531,7 +764,7 @@ func (d *Deps) extraFor(image, mod string) string {
 		return ""
 	}
 	for _, e := range d.extras[image] {
-		if deps.ModuleOf(e) == mod {
+		if r, err := deps.ParseRequirement(e, "image "+image+" python_extras"); err == nil && deps.ModuleOf(r.Name) == mod {
 			return e
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -22,7 +23,7 @@ const depsImageDigest = "sha256:abababababababababababababababababababababababab
 
 // depsEngine is an engine over a fake rootfs with python 3.13 (and
 // nothing installed) and a layer store in a temp dir.
-func depsEngine(t *testing.T, config string, src deps.Sources) (*runner.Engine, *servicetest.Runtime, string) {
+func depsEngine(t *testing.T, config string, src deps.Sources, with ...func(*runner.Options)) (*runner.Engine, *servicetest.Runtime, string) {
 	t.Helper()
 	rootfs := t.TempDir()
 	for _, d := range []string{"usr/lib/python3.13", "usr/bin"} {
@@ -38,6 +39,9 @@ func depsEngine(t *testing.T, config string, src deps.Sources) (*runner.Engine, 
 	e, rt := newTestEngine(t, config, func(o *runner.Options) {
 		o.Images = images
 		o.Deps = runner.NewDeps(runner.DepsOptions{Builder: &deps.Builder{Store: deps.OpenStore(store), Runtime: o.Runtime, Sources: src}, Config: o.Config, Images: images})
+		for _, f := range with {
+			f(o)
+		}
 	})
 	return e, rt, rootfs
 }
@@ -133,5 +137,86 @@ func TestCheckSkillNamesMissingImport(t *testing.T) {
 	}
 	if res.Missing != 1 || len(res.Findings) != 1 || res.Findings[0].Name != "tinydep" || res.Findings[0].Line != 1 || res.Findings[0].File != "scripts/run.py" {
 		t.Errorf("check: %+v", res)
+	}
+}
+
+// Without a package source, declared packages no script imports do not
+// stop a run: it runs without them and says so in its result and in the
+// run.start and run.end records. One a script imports still refuses it.
+func TestDepsUnusedWithoutSource(t *testing.T) {
+	const want = "requirements.txt declares pytest-cov, pytest-mock, which no script imports and no package source is configured: not installed"
+	for _, tc := range []struct {
+		name     string
+		files    map[string]string
+		src      deps.Sources
+		wantErr  []string // the run is refused, naming these
+		warnings []string
+	}{
+		{"only test tooling declared", map[string]string{
+			"requirements.txt":     "pytest-cov\npytest-mock>=3\n",
+			"scripts/run.py":       "import json\nprint(json.dumps({}))\n",
+			"tests/test_run.py":    "import pytest_mock\n",
+			"scripts/conftest.py":  "import pytest_cov\n",
+			"scripts/test_tool.py": "import pytest_cov\n",
+		}, deps.Sources{}, nil, []string{want}},
+		{"an imported package is still missing", map[string]string{
+			"requirements.txt": "pytest-cov\npytest-mock>=3\ntinydep==1.0\n",
+			"scripts/run.py":   "print(1)\n",
+			"scripts/other.py": "import tinydep\n",
+		}, deps.Sources{}, []string{"tinydep==1.0 (requirements.txt:3)", "python_index"}, nil},
+		{"an npm registry is no python source", map[string]string{
+			"requirements.txt": "pytest-cov\npytest-mock>=3\n",
+			"scripts/run.py":   "print(1)\n",
+		}, deps.Sources{NpmRegistry: "http://127.0.0.1:1"}, nil, []string{want}},
+		{"with a python source every declared package is installed", map[string]string{
+			"requirements.txt": "pytest-cov\npytest-mock>=3\n",
+			"scripts/run.py":   "print(1)\n",
+		}, deps.Sources{PythonIndex: "http://127.0.0.1:1/simple"}, []string{"not built", "skillbox deps build tools"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			au := &servicetest.Auditor{}
+			e, rt, _ := depsEngine(t, engineConfig, tc.src, func(o *runner.Options) { o.Audit = runner.NewJournal(au, nil) })
+			sk := servicetest.MakeSkill(t, t.TempDir(), servicetest.SkillSpec{Name: "tools", Files: tc.files})
+			out, err := e.Run(context.Background(), runner.RunRequest{Skill: sk, Script: "scripts/run.py"})
+			if tc.wantErr != nil {
+				if !errors.Is(err, api.ErrUnavailable) {
+					t.Fatalf("got %v, want ErrUnavailable", err)
+				}
+				for _, w := range tc.wantErr {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("%q does not mention %q", err, w)
+					}
+				}
+				if strings.Contains(err.Error(), "pytest") {
+					t.Errorf("%q names the packages no script imports", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rt.Jobs()) != 1 || rt.Jobs()[0].DepsDir != "" || out.DepsLayer != "" {
+				t.Errorf("jobs %d, layer %q", len(rt.Jobs()), out.DepsLayer)
+			}
+			if r := service.ResultOf(out, 0); !slices.Equal(r.Warnings, tc.warnings) {
+				t.Errorf("result warnings %q, want %q", r.Warnings, tc.warnings)
+			}
+			n := 0
+			for _, r := range au.Records() {
+				if r.Run != nil && (r.Event == "run.start" || r.Event == "run.end") {
+					n++
+					if !slices.Equal(r.Run.Warnings, tc.warnings) {
+						t.Errorf("%s warnings %q, want %q", r.Event, r.Run.Warnings, tc.warnings)
+					}
+				}
+			}
+			if n != 2 {
+				t.Errorf("%d run records, want 2", n)
+			}
+			// skillbox run builds before the run: nothing to build, no error.
+			if ls, err := e.Deps().Build(context.Background(), sk, sk.Dir); err != nil || len(ls) != 0 {
+				t.Errorf("build: %v, %v", ls, err)
+			}
+		})
 	}
 }

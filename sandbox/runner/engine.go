@@ -203,6 +203,9 @@ type Result struct {
 	DepsLayer string
 	// Hint says how to fix a failure skillbox recognises (a missing module).
 	Hint string
+	// Warnings are what the run went without and why (declared packages
+	// left out of its dependency layer).
+	Warnings []string
 	// Workspace is what the run took from its workspace and what came
 	// back (runs with a workspace).
 	Workspace *api.WorkspaceReport
@@ -372,7 +375,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	if err != nil {
 		return nil, errkind.Errorf(api.ErrUnavailable, "image %q for %s: %w", p.Interpreter.Image, p.Script, err)
 	}
-	layer, err := e.deps.ForRun(ctx, p, img, rootfs)
+	layer, warnings, err := e.deps.ForRun(ctx, p, img, rootfs)
 	if err != nil {
 		return nil, err
 	}
@@ -400,7 +403,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 		Detail:    planDetail(p),
 	}
 	start.Run.Started = began.UTC()
-	start.Run.DepsLayer = layerDigest
+	start.Run.DepsLayer, start.Run.Warnings = layerDigest, warnings
 	start.Run.Code = p.Code.AuditCode(true)
 	if w := p.Workspace; w != nil {
 		start.Run.Workspace, start.Run.WorkspaceFiles = w.report(), w.auditFiles()
@@ -446,7 +449,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 		Detail:    start.Detail,
 	}
 	end.Run.Started = began.UTC()
-	end.Run.DepsLayer = layerDigest
+	end.Run.DepsLayer, end.Run.Warnings = layerDigest, warnings
 	end.Run.Ended = time.Now().UTC()
 	if runErr == nil && res == nil {
 		runErr = fmt.Errorf("runtime %s returned no result", e.rt.Name())
@@ -475,7 +478,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
 	log.Info("run finished", "run_id", p.RunID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
-	out := &Result{RunID: p.RunID, Plan: p, Image: img, Result: res, DepsLayer: layerDigest, Workspace: wsReport}
+	out := &Result{RunID: p.RunID, Plan: p, Image: img, Result: res, DepsLayer: layerDigest, Warnings: warnings, Workspace: wsReport}
 	out.Hint = e.deps.importHint(out)
 	return out, nil
 }

@@ -357,7 +357,7 @@ func ResultOf(o *Result, inlineBudget int64) api.RunScriptResult {
 		Image:          o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
 		Skills:         o.Plan.Code.MountedSkills(),
 		RuntimeVersion: r.RuntimeVersion, Warm: r.Warm,
-		DepsLayer: o.DepsLayer, Hint: o.Hint,
+		DepsLayer: o.DepsLayer, Hint: o.Hint, Warnings: o.Warnings,
 	}
 	if e := r.Egress; e != nil {
 		res.Egress = &api.EgressSummary{Connections: e.Connections, Denied: e.Denied, BytesOut: e.BytesOut, BytesIn: e.BytesIn, LimitHit: e.LimitHit}

@@ -1,0 +1,2 @@
+const leftPad = require('left-pad/index');
+console.log(leftPad('x', 3));

@@ -1,0 +1,1 @@
+const jest = require('jest');
