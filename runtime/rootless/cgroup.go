@@ -115,7 +115,7 @@ func delegatedCgroup(root string, v2 bool, self []byte, ours []int) (*Cgroup, er
 		return nil, fmt.Errorf("%w: make %s: %v", ErrNoDelegation, leaf, err)
 	}
 	for _, f := range strings.Fields(string(procs)) {
-		if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(f), 0); err != nil {
+		if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(f), 0o644); err != nil {
 			return nil, fmt.Errorf("%w: move pid %s into %s: %v", ErrNoDelegation, f, leaf, err)
 		}
 	}
@@ -123,7 +123,7 @@ func delegatedCgroup(root string, v2 bool, self []byte, ours []int) (*Cgroup, er
 	if have["cpu"] {
 		enable += " +cpu"
 	}
-	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(enable), 0); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte(enable), 0o644); err != nil {
 		return nil, fmt.Errorf("%w: enable %s in %s: %v", ErrNoDelegation, enable, dir, err)
 	}
 	return &Cgroup{Path: rel, CPU: have["cpu"]}, nil
