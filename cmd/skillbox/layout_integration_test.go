@@ -30,6 +30,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
+	"golang.org/x/sys/unix"
 )
 
 // layoutSkills is the root of the test skills.
@@ -134,6 +135,10 @@ func layoutBase(t *testing.T) string {
 	}
 	os.Chmod(base, 0o755)
 	t.Cleanup(func() {
+		// runsc keeps its empty network namespace mounted in each state
+		// dir the test gave it (cli-runsc, low-runsc, …): unmounted
+		// whether the dir is kept or not, so no test leaves a mount.
+		unmountUnder(base)
 		if t.Failed() {
 			t.Logf("kept %s for inspection", base)
 			return
@@ -141,6 +146,19 @@ func layoutBase(t *testing.T) string {
 		os.RemoveAll(base)
 	})
 	return base
+}
+
+// unmountUnder lazily unmounts every mount point below dir.
+func unmountUnder(dir string) {
+	raw, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[4], dir+"/") {
+			unix.Unmount(f[4], unix.MNT_DETACH)
+		}
+	}
 }
 
 // layoutCLI runs `skillbox run` on one runtime with a config of its own
