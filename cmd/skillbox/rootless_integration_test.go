@@ -8,6 +8,7 @@ package main
 // each run says it had enforced and how.
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"os"
@@ -51,6 +52,7 @@ func newRootlessHome(t *testing.T) *rootlessHome {
 		"scripts/py.py":   "import sys\nexec(sys.argv[1])\n",
 		"scripts/hog.py":  "chunks = []\nwhile True:\n    chunks.append(bytearray(8 << 20))\n",
 		"scripts/hi.sh":   "echo hello from $(id -u) in $(uname -r)\n",
+		"scripts/wait.sh": "echo up\nsleep 60\n",
 		"scripts/edit.py": "import os\nprint(open('in.txt').read().strip())\nopen('out.txt', 'w').write('made rootless\\n')\n",
 	})
 	writeFiles(t, h.project, map[string]string{"in.txt": "from the host\n"})
@@ -162,6 +164,50 @@ func TestRootless(t *testing.T) {
 	t.Run("root_only_runtime_refused", func(t *testing.T) {
 		o := h.run(t, append([]string{"run", "--runtime", "runc"}, append(base, "probe", "scripts/hi.sh")...)...)
 		runItWantError(t, "runc without root", o, 1, "runc runtime needs root", "--runtime runsc")
+	})
+	// docs/SECURITY.md's rootless host paths, checked while a run lives:
+	// the user's, 0700, and nothing in them reachable by another uid.
+	t.Run("host_paths_private", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := h.command(ctx, append([]string{"run"}, append(base, "probe", "scripts/wait.sh")...)...)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cancel(); cmd.Wait() }()
+		if line, _ := bufio.NewReader(out).ReadString('\n'); line != "up\n" {
+			t.Fatalf("the run did not start: %q", line)
+		}
+		state := filepath.Join(h.dir, ".local", "state", "skillbox")
+		runs := filepath.Join(state, "runs")
+		ents, err := os.ReadDir(runs)
+		if err != nil || len(ents) != 1 {
+			t.Fatalf("want one live run dir in %s: %v %v", runs, ents, err)
+		}
+		runDir := filepath.Join(runs, ents[0].Name())
+		stateDirs, _ := filepath.Glob(filepath.Join(state, "runsc-*"))
+		for _, p := range append([]string{runs, runDir, filepath.Join(state, "snapshots")}, stateDirs...) {
+			var st syscall.Stat_t
+			if err := syscall.Stat(p, &st); err != nil {
+				t.Errorf("%s: %v", p, err)
+				continue
+			}
+			if st.Uid != rootlessUID || st.Mode&0o777 != 0o700 {
+				t.Errorf("%s: uid %d mode %o, want uid %d mode 0700", p, st.Uid, st.Mode&0o777, rootlessUID)
+			}
+		}
+		// Another ordinary uid reaches nothing of the run.
+		for _, probe := range [][]string{{"ls", runs}, {"stat", runDir}, {"cat", filepath.Join(runDir, "config.json")}, {"ls", filepath.Join(runDir, "work")}} {
+			c := exec.Command(probe[0], probe[1:]...)
+			c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65533, Gid: 65533, Groups: []uint32{}}}
+			if o, err := c.CombinedOutput(); err == nil {
+				t.Errorf("uid 65533 ran %v: %s", probe, o)
+			}
+		}
 	})
 	t.Run("mcp_self_contained", func(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
