@@ -58,6 +58,10 @@ type SandboxSpec struct {
 	Skills  []SkillBind
 	Program *Program
 	Boot    BootMode
+	// Session is what a BootSession sandbox mounts (see SessionMounts);
+	// OnBackgroundExit, when set, learns of each background run's end.
+	Session          *SessionMounts
+	OnBackgroundExit func(BackgroundRun)
 	// Background boots the sandbox at a low CPU weight (a pool refill),
 	// so that runs under way keep the CPU; its job gets the normal weight.
 	Background bool
@@ -119,7 +123,7 @@ func (s SandboxSpec) job(inv Invocation) Job {
 	lim := inv.Limits.WithDefaults().WithSandbox(s.Limits.Sandbox())
 	return Job{ID: s.ID, RootFS: s.RootFS, Image: s.Image, SkillDir: s.SkillDir, DepsDir: s.DepsDir, Args: inv.Args, Env: inv.Env, ModuleEnv: inv.ModuleEnv,
 		Stdin: inv.Stdin, Files: inv.Files, Limits: lim, Network: s.Network, Egress: s.Egress, Skills: s.Skills, Program: s.Program,
-		Stdout: inv.Stdout, Stderr: inv.Stderr}
+		Stdout: inv.Stdout, Stderr: inv.Stderr, Session: s.Session}
 }
 
 // Fits reports whether an invocation with limits inv may run in a sandbox

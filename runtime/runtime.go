@@ -165,6 +165,9 @@ type Job struct {
 	// DepsDir, when set, is the host directory of the run's dependency
 	// layer, mounted read-only at DepsMount (see WithDepsPath).
 	DepsDir string
+
+	// Session, set for a session sandbox only, is what it mounts.
+	Session *SessionMounts
 }
 
 // StreamSink receives live output; Write must not block for long.

@@ -26,6 +26,19 @@ func ValidateJob(job Job) error {
 	if job.SkillDir != "" && !IsCleanAbs(job.SkillDir) {
 		return errkind.Errorf(ErrInvalidJob, "skill dir %q must be an absolute, clean host path", job.SkillDir)
 	}
+	if m := job.Session; m != nil {
+		for what, p := range map[string]string{"skills dir": m.SkillsDir, "skill snapshots dir": m.Snapshots, "supervisor": m.Supervisor} {
+			if !IsCleanAbs(p) {
+				return errkind.Errorf(ErrInvalidJob, "session %s %q must be an absolute, clean host path", what, p)
+			}
+		}
+		if m.Layers != "" && !IsCleanAbs(m.Layers) {
+			return errkind.Errorf(ErrInvalidJob, "session layers dir %q must be an absolute, clean host path", m.Layers)
+		}
+		if job.SkillDir != "" || job.DepsDir != "" || job.UsesSkillsDir() {
+			return errkind.Errorf(ErrInvalidJob, "a session sandbox mounts its skills and layers itself, not a run's")
+		}
+	}
 	if job.DepsDir != "" && !IsCleanAbs(job.DepsDir) {
 		return errkind.Errorf(ErrInvalidJob, "dependency layer %q must be an absolute, clean host path", job.DepsDir)
 	}

@@ -130,8 +130,11 @@ const (
 )
 
 type collector struct {
-	lim      runtime.Limits
-	inputs   inputManifest
+	lim    runtime.Limits
+	inputs inputManifest
+	// exclude is a name at the top of the workdir that is never an
+	// output (a session sandbox's state dir).
+	exclude  string
 	out      Outputs
 	unlisted int // skipped but not named
 	visited  int
@@ -204,6 +207,9 @@ func (c *collector) walkDir(dir *os.File, rel string, depth int) {
 			c.unlisted++
 			continue
 		}
+		if rel == "" && n == c.exclude {
+			continue
+		}
 		if !printableName(n) {
 			// Results, logs and terminals would carry the name raw
 			// (escape sequences, forged lines); reportName quotes it here.
@@ -237,6 +243,9 @@ func (c *collector) walkDir(dir *os.File, rel string, depth int) {
 			}
 			c.skip(r, "symlink, not followed")
 		default:
+			if in := c.inputs[r]; in != nil && in.kind == inputOther && in.fp == fingerprintOf(&st) {
+				continue // there before the run, untouched
+			}
 			c.skip(r, kindOf(st.Mode)+", not collected")
 		}
 	}

@@ -282,6 +282,7 @@ func buildMounts(job runtime.Job, opts SpecOptions, lim runtime.Limits) []specs.
 		m = append(m, specs.Mount{Destination: runtime.SkillMount, Type: "bind", Source: job.SkillDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	}
 	m = append(m, skillsMounts(job, opts.SkillsSource)...)
+	m = append(m, sessionMounts(job.Session)...)
 	m = append(m,
 		specs.Mount{Destination: runtime.WorkDir, Type: "bind", Source: opts.WorkdirSource, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", size(lim.TmpBytes)}},

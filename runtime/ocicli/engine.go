@@ -68,8 +68,9 @@ type engine struct {
 	cgParent  string
 	delegated bool
 
-	mu   sync.Mutex
-	live map[string]*sandbox // created and not yet destroyed
+	mu       sync.Mutex
+	live     map[string]*sandbox        // created and not yet destroyed
+	sessions map[string]*sessionSandbox // session sandboxes, likewise
 }
 
 // driver is what differs between the CLIs.

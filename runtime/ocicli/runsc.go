@@ -275,3 +275,10 @@ func logErrors(path string) string {
 	// The last one is the summary both CLIs print when they give up.
 	return msgs[len(msgs)-1]
 }
+
+var _ runtime.SessionBackend = (*Runsc)(nil)
+
+// CreateSession boots a session sandbox (see session.go).
+func (r *Runsc) CreateSession(ctx context.Context, spec runtime.SandboxSpec) (runtime.SessionSandbox, error) {
+	return r.eng.createSession(ctx, spec)
+}

@@ -643,8 +643,16 @@ func (e *engine) close(ctx context.Context) error {
 	for _, s := range e.live {
 		live = append(live, s)
 	}
+	sessions := make([]*sessionSandbox, 0, len(e.sessions))
+	for _, s := range e.sessions {
+		sessions = append(sessions, s)
+	}
 	e.mu.Unlock()
-	return process.DestroyAll(ctx, live)
+	var errs []error
+	for _, s := range sessions {
+		errs = append(errs, s.Destroy(ctx))
+	}
+	return errors.Join(append(errs, process.DestroyAll(ctx, live))...)
 }
 
 // initCmd is the CLI whose process group holds the first process, when a

@@ -24,6 +24,10 @@ type Service interface {
 	ApproveConfirmation(ctx context.Context, caller Peer, p ConfirmationIDParams) (*Confirmation, error)
 	DenyConfirmation(ctx context.Context, caller Peer, p ConfirmationIDParams) (*Confirmation, error)
 	CancelRun(ctx context.Context, caller Peer, p CancelRunParams) (*CancelRunResult, error)
+	ListRuns(ctx context.Context, caller Peer, p RunsListParams) (*RunsListResult, error)
+	RunLogs(ctx context.Context, caller Peer, p RunLogsParams) (*RunLogsResult, error)
+	WaitRun(ctx context.Context, caller Peer, p RunWaitParams) (*BackgroundRun, error)
+	SignalRun(ctx context.Context, caller Peer, p RunSignalParams) (*BackgroundRun, error)
 
 	ActivateSkill(ctx context.Context, caller Peer, p ActivateParams) (*ActivateResult, error)
 	ReportTool(ctx context.Context, caller Peer, p ReportToolParams) (*ReportToolResult, error)

@@ -205,6 +205,10 @@ type RunScriptParams struct {
 	Network        bool              `json:"network,omitempty"`
 	Stream         bool              `json:"stream,omitempty"`
 	ConfirmationID string            `json:"confirmation_id,omitempty"`
+	// Background starts the run in the session's sandbox and returns at
+	// once with its handle (RunScriptResult.Background); runs.* follow it.
+	// Only for skills whose policy sets isolation = "session".
+	Background bool `json:"background,omitempty"`
 	WorkspaceParams
 }
 
@@ -237,6 +241,7 @@ type RunCodeParams struct {
 	TimeoutMS      int64             `json:"timeout_ms,omitempty"`
 	Stream         bool              `json:"stream,omitempty"`
 	ConfirmationID string            `json:"confirmation_id,omitempty"`
+	Background     bool              `json:"background,omitempty"` // see RunScriptParams
 	WorkspaceParams
 }
 
@@ -325,6 +330,12 @@ type RunScriptResult struct {
 	// Workspace is what the run took from its workspace and what came
 	// back (runs with a workspace).
 	Workspace *WorkspaceReport `json:"workspace,omitempty"`
+	// Isolation is "session" for a run in its session's sandbox (which
+	// SessionSandbox names); Background is set, and the exit fields
+	// empty, for a run that was started in the background.
+	Isolation      string         `json:"isolation,omitempty"`
+	SessionSandbox string         `json:"session_sandbox,omitempty"`
+	Background     *BackgroundRun `json:"background,omitempty"`
 }
 
 // Workspace kinds: a host directory (the CLI's --workdir, an MCP client's

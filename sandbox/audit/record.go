@@ -35,6 +35,14 @@ const (
 	EventConfirmExpire  = "confirmation.expire"  // confirmation
 	EventConfirmUse     = "confirmation.use"     // confirmation consumed (or refused) by a run
 	EventAuthRefused    = "auth.refused"         // peer, method; error says why
+	// A session's own sandbox (isolation = "session"): started, destroyed,
+	// checkpointed, restored and forked, with its id (and a checkpoint's
+	// digest) in detail; runs.signal on a background run.
+	EventSessionSandbox    = "session.sandbox"
+	EventSessionCheckpoint = "session.checkpoint"
+	EventSessionRestore    = "session.restore"
+	EventSessionFork       = "session.fork"
+	EventRunSignal         = "run.signal"
 	// EventEgress is one connection attempt of a run through its egress
 	// proxy, or one name its resolver refused: egress (run id, kind,
 	// destination name, address and port, allowed and the rule, bytes each
@@ -190,9 +198,15 @@ type RunInfo struct {
 	Ended          time.Time `json:"ended,omitzero"`
 	DurationMS     int64     `json:"duration_ms,omitempty"`
 	// ExitCode is nil until the run has ended with a status.
-	ExitCode *int   `json:"exit_code,omitempty"`
-	Signal   string `json:"signal,omitempty"`
-	Reason   string `json:"reason,omitempty"` // exit, timeout, oom, pids, output_cap, killed
+	// Isolation is "session" for a run in its session's sandbox
+	// (SessionSandbox names it), Background for a run that outlives its
+	// call (its run.end comes when it ends).
+	Isolation      string `json:"isolation,omitempty"`
+	SessionSandbox string `json:"session_sandbox,omitempty"`
+	Background     bool   `json:"background,omitempty"`
+	ExitCode       *int   `json:"exit_code,omitempty"`
+	Signal         string `json:"signal,omitempty"`
+	Reason         string `json:"reason,omitempty"` // exit, timeout, oom, pids, output_cap, killed
 	// LimitsEnforcedBy names what held each limit (run.end; see
 	// runtime.Result.LimitsEnforcedBy): cgroup, gvisor, tmpfs, skillbox,
 	// skillbox-poll, gvisor-rlimit, or none.

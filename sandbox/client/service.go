@@ -183,6 +183,26 @@ func (c *Client) CancelRun(ctx context.Context, _ api.Peer, p api.CancelRunParam
 	return call[api.CancelRunResult](ctx, c, api.MethodRunsCancel, p)
 }
 
+// ListRuns lists the session's background runs.
+func (c *Client) ListRuns(ctx context.Context, _ api.Peer, p api.RunsListParams) (*api.RunsListResult, error) {
+	return call[api.RunsListResult](ctx, c, api.MethodRunsList, p)
+}
+
+// RunLogs reads a background run's log by offset.
+func (c *Client) RunLogs(ctx context.Context, _ api.Peer, p api.RunLogsParams) (*api.RunLogsResult, error) {
+	return call[api.RunLogsResult](ctx, c, api.MethodRunsLogs, p)
+}
+
+// WaitRun waits (boundedly) for a background run to end.
+func (c *Client) WaitRun(ctx context.Context, _ api.Peer, p api.RunWaitParams) (*api.BackgroundRun, error) {
+	return call[api.BackgroundRun](ctx, c, api.MethodRunsWait, p)
+}
+
+// SignalRun sends a signal to a background run.
+func (c *Client) SignalRun(ctx context.Context, _ api.Peer, p api.RunSignalParams) (*api.BackgroundRun, error) {
+	return call[api.BackgroundRun](ctx, c, api.MethodRunsSignal, p)
+}
+
 // CheckTool asks whether the host may call one of its own tools now.
 func (c *Client) CheckTool(ctx context.Context, _ api.Peer, p api.CheckToolParams) (*api.CheckToolResult, error) {
 	return call[api.CheckToolResult](ctx, c, api.MethodToolsCheck, p, append([]string{p.ConfirmationID}, p.ConfirmationIDs...)...)

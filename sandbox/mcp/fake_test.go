@@ -211,3 +211,19 @@ func (f *fakeService) DenyConfirmation(_ context.Context, _ api.Peer, p api.Conf
 func (f *fakeService) CancelRun(context.Context, api.Peer, api.CancelRunParams) (*api.CancelRunResult, error) {
 	return &api.CancelRunResult{}, nil
 }
+
+func (f *fakeService) ListRuns(context.Context, api.Peer, api.RunsListParams) (*api.RunsListResult, error) {
+	return &api.RunsListResult{Runs: []api.BackgroundRun{}}, nil
+}
+
+func (f *fakeService) RunLogs(_ context.Context, _ api.Peer, p api.RunLogsParams) (*api.RunLogsResult, error) {
+	return &api.RunLogsResult{RunID: p.RunID, Encoding: "utf-8", State: api.RunExited, EOF: true}, nil
+}
+
+func (f *fakeService) WaitRun(_ context.Context, _ api.Peer, p api.RunWaitParams) (*api.BackgroundRun, error) {
+	return &api.BackgroundRun{RunID: p.RunID, State: api.RunExited}, nil
+}
+
+func (f *fakeService) SignalRun(_ context.Context, _ api.Peer, p api.RunSignalParams) (*api.BackgroundRun, error) {
+	return &api.BackgroundRun{RunID: p.RunID, State: api.RunRunning}, nil
+}

@@ -75,6 +75,9 @@ type RunOutput struct {
 	// LimitsEnforcedBy names what held each limit (see
 	// api.RunScriptResult).
 	LimitsEnforcedBy map[string]string `json:"limits_enforced_by,omitempty"`
+	// Background is the run a background call started (it has not ended:
+	// follow it with runs_logs, runs_wait, runs_signal).
+	Background *api.BackgroundRun `json:"background,omitempty"`
 }
 
 // FileLink is a file a run wrote and where to read it.
@@ -116,7 +119,7 @@ func (c *Conn) runResult(res *api.RunScriptResult) (*sdk.CallToolResult, *RunOut
 		out := runOutput(res, stored, cut)
 		tr := &sdk.CallToolResult{Content: resultContent(out)}
 		if resultSize(tr, out) <= budget || level >= 8 {
-			tr.IsError = res.ExitCode != 0 || (res.Reason != "" && res.Reason != string(runtime.ReasonExit))
+			tr.IsError = res.Background == nil && (res.ExitCode != 0 || (res.Reason != "" && res.Reason != string(runtime.ReasonExit)))
 			return tr, out
 		}
 	}
@@ -141,7 +144,7 @@ func runOutput(res *api.RunScriptResult, stored bool, cut resultCut) *RunOutput 
 		StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr),
 		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
 		OutputsTruncatedBy: res.OutputsTruncatedBy, Hint: res.Hint, Warnings: res.Warnings, ConfirmationID: res.ConfirmationID,
-		Files: []FileLink{}, Skills: res.Skills, LimitsEnforcedBy: res.LimitsEnforcedBy,
+		Files: []FileLink{}, Skills: res.Skills, LimitsEnforcedBy: res.LimitsEnforcedBy, Background: res.Background,
 	}
 	var cutShort bool
 	if out.Stdout, cutShort = streamEnd(res.Stdout, tail); cutShort && stored {

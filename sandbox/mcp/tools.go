@@ -70,6 +70,7 @@ type RunScriptInput struct {
 	Inputs         []string          `json:"inputs,omitempty" jsonschema:"paths or globs of the workspace (the user's project) the run is given in its working directory, like report.pdf or data/**; default: the whole workspace"`
 	ShowImages     bool              `json:"show_images,omitempty" jsonschema:"also return the first small image the run wrote (PNG, JPEG, GIF, WebP up to 256 KiB) as image content, to look at it"`
 	ConfirmationID string            `json:"confirmation_id,omitempty" jsonschema:"the id of an approved confirmation, to repeat a run that needed approval"`
+	Background     bool              `json:"background,omitempty" jsonschema:"start the run in this conversation's sandbox and return at once with its run_id (a dev server, a long build); follow it with runs_logs, runs_wait, runs_signal. Only for skills whose policy keeps a sandbox per session"`
 }
 
 // RunCodeInput is skills_run_code's input.
@@ -84,6 +85,7 @@ type RunCodeInput struct {
 	Inputs         []string          `json:"inputs,omitempty" jsonschema:"paths or globs of the workspace (the user's project) the run is given in its working directory, like report.pdf or data/**; default: the whole workspace"`
 	ShowImages     bool              `json:"show_images,omitempty" jsonschema:"also return the first small image the run wrote (PNG, JPEG, GIF, WebP up to 256 KiB) as image content, to look at it"`
 	ConfirmationID string            `json:"confirmation_id,omitempty" jsonschema:"the id of an approved confirmation, to repeat a run that needed approval"`
+	Background     bool              `json:"background,omitempty" jsonschema:"start the code in this conversation's sandbox and return at once with its run_id; follow it with runs_logs, runs_wait, runs_signal"`
 }
 
 // CheckInput is tools_check's input.
@@ -135,6 +137,7 @@ func (c *Conn) addTools() {
 		Description: "Ask whether a tool call is allowed while the active skills are in force: decision allow, deny or confirm, and the rule that decided.",
 		Annotations: ro,
 	}, c.check)
+	c.addRunTools()
 }
 
 // addLoadTool (re)registers skills_load with the catalog in its
@@ -226,8 +229,8 @@ func (c *Conn) check(ctx context.Context, req *sdk.CallToolRequest, in CheckInpu
 func (c *Conn) runScript(ctx context.Context, req *sdk.CallToolRequest, in RunScriptInput) (*sdk.CallToolResult, *RunOutput, error) {
 	p := api.RunScriptParams{
 		SessionID: c.session, Skill: in.Skill, Path: in.Path, Args: in.Args, Env: in.Env, Stdin: in.Stdin,
-		TimeoutMS: in.TimeoutMS, Files: in.Files, ConfirmationID: in.ConfirmationID,
-		WorkspaceParams: api.WorkspaceParams{Workspace: c.workspaceDir(ctx, req.Session), Inputs: in.Inputs},
+		TimeoutMS: in.TimeoutMS, Files: in.Files, ConfirmationID: in.ConfirmationID, Background: in.Background,
+		WorkspaceParams: c.runWorkspace(ctx, req, in.Background, in.Inputs),
 	}
 	return c.run(ctx, req, ToolRunScript, func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error) {
 		p.Stream = stream
@@ -241,8 +244,8 @@ func (c *Conn) runScript(ctx context.Context, req *sdk.CallToolRequest, in RunSc
 func (c *Conn) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCodeInput) (*sdk.CallToolResult, *RunOutput, error) {
 	p := api.RunCodeParams{
 		SessionID: c.session, Language: in.Language, Code: in.Code, Args: in.Args, Files: in.Files,
-		Stdin: in.Stdin, Env: in.Env, TimeoutMS: in.TimeoutMS, ConfirmationID: in.ConfirmationID,
-		WorkspaceParams: api.WorkspaceParams{Workspace: c.workspaceDir(ctx, req.Session), Inputs: in.Inputs},
+		Stdin: in.Stdin, Env: in.Env, TimeoutMS: in.TimeoutMS, ConfirmationID: in.ConfirmationID, Background: in.Background,
+		WorkspaceParams: c.runWorkspace(ctx, req, in.Background, in.Inputs),
 	}
 	return c.run(ctx, req, ToolRunCode, func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error) {
 		p.Stream = stream

@@ -66,6 +66,9 @@ type Options struct {
 	// Deps gives runs their dependency layers; nil: skills' declared
 	// dependencies are ignored.
 	Deps *Deps
+	// Sessions keeps the session sandboxes of isolation = "session" runs;
+	// nil: such runs are refused, saying why.
+	Sessions *SessionSandboxes
 }
 
 // Engine turns an authorized run request into one sandboxed run: it
@@ -84,6 +87,7 @@ type Engine struct {
 	progress io.Writer
 	egress   EgressOptions
 	deps     *Deps
+	sessions *SessionSandboxes
 
 	caMu           sync.Mutex // guards egress.CA
 	egressBudgets  uidBudgets // per-uid budgets of egress audit records
@@ -102,7 +106,7 @@ func New(o Options) *Engine {
 		j = NewJournal(nil, nil)
 	}
 	return &Engine{cfg: o.Config, images: o.Images, rt: o.Runtime, pool: o.Pool, pins: o.Pins, journal: j,
-		log: log, progress: o.Progress, egress: o.Egress, deps: o.Deps}
+		log: log, progress: o.Progress, egress: o.Egress, deps: o.Deps, sessions: o.Sessions}
 }
 
 // Config is the policy the engine plans runs with.
@@ -153,6 +157,10 @@ type RunRequest struct {
 	// Command, when set, runs this shell command in the shell image
 	// instead of a script (a skill's !`command` or hook; see command.go).
 	Command *CommandSpec
+
+	// Background starts the run in its session's sandbox and returns at
+	// once (isolation = "session" only); runs.* follow it.
+	Background bool
 }
 
 // Plan is a validated request with everything resolved: what will run, where,
@@ -188,6 +196,12 @@ type Plan struct {
 	Digest        string
 	Code          *CodePlan      // skills.run_code runs only
 	Workspace     *WorkspacePlan // runs with a workspace only
+	// Isolation is how the run is isolated (policy IsolationFor) and
+	// IsolationRule the rule that says so; SessionSandbox names the
+	// session sandbox a session run went to, once it has.
+	Isolation      policy.Isolation
+	IsolationRule  string
+	SessionSandbox string
 }
 
 // Result is a finished run: the sandbox's result (runtime.Result: exit,
@@ -209,6 +223,9 @@ type Result struct {
 	// Workspace is what the run took from its workspace and what came
 	// back (runs with a workspace).
 	Workspace *api.WorkspaceReport
+	// Background is the run a background request started (Result is then
+	// nil: it has not ended).
+	Background *runtime.BackgroundRun
 }
 
 // Prepare validates req against the skill and the policy without running
@@ -218,6 +235,9 @@ type Result struct {
 // api.ErrLimitExceeded.
 func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	p, err := e.prepare(req)
+	if err == nil {
+		err = e.planIsolation(p)
+	}
 	if err != nil || req.Workspace == nil {
 		return p, err
 	}
@@ -432,6 +452,9 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	p.Code.applyTo(&job)
 	job.ModuleEnv = depsModuleEnv(job.ModuleEnv, img.Name, layer)
 	log.Debug("run starting", "run_id", p.RunID, "skill", p.SkillName(), "script", p.Script, "image", img.Digest, "deps_layer", layerDigest)
+	if req.Background {
+		return e.executeBackground(ctx, p, img, job, start, layerDigest, warnings)
+	}
 	res, runErr := e.runJob(ctx, p, img, job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
 		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
@@ -525,6 +548,9 @@ func (e *Engine) runInfo(p *Plan, img runtime.ImageRef, rtVersion string) *audit
 	ri.RunID, ri.Limits, ri.EgressSecrets, ri.ConfirmationID = p.RunID, p.Limits, p.secretNames(), req.ConfirmationID
 	ri.EnvNames, ri.EnvHash = audit.EnvSummary(req.Env)
 	ri.Runtime, ri.RuntimeVersion, ri.Image, ri.ImageDigest = e.rt.Name(), rtVersion, img.Name, img.Digest
+	if p.Isolation == policy.IsolationSession {
+		ri.Isolation, ri.SessionSandbox, ri.Background = string(p.Isolation), p.SessionSandbox, req.Background
+	}
 	if len(req.Stdin) > 0 {
 		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), SHA256Hex(req.Stdin)
 	}

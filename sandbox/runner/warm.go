@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -28,6 +29,9 @@ const warmScanFiles = 500
 
 // runJob runs job warm when the pool has a sandbox for it, cold otherwise.
 func (e *Engine) runJob(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job) (*runtime.Result, error) {
+	if p.Isolation == policy.IsolationSession {
+		return e.sessions.run(ctx, p, job)
+	}
 	sk := p.Request.Skill
 	if e.pool == nil || sk == nil { // run_code runs are always cold
 		return e.rt.Run(ctx, job)

@@ -37,7 +37,7 @@ func (s *Service) RunCode(ctx context.Context, caller api.Peer, p api.RunCodePar
 		sks = append(sks, sk)
 	}
 	req := RunRequest{Code: &CodeRequest{Language: p.Language, Code: []byte(p.Code), Skills: sks}}
-	return s.runWire(ctx, caller, req, wireRun{p.Args, p.Env, p.Stdin, p.Files, p.TimeoutMS, p.WorkspaceParams}, RunOptions{
+	return s.runWire(ctx, caller, req, wireRun{p.Args, p.Env, p.Stdin, p.Files, p.TimeoutMS, p.Background, p.WorkspaceParams}, RunOptions{
 		Method: api.MethodSkillsRunCode, SessionID: p.SessionID, ConfirmationID: p.ConfirmationID, Stream: p.Stream,
 	})
 }
@@ -50,6 +50,8 @@ type wireRun struct {
 	stdin     string
 	files     []api.File
 	timeoutMS int64
+	// background: see api.RunScriptParams.Background.
+	background bool
 	api.WorkspaceParams
 }
 
@@ -65,7 +67,11 @@ func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, 
 	}
 	req.Args, req.Env, req.Stdin, req.Files = w.args, w.env, []byte(w.stdin), files
 	req.Limits = runtime.Limits{Timeout: time.Duration(w.timeoutMS) * time.Millisecond}
-	if w.Workspace == "" || w.Workspace == SessionWorkspaceName {
+	req.Background = w.background
+	if w.background && w.Workspace == "" {
+		// A background run has no end to write changes back at: it
+		// works in its sandbox's /work, without the session workspace.
+	} else if w.Workspace == "" || w.Workspace == SessionWorkspaceName {
 		// A run that names no directory works in its session's own, once
 		// the session has one.
 		req.Workspace, err = s.sessionWorkspaceRequest(o.SessionID, w.Inputs, w.Workspace == SessionWorkspaceName)
@@ -345,6 +351,9 @@ func codeSkillNames(c *runner.CodePlan) string {
 // inlines none); every output past the budget keeps its path, size and
 // sha256 and is marked ContentOmitted, and OutputsNotInlined counts them.
 func ResultOf(o *Result, inlineBudget int64) api.RunScriptResult {
+	if o.Background != nil {
+		return backgroundResult(o)
+	}
 	r := o.Result
 	res := api.RunScriptResult{
 		RunID: o.RunID, Path: o.Plan.Script, ExitCode: r.ExitCode, Signal: r.Signal,
@@ -372,6 +381,9 @@ func ResultOf(o *Result, inlineBudget int64) api.RunScriptResult {
 	res.Outputs, res.OutputsSkipped = []api.Output{}, append([]string{}, r.OutputsSkipped...)
 	res.Deleted = append([]string{}, r.Deleted...)
 	res.Workspace = o.Workspace
+	if o.Plan.Isolation == policy.IsolationSession {
+		res.Isolation, res.SessionSandbox = string(o.Plan.Isolation), o.Plan.SessionSandbox
+	}
 	left := inlineBudget
 	for _, f := range r.Outputs {
 		out := api.Output{Path: f.Path, Size: f.Size, SHA256: f.SHA256}

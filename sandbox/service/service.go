@@ -181,6 +181,7 @@ func (s *Service) record(ctx context.Context, r *audit.Record) error {
 // sessionExpired audits a session a sweep removed.
 func (s *Service) sessionExpired(ses store.Session) {
 	s.grants.forget(ses.ID)
+	s.engine.Sessions().CloseSession(context.Background(), ses.ID, "session expired")
 	s.removeSessionWorkspace(ses.ID)
 	s.record(context.Background(), &audit.Record{
 		Event: audit.EventSessionClose, SessionID: ses.ID, Outcome: "expired",
@@ -299,6 +300,7 @@ func (s *Service) CloseSession(ctx context.Context, caller api.Peer, p api.Sessi
 		return nil, err
 	}
 	s.grants.forget(p.SessionID)
+	s.engine.Sessions().CloseSession(ctx, p.SessionID, "session closed")
 	s.removeSessionWorkspace(p.SessionID)
 	s.record(ctx, base(ctx, caller, api.MethodSessionsClose, audit.EventSessionClose, p.SessionID))
 	return &api.CloseSessionResult{Closed: true}, nil

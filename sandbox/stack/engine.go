@@ -186,6 +186,7 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*runner.E
 	if o.wrap != nil {
 		imgs = o.wrap(si)
 	}
+	sessions := newSessionSandboxes(cfg, rt, o.pins, rec, log)
 	return runner.New(runner.Options{
 		Config:   cfg,
 		Images:   imgs,
@@ -197,6 +198,7 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*runner.E
 		Progress: o.progress,
 		Egress:   eo,
 		Deps:     dp,
+		Sessions: sessions,
 	}), nil
 }
 
@@ -294,4 +296,23 @@ func snapshotDir() string {
 		}
 	}
 	return runner.DefaultSnapshotDir
+}
+
+// newSessionSandboxes is the keeper of isolation = "session" sandboxes:
+// beside the skill snapshots, with this binary as the supervisor inside.
+// A runtime that cannot keep them leaves it without a backend, so such
+// runs are refused saying why.
+func newSessionSandboxes(cfg *policy.Config, rt runtime.Runtime, pins *runner.SnapshotStore, rec runner.Recorder, log hclog.Logger) *runner.SessionSandboxes {
+	o := runner.SessionOptions{Config: cfg.Sessions}
+	if pins != nil {
+		o.Snapshots = pins.Dir
+		o.Dir = filepath.Join(filepath.Dir(pins.Dir), "session-sandboxes")
+	}
+	if sb, ok := rt.(runtime.SessionBackend); ok {
+		o.Backend = sb
+	}
+	if exe, err := os.Executable(); err == nil {
+		o.Supervisor = exe
+	}
+	return runner.NewSessionSandboxes(o, rec, log)
 }

@@ -400,6 +400,9 @@ func (s *Stack) Stop() {
 	s.stopOnce.Do(func() {
 		s.cancel()
 		if s.engine != nil {
+			sctx, scancel := context.WithTimeout(context.Background(), stopWait)
+			s.engine.Sessions().Close(sctx)
+			scancel()
 			if p := s.engine.Pool(); p != nil {
 				pctx, pcancel := context.WithTimeout(context.Background(), stopWait)
 				if err := p.Close(pctx); err != nil {

@@ -1,0 +1,493 @@
+package ocicli
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/process"
+	"github.com/skillbox/skillbox/runtime/supervisor"
+)
+
+// A session sandbox (runtime.SessionSandbox) on runsc: booted like a warm
+// sandbox (`run --detach` of the bundle, or attached where the CLI must
+// stay), with skillbox's supervisor as its first process. Every run is a
+// request down the supervisor's stdin; its output, start and end come
+// back as events on its stdout (runtime/supervisor). The workdir tmpfs
+// and the cgroup are the sandbox's for its whole life, so a run's outputs
+// are what changed in /work during it, and its OOM and pids events are
+// the counters' growth during it.
+
+// pythonWorkers is how many interpreters a session sandbox keeps started.
+const pythonWorkers = 1
+
+// sessionStopWait bounds how long a killed run may take to be reported.
+const sessionStopWait = 5 * time.Second
+
+type sessionSandbox struct {
+	e       *engine
+	spec    runtime.SandboxSpec
+	version string
+	opts    oci.SpecOptions
+	b       *oci.Bundle
+	cgPath  string
+
+	lifeCtx    context.Context
+	lifeCancel context.CancelFunc
+	runCmd     *exec.Cmd
+	runExited  <-chan struct{}
+	detached   bool
+	initIn     *os.File
+	initOut    *os.File
+	initErr    *os.File
+	stderr     *tailBuffer // the supervisor's own stderr, for errors
+	client     *supervisor.Client
+	mem        *memoryWatch
+
+	fg sync.Mutex // one foreground run at a time
+
+	mu   sync.Mutex
+	bg   map[string]*runtime.BackgroundRun
+	done chan struct{}
+
+	destroyOnce sync.Once
+	destroyErr  error
+}
+
+var _ runtime.SessionSandbox = (*sessionSandbox)(nil)
+
+// CreateSession boots a session sandbox: the bundle, cgroup and workdir
+// of a sandbox, and the supervisor started in it and ready.
+func (e *engine) createSession(ctx context.Context, spec runtime.SandboxSpec) (_ runtime.SessionSandbox, err error) {
+	if e.name != "runsc" {
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "isolation = \"session\" needs the runsc runtime (gVisor): %s cannot keep a sandbox across runs or checkpoint it; use runtime = \"runsc\" or isolation = \"run\"", e.name)
+	}
+	if spec.Boot != runtime.BootSession || spec.Session == nil {
+		return nil, errkind.Errorf(runtime.ErrInvalidJob, "sandbox %s is not a session sandbox", spec.ID)
+	}
+	if spec.Network || spec.Egress != nil {
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "a session sandbox has no network yet: a skill with network or egress runs with isolation = \"run\"")
+	}
+	if _, err := e.cli.lookup(); err != nil {
+		return nil, err
+	}
+	version, err := e.cli.Version(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if spec.RootFS == "" {
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "image %q is the registry image %s, which only the containerd runtime runs", spec.Image.Name, spec.Image.Ref)
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	if err := oci.MakePrivateDir(e.cli.root, e.name+" state dir"); err != nil {
+		return nil, err
+	}
+	argv := []string{runtime.SupervisorPath, "supervise", "--python-workers", strconv.Itoa(pythonWorkers)}
+	probe := runtime.JobOf(spec, runtime.Invocation{Args: argv, Limits: spec.Limits})
+	opts := e.d.specOptions(probe)
+	b, err := oci.NewSandboxBundle(spec, e.runDir, opts)
+	if err != nil {
+		return nil, err
+	}
+	s := &sessionSandbox{e: e, spec: spec, version: version, opts: opts, b: b, cgPath: e.cgParent + "/" + spec.ID,
+		bg: map[string]*runtime.BackgroundRun{}, done: make(chan struct{}), stderr: &tailBuffer{max: 8 << 10}}
+	s.lifeCtx, s.lifeCancel = context.WithCancel(context.Background())
+	e.mu.Lock()
+	if e.sessions == nil {
+		e.sessions = map[string]*sessionSandbox{}
+	}
+	e.sessions[spec.ID] = s
+	e.mu.Unlock()
+	defer func() {
+		if err != nil {
+			_ = s.Destroy(ctx)
+		}
+	}()
+	if err := e.d.setupCgroup(s.cgPath, spec.Limits); err != nil {
+		return nil, err
+	}
+	if err := s.b.SpecFor(probe, s.opts); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(filepath.Join(b.Workdir, path.Base(runtime.SessionStateDir)), 0o700); err != nil {
+		return nil, fmt.Errorf("make session state dir: %w", err)
+	}
+	if err := chownTree(filepath.Join(b.Workdir, path.Base(runtime.SessionStateDir)), b.OwnerUID, b.OwnerGID); err != nil {
+		return nil, err
+	}
+	if err := s.boot(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// chownTree gives dir to the sandbox's user.
+func chownTree(dir string, uid, gid int) error {
+	if err := os.Lchown(dir, uid, gid); err != nil {
+		return fmt.Errorf("chown %s: %w", dir, err)
+	}
+	return nil
+}
+
+// boot starts the supervisor and waits until it is ready.
+func (s *sessionSandbox) boot(ctx context.Context) error {
+	ps, err := process.MakePipes(3)
+	if err != nil {
+		return err
+	}
+	inR, inW, outR, outW, errR, errW := ps[0].R, ps[0].W, ps[1].R, ps[1].W, ps[2].R, ps[2].W
+	s.initIn, s.initOut, s.initErr = inW, outR, errR
+	global, args := s.e.d.runCommand(false, s.b)
+	s.detached = !(reapsOrphans() || s.e.rootless)
+	if s.detached {
+		args = append([]string{"run", "--detach"}, args[1:]...)
+	}
+	cmd, err := s.e.cli.command(s.lifeCtx, global, args...)
+	if err != nil {
+		for _, f := range []*os.File{inR, outW, errW} {
+			f.Close()
+		}
+		return err
+	}
+	cmd.Dir = s.b.Dir
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
+	s.e.log.Debug("session sandbox starting", "id", s.spec.ID, "args", cmd.Args)
+	exited, err := startTied(cmd)
+	for _, f := range []*os.File{inR, outW, errW} {
+		f.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("start %s: %w", s.e.name, err)
+	}
+	s.runCmd, s.runExited = cmd, exited
+	go func() { _, _ = io.Copy(s.stderr, errR) }()
+	if s.e.rootless && !s.detached {
+		if s.e.delegated {
+			s.mem = watchCgroup(cmd.Process.Pid, s.cgPath)
+		} else {
+			s.mem = watchMemory(cmd.Process.Pid, s.spec.Limits.MemoryBytes)
+		}
+	}
+	s.client = supervisor.NewClient(inW, outR, supervisor.WithOnExit(s.backgroundExited))
+	s.initIn = nil // the client owns it now
+	go func() {
+		select {
+		case <-s.client.Dead():
+		case <-s.lifeCtx.Done():
+		}
+		s.markDone()
+	}()
+	bctx, cancel := context.WithTimeout(ctx, runtime.BootTimeout)
+	defer cancel()
+	if _, err := s.client.Ready(bctx); err != nil {
+		return s.bootError(err)
+	}
+	return nil
+}
+
+func (s *sessionSandbox) markDone() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.done:
+	default:
+		close(s.done)
+	}
+}
+
+// bootError explains a supervisor that did not get ready.
+func (s *sessionSandbox) bootError(cause error) error {
+	if err := s.e.d.setupError(s.b, 128); err != nil {
+		return err
+	}
+	msg := bytes.TrimSpace(s.stderr.Bytes())
+	if len(msg) > 0 {
+		return fmt.Errorf("session sandbox %s did not boot: %v (supervisor: %s)", s.spec.ID, cause, msg)
+	}
+	return fmt.Errorf("session sandbox %s did not boot: %w", s.spec.ID, cause)
+}
+
+func (s *sessionSandbox) ID() string            { return s.spec.ID }
+func (s *sessionSandbox) Workdir() string       { return s.b.Workdir }
+func (s *sessionSandbox) Done() <-chan struct{} { return s.done }
+
+// gone is the error of a call on a sandbox that is no longer there.
+func (s *sessionSandbox) gone() error {
+	if err := s.client.Err(); err != nil {
+		return errkind.Errorf(runtime.ErrUnavailable, "session sandbox %s is gone (%v): the session starts a new one on its next run", s.spec.ID, err)
+	}
+	return errkind.Errorf(runtime.ErrUnavailable, "session sandbox %s is gone: the session starts a new one on its next run", s.spec.ID)
+}
+
+// request is the supervisor's request for a run of inv.
+func (s *sessionSandbox) request(ctx context.Context, runID string, inv runtime.Invocation) (supervisor.Request, runtime.Job, error) {
+	select {
+	case <-s.done:
+		return supervisor.Request{}, runtime.Job{}, s.gone()
+	default:
+	}
+	if !runtime.JobIDPattern.MatchString(runID) {
+		return supervisor.Request{}, runtime.Job{}, errkind.Errorf(runtime.ErrInvalidJob, "run id %q must be [a-zA-Z0-9_-]", runID)
+	}
+	job, err := runtime.Accept(ctx, s.spec, inv)
+	if err != nil {
+		return supervisor.Request{}, runtime.Job{}, err
+	}
+	env, err := runtime.ContainerEnv(job.Env)
+	if err != nil {
+		return supervisor.Request{}, runtime.Job{}, err
+	}
+	if err := s.b.WriteSessionInputs(job.Files); err != nil {
+		return supervisor.Request{}, runtime.Job{}, err
+	}
+	req := supervisor.Request{Op: supervisor.OpRun, ID: runID, Argv: job.Args, Env: append(env, job.ModuleEnv...),
+		Cwd: runtime.WorkDir, Stdin: job.Stdin, Python: runtime.PythonInvocation(job.Args)}
+	return req, job, nil
+}
+
+func (s *sessionSandbox) Run(ctx context.Context, runID string, inv runtime.Invocation) (*runtime.Result, error) {
+	s.fg.Lock()
+	defer s.fg.Unlock()
+	req, job, err := s.request(ctx, runID, inv)
+	if err != nil {
+		return nil, err
+	}
+	lim := job.Limits
+	before, err := s.b.WorkdirState()
+	if err != nil {
+		return nil, err
+	}
+	cgBefore := process.ReadCgroupEvents(s.cgPath)
+	outCap, errCap := oci.NewCapture(lim.StdoutBytes, job.Stdout), oci.NewCapture(lim.StderrBytes, job.Stderr)
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	go outCap.Drain(outR)
+	go errCap.Drain(errR)
+	closeStreams := func() {
+		outW.Close()
+		errW.Close()
+		<-outCap.Done
+		<-errCap.Done
+	}
+	started := time.Now()
+	run, err := s.client.Start(ctx, req, outW, errW)
+	if err != nil {
+		closeStreams()
+		return nil, s.runError(runID, err)
+	}
+	_, exited, reason := process.AwaitEnd(ctx, run.Done(), process.Ends{
+		Left: lim.Timeout - time.Since(started), StdoutOver: outCap.Over, StderrOver: errCap.Over,
+	})
+	if !exited {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionStopWait)
+		err := s.client.Signal(sctx, runID, syscall.SIGKILL)
+		cancel()
+		if err == nil {
+			select {
+			case <-run.Done():
+			case <-time.After(sessionStopWait):
+				err = fmt.Errorf("the supervisor did not report the end of run %s %s after killing it", runID, sessionStopWait)
+			}
+		}
+		if err != nil {
+			// A supervisor that cannot stop a run is not one to trust
+			// with the next: the sandbox goes.
+			closeStreams()
+			_ = s.Destroy(ctx)
+			return nil, fmt.Errorf("run %s: %w", runID, err)
+		}
+	}
+	duration := time.Since(started)
+	closeStreams()
+	ex := run.Exit()
+	reason, ev := process.SessionEndReason(reason, outCap, errCap, s.cgPath, cgBefore)
+	res := &runtime.Result{
+		ExitCode: ex.Code, Signal: ex.Signal, Reason: reason, Duration: duration,
+		Runtime: s.e.name, RuntimeVersion: s.version, Warm: true,
+		LimitsEnforcedBy: s.e.d.enforcement(),
+	}
+	res.Stdout, res.StdoutTruncated = outCap.Result()
+	res.Stderr, res.StderrTruncated = errCap.Result()
+	outs, err := s.b.CollectChanges(before, lim)
+	if err != nil {
+		s.e.log.Warn("collecting outputs failed", "id", s.spec.ID, "run_id", runID, "error", err)
+		outs = &oci.Outputs{Skipped: []string{"outputs not collected: " + err.Error()}}
+	}
+	outs.Apply(res)
+	s.e.log.Debug("session run finished", "id", s.spec.ID, "run_id", runID, "reason", reason, "exit_code", ex.Code,
+		"signal", ex.Signal, "duration", duration, "oom_kills", ev.OOMKills, "pids_max_events", ev.PidsMax)
+	return res, nil
+}
+
+// runError says why a run could not start: the program is missing (the
+// supervisor's message), or the sandbox is gone.
+func (s *sessionSandbox) runError(runID string, err error) error {
+	if errors.Is(err, supervisor.ErrStart) {
+		return errkind.Errorf(runtime.ErrInvalidJob, "run %s: %w", runID, err)
+	}
+	select {
+	case <-s.done:
+		return s.gone()
+	default:
+	}
+	return fmt.Errorf("run %s: %w", runID, err)
+}
+
+func (s *sessionSandbox) Background(ctx context.Context, runID string, inv runtime.Invocation) (runtime.BackgroundRun, error) {
+	req, _, err := s.request(ctx, runID, inv)
+	if err != nil {
+		return runtime.BackgroundRun{}, err
+	}
+	req.Background = true
+	req.Python = false
+	req.Log = runtime.SessionRunsDir + "/" + runID + ".log"
+	br := &runtime.BackgroundRun{ID: runID, Log: req.Log, Started: time.Now().UTC(), Running: true,
+		LogHost: filepath.Join(s.b.Workdir, path.Base(runtime.SessionStateDir), path.Base(runtime.SessionRunsDir), runID+".log")}
+	s.mu.Lock()
+	if _, dup := s.bg[runID]; dup {
+		s.mu.Unlock()
+		return runtime.BackgroundRun{}, errkind.Errorf(runtime.ErrInvalidJob, "run %s exists already in session sandbox %s", runID, s.spec.ID)
+	}
+	s.bg[runID] = br
+	s.mu.Unlock()
+	run, err := s.client.Start(ctx, req, nil, nil)
+	if err != nil {
+		s.mu.Lock()
+		delete(s.bg, runID)
+		s.mu.Unlock()
+		return runtime.BackgroundRun{}, s.runError(runID, err)
+	}
+	s.mu.Lock()
+	br.PID = run.PID()
+	out := *br
+	s.mu.Unlock()
+	go func() {
+		select {
+		case <-run.Done():
+			s.backgroundExited(runID, run.Exit())
+		case <-s.done:
+		}
+	}()
+	return out, nil
+}
+
+// backgroundExited records a background run's end (once) and reports it.
+func (s *sessionSandbox) backgroundExited(runID string, ex supervisor.Exit) {
+	s.mu.Lock()
+	br := s.bg[runID]
+	if br == nil || !br.Running {
+		s.mu.Unlock()
+		return
+	}
+	br.Running, br.ExitCode, br.Signal = false, ex.Code, ex.Signal
+	out := *br
+	s.mu.Unlock()
+	if f := s.spec.OnBackgroundExit; f != nil {
+		f(out)
+	}
+}
+
+func (s *sessionSandbox) Signal(ctx context.Context, runID string, sig syscall.Signal) error {
+	s.mu.Lock()
+	br := s.bg[runID]
+	running := br != nil && br.Running
+	s.mu.Unlock()
+	if br == nil {
+		return errkind.Errorf(runtime.ErrInvalidJob, "no background run %s in session sandbox %s", runID, s.spec.ID)
+	}
+	if !running {
+		return nil // ended already: nothing to signal
+	}
+	return s.client.Signal(ctx, runID, sig)
+}
+
+func (s *sessionSandbox) Runs(context.Context) ([]runtime.BackgroundRun, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]runtime.BackgroundRun, 0, len(s.bg))
+	for _, br := range s.bg {
+		out = append(out, *br)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	return out, nil
+}
+
+// Destroy removes the sandbox with all its runs, its cgroup, workdir and
+// run dir, with a context of its own.
+func (s *sessionSandbox) Destroy(context.Context) error {
+	s.destroyOnce.Do(func() {
+		s.destroyErr = s.teardown()
+		s.e.mu.Lock()
+		delete(s.e.sessions, s.spec.ID)
+		s.e.mu.Unlock()
+		s.markDone()
+	})
+	return s.destroyErr
+}
+
+func (s *sessionSandbox) teardown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), process.TeardownTimeout)
+	defer cancel()
+	var errs []error
+	if s.runCmd != nil {
+		if err := s.e.cli.delete(ctx, s.spec.ID); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.lifeCancel()
+	if s.client != nil {
+		_ = s.client.Close()
+	}
+	if s.mem != nil {
+		_, _, _ = s.mem.Stop()
+	}
+	if s.runCmd != nil && s.runCmd.Process != nil {
+		_ = killGroup(s.runCmd)
+	}
+	for _, f := range []*os.File{s.initIn, s.initOut, s.initErr} {
+		if f != nil {
+			_ = f.Close()
+		}
+	}
+	if err := process.ReleaseSandbox(ctx, s.cgPath, nil, s.b, nil); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = append(t.buf, p...)
+	if len(t.buf) > t.max {
+		t.buf = append([]byte(nil), t.buf[len(t.buf)-t.max:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) Bytes() []byte {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]byte(nil), t.buf...)
+}

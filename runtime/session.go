@@ -1,0 +1,103 @@
+package runtime
+
+import (
+	"context"
+	"syscall"
+	"time"
+)
+
+// A session sandbox (policy isolation = "session") is the other shape a
+// sandbox takes: booted once for a session and an image, it holds that
+// session's /work and active skills and takes many runs, one foreground
+// run at a time and background runs beside it, until the session closes.
+// Its first process is skillbox's supervisor (the skillbox binary itself,
+// mounted read-only), which starts every run as its own child: processes
+// started any other way would not survive a checkpoint, and the
+// supervisor is what kills a finished run's leftovers, keeps an
+// interpreter pre-started for the next run and reports how each run
+// ended. Nothing of a session sandbox is shared with another session.
+
+// BootSession: Start boots skillbox's supervisor (SupervisorPath) as the
+// sandbox's first process; runs are delivered to it (SessionSandbox).
+const BootSession BootMode = "session"
+
+// Paths inside a session sandbox. Everything skillbox adds lives under
+// SkillsMount, which every image has as a mount point: the session's
+// skills dir (one link per active skill, into the pinned copies at
+// SessionSnapshotsMount), the dependency layers and the supervisor.
+const (
+	SessionSnapshotsMount = SkillsMount + "/.store"
+	SessionLayersMount    = SkillsMount + "/.layers"
+	SupervisorDir         = SkillsMount + "/.bin"
+	SupervisorPath        = SupervisorDir + "/skillbox"
+	// SessionStateDir holds what skillbox keeps in /work: the logs of
+	// background runs (SessionRunsDir). It is never an output.
+	SessionStateDir = WorkDir + "/.skillbox"
+	SessionRunsDir  = SessionStateDir + "/runs"
+)
+
+// SessionMounts are the host sources of a session sandbox's own mounts.
+type SessionMounts struct {
+	// SkillsDir is the host dir on SkillsMount (read-only inside). Its
+	// owner fills it while the sandbox lives: a relative link per active
+	// skill into SessionSnapshotsMount, run_code programs under
+	// ProgramDir; it must hold the mount points .store, .layers and .bin
+	// (MakeSessionSkillsDir).
+	SkillsDir string
+	// Snapshots is the host dir of pinned skill copies (read-only at
+	// SessionSnapshotsMount).
+	Snapshots string
+	// Layers is the host dir of dependency layers (read-only at
+	// SessionLayersMount); "" for none.
+	Layers string
+	// Supervisor is the host path of the skillbox binary run as the
+	// sandbox's first process (read-only at SupervisorPath).
+	Supervisor string
+}
+
+// BackgroundRun is a run of a session sandbox that outlives its call.
+type BackgroundRun struct {
+	ID      string    `json:"run_id"`
+	PID     int       `json:"pid,omitempty"` // inside the sandbox
+	Started time.Time `json:"started"`
+	// Log is the run's stdout and stderr, SessionRunsDir/<id>.log inside;
+	// LogHost is the same file on the host.
+	Log     string `json:"log"`
+	LogHost string `json:"-"`
+	Running bool   `json:"running"`
+	// ExitCode and Signal once it ended (as a shell reports them).
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+}
+
+// SessionSandbox is one booted session sandbox. Destroy must be called
+// whatever happened; it is safe to call twice.
+type SessionSandbox interface {
+	ID() string
+	// Run delivers a foreground run and waits for it, under the run's
+	// limits (timeout, output caps and ctx as on the cold path; memory and
+	// pids are the sandbox's). Its outputs are the files of /work it
+	// created or changed; what it left running is killed when it ends.
+	// Foreground runs of one sandbox are delivered one at a time.
+	Run(ctx context.Context, runID string, inv Invocation) (*Result, error)
+	// Background starts a run that outlives the call; its stdout and
+	// stderr go to its log. Its end is reported to the spec's
+	// OnBackgroundExit.
+	Background(ctx context.Context, runID string, inv Invocation) (BackgroundRun, error)
+	// Signal sends sig to a background run's processes.
+	Signal(ctx context.Context, runID string, sig syscall.Signal) error
+	// Runs lists the background runs, live and recently ended.
+	Runs(ctx context.Context) ([]BackgroundRun, error)
+	// Workdir is the host side of /work.
+	Workdir() string
+	// Done is closed once the sandbox is gone (destroyed, or its
+	// supervisor died).
+	Done() <-chan struct{}
+	Destroy(ctx context.Context) error
+}
+
+// SessionBackend is a backend that can keep a sandbox for a session: an
+// optional ability of a Lifecycle backend (runsc has it).
+type SessionBackend interface {
+	CreateSession(ctx context.Context, spec SandboxSpec) (SessionSandbox, error)
+}

@@ -1,0 +1,155 @@
+//go:build integration
+
+package runtime_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/runtimetest"
+)
+
+// sessionEnv is what a session sandbox test mounts: a skills dir with one
+// skill ("tool", linked into the snapshot store) and the supervisor.
+type sessionEnv struct {
+	rt        runtime.Runtime
+	skillsDir string
+	snapshots string
+	sup       string
+}
+
+func newSessionEnv(t *testing.T) *sessionEnv {
+	t.Helper()
+	sup := os.Getenv("SKILLBOX_BIN")
+	if sup == "" {
+		runtimetest.SkipUnlessRequired(t, "needs SKILLBOX_BIN, the skillbox binary run as the session supervisor")
+		t.Skip("SKILLBOX_BIN not set")
+	}
+	sup, _ = filepath.Abs(sup)
+	rt, _ := newBackend(t, "runsc")
+	dir := t.TempDir()
+	env := &sessionEnv{rt: rt, skillsDir: filepath.Join(dir, "skills"), snapshots: filepath.Join(dir, "store"), sup: sup}
+	if err := oci.MakeSessionSkillsDir(env.skillsDir); err != nil {
+		t.Fatal(err)
+	}
+	skill := filepath.Join(env.snapshots, "v-tool")
+	if err := os.MkdirAll(skill, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	os.Chmod(env.snapshots, 0o755)
+	if err := os.WriteFile(filepath.Join(skill, "hello.py"), []byte("import sys\nprint('hello', *sys.argv[1:])\nopen('out.txt','w').write('made')\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(".store/v-tool", filepath.Join(env.skillsDir, "tool")); err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func (env *sessionEnv) boot(t *testing.T, exits chan runtime.BackgroundRun) runtime.SessionSandbox {
+	t.Helper()
+	spec := runtime.SandboxSpec{
+		ID: newID(), RootFS: testRootfs(t), Limits: runtime.Limits{Timeout: 30 * time.Second}, Boot: runtime.BootSession,
+		Session:          &runtime.SessionMounts{SkillsDir: env.skillsDir, Snapshots: env.snapshots, Supervisor: env.sup},
+		OnBackgroundExit: func(r runtime.BackgroundRun) { exits <- r },
+	}
+	sb, err := env.rt.(runtime.SessionBackend).CreateSession(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Destroy(context.Background()) })
+	return sb
+}
+
+func sessionRun(t *testing.T, sb runtime.SessionSandbox, id string, args ...string) *runtime.Result {
+	t.Helper()
+	res, err := sb.Run(context.Background(), id, runtime.Invocation{Args: args, Limits: runtime.Limits{Timeout: 30 * time.Second}})
+	if err != nil {
+		t.Fatalf("run %s: %v", id, err)
+	}
+	return res
+}
+
+// TestSessionSandbox: one sandbox takes many runs; a background server
+// started by one run serves the next ones; what a foreground run leaves
+// running is gone when it ends; another session's sandbox reaches
+// nothing of it; destroying the sandbox leaves no container or process.
+func TestSessionSandbox(t *testing.T) {
+	env := newSessionEnv(t)
+	exits := make(chan runtime.BackgroundRun, 4)
+	sb := env.boot(t, exits)
+
+	res := sessionRun(t, sb, "r1", "python3", "/skills/tool/hello.py", "a")
+	if res.ExitCode != 0 || strings.TrimSpace(string(res.Stdout)) != "hello a" {
+		t.Fatalf("run 1: exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if len(res.Outputs) != 1 || res.Outputs[0].Path != "out.txt" {
+		t.Fatalf("run 1 outputs: %+v", res.Outputs)
+	}
+	// The file stays; a run that does not touch it has no outputs.
+	res = sessionRun(t, sb, "r2", "python3", "-c", "print(open('out.txt').read())")
+	if strings.TrimSpace(string(res.Stdout)) != "made" || len(res.Outputs) != 0 {
+		t.Fatalf("run 2: stdout %q outputs %+v stderr %q", res.Stdout, res.Outputs, res.Stderr)
+	}
+
+	bg, err := sb.Background(context.Background(), "srv", runtime.Invocation{
+		Args:   []string{"python3", "-u", "-m", "http.server", "--bind", "127.0.0.1", "8000"},
+		Limits: runtime.Limits{Timeout: 30 * time.Second},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetch := "import urllib.request,time\nfor i in range(100):\n  try:\n    print(urllib.request.urlopen('http://127.0.0.1:8000/').status); break\n  except OSError: time.sleep(0.1)\n"
+	res = sessionRun(t, sb, "r3", "python3", "-c", fetch)
+	if strings.TrimSpace(string(res.Stdout)) != "200" {
+		t.Fatalf("fetch from the background server: %q %q", res.Stdout, res.Stderr)
+	}
+	log, _ := os.ReadFile(bg.LogHost)
+	if !strings.Contains(string(log), "GET / HTTP") {
+		t.Fatalf("background log %s: %q", bg.LogHost, log)
+	}
+
+	// A foreground run's leftovers die with it; the server does not.
+	sessionRun(t, sb, "r4", "sh", "-c", "sleep 1000 & (setsid sleep 1001 &) ; echo started")
+	res = sessionRun(t, sb, "r5", "sh", "-c", "ps -eo args 2>/dev/null || cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+	if strings.Contains(string(res.Stdout), "sleep 100") || !strings.Contains(string(res.Stdout), "http.server") {
+		t.Fatalf("processes after a run that left two sleeps: %s", res.Stdout)
+	}
+
+	// Another session's sandbox: its own loopback, files and processes.
+	other := env.boot(t, make(chan runtime.BackgroundRun, 1))
+	res = sessionRun(t, other, "o1", "python3", "-c", "import urllib.request,os\ntry:\n  urllib.request.urlopen('http://127.0.0.1:8000/', timeout=2); print('reached')\nexcept OSError as e: print('refused')\nprint(os.path.exists('out.txt'))\nprint(any(('http.'+'server') in open('/proc/%s/cmdline'%p,'rb').read().decode(errors='replace') for p in os.listdir('/proc') if p.isdigit()))")
+	if got := strings.Fields(string(res.Stdout)); len(got) != 3 || got[0] != "refused" || got[1] != "False" || got[2] != "False" {
+		t.Fatalf("other session saw: %q %q", res.Stdout, res.Stderr)
+	}
+
+	if err := sb.Signal(context.Background(), "srv", syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ex := <-exits:
+		if ex.ID != "srv" || ex.Running {
+			t.Fatalf("exit report %+v", ex)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no exit report for the signalled background run")
+	}
+
+	id := sb.ID()
+	if err := sb.Destroy(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := exec.Command("pgrep", "-f", id).Output()
+	if len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("host processes of %s left: %s", id, out)
+	}
+}

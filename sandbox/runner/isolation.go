@@ -1,0 +1,83 @@
+package runner
+
+import (
+	"context"
+	"time"
+
+	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
+)
+
+// planIsolation sets how p's run is isolated: a session sandbox when every
+// skill it mounts has isolation = "session" and it belongs to a session;
+// a fresh sandbox otherwise. A background run needs a session sandbox,
+// and is refused with the reason when it cannot have one.
+func (e *Engine) planIsolation(p *Plan) error {
+	req := p.Request
+	p.Isolation, p.IsolationRule = policy.IsolationRun, policy.RuleIsolationDefault
+	if req.Command == nil {
+		if p.Code != nil {
+			names := make([]string, len(p.Code.Mounts))
+			for i, m := range p.Code.Mounts {
+				names[i] = m.Skill.Name
+			}
+			p.Isolation, p.IsolationRule = e.cfg.IsolationForSkills(names)
+		} else if req.Skill != nil {
+			p.Isolation, p.IsolationRule = e.cfg.IsolationFor(req.Skill.Name)
+		}
+	}
+	if p.Isolation == policy.IsolationSession && req.SessionID == "" {
+		// A run outside any session (skillbox run) has nothing to keep
+		// a sandbox for.
+		p.Isolation, p.IsolationRule = policy.IsolationRun, "a run outside a session gets a fresh sandbox"
+	}
+	if !req.Background {
+		return nil
+	}
+	if req.Command != nil {
+		return errkind.Errorf(api.ErrInvalidParams, "a skill's command or hook cannot run in the background")
+	}
+	if req.SessionID == "" {
+		return errkind.Errorf(api.ErrInvalidParams, "background runs live in a session's sandbox: create a session (sessions.create) and run in it")
+	}
+	if p.Isolation != policy.IsolationSession {
+		return errkind.Errorf(api.ErrDenied, "background: true needs isolation = \"session\" for skill %q, and %s: ask an administrator to set isolation = \"session\" in a policy rule for it, or run without background", p.SkillName(), p.IsolationRule)
+	}
+	if p.Workspace != nil || req.Workspace != nil {
+		return errkind.Errorf(api.ErrInvalidParams, "a background run cannot write back to a workspace (it has no end to apply changes at): pass files, or run in the foreground")
+	}
+	return e.sessions.available()
+}
+
+// executeBackground starts a background run after its run.start record
+// (start) is written; its run.end is written when it ends (or when its
+// session closes). A run that could not start gets its run.end now.
+func (e *Engine) executeBackground(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job, start *audit.Record, layerDigest string, warnings []string) (*Result, error) {
+	run, _, err := e.sessions.startBackground(ctx, p, job, start)
+	if err != nil {
+		end := *start
+		ri := *start.Run
+		end.Run, end.Event, end.Outcome, end.Error = &ri, audit.EventRunEnd, audit.OutcomeError, err.Error()
+		ri.Ended = time.Now().UTC()
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		if rerr := e.journal.Record(actx, &end); rerr != nil {
+			return nil, rerr
+		}
+		return nil, api.MarkAudited(classifyRuntimeErr(err))
+	}
+	start.Run.SessionSandbox = p.SessionSandbox
+	e.log.Info("background run started", "run_id", p.RunID, "skill", p.SkillName(), "sandbox", p.SessionSandbox, "pid", run.PID)
+	return &Result{RunID: p.RunID, Plan: p, Image: img, DepsLayer: layerDigest, Warnings: warnings, Background: &run}, nil
+}
+
+// Sessions is the engine's keeper of session sandboxes (nil: none).
+func (e *Engine) Sessions() *SessionSandboxes {
+	if e == nil {
+		return nil
+	}
+	return e.sessions
+}

@@ -1,0 +1,618 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
+)
+
+// Session sandboxes are what isolation = "session" runs go to: per
+// session, one sandbox for each image (and set of sandbox-wide limits) it
+// has run in, booted by the first run and destroyed with the session.
+// Runs are delivered into it with the skill paths of a session sandbox
+// (each active skill at SkillsMount/<name>, its dependency layer under
+// SessionLayersMount), so one sandbox serves every skill of the session.
+// Background runs live here too: started, followed (runs.*) and ended with
+// their sandbox, every start and end audited.
+
+// SessionOptions wire the session sandboxes of an engine.
+type SessionOptions struct {
+	// Backend is the runtime when it can keep session sandboxes (runsc);
+	// nil: isolation = "session" is refused with the reason.
+	Backend runtime.SessionBackend
+	// Dir holds each session sandbox's skills dir (root's, 0700).
+	Dir string
+	// Snapshots is the skill snapshot store's directory (the pinned
+	// copies every run mounts).
+	Snapshots string
+	// Supervisor is the skillbox binary run inside as the supervisor.
+	Supervisor string
+	Config     policy.SessionConfig
+}
+
+// SessionSandboxes keeps the session sandboxes of one daemon.
+type SessionSandboxes struct {
+	o       SessionOptions
+	journal Recorder
+	log     hclog.Logger
+
+	mu    sync.Mutex
+	boxes map[boxKey]*sessionBox
+	runs  map[string]*backgroundRun // background runs by run id
+}
+
+// boxKey says which runs share a sandbox: one session, one image, one set
+// of sandbox-wide limits (memory, pids, CPUs and tmpfs sizes are fixed
+// when a sandbox boots).
+type boxKey struct {
+	session string
+	image   string
+	rootfs  string
+	limits  runtime.SandboxLimits
+}
+
+type sessionBox struct {
+	key       boxKey
+	id        string
+	sb        runtime.SessionSandbox
+	skillsDir string
+	ready     chan struct{} // closed once sb is booted (or failed: err)
+	err       error
+	lastUsed  time.Time
+}
+
+// backgroundRun is a background run as the engine follows it.
+type backgroundRun struct {
+	session string
+	box     *sessionBox
+	plan    *Plan
+	start   *audit.Record
+	run     runtime.BackgroundRun
+	done    chan struct{} // closed when it ended
+}
+
+// NewSessionSandboxes makes the keeper of session sandboxes.
+func NewSessionSandboxes(o SessionOptions, journal Recorder, log hclog.Logger) *SessionSandboxes {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	if journal == nil {
+		journal = NewJournal(nil, nil)
+	}
+	return &SessionSandboxes{o: o, journal: journal, log: log.Named("sessions"),
+		boxes: map[boxKey]*sessionBox{}, runs: map[string]*backgroundRun{}}
+}
+
+// available says why session isolation cannot be had here, or nil.
+func (m *SessionSandboxes) available() error {
+	if m == nil || m.o.Backend == nil {
+		return errkind.Errorf(api.ErrUnavailable, "isolation = \"session\" needs the runsc runtime (gVisor checkpoint/restore and a sandbox that outlives a run): this daemon's runtime cannot keep session sandboxes; use runtime = \"runsc\", or isolation = \"run\" for the skill")
+	}
+	if m.o.Supervisor == "" || m.o.Snapshots == "" || m.o.Dir == "" {
+		return errkind.Errorf(api.ErrUnavailable, "session sandboxes are not set up in this process (no supervisor binary, snapshot store or state dir)")
+	}
+	return nil
+}
+
+// box returns the session's sandbox for key, booting it on first use.
+func (m *SessionSandboxes) box(ctx context.Context, key boxKey, img runtime.ImageRef, layers string, lim runtime.Limits) (*sessionBox, error) {
+	m.mu.Lock()
+	b := m.boxes[key]
+	if b != nil {
+		select {
+		case <-b.ready:
+			if b.err == nil {
+				select {
+				case <-b.sb.Done():
+					// Its supervisor died: a new sandbox for this run.
+					delete(m.boxes, key)
+					b = nil
+				default:
+				}
+			}
+		default:
+		}
+	}
+	if b == nil {
+		if max := m.o.Config.MaxSandboxes; max > 0 && len(m.boxes) >= max {
+			m.mu.Unlock()
+			return nil, errkind.Errorf(api.ErrLimitExceeded, "this daemon keeps at most %d session sandboxes (sessions { max_sandboxes }) and all are in use: close a session you no longer need, or ask an administrator to raise the limit", max)
+		}
+		b = &sessionBox{key: key, id: runtime.IDPrefix + "s" + strings.TrimPrefix(newID("ses_"), "ses_"), ready: make(chan struct{})}
+		m.boxes[key] = b
+		m.mu.Unlock()
+		b.sb, b.err = m.boot(ctx, b, img, layers, lim)
+		if b.err != nil {
+			m.mu.Lock()
+			if m.boxes[key] == b {
+				delete(m.boxes, key)
+			}
+			m.mu.Unlock()
+		}
+		close(b.ready)
+	} else {
+		m.mu.Unlock()
+	}
+	select {
+	case <-b.ready:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	m.mu.Lock()
+	b.lastUsed = time.Now()
+	m.mu.Unlock()
+	return b, nil
+}
+
+func (m *SessionSandboxes) boot(ctx context.Context, b *sessionBox, img runtime.ImageRef, layers string, lim runtime.Limits) (runtime.SessionSandbox, error) {
+	b.skillsDir = filepath.Join(m.o.Dir, b.id)
+	if err := oci.MakePrivateDir(m.o.Dir, "session sandboxes dir"); err != nil {
+		return nil, err
+	}
+	if err := oci.MakeSessionSkillsDir(b.skillsDir); err != nil {
+		return nil, err
+	}
+	spec := runtime.SandboxSpec{
+		ID: b.id, RootFS: b.key.rootfs, Image: img, Limits: lim, Boot: runtime.BootSession,
+		Session: &runtime.SessionMounts{SkillsDir: b.skillsDir, Snapshots: m.o.Snapshots, Layers: layers, Supervisor: m.o.Supervisor},
+		OnBackgroundExit: m.backgroundExited,
+	}
+	sb, err := m.o.Backend.CreateSession(ctx, spec)
+	rec := &audit.Record{Event: audit.EventSessionSandbox, SessionID: b.key.session, Outcome: "started",
+		Detail: map[string]string{"sandbox": b.id, "image": img.Name, "image_digest": img.Digest}}
+	if err != nil {
+		_ = os.RemoveAll(b.skillsDir)
+		rec.Outcome, rec.Error = audit.OutcomeError, err.Error()
+	}
+	_ = m.journal.Record(context.WithoutCancel(ctx), rec)
+	if err != nil {
+		return nil, err
+	}
+	m.log.Info("session sandbox started", "session", b.key.session, "sandbox", b.id, "image", img.Name)
+	return sb, nil
+}
+
+// linkSkill makes SkillsMount/<name> in the box point at the pinned copy
+// root (in the snapshot store, mounted at SessionSnapshotsMount).
+func (m *SessionSandboxes) linkSkill(b *sessionBox, name, root string) error {
+	if filepath.Dir(root) != filepath.Clean(m.o.Snapshots) {
+		return errkind.Errorf(api.ErrInternal, "skill %q's pinned copy %s is not in the snapshot store %s", name, root, m.o.Snapshots)
+	}
+	target := path.Base(runtime.SessionSnapshotsMount) + "/" + filepath.Base(root)
+	link := filepath.Join(b.skillsDir, name)
+	if cur, err := os.Readlink(link); err == nil && cur == target {
+		return nil
+	}
+	tmp := filepath.Join(b.skillsDir, ".link-"+name)
+	_ = os.Remove(tmp)
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("link skill %q into session sandbox: %w", name, err)
+	}
+	if err := os.Rename(tmp, link); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("link skill %q into session sandbox: %w", name, err)
+	}
+	return nil
+}
+
+// sessionJob is job with the paths of a session sandbox: the skill at
+// SkillsMount/<name> instead of SkillMount, the dependency layer under
+// SessionLayersMount instead of DepsMount, a run_code program in a dir
+// of its own.
+func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, layersRoot string) (runtime.Invocation, error) {
+	moves := map[string]string{}
+	if p.Code == nil {
+		if err := m.linkSkill(b, p.Request.Skill.Name, job.SkillDir); err != nil {
+			return runtime.Invocation{}, err
+		}
+		moves[runtime.SkillMount] = runtime.SkillTarget(p.Request.Skill.Name)
+	} else {
+		for _, mt := range p.Code.Mounts {
+			if err := m.linkSkill(b, mt.Skill.Name, mt.Root); err != nil {
+				return runtime.Invocation{}, err
+			}
+		}
+	}
+	if job.DepsDir != "" {
+		rel, err := filepath.Rel(layersRoot, job.DepsDir)
+		if err != nil || strings.HasPrefix(rel, "..") {
+			return runtime.Invocation{}, errkind.Errorf(api.ErrInternal, "dependency layer %s is outside the layer store %s", job.DepsDir, layersRoot)
+		}
+		moves[runtime.DepsMount] = runtime.SessionLayersMount + "/" + filepath.ToSlash(rel)
+	}
+	if prog := job.Program; prog != nil {
+		dir := filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.RunID)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return runtime.Invocation{}, fmt.Errorf("write program: %w", err)
+		}
+		f := filepath.Join(dir, prog.Name)
+		if err := os.WriteFile(f, prog.Data, 0o644); err != nil {
+			return runtime.Invocation{}, fmt.Errorf("write program: %w", err)
+		}
+		if err := os.Chmod(dir, 0o755); err != nil {
+			return runtime.Invocation{}, err
+		}
+		if err := os.Chmod(f, 0o644); err != nil {
+			return runtime.Invocation{}, err
+		}
+		moves[prog.Path()] = runtime.ProgramDir + "/" + p.RunID + "/" + prog.Name
+	}
+	move := func(s string) string {
+		for from, to := range moves {
+			if s == from {
+				return to
+			}
+			if strings.HasPrefix(s, from+"/") {
+				return to + s[len(from):]
+			}
+		}
+		return s
+	}
+	args := make([]string, len(job.Args))
+	for i, a := range job.Args {
+		args[i] = move(a)
+	}
+	modEnv := make([]string, len(job.ModuleEnv))
+	for i, kv := range job.ModuleEnv {
+		k, v, _ := strings.Cut(kv, "=")
+		parts := strings.Split(v, ":")
+		for j := range parts {
+			parts[j] = move(parts[j])
+		}
+		modEnv[i] = k + "=" + strings.Join(parts, ":")
+	}
+	return runtime.Invocation{Args: args, Env: job.Env, ModuleEnv: modEnv, Stdin: job.Stdin, Files: job.Files,
+		Limits: job.Limits, Stdout: job.Stdout, Stderr: job.Stderr}, nil
+}
+
+// deliver finds (or boots) the run's session sandbox and makes its
+// invocation.
+func (m *SessionSandboxes) deliver(ctx context.Context, p *Plan, job runtime.Job) (*sessionBox, runtime.Invocation, error) {
+	if err := m.available(); err != nil {
+		return nil, runtime.Invocation{}, err
+	}
+	if job.Network || job.Egress != nil {
+		return nil, runtime.Invocation{}, errkind.Errorf(api.ErrUnavailable, "a session sandbox has no network: skill %q has network or egress by policy, so give it isolation = \"run\"", p.SkillName())
+	}
+	layersRoot := ""
+	if job.DepsDir != "" {
+		// <images>/layers/sha256-<hex>/tree (images/deps.Store).
+		layersRoot = filepath.Dir(filepath.Dir(job.DepsDir))
+	}
+	key := boxKey{session: p.Request.SessionID, image: job.Image.Digest, rootfs: job.RootFS, limits: job.Limits.Sandbox()}
+	b, err := m.box(ctx, key, job.Image, layersRoot, job.Limits)
+	if err != nil {
+		return nil, runtime.Invocation{}, err
+	}
+	if b.sb == nil {
+		return nil, runtime.Invocation{}, errkind.Errorf(api.ErrInternal, "session sandbox %s not booted", b.id)
+	}
+	inv, err := m.sessionJob(b, p, job, layersRoot)
+	return b, inv, err
+}
+
+// run delivers a foreground run into its session's sandbox.
+func (m *SessionSandboxes) run(ctx context.Context, p *Plan, job runtime.Job) (*runtime.Result, error) {
+	b, inv, err := m.deliver(ctx, p, job)
+	if err != nil {
+		return nil, err
+	}
+	p.SessionSandbox = b.id
+	return b.sb.Run(ctx, p.RunID, inv)
+}
+
+// startBackground starts a background run in its session's sandbox; start
+// is its audited run.start record, whose run.end is written when it ends.
+func (m *SessionSandboxes) startBackground(ctx context.Context, p *Plan, job runtime.Job, start *audit.Record) (runtime.BackgroundRun, string, error) {
+	if max := m.o.Config.BackgroundRuns; max > 0 && m.liveBackground(p.Request.SessionID) >= max {
+		return runtime.BackgroundRun{}, "", errkind.Errorf(api.ErrLimitExceeded, "session %s has %d background runs, its limit (sessions { background_runs }): wait for one or stop one with runs.signal", p.Request.SessionID, max)
+	}
+	b, inv, err := m.deliver(ctx, p, job)
+	if err != nil {
+		return runtime.BackgroundRun{}, "", err
+	}
+	br := &backgroundRun{session: p.Request.SessionID, box: b, plan: p, start: start, done: make(chan struct{})}
+	m.mu.Lock()
+	m.runs[p.RunID] = br
+	m.mu.Unlock()
+	p.SessionSandbox = b.id
+	run, err := b.sb.Background(ctx, p.RunID, inv)
+	if err != nil {
+		m.mu.Lock()
+		delete(m.runs, p.RunID)
+		m.mu.Unlock()
+		return runtime.BackgroundRun{}, "", err
+	}
+	m.mu.Lock()
+	if br.run.ID == "" { // not ended already
+		br.run = run
+	}
+	m.mu.Unlock()
+	return run, b.id, nil
+}
+
+func (m *SessionSandboxes) liveBackground(session string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, r := range m.runs {
+		if r.session == session && !isDone(r.done) {
+			n++
+		}
+	}
+	return n
+}
+
+func isDone(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// backgroundExited is the sandboxes' report of a background run's end:
+// its run.end record is written once.
+func (m *SessionSandboxes) backgroundExited(run runtime.BackgroundRun) {
+	m.mu.Lock()
+	br := m.runs[run.ID]
+	if br == nil || isDone(br.done) {
+		m.mu.Unlock()
+		return
+	}
+	br.run = run
+	close(br.done)
+	m.mu.Unlock()
+	reason := runtime.ReasonExit
+	if run.Signal != "" {
+		reason = runtime.ReasonKilled
+	}
+	m.recordEnd(br, reason, run.ExitCode, run.Signal, "")
+}
+
+// recordEnd writes a background run's run.end record.
+func (m *SessionSandboxes) recordEnd(br *backgroundRun, reason runtime.Reason, code int, signal, why string) {
+	end := *br.start
+	ri := *br.start.Run
+	end.Run = &ri
+	end.Event = audit.EventRunEnd
+	end.Outcome = string(reason)
+	ri.Ended = time.Now().UTC()
+	ri.DurationMS = ri.Ended.Sub(ri.Started).Milliseconds()
+	ri.ExitCode, ri.Signal, ri.Reason = &code, signal, string(reason)
+	if why != "" {
+		end.Detail = cloneDetail(end.Detail)
+		end.Detail["ended_by"] = why
+	}
+	if err := m.journal.Record(context.Background(), &end); err != nil {
+		m.log.Error("audit of a background run's end failed", "run_id", ri.RunID, "error", err)
+	}
+}
+
+func cloneDetail(d map[string]string) map[string]string {
+	out := make(map[string]string, len(d)+1)
+	for k, v := range d {
+		out[k] = v
+	}
+	return out
+}
+
+// BackgroundRun is one background run as runs.* report it.
+type BackgroundRun struct {
+	runtime.BackgroundRun
+	SessionID string
+	Sandbox   string
+	Skill     string
+	Script    string
+}
+
+// lookup finds a background run of session (any session when "").
+func (m *SessionSandboxes) lookup(session, runID string) (*backgroundRun, error) {
+	if m == nil {
+		return nil, errkind.Errorf(api.ErrNotFound, "no background run %q", runID)
+	}
+	m.mu.Lock()
+	br := m.runs[runID]
+	m.mu.Unlock()
+	if br == nil || (session != "" && br.session != session) {
+		return nil, errkind.Errorf(api.ErrNotFound, "no background run %q in this session: runs.list names the session's background runs", runID)
+	}
+	return br, nil
+}
+
+func (m *SessionSandboxes) view(br *backgroundRun) BackgroundRun {
+	m.mu.Lock()
+	run := br.run
+	m.mu.Unlock()
+	if run.ID == "" {
+		run.ID = br.plan.RunID
+	}
+	return BackgroundRun{BackgroundRun: run, SessionID: br.session, Sandbox: br.box.id, Skill: br.plan.SkillName(), Script: br.plan.Script}
+}
+
+// Background lists the session's background runs, oldest first.
+func (m *SessionSandboxes) Background(session string) []BackgroundRun {
+	if m == nil {
+		return nil
+	}
+	m.mu.Lock()
+	var list []*backgroundRun
+	for _, br := range m.runs {
+		if br.session == session {
+			list = append(list, br)
+		}
+	}
+	m.mu.Unlock()
+	out := make([]BackgroundRun, 0, len(list))
+	for _, br := range list {
+		out = append(out, m.view(br))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Started.Before(out[j].Started) })
+	return out
+}
+
+// BackgroundRunOf returns one background run of session.
+func (m *SessionSandboxes) BackgroundRunOf(session, runID string) (BackgroundRun, error) {
+	br, err := m.lookup(session, runID)
+	if err != nil {
+		return BackgroundRun{}, err
+	}
+	return m.view(br), nil
+}
+
+// Wait waits until the background run ended or ctx is done, and returns
+// it as it is then.
+func (m *SessionSandboxes) Wait(ctx context.Context, session, runID string) (BackgroundRun, error) {
+	br, err := m.lookup(session, runID)
+	if err != nil {
+		return BackgroundRun{}, err
+	}
+	select {
+	case <-br.done:
+	case <-ctx.Done():
+	}
+	return m.view(br), nil
+}
+
+// Signal sends sig to a background run of session.
+func (m *SessionSandboxes) Signal(ctx context.Context, session, runID string, sig syscall.Signal) (BackgroundRun, error) {
+	br, err := m.lookup(session, runID)
+	if err != nil {
+		return BackgroundRun{}, err
+	}
+	if err := br.box.sb.Signal(ctx, runID, sig); err != nil {
+		return BackgroundRun{}, errkind.Wrap(api.ErrUnavailable, err)
+	}
+	return m.view(br), nil
+}
+
+// maxLogRead bounds one runs.logs answer.
+const maxLogRead = 1 << 20
+
+// Logs reads up to n bytes of a background run's log from offset. The log
+// is in the sandbox's /work, which the sandbox can change: it is opened
+// beneath the workdir, through no link, and must be a regular file.
+func (m *SessionSandboxes) Logs(session, runID string, offset, n int64) (data []byte, size int64, err error) {
+	br, err := m.lookup(session, runID)
+	if err != nil {
+		return nil, 0, err
+	}
+	if offset < 0 || n < 0 {
+		return nil, 0, errkind.Errorf(api.ErrInvalidParams, "offset and length must not be negative")
+	}
+	if n == 0 || n > maxLogRead {
+		n = maxLogRead
+	}
+	wd, err := unix.Open(br.box.sb.Workdir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, 0, errkind.Errorf(api.ErrUnavailable, "run %s's sandbox is gone: its log went with it", runID)
+	}
+	defer unix.Close(wd)
+	rel := strings.TrimPrefix(runtime.SessionRunsDir, runtime.WorkDir+"/") + "/" + runID + ".log"
+	fd, err := unix.Openat2(wd, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_NOFOLLOW | unix.O_CLOEXEC | unix.O_NONBLOCK,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS | unix.RESOLVE_NO_XDEV})
+	if err == unix.ENOENT {
+		return nil, 0, nil // nothing written yet
+	}
+	if err != nil {
+		return nil, 0, errkind.Errorf(api.ErrUnavailable, "run %s's log cannot be opened: %v", runID, err)
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil || !st.Mode().IsRegular() {
+		return nil, 0, errkind.Errorf(api.ErrUnavailable, "run %s's log is not a regular file any more (something in the sandbox replaced it)", runID)
+	}
+	size = st.Size()
+	if offset >= size {
+		return nil, size, nil
+	}
+	buf := make([]byte, min(n, size-offset))
+	k, err := f.ReadAt(buf, offset)
+	if err != nil && k == 0 {
+		return nil, size, errkind.Errorf(api.ErrUnavailable, "reading run %s's log: %v", runID, err)
+	}
+	return buf[:k], size, nil
+}
+
+// CloseSession destroys the session's sandboxes, and with them its
+// background runs (their run.end says the session closed).
+func (m *SessionSandboxes) CloseSession(ctx context.Context, session, why string) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	var boxes []*sessionBox
+	for k, b := range m.boxes {
+		if k.session == session {
+			boxes = append(boxes, b)
+			delete(m.boxes, k)
+		}
+	}
+	var ending []*backgroundRun
+	for id, br := range m.runs {
+		if br.session == session {
+			if !isDone(br.done) {
+				close(br.done)
+				ending = append(ending, br)
+			}
+			delete(m.runs, id)
+		}
+	}
+	m.mu.Unlock()
+	for _, br := range ending {
+		m.recordEnd(br, runtime.ReasonKilled, 128+int(syscall.SIGKILL), "SIGKILL", why)
+	}
+	for _, b := range boxes {
+		<-b.ready
+		if b.sb == nil {
+			continue
+		}
+		err := b.sb.Destroy(ctx)
+		_ = os.RemoveAll(b.skillsDir)
+		rec := &audit.Record{Event: audit.EventSessionSandbox, SessionID: session, Outcome: "destroyed",
+			Detail: map[string]string{"sandbox": b.id, "why": why}}
+		if err != nil {
+			rec.Outcome, rec.Error = audit.OutcomeError, err.Error()
+			m.log.Error("session sandbox teardown failed", "sandbox", b.id, "error", err)
+		}
+		_ = m.journal.Record(context.WithoutCancel(ctx), rec)
+	}
+}
+
+// Close destroys every session sandbox (daemon shutdown).
+func (m *SessionSandboxes) Close(ctx context.Context) {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	sessions := map[string]bool{}
+	for k := range m.boxes {
+		sessions[k.session] = true
+	}
+	m.mu.Unlock()
+	for s := range sessions {
+		m.CloseSession(ctx, s, "daemon stopped")
+	}
+}
