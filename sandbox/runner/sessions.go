@@ -174,7 +174,7 @@ func (m *SessionSandboxes) boot(ctx context.Context, b *sessionBox, img runtime.
 	}
 	spec := runtime.SandboxSpec{
 		ID: b.id, RootFS: b.key.rootfs, Image: img, Limits: lim, Boot: runtime.BootSession,
-		Session: &runtime.SessionMounts{SkillsDir: b.skillsDir, Snapshots: m.o.Snapshots, Layers: layers, Supervisor: m.o.Supervisor},
+		Session:          &runtime.SessionMounts{SkillsDir: b.skillsDir, Snapshots: m.o.Snapshots, Layers: layers, Supervisor: m.o.Supervisor},
 		OnBackgroundExit: m.backgroundExited,
 	}
 	sb, err := m.o.Backend.CreateSession(ctx, spec)
