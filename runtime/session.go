@@ -23,11 +23,10 @@ const BootSession BootMode = "session"
 
 // Paths inside a session sandbox. Everything skillbox adds lives under
 // SkillsMount, which every image has as a mount point: the session's
-// skills dir (one link per active skill, into the pinned copies at
-// SessionSnapshotsMount), the dependency layers and the supervisor.
+// skills dir (each active skill at SkillTarget(name)), the dependency
+// layers and the supervisor.
 const (
-	SessionSnapshotsMount = SkillsMount + "/.store"
-	SessionLayersMount    = SkillsMount + "/.layers"
+	SessionLayersMount = SkillsMount + "/.layers"
 	SupervisorDir         = SkillsMount + "/.bin"
 	SupervisorPath        = SupervisorDir + "/skillbox"
 	// SessionStateDir holds what skillbox keeps in /work: the logs of
@@ -39,14 +38,11 @@ const (
 // SessionMounts are the host sources of a session sandbox's own mounts.
 type SessionMounts struct {
 	// SkillsDir is the host dir on SkillsMount (read-only inside). Its
-	// owner fills it while the sandbox lives: a relative link per active
-	// skill into SessionSnapshotsMount, run_code programs under
-	// ProgramDir; it must hold the mount points .store, .layers and .bin
+	// owner fills it while the sandbox lives: a tree per active skill
+	// (hard links to its pinned copy), run_code programs under
+	// ProgramDir; it must hold the mount points .layers and .bin
 	// (MakeSessionSkillsDir).
 	SkillsDir string
-	// Snapshots is the host dir of pinned skill copies (read-only at
-	// SessionSnapshotsMount).
-	Snapshots string
 	// Layers is the host dir of dependency layers (read-only at
 	// SessionLayersMount); "" for none.
 	Layers string

@@ -49,7 +49,10 @@ func newSessionEnv(t *testing.T) *sessionEnv {
 	if err := os.WriteFile(filepath.Join(skill, "hello.py"), []byte("import sys\nprint('hello', *sys.argv[1:])\nopen('out.txt','w').write('made')\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(".store/v-tool", filepath.Join(env.skillsDir, "tool")); err != nil {
+	if err := os.Symlink(skill, filepath.Join(dir, "tool-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(skill, filepath.Join(env.skillsDir, "tool")); err != nil {
 		t.Fatal(err)
 	}
 	return env
@@ -59,7 +62,7 @@ func (env *sessionEnv) boot(t *testing.T, exits chan runtime.BackgroundRun) runt
 	t.Helper()
 	spec := runtime.SandboxSpec{
 		ID: newID(), RootFS: testRootfs(t), Limits: runtime.Limits{Timeout: 30 * time.Second}, Boot: runtime.BootSession,
-		Session:          &runtime.SessionMounts{SkillsDir: env.skillsDir, Snapshots: env.snapshots, Supervisor: env.sup},
+		Session:          &runtime.SessionMounts{SkillsDir: env.skillsDir, Supervisor: env.sup},
 		OnBackgroundExit: func(r runtime.BackgroundRun) { exits <- r },
 	}
 	sb, err := env.rt.(runtime.SessionBackend).CreateSession(context.Background(), spec)

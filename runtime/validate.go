@@ -27,7 +27,7 @@ func ValidateJob(job Job) error {
 		return errkind.Errorf(ErrInvalidJob, "skill dir %q must be an absolute, clean host path", job.SkillDir)
 	}
 	if m := job.Session; m != nil {
-		for what, p := range map[string]string{"skills dir": m.SkillsDir, "skill snapshots dir": m.Snapshots, "supervisor": m.Supervisor} {
+		for what, p := range map[string]string{"skills dir": m.SkillsDir, "supervisor": m.Supervisor} {
 			if !IsCleanAbs(p) {
 				return errkind.Errorf(ErrInvalidJob, "session %s %q must be an absolute, clean host path", what, p)
 			}

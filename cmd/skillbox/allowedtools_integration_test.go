@@ -22,7 +22,6 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/sandbox/api"
 )
@@ -117,7 +116,7 @@ func TestAllowedToolsMCP(t *testing.T) {
 	runItNeedImage(t, "python")
 	root := allowedToolsSkills(t)
 	base := t.TempDir()
-	t.Cleanup(func() { unix.Unmount(filepath.Join(base, "runsc", "null-netns"), unix.MNT_DETACH) })
+	t.Cleanup(func() { unmountNullNetns(filepath.Join(base, "runsc")) })
 	cfgPath := filepath.Join(base, "skillbox.hcl")
 	// The default config but for where things are: no policy block, no
 	// tool_mode.

@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
 	"github.com/skillbox/skillbox/runtime/process"
@@ -43,7 +41,7 @@ func (d *itDaemon) useContainerd(t *testing.T, sock, handler, binary string) {
 	// runsc under the runc shim keeps its empty network namespace mounted
 	// in the state dir; it goes before the daemon's dir is removed.
 	t.Cleanup(func() {
-		unix.Unmount(filepath.Join(d.base, "containerd", "runc", rtcontainerd.DefaultNamespace, "null-netns"), unix.MNT_DETACH)
+		unmountNullNetns(filepath.Join(d.base, "containerd", "runc", rtcontainerd.DefaultNamespace))
 	})
 }
 

@@ -180,6 +180,10 @@ policy "no-code" {
   skills = ["nocode-*"]
   deny   = ["skills.run_code"]
 }
+policy "sessions" {
+  skills    = ["sess-*"]
+  isolation = "session"
+}
 `
 
 type itDaemon struct {
@@ -255,9 +259,7 @@ pool { per_key = %d }
 	t.Cleanup(func() {
 		d.stop()
 		d.removeLeftoverContainers()
-		// A current runsc keeps its empty network namespace mounted in
-		// its state dir.
-		unix.Unmount(filepath.Join(d.runscDir, "null-netns"), unix.MNT_DETACH)
+		unmountNullNetns(d.runscDir)
 		if t.Failed() {
 			if b, err := os.ReadFile(d.logPath); err == nil {
 				t.Logf("daemon log (%s):\n%s", d.logPath, tailLines(string(b), 60))
@@ -854,42 +856,12 @@ func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
 	c := d.client()
 	ctx := ctxT(t)
 
-	// The binary must be reachable for nobody.
-	bin := filepath.Join(d.base, "skillbox")
-	data, err := os.ReadFile(itBin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(bin, data, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	asNobody := func(method, params string) (string, string, int) {
-		t.Helper()
-		args := []string{"call", "--socket", d.socket, "--timeout", "2m", method}
-		if params != "" {
-			args = append(args, params)
-		}
-		cmd := exec.Command(bin, args...)
-		cmd.Dir = "/"
-		cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
-	}
+	asNobody := func(method, params string) (string, string, int) { return d.callAsNobody(t, method, params) }
 
 	// Root's session, with a skill loaded and a confirmation pending.
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
-	_, err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"api", "staging"}})
+	_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"api", "staging"}})
 	conf, _ := wantKind(t, "guarded run", err, api.KindConfirmationRequired).ConfirmationRequired()
 
 	// nobody cannot see or use root's session ...
@@ -953,6 +925,51 @@ func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
 	if !nobodyCreate || !refusedApprove {
 		t.Errorf("audit: nobody's session.create recorded %v, refused approval recorded %v", nobodyCreate, refusedApprove)
 	}
+}
+
+// unmountNullNetns removes the empty network namespace a current runsc
+// keeps mounted in its state dir (stateDir), as often as it is mounted
+// there: once more for each runsc that found it missing while another was
+// making it.
+func unmountNullNetns(stateDir string) {
+	for i := 0; i < 16 && unix.Unmount(filepath.Join(stateDir, "null-netns"), unix.MNT_DETACH) == nil; i++ {
+	}
+}
+
+// callAsNobody makes one call with `skillbox call` as uid 65534 (a copy of
+// the binary in the daemon's 0755 base dir, which nobody can reach) and
+// returns its stdout, stderr and exit code.
+func (d *itDaemon) callAsNobody(t *testing.T, method, params string) (string, string, int) {
+	t.Helper()
+	bin := filepath.Join(d.base, "skillbox")
+	if _, err := os.Stat(bin); err != nil {
+		data, err := os.ReadFile(itBin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bin, data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"call", "--socket", d.socket, "--timeout", "2m", method}
+	if params != "" {
+		args = append(args, params)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = "/"
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
 }
 
 // waitRunStarted waits until a run of session sid is audited as started

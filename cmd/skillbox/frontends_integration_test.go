@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/sandbox/api"
 )
@@ -78,7 +77,7 @@ func TestAuthorizationAcrossFrontEnds(t *testing.T) {
 	// with the same policy.
 	localConfig := func() string {
 		base := t.TempDir()
-		t.Cleanup(func() { unix.Unmount(filepath.Join(base, "runsc", "null-netns"), unix.MNT_DETACH) })
+		t.Cleanup(func() { unmountNullNetns(filepath.Join(base, "runsc")) })
 		p := filepath.Join(base, "skillbox.hcl")
 		runItWriteFile(t, p, `daemon { audit_dir = "`+filepath.Join(base, "audit")+`" }
 images { dir = "`+itImages+`" }

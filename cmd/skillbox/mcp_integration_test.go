@@ -27,7 +27,6 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
@@ -115,7 +114,7 @@ func newMCPFixture(t *testing.T) mcpFixture {
 	base := t.TempDir()
 	// A current runsc keeps its empty network namespace mounted in its
 	// state dir; unmounted before the temporary dir goes.
-	t.Cleanup(func() { unix.Unmount(filepath.Join(base, "runsc", "null-netns"), unix.MNT_DETACH) })
+	t.Cleanup(func() { unmountNullNetns(filepath.Join(base, "runsc")) })
 	f := mcpFixture{root: filepath.Join(base, "skills"), cfgPath: filepath.Join(base, "skillbox.hcl"), auditDir: filepath.Join(base, "audit")}
 	writeFiles(t, f.root, map[string]string{
 		"hello/SKILL.md": "---\nname: hello\ndescription: Greets people and shows the kernel it runs on.\n---\n" +

@@ -20,8 +20,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 var docsScripts = map[string]string{
@@ -111,7 +109,7 @@ func TestMCPWorkspace(t *testing.T) {
 	runItNeedImage(t, "python")
 	clientDir := mcpClientDir(t)
 	base := t.TempDir()
-	t.Cleanup(func() { unix.Unmount(filepath.Join(base, "runsc", "null-netns"), unix.MNT_DETACH) })
+	t.Cleanup(func() { unmountNullNetns(filepath.Join(base, "runsc")) })
 	root, project := filepath.Join(base, "skills"), filepath.Join(base, "project")
 	writeFiles(t, filepath.Join(root, "docs"), docsScripts)
 	pdf := fillablePDF()

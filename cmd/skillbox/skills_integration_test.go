@@ -27,8 +27,6 @@ import (
 	"strings"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
 
@@ -52,7 +50,7 @@ func newSkillImagesEnv(t *testing.T, rt string) *skillImagesEnv {
 	t.Cleanup(func() {
 		// A current runsc keeps its empty network namespace mounted in
 		// its state dir.
-		unix.Unmount(filepath.Join(base, "state-"+rt, "null-netns"), unix.MNT_DETACH)
+		unmountNullNetns(filepath.Join(base, "state-"+rt))
 		if t.Failed() {
 			t.Logf("kept %s for inspection", base)
 			return

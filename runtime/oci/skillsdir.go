@@ -74,20 +74,16 @@ func prepareSkillsDir(dir string, job runtime.Job) (string, error) {
 }
 
 // sessionMounts are a session sandbox's own mounts (runtime.SessionMounts):
-// the session's skills dir on SkillsMount, and under it the pinned skill
-// copies, the dependency layers and the supervisor binary. The skills
-// dir is the owner's to fill while the sandbox lives (gVisor revalidates
-// a bind mount's entries, so a link added later is seen); only links to
-// the read-only store and programs are put there.
+// the session's skills dir on SkillsMount, and under it the dependency
+// layers and the supervisor binary. The skills dir is the owner's to fill
+// while the sandbox lives (gVisor revalidates a bind mount's entries, so
+// a skill added later is seen).
 func sessionMounts(m *runtime.SessionMounts) []specs.Mount {
 	if m == nil {
 		return nil
 	}
 	ro := []string{"rbind", "ro", "nosuid", "nodev"}
-	out := []specs.Mount{
-		{Destination: runtime.SkillsMount, Type: "bind", Source: m.SkillsDir, Options: ro},
-		{Destination: runtime.SessionSnapshotsMount, Type: "bind", Source: m.Snapshots, Options: ro},
-	}
+	out := []specs.Mount{{Destination: runtime.SkillsMount, Type: "bind", Source: m.SkillsDir, Options: ro}}
 	if m.Layers != "" {
 		out = append(out, specs.Mount{Destination: runtime.SessionLayersMount, Type: "bind", Source: m.Layers, Options: ro})
 	}
@@ -98,8 +94,7 @@ func sessionMounts(m *runtime.SessionMounts) []specs.Mount {
 // SkillsMount, with the mount points sessionMounts needs: root's, readable
 // by the sandbox's user, never writable by it.
 func MakeSessionSkillsDir(dir string) error {
-	for _, d := range []string{dir, filepath.Join(dir, path.Base(runtime.SessionSnapshotsMount)),
-		filepath.Join(dir, path.Base(runtime.SessionLayersMount)), filepath.Join(dir, path.Base(runtime.SupervisorDir)),
+	for _, d := range []string{dir, filepath.Join(dir, path.Base(runtime.SessionLayersMount)), filepath.Join(dir, path.Base(runtime.SupervisorDir)),
 		filepath.Join(dir, path.Base(runtime.ProgramDir))} {
 		if err := os.Mkdir(d, 0o755); err != nil && !os.IsExist(err) {
 			return fmt.Errorf("make session skills dir: %w", err)

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -39,9 +40,6 @@ type SessionOptions struct {
 	Backend runtime.SessionBackend
 	// Dir holds each session sandbox's skills dir (root's, 0700).
 	Dir string
-	// Snapshots is the skill snapshot store's directory (the pinned
-	// copies every run mounts).
-	Snapshots string
 	// Supervisor is the skillbox binary run inside as the supervisor.
 	Supervisor string
 	Config     policy.SessionConfig
@@ -73,7 +71,8 @@ type sessionBox struct {
 	id        string
 	sb        runtime.SessionSandbox
 	skillsDir string
-	ready     chan struct{} // closed once sb is booted (or failed: err)
+	skills    map[string]string // skill name → the pinned copy placed in skillsDir
+	ready     chan struct{}     // closed once sb is booted (or failed: err)
 	err       error
 	lastUsed  time.Time
 }
@@ -105,8 +104,8 @@ func (m *SessionSandboxes) available() error {
 	if m == nil || m.o.Backend == nil {
 		return errkind.Errorf(api.ErrUnavailable, "isolation = \"session\" needs the runsc runtime (gVisor checkpoint/restore and a sandbox that outlives a run): this daemon's runtime cannot keep session sandboxes; use runtime = \"runsc\", or isolation = \"run\" for the skill")
 	}
-	if m.o.Supervisor == "" || m.o.Snapshots == "" || m.o.Dir == "" {
-		return errkind.Errorf(api.ErrUnavailable, "session sandboxes are not set up in this process (no supervisor binary, snapshot store or state dir)")
+	if m.o.Supervisor == "" || m.o.Dir == "" {
+		return errkind.Errorf(api.ErrUnavailable, "session sandboxes are not set up in this process (no supervisor binary or state dir)")
 	}
 	return nil
 }
@@ -135,7 +134,7 @@ func (m *SessionSandboxes) box(ctx context.Context, key boxKey, img runtime.Imag
 			m.mu.Unlock()
 			return nil, errkind.Errorf(api.ErrLimitExceeded, "this daemon keeps at most %d session sandboxes (sessions { max_sandboxes }) and all are in use: close a session you no longer need, or ask an administrator to raise the limit", max)
 		}
-		b = &sessionBox{key: key, id: runtime.IDPrefix + "s" + strings.TrimPrefix(newID("ses_"), "ses_"), ready: make(chan struct{})}
+		b = &sessionBox{key: key, id: runtime.IDPrefix + "s" + strings.TrimPrefix(newID("ses_"), "ses_"), ready: make(chan struct{}), skills: map[string]string{}}
 		m.boxes[key] = b
 		m.mu.Unlock()
 		b.sb, b.err = m.boot(ctx, b, img, layers, lim)
@@ -174,7 +173,7 @@ func (m *SessionSandboxes) boot(ctx context.Context, b *sessionBox, img runtime.
 	}
 	spec := runtime.SandboxSpec{
 		ID: b.id, RootFS: b.key.rootfs, Image: img, Limits: lim, Boot: runtime.BootSession,
-		Session:          &runtime.SessionMounts{SkillsDir: b.skillsDir, Snapshots: m.o.Snapshots, Layers: layers, Supervisor: m.o.Supervisor},
+		Session:          &runtime.SessionMounts{SkillsDir: b.skillsDir, Layers: layers, Supervisor: m.o.Supervisor},
 		OnBackgroundExit: m.backgroundExited,
 	}
 	sb, err := m.o.Backend.CreateSession(ctx, spec)
@@ -192,27 +191,83 @@ func (m *SessionSandboxes) boot(ctx context.Context, b *sessionBox, img runtime.
 	return sb, nil
 }
 
-// linkSkill makes SkillsMount/<name> in the box point at the pinned copy
-// root (in the snapshot store, mounted at SessionSnapshotsMount).
-func (m *SessionSandboxes) linkSkill(b *sessionBox, name, root string) error {
-	if filepath.Dir(root) != filepath.Clean(m.o.Snapshots) {
-		return errkind.Errorf(api.ErrInternal, "skill %q's pinned copy %s is not in the snapshot store %s", name, root, m.o.Snapshots)
-	}
-	target := path.Base(runtime.SessionSnapshotsMount) + "/" + filepath.Base(root)
-	link := filepath.Join(b.skillsDir, name)
-	if cur, err := os.Readlink(link); err == nil && cur == target {
+// placeSkill makes SkillsMount/<name> in the box the skill version whose
+// pinned copy is root: a copy of it (not hard links: a pinned copy's files
+// have one link each, which is how its readers know nothing outside
+// shares them), built beside the old one and swapped in, so a run sees
+// one version or the other, never half of one. Skill copies are small
+// (the snapshot store caps them).
+func (m *SessionSandboxes) placeSkill(b *sessionBox, name, root string) error {
+	m.mu.Lock()
+	same := b.skills[name] == root
+	m.mu.Unlock()
+	if same {
 		return nil
 	}
-	tmp := filepath.Join(b.skillsDir, ".link-"+name)
-	_ = os.Remove(tmp)
-	if err := os.Symlink(target, tmp); err != nil {
-		return fmt.Errorf("link skill %q into session sandbox: %w", name, err)
+	dst := filepath.Join(b.skillsDir, name)
+	tmp := filepath.Join(b.skillsDir, ".new-"+name)
+	_ = os.RemoveAll(tmp)
+	if err := copySkillTree(root, tmp); err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("put skill %q into its session sandbox: %w", name, err)
 	}
-	if err := os.Rename(tmp, link); err != nil {
-		_ = os.Remove(tmp)
-		return fmt.Errorf("link skill %q into session sandbox: %w", name, err)
+	if err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, unix.RENAME_EXCHANGE); err == nil {
+		_ = os.RemoveAll(tmp) // the old version, now at tmp
+	} else if err := os.Rename(tmp, dst); err != nil {
+		_ = os.RemoveAll(tmp)
+		return fmt.Errorf("put skill %q into its session sandbox: %w", name, err)
 	}
+	m.mu.Lock()
+	b.skills[name] = root
+	m.mu.Unlock()
 	return nil
+}
+
+// copySkillTree copies the tree at src to dst: directories 0755 and files
+// 0644 or 0755 (the sandbox's user reads them), symlinks as they are.
+// Nothing is followed.
+func copySkillTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		to := filepath.Join(dst, rel)
+		switch {
+		case d.IsDir():
+			if err := os.Mkdir(to, 0o755); err != nil {
+				return err
+			}
+			return os.Chmod(to, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, to)
+		case d.Type().IsRegular():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			mode := os.FileMode(0o644)
+			if info.Mode()&0o111 != 0 {
+				mode = 0o755
+			}
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(to, data, mode); err != nil {
+				return err
+			}
+			return os.Chmod(to, mode)
+		}
+		return nil // special files are not part of a skill copy
+	})
 }
 
 // sessionJob is job with the paths of a session sandbox: the skill at
@@ -222,13 +277,13 @@ func (m *SessionSandboxes) linkSkill(b *sessionBox, name, root string) error {
 func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, layersRoot string) (runtime.Invocation, error) {
 	moves := map[string]string{}
 	if p.Code == nil {
-		if err := m.linkSkill(b, p.Request.Skill.Name, job.SkillDir); err != nil {
+		if err := m.placeSkill(b, p.Request.Skill.Name, job.SkillDir); err != nil {
 			return runtime.Invocation{}, err
 		}
 		moves[runtime.SkillMount] = runtime.SkillTarget(p.Request.Skill.Name)
 	} else {
 		for _, mt := range p.Code.Mounts {
-			if err := m.linkSkill(b, mt.Skill.Name, mt.Root); err != nil {
+			if err := m.placeSkill(b, mt.Skill.Name, mt.Root); err != nil {
 				return runtime.Invocation{}, err
 			}
 		}

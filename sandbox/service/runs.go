@@ -155,9 +155,13 @@ func (s *Service) SignalRun(ctx context.Context, caller api.Peer, p api.RunSigna
 	}
 	rec := base(ctx, caller, api.MethodRunsSignal, audit.EventRunSignal, p.SessionID)
 	rec.Run = &audit.RunInfo{RunID: p.RunID, Signal: "SIG" + name}
+	rec.Outcome = audit.OutcomeOK
 	r, err := m.Signal(ctx, p.SessionID, p.RunID, sig)
 	if err != nil {
 		rec.Outcome, rec.Error = audit.OutcomeError, err.Error()
+		if api.KindOf(err) == api.KindNotFound {
+			rec.Outcome = audit.OutcomeRefused
+		}
 	}
 	if rerr := s.record(ctx, rec); rerr != nil && err == nil {
 		return nil, rerr

@@ -305,7 +305,7 @@ func snapshotDir() string {
 func newSessionSandboxes(cfg *policy.Config, rt runtime.Runtime, pins *runner.SnapshotStore, rec runner.Recorder, log hclog.Logger) *runner.SessionSandboxes {
 	o := runner.SessionOptions{Config: cfg.Sessions}
 	if pins != nil {
-		o.Snapshots = pins.Dir
+		// Beside the snapshots: the skills are hard links to them.
 		o.Dir = filepath.Join(filepath.Dir(pins.Dir), "session-sandboxes")
 	}
 	if sb, ok := rt.(runtime.SessionBackend); ok {
