@@ -120,6 +120,24 @@ policy "needs-approval" {
 #   workspace_delete = true
 # }
 #
+# Session sandboxes: with isolation = "session" the runs of a session share
+# one long-lived sandbox per image (its processes, /tmp, memory and /work
+# stay from one call to the next; background runs live on). An idle one is
+# checkpointed to disk and restored on the session's next call. Every
+# skill a run mounts must be given "session"; a matching rule with
+# isolation = "run" (the default: a fresh sandbox per run) wins.
+# policy "notebooks" {
+#   skills    = ["notebook-*"]
+#   isolation = "session"                   # run | session
+# }
+#
+# sessions {
+#   idle_timeout      = "10m"    # an idle session sandbox is checkpointed after this ("0": never)
+#   checkpoint_budget = "4GiB"   # disk for all checkpoints together (memory images and /work copies)
+#   max_sandboxes     = 16       # live session sandboxes on this daemon
+#   background_runs   = 8        # live background runs per session
+# }
+#
 # Agents: sessions.create {agent = "reviewer"} starts with these skills loaded.
 # agent "reviewer" {
 #   uses_skills = ["code-review"]

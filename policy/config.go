@@ -55,7 +55,9 @@ type Config struct {
 	LimitsPos Pos
 	Audit     Audit
 	Pool      Pool
-	Egress    Egress
+	// Sessions is the sessions {} block: session sandboxes' limits.
+	Sessions SessionConfig
+	Egress   Egress
 	// Secrets are the secret "NAME" {} blocks, in file order.
 	Secrets []*Secret
 	// Rules in file order. When the file declares no policy block at all,
@@ -235,7 +237,10 @@ type Rule struct {
 	WorkspacePaths    []string
 	WorkspaceDelete   *bool
 	WorkspaceExcludes []string
-	Pos               Pos
+	// Isolation is IsolationRun or IsolationSession; "" when not set
+	// (see IsolationFor).
+	Isolation Isolation
+	Pos       Pos
 
 	tools, deny, confirm []toolPattern
 }
@@ -283,6 +288,7 @@ func defaults() *Config {
 		Limits:   runtime.DefaultLimits,
 		Deps:     Dependencies{WhenNotReady: "wait", WaitTimeout: 10 * time.Minute, BuildOnLoad: true, MaxLayerBytes: 1 << 30},
 		Pool:     Pool{PoolConfig: runtime.DefaultPoolConfig},
+		Sessions: DefaultSessionConfig,
 		Audit: Audit{
 			RotateBytes:        64 << 20,
 			CheckpointInterval: time.Hour,

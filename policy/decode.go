@@ -32,7 +32,7 @@ func attrs(names ...string) []hcl.AttributeSchema {
 
 var (
 	topSchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{
-		{Type: "daemon"}, {Type: "skills"}, {Type: "images"}, {Type: "limits"}, {Type: "audit"}, {Type: "pool"},
+		{Type: "daemon"}, {Type: "skills"}, {Type: "images"}, {Type: "limits"}, {Type: "audit"}, {Type: "pool"}, {Type: "sessions"},
 		{Type: "egress"}, {Type: "secret", LabelNames: []string{"name"}},
 		{Type: "runtime", LabelNames: []string{"name"}},
 		{Type: "image", LabelNames: []string{"name"}},
@@ -58,7 +58,7 @@ var (
 		"checkpoint_key", "checkpoint_interval", "min_free", "reads_per_interval", "aggregate_interval")}
 	policySchema = &hcl.BodySchema{
 		Attributes: attrs("skills", "tools", "deny", "confirm", "network", "script_dirs", "env", "require_lock", "hook_failure", "hook_timeout", "build_from_source", "egress",
-			"workspace", "workspace_paths", "workspace_delete", "workspace_excludes"),
+			"workspace", "workspace_paths", "workspace_delete", "workspace_excludes", "isolation"),
 		Blocks: []hcl.BlockHeaderSchema{{Type: "limits"}, {Type: "packages"}},
 	}
 )
@@ -164,6 +164,10 @@ func (d *decoder) decodeFile(src []byte) {
 		case "pool":
 			if once(b, "pool", "pool") {
 				d.pool(b)
+			}
+		case "sessions":
+			if once(b, "sessions", "sessions") {
+				d.sessions(b)
 			}
 		case "egress":
 			if once(b, "egress", "egress") {
@@ -822,6 +826,7 @@ func (d *decoder) policy(blk *hcl.Block) {
 	}
 	b.egressList(r)
 	b.workspaceRule(r)
+	b.isolationRule(r)
 	var dirs []string
 	if a := b.strs("script_dirs", &dirs); a != nil {
 		ok := true

@@ -20,6 +20,7 @@ func FuzzConfig(f *testing.F) {
 	}
 	f.Add([]byte(`policy "x" { skills = ["*"] env = ["MODE", "MYTOOL_*"] }`))
 	f.Add([]byte(`daemon { max_connections_per_uid = 2 approver_runs = 1 } audit { min_free = "1GiB" }`))
+	f.Add([]byte(`policy "nb" { skills = ["nb-*"] isolation = "session" } sessions { idle_timeout = "0" checkpoint_budget = "1GiB" }`))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		c, err := Parse(src, "fuzz.hcl")
 		if err != nil {

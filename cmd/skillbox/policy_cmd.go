@@ -211,6 +211,8 @@ func printSkill(tw io.Writer, cfg *policy.Config, skill string) {
 	}
 	fmt.Fprintf(tw, "  network\t%s (%s)\n", state, rule)
 	printEgress(tw, cfg, skill, net)
+	iso, irule := cfg.IsolationFor(skill)
+	fmt.Fprintf(tw, "  isolation\t%s (%s)\n", iso, irule)
 	dirs, drule := cfg.ScriptDirsFor(skill)
 	switch {
 	case dirs == nil:
@@ -289,6 +291,13 @@ func printConfig(w io.Writer, cfg *policy.Config) {
 	p("\nlimits (%s)", cfg.LimitsPos)
 	p("  %s", fmtLimits(cfg.Limits))
 
+	ss := cfg.Sessions
+	p("\nsessions (%s)", ss.Pos)
+	p("  idle_timeout\t%s", orNone(fmtDur(ss.IdleTimeout), "0: session sandboxes are never checkpointed"))
+	p("  checkpoint_budget\t%s", policy.FormatSize(ss.CheckpointBudget))
+	p("  max_sandboxes\t%d", ss.MaxSandboxes)
+	p("  background_runs\t%d", ss.BackgroundRuns)
+
 	ac := cfg.Audit
 	p("\naudit (%s)", ac.Pos)
 	p("  rotate_bytes\t%s", policy.FormatSize(ac.RotateBytes))
@@ -318,6 +327,9 @@ func printConfig(w io.Writer, cfg *policy.Config) {
 		}
 		if r.ScriptDirs != nil {
 			p("    script_dirs\t%s", strings.Join(r.ScriptDirs, " "))
+		}
+		if r.Isolation != "" {
+			p("    isolation\t%s", r.Isolation)
 		}
 		if r.Workspace != "" {
 			p("    workspace\t%s", r.Workspace)

@@ -87,3 +87,9 @@ pool {
   idle_timeout  = "5m"
   memory_budget = "200MiB"
 }
+sessions {
+  idle_timeout      = "30m"
+  checkpoint_budget = "8GiB"
+  max_sandboxes     = 4
+  background_runs   = 2
+}

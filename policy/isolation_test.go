@@ -1,0 +1,142 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+const isolationHCL = `
+policy "default" {
+  skills = ["*"]
+  tools  = ["skills.run_script"]
+}
+policy "notebooks" {
+  skills    = ["nb-*"]
+  isolation = "session"
+}
+policy "also-session" {
+  skills    = ["nb-*", "server"]
+  isolation = "session"
+}
+policy "strict" {
+  skills    = ["nb-secret"]
+  isolation = "run"
+}
+`
+
+func TestIsolationFor(t *testing.T) {
+	c, err := Parse([]byte(isolationHCL), "iso.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		skill string
+		want  Isolation
+		rule  string
+	}{
+		{"no rule sets it", "pdf", IsolationRun, RuleIsolationDefault},
+		{"run_code without skills", "", IsolationRun, RuleIsolationDefault},
+		{"session, first rule by name", "nb-plot", IsolationSession, `policy "also-session" (iso.hcl:10)`},
+		{"one rule", "server", IsolationSession, `policy "also-session" (iso.hcl:10)`},
+		{"run beats session", "nb-secret", IsolationRun, `policy "strict" (iso.hcl:14)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, rule := c.IsolationFor(tc.skill)
+			if got != tc.want || rule != tc.rule {
+				t.Errorf("IsolationFor(%q) = %q, %q; want %q, %q", tc.skill, got, rule, tc.want, tc.rule)
+			}
+		})
+	}
+}
+
+func TestIsolationForSkills(t *testing.T) {
+	c, err := Parse([]byte(isolationHCL), "iso.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		skills []string
+		want   Isolation
+		rule   string
+	}{
+		{"none", nil, IsolationRun, RuleIsolationDefault},
+		{"all session", []string{"nb-plot", "server"}, IsolationSession, `policy "also-session" (iso.hcl:10)`},
+		{"one fresh", []string{"nb-plot", "pdf"}, IsolationRun, RuleIsolationDefault},
+		{"one strict", []string{"server", "nb-secret"}, IsolationRun, `policy "strict" (iso.hcl:14)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, rule := c.IsolationForSkills(tc.skills)
+			if got != tc.want || rule != tc.rule {
+				t.Errorf("IsolationForSkills(%q) = %q, %q; want %q, %q", tc.skills, got, rule, tc.want, tc.rule)
+			}
+		})
+	}
+}
+
+func TestSessionsBlock(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		src  string
+		want SessionConfig
+		err  string // a substring of the error; "" for none
+	}{
+		{name: "defaults", src: ``, want: DefaultSessionConfig},
+		{name: "all set", src: `sessions {
+  idle_timeout      = "2m"
+  checkpoint_budget = "1GiB"
+  max_sandboxes     = 3
+  background_runs   = 0
+}`, want: SessionConfig{IdleTimeout: 2 * time.Minute, CheckpointBudget: 1 << 30, MaxSandboxes: 3, BackgroundRuns: 0, Pos: Pos{File: "s.hcl", Line: 1}}},
+		{name: "never checkpoint", src: `sessions { idle_timeout = "0" }`,
+			want: SessionConfig{IdleTimeout: 0, CheckpointBudget: 4 << 30, MaxSandboxes: 16, BackgroundRuns: 8, Pos: Pos{File: "s.hcl", Line: 1}}},
+		{name: "never checkpoint, number", src: `sessions { idle_timeout = 0 }`,
+			want: SessionConfig{IdleTimeout: 0, CheckpointBudget: 4 << 30, MaxSandboxes: 16, BackgroundRuns: 8, Pos: Pos{File: "s.hcl", Line: 1}}},
+		{name: "bad duration", src: `sessions { idle_timeout = "soon" }`, err: `sessions.idle_timeout: invalid duration "soon"`},
+		{name: "negative duration", src: `sessions { idle_timeout = "-1m" }`, err: `sessions.idle_timeout: must be greater than 0`},
+		{name: "bad size", src: `sessions { checkpoint_budget = "4 lots" }`, err: `sessions.checkpoint_budget: invalid size`},
+		{name: "no sandboxes", src: `sessions { max_sandboxes = 0 }`, err: `sessions.max_sandboxes: must be at least 1, not 0`},
+		{name: "unknown key", src: `sessions { idle = "1m" }`, err: `Unsupported argument`},
+		{name: "twice", src: "sessions {}\nsessions {}", err: `sessions: declared twice`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.src), "s.hcl")
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("Parse = %v, want an error with %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Sessions != tc.want {
+				t.Errorf("Sessions = %+v, want %+v", c.Sessions, tc.want)
+			}
+		})
+	}
+}
+
+func TestIsolationRuleErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, err string
+	}{
+		{"unknown value", `policy "nb" {
+  skills    = ["*"]
+  isolation = "forever"
+}`, `iso.hcl:3: policy "nb".isolation: unknown value "forever": choose one of run, session`},
+		{"not a string", `policy "nb" {
+  skills    = ["*"]
+  isolation = true
+}`, `policy "nb".isolation: must be a string`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.src), "iso.hcl")
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Fatalf("Parse = %v, want an error with %q", err, tc.err)
+			}
+		})
+	}
+}
