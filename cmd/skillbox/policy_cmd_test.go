@@ -44,6 +44,38 @@ policy "none" {
 	}
 }
 
+// policy check says each skill's isolation and the rule that decided it,
+// each rule's isolation, and the sessions block.
+func TestPrintIsolation(t *testing.T) {
+	cfg, err := policy.Parse([]byte(`policy "nb" {
+  skills    = ["nb-*"]
+  isolation = "session"
+}
+sessions { idle_timeout = "0" }
+`), "p.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for skill, want := range map[string]string{
+		"nb-plot": `isolation  session (policy "nb" (p.hcl:1))`,
+		"pdf":     `isolation  run (default: no matching rule sets isolation = "session")`,
+	} {
+		var b bytes.Buffer
+		printSkill(&b, cfg, skill)
+		if got := strings.Join(strings.Fields(b.String()), " "); !strings.Contains(got, strings.Join(strings.Fields(want), " ")) {
+			t.Errorf("%s:\n%s\nwant %q", skill, b.String(), want)
+		}
+	}
+	var b bytes.Buffer
+	printConfig(&b, cfg)
+	got := strings.Join(strings.Fields(b.String()), " ")
+	for _, want := range []string{"isolation session", "idle_timeout 0: session sandboxes are never checkpointed", "checkpoint_budget 4GiB", "max_sandboxes 16", "background_runs 8"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("config listing lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
 // policy check explains a skill's allowed-tools entry by entry: what each
 // host name maps to, and which are ignored.
 func TestPrintAllowedTools(t *testing.T) {

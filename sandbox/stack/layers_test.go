@@ -28,7 +28,7 @@ var layers = [][]string{
 	{"runtime/process"},
 	{"runtime/oci"},
 	{"runtime"},
-	{"runtime/egress"},
+	{"runtime/egress", "runtime/checkpoint"},
 	{"runtime/errkind", "runtime/rootless", "sandbox/api", "runtime/runtimetest", "runtime/egress/egresstest"},
 }
 
