@@ -97,3 +97,37 @@ type SessionSandbox interface {
 type SessionBackend interface {
 	CreateSession(ctx context.Context, spec SandboxSpec) (SessionSandbox, error)
 }
+
+// SandboxIdentity is what a checkpoint of a session sandbox must match to
+// be restored: the runtime build and platform that made its memory image,
+// its network mode, and the digest of its spec without what may differ
+// at a restore (mount sources, run-dir paths, resources), which covers
+// the supervisor binary's contents too.
+type SandboxIdentity struct {
+	RuntimeVersion string
+	Platform       string
+	Network        string
+	SpecDigest     string
+}
+
+// Checkpointer is a session sandbox that can be checkpointed (runsc): its
+// memory and processes go to imageDir, a copy of its /work to workDir.
+// Without leaveRunning the sandbox is gone afterwards (destroyed); with
+// it, it runs on (a fork of a live session). No foreground run may be
+// under way; background runs are frozen into the image.
+type Checkpointer interface {
+	Identity(ctx context.Context) (SandboxIdentity, error)
+	Checkpoint(ctx context.Context, imageDir, workDir string, leaveRunning bool) error
+}
+
+// SessionRestorer is a SessionBackend that can restore a checkpoint into a
+// new sandbox made from spec (the same spec the checkpointed sandbox had,
+// but for its ID): /work from workDir, memory and processes from
+// imageDir. bg are the background runs the checkpoint holds, which the
+// restored sandbox follows on.
+type SessionRestorer interface {
+	// Identity is what a sandbox of spec would be (for checking a
+	// checkpoint before restoring it).
+	SessionIdentity(ctx context.Context, spec SandboxSpec) (SandboxIdentity, error)
+	RestoreSession(ctx context.Context, spec SandboxSpec, imageDir, workDir string, bg []BackgroundRun) (SessionSandbox, error)
+}

@@ -4,6 +4,7 @@ package runtime_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -154,5 +155,97 @@ func TestSessionSandbox(t *testing.T) {
 	out, _ := exec.Command("pgrep", "-f", id).Output()
 	if len(strings.TrimSpace(string(out))) > 0 {
 		t.Fatalf("host processes of %s left: %s", id, out)
+	}
+}
+
+// counterServer is a background python server holding a counter in
+// memory: GET / counts, GET /rand draws from os.urandom, random and
+// /dev/urandom.
+const counterServer = `
+import http.server, os, random
+n = 0
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        global n
+        if self.path == "/rand":
+            body = "%s %r %s" % (os.urandom(8).hex(), random.random(), open("/dev/urandom", "rb").read(8).hex())
+        else:
+            n += 1
+            body = str(n)
+        self.send_response(200); self.end_headers(); self.wfile.write(body.encode())
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", 8000), H).serve_forever()
+`
+
+func fetchArgs(path string) []string {
+	return []string{"python3", "-c", "import urllib.request,time\nfor i in range(100):\n  try:\n    print(urllib.request.urlopen('http://127.0.0.1:8000" + path + "').read().decode()); break\n  except OSError: time.sleep(0.1)\n"}
+}
+
+// TestSessionCheckpointFork: a sandbox holding a counter in a background
+// process and a file in /work is checkpointed (and gone), then restored
+// twice at once from the one checkpoint: each fork counts on from where
+// the checkpoint was, has the file, and draws other random numbers.
+func TestSessionCheckpointFork(t *testing.T) {
+	env := newSessionEnv(t)
+	sb := env.boot(t, make(chan runtime.BackgroundRun, 4))
+	if _, err := sb.Background(context.Background(), "counter", runtime.Invocation{Args: []string{"python3", "-c", counterServer}, Limits: runtime.Limits{Timeout: 30 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		if got := strings.TrimSpace(string(sessionRun(t, sb, fmt.Sprintf("c%d", i), fetchArgs("/")...).Stdout)); got != fmt.Sprint(i) {
+			t.Fatalf("count %d: %q", i, got)
+		}
+	}
+	sessionRun(t, sb, "f", "sh", "-c", "echo kept > /work/state.txt")
+	spec := sb.(interface{ Spec() runtime.SandboxSpec }).Spec()
+
+	ck := t.TempDir()
+	img, work := filepath.Join(ck, "image"), filepath.Join(ck, "work")
+	os.Mkdir(img, 0o700)
+	began := time.Now()
+	if err := sb.(runtime.Checkpointer).Checkpoint(context.Background(), img, work, false); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint: %s", time.Since(began))
+	select {
+	case <-sb.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the sandbox did not go with its checkpoint")
+	}
+
+	rs := env.rt.(runtime.SessionRestorer)
+	var rands []string
+	for i := 0; i < 2; i++ {
+		fs := spec
+		fs.ID = newID()
+		began := time.Now()
+		fork, err := rs.RestoreSession(context.Background(), fs, img, work, []runtime.BackgroundRun{{ID: "counter", Running: true}})
+		if err != nil {
+			t.Fatalf("restore %d: %v", i, err)
+		}
+		t.Logf("restore %d: %s", i, time.Since(began))
+		t.Cleanup(func() { fork.Destroy(context.Background()) })
+		if got := strings.TrimSpace(string(sessionRun(t, fork, "n", fetchArgs("/")...).Stdout)); got != "4" {
+			t.Fatalf("fork %d counts on to %q, want 4", i, got)
+		}
+		if got := strings.TrimSpace(string(sessionRun(t, fork, "s", "cat", "/work/state.txt").Stdout)); got != "kept" {
+			t.Fatalf("fork %d's /work: %q", i, got)
+		}
+		old := strings.TrimSpace(string(sessionRun(t, fork, "r1", fetchArgs("/rand")...).Stdout))
+		fresh := strings.TrimSpace(string(sessionRun(t, fork, "r2", "python3", "-c", "import os,random\nprint(os.urandom(8).hex(), repr(random.random()), open('/dev/urandom','rb').read(8).hex())").Stdout))
+		runs, _ := fork.Runs(context.Background())
+		if len(runs) != 1 || !runs[0].Running {
+			t.Fatalf("fork %d's background runs: %+v", i, runs)
+		}
+		rands = append(rands, old, fresh)
+	}
+	// Kernel entropy is fresh in every fork, also in a process that lived
+	// through the checkpoint; a new run's Python random is too.
+	a, b := strings.Fields(rands[0]), strings.Fields(rands[2])
+	if len(a) != 3 || len(b) != 3 || a[0] == b[0] || a[2] == b[2] {
+		t.Fatalf("the counter process of two forks drew the same kernel randomness: %q %q", rands[0], rands[2])
+	}
+	if rands[1] == rands[3] || strings.Fields(rands[1])[1] == strings.Fields(rands[3])[1] {
+		t.Fatalf("new runs in two forks drew the same numbers: %q %q", rands[1], rands[3])
 	}
 }

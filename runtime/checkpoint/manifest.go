@@ -94,6 +94,10 @@ type Manifest struct {
 	SpecDigest string `json:"spec_digest"`
 	// SkillDigests are the mounted skills' digests by name.
 	SkillDigests map[string]string `json:"skill_digests"`
+	// Owner holds what the caller keeps about the checkpointed sandbox to
+	// make it again (its limits, mounts, background runs), opaque here
+	// and covered by the digest.
+	Owner map[string]string `json:"owner,omitempty"`
 	// Files are every entry of the checkpoint's directory but the
 	// manifest, sorted by path; TotalBytes the sum of their sizes.
 	Files      []File `json:"files"`

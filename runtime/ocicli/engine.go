@@ -67,6 +67,9 @@ type engine struct {
 	// rootless user's delegated subtree when delegated).
 	cgParent  string
 	delegated bool
+	// platform is runsc's --platform ("" for runc), which a checkpoint
+	// records.
+	platform string
 
 	mu       sync.Mutex
 	live     map[string]*sandbox        // created and not yet destroyed

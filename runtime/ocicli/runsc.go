@@ -116,6 +116,7 @@ func NewRunsc(opts runtime.Options) (*Runsc, error) {
 		d:        r,
 		rootless: opts.Rootless,
 		cgParent: oci.CgroupParent,
+		platform: ro.Platform,
 	}
 	if opts.Rootless && opts.Delegated != nil {
 		r.eng.cgParent, r.eng.delegated = opts.Delegated.Path, true
@@ -276,7 +277,21 @@ func logErrors(path string) string {
 	return msgs[len(msgs)-1]
 }
 
-var _ runtime.SessionBackend = (*Runsc)(nil)
+var (
+	_ runtime.SessionBackend  = (*Runsc)(nil)
+	_ runtime.SessionRestorer = (*Runsc)(nil)
+	_ runtime.Checkpointer    = (*sessionSandbox)(nil)
+)
+
+// SessionIdentity implements runtime.SessionRestorer.
+func (r *Runsc) SessionIdentity(ctx context.Context, spec runtime.SandboxSpec) (runtime.SandboxIdentity, error) {
+	return r.eng.sessionSpecIdentity(ctx, spec)
+}
+
+// RestoreSession implements runtime.SessionRestorer.
+func (r *Runsc) RestoreSession(ctx context.Context, spec runtime.SandboxSpec, imageDir, workDir string, bg []runtime.BackgroundRun) (runtime.SessionSandbox, error) {
+	return r.eng.restoreSession(ctx, spec, imageDir, workDir, bg)
+}
 
 // CreateSession boots a session sandbox (see session.go).
 func (r *Runsc) CreateSession(ctx context.Context, spec runtime.SandboxSpec) (runtime.SessionSandbox, error) {

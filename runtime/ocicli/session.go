@@ -3,6 +3,8 @@ package ocicli
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,7 +18,10 @@ import (
 	"syscall"
 	"time"
 
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/checkpoint"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/runtime/process"
@@ -34,6 +39,46 @@ import (
 
 // pythonWorkers is how many interpreters a session sandbox keeps started.
 const pythonWorkers = 1
+
+// sessionArgv is a session sandbox's first process.
+func sessionArgv() []string {
+	return []string{runtime.SupervisorPath, "supervise", "--python-workers", strconv.Itoa(pythonWorkers)}
+}
+
+// fileDigest is the sha256 of a file, cached by path, size and mtime (the
+// supervisor binary is hashed once, not at every checkpoint).
+func fileDigest(p string) (string, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return "", err
+	}
+	key := fmt.Sprintf("%s|%d|%d", p, st.Size(), st.ModTime().UnixNano())
+	digestMu.Lock()
+	d, ok := digests[key]
+	digestMu.Unlock()
+	if ok {
+		return d, nil
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	d = hex.EncodeToString(h.Sum(nil))
+	digestMu.Lock()
+	digests[key] = d
+	digestMu.Unlock()
+	return d, nil
+}
+
+var (
+	digestMu sync.Mutex
+	digests  = map[string]string{}
+)
 
 // sessionStopWait bounds how long a killed run may take to be reported.
 const sessionStopWait = 5 * time.Second
@@ -63,6 +108,9 @@ type sessionSandbox struct {
 	mu   sync.Mutex
 	bg   map[string]*runtime.BackgroundRun
 	done chan struct{}
+	// paused: the sandbox went into a checkpoint (its background runs
+	// did not end).
+	paused bool
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -73,6 +121,76 @@ var _ runtime.SessionSandbox = (*sessionSandbox)(nil)
 // CreateSession boots a session sandbox: the bundle, cgroup and workdir
 // of a sandbox, and the supervisor started in it and ready.
 func (e *engine) createSession(ctx context.Context, spec runtime.SandboxSpec) (_ runtime.SessionSandbox, err error) {
+	s, err := e.prepareSession(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.boot(ctx, nil); err != nil {
+		_ = s.Destroy(ctx)
+		return nil, err
+	}
+	return s, nil
+}
+
+// restoreSession makes a sandbox from spec as createSession does, with
+// /work copied from workDir, and restores the checkpoint at imageDir into
+// it: the supervisor and every process it had go on where they were.
+func (e *engine) restoreSession(ctx context.Context, spec runtime.SandboxSpec, imageDir, workDir string, bg []runtime.BackgroundRun) (_ runtime.SessionSandbox, err error) {
+	if e.rootless {
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "restoring a session checkpoint needs root (runsc refuses restore with --rootless)")
+	}
+	s, err := e.prepareSession(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			_ = s.Destroy(ctx)
+		}
+	}()
+	skipped, err := checkpoint.CopyTree(workDir, s.b.Workdir+"/.restore")
+	if err == nil {
+		err = moveUp(s.b.Workdir+"/.restore", s.b.Workdir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("restore /work of session sandbox %s: %w", spec.ID, err)
+	}
+	if len(skipped) > 0 {
+		e.log.Warn("entries of /work not restored", "id", spec.ID, "skipped", skipped)
+	}
+	for _, r := range bg {
+		r.LogHost = filepath.Join(s.b.Workdir, path.Base(runtime.SessionStateDir), path.Base(runtime.SessionRunsDir), r.ID+".log")
+		run := r
+		s.bg[r.ID] = &run
+	}
+	if err := s.boot(ctx, []string{"restore", "--image-path", imageDir}); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// moveUp moves every entry of dir into its parent and removes dir (the
+// workdir tmpfs is a mount point, so the copy goes into it, then up).
+func moveUp(dir, parent string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if e.Name() == path.Base(runtime.SessionStateDir) {
+			_ = os.RemoveAll(filepath.Join(parent, e.Name())) // made empty by prepareSession
+		}
+		if err := os.Rename(filepath.Join(dir, e.Name()), filepath.Join(parent, e.Name())); err != nil {
+			return err
+		}
+	}
+	return os.Remove(dir)
+}
+
+// prepareSession makes what a session sandbox runs in: bundle, cgroup,
+// config.json with the supervisor as the first process, the state dir
+// in /work.
+func (e *engine) prepareSession(ctx context.Context, spec runtime.SandboxSpec) (_ *sessionSandbox, err error) {
 	if e.name != "runsc" {
 		return nil, errkind.Errorf(runtime.ErrUnavailable, "isolation = \"session\" needs the runsc runtime (gVisor): %s cannot keep a sandbox across runs or checkpoint it; use runtime = \"runsc\" or isolation = \"run\"", e.name)
 	}
@@ -96,8 +214,7 @@ func (e *engine) createSession(ctx context.Context, spec runtime.SandboxSpec) (_
 	if err := oci.MakePrivateDir(e.cli.root, e.name+" state dir"); err != nil {
 		return nil, err
 	}
-	argv := []string{runtime.SupervisorPath, "supervise", "--python-workers", strconv.Itoa(pythonWorkers)}
-	probe := runtime.JobOf(spec, runtime.Invocation{Args: argv, Limits: spec.Limits})
+	probe := runtime.JobOf(spec, runtime.Invocation{Args: sessionArgv(), Limits: spec.Limits})
 	opts := e.d.specOptions(probe)
 	b, err := oci.NewSandboxBundle(spec, e.runDir, opts)
 	if err != nil {
@@ -129,9 +246,6 @@ func (e *engine) createSession(ctx context.Context, spec runtime.SandboxSpec) (_
 	if err := chownTree(filepath.Join(b.Workdir, path.Base(runtime.SessionStateDir)), b.OwnerUID, b.OwnerGID); err != nil {
 		return nil, err
 	}
-	if err := s.boot(ctx); err != nil {
-		return nil, err
-	}
 	return s, nil
 }
 
@@ -143,8 +257,12 @@ func chownTree(dir string, uid, gid int) error {
 	return nil
 }
 
-// boot starts the supervisor and waits until it is ready.
-func (s *sessionSandbox) boot(ctx context.Context) error {
+// boot starts the supervisor and waits until it is ready; with restore
+// (the `restore` arguments before the bundle's), it restores a checkpoint
+// instead and waits until the restored supervisor answers on its new
+// stdio, then has it replace its pre-started interpreters, so that none
+// from before the checkpoint serves a run after it.
+func (s *sessionSandbox) boot(ctx context.Context, restore []string) error {
 	ps, err := process.MakePipes(3)
 	if err != nil {
 		return err
@@ -153,8 +271,11 @@ func (s *sessionSandbox) boot(ctx context.Context) error {
 	s.initIn, s.initOut, s.initErr = inW, outR, errR
 	global, args := s.e.d.runCommand(false, s.b)
 	s.detached = !(reapsOrphans() || s.e.rootless)
+	if restore != nil {
+		args = append(append([]string(nil), restore...), args[1:]...)
+	}
 	if s.detached {
-		args = append([]string{"run", "--detach"}, args[1:]...)
+		args = append([]string{args[0], "--detach"}, args[1:]...)
 	}
 	cmd, err := s.e.cli.command(s.lifeCtx, global, args...)
 	if err != nil {
@@ -193,8 +314,114 @@ func (s *sessionSandbox) boot(ctx context.Context) error {
 	}()
 	bctx, cancel := context.WithTimeout(ctx, runtime.BootTimeout)
 	defer cancel()
-	if _, err := s.client.Ready(bctx); err != nil {
-		return s.bootError(err)
+	if restore == nil {
+		if _, err := s.client.Ready(bctx); err != nil {
+			return s.bootError(err)
+		}
+		return nil
+	}
+	if err := s.client.Ping(bctx); err != nil {
+		return s.bootError(fmt.Errorf("the restored supervisor does not answer: %w", err))
+	}
+	if err := s.client.Reseed(bctx); err != nil {
+		return s.bootError(fmt.Errorf("the restored supervisor did not replace its interpreters: %w", err))
+	}
+	return s.reconcile(bctx)
+}
+
+// reconcile learns from the supervisor which background runs still run
+// (after a restore): those it reports ended are reported so.
+func (s *sessionSandbox) reconcile(ctx context.Context) error {
+	list, err := s.client.List(ctx)
+	if err != nil {
+		return fmt.Errorf("list the restored sandbox's runs: %w", err)
+	}
+	live := map[string]supervisor.RunStatus{}
+	for _, r := range list {
+		live[r.ID] = r
+	}
+	s.mu.Lock()
+	ended := map[string]supervisor.Exit{}
+	for id, br := range s.bg {
+		st, ok := live[id]
+		switch {
+		case ok && st.Running:
+			br.PID = st.PID
+		case ok && st.Exit != nil:
+			ended[id] = *st.Exit
+		default:
+			br.Running = false // unknown to the supervisor: gone
+		}
+	}
+	s.mu.Unlock()
+	for id, ex := range ended {
+		s.backgroundExited(id, ex)
+	}
+	return nil
+}
+
+// Identity implements runtime.Checkpointer.
+func (s *sessionSandbox) Identity(ctx context.Context) (runtime.SandboxIdentity, error) {
+	return s.e.sessionIdentity(ctx, s.b.Spec, s.spec)
+}
+
+// sessionIdentity is the identity of a session sandbox with OCI spec sp.
+func (e *engine) sessionIdentity(ctx context.Context, sp *specs.Spec, spec runtime.SandboxSpec) (runtime.SandboxIdentity, error) {
+	version, err := e.cli.Version(ctx)
+	if err != nil {
+		return runtime.SandboxIdentity{}, err
+	}
+	sup, err := fileDigest(spec.Session.Supervisor)
+	if err != nil {
+		return runtime.SandboxIdentity{}, fmt.Errorf("supervisor binary: %w", err)
+	}
+	d, err := oci.SpecDigest(sp, "supervisor="+sup)
+	if err != nil {
+		return runtime.SandboxIdentity{}, err
+	}
+	return runtime.SandboxIdentity{RuntimeVersion: version, Platform: e.platform, Network: "none", SpecDigest: d}, nil
+}
+
+// SessionIdentity implements runtime.SessionRestorer: the identity of a
+// sandbox spec would make, without making it.
+func (e *engine) sessionSpecIdentity(ctx context.Context, spec runtime.SandboxSpec) (runtime.SandboxIdentity, error) {
+	spec.Limits = spec.Limits.WithDefaults()
+	probe := runtime.JobOf(spec, runtime.Invocation{Args: sessionArgv(), Limits: spec.Limits})
+	opts := e.d.specOptions(probe)
+	opts.WorkdirSource, opts.HostsSource = "/placeholder/work", "/placeholder/hosts"
+	sp, err := oci.BuildSpec(probe, opts)
+	if err != nil {
+		return runtime.SandboxIdentity{}, err
+	}
+	return e.sessionIdentity(ctx, sp, spec)
+}
+
+// Checkpoint implements runtime.Checkpointer.
+func (s *sessionSandbox) Checkpoint(ctx context.Context, imageDir, workDir string, leaveRunning bool) error {
+	s.fg.Lock()
+	defer s.fg.Unlock()
+	select {
+	case <-s.done:
+		return s.gone()
+	default:
+	}
+	args := []string{"checkpoint", "--image-path", imageDir}
+	if leaveRunning {
+		args = append(args, "--leave-running")
+	}
+	if out, err := s.e.cli.exec(ctx, append(args, s.spec.ID)...); err != nil {
+		return fmt.Errorf("checkpoint of session sandbox %s: %w (%s)", s.spec.ID, err, bytes.TrimSpace(out))
+	}
+	skipped, err := checkpoint.CopyTree(s.b.Workdir, workDir)
+	if err != nil {
+		return fmt.Errorf("copy /work of session sandbox %s: %w", s.spec.ID, err)
+	}
+	if len(skipped) > 0 {
+		s.e.log.Warn("entries of /work not kept with the checkpoint", "id", s.spec.ID, "skipped", skipped)
+	}
+	if !leaveRunning {
+		s.paused = true
+		return s.destroyLocked()
 	}
 	return nil
 }
@@ -221,9 +448,13 @@ func (s *sessionSandbox) bootError(cause error) error {
 	return fmt.Errorf("session sandbox %s did not boot: %w", s.spec.ID, cause)
 }
 
-func (s *sessionSandbox) ID() string            { return s.spec.ID }
-func (s *sessionSandbox) Workdir() string       { return s.b.Workdir }
-func (s *sessionSandbox) Done() <-chan struct{} { return s.done }
+func (s *sessionSandbox) ID() string { return s.spec.ID }
+
+// Spec is what the sandbox was made from (to restore it after a
+// checkpoint with another ID).
+func (s *sessionSandbox) Spec() runtime.SandboxSpec { return s.spec }
+func (s *sessionSandbox) Workdir() string           { return s.b.Workdir }
+func (s *sessionSandbox) Done() <-chan struct{}     { return s.done }
 
 // gone is the error of a call on a sandbox that is no longer there.
 func (s *sessionSandbox) gone() error {
@@ -378,7 +609,9 @@ func (s *sessionSandbox) Background(ctx context.Context, runID string, inv runti
 	go func() {
 		select {
 		case <-run.Done():
-			s.backgroundExited(runID, run.Exit())
+			if run.Err() == nil { // an exit, not the supervisor going away
+				s.backgroundExited(runID, run.Exit())
+			}
 		case <-s.done:
 		}
 	}()
@@ -428,7 +661,9 @@ func (s *sessionSandbox) Runs(context.Context) ([]runtime.BackgroundRun, error) 
 
 // Destroy removes the sandbox with all its runs, its cgroup, workdir and
 // run dir, with a context of its own.
-func (s *sessionSandbox) Destroy(context.Context) error {
+func (s *sessionSandbox) Destroy(context.Context) error { return s.destroyLocked() }
+
+func (s *sessionSandbox) destroyLocked() error {
 	s.destroyOnce.Do(func() {
 		s.destroyErr = s.teardown()
 		s.e.mu.Lock()

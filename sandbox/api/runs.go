@@ -86,3 +86,54 @@ type RunSignalParams struct {
 	RunID     string `json:"run_id"`
 	Signal    string `json:"signal,omitempty"`
 }
+
+// Methods of sessions that live (isolation = "session").
+const (
+	MethodSessionsPause  = "sessions.pause"
+	MethodSessionsResume = "sessions.resume"
+	MethodSessionsFork   = "sessions.fork"
+)
+
+// PausedSandbox is a session sandbox put into a checkpoint.
+type PausedSandbox struct {
+	Sandbox    string `json:"sandbox"`
+	Checkpoint string `json:"checkpoint"`
+	// Digest is the checkpoint manifest's digest, as audited.
+	Digest     string `json:"digest"`
+	Bytes      int64  `json:"bytes"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// PauseSessionResult is sessions.pause's result: the session's sandboxes
+// are checkpointed to disk (memory, processes, /work) and stopped; its
+// next run (or sessions.resume) restores them.
+type PauseSessionResult struct {
+	SessionID string          `json:"session_id"`
+	Sandboxes []PausedSandbox `json:"sandboxes"`
+}
+
+// ResumeSessionParams is sessions.resume's request: restore the session's
+// paused sandboxes now, or, with Fresh, discard them (their processes and
+// memory are lost) so that its next run starts a new sandbox; Fresh is
+// how a caller agrees to that when a checkpoint cannot be restored any
+// more (another runsc build, a rebuilt image).
+type ResumeSessionParams struct {
+	SessionID string `json:"session_id"`
+	Fresh     bool   `json:"fresh,omitempty"`
+}
+
+// ResumeSessionResult is sessions.resume's result.
+type ResumeSessionResult struct {
+	SessionID string   `json:"session_id"`
+	Sandboxes []string `json:"sandboxes"`
+	Fresh     bool     `json:"fresh"`
+}
+
+// ForkSessionResult is sessions.fork's result: a new session of the
+// caller's with the same active skills, its own copy of the workspace,
+// and each sandbox restored from a checkpoint of the source's.
+type ForkSessionResult struct {
+	SessionID string   `json:"session_id"`
+	From      string   `json:"from"`
+	Sandboxes []string `json:"sandboxes"`
+}

@@ -28,6 +28,9 @@ type Service interface {
 	RunLogs(ctx context.Context, caller Peer, p RunLogsParams) (*RunLogsResult, error)
 	WaitRun(ctx context.Context, caller Peer, p RunWaitParams) (*BackgroundRun, error)
 	SignalRun(ctx context.Context, caller Peer, p RunSignalParams) (*BackgroundRun, error)
+	PauseSession(ctx context.Context, caller Peer, p SessionParams) (*PauseSessionResult, error)
+	ResumeSession(ctx context.Context, caller Peer, p ResumeSessionParams) (*ResumeSessionResult, error)
+	ForkSession(ctx context.Context, caller Peer, p SessionParams) (*ForkSessionResult, error)
 
 	ActivateSkill(ctx context.Context, caller Peer, p ActivateParams) (*ActivateResult, error)
 	ReportTool(ctx context.Context, caller Peer, p ReportToolParams) (*ReportToolResult, error)

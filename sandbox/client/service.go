@@ -203,6 +203,21 @@ func (c *Client) SignalRun(ctx context.Context, _ api.Peer, p api.RunSignalParam
 	return call[api.BackgroundRun](ctx, c, api.MethodRunsSignal, p)
 }
 
+// PauseSession checkpoints the session's sandboxes to disk.
+func (c *Client) PauseSession(ctx context.Context, _ api.Peer, p api.SessionParams) (*api.PauseSessionResult, error) {
+	return call[api.PauseSessionResult](ctx, c, api.MethodSessionsPause, p)
+}
+
+// ResumeSession restores (or, fresh, discards) the session's paused sandboxes.
+func (c *Client) ResumeSession(ctx context.Context, _ api.Peer, p api.ResumeSessionParams) (*api.ResumeSessionResult, error) {
+	return call[api.ResumeSessionResult](ctx, c, api.MethodSessionsResume, p)
+}
+
+// ForkSession makes a new session from a checkpoint of this one.
+func (c *Client) ForkSession(ctx context.Context, _ api.Peer, p api.SessionParams) (*api.ForkSessionResult, error) {
+	return call[api.ForkSessionResult](ctx, c, api.MethodSessionsFork, p)
+}
+
 // CheckTool asks whether the host may call one of its own tools now.
 func (c *Client) CheckTool(ctx context.Context, _ api.Peer, p api.CheckToolParams) (*api.CheckToolResult, error) {
 	return call[api.CheckToolResult](ctx, c, api.MethodToolsCheck, p, append([]string{p.ConfirmationID}, p.ConfirmationIDs...)...)

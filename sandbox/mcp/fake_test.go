@@ -224,6 +224,18 @@ func (f *fakeService) WaitRun(_ context.Context, _ api.Peer, p api.RunWaitParams
 	return &api.BackgroundRun{RunID: p.RunID, State: api.RunExited}, nil
 }
 
+func (f *fakeService) PauseSession(_ context.Context, _ api.Peer, p api.SessionParams) (*api.PauseSessionResult, error) {
+	return &api.PauseSessionResult{SessionID: p.SessionID}, nil
+}
+
+func (f *fakeService) ResumeSession(_ context.Context, _ api.Peer, p api.ResumeSessionParams) (*api.ResumeSessionResult, error) {
+	return &api.ResumeSessionResult{SessionID: p.SessionID}, nil
+}
+
+func (f *fakeService) ForkSession(_ context.Context, _ api.Peer, p api.SessionParams) (*api.ForkSessionResult, error) {
+	return &api.ForkSessionResult{From: p.SessionID}, nil
+}
+
 func (f *fakeService) SignalRun(_ context.Context, _ api.Peer, p api.RunSignalParams) (*api.BackgroundRun, error) {
 	return &api.BackgroundRun{RunID: p.RunID, State: api.RunRunning}, nil
 }

@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/checkpoint"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -42,7 +44,10 @@ type SessionOptions struct {
 	Dir string
 	// Supervisor is the skillbox binary run inside as the supervisor.
 	Supervisor string
-	Config     policy.SessionConfig
+	// Checkpoints is where paused sandboxes go (root's, 0700); "": none
+	// (sessions.pause and idle checkpoints are then refused).
+	Checkpoints string
+	Config      policy.SessionConfig
 }
 
 // SessionSandboxes keeps the session sandboxes of one daemon.
@@ -53,38 +58,64 @@ type SessionSandboxes struct {
 
 	mu    sync.Mutex
 	boxes map[boxKey]*sessionBox
-	runs  map[string]*backgroundRun // background runs by run id
+	runs  map[runKey]*backgroundRun
+	store *checkpoint.Store // opened on first use
+	stop  chan struct{}
+	bg    sync.WaitGroup
 }
 
-// boxKey says which runs share a sandbox: one session, one image, one set
-// of sandbox-wide limits (memory, pids, CPUs and tmpfs sizes are fixed
-// when a sandbox boots).
+// runKey names a background run: a fork has its source's runs under the
+// same ids.
+type runKey struct{ session, run string }
+
+// boxKey says which runs share a sandbox: one session, one image (by
+// name: a rebuilt image must not silently leave a paused sandbox behind),
+// one set of sandbox-wide limits (memory, pids, CPUs and tmpfs sizes are
+// fixed when a sandbox boots).
 type boxKey struct {
 	session string
 	image   string
-	rootfs  string
 	limits  runtime.SandboxLimits
 }
 
 type sessionBox struct {
 	key       boxKey
 	id        string
-	sb        runtime.SessionSandbox
+	rootfs    string
 	skillsDir string
-	skills    map[string]string // skill name → the pinned copy placed in skillsDir
-	ready     chan struct{}     // closed once sb is booted (or failed: err)
+	skills    map[string]placedSkill // by name: what is in skillsDir
+	ready     chan struct{}          // closed once booted (or failed: err)
 	err       error
-	lastUsed  time.Time
+	// spec is what the sandbox was made from, to restore it.
+	spec runtime.SandboxSpec
+
+	// life serializes boot, restore, pause and teardown of the box.
+	life sync.Mutex
+	// Under SessionSandboxes.mu: the live sandbox (nil while paused),
+	// the checkpoint it is paused in, runs under way, last use.
+	sb       runtime.SessionSandbox
+	ckpt     string
+	active   int
+	lastUsed time.Time
 }
+
+// placedSkill is a skill version copied into a box's skills dir.
+type placedSkill struct{ root, digest string }
+
+// newBoxID is a new session sandbox's id (its container's too).
+func newBoxID() string { return runtime.IDPrefix + "s" + strings.TrimPrefix(newID("ses_"), "ses_") }
 
 // backgroundRun is a background run as the engine follows it.
 type backgroundRun struct {
 	session string
 	box     *sessionBox
-	plan    *Plan
-	start   *audit.Record
-	run     runtime.BackgroundRun
-	done    chan struct{} // closed when it ended
+	// skill is set for a run a restore brought back (plan then holds only
+	// the run id and script).
+	skill string
+	plan  *Plan
+	start *audit.Record
+	run   runtime.BackgroundRun
+	done  chan struct{} // closed when it ended
 }
 
 // NewSessionSandboxes makes the keeper of session sandboxes.
@@ -95,8 +126,13 @@ func NewSessionSandboxes(o SessionOptions, journal Recorder, log hclog.Logger) *
 	if journal == nil {
 		journal = NewJournal(nil, nil)
 	}
-	return &SessionSandboxes{o: o, journal: journal, log: log.Named("sessions"),
-		boxes: map[boxKey]*sessionBox{}, runs: map[string]*backgroundRun{}}
+	m := &SessionSandboxes{o: o, journal: journal, log: log.Named("sessions"),
+		boxes: map[boxKey]*sessionBox{}, runs: map[runKey]*backgroundRun{}, stop: make(chan struct{})}
+	if o.Config.IdleTimeout > 0 && o.Backend != nil && o.Checkpoints != "" {
+		m.bg.Add(1)
+		go m.pauseIdle()
+	}
+	return m
 }
 
 // available says why session isolation cannot be had here, or nil.
@@ -111,13 +147,13 @@ func (m *SessionSandboxes) available() error {
 }
 
 // box returns the session's sandbox for key, booting it on first use.
-func (m *SessionSandboxes) box(ctx context.Context, key boxKey, img runtime.ImageRef, layers string, lim runtime.Limits) (*sessionBox, error) {
+func (m *SessionSandboxes) box(ctx context.Context, key boxKey, img runtime.ImageRef, rootfs, layers string, lim runtime.Limits) (*sessionBox, error) {
 	m.mu.Lock()
 	b := m.boxes[key]
 	if b != nil {
 		select {
 		case <-b.ready:
-			if b.err == nil {
+			if b.err == nil && b.sb != nil {
 				select {
 				case <-b.sb.Done():
 					// Its supervisor died: a new sandbox for this run.
@@ -134,10 +170,13 @@ func (m *SessionSandboxes) box(ctx context.Context, key boxKey, img runtime.Imag
 			m.mu.Unlock()
 			return nil, errkind.Errorf(api.ErrLimitExceeded, "this daemon keeps at most %d session sandboxes (sessions { max_sandboxes }) and all are in use: close a session you no longer need, or ask an administrator to raise the limit", max)
 		}
-		b = &sessionBox{key: key, id: runtime.IDPrefix + "s" + strings.TrimPrefix(newID("ses_"), "ses_"), ready: make(chan struct{}), skills: map[string]string{}}
+		b = &sessionBox{key: key, rootfs: rootfs, id: newBoxID(), ready: make(chan struct{}), skills: map[string]placedSkill{}}
 		m.boxes[key] = b
 		m.mu.Unlock()
-		b.sb, b.err = m.boot(ctx, b, img, layers, lim)
+		sb, err := m.boot(ctx, b, img, layers, lim)
+		m.mu.Lock()
+		b.sb, b.err = sb, err
+		m.mu.Unlock()
 		if b.err != nil {
 			m.mu.Lock()
 			if m.boxes[key] == b {
@@ -157,9 +196,9 @@ func (m *SessionSandboxes) box(ctx context.Context, key boxKey, img runtime.Imag
 	if b.err != nil {
 		return nil, b.err
 	}
-	m.mu.Lock()
-	b.lastUsed = time.Now()
-	m.mu.Unlock()
+	if err := m.resumeBox(ctx, b, img); err != nil {
+		return nil, err
+	}
 	return b, nil
 }
 
@@ -172,10 +211,11 @@ func (m *SessionSandboxes) boot(ctx context.Context, b *sessionBox, img runtime.
 		return nil, err
 	}
 	spec := runtime.SandboxSpec{
-		ID: b.id, RootFS: b.key.rootfs, Image: img, Limits: lim, Boot: runtime.BootSession,
+		ID: b.id, RootFS: b.rootfs, Image: img, Limits: lim, Boot: runtime.BootSession,
 		Session:          &runtime.SessionMounts{SkillsDir: b.skillsDir, Layers: layers, Supervisor: m.o.Supervisor},
-		OnBackgroundExit: m.backgroundExited,
+		OnBackgroundExit: m.exitHook(b.key.session),
 	}
+	b.spec = spec
 	sb, err := m.o.Backend.CreateSession(ctx, spec)
 	rec := &audit.Record{Event: audit.EventSessionSandbox, SessionID: b.key.session, Outcome: "started",
 		Detail: map[string]string{"sandbox": b.id, "image": img.Name, "image_digest": img.Digest}}
@@ -197,9 +237,9 @@ func (m *SessionSandboxes) boot(ctx context.Context, b *sessionBox, img runtime.
 // shares them), built beside the old one and swapped in, so a run sees
 // one version or the other, never half of one. Skill copies are small
 // (the snapshot store caps them).
-func (m *SessionSandboxes) placeSkill(b *sessionBox, name, root string) error {
+func (m *SessionSandboxes) placeSkill(b *sessionBox, name, root, digest string) error {
 	m.mu.Lock()
-	same := b.skills[name] == root
+	same := b.skills[name].root == root
 	m.mu.Unlock()
 	if same {
 		return nil
@@ -218,7 +258,7 @@ func (m *SessionSandboxes) placeSkill(b *sessionBox, name, root string) error {
 		return fmt.Errorf("put skill %q into its session sandbox: %w", name, err)
 	}
 	m.mu.Lock()
-	b.skills[name] = root
+	b.skills[name] = placedSkill{root: root, digest: digest}
 	m.mu.Unlock()
 	return nil
 }
@@ -277,13 +317,13 @@ func copySkillTree(src, dst string) error {
 func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, layersRoot string) (runtime.Invocation, error) {
 	moves := map[string]string{}
 	if p.Code == nil {
-		if err := m.placeSkill(b, p.Request.Skill.Name, job.SkillDir); err != nil {
+		if err := m.placeSkill(b, p.Request.Skill.Name, job.SkillDir, p.Request.Skill.Digest); err != nil {
 			return runtime.Invocation{}, err
 		}
 		moves[runtime.SkillMount] = runtime.SkillTarget(p.Request.Skill.Name)
 	} else {
 		for _, mt := range p.Code.Mounts {
-			if err := m.placeSkill(b, mt.Skill.Name, mt.Root); err != nil {
+			if err := m.placeSkill(b, mt.Skill.Name, mt.Root, mt.Skill.Digest); err != nil {
 				return runtime.Invocation{}, err
 			}
 		}
@@ -354,13 +394,10 @@ func (m *SessionSandboxes) deliver(ctx context.Context, p *Plan, job runtime.Job
 		// <images>/layers/sha256-<hex>/tree (images/deps.Store).
 		layersRoot = filepath.Dir(filepath.Dir(job.DepsDir))
 	}
-	key := boxKey{session: p.Request.SessionID, image: job.Image.Digest, rootfs: job.RootFS, limits: job.Limits.Sandbox()}
-	b, err := m.box(ctx, key, job.Image, layersRoot, job.Limits)
+	key := boxKey{session: p.Request.SessionID, image: job.Image.Name, limits: job.Limits.Sandbox()}
+	b, err := m.box(ctx, key, job.Image, job.RootFS, layersRoot, job.Limits)
 	if err != nil {
 		return nil, runtime.Invocation{}, err
-	}
-	if b.sb == nil {
-		return nil, runtime.Invocation{}, errkind.Errorf(api.ErrInternal, "session sandbox %s not booted", b.id)
 	}
 	inv, err := m.sessionJob(b, p, job, layersRoot)
 	return b, inv, err
@@ -372,8 +409,25 @@ func (m *SessionSandboxes) run(ctx context.Context, p *Plan, job runtime.Job) (*
 	if err != nil {
 		return nil, err
 	}
+	sb, done := m.use(b)
+	defer done()
 	p.SessionSandbox = b.id
-	return b.sb.Run(ctx, p.RunID, inv)
+	return sb.Run(ctx, p.RunID, inv)
+}
+
+// use marks a run under way in the box (so it is not paused under it)
+// and returns its live sandbox; done ends that.
+func (m *SessionSandboxes) use(b *sessionBox) (runtime.SessionSandbox, func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b.active++
+	b.lastUsed = time.Now()
+	return b.sb, func() {
+		m.mu.Lock()
+		b.active--
+		b.lastUsed = time.Now()
+		m.mu.Unlock()
+	}
 }
 
 // startBackground starts a background run in its session's sandbox; start
@@ -387,14 +441,17 @@ func (m *SessionSandboxes) startBackground(ctx context.Context, p *Plan, job run
 		return runtime.BackgroundRun{}, "", err
 	}
 	br := &backgroundRun{session: p.Request.SessionID, box: b, plan: p, start: start, done: make(chan struct{})}
+	rk := runKey{p.Request.SessionID, p.RunID}
 	m.mu.Lock()
-	m.runs[p.RunID] = br
+	m.runs[rk] = br
 	m.mu.Unlock()
 	p.SessionSandbox = b.id
-	run, err := b.sb.Background(ctx, p.RunID, inv)
+	sb, done := m.use(b)
+	defer done()
+	run, err := sb.Background(ctx, p.RunID, inv)
 	if err != nil {
 		m.mu.Lock()
-		delete(m.runs, p.RunID)
+		delete(m.runs, rk)
 		m.mu.Unlock()
 		return runtime.BackgroundRun{}, "", err
 	}
@@ -427,11 +484,16 @@ func isDone(ch chan struct{}) bool {
 	}
 }
 
+// exitHook is the report of a session's background run ends.
+func (m *SessionSandboxes) exitHook(session string) func(runtime.BackgroundRun) {
+	return func(run runtime.BackgroundRun) { m.backgroundExited(session, run) }
+}
+
 // backgroundExited is the sandboxes' report of a background run's end:
 // its run.end record is written once.
-func (m *SessionSandboxes) backgroundExited(run runtime.BackgroundRun) {
+func (m *SessionSandboxes) backgroundExited(session string, run runtime.BackgroundRun) {
 	m.mu.Lock()
-	br := m.runs[run.ID]
+	br := m.runs[runKey{session, run.ID}]
 	if br == nil || isDone(br.done) {
 		m.mu.Unlock()
 		return
@@ -488,9 +550,9 @@ func (m *SessionSandboxes) lookup(session, runID string) (*backgroundRun, error)
 		return nil, errkind.Errorf(api.ErrNotFound, "no background run %q", runID)
 	}
 	m.mu.Lock()
-	br := m.runs[runID]
+	br := m.runs[runKey{session, runID}]
 	m.mu.Unlock()
-	if br == nil || (session != "" && br.session != session) {
+	if br == nil {
 		return nil, errkind.Errorf(api.ErrNotFound, "no background run %q in this session: runs.list names the session's background runs", runID)
 	}
 	return br, nil
@@ -503,7 +565,14 @@ func (m *SessionSandboxes) view(br *backgroundRun) BackgroundRun {
 	if run.ID == "" {
 		run.ID = br.plan.RunID
 	}
-	return BackgroundRun{BackgroundRun: run, SessionID: br.session, Sandbox: br.box.id, Skill: br.plan.SkillName(), Script: br.plan.Script}
+	return BackgroundRun{BackgroundRun: run, SessionID: br.session, Sandbox: br.box.id, Skill: br.skillName(), Script: br.plan.Script}
+}
+
+func (br *backgroundRun) skillName() string {
+	if br.skill != "" || (br.plan.Code == nil && br.plan.Request.Skill == nil) {
+		return br.skill
+	}
+	return br.plan.SkillName()
 }
 
 // Background lists the session's background runs, oldest first.
@@ -556,7 +625,13 @@ func (m *SessionSandboxes) Signal(ctx context.Context, session, runID string, si
 	if err != nil {
 		return BackgroundRun{}, err
 	}
-	if err := br.box.sb.Signal(ctx, runID, sig); err != nil {
+	m.mu.Lock()
+	sb := br.box.sb
+	m.mu.Unlock()
+	if sb == nil {
+		return BackgroundRun{}, errkind.Errorf(api.ErrUnavailable, "run %s is in a paused session sandbox: resume the session (any run, or sessions.resume) first", runID)
+	}
+	if err := sb.Signal(ctx, runID, sig); err != nil {
 		return BackgroundRun{}, errkind.Wrap(api.ErrUnavailable, err)
 	}
 	return m.view(br), nil
@@ -579,7 +654,13 @@ func (m *SessionSandboxes) Logs(session, runID string, offset, n int64) (data []
 	if n == 0 || n > maxLogRead {
 		n = maxLogRead
 	}
-	wd, err := unix.Open(br.box.sb.Workdir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	m.mu.Lock()
+	sb := br.box.sb
+	m.mu.Unlock()
+	if sb == nil {
+		return nil, 0, errkind.Errorf(api.ErrUnavailable, "run %s is in a paused session sandbox: resume the session (sessions.resume) to read its log", runID)
+	}
+	wd, err := unix.Open(sb.Workdir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, 0, errkind.Errorf(api.ErrUnavailable, "run %s's sandbox is gone: its log went with it", runID)
 	}
@@ -627,7 +708,7 @@ func (m *SessionSandboxes) CloseSession(ctx context.Context, session, why string
 	}
 	var ending []*backgroundRun
 	for id, br := range m.runs {
-		if br.session == session {
+		if id.session == session {
 			if !isDone(br.done) {
 				close(br.done)
 				ending = append(ending, br)
@@ -641,10 +722,24 @@ func (m *SessionSandboxes) CloseSession(ctx context.Context, session, why string
 	}
 	for _, b := range boxes {
 		<-b.ready
-		if b.sb == nil {
+		b.life.Lock()
+		m.mu.Lock()
+		sb, ckpt := b.sb, b.ckpt
+		b.sb, b.ckpt = nil, ""
+		m.mu.Unlock()
+		var err error
+		if sb != nil {
+			err = sb.Destroy(ctx)
+		}
+		if ckpt != "" && m.store != nil {
+			if rerr := m.store.Remove(ckpt); rerr != nil {
+				err = errors.Join(err, rerr)
+			}
+		}
+		b.life.Unlock()
+		if sb == nil && ckpt == "" {
 			continue
 		}
-		err := b.sb.Destroy(ctx)
 		_ = os.RemoveAll(b.skillsDir)
 		rec := &audit.Record{Event: audit.EventSessionSandbox, SessionID: session, Outcome: "destroyed",
 			Detail: map[string]string{"sandbox": b.id, "why": why}}
@@ -656,18 +751,31 @@ func (m *SessionSandboxes) CloseSession(ctx context.Context, session, why string
 	}
 }
 
-// Close destroys every session sandbox (daemon shutdown).
+// Close ends the keeper (daemon shutdown): every live session sandbox is
+// paused into a checkpoint, so its session resumes after a restart; one
+// that cannot be is destroyed.
 func (m *SessionSandboxes) Close(ctx context.Context) {
 	if m == nil {
 		return
 	}
+	close(m.stop)
+	m.bg.Wait()
 	m.mu.Lock()
-	sessions := map[string]bool{}
-	for k := range m.boxes {
-		sessions[k.session] = true
+	var live []*sessionBox
+	for _, b := range m.boxes {
+		if b.sb != nil {
+			live = append(live, b)
+		}
 	}
 	m.mu.Unlock()
-	for s := range sessions {
-		m.CloseSession(ctx, s, "daemon stopped")
+	for _, b := range live {
+		if m.o.Checkpoints == "" {
+			m.CloseSession(ctx, b.key.session, "stopped")
+			continue
+		}
+		if _, err := m.pauseBox(ctx, b, "daemon stopped"); err != nil {
+			m.log.Warn("session sandbox not paused at shutdown; destroyed", "sandbox", b.id, "error", err)
+			m.CloseSession(ctx, b.key.session, "daemon stopped")
+		}
 	}
 }

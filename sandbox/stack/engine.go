@@ -86,7 +86,10 @@ type engineOptions struct {
 	wrap              func(*runner.StoreImages) runner.ImageSource
 	journal           *runner.Journal
 	pins              *runner.SnapshotStore
-	logger            hclog.Logger
+	// checkpoints is where paused session sandboxes go: the daemon's
+	// state dir; "" (other modes) keeps none.
+	checkpoints string
+	logger      hclog.Logger
 	// prepare, when set, is the mode's start on the runtime before the
 	// engine exists; it may return the warm pool.
 	prepare func(runtime.Runtime) (*runtime.Pool, error)
@@ -186,7 +189,7 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*runner.E
 	if o.wrap != nil {
 		imgs = o.wrap(si)
 	}
-	sessions := newSessionSandboxes(cfg, rt, o.pins, rec, log)
+	sessions := newSessionSandboxes(cfg, rt, o.pins, o.checkpoints, rec, log)
 	return runner.New(runner.Options{
 		Config:   cfg,
 		Images:   imgs,
@@ -302,8 +305,8 @@ func snapshotDir() string {
 // beside the skill snapshots, with this binary as the supervisor inside.
 // A runtime that cannot keep them leaves it without a backend, so such
 // runs are refused saying why.
-func newSessionSandboxes(cfg *policy.Config, rt runtime.Runtime, pins *runner.SnapshotStore, rec runner.Recorder, log hclog.Logger) *runner.SessionSandboxes {
-	o := runner.SessionOptions{Config: cfg.Sessions}
+func newSessionSandboxes(cfg *policy.Config, rt runtime.Runtime, pins *runner.SnapshotStore, checkpoints string, rec runner.Recorder, log hclog.Logger) *runner.SessionSandboxes {
+	o := runner.SessionOptions{Config: cfg.Sessions, Checkpoints: checkpoints}
 	if pins != nil {
 		// Beside the snapshots: the skills are hard links to them.
 		o.Dir = filepath.Join(filepath.Dir(pins.Dir), "session-sandboxes")

@@ -232,6 +232,7 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 		}
 		if o.Mode == Serve {
 			eo.prepare = func(rt runtime.Runtime) (*runtime.Pool, error) { return s.startRuntime(ctx, rt) }
+			eo.checkpoints = filepath.Join(cfg.Daemon.StateDir, "checkpoints")
 		}
 		if s.engine, err = newEngine(cfg, eo, log); err != nil {
 			return nil, err
@@ -279,6 +280,13 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 			return nil, err
 		}
 		sessions = store.NewSessionStore(s.state, store.SessionOptions{Logger: log.Named("store")})
+		if o.Mode == Serve {
+			// Sandboxes a daemon before this one paused (at its shutdown,
+			// or idle) resume on their session's next run.
+			if err := s.engine.Sessions().Recover(sessions.Exists); err != nil {
+				log.Warn("paused session sandboxes not recovered", "error", err)
+			}
+		}
 		confirms = store.NewConfirmationStore(s.state, store.ConfirmationOptions{DefaultTTL: cfg.Daemon.ConfirmationTTL, Logger: log.Named("store")})
 		so.Sessions, so.Confirmations = sessions, confirms
 		so.SessionWorkspaces, so.WorkspaceQuota = filepath.Join(dir, "workspaces"), cfg.Daemon.WorkspaceQuota
