@@ -27,8 +27,8 @@ const BootSession BootMode = "session"
 // layers and the supervisor.
 const (
 	SessionLayersMount = SkillsMount + "/.layers"
-	SupervisorDir         = SkillsMount + "/.bin"
-	SupervisorPath        = SupervisorDir + "/skillbox"
+	SupervisorDir      = SkillsMount + "/.bin"
+	SupervisorPath     = SupervisorDir + "/skillbox"
 	// SessionStateDir holds what skillbox keeps in /work: the logs of
 	// background runs (SessionRunsDir). It is never an output.
 	SessionStateDir = WorkDir + "/.skillbox"
