@@ -85,8 +85,8 @@ const (
 	EvSignaled    = "signaled"     // a signal was sent (ID)
 	EvRuns        = "runs"         // the answer to list (Runs)
 	EvReseeded    = "reseeded"     // the idle workers were replaced
-	EvPong        = "pong"
-	EvError       = "error" // a request failed (ID when about a run, Error)
+	EvPong        = "pong"         // the answer to ping (PID, Workers, Error)
+	EvError       = "error"        // a request failed (ID when about a run, Error)
 )
 
 // Streams of an output event.
@@ -109,7 +109,8 @@ type Event struct {
 	Signal string      `json:"signal,omitempty"`
 	Error  string      `json:"error,omitempty"`
 	Runs   []RunStatus `json:"runs,omitempty"`
-	// Workers is the number of python workers ready (ready, reseeded).
+	// Workers is the number of python workers ready (ready, reseeded,
+	// pong), and Error on ready and pong why there is none.
 	Workers int `json:"workers,omitempty"`
 }
 
@@ -132,8 +133,8 @@ type RunStatus struct {
 	Exit       *Exit     `json:"exit,omitempty"`
 }
 
-// Hello is what the ready event says: the supervisor's pid, how many
-// python workers wait for a job, and why there are none if so.
+// Hello is what the ready and pong events say: the supervisor's pid, how
+// many python workers wait for a job, and why there are none if so.
 type Hello struct {
 	PID         int
 	Workers     int
