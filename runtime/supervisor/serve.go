@@ -395,7 +395,7 @@ func (s *server) relay(r *run, f *os.File, stream string, prefix []byte) {
 		for {
 			n, err := f.Read(buf)
 			if n > 0 {
-				s.send(Event{Ev: EvOutput, ID: r.id, Stream: stream, Data: append([]byte(nil), buf[:n]...)})
+				s.send(Event{Ev: EvOutput, ID: r.id, Stream: stream, Data: buf[:n]}) // send encodes it before returning
 			}
 			if err != nil {
 				return
