@@ -103,6 +103,7 @@ type run struct {
 	readers    sync.WaitGroup
 	stdin      *stdinFeed
 	mainExited bool
+	onEnd      func() // after the exit was sent
 }
 
 // Serve is pid 1 of a session sandbox: it reads requests from in and
@@ -528,6 +529,9 @@ func (s *server) finish(r *run, e Exit) {
 	}
 	s.mu.Unlock()
 	s.send(Event{Ev: EvExit, ID: r.id, Code: e.Code, Signal: e.Signal})
+	if r.onEnd != nil {
+		r.onEnd()
+	}
 }
 
 // exitOf is a wait status as a shell reports it.
