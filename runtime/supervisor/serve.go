@@ -133,11 +133,15 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error
 	// As pid 1 it is every orphan's parent anyway; natively it becomes so.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
-	// Handled, not ignored: an ignored signal stays ignored across exec
-	// in the runs, a handled one is reset. SIGPIPE handled makes a write
-	// to a host that went away an error instead of the end of pid 1.
+	// The signals a run may send pid 1 (same uid) that would end a Go
+	// program are taken and dropped: the host ends the sandbox, nothing
+	// inside it does. Handled, not ignored: an ignored signal stays
+	// ignored across exec in the runs, a handled one is reset. SIGPIPE
+	// handled makes a write to a host that went away an error instead of
+	// the end of pid 1.
 	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGABRT,
+		syscall.SIGTRAP, syscall.SIGPIPE, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM)
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
 	defer signal.Stop(sigs)

@@ -213,6 +213,19 @@ func TestStartFailed(t *testing.T) {
 	}
 }
 
+// TestSignalsToSupervisor: a run cannot end the supervisor with a signal.
+func TestSignalsToSupervisor(t *testing.T) {
+	s := start(t, 0)
+	_, errOut, e := s.run(t, supervisor.Request{ID: id(), Argv: []string{"sh", "-c", "for s in TERM INT HUP QUIT ABRT TRAP PIPE USR1 USR2 ALRM; do kill -$s $PPID || exit 1; done"}, Env: testEnv})
+	if e.Code != 0 {
+		t.Fatalf("exit %+v: %s", e, errOut)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := s.c.Ping(ctxT(t)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // alive says whether pid is a live (not zombie) process.
 func alive(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
