@@ -34,6 +34,9 @@ const (
 	// workerBackoff is the pause before a failed worker's replacement, per
 	// failure so far.
 	workerBackoff = 200 * time.Millisecond
+	// workerWait bounds how long a python run waits for a worker that is
+	// starting before it starts python3 itself.
+	workerWait = 3 * time.Second
 )
 
 // worker is one pre-started interpreter.
@@ -201,8 +204,9 @@ func (p *pool) died(w *worker) {
 	p.notifyLocked()
 }
 
-// run gives req to an idle worker, if one is ready and req's python (path)
-// is the workers'. ok false: none took it, start the program instead.
+// run gives req to an idle worker, if req's python (path) is the workers',
+// waiting for one that is starting if none is ready. ok false: none took
+// it, start the program instead.
 func (p *pool) run(req Request, path string) (r *run, ok bool, err error) {
 	if p.python == "" || !p.same(path) {
 		return nil, false, nil
@@ -216,18 +220,34 @@ func (p *pool) run(req Request, path string) (r *run, ok bool, err error) {
 		return nil, false, err
 	}
 	s := p.s
-	s.mu.Lock()
 	var w *worker
-	for i, x := range p.idle {
-		if x.ready {
-			w = x
-			p.idle = append(p.idle[:i], p.idle[i+1:]...)
+	deadline := time.Now().Add(workerWait)
+	for {
+		s.mu.Lock()
+		starting := false
+		for i, x := range p.idle {
+			if x.ready {
+				w = x
+				p.idle = append(p.idle[:i], p.idle[i+1:]...)
+				break
+			}
+			starting = true
+		}
+		if w != nil {
 			break
 		}
-	}
-	if w == nil {
+		// A worker on its way is sooner ready than a python started now,
+		// which would also compete with it for the CPU.
+		ch := p.changed
 		s.mu.Unlock()
-		return nil, false, nil
+		left := time.Until(deadline)
+		if !starting || left <= 0 {
+			return nil, false, nil
+		}
+		select {
+		case <-ch:
+		case <-time.After(left):
+		}
 	}
 	if s.runs[req.ID] != nil {
 		p.idle = append(p.idle, w)

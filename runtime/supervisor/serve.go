@@ -234,14 +234,23 @@ func (s *server) handle(req Request) {
 		}
 		r.stdin.add(req.Stdin, !req.StdinMore)
 	case OpRun:
-		r, err := s.start(req)
-		if err != nil {
-			s.send(Event{Ev: EvStartFailed, Seq: req.Seq, ID: req.ID, Error: err.Error()})
-			return
+		if req.Python {
+			go s.startRun(req) // it may wait for a python worker
+		} else {
+			s.startRun(req)
 		}
-		s.send(Event{Ev: EvStarted, Seq: req.Seq, ID: r.id, PID: r.pid})
-		close(r.announced)
 	}
+}
+
+// startRun starts req and says so.
+func (s *server) startRun(req Request) {
+	r, err := s.start(req)
+	if err != nil {
+		s.send(Event{Ev: EvStartFailed, Seq: req.Seq, ID: req.ID, Error: err.Error()})
+		return
+	}
+	s.send(Event{Ev: EvStarted, Seq: req.Seq, ID: r.id, PID: r.pid})
+	close(r.announced)
 }
 
 // send writes one event; after a failed write every later one is dropped

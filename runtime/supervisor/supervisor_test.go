@@ -453,6 +453,14 @@ func TestPython(t *testing.T) {
 					t.Errorf("worker %d survived the reseed", p)
 				}
 			}
+			// Back to back, the next run waits for the worker that is
+			// starting rather than starting python3 itself.
+			for i := 0; i < 3; i++ {
+				out, errOut, e := s.run(t, supervisor.Request{ID: id(), Argv: []string{"python3", script}, Env: env, Cwd: dir, Python: true})
+				if lines := strings.Split(out, "\n"); e.Code != 0 || len(lines) != 8 || lines[4] != "-c" {
+					t.Errorf("back to back run %d: exit %+v, stdout %q, stderr %q: want it on a worker", i, e, out, errOut)
+				}
+			}
 			// An exit and a traceback as python3 has them.
 			out, errOut, e := s.run(t, supervisor.Request{ID: id(), Argv: []string{"python3", "-c", "raise SystemExit(4)"}, Env: env, Python: true})
 			if e.Code != 4 || out != "" || errOut != "" {
