@@ -38,11 +38,15 @@ import (
 //   - A foreground run's exit is sent after all its output, once its stdout
 //     and stderr reached EOF. A process that left the run's session keeps
 //     them open until the next sweep; when another foreground run keeps the
-//     sweep from coming, the pipes are closed drainTimeout after the main
-//     process exited, and what that process writes later is not read.
+//     sweep from coming, the pipes are closed Options.DrainTimeout after
+//     the main process exited, and what that process writes later is not
+//     read.
 
 // DefaultRunsDir is where background runs' logs go in a session sandbox.
 const DefaultRunsDir = runtime.WorkDir + "/.skillbox/runs"
+
+// DefaultDrainTimeout is Options.DrainTimeout's default.
+const DefaultDrainTimeout = 5 * time.Second
 
 // Options are Serve's settings.
 type Options struct {
@@ -55,6 +59,10 @@ type Options struct {
 	// RunsDir is the directory under which background logs must be
 	// ("" DefaultRunsDir).
 	RunsDir string
+	// DrainTimeout is how long a foreground run's stdout and stderr stay
+	// open after its main process exited while another foreground run
+	// holds off the sweep (0: DefaultDrainTimeout).
+	DrainTimeout time.Duration
 	// Logf, when set, receives what the supervisor has to say that is no
 	// event (a worker that would not start); pid 1's stderr is the usual.
 	Logf func(format string, args ...any)
@@ -63,9 +71,6 @@ type Options struct {
 const (
 	// maxEnded is how many ended runs a list answer holds.
 	maxEnded = 100
-	// drainTimeout is how long a foreground run's pipes stay open after
-	// its main process exited when no sweep closes them.
-	drainTimeout = 5 * time.Second
 	// maxSweepPasses bounds a sweep against processes that fork as fast
 	// as it kills.
 	maxSweepPasses = 20
@@ -116,6 +121,9 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error
 	}
 	if opts.RunsDir == "" {
 		opts.RunsDir = DefaultRunsDir
+	}
+	if opts.DrainTimeout <= 0 {
+		opts.DrainTimeout = DefaultDrainTimeout
 	}
 	cwd, err := os.Getwd()
 	if err != nil {
@@ -524,7 +532,7 @@ func (s *server) finish(r *run, e Exit) {
 		go func() { r.readers.Wait(); close(drained) }()
 		select {
 		case <-drained:
-		case <-time.After(drainTimeout):
+		case <-time.After(s.opts.DrainTimeout):
 			for _, f := range r.outputs {
 				f.Close()
 			}

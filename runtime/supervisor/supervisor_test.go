@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 			PythonWorkers: n,
 			RunsDir:       os.Getenv(envRunsDir),
 			Python:        os.Getenv(envPython),
+			DrainTimeout:  300 * time.Millisecond,
 			Logf:          func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
 		})
 		if err != nil {
@@ -226,6 +227,14 @@ func TestSignalsToSupervisor(t *testing.T) {
 	}
 }
 
+// leaveSession is a shell script that starts `sleep 1000` in a session of
+// its own (holding the script's stdout) and prints its pid once it is in
+// it.
+func leaveSession(t *testing.T) string {
+	f := filepath.Join(t.TempDir(), "pid")
+	return "setsid sh -c 'echo $$ >" + f + ".tmp; mv " + f + ".tmp " + f + "; exec sleep 1000' & while [ ! -e " + f + " ]; do sleep 0.01; done; cat " + f
+}
+
 // alive says whether pid is a live (not zombie) process.
 func alive(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
@@ -259,7 +268,7 @@ func TestBackgroundAndSweep(t *testing.T) {
 	// child in a session of its own that holds the run's stdout.
 	for _, tc := range []struct{ name, script string }{
 		{"same group", "sleep 1000 & echo $!"},
-		{"own session", "setsid sleep 1000 & echo $!"},
+		{"own session", leaveSession(t)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
@@ -318,13 +327,38 @@ func TestBackgroundAndSweep(t *testing.T) {
 	}
 }
 
+// TestConcurrentForeground: a foreground run's leftover holding its
+// stdout while another foreground run is active does not hold its exit for
+// longer than the drain timeout, and is gone once the other run ended.
+func TestConcurrentForeground(t *testing.T) {
+	s := start(t, 0)
+	long, err := s.c.Start(ctxT(t), supervisor.Request{ID: id(), Argv: []string{"sleep", "2"}, Env: testEnv}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	begin := time.Now()
+	out, _, e := s.run(t, supervisor.Request{ID: id(), Argv: []string{"sh", "-c", leaveSession(t)}, Env: testEnv})
+	if d := time.Since(begin); e.Code != 0 || d > 1500*time.Millisecond {
+		t.Fatalf("exit %+v after %v", e, d)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil {
+		t.Fatalf("output %q", out)
+	}
+	if !alive(pid) {
+		t.Errorf("the leftover was killed while another foreground run was active")
+	}
+	wait(t, long)
+	waitGone(t, pid, "the leftover after the other run ended")
+}
+
 // TestBackgroundLeavesSession: a background process that leaves its run's
 // session is a leftover at the next sweep; one that stays in it is the
 // run's.
 func TestBackgroundLeavesSession(t *testing.T) {
 	s := start(t, 0)
 	log := filepath.Join(s.runsDir, "bg.log")
-	_, err := s.c.Start(ctxT(t), supervisor.Request{ID: "bg", Argv: []string{"sh", "-c", "sleep 1000 & echo $!; setsid sleep 1000 & echo $!; wait"}, Env: testEnv, Background: true, Log: log}, nil, nil)
+	_, err := s.c.Start(ctxT(t), supervisor.Request{ID: "bg", Argv: []string{"sh", "-c", "sleep 1000 & echo $!; " + leaveSession(t) + "; wait"}, Env: testEnv, Background: true, Log: log}, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -341,7 +375,6 @@ func TestBackgroundLeavesSession(t *testing.T) {
 	if len(pids) != 2 {
 		t.Fatalf("log has %v", pids)
 	}
-	time.Sleep(100 * time.Millisecond) // let setsid have run
 	s.run(t, supervisor.Request{ID: id(), Argv: []string{"true"}, Env: testEnv})
 	waitGone(t, pids[1], "the process that left the background run's session")
 	if !alive(pids[0]) {
