@@ -504,14 +504,26 @@ func TestPython(t *testing.T) {
 }
 
 func TestNoPython(t *testing.T) {
-	s := startPython(t, 2, "no-such-python")
-	if h := s.hello; h.Workers != 0 || !strings.Contains(h.PythonError, "no-such-python: no such file in PATH") {
-		t.Errorf("hello %+v", h)
-	}
-	// A python run starts python3 itself.
-	out, _, e := s.run(t, supervisor.Request{ID: id(), Argv: []string{"python3", "-c", "print(6*7)"}, Env: testEnv, Python: true})
-	if out != "42\n" || e.Code != 0 {
-		t.Errorf("got %q %+v", out, e)
+	for _, tc := range []struct{ python, want string }{
+		{"no-such-python", "no-such-python: no such file in PATH"},
+		{"/bin/false", "python worker /bin/false exited before it was ready: no output"},
+	} {
+		t.Run(tc.python, func(t *testing.T) {
+			s := startPython(t, 2, tc.python)
+			if h := s.hello; h.Workers != 0 || !strings.Contains(h.PythonError, tc.want) {
+				t.Errorf("hello %+v, want no workers because %q", h, tc.want)
+			}
+			// A python run starts python3 itself.
+			out, _, e := s.run(t, supervisor.Request{ID: id(), Argv: []string{"python3", "-c", "print(6*7)"}, Env: testEnv, Python: true})
+			if out != "42\n" || e.Code != 0 {
+				t.Errorf("got %q %+v", out, e)
+			}
+			// It gave up: no worker is being started again and again.
+			time.Sleep(300 * time.Millisecond)
+			if w := workerPIDs(t, s.pid); len(w) != 0 {
+				t.Errorf("workers %v", w)
+			}
+		})
 	}
 }
 
