@@ -64,6 +64,7 @@ func newApp() *cli.App {
 			mcpCommand(),
 			proposalsCommand(),
 			versionCommand(),
+			superviseCommand(),
 		},
 		// Usage errors exit 2 with one line, like the rest of the CLI.
 		OnUsageError:   usageError,

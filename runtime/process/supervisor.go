@@ -38,12 +38,18 @@ func SupervisorMessage(job runtime.Job) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	hdr, err := json.Marshal(supervisorJob{Argv: job.Args, Env: append(env, job.ModuleEnv...), Cwd: runtime.WorkDir})
+	return SupervisorJobMessage(job.Args, append(env, job.ModuleEnv...), runtime.WorkDir, job.Stdin)
+}
+
+// SupervisorJobMessage is the python supervisor's job for argv, env (the
+// whole environment, as given) and cwd, followed by stdin.
+func SupervisorJobMessage(argv, env []string, cwd string, stdin []byte) ([]byte, error) {
+	hdr, err := json.Marshal(supervisorJob{Argv: argv, Env: env, Cwd: cwd})
 	if err != nil {
 		return nil, fmt.Errorf("encode job: %w", err)
 	}
 	msg := binary.BigEndian.AppendUint64(nil, uint64(len(hdr)))
-	return append(append(msg, hdr...), job.Stdin...), nil
+	return append(append(msg, hdr...), stdin...), nil
 }
 
 type pipePair struct{ R, W *os.File }

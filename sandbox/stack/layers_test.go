@@ -25,6 +25,7 @@ var layers = [][]string{
 	{"sandbox/runner"},
 	{"sandbox/store", "sandbox/audit", "images", "policy", "skills", "runtime/ocicli", "runtime/containerd"},
 	{"images/deps", "sandbox/workspace"},
+	{"runtime/supervisor"},
 	{"runtime/process"},
 	{"runtime/oci"},
 	{"runtime"},
