@@ -3,6 +3,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -32,9 +33,10 @@ http.server.HTTPServer(("127.0.0.1", port), H).serve_forever()
 `)
 	files := map[string]string{
 		"scripts/fetch.py": `import sys, time, urllib.request
+path = sys.argv[3] if len(sys.argv) > 3 else ""
 for i in range(int(sys.argv[2]) if len(sys.argv) > 2 else 100):
     try:
-        print(urllib.request.urlopen("http://127.0.0.1:%s/" % sys.argv[1], timeout=2).read().decode()); break
+        print(urllib.request.urlopen("http://127.0.0.1:%s/%s" % (sys.argv[1], path), timeout=2).read().decode()); break
     except OSError as e:
         err = e; time.sleep(0.1)
 else:
@@ -48,6 +50,23 @@ for p in os.listdir("/proc"):
         except OSError: pass
 print(json.dumps({"procs": procs, "work": sorted(os.listdir("/work")), "tmp": sorted(os.listdir("/tmp")),
     "shm": sorted(os.listdir("/dev/shm")), "env": sorted(os.environ)}))
+`,
+		"scripts/counter.py": `import http.server, os, random, sys
+n = 0
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        global n
+        if self.path == "/rand":
+            body = "%s %r %s" % (os.urandom(8).hex(), random.random(), open("/dev/urandom", "rb").read(8).hex())
+        else:
+            n += 1
+            body = str(n)
+        self.send_response(200); self.end_headers(); self.wfile.write(body.encode())
+    def log_message(self, *a): pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+`,
+		"scripts/rand.py": `import os, random
+print(os.urandom(8).hex(), repr(random.random()), open("/dev/urandom", "rb").read(8).hex())
 `,
 		"scripts/mark.py": `import os, sys
 open("/work/mark-" + sys.argv[1], "w").write("x")
@@ -205,5 +224,139 @@ func TestSessionBackgroundDaemon(t *testing.T) {
 	}
 	if starts != 2 || ends != 2 || signals != 1 || refused != 1 || boxes != 2 {
 		t.Errorf("audit: %d background starts, %d ends, %d signals, %d refused signals, %d sandbox records (want 2, 2, 1, 1, 2)", starts, ends, signals, refused, boxes)
+	}
+}
+
+// TestSessionPauseResumeDaemon is issue 26's pause and resume acceptance:
+// a session holding a counter in a background process and a file in
+// /work is paused, the daemon restarts, and the next run sees both; two
+// forks of it draw different random numbers; a checkpoint of another runsc
+// build or image digest is refused saying so, and sessions.resume with
+// fresh: true lets the session start anew.
+func TestSessionPauseResumeDaemon(t *testing.T) {
+	needDaemon(t)
+	d := newItDaemon(t, sessionSkillRoot(t))
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sess-web"}}))
+	run := func(c interface {
+		RunScript(context.Context, api.Peer, api.RunScriptParams) (*api.RunScriptResult, error)
+	}, sid, script string, args ...string) *api.RunScriptResult {
+		t.Helper()
+		return must[*api.RunScriptResult](t, script)(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: script, Args: args}))
+	}
+	must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/counter.py", Args: []string{"8002"}, Background: true}))
+	for i := 1; i <= 3; i++ {
+		if got := strings.TrimSpace(run(c, sid, "scripts/fetch.py", "8002").Stdout); got != fmt.Sprint(i) {
+			t.Fatalf("count %d: %q", i, got)
+		}
+	}
+	run(c, sid, "scripts/mark.py", "kept")
+
+	paused := must[*api.PauseSessionResult](t, "pause")(c.PauseSession(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
+	if len(paused.Sandboxes) != 1 || paused.Sandboxes[0].Bytes <= 0 || !strings.HasPrefix(paused.Sandboxes[0].Digest, "sha256:") {
+		t.Fatalf("pause: %+v", paused)
+	}
+	box := paused.Sandboxes[0].Sandbox
+	if len(sandboxProcs(box)) > 0 {
+		t.Fatalf("the paused sandbox %s still has processes: %s", box, sandboxProcs(box))
+	}
+	d.stop()
+	d.start()
+	c = d.client()
+
+	if got := strings.TrimSpace(run(c, sid, "scripts/fetch.py", "8002").Stdout); got != "4" {
+		t.Fatalf("after pause and a daemon restart the counter is %q, want 4", got)
+	}
+	if probe := run(c, sid, "scripts/probe.py"); !strings.Contains(probe.Stdout, "mark-kept") || probe.SessionSandbox != box {
+		t.Fatalf("after the restart /work lacks its file, or another sandbox ran: %+v", probe)
+	}
+
+	// Two forks: each counts on from 4 by itself, and draws its own
+	// random numbers.
+	var rands [][]string
+	var forks []string
+	for i := 0; i < 2; i++ {
+		f := must[*api.ForkSessionResult](t, "fork")(c.ForkSession(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
+		if f.From != sid || len(f.Sandboxes) != 1 || f.SessionID == sid {
+			t.Fatalf("fork: %+v", f)
+		}
+		forks = append(forks, f.SessionID)
+		if got := strings.TrimSpace(run(c, f.SessionID, "scripts/fetch.py", "8002").Stdout); got != "5" {
+			t.Fatalf("fork %d counts %q, want 5", i, got)
+		}
+		old := strings.Fields(run(c, f.SessionID, "scripts/fetch.py", "8002", "100", "rand").Stdout)
+		fresh := strings.Fields(run(c, f.SessionID, "scripts/rand.py").Stdout)
+		if len(old) != 3 || len(fresh) != 3 {
+			t.Fatalf("fork %d random draws: %q %q", i, old, fresh)
+		}
+		rands = append(rands, old, fresh)
+	}
+	if got := strings.TrimSpace(run(c, sid, "scripts/fetch.py", "8002").Stdout); got != "5" {
+		t.Fatalf("the source session after two forks counts %q, want 5", got)
+	}
+	for _, k := range []int{0, 2} { // os.urandom, /dev/urandom of the process that lived through it
+		if rands[0][k] == rands[2][k] {
+			t.Errorf("two forks' counter process drew the same kernel randomness: %q %q", rands[0], rands[2])
+		}
+	}
+	for k := 0; k < 3; k++ { // a new run: os.urandom, random, /dev/urandom
+		if rands[1][k] == rands[3][k] {
+			t.Errorf("new runs in two forks drew the same numbers: %q %q", rands[1], rands[3])
+		}
+	}
+
+	// A checkpoint of another runsc build, and one of another image digest.
+	for i, tc := range []struct{ field, value, want string }{
+		{"runsc_version", "runsc version release-20990101.0", "runsc"},
+		{"image_digest", "sha256:" + strings.Repeat("0", 64), "image"},
+	} {
+		p := must[*api.PauseSessionResult](t, "pause fork")(c.PauseSession(ctx, api.Peer{}, api.SessionParams{SessionID: forks[i]}))
+		mf := filepath.Join(d.stateDir, "checkpoints", p.Sandboxes[0].Checkpoint, "manifest.json")
+		var m map[string]any
+		raw, err := os.ReadFile(mf)
+		if err != nil || json.Unmarshal(raw, &m) != nil {
+			t.Fatalf("manifest %s: %v", mf, err)
+		}
+		m[tc.field] = tc.value
+		raw, _ = json.Marshal(m)
+		if err := os.WriteFile(mf, raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: forks[i], Path: "scripts/rand.py"})
+		e := wantKind(t, "run after a changed "+tc.field, err, api.KindUnavailable)
+		if !strings.Contains(e.Message, tc.want) || !strings.Contains(e.Message, tc.value) || !strings.Contains(e.Message, "fresh: true") {
+			t.Fatalf("refusal of a checkpoint with another %s: %s", tc.field, e.Message)
+		}
+		must[*api.ResumeSessionResult](t, "resume fresh")(c.ResumeSession(ctx, api.Peer{}, api.ResumeSessionParams{SessionID: forks[i], Fresh: true}))
+		if r := run(c, forks[i], "scripts/rand.py"); r.ExitCode != 0 || r.SessionSandbox == p.Sandboxes[0].Sandbox {
+			t.Fatalf("after resume fresh: %+v", r)
+		}
+	}
+	for _, s := range append(forks, sid) {
+		must[*api.CloseSessionResult](t, "close")(c.CloseSession(ctx, api.Peer{}, api.SessionParams{SessionID: s}))
+	}
+	if left, _ := os.ReadDir(filepath.Join(d.stateDir, "checkpoints")); len(left) != 0 {
+		t.Errorf("checkpoints left after every session closed: %v", left)
+	}
+	d.stop()
+	var ck, rs, fk int
+	for _, r := range d.records() {
+		if r.Detail["digest"] == "" || r.Outcome != audit.OutcomeOK {
+			continue
+		}
+		switch r.Event {
+		case audit.EventSessionCheckpoint:
+			ck++
+		case audit.EventSessionRestore:
+			rs++
+		case audit.EventSessionFork:
+			fk++
+		}
+	}
+	if ck < 3 || rs < 1 || fk != 2 {
+		t.Errorf("audit: %d checkpoints, %d restores, %d forks with digests (want >= 3, >= 1, 2)", ck, rs, fk)
 	}
 }

@@ -775,6 +775,8 @@ func classifyRuntimeErr(err error) error {
 		return errkind.Wrap(api.ErrUnavailable, err)
 	case errors.Is(err, runtime.ErrInvalidJob):
 		return errkind.Wrap(api.ErrInvalidParams, err)
+	case api.KindOf(err) != api.KindInternal:
+		return err // classified already (a session sandbox's refusals)
 	default:
 		return errkind.Errorf(api.ErrInternal, "sandbox failed: %w", err)
 	}
