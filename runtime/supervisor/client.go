@@ -134,7 +134,10 @@ func (c *Client) Ready(ctx context.Context) (Hello, error) {
 // Start starts req (its Op is set to run) and waits until it runs. A
 // foreground run's output is written to stdout and stderr (nil: dropped)
 // on the client's reader goroutine, so the writers must not block for
-// long. Stdin of any size is sent in parts.
+// long. Stdin of any size is sent in parts; when sending a later part
+// fails (the client died), the run is returned with the error. When ctx
+// ends before the supervisor answered, the run may still start: its exit
+// then goes to OnExit.
 func (c *Client) Start(ctx context.Context, req Request, stdout, stderr io.Writer) (*Run, error) {
 	if req.ID == "" || len(req.Argv) == 0 {
 		return nil, errkind.Errorf(ErrStart, "a run needs an id and a program")

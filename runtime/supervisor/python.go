@@ -256,6 +256,7 @@ func (p *pool) run(req Request, path string) (r *run, ok bool, err error) {
 	}
 	w.busy = true
 	r = &run{id: req.ID, pid: w.pid, started: time.Now(), announced: make(chan struct{}), outputs: []*os.File{w.stdout, w.stderr}}
+	r.stdin = newStdinFeed(w.stdin, append(msg, req.Stdin...), !req.StdinMore)
 	s.register(r) // the worker's exit status is the run's now
 	// Starting a python costs a few hundred ms of CPU, which the run
 	// would compete for: with another worker ready for the next job, the
@@ -269,7 +270,6 @@ func (p *pool) run(req Request, path string) (r *run, ok bool, err error) {
 	}
 	s.mu.Unlock()
 
-	r.stdin = newStdinFeed(w.stdin, append(msg, req.Stdin...), !req.StdinMore)
 	s.relay(r, w.stdout, StreamStdout, w.pending)
 	s.relay(r, w.stderr, StreamStderr, nil)
 	if !spare {

@@ -233,14 +233,17 @@ func (s *server) handle(req Request) {
 		}
 		s.send(Event{Ev: EvSignaled, Seq: req.Seq, ID: req.ID})
 	case OpStdin:
+		var feed *stdinFeed
 		s.mu.Lock()
-		r := s.runs[req.ID]
+		if r := s.runs[req.ID]; r != nil {
+			feed = r.stdin
+		}
 		s.mu.Unlock()
-		if r == nil || r.stdin == nil {
+		if feed == nil {
 			s.send(Event{Ev: EvError, Seq: req.Seq, ID: req.ID, Error: fmt.Sprintf("stdin for run %q: no such live run", req.ID)})
 			return
 		}
-		r.stdin.add(req.Stdin, !req.StdinMore)
+		feed.add(req.Stdin, !req.StdinMore)
 	case OpRun:
 		if req.Python {
 			go s.startRun(req) // it may wait for a python worker
@@ -373,6 +376,7 @@ func (s *server) startProgram(req Request, path string) (*run, error) {
 	pid, err := syscall.ForkExec(path, req.Argv, attr)
 	if err == nil {
 		r.pid, r.started = pid, time.Now()
+		r.stdin = newStdinFeed(inW, req.Stdin, !req.StdinMore)
 		s.register(r)
 	}
 	s.mu.Unlock()
@@ -385,7 +389,6 @@ func (s *server) startProgram(req Request, path string) (*run, error) {
 		closeAll(parent)
 		return nil, startError(req.Argv[0], path, err)
 	}
-	r.stdin = newStdinFeed(inW, req.Stdin, !req.StdinMore)
 	for i, f := range r.outputs {
 		s.relay(r, f, []string{StreamStdout, StreamStderr}[i], nil)
 	}
