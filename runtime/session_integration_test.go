@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -27,7 +28,7 @@ type sessionEnv struct {
 	sup       string
 }
 
-func newSessionEnv(t *testing.T) *sessionEnv {
+func newSessionEnv(t testing.TB) *sessionEnv {
 	t.Helper()
 	sup := os.Getenv("SKILLBOX_BIN")
 	if sup == "" {
@@ -59,7 +60,7 @@ func newSessionEnv(t *testing.T) *sessionEnv {
 	return env
 }
 
-func (env *sessionEnv) boot(t *testing.T, exits chan runtime.BackgroundRun) runtime.SessionSandbox {
+func (env *sessionEnv) boot(t testing.TB, exits chan runtime.BackgroundRun) runtime.SessionSandbox {
 	t.Helper()
 	spec := runtime.SandboxSpec{
 		ID: newID(), RootFS: testRootfs(t), Limits: runtime.Limits{Timeout: 30 * time.Second}, Boot: runtime.BootSession,
@@ -248,4 +249,43 @@ func TestSessionCheckpointFork(t *testing.T) {
 	if rands[1] == rands[3] || strings.Fields(rands[1])[1] == strings.Fields(rands[3])[1] {
 		t.Fatalf("new runs in two forks drew the same numbers: %q %q", rands[1], rands[3])
 	}
+}
+
+// BenchmarkSessionRun times what delivering a job into a session sandbox
+// costs, with no socket, policy or audit around it: a python script run
+// on the supervisor's pre-started interpreter, from Run to its result,
+// against a native python3 start of the same script on the host, in the
+// same run (ratio_native: the goal is <= 1). Between runs it waits until
+// the supervisor has an interpreter ready again (untimed), as a session
+// does while its model thinks.
+//
+//	SKILLBOX_BIN=bin/skillbox go test -tags integration -run XXX -bench SessionRun ./runtime/
+func BenchmarkSessionRun(b *testing.B) {
+	env := newSessionEnv(b)
+	sb := env.boot(b, make(chan runtime.BackgroundRun, 1))
+	script := filepath.Join(env.skillsDir, "tool", "hello.py")
+	py := "/usr/bin/python3"
+	var native, session []time.Duration
+	for i := 0; i < b.N+1; i++ {
+		t0 := time.Now()
+		if out, err := exec.Command(py, script, "x").CombinedOutput(); err != nil {
+			b.Fatalf("native: %v %s", err, out)
+		}
+		native = append(native, time.Since(t0))
+		time.Sleep(500 * time.Millisecond)
+		t0 = time.Now()
+		res, err := sb.Run(context.Background(), fmt.Sprintf("b%d", i), runtime.Invocation{Args: []string{"python3", "/skills/tool/hello.py", "x"}, Limits: runtime.Limits{Timeout: 30 * time.Second}})
+		if err != nil || res.ExitCode != 0 {
+			b.Fatalf("session run: %v %+v", err, res)
+		}
+		session = append(session, time.Since(t0))
+	}
+	med := func(ds []time.Duration) time.Duration {
+		ds = append([]time.Duration(nil), ds[1:]...)
+		sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+		return ds[len(ds)/2]
+	}
+	b.ReportMetric(float64(med(session).Microseconds())/1000, "session_ms")
+	b.ReportMetric(float64(med(native).Microseconds())/1000, "native_ms")
+	b.ReportMetric(float64(med(session))/float64(med(native)), "ratio_native")
 }

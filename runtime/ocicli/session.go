@@ -38,7 +38,7 @@ import (
 // the counters' growth during it.
 
 // pythonWorkers is how many interpreters a session sandbox keeps started.
-const pythonWorkers = 1
+const pythonWorkers = 2
 
 // sessionArgv is a session sandbox's first process.
 func sessionArgv() []string {
