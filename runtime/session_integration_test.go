@@ -123,6 +123,12 @@ func TestSessionSandbox(t *testing.T) {
 		t.Fatalf("background log %s: %q", bg.LogHost, log)
 	}
 
+	// A run cannot reach the supervisor's pipes to the host, nor trace it.
+	res = sessionRun(t, sb, "r3b", "python3", "-c", "import os\nfor p in ('/proc/1/fd/1', '/proc/1/fd/0'):\n  try:\n    open(p, 'wb').write(b'x'); print('opened', p)\n  except OSError as e: print('refused', p)\n")
+	if strings.Contains(string(res.Stdout), "opened") || !strings.Contains(string(res.Stdout), "refused /proc/1/fd/1") {
+		t.Fatalf("a run reached the supervisor's stdio: %q %q", res.Stdout, res.Stderr)
+	}
+
 	// A foreground run's leftovers die with it; the server does not.
 	sessionRun(t, sb, "r4", "sh", "-c", "sleep 1000 & (setsid sleep 1001 &) ; echo started")
 	res = sessionRun(t, sb, "r5", "sh", "-c", "ps -eo args 2>/dev/null || cat /proc/[0-9]*/cmdline | tr '\\0' ' '")

@@ -545,6 +545,17 @@ func (s *sessionSandbox) Run(ctx context.Context, runID string, inv runtime.Invo
 	duration := time.Since(started)
 	closeStreams()
 	ex := run.Exit()
+	if run.Err() != nil {
+		// The sandbox went down under the run: the memory limit (the host
+		// kernel kills the whole sandbox at its cgroup's limit), or
+		// something else, which is an error; either way it goes, and the
+		// session's next run gets a new one.
+		defer func() { go s.Destroy(context.Background()) }()
+		if ev := process.ReadCgroupEvents(s.cgPath); ev.OOMKills <= cgBefore.OOMKills {
+			return nil, errkind.Errorf(runtime.ErrUnavailable, "run %s: session sandbox %s went down during the run (%v); the session's next run starts a new one", runID, s.spec.ID, run.Err())
+		}
+		ex = supervisor.Exit{Code: 128 + int(syscall.SIGKILL), Signal: "SIGKILL"}
+	}
 	reason, ev := process.SessionEndReason(reason, outCap, errCap, s.cgPath, cgBefore)
 	res := &runtime.Result{
 		ExitCode: ex.Code, Signal: ex.Signal, Reason: reason, Duration: duration,

@@ -140,6 +140,11 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error
 	}
 	// As pid 1 it is every orphan's parent anyway; natively it becomes so.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+	// Runs have its uid, and a process of the same uid may open another's
+	// /proc/PID/fd and ptrace it, unless that one is not dumpable: so no
+	// run can write on the host's pipes or take over the supervisor.
+	// (Every run it starts execs, which makes the run dumpable again.)
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 	// The signals a run may send pid 1 (same uid) that would end a Go
 	// program are taken and dropped: the host ends the sandbox, nothing

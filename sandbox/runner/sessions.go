@@ -156,8 +156,10 @@ func (m *SessionSandboxes) box(ctx context.Context, key boxKey, img runtime.Imag
 			if b.err == nil && b.sb != nil {
 				select {
 				case <-b.sb.Done():
-					// Its supervisor died: a new sandbox for this run.
+					// Its supervisor died: a new sandbox for this run,
+					// and what is left of the old one goes.
 					delete(m.boxes, key)
+					go m.drop(b)
 					b = nil
 				default:
 				}
@@ -413,6 +415,37 @@ func (m *SessionSandboxes) run(ctx context.Context, p *Plan, job runtime.Job) (*
 	defer done()
 	p.SessionSandbox = b.id
 	return sb.Run(ctx, p.RunID, inv)
+}
+
+// drop tears down a box whose sandbox died, with its skills dir.
+func (m *SessionSandboxes) drop(b *sessionBox) {
+	b.life.Lock()
+	defer b.life.Unlock()
+	m.mu.Lock()
+	sb := b.sb
+	b.sb = nil
+	m.mu.Unlock()
+	if sb != nil {
+		_ = sb.Destroy(context.Background())
+	}
+	_ = os.RemoveAll(b.skillsDir)
+	m.mu.Lock()
+	var ending []*backgroundRun
+	for k, br := range m.runs {
+		if br.box == b {
+			if !isDone(br.done) {
+				close(br.done)
+				ending = append(ending, br)
+			}
+			delete(m.runs, k)
+		}
+	}
+	m.mu.Unlock()
+	for _, br := range ending {
+		m.recordEnd(br, runtime.ReasonKilled, 128+int(syscall.SIGKILL), "SIGKILL", "its session sandbox ended")
+	}
+	_ = m.journal.Record(context.Background(), &audit.Record{Event: audit.EventSessionSandbox, SessionID: b.key.session, Outcome: "destroyed",
+		Detail: map[string]string{"sandbox": b.id, "why": "its supervisor ended"}})
 }
 
 // use marks a run under way in the box (so it is not paused under it)
