@@ -295,3 +295,36 @@ func BenchmarkSessionRun(b *testing.B) {
 	b.ReportMetric(float64(med(native).Microseconds())/1000, "native_ms")
 	b.ReportMetric(float64(med(session))/float64(med(native)), "ratio_native")
 }
+
+// TestSessionSandboxMemoryLimit: a run that goes over the sandbox's memory
+// limit ends as oom, and the session's sandbox is gone (a new one takes
+// the next run); nothing of it is left on the host.
+func TestSessionSandboxMemoryLimit(t *testing.T) {
+	env := newSessionEnv(t)
+	spec := runtime.SandboxSpec{
+		ID: newID(), RootFS: testRootfs(t), Limits: runtime.Limits{Timeout: 60 * time.Second, MemoryBytes: 256 << 20}, Boot: runtime.BootSession,
+		Session: &runtime.SessionMounts{SkillsDir: env.skillsDir, Supervisor: env.sup},
+	}
+	sb, err := env.rt.(runtime.SessionBackend).CreateSession(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sb.Destroy(context.Background()) })
+	res, err := sb.Run(context.Background(), "hog", runtime.Invocation{Args: []string{"python3", "-c", "x = []\nwhile True: x.append(bytearray(16 << 20))"}, Limits: spec.Limits})
+	if err != nil {
+		t.Fatalf("a run over the memory limit: %v", err)
+	}
+	if res.Reason != runtime.ReasonOOM {
+		t.Fatalf("a run over the memory limit: reason %s, exit %d, stderr %q", res.Reason, res.ExitCode, res.Stderr)
+	}
+	select {
+	case <-sb.Done():
+		t.Logf("the sandbox went down with the run")
+	case <-time.After(3 * time.Second):
+		// gVisor may have killed only the run: the sandbox serves on.
+		if r, err := sb.Run(context.Background(), "after", runtime.Invocation{Args: []string{"true"}, Limits: spec.Limits}); err != nil || r.ExitCode != 0 {
+			t.Fatalf("the sandbox after an oom run: %v %+v", err, r)
+		}
+		t.Logf("the sandbox served on after the oom run")
+	}
+}
