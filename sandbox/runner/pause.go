@@ -7,7 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/checkpoint"
@@ -523,6 +527,7 @@ func (m *SessionSandboxes) Recover(keep func(session string) bool) error {
 	if m == nil || m.o.Backend == nil || m.o.Checkpoints == "" {
 		return nil
 	}
+	defer m.sweepSkillsDirs()
 	if _, err := os.Stat(m.o.Checkpoints); os.IsNotExist(err) {
 		return nil
 	}
@@ -591,4 +596,35 @@ func (m *SessionSandboxes) boxOfManifest(man *checkpoint.Manifest) (*sessionBox,
 		OnBackgroundExit: m.exitHook(man.Session)}
 	close(b.ready)
 	return b, nil
+}
+
+// SessionDirPIDPrefix starts the name of the dir in which a process other
+// than the daemon keeps its session sandboxes' skills dirs.
+const SessionDirPIDPrefix = "pid-"
+
+// sweepSkillsDirs removes the skills dirs of sandboxes a dead daemon left
+// (no box of this one names them), and the dirs of processes that ended.
+func (m *SessionSandboxes) sweepSkillsDirs() {
+	ents, err := os.ReadDir(m.o.Dir)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	known := map[string]bool{}
+	for _, b := range m.boxes {
+		known[b.id] = true
+	}
+	m.mu.Unlock()
+	for _, e := range ents {
+		name := e.Name()
+		if pid, ok := strings.CutPrefix(name, SessionDirPIDPrefix); ok {
+			if n, err := strconv.Atoi(pid); err == nil && unix.Kill(n, 0) != nil && !errors.Is(unix.Kill(n, 0), unix.EPERM) {
+				_ = os.RemoveAll(filepath.Join(m.o.Dir, name))
+			}
+			continue
+		}
+		if !known[name] {
+			_ = os.RemoveAll(filepath.Join(m.o.Dir, name))
+		}
+	}
 }

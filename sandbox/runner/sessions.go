@@ -209,6 +209,11 @@ func (m *SessionSandboxes) boot(ctx context.Context, b *sessionBox, img runtime.
 	if err := oci.MakePrivateDir(m.o.Dir, "session sandboxes dir"); err != nil {
 		return nil, err
 	}
+	if parent := filepath.Dir(m.o.Dir); strings.HasPrefix(filepath.Base(m.o.Dir), SessionDirPIDPrefix) {
+		if err := oci.MakePrivateDir(parent, "session sandboxes dir"); err != nil {
+			return nil, err
+		}
+	}
 	if err := oci.MakeSessionSkillsDir(b.skillsDir); err != nil {
 		return nil, err
 	}
@@ -801,6 +806,14 @@ func (m *SessionSandboxes) Close(ctx context.Context) {
 		}
 	}
 	m.mu.Unlock()
+	if m.o.Checkpoints == "" {
+		// Not the daemon: nothing outlives this process.
+		defer func() {
+			if strings.Contains(filepath.Base(m.o.Dir), SessionDirPIDPrefix) {
+				_ = os.RemoveAll(m.o.Dir)
+			}
+		}()
+	}
 	for _, b := range live {
 		if m.o.Checkpoints == "" {
 			m.CloseSession(ctx, b.key.session, "stopped")

@@ -307,9 +307,15 @@ func snapshotDir() string {
 // runs are refused saying why.
 func newSessionSandboxes(cfg *policy.Config, rt runtime.Runtime, pins *runner.SnapshotStore, checkpoints string, rec runner.Recorder, log hclog.Logger) *runner.SessionSandboxes {
 	o := runner.SessionOptions{Config: cfg.Sessions, Checkpoints: checkpoints}
-	if pins != nil {
-		// Beside the snapshots: the skills are hard links to them.
-		o.Dir = filepath.Join(filepath.Dir(pins.Dir), "session-sandboxes")
+	switch {
+	case checkpoints != "":
+		// The daemon's, beside its checkpoints in its state dir.
+		o.Dir = filepath.Join(filepath.Dir(checkpoints), "session-sandboxes")
+	case pins != nil:
+		// Any other process (skillbox mcp) keeps its sandboxes' skills
+		// in a dir of its pid beside the snapshots, removed when it ends
+		// (and by a later one's sweep, should it die).
+		o.Dir = filepath.Join(filepath.Dir(pins.Dir), "session-sandboxes", fmt.Sprintf("%s%d", runner.SessionDirPIDPrefix, os.Getpid()))
 	}
 	if sb, ok := rt.(runtime.SessionBackend); ok {
 		o.Backend = sb
