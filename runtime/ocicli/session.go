@@ -200,6 +200,11 @@ func (e *engine) prepareSession(ctx context.Context, spec runtime.SandboxSpec) (
 	if spec.Network || spec.Egress != nil {
 		return nil, errkind.Errorf(runtime.ErrUnavailable, "a session sandbox has no network yet: a skill with network or egress runs with isolation = \"run\"")
 	}
+	if e.rootless {
+		// runsc refuses to restore rootless, so such a session could
+		// never be paused: not offered rather than offered in part.
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "isolation = \"session\" needs skillbox with root (the daemon: sudo skillbox serve): gVisor cannot restore a rootless sandbox's checkpoint; without root the skill's runs need isolation = \"run\"")
+	}
 	if _, err := e.cli.lookup(); err != nil {
 		return nil, err
 	}
