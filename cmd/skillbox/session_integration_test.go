@@ -360,3 +360,53 @@ func TestSessionPauseResumeDaemon(t *testing.T) {
 		t.Errorf("audit: %d checkpoints, %d restores, %d forks with digests (want >= 3, >= 1, 2)", ck, rs, fk)
 	}
 }
+
+// TestSessionIdlePause: a session sandbox idle for sessions.idle_timeout is
+// checkpointed (audited, its processes gone), and the next run restores
+// it with its background process's memory.
+func TestSessionIdlePause(t *testing.T) {
+	needDaemon(t)
+	d := newItDaemon(t, sessionSkillRoot(t))
+	f, err := os.OpenFile(d.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(f, `sessions { idle_timeout = "2s" }`)
+	f.Close()
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sess-web"}}))
+	bg := must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/counter.py", Args: []string{"8003"}, Background: true}))
+	fetch := func() string {
+		r := must[*api.RunScriptResult](t, "fetch")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fetch.py", Args: []string{"8003"}}))
+		return strings.TrimSpace(r.Stdout)
+	}
+	if got := fetch(); got != "1" {
+		t.Fatalf("count: %q", got)
+	}
+	box := bg.SessionSandbox
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		paused := false
+		for _, r := range d.records() {
+			if r.Event == audit.EventSessionCheckpoint && r.Detail["sandbox"] == box && r.Detail["why"] == "idle" && r.Outcome == audit.OutcomeOK {
+				paused = true
+			}
+		}
+		if paused {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sandbox %s not checkpointed within 30 s of idling (idle_timeout 2s)", box)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	if p := sandboxProcs(box); p != "" {
+		t.Fatalf("processes of the paused sandbox %s: %s", box, p)
+	}
+	if got := fetch(); got != "2" {
+		t.Fatalf("after the idle pause the counter is %q, want 2", got)
+	}
+}
