@@ -13,8 +13,11 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/mcp"
 )
 
 // sessionSkillRoot writes the skill sess-web (isolation = "session" by
@@ -408,5 +411,79 @@ func TestSessionIdlePause(t *testing.T) {
 	}
 	if got := fetch(); got != "2" {
 		t.Fatalf("after the idle pause the counter is %q, want 2", got)
+	}
+}
+
+// TestMCPBackgroundRuns: the background runs of a session sandbox through
+// `skillbox mcp` and the official Go SDK's client: a server started in the
+// background, fetched by a later run, its log read by offset, signalled and
+// waited for; the connection's end takes the sandbox with it.
+func TestMCPBackgroundRuns(t *testing.T) {
+	runItNeed(t, "runsc")
+	runItNeedImage(t, "python")
+	f := newMCPFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.Command(itBin, "mcp", "--root", sessionSkillRoot(t), "--config", f.cfgPath)
+	cmd.Env = append(os.Environ(), "SKILLBOX_IMAGES="+itImages)
+	cs, err := sdk.NewClient(&sdk.Implementation{Name: "skillbox-go-test", Version: "1"}, nil).Connect(ctx, &sdk.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatalf("connect to skillbox mcp: %v", err)
+	}
+	defer cs.Close()
+	call := func(name string, args map[string]any, out any) string {
+		t.Helper()
+		res, text := mcpCallTool(t, ctx, cs, name, args)
+		if res.IsError {
+			t.Fatalf("%s: %s", name, text)
+		}
+		sc, _ := json.Marshal(res.StructuredContent)
+		if out != nil {
+			if err := json.Unmarshal(sc, out); err != nil {
+				t.Fatalf("%s: %v: %s", name, err, sc)
+			}
+		}
+		return string(sc)
+	}
+	call("skills_load", map[string]any{"names": []string{"sess-web"}}, nil)
+	var started struct {
+		Background *api.BackgroundRun `json:"background"`
+	}
+	call("skills_run_script", map[string]any{"path": "scripts/serve.py", "args": []string{"8000"}, "background": true}, &started)
+	if started.Background == nil || started.Background.State != api.RunRunning {
+		t.Fatalf("background start: %+v", started)
+	}
+	id, box := started.Background.RunID, started.Background.SessionSandbox
+	var fetched struct {
+		Stdout string `json:"stdout"`
+	}
+	call("skills_run_script", map[string]any{"path": "scripts/fetch.py", "args": []string{"8000"}}, &fetched)
+	if !strings.HasPrefix(fetched.Stdout, "hello from ") {
+		t.Fatalf("fetch: %+v", fetched)
+	}
+	var logs api.RunLogsResult
+	call("runs_logs", map[string]any{"run_id": id, "length": 13}, &logs)
+	if logs.Data != "serving 8000\n" || logs.NextOffset != 13 {
+		t.Fatalf("runs_logs: %+v", logs)
+	}
+	var list mcp.RunsListOutput
+	call("runs_list", map[string]any{}, &list)
+	if len(list.Runs) != 1 || list.Runs[0].RunID != id {
+		t.Fatalf("runs_list: %+v", list)
+	}
+	call("runs_signal", map[string]any{"run_id": id, "signal": "TERM"}, nil)
+	var ended api.BackgroundRun
+	call("runs_wait", map[string]any{"run_id": id, "timeout_ms": 20000}, &ended)
+	if ended.State != api.RunExited || ended.ExitCode == nil || *ended.ExitCode != 143 {
+		t.Fatalf("runs_wait after TERM: %+v", ended)
+	}
+	cs.Close()
+	cmd.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for sandboxProcs(box) != "" && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	if p := sandboxProcs(box); p != "" {
+		t.Errorf("host processes of %s after the MCP connection ended:\n%s", box, p)
 	}
 }
