@@ -463,27 +463,56 @@ func (b *bench) throughput(ctx context.Context, conc, perClient int, coldRate fl
 		return err
 	}
 	defer cleanup()
-	type client1 struct {
-		cl  *client.Client
-		sid string
-	}
-	clients := make([]client1, conc)
+	clients := make([]loadClient, conc)
 	for i := range clients {
 		cl, sid, err := dialLoaded(ctx, sock)
 		if err != nil {
 			return err
 		}
 		defer cl.Close()
-		clients[i] = client1{cl, sid}
+		clients[i] = loadClient{cl, sid}
 	}
 	if err := waitIdle(ctx, rd, max(1, b.o.Pool)); err != nil {
 		return err
 	}
+	l, err := runLoad(ctx, clients, perClient)
+	if err != nil {
+		return err
+	}
+	ds, warm, el, cpu := l.ds, l.warm, l.elapsed, l.cpu
+	total := conc * perClient
+	rate := float64(total) / el.Seconds()
+	f := Figure{Name: fmt.Sprintf("throughput, %d clients, runsc", conc), Value: rate, Unit: "runs/s",
+		Note: fmt.Sprintf("%d runs (%d warm) in %.1f s; p50 %.0f p90 %.0f p99 %.0f ms; host CPU %.0f ms/run",
+			total, warm, el.Seconds(), ms(median(ds)), ms(pct(ds, 0.9)), ms(pct(ds, 0.99)), ms(cpu)/float64(total))}
+	if coldRate > 0 {
+		f.Baseline, f.Ratio = "sequential cold runsc runs/s", rate/coldRate
+	}
+	b.add(f)
+	return nil
+}
+
+// loadClient is one client of a throughput figure: a connection and its
+// session with hello-python loaded.
+type loadClient struct {
+	cl  *client.Client
+	sid string
+}
+
+// load is what runLoad measured.
+type load struct {
+	ds      []time.Duration // each run's latency
+	warm    int             // runs that said warm
+	elapsed time.Duration
+	cpu     time.Duration // host CPU meanwhile
+}
+
+// runLoad runs hello.py perClient times in each client at once.
+func runLoad(ctx context.Context, clients []loadClient, perClient int) (load, error) {
 	var mu sync.Mutex
-	var ds []time.Duration
-	warm := 0
+	var l load
 	var wg sync.WaitGroup
-	errs := make(chan error, conc)
+	errs := make(chan error, len(clients))
 	cpu0 := hostCPU()
 	start := time.Now()
 	for _, c := range clients {
@@ -498,9 +527,9 @@ func (b *bench) throughput(ctx context.Context, conc, perClient int, coldRate fl
 					return
 				}
 				mu.Lock()
-				ds = append(ds, time.Since(t))
+				l.ds = append(l.ds, time.Since(t))
 				if w {
-					warm++
+					l.warm++
 				}
 				mu.Unlock()
 			}
@@ -509,20 +538,10 @@ func (b *bench) throughput(ctx context.Context, conc, perClient int, coldRate fl
 	wg.Wait()
 	close(errs)
 	for err := range errs {
-		return err
+		return l, err
 	}
-	el := time.Since(start)
-	cpu := hostCPU() - cpu0
-	total := conc * perClient
-	rate := float64(total) / el.Seconds()
-	f := Figure{Name: fmt.Sprintf("throughput, %d clients, runsc", conc), Value: rate, Unit: "runs/s",
-		Note: fmt.Sprintf("%d runs (%d warm) in %.1f s; p50 %.0f p90 %.0f p99 %.0f ms; host CPU %.0f ms/run",
-			total, warm, el.Seconds(), ms(median(ds)), ms(pct(ds, 0.9)), ms(pct(ds, 0.99)), ms(cpu)/float64(total))}
-	if coldRate > 0 {
-		f.Baseline, f.Ratio = "sequential cold runsc runs/s", rate/coldRate
-	}
-	b.add(f)
-	return nil
+	l.elapsed, l.cpu = time.Since(start), hostCPU()-cpu0
+	return l, nil
 }
 
 // bareSandboxes measures what one gVisor sandbox costs the host with

@@ -3,12 +3,10 @@ package bench
 import (
 	"context"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/client"
 )
 
 // sessionSettle is how long the bench waits (untimed) between two timed
@@ -106,11 +104,7 @@ func (b *bench) sessions(ctx context.Context, n int, cold, native float64) error
 }
 
 func (b *bench) sessionThroughput(ctx context.Context, sock string, conc, perClient int, cold float64) error {
-	type client1 struct {
-		cl  *client.Client
-		sid string
-	}
-	clients := make([]client1, conc)
+	clients := make([]loadClient, conc)
 	for i := range clients {
 		cl, sid, err := dialLoaded(ctx, sock)
 		if err != nil {
@@ -120,38 +114,14 @@ func (b *bench) sessionThroughput(ctx context.Context, sock string, conc, perCli
 		if _, err := runHello(ctx, cl, sid); err != nil { // boots its sandbox
 			return err
 		}
-		clients[i] = client1{cl, sid}
+		clients[i] = loadClient{cl, sid}
 	}
 	time.Sleep(sessionSettle)
-	var mu sync.Mutex
-	var ds []time.Duration
-	var wg sync.WaitGroup
-	errs := make(chan error, conc)
-	cpu0 := hostCPU()
-	start := time.Now()
-	for _, c := range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; i < perClient; i++ {
-				t := time.Now()
-				if _, err := runHello(ctx, c.cl, c.sid); err != nil {
-					errs <- err
-					return
-				}
-				mu.Lock()
-				ds = append(ds, time.Since(t))
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
+	l, err := runLoad(ctx, clients, perClient)
+	if err != nil {
 		return err
 	}
-	el := time.Since(start)
-	cpu := hostCPU() - cpu0
+	ds, el, cpu := l.ds, l.elapsed, l.cpu
 	total := conc * perClient
 	rate := float64(total) / el.Seconds()
 	f := Figure{Name: fmt.Sprintf("throughput, %d clients in %d session sandboxes", conc, conc), Value: rate, Unit: "runs/s",

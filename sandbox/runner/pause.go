@@ -375,13 +375,9 @@ func (m *SessionSandboxes) discard(ctx context.Context, b *sessionBox, why strin
 	ckID := b.ckpt
 	b.ckpt = ""
 	delete(m.boxes, b.key)
-	for k, br := range m.runs {
-		if br.box == b {
-			delete(m.runs, k)
-		}
-	}
 	m.mu.Unlock()
 	b.life.Unlock()
+	m.endRuns(func(_ runKey, br *backgroundRun) bool { return br.box == b }, "its paused sandbox was discarded")
 	if st, err := m.checkpoints(); err == nil && ckID != "" {
 		_ = st.Remove(ckID)
 	}

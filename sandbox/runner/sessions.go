@@ -434,21 +434,7 @@ func (m *SessionSandboxes) drop(b *sessionBox) {
 		_ = sb.Destroy(context.Background())
 	}
 	_ = os.RemoveAll(b.skillsDir)
-	m.mu.Lock()
-	var ending []*backgroundRun
-	for k, br := range m.runs {
-		if br.box == b {
-			if !isDone(br.done) {
-				close(br.done)
-				ending = append(ending, br)
-			}
-			delete(m.runs, k)
-		}
-	}
-	m.mu.Unlock()
-	for _, br := range ending {
-		m.recordEnd(br, runtime.ReasonKilled, 128+int(syscall.SIGKILL), "SIGKILL", "its session sandbox ended")
-	}
+	m.endRuns(func(_ runKey, br *backgroundRun) bool { return br.box == b }, "its session sandbox ended")
 	_ = m.journal.Record(context.Background(), &audit.Record{Event: audit.EventSessionSandbox, SessionID: b.key.session, Outcome: "destroyed",
 		Detail: map[string]string{"sandbox": b.id, "why": "its supervisor ended"}})
 }
@@ -730,6 +716,26 @@ func (m *SessionSandboxes) Logs(session, runID string, offset, n int64) (data []
 	return buf[:k], size, nil
 }
 
+// endRuns forgets the background runs match picks, and writes the run.end
+// of each that had not ended (killed, for why).
+func (m *SessionSandboxes) endRuns(match func(runKey, *backgroundRun) bool, why string) {
+	m.mu.Lock()
+	var ending []*backgroundRun
+	for k, br := range m.runs {
+		if match(k, br) {
+			if !isDone(br.done) {
+				close(br.done)
+				ending = append(ending, br)
+			}
+			delete(m.runs, k)
+		}
+	}
+	m.mu.Unlock()
+	for _, br := range ending {
+		m.recordEnd(br, runtime.ReasonKilled, 128+int(syscall.SIGKILL), "SIGKILL", why)
+	}
+}
+
 // CloseSession destroys the session's sandboxes, and with them its
 // background runs (their run.end says the session closed).
 func (m *SessionSandboxes) CloseSession(ctx context.Context, session, why string) {
@@ -744,20 +750,8 @@ func (m *SessionSandboxes) CloseSession(ctx context.Context, session, why string
 			delete(m.boxes, k)
 		}
 	}
-	var ending []*backgroundRun
-	for id, br := range m.runs {
-		if id.session == session {
-			if !isDone(br.done) {
-				close(br.done)
-				ending = append(ending, br)
-			}
-			delete(m.runs, id)
-		}
-	}
 	m.mu.Unlock()
-	for _, br := range ending {
-		m.recordEnd(br, runtime.ReasonKilled, 128+int(syscall.SIGKILL), "SIGKILL", why)
-	}
+	m.endRuns(func(k runKey, _ *backgroundRun) bool { return k.session == session }, why)
 	for _, b := range boxes {
 		<-b.ready
 		b.life.Lock()
