@@ -68,6 +68,11 @@ class H(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a): pass
 http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 `,
+		"scripts/upper.py": `import sys
+data = open(sys.argv[1]).read()
+open(sys.argv[2], "w").write(data.upper())
+print(len(data))
+`,
 		"scripts/rand.py": `import os, random
 print(os.urandom(8).hex(), repr(random.random()), open("/dev/urandom", "rb").read(8).hex())
 `,
@@ -485,5 +490,39 @@ func TestMCPBackgroundRuns(t *testing.T) {
 	}
 	if p := sandboxProcs(box); p != "" {
 		t.Errorf("host processes of %s after the MCP connection ended:\n%s", box, p)
+	}
+}
+
+// TestSessionWorkspace: runs in a session sandbox work on the session's
+// workspace as fresh-sandbox runs do: its files come in, what a run writes
+// goes back, and a file an earlier run left in the sandbox's /work is
+// replaced by the workspace's newer version.
+func TestSessionWorkspace(t *testing.T) {
+	needDaemon(t)
+	d := newItDaemon(t, sessionSkillRoot(t))
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sess-web"}}))
+	write := func(path, data string) {
+		must[*api.WorkspaceWriteResult](t, "workspace.write")(c.WriteWorkspace(ctx, api.Peer{}, api.WorkspaceWriteParams{SessionID: sid, Path: path, Data: []byte(data), Truncate: true}))
+	}
+	read := func(path string) string {
+		r := must[*api.WorkspaceReadResult](t, "workspace.read")(c.ReadWorkspace(ctx, api.Peer{}, api.WorkspaceReadParams{SessionID: sid, Path: path}))
+		return string(r.Data)
+	}
+	for i, in := range []string{"first version", "second, longer version"} {
+		write("notes/in.txt", in)
+		r := must[*api.RunScriptResult](t, "upper")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/upper.py", Args: []string{"notes/in.txt", "notes/out.txt"}}))
+		if r.ExitCode != 0 || r.Isolation != "session" || r.Workspace == nil {
+			t.Fatalf("run %d: %+v", i, r)
+		}
+		if got := read("notes/out.txt"); got != strings.ToUpper(in) {
+			t.Fatalf("run %d wrote back %q, want %q", i, got, strings.ToUpper(in))
+		}
+		if len(r.Outputs) != 1 || r.Outputs[0].Path != "notes/out.txt" {
+			t.Fatalf("run %d outputs: %+v", i, r.Outputs)
+		}
 	}
 }
