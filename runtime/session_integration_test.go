@@ -23,6 +23,7 @@ import (
 // skill ("tool", linked into the snapshot store) and the supervisor.
 type sessionEnv struct {
 	rt        runtime.Runtime
+	opts      runtime.Options
 	skillsDir string
 	snapshots string
 	sup       string
@@ -36,9 +37,9 @@ func newSessionEnv(t testing.TB) *sessionEnv {
 		t.Skip("SKILLBOX_BIN not set")
 	}
 	sup, _ = filepath.Abs(sup)
-	rt, _ := newBackend(t, "runsc")
+	rt, opts := newBackend(t, "runsc")
 	dir := t.TempDir()
-	env := &sessionEnv{rt: rt, skillsDir: filepath.Join(dir, "skills"), snapshots: filepath.Join(dir, "store"), sup: sup}
+	env := &sessionEnv{rt: rt, opts: opts, skillsDir: filepath.Join(dir, "skills"), snapshots: filepath.Join(dir, "store"), sup: sup}
 	if err := oci.MakeSessionSkillsDir(env.skillsDir); err != nil {
 		t.Fatal(err)
 	}
