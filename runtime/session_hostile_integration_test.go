@@ -160,7 +160,7 @@ for p in sorted(os.listdir("/proc")):
 	if res.ExitCode != 0 {
 		t.Errorf("list the sandbox's processes: exit %d %s", res.ExitCode, res.Stderr)
 	}
-	worker := repr80(process.SupervisorSource)
+	worker := workerMark()
 	var left []string
 	for _, l := range strings.Split(strings.TrimSpace(string(res.Stdout)), "\n") {
 		if l == "" || strings.Contains(l, worker) {
@@ -171,13 +171,14 @@ for p in sorted(os.listdir("/proc")):
 	return left, nil
 }
 
-// repr80 is how the listing prints the first 80 characters of an argument
-// (close enough to python's repr for the supervisor's source start).
-func repr80(s string) string {
-	if len(s) > 80 {
-		s = s[:80]
+// workerMark is what the listing shows of an idle python interpreter's
+// arguments: the start of the supervisor source it runs.
+func workerMark() string {
+	first, _, _ := strings.Cut(process.SupervisorSource, "\n")
+	if len(first) > 60 {
+		first = first[:60]
 	}
-	return strings.ReplaceAll(s, "\n", `\n`)
+	return first
 }
 
 // TestRunSessionSandbox runs the hostile table through session sandboxes
