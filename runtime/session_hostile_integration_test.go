@@ -319,6 +319,18 @@ func TestRunSessionSandbox(t *testing.T) {
 			t.Errorf("the first session after the second's probe:\n%s\nwant:\n%s\nstderr: %s", res.Stdout, want, res.Stderr)
 		}
 
+		// The probe finds all of it where it is: in the first session.
+		res, err = a.Run(context.Background(), sc.runID("a"), runtime.Invocation{
+			Args: []string{"python3", "-c", sessionProbe}, Env: envA, Stdin: []byte(tok + " " + val + " " + port), Limits: lim,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := string(res.Stdout); strings.Count(out, "PRESENT") != 3 || !strings.Contains(out, "processes SEEN") ||
+			!strings.Contains(out, "environment LEAKED") || !strings.Contains(out, "port REACHED") || !strings.Contains(out, "port BUSY") {
+			t.Errorf("the probe, run in the first session, does not find what is there:\n%s\nstderr: %s", out, res.Stderr)
+		}
+
 		var ids []string
 		for _, sb := range append([]runtime.SessionSandbox{b}, sc.all...) {
 			ids = append(ids, sb.ID())
@@ -387,26 +399,32 @@ try:
 except OSError:
     print("port refused")
 s = socket.socket()
-s.bind(("127.0.0.1", int(port)))
-s.listen()
-print("port bound")
+try:
+    s.bind(("127.0.0.1", int(port)))
+    s.listen()
+    print("port bound")
+except OSError:
+    print("port BUSY")
 for d in ("/work", "/tmp", "/dev/shm"):
     open(d + "/b-" + tok, "w").write(tok)
 `
 
 // sessionCheck (stdin: token value port) is the first session's look at
-// its own files, server and environment after the second's probe.
+// its own files, server and environment after the second's probe, and
+// for the second's files and variable (other-<token>).
 const sessionCheck = `import os, sys, urllib.request
 tok, val, port = sys.stdin.read().split()
 for d in ("/work", "/tmp", "/dev/shm"):
     mine = open(d + "/a-" + tok).read() == tok
     print(d, "mine" if mine and not os.path.lexists(d + "/b-" + tok) else "OTHER")
-has = False
+has = other = False
 for p in os.listdir("/proc"):
     try:
-        has = has or val.encode() in open("/proc/%s/environ" % p, "rb").read()
+        env = open("/proc/%s/environ" % p, "rb").read()
     except OSError:
-        pass
-print("server has the variable" if has else "variable gone")
+        continue
+    has = has or val.encode() in env
+    other = other or ("other-" + tok).encode() in env
+print("server has the variable" if has and not other else "variable gone" if not has else "OTHER's variable")
 print("served", urllib.request.urlopen("http://127.0.0.1:%s/" % port, timeout=10).read().decode())
 `
