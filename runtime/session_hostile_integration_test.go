@@ -19,10 +19,16 @@ import (
 // The hostile table (cases) through session sandboxes (isolation =
 // "session"): runs of one session share a sandbox, so the table runs in
 // a row through as few sandboxes as it can, one per distinct set of
-// sandbox-wide limits, and a new one only where a case took its sandbox
-// down. Each case must hold as it does in a single-use sandbox, but for
-// what differs by design, listed in sessionCaseSkips. After the table, a
-// second session's sandbox must see nothing of the first.
+// sandbox-wide limits (fixed when a sandbox is made), and a new one only
+// where a case took its sandbox down. A case's skill is placed as the
+// runner places it, at /skills/<name>, and its /skill paths are moved
+// there (in its files, arguments and module path, and back in what it
+// prints, for the checks written for /skill). Each case must hold as it
+// does in a single-use sandbox, but for what differs by design: a run
+// says warm, its outputs are what it changed in /work, and the cases in
+// sessionCaseSkips. After every case no process of the run may be left
+// in the sandbox. After the table, a second session's sandbox, beside
+// the first, must see nothing of it.
 
 // sessionCaseSkips are the cases whose check cannot hold in a session
 // sandbox by its design, with the design point that says why.
