@@ -34,6 +34,7 @@ import (
 // sandbox by its design, with the design point that says why.
 var sessionCaseSkips = map[string]string{
 	"directory_inputs_round_trip": "a session sandbox's /work holds skillbox's .skillbox dir and earlier runs' files, and the case lists all of /work",
+	"host_env_invisible":          "a session sandbox's pid 1 is the supervisor, not dumpable, so /proc/1/environ is refused and the case's script fails (host_env_invisible_in_session checks the rest)",
 }
 
 // sessionCasesEndingSandbox are the cases that may take their whole
@@ -230,6 +231,13 @@ func TestRunSessionSandbox(t *testing.T) {
 				sb := sc.sandbox(t, inv.Limits)
 				res, err := sb.Run(context.Background(), sc.runID("case"), inv)
 				if err != nil {
+					select {
+					case <-sb.Done():
+						if why, ok := sessionCasesEndingSandbox[tc.name]; ok {
+							t.Fatalf("the case took its session sandbox down, as it may (%s), but Run returned an error, not the result the case checks: %v", why, err)
+						}
+					default:
+					}
 					t.Fatalf("Run: %v", err)
 				}
 				// Whether the sandbox died under the run (its end is seen
@@ -272,6 +280,31 @@ func TestRunSessionSandbox(t *testing.T) {
 					t.Errorf("processes left in the session sandbox after the run:\n%s", strings.Join(left, "\n"))
 				}
 			})
+		}
+	})
+
+	t.Run("host_env_invisible_in_session", func(t *testing.T) {
+		// host_env_invisible without /proc/1/environ, which the
+		// supervisor does not let its runs read: no process of the
+		// sandbox has the host's environment.
+		const script = `import os
+print(dict(os.environ))
+for p in os.listdir("/proc"):
+    if p.isdigit():
+        try:
+            print(p, open("/proc/%s/environ" % p, "rb").read())
+        except OSError as e:
+            print(p, "refused", e.errno)
+`
+		lim := runtime.Limits{Timeout: 60 * time.Second}
+		res, err := sc.sandbox(t, lim).Run(context.Background(), sc.runID("env"), runtime.Invocation{Args: []string{"python3", "-c", script}, Limits: lim})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantExit(t, res, 0, runtime.ReasonExit)
+		noSecret(t, res, envVal, hostEnvName)
+		if !strings.Contains(string(res.Stdout), "\n1 refused 13\n") {
+			t.Errorf("the supervisor's environment is readable:\n%s", res.Stdout)
 		}
 	})
 
