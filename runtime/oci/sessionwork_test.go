@@ -476,3 +476,45 @@ func TestWorkdirStateMissing(t *testing.T) {
 		t.Errorf("written through the link: %v", ents)
 	}
 }
+
+// TestWriteSessionInputsTempNameCollision: WriteSessionInputs writes an
+// entry "a" beside it as ".skillbox-in-a" and first unlinks whatever has
+// that name; a file of that name (an input of the same list, or a file an
+// earlier run left) must survive. And a directory of that name (a
+// sandbox can make one) must not stop the input.
+//
+// Skipped until WriteSessionInputs' temporary name is one it made itself
+// (say, a random name created with O_EXCL, never unlinking a name it did
+// not create): today all three cases fail.
+func TestWriteSessionInputsTempNameCollision(t *testing.T) {
+	t.Skip("known bug: WriteSessionInputs unlinks .skillbox-in-<name> before writing <name> (see the units26 report)")
+	t.Run("input of the same list", func(t *testing.T) {
+		b := sessionBundle(t)
+		err := b.WriteSessionInputs([]runtime.InputFile{{Name: ".skillbox-in-a", Data: []byte("first")}, {Name: "a", Data: []byte("second")}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[string]string{".skillbox-in-a": "first", "a": "second"} {
+			if got, err := os.ReadFile(filepath.Join(b.Workdir, name)); err != nil || string(got) != want {
+				t.Errorf("%s: %q, %v; want %q", name, got, err, want)
+			}
+		}
+	})
+	t.Run("file of an earlier run", func(t *testing.T) {
+		b := sessionBundle(t)
+		writeTree(t, b.Workdir, map[string]string{"d/.skillbox-in-a": "the run's own"})
+		if err := b.WriteSessionInputs([]runtime.InputFile{{Name: "d/a", Data: []byte("input")}}); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(filepath.Join(b.Workdir, "d/.skillbox-in-a")); err != nil || string(got) != "the run's own" {
+			t.Errorf("d/.skillbox-in-a: %q, %v; an earlier run's file was removed", got, err)
+		}
+	})
+	t.Run("dir of an earlier run", func(t *testing.T) {
+		b := sessionBundle(t)
+		writeTree(t, b.Workdir, map[string]string{".skillbox-in-a/x": "x"})
+		if err := b.WriteSessionInputs([]runtime.InputFile{{Name: "a", Data: []byte("input")}}); err != nil {
+			t.Errorf("a directory named like the temporary file stops the input: %v", err)
+		}
+	})
+}
