@@ -7,13 +7,16 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -540,5 +543,204 @@ func TestLogsLookup(t *testing.T) {
 	_, _, err := m.Logs("ses_1", "run_1", 0, 0)
 	if !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "sessions.resume") {
 		t.Errorf("paused: %v, want unavailable naming sessions.resume", err)
+	}
+}
+
+// fakeBackend makes fake session sandboxes and remembers their specs.
+type fakeBackend struct {
+	mu     sync.Mutex
+	specs  []runtime.SandboxSpec
+	boxes  []*fakeSessionSandbox
+	make   func(spec runtime.SandboxSpec) *fakeSessionSandbox
+	signal []syscall.Signal
+}
+
+var _ runtime.SessionBackend = (*fakeBackend)(nil)
+
+func (f *fakeBackend) CreateSession(ctx context.Context, spec runtime.SandboxSpec) (runtime.SessionSandbox, error) {
+	sb := &fakeSessionSandbox{id: spec.ID, workdir: "/nonexistent", done: make(chan struct{})}
+	if f.make != nil {
+		sb = f.make(spec)
+	}
+	sb.signal = func(ctx context.Context, runID string, sig syscall.Signal) error {
+		f.mu.Lock()
+		f.signal = append(f.signal, sig)
+		f.mu.Unlock()
+		return nil
+	}
+	f.mu.Lock()
+	f.specs = append(f.specs, spec)
+	f.boxes = append(f.boxes, sb)
+	f.mu.Unlock()
+	return sb, nil
+}
+
+// memAudit keeps the records it is given.
+type memAudit struct {
+	mu   sync.Mutex
+	recs []audit.Record
+}
+
+func (a *memAudit) Append(_ context.Context, r *audit.Record) error {
+	a.mu.Lock()
+	a.recs = append(a.recs, *r)
+	a.mu.Unlock()
+	return nil
+}
+
+func (a *memAudit) Healthy() error { return nil }
+
+func (a *memAudit) events(ev string) []audit.Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var out []audit.Record
+	for _, r := range a.recs {
+		if r.Event == ev {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func backgroundPlan(t *testing.T, session, runID string) (*Plan, runtime.Job, *audit.Record) {
+	t.Helper()
+	p := &Plan{RunID: runID, Script: "scripts/serve.py", Request: RunRequest{SessionID: session, Skill: &skills.Skill{Name: "web", Digest: "sha256:w"}}}
+	job := runtime.Job{Image: runtime.ImageRef{Name: "python", Digest: "sha256:img"}, RootFS: "/var/lib/fake/python", SkillDir: t.TempDir(),
+		Args: []string{"python3", "/skill/scripts/serve.py"}}
+	start := &audit.Record{Event: audit.EventRunStart, SessionID: session, Run: &audit.RunInfo{RunID: runID, Started: time.Now().UTC()}}
+	return p, job, start
+}
+
+// TestBackgroundRunLifecycle follows background runs through a fake
+// backend: started in the session's one sandbox, listed, signalled,
+// ended once (one run.end), and ended with their session.
+func TestBackgroundRunLifecycle(t *testing.T) {
+	ctx := context.Background()
+	be := &fakeBackend{}
+	rec := &memAudit{}
+	cfg := policy.SessionConfig{BackgroundRuns: 2}
+	m := NewSessionSandboxes(SessionOptions{Backend: be, Dir: filepath.Join(t.TempDir(), "sessions"), Supervisor: "/nonexistent/skillbox", Config: cfg},
+		NewJournal(rec, nil), nil)
+	var boxID string
+	for i, id := range []string{"run_1", "run_2"} {
+		p, job, start := backgroundPlan(t, "ses_1", id)
+		run, box, err := m.startBackground(ctx, p, job, start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.ID != id || !run.Running || p.SessionSandbox != box {
+			t.Errorf("started %+v in %s (plan says %s)", run, box, p.SessionSandbox)
+		}
+		if i == 0 {
+			boxID = box
+		} else if box != boxID {
+			t.Errorf("a second run of the session got sandbox %s, not %s", box, boxID)
+		}
+	}
+	if len(be.specs) != 1 {
+		t.Fatalf("%d sandboxes booted for one session and image", len(be.specs))
+	}
+	if sp := be.specs[0]; sp.Boot != runtime.BootSession || sp.Session == nil || sp.OnBackgroundExit == nil || sp.ID != boxID {
+		t.Errorf("spec %+v", sp)
+	}
+	// The session's limit of live background runs.
+	p, job, start := backgroundPlan(t, "ses_1", "run_3")
+	if _, _, err := m.startBackground(ctx, p, job, start); !errors.Is(err, api.ErrLimitExceeded) {
+		t.Errorf("a third background run: %v, want limit exceeded", err)
+	}
+	// A run with network cannot go to a session sandbox.
+	p, job, _ = backgroundPlan(t, "ses_1", "run_4")
+	job.Network = true
+	if _, err := m.run(ctx, p, job); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), `isolation = "run"`) {
+		t.Errorf("a run with network: %v", err)
+	}
+	list := m.Background("ses_1")
+	if len(list) != 2 || list[0].SessionID != "ses_1" || list[0].Sandbox != boxID || list[0].Skill != "web" || list[0].Script != "scripts/serve.py" {
+		t.Errorf("listed %+v", list)
+	}
+	if len(m.Background("ses_2")) != 0 {
+		t.Error("another session lists this one's runs")
+	}
+	if _, err := m.Signal(ctx, "ses_2", "run_1", syscall.SIGTERM); !errors.Is(err, api.ErrNotFound) {
+		t.Errorf("signal from another session: %v, want not found", err)
+	}
+	if _, err := m.Signal(ctx, "ses_1", "run_1", syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(be.signal, []syscall.Signal{syscall.SIGTERM}) {
+		t.Errorf("signals sent %v", be.signal)
+	}
+	// The sandbox reports run_1's end, twice: one run.end.
+	hook := be.specs[0].OnBackgroundExit
+	ended := runtime.BackgroundRun{ID: "run_1", ExitCode: 143, Signal: "SIGTERM"}
+	hook(ended)
+	hook(ended)
+	hook(runtime.BackgroundRun{ID: "run_unknown"})
+	ends := rec.events(audit.EventRunEnd)
+	if len(ends) != 1 || ends[0].Run.RunID != "run_1" || ends[0].Outcome != string(runtime.ReasonKilled) ||
+		ends[0].Run.ExitCode == nil || *ends[0].Run.ExitCode != 143 || ends[0].Run.Signal != "SIGTERM" {
+		t.Fatalf("run.end records %+v", ends)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	r, err := m.Wait(wctx, "ses_1", "run_1")
+	if err != nil || r.Running || r.ExitCode != 143 {
+		t.Errorf("wait: %+v %v", r, err)
+	}
+	if wctx.Err() != nil {
+		t.Error("Wait of an ended run waited for its ctx")
+	}
+	// Closing the session destroys its sandbox and ends run_2.
+	destroyed := false
+	be.boxes[0].destroy = func(context.Context) error { destroyed = true; return nil }
+	m.CloseSession(ctx, "ses_1", "session closed")
+	if !destroyed {
+		t.Error("the session's sandbox was not destroyed")
+	}
+	ends = rec.events(audit.EventRunEnd)
+	if len(ends) != 2 || ends[1].Run.RunID != "run_2" || ends[1].Detail["ended_by"] != "session closed" || ends[1].Run.Signal != "SIGKILL" {
+		t.Errorf("run.end records after close %+v", ends)
+	}
+	if len(m.Background("ses_1")) != 0 {
+		t.Error("a closed session still lists runs")
+	}
+	var destroyedRecs int
+	for _, r := range rec.events(audit.EventSessionSandbox) {
+		if r.Outcome == "destroyed" && r.Detail["sandbox"] == boxID {
+			destroyedRecs++
+		}
+	}
+	if destroyedRecs != 1 {
+		t.Errorf("%d session.sandbox destroyed records for %s", destroyedRecs, boxID)
+	}
+	if _, err := os.Stat(filepath.Join(m.o.Dir, boxID)); !os.IsNotExist(err) {
+		t.Errorf("the sandbox's skills dir is left: %v", err)
+	}
+}
+
+// TestSessionBoxReboot: a sandbox whose supervisor died is replaced by a
+// new one at the session's next run; a session without a backend is
+// refused saying what to do.
+func TestSessionBoxReboot(t *testing.T) {
+	ctx := context.Background()
+	be := &fakeBackend{}
+	m := NewSessionSandboxes(SessionOptions{Backend: be, Dir: filepath.Join(t.TempDir(), "sessions"), Supervisor: "/nonexistent/skillbox"}, nil, nil)
+	p, job, _ := backgroundPlan(t, "ses_1", "run_1")
+	if _, err := m.run(ctx, p, job); err != nil {
+		t.Fatal(err)
+	}
+	first := p.SessionSandbox
+	close(be.boxes[0].done)
+	p, job, _ = backgroundPlan(t, "ses_1", "run_2")
+	if _, err := m.run(ctx, p, job); err != nil {
+		t.Fatal(err)
+	}
+	if len(be.specs) != 2 || p.SessionSandbox == first {
+		t.Errorf("after its supervisor died: %d sandboxes, run in %s (first %s)", len(be.specs), p.SessionSandbox, first)
+	}
+
+	none := NewSessionSandboxes(SessionOptions{Dir: t.TempDir(), Supervisor: "/x"}, nil, nil)
+	if _, err := none.run(ctx, p, job); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "runsc") {
+		t.Errorf("no backend: %v", err)
 	}
 }
