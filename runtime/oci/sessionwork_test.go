@@ -291,6 +291,9 @@ func TestCollectChanges(t *testing.T) {
 	if err := os.Symlink("unchanged.txt", p("relinked")); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Symlink("nowhere", p("gonelink")); err != nil {
+		t.Fatal(err)
+	}
 	if err := syscall.Mkfifo(p("fifo"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +315,7 @@ func TestCollectChanges(t *testing.T) {
 		".skillbox/runs/r.log":     "log line\nmore\n",
 		".skillbox/runs/other.log": "x",
 	})
-	for _, rm := range []string{"deleted.txt", "sub/deleted.txt", "gonedir", "to-dir", "to-link", "relinked"} {
+	for _, rm := range []string{"deleted.txt", "sub/deleted.txt", "gonedir", "to-dir", "to-link", "relinked", "gonelink"} {
 		if err := os.RemoveAll(p(rm)); err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +342,7 @@ func TestCollectChanges(t *testing.T) {
 	if got, want := strings.Join(files, ","), "changed.txt=after, longer,new.txt=new,sub/new.txt=n,to-dir/inner.txt=inner"; got != want {
 		t.Errorf("files %q\nwant  %q", got, want)
 	}
-	if got, want := strings.Join(o.Deleted, ","), "deleted.txt,gonedir/inside.txt,sub/deleted.txt"; got != want {
+	if got, want := strings.Join(o.Deleted, ","), "deleted.txt,gonedir/inside.txt,gonelink,sub/deleted.txt"; got != want {
 		t.Errorf("deleted %q, want %q", got, want)
 	}
 	sk := strings.Join(o.Skipped, "\n")
