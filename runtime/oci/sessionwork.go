@@ -1,6 +1,8 @@
 package oci
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -141,24 +143,27 @@ func (b *Bundle) WriteSessionInputs(files []runtime.InputFile) error {
 			}
 			continue
 		}
-		// Written under a temporary name in the same directory, then
-		// renamed over whatever is at the path.
+		// Written under a new temporary name in the same directory (made
+		// with O_EXCL: nothing of the sandbox's is ever overwritten or
+		// removed in its place), then renamed over whatever is at the path.
 		dirName, base := path.Split(f.Name)
-		tmp := f
-		tmp.Name = dirName + ".skillbox-in-" + base
-		if len(path.Base(tmp.Name)) > 255 {
-			tmp.Name = dirName + ".skillbox-in"
-		}
 		dfd, err := w.dir(strings.TrimSuffix(dirName, "/"))
 		if err != nil {
 			return err
 		}
-		_ = unix.Unlinkat(dfd, path.Base(tmp.Name), 0)
-		if err := w.write(&tmp); err != nil {
-			if errors.Is(err, unix.ENOSPC) {
-				return fmt.Errorf("the inputs do not fit in the session's workdir (%d bytes) at %s: %w", b.Limits.WorkdirBytes, runtime.QuoteName(f.Name), runtime.ErrInvalidJob)
+		tmp := f
+		for try := 0; ; try++ {
+			tmp.Name = dirName + ".skillbox-in-" + randomSuffix()
+			err = w.write(&tmp)
+			if err == nil || !errors.Is(err, unix.EEXIST) || try >= 8 {
+				break
 			}
-			return err
+		}
+		if errors.Is(err, unix.ENOSPC) {
+			return fmt.Errorf("the inputs do not fit in the session's workdir (%d bytes) at %s: %w", b.Limits.WorkdirBytes, runtime.QuoteName(f.Name), runtime.ErrInvalidJob)
+		}
+		if err != nil {
+			return fmt.Errorf("input %s: %w", runtime.QuoteName(f.Name), err)
 		}
 		if err := unix.Renameat(dfd, path.Base(tmp.Name), dfd, base); err != nil {
 			_ = unix.Unlinkat(dfd, path.Base(tmp.Name), 0)
@@ -166,4 +171,11 @@ func (b *Bundle) WriteSessionInputs(files []runtime.InputFile) error {
 		}
 	}
 	return nil
+}
+
+// randomSuffix names a temporary input file.
+func randomSuffix() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

@@ -481,16 +481,11 @@ func TestWorkdirStateMissing(t *testing.T) {
 }
 
 // TestWriteSessionInputsTempNameCollision: WriteSessionInputs writes an
-// entry "a" beside it as ".skillbox-in-a" and first unlinks whatever has
-// that name; a file of that name (an input of the same list, or a file an
-// earlier run left) must survive. And a directory of that name (a
-// sandbox can make one) must not stop the input.
-//
-// Skipped until WriteSessionInputs' temporary name is one it made itself
-// (say, a random name created with O_EXCL, never unlinking a name it did
-// not create): today all three cases fail.
+// entry beside its path under a temporary name it makes itself; a file
+// named like one (an input of the same list, or a file an earlier run
+// left) survives, and a directory of such a name (a sandbox can make one)
+// does not stop the input.
 func TestWriteSessionInputsTempNameCollision(t *testing.T) {
-	t.Skip("known bug: WriteSessionInputs unlinks .skillbox-in-<name> before writing <name> (see the units26 report)")
 	t.Run("input of the same list", func(t *testing.T) {
 		b := sessionBundle(t)
 		err := b.WriteSessionInputs([]runtime.InputFile{{Name: ".skillbox-in-a", Data: []byte("first")}, {Name: "a", Data: []byte("second")}})

@@ -529,17 +529,7 @@ func (s *sessionSandbox) Run(ctx context.Context, runID string, inv runtime.Invo
 		Left: lim.Timeout - time.Since(started), StdoutOver: outCap.Over, StderrOver: errCap.Over,
 	})
 	if !exited {
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), sessionStopWait)
-		err := s.client.Signal(sctx, runID, syscall.SIGKILL)
-		cancel()
-		if err == nil {
-			select {
-			case <-run.Done():
-			case <-time.After(sessionStopWait):
-				err = fmt.Errorf("the supervisor did not report the end of run %s %s after killing it", runID, sessionStopWait)
-			}
-		}
-		if err != nil {
+		if err := s.stopRun(ctx, run, reason == runtime.ReasonTimeout); err != nil {
 			// A supervisor that cannot stop a run is not one to trust
 			// with the next: the sandbox goes.
 			closeStreams()
@@ -551,12 +541,13 @@ func (s *sessionSandbox) Run(ctx context.Context, runID string, inv runtime.Invo
 	closeStreams()
 	ex := run.Exit()
 	if run.Err() != nil {
-		// The sandbox went down under the run: the memory limit (the host
-		// kernel kills the whole sandbox at its cgroup's limit), or
-		// something else, which is an error; either way it goes, and the
-		// session's next run gets a new one.
+		// The sandbox went down under the run: at its memory or pids
+		// limit (the host kernel kills the whole sandbox at its cgroup's
+		// limits), which the result says as for any run, or for another
+		// reason, which is an error; either way it goes, and the session's
+		// next run gets a new one.
 		defer func() { go s.Destroy(context.Background()) }()
-		if ev := process.ReadCgroupEvents(s.cgPath); ev.OOMKills <= cgBefore.OOMKills {
+		if ev := process.ReadCgroupEvents(s.cgPath); ev.OOMKills <= cgBefore.OOMKills && ev.PidsMax <= cgBefore.PidsMax {
 			return nil, errkind.Errorf(runtime.ErrUnavailable, "run %s: session sandbox %s went down during the run (%v); the session's next run starts a new one", runID, s.spec.ID, run.Err())
 		}
 		ex = supervisor.Exit{Code: 128 + int(syscall.SIGKILL), Signal: "SIGKILL"}
@@ -578,6 +569,33 @@ func (s *sessionSandbox) Run(ctx context.Context, runID string, inv runtime.Invo
 	s.e.log.Debug("session run finished", "id", s.spec.ID, "run_id", runID, "reason", reason, "exit_code", ex.Code,
 		"signal", ex.Signal, "duration", duration, "oom_kills", ev.OOMKills, "pids_max_events", ev.PidsMax)
 	return res, nil
+}
+
+// stopRun stops a foreground run that its limits or its caller ended: on
+// a timeout as on the cold path (TERM to its processes, the kill grace,
+// then KILL), else KILL at once. A signal that finds the run ended is no
+// failure; a run that is not reported ended after the KILL is.
+func (s *sessionSandbox) stopRun(ctx context.Context, run *supervisor.Run, graceful bool) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.e.grace+2*sessionStopWait)
+	defer cancel()
+	if graceful {
+		_ = s.client.Signal(sctx, run.ID(), syscall.SIGTERM)
+		select {
+		case <-run.Done():
+			return nil
+		case <-time.After(s.e.grace):
+		}
+	}
+	err := s.client.Signal(sctx, run.ID(), syscall.SIGKILL)
+	select {
+	case <-run.Done():
+		return nil
+	case <-time.After(sessionStopWait):
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("the supervisor did not report the end of run %s %s after killing it", run.ID(), sessionStopWait)
 }
 
 // runError says why a run could not start: the program is missing (the

@@ -419,6 +419,11 @@ func (m *SessionSandboxes) run(ctx context.Context, p *Plan, job runtime.Job) (*
 	sb, done := m.use(b)
 	defer done()
 	p.SessionSandbox = b.id
+	if p.Code != nil && p.Code.Program != nil {
+		// The program is the run's alone: gone with it, so a long session
+		// does not pile them up.
+		defer os.RemoveAll(filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.RunID))
+	}
 	return sb.Run(ctx, p.RunID, inv)
 }
 

@@ -146,7 +146,7 @@ func (s *Service) SignalRun(ctx context.Context, caller api.Peer, p api.RunSigna
 		return nil, err
 	}
 	name := strings.TrimPrefix(strings.ToUpper(p.Signal), "SIG")
-	if name == "" {
+	if p.Signal == "" {
 		name = "TERM"
 	}
 	sig, ok := signalNames[name]
