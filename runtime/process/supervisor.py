@@ -14,6 +14,14 @@ import sys
 
 
 def _skillbox_preload():
+    # Where the standard library's C extensions live, for the exit (as
+    # sysconfig's platstdlib has it, without importing sysconfig).
+    global _skillbox_dynload
+    _skillbox_dynload = os.path.join(sys.base_exec_prefix, sys.platlibdir, "python%d.%d" % sys.version_info[:2], "lib-dynload") + os.sep
+    # A session sandbox's workers (SKILLBOX_PRELOAD=0) start one per run:
+    # importing these would cost each run more CPU than it saves.
+    if os.environ.get("SKILLBOX_PRELOAD") == "0":
+        return
     # Modules most scripts import, cheap to hold. Not hashlib: it maps
     # OpenSSL, which costs each idle sandbox ~1.3 MiB; a script that needs
     # it imports it in a few milliseconds.
@@ -27,10 +35,6 @@ def _skillbox_preload():
             importlib.import_module(name)
         except ImportError:
             pass
-    # Where the standard library's C extensions live, for the exit (as
-    # sysconfig's platstdlib has it, without importing sysconfig).
-    global _skillbox_dynload
-    _skillbox_dynload = os.path.join(sys.base_exec_prefix, sys.platlibdir, "python%d.%d" % sys.version_info[:2], "lib-dynload") + os.sep
     # What importing left behind goes now, not as a page per run later;
     # what is left is the interpreter's own for good, so the collections
     # of the run (and at its exit) need not walk it.

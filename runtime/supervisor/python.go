@@ -112,8 +112,11 @@ func (p *pool) startLocked() error {
 		return err
 	}
 	attr := &syscall.ProcAttr{
-		Dir:   p.s.cwd,
-		Env:   []string{"PATH=" + runtime.DefaultPath, "HOME=" + runtime.HomeDir, "LANG=" + runtime.DefaultLang},
+		Dir: p.s.cwd,
+		// No preload: a worker serves one run and the next one starts
+		// right after, so its start is CPU every run pays (see
+		// supervisor.py).
+		Env:   []string{"PATH=" + runtime.DefaultPath, "HOME=" + runtime.HomeDir, "LANG=" + runtime.DefaultLang, "SKILLBOX_PRELOAD=0"},
 		Files: []uintptr{ps[0].R.Fd(), ps[1].W.Fd(), ps[2].W.Fd()},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	}
