@@ -275,11 +275,19 @@ func TestSessionPauseResumeDaemon(t *testing.T) {
 	d.start()
 	c = d.client()
 
+	// The restarted daemon lists the paused sandbox's background run.
+	list := must[*api.RunsListResult](t, "runs.list")(c.ListRuns(ctx, api.Peer{}, api.RunsListParams{SessionID: sid}))
+	if len(list.Runs) != 1 || list.Runs[0].State != api.RunRunning || !list.Runs[0].Paused || list.Runs[0].Path != "scripts/counter.py" {
+		t.Fatalf("runs.list after the restart: %+v", list.Runs)
+	}
 	if got := strings.TrimSpace(run(c, sid, "scripts/fetch.py", "8002").Stdout); got != "4" {
 		t.Fatalf("after pause and a daemon restart the counter is %q, want 4", got)
 	}
 	if probe := run(c, sid, "scripts/probe.py"); !strings.Contains(probe.Stdout, "mark-kept") || probe.SessionSandbox != box {
 		t.Fatalf("after the restart /work lacks its file, or another sandbox ran: %+v", probe)
+	}
+	if list := must[*api.RunsListResult](t, "runs.list")(c.ListRuns(ctx, api.Peer{}, api.RunsListParams{SessionID: sid})); len(list.Runs) != 1 || list.Runs[0].Paused {
+		t.Fatalf("runs.list after the resume: %+v", list.Runs)
 	}
 
 	// Two forks: each counts on from 4 by itself, and draws its own

@@ -24,6 +24,9 @@ type BackgroundRun struct {
 	Skill          string    `json:"skill,omitempty"`
 	Path           string    `json:"path,omitempty"`
 	State          string    `json:"state"` // RunRunning or RunExited
+	// Paused says its sandbox is checkpointed (sessions.pause, idle, a
+	// daemon restart): it runs on when the session's next call resumes it.
+	Paused bool `json:"paused,omitempty"`
 	PID            int       `json:"pid,omitempty"`
 	Started        time.Time `json:"started"`
 	SessionSandbox string    `json:"session_sandbox"`

@@ -255,27 +255,32 @@ func (m *SessionSandboxes) restoreInto(ctx context.Context, b *sessionBox, ckID 
 		return nil, nil, err
 	}
 	// The runs the checkpoint holds are followed on, in the box's session.
+	m.adoptRuns(b, metas)
+	return sb, ck, nil
+}
+
+// adoptRuns follows the background runs a checkpoint holds as runs of
+// box b's session (those it follows already keep their records).
+func (m *SessionSandboxes) adoptRuns(b *sessionBox, metas []backgroundMeta) {
 	m.mu.Lock()
+	defer m.mu.Unlock()
 	for _, mt := range metas {
 		rk := runKey{b.key.session, mt.Run.ID}
-		if m.runs[rk] != nil {
-			m.runs[rk].box = b
+		if br := m.runs[rk]; br != nil {
+			br.box = b
 			continue
 		}
-		br := &backgroundRun{session: b.key.session, box: b, plan: &Plan{RunID: mt.Run.ID, Script: mt.Script, Request: RunRequest{SessionID: b.key.session}},
-			start: mt.Start, run: mt.Run, done: make(chan struct{})}
-		if br.start == nil {
+		br := &backgroundRun{session: b.key.session, box: b, skill: mt.Skill, run: mt.Run, done: make(chan struct{}),
+			plan: &Plan{RunID: mt.Run.ID, Script: mt.Script, Request: RunRequest{SessionID: b.key.session}}}
+		if mt.Start == nil {
 			br.start = &audit.Record{Event: audit.EventRunStart, SessionID: b.key.session, Run: &audit.RunInfo{RunID: mt.Run.ID, Script: mt.Script, Background: true}}
 		} else {
-			s := *br.start
-			s.SessionID = b.key.session
-			br.start = &s
+			st := *mt.Start
+			st.SessionID = b.key.session
+			br.start = &st
 		}
-		br.skill = mt.Skill
 		m.runs[rk] = br
 	}
-	m.mu.Unlock()
-	return sb, ck, nil
 }
 
 // resumeBox restores a paused box (a no-op for a live one); its
@@ -555,6 +560,10 @@ func (m *SessionSandboxes) Recover(keep func(session string) bool) error {
 		}
 		m.boxes[b.key] = b
 		m.mu.Unlock()
+		// Its background runs are listed (runs.list) before it resumes.
+		var metas []backgroundMeta
+		_ = json.Unmarshal([]byte(man.Owner[ownerBackground]), &metas)
+		m.adoptRuns(b, metas)
 		m.log.Info("paused session sandbox found", "session", man.Session, "sandbox", b.id, "checkpoint", id)
 	}
 	return nil

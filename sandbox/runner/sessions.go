@@ -571,6 +571,8 @@ type BackgroundRun struct {
 	Sandbox   string
 	Skill     string
 	Script    string
+	// Paused: its sandbox is in a checkpoint.
+	Paused bool
 }
 
 // lookup finds a background run of session (any session when "").
@@ -590,11 +592,13 @@ func (m *SessionSandboxes) lookup(session, runID string) (*backgroundRun, error)
 func (m *SessionSandboxes) view(br *backgroundRun) BackgroundRun {
 	m.mu.Lock()
 	run := br.run
+	paused := br.box.sb == nil && br.box.ckpt != ""
 	m.mu.Unlock()
 	if run.ID == "" {
 		run.ID = br.plan.RunID
 	}
-	return BackgroundRun{BackgroundRun: run, SessionID: br.session, Sandbox: br.box.id, Skill: br.skillName(), Script: br.plan.Script}
+	return BackgroundRun{BackgroundRun: run, SessionID: br.session, Sandbox: br.box.id, Skill: br.skillName(), Script: br.plan.Script,
+		Paused: paused && run.Running}
 }
 
 func (br *backgroundRun) skillName() string {

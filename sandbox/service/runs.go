@@ -41,7 +41,7 @@ func backgroundResult(o *Result) api.RunScriptResult {
 
 func backgroundView(r runner.BackgroundRun) api.BackgroundRun {
 	out := api.BackgroundRun{RunID: r.ID, SessionID: r.SessionID, Skill: r.Skill, Path: r.Script, State: api.RunRunning,
-		PID: r.PID, Started: r.Started, SessionSandbox: r.Sandbox, Log: r.Log}
+		PID: r.PID, Started: r.Started, SessionSandbox: r.Sandbox, Log: r.Log, Paused: r.Paused}
 	if !r.Running {
 		code := r.ExitCode
 		out.State, out.ExitCode, out.Signal = api.RunExited, &code, r.Signal
