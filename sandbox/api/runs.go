@@ -19,14 +19,14 @@ const (
 
 // BackgroundRun is a background run as runs.* report it.
 type BackgroundRun struct {
-	RunID          string    `json:"run_id"`
-	SessionID      string    `json:"session_id"`
-	Skill          string    `json:"skill,omitempty"`
-	Path           string    `json:"path,omitempty"`
-	State          string    `json:"state"` // RunRunning or RunExited
+	RunID     string `json:"run_id"`
+	SessionID string `json:"session_id"`
+	Skill     string `json:"skill,omitempty"`
+	Path      string `json:"path,omitempty"`
+	State     string `json:"state"` // RunRunning or RunExited
 	// Paused says its sandbox is checkpointed (sessions.pause, idle, a
 	// daemon restart): it runs on when the session's next call resumes it.
-	Paused bool `json:"paused,omitempty"`
+	Paused         bool      `json:"paused,omitempty"`
 	PID            int       `json:"pid,omitempty"`
 	Started        time.Time `json:"started"`
 	SessionSandbox string    `json:"session_sandbox"`
