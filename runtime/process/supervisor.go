@@ -3,11 +3,13 @@ package process
 import (
 	_ "embed"
 	"encoding/binary"
-	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // SupervisorSource is the python supervisor of BootPython, run as
@@ -24,13 +26,6 @@ const readyMarker = "skillbox-ready\n"
 // ready and waits until its stdin closes (at Destroy).
 var holderArgv = []string{"/bin/sh", "-c", "printf '" + `skillbox-ready\n` + "'; read -r _"}
 
-// supervisorJob is the header the python supervisor reads.
-type supervisorJob struct {
-	Argv []string `json:"argv"`
-	Env  []string `json:"env"`
-	Cwd  string   `json:"cwd"`
-}
-
 // SupervisorMessage is the job as the python supervisor reads it: a
 // length-prefixed JSON header (argv, env, cwd), then the script's stdin.
 func SupervisorMessage(job runtime.Job) ([]byte, error) {
@@ -42,12 +37,18 @@ func SupervisorMessage(job runtime.Job) ([]byte, error) {
 }
 
 // SupervisorJobMessage is the python supervisor's job for argv, env (the
-// whole environment, as given) and cwd, followed by stdin.
+// whole environment, as given) and cwd, followed by stdin: an 8-byte
+// big-endian length, then that many bytes of NUL-separated fields (cwd,
+// argc in decimal, argv..., env...), which the supervisor splits without
+// importing a parser.
 func SupervisorJobMessage(argv, env []string, cwd string, stdin []byte) ([]byte, error) {
-	hdr, err := json.Marshal(supervisorJob{Argv: argv, Env: env, Cwd: cwd})
-	if err != nil {
-		return nil, fmt.Errorf("encode job: %w", err)
+	fields := append(append([]string{cwd, strconv.Itoa(len(argv))}, argv...), env...)
+	for _, f := range fields {
+		if strings.IndexByte(f, 0) >= 0 {
+			return nil, errkind.Errorf(runtime.ErrInvalidJob, "encode job: %q holds a NUL byte", f)
+		}
 	}
+	hdr := []byte(strings.Join(fields, "\x00"))
 	msg := binary.BigEndian.AppendUint64(nil, uint64(len(hdr)))
 	return append(append(msg, hdr...), stdin...), nil
 }

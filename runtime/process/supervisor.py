@@ -1,7 +1,7 @@
 # skillbox's Python supervisor: the first process of a pre-booted python
 # sandbox. It starts with common modules imported, says it is ready, and
 # waits for ONE job on its stdin: an 8-byte big-endian length, then that many
-# bytes of JSON {"argv": [...], "env": [...], "cwd": "..."}; whatever
+# bytes of NUL-separated fields (cwd, argc, argv..., env...); whatever
 # follows on stdin is the script's stdin. It then becomes that run: the
 # environment and cwd set, randomness reseeded, sys.argv and sys.path as
 # `python3 SCRIPT ARGS` would have them, the script run as __main__. The
@@ -54,33 +54,39 @@ def _skillbox_read(n):
 
 
 def _skillbox_run():
+    # Only what every run needs is imported before the job: a worker of a
+    # session sandbox serves one run, so each import here is CPU every run
+    # pays. The job's header is NUL-separated (cwd, argc, argv..., env...),
+    # read without json, and bytes as they came (as a native start has them).
     import builtins
     import io
-    import json
-    import pkgutil
-    import random
-    import traceback
+    import re  # nearly every script imports it, directly or not
     import types
 
     _skillbox_preload()
     os.write(1, b"skillbox-ready\n")
     size = int.from_bytes(_skillbox_read(8), "big")
-    job = json.loads(_skillbox_read(size))
-    argv, script = job["argv"], job["argv"][1]
+    fields = _skillbox_read(size).split(b"\0")
+    argc = int(fields[1])
+    argv = [os.fsdecode(a) for a in fields[2:2 + argc]]
+    script = argv[1]
 
     os.environ.clear()
-    for kv in job["env"]:
-        k, _, v = kv.partition("=")
-        os.environ[k] = v
-    os.chdir(job["cwd"])
+    for kv in fields[2 + argc:]:
+        k, _, v = kv.partition(b"=")
+        os.environb[k] = v
+    os.chdir(os.fsdecode(fields[0]))
     # What `python3 SCRIPT` has: the script's directory first, then
     # PYTHONPATH, then the interpreter's own paths.
     rest = [p for p in sys.path[1:]]
     extra = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p]
     sys.path[:] = [os.path.dirname(script)] + extra + rest
     sys.argv[:] = argv[1:]
-    # Fresh randomness for this run, whatever happened before it.
-    random.seed(os.urandom(32))
+    # Fresh randomness for this run, whatever happened before it (a random
+    # not imported yet seeds itself from os.urandom when the run imports it).
+    random = sys.modules.get("random")
+    if random is not None:
+        random.seed(os.urandom(32))
     np = sys.modules.get("numpy")
     if np is not None:
         np.random.seed(int.from_bytes(os.urandom(4), "big"))
@@ -93,10 +99,14 @@ def _skillbox_run():
     sys.modules["__main__"] = main
     try:
         with io.open_code(script) as f:
-            code = pkgutil.read_code(f)  # a compiled script, as runpy allows
-        if code is None:
+            data = f.read()
+        from importlib._bootstrap_external import MAGIC_NUMBER
+        if data[:4] == MAGIC_NUMBER:
+            import pkgutil  # a compiled script, as runpy allows
             with io.open_code(script) as f:
-                code = compile(f.read(), script, "exec", dont_inherit=True)
+                code = pkgutil.read_code(f)
+        else:
+            code = compile(data, script, "exec", dont_inherit=True)
         exec(code, main.__dict__)
     except SystemExit as e:
         return _skillbox_exit_status(e.code), main
@@ -105,6 +115,7 @@ def _skillbox_run():
         # Drop the supervisor's frames, as a native run has none.
         while tb is not None and tb.tb_frame.f_code.co_filename != script:
             tb = tb.tb_next
+        import traceback
         traceback.print_exception(type(e), e, tb)
         return 1, main
     return 0, main
