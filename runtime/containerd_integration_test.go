@@ -53,11 +53,35 @@ func containerdAddress(t testing.TB) string {
 			return
 		}
 		containerdStarted = true
+		if ownsTestBase {
+			sweepContainerdLeftovers()
+		}
 	})
 	if containerdErr != nil {
 		t.Fatalf("starting a private containerd with hack/containerd.sh failed: %v", containerdErr)
 	}
 	return containerdSock()
+}
+
+// sweepContainerdLeftovers removes, once the private containerd is up, what
+// killed test processes of this checkout left in it (a container, its
+// lease, snapshot and run dir), the way clearLeftovers does for runsc and
+// runc: a test that checks containerd is left clean must not fail on an
+// earlier process's crash.
+func sweepContainerdLeftovers() {
+	opts := runtime.Options{
+		Settings: runtime.Settings{"binary": runtimeBinary(rtcontainerd.Name), "state_dir": filepath.Join(testBase, rtcontainerd.Name, "state")},
+		RunDir:   filepath.Join(testBase, rtcontainerd.Name, "runs"),
+	}
+	withContainerd(nil, rtcontainerd.Name, &opts)
+	rt, err := runtime.New(rtcontainerd.Name, opts)
+	if err == nil {
+		err = runtime.Sweep(context.Background(), rt)
+		_ = rt.(runtime.Lifecycle).Close(context.Background())
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "sweeping containerd leftovers of earlier test processes: %v\n", err)
+	}
 }
 
 // stopContainerd stops the private containerd, if these tests started it.

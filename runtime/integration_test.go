@@ -1369,6 +1369,10 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// ownsTestBase is true in the test process that holds testBase's lock (not in
+// a helper it re-executes): only it clears what earlier processes left.
+var ownsTestBase bool
+
 // clearLeftovers removes what killed test processes of this checkout left in
 // testBase's runc and runsc state dirs (a CLI killed while creating leaves a
 // state dir that makes every later list fail), so that one crashed run does
@@ -1387,6 +1391,7 @@ func clearLeftovers() (release func()) {
 		lock.Close()
 		return func() {}
 	}
+	ownsTestBase = true
 	for _, name := range []string{"runsc", "runc"} {
 		for _, dir := range []string{name, name + "-other"} {
 			state := filepath.Join(testBase, dir, "state")
