@@ -43,6 +43,7 @@ const (
 type worker struct {
 	pid                   int
 	stdin, stdout, stderr *os.File
+	status                *os.File // the run's exit status, before its teardown
 	ready, busy, retired  bool
 	pending               []byte // stdout after the ready marker, the run's
 }
@@ -107,7 +108,7 @@ func (p *pool) refill() {
 // startLocked starts one worker in a session of its own, with an
 // environment of its own (a job brings the run's).
 func (p *pool) startLocked() error {
-	ps, err := process.MakePipes(3)
+	ps, err := process.MakePipes(4)
 	if err != nil {
 		return err
 	}
@@ -116,21 +117,23 @@ func (p *pool) startLocked() error {
 		// No preload: a worker serves one run and the next one starts
 		// right after, so its start is CPU every run pays (see
 		// supervisor.py).
-		Env:   []string{"PATH=" + runtime.DefaultPath, "HOME=" + runtime.HomeDir, "LANG=" + runtime.DefaultLang, "SKILLBOX_PRELOAD=0"},
-		Files: []uintptr{ps[0].R.Fd(), ps[1].W.Fd(), ps[2].W.Fd()},
+		Env:   []string{"PATH=" + runtime.DefaultPath, "HOME=" + runtime.HomeDir, "LANG=" + runtime.DefaultLang, "SKILLBOX_PRELOAD=0", "SKILLBOX_STATUS_FD=3"},
+		Files: []uintptr{ps[0].R.Fd(), ps[1].W.Fd(), ps[2].W.Fd(), ps[3].W.Fd()},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	}
 	pid, err := syscall.ForkExec(p.python, []string{p.python, "-c", process.SupervisorSource}, attr)
 	ps[0].R.Close()
 	ps[1].W.Close()
 	ps[2].W.Close()
+	ps[3].W.Close()
 	if err != nil {
 		ps[0].W.Close()
 		ps[1].R.Close()
 		ps[2].R.Close()
+		ps[3].R.Close()
 		return startError("python3", p.python, err)
 	}
-	w := &worker{pid: pid, stdin: ps[0].W, stdout: ps[1].R, stderr: ps[2].R}
+	w := &worker{pid: pid, stdin: ps[0].W, stdout: ps[1].R, stderr: ps[2].R, status: ps[3].R}
 	p.s.byPID[pid] = w
 	p.idle = append(p.idle, w)
 	go p.awaitReady(w)
@@ -187,6 +190,7 @@ func (p *pool) died(w *worker) {
 		}
 	}
 	w.stdin.Close()
+	w.status.Close()
 	if w.ready {
 		w.stdout.Close()
 		w.stderr.Close()
@@ -275,6 +279,7 @@ func (p *pool) run(req Request, path string) (r *run, ok bool, err error) {
 
 	s.relay(r, w.stdout, StreamStdout, w.pending)
 	s.relay(r, w.stderr, StreamStderr, nil)
+	go s.awaitStatus(r, w.status)
 	if !spare {
 		go p.refill()
 	}

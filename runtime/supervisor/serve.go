@@ -513,23 +513,50 @@ func (s *server) exited(pid int, ws unix.WaitStatus) {
 	delete(s.byPID, pid)
 	switch o := owner.(type) {
 	case *run:
-		o.mainExited = true
-		if !o.background {
-			s.activeFG--
-		}
-		_ = unix.Kill(-o.pid, unix.SIGKILL)
-		sweep := s.activeFG == 0
-		s.mu.Unlock()
-		if sweep {
-			s.sweep()
-		}
-		go s.finish(o, exitOf(ws))
+		s.mainEnded(o, exitOf(ws))
 	case *worker:
 		s.pool.died(o)
 		s.mu.Unlock()
 	default:
 		s.mu.Unlock() // an orphan
 	}
+}
+
+// awaitStatus reads the exit status a python worker reports for its run
+// just before it exits, so that the run ends without waiting for the
+// process's teardown; a worker that ends another way (a signal, a crash)
+// reports nothing, and its reaping ends the run.
+func (s *server) awaitStatus(r *run, status *os.File) {
+	defer status.Close()
+	var b [1]byte
+	if n, _ := status.Read(b[:]); n != 1 {
+		return
+	}
+	s.mu.Lock()
+	if s.byPID[r.pid] != r {
+		s.mu.Unlock() // reaped already
+		return
+	}
+	// Its process is now an orphan to the reaper.
+	delete(s.byPID, r.pid)
+	s.mainEnded(r, Exit{Code: int(b[0])})
+}
+
+// mainEnded ends run r whose main process ended with e: its process group
+// is killed, the leftovers of ended runs are swept, and its exit is sent
+// once its output is. s.mu is held, and released.
+func (s *server) mainEnded(r *run, e Exit) {
+	r.mainExited = true
+	if !r.background {
+		s.activeFG--
+	}
+	_ = unix.Kill(-r.pid, unix.SIGKILL)
+	sweep := s.activeFG == 0
+	s.mu.Unlock()
+	if sweep {
+		s.sweep(r.pid)
+	}
+	go s.finish(r, e)
 }
 
 // finish sends r's exit once its output is all sent.
@@ -616,8 +643,9 @@ func (s *server) shutdown() {
 }
 
 // sweep kills the leftovers of ended runs, unless a foreground run is
-// active (its processes are its own until it ends).
-func (s *server) sweep() {
+// active (its processes are its own until it ends); killed is a process
+// just sent SIGKILL, which need not be sent it again.
+func (s *server) sweep(killed int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.activeFG > 0 {
@@ -632,13 +660,19 @@ func (s *server) sweep() {
 	for _, w := range s.pool.idle {
 		keep[w.pid] = true
 	}
-	s.killLeftovers(keep)
+	s.killLeftovers(keep, killed)
 }
 
 // killLeftovers SIGKILLs every process (as pid 1) or every descendant
 // (natively) whose session is not in keep, pass after pass until one
-// finds none.
-func (s *server) killLeftovers(keep map[int]bool) {
+// finds none it has not sent SIGKILL already (one that was sent it dies
+// without running again; one it forked first is new to the next pass).
+// killed are processes sent SIGKILL before.
+func (s *server) killLeftovers(keep map[int]bool, killed ...int) {
+	sent := map[int]bool{}
+	for _, pid := range killed {
+		sent[pid] = true
+	}
 	for pass := 0; pass < maxSweepPasses; pass++ {
 		procs, err := readProcs()
 		if err != nil {
@@ -646,19 +680,20 @@ func (s *server) killLeftovers(keep map[int]bool) {
 			return
 		}
 		mine := descendants(procs, s.self)
-		killed := 0
+		n := 0
 		for _, p := range procs {
-			if p.pid == s.self || p.state == 'Z' || p.state == 'X' || keep[p.sid] {
+			if p.pid == s.self || p.state == 'Z' || p.state == 'X' || keep[p.sid] || sent[p.pid] {
 				continue
 			}
 			if s.self != 1 && !mine[p.pid] {
 				continue
 			}
 			if unix.Kill(p.pid, unix.SIGKILL) == nil {
-				killed++
+				sent[p.pid] = true
+				n++
 			}
 		}
-		if killed == 0 {
+		if n == 0 {
 			return
 		}
 	}

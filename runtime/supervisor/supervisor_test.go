@@ -538,3 +538,58 @@ func slicesEqual(a, b []string) bool {
 	}
 	return true
 }
+
+// TestPythonWorkerStatus: a worker reports its run's exit status before the
+// process is torn down, and the run's end is what python3 SCRIPT would give:
+// the status, all of the output, no process of the run left. A script that
+// writes on the status pipe itself only ends its own run.
+func TestPythonWorkerStatus(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+	s := start(t, 1)
+	for _, tc := range []struct {
+		name, code   string
+		exit         int
+		stdout, errs string // stdout exactly, stderr contains
+	}{
+		{"clean", "print('x' * 200000, end='')", 0, strings.Repeat("x", 200000), ""},
+		{"exit code", "import sys\nprint('bye')\nsys.exit(3)", 3, "bye\n", ""},
+		{"exit message", "import sys\nsys.exit('went wrong')", 1, "", "went wrong"},
+		{"exception", "raise ValueError('boom')", 1, "", "ValueError: boom"},
+		{"unclosed file", "f = open('out.txt', 'w')\nf.write('kept')\nprint(open('out.txt').read() == '')", 0, "True\n", ""},
+		{"child holding stdout", "import subprocess\nsubprocess.Popen(['sleep', '60'])\nprint('left a child')", 0, "left a child\n", ""},
+		{"forged status", "import os\nos.write(3, bytes([7]))\nimport time\ntime.sleep(60)", 7, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			script := filepath.Join(dir, "s.py")
+			if err := os.WriteFile(script, []byte(tc.code), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			idle := s.waitWorkers(t, 1)
+			started := time.Now()
+			out, errOut, e := s.run(t, supervisor.Request{ID: id(), Argv: []string{"python3", script}, Env: testEnv, Cwd: dir, Python: true})
+			if e.Code != tc.exit || out != tc.stdout || !strings.Contains(errOut, tc.errs) {
+				t.Errorf("exit %+v, stdout %.80q (%d bytes), stderr %q; want exit %d, stdout %.80q, stderr with %q", e, out, len(out), errOut, tc.exit, tc.stdout, tc.errs)
+			}
+			if d := time.Since(started); d > 20*time.Second {
+				t.Errorf("the run took %s: its end waited for a process it left", d)
+			}
+			for pid := range idle {
+				deadline := time.Now().Add(10 * time.Second)
+				for alive(pid) && time.Now().Before(deadline) {
+					time.Sleep(20 * time.Millisecond)
+				}
+				if alive(pid) {
+					t.Errorf("the run's worker %d is alive after its end", pid)
+				}
+			}
+			if tc.name == "unclosed file" {
+				if b, _ := os.ReadFile(filepath.Join(dir, "out.txt")); string(b) != "kept" {
+					t.Errorf("an unclosed file holds %q after the run, want it flushed", b)
+				}
+			}
+		})
+	}
+}
