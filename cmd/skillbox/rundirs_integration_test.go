@@ -166,3 +166,81 @@ func TestDaemonRunFilesPrivate(t *testing.T) {
 		})
 	}
 }
+
+// TestDaemonSessionFilesPrivate: while a session sandbox lives (a
+// background run in it, the session's files in its /work) and after it
+// was checkpointed, other real uids reach nothing of it: not the daemon's
+// session-sandboxes or checkpoints directories (the box's skills, the
+// checkpoint's memory image, manifest and /work copy), not its run dir,
+// not the secret a run wrote.
+func TestDaemonSessionFilesPrivate(t *testing.T) {
+	needDaemon(t)
+	d := newItDaemon(t, sessionSkillRoot(t))
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+	bin := copyForUID(t, os.Args[0], d.base)
+	secret := "SESSION-SECRET-" + strings.ToUpper(strconv.FormatInt(time.Now().UnixNano(), 36))
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sess-web"}}))
+	must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/counter.py", Args: []string{"8003"}, Background: true}))
+	files := []api.File{{Name: "in.txt", Content: base64.StdEncoding.EncodeToString([]byte(secret)), Mode: 0o600}}
+	res := must[*api.RunScriptResult](t, "upper")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/upper.py", Args: []string{"in.txt", "kept.txt"}, Files: files}))
+	if res.ExitCode != 0 || res.SessionSandbox == "" {
+		t.Fatalf("upper.py: %+v", res)
+	}
+	box := res.SessionSandbox
+	sessDirs := filepath.Join(d.stateDir, "session-sandboxes")
+	ckptDirs := filepath.Join(d.stateDir, "checkpoints")
+	closed := []string{sessDirs + "/", ckptDirs + "/", runtime.DefaultRunDir + "/"}
+	probe := func(when string) {
+		t.Helper()
+		// Every path there is (listed as root), tried directly as well.
+		var paths []string
+		for _, root := range []string{sessDirs, ckptDirs, filepath.Join(runtime.DefaultRunDir, box)} {
+			_ = filepath.WalkDir(root, func(p string, _ os.DirEntry, err error) error {
+				if err == nil && len(paths) < 2000 {
+					paths = append(paths, p)
+				}
+				return nil
+			})
+		}
+		held := 0
+		for _, p := range paths {
+			if b, err := os.ReadFile(p); err == nil && bytes.Contains(b, []byte(secret)) {
+				held++
+			}
+		}
+		if held == 0 {
+			t.Fatalf("%s: no file of the session holds its secret: the probe would prove nothing (%d paths)", when, len(paths))
+		}
+		spec := runtimetest.ProbeSpec{
+			Walk:    []string{runtime.DefaultStateBase, d.base},
+			IDs:     closed,
+			Names:   []string{"in.txt", "kept.txt", "manifest.json"},
+			Secrets: []string{secret},
+			Paths:   paths,
+		}
+		for _, uid := range []uint32{65534, 65533} {
+			for _, h := range runtimetest.RunProbe(t, bin, uid, spec) {
+				if h.Path == sessDirs || h.Path == ckptDirs || h.Path == filepath.Join(runtime.DefaultRunDir, box) {
+					if !h.Secret && h.Op == "stat" {
+						continue // that it exists is no secret; what is in it is
+					}
+				}
+				t.Errorf("%s: uid %d reached %s %s (secret %v)", when, uid, h.Op, h.Path, h.Secret)
+			}
+		}
+	}
+	probe("live session")
+	paused := must[*api.PauseSessionResult](t, "pause")(c.PauseSession(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
+	if len(paused.Sandboxes) != 1 {
+		t.Fatalf("pause: %+v", paused)
+	}
+	probe("checkpointed session")
+	if got := strings.TrimSpace(must[*api.RunScriptResult](t, "fetch")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fetch.py", Args: []string{"8003"}})).Stdout); got != "1" {
+		t.Errorf("after the resume the counter says %q, want 1", got)
+	}
+	probe("resumed session")
+	must[*api.CloseSessionResult](t, "close")(c.CloseSession(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
+}
