@@ -622,14 +622,44 @@ func (m *SessionSandboxes) sweepSkillsDirs() {
 	m.mu.Unlock()
 	for _, e := range ents {
 		name := e.Name()
-		if pid, ok := strings.CutPrefix(name, SessionDirPIDPrefix); ok {
-			if n, err := strconv.Atoi(pid); err == nil && unix.Kill(n, 0) != nil && !errors.Is(unix.Kill(n, 0), unix.EPERM) {
+		if _, ok := strings.CutPrefix(name, SessionDirPIDPrefix); ok {
+			if deadPIDDir(name) {
 				_ = os.RemoveAll(filepath.Join(m.o.Dir, name))
 			}
 			continue
 		}
 		if !known[name] {
 			_ = os.RemoveAll(filepath.Join(m.o.Dir, name))
+		}
+	}
+}
+
+// deadPIDDir says whether name is a SessionDirPIDPrefix dir whose process
+// is gone.
+func deadPIDDir(name string) bool {
+	pid, ok := strings.CutPrefix(name, SessionDirPIDPrefix)
+	if !ok {
+		return false
+	}
+	n, err := strconv.Atoi(pid)
+	if err != nil || n <= 0 {
+		return false
+	}
+	err = unix.Kill(n, 0)
+	return err != nil && !errors.Is(err, unix.EPERM)
+}
+
+// sweepDeadPIDDirs removes, beside this process's own, the session
+// sandboxes dirs of processes that died without removing theirs (a
+// process other than the daemon removes its dir when it ends).
+func sweepDeadPIDDirs(parent, own string) {
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.Name() != own && deadPIDDir(e.Name()) {
+			_ = os.RemoveAll(filepath.Join(parent, e.Name()))
 		}
 	}
 }

@@ -3,8 +3,10 @@ package runner
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -161,4 +163,36 @@ func FuzzBoxOfManifest(f *testing.F) {
 			t.Errorf("box %q with skills dir %q", b.id, b.skillsDir)
 		}
 	})
+}
+
+// TestSweepDeadPIDDirs: the dirs of processes that died go, this process's
+// own, a live process's and anything not named by a pid stay.
+func TestSweepDeadPIDDirs(t *testing.T) {
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Skip("no true to make a dead pid:", err)
+	}
+	dead := cmd.Process.Pid
+	parent := t.TempDir()
+	own := SessionDirPIDPrefix + strconv.Itoa(os.Getpid())
+	names := map[string]bool{ // name: kept
+		own:                                      true,
+		SessionDirPIDPrefix + "1":                true, // alive (init), or ours to not judge
+		SessionDirPIDPrefix + strconv.Itoa(dead): false,
+		SessionDirPIDPrefix + "x":                true,
+		SessionDirPIDPrefix + "0":                true,
+		"sbx-other":                              true,
+	}
+	for n := range names {
+		if err := os.MkdirAll(filepath.Join(parent, n, "skills"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweepDeadPIDDirs(parent, own)
+	for n, kept := range names {
+		_, err := os.Stat(filepath.Join(parent, n))
+		if (err == nil) != kept {
+			t.Errorf("%s: kept %v, want %v", n, err == nil, kept)
+		}
+	}
 }

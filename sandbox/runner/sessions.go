@@ -62,6 +62,9 @@ type SessionSandboxes struct {
 	store *checkpoint.Store // opened on first use
 	stop  chan struct{}
 	bg    sync.WaitGroup
+	// sweepPIDDirs runs once, at the first boot of a process other than
+	// the daemon (sweepDeadPIDDirs).
+	sweepPIDDirs sync.Once
 }
 
 // runKey names a background run: a fork has its source's runs under the
@@ -213,6 +216,7 @@ func (m *SessionSandboxes) boot(ctx context.Context, b *sessionBox, img runtime.
 		if err := oci.MakePrivateDir(parent, "session sandboxes dir"); err != nil {
 			return nil, err
 		}
+		m.sweepPIDDirs.Do(func() { sweepDeadPIDDirs(parent, filepath.Base(m.o.Dir)) })
 	}
 	if err := oci.MakeSessionSkillsDir(b.skillsDir); err != nil {
 		return nil, err
