@@ -175,14 +175,9 @@ func TestDaemonRunFilesPrivate(t *testing.T) {
 // not the secret a run wrote.
 func TestDaemonSessionFilesPrivate(t *testing.T) {
 	needDaemon(t)
-	d := newItDaemon(t, sessionSkillRoot(t))
-	d.start()
-	c := d.client()
-	ctx := ctxT(t)
+	d, c, ctx, sid := sessionDaemon(t, "")
 	bin := copyForUID(t, os.Args[0], d.base)
 	secret := "SESSION-SECRET-" + strings.ToUpper(strconv.FormatInt(time.Now().UnixNano(), 36))
-	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sess-web"}}))
 	must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/counter.py", Args: []string{"8003"}, Background: true}))
 	files := []api.File{{Name: "in.txt", Content: base64.StdEncoding.EncodeToString([]byte(secret)), Mode: 0o600}}
 	res := must[*api.RunScriptResult](t, "upper")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/upper.py", Args: []string{"in.txt", "kept.txt"}, Files: files}))

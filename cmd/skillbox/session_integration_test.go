@@ -17,6 +17,7 @@ import (
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/mcp"
 )
 
@@ -90,6 +91,27 @@ open("/dev/shm/mark-" + sys.argv[1], "w").write("x")
 	return root
 }
 
+// sessionDaemon starts a daemon serving sess-web (with extraConfig added
+// to its configuration) and a session of root's that has it loaded.
+func sessionDaemon(t *testing.T, extraConfig string) (*itDaemon, *client.Client, context.Context, string) {
+	t.Helper()
+	d := newItDaemon(t, sessionSkillRoot(t))
+	if extraConfig != "" {
+		f, err := os.OpenFile(d.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintln(f, extraConfig)
+		f.Close()
+	}
+	d.start()
+	c := d.client()
+	ctx := ctxT(t)
+	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
+	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sess-web"}}))
+	return d, c, ctx, sid
+}
+
 // sandboxProcs lists host processes whose command line names id.
 func sandboxProcs(id string) string {
 	out, _ := exec.Command("pgrep", "-af", id).Output()
@@ -115,12 +137,7 @@ func mountsOf(id string) []string {
 // session leaves no sandbox, process or mount.
 func TestSessionBackgroundDaemon(t *testing.T) {
 	needDaemon(t)
-	d := newItDaemon(t, sessionSkillRoot(t))
-	d.start()
-	c := d.client()
-	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sess-web"}}))
+	d, c, ctx, sid := sessionDaemon(t, "")
 
 	srv := must[*api.RunScriptResult](t, "background serve")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{
 		SessionID: sid, Path: "scripts/serve.py", Args: []string{"8000"}, Background: true}))
@@ -243,12 +260,7 @@ func TestSessionBackgroundDaemon(t *testing.T) {
 // fresh: true lets the session start anew.
 func TestSessionPauseResumeDaemon(t *testing.T) {
 	needDaemon(t)
-	d := newItDaemon(t, sessionSkillRoot(t))
-	d.start()
-	c := d.client()
-	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sess-web"}}))
+	d, c, ctx, sid := sessionDaemon(t, "")
 	run := func(c interface {
 		RunScript(context.Context, api.Peer, api.RunScriptParams) (*api.RunScriptResult, error)
 	}, sid, script string, args ...string) *api.RunScriptResult {
@@ -382,18 +394,7 @@ func TestSessionPauseResumeDaemon(t *testing.T) {
 // it with its background process's memory.
 func TestSessionIdlePause(t *testing.T) {
 	needDaemon(t)
-	d := newItDaemon(t, sessionSkillRoot(t))
-	f, err := os.OpenFile(d.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fmt.Fprintln(f, `sessions { idle_timeout = "2s" }`)
-	f.Close()
-	d.start()
-	c := d.client()
-	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sess-web"}}))
+	d, c, ctx, sid := sessionDaemon(t, `sessions { idle_timeout = "2s" }`)
 	bg := must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/counter.py", Args: []string{"8003"}, Background: true}))
 	fetch := func() string {
 		r := must[*api.RunScriptResult](t, "fetch")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fetch.py", Args: []string{"8003"}}))
@@ -507,12 +508,7 @@ func TestMCPBackgroundRuns(t *testing.T) {
 // replaced by the workspace's newer version.
 func TestSessionWorkspace(t *testing.T) {
 	needDaemon(t)
-	d := newItDaemon(t, sessionSkillRoot(t))
-	d.start()
-	c := d.client()
-	ctx := ctxT(t)
-	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sess-web"}}))
+	_, c, ctx, sid := sessionDaemon(t, "")
 	write := func(path, data string) {
 		must[*api.WorkspaceWriteResult](t, "workspace.write")(c.WriteWorkspace(ctx, api.Peer{}, api.WorkspaceWriteParams{SessionID: sid, Path: path, Data: []byte(data), Truncate: true}))
 	}
