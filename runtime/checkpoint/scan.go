@@ -52,7 +52,7 @@ func scan(dir string) ([]File, int64, error) {
 		switch t := info.Mode().Type(); {
 		case t == 0:
 			f.Type = TypeFile
-			f.Size, f.SHA256, err = hashFile(p)
+			f.Size, f.SHA256, err = HashFile(p)
 		case t == fs.ModeDir:
 			f.Type = TypeDir
 		case t == fs.ModeSymlink:
@@ -82,10 +82,10 @@ func scan(dir string) ([]File, int64, error) {
 	return files, total, nil
 }
 
-// hashFile returns a regular file's size and hex sha256, opening it
+// HashFile returns a regular file's size and hex sha256, opening it
 // without following a link (scan saw a file there; a link put in its place
 // since is an error, not followed).
-func hashFile(p string) (int64, string, error) {
+func HashFile(p string) (int64, string, error) {
 	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, "", err

@@ -74,6 +74,7 @@ type engine struct {
 	mu       sync.Mutex
 	live     map[string]*sandbox        // created and not yet destroyed
 	sessions map[string]*sessionSandbox // session sandboxes, likewise
+	digests  map[string]string          // supervisorDigest's, by path, size, mtime
 }
 
 // driver is what differs between the CLIs.

@@ -3,8 +3,6 @@ package ocicli
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -45,40 +43,36 @@ func sessionArgv() []string {
 	return []string{runtime.SupervisorPath, "supervise", "--python-workers", strconv.Itoa(pythonWorkers)}
 }
 
-// fileDigest is the sha256 of a file, cached by path, size and mtime (the
-// supervisor binary is hashed once, not at every checkpoint).
-func fileDigest(p string) (string, error) {
-	st, err := os.Stat(p)
+// supervisorDigest is the hex sha256 of the supervisor binary at p (a
+// link resolved), hashed once per path, size and mtime rather than at
+// every checkpoint.
+func (e *engine) supervisorDigest(p string) (string, error) {
+	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		return "", err
 	}
-	key := fmt.Sprintf("%s|%d|%d", p, st.Size(), st.ModTime().UnixNano())
-	digestMu.Lock()
-	d, ok := digests[key]
-	digestMu.Unlock()
+	st, err := os.Stat(real)
+	if err != nil {
+		return "", err
+	}
+	key := fmt.Sprintf("%s|%d|%d", real, st.Size(), st.ModTime().UnixNano())
+	e.mu.Lock()
+	d, ok := e.digests[key]
+	e.mu.Unlock()
 	if ok {
 		return d, nil
 	}
-	f, err := os.Open(p)
-	if err != nil {
+	if _, d, err = checkpoint.HashFile(real); err != nil {
 		return "", err
 	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
+	e.mu.Lock()
+	if e.digests == nil {
+		e.digests = map[string]string{}
 	}
-	d = hex.EncodeToString(h.Sum(nil))
-	digestMu.Lock()
-	digests[key] = d
-	digestMu.Unlock()
+	e.digests[key] = d
+	e.mu.Unlock()
 	return d, nil
 }
-
-var (
-	digestMu sync.Mutex
-	digests  = map[string]string{}
-)
 
 // sessionStopWait bounds how long a killed run may take to be reported.
 const sessionStopWait = 5 * time.Second
@@ -376,7 +370,7 @@ func (e *engine) sessionIdentity(ctx context.Context, sp *specs.Spec, spec runti
 	if err != nil {
 		return runtime.SandboxIdentity{}, err
 	}
-	sup, err := fileDigest(spec.Session.Supervisor)
+	sup, err := e.supervisorDigest(spec.Session.Supervisor)
 	if err != nil {
 		return runtime.SandboxIdentity{}, fmt.Errorf("supervisor binary: %w", err)
 	}
