@@ -272,10 +272,13 @@ func BenchmarkSessionRun(b *testing.B) {
 	sb := env.boot(b, make(chan runtime.BackgroundRun, 1))
 	script := filepath.Join(env.skillsDir, "tool", "hello.py")
 	py := "/usr/bin/python3"
+	cwd := b.TempDir() // the script writes out.txt where it runs
 	var native, session []time.Duration
 	for i := 0; i < b.N+1; i++ {
 		t0 := time.Now()
-		if out, err := exec.Command(py, script, "x").CombinedOutput(); err != nil {
+		cmd := exec.Command(py, script, "x")
+		cmd.Dir = cwd
+		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("native: %v %s", err, out)
 		}
 		native = append(native, time.Since(t0))
