@@ -594,25 +594,23 @@ down() {
   # containerd) and all their descendants (runsc sandboxes and gofers, which
   # have namespaces of their own).
   if [[ -n $h ]]; then
-    local mnt victims=() more=1
+    local mnt victims=() more=1 pp
+    local -A in=() parent=()
     mnt=$(readlink "/proc/$h/ns/mnt")
-    for p in /proc/[0-9]*; do
-      p=${p#/proc/}
-      [[ $p == "$h" ]] && continue
-      [[ $(readlink "/proc/$p/ns/mnt" 2>/dev/null) == "$mnt" ]] && victims+=("$p")
-    done
+    while read -r p pp; do
+      parent[$p]=$pp
+      [[ $p != "$h" && $(readlink "/proc/$p/ns/mnt" 2>/dev/null) == "$mnt" ]] && in[$p]=1
+    done < <(ps -e -o pid=,ppid=)
     while ((more)); do
       more=0
-      for p in /proc/[0-9]*; do
-        p=${p#/proc/}
-        local pp
-        pp=$(awk '{print $4}' "/proc/$p/stat" 2>/dev/null) || continue
-        if [[ " ${victims[*]} " == *" $pp "* && " ${victims[*]} " != *" $p "* ]]; then
-          victims+=("$p")
+      for p in "${!parent[@]}"; do
+        if [[ -z ${in[$p]:-} && -n ${in[${parent[$p]}]:-} ]]; then
+          in[$p]=1
           more=1
         fi
       done
     done
+    victims=("${!in[@]}")
     $say "down: stopping containerd, its shims and sandboxes (${#victims[@]} processes)"
     for p in "${victims[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
     for _ in $(seq 1 50); do
