@@ -427,6 +427,7 @@ start() {
   h=$(holder_pid)
   setsid nsenter -t "$h" -n -m -- "$@" >"$logs/$name.log" 2>&1 </dev/null &
   echo $! >"$pids/$name"
+  disown
 }
 
 running() { [[ -f $pids/$1 ]] && kill -0 "$(cat "$pids/$1")" 2>/dev/null; }
@@ -457,6 +458,7 @@ make_namespace() {
   fi
   setsid unshare --net --mount --propagation private -- sleep infinity </dev/null >/dev/null 2>&1 &
   echo $! >"$pids/holder"
+  disown
   local h i
   for ((i = 0; i < 50; i++)); do
     h=$(cat "$pids/holder")
@@ -524,6 +526,7 @@ up() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --kubelet-preferred-address-types InternalIP \
     --profiling=false
   wait_for "kube-apiserver /readyz" 90 kube-apiserver \
     curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "https://$node_ip:6443/readyz"
@@ -633,6 +636,10 @@ down() {
     done
   fi
   ip link del "$host_if" 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    ip link show "$host_if" >/dev/null 2>&1 || break
+    sleep 0.1
+  done
   # Empty pod cgroups the kubelet and runsc made (the namespace shares the
   # host's cgroup hierarchy).
   local c
