@@ -54,7 +54,7 @@ pod_cidr=$a.$((b + 1)).0.0/24
 svc_cidr=$a.$((b + 2)).0.0/24
 svc_ip=$a.$((b + 2)).0.1
 node_name=skillbox-kube
-host_if=skbk-host
+host_if=skbk-$a-$b # one per KUBE_NET: two clusters need two KUBE_NETs
 node_if=skbk-node
 bridge_if=skbk-br0
 pause_image=skillbox.local/kube/pause:1
@@ -596,10 +596,7 @@ down_quiet=
 down() {
   local say=step
   [[ -n $down_quiet ]] && say=:
-  [[ -d $pids ]] || {
-    ip link del "$host_if" 2>/dev/null || true
-    return 0
-  }
+  [[ -d $pids ]] || return 0
   local h=
   h=$(holder_pid || true)
   $say "down: stopping the kubelet and the control plane"
