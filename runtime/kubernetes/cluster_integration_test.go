@@ -90,10 +90,16 @@ func startCluster(t *testing.T) *k8s.Clientset {
 	return cs
 }
 
-// TestClusterRunsPodsOnGVisor: a Pod of RuntimeClass gvisor, confined as
-// the backend's runs will be, reads gVisor's kernel, not the host's.
-func TestClusterRunsPodsOnGVisor(t *testing.T) {
+// TestCluster starts the test cluster once for its subtests.
+func TestCluster(t *testing.T) {
 	cs := startCluster(t)
+	t.Run("PodsRunOnGVisor", func(t *testing.T) { testPodsRunOnGVisor(t, cs) })
+	t.Run("PodNetwork", func(t *testing.T) { testPodNetwork(t, cs) })
+}
+
+// testPodsRunOnGVisor: a Pod of RuntimeClass gvisor, confined as the
+// backend's runs will be, reads gVisor's kernel, not the host's.
+func testPodsRunOnGVisor(t *testing.T, cs *k8s.Clientset) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
@@ -104,8 +110,44 @@ func TestClusterRunsPodsOnGVisor(t *testing.T) {
 	if _, err := cs.NodeV1().RuntimeClasses().Get(ctx, "gvisor", metav1.GetOptions{}); err != nil {
 		t.Fatalf("RuntimeClass gvisor: %v", err)
 	}
-	pod := kernelPod()
-	pod, err = cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
+	pod := createPod(ctx, t, cs, kernelPod())
+	created := time.Now()
+	waitPod(ctx, t, cs, pod, corev1.PodSucceeded)
+	t.Logf("pod %s: created to Succeeded in %s", pod.Name, time.Since(created).Round(10*time.Millisecond))
+	out := podLogs(ctx, t, cs, pod)
+	t.Logf("pod kernel:\n%s", out)
+	version, _, _ := strings.Cut(out, "\n")
+	if strings.TrimSpace(version) == strings.TrimSpace(string(host)) {
+		t.Fatalf("the pod reads the host's kernel (%q): it did not run under gVisor", version)
+	}
+	if !strings.Contains(strings.ToLower(version), "gvisor") || !strings.Contains(out, "gVisor") {
+		t.Fatalf("the pod's /proc/version and dmesg do not name gVisor (host: %q):\n%s", strings.TrimSpace(string(host)), out)
+	}
+}
+
+// testPodNetwork: pods reach each other over the pod network, and nothing
+// beyond the node (no address outside, not the host's end of the node link).
+func testPodNetwork(t *testing.T, cs *k8s.Clientset) {
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
+	server := createPod(ctx, t, cs, shellPod("server", "exec nc -l -p 8080 -e /bin/echo hello"))
+	server = waitPod(ctx, t, cs, server, corev1.PodRunning)
+	probe := fmt.Sprintf(`echo | nc -w 5 %s 8080; echo "pod=$?"; echo | nc -w 2 1.1.1.1 80; echo "outside=$?"; echo | nc -w 2 %s 22; echo "host=$?"`,
+		server.Status.PodIP, strings.TrimSuffix(server.Status.HostIP, ".2")+".1")
+	client := createPod(ctx, t, cs, shellPod("client", probe))
+	waitPod(ctx, t, cs, client, corev1.PodSucceeded)
+	out := podLogs(ctx, t, cs, client)
+	t.Logf("client pod:\n%s", out)
+	for _, want := range []string{"hello\npod=0\n", "outside=1\n", "host=1\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("client pod's output lacks %q: pods should reach pods only", want)
+		}
+	}
+}
+
+func createPod(ctx context.Context, t *testing.T, cs *k8s.Clientset, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	pod, err := cs.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create pod: %v", err)
 	}
@@ -115,38 +157,49 @@ func TestClusterRunsPodsOnGVisor(t *testing.T) {
 		zero := int64(0)
 		_ = cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	})
-	created := time.Now()
+	return pod
+}
+
+// waitPod waits for the pod to reach phase; Failed, or the context's end,
+// fails the test with the pod's status and events.
+func waitPod(ctx context.Context, t *testing.T, cs *k8s.Clientset, pod *corev1.Pod, phase corev1.PodPhase) *corev1.Pod {
+	t.Helper()
+	start := time.Now()
 	for {
 		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("pod %s: %v%s", pod.Name, err, describe(cs, pod))
 		}
-		if p.Status.Phase == corev1.PodSucceeded {
-			break
+		if p.Status.Phase == phase {
+			return p
 		}
 		if p.Status.Phase == corev1.PodFailed {
 			t.Fatalf("pod %s failed%s", pod.Name, describe(cs, pod))
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("pod %s: still %s after %s%s", pod.Name, p.Status.Phase, time.Since(created).Round(time.Second), describe(cs, pod))
+			t.Fatalf("pod %s: still %s after %s, want %s%s", pod.Name, p.Status.Phase, time.Since(start).Round(time.Second), phase, describe(cs, pod))
 		case <-time.After(250 * time.Millisecond):
 		}
 	}
-	t.Logf("pod %s: created to Succeeded in %s", pod.Name, time.Since(created).Round(10*time.Millisecond))
+}
+
+func podLogs(ctx context.Context, t *testing.T, cs *k8s.Clientset, pod *corev1.Pod) string {
+	t.Helper()
 	logs, err := cs.CoreV1().Pods(pod.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
 	if err != nil {
 		t.Fatalf("logs of pod %s: %v", pod.Name, err)
 	}
-	out := string(logs)
-	t.Logf("pod kernel:\n%s", out)
-	version, _, _ := strings.Cut(out, "\n")
-	if strings.TrimSpace(version) == strings.TrimSpace(string(host)) {
-		t.Fatalf("the pod reads the host's kernel (%q): it did not run under gVisor", version)
-	}
-	if !strings.Contains(strings.ToLower(version), "gvisor") || !strings.Contains(out, "gVisor") {
-		t.Fatalf("the pod's /proc/version and dmesg do not name gVisor (host: %q):\n%s", strings.TrimSpace(string(host)), out)
-	}
+	return string(logs)
+}
+
+// shellPod runs script with busybox's sh under gVisor, confined as
+// kernelPod.
+func shellPod(name, script string) *corev1.Pod {
+	pod := kernelPod()
+	pod.GenerateName = name + "-"
+	pod.Spec.Containers[0].Command = []string{"/bin/sh", "-c", script}
+	return pod
 }
 
 // kernelPod prints /proc/version and the kernel log, under gVisor and the
