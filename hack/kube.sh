@@ -29,6 +29,12 @@
 #   hack/kube.sh env     print KUBECONFIG=... (and KUBECTL=...) of the cluster
 #   hack/kube.sh down    stop what up started, remove its interfaces and
 #                        namespaces; the logs stay in $KUBE_DIR/logs
+#   hack/kube.sh import FILE|-
+#                        import an OCI image archive (FILE, or stdin) into
+#                        the node's containerd (namespace k8s.io, where the
+#                        kubelet finds images), under the names its index
+#                        gives (runtime/kubernetes.WriteImageArchive writes
+#                        one of a skillbox image)
 #
 # Environment: KUBE_DIR (the cluster, default /var/tmp/skillbox-kube; not
 # under /run, /var/lib or /var/log), KUBE_CACHE (default
@@ -74,7 +80,7 @@ die() {
 }
 
 usage() {
-  echo "usage: $0 up|down|env" >&2
+  echo "usage: $0 up|down|env|import FILE|-" >&2
   exit 2
 }
 
@@ -587,6 +593,17 @@ EOF
   step "up in $((SECONDS - t0)) s; $(cmd_env | head -1)"
 }
 
+cmd_import() {
+  local in=$1
+  holder_pid >/dev/null && running containerd || die "the cluster is not up: $0 up first"
+  [[ $in == - || -f $in ]] || die "import: no file $in"
+  if [[ $in == - ]]; then
+    in_ns ctr --address "$sock" -n k8s.io images import - || die "importing from stdin failed"
+  else
+    in_ns ctr --address "$sock" -n k8s.io images import "$in" || die "importing $in failed"
+  fi
+}
+
 cmd_env() {
   echo "KUBECONFIG=$dir/admin.kubeconfig"
   echo "KUBECTL=$bin/kubectl"
@@ -668,10 +685,10 @@ down() {
 
 # Sourcing the script (for debugging) defines the functions only.
 [[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
-[[ $# -eq 1 ]] || usage
-case $1 in
-up) up ;;
-down) down ;;
-env) cmd_env ;;
+case ${1:-}:$# in
+up:1) up ;;
+down:1) down ;;
+env:1) cmd_env ;;
+import:2) cmd_import "$2" ;;
 *) usage ;;
 esac
