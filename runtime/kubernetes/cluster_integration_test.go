@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,12 +26,31 @@ import (
 // containerd (no registry: pods use imagePullPolicy Never).
 const testImage = "skillbox.local/kube/busybox:1"
 
+// testCluster is the started test cluster: a client, its kubeconfig, and
+// hack/kube.sh to run subcommands of.
+type testCluster struct {
+	cs         *k8s.Clientset
+	kubeconfig string
+	script     string
+}
+
+// kube runs hack/kube.sh with args, stdin from in (nil: none).
+func (c *testCluster) kube(ctx context.Context, in io.Reader, args ...string) (string, error) {
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, c.script, args...)
+	cmd.Stdin = in
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	cmd.WaitDelay = 10 * time.Second
+	err := cmd.Run()
+	return out.String(), err
+}
+
 // startCluster runs `hack/kube.sh up` (the first time it builds Kubernetes,
 // which takes minutes: run with -timeout 60m), registers `down` as cleanup
-// and returns a client for the cluster. A cluster that cannot start fails
-// the test with the script's reason, or skips it when sandboxes are not
-// required here.
-func startCluster(t *testing.T) *k8s.Clientset {
+// and returns the cluster. A cluster that cannot start fails the test with
+// the script's reason, or skips it when sandboxes are not required here.
+func startCluster(t *testing.T) *testCluster {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		runtimetest.SkipUnlessRequired(t, "the test cluster needs root (namespaces, mounts, containerd)")
@@ -44,15 +64,8 @@ func startCluster(t *testing.T) *k8s.Clientset {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kube := func(ctx context.Context, arg string) (string, error) {
-		var out bytes.Buffer
-		cmd := exec.CommandContext(ctx, script, arg)
-		cmd.Stdout = &out
-		cmd.Stderr = &out
-		cmd.WaitDelay = 10 * time.Second
-		err := cmd.Run()
-		return out.String(), err
-	}
+	c := &testCluster{script: script}
+	kube := func(ctx context.Context, arg string) (string, error) { return c.kube(ctx, nil, arg) }
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
@@ -87,12 +100,13 @@ func startCluster(t *testing.T) *k8s.Clientset {
 	if err != nil {
 		t.Fatalf("client for %s: %v", kubeconfig, err)
 	}
-	return cs
+	c.cs, c.kubeconfig = cs, kubeconfig
+	return c
 }
 
 // TestCluster starts the test cluster once for its subtests.
 func TestCluster(t *testing.T) {
-	cs := startCluster(t)
+	cs := startCluster(t).cs
 	t.Run("PodsRunOnGVisor", func(t *testing.T) { testPodsRunOnGVisor(t, cs) })
 	t.Run("PodNetwork", func(t *testing.T) { testPodNetwork(t, cs) })
 }

@@ -38,6 +38,9 @@ const (
 	// execEndTimeout bounds the wait for an exec stream to end after the
 	// pod was deleted under it.
 	execEndTimeout = 10 * time.Second
+	// podEndWait bounds the wait for the kubelet to report how a pod
+	// ended under an exec.
+	podEndWait = 5 * time.Second
 )
 
 // Run runs job in a fresh pod and deletes it.
@@ -255,15 +258,26 @@ func podFailure(p *corev1.Pod) error {
 	return nil
 }
 
-// podEnd says how the pod ended ("" if it has not, or is gone).
+// podEnd says how the pod ended: its phase, reason and message once the
+// kubelet has reported it (it may lag the end of an exec by a moment:
+// podEndWait), or "" if it has not, or the pod is gone.
 func (k *Kubernetes) podEnd(cs k8s.Interface, name string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), podEndWait)
 	defer cancel()
-	p, err := cs.CoreV1().Pods(k.namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil || (p.Status.Phase != corev1.PodFailed && p.Status.Phase != corev1.PodSucceeded) {
-		return ""
+	for {
+		p, err := cs.CoreV1().Pods(k.namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			return strings.TrimSpace(fmt.Sprintf("%s %s %s", p.Status.Phase, p.Status.Reason, p.Status.Message))
+		}
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-time.After(pollInterval):
+		}
 	}
-	return strings.TrimSpace(fmt.Sprintf("%s %s %s", p.Status.Phase, p.Status.Reason, p.Status.Message))
 }
 
 // describe is what a failed wait reports: the pod's conditions, its
