@@ -123,6 +123,9 @@ print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])`
 		if res.Reason != runtime.ReasonTimeout {
 			t.Errorf("reason %s exit %d, want timeout", res.Reason, res.ExitCode)
 		}
+		if res.Duration < 3*time.Second {
+			t.Errorf("the job ran %s, less than its timeout", res.Duration)
+		}
 		if d := time.Since(start); d > 30*time.Second {
 			t.Errorf("a 3 s timeout took %s", d)
 		}
@@ -140,6 +143,23 @@ print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])`
 			t.Errorf("run with an image not on the node: %v, want ErrUnavailable naming %s", err, ref)
 		}
 		noPodsLeft(ctx, t, c, job.ID)
+	})
+
+	// Last: without the RuntimeClass, a backend runs nothing and says why.
+	t.Run("NoRuntimeClass", func(t *testing.T) {
+		if err := c.cs.NodeV1().RuntimeClasses().Delete(ctx, RuntimeClass, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		k, err := New(runtime.Options{Backend: Options{Kubeconfig: c.kubeconfig}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = k.Run(ctx, runtime.Job{ID: "kube-test-no-class", Image: img, Args: []string{"true"}})
+		t.Logf("run: %v", err)
+		if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "no RuntimeClass gvisor") {
+			t.Errorf("run without the RuntimeClass: %v, want ErrUnavailable naming it", err)
+		}
+		noPodsLeft(ctx, t, c, "kube-test-no-class")
 	})
 }
 

@@ -143,20 +143,38 @@ func execCommand(job runtime.Job) ([]string, error) {
 	return append(argv, job.Args...), nil
 }
 
-// deadlineSeconds is the pod's activeDeadlineSeconds: the job's timeout,
-// rounded up to a second.
-func deadlineSeconds(timeout time.Duration) int64 {
-	s := int64((timeout + time.Second - 1) / time.Second)
+// The pod's deadline (activeDeadlineSeconds) counts from the pod's start
+// on the node, which is before its image is ready and its container runs:
+// a deadline of the job's timeout alone would end a pod with a short
+// timeout before its job began. So the pod is made with the timeout plus
+// runtime.BootTimeout (the most Run waits for the container), and Run
+// tightens it to the time the pod has been up plus the timeout when the
+// job starts (runDeadline): from then on the kubelet ends the pod at the
+// job's timeout, rounded up to a second, even when skillbox is gone.
+
+// deadlineSeconds is d rounded up to a second, at least 1.
+func deadlineSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
 	if s < 1 {
 		s = 1
 	}
 	return s
 }
 
+// bootDeadline is the deadline a pod is made with.
+func bootDeadline(timeout time.Duration) int64 { return deadlineSeconds(timeout + runtime.BootTimeout) }
+
+// runDeadline is the deadline of a pod up for at most up whose job starts
+// now with timeout: up plus timeout, rounded up, never past the pod's
+// deadline so far (a deadline can only be shortened).
+func runDeadline(up, timeout time.Duration, current int64) int64 {
+	return min(deadlineSeconds(up+timeout), current)
+}
+
 // podSpec is the pod of job, in namespace: RuntimeClass gvisor, no
 // service-account token, nobody with no capabilities on a read-only root,
 // the runtime's seccomp profile, resources equal to the job's limits, a
-// deadline equal to its timeout, memory-backed /work and /tmp of the
+// deadline of its timeout (plus the boot time, see bootDeadline), memory-backed /work and /tmp of the
 // limits' sizes, and the image by digest. Its container holds the pod
 // open (sleep) until the job is executed into it. A job the backend cannot
 // run as it asks is refused: ErrInvalidJob without an image digest,
@@ -171,7 +189,7 @@ func podSpec(job runtime.Job, namespace string) (*corev1.Pod, error) {
 	}
 	lim := job.Limits.WithDefaults()
 	name := podName(job.ID)
-	deadline := deadlineSeconds(lim.Timeout)
+	deadline := bootDeadline(lim.Timeout)
 	no, yes := false, true
 	nobody := int64(runtime.ContainerUID)
 	group := int64(runtime.ContainerGID)

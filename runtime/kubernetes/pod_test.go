@@ -50,7 +50,7 @@ func TestPodSpec(t *testing.T) {
 		{"no service links", spec.EnableServiceLinks != nil && !*spec.EnableServiceLinks},
 		{"no host namespaces", !spec.HostNetwork && !spec.HostPID && !spec.HostIPC},
 		{"restart never", spec.RestartPolicy == corev1.RestartPolicyNever},
-		{"deadline rounded up", spec.ActiveDeadlineSeconds != nil && *spec.ActiveDeadlineSeconds == 3},
+		{"deadline: timeout rounded up, plus the boot time", spec.ActiveDeadlineSeconds != nil && *spec.ActiveDeadlineSeconds == 3+60},
 		{"pod runAsNonRoot 65534", spec.SecurityContext.RunAsNonRoot != nil && *spec.SecurityContext.RunAsNonRoot &&
 			*spec.SecurityContext.RunAsUser == 65534 && *spec.SecurityContext.RunAsGroup == 65534},
 		{"pod seccomp RuntimeDefault", spec.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault},
@@ -62,7 +62,7 @@ func TestPodSpec(t *testing.T) {
 		{"drop ALL", slices.Equal(c.SecurityContext.Capabilities.Drop, []corev1.Capability{"ALL"}) && len(c.SecurityContext.Capabilities.Add) == 0},
 		{"image by digest", c.Image == "skillbox.local/python@"+testDigest},
 		{"pull if not present", c.ImagePullPolicy == corev1.PullIfNotPresent},
-		{"holder outlives no deadline by much", slices.Equal(c.Command, []string{"sleep", "33"})},
+		{"holder outlives no deadline by much", slices.Equal(c.Command, []string{"sleep", "93"})},
 		{"cwd /work", c.WorkingDir == "/work"},
 		{"no env in the pod", len(c.Env) == 0 && len(c.EnvFrom) == 0},
 		{"memory request = limit", c.Resources.Requests.Memory().Equal(mem) && c.Resources.Limits.Memory().Equal(mem)},
@@ -90,7 +90,7 @@ func TestPodSpecDefaults(t *testing.T) {
 	}
 	d := runtime.DefaultLimits
 	c := pod.Spec.Containers[0]
-	if got := *pod.Spec.ActiveDeadlineSeconds; got != int64(d.Timeout/time.Second) {
+	if got := *pod.Spec.ActiveDeadlineSeconds; got != int64((d.Timeout+runtime.BootTimeout)/time.Second) {
 		t.Errorf("deadline %d, want the default timeout %s", got, d.Timeout)
 	}
 	if got := c.Resources.Limits.Memory().Value(); got != d.MemoryBytes {
@@ -125,6 +125,26 @@ func TestPodSpecRefuses(t *testing.T) {
 			pod, err := podSpec(job, "ns1")
 			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("podSpec = %v, %v; want %v saying %q", pod, err, tc.kind, tc.want)
+			}
+		})
+	}
+}
+
+func TestRunDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		up, timeout time.Duration
+		current     int64
+		want        int64
+	}{
+		{"up 2.1 s, timeout 3 s", 2100 * time.Millisecond, 3 * time.Second, 63, 6},
+		{"whole seconds", 2 * time.Second, 3 * time.Second, 63, 5},
+		{"never past the pod's deadline", 61 * time.Second, 3 * time.Second, 63, 63},
+		{"sub-second timeout", 0, time.Millisecond, 61, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := runDeadline(tc.up, tc.timeout, tc.current); got != tc.want {
+				t.Errorf("runDeadline(%s, %s, %d) = %d, want %d", tc.up, tc.timeout, tc.current, got, tc.want)
 			}
 		})
 	}

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -74,6 +75,7 @@ func (k *Kubernetes) Run(ctx context.Context, job runtime.Job) (res *runtime.Res
 		return nil, err
 	}
 	pods := cs.CoreV1().Pods(k.namespace)
+	created := time.Now()
 	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		if apierrors.IsAlreadyExists(err) {
 			return nil, errkind.Errorf(runtime.ErrInvalidJob, "run %s: pod %s/%s exists already: run ids must be unique", job.ID, k.namespace, pod.Name)
@@ -92,6 +94,13 @@ func (k *Kubernetes) Run(ctx context.Context, job runtime.Job) (res *runtime.Res
 				LimitsEnforcedBy: enforcement()}, nil
 		}
 		return nil, fmt.Errorf("run %s: %w", job.ID, err)
+	}
+	// The pod started after it was created: time.Since(created) bounds
+	// how long it has been up, without trusting the node's clock.
+	deadline := runDeadline(time.Since(created), job.Limits.WithDefaults().Timeout, *pod.Spec.ActiveDeadlineSeconds)
+	patch := fmt.Appendf(nil, `{"spec":{"activeDeadlineSeconds":%d}}`, deadline)
+	if _, err := pods.Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return nil, fmt.Errorf("run %s: set the deadline of pod %s/%s to %d s: %w", job.ID, k.namespace, pod.Name, deadline, err)
 	}
 	return k.exec(ctx, cs, cfg, pod.Name, job, argv, version)
 }
