@@ -131,6 +131,34 @@ print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])`
 		}
 	})
 
+	t.Run("Cancel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		job := runtime.Job{ID: fmt.Sprintf("kube-test-%d", time.Now().UnixNano()), Image: img,
+			Args: []string{"python3", "-c", "import time; print('up', flush=True); time.sleep(60)"}, Limits: runtime.Limits{Timeout: time.Minute}}
+		job.Stdout = sinkFunc(func(p []byte) (int, error) { cancel(); return len(p), nil })
+		start := time.Now()
+		res, err := k.Run(ctx, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("run in %s: reason %s exit %d stdout %q", time.Since(start).Round(10*time.Millisecond), res.Reason, res.ExitCode, res.Stdout)
+		if res.Reason != runtime.ReasonKilled || string(res.Stdout) != "up\n" {
+			t.Errorf("reason %s stdout %q, want killed after up", res.Reason, res.Stdout)
+		}
+		noPodsLeft(context.WithoutCancel(ctx), t, c, job.ID)
+	})
+
+	t.Run("Memory", func(t *testing.T) {
+		res := run(t, runtime.Job{Args: []string{"python3", "-c", "b = bytearray(1 << 30); print(len(b))"},
+			Limits: runtime.Limits{Timeout: time.Minute, MemoryBytes: 128 << 20}})
+		// The kernel kills the sandbox at the pod's memory limit, and
+		// the kubelet reports its container OOMKilled.
+		if res.Reason != runtime.ReasonOOM || res.ExitCode != 137 {
+			t.Errorf("1 GiB in 128 MiB: reason %s exit %d stderr %q, want oom, 137", res.Reason, res.ExitCode, res.Stderr)
+		}
+	})
+
 	t.Run("ImageNotOnNode", func(t *testing.T) {
 		missing := img
 		missing.Digest = "sha256:" + strings.Repeat("ab", 32)
@@ -162,6 +190,10 @@ print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])`
 		noPodsLeft(ctx, t, c, "kube-test-no-class")
 	})
 }
+
+type sinkFunc func([]byte) (int, error)
+
+func (f sinkFunc) Write(p []byte) (int, error) { return f(p) }
 
 // noPodsLeft: no pod of skillbox's is left in the namespace.
 func noPodsLeft(ctx context.Context, t *testing.T, c *testCluster, id string) {

@@ -161,21 +161,25 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 		code = 128 + 9 // the pod was deleted under the job
 	default:
 		// The stream broke without an exit status: the pod ended under
-		// the job (its deadline, an eviction) or the connection failed.
-		if why := k.podEnd(cs, name); why != "" {
-			if strings.Contains(why, "DeadlineExceeded") {
-				reason, code = runtime.ReasonTimeout, 128+9
-				break
-			}
-			return nil, fmt.Errorf("run %s: pod %s ended under the job (%s): %w", job.ID, name, why, execErr)
+		// the job (its deadline, its memory limit, an eviction) or the
+		// connection failed.
+		end := k.podEnd(cs, name)
+		if r := end.reason(); r != "" {
+			reason, code = r, 128+9
+			break
+		}
+		if end.phase != "" {
+			return nil, fmt.Errorf("run %s: pod %s ended under the job (%s): %w", job.ID, name, end, execErr)
 		}
 		return nil, fmt.Errorf("run %s: exec into pod %s: %w", job.ID, name, execErr)
 	}
-	if reason == runtime.ReasonExit && code == 128+9 {
-		// The kubelet ended the pod at its deadline (activeDeadlineSeconds,
-		// which counts from the pod's start) before skillbox's timer did.
-		if why := k.podEnd(cs, name); strings.Contains(why, "DeadlineExceeded") {
-			reason = runtime.ReasonTimeout
+	if reason == runtime.ReasonExit && code >= 128 {
+		// Killed (128+n), or the sandbox died under the exec (runsc's
+		// exec exits 128 then): by the kubelet at the pod's deadline
+		// before skillbox's timer fired, or by the kernel at the memory
+		// limit?
+		if r := k.podEnd(cs, name).reason(); r != "" {
+			reason, code = r, 128+9 // the sandbox was killed
 		}
 	}
 	res := &runtime.Result{
@@ -267,23 +271,51 @@ func podFailure(p *corev1.Pod) error {
 	return nil
 }
 
-// podEnd says how the pod ended: its phase, reason and message once the
-// kubelet has reported it (it may lag the end of an exec by a moment:
-// podEndWait), or "" if it has not, or the pod is gone.
-func (k *Kubernetes) podEnd(cs k8s.Interface, name string) string {
+// podEnding is how a pod ended, as the kubelet reported it.
+type podEnding struct {
+	phase, why, message string // the pod's phase, reason and message
+	container           string // its container's termination reason
+}
+
+func (e podEnding) String() string {
+	return strings.Join(strings.Fields(fmt.Sprintf("%s %s %s container: %s", e.phase, e.why, e.message, e.container)), " ")
+}
+
+// reason is the run's reason the ending gives: the pod's deadline
+// (timeout), its memory limit (oom); "" for any other.
+func (e podEnding) reason() runtime.Reason {
+	switch {
+	case e.why == "DeadlineExceeded":
+		return runtime.ReasonTimeout
+	case e.container == "OOMKilled":
+		return runtime.ReasonOOM
+	}
+	return ""
+}
+
+// podEnd says how the pod ended once the kubelet has reported it (which
+// may lag the end of an exec by a moment: podEndWait); its phase is "" if
+// it has not, or the pod is gone.
+func (k *Kubernetes) podEnd(cs k8s.Interface, name string) podEnding {
 	ctx, cancel := context.WithTimeout(context.Background(), podEndWait)
 	defer cancel()
 	for {
 		p, err := cs.CoreV1().Pods(k.namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return ""
+			return podEnding{}
 		}
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
-			return strings.TrimSpace(fmt.Sprintf("%s %s %s", p.Status.Phase, p.Status.Reason, p.Status.Message))
+			e := podEnding{phase: string(p.Status.Phase), why: p.Status.Reason, message: p.Status.Message}
+			for _, c := range p.Status.ContainerStatuses {
+				if c.Name == containerName && c.State.Terminated != nil {
+					e.container = c.State.Terminated.Reason
+				}
+			}
+			return e
 		}
 		select {
 		case <-ctx.Done():
-			return ""
+			return podEnding{}
 		case <-time.After(pollInterval):
 		}
 	}
