@@ -80,8 +80,8 @@ func TestBackend(t *testing.T) {
 	t.Run("ExitCodeAndKernel", func(t *testing.T) {
 		res := run(t, runtime.Job{Args: []string{"python3", "-c", "import platform,sys; print(open('/proc/version').read()); sys.exit(3)"},
 			Limits: runtime.Limits{Timeout: time.Minute}})
-		if res.Reason != runtime.ReasonExit || res.ExitCode != 3 {
-			t.Errorf("reason %s exit %d, want exit 3", res.Reason, res.ExitCode)
+		if res.Reason != runtime.ReasonExit || res.ExitCode != 3 || res.OutputsSkipped != nil {
+			t.Errorf("reason %s exit %d outputs skipped %q, want exit 3 and nothing skipped", res.Reason, res.ExitCode, res.OutputsSkipped)
 		}
 		version, _, _ := strings.Cut(string(res.Stdout), "\n")
 		if strings.TrimSpace(version) == strings.TrimSpace(string(host)) || !strings.Contains(strings.ToLower(version), "gvisor") {
@@ -106,6 +106,10 @@ print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])`
 		want := "in b /work 65534 ['A', 'HOME', 'LANG', 'PATH']\nrootfs read-only\nFalse\n0000000000000000\n"
 		if res.ExitCode != 0 || string(res.Stdout) != want || string(res.Stderr) != "err\n" {
 			t.Errorf("exit %d stdout %q stderr %q, want stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr, want, "err\n")
+		}
+		// /work/x is not collected yet, and the result says so.
+		if len(res.OutputsSkipped) != 1 || !strings.Contains(res.OutputsSkipped[0], "not collected") || !strings.Contains(res.OutputsSkipped[0], "left x there") {
+			t.Errorf("outputs skipped %q, want a note that x was not collected", res.OutputsSkipped)
 		}
 	})
 

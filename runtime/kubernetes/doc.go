@@ -17,7 +17,9 @@
 // stream over exec), skill snapshots and dependency layers as artifacts
 // pulled by digest, egress (a NetworkPolicy to skillbox's proxy), warm
 // pods, and the sweep of pods a dead daemon left. Jobs that need them are
-// refused with runtime.ErrUnavailable rather than run without them.
+// refused with runtime.ErrUnavailable rather than run without them, and
+// what a job leaves in /work is named in its result's OutputsSkipped as
+// not collected.
 //
 // The package's integration tests start the single-node test cluster of
 // hack/kube.sh: TestCluster proves that its pods run on gVisor's kernel,

@@ -110,11 +110,9 @@ func (k *Kubernetes) Run(ctx context.Context, job runtime.Job) (res *runtime.Res
 // caller's cancel.
 func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, job runtime.Job, argv []string, version string) (*runtime.Result, error) {
 	lim := job.Limits.WithDefaults()
-	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(k.namespace).Name(name).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: argv, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
-	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
+	ex, err := k.executor(cs, cfg, name, argv)
 	if err != nil {
-		return nil, errkind.Errorf(runtime.ErrUnavailable, "run %s: exec into pod %s: %w", job.ID, name, err)
+		return nil, fmt.Errorf("run %s: %w", job.ID, err)
 	}
 	stdout := oci.NewCapture(lim.StdoutBytes, job.Stdout)
 	stderr := oci.NewCapture(lim.StderrBytes, job.Stderr)
@@ -193,8 +191,52 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 	}
 	res.Stdout, res.StdoutTruncated = stdout.Result()
 	res.Stderr, res.StderrTruncated = stderr.Result()
+	if reason == runtime.ReasonExit {
+		res.OutputsSkipped = k.uncollected(ctx, cs, cfg, name)
+	}
 	k.log.Debug("run finished", "id", job.ID, "pod", name, "reason", reason, "exit_code", code, "duration", duration)
 	return res, nil
+}
+
+// executor is an exec of argv into the pod's container, with stdin,
+// stdout and stderr.
+func (k *Kubernetes) executor(cs k8s.Interface, cfg *rest.Config, name string, argv []string) (remotecommand.Executor, error) {
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(k.namespace).Name(name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: argv, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
+	if err != nil {
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "exec into pod %s/%s: %w", k.namespace, name, err)
+	}
+	return ex, nil
+}
+
+// maxListed is how many names uncollected lists.
+const maxListed = 10
+
+// uncollected says what the job left in the workdir, which this backend
+// does not collect yet (outputs come back with the tar stream over exec):
+// nothing is dropped without a word. Nil when the workdir is empty.
+func (k *Kubernetes) uncollected(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string) []string {
+	ctx, cancel := context.WithTimeout(ctx, execEndTimeout)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	ex, err := k.executor(cs, cfg, name, []string{"ls", "-A", runtime.WorkDir})
+	if err == nil {
+		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &errOut})
+	}
+	if err != nil {
+		return []string{fmt.Sprintf("outputs not collected: the kubernetes runtime does not collect files from %s yet, and listing it failed: %v %s", runtime.WorkDir, err, strings.TrimSpace(errOut.String()))}
+	}
+	names := strings.Fields(out.String())
+	if len(names) == 0 {
+		return nil
+	}
+	listed := names[:min(len(names), maxListed)]
+	more := ""
+	if len(names) > maxListed {
+		more = fmt.Sprintf(" and %d more", len(names)-maxListed)
+	}
+	return []string{fmt.Sprintf("outputs not collected: the kubernetes runtime does not collect files from %s yet; the job left %s%s there", runtime.WorkDir, strings.Join(listed, ", "), more)}
 }
 
 // enforcement names what holds each limit of this backend's runs: the
