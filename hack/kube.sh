@@ -1,0 +1,694 @@
+#!/usr/bin/env bash
+# A single-node Kubernetes test cluster that CI can start, for the kubernetes
+# runtime backend's tests (issue 27). Nothing is installed on the host and no
+# registry is used:
+#   - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
+#     kubectl are built from the Go module proxy at KUBE_VERSION (the module in
+#     hack/kube/), once: the binaries are cached under $KUBE_CACHE;
+#   - etcd, the CNI plugins and a static busybox come from Debian packages,
+#     unpacked with dpkg-deb -x into the same cache;
+#   - the node runs a containerd of its own whose CRI runtime handler `gvisor`
+#     (also the default one, so no pod runs without gVisor) is containerd's
+#     runc v2 shim with BinaryName = a wrapper around the pinned runsc
+#     (hack/install-runsc.sh). gVisor's own shim needs CAP_SYS_RESOURCE, which
+#     these VMs lack, and speaks a bootstrap format containerd 1.6 cannot read;
+#   - images are small OCI archives imported into the node's containerd
+#     (pause, and busybox as skillbox.local/kube/busybox:1); pods use
+#     imagePullPolicy: Never.
+#
+# Every process of the cluster lives in a private network + mount namespace
+# held by one process the script starts. The node address sits on a veth
+# whose other end is the host's (so the host reaches the API server), pods sit
+# on a CNI bridge inside; that namespace has no default route and routes
+# nothing from the pods onwards, so pods reach each other and the node only. tmpfs hides the host's /run, /var/lib and
+# /var/log there (containerd 1.6 hard-codes /run/containerd/...), and the
+# kernel settings the kubelet insists on are faked there, so the host's are
+# never changed.
+#
+#   hack/kube.sh up      build (once) and start the cluster; idempotent
+#   hack/kube.sh env     print KUBECONFIG=... (and KUBECTL=...) of the cluster
+#   hack/kube.sh down    stop what up started, remove its interfaces and
+#                        namespaces; the logs stay in $KUBE_DIR/logs
+#   hack/kube.sh import FILE|-
+#                        import an OCI image archive (FILE, or stdin) into
+#                        the node's containerd (namespace k8s.io, where the
+#                        kubelet finds images), under the names its index
+#                        gives (runtime/kubernetes.WriteImageArchive writes
+#                        one of a skillbox image)
+#
+# Environment: KUBE_DIR (the cluster, default /var/tmp/skillbox-kube; not
+# under /run, /var/lib or /var/log), KUBE_CACHE (default
+# /var/cache/skillbox/kube/$KUBE_VERSION), KUBE_BUILD_P (parallel build jobs,
+# default the number of CPUs), KUBE_NET (the first two octets of the three
+# /24s used, default 10.213: node link 10.213.0.0/30, pods 10.214.0.0/24,
+# services 10.215.0.0/24 for KUBE_NET=10.213), KUBE_RUNSC_DEBUG=1 (runsc debug
+# logs of every pod in $KUBE_DIR/logs/runsc/).
+#
+# Needs root.
+set -euo pipefail
+
+KUBE_VERSION=v1.34.4
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+dir=$(realpath -m "${KUBE_DIR:-/var/tmp/skillbox-kube}")
+cache=$(realpath -m "${KUBE_CACHE:-/var/cache/skillbox/kube/$KUBE_VERSION}")
+net=${KUBE_NET:-10.213}
+a=${net%%.*}
+b=${net#*.}
+node_ip=$a.$b.0.2
+host_ip=$a.$b.0.1
+pod_cidr=$a.$((b + 1)).0.0/24
+svc_cidr=$a.$((b + 2)).0.0/24
+svc_ip=$a.$((b + 2)).0.1
+node_name=skillbox-kube
+host_if=skbk-$a-$b # one per KUBE_NET: two clusters need two KUBE_NETs
+node_if=skbk-node
+bridge_if=skbk-br0
+pause_image=skillbox.local/kube/pause:1
+busybox_image=skillbox.local/kube/busybox:1
+
+bin=$cache/bin
+logs=$dir/logs
+pids=$dir/pids
+pki=$dir/pki
+sock=$dir/containerd/containerd.sock
+kubectl_() { "$bin/kubectl" --kubeconfig "$dir/admin.kubeconfig" --cache-dir "$dir/kubectl-cache" "$@"; }
+
+step() { printf 'kube.sh: %s\n' "$*" >&2; }
+die() {
+  printf 'kube.sh: %s\n' "$*" >&2
+  exit 1
+}
+
+usage() {
+  echo "usage: $0 up|down|env|import FILE|-" >&2
+  exit 2
+}
+
+holder_pid() {
+  local p
+  [[ -f $pids/holder ]] || return 1
+  p=$(cat "$pids/holder")
+  kill -0 "$p" 2>/dev/null || return 1
+  echo "$p"
+}
+
+# ---- build and fetch (cached) ----------------------------------------------
+
+build_kube() {
+  local stamp=$cache/bin/.built want
+  want=$(cat "$here/kube/go.mod" "$here/kube/go.sum" | sha256sum | cut -d' ' -f1)
+  if [[ -f $stamp && $(cat "$stamp") == "$want" ]]; then
+    step "kubernetes $KUBE_VERSION: cached in $bin"
+    return
+  fi
+  local go=${GO:-$(command -v go || echo /usr/local/go/bin/go)}
+  [[ -x $go ]] || die "Go is required to build Kubernetes $KUBE_VERSION (https://go.dev/doc/install)"
+  step "kubernetes $KUBE_VERSION: building kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kubectl (about 12 min on 2 cores the first time; log $cache/build.log)"
+  local start=$SECONDS tmp v=k8s.io/component-base/version
+  install -d "$cache"
+  tmp=$(mktemp -d "$cache/bin.XXXXXX")
+  if ! (cd "$here/kube" && nice -n 19 env CGO_ENABLED=0 GOFLAGS=-mod=readonly "$go" build \
+    -p "${KUBE_BUILD_P:-$(nproc)}" -trimpath \
+    -ldflags "-s -w -X $v.gitVersion=$KUBE_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$(cut -d. -f2 <<<"$KUBE_VERSION") -X $v.gitTreeState=clean" \
+    -o "$tmp/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kubectl) \
+    >"$cache/build.log" 2>&1; then
+    rm -rf "$tmp"
+    tail -n 30 "$cache/build.log" >&2
+    die "building Kubernetes $KUBE_VERSION failed (log above, $cache/build.log)"
+  fi
+  rm -rf "$bin"
+  mv "$tmp" "$bin"
+  echo "$want" >"$stamp"
+  step "kubernetes $KUBE_VERSION: built in $((SECONDS - start)) s"
+}
+
+# Debian packages unpacked, not installed: no service starts, nothing on PATH.
+fetch_debs() {
+  local root=$cache/debian
+  if [[ -f $root/.fetched ]]; then
+    return
+  fi
+  step "debian: fetching etcd-server, containernetworking-plugins, busybox-static into $root"
+  local tmp
+  tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download etcd-server containernetworking-plugins busybox-static) >"$cache/apt.log" 2>&1; then
+    rm -rf "$tmp"
+    tail -n 20 "$cache/apt.log" >&2
+    die "apt-get download failed (log above); run apt-get update"
+  fi
+  rm -rf "$root"
+  install -d "$root"
+  for deb in "$tmp"/*.deb; do
+    dpkg-deb -x "$deb" "$root"
+    dpkg-deb -f "$deb" Package Version | paste -sd' ' >>"$root/VERSIONS"
+  done
+  rm -rf "$tmp"
+  touch "$root/.fetched"
+}
+
+# The sandbox image's pause, built from the pinned Kubernetes source.
+build_pause() {
+  [[ -x $cache/pause/pause ]] && return
+  step "pause: compiling build/pause/linux/pause.c of k8s.io/kubernetes $KUBE_VERSION"
+  local src
+  src=$(cd "$here/kube" && go list -m -f '{{.Dir}}' k8s.io/kubernetes)
+  install -d "$cache/pause"
+  gcc -Os -static -DVERSION="$KUBE_VERSION-skillbox" -o "$cache/pause/pause.tmp" "$src/build/pause/linux/pause.c" ||
+    die "compiling pause failed: gcc and a static libc (libc6-dev) are needed"
+  mv "$cache/pause/pause.tmp" "$cache/pause/pause"
+}
+
+# oci_archive NAME ROOTFS OUT ENTRYPOINT-JSON: a one-layer OCI image archive
+# that `ctr images import` takes.
+oci_archive() {
+  local name=$1 rootfs=$2 out=$3 entry=$4 work
+  work=$(mktemp -d)
+  install -d "$work/blobs/sha256"
+  tar -C "$rootfs" --owner=0 --group=0 --numeric-owner --sort=name --mtime=@0 -cf "$work/layer.tar" .
+  blob() { # blob FILE: move into blobs, print "digest size"
+    local d s
+    d=$(sha256sum "$1" | cut -d' ' -f1)
+    s=$(stat -c %s "$1")
+    mv "$1" "$work/blobs/sha256/$d"
+    echo "sha256:$d $s"
+  }
+  local layer config manifest
+  layer=$(blob "$work/layer.tar")
+  printf '{"architecture":"amd64","os":"linux","config":{"Entrypoint":%s},"rootfs":{"type":"layers","diff_ids":["%s"]}}' \
+    "$entry" "${layer% *}" >"$work/config.json"
+  config=$(blob "$work/config.json")
+  printf '{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":"%s","size":%s},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":"%s","size":%s}]}' \
+    "${config% *}" "${config#* }" "${layer% *}" "${layer#* }" >"$work/manifest.json"
+  manifest=$(blob "$work/manifest.json")
+  printf '{"schemaVersion":2,"manifests":[{"mediaType":"application/vnd.oci.image.manifest.v1+json","digest":"%s","size":%s,"platform":{"architecture":"amd64","os":"linux"},"annotations":{"io.containerd.image.name":"%s","org.opencontainers.image.ref.name":"%s"}}]}' \
+    "${manifest% *}" "${manifest#* }" "$name" "${name##*:}" >"$work/index.json"
+  echo '{"imageLayoutVersion":"1.0.0"}' >"$work/oci-layout"
+  tar -C "$work" -cf "$out" oci-layout index.json blobs
+  rm -rf "$work"
+}
+
+build_images() {
+  [[ -f $cache/images/pause.tar && -f $cache/images/busybox.tar ]] && return
+  step "images: $pause_image and $busybox_image as OCI archives"
+  local r
+  install -d "$cache/images"
+  r=$(mktemp -d)
+  install -D -m 0755 "$cache/pause/pause" "$r/pause"
+  oci_archive "$pause_image" "$r" "$cache/images/pause.tar" '["/pause"]'
+  rm -rf "$r"
+  r=$(mktemp -d)
+  install -d "$r/bin" "$r/tmp"
+  install -m 0755 "$cache/debian/bin/busybox" "$r/bin/busybox"
+  for c in sh cat ls sleep echo dmesg nc id env true false; do ln -s busybox "$r/bin/$c"; done
+  oci_archive "$busybox_image" "$r" "$cache/images/busybox.tar" '["/bin/sh"]'
+  rm -rf "$r"
+}
+
+# ---- the cluster's files -----------------------------------------------------
+
+# cert NAME CN O EXT: a key and a certificate signed by the cluster's CA.
+cert() {
+  local name=$1 cn=$2 o=$3 ext=$4 subj="/CN=$2"
+  [[ -n $o ]] && subj="/O=$o/CN=$cn"
+  openssl req -new -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout "$pki/$name.key" \
+    -subj "$subj" -out "$pki/$name.csr" 2>/dev/null
+  openssl x509 -req -in "$pki/$name.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial \
+    -days 30 -extfile <(printf '%s\n' "$ext") -out "$pki/$name.crt" 2>/dev/null
+  rm -f "$pki/$name.csr"
+}
+
+kubeconfig() { # kubeconfig FILE CERT-NAME
+  cat >"$1" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: skillbox-kube
+  cluster:
+    server: https://$node_ip:6443
+    certificate-authority-data: $(base64 -w0 <"$pki/ca.crt")
+users:
+- name: $2
+  user:
+    client-certificate-data: $(base64 -w0 <"$pki/$2.crt")
+    client-key-data: $(base64 -w0 <"$pki/$2.key")
+contexts:
+- name: skillbox-kube
+  context:
+    cluster: skillbox-kube
+    user: $2
+current-context: skillbox-kube
+EOF
+}
+
+write_pki() {
+  step "pki: CA, serving and client certificates in $pki"
+  install -d -m 0700 "$pki"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 30 \
+    -subj "/CN=skillbox-kube-ca" -keyout "$pki/ca.key" -out "$pki/ca.crt" 2>/dev/null
+  local client="keyUsage=critical,digitalSignature
+extendedKeyUsage=clientAuth"
+  cert apiserver kube-apiserver "" "keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:$node_ip,IP:$svc_ip,IP:127.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  cert admin admin system:masters "$client"
+  cert apiserver-kubelet kube-apiserver-kubelet-client system:masters "$client"
+  cert controller-manager system:kube-controller-manager "" "$client"
+  cert scheduler system:kube-scheduler "" "$client"
+  cert kubelet "system:node:$node_name" system:nodes "$client"
+  openssl ecparam -name prime256v1 -genkey -noout -out "$pki/sa.key" 2>/dev/null
+  openssl ec -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
+  for c in admin controller-manager scheduler kubelet; do kubeconfig "$dir/$c.kubeconfig" "$c"; done
+  chmod 0600 "$dir"/*.kubeconfig
+}
+
+# The runtime handler's BinaryName: runsc, with the three fixes the CRI needs
+# when runsc stands in for runc behind containerd's runc v2 shim.
+write_runsc_wrapper() {
+  local runsc
+  runsc=$("$here/install-runsc.sh" --path)
+  [[ -x $runsc ]] || die "the pinned runsc is not installed at $runsc: run hack/install-runsc.sh"
+  install -d "$dir/bin"
+  cat >"$dir/bin/runsc-cri" <<EOF
+#!/bin/bash
+# Generated by hack/kube.sh: runsc behind containerd's runc v2 shim.
+runsc=$runsc
+log=$logs/runsc-cri.log
+hostnet=$dir/bin/runsc-cri.hostnet
+debug=${KUBE_RUNSC_DEBUG:-}
+EOF
+  cat >>"$dir/bin/runsc-cri" <<'EOF'
+args=("$@")
+cmd= bundle= i=0 words=()
+while ((i < ${#args[@]})); do
+  a=${args[i]}
+  case $a in
+  --root | --log | --log-format) i=$((i + 2)); continue ;;
+  -*) ;;
+  *) if [[ -z $cmd ]]; then cmd=$a; else words+=("$a"); fi ;;
+  esac
+  i=$((i + 1))
+done
+for ((i = 0; i < ${#args[@]}; i++)); do
+  if [[ ${args[i]} == --bundle || ${args[i]} == -b ]]; then bundle=${args[i+1]}; fi
+done
+extra=()
+if [[ -n $debug ]]; then extra+=(--debug "--debug-log=${log%/*}/runsc/%ID%.%COMMAND%.log"); fi
+if [[ $cmd == create && -f $bundle/config.json ]]; then
+  # 1. With the CRI's container-type/sandbox-id annotations runsc joins the
+  #    pod's pause sandbox as a sub-container, and StartContainer then hangs:
+  #    drop them, so that each container is a sandbox of its own.
+  type=$(jq -r '.annotations["io.kubernetes.cri.container-type"] // ""' "$bundle/config.json")
+  jq 'del(.annotations["io.kubernetes.cri.container-type"], .annotations["io.kubernetes.cri.sandbox-id"])' \
+    "$bundle/config.json" >"$bundle/config.json.runsc-cri" && mv "$bundle/config.json.runsc-cri" "$bundle/config.json"
+  # 2. The pause sandbox would take the pod interface's address into its own
+  #    network stack, leaving the app container only lo: give it the host's
+  #    (the pod namespace's) network instead.
+  #    runsc reads --network again at start, so every command on that
+  #    container gets it (the ids are marked in $hostnet).
+  if [[ $type == sandbox ]]; then mkdir -p "$hostnet" && touch "$hostnet/${args[-1]}"; fi
+fi
+for w in "${words[@]}"; do
+  if [[ $w != */* && -e $hostnet/$w ]]; then
+    extra+=(--network=host)
+    [[ $cmd == delete ]] && rm -f "$hostnet/$w"
+    break
+  fi
+done
+if [[ $cmd == kill ]]; then
+  # 3. runsc says "sandbox is not running" of an exited sandbox; the shim only
+  #    knows runc's "container not running", and without it pods hang in
+  #    Terminating.
+  out=$("$runsc" "${extra[@]}" "${args[@]}" 2>&1)
+  rc=$?
+  if ((rc != 0)); then
+    echo "$out" >&2
+    if grep -qi 'not running' <<<"$out"; then echo "container not running" >&2; fi
+  fi
+  exit $rc
+fi
+[[ $cmd == create || $cmd == start || $cmd == delete ]] && echo "$(date -u +%FT%T) $cmd ${args[-1]} ${extra[*]}" >>"$log"
+exec "$runsc" "${extra[@]}" "${args[@]}"
+EOF
+  chmod 0755 "$dir/bin/runsc-cri"
+}
+
+write_configs() {
+  install -d "$dir/containerd" "$dir/cni/net.d" "$dir/kubelet" "$dir/sysctl"
+  cat >"$dir/containerd/config.toml" <<EOF
+version = 2
+root = "$dir/containerd/root"
+state = "$dir/containerd/state"
+
+[grpc]
+  address = "$sock"
+
+[ttrpc]
+  address = "$sock.ttrpc"
+
+[debug]
+  address = ""
+
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "$dir/containerd/opt"
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "$pause_image"
+  restrict_oom_score_adj = true
+  disable_apparmor = true
+  stream_server_address = "127.0.0.1"
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+    default_runtime_name = "gvisor"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gvisor]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gvisor.options]
+        BinaryName = "$dir/bin/runsc-cri"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "$cache/debian/usr/lib/cni"
+    conf_dir = "$dir/cni/net.d"
+    max_conf_num = 1
+EOF
+  cat >"$dir/cni/net.d/10-skillbox-kube.conflist" <<EOF
+{
+  "cniVersion": "0.4.0",
+  "name": "skillbox-kube",
+  "plugins": [
+    {
+      "type": "bridge",
+      "bridge": "$bridge_if",
+      "isGateway": true,
+      "ipMasq": false,
+      "hairpinMode": true,
+      "ipam": {
+        "type": "host-local",
+        "dataDir": "$dir/cni/ipam",
+        "ranges": [[{"subnet": "$pod_cidr"}]],
+        "routes": [{"dst": "0.0.0.0/0"}]
+      }
+    }
+  ]
+}
+EOF
+  cat >"$dir/kubelet/config.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: $node_ip
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: $pki/ca.crt
+authorization:
+  mode: Webhook
+cgroupDriver: cgroupfs
+failCgroupV1: false
+failSwapOn: false
+resolvConf: ""
+containerRuntimeEndpoint: unix://$sock
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: "100Mi"
+  nodefs.available: "1%"
+  imagefs.available: "1%"
+registerNode: true
+syncFrequency: 10s
+EOF
+  # The values the kubelet wants for these kernel settings, bind-mounted over
+  # them inside the namespace: it finds them set and changes nothing on the
+  # host (it would set panic_on_oops=1 and overcommit_memory=1 machine-wide).
+  local kv
+  for kv in vm/overcommit_memory=1 vm/panic_on_oom=0 kernel/panic=10 kernel/panic_on_oops=1 \
+    kernel/keys/root_maxkeys=1000000 kernel/keys/root_maxbytes=25000000; do
+    install -d "$(dirname "$dir/sysctl/${kv%%=*}")"
+    echo "${kv#*=}" >"$dir/sysctl/${kv%%=*}"
+  done
+}
+
+# ---- processes -----------------------------------------------------------------
+
+in_ns() { nsenter -t "$(holder_pid)" -n -m -- "$@"; }
+
+# start NAME CMD...: a component in the namespace, its PID recorded, its
+# output in logs/NAME.log.
+start() {
+  local name=$1 h
+  shift
+  h=$(holder_pid)
+  setsid nsenter -t "$h" -n -m -- "$@" >"$logs/$name.log" 2>&1 </dev/null &
+  echo $! >"$pids/$name"
+  disown
+}
+
+running() { [[ -f $pids/$1 ]] && kill -0 "$(cat "$pids/$1")" 2>/dev/null; }
+
+# wait_for WHAT SECONDS LOG CMD...: retry CMD until it succeeds.
+wait_for() {
+  local what=$1 secs=$2 log=$3 end
+  shift 3
+  end=$((SECONDS + secs))
+  while ((SECONDS < end)); do
+    if "$@" >/dev/null 2>&1; then
+      return 0
+    fi
+    if [[ -n $log ]] && ! running "$log"; then
+      tail -n 20 "$logs/$log.log" >&2
+      die "$log exited while waiting for $what (log above, $logs/$log.log)"
+    fi
+    sleep 0.2
+  done
+  [[ -n $log ]] && tail -n 20 "$logs/$log.log" >&2
+  die "timed out after ${secs}s waiting for $what${log:+ (log above, $logs/$log.log)}"
+}
+
+make_namespace() {
+  step "namespace: private network + mount namespace, veth $host_if ($host_ip) <-> $node_if ($node_ip), pods on $pod_cidr"
+  if ip link show "$host_if" >/dev/null 2>&1; then
+    die "interface $host_if already exists (another cluster, or a down that failed); run: $0 down, or ip link del $host_if"
+  fi
+  setsid unshare --net --mount --propagation private -- sleep infinity </dev/null >/dev/null 2>&1 &
+  echo $! >"$pids/holder"
+  disown
+  local h i
+  for ((i = 0; i < 50; i++)); do
+    h=$(cat "$pids/holder")
+    if [[ $(readlink "/proc/$h/ns/net") != $(readlink /proc/self/ns/net) ]]; then break; fi
+    sleep 0.1
+  done
+  ip link add "$host_if" type veth peer name "$node_if" netns "$h"
+  ip addr add "$host_ip/30" dev "$host_if"
+  ip link set "$host_if" up
+  in_ns ip link set lo up
+  in_ns ip addr add "$node_ip/30" dev "$node_if"
+  in_ns ip link set "$node_if" up
+  # Pods reach each other (on the bridge) and the node's addresses, nothing
+  # routed beyond: not the host's end of the veth, and (no default route)
+  # no address outside.
+  in_ns ip rule add pref 100 iif "$bridge_if" prohibit
+  in_ns mount -t tmpfs -o mode=0755 tmpfs /run
+  in_ns mount -t tmpfs -o mode=0755 tmpfs /var/lib
+  in_ns mount -t tmpfs -o mode=0755 tmpfs /var/log
+  local f
+  while read -r f; do
+    in_ns mount --bind "$dir/sysctl/$f" "/proc/sys/$f"
+  done < <(cd "$dir/sysctl" && find . -type f | sed 's|^\./||')
+}
+
+up() {
+  [[ $(id -u) -eq 0 ]] || die "up needs root (namespaces, mounts, containerd)"
+  case $dir in
+  /run/* | /var/lib/* | /var/log/*) die "KUBE_DIR=$dir is hidden by the namespace's tmpfs over /run, /var/lib and /var/log; choose another" ;;
+  esac
+  if holder_pid >/dev/null && running kubelet && running kube-apiserver; then
+    step "already up ($dir); $0 down first to restart"
+    return
+  fi
+  local t0=$SECONDS
+  build_kube
+  fetch_debs
+  build_pause
+  build_images
+  command -v containerd >/dev/null || die "containerd is not installed: apt-get install containerd"
+  (( ${#sock} <= 100 )) || die "$sock is too long for a socket path; use a shorter KUBE_DIR"
+  down_quiet=1 down
+  install -d -m 0711 "$dir"
+  install -d "$logs" "$pids"
+  write_pki
+  write_runsc_wrapper
+  write_configs
+  trap 'if (($? != 0)); then step "up failed; stopping what it started (logs stay in $logs)"; down_quiet=1 down; fi' EXIT
+  trap 'exit 1' INT TERM
+  make_namespace
+
+  step "etcd: $(grep etcd-server "$cache/debian/VERSIONS" || true) on 127.0.0.1:2379"
+  start etcd "$cache/debian/usr/bin/etcd" --name "$node_name" --data-dir "$dir/etcd" \
+    --listen-client-urls http://127.0.0.1:2379 --advertise-client-urls http://127.0.0.1:2379 \
+    --listen-peer-urls http://127.0.0.1:2380 --initial-advertise-peer-urls http://127.0.0.1:2380 \
+    --initial-cluster "$node_name=http://127.0.0.1:2380"
+  wait_for etcd 30 etcd in_ns curl -fsS http://127.0.0.1:2379/health
+
+  step "kube-apiserver: https://$node_ip:6443"
+  start kube-apiserver "$bin/kube-apiserver" --etcd-servers http://127.0.0.1:2379 \
+    --bind-address "$node_ip" --advertise-address "$node_ip" --secure-port 6443 \
+    --service-cluster-ip-range "$svc_cidr" \
+    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --kubelet-client-certificate "$pki/apiserver-kubelet.crt" --kubelet-client-key "$pki/apiserver-kubelet.key" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --authorization-mode Node,RBAC --enable-admission-plugins NodeRestriction \
+    --kubelet-preferred-address-types InternalIP \
+    --profiling=false
+  wait_for "kube-apiserver /readyz" 90 kube-apiserver \
+    curl -fsS --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" "https://$node_ip:6443/readyz"
+
+  step "kube-controller-manager, kube-scheduler"
+  start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$dir/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$dir/controller-manager.kubeconfig" --authorization-kubeconfig "$dir/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false --use-service-account-credentials \
+    --service-account-private-key-file "$pki/sa.key" --root-ca-file "$pki/ca.crt" \
+    --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+    --allocate-node-cidrs=false --profiling=false
+  start kube-scheduler "$bin/kube-scheduler" --kubeconfig "$dir/scheduler.kubeconfig" \
+    --authentication-kubeconfig "$dir/scheduler.kubeconfig" --authorization-kubeconfig "$dir/scheduler.kubeconfig" \
+    --bind-address 127.0.0.1 --leader-elect=false --profiling=false
+
+  step "containerd: $(containerd --version | cut -d' ' -f3) at $sock, runtime handler gvisor = runc v2 shim + $dir/bin/runsc-cri"
+  start containerd env PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    containerd --config "$dir/containerd/config.toml"
+  wait_for containerd 30 containerd ctr --address "$sock" version
+  step "images: importing $pause_image, $busybox_image"
+  local img
+  for img in pause busybox; do
+    in_ns ctr --address "$sock" -n k8s.io images import "$cache/images/$img.tar" >>"$logs/images.log" 2>&1 ||
+      die "importing $cache/images/$img.tar failed (log $logs/images.log)"
+  done
+
+  step "kubelet: node $node_name at $node_ip"
+  start kubelet "$bin/kubelet" --config "$dir/kubelet/config.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
+    --root-dir "$dir/kubelet/root" --cert-dir "$dir/kubelet/pki" \
+    --hostname-override "$node_name" --node-ip "$node_ip"
+  wait_for "node $node_name Ready" 120 kubelet \
+    kubectl_ wait --for=condition=Ready "node/$node_name" --timeout=2s
+
+  step "RuntimeClass gvisor; waiting for the default service account"
+  kubectl_ apply -f - >>"$logs/kubectl.log" 2>&1 <<EOF
+apiVersion: node.k8s.io/v1
+kind: RuntimeClass
+metadata:
+  name: gvisor
+handler: gvisor
+EOF
+  wait_for "service account default/default" 60 kube-controller-manager kubectl_ get serviceaccount default -n default
+  trap - EXIT INT TERM
+  step "up in $((SECONDS - t0)) s; $(cmd_env | head -1)"
+}
+
+cmd_import() {
+  local in=$1
+  holder_pid >/dev/null && running containerd || die "the cluster is not up: $0 up first"
+  [[ $in == - || -f $in ]] || die "import: no file $in"
+  if [[ $in == - ]]; then
+    in_ns ctr --address "$sock" -n k8s.io images import - || die "importing from stdin failed"
+  else
+    in_ns ctr --address "$sock" -n k8s.io images import "$in" || die "importing $in failed"
+  fi
+}
+
+cmd_env() {
+  echo "KUBECONFIG=$dir/admin.kubeconfig"
+  echo "KUBECTL=$bin/kubectl"
+}
+
+down_quiet=
+down() {
+  local say=step
+  [[ -n $down_quiet ]] && say=:
+  [[ -d $pids ]] || return 0
+  local h=
+  h=$(holder_pid || true)
+  $say "down: stopping the kubelet and the control plane"
+  local n p
+  for n in kubelet kube-scheduler kube-controller-manager kube-apiserver; do
+    if running "$n"; then kill -TERM "$(cat "$pids/$n")" 2>/dev/null || true; fi
+  done
+  # The node's containers: every process in the namespace (shims, and
+  # containerd) and all their descendants (runsc sandboxes and gofers, which
+  # have namespaces of their own).
+  if [[ -n $h ]]; then
+    local mnt victims=() more=1 pp
+    local -A in=() parent=()
+    mnt=$(readlink "/proc/$h/ns/mnt")
+    while read -r p pp; do
+      parent[$p]=$pp
+      [[ $p != "$h" && $(readlink "/proc/$p/ns/mnt" 2>/dev/null) == "$mnt" ]] && in[$p]=1
+    done < <(ps -e -o pid=,ppid=)
+    while ((more)); do
+      more=0
+      for p in "${!parent[@]}"; do
+        if [[ -z ${in[$p]:-} && -n ${in[${parent[$p]}]:-} ]]; then
+          in[$p]=1
+          more=1
+        fi
+      done
+    done
+    victims=("${!in[@]}")
+    $say "down: stopping containerd, its shims and sandboxes (${#victims[@]} processes)"
+    for p in "${victims[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+    for _ in $(seq 1 50); do
+      local alive=0
+      for p in "${victims[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
+      ((alive)) || break
+      sleep 0.1
+    done
+    for p in "${victims[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  fi
+  for n in etcd kubelet kube-scheduler kube-controller-manager kube-apiserver containerd; do
+    if running "$n"; then kill -KILL "$(cat "$pids/$n")" 2>/dev/null || true; fi
+  done
+  if [[ -n $h ]]; then
+    $say "down: removing the namespace (pid $h) and interface $host_if"
+    kill -KILL "$h" 2>/dev/null || true
+    for _ in $(seq 1 50); do
+      kill -0 "$h" 2>/dev/null || break
+      sleep 0.1
+    done
+  fi
+  ip link del "$host_if" 2>/dev/null || true
+  for _ in $(seq 1 50); do
+    ip link show "$host_if" >/dev/null 2>&1 || break
+    sleep 0.1
+  done
+  # Empty pod cgroups the kubelet and runsc made (the namespace shares the
+  # host's cgroup hierarchy).
+  local c
+  for c in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+    [[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true
+  done
+  # State goes; logs stay for the reader.
+  local f
+  for f in "$dir"/*; do
+    [[ $f == "$logs" ]] && continue
+    rm -rf --one-file-system "$f"
+  done
+  $say "down: done (logs in $logs)"
+}
+
+# Sourcing the script (for debugging) defines the functions only.
+[[ ${BASH_SOURCE[0]} == "$0" ]] || return 0
+case ${1:-}:$# in
+up:1) up ;;
+down:1) down ;;
+env:1) cmd_env ;;
+import:2) cmd_import "$2" ;;
+*) usage ;;
+esac

@@ -1,0 +1,230 @@
+//go:build integration
+
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skillbox/skillbox/images"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/runtimetest"
+)
+
+// TestBackend runs jobs on the kubernetes backend against the test
+// cluster, with the python image of the image store imported into the
+// node by digest.
+func TestBackend(t *testing.T) {
+	img := pythonImage(t)
+	c := startCluster(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
+	defer cancel()
+
+	k, err := New(runtime.Options{Backend: Options{Kubeconfig: c.kubeconfig}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Without its namespace the backend says so, and runs nothing.
+	if _, err := k.Version(ctx); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "namespace "+DefaultNamespace) {
+		t.Fatalf("Version without the namespace: %v, want ErrUnavailable naming it", err)
+	}
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}}
+	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := k.Version(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("version: %s", v)
+
+	start := time.Now()
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(WriteImageArchive(pw, img)) }()
+	out, err := c.kube(ctx, pr, "import", "-")
+	if err != nil {
+		t.Fatalf("hack/kube.sh import - of %s@%s: %v\n%s", img.Name, img.Digest, err, out)
+	}
+	t.Logf("image %s@%s imported in %s:\n%s", img.Name, img.Digest, time.Since(start).Round(time.Second), out)
+
+	host, err := os.ReadFile("/proc/version")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(t *testing.T, job runtime.Job) *runtime.Result {
+		t.Helper()
+		job.ID = fmt.Sprintf("kube-test-%d", time.Now().UnixNano())
+		if job.Image.IsZero() {
+			job.Image = img
+		}
+		start := time.Now()
+		res, err := k.Run(ctx, job)
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		t.Logf("run in %s: reason %s exit %d, %s\nstdout %q\nstderr %q", time.Since(start).Round(10*time.Millisecond),
+			res.Reason, res.ExitCode, res.Duration.Round(time.Millisecond), res.Stdout, res.Stderr)
+		noPodsLeft(ctx, t, c, job.ID)
+		return res
+	}
+
+	t.Run("ExitCodeAndKernel", func(t *testing.T) {
+		res := run(t, runtime.Job{Args: []string{"python3", "-c", "import platform,sys; print(open('/proc/version').read()); sys.exit(3)"},
+			Limits: runtime.Limits{Timeout: time.Minute}})
+		if res.Reason != runtime.ReasonExit || res.ExitCode != 3 || res.OutputsSkipped != nil {
+			t.Errorf("reason %s exit %d outputs skipped %q, want exit 3 and nothing skipped", res.Reason, res.ExitCode, res.OutputsSkipped)
+		}
+		version, _, _ := strings.Cut(string(res.Stdout), "\n")
+		if strings.TrimSpace(version) == strings.TrimSpace(string(host)) || !strings.Contains(strings.ToLower(version), "gvisor") {
+			t.Errorf("the job's /proc/version %q is not gVisor's (host: %q)", version, strings.TrimSpace(string(host)))
+		}
+	})
+
+	t.Run("StdinEnvAndConfinement", func(t *testing.T) {
+		script := `import os, sys
+print(sys.stdin.read(), os.environ.get("A"), os.getcwd(), os.getuid(), sorted(os.environ))
+print("err", file=sys.stderr)
+try:
+    open("/rootfs-write", "w")
+    print("rootfs writable")
+except OSError:
+    print("rootfs read-only")
+open("/work/x", "w").write("x")
+print(os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"))
+print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])`
+		res := run(t, runtime.Job{Args: []string{"python3", "-c", script}, Stdin: []byte("in"), Env: []string{"A=b"},
+			Limits: runtime.Limits{Timeout: time.Minute}})
+		want := "in b /work 65534 ['A', 'HOME', 'LANG', 'PATH']\nrootfs read-only\nFalse\n0000000000000000\n"
+		if res.ExitCode != 0 || string(res.Stdout) != want || string(res.Stderr) != "err\n" {
+			t.Errorf("exit %d stdout %q stderr %q, want stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr, want, "err\n")
+		}
+		// /work/x is not collected yet, and the result says so.
+		if len(res.OutputsSkipped) != 1 || !strings.Contains(res.OutputsSkipped[0], "not collected") || !strings.Contains(res.OutputsSkipped[0], "left x there") {
+			t.Errorf("outputs skipped %q, want a note that x was not collected", res.OutputsSkipped)
+		}
+	})
+
+	t.Run("OutputCap", func(t *testing.T) {
+		res := run(t, runtime.Job{Args: []string{"python3", "-c", "import sys, time\nwhile True: sys.stdout.write('x' * 4096); sys.stdout.flush()"},
+			Limits: runtime.Limits{Timeout: time.Minute, StdoutBytes: 1000}})
+		if res.Reason != runtime.ReasonOutputCap || !res.StdoutTruncated || len(res.Stdout) != 1000 {
+			t.Errorf("reason %s truncated %v %d bytes, want output_cap, 1000 bytes", res.Reason, res.StdoutTruncated, len(res.Stdout))
+		}
+	})
+
+	t.Run("Timeout", func(t *testing.T) {
+		start := time.Now()
+		res := run(t, runtime.Job{Args: []string{"sleep", "60"}, Limits: runtime.Limits{Timeout: 3 * time.Second}})
+		if res.Reason != runtime.ReasonTimeout {
+			t.Errorf("reason %s exit %d, want timeout", res.Reason, res.ExitCode)
+		}
+		if res.Duration < 3*time.Second {
+			t.Errorf("the job ran %s, less than its timeout", res.Duration)
+		}
+		if d := time.Since(start); d > 30*time.Second {
+			t.Errorf("a 3 s timeout took %s", d)
+		}
+	})
+
+	t.Run("Cancel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		job := runtime.Job{ID: fmt.Sprintf("kube-test-%d", time.Now().UnixNano()), Image: img,
+			Args: []string{"python3", "-c", "import time; print('up', flush=True); time.sleep(60)"}, Limits: runtime.Limits{Timeout: time.Minute}}
+		job.Stdout = sinkFunc(func(p []byte) (int, error) { cancel(); return len(p), nil })
+		start := time.Now()
+		res, err := k.Run(ctx, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("run in %s: reason %s exit %d stdout %q", time.Since(start).Round(10*time.Millisecond), res.Reason, res.ExitCode, res.Stdout)
+		if res.Reason != runtime.ReasonKilled || string(res.Stdout) != "up\n" {
+			t.Errorf("reason %s stdout %q, want killed after up", res.Reason, res.Stdout)
+		}
+		noPodsLeft(context.WithoutCancel(ctx), t, c, job.ID)
+	})
+
+	t.Run("Memory", func(t *testing.T) {
+		res := run(t, runtime.Job{Args: []string{"python3", "-c", "b = bytearray(1 << 30); print(len(b))"},
+			Limits: runtime.Limits{Timeout: time.Minute, MemoryBytes: 128 << 20}})
+		// The kernel kills the sandbox at the pod's memory limit, and
+		// the kubelet reports its container OOMKilled.
+		if res.Reason != runtime.ReasonOOM || res.ExitCode != 137 {
+			t.Errorf("1 GiB in 128 MiB: reason %s exit %d stderr %q, want oom, 137", res.Reason, res.ExitCode, res.Stderr)
+		}
+	})
+
+	t.Run("ImageNotOnNode", func(t *testing.T) {
+		missing := img
+		missing.Digest = "sha256:" + strings.Repeat("ab", 32)
+		job := runtime.Job{ID: fmt.Sprintf("kube-test-%d", time.Now().UnixNano()), Image: missing,
+			Args: []string{"true"}, Limits: runtime.Limits{Timeout: time.Minute}}
+		ref, _ := ImageReference(missing)
+		_, err := k.Run(ctx, job)
+		t.Logf("run: %v", err)
+		if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), ref) {
+			t.Errorf("run with an image not on the node: %v, want ErrUnavailable naming %s", err, ref)
+		}
+		noPodsLeft(ctx, t, c, job.ID)
+	})
+
+	// Last: without the RuntimeClass, a backend runs nothing and says why.
+	t.Run("NoRuntimeClass", func(t *testing.T) {
+		if err := c.cs.NodeV1().RuntimeClasses().Delete(ctx, RuntimeClass, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		k, err := New(runtime.Options{Backend: Options{Kubeconfig: c.kubeconfig}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = k.Run(ctx, runtime.Job{ID: "kube-test-no-class", Image: img, Args: []string{"true"}})
+		t.Logf("run: %v", err)
+		if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "no RuntimeClass gvisor") {
+			t.Errorf("run without the RuntimeClass: %v, want ErrUnavailable naming it", err)
+		}
+		noPodsLeft(ctx, t, c, "kube-test-no-class")
+	})
+}
+
+type sinkFunc func([]byte) (int, error)
+
+func (f sinkFunc) Write(p []byte) (int, error) { return f(p) }
+
+// noPodsLeft: no pod of skillbox's is left in the namespace.
+func noPodsLeft(ctx context.Context, t *testing.T, c *testCluster, id string) {
+	t.Helper()
+	pods, err := c.cs.CoreV1().Pods(DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		t.Errorf("after run %s: pod %s left (%s)", id, p.Name, p.Status.Phase)
+	}
+}
+
+// pythonImage is the python image of the image store, as a job names it.
+func pythonImage(t *testing.T) runtime.ImageRef {
+	t.Helper()
+	dir := os.Getenv("SKILLBOX_IMAGES")
+	if dir == "" {
+		dir = images.DefaultDir
+	}
+	store, err := images.OpenStore(dir, nil)
+	if err != nil {
+		runtimetest.SkipUnlessRequired(t, "no image store at %s: %v", dir, err)
+	}
+	img, err := store.Get("python")
+	if err != nil {
+		runtimetest.SkipUnlessRequired(t, "no python image in %s (skillbox images build python): %v", dir, err)
+	}
+	return runtime.ImageRef{Name: img.Name, Digest: img.Digest, Layout: store.LayoutDir()}
+}

@@ -1,0 +1,178 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
+)
+
+// Name is the backend's name in runtime.New and the config.
+const Name = "kubernetes"
+
+// Defaults.
+const (
+	// DefaultNamespace is where the runs' pods live unless the config
+	// names another one.
+	DefaultNamespace = "skillbox"
+	// RuntimeClass is the RuntimeClass every pod runs under: a cluster
+	// without it runs nothing (never a pod without gVisor).
+	RuntimeClass = "gvisor"
+)
+
+// Options are the kubernetes backend's own options
+// (runtime.Options.Backend; from the config file, its runtime "kubernetes"
+// {} block). Zero values mean the defaults.
+type Options struct {
+	// Kubeconfig is the path of the kubeconfig file to use; "" means
+	// $KUBECONFIG, else the in-cluster service account (a daemon running
+	// as a pod).
+	Kubeconfig string
+	// Namespace is where the runs' pods are made; default DefaultNamespace.
+	Namespace string
+}
+
+// DecodeOptions takes Options from a runtime "kubernetes" block's
+// settings: kubeconfig and namespace.
+func DecodeOptions(s runtime.Settings) (Options, error) {
+	var o Options
+	err := s.Decode(map[string]any{"kubeconfig": &o.Kubeconfig, "namespace": &o.Namespace})
+	return o, err
+}
+
+// Kubernetes runs jobs as Pods of RuntimeClass gvisor.
+type Kubernetes struct {
+	opts      runtime.Options
+	ko        Options
+	namespace string
+	log       runtime.Logger
+
+	mu     sync.Mutex
+	cfg    *rest.Config
+	client k8s.Interface
+
+	verMu   sync.Mutex
+	version string
+}
+
+var _ runtime.Runtime = (*Kubernetes)(nil)
+
+func init() {
+	runtime.Register(Name, func(o runtime.Options) (runtime.Runtime, error) { return New(o) })
+}
+
+// New makes the backend. Nothing is dialled here: a missing kubeconfig, an
+// unreachable API server or a missing RuntimeClass is reported by Version
+// and Run (runtime.ErrUnavailable), so a daemon can start and say what to
+// fix.
+func New(opts runtime.Options) (*Kubernetes, error) {
+	// opts.Rootless is not refused: the pods run on the cluster's nodes,
+	// and nothing of a run is made on this host.
+	ko, err := runtime.BackendOptions(Name, opts, DecodeOptions)
+	if err != nil {
+		return nil, err
+	}
+	k := &Kubernetes{opts: opts, ko: ko, namespace: ko.Namespace}
+	if k.namespace == "" {
+		k.namespace = DefaultNamespace
+	}
+	k.log = runtime.NamedLogger(opts.Logger, "runtime.kubernetes")
+	return k, nil
+}
+
+func (k *Kubernetes) Name() string { return Name }
+
+// Namespace is where the backend makes its pods.
+func (k *Kubernetes) Namespace() string { return k.namespace }
+
+// restConfig finds the cluster: the configured kubeconfig, $KUBECONFIG, or
+// the in-cluster service account, in that order.
+func (k *Kubernetes) restConfig() (*rest.Config, error) {
+	path := k.ko.Kubeconfig
+	if path == "" {
+		path = os.Getenv("KUBECONFIG")
+	}
+	if path == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, errkind.Errorf(runtime.ErrUnavailable, "no kubeconfig (%v): set runtime %q { kubeconfig = \"PATH\" } or $KUBECONFIG, or run skillbox in a pod with a service account", err, Name)
+		}
+		return cfg, nil
+	}
+	if _, err := os.Stat(path); err != nil {
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "kubeconfig %s: %w: set runtime %q { kubeconfig = \"PATH\" } to a cluster's kubeconfig (hack/kube.sh env prints the test cluster's)", path, err, Name)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "kubeconfig %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// connect makes the client once; a failure is not cached.
+func (k *Kubernetes) connect() (k8s.Interface, *rest.Config, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.client != nil {
+		return k.client, k.cfg, nil
+	}
+	cfg, err := k.restConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	cs, err := k8s.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, errkind.Errorf(runtime.ErrUnavailable, "client for %s: %w", cfg.Host, err)
+	}
+	k.cfg, k.client = cfg, cs
+	return cs, cfg, nil
+}
+
+// Version names the API server's version after checking that the cluster
+// can run skillbox's pods: the RuntimeClass gvisor and the namespace exist.
+func (k *Kubernetes) Version(ctx context.Context) (string, error) {
+	k.verMu.Lock()
+	defer k.verMu.Unlock()
+	if k.version != "" {
+		return k.version, nil
+	}
+	cs, cfg, err := k.connect()
+	if err != nil {
+		return "", err
+	}
+	v, err := cs.Discovery().ServerVersion()
+	if err != nil {
+		return "", errkind.Errorf(runtime.ErrUnavailable, "kubernetes API server %s unreachable: %w", cfg.Host, err)
+	}
+	if err := k.checkCluster(ctx, cs); err != nil {
+		return "", err
+	}
+	k.version = fmt.Sprintf("kubernetes %s, RuntimeClass %s", v.GitVersion, RuntimeClass)
+	return k.version, nil
+}
+
+// checkCluster: the RuntimeClass and the namespace exist.
+func (k *Kubernetes) checkCluster(ctx context.Context, cs k8s.Interface) error {
+	if _, err := cs.NodeV1().RuntimeClasses().Get(ctx, RuntimeClass, metav1.GetOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return errkind.Errorf(runtime.ErrUnavailable, "the cluster has no RuntimeClass %s, and skillbox runs no pod without gVisor: create it (handler: the nodes' CRI runtime handler for runsc)", RuntimeClass)
+		}
+		return errkind.Errorf(runtime.ErrUnavailable, "RuntimeClass %s: %w", RuntimeClass, err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Get(ctx, k.namespace, metav1.GetOptions{}); err != nil {
+		if apierrors.IsNotFound(err) {
+			return errkind.Errorf(runtime.ErrUnavailable, "namespace %s does not exist: create it (kubectl create namespace %s) or set runtime %q { namespace = \"…\" }", k.namespace, k.namespace, Name)
+		}
+		return errkind.Errorf(runtime.ErrUnavailable, "namespace %s: %w", k.namespace, err)
+	}
+	return nil
+}

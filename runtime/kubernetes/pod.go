@@ -1,0 +1,257 @@
+package kubernetes
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
+)
+
+// What a run's pod is: the confinement the local backends give a sandbox,
+// said in a PodSpec, so that the API server, the scheduler and the kubelet
+// hold it rather than skillbox. One pod per run, never reused.
+
+// Labels and annotations on skillbox's pods.
+const (
+	LabelManagedBy  = "app.kubernetes.io/managed-by"
+	ManagedBy       = "skillbox"
+	LabelRun        = "skillbox.io/run" // the pod's name (podName of the run id)
+	AnnotationRunID = "skillbox.io/run-id"
+	AnnotationImage = "skillbox.io/image" // the skillbox image name@digest
+)
+
+// The pod's container and volumes.
+const (
+	containerName = "run"
+	volumeWork    = "work"
+	volumeTmp     = "tmp"
+)
+
+// holderSlack is how much longer than the pod's deadline the holder
+// sleeps: the kubelet ends the pod at its deadline first; a holder that
+// outlives it would hold nothing.
+const holderSlack = 30
+
+// ImagePrefix names skillbox's own images on the nodes (imported by
+// digest, see images.go): ImagePrefix + NAME + "@" + DIGEST.
+const ImagePrefix = "skillbox.local/"
+
+var (
+	digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	// A repository path of a container image reference.
+	repoPattern = regexp.MustCompile(`^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$`)
+)
+
+// podName maps a run id ([A-Za-z0-9][A-Za-z0-9_-]{0,63}) to a DNS-1123
+// label (lowercase letters, digits and '-', at most 63, starting and
+// ending with a letter or digit), usable as the pod's name and as a label
+// value. An id that is one already is kept; any other is lowercased, its
+// '_' made '-', and a hash of the id appended, so that two ids never map
+// to one name (Run and run_1 differ from run and run-1).
+func podName(id string) string {
+	mapped := strings.ReplaceAll(strings.ToLower(id), "_", "-")
+	if mapped == id && len(id) <= 63 && !strings.HasSuffix(id, "-") {
+		return id
+	}
+	sum := sha256.Sum256([]byte(id))
+	base := mapped
+	if len(base) > 54 {
+		base = base[:54]
+	}
+	return strings.TrimRight(base, "-") + "-" + hex.EncodeToString(sum[:4])
+}
+
+// ImageReference is the reference a node runs job's image by: always by
+// digest, so that the node runs exactly the bytes that were approved. A
+// skillbox image is ImagePrefix+NAME@DIGEST (imported into the nodes, see
+// ImportArchive); a registry image is its repository @DIGEST.
+func ImageReference(img runtime.ImageRef) (string, error) {
+	if img.Digest == "" {
+		return "", errkind.Errorf(runtime.ErrInvalidJob, "image %q has no digest: the kubernetes runtime runs images by digest only (name@sha256:…), so that the node runs exactly the approved bytes", img.Name)
+	}
+	if !digestPattern.MatchString(img.Digest) {
+		return "", errkind.Errorf(runtime.ErrInvalidJob, "image %q: digest %q is not sha256: and 64 lowercase hex digits", img.Name, img.Digest)
+	}
+	if img.Ref != "" {
+		return registryRepository(img.Ref) + "@" + img.Digest, nil
+	}
+	if !repoPattern.MatchString(img.Name) {
+		return "", errkind.Errorf(runtime.ErrInvalidJob, "image name %q cannot name an image on a node: use lowercase letters, digits and . _ - /", img.Name)
+	}
+	return ImagePrefix + img.Name + "@" + img.Digest, nil
+}
+
+// registryRepository is ref without its tag or digest.
+func registryRepository(ref string) string {
+	ref, _, _ = strings.Cut(ref, "@")
+	slash := strings.LastIndexByte(ref, '/')
+	if colon := strings.LastIndexByte(ref, ':'); colon > slash {
+		ref = ref[:colon]
+	}
+	return ref
+}
+
+// unsupported says why job cannot run on this backend yet, or nil.
+func unsupported(job runtime.Job) error {
+	why := ""
+	switch {
+	case job.Network || job.Egress != nil:
+		// Egress comes with a NetworkPolicy that lets the pod reach only
+		// skillbox's egress proxy (a later step); until then a pod has no
+		// network to speak of, and a job that asks for one is refused
+		// rather than run without it.
+		why = "network and egress are not supported by the kubernetes runtime yet (they come with its NetworkPolicy): run the job without network, or on another runtime"
+	case len(job.Files) > 0:
+		why = "input files are not supported by the kubernetes runtime yet (they come with the tar stream over exec): pass the data on stdin, or use another runtime"
+	case job.SkillDir != "" || job.DepsDir != "" || len(job.Skills) > 0 || job.Program != nil || job.Session != nil:
+		why = "skill directories, dependency layers, run_code programs and sessions are not supported by the kubernetes runtime yet (they come as artifacts the node pulls by digest): use another runtime"
+	case strings.ContainsRune(job.Args[0], '='):
+		why = "a command whose name contains '=' cannot be run by the kubernetes runtime (env would take it for a variable)"
+	}
+	if why == "" {
+		return nil
+	}
+	return errkind.Errorf(runtime.ErrUnavailable, "run %s: %s", job.ID, why)
+}
+
+// execCommand is the argv of the exec that runs the job in its pod: env
+// -i with exactly the job's environment (runtime.ContainerEnv, then its
+// module path), then the job's argv. An exec inherits the container's
+// environment, which is the image's: env -i replaces it, and keeps the
+// job's variables out of the pod object (and the API server's storage).
+// The working directory is the container's, WorkDir.
+func execCommand(job runtime.Job) ([]string, error) {
+	env, err := runtime.ContainerEnv(job.Env)
+	if err != nil {
+		return nil, err
+	}
+	argv := make([]string, 0, 2+len(env)+len(job.ModuleEnv)+len(job.Args))
+	argv = append(argv, "env", "-i")
+	argv = append(argv, env...)
+	argv = append(argv, job.ModuleEnv...)
+	return append(argv, job.Args...), nil
+}
+
+// The pod's deadline (activeDeadlineSeconds) counts from the pod's start
+// on the node, which is before its image is ready and its container runs:
+// a deadline of the job's timeout alone would end a pod with a short
+// timeout before its job began. So the pod is made with the timeout plus
+// runtime.BootTimeout (the most Run waits for the container), and Run
+// tightens it to the time the pod has been up plus the timeout when the
+// job starts (runDeadline): from then on the kubelet ends the pod at the
+// job's timeout, rounded up to a second, even when skillbox is gone.
+
+// deadlineSeconds is d rounded up to a second, at least 1.
+func deadlineSeconds(d time.Duration) int64 {
+	s := int64((d + time.Second - 1) / time.Second)
+	if s < 1 {
+		s = 1
+	}
+	return s
+}
+
+// bootDeadline is the deadline a pod is made with.
+func bootDeadline(timeout time.Duration) int64 { return deadlineSeconds(timeout + runtime.BootTimeout) }
+
+// runDeadline is the deadline of a pod up for at most up whose job starts
+// now with timeout: up plus timeout, rounded up, never past the pod's
+// deadline so far (a deadline can only be shortened).
+func runDeadline(up, timeout time.Duration, current int64) int64 {
+	return min(deadlineSeconds(up+timeout), current)
+}
+
+// podSpec is the pod of job, in namespace: RuntimeClass gvisor, no
+// service-account token, nobody with no capabilities on a read-only root,
+// the runtime's seccomp profile, resources equal to the job's limits, a
+// deadline of its timeout (plus the boot time, see bootDeadline), memory-backed /work and /tmp of the
+// limits' sizes, and the image by digest. Its container holds the pod
+// open (sleep) until the job is executed into it. A job the backend cannot
+// run as it asks is refused: ErrInvalidJob without an image digest,
+// ErrUnavailable for what comes later (network, input files, skill mounts).
+func podSpec(job runtime.Job, namespace string) (*corev1.Pod, error) {
+	if err := unsupported(job); err != nil {
+		return nil, err
+	}
+	image, err := ImageReference(job.Image)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", job.ID, err)
+	}
+	lim := job.Limits.WithDefaults()
+	name := podName(job.ID)
+	deadline := bootDeadline(lim.Timeout)
+	no, yes := false, true
+	nobody := int64(runtime.ContainerUID)
+	group := int64(runtime.ContainerGID)
+	zero := int64(0)
+	class := RuntimeClass
+	resources := corev1.ResourceList{
+		corev1.ResourceMemory: *resource.NewQuantity(lim.MemoryBytes, resource.BinarySI),
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(math.Ceil(lim.CPUs*1000)), resource.DecimalSI),
+	}
+	// Memory-backed emptyDirs are tmpfs on the node, of SizeLimit; what a
+	// script writes there counts against the pod's memory, as /work and
+	// /tmp do in the local backends' sandboxes.
+	tmpfs := func(name string, size int64) corev1.Volume {
+		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+			Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(size, resource.BinarySI)}}}
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        name,
+			Namespace:   namespace,
+			Labels:      map[string]string{LabelManagedBy: ManagedBy, LabelRun: name},
+			Annotations: map[string]string{AnnotationRunID: job.ID, AnnotationImage: job.Image.Name + "@" + job.Image.Digest},
+		},
+		Spec: corev1.PodSpec{
+			RuntimeClassName:              &class,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			ActiveDeadlineSeconds:         &deadline,
+			TerminationGracePeriodSeconds: &zero,
+			AutomountServiceAccountToken:  &no,
+			EnableServiceLinks:            &no,
+			HostNetwork:                   false,
+			HostPID:                       false,
+			HostIPC:                       false,
+			SecurityContext: &corev1.PodSecurityContext{
+				RunAsNonRoot:   &yes,
+				RunAsUser:      &nobody,
+				RunAsGroup:     &group,
+				SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+			},
+			Containers: []corev1.Container{{
+				Name:            containerName,
+				Image:           image,
+				ImagePullPolicy: corev1.PullIfNotPresent, // the node has it imported, by digest
+				Command:         []string{"sleep", strconv.FormatInt(deadline+holderSlack, 10)},
+				WorkingDir:      runtime.WorkDir,
+				Resources:       corev1.ResourceRequirements{Requests: resources, Limits: resources.DeepCopy()},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsNonRoot:             &yes,
+					RunAsUser:                &nobody,
+					RunAsGroup:               &group,
+					Privileged:               &no,
+					AllowPrivilegeEscalation: &no,
+					ReadOnlyRootFilesystem:   &yes,
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+				VolumeMounts: []corev1.VolumeMount{
+					{Name: volumeWork, MountPath: runtime.WorkDir},
+					{Name: volumeTmp, MountPath: runtime.HomeDir},
+				},
+			}},
+			Volumes: []corev1.Volume{tmpfs(volumeWork, lim.WorkdirBytes), tmpfs(volumeTmp, lim.TmpBytes)},
+		},
+	}, nil
+}

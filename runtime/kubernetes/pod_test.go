@@ -1,0 +1,278 @@
+package kubernetes
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/egress"
+)
+
+const testDigest = "sha256:63eb9a88e0f72213fad96d624587e21a36493e366319ab3c91fdafaf98aef9f6"
+
+func testJob() runtime.Job {
+	return runtime.Job{
+		ID:     "skillbox-run-1",
+		RootFS: "/var/lib/skillbox/images/rootfs/x",
+		Image:  runtime.ImageRef{Name: "python", Digest: testDigest},
+		Args:   []string{"python3", "-c", "print(1)"},
+		Env:    []string{"A=b"},
+		Limits: runtime.Limits{Timeout: 2500 * time.Millisecond, MemoryBytes: 256 << 20, CPUs: 0.5, WorkdirBytes: 64 << 20, TmpBytes: 16 << 20},
+	}
+}
+
+func TestPodSpec(t *testing.T) {
+	pod, err := podSpec(testJob(), "ns1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := pod.Spec
+	c := spec.Containers[0]
+	mem := resource.MustParse("256Mi")
+	cpu := resource.MustParse("500m")
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{"namespace", pod.Namespace == "ns1"},
+		{"name", pod.Name == "skillbox-run-1"},
+		{"labels", pod.Labels[LabelManagedBy] == ManagedBy && pod.Labels[LabelRun] == pod.Name},
+		{"run id annotation", pod.Annotations[AnnotationRunID] == "skillbox-run-1"},
+		{"runtimeClassName gvisor", spec.RuntimeClassName != nil && *spec.RuntimeClassName == "gvisor"},
+		{"no service account token", spec.AutomountServiceAccountToken != nil && !*spec.AutomountServiceAccountToken},
+		{"no service links", spec.EnableServiceLinks != nil && !*spec.EnableServiceLinks},
+		{"no host namespaces", !spec.HostNetwork && !spec.HostPID && !spec.HostIPC},
+		{"restart never", spec.RestartPolicy == corev1.RestartPolicyNever},
+		{"deadline: timeout rounded up, plus the boot time", spec.ActiveDeadlineSeconds != nil && *spec.ActiveDeadlineSeconds == 3+60},
+		{"pod runAsNonRoot 65534", spec.SecurityContext.RunAsNonRoot != nil && *spec.SecurityContext.RunAsNonRoot &&
+			*spec.SecurityContext.RunAsUser == 65534 && *spec.SecurityContext.RunAsGroup == 65534},
+		{"pod seccomp RuntimeDefault", spec.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault},
+		{"container seccomp RuntimeDefault", c.SecurityContext.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault},
+		{"container runAsNonRoot", *c.SecurityContext.RunAsNonRoot && *c.SecurityContext.RunAsUser == 65534},
+		{"read-only root", *c.SecurityContext.ReadOnlyRootFilesystem},
+		{"not privileged", !*c.SecurityContext.Privileged},
+		{"no privilege escalation", !*c.SecurityContext.AllowPrivilegeEscalation},
+		{"drop ALL", slices.Equal(c.SecurityContext.Capabilities.Drop, []corev1.Capability{"ALL"}) && len(c.SecurityContext.Capabilities.Add) == 0},
+		{"image by digest", c.Image == "skillbox.local/python@"+testDigest},
+		{"pull if not present", c.ImagePullPolicy == corev1.PullIfNotPresent},
+		{"holder outlives no deadline by much", slices.Equal(c.Command, []string{"sleep", "93"})},
+		{"cwd /work", c.WorkingDir == "/work"},
+		{"no env in the pod", len(c.Env) == 0 && len(c.EnvFrom) == 0},
+		{"memory request = limit", c.Resources.Requests.Memory().Equal(mem) && c.Resources.Limits.Memory().Equal(mem)},
+		{"cpu request = limit", c.Resources.Requests.Cpu().Equal(cpu) && c.Resources.Limits.Cpu().Equal(cpu)},
+		{"mounts", len(c.VolumeMounts) == 2 && c.VolumeMounts[0].MountPath == "/work" && c.VolumeMounts[1].MountPath == "/tmp"},
+		{"work tmpfs of the workdir limit", spec.Volumes[0].EmptyDir.Medium == corev1.StorageMediumMemory &&
+			spec.Volumes[0].EmptyDir.SizeLimit.Equal(resource.MustParse("64Mi"))},
+		{"tmp tmpfs of the tmp limit", spec.Volumes[1].EmptyDir.Medium == corev1.StorageMediumMemory &&
+			spec.Volumes[1].EmptyDir.SizeLimit.Equal(resource.MustParse("16Mi"))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.ok {
+				t.Errorf("pod spec: %+v", pod)
+			}
+		})
+	}
+}
+
+func TestPodSpecDefaults(t *testing.T) {
+	job := testJob()
+	job.Limits = runtime.Limits{}
+	pod, err := podSpec(job, "ns1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := runtime.DefaultLimits
+	c := pod.Spec.Containers[0]
+	if got := *pod.Spec.ActiveDeadlineSeconds; got != int64((d.Timeout+runtime.BootTimeout)/time.Second) {
+		t.Errorf("deadline %d, want the default timeout %s", got, d.Timeout)
+	}
+	if got := c.Resources.Limits.Memory().Value(); got != d.MemoryBytes {
+		t.Errorf("memory %d, want the default %d", got, d.MemoryBytes)
+	}
+	if got := pod.Spec.Volumes[0].EmptyDir.SizeLimit.Value(); got != d.WorkdirBytes {
+		t.Errorf("workdir %d, want the default %d", got, d.WorkdirBytes)
+	}
+}
+
+func TestPodSpecRefuses(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		edit func(*runtime.Job)
+		kind error
+		want string
+	}{
+		{"no digest", func(j *runtime.Job) { j.Image.Digest = "" }, runtime.ErrInvalidJob, "by digest only"},
+		{"no image", func(j *runtime.Job) { j.Image = runtime.ImageRef{} }, runtime.ErrInvalidJob, "no digest"},
+		{"bad digest", func(j *runtime.Job) { j.Image.Digest = "sha256:abc" }, runtime.ErrInvalidJob, "64 lowercase hex"},
+		{"bad name", func(j *runtime.Job) { j.Image.Name = "Py thon" }, runtime.ErrInvalidJob, "cannot name an image"},
+		{"network", func(j *runtime.Job) { j.Network = true }, runtime.ErrUnavailable, "network"},
+		{"egress", func(j *runtime.Job) { j.Egress = &egress.Config{} }, runtime.ErrUnavailable, "NetworkPolicy"},
+		{"input files", func(j *runtime.Job) { j.Files = []runtime.InputFile{{Name: "a", Data: []byte("x")}} }, runtime.ErrUnavailable, "input files"},
+		{"skill dir", func(j *runtime.Job) { j.SkillDir = "/skills/x" }, runtime.ErrUnavailable, "skill directories"},
+		{"deps", func(j *runtime.Job) { j.DepsDir = "/layers/x" }, runtime.ErrUnavailable, "dependency layers"},
+		{"command with =", func(j *runtime.Job) { j.Args = []string{"A=b", "x"} }, runtime.ErrUnavailable, "'='"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := testJob()
+			tc.edit(&job)
+			pod, err := podSpec(job, "ns1")
+			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("podSpec = %v, %v; want %v saying %q", pod, err, tc.kind, tc.want)
+			}
+		})
+	}
+}
+
+func TestRunDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		up, timeout time.Duration
+		current     int64
+		want        int64
+	}{
+		{"up 2.1 s, timeout 3 s", 2100 * time.Millisecond, 3 * time.Second, 63, 6},
+		{"whole seconds", 2 * time.Second, 3 * time.Second, 63, 5},
+		{"never past the pod's deadline", 61 * time.Second, 3 * time.Second, 63, 63},
+		{"sub-second timeout", 0, time.Millisecond, 61, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := runDeadline(tc.up, tc.timeout, tc.current); got != tc.want {
+				t.Errorf("runDeadline(%s, %s, %d) = %d, want %d", tc.up, tc.timeout, tc.current, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestImageReference(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		img  runtime.ImageRef
+		want string
+	}{
+		{"skillbox image", runtime.ImageRef{Name: "python", Digest: testDigest}, "skillbox.local/python@" + testDigest},
+		{"registry tag", runtime.ImageRef{Name: "py", Ref: "registry.local:5000/lib/python:3.12", Digest: testDigest}, "registry.local:5000/lib/python@" + testDigest},
+		{"registry no tag", runtime.ImageRef{Name: "py", Ref: "registry.local:5000/lib/python", Digest: testDigest}, "registry.local:5000/lib/python@" + testDigest},
+		{"registry digest", runtime.ImageRef{Name: "py", Ref: "docker.io/library/python@" + testDigest, Digest: testDigest}, "docker.io/library/python@" + testDigest},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ImageReference(tc.img)
+			if err != nil || got != tc.want {
+				t.Errorf("ImageReference = %q, %v; want %q", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPodName(t *testing.T) {
+	long := strings.Repeat("a", 64)
+	for _, tc := range []struct {
+		id, want string
+	}{
+		{"skillbox-abc123", "skillbox-abc123"},
+		{"run1", "run1"},
+		{"Run_1", ""},
+		{"run_1", ""},
+		{"run-", ""},
+		{long, ""},
+		{"A_" + long[:62], ""},
+	} {
+		t.Run(tc.id, func(t *testing.T) {
+			got := podName(tc.id)
+			if tc.want != "" && got != tc.want {
+				t.Errorf("podName(%q) = %q, want %q", tc.id, got, tc.want)
+			}
+			if errs := validation.IsDNS1123Label(got); len(errs) > 0 {
+				t.Errorf("podName(%q) = %q: %v", tc.id, got, errs)
+			}
+			if errs := validation.IsValidLabelValue(got); len(errs) > 0 {
+				t.Errorf("podName(%q) = %q as a label value: %v", tc.id, got, errs)
+			}
+		})
+	}
+	// Ids that differ map to names that differ.
+	seen := map[string]string{}
+	for _, id := range []string{"run_1", "run-1", "Run-1", "RUN_1", "run1", long, long[:63] + "b"} {
+		n := podName(id)
+		if other, ok := seen[n]; ok {
+			t.Errorf("ids %q and %q both map to %q", id, other, n)
+		}
+		seen[n] = id
+	}
+}
+
+func TestExecCommand(t *testing.T) {
+	job := testJob()
+	job.ModuleEnv = []string{"PYTHONPATH=/deps"}
+	got, err := execCommand(job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"env", "-i", "PATH=" + runtime.DefaultPath, "HOME=/tmp", "LANG=" + runtime.DefaultLang, "A=b", "PYTHONPATH=/deps", "python3", "-c", "print(1)"}
+	if !slices.Equal(got, want) {
+		t.Errorf("execCommand = %q, want %q", got, want)
+	}
+	job.Env = []string{"LD_PRELOAD=/x"}
+	if _, err := execCommand(job); !errors.Is(err, runtime.ErrInvalidJob) {
+		t.Errorf("execCommand with LD_PRELOAD: %v, want ErrInvalidJob", err)
+	}
+}
+
+func TestDecodeOptions(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		settings runtime.Settings
+		want     Options
+		err      string
+	}{
+		{"empty", nil, Options{}, ""},
+		{"both", runtime.Settings{"kubeconfig": "/k", "namespace": "runs"}, Options{Kubeconfig: "/k", Namespace: "runs"}, ""},
+		{"unknown", runtime.Settings{"address": "/x"}, Options{}, "no setting address"},
+		{"wrong kind", runtime.Settings{"namespace": []string{"a"}}, Options{}, "want a string"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			k, err := runtime.New(Name, runtime.Options{Settings: tc.settings})
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("New = %v, want an error saying %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := k.(*Kubernetes).ko; got != tc.want {
+				t.Errorf("options %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+	k, err := New(runtime.Options{})
+	if err != nil || k.Namespace() != DefaultNamespace {
+		t.Errorf("New() = %v namespace %q, want the default %q", err, k.Namespace(), DefaultNamespace)
+	}
+}
+
+func TestVersionWithoutKubeconfig(t *testing.T) {
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	k, err := New(runtime.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Version(t.Context()); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "no kubeconfig") {
+		t.Errorf("Version = %v, want ErrUnavailable saying no kubeconfig", err)
+	}
+	k, err = New(runtime.Options{Backend: Options{Kubeconfig: "/nonexistent/kubeconfig"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Version(t.Context()); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "/nonexistent/kubeconfig") {
+		t.Errorf("Version = %v, want ErrUnavailable naming the kubeconfig", err)
+	}
+}

@@ -1,0 +1,428 @@
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
+
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/process"
+)
+
+// A cold run: create the pod, wait until its holder runs, exec the job
+// into it (argv, env and stdin over the API server's exec stream, stdout
+// and stderr back at the job's caps), and delete the pod, whatever
+// happened. A timeout, an output cap or the caller's cancel deletes the
+// pod at once (grace 0), which ends the exec with it.
+
+// Timing of a run's pod.
+const (
+	pollInterval = 200 * time.Millisecond
+	// goneTimeout bounds the wait for a deleted pod to disappear.
+	goneTimeout = 60 * time.Second
+	// execEndTimeout bounds the wait for an exec stream to end after the
+	// pod was deleted under it.
+	execEndTimeout = 10 * time.Second
+	// podEndWait bounds the wait for the kubelet to report how a pod
+	// ended under an exec.
+	podEndWait = 5 * time.Second
+)
+
+// Run runs job in a fresh pod and deletes it.
+func (k *Kubernetes) Run(ctx context.Context, job runtime.Job) (res *runtime.Result, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("run %s not started: %w", job.ID, err)
+	}
+	v := job
+	if v.RootFS == "" {
+		// The node runs the image by digest; the host's unpacked copy
+		// (RootFS) is not used here, and need not exist.
+		v.RootFS = "/"
+	}
+	if err := runtime.ValidateJob(v); err != nil {
+		return nil, err
+	}
+	pod, err := podSpec(job, k.namespace)
+	if err != nil {
+		return nil, err
+	}
+	argv, err := execCommand(job)
+	if err != nil {
+		return nil, err
+	}
+	version, err := k.Version(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cs, cfg, err := k.connect()
+	if err != nil {
+		return nil, err
+	}
+	pods := cs.CoreV1().Pods(k.namespace)
+	created := time.Now()
+	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		if apierrors.IsAlreadyExists(err) {
+			return nil, errkind.Errorf(runtime.ErrInvalidJob, "run %s: pod %s/%s exists already: run ids must be unique", job.ID, k.namespace, pod.Name)
+		}
+		return nil, fmt.Errorf("run %s: create pod %s/%s: %w", job.ID, k.namespace, pod.Name, err)
+	}
+	k.log.Debug("pod created", "id", job.ID, "pod", pod.Name, "image", pod.Spec.Containers[0].Image)
+	defer func() {
+		if derr := k.deletePod(context.WithoutCancel(ctx), cs, pod.Name); derr != nil && err == nil {
+			res, err = nil, fmt.Errorf("teardown of run %s: %w", job.ID, derr)
+		}
+	}()
+	if err := k.waitRunning(ctx, cs, pod.Name, runtime.BootTimeout); err != nil {
+		if ctx.Err() != nil {
+			return &runtime.Result{ExitCode: -1, Reason: runtime.ReasonKilled, Runtime: Name, RuntimeVersion: version,
+				LimitsEnforcedBy: enforcement()}, nil
+		}
+		return nil, fmt.Errorf("run %s: %w", job.ID, err)
+	}
+	// The pod started after it was created: time.Since(created) bounds
+	// how long it has been up, without trusting the node's clock.
+	deadline := runDeadline(time.Since(created), job.Limits.WithDefaults().Timeout, *pod.Spec.ActiveDeadlineSeconds)
+	patch := fmt.Appendf(nil, `{"spec":{"activeDeadlineSeconds":%d}}`, deadline)
+	if _, err := pods.Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return nil, fmt.Errorf("run %s: set the deadline of pod %s/%s to %d s: %w", job.ID, k.namespace, pod.Name, deadline, err)
+	}
+	return k.exec(ctx, cs, cfg, pod.Name, job, argv, version)
+}
+
+// exec runs argv in the pod's container with the job's stdin and caps,
+// and stops it (deleting the pod) at its timeout, an output cap or the
+// caller's cancel.
+func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, job runtime.Job, argv []string, version string) (*runtime.Result, error) {
+	lim := job.Limits.WithDefaults()
+	ex, err := k.executor(cs, cfg, name, argv)
+	if err != nil {
+		return nil, fmt.Errorf("run %s: %w", job.ID, err)
+	}
+	stdout := oci.NewCapture(lim.StdoutBytes, job.Stdout)
+	stderr := oci.NewCapture(lim.StderrBytes, job.Stderr)
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	go stdout.Drain(outR)
+	go stderr.Drain(errR)
+
+	execCtx, cancelExec := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelExec()
+	exit := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		exit <- ex.StreamWithContext(execCtx, remotecommand.StreamOptions{Stdin: bytes.NewReader(job.Stdin), Stdout: outW, Stderr: errW})
+	}()
+	execErr, exited, reason := process.AwaitEnd(ctx, exit, process.Ends{
+		Left: lim.Timeout, StdoutOver: stdout.Over, StderrOver: stderr.Over,
+	})
+	if !exited {
+		// Kill: the pod goes at once, and the exec with it.
+		if err := k.killPod(cs, name); err != nil {
+			k.log.Warn("kill pod", "pod", name, "err", err)
+		}
+		select {
+		case execErr = <-exit:
+		case <-time.After(execEndTimeout):
+			cancelExec()
+			execErr = <-exit
+		}
+	}
+	duration := time.Since(start)
+	outW.Close()
+	errW.Close()
+	<-stdout.Done
+	<-stderr.Done
+
+	code := 0
+	var exitErr utilexec.CodeExitError
+	switch {
+	case execErr == nil:
+	case errors.As(execErr, &exitErr):
+		code = exitErr.Code
+	case !exited:
+		code = 128 + 9 // the pod was deleted under the job
+	default:
+		// The stream broke without an exit status: the pod ended under
+		// the job (its deadline, its memory limit, an eviction) or the
+		// connection failed.
+		end := k.podEnd(cs, name)
+		if r := end.reason(); r != "" {
+			reason, code = r, 128+9
+			break
+		}
+		if end.phase != "" {
+			return nil, fmt.Errorf("run %s: pod %s ended under the job (%s): %w", job.ID, name, end, execErr)
+		}
+		return nil, fmt.Errorf("run %s: exec into pod %s: %w", job.ID, name, execErr)
+	}
+	if reason == runtime.ReasonExit && code >= 128 {
+		// Killed (128+n), or the sandbox died under the exec (runsc's
+		// exec exits 128 then): by the kubelet at the pod's deadline
+		// before skillbox's timer fired, or by the kernel at the memory
+		// limit?
+		if r := k.podEnd(cs, name).reason(); r != "" {
+			reason, code = r, 128+9 // the sandbox was killed
+		}
+	}
+	res := &runtime.Result{
+		ExitCode:         code,
+		Signal:           process.ExitSignal(code),
+		Reason:           reason,
+		Duration:         duration,
+		Runtime:          Name,
+		RuntimeVersion:   version,
+		LimitsEnforcedBy: enforcement(),
+	}
+	res.Stdout, res.StdoutTruncated = stdout.Result()
+	res.Stderr, res.StderrTruncated = stderr.Result()
+	if reason == runtime.ReasonExit {
+		res.OutputsSkipped = k.uncollected(ctx, cs, cfg, name)
+	}
+	k.log.Debug("run finished", "id", job.ID, "pod", name, "reason", reason, "exit_code", code, "duration", duration)
+	return res, nil
+}
+
+// executor is an exec of argv into the pod's container, with stdin,
+// stdout and stderr.
+func (k *Kubernetes) executor(cs k8s.Interface, cfg *rest.Config, name string, argv []string) (remotecommand.Executor, error) {
+	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(k.namespace).Name(name).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: argv, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
+	if err != nil {
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "exec into pod %s/%s: %w", k.namespace, name, err)
+	}
+	return ex, nil
+}
+
+// maxListed is how many names uncollected lists.
+const maxListed = 10
+
+// uncollected says what the job left in the workdir, which this backend
+// does not collect yet (outputs come back with the tar stream over exec):
+// nothing is dropped without a word. Nil when the workdir is empty.
+func (k *Kubernetes) uncollected(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string) []string {
+	ctx, cancel := context.WithTimeout(ctx, execEndTimeout)
+	defer cancel()
+	var out, errOut bytes.Buffer
+	ex, err := k.executor(cs, cfg, name, []string{"ls", "-A", runtime.WorkDir})
+	if err == nil {
+		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &errOut})
+	}
+	if err != nil {
+		return []string{fmt.Sprintf("outputs not collected: the kubernetes runtime does not collect files from %s yet, and listing it failed: %v %s", runtime.WorkDir, err, strings.TrimSpace(errOut.String()))}
+	}
+	names := strings.Fields(out.String())
+	if len(names) == 0 {
+		return nil
+	}
+	listed := names[:min(len(names), maxListed)]
+	more := ""
+	if len(names) > maxListed {
+		more = fmt.Sprintf(" and %d more", len(names)-maxListed)
+	}
+	return []string{fmt.Sprintf("outputs not collected: the kubernetes runtime does not collect files from %s yet; the job left %s%s there", runtime.WorkDir, strings.Join(listed, ", "), more)}
+}
+
+// enforcement names what holds each limit of this backend's runs: the
+// pod's cgroup (the kubelet's, from its resources) memory and CPUs, the
+// kubelet's memory-backed emptyDirs /work and /tmp. Pids have no per-pod
+// setting in a PodSpec (the kubelet's podPidsLimit is the node's): none.
+func enforcement() map[string]string {
+	return runtime.Enforcement(map[string]string{
+		"memory": runtime.EnforcedByCgroup, "cpus": runtime.EnforcedByCgroup,
+		"workdir": runtime.EnforcedByTmpfs, "tmp": runtime.EnforcedByTmpfs,
+	})
+}
+
+// waitRunning waits until the pod's container runs, or fails naming why
+// it does not: a missing RuntimeClass, an unschedulable pod (with the
+// scheduler's message), an image that cannot be pulled (with the image),
+// a pod that failed, or the boot timeout.
+func (k *Kubernetes) waitRunning(ctx context.Context, cs k8s.Interface, name string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		p, err := cs.CoreV1().Pods(k.namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			if ctx.Err() != nil {
+				return k.bootTimeout(cs, name, timeout, ctx.Err())
+			}
+			return fmt.Errorf("pod %s/%s: %w", k.namespace, name, err)
+		}
+		if err := podFailure(p); err != nil {
+			return err
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			for _, s := range p.Status.ContainerStatuses {
+				if s.Name == containerName && s.State.Running != nil {
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return k.bootTimeout(cs, name, timeout, ctx.Err())
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+func (k *Kubernetes) bootTimeout(cs k8s.Interface, name string, timeout time.Duration, err error) error {
+	return fmt.Errorf("pod %s/%s not running after %s%s: %w", k.namespace, name, timeout, k.describe(cs, name), err)
+}
+
+// podFailure is the error of a pod that will not run its container, or nil.
+func podFailure(p *corev1.Pod) error {
+	switch p.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		return errkind.Errorf(runtime.ErrUnavailable, "pod %s/%s ended before the job ran: %s %s", p.Namespace, p.Name, p.Status.Reason, p.Status.Message)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return errkind.Errorf(runtime.ErrUnavailable, "pod %s/%s cannot be scheduled: %s", p.Namespace, p.Name, c.Message)
+		}
+	}
+	for _, s := range p.Status.ContainerStatuses {
+		w := s.State.Waiting
+		if w == nil {
+			continue
+		}
+		switch w.Reason {
+		case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName":
+			return errkind.Errorf(runtime.ErrUnavailable, "image %s is not on the node and cannot be pulled (%s): import it into the nodes by digest (%s)", s.Image, w.Reason, w.Message)
+		case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
+			return errkind.Errorf(runtime.ErrUnavailable, "pod %s/%s: container cannot start (%s): %s", p.Namespace, p.Name, w.Reason, w.Message)
+		}
+	}
+	return nil
+}
+
+// podEnding is how a pod ended, as the kubelet reported it.
+type podEnding struct {
+	phase, why, message string // the pod's phase, reason and message
+	container           string // its container's termination reason
+}
+
+func (e podEnding) String() string {
+	return strings.Join(strings.Fields(fmt.Sprintf("%s %s %s container: %s", e.phase, e.why, e.message, e.container)), " ")
+}
+
+// reason is the run's reason the ending gives: the pod's deadline
+// (timeout), its memory limit (oom); "" for any other.
+func (e podEnding) reason() runtime.Reason {
+	switch {
+	case e.why == "DeadlineExceeded":
+		return runtime.ReasonTimeout
+	case e.container == "OOMKilled":
+		return runtime.ReasonOOM
+	}
+	return ""
+}
+
+// podEnd says how the pod ended once the kubelet has reported it (which
+// may lag the end of an exec by a moment: podEndWait); its phase is "" if
+// it has not, or the pod is gone.
+func (k *Kubernetes) podEnd(cs k8s.Interface, name string) podEnding {
+	ctx, cancel := context.WithTimeout(context.Background(), podEndWait)
+	defer cancel()
+	for {
+		p, err := cs.CoreV1().Pods(k.namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return podEnding{}
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			e := podEnding{phase: string(p.Status.Phase), why: p.Status.Reason, message: p.Status.Message}
+			for _, c := range p.Status.ContainerStatuses {
+				if c.Name == containerName && c.State.Terminated != nil {
+					e.container = c.State.Terminated.Reason
+				}
+			}
+			return e
+		}
+		select {
+		case <-ctx.Done():
+			return podEnding{}
+		case <-time.After(pollInterval):
+		}
+	}
+}
+
+// describe is what a failed wait reports: the pod's conditions, its
+// container's state and its events (FailedCreatePodSandBox of a broken
+// runtime handler, a RuntimeClass the node lacks, …).
+func (k *Kubernetes) describe(cs k8s.Interface, name string) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	if p, err := cs.CoreV1().Pods(k.namespace).Get(ctx, name, metav1.GetOptions{}); err == nil {
+		fmt.Fprintf(&b, "; phase %s", p.Status.Phase)
+		for _, c := range p.Status.Conditions {
+			if c.Status != corev1.ConditionTrue {
+				fmt.Fprintf(&b, "; %s=%s %s %s", c.Type, c.Status, c.Reason, c.Message)
+			}
+		}
+		for _, s := range p.Status.ContainerStatuses {
+			if w := s.State.Waiting; w != nil {
+				fmt.Fprintf(&b, "; container waiting: %s %s", w.Reason, w.Message)
+			}
+		}
+	}
+	events, err := cs.CoreV1().Events(k.namespace).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+	if err == nil {
+		for _, e := range events.Items {
+			if e.Type == corev1.EventTypeWarning {
+				fmt.Fprintf(&b, "; event %s: %s", e.Reason, e.Message)
+			}
+		}
+	}
+	return b.String()
+}
+
+// killPod deletes the pod at once (grace 0): the kubelet stops its
+// containers, and the exec streams into it end.
+func (k *Kubernetes) killPod(cs k8s.Interface, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	zero := int64(0)
+	err := cs.CoreV1().Pods(k.namespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("delete pod %s/%s: %w", k.namespace, name, err)
+	}
+	return nil
+}
+
+// deletePod deletes the pod (grace 0) and waits until it is gone.
+func (k *Kubernetes) deletePod(ctx context.Context, cs k8s.Interface, name string) error {
+	if err := k.killPod(cs, name); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, goneTimeout)
+	defer cancel()
+	for {
+		_, err := cs.CoreV1().Pods(k.namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("pod %s/%s still there %s after its deletion", k.namespace, name, goneTimeout)
+		case <-time.After(pollInterval):
+		}
+	}
+}
