@@ -3,7 +3,9 @@
 # (Debian 12). Idempotent and quiet when everything is already there.
 set -euo pipefail
 
-pkgs=(runsc runc containerd mmdebstrap ca-certificates iproute2 procps)
+# jq, gcc and openssl: hack/kube.sh (the test cluster's JSON, its static pause
+# binary, its PKI).
+pkgs=(runsc runc containerd mmdebstrap ca-certificates iproute2 procps jq gcc libc6-dev openssl)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
