@@ -69,10 +69,7 @@ func containerdAddress(t testing.TB) string {
 // runc: a test that checks containerd is left clean must not fail on an
 // earlier process's crash.
 func sweepContainerdLeftovers() {
-	opts := runtime.Options{
-		Settings: runtime.Settings{"binary": runtimeBinary(rtcontainerd.Name), "state_dir": filepath.Join(testBase, rtcontainerd.Name, "state")},
-		RunDir:   filepath.Join(testBase, rtcontainerd.Name, "runs"),
-	}
+	opts := baseOptions(rtcontainerd.Name)
 	withContainerd(nil, rtcontainerd.Name, &opts)
 	rt, err := runtime.New(rtcontainerd.Name, opts)
 	if err == nil {

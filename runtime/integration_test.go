@@ -124,22 +124,26 @@ func needBackend(t testing.TB, name string) {
 }
 
 // newBackend makes a backend with its own state and run dirs.
+// baseOptions are a backend's state and run dirs under testBase.
+func baseOptions(name string) runtime.Options {
+	return runtime.Options{
+		Settings: runtime.Settings{"binary": runtimeBinary(name), "state_dir": filepath.Join(testBase, name, "state")},
+		RunDir:   filepath.Join(testBase, name, "runs"),
+	}
+}
+
 func newBackend(t testing.TB, name string) (runtime.Runtime, runtime.Options) {
 	t.Helper()
 	needBackend(t, name)
-	opts := runtime.Options{
-		Settings: runtime.Settings{"binary": runtimeBinary(name), "state_dir": filepath.Join(testBase, name, "state")},
-		RunDir:   filepath.Join(testBase, name, "runs"),
-		// Generous, so that a script handling TERM gets to run its
-		// handler on a loaded machine; the sequence is the same as with
-		// the default second.
-		KillGrace: 5 * time.Second,
-		Logger: hclog.New(&hclog.LoggerOptions{
-			Name:   "test",
-			Level:  hclog.LevelFromString(os.Getenv("SKILLBOX_TEST_LOG")),
-			Output: os.Stderr,
-		}),
-	}
+	opts := baseOptions(name)
+	// KillGrace is generous, so that a script handling TERM gets to run its
+	// handler on a loaded machine; the sequence is the same as with the
+	// default second.
+	opts.KillGrace, opts.Logger = 5*time.Second, hclog.New(&hclog.LoggerOptions{
+		Name:   "test",
+		Level:  hclog.LevelFromString(os.Getenv("SKILLBOX_TEST_LOG")),
+		Output: os.Stderr,
+	})
 	withContainerd(t, name, &opts)
 	opts.Rootless = rootless.Active() // TestRunRootless's user namespace
 	rt, err := runtime.New(name, opts)
