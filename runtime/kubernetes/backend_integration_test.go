@@ -163,6 +163,8 @@ print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])`
 		}
 	})
 
+	t.Run("WarmPool", func(t *testing.T) { testWarmPool(ctx, t, k, c, img) })
+
 	t.Run("ImageNotOnNode", func(t *testing.T) {
 		missing := img
 		missing.Digest = "sha256:" + strings.Repeat("ab", 32)

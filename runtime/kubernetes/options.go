@@ -62,6 +62,9 @@ type Kubernetes struct {
 
 	verMu   sync.Mutex
 	version string
+
+	liveMu sync.Mutex
+	live   map[*podSandbox]struct{} // pods made and not deleted (Close)
 }
 
 var _ runtime.Runtime = (*Kubernetes)(nil)

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -44,65 +43,18 @@ const (
 	podEndWait = 5 * time.Second
 )
 
-// Run runs job in a fresh pod and deletes it.
-func (k *Kubernetes) Run(ctx context.Context, job runtime.Job) (res *runtime.Result, err error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("run %s not started: %w", job.ID, err)
+// Run runs job in a fresh pod and deletes it: the lifecycle's five steps
+// at once (lifecycle.go), the path a pooled pod takes too.
+func (k *Kubernetes) Run(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
+	return runtime.RunLifecycle(ctx, k, job)
+}
+
+// createError is the error of a pod the API server did not create.
+func createError(id, namespace, name string, err error) error {
+	if apierrors.IsAlreadyExists(err) {
+		return errkind.Errorf(runtime.ErrInvalidJob, "run %s: pod %s/%s exists already: run ids must be unique", id, namespace, name)
 	}
-	v := job
-	if v.RootFS == "" {
-		// The node runs the image by digest; the host's unpacked copy
-		// (RootFS) is not used here, and need not exist.
-		v.RootFS = "/"
-	}
-	if err := runtime.ValidateJob(v); err != nil {
-		return nil, err
-	}
-	pod, err := podSpec(job, k.namespace)
-	if err != nil {
-		return nil, err
-	}
-	argv, err := execCommand(job)
-	if err != nil {
-		return nil, err
-	}
-	version, err := k.Version(ctx)
-	if err != nil {
-		return nil, err
-	}
-	cs, cfg, err := k.connect()
-	if err != nil {
-		return nil, err
-	}
-	pods := cs.CoreV1().Pods(k.namespace)
-	created := time.Now()
-	if _, err := pods.Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		if apierrors.IsAlreadyExists(err) {
-			return nil, errkind.Errorf(runtime.ErrInvalidJob, "run %s: pod %s/%s exists already: run ids must be unique", job.ID, k.namespace, pod.Name)
-		}
-		return nil, fmt.Errorf("run %s: create pod %s/%s: %w", job.ID, k.namespace, pod.Name, err)
-	}
-	k.log.Debug("pod created", "id", job.ID, "pod", pod.Name, "image", pod.Spec.Containers[0].Image)
-	defer func() {
-		if derr := k.deletePod(context.WithoutCancel(ctx), cs, pod.Name); derr != nil && err == nil {
-			res, err = nil, fmt.Errorf("teardown of run %s: %w", job.ID, derr)
-		}
-	}()
-	if err := k.waitRunning(ctx, cs, pod.Name, runtime.BootTimeout); err != nil {
-		if ctx.Err() != nil {
-			return &runtime.Result{ExitCode: -1, Reason: runtime.ReasonKilled, Runtime: Name, RuntimeVersion: version,
-				LimitsEnforcedBy: enforcement()}, nil
-		}
-		return nil, fmt.Errorf("run %s: %w", job.ID, err)
-	}
-	// The pod started after it was created: time.Since(created) bounds
-	// how long it has been up, without trusting the node's clock.
-	deadline := runDeadline(time.Since(created), job.Limits.WithDefaults().Timeout, *pod.Spec.ActiveDeadlineSeconds)
-	patch := fmt.Appendf(nil, `{"spec":{"activeDeadlineSeconds":%d}}`, deadline)
-	if _, err := pods.Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return nil, fmt.Errorf("run %s: set the deadline of pod %s/%s to %d s: %w", job.ID, k.namespace, pod.Name, deadline, err)
-	}
-	return k.exec(ctx, cs, cfg, pod.Name, job, argv, version)
+	return fmt.Errorf("run %s: create pod %s/%s: %w", id, namespace, name, err)
 }
 
 // exec runs argv in the pod's container with the job's stdin and caps,

@@ -1,0 +1,224 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	k8s "k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/skillbox/skillbox/runtime"
+)
+
+// The lifecycle on a cluster: Create makes the pod, Start waits until its
+// holder runs, Deliver sets the pod's deadline to the job's timeout and
+// execs the job into it, Wait collects the result, Destroy deletes the
+// pod. A cold run goes through all five at once (runtime.RunLifecycle);
+// the pool stops after Start, so a claim of a Ready pod never waits on the
+// scheduler or the image. Either way a pod runs exactly one job.
+//
+// A pod made for the pool (any boot but BootCold) has no deadline until its
+// job arrives: it may wait in the pool for as long as the pool keeps it
+// (PoolConfig.IdleTimeout), and the pool destroys it then. If skillbox dies
+// first, its sweep deletes it. Python-booted sandboxes are exec'd like
+// BootExec ones: the pod holds no supervisor of its own.
+
+var _ runtime.Lifecycle = (*Kubernetes)(nil)
+
+// podSandbox is one run's pod.
+type podSandbox struct {
+	k       *Kubernetes
+	spec    runtime.SandboxSpec
+	name    string
+	cs      k8s.Interface
+	cfg     *rest.Config
+	version string
+	created time.Time
+	// deadline is the pod's activeDeadlineSeconds as made; 0 for none.
+	deadline int64
+
+	// job is the delivered job; done closes when its exec ended.
+	job  runtime.Job
+	done chan struct{}
+	res  *runtime.Result
+	err  error
+
+	destroyOnce sync.Once
+	destroyErr  error
+}
+
+var _ runtime.Sandbox = (*podSandbox)(nil)
+
+// Create makes the pod of spec; it does not wait for it to run (Start).
+func (k *Kubernetes) Create(ctx context.Context, spec runtime.SandboxSpec) (runtime.Sandbox, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
+	}
+	if spec.RootFS == "" {
+		// The node runs the image by digest; the host's unpacked copy
+		// (RootFS) is not used here, and need not exist.
+		spec.RootFS = "/"
+	}
+	// The pod is made from the sandbox's part of a job: a placeholder
+	// argv stands for the job to come, which Deliver validates.
+	shell := runtime.JobOf(spec, runtime.Invocation{Args: []string{"true"}, Limits: spec.Limits})
+	if err := runtime.ValidateJob(shell); err != nil {
+		return nil, err
+	}
+	pod, err := podSpec(shell, k.namespace)
+	if err != nil {
+		return nil, err
+	}
+	var deadline int64
+	if spec.Boot == runtime.BootCold {
+		deadline = *pod.Spec.ActiveDeadlineSeconds
+	} else {
+		pod.Spec.ActiveDeadlineSeconds = nil
+	}
+	version, err := k.Version(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cs, cfg, err := k.connect()
+	if err != nil {
+		return nil, err
+	}
+	sb := &podSandbox{k: k, spec: spec, name: pod.Name, cs: cs, cfg: cfg, version: version, deadline: deadline, created: time.Now()}
+	if _, err := cs.CoreV1().Pods(k.namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		return nil, createError(spec.ID, k.namespace, pod.Name, err)
+	}
+	k.track(sb)
+	k.log.Debug("pod created", "id", spec.ID, "pod", pod.Name, "image", pod.Spec.Containers[0].Image, "boot", spec.Boot)
+	return sb, nil
+}
+
+func (s *podSandbox) ID() string { return s.spec.ID }
+
+// Start waits until the pod's holder runs, or fails naming why it does not
+// (see waitRunning).
+func (s *podSandbox) Start(ctx context.Context) error {
+	if err := s.k.waitRunning(ctx, s.cs, s.name, runtime.BootTimeout); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("sandbox %s: %w", s.spec.ID, ctx.Err())
+		}
+		return fmt.Errorf("sandbox %s: %w", s.spec.ID, err)
+	}
+	return nil
+}
+
+// Deliver checks inv against the sandbox, tightens the pod's deadline to
+// the job's timeout from now, and starts the job's exec.
+func (s *podSandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
+	if s.done != nil {
+		return fmt.Errorf("sandbox %s has had its job already", s.spec.ID)
+	}
+	job, err := runtime.Accept(ctx, s.spec, inv)
+	if err != nil {
+		return err
+	}
+	argv, err := execCommand(job)
+	if err != nil {
+		return err
+	}
+	if err := unsupported(job); err != nil {
+		return err
+	}
+	// The pod started after it was created: time.Since(created) bounds
+	// how long it has been up, without trusting the node's clock.
+	timeout := job.Limits.WithDefaults().Timeout
+	deadline := deadlineSeconds(time.Since(s.created) + timeout)
+	if s.deadline > 0 {
+		deadline = runDeadline(time.Since(s.created), timeout, s.deadline)
+	}
+	patch := fmt.Appendf(nil, `{"spec":{"activeDeadlineSeconds":%d}}`, deadline)
+	if _, err := s.cs.CoreV1().Pods(s.k.namespace).Patch(ctx, s.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		return fmt.Errorf("run %s: set the deadline of pod %s/%s to %d s: %w", job.ID, s.k.namespace, s.name, deadline, err)
+	}
+	s.deadline = deadline
+	s.job, s.done = job, make(chan struct{})
+	go func() {
+		defer close(s.done)
+		s.res, s.err = s.k.exec(ctx, s.cs, s.cfg, s.name, job, argv, s.version)
+		if s.res != nil {
+			s.res.Warm = s.spec.Boot != runtime.BootCold
+		}
+	}()
+	return nil
+}
+
+// Wait waits for the job's exec to end; the exec itself stops at the
+// job's timeout, its output caps and the Deliver context's end.
+func (s *podSandbox) Wait(ctx context.Context) (*runtime.Result, error) {
+	if s.done == nil {
+		return nil, fmt.Errorf("sandbox %s: no job delivered", s.spec.ID)
+	}
+	select {
+	case <-s.done:
+		return s.res, s.err
+	default:
+	}
+	select {
+	case <-s.done:
+		return s.res, s.err
+	case <-ctx.Done():
+		// The exec ends when its pod goes; Destroy deletes it.
+		if err := s.k.killPod(s.cs, s.name); err != nil {
+			s.k.log.Warn("kill pod", "pod", s.name, "err", err)
+		}
+		<-s.done
+		if s.res != nil {
+			s.res.Reason, s.res.ExitCode = runtime.ReasonKilled, 128+9
+		}
+		return s.res, s.err
+	}
+}
+
+// Destroy deletes the pod (grace 0) and waits until it is gone; it is safe
+// to call twice.
+func (s *podSandbox) Destroy(ctx context.Context) error {
+	s.destroyOnce.Do(func() {
+		s.destroyErr = s.k.deletePod(context.WithoutCancel(ctx), s.cs, s.name)
+		if s.destroyErr == nil {
+			s.k.untrack(s)
+		}
+	})
+	return s.destroyErr
+}
+
+// track and untrack keep the pods this process made and has not deleted,
+// for Close.
+func (k *Kubernetes) track(s *podSandbox) {
+	k.liveMu.Lock()
+	defer k.liveMu.Unlock()
+	if k.live == nil {
+		k.live = map[*podSandbox]struct{}{}
+	}
+	k.live[s] = struct{}{}
+}
+
+func (k *Kubernetes) untrack(s *podSandbox) {
+	k.liveMu.Lock()
+	defer k.liveMu.Unlock()
+	delete(k.live, s)
+}
+
+// Close deletes every pod this process made that is still there.
+func (k *Kubernetes) Close(ctx context.Context) error {
+	k.liveMu.Lock()
+	live := make([]*podSandbox, 0, len(k.live))
+	for s := range k.live {
+		live = append(live, s)
+	}
+	k.liveMu.Unlock()
+	var first error
+	for _, s := range live {
+		if err := s.Destroy(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
