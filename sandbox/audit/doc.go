@@ -44,8 +44,8 @@
 // # Records
 //
 // Every record has seq (1, 2, 3, … without gaps across all files), time (UTC,
-// RFC 3339 with nanoseconds), event (one of the Event constants), prev_hash
-// and hash. The rest depends on the event: peer (uid, gid, pid, process),
+// RFC 3339 with nanoseconds), replica (the daemon replica that wrote it, see
+// Replicas below), event (one of the Event constants), prev_hash and hash. The rest depends on the event: peer (uid, gid, pid, process),
 // session_id, request_id, method, skill {name, digest}, skills, read, run,
 // decision, confirmation, daemon, log, checkpoint, outcome, error, detail.
 // Members that are empty are omitted (a missing number means 0).
@@ -77,7 +77,7 @@
 // be written in any language in a few lines (strip the suffix, append "}",
 // hash, compare, parse seq and prev_hash, compare with the previous record).
 // For the record, the writer produces the bytes with Go's encoding/json:
-// members in the fixed order of the [Record] struct (seq, time, event, peer,
+// members in the fixed order of the [Record] struct (seq, time, replica, event, peer,
 // session_id, request_id, method, skill, skills, read, run, decision,
 // confirmation, daemon, log, checkpoint, outcome, error, detail, prev_hash,
 // hash), nested objects in their structs' field order and maps with sorted

@@ -81,6 +81,10 @@ type Report struct {
 	FirstTime time.Time `json:"first_time"`
 	LastTime  time.Time `json:"last_time"`
 	Head      string    `json:"head"` // hash of the last record
+	// Replicas are the replica names the chain's records carry, in order
+	// of first appearance: one for a replica's chain, none for a log
+	// written before replicas; a second means the writer was renamed.
+	Replicas []string `json:"replicas,omitempty"`
 	// Partial is set when the chain starts at a rotate record (VerifyOptions.Partial).
 	Partial bool `json:"partial,omitempty"`
 	// LogCheckpoints counts audit.checkpoint records; SignaturesChecked says
@@ -397,6 +401,9 @@ func (v *verifier) record(p *parsedLine, fi int) error {
 	}
 	if _, ok := v.need[rec.Seq]; ok {
 		v.need[rec.Seq] = hash
+	}
+	if rec.Replica != "" && !slices.Contains(v.rep.Replicas, rec.Replica) {
+		v.rep.Replicas = append(v.rep.Replicas, rec.Replica)
 	}
 	v.rep.Records++
 	v.rep.LastSeq, v.rep.LastTime, v.rep.Head = rec.Seq, rec.Time, hash
