@@ -91,8 +91,8 @@ type Record struct {
 	// Replica names the daemon replica whose chain holds the record
 	// (Options.Replica). Records of logs written before replicas existed
 	// have none.
-	Replica   string `json:"replica,omitempty"`
-	Event     string `json:"event"`
+	Replica   string    `json:"replica,omitempty"`
+	Event     string    `json:"event"`
 	Peer      *api.Peer `json:"peer,omitempty"`
 	SessionID string    `json:"session_id,omitempty"`
 	RequestID string    `json:"request_id,omitempty"`
