@@ -41,6 +41,21 @@
 // pid; checkpoints.jsonl (by default) holds the signed checkpoints, one per
 // line.
 //
+// # Replicas
+//
+// Daemons replicated over several machines each keep their own chain, never
+// one shared: a global chain would make every run wait on a cross-node
+// lock, while per-replica chains keep the fail-closed rule local. A replica
+// writes [Options.Replica] into every record and its chain into its own
+// directory, [ReplicaDir] (audit_dir/<replica>), so replicas may share one
+// volume; the writer lock then refuses a second daemon with the same name.
+// A directory can thus hold several chains: itself (a daemon without a
+// replica name, or a log from before replicas) and its subdirectories
+// ([Chains]). [VerifyAll] checks each on its own; [Scan], [Read] and
+// [Export] merge them by time, ties broken by replica and seq, keeping each
+// chain's own order. Records written before replicas have no replica
+// member; the hash covers the line as written, so they verify unchanged.
+//
 // # Records
 //
 // Every record has seq (1, 2, 3, … without gaps across all files), time (UTC,
