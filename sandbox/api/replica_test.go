@@ -1,6 +1,7 @@
 package api
 
 import (
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -32,4 +33,23 @@ func TestCheckReplica(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzCheckReplica: a name CheckReplica accepts is one path element that
+// stays inside its parent and prints as itself.
+func FuzzCheckReplica(f *testing.F) {
+	for _, s := range []string{"skillbox-0", "..", "a/b", "a\x00b", ".x", "x.", "é", "A_b.c-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if CheckReplica(s) != nil {
+			return
+		}
+		if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\\\x00 \n\t") || len(s) > MaxReplicaLen {
+			t.Fatalf("accepted %q", s)
+		}
+		if q := strconv.Quote(s); q[1:len(q)-1] != s {
+			t.Fatalf("accepted %q, which does not print as itself", s)
+		}
+	})
 }
