@@ -119,6 +119,9 @@ func TestVerifyAll(t *testing.T) {
 			}
 		})
 	}
+	if _, err := Verify(twoReplicas(t), VerifyOptions{}); !errors.Is(err, ErrNoLog) || !strings.Contains(err.Error(), "a, b") {
+		t.Fatalf("Verify of a dir of chains: %v, want ErrNoLog naming them", err)
+	}
 	if _, err := VerifyAll(t.TempDir(), VerifyOptions{}); !errors.Is(err, ErrNoLog) {
 		t.Fatalf("empty root: %v, want ErrNoLog", err)
 	}

@@ -173,6 +173,9 @@ func verifyChain(dir string, opts VerifyOptions, ext []Checkpoint, ownOnly bool)
 		if len(ext) > 0 {
 			return rep, &TamperError{Seq: 1, Reason: ReasonTruncated, Detail: fmt.Sprintf("no log files in %s, but a checkpoint vouches for seq %d", dir, ext[len(ext)-1].Seq)}
 		}
+		if cs, _ := Chains(dir); len(cs) > 0 {
+			return rep, fmt.Errorf("%w in %s itself: it holds the chains of replicas %s; verify them all with VerifyAll ('skillbox audit verify --dir %s')", ErrNoLog, dir, chainNames(cs), dir)
+		}
 		return rep, fmt.Errorf("%w in %s", ErrNoLog, dir)
 	}
 
