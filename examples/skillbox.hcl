@@ -7,6 +7,9 @@ daemon {
   state_dir = "/var/lib/skillbox"
   audit_dir = "/var/log/skillbox"
   approvers = ["root"]          # users (names or uids) allowed to approve confirmations
+  # replica = "skillbox-0"      # this daemon's name among replicas: in every audit record, and its
+                                # audit chain is then audit_dir/<replica>/ (default: the host name,
+                                # chain in audit_dir itself)
 
   # socket_mode         = "0660"      # octal, quoted
   # socket_group        = "skillbox"  # group owning the socket (default: unchanged)

@@ -105,6 +105,12 @@ type Daemon struct {
 	Runtime             string
 	ToolMode            ToolMode
 	Pos                 Pos
+	// Replica names this daemon among replicas serving the same hosts; it
+	// is in every audit record. Set, the audit chain is
+	// <audit_dir>/<replica>/, so replicas can share one audit volume;
+	// "" means the host name and the chain in audit_dir itself (one
+	// machine).
+	Replica string
 }
 
 // Skills is the skills {} block.

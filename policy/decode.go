@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/zclconf/go-cty/cty"
 )
 
@@ -45,7 +46,7 @@ var (
 		"max_active_skills", "run_queue_timeout", "idle_timeout", "max_line_bytes",
 		"confirmation_ttl", "runtime", "tool_mode", "max_connections_per_uid", "max_runs_per_uid",
 		"max_queued_runs_per_uid", "max_request_bytes_per_uid", "approver_connections", "approver_runs",
-		"workspace_quota")}
+		"workspace_quota", "replica")}
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
 		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
@@ -465,6 +466,11 @@ func (d *decoder) daemon(blk *hcl.Block) {
 	}
 	b.path("state_dir", &dc.StateDir)
 	b.path("audit_dir", &dc.AuditDir)
+	if a := b.str("replica", &dc.Replica); a != nil {
+		if err := api.CheckReplica(dc.Replica); err != nil {
+			b.bad(a, "%v", err)
+		}
+	}
 	var appr []string
 	if a := b.strs("approvers", &appr); a != nil {
 		ok := true

@@ -31,7 +31,7 @@ func auditCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:  "verify",
-				Usage: "check the hash chain (and signed checkpoints); exit 1 naming the first bad seq",
+				Usage: "check the hash chain (and signed checkpoints) of each replica; exit 1 naming each chain's first bad seq",
 				Flags: []cli.Flag{
 					dirFlag,
 					&cli.StringFlag{Name: "pubkey", Usage: "public key `FILE` to check checkpoint signatures"},
@@ -61,7 +61,7 @@ func auditCommand() *cli.Command {
 			},
 			{
 				Name:  "export",
-				Usage: "write records as flat JSON lines for a SIEM",
+				Usage: "write records as flat JSON lines for a SIEM, all replicas' chains merged by time",
 				Flags: append([]cli.Flag{dirFlag}, append(filterFlags(),
 					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` instead of stdout"})...),
 				Action: auditExport,
@@ -78,6 +78,7 @@ func auditCommand() *cli.Command {
 
 func filterFlags() []cli.Flag {
 	return []cli.Flag{
+		&cli.StringFlag{Name: "replica", Usage: "only records written by replica `NAME`"},
 		&cli.StringFlag{Name: "session", Usage: "only session `ID`"},
 		&cli.StringFlag{Name: "skill", Usage: "only records about skill `NAME`"},
 		&cli.StringFlag{Name: "event", Usage: "only `EVENT`s: exact (run.end), family (run), glob (confirmation.*), comma-separated"},
@@ -107,7 +108,7 @@ func auditVerify(c *cli.Context) error {
 		}
 		opts.Checkpoints = p
 	}
-	rep, err := audit.Verify(dir, opts)
+	results, err := audit.VerifyAll(dir, opts)
 	var te *audit.TamperError
 	if err != nil && !errors.As(err, &te) {
 		if errors.Is(err, audit.ErrNoLog) {
@@ -116,13 +117,41 @@ func auditVerify(c *cli.Context) error {
 		return exitCode(1, "verifying %s: %v", dir, err)
 	}
 	out := c.App.Writer
+	if len(results) == 1 && results[0].Name == "" && te == nil {
+		// One chain in the directory itself: one machine, as before replicas.
+		r := results[0]
+		if r.Err != nil {
+			return exitCode(1, "verifying %s: %v", dir, r.Err)
+		}
+		if c.Bool("json") {
+			writeVerifyJSON(out, r.Report, r.Failure)
+		} else {
+			printReport(out, r.Report, r.Failure, opts)
+		}
+		if r.Failure != nil {
+			return exitCode(1, "audit log %s is NOT intact: first bad seq %d: %s", dir, r.Failure.Seq, clean(r.Failure.Finding()))
+		}
+		return nil
+	}
 	if c.Bool("json") {
-		writeVerifyJSON(out, rep, te)
+		writeChainsJSON(out, dir, results, te)
 	} else {
-		printReport(out, rep, te, opts)
+		printChains(out, dir, results, te, opts)
+	}
+	var bad []string
+	for _, r := range results {
+		switch {
+		case r.Err != nil:
+			bad = append(bad, fmt.Sprintf("chain %s: not checked: %v", r.Label(), r.Err))
+		case r.Failure != nil:
+			bad = append(bad, fmt.Sprintf("chain %s: first bad seq %d: %s", r.Label(), r.Failure.Seq, clean(r.Failure.Finding())))
+		}
 	}
 	if te != nil {
-		return exitCode(1, "audit log %s is NOT intact: first bad seq %d: %s", dir, te.Seq, clean(te.Finding()))
+		bad = append(bad, clean(te.Finding()))
+	}
+	if len(bad) > 0 {
+		return exitCode(1, "audit log %s is NOT intact:\n  %s", dir, strings.Join(bad, "\n  "))
 	}
 	return nil
 }
@@ -138,6 +167,74 @@ func writeVerifyJSON(w io.Writer, rep *audit.Report, te *audit.TamperError) {
 	enc.Encode(v)
 }
 
+// writeChainsJSON is --json for a directory of several chains (replicas).
+func writeChainsJSON(w io.Writer, dir string, results []audit.ChainResult, te *audit.TamperError) {
+	type chain struct {
+		audit.ChainResult
+		OK    bool   `json:"ok"`
+		Error string `json:"error,omitempty"`
+	}
+	v := struct {
+		OK      bool               `json:"ok"`
+		Dir     string             `json:"dir"`
+		Chains  []chain            `json:"chains"`
+		Failure *audit.TamperError `json:"failure,omitempty"`
+	}{OK: te == nil, Dir: dir, Failure: te}
+	for _, r := range results {
+		ch := chain{ChainResult: r, OK: r.OK()}
+		if r.Err != nil {
+			ch.Error = r.Err.Error()
+		}
+		v.OK = v.OK && ch.OK
+		v.Chains = append(v.Chains, ch)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// printChains reports each chain of a directory of replicas' chains, then a
+// table of them all.
+func printChains(w io.Writer, dir string, results []audit.ChainResult, te *audit.TamperError, opts audit.VerifyOptions) {
+	for _, r := range results {
+		if r.Err != nil {
+			fmt.Fprintf(w, "audit log %s: not checked: %v\n\n", r.Dir, r.Err)
+			continue
+		}
+		printReport(w, r.Report, r.Failure, opts)
+		fmt.Fprintln(w)
+	}
+	intact := 0
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHAIN\tREPLICA\tRECORDS\tHEAD\tSTATE")
+	for _, r := range results {
+		replica, records, head, state := "-", "-", "-", "intact"
+		if rep := r.Report; rep != nil {
+			if len(rep.Replicas) > 0 {
+				replica = strings.Join(rep.Replicas, ",")
+			}
+			records = strconv.FormatUint(rep.Records, 10)
+			if rep.Head != "" {
+				head = rep.Head[:min(16, len(rep.Head))]
+			}
+		}
+		switch {
+		case r.Err != nil:
+			state = "not checked: " + clean(r.Err.Error())
+		case r.Failure != nil:
+			state = fmt.Sprintf("NOT intact: first bad seq %d: %s", r.Failure.Seq, clean(r.Failure.Finding()))
+		default:
+			intact++
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", clean(r.Label()), replica, records, head, state)
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%s: %d chain(s), %d intact\n", dir, len(results), intact)
+	if te != nil {
+		fmt.Fprintf(w, "checkpoints: %s\n", clean(te.Finding()))
+	}
+}
+
 func printReport(w io.Writer, rep *audit.Report, te *audit.TamperError, opts audit.VerifyOptions) {
 	if rep == nil {
 		return
@@ -149,6 +246,13 @@ func printReport(w io.Writer, rep *audit.Report, te *audit.TamperError, opts aud
 	fmt.Fprintf(w, "audit log %s: %s\n", rep.Dir, state)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "  log id\t%s\n", rep.LogID)
+	if len(rep.Replicas) > 0 {
+		fmt.Fprintf(tw, "  replica\t%s", rep.Replicas[0])
+		if len(rep.Replicas) > 1 {
+			fmt.Fprintf(tw, " (renamed later: %s)", strings.Join(rep.Replicas[1:], ", "))
+		}
+		fmt.Fprintln(tw)
+	}
 	fmt.Fprintf(tw, "  records\t%d (seq %d to %d) in %d file(s)", rep.Records, rep.FirstSeq, rep.LastSeq, len(rep.Files))
 	if len(rep.Files) > 0 {
 		fmt.Fprintf(tw, ": %s", rep.Files[0])
@@ -220,9 +324,20 @@ func auditQuery(c *cli.Context) error {
 	}
 	out := c.App.Writer
 	asJSON := c.Bool("json")
+	// Several chains (replicas) are merged by time; a column says whose
+	// each record is.
+	chains, err := audit.Chains(c.String("dir"))
+	if err != nil {
+		return exitCode(1, "audit query: %v", err)
+	}
+	multi := len(chains) > 1
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
 	if !asJSON {
-		fmt.Fprintln(tw, strings.Join(tableHeader(), "\t"))
+		h := tableHeader()
+		if multi {
+			h = append(h[:1:1], append([]string{"REPLICA"}, h[1:]...)...)
+		}
+		fmt.Fprintln(tw, strings.Join(h, "\t"))
 	}
 	n := 0
 	err = audit.Scan(c.String("dir"), func(e *audit.Entry) error {
@@ -234,7 +349,11 @@ func auditQuery(c *cli.Context) error {
 			_, err := fmt.Fprintf(out, "%s\n", e.Raw)
 			return err
 		}
-		_, err := fmt.Fprintln(tw, strings.Join(recordRow(e.Record), "\t"))
+		row := recordRow(e.Record)
+		if multi {
+			row = append(row[:1:1], append([]string{orDash(clean(e.Record.Replica))}, row[1:]...)...)
+		}
+		_, err := fmt.Fprintln(tw, strings.Join(row, "\t"))
 		return err
 	})
 	tw.Flush()
@@ -287,7 +406,7 @@ func auditKeygen(c *cli.Context) error {
 }
 
 func parseFilter(c *cli.Context) (audit.Filter, error) {
-	f := audit.Filter{SessionID: c.String("session"), Skill: c.String("skill"), Event: c.String("event")}
+	f := audit.Filter{Replica: c.String("replica"), SessionID: c.String("session"), Skill: c.String("skill"), Event: c.String("event")}
 	now := time.Now()
 	var err error
 	if f.Since, err = parseWhen(c.String("since"), now); err != nil {

@@ -238,6 +238,7 @@ func printConfig(w io.Writer, cfg *policy.Config) {
 	p("  socket\t%s (mode %04o, group %s)", dc.Socket, uint32(dc.SocketMode), group)
 	p("  state_dir\t%s", dc.StateDir)
 	p("  audit_dir\t%s", orNone(dc.AuditDir, "none: no audit log"))
+	p("  replica\t%s", orNone(dc.Replica, "the host name; chain in audit_dir itself"))
 	p("  approvers\t%s", orNone(strings.Join(dc.Approvers, " "), "none: confirmations cannot be approved"))
 	p("  runtime\t%s", dc.Runtime)
 	p("  tool_mode\t%s", dc.ToolMode)

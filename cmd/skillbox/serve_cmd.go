@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/stack"
 )
 
@@ -20,6 +21,7 @@ func serveCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "HCL config `FILE`", Value: "/etc/skillbox/skillbox.hcl"},
 			&cli.StringFlag{Name: "socket", Usage: "override daemon.socket"},
+			&cli.StringFlag{Name: "replica", Usage: "override daemon.replica: this daemon's `NAME` among replicas (a Kubernetes Deployment sets it from the pod name)", EnvVars: []string{"SKILLBOX_REPLICA"}},
 			&cli.DurationFlag{Name: "grace", Usage: "on SIGTERM or SIGINT, how long runs in flight may finish before they are killed; a second signal kills them at once", Value: 30 * time.Second},
 		},
 		Action: serveAction,
@@ -34,6 +36,12 @@ func serveAction(c *cli.Context) error {
 	}
 	if s := c.String("socket"); s != "" {
 		cfg.Daemon.Socket = s
+	}
+	if r := c.String("replica"); r != "" {
+		if err := api.CheckReplica(r); err != nil {
+			return exitCode(2, "--replica (or SKILLBOX_REPLICA): %v", err)
+		}
+		cfg.Daemon.Replica = r
 	}
 	if err := stack.CheckServeConfig(cfg); err != nil {
 		return err

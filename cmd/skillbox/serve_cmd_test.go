@@ -58,6 +58,12 @@ func TestServeConfigErrorsOneLine(t *testing.T) {
 		t.Error("serve opened its socket despite the config error")
 	}
 
+	// A bad --replica (or SKILLBOX_REPLICA) is refused before anything starts.
+	err = newApp().Run([]string{"skillbox", "serve", "--config", cfg, "--replica", "../x"})
+	if err == nil || !strings.Contains(err.Error(), "--replica") || !strings.Contains(err.Error(), "not allowed") {
+		t.Errorf("serve --replica ../x: %v", err)
+	}
+
 	// A missing file says so.
 	err = newApp().Run([]string{"skillbox", "serve", "--config", filepath.Join(dir, "missing.hcl")})
 	if err == nil || !strings.Contains(err.Error(), "missing.hcl") || !strings.Contains(err.Error(), "no such file") {

@@ -41,11 +41,26 @@
 // pid; checkpoints.jsonl (by default) holds the signed checkpoints, one per
 // line.
 //
+// # Replicas
+//
+// Daemons replicated over several machines each keep their own chain, never
+// one shared: a global chain would make every run wait on a cross-node
+// lock, while per-replica chains keep the fail-closed rule local. A replica
+// writes [Options.Replica] into every record and its chain into its own
+// directory, [ReplicaDir] (audit_dir/<replica>), so replicas may share one
+// volume; the writer lock then refuses a second daemon with the same name.
+// A directory can thus hold several chains: itself (a daemon without a
+// replica name, or a log from before replicas) and its subdirectories
+// ([Chains]). [VerifyAll] checks each on its own; [Scan], [Read] and
+// [Export] merge them by time, ties broken by replica and seq, keeping each
+// chain's own order. Records written before replicas have no replica
+// member; the hash covers the line as written, so they verify unchanged.
+//
 // # Records
 //
 // Every record has seq (1, 2, 3, … without gaps across all files), time (UTC,
-// RFC 3339 with nanoseconds), event (one of the Event constants), prev_hash
-// and hash. The rest depends on the event: peer (uid, gid, pid, process),
+// RFC 3339 with nanoseconds), replica (the daemon replica that wrote it, see
+// Replicas below), event (one of the Event constants), prev_hash and hash. The rest depends on the event: peer (uid, gid, pid, process),
 // session_id, request_id, method, skill {name, digest}, skills, read, run,
 // decision, confirmation, daemon, log, checkpoint, outcome, error, detail.
 // Members that are empty are omitted (a missing number means 0).
@@ -77,7 +92,7 @@
 // be written in any language in a few lines (strip the suffix, append "}",
 // hash, compare, parse seq and prev_hash, compare with the previous record).
 // For the record, the writer produces the bytes with Go's encoding/json:
-// members in the fixed order of the [Record] struct (seq, time, event, peer,
+// members in the fixed order of the [Record] struct (seq, time, replica, event, peer,
 // session_id, request_id, method, skill, skills, read, run, decision,
 // confirmation, daemon, log, checkpoint, outcome, error, detail, prev_hash,
 // hash), nested objects in their structs' field order and maps with sorted

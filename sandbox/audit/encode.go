@@ -99,6 +99,7 @@ var errHashMismatch = errors.New("content does not match its hash")
 type chainRec struct {
 	Seq        uint64      `json:"seq"`
 	Time       time.Time   `json:"time"`
+	Replica    string      `json:"replica"`
 	Event      string      `json:"event"`
 	Log        *LogInfo    `json:"log"`
 	Checkpoint *Checkpoint `json:"checkpoint"`

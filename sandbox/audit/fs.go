@@ -102,10 +102,12 @@ func listFiles(dir string) ([]logFile, error) {
 }
 
 // lockDir takes the single-writer lock of dir: an exclusive, non-blocking
-// flock on audit.lock, which then holds the writer's pid for the message a
-// second writer gets. The kernel drops the lock when the process dies, so a
-// crash never leaves a stale lock.
-func lockDir(dir string) (*os.File, error) {
+// flock on audit.lock, which then holds the writer's pid, host and replica
+// for the message a second writer gets. The kernel drops the lock when the
+// process dies, so a crash never leaves a stale lock. Replicas sharing a
+// volume each lock their own directory, so two daemons started with one
+// replica name are refused here instead of forking a chain.
+func lockDir(dir, replica string) (*os.File, error) {
 	p := filepath.Join(dir, lockName)
 	f, err := os.OpenFile(p, os.O_RDWR|os.O_CREATE, 0o640)
 	if err != nil {
@@ -117,16 +119,34 @@ func lockDir(dir string) (*os.File, error) {
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			holder := strings.TrimSpace(string(b))
 			if holder == "" {
-				holder = "unknown"
+				holder = "pid unknown"
+			} else if !strings.Contains(holder, " ") {
+				holder = "pid " + holder // written before the lock named host and replica
 			}
-			return nil, errkind.Errorf(ErrLocked, "%s is being written by another process (pid %s); stop it or use another audit dir", dir, holder)
+			if replica != "" {
+				return nil, errkind.Errorf(ErrLocked, "%s is being written by another daemon (%s): two daemons must not share replica name %q; give each its own daemon.replica, or stop the other", dir, holder, replica)
+			}
+			return nil, errkind.Errorf(ErrLocked, "%s is being written by another process (%s); stop it or use another audit dir", dir, holder)
 		}
 		return nil, errkind.Errorf(ErrUnavailable, "locking %s: %w", p, err)
 	}
 	if err := f.Truncate(0); err == nil {
-		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+		f.WriteAt([]byte(lockHolder(replica)+"\n"), 0)
 	}
 	return f, nil
+}
+
+// lockHolder describes this process for audit.lock: "pid N host H", and the
+// replica if it has one.
+func lockHolder(replica string) string {
+	s := "pid " + strconv.Itoa(os.Getpid())
+	if h, err := os.Hostname(); err == nil && h != "" {
+		s += " host " + strconv.QuoteToGraphic(h)
+	}
+	if replica != "" {
+		s += " replica " + replica
+	}
+	return s
 }
 
 func unlockDir(f *os.File) {

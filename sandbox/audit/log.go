@@ -22,6 +22,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // Sentinel errors.
@@ -54,6 +55,10 @@ const maxBatch = 512
 
 // Options tune a Log. The zero value is usable.
 type Options struct {
+	// Replica names the daemon replica that writes the log; it goes into
+	// every record (see api.CheckReplica). "" writes records without one,
+	// as logs did before replicas.
+	Replica string
 	// RotateBytes starts a new file once the current one has reached this
 	// size (default 64 MiB; negative: never).
 	RotateBytes int64
@@ -176,10 +181,15 @@ func Open(dir string, opts Options) (*Log, error) {
 
 func openLog(dir string, opts Options, fsys fileSystem, now func() time.Time) (*Log, error) {
 	opts = opts.withDefaults(dir)
+	if opts.Replica != "" {
+		if err := api.CheckReplica(opts.Replica); err != nil {
+			return nil, fmt.Errorf("audit: %w", err)
+		}
+	}
 	if err := os.MkdirAll(dir, 0o750); err != nil {
 		return nil, errkind.Wrap(ErrUnavailable, err)
 	}
-	lock, err := lockDir(dir)
+	lock, err := lockDir(dir, opts.Replica)
 	if err != nil {
 		return nil, err
 	}
@@ -262,7 +272,7 @@ func (l *Log) resume() error {
 		if err := l.truncate(0); err != nil {
 			return err
 		}
-		items := []item{{body: mustBody(&Record{Event: EventRotate, Log: &LogInfo{ID: l.logID, File: last.Name, PrevFile: prev.Name, Reason: "open"}})}}
+		items := []item{{body: l.mustBody(&Record{Event: EventRotate, Log: &LogInfo{ID: l.logID, File: last.Name, PrevFile: prev.Name, Reason: "open"}})}}
 		l.curStart = l.now()
 		return l.writeRecovered(items, dropped)
 	}
@@ -317,7 +327,7 @@ func (l *Log) genesis(name string, flag int, dropped *Dropped) error {
 	l.cur, l.curN, l.curName, l.curPath = f, n, name, path
 	l.logID = hex.EncodeToString(id)
 	l.seq, l.hash, l.offset, l.curStart = 0, l.logID, 0, l.now()
-	items := []item{{body: mustBody(&Record{Event: EventGenesis, Log: &LogInfo{ID: l.logID, Version: FormatVersion, File: name}})}}
+	items := []item{{body: l.mustBody(&Record{Event: EventGenesis, Log: &LogInfo{ID: l.logID, Version: FormatVersion, File: name}})}}
 	if err := l.writeRecovered(items, dropped); err != nil {
 		return err
 	}
@@ -331,7 +341,7 @@ func (l *Log) genesis(name string, flag int, dropped *Dropped) error {
 // audit.recovered record, during Open.
 func (l *Log) writeRecovered(items []item, dropped *Dropped) error {
 	if dropped != nil {
-		items = append(items, item{body: mustBody(&Record{Event: EventRecovered, Outcome: OutcomeOK,
+		items = append(items, item{body: l.mustBody(&Record{Event: EventRecovered, Outcome: OutcomeOK,
 			Log: &LogInfo{ID: l.logID, File: l.curName, Dropped: dropped}})})
 		l.recovered = dropped
 	}
@@ -369,7 +379,9 @@ func (l *Log) Append(ctx context.Context, r *Record) error {
 	if strings.HasPrefix(r.Event, "audit.") {
 		return fmt.Errorf("audit: event %q is reserved for the log itself", r.Event)
 	}
-	body, err := encodeBody(r)
+	c := *r
+	c.Replica = l.opts.Replica
+	body, err := encodeBody(&c)
 	if err != nil {
 		return err
 	}
@@ -377,7 +389,7 @@ func (l *Log) Append(ctx context.Context, r *Record) error {
 	if err != nil {
 		return err
 	}
-	r.Seq, r.Time, r.PrevHash, r.Hash = res.seq, res.time, res.prev, res.hash
+	r.Seq, r.Time, r.Replica, r.PrevHash, r.Hash = res.seq, res.time, l.opts.Replica, res.prev, res.hash
 	return nil
 }
 
@@ -431,6 +443,9 @@ func (l *Log) Head() (seq uint64, hash string) {
 
 // LogID returns the log's random id (the genesis anchor).
 func (l *Log) LogID() string { return l.logID }
+
+// Replica returns the replica name the log writes into its records.
+func (l *Log) Replica() string { return l.opts.Replica }
 
 // Dir returns the log's directory.
 func (l *Log) Dir() string { return l.dir }
@@ -531,7 +546,7 @@ func (l *Log) commit(items []item) error {
 			return l.fail(err, items)
 		}
 		out := &Outage{Since: l.failedSince, Refused: l.refused, LastError: l.failed.Error()}
-		pre = append(pre, item{body: mustBody(&Record{Event: EventResumed, Outcome: OutcomeOK, Log: &LogInfo{ID: l.logID, Outage: out}})})
+		pre = append(pre, item{body: l.mustBody(&Record{Event: EventResumed, Outcome: OutcomeOK, Log: &LogInfo{ID: l.logID, Outage: out}})})
 	}
 	if reason := l.rotateReason(); reason != "" {
 		if err := l.rotate(reason); err != nil {
@@ -551,7 +566,7 @@ func (l *Log) commit(items []item) error {
 		if it.cp != nil {
 			*it.cp = Checkpoint{LogID: l.logID, Seq: seq, Hash: prev, Time: t}
 			it.cp.sign(l.opts.SigningKey)
-			it.body = mustBody(&Record{Event: EventCheckpoint, Checkpoint: it.cp})
+			it.body = l.mustBody(&Record{Event: EventCheckpoint, Checkpoint: it.cp})
 			cps = append(cps, it.cp)
 		}
 		seq++
@@ -662,7 +677,7 @@ func (l *Log) rotate(reason string) error {
 		return err
 	}
 	t := l.now().UTC()
-	line, h := assemble(l.seq+1, t, mustBody(&Record{Event: EventRotate, Log: &LogInfo{ID: l.logID, File: name, PrevFile: l.curName, Reason: reason}}), l.hash)
+	line, h := assemble(l.seq+1, t, l.mustBody(&Record{Event: EventRotate, Log: &LogInfo{ID: l.logID, File: name, PrevFile: l.curName, Reason: reason}}), l.hash)
 	k, err := f.WriteAt(line, 0)
 	if err == nil && k < len(line) {
 		err = io.ErrShortWrite
@@ -755,8 +770,10 @@ func encodeBody(r *Record) ([]byte, error) {
 	return oneLine(b[len(bodyPrefix) : len(b)-len(bodySuffix)])
 }
 
-// mustBody encodes the log's own records, which cannot fail to encode.
-func mustBody(r *Record) []byte {
+// mustBody encodes the log's own records, which cannot fail to encode, with
+// the log's replica.
+func (l *Log) mustBody(r *Record) []byte {
+	r.Replica = l.opts.Replica
 	b, err := encodeBody(r)
 	if err != nil {
 		panic(err)

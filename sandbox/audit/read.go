@@ -19,10 +19,15 @@ import (
 // Entry is one record as read back: where it is, its exact bytes and its
 // decoded form. Reading does not verify; use Verify for that.
 type Entry struct {
+	// Chain is the name of the chain's subdirectory ("" for the chain in
+	// the directory read itself, see Chains); File is relative to it.
+	Chain  string
 	File   string
 	Offset int64
 	Raw    []byte // the line without "\n"; valid only during the callback
 	Record *Record
+
+	chainIdx int
 }
 
 // ErrStop, returned by a callback, ends Scan, Read or Tail early; they then
@@ -30,24 +35,15 @@ type Entry struct {
 var ErrStop = errors.New("audit: stop")
 
 // Scan calls fn for every complete record in dir, in log order. An
-// incomplete last line (a write in progress) is skipped.
+// incomplete last line (a write in progress) is skipped. When dir holds
+// several chains (replicas, see Chains) their records are merged by time,
+// ties broken by replica and then seq; each chain's own order is kept.
 func Scan(dir string, fn func(*Entry) error) error {
-	files, err := listFiles(dir)
+	chains, err := chainsIn(dir)
 	if err != nil {
 		return err
 	}
-	if len(files) == 0 {
-		return fmt.Errorf("%w in %s", ErrNoLog, dir)
-	}
-	for _, f := range files {
-		if _, err := scanFile(f, 0, fn); err != nil {
-			if errors.Is(err, ErrStop) {
-				return nil
-			}
-			return err
-		}
-	}
-	return nil
+	return scanMerged(chains, fn)
 }
 
 // scanFile calls fn for each complete record of f from offset off and
@@ -65,13 +61,16 @@ func scanFile(f logFile, off int64, fn func(*Entry) error) (int64, error) {
 	})
 }
 
-// Read calls fn for every record in dir, in log order.
+// Read calls fn for every record in dir, in log order (merged by time over
+// several chains, as Scan).
 func Read(dir string, fn func(*Record) error) error {
 	return Scan(dir, func(e *Entry) error { return fn(e.Record) })
 }
 
 // Filter selects records for query, tail and export. Zero fields match all.
 type Filter struct {
+	// Replica matches the replica that wrote the record.
+	Replica   string
 	SessionID string
 	// Skill matches the record's skill or any of its skills by name.
 	Skill string
@@ -86,6 +85,9 @@ type Filter struct {
 
 // Match reports whether r passes the filter.
 func (f *Filter) Match(r *Record) bool {
+	if f.Replica != "" && r.Replica != f.Replica {
+		return false
+	}
 	if f.SessionID != "" && r.SessionID != f.SessionID {
 		return false
 	}
@@ -136,12 +138,24 @@ type TailOptions struct {
 
 // Tail calls fn for the last N records of dir and then, with Follow, for each
 // new record until ctx ends (returning nil). It follows rotation: once a newer
-// file exists and the current one has been read to its end, it moves on.
+// file exists and the current one has been read to its end, it moves on. It
+// follows one chain: a dir holding several (replicas) is refused with their
+// names, so the caller can pick one.
 func Tail(ctx context.Context, dir string, opts TailOptions, fn func(*Entry) error) error {
 	if opts.Poll <= 0 {
 		opts.Poll = 250 * time.Millisecond
 	}
-	err := tail(ctx, dir, opts, fn)
+	chains, err := Chains(dir)
+	if err != nil {
+		return err
+	}
+	switch {
+	case len(chains) == 1:
+		dir = chains[0].Dir
+	case len(chains) > 1:
+		return fmt.Errorf("%s holds %d chains (%s), one per replica; tail one of them: --dir %s", dir, len(chains), chainNames(chains), ReplicaDir(dir, chains[len(chains)-1].Label()))
+	}
+	err = tail(ctx, dir, opts, fn)
 	if errors.Is(err, ErrStop) {
 		return nil
 	}
@@ -264,7 +278,9 @@ func countLines(p string) (int, error) {
 }
 
 // Export writes the records of dir that pass f to w as plain JSON Lines for
-// a SIEM: one flat object per record (see Flatten). It returns how many.
+// a SIEM: one flat object per record (see Flatten), with its replica and seq
+// as written. Several chains (replicas) are merged by time as in Scan. It
+// returns how many.
 func Export(w io.Writer, dir string, f Filter) (int, error) {
 	bw := bufio.NewWriterSize(w, 256<<10)
 	enc := json.NewEncoder(bw)
@@ -276,7 +292,7 @@ func Export(w io.Writer, dir string, f Filter) (int, error) {
 		}
 		m, err := Flatten(e.Raw)
 		if err != nil {
-			return fmt.Errorf("%s at byte %d: %v", e.File, e.Offset, err)
+			return fmt.Errorf("%s at byte %d: %v", filepath.Join(e.Chain, e.File), e.Offset, err)
 		}
 		n++
 		return enc.Encode(m)

@@ -82,12 +82,16 @@ const (
 )
 
 // Record is one audit event. Callers fill Event and what describes it; Append
-// fills Seq, Time, PrevHash and Hash. The field order here is the key order of
-// the JSON line (see the package comment): do not reorder fields, and keep
-// Hash last.
+// fills Seq, Time, Replica, PrevHash and Hash. The field order here is the key
+// order of the JSON line (see the package comment): do not reorder fields,
+// and keep Hash last.
 type Record struct {
-	Seq       uint64    `json:"seq"`
-	Time      time.Time `json:"time"`
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
+	// Replica names the daemon replica whose chain holds the record
+	// (Options.Replica). Records of logs written before replicas existed
+	// have none.
+	Replica   string    `json:"replica,omitempty"`
 	Event     string    `json:"event"`
 	Peer      *api.Peer `json:"peer,omitempty"`
 	SessionID string    `json:"session_id,omitempty"`

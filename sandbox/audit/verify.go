@@ -81,6 +81,10 @@ type Report struct {
 	FirstTime time.Time `json:"first_time"`
 	LastTime  time.Time `json:"last_time"`
 	Head      string    `json:"head"` // hash of the last record
+	// Replicas are the replica names the chain's records carry, in order
+	// of first appearance: one for a replica's chain, none for a log
+	// written before replicas; a second means the writer was renamed.
+	Replicas []string `json:"replicas,omitempty"`
 	// Partial is set when the chain starts at a rotate record (VerifyOptions.Partial).
 	Partial bool `json:"partial,omitempty"`
 	// LogCheckpoints counts audit.checkpoint records; SignaturesChecked says
@@ -121,6 +125,38 @@ type pos struct {
 // and, when the log is not intact, a *TamperError (wrapping ErrTampered) for
 // the first bad seq. Other errors are I/O problems or ErrNoLog.
 func Verify(dir string, opts VerifyOptions) (*Report, error) {
+	ext, err := loadCheckpoints(opts)
+	if err != nil {
+		return &Report{Dir: dir, SignaturesChecked: opts.PublicKey != nil}, err
+	}
+	return verifyChain(dir, opts, ext, false)
+}
+
+// loadCheckpoints reads and checks the signatures of the checkpoints file.
+func loadCheckpoints(opts VerifyOptions) ([]Checkpoint, error) {
+	if opts.Checkpoints == "" {
+		return nil, nil
+	}
+	if opts.PublicKey == nil {
+		return nil, errors.New("audit: checking a checkpoints file needs the public key")
+	}
+	ext, err := ReadCheckpoints(opts.Checkpoints)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range ext {
+		if err := c.Verify(opts.PublicKey); err != nil {
+			return nil, &TamperError{Seq: c.Seq, Reason: ReasonBadSignature, File: opts.Checkpoints, Detail: "checkpoint: " + err.Error()}
+		}
+	}
+	slices.SortFunc(ext, func(a, b Checkpoint) int { return cmpUint(a.Seq, b.Seq) })
+	return ext, nil
+}
+
+// verifyChain is Verify of the chain in dir against the checkpoints ext.
+// With ownOnly, checkpoints of other log ids are someone else's (VerifyAll
+// over several chains) and skipped; else they mean the log was replaced.
+func verifyChain(dir string, opts VerifyOptions, ext []Checkpoint, ownOnly bool) (*Report, error) {
 	files, err := listFiles(dir)
 	if err != nil {
 		return nil, err
@@ -129,27 +165,16 @@ func Verify(dir string, opts VerifyOptions) (*Report, error) {
 	for _, f := range files {
 		rep.Files = append(rep.Files, f.Name)
 	}
-
-	var ext []Checkpoint
 	need := map[uint64]string{}
-	if opts.Checkpoints != "" {
-		if opts.PublicKey == nil {
-			return rep, errors.New("audit: checking a checkpoints file needs the public key")
-		}
-		ext, err = ReadCheckpoints(opts.Checkpoints)
-		if err != nil {
-			return rep, err
-		}
-		for _, c := range ext {
-			if err := c.Verify(opts.PublicKey); err != nil {
-				return rep, &TamperError{Seq: c.Seq, Reason: ReasonBadSignature, File: opts.Checkpoints, Detail: "checkpoint: " + err.Error()}
-			}
-			need[c.Seq] = ""
-		}
+	for _, c := range ext {
+		need[c.Seq] = ""
 	}
 	if len(files) == 0 {
 		if len(ext) > 0 {
 			return rep, &TamperError{Seq: 1, Reason: ReasonTruncated, Detail: fmt.Sprintf("no log files in %s, but a checkpoint vouches for seq %d", dir, ext[len(ext)-1].Seq)}
+		}
+		if cs, _ := Chains(dir); len(cs) > 0 {
+			return rep, fmt.Errorf("%w in %s itself: it holds the chains of replicas %s; verify them all with VerifyAll ('skillbox audit verify --dir %s')", ErrNoLog, dir, chainNames(cs), dir)
 		}
 		return rep, fmt.Errorf("%w in %s", ErrNoLog, dir)
 	}
@@ -160,9 +185,11 @@ func Verify(dir string, opts VerifyOptions) (*Report, error) {
 	}
 
 	// The log must reach every external checkpoint, with the same hash.
-	slices.SortFunc(ext, func(a, b Checkpoint) int { return cmpUint(a.Seq, b.Seq) })
 	for _, c := range ext {
 		if c.LogID != rep.LogID {
+			if ownOnly {
+				continue
+			}
 			return rep, &TamperError{Seq: rep.FirstSeq, Reason: ReasonLogReplaced,
 				Detail: fmt.Sprintf("the log's id is %s but checkpoint seq %d is for log %s", rep.LogID, c.Seq, c.LogID)}
 		}
@@ -397,6 +424,9 @@ func (v *verifier) record(p *parsedLine, fi int) error {
 	}
 	if _, ok := v.need[rec.Seq]; ok {
 		v.need[rec.Seq] = hash
+	}
+	if rec.Replica != "" && !slices.Contains(v.rep.Replicas, rec.Replica) {
+		v.rep.Replicas = append(v.rep.Replicas, rec.Replica)
 	}
 	v.rep.Records++
 	v.rep.LastSeq, v.rep.LastTime, v.rep.Head = rec.Seq, rec.Time, hash

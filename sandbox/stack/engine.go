@@ -19,6 +19,7 @@ import (
 	_ "github.com/skillbox/skillbox/runtime/containerd" // registers the containerd backend
 	_ "github.com/skillbox/skillbox/runtime/ocicli"     // registers the runsc and runc backends
 	"github.com/skillbox/skillbox/runtime/rootless"
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/skills"
@@ -54,6 +55,9 @@ func OpenRegistry(ctx context.Context, cfg *policy.Config, roots []string, log h
 }
 
 // OpenAudit opens the config's audit log, or returns nil when it names none.
+// A daemon with daemon.replica set writes its own chain in
+// <audit_dir>/<replica>/, so replicas can share one audit volume; one
+// without writes in audit_dir itself, named by the host name.
 func OpenAudit(cfg *policy.Config, log hclog.Logger) (*audit.Log, error) {
 	if cfg.Daemon.AuditDir == "" {
 		return nil, nil
@@ -62,7 +66,14 @@ func OpenAudit(cfg *policy.Config, log hclog.Logger) (*audit.Log, error) {
 	if err != nil {
 		return nil, err
 	}
-	l, err := audit.Open(cfg.Daemon.AuditDir, audit.Options{
+	dir, replica := cfg.Daemon.AuditDir, cfg.Daemon.Replica
+	if replica != "" {
+		dir = audit.ReplicaDir(dir, replica)
+	} else if replica, err = api.DefaultReplica(); err != nil {
+		return nil, fmt.Errorf("config %s: %w", cfg.File, err)
+	}
+	l, err := audit.Open(dir, audit.Options{
+		Replica:         replica,
 		RotateBytes:     cfg.Audit.RotateBytes,
 		RotateAge:       cfg.Audit.RotateAge,
 		SigningKey:      key,
@@ -70,7 +81,7 @@ func OpenAudit(cfg *policy.Config, log hclog.Logger) (*audit.Log, error) {
 		Logger:          log.Named("audit"),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("audit log %s: %w", cfg.Daemon.AuditDir, err)
+		return nil, fmt.Errorf("audit log %s: %w", dir, err)
 	}
 	return l, nil
 }
