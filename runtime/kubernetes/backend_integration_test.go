@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"testing"
@@ -47,14 +46,7 @@ func TestBackend(t *testing.T) {
 	}
 	t.Logf("version: %s", v)
 
-	start := time.Now()
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(WriteImageArchive(pw, img)) }()
-	out, err := c.kube(ctx, pr, "import", "-")
-	if err != nil {
-		t.Fatalf("hack/kube.sh import - of %s@%s: %v\n%s", img.Name, img.Digest, err, out)
-	}
-	t.Logf("image %s@%s imported in %s:\n%s", img.Name, img.Digest, time.Since(start).Round(time.Second), out)
+	c.importImage(ctx, t, img)
 
 	host, err := os.ReadFile("/proc/version")
 	if err != nil {
@@ -214,7 +206,7 @@ func noPodsLeft(ctx context.Context, t *testing.T, c *testCluster, id string) {
 }
 
 // pythonImage is the python image of the image store, as a job names it.
-func pythonImage(t *testing.T) runtime.ImageRef {
+func pythonImage(t testing.TB) runtime.ImageRef {
 	t.Helper()
 	dir := os.Getenv("SKILLBOX_IMAGES")
 	if dir == "" {

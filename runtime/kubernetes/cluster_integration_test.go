@@ -19,6 +19,7 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
 
@@ -50,7 +51,7 @@ func (c *testCluster) kube(ctx context.Context, in io.Reader, args ...string) (s
 // which takes minutes: run with -timeout 60m), registers `down` as cleanup
 // and returns the cluster. A cluster that cannot start fails the test with
 // the script's reason, or skips it when sandboxes are not required here.
-func startCluster(t *testing.T) *testCluster {
+func startCluster(t testing.TB) *testCluster {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		runtimetest.SkipUnlessRequired(t, "the test cluster needs root (namespaces, mounts, containerd)")
@@ -102,6 +103,20 @@ func startCluster(t *testing.T) *testCluster {
 	}
 	c.cs, c.kubeconfig = cs, kubeconfig
 	return c
+}
+
+// importImage imports img of the image store into the node's containerd
+// by digest (hack/kube.sh import).
+func (c *testCluster) importImage(ctx context.Context, t testing.TB, img runtime.ImageRef) {
+	t.Helper()
+	start := time.Now()
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(WriteImageArchive(pw, img)) }()
+	out, err := c.kube(ctx, pr, "import", "-")
+	if err != nil {
+		t.Fatalf("hack/kube.sh import - of %s@%s: %v\n%s", img.Name, img.Digest, err, out)
+	}
+	t.Logf("image %s@%s imported in %s:\n%s", img.Name, img.Digest, time.Since(start).Round(time.Second), out)
 }
 
 // TestCluster starts the test cluster once for its subtests.

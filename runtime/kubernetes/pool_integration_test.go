@@ -33,19 +33,9 @@ func testWarmPool(ctx context.Context, t *testing.T, k *Kubernetes, c *testClust
 	if !ok {
 		t.Fatal("job cannot run warm")
 	}
-	waitIdle := func(n int) {
-		t.Helper()
-		deadline := time.Now().Add(3 * time.Minute)
-		for pool.Stats().Idle < n && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond)
-		}
-		if st := pool.Stats(); st.Idle < n {
-			t.Fatalf("%d pods ready after 3 minutes, want %d: %+v", st.Idle, n, st)
-		}
-	}
 	boot := time.Now()
 	pool.Warm(key)
-	waitIdle(2)
+	waitPoolIdle(t, pool, 2)
 	t.Logf("2 pods ready in %s", time.Since(boot).Round(10*time.Millisecond))
 
 	var claims []time.Duration
@@ -61,7 +51,7 @@ func testWarmPool(ctx context.Context, t *testing.T, k *Kubernetes, c *testClust
 			t.Errorf("claim %d: warm %v exit %d stdout %q stderr %q, want a warm run on gVisor's kernel", i, res.Warm, res.ExitCode, res.Stdout, res.Stderr)
 		}
 		claims = append(claims, took)
-		waitIdle(2) // replaced in the background
+		waitPoolIdle(t, pool, 2) // replaced in the background
 	}
 	sort.Slice(claims, func(i, j int) bool { return claims[i] < claims[j] })
 	t.Logf("warm claim+run: %v", claims)

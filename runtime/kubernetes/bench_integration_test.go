@@ -1,0 +1,170 @@
+//go:build integration
+
+package kubernetes
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/skillbox/skillbox/runtime"
+)
+
+// BenchmarkPod measures runs on the test cluster (docs/BENCHMARKS.md,
+// "Kubernetes"): a cold pod run (create, schedule, start, exec, delete), a
+// warm claim and run of a Ready pod of the pool, the rate of 4 clients
+// over a pool of 4, and the memory of the cluster's processes.
+//
+//	SKILLBOX_TEST_REQUIRE_SANDBOXES=1 go test -tags integration -run '^$' \
+//	    -bench BenchmarkPod -benchtime 10x -timeout 60m ./runtime/kubernetes/
+func BenchmarkPod(b *testing.B) {
+	img := pythonImage(b)
+	c := startCluster(b)
+	ctx := context.Background()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}}
+	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		b.Fatal(err)
+	}
+	k, err := New(runtime.Options{Backend: Options{Kubeconfig: c.kubeconfig}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	c.importImage(ctx, b, img)
+	// The pool says why a pod failed to boot.
+	log := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: os.Stderr})
+	var seq atomic.Int64
+	job := func() runtime.Job {
+		return runtime.Job{ID: fmt.Sprintf("kube-bench-%d-%d", time.Now().UnixNano(), seq.Add(1)), Image: img,
+			Args: []string{"python3", "-c", "print('hello')"}, Limits: runtime.Limits{Timeout: time.Minute, CPUs: benchCPUs}}
+	}
+	check := func(b *testing.B, res *runtime.Result, err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.ExitCode != 0 || string(res.Stdout) != "hello\n" {
+			b.Fatalf("exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+		}
+	}
+
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			res, err := k.Run(ctx, job())
+			check(b, res, err)
+		}
+	})
+
+	b.Run("warm", func(b *testing.B) {
+		pool := runtime.NewPool(k, runtime.PoolConfig{PerKey: 1, Total: 1, IdleTimeout: time.Hour}, log)
+		defer pool.Close(ctx)
+		key, _ := runtime.KeyFor(job(), "bench", "sha256:bench")
+		pool.Warm(key)
+		for b.Loop() {
+			b.StopTimer()
+			waitPoolIdle(b, pool, 1)
+			b.StartTimer()
+			res, err := pool.Run(ctx, key, job())
+			check(b, res, err)
+			if !res.Warm {
+				b.Fatal("a cold run with a pod ready")
+			}
+		}
+	})
+
+	b.Run("warm_4_clients", func(b *testing.B) {
+		pool := runtime.NewPool(k, runtime.PoolConfig{PerKey: 4, Total: 4, IdleTimeout: time.Hour}, log)
+		defer pool.Close(ctx)
+		key, _ := runtime.KeyFor(job(), "bench", "sha256:bench")
+		pool.Warm(key)
+		waitPoolIdle(b, pool, 4)
+		b.ResetTimer()
+		start := time.Now()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for next.Add(1) <= int64(b.N) {
+					res, err := pool.Run(ctx, key, job())
+					check(b, res, err)
+				}
+			})
+		}
+		wg.Wait()
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "runs/s")
+		st := pool.Stats()
+		b.ReportMetric(float64(st.Warm)/float64(st.Warm+st.Cold), "warm_fraction")
+	})
+
+	cp, node := clusterMemory(b)
+	b.ReportMetric(cp, "control_plane_MiB")
+	b.ReportMetric(node, "node_agents_MiB")
+}
+
+// benchCPUs is each run's CPU limit, which its pod requests: 4 pods of
+// the pool fit a 2-core node only below half a core each.
+const benchCPUs = 0.4
+
+// waitPoolIdle waits up to 3 minutes until pool holds n idle pods.
+func waitPoolIdle(t testing.TB, pool *runtime.Pool, n int) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for pool.Stats().Idle < n && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if st := pool.Stats(); st.Idle < n {
+		t.Fatalf("%d pods ready after 3 minutes, want %d: %+v", st.Idle, n, st)
+	}
+}
+
+// clusterMemory is the resident memory of the test cluster's control
+// plane (etcd, apiserver, controller-manager, scheduler) and of its node
+// agents (kubelet, containerd), in MiB, from the pids hack/kube.sh keeps.
+func clusterMemory(t testing.TB) (controlPlane, nodeAgents float64) {
+	t.Helper()
+	dir := os.Getenv("KUBE_DIR")
+	if dir == "" {
+		dir = "/var/tmp/skillbox-kube"
+	}
+	rss := func(name string) float64 {
+		raw, err := os.ReadFile(filepath.Join(dir, "pids", name))
+		if err != nil {
+			t.Fatalf("pid of %s: %v", name, err)
+		}
+		f, err := os.Open(filepath.Join("/proc", strings.TrimSpace(string(raw)), "status"))
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+				kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+				if err != nil {
+					t.Fatalf("%s VmRSS %q: %v", name, v, err)
+				}
+				return kb / 1024
+			}
+		}
+		t.Fatalf("%s: no VmRSS", name)
+		return 0
+	}
+	for _, n := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler"} {
+		controlPlane += rss(n)
+	}
+	for _, n := range []string{"kubelet", "containerd"} {
+		nodeAgents += rss(n)
+	}
+	return controlPlane, nodeAgents
+}
