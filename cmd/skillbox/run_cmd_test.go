@@ -116,10 +116,23 @@ func TestRunFlagUsageErrors(t *testing.T) {
 		{[]string{"--cpus", "-2", "s", "scripts/x.py"}, []string{"--cpus"}},
 		{[]string{"--cpus", "NaN", "s", "scripts/x.py"}, []string{"--cpus"}},
 		{[]string{"--cpus", "+Inf", "s", "scripts/x.py"}, []string{"--cpus"}},
-		{[]string{"--runtime", "docker", "s", "scripts/x.py"}, []string{"--runtime", "docker", "runsc"}},
+		{[]string{"--runtime", "docker", "s", "scripts/x.py"}, []string{"--runtime", "docker", "runsc", "kubernetes"}},
+		{[]string{"--runtime", "kubernetes", "--containerd-address", "/s", "s", "scripts/x.py"}, []string{"--containerd-address", "not kubernetes"}},
 	} {
 		_, err := parseRun(t, tc.args...)
 		wantExit(t, fmt.Sprintf("%q", tc.args), err, 2, tc.want...)
+	}
+}
+
+// --runtime kubernetes selects the kubernetes backend (registered by the
+// stack).
+func TestRunRuntimeKubernetes(t *testing.T) {
+	o, err := parseRun(t, "--runtime", "kubernetes", "s", "scripts/x.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.runtime != "kubernetes" {
+		t.Errorf("runtime %q, want kubernetes", o.runtime)
 	}
 }
 
