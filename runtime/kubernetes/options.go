@@ -65,6 +65,8 @@ type Kubernetes struct {
 
 	verMu   sync.Mutex
 	version string
+
+	own ownership // the labels of this instance's pods (sweep.go)
 }
 
 var _ runtime.Runtime = (*Kubernetes)(nil)

@@ -62,6 +62,9 @@ func (k *Kubernetes) Run(ctx context.Context, job runtime.Job) (res *runtime.Res
 	if err != nil {
 		return nil, err
 	}
+	if err := k.ownPod(pod); err != nil {
+		return nil, err
+	}
 	argv, err := execCommand(job)
 	if err != nil {
 		return nil, err
