@@ -575,6 +575,9 @@ func TestRootCheck(t *testing.T) {
 	if err := rootCheck("run", "runsc", 0); err != nil {
 		t.Errorf("root: %v", err)
 	}
+	if err := rootCheck("serve", "kubernetes", 65532); err != nil {
+		t.Errorf("non-root on kubernetes (nothing on this host): %v", err)
+	}
 	err := rootCheck("serve", "runc", 1000)
 	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "serve needs root") ||
 		!strings.Contains(err.Error(), "sudo skillbox serve") || !strings.Contains(err.Error(), "uid 1000") {
