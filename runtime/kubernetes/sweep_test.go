@@ -149,7 +149,7 @@ func TestOwnPodStateDirUnusable(t *testing.T) {
 func TestStatStartTime(t *testing.T) {
 	for _, tc := range []struct {
 		name, stat, want string
-		err             bool
+		err              bool
 	}{
 		{name: "plain", stat: "42 (sleep) S 1 42 42 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 12345 1000 100", want: "12345"},
 		{name: "name with spaces and parens", stat: "42 (a (b) c) S 1 42 42 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 777 1000 100", want: "777"},
