@@ -165,3 +165,27 @@ func TestStatStartTime(t *testing.T) {
 		})
 	}
 }
+
+// FuzzOwnerLabel: an owner label is read from the cluster, where anyone
+// who may label pods in the namespace can write it; reading it never
+// panics, and one that names no live process is dead.
+func FuzzOwnerLabel(f *testing.F) {
+	for _, s := range []string{"", "1-1", "-", "x-y", "0-0", "-1-5", "4194304-1", "99999999999999999999-1", "1-", "(x) S"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, owner string) {
+		if ownerAlive(owner) {
+			pid, _, _ := strings.Cut(owner, "-")
+			if now, err := processOwner(atoiOrZero(pid)); err != nil || now != owner {
+				t.Errorf("owner %q alive, but process %s is %q (%v)", owner, pid, now, err)
+			}
+		}
+		_, _ = statStartTime(owner)
+	})
+}
+
+func atoiOrZero(s string) int {
+	var n int
+	_, _ = fmt.Sscan(s, &n)
+	return n
+}
