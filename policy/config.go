@@ -37,7 +37,7 @@ const (
 )
 
 // Runtime names the daemon can be configured with.
-var runtimeNames = []string{"runsc", "runc", "containerd"}
+var runtimeNames = []string{"runsc", "runc", "containerd", "kubernetes"}
 
 // Config is a decoded, validated skillbox.hcl. Every field holds its
 // effective value (defaults filled in), so callers never re-apply defaults.
@@ -47,7 +47,7 @@ type Config struct {
 
 	Daemon   Daemon
 	Skills   Skills
-	Runtimes map[string]*RuntimeConfig // always has runsc, runc and containerd
+	Runtimes map[string]*RuntimeConfig // always has runsc, runc, containerd and kubernetes
 	Images   Images
 	// Limits are the defaults for every run: runtime.DefaultLimits with the
 	// file's top-level limits block laid over them.
@@ -134,13 +134,18 @@ type Skills struct {
 
 // RuntimeConfig is a runtime "NAME" {} block.
 type RuntimeConfig struct {
-	Name      string
-	Binary    string
-	StateDir  string
-	Platform  string // runsc only; the pinned runsc's default is systrap, another binary's "" keeps its own
-	Flags     []string
-	Address   string // containerd only: its socket
-	Namespace string // containerd only
+	Name     string
+	Binary   string
+	StateDir string
+	Platform string // runsc only; the pinned runsc's default is systrap, another binary's "" keeps its own
+	Flags    []string
+	Address  string // containerd only: its socket
+	// Namespace is containerd's namespace, or the Kubernetes namespace
+	// of the runs' pods.
+	Namespace string
+	// Kubeconfig is the kubernetes runtime's kubeconfig file; "" means
+	// $KUBECONFIG, else the in-cluster service account.
+	Kubeconfig string
 	// Handler is containerd's runtime handler (runtime.ContainerdHandlers);
 	// Binary is then the OCI runtime its shim runs ("" for the handler's
 	// own: the pinned runsc for gVisor's shim, runc for the runc v2 shim).
@@ -305,11 +310,16 @@ func defaults() *Config {
 	}
 	for _, n := range runtimeNames {
 		rc := &RuntimeConfig{Name: n, StateDir: "/run/skillbox/" + n}
-		if n == "containerd" {
+		switch n {
+		case "containerd":
 			rc.Address = "/run/containerd/containerd.sock"
 			rc.Namespace = "skillbox"
 			rc.Handler = runtime.ContainerdHandlerRunsc
-		} else {
+		case "kubernetes":
+			// The pods run on the cluster's nodes: no binary; the state
+			// dir keeps the instance id its crash sweep goes by.
+			rc.Namespace = "skillbox"
+		default:
 			rc.Binary = n
 		}
 		if n == "runsc" {
@@ -425,7 +435,7 @@ func (c *Config) RuntimeOptions(name string) runtime.Options {
 func (rc *RuntimeConfig) Settings() runtime.Settings {
 	s := runtime.Settings{}
 	for name, v := range map[string]string{"binary": rc.Binary, "state_dir": rc.StateDir, "platform": rc.Platform,
-		"address": rc.Address, "namespace": rc.Namespace, "handler": rc.Handler} {
+		"address": rc.Address, "namespace": rc.Namespace, "handler": rc.Handler, "kubeconfig": rc.Kubeconfig} {
 		if v != "" {
 			s[name] = v
 		}

@@ -363,3 +363,69 @@ runtime "containerd" {
 		t.Errorf("default containerd options %+v", d)
 	}
 }
+
+// TestKubernetesRuntime: daemon { runtime = "kubernetes" } with its
+// runtime block, which the backend decodes (runtime/kubernetes.DecodeOptions).
+func TestKubernetesRuntime(t *testing.T) {
+	for _, tc := range []struct {
+		name, src string
+		want      runtime.Settings // RuntimeOptions("kubernetes").Settings
+		err       string
+	}{
+		{
+			name: "defaults",
+			src:  "daemon {\n  runtime = \"kubernetes\"\n}\n",
+			want: runtime.Settings{"namespace": "skillbox", "state_dir": "/run/skillbox/kubernetes"},
+		},
+		{
+			name: "block",
+			src:  "daemon {\n  runtime = \"kubernetes\"\n}\nruntime \"kubernetes\" {\n  kubeconfig = \"/etc/skillbox/kubeconfig\"\n  namespace = \"agents-1\"\n}\n",
+			want: runtime.Settings{"kubeconfig": "/etc/skillbox/kubeconfig", "namespace": "agents-1", "state_dir": "/run/skillbox/kubernetes"},
+		},
+		{
+			name: "relative kubeconfig",
+			src:  "runtime \"kubernetes\" {\n  kubeconfig = \"kube/config\"\n}\n",
+			want: runtime.Settings{"kubeconfig": "/etc/skillbox/kube/config", "namespace": "skillbox", "state_dir": "/run/skillbox/kubernetes"},
+		},
+		{name: "uppercase namespace", src: "runtime \"kubernetes\" {\n  namespace = \"Agents\"\n}\n", err: `invalid namespace "Agents"`},
+		{name: "empty kubeconfig", src: "runtime \"kubernetes\" {\n  kubeconfig = \"\"\n}\n", err: "must not be empty"},
+		{name: "binary", src: "runtime \"kubernetes\" {\n  binary = \"runsc\"\n}\n", err: `not used by runtime "kubernetes"`},
+		{name: "handler", src: "runtime \"kubernetes\" {\n  handler = \"io.containerd.runsc.v1\"\n}\n", err: `not used by runtime "kubernetes"`},
+		{name: "kubeconfig on containerd", src: "runtime \"containerd\" {\n  kubeconfig = \"/k\"\n}\n", err: `not used by runtime "containerd" (only by kubernetes)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.src), "/etc/skillbox/k.hcl")
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one containing %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.RuntimeOptions("kubernetes").Settings; !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("settings %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestKubernetesFixture: testdata/kubernetes.hcl, a daemon on a cluster.
+func TestKubernetesFixture(t *testing.T) {
+	file, err := filepath.Abs(filepath.Join("testdata", "kubernetes.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Daemon.Runtime != "kubernetes" {
+		t.Errorf("daemon.runtime %q", c.Daemon.Runtime)
+	}
+	want := runtime.Settings{"kubeconfig": filepath.Join(filepath.Dir(file), "kube", "config"), "namespace": "skillbox-runs", "state_dir": "/var/lib/skillbox/kubernetes"}
+	if got := c.RuntimeOptions(c.Daemon.Runtime).Settings; !reflect.DeepEqual(got, want) {
+		t.Errorf("settings %v, want %v", got, want)
+	}
+}

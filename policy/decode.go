@@ -50,7 +50,7 @@ var (
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
 		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
-		"address", "namespace", "handler")}
+		"address", "namespace", "handler", "kubeconfig")}
 	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
 	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe", "ref")}
 	limitsSchema = &hcl.BodySchema{Attributes: attrs(limitKeys()...)}
@@ -65,8 +65,10 @@ var (
 )
 
 var (
-	labelRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
-	runscPlat = []string{"systrap", "ptrace", "kvm"}
+	labelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]*$`)
+	// dnsLabelRE is a DNS-1123 label: a Kubernetes namespace.
+	dnsLabelRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	runscPlat  = []string{"systrap", "ptrace", "kvm"}
 )
 
 type decoder struct {
@@ -584,10 +586,17 @@ func (d *decoder) runtime(blk *hcl.Block) {
 	if only("address", "containerd") {
 		b.path("address", &rc.Address)
 	}
-	if only("namespace", "containerd") {
-		if a := b.str("namespace", &rc.Namespace); a != nil && !labelRE.MatchString(rc.Namespace) {
-			b.bad(a, "invalid namespace %q", rc.Namespace)
+	if only("namespace", "containerd", "kubernetes") {
+		re, what := labelRE, ""
+		if name == "kubernetes" {
+			re, what = dnsLabelRE, ": a Kubernetes namespace is lowercase letters, digits and '-', at most 63, starting and ending with a letter or digit"
 		}
+		if a := b.str("namespace", &rc.Namespace); a != nil && !re.MatchString(rc.Namespace) {
+			b.bad(a, "invalid namespace %q%s", rc.Namespace, what)
+		}
+	}
+	if only("kubeconfig", "kubernetes") {
+		b.path("kubeconfig", &rc.Kubeconfig)
 	}
 }
 

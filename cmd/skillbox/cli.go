@@ -20,6 +20,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/kubernetes"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/stack"
@@ -195,7 +196,9 @@ func withoutRoot(action cli.ActionFunc, skip func(*cli.Context) bool) cli.Action
 // (making the bundle directory, mounts, cgroups). euid is a parameter for
 // tests.
 func rootCheck(command, runtimeName string, euid int) error {
-	if euid == 0 {
+	if euid == 0 || runtimeName == kubernetes.Name {
+		// The kubernetes runtime makes nothing on this host: its pods run
+		// on the cluster (a daemon in a pod runs as nobody).
 		return nil
 	}
 	return fmt.Errorf("%s needs root: the %s sandbox runtime makes mounts, namespaces and cgroups that only root may, and you are uid %d; run it with sudo (sudo skillbox %s …)", command, runtimeName, euid, command)

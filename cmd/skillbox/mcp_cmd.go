@@ -47,7 +47,7 @@ func mcpCommand() *cli.Command {
 			"and audit. With --socket it forwards every call to a running daemon, acting for this process's uid.\n" +
 			"One MCP connection is one skillbox session. Logs go to stderr (SKILLBOX_LOG_LEVEL); stdout is the protocol.",
 		Flags: append(mcpServerFlags(),
-			&cli.StringFlag{Name: "runtime", Usage: "runsc, runc or containerd (overrides daemon.runtime; self-contained only)"},
+			&cli.StringFlag{Name: "runtime", Usage: "runsc, runc, containerd or kubernetes (overrides daemon.runtime; self-contained only)"},
 		),
 		Action: withoutRoot(mcpAction, func(c *cli.Context) bool { return c.String("socket") != "" }),
 		Subcommands: []*cli.Command{{

@@ -267,6 +267,10 @@ func printConfig(w io.Writer, cfg *policy.Config) {
 			p("  handler\t%s", rc.Handler)
 			p("  binary\t%s", orNone(rc.Binary, "the handler's own"))
 			p("  state_dir\t%s", rc.StateDir)
+		} else if rc.Name == "kubernetes" {
+			p("  kubeconfig\t%s", orNone(rc.Kubeconfig, "$KUBECONFIG, else the in-cluster service account"))
+			p("  namespace\t%s", rc.Namespace)
+			p("  state_dir\t%s", rc.StateDir)
 		} else {
 			p("  binary\t%s", rc.Binary)
 			p("  state_dir\t%s", rc.StateDir)

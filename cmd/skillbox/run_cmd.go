@@ -78,7 +78,7 @@ func runCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringSliceFlag{Name: "root", Usage: "skill root `DIR` (repeatable; later roots override earlier); default: the config's skills.roots"},
 			&cli.StringFlag{Name: "config", Usage: "HCL config `FILE` (policy, limits, images, audit_dir); default: built-in defaults"},
-			&cli.StringFlag{Name: "runtime", Usage: "`NAME` of the sandbox runtime: runsc, runc or containerd (default: the config's daemon.runtime, runsc)"},
+			&cli.StringFlag{Name: "runtime", Usage: "`NAME` of the sandbox runtime: runsc, runc, containerd or kubernetes (default: the config's daemon.runtime, runsc)"},
 			&cli.StringFlag{Name: "containerd-address", Usage: "containerd's socket `SOCK` for --runtime containerd (default: the config's runtime \"containerd\" address, /run/containerd/containerd.sock)"},
 			&cli.DurationFlag{Name: "timeout", Usage: "wall-clock limit, e.g. 10s (may only lower the policy's)"},
 			&cli.StringFlag{Name: "memory", Usage: "memory limit `SIZE`, e.g. 256MiB (may only lower the policy's)"},

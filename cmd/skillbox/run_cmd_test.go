@@ -116,10 +116,23 @@ func TestRunFlagUsageErrors(t *testing.T) {
 		{[]string{"--cpus", "-2", "s", "scripts/x.py"}, []string{"--cpus"}},
 		{[]string{"--cpus", "NaN", "s", "scripts/x.py"}, []string{"--cpus"}},
 		{[]string{"--cpus", "+Inf", "s", "scripts/x.py"}, []string{"--cpus"}},
-		{[]string{"--runtime", "docker", "s", "scripts/x.py"}, []string{"--runtime", "docker", "runsc"}},
+		{[]string{"--runtime", "docker", "s", "scripts/x.py"}, []string{"--runtime", "docker", "runsc", "kubernetes"}},
+		{[]string{"--runtime", "kubernetes", "--containerd-address", "/s", "s", "scripts/x.py"}, []string{"--containerd-address", "not kubernetes"}},
 	} {
 		_, err := parseRun(t, tc.args...)
 		wantExit(t, fmt.Sprintf("%q", tc.args), err, 2, tc.want...)
+	}
+}
+
+// --runtime kubernetes selects the kubernetes backend (registered by the
+// stack).
+func TestRunRuntimeKubernetes(t *testing.T) {
+	o, err := parseRun(t, "--runtime", "kubernetes", "s", "scripts/x.py")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.runtime != "kubernetes" {
+		t.Errorf("runtime %q, want kubernetes", o.runtime)
 	}
 }
 
@@ -561,6 +574,9 @@ func TestStdinFromFlag(t *testing.T) {
 func TestRootCheck(t *testing.T) {
 	if err := rootCheck("run", "runsc", 0); err != nil {
 		t.Errorf("root: %v", err)
+	}
+	if err := rootCheck("serve", "kubernetes", 65532); err != nil {
+		t.Errorf("non-root on kubernetes (nothing on this host): %v", err)
 	}
 	err := rootCheck("serve", "runc", 1000)
 	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "serve needs root") ||

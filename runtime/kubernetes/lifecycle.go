@@ -73,6 +73,9 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.SandboxSpec) (runt
 	if err != nil {
 		return nil, err
 	}
+	if err := k.ownPod(pod); err != nil {
+		return nil, err
+	}
 	var deadline int64
 	if spec.Boot == runtime.BootCold {
 		deadline = *pod.Spec.ActiveDeadlineSeconds

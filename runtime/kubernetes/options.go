@@ -39,13 +39,16 @@ type Options struct {
 	Kubeconfig string
 	// Namespace is where the runs' pods are made; default DefaultNamespace.
 	Namespace string
+	// StateDir keeps this instance's id, which labels its pods so that its
+	// crash sweep finds them (sweep.go); default DefaultStateDir.
+	StateDir string
 }
 
 // DecodeOptions takes Options from a runtime "kubernetes" block's
-// settings: kubeconfig and namespace.
+// settings: kubeconfig, namespace and state_dir.
 func DecodeOptions(s runtime.Settings) (Options, error) {
 	var o Options
-	err := s.Decode(map[string]any{"kubeconfig": &o.Kubeconfig, "namespace": &o.Namespace})
+	err := s.Decode(map[string]any{"kubeconfig": &o.Kubeconfig, "namespace": &o.Namespace, "state_dir": &o.StateDir})
 	return o, err
 }
 
@@ -65,6 +68,8 @@ type Kubernetes struct {
 
 	liveMu sync.Mutex
 	live   map[*podSandbox]struct{} // pods made and not deleted (Close)
+
+	own ownership // the labels of this instance's pods (sweep.go)
 }
 
 var _ runtime.Runtime = (*Kubernetes)(nil)

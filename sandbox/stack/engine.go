@@ -17,6 +17,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	_ "github.com/skillbox/skillbox/runtime/containerd" // registers the containerd backend
+	"github.com/skillbox/skillbox/runtime/kubernetes"   // registers the kubernetes backend
 	_ "github.com/skillbox/skillbox/runtime/ocicli"     // registers the runsc and runc backends
 	"github.com/skillbox/skillbox/runtime/rootless"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -277,8 +278,21 @@ func CheckImages(cfg *policy.Config, si *runner.StoreImages, log hclog.Logger) {
 
 // rootlessOptions makes ropts those of an ordinary user's runtime (see
 // runtime/rootless): gVisor rootless, with its run dir and state dir in
-// the user's state directory, never the system's.
+// the user's state directory, never the system's; or the kubernetes
+// runtime, whose pods run on the cluster, with its state dir there too.
+// The other backends need root.
 func rootlessOptions(name string, ropts *runtime.Options, log hclog.Logger) error {
+	if name == kubernetes.Name {
+		// Nothing of a run is made on this host: the user's own state
+		// dir keeps the instance id that labels their pods.
+		dirs, err := rootless.UserDirs()
+		if err != nil {
+			return err
+		}
+		ropts.Rootless = true
+		ropts.Settings["state_dir"] = dirs.State(kubernetes.Name)
+		return nil
+	}
 	if name != "runsc" {
 		return runtime.RefuseRootless(name)
 	}

@@ -361,6 +361,11 @@ func (s *Stack) startRuntime(ctx context.Context, rt runtime.Runtime) (*runtime.
 		}
 	}()
 	lc, ok := rt.(runtime.Lifecycle)
+	if !ok && s.cfg.Pool.PerKey > 0 {
+		// The kubernetes runtime (for now): no warm sandboxes, and none
+		// made on this host instead.
+		s.log.Info("no warm pool: the runtime keeps no warm sandboxes, every run starts cold", "runtime", rt.Name())
+	}
 	if !ok || s.cfg.Pool.PerKey <= 0 {
 		return nil, nil
 	}
