@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -25,9 +26,13 @@ const stateSchema = 1
 type StateDB struct {
 	db   *bolt.DB
 	path string
+	localLocker
 }
 
-var _ KV = (*StateDB)(nil)
+var (
+	_ KV     = (*StateDB)(nil)
+	_ Locker = (*StateDB)(nil)
+)
 
 // OpenStateDB opens (creating if needed) <stateDir>/state.db. The directory
 // is created 0700 and the file 0600: sessions name what a user is doing.
@@ -128,4 +133,31 @@ func (s *StateDB) Update(_ context.Context, bucket, key string, fn UpdateFunc) e
 		}
 		return b.Put([]byte(key), v)
 	})
+}
+
+// localLocker is the Locker of a store only one process uses: a mutex per
+// name.
+type localLocker struct {
+	mu    sync.Mutex
+	locks map[string]chan struct{}
+}
+
+// Lock implements Locker.
+func (l *localLocker) Lock(ctx context.Context, name string) (func(), error) {
+	l.mu.Lock()
+	if l.locks == nil {
+		l.locks = map[string]chan struct{}{}
+	}
+	ch, ok := l.locks[name]
+	if !ok {
+		ch = make(chan struct{}, 1)
+		l.locks[name] = ch
+	}
+	l.mu.Unlock()
+	select {
+	case ch <- struct{}{}:
+		return func() { <-ch }, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("waiting for lock %q: %w", name, ctx.Err())
+	}
 }

@@ -55,3 +55,11 @@ const opTimeout = 15 * time.Second
 func opContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), opTimeout)
 }
+
+// Locker serialises work that must not run twice at once across the
+// daemons sharing a store (applying a proposal, writing the lock file).
+type Locker interface {
+	// Lock blocks until this process holds lock name or ctx ends; the
+	// returned func releases it.
+	Lock(ctx context.Context, name string) (unlock func(), err error)
+}
