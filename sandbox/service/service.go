@@ -554,6 +554,7 @@ func (s *Service) UnloadSkills(ctx context.Context, caller api.Peer, p api.Unloa
 	var removed []store.ActiveSkill
 	var sess *store.Session
 	err := s.sessions.Update(p.SessionID, caller.UID, func(ses *store.Session) error {
+		removed = nil // fn runs again when another replica changed the session
 		drop := map[string]bool{}
 		for _, n := range p.Names {
 			drop[n] = true

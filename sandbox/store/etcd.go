@@ -44,9 +44,8 @@ type EtcdKV struct {
 	prefix string
 	desc   string // endpoints, for messages
 
-	lockOnce sync.Once
-	lockSes  *concurrency.Session
-	lockErr  error
+	lockMu  sync.Mutex
+	lockSes *concurrency.Session // the lease of this process's locks
 }
 
 var (
@@ -199,13 +198,11 @@ func (s *EtcdKV) Update(ctx context.Context, bucket, key string, fn UpdateFunc) 
 // Lock implements Locker with an etcd mutex on a lease of this process:
 // if the process dies, the lease expires and the lock is free again.
 func (s *EtcdKV) Lock(ctx context.Context, name string) (func(), error) {
-	s.lockOnce.Do(func() {
-		s.lockSes, s.lockErr = concurrency.NewSession(s.cli, concurrency.WithTTL(15))
-	})
-	if s.lockErr != nil {
-		return nil, s.unavailable(s.lockErr)
+	ses, err := s.lockSession(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("taking the shared lock %q: %w", name, s.unavailable(err))
 	}
-	m := concurrency.NewMutex(s.lockSes, s.prefix+"/locks/"+name)
+	m := concurrency.NewMutex(ses, s.prefix+"/locks/"+name)
 	if err := m.Lock(ctx); err != nil {
 		return nil, fmt.Errorf("taking the shared lock %q: %w", name, s.unavailable(err))
 	}
@@ -216,10 +213,44 @@ func (s *EtcdKV) Lock(ctx context.Context, name string) (func(), error) {
 	}, nil
 }
 
+// lockTTL is how long (seconds) a lock outlives a daemon that stopped
+// answering etcd.
+const lockTTL = 15
+
+// lockSession returns the lease locks are held on, a new one when the
+// last expired (etcd unreachable for longer than its TTL).
+func (s *EtcdKV) lockSession(ctx context.Context) (*concurrency.Session, error) {
+	s.lockMu.Lock()
+	defer s.lockMu.Unlock()
+	if s.lockSes != nil {
+		select {
+		case <-s.lockSes.Done():
+			s.lockSes = nil
+		default:
+			return s.lockSes, nil
+		}
+	}
+	// The grant waits at most as long as the caller; the keep-alive lives
+	// as long as the client.
+	lease, err := s.cli.Grant(ctx, lockTTL)
+	if err != nil {
+		return nil, err
+	}
+	ses, err := concurrency.NewSession(s.cli, concurrency.WithLease(lease.ID))
+	if err != nil {
+		return nil, err
+	}
+	s.lockSes = ses
+	return ses, nil
+}
+
 // Close implements KV.
 func (s *EtcdKV) Close() error {
+	s.lockMu.Lock()
 	if s.lockSes != nil {
 		s.lockSes.Close()
+		s.lockSes = nil
 	}
+	s.lockMu.Unlock()
 	return s.cli.Close()
 }
