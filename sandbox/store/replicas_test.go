@@ -2,6 +2,7 @@ package store
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -83,5 +84,85 @@ func TestReplicasShareState(t *testing.T) {
 		if won != 1 {
 			t.Fatalf("round %d: %d replicas ran the approved request (%v), want exactly 1", i, won, errs)
 		}
+	}
+}
+
+// TestReplicasSweepOnce: replicas sweeping the same expired records at once
+// each record's expiry is reported by exactly one of them (the one whose
+// compare-and-swap wrote it), never twice and never lost.
+func TestReplicasSweepOnce(t *testing.T) {
+	if etcdURL == "" {
+		t.Skip(etcdMissing)
+	}
+	dir := t.TempDir()
+	be := backends[1]
+	kvA, kvB := be.open(t, dir), be.open(t, dir)
+	defer kvA.Close()
+	defer kvB.Close()
+	clk := newClock()
+	var mu sync.Mutex
+	sesGone, cnfGone := map[string]int{}, map[string]int{}
+	sesHook := func(s Session) { mu.Lock(); sesGone[s.ID]++; mu.Unlock() }
+	cnfHook := func(c api.Confirmation) { mu.Lock(); cnfGone[c.ID]++; mu.Unlock() }
+	so := SessionOptions{TTL: time.Hour, MaxPerOwner: -1, Now: clk.Now, OnExpire: sesHook}
+	co := ConfirmationOptions{MaxPendingPerOwner: -1, Now: clk.Now, OnExpire: cnfHook}
+	sA, sB := NewSessionStore(kvA, so), NewSessionStore(kvB, so)
+	cA, cB := NewConfirmationStore(kvA, co), NewConfirmationStore(kvB, co)
+	const n = 20
+	var kept string
+	for i := range n {
+		s, err := sA.Create(7)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cA.Request(s.ID, 7, fmt.Sprintf("sha256:%d", i), "r", "rule", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		kept = s.ID
+	}
+	clk.Advance(50 * time.Minute)
+	if _, err := sB.Get(kept, 7); err != nil { // used on B only: B's sweep writes the use
+		t.Fatal(err)
+	}
+	clk.Advance(20 * time.Minute)
+	var wg sync.WaitGroup
+	for _, f := range []func() error{
+		func() error { _, err := sA.Sweep(); return err },
+		func() error { _, err := sB.Sweep(); return err },
+		func() error { _, err := cA.Sweep(); return err },
+		func() error { _, err := cB.Sweep(); return err },
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(cnfGone) != n {
+		t.Errorf("%d confirmations reported expired, want %d", len(cnfGone), n)
+	}
+	for id, k := range cnfGone {
+		if k != 1 {
+			t.Errorf("confirmation %s reported expired %d times", id, k)
+		}
+	}
+	for id, k := range sesGone {
+		if k != 1 {
+			t.Errorf("session %s reported expired %d times", id, k)
+		}
+	}
+	// A's sweep may have run before B's wrote the use of kept: then A
+	// expired it, which is what A saw. Otherwise kept survives.
+	want := n - 1
+	if sesGone[kept] == 1 {
+		want = n
+	} else if _, err := sA.Get(kept, 7); err != nil {
+		t.Errorf("the session B used, on A after both sweeps: %v", err)
+	}
+	if len(sesGone) != want {
+		t.Errorf("%d sessions reported expired, want %d", len(sesGone), want)
 	}
 }
