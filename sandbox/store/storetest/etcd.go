@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -102,6 +103,8 @@ func Start(bin, dir string) (string, func(), error) {
 		"--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
 		"--initial-cluster", "test="+peer, "--log-level", "warn")
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// A test binary that panics skips its cleanups: etcd goes with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return "", nil, fmt.Errorf("starting etcd %s: %w", bin, err)
