@@ -23,7 +23,18 @@ daemon {
   # runtime             = "runsc"     # runsc | runc | containerd
   # tool_mode           = "restrict"  # restrict | preapprove (meaning of a skill's allowed-tools; docs/CONFIG.md)
   # workspace_quota     = "1GiB"      # what one session's workspace (state_dir/workspaces/SESSION) may hold
+  # store               = "bbolt"     # bbolt (state_dir/state.db, one machine) | etcd (shared by replicas; docs/CONFIG.md)
 }
+
+# Where replicas (daemon.store = "etcd") share sessions, confirmations,
+# proposals and locks.
+# store "etcd" {
+#   endpoints = ["http://10.0.0.5:2379"]   # the members' client URLs (required)
+#   prefix    = "/skillbox"                # keys of this deployment
+#   ca_file   = "/etc/skillbox/etcd-ca.pem" # TLS: verify the members
+#   cert_file = "/etc/skillbox/etcd.pem"   # TLS: client certificate (with key_file)
+#   key_file  = "/etc/skillbox/etcd-key.pem"
+# }
 
 skills {
   roots = ["/etc/skillbox/skills"]

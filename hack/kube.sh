@@ -35,6 +35,9 @@
 #                        kubelet finds images), under the names its index
 #                        gives (runtime/kubernetes.WriteImageArchive writes
 #                        one of a skillbox image)
+#   hack/kube.sh etcd-bin
+#                        fetch (once) and print the path of the etcd server
+#                        binary, for tests of the shared state store
 #
 # Environment: KUBE_DIR (the cluster, default /var/tmp/skillbox-kube; not
 # under /run, /var/lib or /var/log), KUBE_CACHE (default
@@ -699,5 +702,6 @@ up:1) up ;;
 down:1) down ;;
 env:1) cmd_env ;;
 import:2) cmd_import "$2" ;;
+etcd-bin:1) install -d "$cache" && fetch_debs >&2 && echo "$cache/debian/usr/bin/etcd" ;;
 *) usage ;;
 esac

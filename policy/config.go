@@ -71,6 +71,8 @@ type Config struct {
 	// Agents are the agent "NAME" {} blocks by name: skills bound to an
 	// agent, loaded into every session created for it.
 	Agents map[string]*Agent
+	// Etcd is the store "etcd" {} block, used when Daemon.Store is "etcd".
+	Etcd EtcdStore
 
 	hash string
 }
@@ -111,6 +113,10 @@ type Daemon struct {
 	// "" means the host name and the chain in audit_dir itself (one
 	// machine).
 	Replica string
+
+	// Store is where sessions, confirmations and proposals live:
+	// StoreBbolt (default) or StoreEtcd (Config.Etcd).
+	Store string
 }
 
 // Skills is the skills {} block.
@@ -267,6 +273,7 @@ func defaults() *Config {
 			Socket:            "/run/skillbox/skillbox.sock",
 			SocketMode:        0o660,
 			StateDir:          "/var/lib/skillbox",
+			Store:             StoreBbolt,
 			Approvers:         []string{"root"},
 			MaxConnections:    64,
 			MaxConcurrentRuns: 4,
@@ -288,6 +295,7 @@ func defaults() *Config {
 			Runtime:               "runsc",
 			ToolMode:              ToolModeRestrict,
 		},
+		Etcd: EtcdStore{Prefix: "/skillbox"},
 		Skills: Skills{
 			Roots:         []string{"/etc/skillbox/skills"},
 			CatalogBudget: 16000,

@@ -40,13 +40,14 @@ var (
 		{Type: "policy", LabelNames: []string{"name"}},
 		{Type: "python_index"}, {Type: "npm_registry"}, {Type: "dependencies"},
 		{Type: "agent", LabelNames: []string{"name"}},
+		{Type: "store", LabelNames: []string{"name"}},
 	}}
 	daemonSchema = &hcl.BodySchema{Attributes: attrs("socket", "socket_mode", "socket_group",
 		"state_dir", "audit_dir", "approvers", "max_connections", "max_concurrent_runs",
 		"max_active_skills", "run_queue_timeout", "idle_timeout", "max_line_bytes",
 		"confirmation_ttl", "runtime", "tool_mode", "max_connections_per_uid", "max_runs_per_uid",
 		"max_queued_runs_per_uid", "max_request_bytes_per_uid", "approver_connections", "approver_runs",
-		"workspace_quota", "replica")}
+		"workspace_quota", "replica", "store")}
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
 		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
@@ -198,7 +199,14 @@ func (d *decoder) decodeFile(src []byte) {
 			if once(b, "agent."+b.Labels[0], fmt.Sprintf("agent %q", b.Labels[0])) {
 				d.agent(b)
 			}
+		case "store":
+			if once(b, "store."+b.Labels[0], fmt.Sprintf("store %q", b.Labels[0])) {
+				d.store(b)
+			}
 		}
+	}
+	if b := seen["daemon"]; b != nil {
+		d.checkStore(b.DefRange)
 	}
 	d.checkExtensions()
 }
@@ -511,6 +519,7 @@ func (d *decoder) daemon(blk *hcl.Block) {
 		dc.ApproverRuns = dc.MaxConcurrentRuns - 1
 	}
 	b.oneOf("runtime", &dc.Runtime, runtimeNames...)
+	b.oneOf("store", &dc.Store, storeNames...)
 	var mode2 string
 	if b.oneOf("tool_mode", &mode2, string(ToolModeRestrict), string(ToolModePreapprove)) != nil {
 		dc.ToolMode = ToolMode(mode2)

@@ -3,93 +3,124 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/client"
+	"github.com/skillbox/skillbox/sandbox/store/storetest"
 )
 
-// replicaDaemon is a daemon under test writing its audit chain as replica
-// name under the shared audit directory shared.
-func replicaDaemon(t *testing.T, shared, name string) *itDaemon {
-	t.Helper()
-	d := newItDaemon(t)
+// useEtcd makes d's config keep its state in etcd at endpoint (issue 27).
+func (d *itDaemon) useEtcd(endpoint, prefix string) {
+	d.t.Helper()
 	b, err := os.ReadFile(d.cfgPath)
 	if err != nil {
-		t.Fatal(err)
+		d.t.Fatal(err)
 	}
-	old := `audit_dir   = "` + d.auditDir + `"`
-	cfg := strings.Replace(string(b), old, `audit_dir   = "`+shared+`"`+"\n  replica     = \""+name+`"`, 1)
-	if cfg == string(b) {
-		t.Fatalf("config of the daemon under test has no %s", old)
-	}
+	cfg := strings.Replace(string(b), "daemon {\n", "daemon {\n  store = \"etcd\"\n", 1)
+	cfg += fmt.Sprintf("store \"etcd\" {\n  endpoints = [%q]\n  prefix = %q\n}\n", endpoint, prefix)
 	if err := os.WriteFile(d.cfgPath, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
+		d.t.Fatal(err)
 	}
-	d.auditDir = audit.ReplicaDir(shared, name)
-	return d
 }
 
-// TestDaemonReplicasShareAuditDir: two daemons on one shared audit
-// directory each write their own chain with their name in every record; a
-// third started with a name already in use is refused and says how to fix
-// it; both chains verify and export merges them.
-func TestDaemonReplicasShareAuditDir(t *testing.T) {
+// TestDaemonRefusesUnreachableEtcd: a daemon whose shared store does not
+// answer does not start, and says which endpoints it tried.
+func TestDaemonRefusesUnreachableEtcd(t *testing.T) {
 	needDaemon(t)
-	shared := t.TempDir()
-	d0, d1 := replicaDaemon(t, shared, "replica-0"), replicaDaemon(t, shared, "replica-1")
-	d0.start()
-	d1.start()
-	ctx := ctxT(t)
-	for _, d := range []*itDaemon{d0, d1} {
-		if _, err := d.client().CreateSession(ctx, api.Peer{}, api.CreateSessionParams{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	dup := replicaDaemon(t, shared, "replica-0")
-	cmd := exec.Command(itBin, "serve", "--config", dup.cfgPath)
-	done := make(chan []byte, 1)
-	go func() { out, _ := cmd.CombinedOutput(); done <- out }()
-	select {
-	case out := <-done:
-		if cmd.ProcessState.Success() || !strings.Contains(string(out), `replica name "replica-0"`) || !strings.Contains(string(out), "daemon.replica") {
-			t.Errorf("a second daemon named replica-0: exit %v\n%s", cmd.ProcessState, tailLines(string(out), 20))
-		}
-	case <-time.After(2 * time.Minute):
-		cmd.Process.Kill()
-		t.Fatal("a second daemon named replica-0 was not refused within 2 minutes")
-	}
-
-	d0.stop()
-	d1.stop()
-	for _, d := range []*itDaemon{d0, d1} {
-		want := filepath.Base(d.auditDir)
-		n := 0
-		for _, r := range d.records() {
-			n++
-			if r.Replica != want {
-				t.Errorf("chain %s: seq %d (%s) has replica %q", want, r.Seq, r.Event, r.Replica)
-			}
-		}
-		if n < 3 {
-			t.Errorf("chain %s: %d records", want, n)
-		}
-	}
-	out, code := verify(t, shared)
-	if code != 0 || !strings.Contains(out, "2 chain(s), 2 intact") {
-		t.Fatalf("audit verify of the shared dir: exit %d\n%s", code, out)
-	}
-	exp, err := exec.Command(itBin, "audit", "export", "--dir", shared, "--event", "session.create").Output()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := string(exp); strings.Count(s, "\n") != 2 || !strings.Contains(s, `"replica":"replica-0"`) || !strings.Contains(s, `"replica":"replica-1"`) {
-		t.Fatalf("export of both replicas' sessions:\n%s", s)
+	dead := "http://" + l.Addr().String()
+	l.Close()
+	d := newItDaemon(t)
+	d.useEtcd(dead, "/skillbox")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, itBin, "serve", "--config", d.cfgPath).CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) {
+		t.Fatalf("serve with an unreachable etcd: %v\n%s", err, out)
+	}
+	for _, want := range []string{dead, "did not answer", `store "etcd"`} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("serve's error does not say %q:\n%s", want, tailLines(string(out), 20))
+		}
+	}
+}
+
+// TestDaemonReplicasShareState is issue 27's acceptance for the state with
+// the real binary over real sockets: two daemons over one etcd. A session
+// created on one is used on the other; an approval used on one is refused
+// on the other; two consuming one approval at once run it once.
+func TestDaemonReplicasShareState(t *testing.T) {
+	needDaemon(t)
+	bin, err := storetest.EtcdBinary(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := storetest.StartEtcd(t, bin)
+	a, b := newItDaemon(t), newItDaemon(t)
+	a.useEtcd(url, "/skillbox-it")
+	b.useEtcd(url, "/skillbox-it")
+	a.start()
+	b.start()
+	ca, cb := a.client(), b.client()
+	ctx := ctxT(t)
+
+	sid := must[string](t, "sessions.create on A")(ca.NewSession(ctx))
+	must[*api.LoadResult](t, "skills.load on B")(cb.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
+	deploy := api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"web", "staging", "1.2.3"}}
+	ask := func() string {
+		t.Helper()
+		_, err := ca.RunScript(ctx, api.Peer{}, deploy)
+		conf, ok := wantKind(t, "guarded run on A", err, api.KindConfirmationRequired).ConfirmationRequired()
+		if !ok {
+			t.Fatalf("no confirmation in %v", err)
+		}
+		must[*api.Confirmation](t, "approve on B")(cb.ApproveConfirmation(ctx, api.Peer{}, api.ConfirmationIDParams{ID: conf.ConfirmationID}))
+		return conf.ConfirmationID
+	}
+	run := deploy
+	run.ConfirmationID = ask()
+	res := must[*api.RunScriptResult](t, "approved run on A")(ca.RunScript(ctx, api.Peer{}, run))
+	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "deployed web@1.2.3 to staging (simulated)") {
+		t.Fatalf("approved run on A: %+v", res)
+	}
+	_, err = cb.RunScript(ctx, api.Peer{}, run)
+	wantKind(t, "the used approval on B", err, api.KindInvalidParams)
+
+	for i := range 3 {
+		run.ConfirmationID = ask()
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		for j, c := range []*client.Client{ca, cb} {
+			wg.Add(1)
+			go func() { defer wg.Done(); _, errs[j] = c.RunScript(ctx, api.Peer{}, run) }()
+		}
+		wg.Wait()
+		won := 0
+		for _, err := range errs {
+			var ce *client.Error
+			switch {
+			case err == nil:
+				won++
+			case !errors.As(err, &ce) || ce.Kind != api.KindInvalidParams:
+				t.Fatalf("round %d: %v", i, err)
+			}
+		}
+		if won != 1 {
+			t.Fatalf("round %d: the approved run ran %d times (%v), want once", i, won, errs)
+		}
 	}
 }

@@ -117,13 +117,16 @@ func (s *Service) LockSkills(ctx context.Context, caller api.Peer, p api.LockPar
 		}
 		list = append(list, sk)
 	}
-	s.lockMu.Lock()
-	defer s.lockMu.Unlock()
+	unlock, err := s.lockSkills(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	return s.pin(ctx, caller, method, "", list)
 }
 
 // pin writes sk's versions to the lock file and audits each pin. Called
-// with lockMu held.
+// with lockSkills held.
 func (s *Service) pin(ctx context.Context, caller api.Peer, method, proposal string, list []*skills.Skill) (*api.LockResult, error) {
 	path := s.cfg.Skills.LockFile
 	l, err := skills.ReadLock(path)
@@ -178,4 +181,18 @@ func lookupUser(uid uint32) string {
 		return u.Username
 	}
 	return ""
+}
+
+// lockSkills takes the lock of lock file writes and proposal applies: the
+// replicas' shared one when the store has one, else lockMu.
+func (s *Service) lockSkills(ctx context.Context) (func(), error) {
+	if s.shared == nil {
+		s.lockMu.Lock()
+		return s.lockMu.Unlock, nil
+	}
+	unlock, err := s.shared.Lock(ctx, "skills")
+	if err != nil {
+		return nil, errkind.Wrap(api.ErrUnavailable, err)
+	}
+	return unlock, nil
 }

@@ -195,8 +195,11 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 	if !s.IsApprover(caller) {
 		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrDenied, "uid %d is not an approver: the config's daemon.approvers names who may decide proposals", caller.UID))
 	}
-	s.lockMu.Lock()
-	defer s.lockMu.Unlock()
+	unlock, err := s.lockSkills(ctx)
+	if err != nil {
+		return nil, s.refuseProposal(ctx, rec, err)
+	}
+	defer unlock()
 	pr, err := s.proposals.Get(p.ID)
 	if err != nil {
 		return nil, s.refuseProposal(ctx, rec, err)

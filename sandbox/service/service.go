@@ -76,6 +76,10 @@ type Options struct {
 	// (state_dir/workspaces; "": none), WorkspaceQuota what one may hold.
 	SessionWorkspaces string
 	WorkspaceQuota    int64
+
+	// Locker serialises lock file writes and proposal applies across the
+	// daemons sharing the state store; nil: within this process only.
+	Locker store.Locker
 }
 
 // Service serves the tool calls; it implements api.Service. Every method
@@ -104,6 +108,8 @@ type Service struct {
 	wsOpen    sessionWorkspaces
 	locks     lockCache
 	lockMu    sync.Mutex // lock file writes and proposal applies
+
+	shared store.Locker // the same across replicas, when set
 }
 
 var _ api.Service = (*Service)(nil)
@@ -132,6 +138,7 @@ func New(o Options) *Service {
 		hostWS:    o.HostWorkspaces,
 		sessionWS: o.SessionWorkspaces,
 		wsQuota:   o.WorkspaceQuota,
+		shared:    o.Locker,
 	}
 	if s.journal == nil {
 		s.journal = runner.NewJournal(nil, nil)
@@ -547,6 +554,7 @@ func (s *Service) UnloadSkills(ctx context.Context, caller api.Peer, p api.Unloa
 	var removed []store.ActiveSkill
 	var sess *store.Session
 	err := s.sessions.Update(p.SessionID, caller.UID, func(ses *store.Session) error {
+		removed = nil // fn runs again when another replica changed the session
 		drop := map[string]bool{}
 		for _, n := range p.Names {
 			drop[n] = true

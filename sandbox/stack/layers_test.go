@@ -30,7 +30,7 @@ var layers = [][]string{
 	{"runtime/oci"},
 	{"runtime"},
 	{"runtime/egress", "runtime/checkpoint"},
-	{"runtime/errkind", "runtime/rootless", "sandbox/api", "runtime/runtimetest", "runtime/egress/egresstest"},
+	{"runtime/errkind", "runtime/rootless", "sandbox/api", "runtime/runtimetest", "runtime/egress/egresstest", "sandbox/store/storetest"},
 }
 
 // TestImportLayers keeps the imports of every package (its non-test files)

@@ -106,7 +106,7 @@ type Stack struct {
 	engine    *runner.Engine
 	svc       *service.Service
 	daemon    *daemon.Daemon
-	state     *store.StateDB
+	state     store.KV
 	stateDir  string // a temp state dir of MCP and Local, removed on Close
 	rtVersion string
 
@@ -276,7 +276,7 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 			}
 			dir = s.stateDir
 		}
-		if s.state, err = store.OpenStateDB(dir); err != nil {
+		if s.state, err = openState(cfg, o.Mode, dir, log); err != nil {
 			return nil, err
 		}
 		sessions = store.NewSessionStore(s.state, store.SessionOptions{Logger: log.Named("store")})
@@ -289,6 +289,7 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 		}
 		confirms = store.NewConfirmationStore(s.state, store.ConfirmationOptions{DefaultTTL: cfg.Daemon.ConfirmationTTL, Logger: log.Named("store")})
 		so.Sessions, so.Confirmations = sessions, confirms
+		so.Locker, _ = s.state.(store.Locker)
 		so.SessionWorkspaces, so.WorkspaceQuota = filepath.Join(dir, "workspaces"), cfg.Daemon.WorkspaceQuota
 		if o.Mode != Local {
 			if so.Proposals, err = store.NewProposalStore(s.state); err != nil {

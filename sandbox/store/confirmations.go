@@ -7,8 +7,9 @@ package store
 // repeats the call with the confirmation's id, and the run goes ahead only if
 // the approval is still valid, belongs to that session and the repeated call
 // hashes to the same digest. Approvals are used up by that one run.
-// Confirmations live in the StateDB, so a daemon restart between approval and
-// use loses nothing.
+// Confirmations live in the state KV, so a daemon restart between approval
+// and use loses nothing, and with replicas sharing an etcd KV an approval
+// used on one is refused on every other: Consume is a compare-and-swap.
 
 import (
 	"context"
@@ -23,7 +24,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	bolt "go.etcd.io/bbolt"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -89,20 +89,25 @@ const (
 	DefaultConfirmationRetention = 24 * time.Hour
 )
 
-// ConfirmationStore keeps confirmations in the StateDB. Who may approve is
-// not its business: the caller checks the approver against policy before
+// ConfirmationStore keeps confirmations in a KV. Who may approve is not its
+// business: the caller checks the approver against policy before
 // Approve/Deny, and the store records who decided.
 type ConfirmationStore struct {
-	db   *bolt.DB
+	kv   KV
 	opts ConfirmationOptions
 	log  hclog.Logger
+
+	// requestMu makes Request's look for a duplicate, its count and its
+	// write one step within this process (across replicas, two concurrent
+	// requests may both pass: a duplicate request or one over the bound).
+	requestMu sync.Mutex
 
 	hookMu sync.Mutex
 	hooks  []func(api.Confirmation)
 }
 
-// NewConfirmationStore returns the confirmation store over st.
-func NewConfirmationStore(st *StateDB, opts ConfirmationOptions) *ConfirmationStore {
+// NewConfirmationStore returns the confirmation store over kv.
+func NewConfirmationStore(kv KV, opts ConfirmationOptions) *ConfirmationStore {
 	if opts.DefaultTTL <= 0 {
 		opts.DefaultTTL = DefaultConfirmationTTL
 	}
@@ -119,7 +124,7 @@ func NewConfirmationStore(st *StateDB, opts ConfirmationOptions) *ConfirmationSt
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	s := &ConfirmationStore{db: st.db, opts: opts, log: log.Named("confirmations")}
+	s := &ConfirmationStore{kv: kv, opts: opts, log: log.Named("confirmations")}
 	if opts.OnExpire != nil {
 		s.hooks = append(s.hooks, opts.OnExpire)
 	}
@@ -177,12 +182,8 @@ func decodeConfirmation(v []byte) (*api.Confirmation, error) {
 	return &r.Confirmation, nil
 }
 
-func putConfirmation(b *bolt.Bucket, c *api.Confirmation) error {
-	v, err := json.Marshal(confirmationRecord{V: 1, Confirmation: *c})
-	if err != nil {
-		return err
-	}
-	return b.Put([]byte(c.ID), v)
+func encodeConfirmation(c *api.Confirmation) ([]byte, error) {
+	return json.Marshal(confirmationRecord{V: 1, Confirmation: *c})
 }
 
 // effective applies expiry: an open confirmation past Expires is expired.
@@ -217,33 +218,45 @@ func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, r
 	for _, o := range opts {
 		o(c)
 	}
-	var existing *api.Confirmation
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketConfirmations)
-		pending := 0
-		err := b.ForEach(func(_, v []byte) error {
-			o, err := decodeConfirmation(v)
-			if err != nil || effective(o, now) != api.ConfirmationPending {
-				return nil
-			}
-			if o.SessionID == sessionID && o.Digest == digest && existing == nil {
-				existing = o
-			}
-			if o.RequestedBy == ownerUID {
-				pending++
-			}
-			return nil
-		})
-		if err != nil || existing != nil {
-			return err
-		}
-		if s.opts.MaxPendingPerOwner > 0 && pending >= s.opts.MaxPendingPerOwner {
-			return fmt.Errorf("uid %d already has %d confirmations waiting for an approver (the limit): wait for decisions before asking again: %w", ownerUID, pending, api.ErrLimitExceeded)
-		}
-		return putConfirmation(b, c)
-	})
+	ctx, cancel := opContext()
+	defer cancel()
+	s.requestMu.Lock()
+	defer s.requestMu.Unlock()
+	all, err := s.kv.List(ctx, bucketConfirmations)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("reading the open confirmations: %w", err)
+	}
+	var existing *api.Confirmation
+	pending := 0
+	for _, e := range all {
+		o, err := decodeConfirmation(e.Value)
+		if err != nil || effective(o, now) != api.ConfirmationPending {
+			continue
+		}
+		if o.SessionID == sessionID && o.Digest == digest && existing == nil {
+			existing = o
+		}
+		if o.RequestedBy == ownerUID {
+			pending++
+		}
+	}
+	if existing == nil {
+		if s.opts.MaxPendingPerOwner > 0 && pending >= s.opts.MaxPendingPerOwner {
+			return nil, fmt.Errorf("uid %d already has %d confirmations waiting for an approver (the limit): wait for decisions before asking again: %w", ownerUID, pending, api.ErrLimitExceeded)
+		}
+		v, err := encodeConfirmation(c)
+		if err != nil {
+			return nil, err
+		}
+		err = s.kv.Update(ctx, bucketConfirmations, id, func(old []byte) ([]byte, error) {
+			if old != nil {
+				return nil, fmt.Errorf("confirmation id %s is taken (random ids collided): repeat the call: %w", id, api.ErrInternal)
+			}
+			return v, nil
+		})
+		if err != nil {
+			return nil, err
+		}
 	}
 	if existing != nil {
 		return existing, nil
@@ -256,9 +269,10 @@ func notFoundConfirmation(id string) error {
 	return fmt.Errorf("confirmation %q not found (confirmations.list shows the open ones): %w", id, api.ErrNotFound)
 }
 
-// update loads confirmation id in a write transaction, lets fn change it
-// (fn returns whether to save and the error to report after the commit) and
-// returns the saved state. A state change made before an error (e.g. marking
+// update loads confirmation id, lets fn change it (fn returns whether to
+// save and the error to report after the write) and returns the saved
+// state, as one compare-and-swap of the KV: fn runs again if another
+// replica changed the confirmation meanwhile. A state change made before an error (e.g. marking
 // an expired one expired) is still written, and an expiry it records is
 // reported to the OnExpire hooks.
 func (s *ConfirmationStore) update(id string, fn func(c *api.Confirmation, now time.Time) (bool, error)) (*api.Confirmation, error) {
@@ -269,24 +283,25 @@ func (s *ConfirmationStore) update(id string, fn func(c *api.Confirmation, now t
 	var out *api.Confirmation
 	var fnErr error
 	expiredNow := false
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketConfirmations)
-		v := b.Get([]byte(id))
+	ctx, cancel := opContext()
+	defer cancel()
+	err := s.kv.Update(ctx, bucketConfirmations, id, func(v []byte) ([]byte, error) {
+		out, fnErr, expiredNow = nil, nil, false
 		if v == nil {
-			return notFoundConfirmation(id)
+			return nil, notFoundConfirmation(id)
 		}
 		c, err := decodeConfirmation(v)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		was := c.State
 		save, ferr := fn(c, now)
 		fnErr, out = ferr, c
 		if save {
 			expiredNow = was != api.ConfirmationExpired && c.State == api.ConfirmationExpired
-			return putConfirmation(b, c)
+			return encodeConfirmation(c)
 		}
-		return nil
+		return v, nil
 	})
 	if err != nil {
 		return nil, err
@@ -313,16 +328,16 @@ func (s *ConfirmationStore) Get(id string) (*api.Confirmation, error) {
 		return nil, notFoundConfirmation(id)
 	}
 	now := s.now()
-	var c *api.Confirmation
-	err := s.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketConfirmations).Get([]byte(id))
-		if v == nil {
-			return notFoundConfirmation(id)
-		}
-		var err error
-		c, err = decodeConfirmation(v)
-		return err
-	})
+	ctx, cancel := opContext()
+	defer cancel()
+	v, err := s.kv.Get(ctx, bucketConfirmations, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading confirmation %q: %w", id, err)
+	}
+	if v == nil {
+		return nil, notFoundConfirmation(id)
+	}
+	c, err := decodeConfirmation(v)
 	if err != nil {
 		return nil, err
 	}
@@ -430,28 +445,31 @@ type ConfirmationFilter struct {
 func (s *ConfirmationStore) List(f ConfirmationFilter) ([]*api.Confirmation, error) {
 	now := s.now()
 	out := []*api.Confirmation{}
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketConfirmations).ForEach(func(_, v []byte) error {
-			c, err := decodeConfirmation(v)
-			if err != nil {
-				return nil
-			}
-			c.State = effective(c, now)
-			if f.SessionID != "" && c.SessionID != f.SessionID {
-				return nil
-			}
-			if f.OwnerUID != nil && c.RequestedBy != *f.OwnerUID {
-				return nil
-			}
-			if f.State != "" && string(c.State) != f.State {
-				return nil
-			}
-			out = append(out, c)
-			return nil
-		})
-	})
+	ctx, cancel := opContext()
+	defer cancel()
+	all, err := s.kv.List(ctx, bucketConfirmations)
+	if err != nil {
+		return nil, fmt.Errorf("listing confirmations: %w", err)
+	}
+	for _, e := range all {
+		c, err := decodeConfirmation(e.Value)
+		if err != nil {
+			continue
+		}
+		c.State = effective(c, now)
+		if f.SessionID != "" && c.SessionID != f.SessionID {
+			continue
+		}
+		if f.OwnerUID != nil && c.RequestedBy != *f.OwnerUID {
+			continue
+		}
+		if f.State != "" && string(c.State) != f.State {
+			continue
+		}
+		out = append(out, c)
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
-	return out, err
+	return out, nil
 }
 
 // Sweep marks timed-out confirmations expired (telling the OnExpire hooks
@@ -459,20 +477,30 @@ func (s *ConfirmationStore) List(f ConfirmationFilter) ([]*api.Confirmation, err
 // many it deleted.
 func (s *ConfirmationStore) Sweep() (int, error) {
 	now := s.now()
+	ctx, cancel := opContext()
+	defer cancel()
+	all, err := s.kv.List(ctx, bucketConfirmations)
+	if err != nil {
+		return 0, fmt.Errorf("sweeping confirmations: %w", err)
+	}
 	deleted := 0
 	var expiredNow []*api.Confirmation
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketConfirmations)
-		var dels [][]byte
-		var puts []*api.Confirmation
-		err := b.ForEach(func(k, v []byte) error {
+	for _, e := range all {
+		var exp *api.Confirmation
+		del := false
+		err := s.kv.Update(ctx, bucketConfirmations, e.Key, func(v []byte) ([]byte, error) {
+			exp, del = nil, false
+			if v == nil {
+				return nil, nil
+			}
 			c, err := decodeConfirmation(v)
 			if err != nil {
-				dels = append(dels, append([]byte(nil), k...))
-				return nil
+				del = true
+				return nil, nil
 			}
-			if expire(c, now) {
-				puts = append(puts, c)
+			changed := expire(c, now)
+			if changed {
+				exp = c
 			}
 			if c.State.Final() {
 				end := c.Expires
@@ -482,30 +510,24 @@ func (s *ConfirmationStore) Sweep() (int, error) {
 					}
 				}
 				if now.Sub(end) >= s.opts.Retention {
-					dels = append(dels, append([]byte(nil), k...))
+					del = true
+					return nil, nil
 				}
 			}
-			return nil
+			if changed {
+				return encodeConfirmation(c)
+			}
+			return v, nil
 		})
 		if err != nil {
-			return err
+			return 0, fmt.Errorf("sweeping confirmations: confirmation %s: %w", e.Key, err)
 		}
-		for _, c := range puts {
-			if err := putConfirmation(b, c); err != nil {
-				return err
-			}
+		if exp != nil {
+			expiredNow = append(expiredNow, exp)
 		}
-		expiredNow = puts
-		for _, k := range dels {
-			if err := b.Delete(k); err != nil {
-				return err
-			}
+		if del {
+			deleted++
 		}
-		deleted = len(dels)
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sweeping confirmations: %w", err)
 	}
 	s.expired(expiredNow...)
 	return deleted, nil

@@ -1,9 +1,9 @@
 package store
 
 // Sessions are per-conversation state: which skills a host has loaded, in
-// which order. They are kept in a bbolt database under the state directory so
-// a daemon restart (upgrade, crash) does not silently drop a conversation's
-// loaded skills: the host goes on with the same session_id. A session belongs
+// which order. They are kept in the state KV (bbolt under the state
+// directory, or etcd shared by replicas) so a daemon restart (upgrade,
+// crash) does not silently drop a conversation's loaded skills: the host goes on with the same session_id. A session belongs
 // to the uid that created it; other uids get "not found", never "forbidden",
 // so session ids cannot be probed.
 
@@ -12,10 +12,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -23,74 +20,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/skillbox/skillbox/sandbox/api"
-	bolt "go.etcd.io/bbolt"
 )
-
-// StateFile is the database's name inside the state directory.
-const StateFile = "state.db"
-
-const stateSchema = 1
-
-var (
-	bucketMeta          = []byte("meta")
-	bucketSessions      = []byte("sessions")
-	bucketConfirmations = []byte("confirmations")
-	keySchema           = []byte("schema")
-)
-
-// StateDB is the daemon's persistent state (<state_dir>/state.db), shared by
-// the SessionStore and the ConfirmationStore. Only one process may hold it
-// open; a second daemon on the same state directory fails to open it.
-type StateDB struct {
-	db   *bolt.DB
-	path string
-}
-
-// OpenStateDB opens (creating if needed) <stateDir>/state.db. The directory
-// is created 0700 and the file 0600: sessions name what a user is doing.
-func OpenStateDB(stateDir string) (*StateDB, error) {
-	if err := os.MkdirAll(stateDir, 0o700); err != nil {
-		return nil, fmt.Errorf("state directory: %w", err)
-	}
-	path := filepath.Join(stateDir, StateFile)
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
-	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("state database %s is in use by another process (is another skillbox serving with this state_dir?): %w", path, api.ErrUnavailable)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("opening state database %s: %w", path, err)
-	}
-	err = db.Update(func(tx *bolt.Tx) error {
-		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
-		if err != nil {
-			return err
-		}
-		if v := meta.Get(keySchema); v != nil {
-			if string(v) != fmt.Sprint(stateSchema) {
-				return fmt.Errorf("state database %s has schema %s; this skillbox knows schema %d (downgrade?)", path, v, stateSchema)
-			}
-		} else if err := meta.Put(keySchema, []byte(fmt.Sprint(stateSchema))); err != nil {
-			return err
-		}
-		for _, b := range [][]byte{bucketSessions, bucketConfirmations} {
-			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		db.Close()
-		return nil, fmt.Errorf("initialising state database: %w", err)
-	}
-	return &StateDB{db: db, path: path}, nil
-}
-
-// Path is the database file.
-func (s *StateDB) Path() string { return s.path }
-
-// Close closes the database; stop the stores' sweepers and the server first.
-func (s *StateDB) Close() error { return s.db.Close() }
 
 // ActiveSkill is a skill loaded in a session: the version (digest) and
 // directory it had when loaded, so a later change on disk is noticed.
@@ -140,21 +70,28 @@ const (
 	DefaultMaxSessionsPerUser = 256
 )
 
-// SessionStore keeps sessions in the StateDB. Reads are cheap (a read
-// transaction, no disk write); use marks are kept in memory and written by
-// Update and by the sweep, so Get can sit on the hot path of every call.
+// SessionStore keeps sessions in a KV. Reads are cheap (no write); use
+// marks are kept in memory and written by Update and by the sweep, so Get
+// can sit on the hot path of every call. With replicas sharing the KV, each
+// writes its own marks; a session expires only when no replica's sweep
+// has written a use within the TTL.
 type SessionStore struct {
-	db   *bolt.DB
+	kv   KV
 	opts SessionOptions
 	log  hclog.Logger
+
+	// createMu makes Create's count of an owner's sessions and its write
+	// one step within this process (across replicas the bound is per
+	// replica's view: two concurrent creates may both pass it).
+	createMu sync.Mutex
 
 	mu      sync.Mutex
 	touched map[string]time.Time // last use not yet written to disk
 	hooks   []func(Session)      // OnExpire and AddExpireHook's, under mu
 }
 
-// NewSessionStore returns the session store over st.
-func NewSessionStore(st *StateDB, opts SessionOptions) *SessionStore {
+// NewSessionStore returns the session store over kv.
+func NewSessionStore(kv KV, opts SessionOptions) *SessionStore {
 	if opts.TTL == 0 {
 		opts.TTL = DefaultSessionTTL
 	}
@@ -168,7 +105,7 @@ func NewSessionStore(st *StateDB, opts SessionOptions) *SessionStore {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
-	s := &SessionStore{db: st.db, opts: opts, log: log.Named("sessions"), touched: map[string]time.Time{}}
+	s := &SessionStore{kv: kv, opts: opts, log: log.Named("sessions"), touched: map[string]time.Time{}}
 	if opts.OnExpire != nil {
 		s.hooks = append(s.hooks, opts.OnExpire)
 	}
@@ -236,21 +173,13 @@ func decodeSession(v []byte) (*Session, error) {
 	return &r.Session, nil
 }
 
-func putSession(b *bolt.Bucket, ses *Session) error {
-	v, err := json.Marshal(sessionRecord{V: 1, Session: *ses})
-	if err != nil {
-		return err
-	}
-	return b.Put([]byte(ses.ID), v)
+func encodeSession(ses *Session) ([]byte, error) {
+	return json.Marshal(sessionRecord{V: 1, Session: *ses})
 }
 
-// load reads id for uid inside tx; another uid's session, an expired one
-// and a missing one are all api.ErrNotFound.
-func (s *SessionStore) load(tx *bolt.Tx, id string, uid uint32, now time.Time) (*Session, error) {
-	if !ValidID(id, "ses_") {
-		return nil, notFoundSession(id)
-	}
-	v := tx.Bucket(bucketSessions).Get([]byte(id))
+// load decodes v, the stored record of id, for uid; another uid's session,
+// an expired one and a missing one (v nil) are all api.ErrNotFound.
+func (s *SessionStore) load(v []byte, id string, uid uint32, now time.Time) (*Session, error) {
 	if v == nil {
 		return nil, notFoundSession(id)
 	}
@@ -268,14 +197,16 @@ func (s *SessionStore) load(tx *bolt.Tx, id string, uid uint32, now time.Time) (
 }
 
 // Exists reports whether the store holds session id at all (expired ones
-// until a sweep removes them, with their hooks).
+// until a sweep removes them, with their hooks). A store that cannot be
+// read holds nothing, as far as the caller can tell.
 func (s *SessionStore) Exists(id string) bool {
-	found := false
-	s.db.View(func(tx *bolt.Tx) error {
-		found = tx.Bucket(bucketSessions).Get([]byte(id)) != nil
-		return nil
-	})
-	return found
+	ctx, cancel := opContext()
+	defer cancel()
+	v, err := s.kv.Get(ctx, bucketSessions, id)
+	if err != nil {
+		s.log.Warn("reading a session failed", "session", id, "error", err)
+	}
+	return v != nil
 }
 
 // Create starts a session owned by owner.
@@ -286,29 +217,39 @@ func (s *SessionStore) Create(owner uint32) (*Session, error) {
 	}
 	now := s.now()
 	ses := &Session{ID: id, OwnerUID: owner, Created: now, LastUsed: now, Active: []ActiveSkill{}}
-	err = s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSessions)
-		if s.opts.MaxPerOwner > 0 {
-			n := 0
-			err := b.ForEach(func(_, v []byte) error {
-				var o struct {
-					OwnerUID uint32 `json:"owner_uid"`
-				}
-				if json.Unmarshal(v, &o) == nil && o.OwnerUID == owner {
-					if other, err := decodeSession(v); err == nil && !s.expired(other, now) {
-						n++
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				return err
+	ctx, cancel := opContext()
+	defer cancel()
+	s.createMu.Lock()
+	defer s.createMu.Unlock()
+	if s.opts.MaxPerOwner > 0 {
+		all, err := s.kv.List(ctx, bucketSessions)
+		if err != nil {
+			return nil, fmt.Errorf("counting uid %d's sessions: %w", owner, err)
+		}
+		n := 0
+		for _, e := range all {
+			var o struct {
+				OwnerUID uint32 `json:"owner_uid"`
 			}
-			if n >= s.opts.MaxPerOwner {
-				return fmt.Errorf("uid %d already has %d open sessions (the limit): close some with sessions.close: %w", owner, n, api.ErrLimitExceeded)
+			if json.Unmarshal(e.Value, &o) == nil && o.OwnerUID == owner {
+				if other, err := decodeSession(e.Value); err == nil && !s.expired(other, now) {
+					n++
+				}
 			}
 		}
-		return putSession(b, ses)
+		if n >= s.opts.MaxPerOwner {
+			return nil, fmt.Errorf("uid %d already has %d open sessions (the limit): close some with sessions.close: %w", owner, n, api.ErrLimitExceeded)
+		}
+	}
+	v, err := encodeSession(ses)
+	if err != nil {
+		return nil, err
+	}
+	err = s.kv.Update(ctx, bucketSessions, id, func(old []byte) ([]byte, error) {
+		if old != nil {
+			return nil, fmt.Errorf("session id %s is taken (random ids collided): call sessions.create again: %w", id, api.ErrInternal)
+		}
+		return v, nil
 	})
 	if err != nil {
 		return nil, err
@@ -320,13 +261,17 @@ func (s *SessionStore) Create(owner uint32) (*Session, error) {
 // Get returns session id if uid owns it and it has not expired, and marks
 // it used.
 func (s *SessionStore) Get(id string, uid uint32) (*Session, error) {
+	if !ValidID(id, "ses_") {
+		return nil, notFoundSession(id)
+	}
 	now := s.now()
-	var ses *Session
-	err := s.db.View(func(tx *bolt.Tx) error {
-		var err error
-		ses, err = s.load(tx, id, uid, now)
-		return err
-	})
+	ctx, cancel := opContext()
+	defer cancel()
+	v, err := s.kv.Get(ctx, bucketSessions, id)
+	if err != nil {
+		return nil, fmt.Errorf("reading session %q: %w", id, err)
+	}
+	ses, err := s.load(v, id, uid, now)
 	if err != nil {
 		return nil, err
 	}
@@ -339,26 +284,33 @@ func (s *SessionStore) Get(id string, uid uint32) (*Session, error) {
 
 // Update changes session id (owned by uid) with fn, atomically: fn works on a
 // copy that is written back only when fn returns nil, and fn's error is
-// returned as is. fn runs inside the database's write transaction, so it must
-// be quick and must not call the store. ID, OwnerUID and Created cannot be
-// changed; LastUsed is set to now. The *Session fn received stays valid (and
-// holds the written state) after Update returns.
+// returned as is. fn must be quick, must not call the store and may run
+// more than once (when another replica changed the session meanwhile, it
+// runs again on the new state), so it must only change the session and
+// record results for the caller. ID, OwnerUID and Created cannot be
+// changed; LastUsed is set to now. The *Session fn last received stays
+// valid (and holds the written state) after Update returns.
 func (s *SessionStore) Update(id string, uid uint32, fn func(*Session) error) error {
+	if !ValidID(id, "ses_") {
+		return notFoundSession(id)
+	}
 	now := s.now()
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		ses, err := s.load(tx, id, uid, now)
+	ctx, cancel := opContext()
+	defer cancel()
+	err := s.kv.Update(ctx, bucketSessions, id, func(old []byte) ([]byte, error) {
+		ses, err := s.load(old, id, uid, now)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		orig := *ses
 		if err := fn(ses); err != nil {
-			return err
+			return nil, err
 		}
 		ses.ID, ses.OwnerUID, ses.Created, ses.LastUsed = orig.ID, orig.OwnerUID, orig.Created, now
 		if ses.Active == nil {
 			ses.Active = []ActiveSkill{}
 		}
-		return putSession(tx.Bucket(bucketSessions), ses)
+		return encodeSession(ses)
 	})
 	if err != nil {
 		return err
@@ -371,12 +323,17 @@ func (s *SessionStore) Update(id string, uid uint32, fn func(*Session) error) er
 
 // Close ends session id (owned by uid).
 func (s *SessionStore) Close(id string, uid uint32) error {
+	if !ValidID(id, "ses_") {
+		return notFoundSession(id)
+	}
 	now := s.now()
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		if _, err := s.load(tx, id, uid, now); err != nil {
-			return err
+	ctx, cancel := opContext()
+	defer cancel()
+	err := s.kv.Update(ctx, bucketSessions, id, func(old []byte) ([]byte, error) {
+		if _, err := s.load(old, id, uid, now); err != nil {
+			return nil, err
 		}
-		return tx.Bucket(bucketSessions).Delete([]byte(id))
+		return nil, nil
 	})
 	if err != nil {
 		return err
@@ -391,70 +348,75 @@ func (s *SessionStore) Close(id string, uid uint32) error {
 // List returns uid's live sessions, oldest first.
 func (s *SessionStore) List(uid uint32) ([]*Session, error) {
 	now := s.now()
+	ctx, cancel := opContext()
+	defer cancel()
+	all, err := s.kv.List(ctx, bucketSessions)
+	if err != nil {
+		return nil, fmt.Errorf("listing sessions: %w", err)
+	}
 	var out []*Session
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketSessions).ForEach(func(_, v []byte) error {
-			ses, err := decodeSession(v)
-			if err != nil {
-				return err
-			}
-			if ses.OwnerUID == uid && !s.expired(ses, now) {
-				ses.LastUsed = s.lastUsed(ses)
-				out = append(out, ses)
-			}
-			return nil
-		})
-	})
+	for _, e := range all {
+		ses, err := decodeSession(e.Value)
+		if err != nil {
+			return nil, err
+		}
+		if ses.OwnerUID == uid && !s.expired(ses, now) {
+			ses.LastUsed = s.lastUsed(ses)
+			out = append(out, ses)
+		}
+	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
-	return out, err
+	return out, nil
 }
 
-// Sweep deletes expired sessions and writes pending use marks to disk, so a
-// restart keeps them. It returns how many sessions expired.
+// Sweep deletes expired sessions and writes pending use marks to the store,
+// so a restart (or another replica) sees them. It returns how many sessions
+// expired. Each session is swept on its own, re-checked as it is then, so
+// a replica that used or closed it meanwhile wins, and of replicas
+// sweeping at once only the one that deletes a session reports its expiry.
 func (s *SessionStore) Sweep() (int, error) {
 	now := s.now()
+	ctx, cancel := opContext()
+	defer cancel()
+	all, err := s.kv.List(ctx, bucketSessions)
+	if err != nil {
+		return 0, fmt.Errorf("sweeping sessions: %w", err)
+	}
 	var gone []Session
 	var flushed []string
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketSessions)
-		var dels [][]byte
-		var puts []*Session
-		err := b.ForEach(func(k, v []byte) error {
+	for _, e := range all {
+		var expired *Session
+		wrote := false
+		err := s.kv.Update(ctx, bucketSessions, e.Key, func(v []byte) ([]byte, error) {
+			expired, wrote = nil, false
+			if v == nil {
+				return nil, nil
+			}
 			ses, err := decodeSession(v)
 			if err != nil {
-				s.log.Warn("dropping unreadable session record", "session", string(k), "error", err)
-				dels = append(dels, append([]byte(nil), k...))
-				return nil
+				s.log.Warn("dropping unreadable session record", "session", e.Key, "error", err)
+				return nil, nil
 			}
 			if s.expired(ses, now) {
-				dels = append(dels, append([]byte(nil), k...))
-				gone = append(gone, *ses)
-				return nil
+				expired = ses
+				return nil, nil
 			}
 			if lu := s.lastUsed(ses); lu.After(ses.LastUsed) {
 				ses.LastUsed = lu
-				puts = append(puts, ses)
+				wrote = true
+				return encodeSession(ses)
 			}
-			return nil
+			return v, nil
 		})
 		if err != nil {
-			return err
+			return 0, fmt.Errorf("sweeping sessions: session %s: %w", e.Key, err)
 		}
-		for _, k := range dels {
-			if err := b.Delete(k); err != nil {
-				return err
-			}
+		if expired != nil {
+			gone = append(gone, *expired)
 		}
-		for _, ses := range puts {
-			if err := putSession(b, ses); err != nil {
-				return err
-			}
-			flushed = append(flushed, ses.ID)
+		if wrote {
+			flushed = append(flushed, e.Key)
 		}
-		return nil
-	})
-	if err != nil {
-		return 0, fmt.Errorf("sweeping sessions: %w", err)
 	}
 	s.mu.Lock()
 	hooks := s.hooks
