@@ -112,9 +112,10 @@ func BenchmarkPod(b *testing.B) {
 	b.ReportMetric(node, "node_agents_MiB")
 }
 
-// benchCPUs is each run's CPU limit, which its pod requests: 4 pods of
-// the pool fit a 2-core node only below half a core each.
-const benchCPUs = 0.4
+// benchCPUs is each run's CPU limit, which its pod requests: with 4
+// clients, 4 pods run jobs while the pool boots 4 more, and 8 such pods
+// fit a 2-core node only below a quarter of a core each.
+const benchCPUs = 0.2
 
 // waitPoolIdle waits up to 3 minutes until pool holds n idle pods.
 func waitPoolIdle(t testing.TB, pool *runtime.Pool, n int) {

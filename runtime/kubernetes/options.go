@@ -126,6 +126,12 @@ func (k *Kubernetes) restConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// The client's rate limit towards the API server.
+const (
+	clientQPS   = 100
+	clientBurst = 200
+)
+
 // connect makes the client once; a failure is not cached.
 func (k *Kubernetes) connect() (k8s.Interface, *rest.Config, error) {
 	k.mu.Lock()
@@ -136,6 +142,13 @@ func (k *Kubernetes) connect() (k8s.Interface, *rest.Config, error) {
 	cfg, err := k.restConfig()
 	if err != nil {
 		return nil, nil, err
+	}
+	// client-go's default rate (5 requests/s, bursts of 10) would queue a
+	// busy daemon's runs behind each other on the client side: every run
+	// costs about ten requests (create, status polls, patch, execs,
+	// delete). The API server's own priority and fairness still applies.
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = clientQPS, clientBurst
 	}
 	cs, err := k8s.NewForConfig(cfg)
 	if err != nil {
