@@ -62,7 +62,8 @@ func TestDaemonRefusesUnreachableEtcd(t *testing.T) {
 // TestDaemonReplicasShareState is issue 27's acceptance for the state with
 // the real binary over real sockets: two daemons over one etcd. A session
 // created on one is used on the other; an approval used on one is refused
-// on the other; two consuming one approval at once run it once.
+// on the other; two consuming one approval at once run it once; each
+// replica's audit chain (in one shared audit directory) verifies.
 func TestDaemonReplicasShareState(t *testing.T) {
 	needDaemon(t)
 	bin, err := storetest.EtcdBinary(true)
@@ -70,7 +71,8 @@ func TestDaemonReplicasShareState(t *testing.T) {
 		t.Fatal(err)
 	}
 	url := storetest.StartEtcd(t, bin)
-	a, b := newItDaemon(t), newItDaemon(t)
+	shared := t.TempDir()
+	a, b := replicaDaemon(t, shared, "replica-a"), replicaDaemon(t, shared, "replica-b")
 	a.useEtcd(url, "/skillbox-it")
 	b.useEtcd(url, "/skillbox-it")
 	a.start()
@@ -122,5 +124,11 @@ func TestDaemonReplicasShareState(t *testing.T) {
 		if won != 1 {
 			t.Fatalf("round %d: the approved run ran %d times (%v), want once", i, won, errs)
 		}
+	}
+
+	a.stop()
+	b.stop()
+	if out, code := verify(t, shared); code != 0 || !strings.Contains(out, "2 chain(s), 2 intact") {
+		t.Fatalf("audit verify of both replicas' chains: exit %d\n%s", code, out)
 	}
 }
