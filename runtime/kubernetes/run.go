@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"time"
 
@@ -62,7 +63,7 @@ func (k *Kubernetes) Run(ctx context.Context, job runtime.Job) (res *runtime.Res
 	if err != nil {
 		return nil, err
 	}
-	argv, err := execCommand(job)
+	frame, err := jobFrame(job)
 	if err != nil {
 		return nil, err
 	}
@@ -95,22 +96,30 @@ func (k *Kubernetes) Run(ctx context.Context, job runtime.Job) (res *runtime.Res
 		}
 		return nil, fmt.Errorf("run %s: %w", job.ID, err)
 	}
+	if err := k.deliver(ctx, cs, cfg, pod.Name, job, frame); err != nil {
+		if ctx.Err() != nil {
+			return &runtime.Result{ExitCode: -1, Reason: runtime.ReasonKilled, Runtime: Name, RuntimeVersion: version,
+				LimitsEnforcedBy: enforcement()}, nil
+		}
+		return nil, fmt.Errorf("run %s: %w", job.ID, err)
+	}
 	// The pod started after it was created: time.Since(created) bounds
-	// how long it has been up, without trusting the node's clock.
+	// how long it has been up, without trusting the node's clock. The
+	// job's time starts now, after its inputs are in.
 	deadline := runDeadline(time.Since(created), job.Limits.WithDefaults().Timeout, *pod.Spec.ActiveDeadlineSeconds)
 	patch := fmt.Appendf(nil, `{"spec":{"activeDeadlineSeconds":%d}}`, deadline)
 	if _, err := pods.Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return nil, fmt.Errorf("run %s: set the deadline of pod %s/%s to %d s: %w", job.ID, k.namespace, pod.Name, deadline, err)
 	}
-	return k.exec(ctx, cs, cfg, pod.Name, job, argv, version)
+	return k.exec(ctx, cs, cfg, pod.Name, job, version)
 }
 
-// exec runs argv in the pod's container with the job's stdin and caps,
-// and stops it (deleting the pod) at its timeout, an output cap or the
-// caller's cancel.
-func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, job runtime.Job, argv []string, version string) (*runtime.Result, error) {
+// exec runs the delivered job (jobCommand) in the pod's container with
+// the job's stdin and caps, stops it (deleting the pod) at its timeout, an
+// output cap or the caller's cancel, and collects its outputs.
+func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, job runtime.Job, version string) (*runtime.Result, error) {
 	lim := job.Limits.WithDefaults()
-	ex, err := k.executor(cs, cfg, name, argv)
+	ex, err := k.executor(cs, cfg, name, jobCommand)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", job.ID, err)
 	}
@@ -192,51 +201,31 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 	res.Stdout, res.StdoutTruncated = stdout.Result()
 	res.Stderr, res.StderrTruncated = stderr.Result()
 	if reason == runtime.ReasonExit {
-		res.OutputsSkipped = k.uncollected(ctx, cs, cfg, name)
+		k.collect(ctx, cs, cfg, name, job).Apply(res)
+	} else {
+		res.OutputsSkipped = []string{fmt.Sprintf("outputs not collected: the run ended (%s) with its pod, and the pod's workdir with it", reason)}
 	}
 	k.log.Debug("run finished", "id", job.ID, "pod", name, "reason", reason, "exit_code", code, "duration", duration)
 	return res, nil
 }
 
+// traceExec, when set (by tests), sees the URL of every exec: what the
+// API server's audit log and proxies see of it.
+var traceExec func(*url.URL)
+
 // executor is an exec of argv into the pod's container, with stdin,
-// stdout and stderr.
+// stdout and stderr. argv is in the exec's URL: never a job's data.
 func (k *Kubernetes) executor(cs k8s.Interface, cfg *rest.Config, name string, argv []string) (remotecommand.Executor, error) {
 	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(k.namespace).Name(name).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: argv, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	if traceExec != nil {
+		traceExec(req.URL())
+	}
 	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
 	if err != nil {
 		return nil, errkind.Errorf(runtime.ErrUnavailable, "exec into pod %s/%s: %w", k.namespace, name, err)
 	}
 	return ex, nil
-}
-
-// maxListed is how many names uncollected lists.
-const maxListed = 10
-
-// uncollected says what the job left in the workdir, which this backend
-// does not collect yet (outputs come back with the tar stream over exec):
-// nothing is dropped without a word. Nil when the workdir is empty.
-func (k *Kubernetes) uncollected(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string) []string {
-	ctx, cancel := context.WithTimeout(ctx, execEndTimeout)
-	defer cancel()
-	var out, errOut bytes.Buffer
-	ex, err := k.executor(cs, cfg, name, []string{"ls", "-A", runtime.WorkDir})
-	if err == nil {
-		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &errOut})
-	}
-	if err != nil {
-		return []string{fmt.Sprintf("outputs not collected: the kubernetes runtime does not collect files from %s yet, and listing it failed: %v %s", runtime.WorkDir, err, strings.TrimSpace(errOut.String()))}
-	}
-	names := strings.Fields(out.String())
-	if len(names) == 0 {
-		return nil
-	}
-	listed := names[:min(len(names), maxListed)]
-	more := ""
-	if len(names) > maxListed {
-		more = fmt.Sprintf(" and %d more", len(names)-maxListed)
-	}
-	return []string{fmt.Sprintf("outputs not collected: the kubernetes runtime does not collect files from %s yet; the job left %s%s there", runtime.WorkDir, strings.Join(listed, ", "), more)}
 }
 
 // enforcement names what holds each limit of this backend's runs: the
@@ -317,16 +306,25 @@ func podFailure(p *corev1.Pod) error {
 type podEnding struct {
 	phase, why, message string // the pod's phase, reason and message
 	container           string // its container's termination reason
+	// deleted says the pod was deleted (it is being deleted, or gone)
+	// while the run still needed it: by someone other than the run.
+	deleted bool
 }
 
 func (e podEnding) String() string {
+	if e.deleted {
+		return "deleted"
+	}
 	return strings.Join(strings.Fields(fmt.Sprintf("%s %s %s container: %s", e.phase, e.why, e.message, e.container)), " ")
 }
 
 // reason is the run's reason the ending gives: the pod's deadline
-// (timeout), its memory limit (oom); "" for any other.
+// (timeout), its memory limit (oom), its deletion from outside (killed);
+// "" for any other.
 func (e podEnding) reason() runtime.Reason {
 	switch {
+	case e.deleted:
+		return runtime.ReasonKilled
 	case e.why == "DeadlineExceeded":
 		return runtime.ReasonTimeout
 	case e.container == "OOMKilled":
@@ -336,15 +334,21 @@ func (e podEnding) reason() runtime.Reason {
 }
 
 // podEnd says how the pod ended once the kubelet has reported it (which
-// may lag the end of an exec by a moment: podEndWait); its phase is "" if
-// it has not, or the pod is gone.
+// may lag the end of an exec by a moment: podEndWait), or that it was
+// deleted; its phase is "" if the kubelet has not reported an end.
 func (k *Kubernetes) podEnd(cs k8s.Interface, name string) podEnding {
 	ctx, cancel := context.WithTimeout(context.Background(), podEndWait)
 	defer cancel()
 	for {
 		p, err := cs.CoreV1().Pods(k.namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return podEnding{deleted: true}
+		}
 		if err != nil {
 			return podEnding{}
+		}
+		if p.DeletionTimestamp != nil {
+			return podEnding{deleted: true}
 		}
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			e := podEnding{phase: string(p.Status.Phase), why: p.Status.Reason, message: p.Status.Message}
