@@ -355,7 +355,13 @@ func (k *Kubernetes) collectOutputs(ctx context.Context, cs k8s.Interface, cfg *
 		exit <- err
 	}()
 	bound := lim.WorkdirBytes + outputsSlack
-	skipped, uerr := unpackOutputs(&boundedReader{r: pr, n: bound}, dir)
+	br := &boundedReader{r: pr, n: bound}
+	skipped, uerr := unpackOutputs(br, dir)
+	if uerr == nil {
+		// tar pads its archive past the end the reader stops at: read
+		// the padding too, so that the exec ends by itself.
+		_, uerr = io.Copy(io.Discard, br)
+	}
 	over := errors.Is(uerr, errStreamOver)
 	if uerr != nil {
 		cancel() // the rest of the stream is not read

@@ -41,8 +41,13 @@ const (
 	// pod was deleted under it.
 	execEndTimeout = 10 * time.Second
 	// podEndWait bounds the wait for the kubelet to report how a pod
-	// ended under an exec.
+	// ended under an exec that exited 128+n (a job may kill itself: the
+	// wait is then in vain, so short).
 	podEndWait = 5 * time.Second
+	// sandboxEndWait bounds it when the sandbox died under the exec
+	// (the stream broke, or runsc's exec exited 128): the kubelet reports
+	// it at its next look at the pod, which a loaded node makes late.
+	sandboxEndWait = 30 * time.Second
 )
 
 // Run runs job in a fresh pod and deletes it.
@@ -140,7 +145,23 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 	execErr, exited, reason := process.AwaitEnd(ctx, exit, process.Ends{
 		Left: lim.Timeout, StdoutOver: stdout.Over, StderrOver: stderr.Over,
 	})
-	if !exited {
+	// stopped says the job's processes were killed and the pod kept, so
+	// its workdir can be read back.
+	stopped := false
+	if !exited && reason != runtime.ReasonKilled {
+		// A timeout or an output cap stops the job, not the pod, as the
+		// local backends stop their sandbox and then read its workdir.
+		if err := k.stopJob(ctx, cs, cfg, name); err != nil {
+			k.log.Warn("stop the job", "pod", name, "err", err)
+		} else {
+			select {
+			case execErr = <-exit:
+				stopped = true
+			case <-time.After(execEndTimeout):
+			}
+		}
+	}
+	if !exited && !stopped {
 		// Kill: the pod goes at once, and the exec with it.
 		if err := k.killPod(cs, name); err != nil {
 			k.log.Warn("kill pod", "pod", name, "err", err)
@@ -170,7 +191,7 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 		// The stream broke without an exit status: the pod ended under
 		// the job (its deadline, its memory limit, an eviction) or the
 		// connection failed.
-		end := k.podEnd(cs, name)
+		end := k.podEnd(cs, name, sandboxEndWait)
 		if r := end.reason(); r != "" {
 			reason, code = r, 128+9
 			break
@@ -185,7 +206,11 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 		// exec exits 128 then): by the kubelet at the pod's deadline
 		// before skillbox's timer fired, or by the kernel at the memory
 		// limit?
-		if r := k.podEnd(cs, name).reason(); r != "" {
+		wait := podEndWait
+		if code == 128 {
+			wait = sandboxEndWait // the sandbox died: the kubelet will say how
+		}
+		if r := k.podEnd(cs, name, wait).reason(); r != "" {
 			reason, code = r, 128+9 // the sandbox was killed
 		}
 	}
@@ -200,13 +225,62 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 	}
 	res.Stdout, res.StdoutTruncated = stdout.Result()
 	res.Stderr, res.StderrTruncated = stderr.Result()
-	if reason == runtime.ReasonExit {
+	if reason == runtime.ReasonExit && (isClosed(stdout.Over) || isClosed(stderr.Over)) {
+		// As the local backends say it: a job that went over an output
+		// cap and ended before it was stopped is the same run.
+		reason = runtime.ReasonOutputCap
+		res.Reason = reason
+	}
+	switch {
+	case exited && (reason == runtime.ReasonExit || reason == runtime.ReasonOutputCap):
+		// What the job left running goes before its workdir is read.
+		if err := k.stopJob(ctx, cs, cfg, name); err != nil {
+			k.log.Warn("stop the job's leftover processes", "pod", name, "err", err)
+		}
+		fallthrough
+	case stopped:
 		k.collect(ctx, cs, cfg, name, job).Apply(res)
-	} else {
+	default:
 		res.OutputsSkipped = []string{fmt.Sprintf("outputs not collected: the run ended (%s) with its pod, and the pod's workdir with it", reason)}
 	}
 	k.log.Debug("run finished", "id", job.ID, "pod", name, "reason", reason, "exit_code", code, "duration", duration)
 	return res, nil
+}
+
+// stopCommand kills every process of the pod's user in the container
+// but its init (the holder, which keeps the pod and its workdir) and
+// itself: kill(-1) spares both.
+var stopCommand = []string{"sh", "-c", "kill -9 -1"}
+
+// stopTimeout bounds the exec of stopCommand.
+const stopTimeout = 10 * time.Second
+
+// stopJob kills the job's processes in the pod, and what they left
+// running, keeping the pod. kill's own status (none left to kill) does
+// not matter.
+func (k *Kubernetes) stopJob(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	ex, err := k.executor(cs, cfg, name, stopCommand)
+	if err != nil {
+		return err
+	}
+	var errOut noteBuffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader(""), Stdout: &errOut, Stderr: &errOut})
+	var exitErr utilexec.CodeExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		return fmt.Errorf("exec %q into pod %s/%s: %w: %s", stopCommand, k.namespace, name, err, errOut.String())
+	}
+	return nil
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 // traceExec, when set (by tests), sees the URL of every exec: what the
@@ -334,10 +408,10 @@ func (e podEnding) reason() runtime.Reason {
 }
 
 // podEnd says how the pod ended once the kubelet has reported it (which
-// may lag the end of an exec by a moment: podEndWait), or that it was
+// may lag the end of an exec by a moment: wait), or that it was
 // deleted; its phase is "" if the kubelet has not reported an end.
-func (k *Kubernetes) podEnd(cs k8s.Interface, name string) podEnding {
-	ctx, cancel := context.WithTimeout(context.Background(), podEndWait)
+func (k *Kubernetes) podEnd(cs k8s.Interface, name string, wait time.Duration) podEnding {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	for {
 		p, err := cs.CoreV1().Pods(k.namespace).Get(ctx, name, metav1.GetOptions{})
