@@ -260,7 +260,8 @@ print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777),
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		job := runtime.Job{ID: fmt.Sprintf("kube-test-%d", time.Now().UnixNano()), Image: img,
-			Args: []string{"python3", "-c", "import time; print('up', flush=True); time.sleep(60)"}, Limits: runtime.Limits{Timeout: time.Minute}}
+			Args:   []string{"python3", "-c", "import time; open('/work/outputs/c.txt', 'w').write('c'); print('up', flush=True); time.sleep(60)"},
+			Limits: runtime.Limits{Timeout: time.Minute}}
 		job.Stdout = sinkFunc(func(p []byte) (int, error) { cancel(); return len(p), nil })
 		start := time.Now()
 		res, err := k.Run(ctx, job)
@@ -270,6 +271,11 @@ print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777),
 		t.Logf("run in %s: reason %s exit %d stdout %q", time.Since(start).Round(10*time.Millisecond), res.Reason, res.ExitCode, res.Stdout)
 		if res.Reason != runtime.ReasonKilled || string(res.Stdout) != "up\n" {
 			t.Errorf("reason %s stdout %q, want killed after up", res.Reason, res.Stdout)
+		}
+		// As the local backends do, what the job wrote before the cancel
+		// comes back.
+		if len(res.Outputs) != 1 || res.Outputs[0].Path != "outputs/c.txt" || string(res.Outputs[0].Data) != "c" {
+			t.Errorf("outputs %v skipped %q, want outputs/c.txt", res.Outputs, res.OutputsSkipped)
 		}
 		noPodsLeft(context.WithoutCancel(ctx), t, c, job.ID)
 	})

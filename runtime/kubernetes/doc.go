@@ -15,8 +15,8 @@
 // and input files, one runs the job (stdin in; stdout and stderr back at
 // the job's caps), one stops what it left running, and one streams /work
 // back to be collected by runtime/oci's rules. The pod is deleted when the
-// run ends; a timeout or an output cap stops the job first so that its
-// outputs are still read, a cancel deletes the pod at once.
+// run ends; a timeout, an output cap or a cancel stops the job first so
+// that its outputs are still read, as the local backends read them.
 //
 // This is the cold path. Still to come: skill snapshots and dependency
 // layers as artifacts pulled by digest, egress (a NetworkPolicy to

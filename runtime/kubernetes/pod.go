@@ -131,7 +131,11 @@ func unsupported(job runtime.Job) error {
 // runtime.BootTimeout (the most Run waits for the container), and Run
 // tightens it to the time the pod has been up plus the timeout when the
 // job starts (runDeadline): from then on the kubelet ends the pod at the
-// job's timeout, rounded up to a second, even when skillbox is gone.
+// job's timeout plus endSlack, rounded up to a second, even when skillbox
+// is gone. endSlack leaves skillbox, whose own timer ends the job at its
+// timeout, the time to stop the job and read its outputs back before the
+// kubelet ends the pod with its workdir.
+const endSlack = 30 * time.Second
 
 // deadlineSeconds is d rounded up to a second, at least 1.
 func deadlineSeconds(d time.Duration) int64 {

@@ -111,7 +111,7 @@ func (k *Kubernetes) Run(ctx context.Context, job runtime.Job) (res *runtime.Res
 	// The pod started after it was created: time.Since(created) bounds
 	// how long it has been up, without trusting the node's clock. The
 	// job's time starts now, after its inputs are in.
-	deadline := runDeadline(time.Since(created), job.Limits.WithDefaults().Timeout, *pod.Spec.ActiveDeadlineSeconds)
+	deadline := runDeadline(time.Since(created), job.Limits.WithDefaults().Timeout+endSlack, *pod.Spec.ActiveDeadlineSeconds)
 	patch := fmt.Appendf(nil, `{"spec":{"activeDeadlineSeconds":%d}}`, deadline)
 	if _, err := pods.Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 		return nil, fmt.Errorf("run %s: set the deadline of pod %s/%s to %d s: %w", job.ID, k.namespace, pod.Name, deadline, err)
@@ -148,9 +148,10 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 	// stopped says the job's processes were killed and the pod kept, so
 	// its workdir can be read back.
 	stopped := false
-	if !exited && reason != runtime.ReasonKilled {
-		// A timeout or an output cap stops the job, not the pod, as the
-		// local backends stop their sandbox and then read its workdir.
+	if !exited {
+		// A timeout, an output cap or a cancel stops the job, not the
+		// pod, as the local backends stop their sandbox and then read its
+		// workdir; the pod goes when that fails.
 		if err := k.stopJob(ctx, cs, cfg, name); err != nil {
 			k.log.Warn("stop the job", "pod", name, "err", err)
 		} else {
@@ -239,7 +240,9 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 		}
 		fallthrough
 	case stopped:
-		k.collect(ctx, cs, cfg, name, job).Apply(res)
+		// A cancelled run's outputs are read too, as the local backends
+		// read them; collectTimeout bounds it.
+		k.collect(context.WithoutCancel(ctx), cs, cfg, name, job).Apply(res)
 	default:
 		res.OutputsSkipped = []string{fmt.Sprintf("outputs not collected: the run ended (%s) with its pod, and the pod's workdir with it", reason)}
 	}
