@@ -4,10 +4,14 @@ package kubernetes
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,10 +103,122 @@ print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])`
 		if res.ExitCode != 0 || string(res.Stdout) != want || string(res.Stderr) != "err\n" {
 			t.Errorf("exit %d stdout %q stderr %q, want stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr, want, "err\n")
 		}
-		// /work/x is not collected yet, and the result says so.
-		if len(res.OutputsSkipped) != 1 || !strings.Contains(res.OutputsSkipped[0], "not collected") || !strings.Contains(res.OutputsSkipped[0], "left x there") {
-			t.Errorf("outputs skipped %q, want a note that x was not collected", res.OutputsSkipped)
+		// /work/x comes back.
+		if len(res.Outputs) != 1 || res.Outputs[0].Path != "x" || string(res.Outputs[0].Data) != "x" || res.OutputsSkipped != nil {
+			t.Errorf("outputs %v skipped %q, want x", res.Outputs, res.OutputsSkipped)
 		}
+	})
+
+	t.Run("InputsAndOutputs", func(t *testing.T) {
+		script := `import os
+data = open("/work/in.txt").read()
+open("/work/outputs/a.txt", "w").write(data.upper())
+open("/work/b.bin", "wb").write(bytes(range(256)))
+open("/work/outputs/big.bin", "wb").write(b"z" * 1001)
+os.remove("/work/data/gone.txt")
+os.symlink("/etc/passwd", "/work/link")
+print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777), os.readlink("/work/data/in-link"))`
+		res := run(t, runtime.Job{Args: []string{"python3", "-c", script}, Limits: runtime.Limits{Timeout: time.Minute, OutputFileBytes: 1000},
+			Files: []runtime.InputFile{
+				{Name: "in.txt", Data: []byte("hello\n")},
+				{Name: "run.sh", Data: []byte("#!/bin/sh\n"), Mode: 0o755},
+				{Name: "data/keep.txt", Data: []byte("keep")},
+				{Name: "data/gone.txt", Data: []byte("gone")},
+				{Name: "data/in-link", Kind: runtime.InputSymlink, Target: "keep.txt"},
+			}})
+		wantOut := "['b.bin', 'data', 'in.txt', 'link', 'outputs', 'run.sh'] 0o755 keep.txt\n"
+		if res.Reason != runtime.ReasonExit || res.ExitCode != 0 || string(res.Stdout) != wantOut {
+			t.Fatalf("reason %s exit %d stdout %q stderr %q, want exit 0 and %q", res.Reason, res.ExitCode, res.Stdout, res.Stderr, wantOut)
+		}
+		got := map[string]string{}
+		for _, o := range res.Outputs {
+			got[o.Path] = string(o.Data)
+		}
+		want := map[string]string{"outputs/a.txt": "HELLO\n", "b.bin": string(func() []byte {
+			b := make([]byte, 256)
+			for i := range b {
+				b[i] = byte(i)
+			}
+			return b
+		}())}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("outputs %q, want %q", got, want)
+		}
+		if !res.OutputsTruncated || res.OutputsTruncatedBy != runtime.CapOutputFileBytes || res.OutputsOmittedFiles != 1 || res.OutputsOmittedBytes != 1001 {
+			t.Errorf("truncated %v by %q omitted %d files %d bytes, want outputs/big.bin left out by %s", res.OutputsTruncated, res.OutputsTruncatedBy,
+				res.OutputsOmittedFiles, res.OutputsOmittedBytes, runtime.CapOutputFileBytes)
+		}
+		skipped := strings.Join(res.OutputsSkipped, "\n")
+		if !strings.Contains(skipped, "outputs/big.bin: 1001 bytes") || !strings.Contains(skipped, "link: symlink, not followed") || strings.Contains(skipped, "in-link") {
+			t.Errorf("skipped %q, want outputs/big.bin and link named, and not the input link", res.OutputsSkipped)
+		}
+		if fmt.Sprint(res.Deleted) != "[data/gone.txt]" {
+			t.Errorf("deleted %q, want data/gone.txt", res.Deleted)
+		}
+	})
+
+	t.Run("EnvIntactAndNotInURLs", func(t *testing.T) {
+		values := []string{"with  spaces", `q'uo"te ' "`, "new\nline\n", "a=b=c", "$(id) `id` ${HOME}", "-i"}
+		var env []string
+		for i, v := range values {
+			env = append(env, fmt.Sprintf("V%d=%s", i, v))
+		}
+		var urls []string
+		traceExec = func(u *url.URL) { urls = append(urls, u.String()) }
+		defer func() { traceExec = nil }()
+		res := run(t, runtime.Job{Args: []string{"python3", "-c", "import json, os, sys; json.dump([os.environ.get('V%d' % i) for i in range(6)] + sys.argv[1:], sys.stdout)",
+			"arg with 'quotes'", "a=b"}, Env: env, Limits: runtime.Limits{Timeout: time.Minute}})
+		var got []string
+		if err := json.Unmarshal(res.Stdout, &got); err != nil {
+			t.Fatalf("stdout %q: %v", res.Stdout, err)
+		}
+		if want := append(slices.Clone(values), "arg with 'quotes'", "a=b"); !slices.Equal(got, want) {
+			t.Errorf("env and args\n got %q\nwant %q", got, want)
+		}
+		if len(urls) != 4 {
+			t.Errorf("%d execs, want 4 (deliver, job, stop, collect): %q", len(urls), urls)
+		}
+		for _, u := range urls {
+			dec, _ := url.QueryUnescape(u)
+			for _, bad := range []string{"V0", "V3", "a=b=c", "with", "quo", "python3"} {
+				if strings.Contains(u, bad) || strings.Contains(dec, bad) {
+					t.Errorf("exec URL %s holds %q of the job", u, bad)
+				}
+			}
+		}
+		t.Logf("exec URLs: %q", urls)
+	})
+
+	t.Run("PodDeletedMidRun", func(t *testing.T) {
+		job := runtime.Job{ID: fmt.Sprintf("kube-test-%d", time.Now().UnixNano()), Image: img,
+			Args: []string{"python3", "-c", "import time; print('up', flush=True); time.sleep(60)"}, Limits: runtime.Limits{Timeout: time.Minute}}
+		deleted := make(chan error, 1)
+		var once sync.Once
+		job.Stdout = sinkFunc(func(p []byte) (int, error) {
+			once.Do(func() {
+				go func() {
+					zero := int64(0)
+					deleted <- c.cs.CoreV1().Pods(DefaultNamespace).Delete(ctx, podName(job.ID), metav1.DeleteOptions{GracePeriodSeconds: &zero})
+				}()
+			})
+			return len(p), nil
+		})
+		start := time.Now()
+		res, err := k.Run(ctx, job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := <-deleted; err != nil {
+			t.Fatalf("delete the pod: %v", err)
+		}
+		t.Logf("run in %s: reason %s exit %d stdout %q skipped %q", time.Since(start).Round(10*time.Millisecond), res.Reason, res.ExitCode, res.Stdout, res.OutputsSkipped)
+		if res.Reason != runtime.ReasonKilled || string(res.Stdout) != "up\n" {
+			t.Errorf("reason %s exit %d stdout %q, want killed after up", res.Reason, res.ExitCode, res.Stdout)
+		}
+		if d := time.Since(start); d > 45*time.Second {
+			t.Errorf("a run whose pod was deleted took %s", d)
+		}
+		noPodsLeft(ctx, t, c, job.ID)
 	})
 
 	t.Run("OutputCap", func(t *testing.T) {
@@ -115,9 +231,14 @@ print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])`
 
 	t.Run("Timeout", func(t *testing.T) {
 		start := time.Now()
-		res := run(t, runtime.Job{Args: []string{"sleep", "60"}, Limits: runtime.Limits{Timeout: 3 * time.Second}})
+		res := run(t, runtime.Job{Args: []string{"sh", "-c", "echo t > /work/outputs/t.txt; sleep 60"}, Limits: runtime.Limits{Timeout: 3 * time.Second}})
 		if res.Reason != runtime.ReasonTimeout {
 			t.Errorf("reason %s exit %d, want timeout", res.Reason, res.ExitCode)
+		}
+		// As the local backends do, what the job wrote before its
+		// timeout comes back.
+		if len(res.Outputs) != 1 || res.Outputs[0].Path != "outputs/t.txt" || string(res.Outputs[0].Data) != "t\n" {
+			t.Errorf("outputs %v skipped %q, want outputs/t.txt", res.Outputs, res.OutputsSkipped)
 		}
 		if res.Duration < 3*time.Second {
 			t.Errorf("the job ran %s, less than its timeout", res.Duration)
@@ -131,7 +252,8 @@ print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])`
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		job := runtime.Job{ID: fmt.Sprintf("kube-test-%d", time.Now().UnixNano()), Image: img,
-			Args: []string{"python3", "-c", "import time; print('up', flush=True); time.sleep(60)"}, Limits: runtime.Limits{Timeout: time.Minute}}
+			Args:   []string{"python3", "-c", "import time; open('/work/outputs/c.txt', 'w').write('c'); print('up', flush=True); time.sleep(60)"},
+			Limits: runtime.Limits{Timeout: time.Minute}}
 		job.Stdout = sinkFunc(func(p []byte) (int, error) { cancel(); return len(p), nil })
 		start := time.Now()
 		res, err := k.Run(ctx, job)
@@ -141,6 +263,11 @@ print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])`
 		t.Logf("run in %s: reason %s exit %d stdout %q", time.Since(start).Round(10*time.Millisecond), res.Reason, res.ExitCode, res.Stdout)
 		if res.Reason != runtime.ReasonKilled || string(res.Stdout) != "up\n" {
 			t.Errorf("reason %s stdout %q, want killed after up", res.Reason, res.Stdout)
+		}
+		// As the local backends do, what the job wrote before the cancel
+		// comes back.
+		if len(res.Outputs) != 1 || res.Outputs[0].Path != "outputs/c.txt" || string(res.Outputs[0].Data) != "c" {
+			t.Errorf("outputs %v skipped %q, want outputs/c.txt", res.Outputs, res.OutputsSkipped)
 		}
 		noPodsLeft(context.WithoutCancel(ctx), t, c, job.ID)
 	})

@@ -8,18 +8,21 @@
 // the run's limits, memory-backed /work and /tmp), and runs its image by
 // digest, so that a node runs exactly the approved bytes: skillbox's own
 // images reach the nodes as OCI archives named by their digest reference
-// (WriteImageArchive). Its container only holds the pod open; the job is
-// one exec through the API server (argv, env and stdin in; stdout and
-// stderr back at the job's caps), and the pod is deleted when it ends, or
-// at once on a timeout, an output cap or a cancel.
+// (WriteImageArchive). Its container only holds the pod open. The job
+// goes in and its outputs come out as tar streams over exec through the
+// API server (io.go), never as exec arguments, which audit logs and
+// proxies keep: one exec unpacks the job's frame (environment and argv)
+// and input files, one runs the job (stdin in; stdout and stderr back at
+// the job's caps), one stops what it left running, and one streams /work
+// back to be collected by runtime/oci's rules. The pod is deleted when the
+// run ends; a timeout, an output cap or a cancel stops the job first so
+// that its outputs are still read, as the local backends read them.
 //
-// This is the cold path. Still to come: input files and outputs (a tar
-// stream over exec), skill snapshots and dependency layers as artifacts
-// pulled by digest, egress (a NetworkPolicy to skillbox's proxy), warm
-// pods, and the sweep of pods a dead daemon left. Jobs that need them are
-// refused with runtime.ErrUnavailable rather than run without them, and
-// what a job leaves in /work is named in its result's OutputsSkipped as
-// not collected.
+// This is the cold path. Still to come: skill snapshots and dependency
+// layers as artifacts pulled by digest, egress (a NetworkPolicy to
+// skillbox's proxy), warm pods, and the sweep of pods a dead daemon left.
+// Jobs that need them are refused with runtime.ErrUnavailable rather than
+// run without them.
 //
 // The package's integration tests start the single-node test cluster of
 // hack/kube.sh: TestCluster proves that its pods run on gVisor's kernel,

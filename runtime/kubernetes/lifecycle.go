@@ -123,19 +123,24 @@ func (s *podSandbox) Deliver(ctx context.Context, inv runtime.Invocation) error 
 	if err != nil {
 		return err
 	}
-	argv, err := execCommand(job)
-	if err != nil {
-		return err
-	}
 	if err := unsupported(job); err != nil {
 		return err
 	}
+	frame, err := jobFrame(job)
+	if err != nil {
+		return err
+	}
+	if err := s.k.deliver(ctx, s.cs, s.cfg, s.name, job, frame); err != nil {
+		return fmt.Errorf("run %s: %w", job.ID, err)
+	}
 	// The pod started after it was created: time.Since(created) bounds
-	// how long it has been up, without trusting the node's clock.
-	timeout := job.Limits.WithDefaults().Timeout
-	deadline := deadlineSeconds(time.Since(s.created) + timeout)
+	// how long it has been up, without trusting the node's clock. The
+	// job's time starts now, after its inputs are in; endSlack leaves time
+	// to stop it and read its outputs back.
+	up, timeout := time.Since(s.created), job.Limits.WithDefaults().Timeout+endSlack
+	deadline := deadlineSeconds(up + timeout)
 	if s.deadline > 0 {
-		deadline = runDeadline(time.Since(s.created), timeout, s.deadline)
+		deadline = runDeadline(up, timeout, s.deadline)
 	}
 	patch := fmt.Appendf(nil, `{"spec":{"activeDeadlineSeconds":%d}}`, deadline)
 	if _, err := s.cs.CoreV1().Pods(s.k.namespace).Patch(ctx, s.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
@@ -145,7 +150,7 @@ func (s *podSandbox) Deliver(ctx context.Context, inv runtime.Invocation) error 
 	s.job, s.done = job, make(chan struct{})
 	go func() {
 		defer close(s.done)
-		s.res, s.err = s.k.exec(ctx, s.cs, s.cfg, s.name, job, argv, s.version)
+		s.res, s.err = s.k.exec(ctx, s.cs, s.cfg, s.name, job, s.version)
 		if s.res != nil {
 			s.res.Warm = s.spec.Boot != runtime.BootCold
 		}
@@ -153,31 +158,16 @@ func (s *podSandbox) Deliver(ctx context.Context, inv runtime.Invocation) error 
 	return nil
 }
 
-// Wait waits for the job's exec to end; the exec itself stops at the
-// job's timeout, its output caps and the Deliver context's end.
+// Wait waits for the job's exec to end. The exec itself stops the job at
+// its timeout, its output caps and the end of the Deliver context, and then
+// reads its outputs back (the pool and RunLifecycle pass one context to
+// both): a pod is not deleted under the collection.
 func (s *podSandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	if s.done == nil {
 		return nil, fmt.Errorf("sandbox %s: no job delivered", s.spec.ID)
 	}
-	select {
-	case <-s.done:
-		return s.res, s.err
-	default:
-	}
-	select {
-	case <-s.done:
-		return s.res, s.err
-	case <-ctx.Done():
-		// The exec ends when its pod goes; Destroy deletes it.
-		if err := s.k.killPod(s.cs, s.name); err != nil {
-			s.k.log.Warn("kill pod", "pod", s.name, "err", err)
-		}
-		<-s.done
-		if s.res != nil {
-			s.res.Reason, s.res.ExitCode = runtime.ReasonKilled, 128+9
-		}
-		return s.res, s.err
-	}
+	<-s.done
+	return s.res, s.err
 }
 
 // Destroy deletes the pod (grace 0) and waits until it is gone; it is safe

@@ -36,6 +36,7 @@ const (
 	containerName = "run"
 	volumeWork    = "work"
 	volumeTmp     = "tmp"
+	volumeFrame   = "frame" // frameDir, the job's frame
 )
 
 // holderSlack is how much longer than the pod's deadline the holder
@@ -112,8 +113,6 @@ func unsupported(job runtime.Job) error {
 		// network to speak of, and a job that asks for one is refused
 		// rather than run without it.
 		why = "network and egress are not supported by the kubernetes runtime yet (they come with its NetworkPolicy): run the job without network, or on another runtime"
-	case len(job.Files) > 0:
-		why = "input files are not supported by the kubernetes runtime yet (they come with the tar stream over exec): pass the data on stdin, or use another runtime"
 	case job.SkillDir != "" || job.DepsDir != "" || len(job.Skills) > 0 || job.Program != nil || job.Session != nil:
 		why = "skill directories, dependency layers, run_code programs and sessions are not supported by the kubernetes runtime yet (they come as artifacts the node pulls by digest): use another runtime"
 	case strings.ContainsRune(job.Args[0], '='):
@@ -125,24 +124,6 @@ func unsupported(job runtime.Job) error {
 	return errkind.Errorf(runtime.ErrUnavailable, "run %s: %s", job.ID, why)
 }
 
-// execCommand is the argv of the exec that runs the job in its pod: env
-// -i with exactly the job's environment (runtime.ContainerEnv, then its
-// module path), then the job's argv. An exec inherits the container's
-// environment, which is the image's: env -i replaces it, and keeps the
-// job's variables out of the pod object (and the API server's storage).
-// The working directory is the container's, WorkDir.
-func execCommand(job runtime.Job) ([]string, error) {
-	env, err := runtime.ContainerEnv(job.Env)
-	if err != nil {
-		return nil, err
-	}
-	argv := make([]string, 0, 2+len(env)+len(job.ModuleEnv)+len(job.Args))
-	argv = append(argv, "env", "-i")
-	argv = append(argv, env...)
-	argv = append(argv, job.ModuleEnv...)
-	return append(argv, job.Args...), nil
-}
-
 // The pod's deadline (activeDeadlineSeconds) counts from the pod's start
 // on the node, which is before its image is ready and its container runs:
 // a deadline of the job's timeout alone would end a pod with a short
@@ -150,7 +131,11 @@ func execCommand(job runtime.Job) ([]string, error) {
 // runtime.BootTimeout (the most Run waits for the container), and Run
 // tightens it to the time the pod has been up plus the timeout when the
 // job starts (runDeadline): from then on the kubelet ends the pod at the
-// job's timeout, rounded up to a second, even when skillbox is gone.
+// job's timeout plus endSlack, rounded up to a second, even when skillbox
+// is gone. endSlack leaves skillbox, whose own timer ends the job at its
+// timeout, the time to stop the job and read its outputs back before the
+// kubelet ends the pod with its workdir.
+const endSlack = 30 * time.Second
 
 // deadlineSeconds is d rounded up to a second, at least 1.
 func deadlineSeconds(d time.Duration) int64 {
@@ -175,10 +160,11 @@ func runDeadline(up, timeout time.Duration, current int64) int64 {
 // service-account token, nobody with no capabilities on a read-only root,
 // the runtime's seccomp profile, resources equal to the job's limits, a
 // deadline of its timeout (plus the boot time, see bootDeadline), memory-backed /work and /tmp of the
-// limits' sizes, and the image by digest. Its container holds the pod
+// limits' sizes, a small memory-backed frameDir for the job's frame (see
+// io.go), and the image by digest. Its container holds the pod
 // open (sleep) until the job is executed into it. A job the backend cannot
 // run as it asks is refused: ErrInvalidJob without an image digest,
-// ErrUnavailable for what comes later (network, input files, skill mounts).
+// ErrUnavailable for what comes later (network, skill mounts).
 func podSpec(job runtime.Job, namespace string) (*corev1.Pod, error) {
 	if err := unsupported(job); err != nil {
 		return nil, err
@@ -249,9 +235,10 @@ func podSpec(job runtime.Job, namespace string) (*corev1.Pod, error) {
 				VolumeMounts: []corev1.VolumeMount{
 					{Name: volumeWork, MountPath: runtime.WorkDir},
 					{Name: volumeTmp, MountPath: runtime.HomeDir},
+					{Name: volumeFrame, MountPath: frameDir},
 				},
 			}},
-			Volumes: []corev1.Volume{tmpfs(volumeWork, lim.WorkdirBytes), tmpfs(volumeTmp, lim.TmpBytes)},
+			Volumes: []corev1.Volume{tmpfs(volumeWork, lim.WorkdirBytes), tmpfs(volumeTmp, lim.TmpBytes), tmpfs(volumeFrame, frameDirBytes)},
 		},
 	}, nil
 }

@@ -67,11 +67,14 @@ func TestPodSpec(t *testing.T) {
 		{"no env in the pod", len(c.Env) == 0 && len(c.EnvFrom) == 0},
 		{"memory request = limit", c.Resources.Requests.Memory().Equal(mem) && c.Resources.Limits.Memory().Equal(mem)},
 		{"cpu request = limit", c.Resources.Requests.Cpu().Equal(cpu) && c.Resources.Limits.Cpu().Equal(cpu)},
-		{"mounts", len(c.VolumeMounts) == 2 && c.VolumeMounts[0].MountPath == "/work" && c.VolumeMounts[1].MountPath == "/tmp"},
+		{"mounts", len(c.VolumeMounts) == 3 && c.VolumeMounts[0].MountPath == "/work" && c.VolumeMounts[1].MountPath == "/tmp" &&
+			c.VolumeMounts[2].MountPath == frameDir},
 		{"work tmpfs of the workdir limit", spec.Volumes[0].EmptyDir.Medium == corev1.StorageMediumMemory &&
 			spec.Volumes[0].EmptyDir.SizeLimit.Equal(resource.MustParse("64Mi"))},
 		{"tmp tmpfs of the tmp limit", spec.Volumes[1].EmptyDir.Medium == corev1.StorageMediumMemory &&
 			spec.Volumes[1].EmptyDir.SizeLimit.Equal(resource.MustParse("16Mi"))},
+		{"frame tmpfs", spec.Volumes[2].EmptyDir.Medium == corev1.StorageMediumMemory &&
+			spec.Volumes[2].EmptyDir.SizeLimit.Equal(resource.MustParse("4Mi"))},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !tc.ok {
@@ -114,7 +117,6 @@ func TestPodSpecRefuses(t *testing.T) {
 		{"bad name", func(j *runtime.Job) { j.Image.Name = "Py thon" }, runtime.ErrInvalidJob, "cannot name an image"},
 		{"network", func(j *runtime.Job) { j.Network = true }, runtime.ErrUnavailable, "network"},
 		{"egress", func(j *runtime.Job) { j.Egress = &egress.Config{} }, runtime.ErrUnavailable, "NetworkPolicy"},
-		{"input files", func(j *runtime.Job) { j.Files = []runtime.InputFile{{Name: "a", Data: []byte("x")}} }, runtime.ErrUnavailable, "input files"},
 		{"skill dir", func(j *runtime.Job) { j.SkillDir = "/skills/x" }, runtime.ErrUnavailable, "skill directories"},
 		{"deps", func(j *runtime.Job) { j.DepsDir = "/layers/x" }, runtime.ErrUnavailable, "dependency layers"},
 		{"command with =", func(j *runtime.Job) { j.Args = []string{"A=b", "x"} }, runtime.ErrUnavailable, "'='"},
@@ -204,23 +206,6 @@ func TestPodName(t *testing.T) {
 			t.Errorf("ids %q and %q both map to %q", id, other, n)
 		}
 		seen[n] = id
-	}
-}
-
-func TestExecCommand(t *testing.T) {
-	job := testJob()
-	job.ModuleEnv = []string{"PYTHONPATH=/deps"}
-	got, err := execCommand(job)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"env", "-i", "PATH=" + runtime.DefaultPath, "HOME=/tmp", "LANG=" + runtime.DefaultLang, "A=b", "PYTHONPATH=/deps", "python3", "-c", "print(1)"}
-	if !slices.Equal(got, want) {
-		t.Errorf("execCommand = %q, want %q", got, want)
-	}
-	job.Env = []string{"LD_PRELOAD=/x"}
-	if _, err := execCommand(job); !errors.Is(err, runtime.ErrInvalidJob) {
-		t.Errorf("execCommand with LD_PRELOAD: %v, want ErrInvalidJob", err)
 	}
 }
 

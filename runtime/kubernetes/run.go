@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 	"time"
 
@@ -39,8 +40,13 @@ const (
 	// pod was deleted under it.
 	execEndTimeout = 10 * time.Second
 	// podEndWait bounds the wait for the kubelet to report how a pod
-	// ended under an exec.
+	// ended under an exec that exited 128+n (a job may kill itself: the
+	// wait is then in vain, so short).
 	podEndWait = 5 * time.Second
+	// sandboxEndWait bounds it when the sandbox died under the exec
+	// (the stream broke, or runsc's exec exited 128): the kubelet reports
+	// it at its next look at the pod, which a loaded node makes late.
+	sandboxEndWait = 30 * time.Second
 )
 
 // Run runs job in a fresh pod and deletes it: the lifecycle's five steps
@@ -57,12 +63,12 @@ func createError(id, namespace, name string, err error) error {
 	return fmt.Errorf("run %s: create pod %s/%s: %w", id, namespace, name, err)
 }
 
-// exec runs argv in the pod's container with the job's stdin and caps,
-// and stops it (deleting the pod) at its timeout, an output cap or the
-// caller's cancel.
-func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, job runtime.Job, argv []string, version string) (*runtime.Result, error) {
+// exec runs the delivered job (jobCommand) in the pod's container with
+// the job's stdin and caps, stops it (deleting the pod) at its timeout, an
+// output cap or the caller's cancel, and collects its outputs.
+func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, job runtime.Job, version string) (*runtime.Result, error) {
 	lim := job.Limits.WithDefaults()
-	ex, err := k.executor(cs, cfg, name, argv)
+	ex, err := k.executor(cs, cfg, name, jobCommand)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", job.ID, err)
 	}
@@ -83,7 +89,24 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 	execErr, exited, reason := process.AwaitEnd(ctx, exit, process.Ends{
 		Left: lim.Timeout, StdoutOver: stdout.Over, StderrOver: stderr.Over,
 	})
+	// stopped says the job's processes were killed and the pod kept, so
+	// its workdir can be read back.
+	stopped := false
 	if !exited {
+		// A timeout, an output cap or a cancel stops the job, not the
+		// pod, as the local backends stop their sandbox and then read its
+		// workdir; the pod goes when that fails.
+		if err := k.stopJob(ctx, cs, cfg, name); err != nil {
+			k.log.Warn("stop the job", "pod", name, "err", err)
+		} else {
+			select {
+			case execErr = <-exit:
+				stopped = true
+			case <-time.After(execEndTimeout):
+			}
+		}
+	}
+	if !exited && !stopped {
 		// Kill: the pod goes at once, and the exec with it.
 		if err := k.killPod(cs, name); err != nil {
 			k.log.Warn("kill pod", "pod", name, "err", err)
@@ -113,7 +136,7 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 		// The stream broke without an exit status: the pod ended under
 		// the job (its deadline, its memory limit, an eviction) or the
 		// connection failed.
-		end := k.podEnd(cs, name)
+		end := k.podEnd(cs, name, sandboxEndWait)
 		if r := end.reason(); r != "" {
 			reason, code = r, 128+9
 			break
@@ -128,7 +151,11 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 		// exec exits 128 then): by the kubelet at the pod's deadline
 		// before skillbox's timer fired, or by the kernel at the memory
 		// limit?
-		if r := k.podEnd(cs, name).reason(); r != "" {
+		wait := podEndWait
+		if code == 128 {
+			wait = sandboxEndWait // the sandbox died: the kubelet will say how
+		}
+		if r := k.podEnd(cs, name, wait).reason(); r != "" {
 			reason, code = r, 128+9 // the sandbox was killed
 		}
 	}
@@ -143,52 +170,83 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 	}
 	res.Stdout, res.StdoutTruncated = stdout.Result()
 	res.Stderr, res.StderrTruncated = stderr.Result()
-	if reason == runtime.ReasonExit {
-		res.OutputsSkipped = k.uncollected(ctx, cs, cfg, name)
+	if reason == runtime.ReasonExit && (isClosed(stdout.Over) || isClosed(stderr.Over)) {
+		// As the local backends say it: a job that went over an output
+		// cap and ended before it was stopped is the same run.
+		reason = runtime.ReasonOutputCap
+		res.Reason = reason
+	}
+	switch {
+	case exited && (reason == runtime.ReasonExit || reason == runtime.ReasonOutputCap):
+		// What the job left running goes before its workdir is read.
+		if err := k.stopJob(ctx, cs, cfg, name); err != nil {
+			k.log.Warn("stop the job's leftover processes", "pod", name, "err", err)
+		}
+		fallthrough
+	case stopped:
+		// A cancelled run's outputs are read too, as the local backends
+		// read them; collectTimeout bounds it.
+		k.collect(context.WithoutCancel(ctx), cs, cfg, name, job).Apply(res)
+	default:
+		res.OutputsSkipped = []string{fmt.Sprintf("outputs not collected: the run ended (%s) with its pod, and the pod's workdir with it", reason)}
 	}
 	k.log.Debug("run finished", "id", job.ID, "pod", name, "reason", reason, "exit_code", code, "duration", duration)
 	return res, nil
 }
 
+// stopCommand kills every process of the pod's user in the container
+// but its init (the holder, which keeps the pod and its workdir) and
+// itself: kill(-1) spares both.
+var stopCommand = []string{"sh", "-c", "kill -9 -1"}
+
+// stopTimeout bounds the exec of stopCommand.
+const stopTimeout = 10 * time.Second
+
+// stopJob kills the job's processes in the pod, and what they left
+// running, keeping the pod. kill's own status (none left to kill) does
+// not matter.
+func (k *Kubernetes) stopJob(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
+	defer cancel()
+	ex, err := k.executor(cs, cfg, name, stopCommand)
+	if err != nil {
+		return err
+	}
+	var errOut noteBuffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader(""), Stdout: &errOut, Stderr: &errOut})
+	var exitErr utilexec.CodeExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		return fmt.Errorf("exec %q into pod %s/%s: %w: %s", stopCommand, k.namespace, name, err, errOut.String())
+	}
+	return nil
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// traceExec, when set (by tests), sees the URL of every exec: what the
+// API server's audit log and proxies see of it.
+var traceExec func(*url.URL)
+
 // executor is an exec of argv into the pod's container, with stdin,
-// stdout and stderr.
+// stdout and stderr. argv is in the exec's URL: never a job's data.
 func (k *Kubernetes) executor(cs k8s.Interface, cfg *rest.Config, name string, argv []string) (remotecommand.Executor, error) {
 	req := cs.CoreV1().RESTClient().Post().Resource("pods").Namespace(k.namespace).Name(name).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{Container: containerName, Command: argv, Stdin: true, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	if traceExec != nil {
+		traceExec(req.URL())
+	}
 	ex, err := remotecommand.NewSPDYExecutor(cfg, "POST", req.URL())
 	if err != nil {
 		return nil, errkind.Errorf(runtime.ErrUnavailable, "exec into pod %s/%s: %w", k.namespace, name, err)
 	}
 	return ex, nil
-}
-
-// maxListed is how many names uncollected lists.
-const maxListed = 10
-
-// uncollected says what the job left in the workdir, which this backend
-// does not collect yet (outputs come back with the tar stream over exec):
-// nothing is dropped without a word. Nil when the workdir is empty.
-func (k *Kubernetes) uncollected(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string) []string {
-	ctx, cancel := context.WithTimeout(ctx, execEndTimeout)
-	defer cancel()
-	var out, errOut bytes.Buffer
-	ex, err := k.executor(cs, cfg, name, []string{"ls", "-A", runtime.WorkDir})
-	if err == nil {
-		err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: bytes.NewReader(nil), Stdout: &out, Stderr: &errOut})
-	}
-	if err != nil {
-		return []string{fmt.Sprintf("outputs not collected: the kubernetes runtime does not collect files from %s yet, and listing it failed: %v %s", runtime.WorkDir, err, strings.TrimSpace(errOut.String()))}
-	}
-	names := strings.Fields(out.String())
-	if len(names) == 0 {
-		return nil
-	}
-	listed := names[:min(len(names), maxListed)]
-	more := ""
-	if len(names) > maxListed {
-		more = fmt.Sprintf(" and %d more", len(names)-maxListed)
-	}
-	return []string{fmt.Sprintf("outputs not collected: the kubernetes runtime does not collect files from %s yet; the job left %s%s there", runtime.WorkDir, strings.Join(listed, ", "), more)}
 }
 
 // enforcement names what holds each limit of this backend's runs: the
@@ -269,16 +327,25 @@ func podFailure(p *corev1.Pod) error {
 type podEnding struct {
 	phase, why, message string // the pod's phase, reason and message
 	container           string // its container's termination reason
+	// deleted says the pod was deleted (it is being deleted, or gone)
+	// while the run still needed it: by someone other than the run.
+	deleted bool
 }
 
 func (e podEnding) String() string {
+	if e.deleted {
+		return "deleted"
+	}
 	return strings.Join(strings.Fields(fmt.Sprintf("%s %s %s container: %s", e.phase, e.why, e.message, e.container)), " ")
 }
 
 // reason is the run's reason the ending gives: the pod's deadline
-// (timeout), its memory limit (oom); "" for any other.
+// (timeout), its memory limit (oom), its deletion from outside (killed);
+// "" for any other.
 func (e podEnding) reason() runtime.Reason {
 	switch {
+	case e.deleted:
+		return runtime.ReasonKilled
 	case e.why == "DeadlineExceeded":
 		return runtime.ReasonTimeout
 	case e.container == "OOMKilled":
@@ -288,15 +355,21 @@ func (e podEnding) reason() runtime.Reason {
 }
 
 // podEnd says how the pod ended once the kubelet has reported it (which
-// may lag the end of an exec by a moment: podEndWait); its phase is "" if
-// it has not, or the pod is gone.
-func (k *Kubernetes) podEnd(cs k8s.Interface, name string) podEnding {
-	ctx, cancel := context.WithTimeout(context.Background(), podEndWait)
+// may lag the end of an exec by a moment: wait), or that it was
+// deleted; its phase is "" if the kubelet has not reported an end.
+func (k *Kubernetes) podEnd(cs k8s.Interface, name string, wait time.Duration) podEnding {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
 	for {
 		p, err := cs.CoreV1().Pods(k.namespace).Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return podEnding{deleted: true}
+		}
 		if err != nil {
 			return podEnding{}
+		}
+		if p.DeletionTimestamp != nil {
+			return podEnding{deleted: true}
 		}
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			e := podEnding{phase: string(p.Status.Phase), why: p.Status.Reason, message: p.Status.Message}

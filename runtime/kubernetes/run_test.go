@@ -17,6 +17,8 @@ func TestPodEndingReason(t *testing.T) {
 		{"evicted", podEnding{phase: "Failed", why: "Evicted"}, ""},
 		{"error", podEnding{phase: "Failed", container: "Error"}, ""},
 		{"not ended", podEnding{}, ""},
+		{"deleted by someone else", podEnding{deleted: true}, runtime.ReasonKilled},
+		{"deleted after it failed", podEnding{phase: "Failed", container: "OOMKilled", deleted: true}, runtime.ReasonKilled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.end.reason(); got != tc.want {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
 	"sort"
 	"strconv"
 	"strings"
@@ -367,3 +368,24 @@ func kindOf(mode uint32) string {
 		return "special file"
 	}
 }
+
+// CollectCopy collects the outputs of a workdir copied out of a sandbox
+// that ran elsewhere (the kubernetes backend's tar stream) into dir, by
+// the rules CollectOutputs applies, within lim's caps. files are the
+// job's input entries: the copy has new inodes, so an input counts as
+// unchanged when its bytes (a link: its target) are what the job gave.
+func CollectCopy(dir string, lim runtime.Limits, files []runtime.InputFile) (*Outputs, error) {
+	m := make(inputManifest, len(files)+1)
+	for i := range files {
+		f := &files[i]
+		m[f.Name] = &inputRecord{kind: f.EffectiveKind(), data: f.Data, target: f.Target}
+	}
+	if _, given := m[path.Base(runtime.OutputsDir)]; !given {
+		m[path.Base(runtime.OutputsDir)] = &inputRecord{kind: runtime.InputDir}
+	}
+	return collectOutputs(dir, lim, m)
+}
+
+// ReportName is how a result names a path a script chose (quoted when it
+// holds anything but printable characters, cut to a bounded length).
+func ReportName(rel string) string { return reportName(rel) }

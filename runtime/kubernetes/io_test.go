@@ -1,0 +1,384 @@
+package kubernetes
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/oci"
+)
+
+// runFrame runs a frame with the host's sh, as the pod runs it
+// (jobCommand), and returns its stdout and exit code.
+func runFrame(t *testing.T, frame []byte, stdin string) (string, int) {
+	t.Helper()
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh:", err)
+	}
+	f := filepath.Join(t.TempDir(), "job")
+	if err := os.WriteFile(f, frame, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sh", f)
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "IMAGE_ONLY=1"}
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatalf("sh %s: %v", f, err)
+	}
+	return string(out), cmd.ProcessState.ExitCode()
+}
+
+func TestJobFrame(t *testing.T) {
+	odd := []string{
+		"plain", "with spaces  and\ttabs", `single ' quote`, `double " quote`, "'", "''", `'\''`,
+		"new\nline\n", "a=b=c", "=", "$(touch /tmp/x) `id` $HOME ${A}", `back\slash\`, "*", "-n", "", "\xff\xfe not UTF-8", "; exit 3",
+	}
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"plain", []string{"A=b"}, []string{"x"}},
+		{"odd values", func() []string {
+			var env []string
+			for i, v := range odd {
+				env = append(env, fmt.Sprintf("V%d=%s", i, v))
+			}
+			return env
+		}(), odd},
+		{"no env", nil, []string{"-"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			job := testJob()
+			job.Env, job.ModuleEnv = tc.env, []string{"PYTHONPATH=/deps x"}
+			// The environment arrives exactly (env -0: NUL-separated).
+			job.Args = []string{"env", "-0"}
+			frame, err := jobFrame(job)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, code := runFrame(t, frame, "")
+			wantEnv, _ := runtime.ContainerEnv(tc.env)
+			wantEnv = append(wantEnv, job.ModuleEnv...)
+			if got := strings.Split(strings.TrimSuffix(out, "\x00"), "\x00"); code != 0 || !slices.Equal(got, wantEnv) {
+				t.Errorf("env: exit %d\n got %q\nwant %q", code, got, wantEnv)
+			}
+			// The argv arrives exactly.
+			job.Args = append([]string{"printf", `%s\0`}, tc.args...)
+			if frame, err = jobFrame(job); err != nil {
+				t.Fatal(err)
+			}
+			out, code = runFrame(t, frame, "")
+			if got := strings.Split(strings.TrimSuffix(out, "\x00"), "\x00"); code != 0 || !slices.Equal(got, tc.args) {
+				t.Errorf("argv: exit %d\n got %q\nwant %q", code, got, tc.args)
+			}
+		})
+	}
+	t.Run("exit code and stdin", func(t *testing.T) {
+		job := testJob()
+		job.Args = []string{"sh", "-c", "cat; exit 42"}
+		frame, err := jobFrame(job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out, code := runFrame(t, frame, "in"); out != "in" || code != 42 {
+			t.Errorf("stdout %q exit %d, want %q 42 (the job's own code, not a wrapper's)", out, code, "in")
+		}
+	})
+	t.Run("refused", func(t *testing.T) {
+		job := testJob()
+		job.Env = []string{"LD_PRELOAD=/x"}
+		if _, err := jobFrame(job); !errors.Is(err, runtime.ErrInvalidJob) {
+			t.Errorf("frame with LD_PRELOAD: %v, want ErrInvalidJob", err)
+		}
+	})
+}
+
+// The job exec's command is fixed: no argument or variable of a job is
+// ever in an exec URL.
+func TestExecCommandsCarryNoJobData(t *testing.T) {
+	for _, argv := range [][]string{jobCommand, deliverCommand, collectCommand} {
+		for _, a := range argv {
+			if strings.Contains(a, "print(1)") || strings.Contains(a, "A=b") {
+				t.Errorf("exec command %q holds the job's data", argv)
+			}
+		}
+	}
+}
+
+type tarEntry struct {
+	name string
+	typ  byte
+	mode int64
+	data string
+}
+
+func readTar(t *testing.T, r io.Reader) []tarEntry {
+	t.Helper()
+	var got []tarEntry
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return got
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(tr)
+		if h.Typeflag == tar.TypeSymlink {
+			data = []byte(h.Linkname)
+		}
+		if h.Uid != runtime.ContainerUID || h.Gid != runtime.ContainerGID {
+			t.Errorf("%s owned by %d:%d, want the container user", h.Name, h.Uid, h.Gid)
+		}
+		got = append(got, tarEntry{h.Name, h.Typeflag, h.Mode, string(data)})
+	}
+}
+
+func TestWriteDelivery(t *testing.T) {
+	files := []runtime.InputFile{
+		{Name: "a.txt", Data: []byte("a")},
+		{Name: "deep/er/b.sh", Data: []byte("#!/bin/sh\n"), Mode: 0o755},
+		{Name: "ro", Kind: runtime.InputDir, Mode: 0o500},
+		{Name: "deep/link", Kind: runtime.InputSymlink, Target: "../a.txt"},
+		{Name: "empty", Kind: runtime.InputDir},
+	}
+	if err := runtime.ValidateInputs(files, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if err := writeDelivery(&buf, []byte("exec env -i 'A=b' 'x'\n"), files, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	want := []tarEntry{
+		{"run/skillbox/job", tar.TypeReg, 0o400, "exec env -i 'A=b' 'x'\n"},
+		{"work/a.txt", tar.TypeReg, 0o644, "a"},
+		{"work/deep/", tar.TypeDir, 0o755, ""},
+		{"work/deep/er/", tar.TypeDir, 0o755, ""},
+		{"work/deep/er/b.sh", tar.TypeReg, 0o755, "#!/bin/sh\n"},
+		{"work/ro/", tar.TypeDir, 0o500, ""},
+		{"work/deep/link", tar.TypeSymlink, 0o777, "../a.txt"},
+		{"work/empty/", tar.TypeDir, 0o755, ""},
+		{"work/outputs/", tar.TypeDir, 0o755, ""},
+	}
+	if got := readTar(t, bytes.NewReader(buf.Bytes())); !slices.Equal(got, want) {
+		t.Errorf("delivery stream\n got %v\nwant %v", got, want)
+	}
+
+	// A given outputs/ keeps its mode and is not made twice.
+	buf.Reset()
+	if err := writeDelivery(&buf, nil, []runtime.InputFile{{Name: "outputs/x", Data: []byte("x")}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range readTar(t, &buf) {
+		if e.name == "work/outputs/" {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Errorf("outputs/ made %d times, want once", n)
+	}
+
+	// GNU tar, as the pod's deliverCommand runs it, makes what the stream
+	// says (run as root here: the owners are the container user's).
+	if os.Geteuid() != 0 {
+		t.Skip("extracting with the modes and owners of the stream needs root")
+	}
+	if _, err := exec.LookPath("tar"); err != nil {
+		t.Skip("no tar:", err)
+	}
+	buf.Reset()
+	if err := writeDelivery(&buf, []byte("frame"), files, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	for _, d := range []string{"run/skillbox", "work"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(deliverCommand[0], append(slices.Clone(deliverCommand[1:len(deliverCommand)-1]), root)...)
+	cmd.Stdin = &buf
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, out)
+	}
+	for name, mode := range map[string]os.FileMode{
+		"run/skillbox/job": 0o400, "work/a.txt": 0o644, "work/deep/er/b.sh": 0o755, "work/ro": os.ModeDir | 0o500,
+		"work/deep": os.ModeDir | 0o755, "work/outputs": os.ModeDir | 0o755, "work/deep/link": os.ModeSymlink | 0o777,
+	} {
+		st, err := os.Lstat(filepath.Join(root, name))
+		if err != nil {
+			t.Error(err)
+			continue
+		}
+		if st.Mode() != mode {
+			t.Errorf("%s: mode %v, want %v", name, st.Mode(), mode)
+		}
+	}
+}
+
+// buildTar makes a tar stream of entries as `tar -c -C /work .` would,
+// with whatever names and types a hostile pod could send.
+func buildTar(t *testing.T, entries []tar.Header, data map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range entries {
+		h.Size = int64(len(data[h.Name]))
+		if h.Mode == 0 {
+			h.Mode = 0o644
+		}
+		if err := tw.WriteHeader(&h); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(data[h.Name])); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestUnpackAndCollect(t *testing.T) {
+	outside := t.TempDir()
+	stream := buildTar(t, []tar.Header{
+		{Name: "./", Typeflag: tar.TypeDir},
+		{Name: "./outputs/", Typeflag: tar.TypeDir},
+		{Name: "./outputs/a.txt", Typeflag: tar.TypeReg, Mode: 0o000},
+		{Name: "./b.bin", Typeflag: tar.TypeReg},
+		{Name: "./same.txt", Typeflag: tar.TypeReg},
+		{Name: "./changed.txt", Typeflag: tar.TypeReg},
+		{Name: "./inlink", Typeflag: tar.TypeSymlink, Linkname: "same.txt"},
+		{Name: "./escape", Typeflag: tar.TypeSymlink, Linkname: outside},
+		{Name: "./escape/x", Typeflag: tar.TypeReg},
+		{Name: "../up", Typeflag: tar.TypeReg},
+		{Name: "./sub/../../up2", Typeflag: tar.TypeReg},
+		{Name: "/abs", Typeflag: tar.TypeReg},
+		{Name: "./hard", Typeflag: tar.TypeLink, Linkname: "./b.bin"},
+		{Name: "./hardout", Typeflag: tar.TypeLink, Linkname: "../../etc/passwd"},
+		{Name: "./dev", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3},
+		{Name: "./fifo", Typeflag: tar.TypeFifo},
+	}, map[string]string{
+		"./outputs/a.txt": "A", "./b.bin": "\x00\x01", "./same.txt": "same", "./changed.txt": "new",
+		"./escape/x": "x", "../up": "u", "./sub/../../up2": "u", "/abs": "abs",
+	})
+	dir := t.TempDir()
+	skipped, err := unpackOutputs(bytes.NewReader(stream), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Fatalf("unpacking wrote outside its dir: %v", ents)
+	}
+	for _, want := range []string{"escape/x: cannot create", "../up: name outside", "./sub/../../up2: name outside", "hardout: hard link", "dev: character device", "fifo: fifo"} {
+		if !slices.ContainsFunc(skipped, func(s string) bool { return strings.HasPrefix(s, want) }) {
+			t.Errorf("skipped %q: want one starting %q", skipped, want)
+		}
+	}
+	inputs := []runtime.InputFile{
+		{Name: "same.txt", Data: []byte("same")},
+		{Name: "changed.txt", Data: []byte("old")},
+		{Name: "gone.txt", Data: []byte("gone")},
+		{Name: "inlink", Kind: runtime.InputSymlink, Target: "same.txt"},
+	}
+	outs, err := oci.CollectCopy(dir, runtime.Limits{}, inputs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range outs.Files {
+		got = append(got, f.Path+"="+string(f.Data))
+	}
+	want := []string{"abs=abs", "b.bin=\x00\x01", "changed.txt=new", "hard=\x00\x01", "outputs/a.txt=A"}
+	if !slices.Equal(got, want) {
+		t.Errorf("outputs %q, want %q", got, want)
+	}
+	if !slices.Equal(outs.Deleted, []string{"gone.txt"}) {
+		t.Errorf("deleted %q, want gone.txt", outs.Deleted)
+	}
+	if !slices.ContainsFunc(outs.Skipped, func(s string) bool { return s == "escape: symlink, not followed" }) {
+		t.Errorf("skipped %q: want the link the job made named", outs.Skipped)
+	}
+	if slices.ContainsFunc(outs.Skipped, func(s string) bool { return strings.HasPrefix(s, "inlink") }) {
+		t.Errorf("skipped %q: an input link left as it was is not named", outs.Skipped)
+	}
+}
+
+func TestUnpackBounded(t *testing.T) {
+	stream := buildTar(t, []tar.Header{
+		{Name: "./a", Typeflag: tar.TypeReg},
+		{Name: "./big", Typeflag: tar.TypeReg},
+	}, map[string]string{"./a": "a", "./big": strings.Repeat("b", 64<<10)})
+	for _, tc := range []struct {
+		name  string
+		bound int64
+		over  bool
+		files []string
+	}{
+		{"fits", int64(len(stream)), false, []string{"a", "big"}},
+		{"cut in big", 8 << 10, true, []string{"a"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			_, err := unpackOutputs(&boundedReader{r: bytes.NewReader(stream), n: tc.bound}, dir)
+			if got := errors.Is(err, errStreamOver); got != tc.over || (!tc.over && err != nil) {
+				t.Fatalf("unpack: %v, want over the bound %v", err, tc.over)
+			}
+			var files []string
+			ents, _ := os.ReadDir(dir)
+			for _, e := range ents {
+				files = append(files, e.Name())
+			}
+			if !slices.Equal(files, tc.files) {
+				t.Errorf("unpacked %q, want %q (a file cut short is removed)", files, tc.files)
+			}
+		})
+	}
+}
+
+func TestLimitNotes(t *testing.T) {
+	notes := make([]string, maxNotes+5)
+	got := limitNotes(notes)
+	if len(got) != maxNotes+1 || !strings.Contains(got[maxNotes], "5 more") {
+		t.Errorf("limitNotes of %d: %d notes, last %q", len(notes), len(got), got[len(got)-1])
+	}
+}
+
+func FuzzUnpackOutputs(f *testing.F) {
+	f.Add([]byte{})
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	_ = tw.WriteHeader(&tar.Header{Name: "./x/../../y", Typeflag: tar.TypeReg, Size: 1, Mode: 0o644})
+	_, _ = tw.Write([]byte("y"))
+	_ = tw.WriteHeader(&tar.Header{Name: "./l", Typeflag: tar.TypeSymlink, Linkname: "/"})
+	_ = tw.WriteHeader(&tar.Header{Name: "./l/etc", Typeflag: tar.TypeDir, Mode: 0o755})
+	_ = tw.Close()
+	f.Add(buf.Bytes())
+	f.Fuzz(func(t *testing.T, stream []byte) {
+		parent := t.TempDir()
+		dir := filepath.Join(parent, "out")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = unpackOutputs(&boundedReader{r: bytes.NewReader(stream), n: 1 << 20}, dir)
+		if ents, _ := os.ReadDir(parent); len(ents) != 1 {
+			t.Fatalf("unpacking wrote beside its dir: %v", ents)
+		}
+	})
+}
