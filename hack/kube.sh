@@ -61,6 +61,10 @@ svc_cidr=$a.$((b + 2)).0.0/24
 svc_ip=$a.$((b + 2)).0.1
 node_name=skillbox-kube
 host_if=skbk-$a-$b # one per KUBE_NET: two clusters need two KUBE_NETs
+# The kubelet's cgroups (its pods under $cgroup_root/kubepods) are one per
+# KUBE_NET too: the namespace shares the host's cgroup hierarchy, and a
+# kubelet removes the pod cgroups it does not know under its root.
+cgroup_root=/skillbox-kube-$a-$b
 node_if=skbk-node
 bridge_if=skbk-br0
 pause_image=skillbox.local/kube/pause:1
@@ -410,6 +414,7 @@ authentication:
 authorization:
   mode: Webhook
 cgroupDriver: cgroupfs
+cgroupRoot: $cgroup_root
 failCgroupV1: false
 failSwapOn: false
 resolvConf: ""
@@ -573,7 +578,11 @@ up() {
       die "importing $cache/images/$img.tar failed (log $logs/images.log)"
   done
 
-  step "kubelet: node $node_name at $node_ip"
+  step "kubelet: node $node_name at $node_ip, cgroups under $cgroup_root"
+  local c
+  for c in /sys/fs/cgroup/*/; do
+    [[ -f $c/cgroup.procs && ! -L ${c%/} ]] && mkdir -p "$c${cgroup_root#/}"
+  done
   start kubelet "$bin/kubelet" --config "$dir/kubelet/config.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
     --root-dir "$dir/kubelet/root" --cert-dir "$dir/kubelet/pki" \
     --hostname-override "$node_name" --node-ip "$node_ip"
@@ -671,7 +680,7 @@ down() {
   # Empty pod cgroups the kubelet and runsc made (the namespace shares the
   # host's cgroup hierarchy).
   local c
-  for c in /sys/fs/cgroup/*/kubepods /sys/fs/cgroup/kubepods; do
+  for c in /sys/fs/cgroup/*/"${cgroup_root#/}"; do
     [[ -d $c ]] && find "$c" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
   # State goes; logs stay for the reader.
