@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -57,8 +56,8 @@ func needsArtifact(job runtime.Job) bool {
 }
 
 // Artifacts builds derived images into one OCI layout, dir, which holds
-// their blobs and (linked or copied in) their interpreter images' blobs,
-// so that each derived image can be pushed or archived from dir alone.
+// the blobs they add; the interpreter image's blobs stay in its own layout
+// (Blobs finds both).
 type Artifacts struct {
 	dir string
 
@@ -102,11 +101,6 @@ func (a *Artifacts) Build(job runtime.Job) (runtime.ImageRef, error) {
 	var cfg ocispec.Image
 	if err := readBlobJSON(base.Layout, m.Config.Digest.String(), &cfg); err != nil {
 		return runtime.ImageRef{}, fmt.Errorf("image %s: config: %w", base.Name, err)
-	}
-	for _, d := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
-		if err := a.linkBlob(base.Layout, d); err != nil {
-			return runtime.ImageRef{}, fmt.Errorf("image %s: %w", base.Name, err)
-		}
 	}
 	var layers []ocispec.Descriptor
 	if job.SkillDir != "" || job.UsesSkillsDir() {
@@ -399,41 +393,13 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// linkBlob puts the blob d of layout into a.dir: a hard link, or a copy
-// across file systems; a blob a.dir has is kept. Its size is checked.
-func (a *Artifacts) linkBlob(layout string, d ocispec.Descriptor) error {
-	if !digestPattern.MatchString(d.Digest.String()) {
-		return fmt.Errorf("blob digest %q is not sha256", d.Digest)
+// Blobs are the layouts that hold the blobs of img, a derived image of
+// a (or an image of its own layout): a's first, then base's.
+func (a *Artifacts) Blobs(img, base runtime.ImageRef) []string {
+	if img.Layout == a.dir && base.Layout != "" && base.Layout != a.dir {
+		return []string{a.dir, base.Layout}
 	}
-	src, dst := blobPath(layout, d.Digest.String()), blobPath(a.dir, d.Digest.String())
-	if st, err := os.Stat(dst); err == nil && st.Size() == d.Size {
-		return nil
-	}
-	st, err := os.Stat(src)
-	if err != nil {
-		return fmt.Errorf("blob %s: %w", d.Digest, err)
-	}
-	if st.Size() != d.Size {
-		return fmt.Errorf("blob %s in %s is %d bytes, the manifest says %d", d.Digest, layout, st.Size(), d.Size)
-	}
-	if err := os.Link(src, dst); err == nil || errors.Is(err, fs.ErrExist) {
-		return nil
-	}
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	var got digest.Digest
-	if err := a.writeBlob(func(w io.Writer) error { _, err := io.Copy(w, in); return err },
-		func(d digest.Digest, _ int64) { got = d }); err != nil {
-		return err
-	}
-	if got != d.Digest {
-		_ = os.Remove(blobPath(a.dir, got.String()))
-		return fmt.Errorf("blob %s in %s does not match its digest (it is %s)", d.Digest, layout, got)
-	}
-	return nil
+	return []string{img.Layout}
 }
 
 // readBlobJSON decodes the blob d of layout, checking its digest.

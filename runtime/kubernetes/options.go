@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -39,13 +40,17 @@ type Options struct {
 	Kubeconfig string
 	// Namespace is where the runs' pods are made; default DefaultNamespace.
 	Namespace string
+	// Registry is a repository, HOST[:PORT]/REPO, that skillbox pushes
+	// the images its pods run to (REPO/NAME@DIGEST) and the nodes pull
+	// from; "" means none: the images must be on the nodes already.
+	Registry string
 }
 
 // DecodeOptions takes Options from a runtime "kubernetes" block's
-// settings: kubeconfig and namespace.
+// settings: kubeconfig, namespace and registry.
 func DecodeOptions(s runtime.Settings) (Options, error) {
 	var o Options
-	err := s.Decode(map[string]any{"kubeconfig": &o.Kubeconfig, "namespace": &o.Namespace})
+	err := s.Decode(map[string]any{"kubeconfig": &o.Kubeconfig, "namespace": &o.Namespace, "registry": &o.Registry})
 	return o, err
 }
 
@@ -55,6 +60,8 @@ type Kubernetes struct {
 	ko        Options
 	namespace string
 	log       runtime.Logger
+	artifacts *Artifacts
+	registry  *registry // nil without Options.Registry
 
 	mu     sync.Mutex
 	cfg    *rest.Config
@@ -86,6 +93,14 @@ func New(opts runtime.Options) (*Kubernetes, error) {
 		k.namespace = DefaultNamespace
 	}
 	k.log = runtime.NamedLogger(opts.Logger, "runtime.kubernetes")
+	k.artifacts = NewArtifacts(filepath.Join(runtime.DefaultStateBase, Name, "artifacts"))
+	if ko.Registry != "" {
+		repo, err := ParseRegistry(ko.Registry)
+		if err != nil {
+			return nil, fmt.Errorf("runtime %q: %w", Name, err)
+		}
+		k.registry = newRegistry(repo)
+	}
 	return k, nil
 }
 
