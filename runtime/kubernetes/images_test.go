@@ -120,7 +120,7 @@ func TestWriteImageArchiveRefuses(t *testing.T) {
 func testBackend(t *testing.T, withRegistry bool) (*Kubernetes, *testRegistry, string) {
 	t.Helper()
 	var o Options
-	reg := newTestRegistry()
+	reg := newTestRegistry(t)
 	if withRegistry {
 		srv := httptest.NewServer(reg)
 		t.Cleanup(srv.Close)
@@ -174,7 +174,7 @@ func TestNodeImage(t *testing.T) {
 			if got != want || err != nil {
 				t.Fatalf("nodeImage = %q, %v; want %q", got, err, want)
 			}
-			raw := reg.manifest("sb/tiny", tc.digest)
+			raw := reg.manifestOf("sb/tiny", tc.digest)
 			if digestOf(raw) != tc.digest {
 				t.Fatalf("the registry has no manifest %s (%d bytes)", tc.digest, len(raw))
 			}
