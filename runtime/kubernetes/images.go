@@ -284,8 +284,9 @@ func (k *Kubernetes) nodeImage(ctx context.Context, job runtime.Job) (string, er
 		img, layouts = derived, k.artifacts.Blobs(derived, job.Image)
 		k.log.Debug("derived image built", "id", job.ID, "image", job.Image.Name, "base", job.Image.Digest, "digest", derived.Digest)
 	}
-	if k.registry == nil || img.Ref != "" {
-		// A registry image is pulled from where it is.
+	if k.registry == nil || img.Ref != "" || img.Layout == "" {
+		// A registry image is pulled from where it is; an image with no
+		// layout here cannot be pushed, and must be on the nodes.
 		ref, err := ImageReference(img)
 		if err != nil {
 			return "", fmt.Errorf("run %s: %w", job.ID, err)
