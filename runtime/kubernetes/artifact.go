@@ -92,7 +92,7 @@ func (a *Artifacts) Build(job runtime.Job) (runtime.ImageRef, error) {
 		return runtime.ImageRef{}, fmt.Errorf("run %s: %w", job.ID, err)
 	}
 	if err := os.MkdirAll(filepath.Join(a.dir, "blobs", "sha256"), 0o700); err != nil {
-		return runtime.ImageRef{}, fmt.Errorf("artifacts: %w", err)
+		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: the kubernetes runtime builds the image of a run's skill files in %s, and cannot: %w", job.ID, a.dir, err)
 	}
 	var m ocispec.Manifest
 	if err := readBlobJSON(base.Layout, base.Digest, &m); err != nil {
