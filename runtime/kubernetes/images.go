@@ -167,15 +167,23 @@ type registry struct {
 	repo     string // HOST[:PORT]/REPO
 	resolver remotes.Resolver
 
-	mu     sync.Mutex
-	pushed map[string]bool // the references pushed
+	mu   sync.Mutex
+	refs map[string]*pushed // by reference
+}
+
+// pushed is one reference's push: done once it succeeded; mu is held
+// while it runs, so a reference is pushed once at a time, and other
+// references meanwhile.
+type pushed struct {
+	mu   sync.Mutex
+	done bool
 }
 
 func newRegistry(repo string) *registry {
 	return &registry{
 		repo:     repo,
 		resolver: docker.NewResolver(docker.ResolverOptions{Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(docker.MatchLocalhost))}),
-		pushed:   map[string]bool{},
+		refs:     map[string]*pushed{},
 	}
 }
 
@@ -213,8 +221,15 @@ func (r *registry) push(ctx context.Context, img runtime.ImageRef, layouts []str
 		return "", err
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.pushed[ref] {
+	p := r.refs[ref]
+	if p == nil {
+		p = &pushed{}
+		r.refs[ref] = p
+	}
+	r.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
 		return ref, nil
 	}
 	raw, err := os.ReadFile(blobPath(layouts[0], img.Digest))
@@ -238,7 +253,7 @@ func (r *registry) push(ctx context.Context, img runtime.ImageRef, layouts []str
 	if err := remotes.PushContent(ctx, pusher, desc, layoutProvider(layouts), nil, platforms.All, nil); err != nil {
 		return "", errkind.Errorf(runtime.ErrUnavailable, "push image %s to the registry %s (runtime %q { registry }): %w: check that the registry is up and this host reaches it", ref, r.repo, Name, err)
 	}
-	r.pushed[ref] = true
+	p.done = true
 	return ref, nil
 }
 
