@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A single-node Kubernetes test cluster that CI can start, for the kubernetes
 # runtime backend's tests (issue 27). Nothing is installed on the host and no
-# registry is used:
+# registry is needed (KUBE_REGISTRY names one the node may pull from):
 #   - kube-apiserver, kube-controller-manager, kube-scheduler, kubelet and
 #     kubectl are built from the Go module proxy at KUBE_VERSION (the module in
 #     hack/kube/), once: the binaries are cached under $KUBE_CACHE;
@@ -45,7 +45,10 @@
 # default the number of CPUs), KUBE_NET (the first two octets of the three
 # /24s used, default 10.213: node link 10.213.0.0/30, pods 10.214.0.0/24,
 # services 10.215.0.0/24 for KUBE_NET=10.213), KUBE_RUNSC_DEBUG=1 (runsc debug
-# logs of every pod in $KUBE_DIR/logs/runsc/).
+# logs of every pod in $KUBE_DIR/logs/runsc/), KUBE_REGISTRY (HOST:PORT of a
+# plain-HTTP registry the node's containerd pulls from, e.g. one a test serves
+# on the node's loopback for the kubernetes runtime's registry option; read
+# by up).
 #
 # Needs root.
 set -euo pipefail
@@ -343,6 +346,12 @@ EOF
 
 write_configs() {
   install -d "$dir/containerd" "$dir/cni/net.d" "$dir/kubelet" "$dir/sysctl"
+  local registry_config=""
+  if [[ -n ${KUBE_REGISTRY:-} ]]; then
+    [[ $KUBE_REGISTRY =~ ^[A-Za-z0-9.-]+:[0-9]+$ ]] || die "KUBE_REGISTRY=$KUBE_REGISTRY is not HOST:PORT"
+    registry_config="  [plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"$KUBE_REGISTRY\"]
+    endpoint = [\"http://$KUBE_REGISTRY\"]"
+  fi
   cat >"$dir/containerd/config.toml" <<EOF
 version = 2
 root = "$dir/containerd/root"
@@ -375,6 +384,7 @@ state = "$dir/containerd/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.gvisor.options]
         BinaryName = "$dir/bin/runsc-cri"
+$registry_config
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "$cache/debian/usr/lib/cni"
     conf_dir = "$dir/cni/net.d"

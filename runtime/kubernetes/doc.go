@@ -8,7 +8,11 @@
 // the run's limits, memory-backed /work and /tmp), and runs its image by
 // digest, so that a node runs exactly the approved bytes: skillbox's own
 // images reach the nodes as OCI archives named by their digest reference
-// (WriteImageArchive). Its container only holds the pod open. The job
+// (WriteImageArchive), or through the registry of the backend's options,
+// which skillbox pushes them to. A run's skill files and dependency layer
+// are content-addressed artifacts too: one derived image per interpreter
+// image, skill and layer digests (artifact.go), pulled by digest.
+// Its container only holds the pod open. The job
 // goes in and its outputs come out as tar streams over exec through the
 // API server (io.go), never as exec arguments, which audit logs and
 // proxies keep: one exec unpacks the job's frame (environment and argv)
@@ -18,11 +22,13 @@
 // run ends; a timeout, an output cap or a cancel stops the job first so
 // that its outputs are still read, as the local backends read them.
 //
-// This is the cold path. Still to come: skill snapshots and dependency
-// layers as artifacts pulled by digest, egress (a NetworkPolicy to
-// skillbox's proxy), warm pods, and the sweep of pods a dead daemon left.
-// Jobs that need them are refused with runtime.ErrUnavailable rather than
-// run without them.
+// Runs go through the lifecycle (lifecycle.go), so the local pool keeps
+// Ready pods per (image, skill digest, dependency layer) and a claim
+// never waits on the scheduler. Pods carry this instance's and their
+// owner's labels, and Sweep deletes those a dead process left (sweep.go).
+// Still to come: egress (a NetworkPolicy to skillbox's proxy) and session
+// sandboxes. Jobs that need them are refused with runtime.ErrUnavailable
+// rather than run without them.
 //
 // The package's integration tests start the single-node test cluster of
 // hack/kube.sh: TestCluster proves that its pods run on gVisor's kernel,

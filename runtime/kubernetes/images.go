@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"archive/tar"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,8 +11,20 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/remotes"
+	"github.com/containerd/containerd/v2/core/remotes/docker"
+	"github.com/containerd/containerd/v2/plugins/content/local"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/platforms"
+	"github.com/distribution/reference"
+	digest "github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // Images on the nodes: a skillbox image (built into the OCI layout of the
@@ -139,4 +152,165 @@ func copyBlob(tw *tar.Writer, layout string, d descriptor) error {
 		return fmt.Errorf("blob %s in %s does not match its digest (it is %s)", d.Digest, layout, got)
 	}
 	return nil
+}
+
+// Images from a registry: with runtime "kubernetes" { registry =
+// "HOST[:PORT]/REPO" }, skillbox pushes each image a pod runs (a skillbox
+// image, or a run's derived image, see artifact.go) to REPO/NAME by its
+// digest, once, and the pod names it there by digest: the nodes pull
+// exactly those bytes. The push is containerd's (remotes/docker); a
+// registry on a loopback address is spoken to over plain HTTP, any other
+// over HTTPS, without credentials.
+
+// registry pushes images of OCI layouts to one repository.
+type registry struct {
+	repo     string // HOST[:PORT]/REPO
+	resolver remotes.Resolver
+
+	mu   sync.Mutex
+	refs map[string]*pushed // by reference
+}
+
+// pushed is one reference's push: done once it succeeded; mu is held
+// while it runs, so a reference is pushed once at a time, and other
+// references meanwhile.
+type pushed struct {
+	mu   sync.Mutex
+	done bool
+}
+
+func newRegistry(repo string) *registry {
+	return &registry{
+		repo:     repo,
+		resolver: docker.NewResolver(docker.ResolverOptions{Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(docker.MatchLocalhost))}),
+		refs:     map[string]*pushed{},
+	}
+}
+
+// ParseRegistry checks a registry setting: a repository with a host
+// (HOST[:PORT]/REPO), no tag and no digest.
+func ParseRegistry(s string) (string, error) {
+	named, err := reference.ParseNamed(s)
+	if err == nil && reference.Domain(named) != "" && named.String() == s {
+		if _, tagged := named.(reference.Tagged); !tagged {
+			if _, digested := named.(reference.Digested); !digested {
+				return s, nil
+			}
+		}
+	}
+	why := ""
+	if err != nil {
+		why = ": " + err.Error()
+	}
+	return "", fmt.Errorf("registry %q is not a repository HOST[:PORT]/REPO (lowercase, no tag, no digest)%s", s, why)
+}
+
+// reference is where img is in the registry, by digest.
+func (r *registry) reference(img runtime.ImageRef) (string, error) {
+	if !repoPattern.MatchString(img.Name) {
+		return "", errkind.Errorf(runtime.ErrInvalidJob, "image name %q cannot name an image in a registry: use lowercase letters, digits and . _ - /", img.Name)
+	}
+	return r.repo + "/" + img.Name + "@" + img.Digest, nil
+}
+
+// push pushes img, whose blobs are in layouts (the first that has one),
+// unless it was pushed before, and returns its reference.
+func (r *registry) push(ctx context.Context, img runtime.ImageRef, layouts []string) (string, error) {
+	ref, err := r.reference(img)
+	if err != nil {
+		return "", err
+	}
+	r.mu.Lock()
+	p := r.refs[ref]
+	if p == nil {
+		p = &pushed{}
+		r.refs[ref] = p
+	}
+	r.mu.Unlock()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.done {
+		return ref, nil
+	}
+	raw, err := os.ReadFile(blobPath(layouts[0], img.Digest))
+	if err != nil {
+		return "", fmt.Errorf("image %s: read manifest: %w", img.Name, err)
+	}
+	var m struct {
+		MediaType string `json:"mediaType"`
+	}
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return "", fmt.Errorf("image %s: decode manifest: %w", img.Name, err)
+	}
+	if m.MediaType == "" {
+		m.MediaType = ocispec.MediaTypeImageManifest
+	}
+	desc := ocispec.Descriptor{MediaType: m.MediaType, Digest: digest.Digest(img.Digest), Size: int64(len(raw))}
+	pusher, err := r.resolver.Pusher(ctx, ref)
+	if err != nil {
+		return "", errkind.Errorf(runtime.ErrUnavailable, "push %s: %w", ref, err)
+	}
+	if err := remotes.PushContent(ctx, pusher, desc, layoutProvider(layouts), nil, platforms.All, nil); err != nil {
+		return "", errkind.Errorf(runtime.ErrUnavailable, "push image %s to the registry %s (runtime %q { registry }): %w: check that the registry is up and this host reaches it", ref, r.repo, Name, err)
+	}
+	p.done = true
+	return ref, nil
+}
+
+// layoutProvider serves the blobs of OCI layouts, from the first that has
+// each.
+type layoutProvider []string
+
+var _ content.Provider = layoutProvider(nil)
+
+func (p layoutProvider) ReaderAt(_ context.Context, desc ocispec.Descriptor) (content.ReaderAt, error) {
+	if !digestPattern.MatchString(desc.Digest.String()) {
+		return nil, fmt.Errorf("blob digest %q is not sha256", desc.Digest)
+	}
+	for _, l := range p {
+		ra, err := local.OpenReader(blobPath(l, desc.Digest.String()))
+		if err == nil {
+			return ra, nil
+		}
+		if !errdefs.IsNotFound(err) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("blob %s is in none of %s: %w", desc.Digest, strings.Join(p, ", "), errdefs.ErrNotFound)
+}
+
+// nodeImage is the reference the pod of job runs: its image, or the
+// derived image of its skill files and dependency layer (needsArtifact);
+// with a registry, pushed there first. Without one, the image must be on
+// the nodes already (imported by digest, as hack/kube.sh import does).
+func (k *Kubernetes) nodeImage(ctx context.Context, job runtime.Job) (string, error) {
+	if err := unsupported(job); err != nil {
+		return "", err
+	}
+	if _, err := ImageReference(job.Image); err != nil {
+		return "", fmt.Errorf("run %s: %w", job.ID, err)
+	}
+	img, layouts := job.Image, []string{job.Image.Layout}
+	if needsArtifact(job) {
+		derived, err := k.artifacts.Build(job)
+		if err != nil {
+			return "", err
+		}
+		img, layouts = derived, k.artifacts.Blobs(derived, job.Image)
+		k.log.Debug("derived image built", "id", job.ID, "image", job.Image.Name, "base", job.Image.Digest, "digest", derived.Digest)
+	}
+	if k.registry == nil || img.Ref != "" || img.Layout == "" {
+		// A registry image is pulled from where it is; an image with no
+		// layout here cannot be pushed, and must be on the nodes.
+		ref, err := ImageReference(img)
+		if err != nil {
+			return "", fmt.Errorf("run %s: %w", job.ID, err)
+		}
+		return ref, nil
+	}
+	ref, err := k.registry.push(ctx, img, layouts)
+	if err != nil {
+		return "", fmt.Errorf("run %s: %w", job.ID, err)
+	}
+	return ref, nil
 }

@@ -4,12 +4,16 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/skillbox/skillbox/runtime"
 )
@@ -32,7 +36,7 @@ func testLayout(t *testing.T) runtime.ImageRef {
 	}
 	config := put([]byte(`{"architecture":"amd64","os":"linux"}`))
 	layer := put([]byte("layer bytes"))
-	manifest := put(fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"digest":%q,"size":%d},"layers":[{"digest":%q,"size":%d}]}`,
+	manifest := put(fmt.Appendf(nil, `{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json","config":{"mediaType":"application/vnd.oci.image.config.v1+json","digest":%q,"size":%d},"layers":[{"mediaType":"application/vnd.oci.image.layer.v1.tar","digest":%q,"size":%d}]}`,
 		config.Digest, config.Size, layer.Digest, layer.Size))
 	return runtime.ImageRef{Name: "tiny", Digest: manifest.Digest, Layout: dir}
 }
@@ -108,5 +112,123 @@ func TestWriteImageArchiveRefuses(t *testing.T) {
 				t.Errorf("WriteImageArchive = %v, want an error saying %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// testBackend is a backend with its artifacts in a test dir, and a
+// registry (served by a testRegistry on loopback) when withRegistry.
+func testBackend(t *testing.T, withRegistry bool) (*Kubernetes, *testRegistry, string) {
+	t.Helper()
+	var o Options
+	reg := newTestRegistry(t)
+	if withRegistry {
+		srv := httptest.NewServer(reg)
+		t.Cleanup(srv.Close)
+		o.Registry = strings.TrimPrefix(srv.URL, "http://") + "/sb"
+	}
+	k, err := New(runtime.Options{Backend: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.artifacts = NewArtifacts(t.TempDir())
+	return k, reg, o.Registry
+}
+
+func TestNodeImage(t *testing.T) {
+	base := testLayout(t)
+	skill := writeTree(t, t.TempDir(), testSkill)
+	deps := writeTree(t, t.TempDir(), testDeps)
+	plain := runtime.Job{ID: "r", Image: base, Args: []string{"true"}}
+	withSkill := runtime.Job{ID: "r", Image: base, SkillDir: skill, DepsDir: deps, Args: []string{"true"}}
+	derived, err := NewArtifacts(t.TempDir()).Build(withSkill)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("NoRegistry", func(t *testing.T) {
+		k, _, _ := testBackend(t, false)
+		for _, tc := range []struct {
+			job  runtime.Job
+			want string
+		}{
+			{plain, ImagePrefix + "tiny@" + base.Digest},
+			{withSkill, ImagePrefix + "tiny@" + derived.Digest},
+		} {
+			if got, err := k.nodeImage(t.Context(), tc.job); got != tc.want || err != nil {
+				t.Errorf("nodeImage = %q, %v; want %q", got, err, tc.want)
+			}
+		}
+	})
+
+	t.Run("Registry", func(t *testing.T) {
+		k, reg, repo := testBackend(t, true)
+		for _, tc := range []struct {
+			job    runtime.Job
+			digest string
+		}{
+			{withSkill, derived.Digest},
+			{plain, base.Digest},
+		} {
+			want := repo + "/tiny@" + tc.digest
+			got, err := k.nodeImage(t.Context(), tc.job)
+			if got != want || err != nil {
+				t.Fatalf("nodeImage = %q, %v; want %q", got, err, want)
+			}
+			raw := reg.manifestOf("sb/tiny", tc.digest)
+			if digestOf(raw) != tc.digest {
+				t.Fatalf("the registry has no manifest %s (%d bytes)", tc.digest, len(raw))
+			}
+			var m ocispec.Manifest
+			if err := json.Unmarshal(raw, &m); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
+				if !reg.hasBlob(d.Digest.String()) {
+					t.Errorf("the registry lacks blob %s of %s", d.Digest, tc.digest)
+				}
+			}
+			// Once per digest: a second run pushes nothing.
+			puts := reg.putCount()
+			if got, err := k.nodeImage(t.Context(), tc.job); got != want || err != nil || reg.putCount() != puts {
+				t.Errorf("second nodeImage = %q, %v with %d more PUTs; want %q and none", got, err, reg.putCount()-puts, want)
+			}
+		}
+	})
+
+	t.Run("RegistryDown", func(t *testing.T) {
+		k, err := New(runtime.Options{Backend: Options{Registry: "127.0.0.1:1/sb"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.artifacts = NewArtifacts(t.TempDir())
+		if _, err := k.nodeImage(t.Context(), withSkill); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "127.0.0.1:1/sb") {
+			t.Errorf("nodeImage with the registry down: %v, want ErrUnavailable naming it", err)
+		}
+	})
+}
+
+func TestParseRegistry(t *testing.T) {
+	for _, tc := range []struct {
+		in string
+		ok bool
+	}{
+		{"127.0.0.1:5000/skillbox", true},
+		{"registry.example.com/team/skillbox", true},
+		{"localhost:5000/sb", true},
+		{"skillbox", false},         // no host
+		{"example.com/sb:1", false}, // a tag
+		{"Example.com/SB", false},   // not lowercase
+		{"example.com/sb@" + testDigest, false},
+		{"", false},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParseRegistry(tc.in)
+			if (err == nil) != tc.ok || (tc.ok && got != tc.in) {
+				t.Errorf("ParseRegistry(%q) = %q, %v; want ok %v", tc.in, got, err, tc.ok)
+			}
+		})
+	}
+	if _, err := New(runtime.Options{Backend: Options{Registry: "nohost"}}); err == nil || !strings.Contains(err.Error(), "HOST[:PORT]/REPO") {
+		t.Errorf("New with a bad registry: %v, want an error saying the form", err)
 	}
 }

@@ -69,7 +69,11 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.SandboxSpec) (runt
 	if err := runtime.ValidateJob(shell); err != nil {
 		return nil, err
 	}
-	pod, err := podSpec(shell, k.namespace)
+	image, err := k.nodeImage(ctx, shell)
+	if err != nil {
+		return nil, err
+	}
+	pod, err := podSpec(shell, k.namespace, image)
 	if err != nil {
 		return nil, err
 	}

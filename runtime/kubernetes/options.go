@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -42,13 +43,17 @@ type Options struct {
 	// StateDir keeps this instance's id, which labels its pods so that its
 	// crash sweep finds them (sweep.go); default DefaultStateDir.
 	StateDir string
+	// Registry is a repository, HOST[:PORT]/REPO, that skillbox pushes
+	// the images its pods run to (REPO/NAME@DIGEST) and the nodes pull
+	// from; "" means none: the images must be on the nodes already.
+	Registry string
 }
 
 // DecodeOptions takes Options from a runtime "kubernetes" block's
-// settings: kubeconfig, namespace and state_dir.
+// settings: kubeconfig, namespace, state_dir and registry.
 func DecodeOptions(s runtime.Settings) (Options, error) {
 	var o Options
-	err := s.Decode(map[string]any{"kubeconfig": &o.Kubeconfig, "namespace": &o.Namespace, "state_dir": &o.StateDir})
+	err := s.Decode(map[string]any{"kubeconfig": &o.Kubeconfig, "namespace": &o.Namespace, "state_dir": &o.StateDir, "registry": &o.Registry})
 	return o, err
 }
 
@@ -58,6 +63,8 @@ type Kubernetes struct {
 	ko        Options
 	namespace string
 	log       runtime.Logger
+	artifacts *Artifacts
+	registry  *registry // nil without Options.Registry
 
 	mu     sync.Mutex
 	cfg    *rest.Config
@@ -94,6 +101,16 @@ func New(opts runtime.Options) (*Kubernetes, error) {
 		k.namespace = DefaultNamespace
 	}
 	k.log = runtime.NamedLogger(opts.Logger, "runtime.kubernetes")
+	// Derived images are kept beside the instance id: the rootless
+	// stack gives an ordinary user a state dir of their own.
+	k.artifacts = NewArtifacts(filepath.Join(k.stateDir(), "artifacts"))
+	if ko.Registry != "" {
+		repo, err := ParseRegistry(ko.Registry)
+		if err != nil {
+			return nil, fmt.Errorf("runtime %q: %w", Name, err)
+		}
+		k.registry = newRegistry(repo)
+	}
 	return k, nil
 }
 

@@ -113,8 +113,8 @@ func unsupported(job runtime.Job) error {
 		// network to speak of, and a job that asks for one is refused
 		// rather than run without it.
 		why = "network and egress are not supported by the kubernetes runtime yet (they come with its NetworkPolicy): run the job without network, or on another runtime"
-	case job.SkillDir != "" || job.DepsDir != "" || len(job.Skills) > 0 || job.Program != nil || job.Session != nil:
-		why = "skill directories, dependency layers, run_code programs and sessions are not supported by the kubernetes runtime yet (they come as artifacts the node pulls by digest): use another runtime"
+	case job.Session != nil:
+		why = "sessions are not supported by the kubernetes runtime yet: use another runtime"
 	case strings.ContainsRune(job.Args[0], '='):
 		why = "a command whose name contains '=' cannot be run by the kubernetes runtime (env would take it for a variable)"
 	}
@@ -164,14 +164,20 @@ func runDeadline(up, timeout time.Duration, current int64) int64 {
 // io.go), and the image by digest. Its container holds the pod
 // open (sleep) until the job is executed into it. A job the backend cannot
 // run as it asks is refused: ErrInvalidJob without an image digest,
-// ErrUnavailable for what comes later (network, skill mounts).
-func podSpec(job runtime.Job, namespace string) (*corev1.Pod, error) {
+// ErrUnavailable for what comes later (network, sessions).
+// image is the reference the node runs (nodeImage: the derived image of
+// the job's skill files and dependency layer, or a registry's copy); ""
+// means the job's image as imported into the nodes (ImageReference).
+func podSpec(job runtime.Job, namespace, image string) (*corev1.Pod, error) {
 	if err := unsupported(job); err != nil {
 		return nil, err
 	}
-	image, err := ImageReference(job.Image)
+	base, err := ImageReference(job.Image)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", job.ID, err)
+	}
+	if image == "" {
+		image = base
 	}
 	lim := job.Limits.WithDefaults()
 	name := podName(job.ID)
@@ -218,7 +224,7 @@ func podSpec(job runtime.Job, namespace string) (*corev1.Pod, error) {
 			Containers: []corev1.Container{{
 				Name:            containerName,
 				Image:           image,
-				ImagePullPolicy: corev1.PullIfNotPresent, // the node has it imported, by digest
+				ImagePullPolicy: corev1.PullIfNotPresent, // by digest: imported, or pulled once
 				Command:         []string{"sleep", strconv.FormatInt(deadline+holderSlack, 10)},
 				WorkingDir:      runtime.WorkDir,
 				Resources:       corev1.ResourceRequirements{Requests: resources, Limits: resources.DeepCopy()},

@@ -29,7 +29,7 @@ func testJob() runtime.Job {
 }
 
 func TestPodSpec(t *testing.T) {
-	pod, err := podSpec(testJob(), "ns1")
+	pod, err := podSpec(testJob(), "ns1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestPodSpec(t *testing.T) {
 func TestPodSpecDefaults(t *testing.T) {
 	job := testJob()
 	job.Limits = runtime.Limits{}
-	pod, err := podSpec(job, "ns1")
+	pod, err := podSpec(job, "ns1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,14 +117,13 @@ func TestPodSpecRefuses(t *testing.T) {
 		{"bad name", func(j *runtime.Job) { j.Image.Name = "Py thon" }, runtime.ErrInvalidJob, "cannot name an image"},
 		{"network", func(j *runtime.Job) { j.Network = true }, runtime.ErrUnavailable, "network"},
 		{"egress", func(j *runtime.Job) { j.Egress = &egress.Config{} }, runtime.ErrUnavailable, "NetworkPolicy"},
-		{"skill dir", func(j *runtime.Job) { j.SkillDir = "/skills/x" }, runtime.ErrUnavailable, "skill directories"},
-		{"deps", func(j *runtime.Job) { j.DepsDir = "/layers/x" }, runtime.ErrUnavailable, "dependency layers"},
+		{"session", func(j *runtime.Job) { j.Session = &runtime.SessionMounts{} }, runtime.ErrUnavailable, "sessions"},
 		{"command with =", func(j *runtime.Job) { j.Args = []string{"A=b", "x"} }, runtime.ErrUnavailable, "'='"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := testJob()
 			tc.edit(&job)
-			pod, err := podSpec(job, "ns1")
+			pod, err := podSpec(job, "ns1", "")
 			if !errors.Is(err, tc.kind) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("podSpec = %v, %v; want %v saying %q", pod, err, tc.kind, tc.want)
 			}
@@ -259,5 +258,22 @@ func TestVersionWithoutKubeconfig(t *testing.T) {
 	}
 	if _, err := k.Version(t.Context()); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "/nonexistent/kubeconfig") {
 		t.Errorf("Version = %v, want ErrUnavailable naming the kubeconfig", err)
+	}
+}
+
+// A job with skill files and a dependency layer runs the image nodeImage
+// names (the derived image), and the pod still names its interpreter
+// image.
+func TestPodSpecDerivedImage(t *testing.T) {
+	job := testJob()
+	job.SkillDir, job.DepsDir = "/skills/x", "/layers/sha256-x/tree"
+	derived := "127.0.0.1:5000/sb/python@sha256:" + strings.Repeat("cd", 32)
+	pod, err := podSpec(job, "ns1", derived)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pod.Spec.Containers[0]
+	if c.Image != derived || pod.Annotations[AnnotationImage] != "python@"+testDigest || !*c.SecurityContext.ReadOnlyRootFilesystem {
+		t.Errorf("image %q annotation %q, want %q on a read-only root and the interpreter image annotated", c.Image, pod.Annotations[AnnotationImage], derived)
 	}
 }

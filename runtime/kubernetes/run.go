@@ -315,7 +315,7 @@ func podFailure(p *corev1.Pod) error {
 		}
 		switch w.Reason {
 		case "ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName":
-			return errkind.Errorf(runtime.ErrUnavailable, "image %s is not on the node and cannot be pulled (%s): import it into the nodes by digest (%s)", s.Image, w.Reason, w.Message)
+			return errkind.Errorf(runtime.ErrUnavailable, "image %s is not on the node and cannot be pulled (%s: %s): set runtime %q { registry = \"HOST:PORT/REPO\" } to a registry the nodes pull from (skillbox pushes the image there), or import the image into the nodes by digest (hack/kube.sh import)", s.Image, w.Reason, w.Message, Name)
 		case "CreateContainerConfigError", "CreateContainerError", "RunContainerError":
 			return errkind.Errorf(runtime.ErrUnavailable, "pod %s/%s: container cannot start (%s): %s", p.Namespace, p.Name, w.Reason, w.Message)
 		}

@@ -1,0 +1,219 @@
+//go:build integration
+
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/skillbox/skillbox/runtime"
+)
+
+// TestArtifacts runs jobs with a skill directory and a dependency layer on
+// the test cluster: the backend pushes each job's derived image to a
+// registry the test serves (on the host's loopback for the push, and on
+// the node's, in the cluster's network namespace, for the pull), and the
+// node pulls it by digest. The interpreter image is imported into the node
+// first, so that the pull within the boot timeout takes only the derived
+// image's manifest, config and new layers.
+func TestArtifacts(t *testing.T) {
+	img := pythonImage(t)
+	reg := newTestRegistry(t)
+	hostL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := hostL.Addr().String()
+	serveRegistry(t, hostL, reg)
+	t.Setenv("KUBE_REGISTRY", addr) // the node's containerd speaks plain HTTP to it
+	c := startCluster(t)
+	nodeL, err := listenInNode(addr)
+	if err != nil {
+		t.Fatalf("listen on %s in the node's network namespace: %v", addr, err)
+	}
+	serveRegistry(t, nodeL, reg)
+
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
+	defer cancel()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}}
+	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(WriteImageArchive(pw, img)) }()
+	if out, err := c.kube(ctx, pr, "import", "-"); err != nil {
+		t.Fatalf("hack/kube.sh import - of %s@%s: %v\n%s", img.Name, img.Digest, err, out)
+	}
+	t.Logf("interpreter image %s@%s imported in %s", img.Name, img.Digest, time.Since(start).Round(time.Second))
+
+	repo := addr + "/skillbox"
+	k, err := New(runtime.Options{Backend: Options{Kubeconfig: c.kubeconfig, Registry: repo}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k.artifacts = NewArtifacts(t.TempDir())
+
+	script := `import sys, depmod
+print(depmod.V, open("/skill/data/msg.txt").read().strip())
+print(open("/proc/version").read().strip())
+try:
+    open("/skill/new", "w")
+    print("skill writable")
+except OSError:
+    print("skill read-only")
+`
+	deps := writeTree(t, t.TempDir(), map[string]string{"python/depmod.py": "V = 'dep-1'\n"})
+	run := func(t *testing.T, msg string) (*runtime.Result, string) {
+		t.Helper()
+		skill := writeTree(t, t.TempDir(), map[string]string{"SKILL.md": "---\nname: art\n---\n", "scripts/x.py": script, "data/msg.txt": msg})
+		job := runtime.Job{ID: fmt.Sprintf("kube-art-%d", time.Now().UnixNano()), Image: img, SkillDir: skill, DepsDir: deps,
+			Args:      []string{"python3", runtime.SkillMount + "/scripts/x.py"},
+			ModuleEnv: runtime.WithDepsPath(runtime.ModulePathEnv("python", "scripts/x.py"), "python"),
+			Limits:    runtime.Limits{Timeout: time.Minute}}
+		derived, err := k.artifacts.Build(job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		res, err := k.Run(ctx, job)
+		if err != nil {
+			t.Fatalf("run: %v", err)
+		}
+		t.Logf("run of %s in %s: reason %s exit %d\nstdout %q\nstderr %q", derived.Digest, time.Since(start).Round(10*time.Millisecond),
+			res.Reason, res.ExitCode, res.Stdout, res.Stderr)
+		noPodsLeft(ctx, t, c, job.ID)
+		return res, derived.Digest
+	}
+	check := func(t *testing.T, res *runtime.Result, d, msg string) {
+		t.Helper()
+		lines := strings.Split(string(res.Stdout), "\n")
+		if res.Reason != runtime.ReasonExit || res.ExitCode != 0 || len(lines) < 3 || lines[0] != "dep-1 "+msg || lines[2] != "skill read-only" {
+			t.Errorf("exit %d stdout %q, want the dependency's and the skill's words and a read-only skill", res.ExitCode, res.Stdout)
+		}
+		if len(lines) < 2 || !strings.Contains(strings.ToLower(lines[1]), "gvisor") {
+			t.Errorf("the job's kernel %q is not gVisor's", lines[1:])
+		}
+		if !slices.Contains(reg.servedManifests(), "skillbox/"+img.Name+"@"+d) {
+			t.Errorf("the node did not pull %s/%s@%s from the registry (manifests served: %q)", repo, img.Name, d, reg.servedManifests())
+		}
+	}
+
+	var first string
+	t.Run("SkillAndDeps", func(t *testing.T) {
+		res, d := run(t, "hello")
+		check(t, res, d, "hello")
+		first = d
+	})
+	t.Run("ChangedSkillByte", func(t *testing.T) {
+		res, d := run(t, "hellp")
+		if d == first {
+			t.Fatalf("a changed skill byte kept the digest %s", d)
+		}
+		check(t, res, d, "hellp")
+	})
+	t.Run("NoRegistry", func(t *testing.T) {
+		// Without a registry, a derived image the node lacks is not
+		// pulled, and the error says how to get it there.
+		k2, err := New(runtime.Options{Backend: Options{Kubeconfig: c.kubeconfig}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k2.artifacts = NewArtifacts(t.TempDir())
+		skill := writeTree(t, t.TempDir(), map[string]string{"scripts/x.py": "print(1)\n"})
+		job := runtime.Job{ID: fmt.Sprintf("kube-art-%d", time.Now().UnixNano()), Image: img, SkillDir: skill,
+			Args: []string{"python3", "/skill/scripts/x.py"}, Limits: runtime.Limits{Timeout: time.Minute}}
+		_, err = k2.Run(ctx, job)
+		t.Logf("run: %v", err)
+		if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "registry =") || !strings.Contains(err.Error(), "import") {
+			t.Errorf("run of a derived image without a registry: %v, want ErrUnavailable naming the registry option and the import", err)
+		}
+		noPodsLeft(ctx, t, c, job.ID)
+	})
+}
+
+func serveRegistry(t *testing.T, l net.Listener, reg *testRegistry) {
+	srv := &http.Server{Handler: reg, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+}
+
+// listenInNode listens on addr in the test cluster's network namespace
+// (that of hack/kube.sh's holder process, $KUBE_DIR/pids/holder), where
+// the node's containerd pulls from. The socket stays in that namespace;
+// the thread returns to this one.
+func listenInNode(addr string) (net.Listener, error) {
+	dir := os.Getenv("KUBE_DIR")
+	if dir == "" {
+		dir = "/var/tmp/skillbox-kube"
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "pids", "holder"))
+	if err != nil {
+		return nil, err
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, err
+	}
+	type result struct {
+		l   net.Listener
+		err error
+	}
+	done := make(chan result, 1)
+	// On a goroutine of its own: if the thread cannot go back to this
+	// namespace, it stays locked and ends with the goroutine.
+	go func() {
+		goruntime.LockOSThread()
+		l, err := listenInNetNS(fmt.Sprintf("/proc/%d/ns/net", pid), addr)
+		if err == nil || !errors.Is(err, errSetnsBack) {
+			goruntime.UnlockOSThread()
+		}
+		done <- result{l, err}
+	}()
+	r := <-done
+	return r.l, r.err
+}
+
+var errSetnsBack = errors.New("cannot return to this network namespace")
+
+// listenInNetNS listens on addr in the network namespace ns, on the
+// locked thread of its caller.
+func listenInNetNS(ns, addr string) (net.Listener, error) {
+	target, err := os.Open(ns)
+	if err != nil {
+		return nil, err
+	}
+	defer target.Close()
+	self, err := os.Open("/proc/thread-self/ns/net")
+	if err != nil {
+		return nil, err
+	}
+	defer self.Close()
+	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+		return nil, fmt.Errorf("setns %s: %w", ns, err)
+	}
+	l, lerr := net.Listen("tcp", addr)
+	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
+		if l != nil {
+			l.Close()
+		}
+		return nil, fmt.Errorf("%w: %v", errSetnsBack, err)
+	}
+	return l, lerr
+}
