@@ -5,6 +5,7 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/skillbox/skillbox/runtime"
 )
 
@@ -20,7 +22,9 @@ import (
 // scheduler, each pod runs one job and is replaced in the background, and
 // Close leaves no pod.
 func testWarmPool(ctx context.Context, t *testing.T, k *Kubernetes, c *testCluster, img runtime.ImageRef) {
-	pool := runtime.NewPool(k, runtime.PoolConfig{PerKey: 2, Total: 2, IdleTimeout: 10 * time.Minute}, nil)
+	// The pool says why a pod failed to boot.
+	log := hclog.New(&hclog.LoggerOptions{Name: "pool", Level: hclog.Warn, Output: os.Stderr})
+	pool := runtime.NewPool(k, runtime.PoolConfig{PerKey: 2, Total: 2, IdleTimeout: 10 * time.Minute}, log)
 	closed := false
 	defer func() {
 		if !closed {
@@ -28,7 +32,7 @@ func testWarmPool(ctx context.Context, t *testing.T, k *Kubernetes, c *testClust
 		}
 	}()
 	job := runtime.Job{Image: img, Args: []string{"python3", "-c", "print(open('/proc/version').read())"},
-		Limits: runtime.Limits{Timeout: time.Minute}}
+		Limits: runtime.Limits{Timeout: time.Minute, CPUs: benchCPUs}} // 2 idle pods, 1 in use and a refill fit the node
 	key, ok := runtime.KeyFor(job, "kube-pool-test", "sha256:test")
 	if !ok {
 		t.Fatal("job cannot run warm")
