@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -55,13 +54,7 @@ func TestArtifacts(t *testing.T) {
 	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(WriteImageArchive(pw, img)) }()
-	if out, err := c.kube(ctx, pr, "import", "-"); err != nil {
-		t.Fatalf("hack/kube.sh import - of %s@%s: %v\n%s", img.Name, img.Digest, err, out)
-	}
-	t.Logf("interpreter image %s@%s imported in %s", img.Name, img.Digest, time.Since(start).Round(time.Second))
+	c.importImage(ctx, t, img)
 
 	repo := addr + "/skillbox"
 	k, err := New(runtime.Options{Backend: Options{Kubeconfig: c.kubeconfig, Registry: repo}})

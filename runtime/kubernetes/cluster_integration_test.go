@@ -33,6 +33,7 @@ type testCluster struct {
 	cs         *k8s.Clientset
 	kubeconfig string
 	script     string
+	env        map[string]string // what hack/kube.sh env printed
 }
 
 // kube runs hack/kube.sh with args, stdin from in (nil: none).
@@ -84,12 +85,13 @@ func startCluster(t testing.TB) *testCluster {
 	if err != nil {
 		t.Fatalf("hack/kube.sh env: %v\n%s", err, env)
 	}
-	var kubeconfig string
+	c.env = map[string]string{}
 	for line := range strings.Lines(env) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "KUBECONFIG="); ok {
-			kubeconfig = v
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
+			c.env[k] = v
 		}
 	}
+	kubeconfig := c.env["KUBECONFIG"]
 	if kubeconfig == "" {
 		t.Fatalf("hack/kube.sh env printed no KUBECONFIG=:\n%s", env)
 	}

@@ -52,20 +52,10 @@ func TestDaemonStartSweeps(t *testing.T) {
 	pods := c.cs.CoreV1().Pods(DefaultNamespace)
 	// No pid reaches pid_max (at most 2^22): the owner is dead.
 	dead := fmt.Sprintf("%d-1", 1<<22)
-	for name, labels := range map[string]map[string]string{
+	createLabelledPods(ctx, t, pods, map[string]map[string]string{
 		"daemon-leftover":       {LabelManagedBy: ManagedBy, LabelInstance: instance, LabelOwner: dead},
 		"daemon-other-instance": {LabelManagedBy: ManagedBy, LabelInstance: strings.Repeat("1", 32), LabelOwner: dead},
-	} {
-		p := shellPod("x", "sleep 600")
-		p.GenerateName, p.Name, p.Labels = "", name, labels
-		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			zero := int64(0)
-			_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		})
-	}
+	})
 
 	skills := filepath.Join(dir, "skills")
 	if err := os.MkdirAll(skills, 0o755); err != nil {

@@ -23,18 +23,9 @@ func TestManifests(t *testing.T) {
 	c := startCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Minute)
 	defer cancel()
-	env, err := c.kube(ctx, nil, "env")
-	if err != nil {
-		t.Fatalf("hack/kube.sh env: %v\n%s", err, env)
-	}
-	var kubectl string
-	for line := range strings.Lines(env) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "KUBECTL="); ok {
-			kubectl = v
-		}
-	}
+	kubectl := c.env["KUBECTL"]
 	if kubectl == "" {
-		t.Fatalf("hack/kube.sh env printed no KUBECTL=:\n%s", env)
+		t.Fatalf("hack/kube.sh env printed no KUBECTL=: %v", c.env)
 	}
 	base, err := filepath.Abs(filepath.Join("..", "..", "examples", "kubernetes"))
 	if err != nil {

@@ -5,7 +5,6 @@ package kubernetes
 import (
 	"bytes"
 	"context"
-	"io"
 	"os"
 	"os/exec"
 	"slices"
@@ -16,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/skillbox/skillbox/runtime"
 )
@@ -41,11 +41,7 @@ func TestSweepAfterKill(t *testing.T) {
 	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(WriteImageArchive(pw, img)) }()
-	if out, err := c.kube(ctx, pr, "import", "-"); err != nil {
-		t.Fatalf("hack/kube.sh import - of %s@%s: %v\n%s", img.Name, img.Digest, err, out)
-	}
+	c.importImage(ctx, t, img)
 
 	state := t.TempDir()
 	instance, err := loadInstance(state)
@@ -63,17 +59,7 @@ func TestSweepAfterKill(t *testing.T) {
 		"sweep-live-owner":     {LabelManagedBy: ManagedBy, LabelInstance: instance, LabelOwner: self},
 		"sweep-other-instance": {LabelManagedBy: ManagedBy, LabelInstance: strings.Repeat("0", 32), LabelOwner: "1-1"},
 	}
-	for name, labels := range spared {
-		p := shellPod("x", "sleep 600")
-		p.GenerateName, p.Name, p.Labels = "", name, labels
-		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			zero := int64(0)
-			_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		})
-	}
+	createLabelledPods(ctx, t, pods, spared)
 
 	// The child runs a job of ten minutes; it is killed once its pod runs
 	// and the job is executing in it.
@@ -158,4 +144,21 @@ func TestSweepChild(t *testing.T) {
 		Limits: runtime.Limits{Timeout: 600 * time.Second},
 	})
 	t.Fatalf("the job ended, it should have been killed first: %+v %v", res, err)
+}
+
+// createLabelledPods makes a pod holding a shell for each name with its
+// labels, deleted when the test ends.
+func createLabelledPods(ctx context.Context, t *testing.T, pods typedcorev1.PodInterface, labelled map[string]map[string]string) {
+	t.Helper()
+	for name, labels := range labelled {
+		p := shellPod("x", "sleep 600")
+		p.GenerateName, p.Name, p.Labels = "", name, labels
+		if _, err := pods.Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			zero := int64(0)
+			_ = pods.Delete(context.Background(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		})
+	}
 }
