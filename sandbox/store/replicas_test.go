@@ -15,14 +15,7 @@ import (
 // the other; an approval consumed on one is refused on the other, and of
 // two consuming at once exactly one wins.
 func TestReplicasShareState(t *testing.T) {
-	if etcdURL == "" {
-		t.Skip(etcdMissing)
-	}
-	dir := t.TempDir()
-	be := backends[1]
-	kvA, kvB := be.open(t, dir), be.open(t, dir)
-	defer kvA.Close()
-	defer kvB.Close()
+	kvA, kvB := twoReplicas(t)
 
 	sesA, sesB := NewSessionStore(kvA, SessionOptions{}), NewSessionStore(kvB, SessionOptions{})
 	s, err := sesA.Create(1000)
@@ -91,14 +84,7 @@ func TestReplicasShareState(t *testing.T) {
 // each record's expiry is reported by exactly one of them (the one whose
 // compare-and-swap wrote it), never twice and never lost.
 func TestReplicasSweepOnce(t *testing.T) {
-	if etcdURL == "" {
-		t.Skip(etcdMissing)
-	}
-	dir := t.TempDir()
-	be := backends[1]
-	kvA, kvB := be.open(t, dir), be.open(t, dir)
-	defer kvA.Close()
-	defer kvB.Close()
+	kvA, kvB := twoReplicas(t)
 	clk := newClock()
 	var mu sync.Mutex
 	sesGone, cnfGone := map[string]int{}, map[string]int{}
@@ -165,4 +151,17 @@ func TestReplicasSweepOnce(t *testing.T) {
 	if len(sesGone) != want {
 		t.Errorf("%d sessions reported expired, want %d", len(sesGone), want)
 	}
+}
+
+// twoReplicas are two etcd clients under one prefix: two daemons' stores.
+func twoReplicas(t *testing.T) (KV, KV) {
+	t.Helper()
+	if etcdURL == "" {
+		t.Skip(etcdMissing)
+	}
+	dir := t.TempDir()
+	be := backends[1]
+	kvA, kvB := be.open(t, dir), be.open(t, dir)
+	t.Cleanup(func() { kvA.Close(); kvB.Close() })
+	return kvA, kvB
 }
