@@ -11,7 +11,7 @@ VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build test unit integration deps images demo fuzz bench lint clean modules
+.PHONY: all build test unit integration deps kube-cache images demo fuzz bench lint clean modules
 
 all: build
 
@@ -33,7 +33,7 @@ unit: modules
 
 # Integration tests need root, runsc, runc and the interpreter images; they run
 # one package at a time so two cores are not oversubscribed by sandboxes.
-integration: deps build images
+integration: deps build kube-cache images
 	SKILLBOX_IMAGES=$(IMAGES) SKILLBOX_BIN=$(CURDIR)/$(BIN) SKILLBOX_TEST_BUILD=1 SKILLBOX_TEST_NPM_REGISTRY=1 SKILLBOX_TEST_REQUIRE_SANDBOXES=1 \
 	  $(GO) test $(GOFLAGS_TEST) -p 1 -timeout 40m -tags integration ./...
 
@@ -46,6 +46,15 @@ endif
 
 deps:
 	./hack/install-deps.sh
+
+# The test cluster's Kubernetes (about 12 minutes of two cores the first
+# time, cached after) builds in the background at low priority while the
+# images build and the first packages test; the cluster tests' `up` waits
+# for it.
+KUBE_BUILD_LOG ?= /var/tmp/skillbox-kube-build.log
+kube-cache:
+	@echo "kube: building the test cluster's Kubernetes in the background if not cached (log $(KUBE_BUILD_LOG))"
+	@nohup ./hack/kube.sh build >$(KUBE_BUILD_LOG) 2>&1 &
 
 # Every image, each built once per run and skipped when current (CI, tests).
 images: build

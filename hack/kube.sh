@@ -38,6 +38,9 @@
 #   hack/kube.sh etcd-bin
 #                        fetch (once) and print the path of the etcd server
 #                        binary, for tests of the shared state store
+#   hack/kube.sh build   build and fetch (once) what up needs, under the
+#                        cache's lock (make test runs it in the background;
+#                        an up meanwhile waits for it)
 #
 # Environment: KUBE_DIR (the cluster, default /var/tmp/skillbox-kube; not
 # under /run, /var/lib or /var/log), KUBE_CACHE (default
@@ -90,7 +93,7 @@ die() {
 }
 
 usage() {
-  echo "usage: $0 up|down|env|import FILE|-" >&2
+  echo "usage: $0 up|down|env|import FILE|-|etcd-bin|build" >&2
   exit 2
 }
 
@@ -103,6 +106,25 @@ holder_pid() {
 }
 
 # ---- build and fetch (cached) ----------------------------------------------
+
+# build_cache builds or fetches everything a cluster runs from, once per
+# cache, under a lock: `build` may run in the background (make test starts
+# it beside the image builds) while a test's `up` waits for it.
+build_cache() {
+  lock_cache
+  build_kube
+  fetch_debs
+  build_pause
+  build_images
+  exec 9>&- # the cluster's processes must not inherit the lock
+}
+
+# lock_cache takes the cache's lock (fd 9).
+lock_cache() {
+  install -d "$cache"
+  exec 9>"$cache/.build.lock"
+  flock 9
+}
 
 build_kube() {
   local stamp=$cache/bin/.built want
@@ -531,10 +553,7 @@ up() {
     return
   fi
   local t0=$SECONDS
-  build_kube
-  fetch_debs
-  build_pause
-  build_images
+  build_cache
   command -v containerd >/dev/null || die "containerd is not installed: apt-get install containerd"
   (( ${#sock} <= 100 )) || die "$sock is too long for a socket path; use a shorter KUBE_DIR"
   down_quiet=1 down
@@ -712,6 +731,7 @@ up:1) up ;;
 down:1) down ;;
 env:1) cmd_env ;;
 import:2) cmd_import "$2" ;;
-etcd-bin:1) install -d "$cache" && fetch_debs >&2 && echo "$cache/debian/usr/bin/etcd" ;;
+etcd-bin:1) lock_cache && fetch_debs >&2 && echo "$cache/debian/usr/bin/etcd" ;;
+build:1) build_cache ;;
 *) usage ;;
 esac
