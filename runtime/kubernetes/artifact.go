@@ -23,6 +23,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/oci"
 )
 
 // Artifacts: what a run mounts in the local backends (its skill snapshot,
@@ -90,6 +91,12 @@ func (a *Artifacts) Build(job runtime.Job) (runtime.ImageRef, error) {
 	}
 	if _, err := ImageReference(base); err != nil {
 		return runtime.ImageRef{}, fmt.Errorf("run %s: %w", job.ID, err)
+	}
+	// The derived images hold the skills' files: the directory is root's
+	// alone, as the local snapshots are (oci.MakePrivateDir: one found
+	// open is closed, a link or another uid's is refused).
+	if err := oci.MakePrivateDir(a.dir, "the kubernetes runtime's artifacts dir"); err != nil {
+		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: the kubernetes runtime builds the image of a run's skill files in %s, and cannot: %w", job.ID, a.dir, err)
 	}
 	if err := os.MkdirAll(filepath.Join(a.dir, "blobs", "sha256"), 0o700); err != nil {
 		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: the kubernetes runtime builds the image of a run's skill files in %s, and cannot: %w", job.ID, a.dir, err)

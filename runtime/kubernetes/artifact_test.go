@@ -286,3 +286,26 @@ func TestArtifactRefusals(t *testing.T) {
 		})
 	}
 }
+
+// TestArtifactsDirPrivate: the derived images hold the skills' files, so
+// their directory is closed to every other uid, also one found open.
+func TestArtifactsDirPrivate(t *testing.T) {
+	base := testLayout(t)
+	skill := writeTree(t, t.TempDir(), testSkill)
+	dir := filepath.Join(t.TempDir(), "artifacts")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewArtifacts(dir).Build(runtime.Job{ID: "r1", Image: base, SkillDir: skill, Args: []string{"true"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, filepath.Join(dir, "blobs"), filepath.Join(dir, "blobs", "sha256")} {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode().Perm() != 0o700 {
+			t.Errorf("%s: mode %v, want 0700", p, st.Mode().Perm())
+		}
+	}
+}
