@@ -530,9 +530,10 @@ func (c *Containerd) remove(ctx context.Context, cl *containerd.Client, id strin
 	return errors.Join(errs...)
 }
 
-// killShims kills the shim of container id in this daemon and namespace
-// if it outlived its task: a run that died while its task was being made
-// leaves a shim containerd never learned about, which no delete reaches.
+// killShims kills the shim of container id in this daemon and namespace,
+// and every process below it, if it outlived its task: a run that died
+// while its task was being made leaves a shim containerd never learned
+// about, which no delete reaches.
 // A shim is recognised by its own command line (containerd-shim-*,
 // -namespace NS, -id ID, -address ADDR).
 func (c *Containerd) killShims(id string) {
@@ -563,8 +564,13 @@ func (c *Containerd) killShims(id string) {
 			}
 		}
 		if match {
+			// With what it started: a runtime CLI still making the
+			// container would otherwise go on (its cgroup made again
+			// after the sweep removed it).
 			c.log.Info("killing the shim of a removed container", "id", id, "pid", pid)
-			_ = syscall.Kill(pid, syscall.SIGKILL)
+			if err := process.KillTree(pid, process.KillWait); err != nil {
+				c.log.Warn("the shim of a removed container outlived SIGKILL", "id", id, "pid", pid, "err", err)
+			}
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/process"
 )
 
 // Serve's rules, for whoever reads the code before the host's:
@@ -674,22 +675,22 @@ func (s *server) killLeftovers(keep map[int]bool, killed ...int) {
 		sent[pid] = true
 	}
 	for pass := 0; pass < maxSweepPasses; pass++ {
-		procs, err := readProcs()
+		procs, err := process.ReadProcs()
 		if err != nil {
 			s.logf("supervisor: sweep: %v", err)
 			return
 		}
-		mine := descendants(procs, s.self)
+		mine := process.Descendants(procs, s.self)
 		n := 0
 		for _, p := range procs {
-			if p.pid == s.self || p.state == 'Z' || p.state == 'X' || keep[p.sid] || sent[p.pid] {
+			if p.PID == s.self || p.Gone() || keep[p.SID] || sent[p.PID] {
 				continue
 			}
-			if s.self != 1 && !mine[p.pid] {
+			if s.self != 1 && !mine[p.PID] {
 				continue
 			}
-			if unix.Kill(p.pid, unix.SIGKILL) == nil {
-				sent[p.pid] = true
+			if unix.Kill(p.PID, unix.SIGKILL) == nil {
+				sent[p.PID] = true
 				n++
 			}
 		}
