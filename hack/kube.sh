@@ -12,6 +12,12 @@
 #     runc v2 shim with BinaryName = a wrapper around the pinned runsc
 #     (hack/install-runsc.sh). gVisor's own shim needs CAP_SYS_RESOURCE, which
 #     these VMs lack, and speaks a bootstrap format containerd 1.6 cannot read;
+#   - NetworkPolicies are objects only: nothing enforces them. The SIG's
+#     enforcer, sigs.k8s.io/kube-network-policies, sends packets to user space
+#     with nftables' `queue` expression, which needs a kernel with
+#     CONFIG_NFT_QUEUE; these VMs' kernel has it unset and loads no modules
+#     (`nft add rule ... queue to 100` fails: No such file or directory). The
+#     egress tests say so when a pod's direct connection is not blocked;
 #   - images are small OCI archives imported into the node's containerd
 #     (pause, and busybox as skillbox.local/kube/busybox:1); pods use
 #     imagePullPolicy: Never.
