@@ -246,6 +246,56 @@ func TestEgress(t *testing.T) {
 		noPodsLeft(ctx, t, c, id)
 	})
 
+	t.Run("PolicyGoesWithThePod", func(t *testing.T) {
+		// A pod deleted mid-run from outside (as after a crash, by the
+		// sweep) takes its policy with it: the garbage collector removes
+		// what the pod owns, and the run ends killed.
+		id := fmt.Sprintf("kube-egress-gc-%d", time.Now().UnixNano())
+		lim := runtime.Limits{Timeout: 2 * time.Minute}
+		sb, err := k.Create(ctx, runtime.SandboxSpec{ID: id, Image: img, Limits: lim, Egress: egressCfg(), Boot: runtime.BootCold})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Destroy(ctx)
+		if err := sb.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if err := sb.Deliver(ctx, runtime.Invocation{Args: args([]string{urlOf(allowed)}, []string{}, "60"), Limits: lim}); err != nil {
+			t.Fatal(err)
+		}
+		name := podName(id)
+		if _, err := c.cs.NetworkingV1().NetworkPolicies(DefaultNamespace).Get(ctx, name, metav1.GetOptions{}); err != nil {
+			t.Fatalf("the run's NetworkPolicy: %v", err)
+		}
+		zero := int64(0)
+		if err := c.cs.CoreV1().Pods(DefaultNamespace).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+			t.Fatal(err)
+		}
+		res, err := sb.Wait(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Reason != runtime.ReasonKilled || res.Egress == nil {
+			t.Errorf("reason %s egress %+v, want killed with the egress figures", res.Reason, res.Egress)
+		}
+		start := time.Now()
+		for {
+			_, err := c.cs.NetworkingV1().NetworkPolicies(DefaultNamespace).Get(ctx, name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				t.Logf("the policy was gone %s after the run ended (its pod deleted mid-run; Destroy not yet called)", time.Since(start).Round(10*time.Millisecond))
+				break
+			}
+			if time.Since(start) > time.Minute {
+				t.Fatalf("the policy of the deleted pod %s is still there after %s (%v): the garbage collector did not take it", name, time.Minute, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err := sb.Destroy(ctx); err != nil {
+			t.Fatal(err)
+		}
+		noPodsLeft(ctx, t, c, id)
+	})
+
 	t.Run("Cap", func(t *testing.T) {
 		// One connection allowed; the second hits the cap, which stops
 		// the job (it would sleep for a minute).
