@@ -549,6 +549,14 @@ make_namespace() {
   done < <(cd "$dir/sysctl" && find . -type f | sed 's|^\./||')
 }
 
+# nft_queue_config: what the kernel's config says of nftables' queue
+# expression, which kube-network-policies needs (see the header).
+nft_queue_config() {
+  local line
+  line=$( (zcat /proc/config.gz 2>/dev/null || true) | grep -E '^(# )?CONFIG_NFT_QUEUE[= ]' || true)
+  echo "${line:-CONFIG_NFT_QUEUE unknown: no /proc/config.gz}"
+}
+
 up() {
   [[ $(id -u) -eq 0 ]] || die "up needs root (namespaces, mounts, containerd)"
   case $dir in
@@ -636,6 +644,7 @@ metadata:
 handler: gvisor
 EOF
   wait_for "service account default/default" 60 kube-controller-manager kubectl_ get serviceaccount default -n default
+  step "NetworkPolicy: not enforced (no enforcer: kube-network-policies needs CONFIG_NFT_QUEUE, $(nft_queue_config))"
   trap - EXIT INT TERM
   step "up in $((SECONDS - t0)) s; $(cmd_env | head -1)"
 }
