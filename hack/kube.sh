@@ -12,6 +12,12 @@
 #     runc v2 shim with BinaryName = a wrapper around the pinned runsc
 #     (hack/install-runsc.sh). gVisor's own shim needs CAP_SYS_RESOURCE, which
 #     these VMs lack, and speaks a bootstrap format containerd 1.6 cannot read;
+#   - NetworkPolicies are objects only: nothing enforces them. The SIG's
+#     enforcer, sigs.k8s.io/kube-network-policies, sends packets to user space
+#     with nftables' `queue` expression, which needs a kernel with
+#     CONFIG_NFT_QUEUE; these VMs' kernel has it unset and loads no modules
+#     (`nft add rule ... queue to 100` fails: No such file or directory). The
+#     egress tests say so when a pod's direct connection is not blocked;
 #   - images are small OCI archives imported into the node's containerd
 #     (pause, and busybox as skillbox.local/kube/busybox:1); pods use
 #     imagePullPolicy: Never.
@@ -543,6 +549,14 @@ make_namespace() {
   done < <(cd "$dir/sysctl" && find . -type f | sed 's|^\./||')
 }
 
+# nft_queue_config: what the kernel's config says of nftables' queue
+# expression, which kube-network-policies needs (see the header).
+nft_queue_config() {
+  local line
+  line=$( (zcat /proc/config.gz 2>/dev/null || true) | grep -E '^(# )?CONFIG_NFT_QUEUE[= ]' || true)
+  echo "${line:-CONFIG_NFT_QUEUE unknown: no /proc/config.gz}"
+}
+
 up() {
   [[ $(id -u) -eq 0 ]] || die "up needs root (namespaces, mounts, containerd)"
   case $dir in
@@ -630,6 +644,7 @@ metadata:
 handler: gvisor
 EOF
   wait_for "service account default/default" 60 kube-controller-manager kubectl_ get serviceaccount default -n default
+  step "NetworkPolicy: not enforced (no enforcer: kube-network-policies needs CONFIG_NFT_QUEUE, $(nft_queue_config))"
   trap - EXIT INT TERM
   step "up in $((SECONDS - t0)) s; $(cmd_env | head -1)"
 }

@@ -152,6 +152,10 @@ type RuntimeConfig struct {
 	// Kubeconfig is the kubernetes runtime's kubeconfig file; "" means
 	// $KUBECONFIG, else the in-cluster service account.
 	Kubeconfig string
+	// EgressAddress and EgressNetNS are where the kubernetes runtime
+	// serves its runs' egress proxies (kubernetes.Options).
+	EgressAddress string
+	EgressNetNS   string
 	// Handler is containerd's runtime handler (runtime.ContainerdHandlers);
 	// Binary is then the OCI runtime its shim runs ("" for the handler's
 	// own: the pinned runsc for gVisor's shim, runc for the runc v2 shim).
@@ -443,7 +447,8 @@ func (c *Config) RuntimeOptions(name string) runtime.Options {
 func (rc *RuntimeConfig) Settings() runtime.Settings {
 	s := runtime.Settings{}
 	for name, v := range map[string]string{"binary": rc.Binary, "state_dir": rc.StateDir, "platform": rc.Platform,
-		"address": rc.Address, "namespace": rc.Namespace, "handler": rc.Handler, "kubeconfig": rc.Kubeconfig} {
+		"address": rc.Address, "namespace": rc.Namespace, "handler": rc.Handler, "kubeconfig": rc.Kubeconfig,
+		"egress_address": rc.EgressAddress, "egress_netns": rc.EgressNetNS} {
 		if v != "" {
 			s[name] = v
 		}

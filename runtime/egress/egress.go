@@ -203,14 +203,7 @@ func (e *Egress) ProxyURL() string {
 // Env is what the sandbox's environment gets so that clients use the
 // proxy: both spellings of the proxy variables, and loopback exempt.
 func (e *Egress) Env() []string {
-	u := e.ProxyURL()
-	noProxy := "localhost,127.0.0.1,::1"
-	env := []string{
-		"HTTP_PROXY=" + u, "HTTPS_PROXY=" + u, "http_proxy=" + u, "https_proxy=" + u,
-		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
-		// npm reads its own names too.
-		"npm_config_proxy=" + u, "npm_config_https_proxy=" + u,
-	}
+	env := ProxyEnv(e.ProxyURL())
 	for _, s := range e.secrets {
 		env = append(env, s.Name+"="+Placeholder(s.Name))
 	}
@@ -220,6 +213,20 @@ func (e *Egress) Env() []string {
 		}
 	}
 	return env
+}
+
+// ProxyEnv is what a sandbox's environment gets so that its clients use
+// the proxy at url: both spellings of the proxy variables, and loopback
+// exempt. A backend whose proxy is not an Egress (the kubernetes one)
+// gives its sandboxes the same.
+func ProxyEnv(url string) []string {
+	noProxy := "localhost,127.0.0.1,::1"
+	return []string{
+		"HTTP_PROXY=" + url, "HTTPS_PROXY=" + url, "http_proxy=" + url, "https_proxy=" + url,
+		"NO_PROXY=" + noProxy, "no_proxy=" + noProxy,
+		// npm reads its own names too.
+		"npm_config_proxy=" + url, "npm_config_https_proxy=" + url,
+	}
 }
 
 // CABundle is the host path of the file to mount at CABundlePath ("" when

@@ -26,9 +26,12 @@
 // Ready pods per (image, skill digest, dependency layer) and a claim
 // never waits on the scheduler. Pods carry this instance's and their
 // owner's labels, and Sweep deletes those a dead process left (sweep.go).
-// Still to come: egress (a NetworkPolicy to skillbox's proxy) and session
-// sandboxes. Jobs that need them are refused with runtime.ErrUnavailable
-// rather than run without them.
+// A run with egress rules reaches the network only through an egress proxy
+// of its own that the daemon serves, and a NetworkPolicy of its own lets
+// its pod reach that proxy and nothing else (egress.go). Still to come:
+// session sandboxes, an open network and egress secrets. Jobs that need
+// them are refused with runtime.ErrUnavailable rather than run without
+// them.
 //
 // The package's integration tests start the single-node test cluster of
 // hack/kube.sh: TestCluster proves that its pods run on gVisor's kernel,

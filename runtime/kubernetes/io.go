@@ -67,18 +67,18 @@ var collectCommand = []string{"tar", "-c", "-f", "-", "-C", runtime.WorkDir, "."
 const outputsSlack = 64 << 20
 
 // jobFrame is the frame of job: a script that execs env -i with exactly
-// the job's environment (runtime.ContainerEnv, then its module path), then
-// the job's argv. An exec inherits the container's environment, which is
+// the job's environment (runtime.ContainerEnv, then its module path, then
+// egressEnv: its proxy's variables, see egress.go), then the job's argv. An exec inherits the container's environment, which is
 // the image's: env -i replaces it. The working directory is the
 // container's, WorkDir.
-func jobFrame(job runtime.Job) ([]byte, error) {
+func jobFrame(job runtime.Job, egressEnv []string) ([]byte, error) {
 	env, err := runtime.ContainerEnv(job.Env)
 	if err != nil {
 		return nil, err
 	}
 	var b strings.Builder
 	b.WriteString("exec env -i")
-	for _, words := range [][]string{env, job.ModuleEnv, job.Args} {
+	for _, words := range [][]string{env, job.ModuleEnv, egressEnv, job.Args} {
 		for _, w := range words {
 			if strings.IndexByte(w, 0) >= 0 {
 				return nil, fmt.Errorf("run %s: %q holds a NUL byte, which no argument or variable can", job.ID, w)

@@ -65,7 +65,7 @@ func TestJobFrame(t *testing.T) {
 			job.Env, job.ModuleEnv = tc.env, []string{"PYTHONPATH=/deps x"}
 			// The environment arrives exactly (env -0: NUL-separated).
 			job.Args = []string{"env", "-0"}
-			frame, err := jobFrame(job)
+			frame, err := jobFrame(job, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +77,7 @@ func TestJobFrame(t *testing.T) {
 			}
 			// The argv arrives exactly.
 			job.Args = append([]string{"printf", `%s\0`}, tc.args...)
-			if frame, err = jobFrame(job); err != nil {
+			if frame, err = jobFrame(job, nil); err != nil {
 				t.Fatal(err)
 			}
 			out, code = runFrame(t, frame, "")
@@ -89,7 +89,7 @@ func TestJobFrame(t *testing.T) {
 	t.Run("exit code and stdin", func(t *testing.T) {
 		job := testJob()
 		job.Args = []string{"sh", "-c", "cat; exit 42"}
-		frame, err := jobFrame(job)
+		frame, err := jobFrame(job, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -100,7 +100,7 @@ func TestJobFrame(t *testing.T) {
 	t.Run("refused", func(t *testing.T) {
 		job := testJob()
 		job.Env = []string{"LD_PRELOAD=/x"}
-		if _, err := jobFrame(job); !errors.Is(err, runtime.ErrInvalidJob) {
+		if _, err := jobFrame(job, nil); !errors.Is(err, runtime.ErrInvalidJob) {
 			t.Errorf("frame with LD_PRELOAD: %v, want ErrInvalidJob", err)
 		}
 	})

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -34,12 +35,16 @@ type podSandbox struct {
 	k       *Kubernetes
 	spec    runtime.SandboxSpec
 	name    string
+	uid     types.UID // the pod's, for its NetworkPolicy's owner reference
 	cs      k8s.Interface
 	cfg     *rest.Config
 	version string
 	created time.Time
 	// deadline is the pod's activeDeadlineSeconds as made; 0 for none.
 	deadline int64
+
+	// eg is the job's egress proxy (egress.go); nil without egress.
+	eg *podEgress
 
 	// job is the delivered job; done closes when its exec ended.
 	job  runtime.Job
@@ -57,6 +62,12 @@ var _ runtime.Sandbox = (*podSandbox)(nil)
 func (k *Kubernetes) Create(ctx context.Context, spec runtime.SandboxSpec) (runtime.Sandbox, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
+	}
+	if spec.Egress != nil {
+		// Refused before a pod is made for nothing.
+		if err := k.canEgress(); err != nil {
+			return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+		}
 	}
 	if spec.RootFS == "" {
 		// The node runs the image by digest; the host's unpacked copy
@@ -95,9 +106,11 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.SandboxSpec) (runt
 		return nil, err
 	}
 	sb := &podSandbox{k: k, spec: spec, name: pod.Name, cs: cs, cfg: cfg, version: version, deadline: deadline, created: time.Now()}
-	if _, err := cs.CoreV1().Pods(k.namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+	made, err := cs.CoreV1().Pods(k.namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
 		return nil, createError(spec.ID, k.namespace, pod.Name, err)
 	}
+	sb.uid = made.UID
 	k.track(sb)
 	k.log.Debug("pod created", "id", spec.ID, "pod", pod.Name, "image", pod.Spec.Containers[0].Image, "boot", spec.Boot)
 	return sb, nil
@@ -117,8 +130,9 @@ func (s *podSandbox) Start(ctx context.Context) error {
 	return nil
 }
 
-// Deliver checks inv against the sandbox, tightens the pod's deadline to
-// the job's timeout from now, and starts the job's exec.
+// Deliver checks inv against the sandbox, starts the job's egress proxy
+// and makes its NetworkPolicy (a job with egress), tightens the pod's
+// deadline to the job's timeout from now, and starts the job's exec.
 func (s *podSandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 	if s.done != nil {
 		return fmt.Errorf("sandbox %s has had its job already", s.spec.ID)
@@ -130,7 +144,20 @@ func (s *podSandbox) Deliver(ctx context.Context, inv runtime.Invocation) error 
 	if err := unsupported(job); err != nil {
 		return err
 	}
-	frame, err := jobFrame(job)
+	var egressEnv []string
+	if job.Egress != nil {
+		// The pod has run since Start: it has its IP, which the proxy
+		// takes connections from only.
+		ip, err := s.k.podIP(ctx, s.cs, s.name)
+		if err != nil {
+			return fmt.Errorf("run %s: %w", job.ID, err)
+		}
+		if s.eg, err = s.k.startEgress(ctx, s.cs, s.name, s.uid, ip, job); err != nil {
+			return fmt.Errorf("run %s: %w", job.ID, err)
+		}
+		egressEnv = s.eg.Env()
+	}
+	frame, err := jobFrame(job, egressEnv)
 	if err != nil {
 		return err
 	}
@@ -154,7 +181,12 @@ func (s *podSandbox) Deliver(ctx context.Context, inv runtime.Invocation) error 
 	s.job, s.done = job, make(chan struct{})
 	go func() {
 		defer close(s.done)
-		s.res, s.err = s.k.exec(ctx, s.cs, s.cfg, s.name, job, s.version)
+		var over <-chan struct{}
+		if s.eg != nil {
+			over = s.eg.Over()
+		}
+		s.res, s.err = s.k.exec(ctx, s.cs, s.cfg, s.name, job, s.version, over)
+		finishEgress(s.eg, s.res)
 		if s.res != nil {
 			s.res.Warm = s.spec.Boot != runtime.BootCold
 		}
@@ -174,11 +206,21 @@ func (s *podSandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	return s.res, s.err
 }
 
-// Destroy deletes the pod (grace 0) and waits until it is gone; it is safe
-// to call twice.
+// Destroy stops the job's egress proxy, deletes the pod (grace 0) and its
+// NetworkPolicy, and waits until the pod is gone; it is safe to call
+// twice.
 func (s *podSandbox) Destroy(ctx context.Context) error {
 	s.destroyOnce.Do(func() {
-		s.destroyErr = s.k.deletePod(context.WithoutCancel(ctx), s.cs, s.name)
+		ctx := context.WithoutCancel(ctx)
+		if s.eg != nil {
+			s.eg.finish()
+		}
+		s.destroyErr = s.k.deletePod(ctx, s.cs, s.name)
+		if s.spec.Egress != nil {
+			// The garbage collector would remove it with the pod;
+			// deleting it now leaves nothing behind the run.
+			s.destroyErr = errors.Join(s.destroyErr, s.k.deletePolicy(ctx, s.cs, s.name))
+		}
 		if s.destroyErr == nil {
 			s.k.untrack(s)
 		}

@@ -138,7 +138,11 @@ func TestManifests(t *testing.T) {
 		{ns, "get", "", "secrets", "", "", false},
 		{ns, "create", "", "serviceaccounts", "token", "", false},
 		{ns, "create", "rbac.authorization.k8s.io", "roles", "", "", false},
-		{ns, "create", "networking.k8s.io", "networkpolicies", "", "", false},
+		{ns, "create", "networking.k8s.io", "networkpolicies", "", "", true}, // a run's egress policy
+		{ns, "get", "networking.k8s.io", "networkpolicies", "", "", true},
+		{ns, "delete", "networking.k8s.io", "networkpolicies", "", "", true},
+		{ns, "update", "networking.k8s.io", "networkpolicies", "", "", false},
+		{"default", "create", "networking.k8s.io", "networkpolicies", "", "", false},
 		{"", "get", "node.k8s.io", "runtimeclasses", "", "runc", false},
 		{"", "get", "", "namespaces", "", "default", false},
 	} {

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -47,13 +48,29 @@ type Options struct {
 	// the images its pods run to (REPO/NAME@DIGEST) and the nodes pull
 	// from; "" means none: the images must be on the nodes already.
 	Registry string
+	// EgressAddress is the IP address the runs' pods reach this daemon at,
+	// where it serves each run with egress rules an egress proxy of its own
+	// (egress.go); "" means $SKILLBOX_EGRESS_ADDRESS (a daemon pod sets it
+	// to its own IP from the downward API), and without either, a job
+	// with egress is refused.
+	EgressAddress string
+	// EgressNetNS is the path of a network namespace (/proc/PID/ns/net,
+	// /run/netns/NAME) to open the proxies' listeners in, for a daemon
+	// outside the cluster's network whose pods reach EgressAddress only
+	// there (the test cluster's node); "" means the daemon's own.
+	EgressNetNS string
 }
 
+// EnvEgressAddress is read when Options.EgressAddress is "".
+const EnvEgressAddress = "SKILLBOX_EGRESS_ADDRESS"
+
 // DecodeOptions takes Options from a runtime "kubernetes" block's
-// settings: kubeconfig, namespace, state_dir and registry.
+// settings: kubeconfig, namespace, state_dir, registry, egress_address
+// and egress_netns.
 func DecodeOptions(s runtime.Settings) (Options, error) {
 	var o Options
-	err := s.Decode(map[string]any{"kubeconfig": &o.Kubeconfig, "namespace": &o.Namespace, "state_dir": &o.StateDir, "registry": &o.Registry})
+	err := s.Decode(map[string]any{"kubeconfig": &o.Kubeconfig, "namespace": &o.Namespace, "state_dir": &o.StateDir, "registry": &o.Registry,
+		"egress_address": &o.EgressAddress, "egress_netns": &o.EgressNetNS})
 	return o, err
 }
 
@@ -65,6 +82,9 @@ type Kubernetes struct {
 	log       runtime.Logger
 	artifacts *Artifacts
 	registry  *registry // nil without Options.Registry
+	// egressAddr is where pods reach the runs' egress proxies; invalid
+	// (!IsValid) when none is configured: jobs with egress are refused.
+	egressAddr netip.Addr
 
 	mu     sync.Mutex
 	cfg    *rest.Config
@@ -110,6 +130,9 @@ func New(opts runtime.Options) (*Kubernetes, error) {
 			return nil, fmt.Errorf("runtime %q: %w", Name, err)
 		}
 		k.registry = newRegistry(repo)
+	}
+	if k.egressAddr, err = egressAddress(ko); err != nil {
+		return nil, fmt.Errorf("runtime %q: %w", Name, err)
 	}
 	return k, nil
 }

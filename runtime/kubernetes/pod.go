@@ -107,12 +107,14 @@ func registryRepository(ref string) string {
 func unsupported(job runtime.Job) error {
 	why := ""
 	switch {
-	case job.Network || job.Egress != nil:
-		// Egress comes with a NetworkPolicy that lets the pod reach only
-		// skillbox's egress proxy (a later step); until then a pod has no
-		// network to speak of, and a job that asks for one is refused
-		// rather than run without it.
-		why = "network and egress are not supported by the kubernetes runtime yet (they come with its NetworkPolicy): run the job without network, or on another runtime"
+	case job.Network && job.Egress == nil:
+		// An open network would be the cluster's pod network, unfiltered:
+		// a pod reaches the network only through its egress proxy
+		// (egress.go), and a job that asks for more is refused rather
+		// than given it.
+		why = "an open network (network without egress rules) is not supported by the kubernetes runtime: give the run egress destinations in its policy (its pod then reaches only its egress proxy), or run it on another runtime"
+	case job.Egress != nil && len(job.Egress.Secrets) > 0:
+		why = "egress secrets are not supported by the kubernetes runtime yet (the pod would need skillbox's CA): run the job without secrets, or on another runtime"
 	case job.Session != nil:
 		why = "sessions are not supported by the kubernetes runtime yet: use another runtime"
 	case strings.ContainsRune(job.Args[0], '='):
@@ -164,7 +166,8 @@ func runDeadline(up, timeout time.Duration, current int64) int64 {
 // io.go), and the image by digest. Its container holds the pod
 // open (sleep) until the job is executed into it. A job the backend cannot
 // run as it asks is refused: ErrInvalidJob without an image digest,
-// ErrUnavailable for what comes later (network, sessions).
+// ErrUnavailable for what comes later (an open network, egress secrets,
+// sessions).
 // image is the reference the node runs (nodeImage: the derived image of
 // the job's skill files and dependency layer, or a registry's copy); ""
 // means the job's image as imported into the nodes (ImageReference).

@@ -115,8 +115,8 @@ func TestPodSpecRefuses(t *testing.T) {
 		{"no image", func(j *runtime.Job) { j.Image = runtime.ImageRef{} }, runtime.ErrInvalidJob, "no digest"},
 		{"bad digest", func(j *runtime.Job) { j.Image.Digest = "sha256:abc" }, runtime.ErrInvalidJob, "64 lowercase hex"},
 		{"bad name", func(j *runtime.Job) { j.Image.Name = "Py thon" }, runtime.ErrInvalidJob, "cannot name an image"},
-		{"network", func(j *runtime.Job) { j.Network = true }, runtime.ErrUnavailable, "network"},
-		{"egress", func(j *runtime.Job) { j.Egress = &egress.Config{} }, runtime.ErrUnavailable, "NetworkPolicy"},
+		{"open network", func(j *runtime.Job) { j.Network = true }, runtime.ErrUnavailable, "open network"},
+		{"egress secrets", func(j *runtime.Job) { j.Egress = &egress.Config{Secrets: []egress.Secret{{Name: "TOKEN"}}} }, runtime.ErrUnavailable, "secrets"},
 		{"session", func(j *runtime.Job) { j.Session = &runtime.SessionMounts{} }, runtime.ErrUnavailable, "sessions"},
 		{"command with =", func(j *runtime.Job) { j.Args = []string{"A=b", "x"} }, runtime.ErrUnavailable, "'='"},
 	} {

@@ -65,8 +65,9 @@ func createError(id, namespace, name string, err error) error {
 
 // exec runs the delivered job (jobCommand) in the pod's container with
 // the job's stdin and caps, stops it (deleting the pod) at its timeout, an
-// output cap or the caller's cancel, and collects its outputs.
-func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, job runtime.Job, version string) (*runtime.Result, error) {
+// output cap, an egress cap (egressOver closes; nil without egress) or the
+// caller's cancel, and collects its outputs.
+func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, job runtime.Job, version string, egressOver <-chan struct{}) (*runtime.Result, error) {
 	lim := job.Limits.WithDefaults()
 	ex, err := k.executor(cs, cfg, name, jobCommand)
 	if err != nil {
@@ -86,9 +87,25 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 	go func() {
 		exit <- ex.StreamWithContext(execCtx, remotecommand.StreamOptions{Stdin: bytes.NewReader(job.Stdin), Stdout: outW, Stderr: errW})
 	}()
-	execErr, exited, reason := process.AwaitEnd(ctx, exit, process.Ends{
+	// An egress cap ends the wait as a cancel would, and is told apart
+	// from one after it (process.Ends takes a local backend's egress).
+	awaitCtx, cancelAwait := context.WithCancel(ctx)
+	defer cancelAwait()
+	if egressOver != nil {
+		go func() {
+			select {
+			case <-egressOver:
+				cancelAwait()
+			case <-awaitCtx.Done():
+			}
+		}()
+	}
+	execErr, exited, reason := process.AwaitEnd(awaitCtx, exit, process.Ends{
 		Left: lim.Timeout, StdoutOver: stdout.Over, StderrOver: stderr.Over,
 	})
+	if reason == runtime.ReasonKilled && ctx.Err() == nil && isClosed(egressOver) {
+		reason = runtime.ReasonEgressCap
+	}
 	// stopped says the job's processes were killed and the pod kept, so
 	// its workdir can be read back.
 	stopped := false
