@@ -626,8 +626,8 @@ os.mkfifo("outputs/fifo")
 for root, dirs, files in sorted(os.walk(".")):
     dirs.sort()
     for n in sorted(dirs + files):
-        p = os.Path.join(root, n)[2:]
-        kind = "L" if os.Path.islink(p) else "D" if os.Path.isdir(p) else "F"
+        p = os.path.join(root, n)[2:]
+        kind = "L" if os.path.islink(p) else "D" if os.path.isdir(p) else "F"
         print(kind, p, oct(os.lstat(p).st_mode & 0o777))
 print("link", os.readlink("unpacked/link"))
 print(open("unpacked/ppt/slides/slide1.xml").read())
@@ -638,9 +638,9 @@ open("top.txt", "w").write("top")
 os.makedirs("a/b/c/d", exist_ok=True)
 open("a/b/c/d/deep.txt", "w").write("deep")
 # HOME is writable and outside /work: a tool profile there is no output.
-os.makedirs(os.Path.expanduser("~/.config/libreoffice"), exist_ok=True)
-open(os.Path.expanduser("~/.config/libreoffice/profile.xcu"), "w").write("profile")
-print("home", os.environ["HOME"], os.Path.expanduser("~"))
+os.makedirs(os.path.expanduser("~/.config/libreoffice"), exist_ok=True)
+open(os.path.expanduser("~/.config/libreoffice/profile.xcu"), "w").write("profile")
+print("home", os.environ["HOME"], os.path.expanduser("~"))
 `},
 			Files: []runtime.InputFile{
 				{Name: "unpacked", Kind: runtime.InputDir},
