@@ -31,6 +31,15 @@ import (
 // per-run pids limit.
 var kubeNotApplicable = map[string]string{}
 
+// kubeMeanings are the cases whose check means something of its own on
+// a pod, said in the test's log.
+var kubeMeanings = map[string]string{
+	"fork_bomb_*":           "a PodSpec has no per-run pids limit (CaseEnv.PidsUnenforced): the bomb must end at the memory limit, the timeout or by itself, with pids enforced by none, and no pod left",
+	"host_files_invisible":  "the skill's link to the host secret travels in the skill layer as its target text, which in the pod names a path of the pod's own /tmp",
+	"timeout_evasion":       "the processes left on the host are looked for on this host, the test cluster's single node",
+	"kernel_seen_by_script": "the script must see gVisor's kernel, not the host's: the pod runs under the RuntimeClass gvisor",
+}
+
 // TestTable runs the run table every backend runs (runtimetest.Cases)
 // on the kubernetes backend against the test cluster, cold (Run, the
 // lifecycle at once) and warm (boot, then deliver, as the pool does): the
@@ -78,6 +87,9 @@ func TestTable(t *testing.T) {
 	t.Setenv(runtimetest.HostEnvName, envVal)
 	for name, why := range kubeNotApplicable {
 		t.Logf("case %s does not apply to pods: %s", name, why)
+	}
+	for name, what := range kubeMeanings {
+		t.Logf("case %s on kubernetes: %s", name, what)
 	}
 	var seq atomic.Int64
 	tag := runtimetest.RandomHex(2)
