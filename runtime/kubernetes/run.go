@@ -166,11 +166,8 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 		// before skillbox's timer fired, or by the kernel at the memory
 		// limit?
 		wait := podEndWait
-		if code == 128 || !k.sandboxAlive(ctx, cs, cfg, name) {
-			// The sandbox died (at its memory limit, the kernel killed
-			// it whole): the kubelet will say how, at its next look at
-			// the pod, which a loaded node makes late.
-			wait = sandboxEndWait
+		if code == 128 {
+			wait = sandboxEndWait // the sandbox died: the kubelet will say how
 		}
 		if r := k.podEnd(cs, name, wait).reason(); r != "" {
 			reason, code = r, 128+9 // the sandbox was killed
@@ -246,22 +243,6 @@ func (k *Kubernetes) signalJob(ctx context.Context, cs k8s.Interface, cfg *rest.
 		return fmt.Errorf("exec %q into pod %s/%s: %w: %s", argv, k.namespace, name, err, errOut.String())
 	}
 	return nil
-}
-
-// aliveCommand is an exec that succeeds exactly when the pod's sandbox
-// still runs.
-var aliveCommand = []string{"true"}
-
-// sandboxAlive says whether the pod's sandbox still runs: a job killed
-// by a signal may have killed itself, or died with its sandbox.
-func (k *Kubernetes) sandboxAlive(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string) bool {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
-	defer cancel()
-	ex, err := k.executor(cs, cfg, name, aliveCommand)
-	if err != nil {
-		return false
-	}
-	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: io.Discard, Stderr: io.Discard}) == nil
 }
 
 func isClosed(c <-chan struct{}) bool {
