@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/rootless"
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
@@ -49,7 +48,7 @@ func enterRootlessChild() {
 // itself again as that user, which enters its own user namespace the way
 // skillbox does, and runs the cases there with runtime.Options.Rootless.
 // The cases are the same as TestRun's; what differs by design is said in
-// their checks (c.rootless): the script is uid 0 of gVisor's kernel, and a
+// their checks (runtimetest.CaseEnv.Rootless): the script is uid 0 of gVisor's kernel, and a
 // refused fork is the script's EAGAIN, not reason pids.
 func TestRunRootless(t *testing.T) {
 	if os.Getenv(rootlessChildEnv) != "" {
@@ -136,21 +135,4 @@ func processesOf(uid int, marker string) []string {
 		}
 	}
 	return left
-}
-
-// wantForksRefused checks a python fork bomb that ran rootless: the sentry
-// refused a fork before the job's pids were exceeded.
-func wantForksRefused(t *testing.T, res *runtime.Result, pids int) {
-	t.Helper()
-	var n int
-	out := string(res.Stdout)
-	i := strings.Index(out, "fork failed after ")
-	if i < 0 {
-		t.Errorf("no refused fork: reason %s exit %d\nstdout: %s\nstderr: %s", res.Reason, res.ExitCode, clip(res.Stdout), clip(res.Stderr))
-		return
-	}
-	fmt.Sscanf(out[i:], "fork failed after %d", &n)
-	if n < 1 || n >= pids {
-		t.Errorf("forks refused after %d children, want fewer than the %d pids", n, pids)
-	}
 }

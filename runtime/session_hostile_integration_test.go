@@ -14,9 +14,10 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/process"
+	"github.com/skillbox/skillbox/runtime/runtimetest"
 )
 
-// The hostile table (cases) through session sandboxes (isolation =
+// The hostile table (runtimetest.Cases) through session sandboxes (isolation =
 // "session"): runs of one session share a sandbox, so the table runs in
 // a row through as few sandboxes as it can, one per distinct set of
 // sandbox-wide limits (fixed when a sandbox is made), and a new one only
@@ -103,7 +104,7 @@ var unsafeSkillName = regexp.MustCompile(`[^a-z0-9_-]+`)
 // <name>, with the case's links as links and the single-use path
 // runtime.SkillMount in its files moved to the skill's session path, as
 // the runner places a skill (sandbox/runner's sessionJob).
-func (sc *sessionCases) placeSkill(t *testing.T, tc runCase, name string, secret hostSecret) string {
+func (sc *sessionCases) placeSkill(t *testing.T, tc runtimetest.Case, name string, secret runtimetest.HostSecret) string {
 	t.Helper()
 	dst := filepath.Join(sc.env.skillsDir, name)
 	target := runtime.SkillTarget(name)
@@ -112,7 +113,7 @@ func (sc *sessionCases) placeSkill(t *testing.T, tc runCase, name string, secret
 	}
 	os.Chmod(dst, 0o755)
 	t.Cleanup(func() { os.RemoveAll(dst) })
-	for rel, content := range tc.skill {
+	for rel, content := range tc.Skill {
 		p := filepath.Join(dst, rel)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
@@ -122,9 +123,9 @@ func (sc *sessionCases) placeSkill(t *testing.T, tc runCase, name string, secret
 			t.Fatal(err)
 		}
 	}
-	for link, to := range tc.links {
-		if to == "SECRET_PATH" {
-			to = secret.path
+	for link, to := range tc.Links {
+		if to == runtimetest.SecretPath {
+			to = secret.Path
 		}
 		if err := os.Symlink(to, filepath.Join(dst, link)); err != nil {
 			t.Fatal(err)
@@ -201,19 +202,19 @@ func TestRunSessionSandbox(t *testing.T) {
 	sc := &sessionCases{parent: t, env: env, rootfs: rootfs, boxes: map[runtime.SandboxLimits]runtime.SessionSandbox{}}
 
 	t.Run("table", func(t *testing.T) {
-		for _, tc := range cases {
-			t.Run(tc.name, func(t *testing.T) {
-				if why, ok := sessionCaseSkips[tc.name]; ok {
+		for _, tc := range runtimetest.Cases() {
+			t.Run(tc.Name, func(t *testing.T) {
+				if why, ok := sessionCaseSkips[tc.Name]; ok {
 					t.Skip(why)
 				}
-				c := &caseEnv{backend: "runsc", kernel: "runsc", secret: secret, envVal: envVal, marker: "skillbox-marker-" + randomHex(8)}
-				name := "case-" + unsafeSkillName.ReplaceAllString(strings.ToLower(tc.name), "-")
+				c := &runtimetest.CaseEnv{Backend: "runsc", Kernel: runtimetest.KernelGVisor, Secret: secret, EnvVal: envVal, Marker: "skillbox-marker-" + randomHex(8)}
+				name := "case-" + unsafeSkillName.ReplaceAllString(strings.ToLower(tc.Name), "-")
 				target := sc.placeSkill(t, tc, name, secret)
-				args := tc.args(c)
+				args := tc.Args(c)
 				for i := range args {
 					args[i] = moveSkillPath(args[i], target)
 				}
-				inv := runtime.Invocation{Args: args, Env: tc.env, Stdin: []byte(tc.stdin), Files: tc.files, Limits: tc.limits}
+				inv := runtime.Invocation{Args: args, Env: tc.Env, Stdin: []byte(tc.Stdin), Files: tc.Files, Limits: tc.Limits}
 				if a := args; len(a) > 1 && strings.HasPrefix(a[1], target+"/") {
 					family := map[string]string{"python3": "python", "node": "node"}[a[0]]
 					for _, kv := range runtime.ModulePathEnv(family, strings.TrimPrefix(a[1], target+"/")) {
@@ -233,7 +234,7 @@ func TestRunSessionSandbox(t *testing.T) {
 				if err != nil {
 					select {
 					case <-sb.Done():
-						if why, ok := sessionCasesEndingSandbox[tc.name]; ok {
+						if why, ok := sessionCasesEndingSandbox[tc.Name]; ok {
 							t.Fatalf("the case took its session sandbox down, as it may (%s), but Run returned an error, not the result the case checks: %v", why, err)
 						}
 					default:
@@ -254,11 +255,11 @@ func TestRunSessionSandbox(t *testing.T) {
 				// The checks were written for the skill at /skill.
 				res.Stdout = []byte(strings.ReplaceAll(string(res.Stdout), target+"/", runtime.SkillMount+"/"))
 				res.Stderr = []byte(strings.ReplaceAll(string(res.Stderr), target+"/", runtime.SkillMount+"/"))
-				tc.check(t, c, res)
+				tc.Check(t, c, res)
 				left, err := leftoverProcs(t, sb, sc.runID("ps"), inv.Limits.Sandbox())
 				select {
 				case <-sb.Done():
-					why, ok := sessionCasesEndingSandbox[tc.name]
+					why, ok := sessionCasesEndingSandbox[tc.Name]
 					if !ok {
 						t.Errorf("the case took its session sandbox %s down", sb.ID())
 						return

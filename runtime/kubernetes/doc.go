@@ -35,5 +35,6 @@
 //
 // The package's integration tests start the single-node test cluster of
 // hack/kube.sh: TestCluster proves that its pods run on gVisor's kernel,
-// TestBackend runs jobs through the backend.
+// TestBackend runs jobs through the backend, TestTable the run table every
+// backend runs (runtime/runtimetest).
 package kubernetes

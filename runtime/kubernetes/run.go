@@ -109,13 +109,27 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 	// stopped says the job's processes were killed and the pod kept, so
 	// its workdir can be read back.
 	stopped := false
+	if !exited && reason == runtime.ReasonTimeout {
+		// As the local backends stop a timed-out job: TERM to its
+		// processes first, and the kill grace for them to end.
+		if err := k.signalJob(ctx, cs, cfg, name, termCommand); err != nil {
+			k.log.Warn("TERM the timed-out job", "pod", name, "err", err)
+		} else {
+			select {
+			case execErr = <-exit:
+				stopped = true
+			case <-time.After(k.opts.KillGraceOrDefault()):
+			}
+		}
+	}
 	if !exited {
-		// A timeout, an output cap or a cancel stops the job, not the
-		// pod, as the local backends stop their sandbox and then read its
-		// workdir; the pod goes when that fails.
+		// A timeout, an output cap or a cancel stops the job (KILL to
+		// what is left of it), not the pod, as the local backends stop
+		// their sandbox and then read its workdir; the pod goes when that
+		// fails.
 		if err := k.stopJob(ctx, cs, cfg, name); err != nil {
 			k.log.Warn("stop the job", "pod", name, "err", err)
-		} else {
+		} else if !stopped {
 			select {
 			case execErr = <-exit:
 				stopped = true
@@ -213,8 +227,12 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 
 // stopCommand kills every process of the pod's user in the container
 // but its init (the holder, which keeps the pod and its workdir) and
-// itself: kill(-1) spares both.
-var stopCommand = []string{"sh", "-c", "kill -9 -1"}
+// itself: kill(-1) spares both. termCommand sends them TERM, a timed-out
+// job's notice before its kill grace.
+var (
+	stopCommand = []string{"sh", "-c", "kill -9 -1"}
+	termCommand = []string{"sh", "-c", "kill -TERM -1"}
+)
 
 // stopTimeout bounds the exec of stopCommand.
 const stopTimeout = 10 * time.Second
@@ -223,9 +241,15 @@ const stopTimeout = 10 * time.Second
 // running, keeping the pod. kill's own status (none left to kill) does
 // not matter.
 func (k *Kubernetes) stopJob(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string) error {
+	return k.signalJob(ctx, cs, cfg, name, stopCommand)
+}
+
+// signalJob execs argv, a kill of the job's processes (stopCommand,
+// termCommand), into the pod.
+func (k *Kubernetes) signalJob(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, argv []string) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), stopTimeout)
 	defer cancel()
-	ex, err := k.executor(cs, cfg, name, stopCommand)
+	ex, err := k.executor(cs, cfg, name, argv)
 	if err != nil {
 		return err
 	}
@@ -233,7 +257,7 @@ func (k *Kubernetes) stopJob(ctx context.Context, cs k8s.Interface, cfg *rest.Co
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader(""), Stdout: &errOut, Stderr: &errOut})
 	var exitErr utilexec.CodeExitError
 	if err != nil && !errors.As(err, &exitErr) {
-		return fmt.Errorf("exec %q into pod %s/%s: %w: %s", stopCommand, k.namespace, name, err, errOut.String())
+		return fmt.Errorf("exec %q into pod %s/%s: %w: %s", argv, k.namespace, name, err, errOut.String())
 	}
 	return nil
 }

@@ -1,7 +1,9 @@
-// Package runtimetest holds what the runtime's and the daemon's
-// integration tests share to check that a run's files stay private: a
-// probe that runs as another real uid (a copy of the test binary itself)
-// and reports everything of a run it could reach.
+// Package runtimetest holds what the backends' and the daemon's
+// integration tests share, so that every backend is held to the same
+// rules: the run table (Cases, run by Table cold and warm on each
+// backend), and, to check that a run's files stay private, a probe that
+// runs as another real uid (a copy of the test binary itself) and reports
+// everything of a run it could reach. Only tests import it.
 package runtimetest
 
 import (

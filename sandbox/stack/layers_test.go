@@ -27,10 +27,10 @@ var layers = [][]string{
 	{"images/deps", "sandbox/workspace"},
 	{"runtime/supervisor"},
 	{"runtime/process"},
-	{"runtime/oci"},
+	{"runtime/oci", "runtime/runtimetest"},
 	{"runtime"},
 	{"runtime/egress", "runtime/checkpoint"},
-	{"runtime/errkind", "runtime/rootless", "sandbox/api", "runtime/runtimetest", "runtime/egress/egresstest", "sandbox/store/storetest"},
+	{"runtime/errkind", "runtime/rootless", "sandbox/api", "runtime/egress/egresstest", "sandbox/store/storetest"},
 }
 
 // TestImportLayers keeps the imports of every package (its non-test files)
