@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -61,10 +62,10 @@ var shared struct {
 	err  error
 }
 
-// TestMain brings the shared cluster down after the tests, if one started
-// it. A child process the tests re-execute (TestSweepChild, crash helpers)
-// starts none: startCluster is the only start, and such children do not
-// call it.
+// TestMain brings the shared cluster down after the tests, if this process
+// started it. A child process the tests re-execute (TestSweepChild, crash
+// helpers) starts none and brings none down: startCluster is the only
+// start, and in a child it uses the parent's cluster (envClusterOwner).
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if err := stopSharedCluster(); err != nil {
@@ -115,6 +116,14 @@ func startCluster(t testing.TB) *testCluster {
 	return c
 }
 
+// The environment of the children a test re-executes (os.Args[0]): the
+// pid of the process that started the cluster, and the cluster's registry
+// address. A child with them uses that cluster as it is.
+const (
+	envClusterOwner    = "SKILLBOX_TEST_KUBE_OWNER"
+	envClusterRegistry = "SKILLBOX_TEST_KUBE_REGISTRY"
+)
+
 // bootCluster starts the cluster with its registry listener on the host's
 // loopback (the node's is opened once the cluster's network namespace
 // exists). A cluster left up by an earlier run that did not end (a test
@@ -125,15 +134,22 @@ func bootCluster(t testing.TB) (*testCluster, error) {
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	c := &testCluster{script: script, imported: map[string]bool{}}
+	if owner := os.Getenv(envClusterOwner); owner != "" && owner != strconv.Itoa(os.Getpid()) {
+		// A child of the process that started the cluster: its
+		// registry listeners are the parent's.
+		c.registry = os.Getenv(envClusterRegistry)
+		return c, c.connect(ctx)
+	}
 	hostL, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("the registry's listener: %w", err)
 	}
-	c := &testCluster{script: script, registry: hostL.Addr().String(), listeners: []net.Listener{hostL}, imported: map[string]bool{}}
+	c.registry, c.listeners = hostL.Addr().String(), []net.Listener{hostL}
 	shared.c = c // TestMain brings down what up started, even if a later step fails
 	c.serve(hostL)
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
-	defer cancel()
 	if out, err := c.kube(ctx, nil, "down"); err != nil {
 		return nil, fmt.Errorf("hack/kube.sh down (before up): %w\n%s", err, out)
 	}
@@ -149,9 +165,20 @@ func bootCluster(t testing.TB) (*testCluster, error) {
 	}
 	c.listeners = append(c.listeners, nodeL)
 	c.serve(nodeL)
+	if err := c.connect(ctx); err != nil {
+		return nil, err
+	}
+	os.Setenv(envClusterOwner, strconv.Itoa(os.Getpid()))
+	os.Setenv(envClusterRegistry, c.registry)
+	return c, nil
+}
+
+// connect reads the cluster's kubeconfig (hack/kube.sh env) and makes a
+// client of it.
+func (c *testCluster) connect(ctx context.Context) error {
 	env, err := c.kube(ctx, nil, "env")
 	if err != nil {
-		return nil, fmt.Errorf("hack/kube.sh env: %w\n%s", err, env)
+		return fmt.Errorf("hack/kube.sh env: %w\n%s", err, env)
 	}
 	c.env = map[string]string{}
 	for line := range strings.Lines(env) {
@@ -161,18 +188,18 @@ func bootCluster(t testing.TB) (*testCluster, error) {
 	}
 	kubeconfig := c.env["KUBECONFIG"]
 	if kubeconfig == "" {
-		return nil, fmt.Errorf("hack/kube.sh env printed no KUBECONFIG=:\n%s", env)
+		return fmt.Errorf("hack/kube.sh env printed no KUBECONFIG=:\n%s", env)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
+		return fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}
 	cs, err := k8s.NewForConfig(cfg)
 	if err != nil {
-		return nil, fmt.Errorf("client for %s: %w", kubeconfig, err)
+		return fmt.Errorf("client for %s: %w", kubeconfig, err)
 	}
 	c.cs, c.kubeconfig = cs, kubeconfig
-	return c, nil
+	return nil
 }
 
 // stopSharedCluster closes the registry's listeners and runs `hack/kube.sh
