@@ -57,9 +57,10 @@ type testCluster struct {
 // The cluster of this `go test` run, started by the first test that needs
 // it and brought down by TestMain.
 var shared struct {
-	once sync.Once
-	c    *testCluster
-	err  error
+	once    sync.Once
+	c       *testCluster // the cluster the tests use
+	err     error
+	started *testCluster // the cluster this process started, if any
 }
 
 // TestMain brings the shared cluster down after the tests, if this process
@@ -107,7 +108,7 @@ func startCluster(t testing.TB) *testCluster {
 			runtimetest.SkipUnlessRequired(t, "hack/kube.sh needs %s on PATH: %v", bin, err)
 		}
 	}
-	shared.once.Do(func() { _, shared.err = bootCluster(t) })
+	shared.once.Do(func() { shared.c, shared.err = bootCluster(t) })
 	if shared.err != nil {
 		t.Fatalf("%v", shared.err)
 	}
@@ -148,7 +149,7 @@ func bootCluster(t testing.TB) (*testCluster, error) {
 		return nil, fmt.Errorf("the registry's listener: %w", err)
 	}
 	c.registry, c.listeners = hostL.Addr().String(), []net.Listener{hostL}
-	shared.c = c // TestMain brings down what up started, even if a later step fails
+	shared.started = c // TestMain brings down what up started, even if a later step fails
 	c.serve(hostL)
 	if out, err := c.kube(ctx, nil, "down"); err != nil {
 		return nil, fmt.Errorf("hack/kube.sh down (before up): %w\n%s", err, out)
@@ -203,9 +204,9 @@ func (c *testCluster) connect(ctx context.Context) error {
 }
 
 // stopSharedCluster closes the registry's listeners and runs `hack/kube.sh
-// down`, if a test started the cluster.
+// down`, if this process started the cluster.
 func stopSharedCluster() error {
-	c := shared.c
+	c := shared.started
 	if c == nil {
 		return nil
 	}
