@@ -152,6 +152,9 @@ type RuntimeConfig struct {
 	// Kubeconfig is the kubernetes runtime's kubeconfig file; "" means
 	// $KUBECONFIG, else the in-cluster service account.
 	Kubeconfig string
+	// Registry is the repository, HOST[:PORT]/REPO, the kubernetes
+	// runtime pushes the images of its pods to; "" means none.
+	Registry string
 	// Handler is containerd's runtime handler (runtime.ContainerdHandlers);
 	// Binary is then the OCI runtime its shim runs ("" for the handler's
 	// own: the pinned runsc for gVisor's shim, runc for the runc v2 shim).
@@ -443,7 +446,8 @@ func (c *Config) RuntimeOptions(name string) runtime.Options {
 func (rc *RuntimeConfig) Settings() runtime.Settings {
 	s := runtime.Settings{}
 	for name, v := range map[string]string{"binary": rc.Binary, "state_dir": rc.StateDir, "platform": rc.Platform,
-		"address": rc.Address, "namespace": rc.Namespace, "handler": rc.Handler, "kubeconfig": rc.Kubeconfig} {
+		"address": rc.Address, "namespace": rc.Namespace, "handler": rc.Handler, "kubeconfig": rc.Kubeconfig,
+		"registry": rc.Registry} {
 		if v != "" {
 			s[name] = v
 		}
