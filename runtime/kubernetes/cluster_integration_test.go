@@ -213,11 +213,14 @@ func stopSharedCluster() error {
 	for _, l := range c.listeners {
 		l.Close()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	// Removing the node's image store takes minutes on a busy disk.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	start := time.Now()
 	if out, err := c.kube(ctx, nil, "down"); err != nil {
 		return fmt.Errorf("hack/kube.sh down: %w\n%s", err, out)
 	}
+	fmt.Fprintf(os.Stderr, "the test cluster: hack/kube.sh down in %s\n", time.Since(start).Round(100*time.Millisecond))
 	return nil
 }
 
