@@ -156,6 +156,9 @@ type RuntimeConfig struct {
 	// serves its runs' egress proxies (kubernetes.Options).
 	EgressAddress string
 	EgressNetNS   string
+	// Registry is the repository, HOST[:PORT]/REPO, the kubernetes
+	// runtime pushes the images of its pods to; "" means none.
+	Registry string
 	// Handler is containerd's runtime handler (runtime.ContainerdHandlers);
 	// Binary is then the OCI runtime its shim runs ("" for the handler's
 	// own: the pinned runsc for gVisor's shim, runc for the runc v2 shim).
@@ -448,7 +451,7 @@ func (rc *RuntimeConfig) Settings() runtime.Settings {
 	s := runtime.Settings{}
 	for name, v := range map[string]string{"binary": rc.Binary, "state_dir": rc.StateDir, "platform": rc.Platform,
 		"address": rc.Address, "namespace": rc.Namespace, "handler": rc.Handler, "kubeconfig": rc.Kubeconfig,
-		"egress_address": rc.EgressAddress, "egress_netns": rc.EgressNetNS} {
+		"egress_address": rc.EgressAddress, "egress_netns": rc.EgressNetNS, "registry": rc.Registry} {
 		if v != "" {
 			s[name] = v
 		}

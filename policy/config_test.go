@@ -393,6 +393,12 @@ func TestKubernetesRuntime(t *testing.T) {
 			want: runtime.Settings{"egress_address": "10.224.0.2", "egress_netns": "/proc/1/ns/net", "namespace": "skillbox", "state_dir": "/run/skillbox/kubernetes"},
 		},
 		{name: "egress_address on containerd", src: "runtime \"containerd\" {\n  egress_address = \"10.0.0.1\"\n}\n", err: `not used by runtime "containerd" (only by kubernetes)`},
+		{
+			name: "registry",
+			src:  "runtime \"kubernetes\" {\n  registry = \"127.0.0.1:5000/skillbox\"\n}\n",
+			want: runtime.Settings{"registry": "127.0.0.1:5000/skillbox", "namespace": "skillbox", "state_dir": "/run/skillbox/kubernetes"},
+		},
+		{name: "registry on containerd", src: "runtime \"containerd\" {\n  registry = \"r:1/x\"\n}\n", err: `not used by runtime "containerd" (only by kubernetes)`},
 		{name: "uppercase namespace", src: "runtime \"kubernetes\" {\n  namespace = \"Agents\"\n}\n", err: `invalid namespace "Agents"`},
 		{name: "empty kubeconfig", src: "runtime \"kubernetes\" {\n  kubeconfig = \"\"\n}\n", err: "must not be empty"},
 		{name: "binary", src: "runtime \"kubernetes\" {\n  binary = \"runsc\"\n}\n", err: `not used by runtime "kubernetes"`},

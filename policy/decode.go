@@ -51,7 +51,7 @@ var (
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
 		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
-		"address", "namespace", "handler", "kubeconfig", "egress_address", "egress_netns")}
+		"address", "namespace", "handler", "kubeconfig", "egress_address", "egress_netns", "registry")}
 	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
 	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe", "ref")}
 	limitsSchema = &hcl.BodySchema{Attributes: attrs(limitKeys()...)}
@@ -612,6 +612,9 @@ func (d *decoder) runtime(blk *hcl.Block) {
 	}
 	if only("egress_netns", "kubernetes") {
 		b.path("egress_netns", &rc.EgressNetNS)
+	}
+	if only("registry", "kubernetes") {
+		b.str("registry", &rc.Registry) // checked by the runtime (kubernetes.ParseRegistry)
 	}
 }
 

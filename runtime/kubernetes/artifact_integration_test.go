@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	goruntime "runtime"
@@ -18,42 +17,28 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skillbox/skillbox/runtime"
 )
 
 // TestArtifacts runs jobs with a skill directory and a dependency layer on
 // the test cluster: the backend pushes each job's derived image to a
-// registry the test serves (on the host's loopback for the push, and on
-// the node's, in the cluster's network namespace, for the pull), and the
-// node pulls it by digest. The interpreter image is imported into the node
-// first, so that the pull within the boot timeout takes only the derived
-// image's manifest, config and new layers.
+// registry the test serves at the cluster's registry address (on the
+// host's loopback for the push, and on the node's, in the cluster's
+// network namespace, for the pull), and the node pulls it by digest. The
+// interpreter image is imported into the node first, so that the pull
+// within the boot timeout takes only the derived image's manifest, config
+// and new layers.
 func TestArtifacts(t *testing.T) {
 	img := pythonImage(t)
 	reg := newTestRegistry(t)
-	hostL, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := hostL.Addr().String()
-	serveRegistry(t, hostL, reg)
-	t.Setenv("KUBE_REGISTRY", addr) // the node's containerd speaks plain HTTP to it
 	c := startCluster(t)
-	nodeL, err := listenInNode(addr)
-	if err != nil {
-		t.Fatalf("listen on %s in the node's network namespace: %v", addr, err)
-	}
-	serveRegistry(t, nodeL, reg)
+	c.useRegistry(t, reg) // the node's containerd speaks plain HTTP to it
+	addr := c.registry
 
 	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Minute)
 	defer cancel()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}}
-	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.ensureNamespace(ctx, t)
 	c.importImage(ctx, t, img)
 
 	repo := addr + "/skillbox"
@@ -139,12 +124,6 @@ except OSError:
 		}
 		noPodsLeft(ctx, t, c, job.ID)
 	})
-}
-
-func serveRegistry(t *testing.T, l net.Listener, reg *testRegistry) {
-	srv := &http.Server{Handler: reg, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
 }
 
 // listenInNode listens on addr in the test cluster's network namespace

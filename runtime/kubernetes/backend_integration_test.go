@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/skillbox/skillbox/images"
@@ -36,14 +36,17 @@ func TestBackend(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Without its namespace the backend says so, and runs nothing.
-	if _, err := k.Version(ctx); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "namespace "+DefaultNamespace) {
-		t.Fatalf("Version without the namespace: %v, want ErrUnavailable naming it", err)
-	}
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}}
-	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
+	// Without its namespace the backend says so, and runs nothing (a
+	// namespace no test makes: the default one may exist already).
+	const absent = "skillbox-test-absent"
+	noNS, err := New(runtime.Options{Backend: Options{Kubeconfig: c.kubeconfig, Namespace: absent}})
+	if err != nil {
 		t.Fatal(err)
 	}
+	if _, err := noNS.Version(ctx); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "namespace "+absent) {
+		t.Fatalf("Version without the namespace: %v, want ErrUnavailable naming it", err)
+	}
+	c.ensureNamespace(ctx, t)
 	v, err := k.Version(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -298,11 +301,25 @@ print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777),
 		noPodsLeft(ctx, t, c, job.ID)
 	})
 
-	// Last: without the RuntimeClass, a backend runs nothing and says why.
+	// Without the RuntimeClass, a backend runs nothing and says why. The
+	// class is put back for the tests after this one.
 	t.Run("NoRuntimeClass", func(t *testing.T) {
+		rc, err := c.cs.NodeV1().RuntimeClasses().Get(ctx, RuntimeClass, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := c.cs.NodeV1().RuntimeClasses().Delete(ctx, RuntimeClass, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			back := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: rc.Name, Labels: rc.Labels, Annotations: rc.Annotations},
+				Handler: rc.Handler, Overhead: rc.Overhead, Scheduling: rc.Scheduling}
+			if _, err := c.cs.NodeV1().RuntimeClasses().Create(ctx, back, metav1.CreateOptions{}); err != nil {
+				t.Errorf("put RuntimeClass %s back: %v (later tests of this run need it)", RuntimeClass, err)
+			}
+		})
 		k, err := New(runtime.Options{Backend: Options{Kubeconfig: c.kubeconfig}})
 		if err != nil {
 			t.Fatal(err)

@@ -15,10 +15,6 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/hashicorp/go-hclog"
 	"github.com/skillbox/skillbox/runtime"
 )
@@ -34,10 +30,7 @@ func BenchmarkPod(b *testing.B) {
 	img := pythonImage(b)
 	c := startCluster(b)
 	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}}
-	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		b.Fatal(err)
-	}
+	c.ensureNamespace(ctx, b)
 	k, err := New(runtime.Options{Backend: Options{Kubeconfig: c.kubeconfig}})
 	if err != nil {
 		b.Fatal(err)

@@ -7,14 +7,19 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8s "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -28,18 +33,56 @@ import (
 const testImage = "skillbox.local/kube/busybox:1"
 
 // testCluster is the started test cluster: a client, its kubeconfig, and
-// hack/kube.sh to run subcommands of.
+// hack/kube.sh to run subcommands of. One is shared by all the tests of a
+// `go test` run (startCluster): each test leaves no pod of its own behind,
+// and none depends on what another did before it.
 type testCluster struct {
 	cs         *k8s.Clientset
 	kubeconfig string
 	script     string
 	env        map[string]string // what hack/kube.sh env printed
+
+	// registry is HOST:PORT of the plain-HTTP registry the node's
+	// containerd may pull from (KUBE_REGISTRY of `up`): the cluster
+	// listens on it on the host's loopback, for pushes, and on the node's,
+	// for pulls; useRegistry says what serves it.
+	registry  string
+	regMux    registryMux
+	listeners []net.Listener
+
+	importMu sync.Mutex
+	imported map[string]bool // digests imported into the node
+}
+
+// The cluster of this `go test` run, started by the first test that needs
+// it and brought down by TestMain.
+var shared struct {
+	once    sync.Once
+	c       *testCluster // the cluster the tests use
+	err     error
+	started *testCluster // the cluster this process started, if any
+}
+
+// TestMain brings the shared cluster down after the tests, if this process
+// started it. A child process the tests re-execute (TestSweepChild, crash
+// helpers) starts none and brings none down: startCluster is the only
+// start, and in a child it uses the parent's cluster (envClusterOwner).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := stopSharedCluster(); err != nil {
+		fmt.Fprintf(os.Stderr, "the test cluster: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // kube runs hack/kube.sh with args, stdin from in (nil: none).
 func (c *testCluster) kube(ctx context.Context, in io.Reader, args ...string) (string, error) {
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, c.script, args...)
+	cmd.Env = append(os.Environ(), "KUBE_REGISTRY="+c.registry)
 	cmd.Stdin = in
 	cmd.Stdout = &out
 	cmd.Stderr = &out
@@ -48,10 +91,13 @@ func (c *testCluster) kube(ctx context.Context, in io.Reader, args ...string) (s
 	return out.String(), err
 }
 
-// startCluster runs `hack/kube.sh up` (the first time it builds Kubernetes,
-// which takes minutes: run with -timeout 60m), registers `down` as cleanup
-// and returns the cluster. A cluster that cannot start fails the test with
-// the script's reason, or skips it when sandboxes are not required here.
+// startCluster returns the shared test cluster, started by the first call
+// of the run (`hack/kube.sh up`; the first time on a machine it builds
+// Kubernetes, which takes minutes: run with -timeout 60m). A cluster that
+// cannot start fails every test that needs it with the script's reason, or
+// skips them when sandboxes are not required here. When the test ends, no
+// pod of skillbox's or of the tests may be left: one that is fails the test
+// and is deleted, so that the next test starts clean.
 func startCluster(t testing.TB) *testCluster {
 	t.Helper()
 	if os.Geteuid() != 0 {
@@ -62,28 +108,78 @@ func startCluster(t testing.TB) *testCluster {
 			runtimetest.SkipUnlessRequired(t, "hack/kube.sh needs %s on PATH: %v", bin, err)
 		}
 	}
+	shared.once.Do(func() { shared.c, shared.err = bootCluster(t) })
+	if shared.err != nil {
+		t.Fatalf("%v", shared.err)
+	}
+	c := shared.c
+	t.Cleanup(func() { c.noPodsOfTests(t) })
+	return c
+}
+
+// The environment of the children a test re-executes (os.Args[0]): the
+// pid of the process that started the cluster, and the cluster's registry
+// address. A child with them uses that cluster as it is.
+const (
+	envClusterOwner    = "SKILLBOX_TEST_KUBE_OWNER"
+	envClusterRegistry = "SKILLBOX_TEST_KUBE_REGISTRY"
+)
+
+// bootCluster starts the cluster with its registry listener on the host's
+// loopback (the node's is opened once the cluster's network namespace
+// exists). A cluster left up by an earlier run that did not end (a test
+// binary killed, a -timeout) is brought down first: its registry is not
+// this run's.
+func bootCluster(t testing.TB) (*testCluster, error) {
 	script, err := filepath.Abs(filepath.Join("..", "..", "hack", "kube.sh"))
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	c := &testCluster{script: script}
-	kube := func(ctx context.Context, arg string) (string, error) { return c.kube(ctx, nil, arg) }
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-		defer cancel()
-		if out, err := kube(ctx, "down"); err != nil {
-			t.Errorf("hack/kube.sh down: %v\n%s", err, out)
-		}
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Minute)
+	defer cancel()
+	c := &testCluster{script: script, imported: map[string]bool{}}
+	if owner := os.Getenv(envClusterOwner); owner != "" && owner != strconv.Itoa(os.Getpid()) {
+		// A child of the process that started the cluster: its
+		// registry listeners are the parent's.
+		c.registry = os.Getenv(envClusterRegistry)
+		return c, c.connect(ctx)
+	}
+	hostL, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("the registry's listener: %w", err)
+	}
+	c.registry, c.listeners = hostL.Addr().String(), []net.Listener{hostL}
+	shared.started = c // TestMain brings down what up started, even if a later step fails
+	c.serve(hostL)
+	if out, err := c.kube(ctx, nil, "down"); err != nil {
+		return nil, fmt.Errorf("hack/kube.sh down (before up): %w\n%s", err, out)
+	}
 	start := time.Now()
-	out, err := kube(t.Context(), "up")
+	out, err := c.kube(ctx, nil, "up")
 	if err != nil {
-		t.Fatalf("hack/kube.sh up: %v (the cluster could not start; its logs are under KUBE_DIR/logs, default /var/tmp/skillbox-kube/logs)\n%s", err, out)
+		return nil, fmt.Errorf("hack/kube.sh up: %w (the cluster could not start; its logs are under KUBE_DIR/logs, default /var/tmp/skillbox-kube/logs)\n%s", err, out)
 	}
-	t.Logf("hack/kube.sh up in %s:\n%s", time.Since(start).Round(time.Second), out)
-	env, err := kube(t.Context(), "env")
+	t.Logf("hack/kube.sh up in %s (shared by the tests of this run):\n%s", time.Since(start).Round(time.Second), out)
+	nodeL, err := listenInNode(c.registry)
 	if err != nil {
-		t.Fatalf("hack/kube.sh env: %v\n%s", err, env)
+		return nil, fmt.Errorf("listen on %s in the node's network namespace: %w", c.registry, err)
+	}
+	c.listeners = append(c.listeners, nodeL)
+	c.serve(nodeL)
+	if err := c.connect(ctx); err != nil {
+		return nil, err
+	}
+	os.Setenv(envClusterOwner, strconv.Itoa(os.Getpid()))
+	os.Setenv(envClusterRegistry, c.registry)
+	return c, nil
+}
+
+// connect reads the cluster's kubeconfig (hack/kube.sh env) and makes a
+// client of it.
+func (c *testCluster) connect(ctx context.Context) error {
+	env, err := c.kube(ctx, nil, "env")
+	if err != nil {
+		return fmt.Errorf("hack/kube.sh env: %w\n%s", err, env)
 	}
 	c.env = map[string]string{}
 	for line := range strings.Lines(env) {
@@ -93,24 +189,153 @@ func startCluster(t testing.TB) *testCluster {
 	}
 	kubeconfig := c.env["KUBECONFIG"]
 	if kubeconfig == "" {
-		t.Fatalf("hack/kube.sh env printed no KUBECONFIG=:\n%s", env)
+		return fmt.Errorf("hack/kube.sh env printed no KUBECONFIG=:\n%s", env)
 	}
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		t.Fatalf("kubeconfig %s: %v", kubeconfig, err)
+		return fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}
 	cs, err := k8s.NewForConfig(cfg)
 	if err != nil {
-		t.Fatalf("client for %s: %v", kubeconfig, err)
+		return fmt.Errorf("client for %s: %w", kubeconfig, err)
 	}
 	c.cs, c.kubeconfig = cs, kubeconfig
-	return c
+	return nil
+}
+
+// stopSharedCluster closes the registry's listeners and runs `hack/kube.sh
+// down`, if this process started the cluster.
+func stopSharedCluster() error {
+	c := shared.started
+	if c == nil {
+		return nil
+	}
+	for _, l := range c.listeners {
+		l.Close()
+	}
+	// Removing the node's image store takes minutes on a busy disk.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	if out, err := c.kube(ctx, nil, "down"); err != nil {
+		return fmt.Errorf("hack/kube.sh down: %w\n%s", err, out)
+	}
+	fmt.Fprintf(os.Stderr, "the test cluster: hack/kube.sh down in %s\n", time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// registryMux serves the cluster's registry address with the handler of
+// the test using it now.
+type registryMux struct {
+	mu sync.Mutex
+	h  http.Handler
+}
+
+func (m *registryMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	m.mu.Lock()
+	h := m.h
+	m.mu.Unlock()
+	if h == nil {
+		http.Error(w, "no test serves the test cluster's registry now (testCluster.useRegistry)", http.StatusServiceUnavailable)
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+func (c *testCluster) serve(l net.Listener) {
+	srv := &http.Server{Handler: &c.regMux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+}
+
+// useRegistry serves h at c.registry, for the host's pushes and the node's
+// pulls, until the test ends.
+func (c *testCluster) useRegistry(t testing.TB, h http.Handler) {
+	c.regMux.mu.Lock()
+	defer c.regMux.mu.Unlock()
+	if c.regMux.h != nil {
+		t.Fatal("the test cluster's registry is in use by another test")
+	}
+	c.regMux.h = h
+	t.Cleanup(func() {
+		c.regMux.mu.Lock()
+		c.regMux.h = nil
+		c.regMux.mu.Unlock()
+	})
+}
+
+// testPodsSelector selects the pods of skillbox's runs and those the tests
+// make themselves.
+const testPodsSelector = LabelManagedBy + " in (" + ManagedBy + "," + testManagedBy + ")"
+
+// testManagedBy labels the pods the tests make without the backend.
+const testManagedBy = "skillbox-test"
+
+// noPodsOfTests fails t if pods of runs or of tests are still there a
+// minute after it (pods being deleted take a moment), and deletes them:
+// the next test must not see them.
+func (c *testCluster) noPodsOfTests(t testing.TB) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		pods, err := c.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: testPodsSelector})
+		if err != nil {
+			t.Errorf("pods left by the test: %v", err)
+			return
+		}
+		if len(pods.Items) == 0 {
+			return
+		}
+		if time.Now().Before(deadline) {
+			time.Sleep(500 * time.Millisecond)
+			continue
+		}
+		zero := int64(0)
+		for _, p := range pods.Items {
+			t.Errorf("the test left pod %s/%s (%s, labels %v); deleted now", p.Namespace, p.Name, p.Status.Phase, p.Labels)
+			_ = c.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
+		}
+		return
+	}
+}
+
+// ensureNamespace makes the backend's default namespace, or keeps it;
+// one being deleted (TestManifests removes it) is waited for first.
+func (c *testCluster) ensureNamespace(ctx context.Context, t testing.TB) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}}
+	for {
+		_, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{})
+		if err == nil {
+			return
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("namespace %s: %v", DefaultNamespace, err)
+		}
+		got, err := c.cs.CoreV1().Namespaces().Get(ctx, DefaultNamespace, metav1.GetOptions{})
+		if err == nil && got.Status.Phase != corev1.NamespaceTerminating {
+			return
+		}
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("namespace %s: %v", DefaultNamespace, err)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("namespace %s is still being deleted: %v", DefaultNamespace, ctx.Err())
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
 
 // importImage imports img of the image store into the node's containerd
-// by digest (hack/kube.sh import).
+// by digest (hack/kube.sh import), once per digest and run.
 func (c *testCluster) importImage(ctx context.Context, t testing.TB, img runtime.ImageRef) {
 	t.Helper()
+	c.importMu.Lock()
+	defer c.importMu.Unlock()
+	if c.imported[img.Digest] {
+		return
+	}
 	start := time.Now()
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(WriteImageArchive(pw, img)) }()
@@ -118,6 +343,7 @@ func (c *testCluster) importImage(ctx context.Context, t testing.TB, img runtime
 	if err != nil {
 		t.Fatalf("hack/kube.sh import - of %s@%s: %v\n%s", img.Name, img.Digest, err, out)
 	}
+	c.imported[img.Digest] = true
 	t.Logf("image %s@%s imported in %s:\n%s", img.Name, img.Digest, time.Since(start).Round(time.Second), out)
 }
 
@@ -240,7 +466,7 @@ func kernelPod() *corev1.Pod {
 	nobody := int64(65534)
 	gvisor := "gvisor"
 	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "gvisor-kernel-", Labels: map[string]string{"app.kubernetes.io/managed-by": "skillbox-test"}},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "gvisor-kernel-", Labels: map[string]string{LabelManagedBy: testManagedBy}},
 		Spec: corev1.PodSpec{
 			RuntimeClassName:             &gvisor,
 			RestartPolicy:                corev1.RestartPolicyNever,

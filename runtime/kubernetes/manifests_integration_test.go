@@ -12,6 +12,7 @@ import (
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -45,9 +46,12 @@ func TestManifests(t *testing.T) {
 	applied := run([]byte(rendered), "apply", "--server-side", "--field-manager=skillbox-test", "-f", "-")
 	t.Logf("applied:\n%s", applied)
 	// Undo all but the RuntimeClass, which hack/kube.sh made and other
-	// tests use: the namespace takes its objects with it.
+	// tests use: the namespace takes its objects with it. The tests after
+	// this one make the namespace again, without the base's objects (its
+	// NetworkPolicy denies run pods all traffic): its deletion is waited
+	// for.
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		for _, err := range []error{
 			c.cs.CoreV1().Namespaces().Delete(ctx, "skillbox", metav1.DeleteOptions{}),
@@ -56,6 +60,20 @@ func TestManifests(t *testing.T) {
 		} {
 			if err != nil {
 				t.Logf("cleanup: %v", err)
+			}
+		}
+		start := time.Now()
+		for {
+			_, err := c.cs.CoreV1().Namespaces().Get(ctx, "skillbox", metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				t.Logf("namespace skillbox deleted in %s", time.Since(start).Round(10*time.Millisecond))
+				return
+			}
+			select {
+			case <-ctx.Done():
+				t.Errorf("namespace skillbox is still there %s after its deletion (%v): later tests cannot make it afresh", time.Since(start).Round(time.Second), err)
+				return
+			case <-time.After(500 * time.Millisecond):
 			}
 		}
 	})
