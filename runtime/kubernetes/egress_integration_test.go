@@ -68,10 +68,7 @@ func TestEgress(t *testing.T) {
 	c := startCluster(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Minute)
 	defer cancel()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DefaultNamespace}}
-	if _, err := c.cs.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	c.ensureNamespace(ctx, t)
 	c.importImage(ctx, t, img)
 
 	// The upstream, on the host's loopback: pods cannot reach it, the
