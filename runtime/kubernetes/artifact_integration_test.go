@@ -9,14 +9,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	goruntime "runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/runtime"
 )
@@ -128,8 +125,8 @@ except OSError:
 
 // listenInNode listens on addr in the test cluster's network namespace
 // (that of hack/kube.sh's holder process, $KUBE_DIR/pids/holder), where
-// the node's containerd pulls from. The socket stays in that namespace;
-// the thread returns to this one.
+// the node's containerd pulls from, as the backend opens its egress
+// proxies' listeners there (listenNetNS).
 func listenInNode(addr string) (net.Listener, error) {
 	dir := os.Getenv("KUBE_DIR")
 	if dir == "" {
@@ -143,49 +140,5 @@ func listenInNode(addr string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	type result struct {
-		l   net.Listener
-		err error
-	}
-	done := make(chan result, 1)
-	// On a goroutine of its own: if the thread cannot go back to this
-	// namespace, it stays locked and ends with the goroutine.
-	go func() {
-		goruntime.LockOSThread()
-		l, err := listenInNetNS(fmt.Sprintf("/proc/%d/ns/net", pid), addr)
-		if err == nil || !errors.Is(err, errSetnsBack) {
-			goruntime.UnlockOSThread()
-		}
-		done <- result{l, err}
-	}()
-	r := <-done
-	return r.l, r.err
-}
-
-var errSetnsBack = errors.New("cannot return to this network namespace")
-
-// listenInNetNS listens on addr in the network namespace ns, on the
-// locked thread of its caller.
-func listenInNetNS(ns, addr string) (net.Listener, error) {
-	target, err := os.Open(ns)
-	if err != nil {
-		return nil, err
-	}
-	defer target.Close()
-	self, err := os.Open("/proc/thread-self/ns/net")
-	if err != nil {
-		return nil, err
-	}
-	defer self.Close()
-	if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-		return nil, fmt.Errorf("setns %s: %w", ns, err)
-	}
-	l, lerr := net.Listen("tcp", addr)
-	if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
-		if l != nil {
-			l.Close()
-		}
-		return nil, fmt.Errorf("%w: %v", errSetnsBack, err)
-	}
-	return l, lerr
+	return listenNetNS(fmt.Sprintf("/proc/%d/ns/net", pid), addr)
 }

@@ -1,10 +1,7 @@
 package process
 
 import (
-	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 )
@@ -80,16 +77,7 @@ func TestKillTree(t *testing.T) {
 	}
 	<-reaped
 	// The orphans are init's to reap: only a zombie may be left for a moment.
-	var left []string
-	for pid := range tree {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			continue
-		}
-		if p, ok := parseStat(pid, b); ok && !p.Gone() {
-			left = append(left, strings.TrimSpace(string(b)))
-		}
-	}
+	left := liveOf(tree)
 	if len(left) > 0 {
 		t.Errorf("left running: %v", left)
 	}
