@@ -22,6 +22,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/process"
 )
 
 // Egress on a cluster: a run with egress rules gets an egress proxy of its
@@ -89,9 +90,8 @@ func (e *podEgress) finish() egress.Stats {
 }
 
 // finishEgress ends the run's egress (nil: none) once its job is over and
-// puts its figures into res: a job that exited by itself after hitting an
-// egress cap ended by egress_cap, as the local backends say it
-// (process.FinishEgress).
+// puts its figures and the reason they make (process.EgressReason, the
+// local backends' rule) into res.
 func finishEgress(e *podEgress, res *runtime.Result) {
 	if e == nil {
 		return
@@ -101,9 +101,7 @@ func finishEgress(e *podEgress, res *runtime.Result) {
 		return
 	}
 	res.Egress = &st
-	if res.Reason == runtime.ReasonExit && st.LimitHit != "" {
-		res.Reason = runtime.ReasonEgressCap
-	}
+	res.Reason = process.EgressReason(res.Reason, st)
 }
 
 // canEgress says why the backend cannot serve a run's egress, or nil.

@@ -78,8 +78,14 @@ func FinishEgress(eg *egress.Egress, reason runtime.Reason) (*egress.Stats, runt
 		return nil, reason
 	}
 	st := eg.Shutdown()
+	return &st, EgressReason(reason, st)
+}
+
+// EgressReason is the reason of a run whose egress ended with st: a job
+// that exited by itself after hitting an egress cap ended by egress_cap.
+func EgressReason(reason runtime.Reason, st egress.Stats) runtime.Reason {
 	if reason == runtime.ReasonExit && st.LimitHit != "" {
-		reason = runtime.ReasonEgressCap
+		return runtime.ReasonEgressCap
 	}
-	return &st, reason
+	return reason
 }
