@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	nodev1 "k8s.io/api/node/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -340,13 +341,30 @@ func (f sinkFunc) Write(p []byte) (int, error) { return f(p) }
 // noPodsLeft: no pod of skillbox's is left in the namespace.
 func noPodsLeft(ctx context.Context, t *testing.T, c *testCluster, id string) {
 	t.Helper()
+	for _, p := range skillboxPods(ctx, t, c) {
+		t.Errorf("after run %s: pod %s left (%s)", id, p.Name, p.Status.Phase)
+	}
+}
+
+// skillboxPods lists the pods of skillbox's in the namespace.
+func skillboxPods(ctx context.Context, t *testing.T, c *testCluster) []corev1.Pod {
+	t.Helper()
 	pods, err := c.cs.CoreV1().Pods(DefaultNamespace).List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy})
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range pods.Items {
-		t.Errorf("after run %s: pod %s left (%s)", id, p.Name, p.Status.Phase)
+	return pods.Items
+}
+
+// skillboxPodNames is skillboxPods' names, sorted.
+func skillboxPodNames(ctx context.Context, t *testing.T, c *testCluster) []string {
+	t.Helper()
+	var names []string
+	for _, p := range skillboxPods(ctx, t, c) {
+		names = append(names, p.Name)
 	}
+	slices.Sort(names)
+	return names
 }
 
 // pythonImage is the python image of the image store, as a job names it.

@@ -178,15 +178,7 @@ policy "default" {
 	}
 	t.Logf("the killed daemon's pod %s swept %s after the restart", name, time.Since(restart).Round(10*time.Millisecond))
 	d.waitSocket()
-	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left []string
-	for _, p := range list.Items {
-		left = append(left, p.Name)
-	}
-	slices.Sort(left)
+	left := skillboxPodNames(ctx, t, c)
 	if want := []string{"killed-daemon-live-owner", "killed-daemon-other-instance"}; !slices.Equal(left, want) {
 		t.Errorf("pods after the restart: %v, want %v (the killed daemon's %s gone, the others spared)", left, want, name)
 	}

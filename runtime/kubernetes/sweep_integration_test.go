@@ -104,15 +104,7 @@ func TestSweepAfterKill(t *testing.T) {
 		t.Fatalf("sweep: %v", err)
 	}
 	t.Logf("sweep in %s", time.Since(start).Round(10*time.Millisecond))
-	list, err := pods.List(ctx, metav1.ListOptions{LabelSelector: LabelManagedBy + "=" + ManagedBy})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var left []string
-	for _, p := range list.Items {
-		left = append(left, p.Name)
-	}
-	slices.Sort(left)
+	left := skillboxPodNames(ctx, t, c)
 	if want := []string{"sweep-live-owner", "sweep-other-instance"}; !slices.Equal(left, want) {
 		t.Errorf("pods after the sweep: %v, want %v (the killed run's %s gone, the others spared)", left, want, name)
 	}
