@@ -191,15 +191,11 @@ func (k *Kubernetes) deletePolicy(ctx context.Context, cs k8s.Interface, name st
 	return nil
 }
 
-// podIP is the pod's IP, once it has one.
-func (k *Kubernetes) podIP(ctx context.Context, cs k8s.Interface, name string) (netip.Addr, error) {
-	p, err := cs.CoreV1().Pods(k.namespace).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("pod %s/%s: %w", k.namespace, name, err)
-	}
+// podIP is the IP of pod p, which runs.
+func (k *Kubernetes) podIP(p *corev1.Pod) (netip.Addr, error) {
 	ip, err := netip.ParseAddr(p.Status.PodIP)
 	if err != nil {
-		return netip.Addr{}, errkind.Errorf(runtime.ErrUnavailable, "pod %s/%s has no IP (%q), and its egress proxy takes connections from the pod's IP only: its network is not set up", k.namespace, name, p.Status.PodIP)
+		return netip.Addr{}, errkind.Errorf(runtime.ErrUnavailable, "pod %s/%s has no IP (%q), and its egress proxy takes connections from the pod's IP only: its network is not set up", k.namespace, p.Name, p.Status.PodIP)
 	}
 	return ip.Unmap(), nil
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	k8s "k8s.io/client-go/kubernetes"
@@ -32,10 +33,12 @@ var _ runtime.Lifecycle = (*Kubernetes)(nil)
 
 // podSandbox is one run's pod.
 type podSandbox struct {
-	k       *Kubernetes
-	spec    runtime.SandboxSpec
-	name    string
-	uid     types.UID // the pod's, for its NetworkPolicy's owner reference
+	k    *Kubernetes
+	spec runtime.SandboxSpec
+	name string
+	uid  types.UID // the pod's, for its NetworkPolicy's owner reference
+	// running is the pod as Start saw it run (its IP: egress.go).
+	running *corev1.Pod
 	cs      k8s.Interface
 	cfg     *rest.Config
 	version string
@@ -121,12 +124,14 @@ func (s *podSandbox) ID() string { return s.spec.ID }
 // Start waits until the pod's holder runs, or fails naming why it does not
 // (see waitRunning).
 func (s *podSandbox) Start(ctx context.Context) error {
-	if err := s.k.waitRunning(ctx, s.cs, s.name, runtime.BootTimeout); err != nil {
+	p, err := s.k.waitRunning(ctx, s.cs, s.name, runtime.BootTimeout)
+	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("sandbox %s: %w", s.spec.ID, ctx.Err())
 		}
 		return fmt.Errorf("sandbox %s: %w", s.spec.ID, err)
 	}
+	s.running = p
 	return nil
 }
 
@@ -148,7 +153,10 @@ func (s *podSandbox) Deliver(ctx context.Context, inv runtime.Invocation) error 
 	if job.Egress != nil {
 		// The pod has run since Start: it has its IP, which the proxy
 		// takes connections from only.
-		ip, err := s.k.podIP(ctx, s.cs, s.name)
+		if s.running == nil {
+			return fmt.Errorf("run %s: sandbox %s was not started", job.ID, s.spec.ID)
+		}
+		ip, err := s.k.podIP(s.running)
 		if err != nil {
 			return fmt.Errorf("run %s: %w", job.ID, err)
 		}

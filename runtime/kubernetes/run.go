@@ -304,31 +304,31 @@ func enforcement() map[string]string {
 // waitRunning waits until the pod's container runs, or fails naming why
 // it does not: a missing RuntimeClass, an unschedulable pod (with the
 // scheduler's message), an image that cannot be pulled (with the image),
-// a pod that failed, or the boot timeout.
-func (k *Kubernetes) waitRunning(ctx context.Context, cs k8s.Interface, name string, timeout time.Duration) error {
+// a pod that failed, or the boot timeout. It returns the running pod.
+func (k *Kubernetes) waitRunning(ctx context.Context, cs k8s.Interface, name string, timeout time.Duration) (*corev1.Pod, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for {
 		p, err := cs.CoreV1().Pods(k.namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			if ctx.Err() != nil {
-				return k.bootTimeout(cs, name, timeout, ctx.Err())
+				return nil, k.bootTimeout(cs, name, timeout, ctx.Err())
 			}
-			return fmt.Errorf("pod %s/%s: %w", k.namespace, name, err)
+			return nil, fmt.Errorf("pod %s/%s: %w", k.namespace, name, err)
 		}
 		if err := podFailure(p); err != nil {
-			return err
+			return nil, err
 		}
 		if p.Status.Phase == corev1.PodRunning {
 			for _, s := range p.Status.ContainerStatuses {
 				if s.Name == containerName && s.State.Running != nil {
-					return nil
+					return p, nil
 				}
 			}
 		}
 		select {
 		case <-ctx.Done():
-			return k.bootTimeout(cs, name, timeout, ctx.Err())
+			return nil, k.bootTimeout(cs, name, timeout, ctx.Err())
 		case <-time.After(pollInterval):
 		}
 	}
