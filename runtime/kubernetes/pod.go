@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -43,6 +42,17 @@ const (
 // sleeps: the kubelet ends the pod at its deadline first; a holder that
 // outlives it would hold nothing.
 const holderSlack = 30
+
+// holderCommand is the container's init: it holds the pod open until its
+// deadline (plus holderSlack), sleeping again when a stop of the job
+// (stopCommand: every process but init) killed its sleep, and exits on
+// SIGUSR1 (endCommand), which ends the container and so makes the kubelet
+// report how it ended: OOMKilled when the node's kernel OOM-killed in the
+// container during the job (containerd's TaskOOM), whether or not the
+// sandbox lived on.
+func holderCommand(deadline int64) []string {
+	return []string{"sh", "-c", fmt.Sprintf("trap 'exit 0' USR1; until sleep %d & wait $!; do :; done", deadline+holderSlack)}
+}
 
 // ImagePrefix names skillbox's own images on the nodes (imported by
 // digest, see images.go): ImagePrefix + NAME + "@" + DIGEST.
@@ -164,7 +174,7 @@ func runDeadline(up, timeout time.Duration, current int64) int64 {
 // deadline of its timeout (plus the boot time, see bootDeadline), memory-backed /work and /tmp of the
 // limits' sizes, a small memory-backed frameDir for the job's frame (see
 // io.go), and the image by digest. Its container holds the pod
-// open (sleep) until the job is executed into it. A job the backend cannot
+// open (holderCommand) until the job is executed into it. A job the backend cannot
 // run as it asks is refused: ErrInvalidJob without an image digest,
 // ErrUnavailable for what comes later (an open network, egress secrets,
 // sessions).
@@ -228,7 +238,7 @@ func podSpec(job runtime.Job, namespace, image string) (*corev1.Pod, error) {
 				Name:            containerName,
 				Image:           image,
 				ImagePullPolicy: corev1.PullIfNotPresent, // by digest: imported, or pulled once
-				Command:         []string{"sleep", strconv.FormatInt(deadline+holderSlack, 10)},
+				Command:         holderCommand(deadline),
 				WorkingDir:      runtime.WorkDir,
 				Resources:       corev1.ResourceRequirements{Requests: resources, Limits: resources.DeepCopy()},
 				SecurityContext: &corev1.SecurityContext{

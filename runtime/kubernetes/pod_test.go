@@ -62,7 +62,7 @@ func TestPodSpec(t *testing.T) {
 		{"drop ALL", slices.Equal(c.SecurityContext.Capabilities.Drop, []corev1.Capability{"ALL"}) && len(c.SecurityContext.Capabilities.Add) == 0},
 		{"image by digest", c.Image == "skillbox.local/python@"+testDigest},
 		{"pull if not present", c.ImagePullPolicy == corev1.PullIfNotPresent},
-		{"holder outlives no deadline by much", slices.Equal(c.Command, []string{"sleep", "93"})},
+		{"holder outlives no deadline by much", slices.Equal(c.Command, []string{"sh", "-c", "trap 'exit 0' USR1; until sleep 93 & wait $!; do :; done"})},
 		{"cwd /work", c.WorkingDir == "/work"},
 		{"no env in the pod", len(c.Env) == 0 && len(c.EnvFrom) == 0},
 		{"memory request = limit", c.Resources.Requests.Memory().Equal(mem) && c.Resources.Limits.Memory().Equal(mem)},

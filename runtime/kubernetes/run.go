@@ -39,13 +39,11 @@ const (
 	// execEndTimeout bounds the wait for an exec stream to end after the
 	// pod was deleted under it.
 	execEndTimeout = 10 * time.Second
-	// podEndWait bounds the wait for the kubelet to report how a pod
-	// ended under an exec that exited 128+n (a job may kill itself: the
-	// wait is then in vain, so short).
-	podEndWait = 5 * time.Second
-	// sandboxEndWait bounds it when the sandbox died under the exec
-	// (the stream broke, or runsc's exec exited 128): the kubelet reports
-	// it at its next look at the pod, which a loaded node makes late.
+	// sandboxEndWait bounds the wait for the kubelet to report how a
+	// pod ended: the sandbox died under the exec (the stream broke, or
+	// runsc's exec exited 128), or skillbox ended it (endedBy). The
+	// kubelet reports it at its next look at the pod, which a loaded node
+	// makes late.
 	sandboxEndWait = 30 * time.Second
 )
 
@@ -177,16 +175,12 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 		}
 		return nil, fmt.Errorf("run %s: exec into pod %s: %w", job.ID, name, execErr)
 	}
-	if reason == runtime.ReasonExit && code >= 128 {
-		// Killed (128+n), or the sandbox died under the exec (runsc's
-		// exec exits 128 then): by the kubelet at the pod's deadline
-		// before skillbox's timer fired, or by the kernel at the memory
-		// limit?
-		wait := podEndWait
-		if code == 128 {
-			wait = sandboxEndWait // the sandbox died: the kubelet will say how
-		}
-		if r := k.podEnd(cs, name, wait).reason(); r != "" {
+	if reason == runtime.ReasonExit && code == 128 {
+		// The sandbox died under the exec (runsc's exec exits 128 then):
+		// by the kubelet at the pod's deadline before skillbox's timer
+		// fired, or by the kernel at the memory limit? The kubelet will
+		// say how.
+		if r := k.podEnd(cs, name, sandboxEndWait).reason(); r != "" {
 			reason, code = r, 128+9 // the sandbox was killed
 		}
 	}
@@ -221,6 +215,20 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 	default:
 		res.OutputsSkipped = []string{fmt.Sprintf("outputs not collected: the run ended (%s) with its pod, and the pod's workdir with it", reason)}
 	}
+	if exited && res.Reason == runtime.ReasonExit && code > 128 {
+		// Killed (128+n) with the sandbox alive: by the job itself, or by
+		// the node's kernel at the pod's memory limit (the OOM killer may
+		// pick gVisor's process that maps the job's memory, and the
+		// sandbox then kills the job and lives on), or by the kubelet at
+		// the pod's deadline? The exit status cannot tell: end the pod,
+		// its outputs read, and take the kubelet's word on how its
+		// container ended.
+		if r := k.endedBy(ctx, cs, cfg, name); r != "" {
+			res.Reason = r
+			res.ExitCode = 128 + 9
+			res.Signal = process.ExitSignal(res.ExitCode)
+		}
+	}
 	k.log.Debug("run finished", "id", job.ID, "pod", name, "reason", reason, "exit_code", code, "duration", duration)
 	return res, nil
 }
@@ -233,6 +241,21 @@ var (
 	stopCommand = []string{"sh", "-c", "kill -9 -1"}
 	termCommand = []string{"sh", "-c", "kill -TERM -1"}
 )
+
+// endCommand ends the pod's holder (holderCommand), and the pod with it.
+var endCommand = []string{"sh", "-c", "kill -USR1 1"}
+
+// endedBy ends the pod and returns the reason the kubelet gives for its
+// ending (podEnding.reason): oom when containerd saw the container's
+// cgroup OOM-kill, timeout at the pod's deadline, killed when it was
+// deleted; "" for none, or when the kubelet did not report in time.
+func (k *Kubernetes) endedBy(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string) runtime.Reason {
+	if err := k.signalJob(ctx, cs, cfg, name, endCommand); err != nil {
+		// The pod may have ended already: the kubelet says how.
+		k.log.Debug("end the pod's holder", "pod", name, "err", err)
+	}
+	return k.podEnd(cs, name, sandboxEndWait).reason()
+}
 
 // stopTimeout bounds the exec of stopCommand.
 const stopTimeout = 10 * time.Second

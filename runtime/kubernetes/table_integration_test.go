@@ -28,18 +28,13 @@ import (
 // per-run pids limit.
 var kubeNotApplicable = map[string]string{}
 
-// kubeKnownGaps are the cases the backend fails today, skipped loudly.
-var kubeKnownGaps = map[string]string{
-	"memory_hog": "a script that grows to the pod's memory limit 8 MiB at a time is reported exit 137 (SIGKILL), not oom: containerd sees TaskOOM but no task exits and the kubelet reports no OOMKilled, so the backend cannot tell the kill from another (one allocation past the limit ends the sandbox and is reported oom: TestBackend/Memory)",
-}
-
 // kubeColdCases are the cases also run cold (a pod made for the job): the
 // warm run covers every case through the same lifecycle steps, and a cold
 // pod costs seconds each. SKILLBOX_TEST_KUBE_COLD=all runs every case cold.
 var kubeColdCases = map[string]bool{
 	"hello_python_args_exit": true, "hello_node_args_exit": true, "stdin_and_env": true, "kernel_seen_by_script": true,
 	"timeout_term_delivered": true, "output_over_cap_then_exit": true, "inputs_and_outputs": true, "fork_bomb_then_memory": true,
-	"host_files_invisible": true, "cap_" + runtime.CapOutputFiles: true,
+	"host_files_invisible": true, "cap_" + runtime.CapOutputFiles: true, "memory_hog": true,
 }
 
 // kubeMeanings are the cases whose check means something of its own on
@@ -98,7 +93,6 @@ func TestTable(t *testing.T) {
 		Image:         img,
 		NewID:         func() string { return fmt.Sprintf("kube-table-%s-%d", tag, seq.Add(1)) },
 		NotApplicable: kubeNotApplicable,
-		KnownGaps:     kubeKnownGaps,
 		After:         func(t *testing.T, job runtime.Job) { noPodsLeft(ctx, t, c, job.ID) },
 	}
 	tb.Run(t, runtimetest.Warm)

@@ -382,6 +382,24 @@ while True:
 			},
 		},
 		{
+			// A job whose script reports a SIGKILL that no limit sent is
+			// reported as it exited: the exit status alone never makes an
+			// oom (memory_hog's kill is told apart by evidence of the
+			// memory limit), and its outputs are collected.
+			Name:  "killed_without_a_limit",
+			Skill: map[string]string{"scripts/killed.sh": "echo kept > kept.txt\nsh -c 'kill -9 $$'\nexit $?\n"},
+			Args: func(*CaseEnv) []string {
+				return []string{"bash", "/skill/scripts/killed.sh"}
+			},
+			Limits: runtime.Limits{MemoryBytes: 128 << 20},
+			Check: func(t *testing.T, c *CaseEnv, res *runtime.Result) {
+				WantExit(t, res, 137, runtime.ReasonExit)
+				if len(res.Outputs) != 1 || res.Outputs[0].Path != "kept.txt" || string(res.Outputs[0].Data) != "kept\n" {
+					t.Errorf("outputs %+v skipped %q, want kept.txt = kept", res.Outputs, res.OutputsSkipped)
+				}
+			},
+		},
+		{
 			Name: "timeout_evasion",
 			Skill: map[string]string{"scripts/evade.py": `import os, signal, sys, time
 marker = sys.argv[1]

@@ -35,10 +35,6 @@ type Table struct {
 	// NotApplicable names the cases that cannot apply to the backend,
 	// with why; the table skips them saying so.
 	NotApplicable map[string]string
-	// KnownGaps names the cases the backend is known to fail, with what
-	// is wrong; the table skips them saying so, loudly (the gap is open
-	// work, not a difference of meaning).
-	KnownGaps map[string]string
 	// After checks what a run left once its case ended (nil: nothing).
 	After func(t *testing.T, job runtime.Job)
 }
@@ -60,9 +56,6 @@ func (tb Table) RunCase(t *testing.T, mode Mode, tc Case) {
 	t.Helper()
 	if why, ok := tb.NotApplicable[tc.Name]; ok {
 		t.Skipf("not applicable to %s: %s", tb.Env.Backend, why)
-	}
-	if what, ok := tb.KnownGaps[tc.Name]; ok {
-		t.Skipf("KNOWN GAP of %s (open work): %s", tb.Env.Backend, what)
 	}
 	c := tb.Env
 	c.Marker = "skillbox-marker-" + RandomHex(8)
