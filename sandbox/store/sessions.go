@@ -369,6 +369,29 @@ func (s *SessionStore) List(uid uint32) ([]*Session, error) {
 	return out, nil
 }
 
+// Count is how many sessions are open (not expired), of every uid: all
+// that the store holds, so the sessions of every replica sharing it.
+func (s *SessionStore) Count() (int, error) {
+	now := s.now()
+	ctx, cancel := opContext()
+	defer cancel()
+	all, err := s.kv.List(ctx, bucketSessions)
+	if err != nil {
+		return 0, fmt.Errorf("counting sessions: %w", err)
+	}
+	n := 0
+	for _, e := range all {
+		ses, err := decodeSession(e.Value)
+		if err != nil {
+			return 0, err
+		}
+		if !s.expired(ses, now) {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Sweep deletes expired sessions and writes pending use marks to the store,
 // so a restart (or another replica) sees them. It returns how many sessions
 // expired. Each session is swept on its own, re-checked as it is then, so
