@@ -13,6 +13,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/metrics"
+	"github.com/skillbox/skillbox/sandbox/metrics/metricstest"
 	"github.com/skillbox/skillbox/sandbox/runner"
 )
 
@@ -170,7 +171,7 @@ func TestRecording(t *testing.T) {
 			for _, f := range fams {
 				byName[f.GetName()] = f
 			}
-			checkExact(t, flatten(byName, "skillbox_"), tc.want, nil)
+			metricstest.CheckExact(t, metricstest.Flatten(byName, "skillbox_"), tc.want, nil)
 		})
 	}
 }

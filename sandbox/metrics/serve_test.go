@@ -4,18 +4,13 @@ import (
 	"context"
 	"errors"
 	"io/fs"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
@@ -23,6 +18,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/metrics"
+	"github.com/skillbox/skillbox/sandbox/metrics/metricstest"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
@@ -169,7 +165,7 @@ func TestScrape(t *testing.T) {
 	appends := len(auditor.Records()) + 1
 
 	sock := serve(t, m)
-	got := flatten(scrape(t, sock), "skillbox_")
+	got := metricstest.Flatten(scrape(t, sock), "skillbox_")
 	want := map[string]float64{
 		`skillbox_runs_total{outcome="ok",reason="exit",skill="plain"}`:        2,
 		`skillbox_runs_total{outcome="failed",reason="exit",skill="plain"}`:    1,
@@ -204,7 +200,7 @@ func TestScrape(t *testing.T) {
 	timed := func(k string) bool {
 		return strings.HasPrefix(k, "skillbox_run_duration_seconds_sum") || strings.HasPrefix(k, "skillbox_audit_append_duration_seconds_sum")
 	}
-	checkExact(t, got, want, timed)
+	metricstest.CheckExact(t, got, want, timed)
 	if len(auditor.Events(audit.EventRunEnd)) != 7 {
 		t.Errorf("%d run.end records, want the 7 runs counted", len(auditor.Events(audit.EventRunEnd)))
 	}
@@ -241,37 +237,15 @@ func serve(t *testing.T, m *metrics.Metrics) string {
 	return sock
 }
 
-// scrape GETs /metrics over the socket and parses the text format.
+// scrape scrapes the endpoint and checks the Go runtime's metrics are
+// served beside skillbox's.
 func scrape(t *testing.T, sock string) map[string]*dto.MetricFamily {
 	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
-	resp, err := c.Get("http://skillbox" + metrics.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
-		t.Fatalf("scrape: %s, %s", resp.Status, resp.Header.Get("Content-Type"))
-	}
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := p.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parsing the scrape: %v", err)
-	}
-	if !slices.ContainsFunc(keys(fams), func(n string) bool { return strings.HasPrefix(n, "go_") }) {
+	fams := metricstest.Scrape(t, sock)
+	if _, ok := fams["go_goroutines"]; !ok {
 		t.Errorf("no Go runtime metrics beside skillbox's")
 	}
 	return fams
-}
-
-func keys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
 }
 
 // TestListenRefuses: the endpoint is never opened where another machine

@@ -1,18 +1,29 @@
-package metrics_test
+// Package metricstest reads the daemon's metrics the way Prometheus
+// does (a scrape of the endpoint, parsed as text) for the tests that
+// check exact counts.
+package metricstest
 
 import (
+	"context"
 	"fmt"
+	"net"
+	"net/http"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/skillbox/skillbox/sandbox/metrics"
 )
 
-// flatten turns metric families into "name{k="v",...}" -> value: a
+// Flatten turns metric families into "name{k="v",...}" -> value: a
 // counter's or gauge's value, a histogram's _count and _sum. Only the
 // families whose names start with prefix are kept.
-func flatten(fams map[string]*dto.MetricFamily, prefix string) map[string]float64 {
+func Flatten(fams map[string]*dto.MetricFamily, prefix string) map[string]float64 {
 	out := map[string]float64{}
 	for name, f := range fams {
 		if !strings.HasPrefix(name, prefix) {
@@ -41,9 +52,9 @@ func flatten(fams map[string]*dto.MetricFamily, prefix string) map[string]float6
 	return out
 }
 
-// checkExact compares got with want key by key, leaving out the keys
+// CheckExact compares got with want key by key, leaving out the keys
 // that skip matches (timed values).
-func checkExact(t *testing.T, got, want map[string]float64, skip func(key string) bool) {
+func CheckExact(t testing.TB, got, want map[string]float64, skip func(key string) bool) {
 	t.Helper()
 	keys := map[string]bool{}
 	for k := range got {
@@ -72,4 +83,27 @@ func checkExact(t *testing.T, got, want map[string]float64, skip func(key string
 			t.Errorf("%s = %v, want %v", k, g, w)
 		}
 	}
+}
+
+// Scrape GETs metrics.Path over the Unix socket sock and parses the
+// Prometheus text format it answers in.
+func Scrape(t testing.TB, sock string) map[string]*dto.MetricFamily {
+	t.Helper()
+	c := &http.Client{Timeout: time.Minute, Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+	resp, err := c.Get("http://skillbox" + metrics.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain") {
+		t.Fatalf("scrape: %s, %s", resp.Status, resp.Header.Get("Content-Type"))
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parsing the scrape: %v", err)
+	}
+	return fams
 }
