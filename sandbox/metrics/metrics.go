@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
@@ -94,7 +95,7 @@ func New(o Options) *Metrics {
 		}, []string{"skill", "outcome", "reason"}),
 		runSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "skillbox_run_duration_seconds",
-			Help:    "Time from a run's start record to its end (image, sandbox boot or pool claim, the script, outputs), by skill and start: warm (a pre-booted sandbox) or cold." + skillHelp,
+			Help:    "Time from a run's start record to its end (image, sandbox boot or pool claim, the script, outputs), by skill and start: warm (a pre-booted sandbox), cold, or session (the session's own sandbox, isolation = \"session\")." + skillHelp,
 			Buckets: []float64{0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600},
 		}, []string{"skill", "start"}),
 		builds: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -168,7 +169,10 @@ func (m *Metrics) runEnded(r *audit.Record) {
 	}
 	m.runs.WithLabelValues(skill, outcome, reason).Inc()
 	start := "cold"
-	if ri.Warm {
+	switch {
+	case ri.Isolation == string(policy.IsolationSession):
+		start = "session"
+	case ri.Warm:
 		start = "warm"
 	}
 	took := time.Duration(ri.DurationMS) * time.Millisecond

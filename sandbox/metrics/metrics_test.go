@@ -49,19 +49,23 @@ func TestRecording(t *testing.T) {
 			},
 		},
 		{
-			name: "run failed warm, duration from the result when the record has no times",
+			name: "run failed warm, a session run, duration from the result when the record has no times",
 			report: func(m *metrics.Metrics) {
 				m.Appended(runEnd("pdf", audit.RunInfo{Reason: "exit", ExitCode: exit(2), Warm: true, DurationMS: 250}, "exit"), 0, nil)
 				m.Appended(runEnd("pdf", audit.RunInfo{Reason: "oom", ExitCode: exit(137), Warm: true, DurationMS: 250}, "oom"), 0, nil)
+				m.Appended(runEnd("pdf", audit.RunInfo{Reason: "exit", ExitCode: exit(0), Isolation: "session", DurationMS: 100}, "exit"), 0, nil)
 			},
 			want: map[string]float64{
-				`skillbox_runs_total{outcome="failed",reason="exit",skill="pdf"}`: 1,
-				`skillbox_runs_total{outcome="failed",reason="oom",skill="pdf"}`:  1,
-				`skillbox_run_duration_seconds_count{skill="pdf",start="warm"}`:   2,
-				`skillbox_run_duration_seconds_sum{skill="pdf",start="warm"}`:     0.5,
-				`skillbox_audit_append_duration_seconds_count{}`:                  2,
-				`skillbox_audit_append_duration_seconds_sum{}`:                    0,
-				`skillbox_audit_append_failures_total{}`:                          0,
+				`skillbox_runs_total{outcome="failed",reason="exit",skill="pdf"}`:  1,
+				`skillbox_runs_total{outcome="failed",reason="oom",skill="pdf"}`:   1,
+				`skillbox_run_duration_seconds_count{skill="pdf",start="warm"}`:    2,
+				`skillbox_run_duration_seconds_sum{skill="pdf",start="warm"}`:      0.5,
+				`skillbox_runs_total{outcome="ok",reason="exit",skill="pdf"}`:      1,
+				`skillbox_run_duration_seconds_count{skill="pdf",start="session"}`: 1,
+				`skillbox_run_duration_seconds_sum{skill="pdf",start="session"}`:   0.1,
+				`skillbox_audit_append_duration_seconds_count{}`:                   3,
+				`skillbox_audit_append_duration_seconds_sum{}`:                     0,
+				`skillbox_audit_append_failures_total{}`:                           0,
 			},
 		},
 		{
