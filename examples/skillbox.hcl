@@ -24,6 +24,8 @@ daemon {
   # tool_mode           = "restrict"  # restrict | preapprove (meaning of a skill's allowed-tools; docs/CONFIG.md)
   # workspace_quota     = "1GiB"      # what one session's workspace (state_dir/workspaces/SESSION) may hold
   # store               = "bbolt"     # bbolt (state_dir/state.db, one machine) | etcd (shared by replicas; docs/CONFIG.md)
+  # metrics             = "unix:/run/skillbox/metrics.sock"  # Prometheus metrics (off by default): a Unix
+                                      # socket (socket_mode, socket_group) or "127.0.0.1:9464"; loopback only (docs/CONFIG.md)
 }
 
 # Where replicas (daemon.store = "etcd") share sessions, confirmations,

@@ -87,7 +87,20 @@ func (s *Store) Build(ctx context.Context, r *Recipe, progress io.Writer) (*Imag
 
 // BuildWith is Build with the choices of opts.
 func (s *Store) BuildWith(ctx context.Context, r *Recipe, opts BuildOptions) (*Image, error) {
-	return s.build(ctx, r, opts, false)
+	img, err := s.build(ctx, r, opts, false)
+	s.built(r.Name, err)
+	return img, err
+}
+
+// OnBuild makes f hear of every build this store runs, once it has ended
+// (err: it failed): the daemon's metrics count them. Set it before the
+// store is used; nil hears nothing.
+func (s *Store) OnBuild(f func(image string, err error)) { s.onBuild = f }
+
+func (s *Store) built(image string, err error) {
+	if s.onBuild != nil {
+		s.onBuild(image, err)
+	}
 }
 
 // BuildLogPath is where the full output of the latest build of the image

@@ -79,6 +79,8 @@ type Store struct {
 	mmdebstrap string
 	// asRoot says whether ownership and device nodes can be restored.
 	asRoot bool
+	// onBuild hears of every build (OnBuild).
+	onBuild func(image string, err error)
 }
 
 // OpenStore opens (creating if needed) the store in dir. It starts with the
@@ -238,6 +240,7 @@ func (s *Store) Ensure(ctx context.Context, r *Recipe, build bool, w io.Writer) 
 			return nil, "", err
 		}
 		img, err = s.build(ctx, r, BuildOptions{Progress: w, Unpack: true}, true)
+		s.built(r.Name, err)
 	}
 	if err != nil {
 		return nil, "", err

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -294,6 +295,8 @@ func TestBuildWithFakeMmdebstrap(t *testing.T) {
 	s := openTestStore(t)
 	tree := writeTree(t, map[string]string{"usr/bin/hello": "#!/bin/sh\necho hi\n", "etc/os-release": "ID=debian\n"})
 	s.mmdebstrap = fakeMmdebstrap(t, tree)
+	var builds []string // what OnBuild heard
+	s.OnBuild(func(image string, err error) { builds = append(builds, fmt.Sprintf("%s %v", image, err)) })
 
 	var progress bytes.Buffer
 	r := testRecipe("shell")
@@ -344,13 +347,22 @@ func TestBuildWithFakeMmdebstrap(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Join(s.Dir(), "tmp")); len(entries) != 0 {
 		t.Errorf("scratch left in tmp: %v", entries)
 	}
+	// The first Ensure and BuildWith built; the second Ensure did not.
+	if strings.Join(builds, "; ") != "shell <nil>; shell <nil>" {
+		t.Errorf("OnBuild heard %q", builds)
+	}
 }
 
 func TestBuildFailure(t *testing.T) {
 	s := openTestStore(t)
 	s.mmdebstrap = fakeMmdebstrap(t, "fail")
+	var heard []error
+	s.OnBuild(func(image string, err error) { heard = append(heard, err) })
 	var progress bytes.Buffer
 	_, err := s.Build(context.Background(), testRecipe("shell"), &progress)
+	if len(heard) != 1 || !errors.Is(heard[0], ErrBuildFailed) {
+		t.Errorf("OnBuild heard %v, want the failure", heard)
+	}
 	if !errors.Is(err, ErrBuildFailed) || !strings.Contains(err.Error(), "E: cannot reach the mirror") ||
 		!strings.Contains(err.Error(), "skillbox images build shell") || !strings.Contains(err.Error(), "full log: "+s.BuildLogPath("shell")) {
 		t.Errorf("err = %v", err)

@@ -117,6 +117,10 @@ type Daemon struct {
 	// Store is where sessions, confirmations and proposals live:
 	// StoreBbolt (default) or StoreEtcd (Config.Etcd).
 	Store string
+
+	// Metrics is where the daemon serves its Prometheus metrics; the
+	// zero value (the default) serves none. See MetricsAddress.
+	Metrics MetricsAddress
 }
 
 // Skills is the skills {} block.

@@ -47,7 +47,7 @@ var (
 		"max_active_skills", "run_queue_timeout", "idle_timeout", "max_line_bytes",
 		"confirmation_ttl", "runtime", "tool_mode", "max_connections_per_uid", "max_runs_per_uid",
 		"max_queued_runs_per_uid", "max_request_bytes_per_uid", "approver_connections", "approver_runs",
-		"workspace_quota", "replica", "store")}
+		"workspace_quota", "replica", "store", "metrics")}
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
 		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
@@ -520,6 +520,14 @@ func (d *decoder) daemon(blk *hcl.Block) {
 	}
 	b.oneOf("runtime", &dc.Runtime, runtimeNames...)
 	b.oneOf("store", &dc.Store, storeNames...)
+	var metrics string
+	if a := b.str("metrics", &metrics); a != nil {
+		if m, err := ParseMetricsAddress(metrics); err != nil {
+			b.bad(a, "%v", err)
+		} else {
+			dc.Metrics = m
+		}
+	}
 	var mode2 string
 	if b.oneOf("tool_mode", &mode2, string(ToolModeRestrict), string(ToolModePreapprove)) != nil {
 		dc.ToolMode = ToolMode(mode2)

@@ -21,6 +21,8 @@ func FuzzConfig(f *testing.F) {
 	f.Add([]byte(`policy "x" { skills = ["*"] env = ["MODE", "MYTOOL_*"] }`))
 	f.Add([]byte(`daemon { max_connections_per_uid = 2 approver_runs = 1 } audit { min_free = "1GiB" }`))
 	f.Add([]byte(`policy "nb" { skills = ["nb-*"] isolation = "session" } sessions { idle_timeout = "0" checkpoint_budget = "1GiB" }`))
+	f.Add([]byte(`daemon { metrics = "127.0.0.1:9464" }`))
+	f.Add([]byte(`daemon { metrics = "unix:/run/skillbox/metrics.sock" }`))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		c, err := Parse(src, "fuzz.hcl")
 		if err != nil {
@@ -28,6 +30,14 @@ func FuzzConfig(f *testing.F) {
 		}
 		if _, err := Parse(src, "fuzz.hcl"); err != nil {
 			t.Fatalf("accepted once, refused again: %v", err)
+		}
+		// An accepted metrics address is loopback or a socket, and reads
+		// back as itself.
+		if m := c.Daemon.Metrics; m.Enabled() {
+			again, err := ParseMetricsAddress(m.String())
+			if err != nil || again != m {
+				t.Fatalf("metrics %+v read back as %+v, %v", m, again, err)
+			}
 		}
 		for _, r := range c.Rules {
 			for _, e := range r.Env {

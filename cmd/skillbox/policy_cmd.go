@@ -236,6 +236,14 @@ func printConfig(w io.Writer, cfg *policy.Config) {
 		group = "unchanged"
 	}
 	p("  socket\t%s (mode %04o, group %s)", dc.Socket, uint32(dc.SocketMode), group)
+	switch m := dc.Metrics; m.Network {
+	case "":
+		p("  metrics\toff")
+	case "unix":
+		p("  metrics\t%s (mode and group of the socket)", m)
+	default:
+		p("  metrics\t%s (loopback)", m)
+	}
 	p("  state_dir\t%s", dc.StateDir)
 	p("  audit_dir\t%s", orNone(dc.AuditDir, "none: no audit log"))
 	p("  replica\t%s", orNone(dc.Replica, "the host name; chain in audit_dir itself"))

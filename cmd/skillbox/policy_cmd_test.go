@@ -95,3 +95,24 @@ func TestPrintAllowedTools(t *testing.T) {
 		}
 	}
 }
+
+// policy check says whether and where the daemon serves metrics.
+func TestPrintMetrics(t *testing.T) {
+	for _, tc := range []struct{ src, want string }{
+		{"daemon {}\n", "metrics off"},
+		{"daemon {\n  metrics = \"unix:/run/skillbox/metrics.sock\"\n}\n", "metrics unix:/run/skillbox/metrics.sock (mode and group of the socket)"},
+		{"daemon {\n  metrics = \"127.0.0.1:9464\"\n}\n", "metrics 127.0.0.1:9464 (loopback)"},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			cfg, err := policy.Parse([]byte(tc.src), "p.hcl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b bytes.Buffer
+			printConfig(&b, cfg)
+			if got := strings.Join(strings.Fields(b.String()), " "); !strings.Contains(got, tc.want) {
+				t.Errorf("config listing lacks %q:\n%s", tc.want, b.String())
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -36,11 +37,21 @@ type Recorder interface {
 	FreeBytes() (free int64, ok bool, err error)
 }
 
+// AppendObserver sees every record the journal appends, once the append
+// has ended: how long it took and its error. It is how the daemon's
+// metrics (sandbox/metrics) count runs, builds and egress from the same
+// records the audit holds, and time the appends. It must not block or
+// change r.
+type AppendObserver interface {
+	Appended(r *audit.Record, took time.Duration, err error)
+}
+
 // Journal is the Recorder over an Auditor; a nil Auditor (a local run
 // without an audit dir) records nothing and is always healthy.
 type Journal struct {
-	log    Auditor
-	logger hclog.Logger
+	log      Auditor
+	logger   hclog.Logger
+	observer AppendObserver
 }
 
 var _ Recorder = (*Journal)(nil)
@@ -56,17 +67,33 @@ func NewJournal(log Auditor, logger hclog.Logger) *Journal {
 	return &Journal{log: log, logger: logger}
 }
 
+// Observe makes o see every append from now on (nil: none). The stack
+// sets it before the journal is used.
+func (j *Journal) Observe(o AppendObserver) { j.observer = o }
+
 // Record implements Recorder: a failure is logged, and returned as the
 // refusal of the call that needed the record.
 func (j *Journal) Record(ctx context.Context, r *audit.Record) error {
 	if j == nil || j.log == nil {
 		return nil
 	}
-	if err := j.log.Append(ctx, r); err != nil {
+	err := j.append(ctx, r)
+	if err != nil {
 		j.logger.Error("audit append failed", "event", r.Event, "outcome", r.Outcome, "error", err)
 		return auditDown(err)
 	}
 	return nil
+}
+
+// append appends r, telling the observer.
+func (j *Journal) append(ctx context.Context, r *audit.Record) error {
+	if j.observer == nil {
+		return j.log.Append(ctx, r)
+	}
+	start := time.Now()
+	err := j.log.Append(ctx, r)
+	j.observer.Appended(r, time.Since(start), err)
+	return err
 }
 
 // Check implements Recorder.

@@ -80,6 +80,18 @@ type Options struct {
 	// Locker serialises lock file writes and proposal applies across the
 	// daemons sharing the state store; nil: within this process only.
 	Locker store.Locker
+
+	// Metrics hears what the service decides that no audit record
+	// times; nil hears nothing. The rest of the daemon's metrics come
+	// from the audit records (runner.AppendObserver).
+	Metrics Metrics
+}
+
+// Metrics is what the service tells the daemon's metrics (sandbox/metrics).
+type Metrics interface {
+	// ConfirmationDecided: an approver approved or denied c (its
+	// Created and DecidedAt say how long it waited).
+	ConfirmationDecided(c *api.Confirmation)
 }
 
 // Service serves the tool calls; it implements api.Service. Every method
@@ -110,6 +122,8 @@ type Service struct {
 	lockMu    sync.Mutex // lock file writes and proposal applies
 
 	shared store.Locker // the same across replicas, when set
+
+	metrics Metrics // nil: none
 }
 
 var _ api.Service = (*Service)(nil)
@@ -130,6 +144,7 @@ func New(o Options) *Service {
 		sessions:  o.Sessions,
 		confirms:  o.Confirmations,
 		journal:   o.Audit,
+		metrics:   o.Metrics,
 		log:       log.Named("service"),
 		runSlots:  newRunSlots(dc.MaxConcurrentRuns, dc.ApproverRuns, dc.MaxRunsPerUID, dc.MaxQueuedRunsPerUID),
 		queueWait: dc.RunQueueTimeout,
@@ -836,6 +851,9 @@ func (s *Service) decideConfirmation(ctx context.Context, caller api.Peer, id st
 			err = api.MarkAudited(err)
 		}
 		return nil, err
+	}
+	if s.metrics != nil {
+		s.metrics.ConfirmationDecided(c)
 	}
 	r.SessionID = c.SessionID
 	r.Confirmation.Digest, r.Confirmation.Rule, r.Confirmation.Reason = c.Digest, c.Rule, c.Reason

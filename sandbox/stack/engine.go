@@ -105,6 +105,8 @@ type engineOptions struct {
 	// prepare, when set, is the mode's start on the runtime before the
 	// engine exists; it may return the warm pool.
 	prepare func(runtime.Runtime) (*runtime.Pool, error)
+	// onImageBuild, when set, hears of every image build (the metrics).
+	onImageBuild func(image string, err error)
 }
 
 // newEngine builds the run engine every front end shares.
@@ -142,6 +144,7 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*runner.E
 		return nil, err
 	}
 	store.SetRecipes(recipes)
+	store.OnBuild(o.onImageBuild)
 	byImage, err := RecipesByImage(cfg, recipes)
 	if err != nil {
 		return nil, err

@@ -18,8 +18,8 @@ const module = "github.com/skillbox/skillbox/"
 var layers = [][]string{
 	{"cmd/skillbox"},
 	{"sandbox/bench"},
-	{"sandbox/stack"},
-	{"sandbox/daemon", "sandbox/service/servicetest", "sandbox/audit/audittest"},
+	{"sandbox/stack", "sandbox/metrics/metricstest"},
+	{"sandbox/daemon", "sandbox/metrics", "sandbox/service/servicetest", "sandbox/audit/audittest"},
 	{"sandbox/jsonrpc", "sandbox/mcp", "sandbox/client"},
 	{"sandbox/service"},
 	{"sandbox/runner"},

@@ -14,6 +14,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
+	"github.com/skillbox/skillbox/sandbox/metrics"
 )
 
 // Serving is a daemon answering on its socket: what `skillbox serve` and the
@@ -24,6 +25,8 @@ type Serving struct {
 	log    hclog.Logger
 	cancel context.CancelFunc
 	done   chan error
+	// metrics is the metrics endpoint (nil: daemon.metrics is not set).
+	metrics *metrics.Endpoint
 	// forced is set when the grace period was cut short.
 	forced atomic.Bool
 }
@@ -51,6 +54,15 @@ func StartDaemon(parent context.Context, cfg *policy.Config, version string, log
 	if err != nil {
 		return fail(err)
 	}
+	if m := st.Metrics(); m != nil {
+		// The metrics socket follows the main socket's mode and group.
+		mln, err := metrics.Listen(cfg.Daemon.Metrics, cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
+		if err != nil {
+			ln.Close()
+			return fail(err)
+		}
+		sv.metrics = m.Serve(mln, log.Named("metrics"))
+	}
 	rtName := st.Engine().Runtime().Name()
 	self := SelfPeer()
 	err = st.Journal().Record(ctx, &audit.Record{
@@ -62,11 +74,15 @@ func StartDaemon(parent context.Context, cfg *policy.Config, version string, log
 	})
 	if err != nil {
 		ln.Close()
+		sv.closeMetrics(ctx)
 		return fail(err)
 	}
 	go func() { sv.done <- st.Daemon().Server().Serve(ctx, ln) }()
 	log.Info("serving", "socket", cfg.Daemon.Socket, "runtime", rtName, "runtime_version", st.RuntimeVersion(),
 		"skills", len(st.Registry().List()), "audit_dir", cfg.Daemon.AuditDir)
+	if sv.metrics != nil {
+		log.Info("serving metrics", "address", cfg.Daemon.Metrics.String(), "path", metrics.Path)
+	}
 	return sv, nil
 }
 
@@ -103,6 +119,7 @@ func (sv *Serving) Close(ctx context.Context, why string) {
 	default:
 		sv.log.Warn("shutdown", "error", serr)
 	}
+	sv.closeMetrics(ctx)
 	sv.cancel()
 	sv.stack.Stop()
 	self := SelfPeer()
@@ -120,6 +137,17 @@ func (sv *Serving) Close(ctx context.Context, why string) {
 	acancel()
 	sv.stack.Close()
 	sv.log.Info("stopped")
+}
+
+// closeMetrics stops the metrics endpoint, if it is served.
+func (sv *Serving) closeMetrics(ctx context.Context) {
+	if sv.metrics == nil {
+		return
+	}
+	if err := sv.metrics.Close(ctx); err != nil {
+		sv.log.Warn("closing the metrics endpoint", "error", err)
+	}
+	sv.metrics = nil
 }
 
 // SelfPeer is the caller of a local command: this process.

@@ -24,6 +24,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/rootless"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/daemon"
+	"github.com/skillbox/skillbox/sandbox/metrics"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/store"
@@ -106,6 +107,7 @@ type Stack struct {
 	engine    *runner.Engine
 	svc       *service.Service
 	daemon    *daemon.Daemon
+	metrics   *metrics.Metrics // Serve with daemon.metrics set; else nil
 	state     store.KV
 	stateDir  string // a temp state dir of MCP and Local, removed on Close
 	rtVersion string
@@ -135,6 +137,9 @@ func (s *Stack) Service() *service.Service { return s.svc }
 
 // Daemon is the daemon (Serve only).
 func (s *Stack) Daemon() *daemon.Daemon { return s.daemon }
+
+// Metrics is the daemon's metrics (Serve with daemon.metrics set; else nil).
+func (s *Stack) Metrics() *metrics.Metrics { return s.metrics }
 
 // RuntimeVersion is the runtime's version as checked at start (Serve only).
 func (s *Stack) RuntimeVersion() string { return s.rtVersion }
@@ -208,6 +213,12 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	// The one writer of the audit log, for the engine and the service.
 	s.journal = runner.NewJournal(auditor(s.auditLog), runLog.Named("audit"))
+	if o.Mode == Serve && cfg.Daemon.Metrics.Enabled() {
+		// The metrics hear of every audit record, image build and
+		// confirmation, and read the pool and the sessions when scraped.
+		s.metrics = metrics.New(metrics.Options{})
+		s.journal.Observe(s.metrics)
+	}
 
 	if o.Mode != Local || o.WithEngine {
 		pins := &runner.SnapshotStore{Dir: snapshotDir()}
@@ -233,12 +244,18 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 		if o.Mode == Serve {
 			eo.prepare = func(rt runtime.Runtime) (*runtime.Pool, error) { return s.startRuntime(ctx, rt) }
 			eo.checkpoints = filepath.Join(cfg.Daemon.StateDir, "checkpoints")
+			if s.metrics != nil {
+				eo.onImageBuild = s.metrics.ImageBuilt
+			}
 		}
 		if s.engine, err = newEngine(cfg, eo, log); err != nil {
 			return nil, err
 		}
-		if s.engine.Pool() != nil {
+		if p := s.engine.Pool(); p != nil {
 			s.drainOnReload(ctx)
+			if s.metrics != nil {
+				s.metrics.WatchPool(p.Stats)
+			}
 		}
 		if o.Mode != Serve && rootless.Active() {
 			sweepUserRuns(ctx, s.engine.Runtime(), log)
@@ -289,6 +306,10 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 		}
 		confirms = store.NewConfirmationStore(s.state, store.ConfirmationOptions{DefaultTTL: cfg.Daemon.ConfirmationTTL, Logger: log.Named("store")})
 		so.Sessions, so.Confirmations = sessions, confirms
+		if s.metrics != nil {
+			s.metrics.WatchSessions(sessions.Count)
+			so.Metrics = s.metrics
+		}
 		so.Locker, _ = s.state.(store.Locker)
 		so.SessionWorkspaces, so.WorkspaceQuota = filepath.Join(dir, "workspaces"), cfg.Daemon.WorkspaceQuota
 		if o.Mode != Local {

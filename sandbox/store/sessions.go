@@ -347,12 +347,33 @@ func (s *SessionStore) Close(id string, uid uint32) error {
 
 // List returns uid's live sessions, oldest first.
 func (s *SessionStore) List(uid uint32) ([]*Session, error) {
+	out, err := s.live("listing", func(ses *Session) bool { return ses.OwnerUID == uid })
+	if err != nil {
+		return nil, err
+	}
+	for _, ses := range out {
+		ses.LastUsed = s.lastUsed(ses)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out, nil
+}
+
+// Count is how many sessions are open (not expired), of every uid: all
+// that the store holds, so the sessions of every replica sharing it.
+func (s *SessionStore) Count() (int, error) {
+	out, err := s.live("counting", func(*Session) bool { return true })
+	return len(out), err
+}
+
+// live is the sessions keep selects that have not expired; doing names
+// the work in an error ("listing sessions: …").
+func (s *SessionStore) live(doing string, keep func(*Session) bool) ([]*Session, error) {
 	now := s.now()
 	ctx, cancel := opContext()
 	defer cancel()
 	all, err := s.kv.List(ctx, bucketSessions)
 	if err != nil {
-		return nil, fmt.Errorf("listing sessions: %w", err)
+		return nil, fmt.Errorf("%s sessions: %w", doing, err)
 	}
 	var out []*Session
 	for _, e := range all {
@@ -360,12 +381,10 @@ func (s *SessionStore) List(uid uint32) ([]*Session, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ses.OwnerUID == uid && !s.expired(ses, now) {
-			ses.LastUsed = s.lastUsed(ses)
+		if keep(ses) && !s.expired(ses, now) {
 			out = append(out, ses)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
 	return out, nil
 }
 

@@ -209,3 +209,35 @@ func TestStateDBSingleOpener(t *testing.T) {
 		t.Fatalf("second open: %v", err)
 	}
 }
+
+// TestSessionCount: Count is every uid's open sessions, without the
+// closed and the expired ones.
+func TestSessionCount(t *testing.T) {
+	forBackends(t, func(t *testing.T, be backend) {
+		st := be.open(t, t.TempDir())
+		defer st.Close()
+		clk := newClock()
+		ss := NewSessionStore(st, SessionOptions{TTL: time.Hour, Now: clk.Now})
+		count := func(want int) {
+			t.Helper()
+			if n, err := ss.Count(); err != nil || n != want {
+				t.Fatalf("Count = %d, %v; want %d", n, err, want)
+			}
+		}
+		count(0)
+		a, _ := ss.Create(7)
+		ss.Create(8)
+		clk.Advance(50 * time.Minute)
+		c, _ := ss.Create(9)
+		count(3)
+		if err := ss.Close(c.ID, 9); err != nil {
+			t.Fatal(err)
+		}
+		count(2)
+		if _, err := ss.Get(a.ID, 7); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(20 * time.Minute) // uid 8's session has expired; a was used
+		count(1)
+	})
+}
