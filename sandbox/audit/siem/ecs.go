@@ -47,7 +47,7 @@ func (m *Mapper) ecs(r *audit.Record, orig map[string]any) map[string]any {
 		"@timestamp": r.Time.UTC().Format(time.RFC3339Nano),
 		"ecs":        map[string]any{"version": ECSVersion},
 		"event":      event,
-		"message":    r.Event + ": " + r.Summary(),
+		"message":    message(r),
 		"skillbox":   orig,
 	}
 	svc := map[string]any{"name": ProductName, "type": ProductName, "version": m.version(r.Replica)}

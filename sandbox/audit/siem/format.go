@@ -171,3 +171,11 @@ func eventUID(r *audit.Record) string {
 }
 
 func uidString(u uint32) string { return strconv.FormatUint(uint64(u), 10) }
+
+// message is a short human reading of the record: its event and summary.
+func message(r *audit.Record) string {
+	if s := r.Summary(); s != "" {
+		return r.Event + ": " + s
+	}
+	return r.Event
+}

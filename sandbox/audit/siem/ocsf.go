@@ -31,7 +31,7 @@ func (m *Mapper) ocsf(r *audit.Record, orig map[string]any) map[string]any {
 		"status_id":     status,
 		"status":        statusName,
 		"time":          r.Time.UnixMilli(),
-		"message":       r.Event + ": " + r.Summary(),
+		"message":       message(r),
 		"metadata": map[string]any{
 			"version":      OCSFVersion,
 			"uid":          eventUID(r),
