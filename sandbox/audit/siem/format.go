@@ -149,16 +149,11 @@ func (m *Mapper) version(replica string) string {
 
 // decodeObject decodes a record line keeping its numbers as written.
 func decodeObject(raw []byte) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var o map[string]any
-	if err := dec.Decode(&o); err != nil {
-		return nil, err
+	o, err := audit.DecodeObject(raw)
+	if err == nil && o == nil {
+		err = fmt.Errorf("null is not a record")
 	}
-	if o == nil {
-		return nil, fmt.Errorf("null is not a record")
-	}
-	return o, nil
+	return o, err
 }
 
 // eventUID identifies a record uniquely: its hash, or replica and seq for
