@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -255,17 +254,7 @@ func TestAuditExportFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	sockDir, err := os.MkdirTemp("", "sl")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(sockDir)
-	sock := filepath.Join(sockDir, "log.sock")
-	ln, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: sock, Net: "unixgram"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	sock, nextDatagram := audittest.SyslogSocket(t)
 	outFile := filepath.Join(t.TempDir(), "siem.jsonl")
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -295,13 +284,7 @@ func TestAuditExportFollow(t *testing.T) {
 		}
 	}
 	// The run.end arrives at the syslog listener as one RFC 5424 message.
-	buf := make([]byte, 1<<16)
-	ln.SetReadDeadline(time.Now().Add(10 * time.Second))
-	n, err := ln.Read(buf)
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := string(buf[:n])
+	msg := string(nextDatagram())
 	if !strings.HasPrefix(msg, "<110>1 ") || !strings.Contains(msg, " skillbox - run.end - {") || !strings.Contains(msg, `"class_uid":1007`) {
 		t.Fatalf("syslog message: %q", msg)
 	}

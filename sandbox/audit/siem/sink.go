@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 )
 
 // Sink receives mapped records, one at a time, in order.
@@ -45,7 +46,8 @@ func (s *StreamSink) Close() error { return s.w.Flush() }
 // FileSink writes records as JSON lines to a file. Flush writes and
 // fsyncs them. Before writing it checks the path still names the file it
 // has open and reopens it if not, so a log rotator may move the file away
-// (or remove it) at any time: records go to the new file from then on.
+// (or remove it) at any time: records go to the new file from then on. A
+// rotator that copies and truncates instead is fine too: writes append.
 type FileSink struct {
 	path string
 	f    *os.File
@@ -63,9 +65,27 @@ func OpenFile(path string, appendTo bool) (*FileSink, error) {
 	if err != nil {
 		return nil, fmt.Errorf("opening the export file: %w", err)
 	}
+	if err := syncDir(path); err != nil {
+		f.Close()
+		return nil, err
+	}
 	s := &FileSink{path: path, f: f}
 	s.w = bufio.NewWriterSize(f, 256<<10)
 	return s, nil
+}
+
+// syncDir fsyncs the directory holding path, so a file just created there
+// survives a crash along with what is written to it.
+func syncDir(path string) error {
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return fmt.Errorf("syncing the directory of %s: %w", path, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("syncing the directory of %s: %w", path, err)
+	}
+	return nil
 }
 
 func (s *FileSink) Write(m Message) error {
@@ -98,6 +118,10 @@ func (s *FileSink) reopenIfMoved() error {
 	f, err := os.OpenFile(s.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o640)
 	if err != nil {
 		return fmt.Errorf("reopening %s after it was moved: %w", s.path, err)
+	}
+	if err := syncDir(s.path); err != nil {
+		f.Close()
+		return err
 	}
 	s.f.Close()
 	s.f = f
