@@ -377,38 +377,20 @@ func auditExport(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	format, err := siem.ParseFormat(c.String("format"))
+	mapper, err := siem.NewMapper(siem.Format(c.String("format")), version)
 	if err != nil {
 		return exitCode(2, "--format: %v", err)
 	}
-	mapper, err := siem.NewMapper(format, version)
-	if err != nil {
-		return exitCode(2, "--format: %v", err)
-	}
-	out, dest := c.String("output"), c.String("syslog")
 	follow := c.Bool("f")
-	if out != "" && dest != "" {
-		return exitCode(2, "give --output or --syslog, not both")
-	}
 	if c.IsSet("n") && !follow {
 		return exitCode(2, "-n needs -f: without it every record that passes the filters is exported")
 	}
-	var sink siem.Sink
-	switch {
-	case dest != "":
-		s, err := siem.DialSyslog(dest)
-		if err != nil {
-			return exitCode(1, "audit export: %v", err)
+	sink, err := siem.OpenSink(siem.Destination{Output: c.String("output"), Syslog: c.String("syslog"), Stdout: c.App.Writer, Append: follow})
+	if err != nil {
+		if de := (*siem.DestinationError)(nil); errors.As(err, &de) {
+			return exitCode(2, "audit export: %v", err)
 		}
-		sink = s
-	case out != "" && out != "-":
-		s, err := siem.OpenFile(out, follow)
-		if err != nil {
-			return exitCode(1, "audit export: %v", err)
-		}
-		sink = s
-	default:
-		sink = siem.NewStreamSink(c.App.Writer)
+		return exitCode(1, "audit export: %v", err)
 	}
 	var n int
 	if follow {
@@ -424,7 +406,7 @@ func auditExport(c *cli.Context) error {
 	if err != nil {
 		return exitCode(1, "audit export: %d record(s) written, then: %v", n, err)
 	}
-	fmt.Fprintf(c.App.ErrWriter, "exported %d record(s) as %s; run 'skillbox audit verify' to vouch for them\n", n, format.Schema())
+	fmt.Fprintf(c.App.ErrWriter, "exported %d record(s) as %s; run 'skillbox audit verify' to vouch for them\n", n, mapper.Format().Schema())
 	return nil
 }
 

@@ -76,13 +76,13 @@ const (
 // producer's version; before one is seen it names ProductVersion.
 type Mapper struct {
 	format Format
-	// ProductVersion is the version named when no daemon.start was seen
-	// (the exporting binary's, usually the daemon's too).
+	// productVersion is named when no daemon.start was seen (the
+	// exporting binary's version, usually the daemon's too).
 	productVersion string
-	versions       map[string]string
+	versions       map[string]string // replica: daemon version
 }
 
-// NewMapper returns a Mapper to format f; productVersion is named as the
+// NewMapper returns a Mapper to format f ("" is json); productVersion is named as the
 // producer's version until a daemon.start record names one.
 func NewMapper(f Format, productVersion string) (*Mapper, error) {
 	f, err := ParseFormat(string(f))

@@ -25,6 +25,40 @@ var (
 	_ Sink = (*SyslogSink)(nil)
 )
 
+// Destination says where records go: Output, a file ("-" or "" for
+// Stdout), or Syslog, an address for DialSyslog; not both.
+type Destination struct {
+	Output string
+	Syslog string
+	Stdout io.Writer
+	// Append keeps what Output holds (a follow) instead of starting it
+	// anew (an export).
+	Append bool
+}
+
+// DestinationError is OpenSink's error for a destination given wrongly
+// (rather than one that could not be opened): a usage error.
+type DestinationError struct{ Err error }
+
+func (e *DestinationError) Error() string { return e.Err.Error() }
+func (e *DestinationError) Unwrap() error { return e.Err }
+
+// OpenSink opens the sink for d.
+func OpenSink(d Destination) (Sink, error) {
+	switch {
+	case d.Output != "" && d.Syslog != "":
+		return nil, &DestinationError{errors.New("give --output or --syslog, not both")}
+	case d.Syslog != "":
+		if _, _, err := ParseSyslogAddr(d.Syslog); err != nil {
+			return nil, &DestinationError{err}
+		}
+		return DialSyslog(d.Syslog)
+	case d.Output != "" && d.Output != "-":
+		return OpenFile(d.Output, d.Append)
+	}
+	return NewStreamSink(d.Stdout), nil
+}
+
 // StreamSink writes records as JSON lines to a stream (stdout).
 type StreamSink struct {
 	w *bufio.Writer
