@@ -18,6 +18,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/audit/siem"
 )
 
 // auditCommand is `skillbox audit`: the security team's view of the audit
@@ -60,10 +61,15 @@ func auditCommand() *cli.Command {
 				Action: auditQuery,
 			},
 			{
-				Name:  "export",
-				Usage: "write records as flat JSON lines for a SIEM, all replicas' chains merged by time",
+				Name: "export",
+				Usage: "write records for a SIEM as JSON lines: flat (json), OCSF " + siem.OCSFVersion + " (ocsf) or ECS " + siem.ECSVersion +
+					" (ecs); all replicas' chains merged by time, or with -f one chain's new records as they are written",
 				Flags: append([]cli.Flag{dirFlag}, append(filterFlags(),
-					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` instead of stdout"})...),
+					&cli.StringFlag{Name: "format", Value: string(siem.FormatJSON), Usage: "`FORMAT` of the records: json (flat), ocsf (OCSF " + siem.OCSFVersion + "), ecs (ECS " + siem.ECSVersion + ")"},
+					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "write to `FILE` instead of stdout (with -f: appended, fsynced per record, reopened when rotated away)"},
+					&cli.StringFlag{Name: "syslog", Usage: "send each record as one RFC 5424 message to `ADDR`: unixgram:PATH (or PATH), udp:HOST:PORT or tcp:HOST:PORT on loopback"},
+					&cli.BoolFlag{Name: "f", Aliases: []string{"follow"}, Usage: "keep writing records as they are written, across rotation, until interrupted (one chain, as audit tail -f)"},
+					&cli.IntFlag{Name: "n", Usage: "with -f: start with the last `N` records (default: only new ones)"})...),
 				Action: auditExport,
 			},
 			{
@@ -371,20 +377,36 @@ func auditExport(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	var w io.Writer = c.App.Writer
-	if p := c.String("output"); p != "" && p != "-" {
-		fh, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o640)
-		if err != nil {
-			return exitCode(1, "audit export: %v", err)
-		}
-		defer fh.Close()
-		w = fh
-	}
-	n, err := audit.Export(w, c.String("dir"), f)
+	mapper, err := siem.NewMapper(siem.Format(c.String("format")), version)
 	if err != nil {
+		return exitCode(2, "--format: %v", err)
+	}
+	follow := c.Bool("f")
+	if c.IsSet("n") && !follow {
+		return exitCode(2, "-n needs -f: without it every record that passes the filters is exported")
+	}
+	sink, err := siem.OpenSink(siem.Destination{Output: c.String("output"), Syslog: c.String("syslog"), Stdout: c.App.Writer, Append: follow})
+	if err != nil {
+		if de := (*siem.DestinationError)(nil); errors.As(err, &de) {
+			return exitCode(2, "audit export: %v", err)
+		}
 		return exitCode(1, "audit export: %v", err)
 	}
-	fmt.Fprintf(c.App.ErrWriter, "exported %d record(s); run 'skillbox audit verify' to vouch for them\n", n)
+	var n int
+	if follow {
+		ctx, stop := signal.NotifyContext(c.Context, os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		n, err = siem.Follow(ctx, c.String("dir"), c.Int("n"), f, mapper, sink)
+	} else {
+		n, err = siem.Export(c.String("dir"), f, mapper, sink)
+	}
+	if cerr := sink.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return exitCode(1, "audit export: %d record(s) written, then: %v", n, err)
+	}
+	fmt.Fprintf(c.App.ErrWriter, "exported %d record(s) as %s; run 'skillbox audit verify' to vouch for them\n", n, mapper.Format().Schema())
 	return nil
 }
 

@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,20 +19,31 @@ import (
 
 func runAudit(t *testing.T, args ...string) (string, string, int) {
 	t.Helper()
+	out, errText, code, err := runAuditContext(context.Background(), args...)
+	if err != nil {
+		t.Fatalf("unexpected error %v", err)
+	}
+	return out, errText, code
+}
+
+// runAuditContext runs `skillbox audit ARGS` until it returns or ctx ends
+// (which stops a follow as an interrupt does). err is an error that is not
+// an exit code.
+func runAuditContext(ctx context.Context, args ...string) (string, string, int, error) {
 	app := newApp()
 	var out, errw bytes.Buffer
 	app.Writer, app.ErrWriter = &out, &errw
-	err := app.Run(append([]string{"skillbox", "audit"}, args...))
+	err := app.RunContext(ctx, append([]string{"skillbox", "audit"}, args...))
 	code := 0
 	if err != nil {
 		var ee *exitError
 		if !errors.As(err, &ee) {
-			t.Fatalf("unexpected error %v", err)
+			return "", "", 0, err
 		}
 		code = ee.code
 		errw.WriteString(ee.msg)
 	}
-	return out.String(), errw.String(), code
+	return out.String(), errw.String(), code, nil
 }
 
 // auditFixture writes a small signed log: a session, a decision, a run
@@ -190,5 +203,107 @@ func TestClean(t *testing.T) {
 		if got := clean(in); got != want {
 			t.Errorf("clean(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestAuditExportFormats(t *testing.T) {
+	dir, _, _ := auditFixture(t)
+	for _, c := range []struct {
+		format, key, want string
+	}{
+		{"ocsf", "class_uid", "1007"},
+		{"ecs", "ecs", `map[version:8.11.0]`},
+		{"json", "run.exit_code", "3"},
+	} {
+		t.Run(c.format, func(t *testing.T) {
+			out, errText, code := runAudit(t, "export", "--dir", dir, "--event", "run.end", "--format", c.format)
+			var m map[string]any
+			if code != 0 || json.Unmarshal([]byte(out), &m) != nil || fmt.Sprint(m[c.key]) != c.want {
+				t.Fatalf("exit %d %s\n%s", code, errText, out)
+			}
+			if !strings.Contains(errText, "exported 1 record(s) as "+map[string]string{"ocsf": "OCSF 1.3.0", "ecs": "ECS 8.11.0", "json": "flat JSON"}[c.format]) {
+				t.Fatalf("stderr: %s", errText)
+			}
+		})
+	}
+	out, _, code := runAudit(t, "export", "--dir", dir, "--format", "ocsf")
+	if n := strings.Count(out, "\n"); code != 0 || n != 7 {
+		t.Fatalf("all records: exit %d, %d lines", code, n)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--format", "cef"}, "unknown format"},
+		{[]string{"-o", "x", "--syslog", "/dev/log"}, "not both"},
+		{[]string{"-n", "3"}, "-n needs -f"},
+		{[]string{"--syslog", "udp:192.0.2.1:514"}, "loopback"},
+	} {
+		if _, e, code := runAudit(t, append([]string{"export", "--dir", dir}, c.args...)...); code == 0 || !strings.Contains(e, c.want) {
+			t.Errorf("%v: exit %d %s", c.args, code, e)
+		}
+	}
+}
+
+// TestAuditExportFollow follows a log being written, to a file and to a
+// syslog listener on a unix datagram socket.
+func TestAuditExportFollow(t *testing.T) {
+	dir := t.TempDir()
+	l, err := audit.Open(dir, audit.Options{CheckpointEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	sock, nextDatagram := audittest.SyslogSocket(t)
+	outFile := filepath.Join(t.TempDir(), "siem.jsonl")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		errText string
+		code    int
+		err     error
+	}
+	results := make(chan result, 2)
+	for _, args := range [][]string{
+		{"-f", "--format", "ecs", "--output", outFile},
+		{"--follow", "--format", "ocsf", "--syslog", "unixgram:" + sock, "--event", "run"},
+	} {
+		go func() {
+			_, e, code, err := runAuditContext(ctx, append([]string{"export", "--dir", dir}, args...)...)
+			results <- result{e, code, err}
+		}()
+	}
+	time.Sleep(500 * time.Millisecond)
+	code := 0
+	for _, r := range []*audit.Record{
+		{Event: audit.EventSessionCreate, Peer: &api.Peer{UID: 1000}, SessionID: "s1"},
+		{Event: audit.EventRunEnd, SessionID: "s1", Run: &audit.RunInfo{Script: "scripts/x.py", ExitCode: &code}},
+	} {
+		if err := l.Append(context.Background(), r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The run.end arrives at the syslog listener as one RFC 5424 message.
+	msg := string(nextDatagram())
+	if !strings.HasPrefix(msg, "<110>1 ") || !strings.Contains(msg, " skillbox - run.end - {") || !strings.Contains(msg, `"class_uid":1007`) {
+		t.Fatalf("syslog message: %q", msg)
+	}
+	// Both records reach the file.
+	deadline := time.Now().Add(10 * time.Second)
+	var lines []string
+	for len(lines) < 2 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		b, _ := os.ReadFile(outFile)
+		lines = strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	}
+	cancel()
+	for range 2 {
+		r := <-results
+		if r.err != nil || r.code != 0 {
+			t.Fatalf("follow: exit %d %v %s", r.code, r.err, r.errText)
+		}
+	}
+	if len(lines) != 2 || !strings.Contains(lines[0], `"action":"session.create"`) || !strings.Contains(lines[1], `"action":"run.end"`) {
+		t.Fatalf("file:\n%s", strings.Join(lines, "\n"))
 	}
 }

@@ -303,15 +303,25 @@ func Export(w io.Writer, dir string, f Filter) (int, error) {
 	return n, err
 }
 
+// DecodeObject reads a record line as a generic object (nil for "null"),
+// its numbers kept exactly as written, for exports that reshape records.
+func DecodeObject(raw []byte) (map[string]any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
 // Flatten turns a record line into one level of keys joined with "." (peer
 // becomes peer.uid, peer.pid, …; run.limits.memory_bytes). Arrays stay
 // arrays; objects inside them are flattened the same way. Numbers are kept
 // exactly as written.
 func Flatten(raw []byte) (map[string]any, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
+	m, err := DecodeObject(raw)
+	if err != nil {
 		return nil, err
 	}
 	out := make(map[string]any, len(m)*2)
