@@ -264,16 +264,8 @@ func TestAuditExportFollow(t *testing.T) {
 		err     error
 	}
 	results := make(chan result, 2)
-	for _, args := range [][]string{
-		{"-f", "--format", "ecs", "--output", outFile},
-		{"--follow", "--format", "ocsf", "--syslog", "unixgram:" + sock, "--event", "run"},
-	} {
-		go func() {
-			_, e, code, err := runAuditContext(ctx, append([]string{"export", "--dir", dir}, args...)...)
-			results <- result{e, code, err}
-		}()
-	}
-	time.Sleep(500 * time.Millisecond)
+	// The records are appended first and the followers start with the
+	// last 2 (-n 2), so no wait for them to start is needed.
 	code := 0
 	for _, r := range []*audit.Record{
 		{Event: audit.EventSessionCreate, Peer: &api.Peer{UID: 1000}, SessionID: "s1"},
@@ -282,6 +274,15 @@ func TestAuditExportFollow(t *testing.T) {
 		if err := l.Append(context.Background(), r); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for _, args := range [][]string{
+		{"-f", "-n", "2", "--format", "ecs", "--output", outFile},
+		{"--follow", "-n", "2", "--format", "ocsf", "--syslog", "unixgram:" + sock, "--event", "run"},
+	} {
+		go func() {
+			_, e, code, err := runAuditContext(ctx, append([]string{"export", "--dir", dir}, args...)...)
+			results <- result{e, code, err}
+		}()
 	}
 	// The run.end arrives at the syslog listener as one RFC 5424 message.
 	msg := string(nextDatagram())

@@ -155,16 +155,16 @@ func TestFollowToFile(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	var n int
-	go func() {
-		var err error
-		n, err = Follow(ctx, dir, 0, audit.Filter{Event: "session"}, m, sink)
-		done <- err
-	}()
-	// Follow starts at the end; records from now on are forwarded, those
-	// the filter leaves out are not.
-	time.Sleep(300 * time.Millisecond)
+	// Follow starts with the last 2 records (appended before it starts,
+	// so no wait for it is needed), then forwards each new one; those the
+	// filter leaves out are not.
 	appendAll(t, l, &audit.Record{Event: audit.EventSessionCreate, SessionID: "s1"},
 		&audit.Record{Event: audit.EventDaemonStart, Daemon: &audit.DaemonInfo{Version: "9"}})
+	go func() {
+		var err error
+		n, err = Follow(ctx, dir, 2, audit.Filter{Event: "session"}, m, sink)
+		done <- err
+	}()
 	lines := waitLines(t, out, 2)
 	if lines[0] != `{"kept":true}` || !strings.Contains(lines[1], `"session_id":"s1"`) {
 		t.Fatalf("output:\n%s", strings.Join(lines, "\n"))
