@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -436,5 +437,46 @@ func TestCollector(t *testing.T) {
 			continue
 		}
 		checkRunTrace(t, spans, "0")
+	}
+}
+
+// discard is an exporter that drops what it is sent, so the benchmark
+// measures skillbox's cost of tracing, not a collector's.
+type discard struct{}
+
+func (discard) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discard) Shutdown(context.Context) error                             { return nil }
+
+// BenchmarkRunObservability is one skills.run_script over the socket,
+// through the daemon and the fake runtime, with metrics and traces off
+// and on (every call sampled, spans batched to an exporter that drops
+// them). The fake runtime takes no time, so the difference between the
+// two is the absolute cost per run of metrics and traces; docs/BENCHMARKS.md
+// sets it against a real warm run's p50.
+//
+//	go test -run '^$' -bench BenchmarkRunObservability -benchmem -count 10 ./sandbox/tracing/
+func BenchmarkRunObservability(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "off"
+		if on {
+			name = "metrics+traces"
+		}
+		b.Run(name, func(b *testing.B) {
+			var tracer trace.Tracer
+			var m *metrics.Metrics
+			if on {
+				tr, err := tracing.New(tracing.Options{Exporter: discard{}, Sample: 1})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { tr.Shutdown(context.Background()) })
+				tracer, m = tr.Tracer(), metrics.New(metrics.Options{})
+			}
+			rig := startDaemon(b, tracer, m)
+			rig.run(b, "ok") // the first run pins the skill
+			for b.Loop() {
+				rig.run(b, "ok")
+			}
+		})
 	}
 }
