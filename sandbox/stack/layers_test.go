@@ -18,7 +18,7 @@ const module = "github.com/skillbox/skillbox/"
 var layers = [][]string{
 	{"cmd/skillbox"},
 	{"sandbox/bench"},
-	{"sandbox/stack", "sandbox/metrics/metricstest"},
+	{"sandbox/stack", "sandbox/metrics/metricstest", "sandbox/tracing/tracingtest"},
 	{"sandbox/daemon", "sandbox/metrics", "sandbox/tracing", "sandbox/audit/siem", "sandbox/service/servicetest", "sandbox/audit/audittest"},
 	{"sandbox/jsonrpc", "sandbox/mcp", "sandbox/client"},
 	{"sandbox/service"},

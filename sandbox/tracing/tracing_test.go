@@ -2,23 +2,14 @@ package tracing_test
 
 import (
 	"context"
-	"encoding/hex"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
-	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
-	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonv1 "go.opentelemetry.io/proto/otlp/common/v1"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
@@ -34,6 +25,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/sandbox/tracing"
 	"github.com/skillbox/skillbox/sandbox/tracing/span"
+	"github.com/skillbox/skillbox/sandbox/tracing/tracingtest"
 )
 
 const traceConfig = `
@@ -189,95 +181,34 @@ var wantTree = []string{
 	"skills.run_script > audit.append run.end",
 }
 
-// gotSpan is one finished span as a test reads it.
-type gotSpan struct {
-	name, id, parent, trace string
-	attrs                   map[string]string
-}
-
-func (s gotSpan) label() string {
-	if ev := s.attrs[string(span.AttrEvent)]; ev != "" {
-		return s.name + " " + ev
-	}
-	return s.name
-}
-
-// tree is the spans of one trace as sorted "parent > child" lines.
-func tree(spans []gotSpan) []string {
-	byID := map[string]gotSpan{}
-	for _, s := range spans {
-		byID[s.id] = s
-	}
-	var out []string
-	for _, s := range spans {
-		if p, ok := byID[s.parent]; ok {
-			out = append(out, p.label()+" > "+s.label())
-		}
-	}
-	slices.Sort(out)
-	return out
-}
-
-func fromStubs(stubs tracetest.SpanStubs) []gotSpan {
-	var out []gotSpan
-	for _, s := range stubs {
-		sp := gotSpan{name: s.Name, id: s.SpanContext.SpanID().String(), trace: s.SpanContext.TraceID().String(), attrs: map[string]string{}}
-		if s.Parent.IsValid() {
-			sp.parent = s.Parent.SpanID().String()
-		}
-		for _, a := range s.Attributes {
-			sp.attrs[string(a.Key)] = a.Value.Emit()
-		}
-		out = append(out, sp)
-	}
-	return out
-}
-
-// byTrace groups spans by trace, keeping the traces whose root is name.
-func byTrace(spans []gotSpan, name string) map[string][]gotSpan {
-	all := map[string][]gotSpan{}
-	for _, s := range spans {
-		all[s.trace] = append(all[s.trace], s)
-	}
-	out := map[string][]gotSpan{}
-	for id, list := range all {
-		for _, s := range list {
-			if s.parent == "" && s.name == name {
-				out[id] = list
-			}
-		}
-	}
-	return out
-}
-
 // checkRunTrace checks one run's trace: its tree, its bounded
 // attributes, and that no span carries the run's arguments.
-func checkRunTrace(t *testing.T, spans []gotSpan, exit string) {
+func checkRunTrace(t *testing.T, spans []tracingtest.Span, exit string) {
 	t.Helper()
 	want := slices.Clone(wantTree)
 	slices.Sort(want)
-	if got := tree(spans); !slices.Equal(got, want) {
+	if got := tracingtest.Tree(spans); !slices.Equal(got, want) {
 		t.Errorf("span tree:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 	for _, s := range spans {
-		for k, v := range s.attrs {
+		for k, v := range s.Attrs {
 			if strings.Contains(v, secretArg) {
-				t.Errorf("span %s attribute %s carries an argument: %q", s.name, k, v)
+				t.Errorf("span %s attribute %s carries an argument: %q", s.Name, k, v)
 			}
 		}
-		switch s.name {
+		switch s.Name {
 		case "skills.run_script":
-			if s.attrs[string(span.AttrSkill)] != "plain" || s.attrs[string(span.AttrScript)] != "scripts/run.sh" || s.attrs["rpc.system"] != "jsonrpc" {
-				t.Errorf("root span attributes %v", s.attrs)
+			if s.Attrs[string(span.AttrSkill)] != "plain" || s.Attrs[string(span.AttrScript)] != "scripts/run.sh" || s.Attrs["rpc.system"] != "jsonrpc" {
+				t.Errorf("root span attributes %v", s.Attrs)
 			}
 		case "sandbox.run":
-			if s.attrs[string(span.AttrWarm)] != "false" || s.attrs[string(span.AttrReason)] != "exit" ||
-				s.attrs[string(span.AttrExitCode)] != exit || s.attrs[string(span.AttrRuntime)] != "fake" {
-				t.Errorf("sandbox.run attributes %v", s.attrs)
+			if s.Attrs[string(span.AttrWarm)] != "false" || s.Attrs[string(span.AttrReason)] != "exit" ||
+				s.Attrs[string(span.AttrExitCode)] != exit || s.Attrs[string(span.AttrRuntime)] != "fake" {
+				t.Errorf("sandbox.run attributes %v", s.Attrs)
 			}
 		case "policy.decide":
-			if s.attrs[string(span.AttrEffect)] != "allow" || s.attrs[string(span.AttrRule)] == "" {
-				t.Errorf("policy.decide attributes %v", s.attrs)
+			if s.Attrs[string(span.AttrEffect)] != "allow" || s.Attrs[string(span.AttrRule)] == "" {
+				t.Errorf("policy.decide attributes %v", s.Attrs)
 			}
 		}
 	}
@@ -298,7 +229,7 @@ func TestRunSpans(t *testing.T) {
 		res := rig.run(t, "fail")
 		// The root span ends before the answer is written, and Sync
 		// exports each span as it ends.
-		runs := byTrace(fromStubs(exp.GetSpans()), "skills.run_script")
+		runs := tracingtest.ByTrace(tracingtest.FromStubs(exp.GetSpans()), "skills.run_script")
 		if len(runs) != 1 {
 			t.Fatalf("%d traces of skills.run_script, want 1", len(runs))
 		}
@@ -342,72 +273,13 @@ func TestRunSpans(t *testing.T) {
 	})
 }
 
-// collector is an OTLP/HTTP collector on loopback: it decodes every
-// export request (protobuf) and keeps its spans.
-type collector struct {
-	mu    sync.Mutex
-	spans []gotSpan
-	bad   []string
-}
-
-func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	body, err := io.ReadAll(r.Body)
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if r.URL.Path != "/v1/traces" || r.Header.Get("Content-Type") != "application/x-protobuf" || err != nil {
-		c.bad = append(c.bad, r.Method+" "+r.URL.Path+" "+r.Header.Get("Content-Type"))
-		http.Error(w, "unexpected request", http.StatusBadRequest)
-		return
-	}
-	var req collectortrace.ExportTraceServiceRequest
-	if err := proto.Unmarshal(body, &req); err != nil {
-		c.bad = append(c.bad, "undecodable: "+err.Error())
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	for _, rs := range req.ResourceSpans {
-		svc := ""
-		for _, a := range rs.GetResource().GetAttributes() {
-			if a.Key == "service.name" {
-				svc = a.GetValue().GetStringValue()
-			}
-		}
-		if svc != tracing.ServiceName {
-			c.bad = append(c.bad, "service.name "+svc)
-		}
-		for _, ss := range rs.ScopeSpans {
-			for _, s := range ss.Spans {
-				sp := gotSpan{name: s.Name, id: hex.EncodeToString(s.SpanId), parent: hex.EncodeToString(s.ParentSpanId),
-					trace: hex.EncodeToString(s.TraceId), attrs: map[string]string{}}
-				for _, a := range s.Attributes {
-					switch v := a.GetValue().GetValue().(type) {
-					case *commonv1.AnyValue_StringValue:
-						sp.attrs[a.Key] = v.StringValue
-					case *commonv1.AnyValue_IntValue:
-						sp.attrs[a.Key] = attribute.Int64Value(v.IntValue).Emit()
-					case *commonv1.AnyValue_BoolValue:
-						sp.attrs[a.Key] = attribute.BoolValue(v.BoolValue).Emit()
-					default:
-						c.bad = append(c.bad, "attribute "+a.Key+" of an unexpected type")
-					}
-				}
-				c.spans = append(c.spans, sp)
-			}
-		}
-	}
-	out, _ := proto.Marshal(&collectortrace.ExportTraceServiceResponse{})
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	w.Write(out)
-}
-
 // TestCollector: a collector on loopback receives one trace per run, over
 // OTLP/HTTP as daemon.traces configures it, with the expected spans, and
 // each run's audit records name its trace.
 func TestCollector(t *testing.T) {
-	col := &collector{}
-	srv := httptest.NewServer(col)
-	defer srv.Close()
-	ep, err := policy.ParseTracesEndpoint(srv.URL)
+	col := tracingtest.Start()
+	defer col.Close()
+	ep, err := policy.ParseTracesEndpoint(col.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,12 +292,13 @@ func TestCollector(t *testing.T) {
 	if err := tr.Shutdown(context.Background()); err != nil { // sends the batch
 		t.Fatal(err)
 	}
-	col.mu.Lock()
-	defer col.mu.Unlock()
-	if len(col.bad) > 0 {
-		t.Fatalf("collector refused: %v", col.bad)
+	if err := col.Err(); err != nil {
+		t.Fatal(err)
 	}
-	runs := byTrace(col.spans, "skills.run_script")
+	if svc := col.Services(); len(svc) != 1 || !svc[tracing.ServiceName] {
+		t.Errorf("service.name of the spans: %v, want %q", svc, tracing.ServiceName)
+	}
+	runs := tracingtest.ByTrace(col.Spans(), "skills.run_script")
 	if len(runs) != len(runIDs) {
 		t.Fatalf("collector got %d run traces, want %d", len(runs), len(runIDs))
 	}
