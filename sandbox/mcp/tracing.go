@@ -31,7 +31,7 @@ func (c *Conn) traceMiddleware(next sdk.MethodHandler) sdk.MethodHandler {
 			trace.WithAttributes(attribute.String("rpc.system", "mcp"), attribute.String("rpc.method", method)))
 		res, err := next(ctx, method, req)
 		kind := ""
-		if r, ok := res.(*sdk.CallToolResult); ok && r.IsError && err == nil {
+		if r, ok := res.(*sdk.CallToolResult); ok && r != nil && r.IsError && err == nil {
 			err, kind = errToolResult, "tool_error"
 		}
 		span.End(sp, err, kind)
