@@ -236,7 +236,8 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 
 	if (o.Mode == Serve || o.Mode == MCP) && cfg.Daemon.Traces.Enabled() {
 		// Spans go to the collector in batches; Close sends the rest.
-		if s.tracing, err = tracing.New(tracing.Options{Endpoint: cfg.Daemon.Traces, Sample: cfg.Daemon.TracesSample, Version: o.Version}); err != nil {
+		if s.tracing, err = tracing.New(tracing.Options{Endpoint: cfg.Daemon.Traces, Sample: cfg.Daemon.TracesSample, Version: o.Version,
+			Logger: log.Named("traces")}); err != nil {
 			return nil, err
 		}
 	}

@@ -19,6 +19,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
@@ -55,6 +57,9 @@ type Options struct {
 	// (tests); Sync sends each span as it ends rather than in batches.
 	Exporter sdktrace.SpanExporter
 	Sync     bool
+	// Logger, when set, hears the SDK's errors (a failed export); the
+	// SDK's handler is process-wide, and the daemon has one tracer.
+	Logger hclog.Logger
 }
 
 // New makes the tracer provider daemon.traces asks for. It does not
@@ -77,6 +82,10 @@ func New(o Options) (*Tracing, error) {
 		if exp, err = otlptracehttp.New(context.Background(), opts...); err != nil {
 			return nil, fmt.Errorf("traces exporter for %s: %w", o.Endpoint, err)
 		}
+	}
+	if o.Logger != nil {
+		log := o.Logger
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { log.Warn("sending traces failed", "error", err) }))
 	}
 	res := resource.NewSchemaless(attribute.String("service.name", ServiceName), attribute.String("service.version", o.Version))
 	popt := sdktrace.WithBatcher(exp)
