@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -54,6 +56,30 @@ func TestDaemonTraces(t *testing.T) {
 		}
 		if c.Daemon.Traces.Enabled() {
 			t.Errorf("traces on by default: %+v", c.Daemon.Traces)
+		}
+	})
+}
+
+// FuzzParseTracesEndpoint: whatever daemon.traces holds, the parser
+// either refuses it or returns an http(s) URL that parses again to
+// itself, and plain http only to a loopback IP.
+func FuzzParseTracesEndpoint(f *testing.F) {
+	for _, s := range []string{"http://127.0.0.1:4318", "https://c.example:4318/x", "http://[::1]:4318/", "grpc://x", "http://localhost", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		ep, err := ParseTracesEndpoint(s)
+		if err != nil {
+			return
+		}
+		again, err := ParseTracesEndpoint(ep.URL)
+		if err != nil || again != ep {
+			t.Fatalf("%q parsed to %+v, which parses to %+v, %v", s, ep, again, err)
+		}
+		u, _ := url.Parse(ep.URL)
+		ip, ipErr := netip.ParseAddr(u.Hostname())
+		if ep.Insecure && (u.Scheme != "http" || ipErr != nil || !ip.IsLoopback()) {
+			t.Fatalf("%q: plain http to %q", s, u.Host)
 		}
 	})
 }
