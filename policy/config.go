@@ -121,6 +121,13 @@ type Daemon struct {
 	// Metrics is where the daemon serves its Prometheus metrics; the
 	// zero value (the default) serves none. See MetricsAddress.
 	Metrics MetricsAddress
+
+	// Traces is the OTLP/HTTP collector the daemon sends its spans to;
+	// the zero value (the default) records none. See TracesEndpoint.
+	Traces TracesEndpoint
+	// TracesSample is the share of calls traced (0 < s <= 1), when Traces
+	// is set; the decoder makes it DefaultTracesSample when not given.
+	TracesSample float64
 }
 
 // Skills is the skills {} block.
@@ -285,6 +292,7 @@ func defaults() *Config {
 			SocketMode:        0o660,
 			StateDir:          "/var/lib/skillbox",
 			Store:             StoreBbolt,
+			TracesSample:      DefaultTracesSample,
 			Approvers:         []string{"root"},
 			MaxConnections:    64,
 			MaxConcurrentRuns: 4,

@@ -47,7 +47,7 @@ var (
 		"max_active_skills", "run_queue_timeout", "idle_timeout", "max_line_bytes",
 		"confirmation_ttl", "runtime", "tool_mode", "max_connections_per_uid", "max_runs_per_uid",
 		"max_queued_runs_per_uid", "max_request_bytes_per_uid", "approver_connections", "approver_runs",
-		"workspace_quota", "replica", "store", "metrics")}
+		"workspace_quota", "replica", "store", "metrics", "traces", "traces_sample")}
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
 		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
@@ -526,6 +526,22 @@ func (d *decoder) daemon(blk *hcl.Block) {
 			b.bad(a, "%v", err)
 		} else {
 			dc.Metrics = m
+		}
+	}
+	var traces string
+	if a := b.str("traces", &traces); a != nil {
+		if t, err := ParseTracesEndpoint(traces); err != nil {
+			b.bad(a, "%v", err)
+		} else {
+			dc.Traces = t
+		}
+	}
+	if a := b.float("traces_sample", &dc.TracesSample); a != nil {
+		switch {
+		case dc.TracesSample > 1:
+			b.bad(a, "is %g: it is the share of calls traced, from 0 (exclusive) to 1 (every call)", dc.TracesSample)
+		case !dc.Traces.Enabled():
+			b.bad(a, "is set but daemon.traces is not: set traces to a collector's URL, or drop traces_sample")
 		}
 	}
 	var mode2 string

@@ -7,6 +7,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/sandbox/tracing/span"
 )
 
 // The lifecycle splits a run in two: the sandbox (image, skill, limits,
@@ -146,8 +147,10 @@ func RunLifecycle(ctx context.Context, lc Lifecycle, job Job) (res *Result, err 
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("run %s not started: %w", job.ID, err)
 	}
-	sb, err := lc.Create(ctx, job.sandboxSpec(BootCold))
+	bctx, sp := span.Start(ctx, "sandbox.boot", span.AttrRuntime.String(lc.Name()))
+	sb, err := lc.Create(bctx, job.sandboxSpec(BootCold))
 	if err != nil {
+		span.End(sp, err, "")
 		return nil, err
 	}
 	defer func() {
@@ -159,13 +162,31 @@ func RunLifecycle(ctx context.Context, lc Lifecycle, job Job) (res *Result, err 
 			panic(p)
 		}
 	}()
-	if err := sb.Start(ctx); err != nil {
+	err = sb.Start(bctx)
+	span.End(sp, err, "")
+	if err != nil {
 		return nil, err
 	}
-	if err := sb.Deliver(ctx, job.invocation()); err != nil {
+	return DeliverAndWait(ctx, sb, job.invocation())
+}
+
+// DeliverAndWait delivers inv into the started sandbox sb and waits for
+// its result, each step in a span of its own ("sandbox.deliver": the
+// inputs; "sandbox.wait": the script and the collection of its outputs).
+func DeliverAndWait(ctx context.Context, sb Sandbox, inv Invocation) (*Result, error) {
+	dctx, sp := span.Start(ctx, "sandbox.deliver")
+	err := sb.Deliver(dctx, inv)
+	span.End(sp, err, "")
+	if err != nil {
 		return nil, err
 	}
-	return sb.Wait(ctx)
+	wctx, sp := span.Start(ctx, "sandbox.wait")
+	res, err := sb.Wait(wctx)
+	if res != nil && sp.IsRecording() {
+		sp.SetAttributes(span.AttrReason.String(string(res.Reason)), span.AttrExitCode.Int(res.ExitCode))
+	}
+	span.End(sp, err, "")
+	return res, err
 }
 
 // Accept checks that inv may be delivered into a sandbox made from spec,

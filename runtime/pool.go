@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/sandbox/tracing/span"
 )
 
 // The warm pool keeps pre-booted single-use sandboxes per PoolKey, so that a
@@ -167,7 +169,10 @@ func (p *Pool) Run(ctx context.Context, key PoolKey, job Job) (*Result, error) {
 	var pb *pooled
 	// Pooled sandboxes mount one skill and no program: run_code jobs run cold.
 	if key.Limits == job.Limits.Sandbox() && !job.Network && job.Egress == nil && len(job.Skills) == 0 && job.Program == nil {
+		_, sp := span.Start(ctx, "pool.claim")
 		pb = p.take(key)
+		sp.SetAttributes(span.AttrWarm.Bool(pb != nil))
+		sp.End()
 	}
 	if pb == nil {
 		p.mu.Lock()
@@ -180,12 +185,7 @@ func (p *Pool) Run(ctx context.Context, key PoolKey, job Job) (*Result, error) {
 	p.mu.Unlock()
 	p.poke() // refill
 	sb := pb.sb
-	res, err := func() (*Result, error) {
-		if err := sb.Deliver(ctx, job.invocation()); err != nil {
-			return nil, err
-		}
-		return sb.Wait(ctx)
-	}()
+	res, err := DeliverAndWait(ctx, sb, job.invocation())
 	// The result does not wait for the teardown; Close does.
 	p.destroyLater(sb)
 	return res, err

@@ -28,7 +28,7 @@ func benchCommand() *cli.Command {
 			&cli.IntFlag{Name: "audit-runs", Value: 10000, Usage: "runs (start+end records) to verify for the audit figure"},
 			&cli.IntSliceFlag{Name: "concurrency", Value: cli.NewIntSlice(1, 2, 4, 8), Usage: "concurrent clients for the warm throughput figures"},
 			&cli.IntFlag{Name: "pool", Value: 8, Usage: "warm pool size per skill (pool.per_key) in the daemon's figures"},
-			&cli.StringSliceFlag{Name: "only", Usage: "run only these parts: cold, daemon, throughput, session, registry, audit, workspace"},
+			&cli.StringSliceFlag{Name: "only", Usage: "run only these parts: cold, daemon, throughput, session, registry, audit, workspace, observability"},
 			&cli.IntFlag{Name: "workspace-files", Value: 10000, Usage: "files in the workspace of the workspace figures"},
 			&cli.StringFlag{Name: "workspace-size", Value: "1GiB", Usage: "bytes in all of the workspace of the workspace figures"},
 			&cli.BoolFlag{Name: "json", Usage: "print the figures as JSON"},

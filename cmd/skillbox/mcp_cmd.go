@@ -108,7 +108,7 @@ func mcpAction(c *cli.Context) error {
 		if err != nil {
 			return err
 		}
-		st, err := stack.New(ctx, stack.Options{Mode: stack.MCP, Config: cfg, Logger: log, Roots: c.StringSlice("root"), Runtime: c.String("runtime")})
+		st, err := stack.New(ctx, stack.Options{Mode: stack.MCP, Config: cfg, Logger: log, Roots: c.StringSlice("root"), Runtime: c.String("runtime"), Version: version})
 		if err != nil {
 			return err
 		}
@@ -116,6 +116,7 @@ func mcpAction(c *cli.Context) error {
 		local := st.Service()
 		svc = local
 		opts.ElicitApprovals = local.IsApprover(opts.Caller)
+		opts.Tracer = st.Tracer()
 		// Lines the transport refuses (not JSON, a member named twice,
 		// over-long) are audited like the socket's refused calls. With
 		// --socket the log is the daemon's, which never sees such a line;

@@ -61,7 +61,8 @@
 // Every record has seq (1, 2, 3, … without gaps across all files), time (UTC,
 // RFC 3339 with nanoseconds), replica (the daemon replica that wrote it, see
 // Replicas below), event (one of the Event constants), prev_hash and hash. The rest depends on the event: peer (uid, gid, pid, process),
-// session_id, request_id, method, skill {name, digest}, skills, read, run,
+// session_id, request_id, trace_id (the OpenTelemetry trace of a traced
+// call), method, skill {name, digest}, skills, read, run,
 // decision, confirmation, daemon, log, checkpoint, outcome, error, detail.
 // Members that are empty are omitted (a missing number means 0).
 //
@@ -93,7 +94,7 @@
 // hash, compare, parse seq and prev_hash, compare with the previous record).
 // For the record, the writer produces the bytes with Go's encoding/json:
 // members in the fixed order of the [Record] struct (seq, time, replica, event, peer,
-// session_id, request_id, method, skill, skills, read, run, decision,
+// session_id, request_id, trace_id, method, skill, skills, read, run, decision,
 // confirmation, daemon, log, checkpoint, outcome, error, detail, prev_hash,
 // hash), nested objects in their structs' field order and maps with sorted
 // keys, no insignificant whitespace, strings escaped with \" \\ \n \r \t and

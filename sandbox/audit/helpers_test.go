@@ -56,6 +56,8 @@ func runPair(i int) (*Record, *Record) {
 	}
 	start := &Record{Event: EventRunStart, Peer: peer, SessionID: fmt.Sprintf("sess_%04d", i%50), RequestID: fmt.Sprint(i), Skill: skill, Run: run()}
 	end := &Record{Event: EventRunEnd, Peer: peer, SessionID: start.SessionID, RequestID: start.RequestID, Skill: skill, Run: run(), Outcome: "exit"}
+	start.TraceID = fmt.Sprintf("%032x", i+1) // a traced call (daemon.traces)
+	end.TraceID = start.TraceID
 	code := i % 3
 	t0 := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC).Add(time.Duration(i) * time.Second)
 	end.Run.Started, end.Run.Ended, end.Run.DurationMS = t0, t0.Add(41*time.Millisecond), 41

@@ -96,6 +96,10 @@ type Record struct {
 	Peer      *api.Peer `json:"peer,omitempty"`
 	SessionID string    `json:"session_id,omitempty"`
 	RequestID string    `json:"request_id,omitempty"`
+	// TraceID is the OpenTelemetry trace of the call the record is part
+	// of (32 hex digits), when daemon.traces is set and the call was
+	// sampled: the record and the call's spans name each other.
+	TraceID string `json:"trace_id,omitempty"`
 	// Method is the JSON-RPC method, when the record is about a call.
 	Method string `json:"method,omitempty"`
 	// Skill is the one skill the event concerns; Skills lists several (a

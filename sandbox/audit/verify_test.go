@@ -52,6 +52,10 @@ func TestVerifyDetectsTampering(t *testing.T) {
 			ls[9] = bytes.Replace(ls[9], []byte("report-"), []byte("rePort-"), 1)
 			return ls
 		}, 10, ReasonChanged},
+		{"trace id changed", func(t *testing.T, ls [][]byte) [][]byte {
+			ls[9] = bytes.Replace(ls[9], []byte(`"trace_id":"0`), []byte(`"trace_id":"1`), 1)
+			return ls
+		}, 10, ReasonChanged},
 		{"hash member changed", func(t *testing.T, ls [][]byte) [][]byte {
 			i := len(ls[9]) - 10
 			ls[9][i] ^= 1

@@ -46,7 +46,7 @@ type Options struct {
 	AuditRuns         int      // runs verified for the audit figure
 	Concurrency       []int    // concurrent clients for the throughput figures
 	Pool              int      // warm pool per skill in the daemon figures
-	Only              []string // parts to run (cold, daemon, throughput, registry, audit, workspace); none: all
+	Only              []string // parts to run (cold, daemon, throughput, session, registry, audit, workspace, observability); none: all
 	// WorkspaceFiles and WorkspaceBytes size the workspace of the
 	// workspace figures.
 	WorkspaceFiles int
@@ -58,7 +58,7 @@ type Options struct {
 }
 
 // Parts are the bench's parts, in the order they run.
-var Parts = []string{"cold", "daemon", "throughput", "session", "registry", "audit", "workspace"}
+var Parts = []string{"cold", "daemon", "throughput", "session", "registry", "audit", "workspace", "observability"}
 
 // Run measures the parts o names and returns every figure measured, also
 // those before an error.
@@ -135,6 +135,11 @@ func Run(ctx context.Context, o Options) ([]Figure, error) {
 	}
 	if want("workspace") {
 		if err := b.workspace(ctx, "runsc", o.Runs); err != nil {
+			return b.figures, err
+		}
+	}
+	if want("observability") {
+		if err := b.observability(ctx, "runsc", o.Runs); err != nil {
 			return b.figures, err
 		}
 	}

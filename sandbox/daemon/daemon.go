@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
@@ -32,6 +33,8 @@ type Options struct {
 	// connection (0: DefaultMaxRefusedRecords; negative: no bound). See
 	// Daemon's comment.
 	MaxRefusedRecords int
+	// Tracer, when set (daemon.traces), starts each call's root span.
+	Tracer trace.Tracer
 }
 
 // DefaultMaxRefusedRecords is how many refused calls of one connection are
@@ -119,6 +122,7 @@ func New(o Options) *Daemon {
 		OnAuthRefused:         d.authRefused,
 		OnCallError:           d.callRefused,
 		OnConnClosed:          d.connClosed,
+		Tracer:                o.Tracer,
 	})
 	jsonrpc.RegisterService(d.server, d.svc)
 	return d

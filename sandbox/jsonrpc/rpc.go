@@ -46,8 +46,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/skillbox/skillbox/sandbox/api"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
+
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/tracing/span"
 )
 
 // Defaults for ServerOptions fields left zero.
@@ -157,6 +161,10 @@ type ServerOptions struct {
 	// after all its calls (and their OnCallError hooks) have returned. Peer
 	// is zero when the credentials could not be read.
 	OnConnClosed func(connID uint64, p api.Peer)
+	// Tracer, when set (daemon.traces), starts one root span per call,
+	// named by its method (only registered methods reach a handler, so
+	// the names are bounded); the call's work runs in its context.
+	Tracer trace.Tracer
 }
 
 // CallError describes one failed or refused call for
@@ -1089,6 +1097,11 @@ func (c *conn) run(ctx context.Context, cancel context.CancelCauseFunc, h Handle
 	defer c.s.calls.Done()
 	defer c.calls.Done()
 	start := time.Now()
+	var sp trace.Span
+	if t := c.s.opts.Tracer; t != nil {
+		ctx, sp = t.Start(ctx, call.Method, trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("rpc.system", "jsonrpc"), attribute.String("rpc.method", call.Method)))
+	}
 	result, err := c.invoke(ctx, h, call)
 
 	// Free the id and the slot before answering, so a client may reuse the
@@ -1130,6 +1143,13 @@ func (c *conn) run(ctx context.Context, cancel context.CancelCauseFunc, h Handle
 	}
 	if rerr != nil {
 		c.callError(&CallError{ID: call.ID, Method: call.Method, Params: call.Params, Err: herr, Resp: rerr})
+	}
+	if sp != nil {
+		var kind string
+		if rerr != nil {
+			kind = rerr.Kind
+		}
+		span.End(sp, herr, kind)
 	}
 	if call.notified.Load() {
 		// Its notifications go out before the response.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -66,7 +67,10 @@ type Options struct {
 	// structured content together, whatever the script wrote); zero is
 	// DefaultResultBytes.
 	ResultBytes int
-	Logger      hclog.Logger
+	// Tracer, when set (daemon.traces, self-contained), starts each tool
+	// call's root span.
+	Tracer trace.Tracer
+	Logger hclog.Logger
 }
 
 // Server adapts an api.Service to MCP. It is safe for concurrent use; each
@@ -161,6 +165,9 @@ func (s *Server) Connect(ctx context.Context, t sdk.Transport) (*Conn, error) {
 	// The instructions are rendered when a client asks for them, so a
 	// client that (re)initializes after a reload gets the current catalog.
 	c.mcp.AddReceivingMiddleware(c.instructionsMiddleware)
+	if s.opts.Tracer != nil {
+		c.mcp.AddReceivingMiddleware(c.traceMiddleware)
+	}
 	c.addTools()
 	c.addRunResources()
 	if err := c.addSkillsExtension(); err != nil {

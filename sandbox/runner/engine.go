@@ -30,6 +30,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/sandbox/tracing/span"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -391,11 +392,18 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	if err := e.journal.Check(); err != nil {
 		return nil, err
 	}
-	img, rootfs, err := e.images.Ensure(ctx, p.Interpreter.Image, e.progress)
+	ictx, sp := span.Start(ctx, "image.resolve", span.AttrImage.String(p.Interpreter.Image))
+	img, rootfs, err := e.images.Ensure(ictx, p.Interpreter.Image, e.progress)
 	if err != nil {
-		return nil, errkind.Errorf(api.ErrUnavailable, "image %q for %s: %w", p.Interpreter.Image, p.Script, err)
+		err = errkind.Errorf(api.ErrUnavailable, "image %q for %s: %w", p.Interpreter.Image, p.Script, err)
 	}
-	layer, warnings, err := e.deps.ForRun(ctx, p, img, rootfs)
+	span.End(sp, err, api.KindOf(err))
+	if err != nil {
+		return nil, err
+	}
+	dctx, sp := span.Start(ctx, "deps.layer")
+	layer, warnings, err := e.deps.ForRun(dctx, p, img, rootfs)
+	span.End(sp, err, api.KindOf(err))
 	if err != nil {
 		return nil, err
 	}
@@ -455,7 +463,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	if req.Background {
 		return e.executeBackground(ctx, p, img, job, start, layerDigest, warnings)
 	}
-	res, runErr := e.runJob(ctx, p, img, job)
+	res, runErr := e.tracedRunJob(ctx, p, img, job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
 		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/tracing/span"
 )
 
 // Auditor is the audit log as skillbox writes it (audit.Log; a fake in
@@ -77,7 +78,12 @@ func (j *Journal) Record(ctx context.Context, r *audit.Record) error {
 	if j == nil || j.log == nil {
 		return nil
 	}
+	if r.TraceID == "" {
+		r.TraceID = span.TraceID(ctx)
+	}
+	ctx, sp := span.Start(ctx, "audit.append", span.AttrEvent.String(r.Event))
 	err := j.append(ctx, r)
+	span.End(sp, err, api.KindOf(err))
 	if err != nil {
 		j.logger.Error("audit append failed", "event", r.Event, "outcome", r.Outcome, "error", err)
 		return auditDown(err)

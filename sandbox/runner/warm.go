@@ -13,6 +13,8 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/tracing/span"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -28,6 +30,19 @@ const warmImagesPerSkill = 3
 const warmScanFiles = 500
 
 // runJob runs job warm when the pool has a sandbox for it, cold otherwise.
+// tracedRunJob is runJob in a span of its own ("sandbox.run": the sandbox
+// boot or pool claim, delivery, the script and its outputs), which says
+// whether the run was warm, why it ended and its exit code.
+func (e *Engine) tracedRunJob(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job) (*runtime.Result, error) {
+	ctx, sp := span.Start(ctx, "sandbox.run", span.AttrRuntime.String(e.rt.Name()))
+	res, err := e.runJob(ctx, p, img, job)
+	if res != nil && sp.IsRecording() {
+		sp.SetAttributes(span.AttrWarm.Bool(res.Warm), span.AttrReason.String(string(res.Reason)), span.AttrExitCode.Int(res.ExitCode))
+	}
+	span.End(sp, err, api.KindOf(err))
+	return res, err
+}
+
 func (e *Engine) runJob(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job) (*runtime.Result, error) {
 	if p.Isolation == policy.IsolationSession {
 		return e.sessions.run(ctx, p, job)

@@ -15,6 +15,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/sandbox/tracing/span"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -100,7 +101,13 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 			return nil, err
 		}
 	}
-	dec, err := s.decideRun(ctx, caller, o, req)
+	if sk != nil {
+		span.Annotate(ctx, span.AttrSkill.String(sk.Name), span.AttrScript.String(req.Script))
+	}
+	pctx, sp := span.Start(ctx, "policy.decide")
+	dec, err := s.decideRun(pctx, caller, o, req)
+	sp.SetAttributes(span.AttrEffect.String(string(dec.Effect)), span.AttrRule.String(dec.Rule))
+	span.End(sp, err, api.KindOf(err))
 	if err != nil {
 		return nil, err
 	}

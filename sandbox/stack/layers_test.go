@@ -18,8 +18,8 @@ const module = "github.com/skillbox/skillbox/"
 var layers = [][]string{
 	{"cmd/skillbox"},
 	{"sandbox/bench"},
-	{"sandbox/stack", "sandbox/metrics/metricstest"},
-	{"sandbox/daemon", "sandbox/metrics", "sandbox/audit/siem", "sandbox/service/servicetest", "sandbox/audit/audittest"},
+	{"sandbox/stack", "sandbox/metrics/metricstest", "sandbox/tracing/tracingtest"},
+	{"sandbox/daemon", "sandbox/metrics", "sandbox/tracing", "sandbox/audit/siem", "sandbox/service/servicetest", "sandbox/audit/audittest"},
 	{"sandbox/jsonrpc", "sandbox/mcp", "sandbox/client"},
 	{"sandbox/service"},
 	{"sandbox/runner"},
@@ -30,7 +30,7 @@ var layers = [][]string{
 	{"runtime/oci", "runtime/runtimetest"},
 	{"runtime"},
 	{"runtime/egress", "runtime/checkpoint"},
-	{"runtime/errkind", "runtime/rootless", "sandbox/api", "runtime/egress/egresstest", "sandbox/store/storetest"},
+	{"runtime/errkind", "runtime/rootless", "sandbox/api", "sandbox/tracing/span", "runtime/egress/egresstest", "sandbox/store/storetest"},
 }
 
 // TestImportLayers keeps the imports of every package (its non-test files)

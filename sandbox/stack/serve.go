@@ -39,7 +39,7 @@ func StartDaemon(parent context.Context, cfg *policy.Config, version string, log
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(parent)
-	st, err := New(ctx, Options{Mode: Serve, Config: cfg, Logger: log})
+	st, err := New(ctx, Options{Mode: Serve, Config: cfg, Logger: log, Version: version})
 	if err != nil {
 		cancel()
 		return nil, err
@@ -82,6 +82,9 @@ func StartDaemon(parent context.Context, cfg *policy.Config, version string, log
 		"skills", len(st.Registry().List()), "audit_dir", cfg.Daemon.AuditDir)
 	if sv.metrics != nil {
 		log.Info("serving metrics", "address", cfg.Daemon.Metrics.String(), "path", metrics.Path)
+	}
+	if cfg.Daemon.Traces.Enabled() {
+		log.Info("sending traces", "endpoint", cfg.Daemon.Traces.String(), "sample", cfg.Daemon.TracesSample)
 	}
 	return sv, nil
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
@@ -28,6 +29,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/sandbox/tracing"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -95,6 +97,8 @@ type Options struct {
 	// WithEngine gives a Local stack an engine (proposals apply runs
 	// hooks).
 	WithEngine bool
+	// Version names the binary (the spans' service.version).
+	Version string
 }
 
 // Stack is a built skillbox: its parts, and Close, which releases them.
@@ -108,6 +112,7 @@ type Stack struct {
 	svc       *service.Service
 	daemon    *daemon.Daemon
 	metrics   *metrics.Metrics // Serve with daemon.metrics set; else nil
+	tracing   *tracing.Tracing // Serve and MCP with daemon.traces set; else nil
 	state     store.KV
 	stateDir  string // a temp state dir of MCP and Local, removed on Close
 	rtVersion string
@@ -137,6 +142,15 @@ func (s *Stack) Service() *service.Service { return s.svc }
 
 // Daemon is the daemon (Serve only).
 func (s *Stack) Daemon() *daemon.Daemon { return s.daemon }
+
+// Tracer starts a call's root span (Serve and MCP with daemon.traces
+// set; else nil: nothing is traced).
+func (s *Stack) Tracer() trace.Tracer {
+	if s.tracing == nil {
+		return nil
+	}
+	return s.tracing.Tracer()
+}
 
 // Metrics is the daemon's metrics (Serve with daemon.metrics set; else nil).
 func (s *Stack) Metrics() *metrics.Metrics { return s.metrics }
@@ -218,6 +232,14 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 		// confirmation, and read the pool and the sessions when scraped.
 		s.metrics = metrics.New(metrics.Options{})
 		s.journal.Observe(s.metrics)
+	}
+
+	if (o.Mode == Serve || o.Mode == MCP) && cfg.Daemon.Traces.Enabled() {
+		// Spans go to the collector in batches; Close sends the rest.
+		if s.tracing, err = tracing.New(tracing.Options{Endpoint: cfg.Daemon.Traces, Sample: cfg.Daemon.TracesSample, Version: o.Version,
+			Logger: log.Named("traces")}); err != nil {
+			return nil, err
+		}
 	}
 
 	if o.Mode != Local || o.WithEngine {
@@ -321,7 +343,7 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 	// The service audits expiries (it hooks the stores), so it exists
 	// before the sweepers start.
 	if o.Mode == Serve {
-		s.daemon = daemon.New(daemon.Options{Options: so})
+		s.daemon = daemon.New(daemon.Options{Options: so, Tracer: s.Tracer()})
 		s.svc = s.daemon.Service()
 	} else {
 		s.svc = service.New(so)
@@ -483,6 +505,14 @@ func (s *Stack) Close() error {
 			errs = append(errs, err)
 		}
 		s.auditLog = nil
+	}
+	if s.tracing != nil {
+		tctx, tcancel := context.WithTimeout(context.Background(), stopWait)
+		if err := s.tracing.Shutdown(tctx); err != nil {
+			s.log.Warn("sending the last spans to the collector", "endpoint", s.cfg.Daemon.Traces.String(), "error", err)
+		}
+		tcancel()
+		s.tracing = nil
 	}
 	return errors.Join(errs...)
 }

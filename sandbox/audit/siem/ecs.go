@@ -13,7 +13,8 @@ import (
 // fieldset (kind, category, type, action, outcome, id, sequence, severity),
 // the caller as user.* (and, for a non-run event, process.pid), the run as
 // process.*, an egress attempt as destination.*/network.*, the skillbox
-// replica as service.node.name, and the record whole under skillbox.
+// replica as service.node.name, the call's OpenTelemetry trace as trace.id,
+// and the record whole under skillbox.
 func (m *Mapper) ecs(r *audit.Record, orig map[string]any) map[string]any {
 	mp := mappingOf(r)
 	status, _ := statusOf(r)
@@ -55,6 +56,9 @@ func (m *Mapper) ecs(r *audit.Record, orig map[string]any) map[string]any {
 		svc["node"] = map[string]any{"name": r.Replica}
 	}
 	doc["service"] = svc
+	if r.TraceID != "" {
+		doc["trace"] = map[string]any{"id": r.TraceID} // ECS tracing fields: the OpenTelemetry trace
+	}
 	if r.Error != "" {
 		doc["error"] = map[string]any{"message": r.Error}
 	}

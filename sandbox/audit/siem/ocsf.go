@@ -46,6 +46,11 @@ func (m *Mapper) ocsf(r *audit.Record, orig map[string]any) map[string]any {
 		},
 		"unmapped": orig,
 	}
+	if r.TraceID != "" {
+		// The OpenTelemetry trace the record belongs to: events of one
+		// call, and the call's spans, share it.
+		ev["metadata"].(map[string]any)["correlation_uid"] = r.TraceID
+	}
 	if c.UID == classBase.UID {
 		ev["activity_name"] = r.Event
 		ev["type_name"] = c.Name + ": " + r.Event

@@ -52,7 +52,7 @@ func everyEvent() []*audit.Record {
 	add(audit.Record{Event: audit.EventEgress, Egress: &audit.EgressInfo{RunID: "r1", Attempt: egress.Attempt{Kind: "connect", Host: "pypi.org", Address: "151.101.0.223", Port: 443, Allowed: true, Rule: "pypi", Out: 10, In: 20, DurationMS: 5}}})
 	add(audit.Record{Event: audit.EventEgress, Egress: &audit.EgressInfo{RunID: "r1", Attempt: egress.Attempt{Kind: "dns", Host: "evil.example", Rule: "none"}}})
 	add(audit.Record{Event: audit.EventEgress, Egress: &audit.EgressInfo{RunID: "r1", Attempt: egress.Attempt{Kind: "aggregate", Count: 9}}, Outcome: audit.OutcomeAggregated})
-	add(audit.Record{Event: audit.EventRunEnd, Peer: peer, SessionID: "s1", Skill: skill, Run: &ended, Outcome: "exit"})
+	add(audit.Record{Event: audit.EventRunEnd, Peer: peer, SessionID: "s1", Skill: skill, Run: &ended, Outcome: "exit", TraceID: "4bf92f3577b34da6a3ce929d0e0e4736"})
 	add(audit.Record{Event: audit.EventAuthRefused, Peer: &api.Peer{UID: 4242, PID: 7}, Method: "skills.read", Outcome: audit.OutcomeRefused, Error: "uid not allowed"})
 	add(audit.Record{Event: audit.EventSessionSandbox, Peer: peer, SessionID: "s1", Outcome: "started"})
 	add(audit.Record{Event: audit.EventSessionCheckpoint, Peer: peer, SessionID: "s1"})
@@ -404,6 +404,10 @@ func TestMappedValues(t *testing.T) {
 		{"ocsf", "run.start", "type_uid", "100701"},
 		{"ocsf", "run.end", "exit_code", "0"},
 		{"ocsf", "run.end", "process.uid", "r1"},
+		{"ocsf", "run.end", "metadata.correlation_uid", "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{"ocsf", "run.start", "metadata.correlation_uid", "<nil>"},
+		{"ecs", "run.end", "trace.id", "4bf92f3577b34da6a3ce929d0e0e4736"},
+		{"ecs", "run.start", "trace.id", "<nil>"},
 		{"ocsf", "egress.connect/connect", "type_uid", "400101"},
 		{"ocsf", "egress.connect/dns", "type_uid", "400105"},
 		{"ocsf", "egress.connect/dns", "status_id", "2"},
