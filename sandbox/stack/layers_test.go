@@ -19,7 +19,7 @@ var layers = [][]string{
 	{"cmd/skillbox"},
 	{"sandbox/bench"},
 	{"sandbox/stack", "sandbox/metrics/metricstest"},
-	{"sandbox/daemon", "sandbox/metrics", "sandbox/audit/siem", "sandbox/service/servicetest", "sandbox/audit/audittest"},
+	{"sandbox/daemon", "sandbox/console", "sandbox/metrics", "sandbox/audit/siem", "sandbox/service/servicetest", "sandbox/audit/audittest"},
 	{"sandbox/jsonrpc", "sandbox/mcp", "sandbox/client"},
 	{"sandbox/service"},
 	{"sandbox/runner"},
