@@ -106,20 +106,8 @@ func Handler(svc Service, log hclog.Logger) http.Handler {
 	mux.HandleFunc("GET "+Prefix+"/proposals/{id}", call(h, func(ctx context.Context, p api.Peer, r *http.Request) (any, error) {
 		return svc.ShowProposal(ctx, p, api.ProposalIDParams{ID: r.PathValue("id")})
 	}))
-	mux.HandleFunc("POST "+Prefix+"/proposals/{id}/approve", call(h, func(ctx context.Context, p api.Peer, r *http.Request) (any, error) {
-		note, err := decisionNote(r)
-		if err != nil {
-			return nil, err
-		}
-		return svc.ApproveProposal(ctx, p, api.ProposalIDParams{ID: r.PathValue("id"), Note: note})
-	}))
-	mux.HandleFunc("POST "+Prefix+"/proposals/{id}/reject", call(h, func(ctx context.Context, p api.Peer, r *http.Request) (any, error) {
-		note, err := decisionNote(r)
-		if err != nil {
-			return nil, err
-		}
-		return svc.RejectProposal(ctx, p, api.ProposalIDParams{ID: r.PathValue("id"), Note: note})
-	}))
+	mux.HandleFunc("POST "+Prefix+"/proposals/{id}/approve", call(h, proposalDecision(svc.ApproveProposal)))
+	mux.HandleFunc("POST "+Prefix+"/proposals/{id}/reject", call(h, proposalDecision(svc.RejectProposal)))
 	mux.HandleFunc("GET "+Prefix+"/audit", call(h, func(ctx context.Context, p api.Peer, r *http.Request) (any, error) {
 		params, err := ParseAuditQuery(r.URL.RawQuery, time.Now())
 		if err != nil {
@@ -181,6 +169,18 @@ func call(h *handler, f func(context.Context, api.Peer, *http.Request) (any, err
 			return
 		}
 		writeJSON(w, http.StatusOK, res)
+	}
+}
+
+// proposalDecision calls decide with the proposal of the path and the
+// body's note.
+func proposalDecision(decide func(context.Context, api.Peer, api.ProposalIDParams) (*api.Proposal, error)) func(context.Context, api.Peer, *http.Request) (any, error) {
+	return func(ctx context.Context, p api.Peer, r *http.Request) (any, error) {
+		note, err := decisionNote(r)
+		if err != nil {
+			return nil, err
+		}
+		return decide(ctx, p, api.ProposalIDParams{ID: r.PathValue("id"), Note: note})
 	}
 }
 

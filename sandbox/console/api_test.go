@@ -15,7 +15,6 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
-	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/console"
@@ -44,19 +43,6 @@ policy "ask" {
   confirm = ["skills.run_script"]
 }
 `
-
-func fakeRun(_ context.Context, job runtime.Job) (*runtime.Result, error) {
-	res := &runtime.Result{Reason: runtime.ReasonExit, Runtime: "fake"}
-	switch job.Args[len(job.Args)-1] {
-	case "fail":
-		res.ExitCode = 3
-	case "timeout":
-		res.ExitCode, res.Reason = -1, runtime.ReasonTimeout
-	case "egress":
-		res.Egress = &egress.Stats{Connections: 2, Denied: 1}
-	}
-	return res, nil
-}
 
 // fixture is a service pair over one set of stores and one audit log.
 type fixture struct {
@@ -91,7 +77,7 @@ func newFixture(t *testing.T) *fixture {
 	j := runner.NewJournal(log, nil)
 	sessions := store.NewSessionStore(st, store.SessionOptions{})
 	confirms := store.NewConfirmationStore(st, store.ConfirmationOptions{})
-	eng := runner.New(runner.Options{Config: mustConfig(t, "1"), Images: &servicetest.Images{}, Runtime: &servicetest.Runtime{RunFunc: fakeRun}, Audit: j, Pins: servicetest.LivePins{}})
+	eng := runner.New(runner.Options{Config: mustConfig(t, "1"), Images: &servicetest.Images{}, Runtime: &servicetest.Runtime{RunFunc: servicetest.RunByLastArg}, Audit: j, Pins: servicetest.LivePins{}})
 	build := func(approver string) *service.Service {
 		cfg := mustConfig(t, approver)
 		cfg.Daemon.AuditDir = f.auditDir
@@ -290,6 +276,26 @@ func TestConsoleAPI(t *testing.T) {
 		}
 		if st, _ := do(t, f.approverSock, "GET", console.Prefix+"/skills/plain/history?bucket=1s", nil); st != http.StatusBadRequest {
 			t.Errorf("a 1s bucket: %d, want 400", st)
+		}
+	})
+	t.Run("runs and proposals reach the service", func(t *testing.T) {
+		for _, tc := range []struct {
+			method, path string
+			status       int
+			kind         string
+		}{
+			// This service has no session sandboxes and no proposal store:
+			// the service's own answers come through.
+			{"GET", "/sessions/" + ses.SessionID + "/runs", http.StatusNotFound, api.KindNotFound},
+			{"GET", "/sessions/ses_other/runs", http.StatusNotFound, api.KindNotFound},
+			{"POST", "/runs/run_nope/cancel", http.StatusNotFound, api.KindNotFound},
+			{"GET", "/proposals", http.StatusServiceUnavailable, api.KindUnavailable},
+			{"POST", "/proposals/prop_x/reject", http.StatusServiceUnavailable, api.KindUnavailable},
+		} {
+			st, e := do(t, f.approverSock, tc.method, console.Prefix+tc.path, nil)
+			if st != tc.status || e == nil || e.Kind != tc.kind {
+				t.Errorf("%s %s: %d %+v, want %d %s", tc.method, tc.path, st, e, tc.status, tc.kind)
+			}
 		}
 	})
 	t.Run("unknown path", func(t *testing.T) {
