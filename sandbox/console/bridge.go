@@ -18,6 +18,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/console/web"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 )
 
@@ -41,6 +42,7 @@ type Bridge struct {
 	log    hclog.Logger
 	proxy  *httputil.ReverseProxy
 	srv    *http.Server
+	pages  *pages
 
 	mu        sync.Mutex
 	token     string // "" once used
@@ -93,7 +95,11 @@ func newBridge(ln net.Listener, socket string, log hclog.Logger) (*Bridge, error
 	if err != nil {
 		return nil, err
 	}
-	b := &Bridge{ln: ln, socket: socket, log: log, token: tok, authority: ln.Addr().String()}
+	pg, err := newPages(web.Dist)
+	if err != nil {
+		return nil, err
+	}
+	b := &Bridge{ln: ln, socket: socket, log: log, token: tok, authority: ln.Addr().String(), pages: pg}
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
 	b.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -145,7 +151,7 @@ func (b *Bridge) Serve() error { return b.srv.Serve(b.ln) }
 func (b *Bridge) Shutdown(ctx context.Context) error { return b.srv.Shutdown(ctx) }
 
 // ServeHTTP checks the request (Host, token or cookie, Origin) and then
-// forwards /api/ requests to the daemon.
+// forwards /api/ requests to the daemon and serves the pages otherwise.
 func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if !b.hostAllowed(r.Host) {
 		refuse(w, http.StatusMisdirectedRequest, "Host %q is not this console's address %s (a rebound DNS name?)", r.Host, b.authority)
@@ -169,12 +175,8 @@ func (b *Bridge) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.proxy.ServeHTTP(w, r)
 		return
 	}
-	if r.URL.Path == "/" && safeMethod(r.Method) {
-		// The front end's pages come in a later step; until then the root
-		// says where the API is.
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		w.Header().Set("Cache-Control", "no-store")
-		fmt.Fprintf(w, "skillbox console: the pages are not built yet; the JSON API is at %s/ (e.g. %s/whoami)\n", Prefix, Prefix)
+	if safeMethod(r.Method) {
+		b.pages.ServeHTTP(w, r)
 		return
 	}
 	refuse(w, http.StatusNotFound, "%s is not part of the console", r.URL.Path)

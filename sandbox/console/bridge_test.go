@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -131,7 +132,9 @@ func TestBridge(t *testing.T) {
 		{"post from another site", "POST", console.Prefix + "/confirmations/c/approve", withCookie(map[string]string{"Origin": "http://attacker.example"}), 403, false},
 		{"post from another port", "POST", console.Prefix + "/confirmations/c/approve", withCookie(map[string]string{"Origin": "http://127.0.0.1:1"}), 403, false},
 		{"post from the console", "POST", console.Prefix + "/confirmations/c/approve", withCookie(map[string]string{"Origin": origin}), 200, true},
-		{"outside the API", "GET", "/etc/passwd", withCookie(nil), 404, false},
+		{"a page path gets the app", "GET", "/confirmations/c", withCookie(nil), 200, false},
+		{"a post outside the API", "POST", "/confirmations", withCookie(map[string]string{"Origin": origin}), 404, false},
+		{"a page without the cookie", "GET", "/app.js", nil, 401, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			resp, echo := send(t, b, tc.method, tc.path, tc.hdr)
@@ -193,5 +196,63 @@ func TestBridgeDaemonDown(t *testing.T) {
 	}
 	if resp, _ := send(t, b, "GET", console.Prefix+"/whoami", map[string]string{"Cookie": console.CookieName + "=" + cookie}); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("daemon down: %d, want 503", resp.StatusCode)
+	}
+}
+
+// TestBridgePages: the embedded build is served under its policy; a path
+// that is not a file gets index.html (the pages route by fragment).
+func TestBridgePages(t *testing.T) {
+	b := startBridge(t, upstream(t))
+	token := b.URL()[strings.Index(b.URL(), "?token=")+len("?token="):]
+	resp, _ := send(t, b, "GET", "/?token="+token, nil)
+	cookie := map[string]string{}
+	for _, c := range resp.Cookies() {
+		cookie["Cookie"] = console.CookieName + "=" + c.Value
+	}
+	get := func(path string, hdr map[string]string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequest("GET", "http://"+b.Addr().String()+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range hdr {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp, string(body)
+	}
+	for _, tc := range []struct {
+		path, ctype, cache, contains string
+	}{
+		{"/", "text/html; charset=utf-8", "no-store", `<script type="module" src="/app.js"></script>`},
+		{"/index.html", "text/html; charset=utf-8", "no-store", "skillbox console"},
+		{"/audit/deep/link", "text/html; charset=utf-8", "no-store", "skillbox console"},
+		{"/app.js", "text/javascript; charset=utf-8", "no-cache", "/api/v1"},
+		{"/app.css", "text/css; charset=utf-8", "no-cache", "font"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			resp, body := get(tc.path, cookie)
+			if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != tc.ctype || resp.Header.Get("Cache-Control") != tc.cache ||
+				resp.Header.Get("Content-Security-Policy") != console.ContentSecurityPolicy || !strings.Contains(body, tc.contains) {
+				t.Fatalf("%d %v\n%.200s", resp.StatusCode, resp.Header, body)
+			}
+			if strings.Contains(body, "<script>") {
+				t.Errorf("an inline script: the policy forbids it")
+			}
+			if etag := resp.Header.Get("ETag"); etag != "" {
+				hdr := map[string]string{"If-None-Match": etag}
+				for k, v := range cookie {
+					hdr[k] = v
+				}
+				if again, _ := get(tc.path, hdr); again.StatusCode != http.StatusNotModified {
+					t.Errorf("If-None-Match %s: %d, want 304", etag, again.StatusCode)
+				}
+			}
+		})
 	}
 }
