@@ -1,5 +1,5 @@
 // The console's JSON API (/api/v1, served by the daemon through the
-// bridge). Errors come back as {"error": {code, message, kind}}.
+// bridge). Errors come back as {"error": {code, message, data: {kind, …}}}.
 
 export class ApiError extends Error {
   constructor(message: string, readonly kind: string, readonly status: number) {
@@ -21,8 +21,8 @@ async function request<T>(method: string, path: string, body?: unknown): Promise
     throw new ApiError(`${method} ${path}: HTTP ${resp.status} without a JSON answer`, "internal", resp.status);
   }
   if (!resp.ok) {
-    const e = (data as { error?: { message?: string; kind?: string } }).error;
-    throw new ApiError(e?.message ?? `${method} ${path}: HTTP ${resp.status}`, e?.kind ?? "internal", resp.status);
+    const e = (data as { error?: { message?: string; data?: { kind?: string } } }).error;
+    throw new ApiError(e?.message ?? `${method} ${path}: HTTP ${resp.status}`, e?.data?.kind ?? "internal", resp.status);
   }
   return data as T;
 }

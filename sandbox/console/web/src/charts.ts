@@ -49,8 +49,10 @@ export function bars(testid: string, title: string, labels: string[], series: Se
       const v = se.values[i];
       if (v <= 0) return;
       const hgt = (v / max) * plotH;
-      const bw = stacked ? slot * 0.7 : (slot * 0.8) / series.length;
-      const x = stacked ? L + slot * i + slot * 0.15 : L + slot * i + slot * 0.1 + bw * k;
+      // Bars stay narrow when there are few buckets.
+      const group = Math.min(slot * 0.8, 48);
+      const bw = stacked ? group : group / series.length;
+      const x = L + slot * i + (slot - group) / 2 + (stacked ? 0 : bw * k);
       const yTop = T + plotH - ((stacked ? base : 0) / max) * plotH - hgt;
       rects.push(s("rect", { x, y: yTop, width: Math.max(1, bw), height: hgt, fill: se.color, class: "bar" }, s("title", {}, `${label} ${se.name}: ${v}`)));
       if (stacked) base += v;
