@@ -22,8 +22,11 @@ import (
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 )
 
-// CookieName is the bridge's session cookie.
-const CookieName = "skillbox_console"
+// CookiePrefix starts the bridge's session cookie's name, which ends in
+// the bridge's port: cookies are per host, not per port, so two consoles
+// on 127.0.0.1 (two uids) would otherwise replace each other's cookie in
+// one browser.
+const CookiePrefix = "skillbox_console_"
 
 // ErrNotLoopback refuses a bridge address off the loopback interface: the
 // bridge lends its uid to whoever reaches it.
@@ -48,6 +51,7 @@ type Bridge struct {
 	token     string // "" once used
 	session   string // the cookie's value, set when the token is used
 	authority string // host:port the browser must name
+	cookie    string // the session cookie's name
 }
 
 // ListenBridge opens the bridge on addr (host:port, the host a loopback IP
@@ -100,6 +104,8 @@ func newBridge(ln net.Listener, socket string, log hclog.Logger) (*Bridge, error
 		return nil, err
 	}
 	b := &Bridge{ln: ln, socket: socket, log: log, token: tok, authority: ln.Addr().String(), pages: pg}
+	_, port, _ := net.SplitHostPort(b.authority)
+	b.cookie = CookiePrefix + port
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
 	b.proxy = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -139,6 +145,9 @@ func (b *Bridge) URL() string {
 	defer b.mu.Unlock()
 	return "http://" + b.authority + "/?token=" + b.token
 }
+
+// CookieName is the name of the bridge's session cookie.
+func (b *Bridge) CookieName() string { return b.cookie }
 
 // Addr is the bridge's address.
 func (b *Bridge) Addr() net.Addr { return b.ln.Addr() }
@@ -202,7 +211,7 @@ func (b *Bridge) redeem(w http.ResponseWriter, r *http.Request, tok string) {
 		refuse(w, http.StatusForbidden, "the token is wrong or was already used: start `skillbox console` again for a new URL")
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: session, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: b.cookie, Value: session, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
 	u := *r.URL
 	q := u.Query()
 	q.Del("token")
@@ -212,7 +221,7 @@ func (b *Bridge) redeem(w http.ResponseWriter, r *http.Request, tok string) {
 }
 
 func (b *Bridge) hasSession(r *http.Request) bool {
-	c, err := r.Cookie(CookieName)
+	c, err := r.Cookie(b.cookie)
 	if err != nil {
 		return false
 	}

@@ -100,9 +100,12 @@ func TestBridge(t *testing.T) {
 	}
 	var cookie *http.Cookie
 	for _, c := range resp.Cookies() {
-		if c.Name == console.CookieName {
+		if c.Name == b.CookieName() {
 			cookie = c
 		}
+	}
+	if b.CookieName() != console.CookiePrefix+port(b) {
+		t.Errorf("cookie name %q, want one per port", b.CookieName())
 	}
 	if cookie == nil || !cookie.HttpOnly || cookie.SameSite != http.SameSiteStrictMode || cookie.Value == "" || cookie.Value == token {
 		t.Fatalf("cookie = %+v, want HttpOnly SameSite=Strict, not the token", cookie)
@@ -111,7 +114,7 @@ func TestBridge(t *testing.T) {
 		t.Fatalf("the token a second time: %d, want 403", resp.StatusCode)
 	}
 	withCookie := func(extra map[string]string) map[string]string {
-		h := map[string]string{"Cookie": console.CookieName + "=" + cookie.Value}
+		h := map[string]string{"Cookie": b.CookieName() + "=" + cookie.Value}
 		for k, v := range extra {
 			h[k] = v
 		}
@@ -126,7 +129,7 @@ func TestBridge(t *testing.T) {
 	}{
 		{"get with the cookie", "GET", console.Prefix + "/whoami", withCookie(nil), 200, true},
 		{"localhost names the bridge too", "GET", console.Prefix + "/whoami", withCookie(map[string]string{"Host": "localhost:" + port(b)}), 200, true},
-		{"a wrong cookie", "GET", console.Prefix + "/whoami", map[string]string{"Cookie": console.CookieName + "=nope"}, 401, false},
+		{"a wrong cookie", "GET", console.Prefix + "/whoami", map[string]string{"Cookie": b.CookieName() + "=nope"}, 401, false},
 		{"a rebound name", "GET", console.Prefix + "/whoami", withCookie(map[string]string{"Host": "attacker.example:" + port(b)}), 421, false},
 		{"post without Origin", "POST", console.Prefix + "/confirmations/c/approve", withCookie(nil), 403, false},
 		{"post from another site", "POST", console.Prefix + "/confirmations/c/approve", withCookie(map[string]string{"Origin": "http://attacker.example"}), 403, false},
@@ -194,7 +197,7 @@ func TestBridgeDaemonDown(t *testing.T) {
 	for _, c := range resp.Cookies() {
 		cookie = c.Value
 	}
-	if resp, _ := send(t, b, "GET", console.Prefix+"/whoami", map[string]string{"Cookie": console.CookieName + "=" + cookie}); resp.StatusCode != http.StatusServiceUnavailable {
+	if resp, _ := send(t, b, "GET", console.Prefix+"/whoami", map[string]string{"Cookie": b.CookieName() + "=" + cookie}); resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("daemon down: %d, want 503", resp.StatusCode)
 	}
 }
@@ -207,7 +210,7 @@ func TestBridgePages(t *testing.T) {
 	resp, _ := send(t, b, "GET", "/?token="+token, nil)
 	cookie := map[string]string{}
 	for _, c := range resp.Cookies() {
-		cookie["Cookie"] = console.CookieName + "=" + c.Value
+		cookie["Cookie"] = b.CookieName() + "=" + c.Value
 	}
 	get := func(path string, hdr map[string]string) (*http.Response, string) {
 		t.Helper()
