@@ -3,7 +3,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -34,32 +33,7 @@ func TestConsoleDaemon(t *testing.T) {
 		t.Fatalf("console socket %v %v, main socket %v %v: want both, of one mode", fi, err, mainFi, mainErr)
 	}
 
-	bridge := exec.Command(itBin, "console", "--socket", d.socket)
-	var stderr strings.Builder
-	bridge.Stderr = &stderr
-	out, err := bridge.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := bridge.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { bridge.Process.Kill(); bridge.Wait() }()
-	urls := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if s := strings.TrimSpace(sc.Text()); strings.HasPrefix(s, "http://127.0.0.1:") {
-				urls <- s
-			}
-		}
-	}()
-	var url string
-	select {
-	case url = <-urls:
-	case <-time.After(30 * time.Second):
-		t.Fatalf("skillbox console printed no URL; stderr: %s", stderr.String())
-	}
+	url := startConsole(t, exec.Command(itBin, "console", "--socket", d.socket))
 	base, _, _ := strings.Cut(url, "?")
 
 	jar, err := cookiejar.New(nil)
