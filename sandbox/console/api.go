@@ -30,6 +30,7 @@ type Service interface {
 	ApproveConfirmation(ctx context.Context, caller api.Peer, p api.ConfirmationIDParams) (*api.Confirmation, error)
 	DenyConfirmation(ctx context.Context, caller api.Peer, p api.ConfirmationIDParams) (*api.Confirmation, error)
 	ListRuns(ctx context.Context, caller api.Peer, p api.RunsListParams) (*api.RunsListResult, error)
+	LiveRuns(ctx context.Context, caller api.Peer) (*service.LiveRunsResult, error)
 	CancelRun(ctx context.Context, caller api.Peer, p api.CancelRunParams) (*api.CancelRunResult, error)
 	ListProposals(ctx context.Context, caller api.Peer, p api.ListProposalsParams) (*api.ListProposalsResult, error)
 	ShowProposal(ctx context.Context, caller api.Peer, p api.ProposalIDParams) (*api.Proposal, error)
@@ -95,6 +96,12 @@ func Handler(svc Service, log hclog.Logger) http.Handler {
 	}))
 	mux.HandleFunc("GET "+Prefix+"/sessions/{session}/runs", call(h, func(ctx context.Context, p api.Peer, r *http.Request) (any, error) {
 		return svc.ListRuns(ctx, p, api.RunsListParams{SessionID: r.PathValue("session")})
+	}))
+	mux.HandleFunc("GET "+Prefix+"/runs", call(h, func(ctx context.Context, p api.Peer, r *http.Request) (any, error) {
+		if _, err := strictQuery(r.URL.RawQuery, nil); err != nil {
+			return nil, err
+		}
+		return svc.LiveRuns(ctx, p)
 	}))
 	mux.HandleFunc("POST "+Prefix+"/runs/{run}/cancel", call(h, func(ctx context.Context, p api.Peer, r *http.Request) (any, error) {
 		return svc.CancelRun(ctx, p, api.CancelRunParams{RunID: r.PathValue("run")})

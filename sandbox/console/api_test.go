@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
@@ -296,6 +297,41 @@ func TestConsoleAPI(t *testing.T) {
 			if st != tc.status || e == nil || e.Kind != tc.kind {
 				t.Errorf("%s %s: %d %+v, want %d %s", tc.method, tc.path, st, e, tc.status, tc.kind)
 			}
+		}
+	})
+	t.Run("live runs", func(t *testing.T) {
+		done := make(chan error, 1)
+		go func() { done <- f.run(t, ses.SessionID, "plain", "block", "") }()
+		var live service.LiveRunsResult
+		deadline := time.Now().Add(10 * time.Second)
+		for len(live.Runs) == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			do(t, f.approverSock, "GET", console.Prefix+"/runs", &live)
+		}
+		if len(live.Runs) != 1 || live.OwnOnly || live.Runs[0].Skill != "plain" || live.Runs[0].Script != "scripts/run.sh" ||
+			live.Runs[0].SessionID != ses.SessionID || live.Runs[0].UID != f.me.UID || live.Runs[0].Started.IsZero() {
+			t.Fatalf("live runs = %+v, want the blocked run", live)
+		}
+		if st, e := do(t, f.approverSock, "GET", console.Prefix+"/runs?all=1", nil); st != http.StatusBadRequest || e.Kind != api.KindInvalidParams {
+			t.Errorf("an unknown parameter: %d %+v", st, e)
+		}
+		var other service.LiveRunsResult
+		do(t, f.otherSock, "GET", console.Prefix+"/runs", &other)
+		if !other.OwnOnly {
+			t.Errorf("a non-approver's list = %+v, want own_only", other)
+		}
+		var cancelled api.CancelRunResult
+		if st, _ := do(t, f.approverSock, "POST", console.Prefix+"/runs/"+live.Runs[0].RunID+"/cancel", &cancelled); st != http.StatusOK || !cancelled.Cancelled {
+			t.Fatalf("cancel: %d %+v", st, cancelled)
+		}
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the cancelled run did not end")
+		}
+		do(t, f.approverSock, "GET", console.Prefix+"/runs", &live)
+		if len(live.Runs) != 0 {
+			t.Errorf("after the run ended: %+v", live)
 		}
 	})
 	t.Run("unknown path", func(t *testing.T) {

@@ -48,8 +48,9 @@ func (f *Runtime) Name() string { return "fake" }
 // RunByLastArg is a RunFunc whose outcome the run's last argument picks,
 // for tests that count runs by how they ended: "warm" (a warm start),
 // "fail" (exit 3), "timeout", "egress" (2 connections, 1 denied), "boom"
-// (the sandbox does not start); anything else exits 0.
-func RunByLastArg(_ context.Context, job runtime.Job) (*runtime.Result, error) {
+// (the sandbox does not start), "block" (runs until cancelled); anything
+// else exits 0.
+func RunByLastArg(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 	res := &runtime.Result{Reason: runtime.ReasonExit, Runtime: "fake"}
 	switch job.Args[len(job.Args)-1] {
 	case "warm":
@@ -62,6 +63,9 @@ func RunByLastArg(_ context.Context, job runtime.Job) (*runtime.Result, error) {
 		res.Egress = &egress.Stats{Connections: 2, Denied: 1}
 	case "boom":
 		return nil, errors.New("the sandbox did not start")
+	case "block":
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
 	}
 	return res, nil
 }

@@ -120,6 +120,10 @@ try {
   await page.locator('[data-testid="chain-status"][data-intact="true"]').waitFor();
   step(`audit search found ${runID}; chain: ${await testid(page, "chain-status").textContent()}`);
 
+  // The live runs page answers (the held run has ended by now).
+  await page.goto(`${base}#/runs`);
+  await page.locator('[data-testid="no-live-runs"], [data-testid="live-run-row"]').first().waitFor();
+
   // e) The skill's history draws its charts.
   await page.goto(`${base}#/skills/${encodeURIComponent(skill)}?since=1h&bucket=1m`);
   await page.locator('[data-testid="chart-runs"] rect.bar').first().waitFor();

@@ -116,3 +116,6 @@ export interface BackgroundRun {
   exit_code?: number;
   signal?: string;
 }
+
+export interface LiveRun { run_id: string; session_id?: string; skill?: string; script?: string; uid: number; started: string }
+export interface LiveRuns { runs: LiveRun[]; own_only: boolean }
