@@ -19,5 +19,7 @@
 // one-time token traded for an HttpOnly SameSite=Strict cookie, a Host
 // check against DNS rebinding and an Origin check against cross-site
 // requests. It never authorizes anything itself: the daemon sees the
-// bridge's uid, the uid of whoever started the console.
+// bridge's uid, the uid of whoever started the console. It also serves the
+// pages (sandbox/console/web, embedded) under a Content-Security-Policy
+// that allows no inline script, so the pages need nothing but the bridge.
 package console
