@@ -11,7 +11,7 @@ VERSION   := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 
 export PATH := $(PATH):/usr/local/go/bin
 
-.PHONY: all build test unit integration deps kube-cache images demo fuzz bench lint clean modules
+.PHONY: all build test unit integration deps kube-cache images demo fuzz bench lint clean modules console console-check
 
 all: build
 
@@ -33,7 +33,7 @@ unit: modules
 
 # Integration tests need root, runsc, runc and the interpreter images; they run
 # one package at a time so two cores are not oversubscribed by sandboxes.
-integration: deps build kube-cache images
+integration: deps console-check build kube-cache images
 	SKILLBOX_IMAGES=$(IMAGES) SKILLBOX_BIN=$(CURDIR)/$(BIN) SKILLBOX_TEST_BUILD=1 SKILLBOX_TEST_NPM_REGISTRY=1 SKILLBOX_TEST_REQUIRE_SANDBOXES=1 \
 	  $(GO) test $(GOFLAGS_TEST) -p 1 -timeout 40m -tags integration ./...
 
@@ -46,6 +46,18 @@ endif
 
 deps:
 	./hack/install-deps.sh
+
+# The console's pages: sources in sandbox/console/web/src, built into dist/
+# (committed, embedded with go:embed) from the locked npm packages. The
+# build is deterministic, so console-check rebuilds and fails when the
+# committed dist/ is not what the sources build to.
+CONSOLE_WEB := sandbox/console/web
+console:
+	cd $(CONSOLE_WEB) && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
+
+console-check: console
+	@out=$$(git status --porcelain -- $(CONSOLE_WEB)/dist); if [ -n "$$out" ]; then \
+	  echo "console-check: $(CONSOLE_WEB)/dist differs from a rebuild of its sources; commit the rebuilt dist:"; echo "$$out"; exit 1; fi
 
 # The test cluster's Kubernetes (about 12 minutes of two cores the first
 # time, cached after) builds in the background at low priority while the

@@ -5,7 +5,9 @@ set -euo pipefail
 
 # jq, gcc and openssl: hack/kube.sh (the test cluster's JSON, its static pause
 # binary, its PKI).
-pkgs=(runsc runc containerd mmdebstrap ca-certificates iproute2 procps jq gcc libc6-dev openssl)
+# chromium and fonts-dejavu-core: the console's browser test (TestConsoleBrowser
+# drives Debian's Chromium with playwright-core; no browser is downloaded).
+pkgs=(runsc runc containerd mmdebstrap ca-certificates iproute2 procps jq gcc libc6-dev openssl chromium fonts-dejavu-core)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

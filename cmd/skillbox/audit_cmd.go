@@ -428,47 +428,12 @@ func auditKeygen(c *cli.Context) error {
 }
 
 func parseFilter(c *cli.Context) (audit.Filter, error) {
-	f := audit.Filter{Replica: c.String("replica"), SessionID: c.String("session"), Skill: c.String("skill"), Event: c.String("event")}
-	now := time.Now()
-	var err error
-	if f.Since, err = parseWhen(c.String("since"), now); err != nil {
-		return f, exitCode(2, "--since: %v", err)
+	f, err := audit.ParseFilter(c.String, time.Now())
+	var fe *audit.FilterError
+	if errors.As(err, &fe) {
+		return f, exitCode(2, "--%s: %v", fe.Field, fe.Err)
 	}
-	if f.Until, err = parseWhen(c.String("until"), now); err != nil {
-		return f, exitCode(2, "--until: %v", err)
-	}
-	if s := c.String("uid"); s != "" {
-		u, err := strconv.ParseUint(s, 10, 32)
-		if err != nil {
-			return f, exitCode(2, "--uid %q: give a numeric uid", s)
-		}
-		u32 := uint32(u)
-		f.UID = &u32
-	}
-	return f, nil
-}
-
-// parseWhen reads a time: RFC 3339, a date or date and time (UTC), or an age
-// before now (90m, 24h, 7d).
-func parseWhen(s string, now time.Time) (time.Time, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return time.Time{}, nil
-	}
-	for _, layout := range []string{time.RFC3339Nano, "2006-01-02T15:04:05", "2006-01-02 15:04:05", "2006-01-02T15:04", "2006-01-02 15:04", "2006-01-02"} {
-		if t, err := time.ParseInLocation(layout, s, time.UTC); err == nil {
-			return t, nil
-		}
-	}
-	if d, ok := strings.CutSuffix(s, "d"); ok {
-		if n, err := strconv.Atoi(d); err == nil && n >= 0 {
-			return now.Add(-time.Duration(n) * 24 * time.Hour), nil
-		}
-	}
-	if d, err := time.ParseDuration(s); err == nil && d >= 0 {
-		return now.Add(-d), nil
-	}
-	return time.Time{}, fmt.Errorf("%q is not a time: give RFC 3339 (2025-01-02T15:04:05Z), a date (2025-01-02) or an age (90m, 24h, 7d)", s)
+	return f, err
 }
 
 func tableHeader() []string {

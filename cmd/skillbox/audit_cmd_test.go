@@ -180,12 +180,12 @@ func TestParseWhen(t *testing.T) {
 		"90m":                       now.Add(-90 * time.Minute),
 		"7d":                        now.Add(-7 * 24 * time.Hour),
 	} {
-		got, err := parseWhen(in, now)
+		got, err := audit.ParseWhen(in, now)
 		if err != nil || !got.Equal(want) {
 			t.Errorf("%s: %v %v, want %v", in, got, err, want)
 		}
 	}
-	if _, err := parseWhen("soon", now); err == nil {
+	if _, err := audit.ParseWhen("soon", now); err == nil {
 		t.Error("accepted nonsense")
 	}
 }

@@ -58,6 +58,7 @@ func newApp() *cli.App {
 			skillsCommand(),
 			policyCommand(),
 			auditCommand(),
+			consoleCommand(),
 			imagesCommand(),
 			depsCommand(),
 			benchCommand(),

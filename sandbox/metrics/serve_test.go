@@ -14,7 +14,6 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
-	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/metrics"
@@ -44,25 +43,6 @@ var (
 	host     = api.Peer{UID: 1000, GID: 1000, PID: 10, Process: "host"}
 	approver = api.Peer{UID: 4242, GID: 4242, PID: 12, Process: "approver"}
 )
-
-// fakeRun is the fake runtime's behaviour, picked by the run's last
-// argument.
-func fakeRun(_ context.Context, job runtime.Job) (*runtime.Result, error) {
-	res := &runtime.Result{Reason: runtime.ReasonExit, Runtime: "fake"}
-	switch job.Args[len(job.Args)-1] {
-	case "warm":
-		res.Warm = true
-	case "fail":
-		res.ExitCode = 3
-	case "timeout":
-		res.ExitCode, res.Reason = -1, runtime.ReasonTimeout
-	case "egress":
-		res.Egress = &egress.Stats{Connections: 2, Denied: 1}
-	case "boom":
-		return nil, errors.New("the sandbox did not start")
-	}
-	return res, nil
-}
 
 // TestScrape: a fixed set of runs, sessions, confirmations and builds
 // through the service (over the fake runtime and stores the service tests
@@ -96,7 +76,7 @@ func TestScrape(t *testing.T) {
 	auditor := &servicetest.Auditor{}
 	j := runner.NewJournal(auditor, nil)
 	j.Observe(m)
-	rt := &servicetest.Runtime{RunFunc: fakeRun}
+	rt := &servicetest.Runtime{RunFunc: servicetest.RunByLastArg}
 	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Audit: j, Pins: servicetest.LivePins{}})
 	svc := service.New(service.Options{Config: cfg, Skills: idx, Engine: eng, Audit: j,
 		Sessions: sessions, Confirmations: confirms, Metrics: m})

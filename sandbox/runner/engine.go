@@ -562,7 +562,15 @@ func (e *Engine) runInfo(p *Plan, img runtime.ImageRef, rtVersion string) *audit
 	if len(req.Stdin) > 0 {
 		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), SHA256Hex(req.Stdin)
 	}
-	for _, f := range req.Files {
+	ri.Inputs = InputRefs(req.Files)
+	return ri
+}
+
+// InputRefs names a run's input files as the audit log and an approver see
+// them: path, size and sha256 (a directory or link by its type and target).
+func InputRefs(files []runtime.InputFile) []audit.FileRef {
+	var refs []audit.FileRef
+	for _, f := range files {
 		ref := audit.FileRef{Path: f.Name, Size: int64(len(f.Data)), SHA256: SHA256Hex(f.Data)}
 		switch f.Kind {
 		case runtime.InputDir:
@@ -570,9 +578,9 @@ func (e *Engine) runInfo(p *Plan, img runtime.ImageRef, rtVersion string) *audit
 		case runtime.InputSymlink:
 			ref = audit.FileRef{Path: f.Name, Type: string(f.Kind), Target: f.Target}
 		}
-		ri.Inputs = append(ri.Inputs, ref)
+		refs = append(refs, ref)
 	}
-	return ri
+	return refs
 }
 
 // planDetail names the configuration that shaped a run: the image block

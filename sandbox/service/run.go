@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -347,7 +348,7 @@ func (s *Service) acquireRunSlot(ctx context.Context, caller api.Peer) (func(), 
 func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan) (*Result, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	s.runs.add(plan.RunID, caller.UID, cancel)
+	s.runs.add(LiveRun{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.SkillName(), Script: plan.Script, UID: caller.UID, Started: time.Now().UTC()}, cancel)
 	defer s.runs.remove(plan.RunID)
 	if id := s.sessionOfRun(o, plan); id != "" {
 		// The run changes its session's workspace behind the files API's
@@ -391,20 +392,21 @@ func (s *Service) CancelRun(ctx context.Context, caller api.Peer, p api.CancelRu
 	return &api.CancelRunResult{RunID: p.RunID, Cancelled: true}, nil
 }
 
-// runRegistry knows the runs in progress, for runs.cancel.
+// runRegistry knows the runs in progress, for runs.cancel and the
+// console's list of live runs.
 type runRegistry struct {
 	mu   sync.Mutex
 	runs map[string]*activeRun
 }
 
 type activeRun struct {
-	owner  uint32
+	LiveRun
 	cancel context.CancelCauseFunc
 }
 
-func (r *runRegistry) add(id string, owner uint32, cancel context.CancelCauseFunc) {
+func (r *runRegistry) add(run LiveRun, cancel context.CancelCauseFunc) {
 	r.mu.Lock()
-	r.runs[id] = &activeRun{owner: owner, cancel: cancel}
+	r.runs[run.RunID] = &activeRun{LiveRun: run, cancel: cancel}
 	r.mu.Unlock()
 }
 
@@ -419,11 +421,57 @@ func (r *runRegistry) cancel(id string, owner uint32) bool {
 	r.mu.Lock()
 	a := r.runs[id]
 	r.mu.Unlock()
-	if a == nil || a.owner != owner {
+	if a == nil || a.UID != owner {
 		return false
 	}
 	a.cancel(runner.ErrRunCancelled)
 	return true
+}
+
+// list is the runs in progress, oldest first: every run when all, else
+// those of uid.
+func (r *runRegistry) list(all bool, uid uint32) []LiveRun {
+	r.mu.Lock()
+	out := []LiveRun{}
+	for _, a := range r.runs {
+		if all || a.UID == uid {
+			out = append(out, a.LiveRun)
+		}
+	}
+	r.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].Started.Equal(out[j].Started) {
+			return out[i].Started.Before(out[j].Started)
+		}
+		return out[i].RunID < out[j].RunID
+	})
+	return out
+}
+
+// LiveRun is a run in progress in this daemon (skills.run_script or
+// run_code over any front end), as the console lists it.
+type LiveRun struct {
+	RunID     string    `json:"run_id"`
+	SessionID string    `json:"session_id,omitempty"`
+	Skill     string    `json:"skill,omitempty"`
+	Script    string    `json:"script,omitempty"`
+	UID       uint32    `json:"uid"`
+	Started   time.Time `json:"started"`
+}
+
+// LiveRunsResult is the console's list of live runs; OwnOnly says the
+// caller is not an approver and sees its own runs only.
+type LiveRunsResult struct {
+	Runs    []LiveRun `json:"runs"`
+	OwnOnly bool      `json:"own_only"`
+}
+
+// LiveRuns lists the runs in progress in this daemon: an approver's every
+// run, anyone else's own. Background runs of session sandboxes are
+// ListRuns'.
+func (s *Service) LiveRuns(_ context.Context, caller api.Peer) (*LiveRunsResult, error) {
+	approver := s.IsApprover(caller)
+	return &LiveRunsResult{Runs: s.runs.list(approver, caller.UID), OwnOnly: !approver}, nil
 }
 
 // outputEvents turns a run's live output into run.output events, numbered

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -178,6 +179,22 @@ func confirmDetails(p *Plan) map[string]string {
 	}
 	if names, _ := audit.EnvSummary(req.Env); len(names) > 0 {
 		d["env_names"] = strings.Join(names, " ")
+	}
+	if refs := runner.InputRefs(req.Files); len(refs) > 0 {
+		// One line per input: what the approval binds (the digest covers
+		// the files' content).
+		lines := make([]string, len(refs))
+		for i, r := range refs {
+			switch {
+			case r.Type == string(runtime.InputSymlink):
+				lines[i] = fmt.Sprintf("%s -> %s", strconv.Quote(r.Path), strconv.Quote(r.Target))
+			case r.Type != "":
+				lines[i] = fmt.Sprintf("%s (%s)", strconv.Quote(r.Path), r.Type)
+			default:
+				lines[i] = fmt.Sprintf("%s %d bytes sha256:%s", strconv.Quote(r.Path), r.Size, r.SHA256)
+			}
+		}
+		d["inputs"] = strings.Join(lines, "\n")
 	}
 	return d
 }

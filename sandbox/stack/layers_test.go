@@ -19,7 +19,7 @@ var layers = [][]string{
 	{"cmd/skillbox"},
 	{"sandbox/bench"},
 	{"sandbox/stack", "sandbox/metrics/metricstest", "sandbox/tracing/tracingtest"},
-	{"sandbox/daemon", "sandbox/metrics", "sandbox/tracing", "sandbox/audit/siem", "sandbox/service/servicetest", "sandbox/audit/audittest"},
+	{"sandbox/daemon", "sandbox/console", "sandbox/metrics", "sandbox/tracing", "sandbox/audit/siem", "sandbox/service/servicetest", "sandbox/audit/audittest"},
 	{"sandbox/jsonrpc", "sandbox/mcp", "sandbox/client"},
 	{"sandbox/service"},
 	{"sandbox/runner"},

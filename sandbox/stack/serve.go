@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"sync/atomic"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/console"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 	"github.com/skillbox/skillbox/sandbox/metrics"
 )
@@ -27,6 +29,9 @@ type Serving struct {
 	done   chan error
 	// metrics is the metrics endpoint (nil: daemon.metrics is not set).
 	metrics *metrics.Endpoint
+	// console serves the console API on its socket beside the main one.
+	console     *http.Server
+	consoleDone chan error
 	// forced is set when the grace period was cut short.
 	forced atomic.Bool
 }
@@ -63,6 +68,15 @@ func StartDaemon(parent context.Context, cfg *policy.Config, version string, log
 		}
 		sv.metrics = m.Serve(mln, log.Named("metrics"))
 	}
+	// The console's socket follows the main socket's mode and group.
+	cln, err := jsonrpc.Listen(console.ConsoleSocket(cfg.Daemon.Socket), cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
+	if err != nil {
+		ln.Close()
+		sv.closeMetrics(ctx)
+		return fail(fmt.Errorf("console socket: %w", err))
+	}
+	sv.console, sv.consoleDone = console.Server(st.Daemon().Service(), log.Named("console")), make(chan error, 1)
+	go func() { sv.consoleDone <- sv.console.Serve(cln) }()
 	rtName := st.Engine().Runtime().Name()
 	self := SelfPeer()
 	err = st.Journal().Record(ctx, &audit.Record{
@@ -75,11 +89,13 @@ func StartDaemon(parent context.Context, cfg *policy.Config, version string, log
 	if err != nil {
 		ln.Close()
 		sv.closeMetrics(ctx)
+		sv.closeConsole(ctx)
 		return fail(err)
 	}
 	go func() { sv.done <- st.Daemon().Server().Serve(ctx, ln) }()
 	log.Info("serving", "socket", cfg.Daemon.Socket, "runtime", rtName, "runtime_version", st.RuntimeVersion(),
 		"skills", len(st.Registry().List()), "audit_dir", cfg.Daemon.AuditDir)
+	log.Info("serving the console API", "socket", console.ConsoleSocket(cfg.Daemon.Socket), "path", console.Prefix)
 	if sv.metrics != nil {
 		log.Info("serving metrics", "address", cfg.Daemon.Metrics.String(), "path", metrics.Path)
 	}
@@ -123,6 +139,7 @@ func (sv *Serving) Close(ctx context.Context, why string) {
 		sv.log.Warn("shutdown", "error", serr)
 	}
 	sv.closeMetrics(ctx)
+	sv.closeConsole(ctx)
 	sv.cancel()
 	sv.stack.Stop()
 	self := SelfPeer()
@@ -151,6 +168,21 @@ func (sv *Serving) closeMetrics(ctx context.Context) {
 		sv.log.Warn("closing the metrics endpoint", "error", err)
 	}
 	sv.metrics = nil
+}
+
+// closeConsole stops the console API; its socket file goes with its
+// listener.
+func (sv *Serving) closeConsole(ctx context.Context) {
+	if sv.console == nil {
+		return
+	}
+	if err := sv.console.Shutdown(ctx); err != nil {
+		sv.log.Warn("closing the console API", "error", err)
+	}
+	if err := <-sv.consoleDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		sv.log.Warn("the console API stopped", "error", err)
+	}
+	sv.console = nil
 }
 
 // SelfPeer is the caller of a local command: this process.

@@ -6,6 +6,7 @@ package servicetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
@@ -42,6 +44,31 @@ var (
 )
 
 func (f *Runtime) Name() string { return "fake" }
+
+// RunByLastArg is a RunFunc whose outcome the run's last argument picks,
+// for tests that count runs by how they ended: "warm" (a warm start),
+// "fail" (exit 3), "timeout", "egress" (2 connections, 1 denied), "boom"
+// (the sandbox does not start), "block" (runs until cancelled); anything
+// else exits 0.
+func RunByLastArg(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
+	res := &runtime.Result{Reason: runtime.ReasonExit, Runtime: "fake"}
+	switch job.Args[len(job.Args)-1] {
+	case "warm":
+		res.Warm = true
+	case "fail":
+		res.ExitCode = 3
+	case "timeout":
+		res.ExitCode, res.Reason = -1, runtime.ReasonTimeout
+	case "egress":
+		res.Egress = &egress.Stats{Connections: 2, Denied: 1}
+	case "boom":
+		return nil, errors.New("the sandbox did not start")
+	case "block":
+		<-ctx.Done()
+		return nil, context.Cause(ctx)
+	}
+	return res, nil
+}
 
 func (f *Runtime) Version(ctx context.Context) (string, error) {
 	if f.VersionFunc != nil {
