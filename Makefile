@@ -53,6 +53,7 @@ deps:
 # committed dist/ is not what the sources build to.
 CONSOLE_WEB := sandbox/console/web
 console:
+	@command -v npm >/dev/null 2>&1 || { echo "console: Node.js 20 and npm are needed to build the console's pages ($(CONSOLE_WEB)); install them (the machine's nodejs package)"; exit 1; }
 	cd $(CONSOLE_WEB) && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build
 
 console-check: console
