@@ -62,6 +62,8 @@ type RunExitedEvent struct {
 	Signal     string `json:"signal,omitempty"`
 	Reason     string `json:"reason"` // runtime.Reason's values, as RunScriptResult.Reason
 	DurationMS int64  `json:"duration_ms"`
+	// Error is why a run that did not finish (Reason "error") ended.
+	Error string `json:"error,omitempty"`
 }
 
 func (RunStartedEvent) EventMethod() string       { return EventRunStarted }

@@ -348,8 +348,10 @@ func (s *Service) acquireRunSlot(ctx context.Context, caller api.Peer) (func(), 
 func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan) (*Result, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	s.runs.add(LiveRun{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.SkillName(), Script: plan.Script, UID: caller.UID, Started: time.Now().UTC()}, cancel)
+	feed := s.runs.add(LiveRun{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.SkillName(), Script: plan.Script, UID: caller.UID, Started: time.Now().UTC()}, cancel)
 	defer s.runs.remove(plan.RunID)
+	plan.Request.Stdout = teeSink(plan.Request.Stdout, feed.sink(api.StreamStdout))
+	plan.Request.Stderr = teeSink(plan.Request.Stderr, feed.sink(api.StreamStderr))
 	if id := s.sessionOfRun(o, plan); id != "" {
 		// The run changes its session's workspace behind the files API's
 		// open one: dropped, the next call walks the tree anew.
@@ -370,11 +372,14 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 	}
 	out, err := s.engine.Execute(runCtx, plan)
 	if err != nil {
+		feed.finish(api.RunExitedEvent{RunID: plan.RunID, ExitCode: -1, Reason: "error", Error: err.Error()})
 		return nil, err
 	}
+	r := out.Result
+	exited := api.RunExitedEvent{RunID: plan.RunID, ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason), DurationMS: r.Duration.Milliseconds()}
+	feed.finish(exited)
 	if sink != nil {
-		r := out.Result
-		sink(api.RunExitedEvent{RunID: plan.RunID, ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason), DurationMS: r.Duration.Milliseconds()})
+		sink(exited)
 	}
 	return out, nil
 }
@@ -402,12 +407,33 @@ type runRegistry struct {
 type activeRun struct {
 	LiveRun
 	cancel context.CancelCauseFunc
+	output *runFeed
 }
 
-func (r *runRegistry) add(run LiveRun, cancel context.CancelCauseFunc) {
+// visibleTo says whether a caller sees the run (LiveRuns, FollowRun): an
+// approver sees every run, anyone else its own.
+func (a *activeRun) visibleTo(approver bool, uid uint32) bool {
+	return approver || a.UID == uid
+}
+
+// add registers a run and returns the feed its output goes to.
+func (r *runRegistry) add(run LiveRun, cancel context.CancelCauseFunc) *runFeed {
+	a := &activeRun{LiveRun: run, cancel: cancel, output: newRunFeed(api.RunStartedEvent{RunID: run.RunID, SessionID: run.SessionID, Skill: run.Skill, Path: run.Script})}
 	r.mu.Lock()
-	r.runs[run.RunID] = &activeRun{LiveRun: run, cancel: cancel}
+	r.runs[run.RunID] = a
 	r.mu.Unlock()
+	return a.output
+}
+
+// feed is the output of run id if the caller sees it, else nil.
+func (r *runRegistry) feed(id string, approver bool, uid uint32) *runFeed {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	a := r.runs[id]
+	if a == nil || !a.visibleTo(approver, uid) {
+		return nil
+	}
+	return a.output
 }
 
 func (r *runRegistry) remove(id string) {
@@ -434,7 +460,7 @@ func (r *runRegistry) list(all bool, uid uint32) []LiveRun {
 	r.mu.Lock()
 	out := []LiveRun{}
 	for _, a := range r.runs {
-		if all || a.UID == uid {
+		if a.visibleTo(all, uid) {
 			out = append(out, a.LiveRun)
 		}
 	}

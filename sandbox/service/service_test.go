@@ -3,9 +3,11 @@ package service_test
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
@@ -281,5 +283,86 @@ func mustV[T any](v T, err error) T {
 func write(s runtime.StreamSink, data string) {
 	if s != nil {
 		s.Write([]byte(data))
+	}
+}
+
+// TestFollowRun: a run's owner and approvers follow its output live (the
+// output so far, then each chunk, then the end); anyone else is told the
+// run is not there.
+func TestFollowRun(t *testing.T) {
+	f := newFixture(t, false)
+	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
+		write(job.Stdout, "first\n")
+		<-ctx.Done()
+		write(job.Stderr, "stopping\n")
+		return &runtime.Result{Reason: runtime.ReasonKilled, ExitCode: 137, Signal: "SIGKILL"}, nil
+	}
+	col := newCollector()
+	ctx := api.WithEventSink(context.Background(), col.sink)
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.svc.Run(ctx, owner, service.RunRequest{Skill: f.sk["plain"], Script: "scripts/run.sh"}, service.RunOptions{Method: "test", Stream: true})
+		done <- err
+	}()
+	started := (<-col.ch).(api.RunStartedEvent)
+	<-col.ch // the first output
+
+	for _, tc := range []struct {
+		name string
+		who  api.Peer
+		id   string
+		kind string
+	}{
+		{"stranger", stranger, started.RunID, api.KindNotFound},
+		{"no run id", owner, "", api.KindInvalidParams},
+		{"unknown run", owner, "run_nope", api.KindNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := f.svc.FollowRun(ctx, tc.who, tc.id); api.KindOf(err) != tc.kind {
+				t.Errorf("FollowRun: %v, want %s", err, tc.kind)
+			}
+		})
+	}
+	var followers []*service.RunFollower
+	for _, who := range []api.Peer{owner, approver} {
+		fl, err := f.svc.FollowRun(ctx, who, started.RunID)
+		if err != nil {
+			t.Fatalf("uid %d follows: %v", who.UID, err)
+		}
+		defer fl.Close()
+		followers = append(followers, fl)
+	}
+	if _, err := f.svc.CancelRun(ctx, owner, api.CancelRunParams{RunID: started.RunID}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for i, fl := range followers {
+		var got []string
+		wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		for {
+			evs, err := fl.Next(wctx)
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("follower %d: %v after %v", i, err, got)
+			}
+			for _, ev := range evs {
+				s := ev.EventMethod()
+				switch e := ev.(type) {
+				case api.RunOutputEvent:
+					s += " " + e.Stream + ":" + strings.TrimSpace(e.Data)
+				case api.RunExitedEvent:
+					s += " " + e.Reason
+				}
+				got = append(got, s)
+			}
+		}
+		cancel()
+		if want := "run.started|run.output stdout:first|run.output stderr:stopping|run.exited cancelled"; strings.Join(got, "|") != want {
+			t.Errorf("follower %d got %q, want %q", i, strings.Join(got, "|"), want)
+		}
 	}
 }
