@@ -32,6 +32,7 @@ type Service interface {
 	ListRuns(ctx context.Context, caller api.Peer, p api.RunsListParams) (*api.RunsListResult, error)
 	LiveRuns(ctx context.Context, caller api.Peer) (*service.LiveRunsResult, error)
 	CancelRun(ctx context.Context, caller api.Peer, p api.CancelRunParams) (*api.CancelRunResult, error)
+	FollowRun(ctx context.Context, caller api.Peer, runID string) (*service.RunFollower, error)
 	ListProposals(ctx context.Context, caller api.Peer, p api.ListProposalsParams) (*api.ListProposalsResult, error)
 	ShowProposal(ctx context.Context, caller api.Peer, p api.ProposalIDParams) (*api.Proposal, error)
 	ApproveProposal(ctx context.Context, caller api.Peer, p api.ProposalIDParams) (*api.Proposal, error)
@@ -106,6 +107,7 @@ func Handler(svc Service, log hclog.Logger) http.Handler {
 	mux.HandleFunc("POST "+Prefix+"/runs/{run}/cancel", call(h, func(ctx context.Context, p api.Peer, r *http.Request) (any, error) {
 		return svc.CancelRun(ctx, p, api.CancelRunParams{RunID: r.PathValue("run")})
 	}))
+	mux.HandleFunc("GET "+Prefix+"/runs/{run}/output", h.runOutput)
 	mux.HandleFunc("GET "+Prefix+"/proposals", call(h, func(ctx context.Context, p api.Peer, r *http.Request) (any, error) {
 		q := r.URL.Query()
 		return svc.ListProposals(ctx, p, api.ListProposalsParams{Skill: q.Get("skill"), State: q.Get("state")})

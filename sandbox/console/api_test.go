@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -332,6 +333,80 @@ func TestConsoleAPI(t *testing.T) {
 		do(t, f.approverSock, "GET", console.Prefix+"/runs", &live)
 		if len(live.Runs) != 0 {
 			t.Errorf("after the run ended: %+v", live)
+		}
+	})
+	t.Run("live output as server-sent events", func(t *testing.T) {
+		if st, e := do(t, f.approverSock, "GET", console.Prefix+"/runs/run_nope/output", nil); st != http.StatusNotFound || e.Kind != api.KindNotFound {
+			t.Errorf("output of no run: %d %+v", st, e)
+		}
+		done := make(chan error, 1)
+		go func() { done <- f.run(t, ses.SessionID, "plain", "talk", "") }()
+		var live service.LiveRunsResult
+		deadline := time.Now().Add(10 * time.Second)
+		for len(live.Runs) == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			do(t, f.approverSock, "GET", console.Prefix+"/runs", &live)
+		}
+		if len(live.Runs) != 1 {
+			t.Fatalf("live runs = %+v, want the talking run", live)
+		}
+		id := live.Runs[0].RunID
+		c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", f.approverSock)
+		}}}
+		resp, err := c.Get("http://console" + console.Prefix + "/runs/" + id + "/output")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+			t.Fatalf("output: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+		}
+		events := make(chan string, 16)
+		go func() {
+			defer close(events)
+			sc := bufio.NewScanner(resp.Body)
+			name := ""
+			for sc.Scan() {
+				line := sc.Text()
+				switch {
+				case strings.HasPrefix(line, "event: "):
+					name = strings.TrimPrefix(line, "event: ")
+				case strings.HasPrefix(line, "data: "):
+					events <- name + " " + strings.TrimPrefix(line, "data: ")
+				}
+			}
+		}()
+		next := func() string {
+			select {
+			case ev, ok := <-events:
+				if !ok {
+					return "(end of stream)"
+				}
+				return ev
+			case <-time.After(10 * time.Second):
+				t.Fatal("no event in 10s")
+				return ""
+			}
+		}
+		if ev := next(); !strings.HasPrefix(ev, "run.started ") || !strings.Contains(ev, `"skill":"plain"`) {
+			t.Errorf("first event %s", ev)
+		}
+		// The output arrives while the run is still going.
+		if ev := next(); !strings.HasPrefix(ev, "run.output ") || !strings.Contains(ev, `"data":"talking\n"`) {
+			t.Errorf("second event %s", ev)
+		}
+		if st, _ := do(t, f.approverSock, "POST", console.Prefix+"/runs/"+id+"/cancel", nil); st != http.StatusOK {
+			t.Fatalf("cancel: %d", st)
+		}
+		if ev := next(); !strings.HasPrefix(ev, "run.exited ") || !strings.Contains(ev, `"reason":"cancelled"`) {
+			t.Errorf("end event %s", ev)
+		}
+		if ev := next(); ev != "(end of stream)" {
+			t.Errorf("after run.exited: %s", ev)
+		}
+		if err := <-done; err != nil {
+			t.Errorf("the talking run: %v", err)
 		}
 	})
 	t.Run("unknown path", func(t *testing.T) {

@@ -115,6 +115,11 @@ func newBridge(ln net.Listener, socket string, log hclog.Logger) (*Bridge, error
 			pr.Out.Header.Del("Cookie")
 			pr.Out.Header.Del("Origin")
 		},
+		// Flush every write: a run's output (Server-Sent Events) must
+		// reach the browser as the daemon sends it. When the browser goes
+		// away, the request's context ends and the proxy closes the
+		// daemon's connection, which ends the daemon's follower.
+		FlushInterval: -1,
 		Transport: &http.Transport{
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 				return dialer.DialContext(ctx, "unix", socket)

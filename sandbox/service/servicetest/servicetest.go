@@ -48,7 +48,8 @@ func (f *Runtime) Name() string { return "fake" }
 // RunByLastArg is a RunFunc whose outcome the run's last argument picks,
 // for tests that count runs by how they ended: "warm" (a warm start),
 // "fail" (exit 3), "timeout", "egress" (2 connections, 1 denied), "boom"
-// (the sandbox does not start), "block" (runs until cancelled); anything
+// (the sandbox does not start), "block" (runs until cancelled), "talk"
+// (writes "talking\n" to stdout, then runs until cancelled); anything
 // else exits 0.
 func RunByLastArg(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 	res := &runtime.Result{Reason: runtime.ReasonExit, Runtime: "fake"}
@@ -66,6 +67,12 @@ func RunByLastArg(ctx context.Context, job runtime.Job) (*runtime.Result, error)
 	case "block":
 		<-ctx.Done()
 		return nil, context.Cause(ctx)
+	case "talk":
+		if job.Stdout != nil {
+			job.Stdout.Write([]byte("talking\n"))
+		}
+		<-ctx.Done()
+		res.ExitCode, res.Reason, res.Signal = 137, runtime.ReasonKilled, "SIGKILL"
 	}
 	return res, nil
 }
