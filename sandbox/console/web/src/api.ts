@@ -119,3 +119,12 @@ export interface BackgroundRun {
 
 export interface LiveRun { run_id: string; session_id?: string; skill?: string; script?: string; uid: number; started: string }
 export interface LiveRuns { runs: LiveRun[]; own_only: boolean }
+
+// A live run's output (GET /runs/{run}/output, Server-Sent Events): each
+// event is named by its method and carries one of these as JSON.
+export interface RunStartedEvent { run_id: string; session_id?: string; skill?: string; path?: string }
+export interface RunOutputEvent { run_id: string; stream: "stdout" | "stderr"; seq: number; data: string }
+export interface RunOutputDroppedEvent { run_id: string; events: number; bytes: number }
+export interface RunExitedEvent { run_id: string; exit_code: number; signal?: string; reason: string; duration_ms: number; error?: string }
+
+export const runOutputURL = (runID: string) => `/api/v1/runs/${encodeURIComponent(runID)}/output`;
