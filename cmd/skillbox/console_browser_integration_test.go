@@ -122,19 +122,40 @@ func tamperAuditLog(t *testing.T, dir string) {
 	}
 }
 
+// tickerSkill is a skill whose script prints a line every 200 ms for
+// 30 s: the live run the browser follows and cancels.
+func tickerSkill(t *testing.T) string {
+	t.Helper()
+	root, err := os.MkdirTemp("", "sbticker-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runItWriteFile(t, filepath.Join(root, "live-ticker", "SKILL.md"),
+		"---\nname: live-ticker\ndescription: Prints a line every 200 ms for 30 s. Use only in tests of live output.\n---\n# live-ticker\n\nRun scripts/tick.py.\n")
+	runItWriteFile(t, filepath.Join(root, "live-ticker", "scripts", "tick.py"),
+		"import time\nfor i in range(1, 151):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.2)\n")
+	return root
+}
+
 // TestConsoleBrowser drives the console's pages in Chromium against a real
 // daemon and a real gVisor run held for confirmation
 // (sandbox/console/web/e2e/console.mjs does the browser's part): approve
 // in the page and the held run completes; a second approval is refused; a
 // non-approver's console offers no approval and the socket refuses it;
-// audit search finds the run with the chain intact; the skill's charts
+// audit search finds the run with the chain intact; a run that prints a
+// line every 200 ms shows its lines in Live runs as they come, and Cancel
+// ends it with reason cancelled; the skill's charts
 // are drawn (screenshots kept under artifactsDir); a tampered log shows as
 // broken.
 func TestConsoleBrowser(t *testing.T) {
 	needDaemon(t)
 	webDir := filepath.Join(itRepo, "sandbox", "console", "web")
 	needBrowser(t, webDir)
-	d := newItDaemon(t)
+	d := newItDaemon(t, tickerSkill(t))
 	d.start()
 	defer d.stop()
 	c := d.client()
@@ -210,6 +231,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if err := node.Start(); err != nil {
 		t.Fatal(err)
 	}
+	live := make(chan outcome, 1)
 	passed := false
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
@@ -228,6 +250,30 @@ func TestConsoleBrowser(t *testing.T) {
 			}
 			t.Logf("the held run completed in gVisor: %d ms", o.res.DurationMS)
 			io.WriteString(stdin, "ok\n")
+		case "WAIT live-run":
+			tickSID := must[string](t, "sessions.create")(c.NewSession(ctx))
+			must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: tickSID, Names: []string{"live-ticker"}}))
+			go func() {
+				res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: tickSID, Skill: "live-ticker", Path: "scripts/tick.py", TimeoutMS: 120_000})
+				if err != nil {
+					t.Errorf("the live run: %v", err)
+					node.Process.Kill()
+				}
+				live <- outcome{res, err}
+			}()
+			io.WriteString(stdin, "ok\n")
+		case "WAIT live-run-ended":
+			var o outcome
+			select {
+			case o = <-live:
+			case <-time.After(time.Minute):
+				t.Fatal("the cancelled run did not return within a minute")
+			}
+			if o.err != nil || o.res.Reason != "cancelled" || !strings.Contains(o.res.Stdout, "tick 1\n") {
+				t.Fatalf("the cancelled run: %+v, %v", o.res, o.err)
+			}
+			t.Logf("the live run was cancelled after %d ms", o.res.DurationMS)
+			io.WriteString(stdin, "ok\n")
 		case "WAIT tamper":
 			tamperAuditLog(t, d.auditDir)
 			io.WriteString(stdin, "ok\n")
@@ -239,7 +285,7 @@ func TestConsoleBrowser(t *testing.T) {
 	if err != nil || !passed {
 		t.Fatalf("the browser test failed (%v):\n%s", err, stderr.String())
 	}
-	for _, f := range []string{"console-confirmation.png", "console-skill-history.png", "console-chain-broken.png"} {
+	for _, f := range []string{"console-confirmation.png", "console-live-run.png", "console-skill-history.png", "console-chain-broken.png"} {
 		if fi, err := os.Stat(filepath.Join(artifactsDir(), f)); err != nil || fi.Size() == 0 {
 			t.Errorf("screenshot %s: %v", f, err)
 		}

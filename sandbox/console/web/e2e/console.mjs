@@ -120,9 +120,30 @@ try {
   await page.locator('[data-testid="chain-status"][data-intact="true"]').waitFor();
   step(`audit search found ${runID}; chain: ${await testid(page, "chain-status").textContent()}`);
 
-  // The live runs page answers (the held run has ended by now).
+  // Live runs: the test starts a run that prints a line every 200 ms; its
+  // page shows lines arriving while it runs, and Cancel ends it.
+  await handOff("live-run");
   await page.goto(`${base}#/runs`);
-  await page.locator('[data-testid="no-live-runs"], [data-testid="live-run-row"]').first().waitFor();
+  const liveRow = page.locator('[data-testid="live-run-row"]');
+  for (let i = 0; (await liveRow.count()) === 0; i++) {
+    check(i < 120, "the live run did not show in Live runs within 60 s");
+    await page.waitForTimeout(500);
+    await page.getByRole("button", { name: "Refresh" }).click();
+  }
+  await liveRow.first().locator('[data-testid="follow"]').click();
+  const ticks = () => page.evaluate(() => (document.querySelector('[data-testid="run-output"]')?.textContent?.match(/tick \d+/g) ?? []).length);
+  await page.locator('[data-testid="run-output"]', { hasText: "tick 2" }).waitFor({ timeout: 60_000 });
+  const seen = await ticks();
+  await page.waitForFunction((n) => (document.querySelector('[data-testid="run-output"]')?.textContent?.match(/tick \d+/g) ?? []).length >= n, seen + 3);
+  check(await testid(page, "run-state").getAttribute("data-state") === "running", "the run ended before Cancel");
+  step(`live output: ${seen} line(s), then ${await ticks()} while the run goes on`);
+  await page.screenshot({ path: join(artifacts, "console-live-run.png"), fullPage: true });
+  await testid(page, "cancel").click();
+  await page.locator('[data-testid="run-state"][data-state="ended"]').waitFor();
+  const reason = await testid(page, "run-state").getAttribute("data-reason");
+  check(reason === "cancelled", `the cancelled run ended with ${reason}: ${await testid(page, "run-state").textContent()}`);
+  step(`after Cancel: ${await testid(page, "run-state").textContent()}`);
+  await handOff("live-run-ended");
 
   // e) The skill's history draws its charts.
   await page.goto(`${base}#/skills/${encodeURIComponent(skill)}?since=1h&bucket=1m`);
