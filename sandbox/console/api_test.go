@@ -130,14 +130,11 @@ func serve(t *testing.T, svc console.Service) string {
 // (nil: ignored); it returns the status and, for an error, its body.
 func do(t *testing.T, sock, method, path string, out any) (int, *api.Error) {
 	t.Helper()
-	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	}}}
 	req, err := http.NewRequest(method, "http://console"+path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := c.Do(req)
+	resp, err := unixClient(sock).Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +156,24 @@ func do(t *testing.T, sock, method, path string, out any) (int, *api.Error) {
 		}
 	}
 	return resp.StatusCode, nil
+}
+
+// unixClient is an HTTP client of the console socket sock.
+func unixClient(sock string) *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	}}}
+}
+
+// waitLiveRuns polls GET /runs until it lists a run (10 s at most).
+func waitLiveRuns(t *testing.T, sock string) service.LiveRunsResult {
+	t.Helper()
+	var live service.LiveRunsResult
+	for deadline := time.Now().Add(10 * time.Second); len(live.Runs) == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+		do(t, sock, "GET", console.Prefix+"/runs", &live)
+	}
+	return live
 }
 
 func (f *fixture) run(t *testing.T, sid, skill, arg, confirmation string) error {
@@ -303,12 +318,7 @@ func TestConsoleAPI(t *testing.T) {
 	t.Run("live runs", func(t *testing.T) {
 		done := make(chan error, 1)
 		go func() { done <- f.run(t, ses.SessionID, "plain", "block", "") }()
-		var live service.LiveRunsResult
-		deadline := time.Now().Add(10 * time.Second)
-		for len(live.Runs) == 0 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-			do(t, f.approverSock, "GET", console.Prefix+"/runs", &live)
-		}
+		live := waitLiveRuns(t, f.approverSock)
 		if len(live.Runs) != 1 || live.OwnOnly || live.Runs[0].Skill != "plain" || live.Runs[0].Script != "scripts/run.sh" ||
 			live.Runs[0].SessionID != ses.SessionID || live.Runs[0].UID != f.me.UID || live.Runs[0].Started.IsZero() {
 			t.Fatalf("live runs = %+v, want the blocked run", live)
@@ -341,20 +351,12 @@ func TestConsoleAPI(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- f.run(t, ses.SessionID, "plain", "talk", "") }()
-		var live service.LiveRunsResult
-		deadline := time.Now().Add(10 * time.Second)
-		for len(live.Runs) == 0 && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-			do(t, f.approverSock, "GET", console.Prefix+"/runs", &live)
-		}
+		live := waitLiveRuns(t, f.approverSock)
 		if len(live.Runs) != 1 {
 			t.Fatalf("live runs = %+v, want the talking run", live)
 		}
 		id := live.Runs[0].RunID
-		c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return (&net.Dialer{}).DialContext(ctx, "unix", f.approverSock)
-		}}}
-		resp, err := c.Get("http://console" + console.Prefix + "/runs/" + id + "/output")
+		resp, err := unixClient(f.approverSock).Get("http://console" + console.Prefix + "/runs/" + id + "/output")
 		if err != nil {
 			t.Fatal(err)
 		}
