@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/skillbox/skillbox/sandbox/console"
 )
@@ -18,6 +20,15 @@ import (
 // upstream stands for the daemon's console socket: it answers every
 // request with what it received.
 func upstream(t *testing.T) string {
+	t.Helper()
+	return upstreamWith(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]string{"method": r.Method, "path": r.URL.RequestURI(), "cookie": r.Header.Get("Cookie"), "host": r.Host})
+	}))
+}
+
+// upstreamWith serves h on a Unix socket and returns its path.
+func upstreamWith(t *testing.T, h http.Handler) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "skb")
 	if err != nil {
@@ -29,10 +40,7 @@ func upstream(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]string{"method": r.Method, "path": r.URL.RequestURI(), "cookie": r.Header.Get("Cookie"), "host": r.Host})
-	})}
+	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	return sock
@@ -257,5 +265,54 @@ func TestBridgePages(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestBridgeStreams: the bridge passes a stream on as the daemon writes it
+// (a run's output), and closes the daemon's side when the browser goes.
+func TestBridgeStreams(t *testing.T) {
+	gone := make(chan struct{})
+	b := startBridge(t, upstreamWith(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "event: run.output\ndata: {}\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+		close(gone)
+	})))
+	token := b.URL()[strings.Index(b.URL(), "?token=")+len("?token="):]
+	resp, _ := send(t, b, "GET", "/?token="+token, nil)
+	var cookie string
+	for _, c := range resp.Cookies() {
+		if c.Name == b.CookieName() {
+			cookie = c.Name + "=" + c.Value
+		}
+	}
+	req, err := http.NewRequest("GET", "http://"+b.Addr().String()+console.Prefix+"/runs/run_x/output", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Cookie", cookie)
+	out, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(out.Body).ReadString('\n')
+		first <- line
+	}()
+	select {
+	case line := <-first:
+		if line != "event: run.output\n" {
+			t.Fatalf("first line %q", line)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the bridge held the stream back")
+	}
+	out.Body.Close()
+	select {
+	case <-gone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the daemon's side stayed open after the browser went")
 	}
 }
