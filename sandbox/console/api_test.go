@@ -104,6 +104,12 @@ func mustConfig(t *testing.T, approver string) *policy.Config {
 // it, and returns its path.
 func serve(t *testing.T, svc console.Service) string {
 	t.Helper()
+	return serveWith(t, console.Server(svc, nil))
+}
+
+// serveWith serves srv on a console socket and returns its path.
+func serveWith(t *testing.T, srv *http.Server) string {
+	t.Helper()
 	dir, err := os.MkdirTemp("", "skc")
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +120,6 @@ func serve(t *testing.T, svc console.Service) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := console.Server(svc, nil)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -345,72 +350,86 @@ func TestConsoleAPI(t *testing.T) {
 			t.Errorf("after the run ended: %+v", live)
 		}
 	})
-	t.Run("live output as server-sent events", func(t *testing.T) {
-		if st, e := do(t, f.approverSock, "GET", console.Prefix+"/runs/run_nope/output", nil); st != http.StatusNotFound || e.Kind != api.KindNotFound {
-			t.Errorf("output of no run: %d %+v", st, e)
-		}
-		done := make(chan error, 1)
-		go func() { done <- f.run(t, ses.SessionID, "plain", "talk", "") }()
-		live := waitLiveRuns(t, f.approverSock)
-		if len(live.Runs) != 1 {
-			t.Fatalf("live runs = %+v, want the talking run", live)
-		}
-		id := live.Runs[0].RunID
-		resp, err := unixClient(f.approverSock).Get("http://console" + console.Prefix + "/runs/" + id + "/output")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
-			t.Fatalf("output: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
-		}
-		events := make(chan string, 16)
-		go func() {
-			defer close(events)
-			sc := bufio.NewScanner(resp.Body)
-			name := ""
-			for sc.Scan() {
-				line := sc.Text()
-				switch {
-				case strings.HasPrefix(line, "event: "):
-					name = strings.TrimPrefix(line, "event: ")
-				case strings.HasPrefix(line, "data: "):
-					events <- name + " " + strings.TrimPrefix(line, "data: ")
+	if st, e := do(t, f.approverSock, "GET", console.Prefix+"/runs/run_nope/output", nil); st != http.StatusNotFound || e.Kind != api.KindNotFound {
+		t.Errorf("output of no run: %d %+v", st, e)
+	}
+	// A stream outlives the server's read timeout (a quiet run's output
+	// can take minutes).
+	shortRead := console.Server(f.svc, nil)
+	shortRead.ReadTimeout = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		sock  string
+		pause time.Duration
+	}{
+		{"live output as server-sent events", f.approverSock, 0},
+		{"live output past the read timeout", serveWith(t, shortRead), time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			done := make(chan error, 1)
+			go func() { done <- f.run(t, ses.SessionID, "plain", "talk", "") }()
+			live := waitLiveRuns(t, tc.sock)
+			if len(live.Runs) != 1 {
+				t.Fatalf("live runs = %+v, want the talking run", live)
+			}
+			id := live.Runs[0].RunID
+			resp, err := unixClient(tc.sock).Get("http://console" + console.Prefix + "/runs/" + id + "/output")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK || resp.Header.Get("Content-Type") != "text/event-stream" {
+				t.Fatalf("output: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+			}
+			events := make(chan string, 16)
+			go func() {
+				defer close(events)
+				sc := bufio.NewScanner(resp.Body)
+				name := ""
+				for sc.Scan() {
+					line := sc.Text()
+					switch {
+					case strings.HasPrefix(line, "event: "):
+						name = strings.TrimPrefix(line, "event: ")
+					case strings.HasPrefix(line, "data: "):
+						events <- name + " " + strings.TrimPrefix(line, "data: ")
+					}
+				}
+			}()
+			next := func() string {
+				select {
+				case ev, ok := <-events:
+					if !ok {
+						return "(end of stream)"
+					}
+					return ev
+				case <-time.After(10 * time.Second):
+					t.Fatal("no event in 10s")
+					return ""
 				}
 			}
-		}()
-		next := func() string {
-			select {
-			case ev, ok := <-events:
-				if !ok {
-					return "(end of stream)"
-				}
-				return ev
-			case <-time.After(10 * time.Second):
-				t.Fatal("no event in 10s")
-				return ""
+			if ev := next(); !strings.HasPrefix(ev, "run.started ") || !strings.Contains(ev, `"skill":"plain"`) {
+				t.Errorf("first event %s", ev)
 			}
-		}
-		if ev := next(); !strings.HasPrefix(ev, "run.started ") || !strings.Contains(ev, `"skill":"plain"`) {
-			t.Errorf("first event %s", ev)
-		}
-		// The output arrives while the run is still going.
-		if ev := next(); !strings.HasPrefix(ev, "run.output ") || !strings.Contains(ev, `"data":"talking\n"`) {
-			t.Errorf("second event %s", ev)
-		}
-		if st, _ := do(t, f.approverSock, "POST", console.Prefix+"/runs/"+id+"/cancel", nil); st != http.StatusOK {
-			t.Fatalf("cancel: %d", st)
-		}
-		if ev := next(); !strings.HasPrefix(ev, "run.exited ") || !strings.Contains(ev, `"reason":"cancelled"`) {
-			t.Errorf("end event %s", ev)
-		}
-		if ev := next(); ev != "(end of stream)" {
-			t.Errorf("after run.exited: %s", ev)
-		}
-		if err := <-done; err != nil {
-			t.Errorf("the talking run: %v", err)
-		}
-	})
+			// The output arrives while the run is still going.
+			if ev := next(); !strings.HasPrefix(ev, "run.output ") || !strings.Contains(ev, `"data":"talking\n"`) {
+				t.Errorf("second event %s", ev)
+			}
+			time.Sleep(tc.pause)
+			if st, _ := do(t, tc.sock, "POST", console.Prefix+"/runs/"+id+"/cancel", nil); st != http.StatusOK {
+				t.Fatalf("cancel: %d", st)
+			}
+			if ev := next(); !strings.HasPrefix(ev, "run.exited ") || !strings.Contains(ev, `"reason":"cancelled"`) {
+				t.Errorf("end event %s", ev)
+			}
+			if ev := next(); ev != "(end of stream)" {
+				t.Errorf("after run.exited: %s", ev)
+			}
+			if err := <-done; err != nil {
+				t.Errorf("the talking run: %v", err)
+			}
+		})
+	}
 	t.Run("unknown path", func(t *testing.T) {
 		if st, e := do(t, f.approverSock, "GET", console.Prefix+"/nope", nil); st != http.StatusNotFound || e.Kind != api.KindNotFound {
 			t.Errorf("unknown path: %d %+v", st, e)

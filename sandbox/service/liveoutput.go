@@ -131,11 +131,12 @@ type RunFollower struct {
 	done        bool
 }
 
-// offer queues ev, or counts it as dropped when the queue is full.
+// offer queues ev, or counts it as dropped when the queue is full (a
+// chunk larger than the queue still goes to an empty one).
 func (fl *RunFollower) offer(ev api.RunOutputEvent) {
 	fl.mu.Lock()
 	defer fl.mu.Unlock()
-	if fl.queuedBytes+len(ev.Data) > followerQueueBytes {
+	if fl.queuedBytes > 0 && fl.queuedBytes+len(ev.Data) > followerQueueBytes {
 		fl.dropEvents++
 		fl.dropBytes += int64(len(ev.Data))
 		return
