@@ -353,10 +353,10 @@ func TestConsoleAPI(t *testing.T) {
 	if st, e := do(t, f.approverSock, "GET", console.Prefix+"/runs/run_nope/output", nil); st != http.StatusNotFound || e.Kind != api.KindNotFound {
 		t.Errorf("output of no run: %d %+v", st, e)
 	}
-	// A stream outlives the server's read timeout (a quiet run's output
-	// can take minutes).
-	shortRead := console.Server(f.svc, nil)
-	shortRead.ReadTimeout = 300 * time.Millisecond
+	// A stream outlives the server's read and write timeouts (a quiet
+	// run's output can take minutes).
+	shortRead, shortWrite := console.Server(f.svc, nil), console.Server(f.svc, nil)
+	shortRead.ReadTimeout, shortWrite.WriteTimeout = 300*time.Millisecond, 300*time.Millisecond
 	for _, tc := range []struct {
 		name  string
 		sock  string
@@ -364,6 +364,7 @@ func TestConsoleAPI(t *testing.T) {
 	}{
 		{"live output as server-sent events", f.approverSock, 0},
 		{"live output past the read timeout", serveWith(t, shortRead), time.Second},
+		{"live output past the write timeout", serveWith(t, shortWrite), time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			done := make(chan error, 1)
