@@ -187,7 +187,12 @@ func CompareWithLock(l *Lock, lockFile string, sk *Skill, script, store string) 
 func fileDiff(dir, store string, ch FileChange) (string, string) {
 	var old, cur []byte
 	if ch.Old != "" {
-		b, err := readAtMost(store, ch.Old, MaxKeptFileBytes)
+		// The name is the lock's hash, checked before it names a file.
+		var b []byte
+		err := errors.New("not a SHA-256")
+		if validSHA256(ch.Old) {
+			b, err = readAtMost(store, ch.Old, MaxKeptFileBytes)
+		}
 		if err != nil || sha256Hex(b) != ch.Old {
 			return "", fmt.Sprintf("%s (locked sha256:%s, now %s)", NoteHashesOnly, ch.Old, orNone(ch.New))
 		}
