@@ -119,10 +119,57 @@ func (l *Lock) PruneContent(store string) error {
 	return errors.Join(errs...)
 }
 
+// LockedFiles finds the bytes of a file of a pinned version by its path
+// and SHA-256; the bytes are returned only if they have that hash.
+type LockedFiles interface {
+	LockedFile(path, sha256 string) ([]byte, bool)
+}
+
+// ContentStore is a lock's content store (LockContentDir), written by
+// KeepLockedFiles: files named by their SHA-256.
+type ContentStore string
+
+var _ LockedFiles = ContentStore("")
+
+// LockedFile implements LockedFiles.
+func (c ContentStore) LockedFile(_, sum string) ([]byte, bool) {
+	// The name is the lock's hash, checked before it names a file.
+	if !validSHA256(sum) {
+		return nil, false
+	}
+	b, err := readAtMost(string(c), sum, MaxKeptFileBytes)
+	return b, err == nil && sha256Hex(b) == sum
+}
+
+// VersionDir is a directory holding a whole pinned version, such as the
+// copy of it a run mounted (a snapshot made for its digest).
+type VersionDir string
+
+var _ LockedFiles = VersionDir("")
+
+// LockedFile implements LockedFiles.
+func (d VersionDir) LockedFile(path, sum string) ([]byte, bool) {
+	b, err := readAtMost(string(d), path, MaxKeptFileBytes)
+	return b, err == nil && sha256Hex(b) == sum
+}
+
+func lockedFile(sources []LockedFiles, path, sum string) ([]byte, bool) {
+	for _, s := range sources {
+		if s == nil {
+			continue
+		}
+		if b, ok := s.LockedFile(path, sum); ok {
+			return b, true
+		}
+	}
+	return nil, false
+}
+
 // CompareWithLock compares sk as it is now with the version l pins
 // (l nil or not naming sk: LockNone). script is the file the run
-// executes, diffed first; store is the lock's content store.
-func CompareWithLock(l *Lock, lockFile string, sk *Skill, script, store string) (*LockComparison, error) {
+// executes, diffed first; sources are where the pinned files' bytes may
+// be found, in order (the lock's ContentStore first).
+func CompareWithLock(l *Lock, lockFile string, sk *Skill, script string, sources ...LockedFiles) (*LockComparison, error) {
 	c := &LockComparison{Status: LockNone, LockFile: lockFile, CurrentDigest: sk.Digest}
 	if l == nil {
 		return c, nil
@@ -163,7 +210,7 @@ func CompareWithLock(l *Lock, lockFile string, sk *Skill, script, store string) 
 			c.Notes = append(c.Notes, fmt.Sprintf("%d more changed files not diffed (at most %d are)", len(order)-i, MaxLockDiffFiles))
 			break
 		}
-		text, note := fileDiff(sk.Dir, store, ch)
+		text, note := fileDiff(sk.Dir, sources, ch)
 		if note != "" {
 			c.Notes = append(c.Notes, ch.Path+": "+note)
 			continue
@@ -184,16 +231,11 @@ func CompareWithLock(l *Lock, lockFile string, sk *Skill, script, store string) 
 }
 
 // fileDiff is the unified diff of one change, or why there is none.
-func fileDiff(dir, store string, ch FileChange) (string, string) {
+func fileDiff(dir string, sources []LockedFiles, ch FileChange) (string, string) {
 	var old, cur []byte
 	if ch.Old != "" {
-		// The name is the lock's hash, checked before it names a file.
-		var b []byte
-		err := errors.New("not a SHA-256")
-		if validSHA256(ch.Old) {
-			b, err = readAtMost(store, ch.Old, MaxKeptFileBytes)
-		}
-		if err != nil || sha256Hex(b) != ch.Old {
+		b, ok := lockedFile(sources, ch.Path, ch.Old)
+		if !ok {
 			return "", fmt.Sprintf("%s (locked sha256:%s, now %s)", NoteHashesOnly, ch.Old, orNone(ch.New))
 		}
 		old = b

@@ -17,6 +17,7 @@ func TestCompareWithLock(t *testing.T) {
 		change func(t *testing.T, dir string)
 		// keep: the pin kept the locked content; pin: the skill is pinned.
 		keep, pin  bool
+		copy       bool // a copy of the pinned version is at hand
 		status     LockStatus
 		diffHas    []string
 		notesHave  []string
@@ -35,6 +36,9 @@ func TestCompareWithLock(t *testing.T) {
 			change:     func(t *testing.T, dir string) { write(t, dir, script, "echo two\n") },
 			notesHave:  []string{"scripts/run.sh: " + NoteHashesOnly + " (locked sha256:"},
 			wantNoDiff: true},
+		{name: "differs, content in a copy of the version", pin: true, keep: false, copy: true, status: LockDiffers, changes: 1,
+			change:  func(t *testing.T, dir string) { write(t, dir, script, "echo two\n") },
+			diffHas: []string{"-echo one", "+echo two"}},
 		{name: "capped", pin: true, keep: true, status: LockDiffers, changes: 1,
 			change:    func(t *testing.T, dir string) { write(t, dir, script, big) },
 			diffHas:   []string{"-echo one", "+a new line of the script"},
@@ -61,10 +65,14 @@ func TestCompareWithLock(t *testing.T) {
 					}
 				}
 			}
+			var copied LockedFiles
+			if tt.copy {
+				copied = VersionDir(copyDir(t, dir))
+			}
 			if tt.change != nil {
 				tt.change(t, dir)
 			}
-			c, err := CompareWithLock(l, lockFile, loadDemo(t, dir), script, store)
+			c, err := CompareWithLock(l, lockFile, loadDemo(t, dir), script, ContentStore(store), copied)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -138,4 +146,21 @@ func write(t *testing.T, dir, rel, content string) {
 	if err := os.WriteFile(filepath.Join(dir, rel), []byte(content), 0o644); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// copyDir copies the skill's two files of patchSkill.
+func copyDir(t *testing.T, dir string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "copy")
+	if err := os.MkdirAll(filepath.Join(dst, "scripts"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, rel := range []string{"SKILL.md", "scripts/run.sh"} {
+		b, err := os.ReadFile(filepath.Join(dir, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		write(t, dst, rel, string(b))
+	}
+	return dst
 }

@@ -230,7 +230,13 @@ func (s *Service) lockDetails(d map[string]string, p *Plan) {
 		d["lock"] = "unreadable: " + err.Error()
 		return
 	}
-	c, err := skills.CompareWithLock(l, path, sk, p.Script, skills.LockContentDir(path))
+	sources := []skills.LockedFiles{skills.ContentStore(skills.LockContentDir(path))}
+	if e, ok := l.Skills[sk.Name]; ok && e.Digest != sk.Digest {
+		if dir, ok := s.snapshotOf(e.Digest); ok {
+			sources = append(sources, skills.VersionDir(dir))
+		}
+	}
+	c, err := skills.CompareWithLock(l, path, sk, p.Script, sources...)
 	if err != nil {
 		d["lock"] = fmt.Sprintf("%s, but the skill's files could not be compared: %v", skills.LockDiffers, err)
 		return
