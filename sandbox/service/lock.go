@@ -258,7 +258,7 @@ func (s *Service) lockDetails(d map[string]string, p *Plan) {
 		d["lock_changes"] = strings.Join(lines, "\n")
 	}
 	if c.Diff != "" {
-		d["lock_diff"] = c.Diff
+		d[api.DetailLockDiff] = c.Diff
 	}
 	if len(c.Notes) > 0 {
 		d["lock_notes"] = strings.Join(c.Notes, "\n")
