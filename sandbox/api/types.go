@@ -522,6 +522,12 @@ type Confirmation struct {
 	Details map[string]string `json:"details,omitempty"`
 }
 
+// DetailLockDiff is the Details key of the unified diff of a skill's files
+// against its locked version (up to 64 KiB): the console and
+// confirmations.list show it whole; a host's approval prompt (MCP) names
+// its size and where to read it.
+const DetailLockDiff = "lock_diff"
+
 // ConfirmationRequiredData is the data of a confirmation_required error: the
 // host shows Reason to an approver and repeats the call with
 // ConfirmationID once it is approved.

@@ -53,6 +53,8 @@ type fixture struct {
 	auditDir                string
 	skills                  map[string]*skills.Skill
 	me                      api.Peer
+	root, lockFile          string // the skills' root; the lock file
+	idx                     *servicetest.Index
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -60,7 +62,8 @@ func newFixture(t *testing.T) *fixture {
 	me := api.Peer{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: int32(os.Getpid())}
 	root := t.TempDir()
 	idx := servicetest.NewIndex()
-	f := &fixture{skills: map[string]*skills.Skill{}, me: me, auditDir: filepath.Join(t.TempDir(), "audit")}
+	f := &fixture{skills: map[string]*skills.Skill{}, me: me, auditDir: filepath.Join(t.TempDir(), "audit"),
+		root: root, lockFile: filepath.Join(t.TempDir(), "skills.lock"), idx: idx}
 	for _, name := range []string{"plain", "guarded"} {
 		s := servicetest.MakeSkill(t, root, servicetest.SkillSpec{Name: name, Files: map[string]string{"scripts/run.sh": "echo hi\n"}})
 		idx.Put(s)
@@ -82,7 +85,7 @@ func newFixture(t *testing.T) *fixture {
 	eng := runner.New(runner.Options{Config: mustConfig(t, "1"), Images: &servicetest.Images{}, Runtime: &servicetest.Runtime{RunFunc: servicetest.RunByLastArg}, Audit: j, Pins: servicetest.LivePins{}})
 	build := func(approver string) *service.Service {
 		cfg := mustConfig(t, approver)
-		cfg.Daemon.AuditDir = f.auditDir
+		cfg.Daemon.AuditDir, cfg.Skills.LockFile = f.auditDir, f.lockFile
 		return service.New(service.Options{Config: cfg, Skills: idx, Engine: eng, Audit: j, Sessions: sessions, Confirmations: confirms})
 	}
 	f.svc = build(strconv.Itoa(os.Getuid()))

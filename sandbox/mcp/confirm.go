@@ -102,7 +102,12 @@ func (c *Conn) confirmationMessage(ctx context.Context, cr *api.ConfirmationRequ
 				fmt.Fprintf(&b, "\n%s:", conf.ID)
 			}
 			for _, k := range slices.Sorted(maps.Keys(conf.Details)) {
-				fmt.Fprintf(&b, "\n%s: %s", k, conf.Details[k])
+				v := conf.Details[k]
+				if k == api.DetailLockDiff {
+					// A prompt is no place for a diff of up to 64 KiB.
+					v = fmt.Sprintf("a diff of %d lines against the locked version; read it in `skillbox console` or confirmations.list (confirmation %s)", strings.Count(v, "\n"), conf.ID)
+				}
+				fmt.Fprintf(&b, "\n%s: %s", k, v)
 			}
 		}
 	}

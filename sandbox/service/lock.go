@@ -3,9 +3,11 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/user"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -150,6 +152,7 @@ func (s *Service) pin(ctx context.Context, caller api.Peer, method, proposal str
 		return nil, errkind.Wrap(api.ErrInternal, err)
 	}
 	s.locks.forget()
+	s.keepLocked(l, path, list)
 	for _, pn := range res.Pinned {
 		r := base(ctx, caller, method, EventSkillLock, "")
 		r.Skill = &audit.SkillRef{Name: pn.Name, Digest: pn.Digest}
@@ -195,4 +198,69 @@ func (s *Service) lockSkills(ctx context.Context) (func(), error) {
 		return nil, errkind.Wrap(api.ErrUnavailable, err)
 	}
 	return unlock, nil
+}
+
+// keepLocked keeps the pinned versions' files in the lock's content store
+// (and drops those no pin names any more), so a confirmation can show a
+// later change line by line. A failure only costs that: the comparison
+// then says the locked content is not kept.
+func (s *Service) keepLocked(l *skills.Lock, path string, list []*skills.Skill) {
+	store := skills.LockContentDir(path)
+	for _, sk := range list {
+		if err := skills.KeepLockedFiles(store, sk.Dir, l.Skills[sk.Name].Files); err != nil {
+			s.log.Warn("cannot keep a pinned skill's files; confirmations will show its changes by hash only", "skill", sk.Name, "error", err)
+		}
+	}
+	if err := l.PruneContent(store); err != nil {
+		s.log.Warn("cannot prune the lock's content store", "dir", store, "error", err)
+	}
+}
+
+// lockDetails adds to a confirmation's details how the run's skill stands
+// with the lock (skills.CompareWithLock): "lock" always, and when it
+// differs the changed files, the diff and what is not shown.
+func (s *Service) lockDetails(d map[string]string, p *Plan) {
+	if p.Code != nil {
+		return
+	}
+	sk := p.Request.Skill
+	path := s.cfg.Skills.LockFile
+	l, err := s.locks.get(path)
+	if err != nil {
+		d["lock"] = "unreadable: " + err.Error()
+		return
+	}
+	sources := []skills.LockedFiles{skills.ContentStore(skills.LockContentDir(path))}
+	if e, ok := l.Skills[sk.Name]; ok && e.Digest != sk.Digest {
+		if dir, ok := s.snapshotOf(e.Digest); ok {
+			sources = append(sources, skills.VersionDir(dir))
+		}
+	}
+	c, err := skills.CompareWithLock(l, path, sk, p.Script, sources...)
+	if err != nil {
+		d["lock"] = fmt.Sprintf("%s, but the skill's files could not be compared: %v", skills.LockDiffers, err)
+		return
+	}
+	switch c.Status {
+	case skills.LockNone:
+		d["lock"] = fmt.Sprintf("%s: the lock file %s does not pin skill %q", c.Status, path, sk.Name)
+		return
+	case skills.LockMatches:
+		d["lock"] = fmt.Sprintf("%s: %s pins %s (approved by %s at %s)", c.Status, path, c.Locked.Digest, c.Locked.ApprovedBy, c.Locked.ApprovedAt.Format(time.RFC3339))
+		return
+	}
+	d["lock"] = fmt.Sprintf("%s: %s pins %s (approved by %s at %s), the skill is now %s", c.Status, path, c.Locked.Digest, c.Locked.ApprovedBy, c.Locked.ApprovedAt.Format(time.RFC3339), c.CurrentDigest)
+	lines := make([]string, len(c.Changes))
+	for i, ch := range c.Changes {
+		lines[i] = fmt.Sprintf("%s %s", ch.Change, ch.Path)
+	}
+	if len(lines) > 0 {
+		d["lock_changes"] = strings.Join(lines, "\n")
+	}
+	if c.Diff != "" {
+		d[api.DetailLockDiff] = c.Diff
+	}
+	if len(c.Notes) > 0 {
+		d["lock_notes"] = strings.Join(c.Notes, "\n")
+	}
 }

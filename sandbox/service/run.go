@@ -246,7 +246,9 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 		}
 		return errkind.Errorf(api.ErrConfirmationRequired, "%s needs confirmation (%s): %s", what, rule, hint)
 	}
-	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest, reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(confirmDetails(plan)))
+	details := confirmDetails(plan)
+	s.lockDetails(details, plan)
+	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest, reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(details))
 	if err != nil {
 		return err
 	}

@@ -378,9 +378,9 @@ type SnapshotLookup interface {
 	Lookup(digest string) (string, bool)
 }
 
-// pinnedBody is the SKILL.md body of the pinned copy of the version with
-// digest, if the pinner keeps one.
-func (s *Service) pinnedBody(digest string) (string, bool) {
+// snapshotOf is the pinned copy of the version with digest, if the
+// pinner keeps one.
+func (s *Service) snapshotOf(digest string) (string, bool) {
 	if s.engine == nil {
 		return "", false
 	}
@@ -388,7 +388,13 @@ func (s *Service) pinnedBody(digest string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	dir, ok := l.Lookup(digest)
+	return l.Lookup(digest)
+}
+
+// pinnedBody is the SKILL.md body of the pinned copy of the version with
+// digest, if the pinner keeps one.
+func (s *Service) pinnedBody(digest string) (string, bool) {
+	dir, ok := s.snapshotOf(digest)
 	if !ok {
 		return "", false
 	}

@@ -56,3 +56,11 @@ export function errorBox(e: unknown, testid = "error"): HTMLElement {
   const msg = e instanceof ApiError ? `${e.message} (${e.kind})` : String(e);
   return h("p", { class: "error", role: "alert", "data-testid": testid }, msg);
 }
+
+// diffView shows a unified diff with added and removed lines marked.
+export function diffView(diff: string, testid: string): HTMLElement {
+  return h("pre", { class: "diff", "data-testid": testid }, diff.split("\n").map((l) => {
+    const cls = l.startsWith("+++") || l.startsWith("---") ? "meta" : l.startsWith("+") ? "add" : l.startsWith("-") ? "del" : l.startsWith("@@") ? "hunk" : "";
+    return h("span", { class: cls }, l + "\n");
+  }));
+}

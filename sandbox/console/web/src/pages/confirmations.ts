@@ -4,7 +4,7 @@
 // the daemon's refusal).
 
 import { get, post, query, type Confirmation } from "../api";
-import { errorBox, h, table, when } from "../dom";
+import { diffView, errorBox, h, table, when } from "../dom";
 import type { Ctx } from "../main";
 
 // detailOrder is how the binding details are listed; others follow.
@@ -23,7 +23,17 @@ const detailOrder: [string, string][] = [
   ["inputs", "Input files"],
   ["network", "Network"],
   ["egress", "Egress"],
+  ["lock", "Lock"],
+  ["lock_changes", "Files changed since the lock"],
+  ["lock_diff", "Diff against the locked version"],
+  ["lock_notes", "Not shown of the change"],
 ];
+
+// detailView shows one detail: diffs marked, multi-line lists as blocks.
+function detailView(k: string, v: string): Node {
+  if (k === "lock_diff") return diffView(v, "lock-diff");
+  return k === "inputs" || k === "code" || k === "lock_changes" || k === "lock_notes" ? h("pre", {}, v) : h("code", {}, v);
+}
 
 export async function confirmationsPage(ctx: Ctx): Promise<Node> {
   const state = ctx.route.query.get("state") ?? "pending";
@@ -51,7 +61,7 @@ export async function confirmationPage(ctx: Ctx): Promise<Node> {
   const known = new Set(detailOrder.map(([k]) => k));
   const keys = [...detailOrder.filter(([k]) => k in details), ...Object.keys(details).filter((k) => !known.has(k)).sort().map((k) => [k, k] as [string, string])];
   const binds = keys.map(([k, label]) =>
-    h("tr", { "data-testid": `detail-${k}` }, h("th", { scope: "row" }, label), h("td", {}, k === "inputs" || k === "code" ? h("pre", {}, details[k]) : h("code", {}, details[k]))));
+    h("tr", { "data-testid": `detail-${k}` }, h("th", { scope: "row" }, label), h("td", {}, detailView(k, details[k]))));
   const status = h("div", { "aria-live": "polite" });
   const decide = (verb: "approve" | "deny") => async () => {
     status.replaceChildren(h("p", {}, verb === "approve" ? "Approving…" : "Denying…"));
@@ -87,7 +97,7 @@ export async function confirmationPage(ctx: Ctx): Promise<Node> {
       c.decided_by ? row("Decided by uid", `${c.decided_by.uid} at ${when(c.decided_at)}`) : null,
       c.used_at ? row("Used", when(c.used_at)) : null)),
     h("h2", {}, "What the approval binds"),
-    h("p", {}, "An approval is for this exact run: the same skill digest, script, args, env names and input files; any change asks again."),
+    h("p", {}, "An approval is for this exact run: the same skill digest, script, args, env names and input files; any change asks again. When the skill is in the lock, the change since the pinned version is shown."),
     h("table", { class: "kv", "data-testid": "binds" }, h("tbody", {}, binds)),
     decision, status);
 }

@@ -2,7 +2,7 @@
 // approvers approve (applying the change and updating the lock) or reject.
 
 import { get, post, query, type Proposal } from "../api";
-import { errorBox, h, table, when } from "../dom";
+import { diffView, errorBox, h, table, when } from "../dom";
 import type { Ctx } from "../main";
 
 export async function proposalsPage(ctx: Ctx): Promise<Node> {
@@ -17,14 +17,6 @@ export async function proposalsPage(ctx: Ctx): Promise<Node> {
     h("p", {}, h("label", { for: "pstate" }, "State "), h("select", { id: "pstate", onchange: (ev) => ctx.go("#/proposals" + query({ state: (ev.target as HTMLSelectElement).value })) },
       ["", "pending", "applied", "exported", "rejected"].map((v) => h("option", { value: v, selected: v === state }, v || "all")))),
     rows.length ? table(`${rows.length} proposal(s)`, ["ID", "Skill", "State", "Proposed by uid", "Created", "Files", "Justification"], rows) : h("p", {}, "No proposals."));
-}
-
-// diffView shows a unified diff with added and removed lines marked.
-function diffView(diff: string): HTMLElement {
-  return h("pre", { class: "diff", "data-testid": "proposal-diff" }, diff.split("\n").map((l) => {
-    const cls = l.startsWith("+++") || l.startsWith("---") ? "meta" : l.startsWith("+") ? "add" : l.startsWith("-") ? "del" : l.startsWith("@@") ? "hunk" : "";
-    return h("span", { class: cls }, l + "\n");
-  }));
 }
 
 export async function proposalPage(ctx: Ctx): Promise<Node> {
@@ -56,7 +48,7 @@ export async function proposalPage(ctx: Ctx): Promise<Node> {
       row("Justification", p.justification), p.evidence ? row("Evidence", p.evidence) : null,
       p.decided_by ? row("Decided by uid", `${p.decided_by.uid} at ${when(p.decided_at)}`) : null, p.note ? row("Note", p.note) : null)),
     h("h2", {}, "Diff"),
-    p.diff ? diffView(p.diff) : h("p", {}, "The daemon gave no diff for this proposal."),
+    p.diff ? diffView(p.diff, "proposal-diff") : h("p", {}, "The daemon gave no diff for this proposal."),
     ctx.who.approver && p.state === "pending" ? actions : null,
     !ctx.who.approver ? h("p", { "data-testid": "not-approver" }, `You (uid ${ctx.who.uid}) are not an approver.`) : null,
     status);
