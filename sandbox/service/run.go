@@ -378,6 +378,14 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		return nil, err
 	}
 	r := out.Result
+	if r == nil {
+		// A background run started and goes on in its session's sandbox:
+		// this call's feed ends here, and the run's output is the
+		// session's (runs.output).
+		feed.finish(api.RunExitedEvent{RunID: plan.RunID, ExitCode: -1, Reason: backgroundReason,
+			Error: "the run goes on in the background in its session's sandbox: read its output with runs.output"})
+		return out, nil
+	}
 	exited := api.RunExitedEvent{RunID: plan.RunID, ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason), DurationMS: r.Duration.Milliseconds()}
 	feed.finish(exited)
 	if sink != nil {
@@ -385,6 +393,10 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 	}
 	return out, nil
 }
+
+// backgroundReason ends the live feed of a call that started a background
+// run (the run itself goes on).
+const backgroundReason = "background"
 
 // CancelRun implements api.Service: it stops a run of the caller's uid.
 // The run's own call returns its result with reason "cancelled".
