@@ -8,8 +8,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,6 +47,23 @@ func TestDaemonConfirmationLockDiff(t *testing.T) {
 	kept, err := os.ReadDir(skills.LockContentDir(res.LockFile))
 	if err != nil || len(kept) != 2 {
 		t.Fatalf("the pin kept %d files in %s (%v), want SKILL.md and the script", len(kept), skills.LockContentDir(res.LockFile), err)
+	}
+	// The kept contents are root's alone (docs/SECURITY.md, host paths):
+	// the store 0700, its files 0600, and uid 65534 reaches none of them.
+	store := skills.LockContentDir(res.LockFile)
+	if fi, err := os.Stat(store); err != nil || fi.Mode().Perm() != 0o700 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+		t.Errorf("%s: %v %v, want root's 0700", store, fi, err)
+	}
+	for _, e := range kept {
+		f := filepath.Join(store, e.Name())
+		if fi, err := os.Stat(f); err != nil || fi.Mode().Perm() != 0o600 || fi.Sys().(*syscall.Stat_t).Uid != 0 {
+			t.Errorf("%s: %v %v, want root's 0600", f, fi, err)
+		}
+		for _, args := range [][]string{{"ls", store}, {"cat", f}, {"stat", f}} {
+			if out, err := exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups"}, args...)...).CombinedOutput(); err == nil {
+				t.Errorf("uid 65534 ran %v: %q", args, out)
+			}
+		}
 	}
 	locked := digestOf()
 	if err := os.WriteFile(filepath.Join(root, "guarded-lockdiff", "scripts", "x.sh"), []byte("echo changed-bytes\n"), 0o644); err != nil {
