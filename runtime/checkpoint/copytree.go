@@ -16,8 +16,10 @@ import (
 // mtimes, and their owners when the process is root. dst must not exist
 // or be an empty directory (it then takes src's mode and owner). Device
 // files and sockets are not copied: their paths (relative to src, "/"-
-// separated) are returned, for the caller to report. Hard links become
-// separate files.
+// separated) are returned, for the caller to report. A sparse file's
+// holes stay holes (only its data extents are written, SEEK_DATA and
+// SEEK_HOLE), and the names of one file stay hard links of one file (by
+// device and inode), so the copy takes the disk the tree took.
 //
 // Every step opens relative to an open directory (openat with O_NOFOLLOW,
 // and a file is checked to be the one listed), so a sandbox that changes
@@ -25,6 +27,22 @@ import (
 // outside dst. Used for a session sandbox's /work (checkpoint and restore,
 // a copy per fork).
 func CopyTree(src, dst string) (skipped []string, err error) {
+	return CopyTreeWith(src, dst, CopyOptions{})
+}
+
+// CopyOptions bound a copy.
+type CopyOptions struct {
+	// Charge, when set, is called before every write with the bytes it
+	// is about to add to the copy: a file's data and the holes between
+	// (a file is charged up to the end of what is written, so its
+	// apparent size in all), and EntryBytes for every name. An error
+	// stops the copy there and is returned: a tree that grows while it is
+	// copied stops at the budget, whatever a walk before said.
+	Charge func(n int64) error
+}
+
+// CopyTreeWith is CopyTree with bounds.
+func CopyTreeWith(src, dst string, o CopyOptions) (skipped []string, err error) {
 	sfd, err := unix.Open(src, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("copy %s: open it (it must be a directory, not a link): %w", src, err)
@@ -47,7 +65,10 @@ func CopyTree(src, dst string) (skipped []string, err error) {
 	} else if len(names) > 0 {
 		return nil, fmt.Errorf("copy %s to %s: the target is not empty (it holds %q); copy into a new or empty directory", src, dst, names[0])
 	}
-	c := &copier{src: src, dst: dst, root: os.Geteuid() == 0}
+	c := &copier{src: src, dst: dst, root: os.Geteuid() == 0, droot: dfd, charge: o.Charge, links: map[devIno]copied{}}
+	if c.charge == nil {
+		c.charge = func(int64) error { return nil }
+	}
 	if err := c.dir(sfd, dfd, ""); err != nil {
 		return c.skipped, err
 	}
@@ -64,6 +85,19 @@ type copier struct {
 	src, dst string
 	root     bool // preserve owners
 	skipped  []string
+	droot    int // dst, open
+	charge   func(int64) error
+	// links are the files with more than one name copied so far, by
+	// their source's device and inode: a further name becomes a link.
+	links map[devIno]copied
+	buf   []byte
+}
+
+// copied is a file of the copy that further names link to: its path
+// below dst and its inode there.
+type copied struct {
+	rel string
+	ino uint64
 }
 
 // readNames lists a directory's entries by an fd it leaves open.
@@ -111,6 +145,9 @@ func (c *copier) entry(sfd, dfd int, name, rel string) error {
 		}
 		return fail(err)
 	}
+	if err := c.charge(EntryBytes); err != nil {
+		return fail(err)
+	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFDIR:
 		child, err := openSame(sfd, name, unix.O_RDONLY|unix.O_DIRECTORY, &st)
@@ -139,15 +176,19 @@ func (c *copier) entry(sfd, dfd int, name, rel string) error {
 		if err != nil {
 			return fail(err)
 		}
-		inf := os.NewFile(uintptr(in), rel)
-		defer inf.Close()
+		defer unix.Close(in)
+		key := devIno{uint64(st.Dev), st.Ino}
+		if st.Nlink > 1 {
+			if first, ok := c.links[key]; ok {
+				return fail2(fail, c.link(first, dfd, name))
+			}
+		}
 		out, err := unix.Openat(dfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 		if err != nil {
 			return fail(err)
 		}
-		outf := os.NewFile(uintptr(out), name)
-		defer outf.Close()
-		if _, err := io.Copy(outf, inf); err != nil {
+		defer unix.Close(out)
+		if err := c.data(in, out); err != nil {
 			return fail(err)
 		}
 		if err := c.owner(func(uid, gid int) error { return unix.Fchown(out, uid, gid) }, &st); err != nil {
@@ -155,6 +196,13 @@ func (c *copier) entry(sfd, dfd int, name, rel string) error {
 		}
 		if err := unix.Fchmod(out, st.Mode&0o7777); err != nil {
 			return fail(err)
+		}
+		if st.Nlink > 1 {
+			var ost unix.Stat_t
+			if err := unix.Fstat(out, &ost); err != nil {
+				return fail(err)
+			}
+			c.links[key] = copied{rel: rel, ino: ost.Ino}
 		}
 		return fail2(fail, setTimes(dfd, name, &st))
 	case unix.S_IFLNK:
@@ -186,6 +234,95 @@ func (c *copier) entry(sfd, dfd int, name, rel string) error {
 		c.skipped = append(c.skipped, rel)
 		return nil
 	}
+}
+
+// link makes name in dfd a further name of the file first copied as
+// first, and checks it is (the copy's own tree is not the sandbox's, but
+// a link is checked like every file).
+func (c *copier) link(first copied, dfd int, name string) error {
+	if err := unix.Linkat(c.droot, first.rel, dfd, name, 0); err != nil {
+		return fmt.Errorf("link it to %s: %w", first.rel, err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return err
+	}
+	if st.Ino != first.ino {
+		return fmt.Errorf("its link to %s is not that file", first.rel)
+	}
+	return nil
+}
+
+// data copies the open file in to out: its data extents, each where it
+// was, and its length, so its holes stay holes. Every write is charged
+// first, with the holes before it; the file's length is taken at the end
+// (a file that shrank while it was copied loses what it lost).
+func (c *copier) data(in, out int) error {
+	if c.buf == nil {
+		c.buf = make([]byte, 1<<20)
+	}
+	var off, charged int64
+	for {
+		start, err := unix.Seek(in, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // no data after off
+		}
+		end := int64(-1) // to the end of the file
+		if err != nil {
+			// A filesystem without SEEK_DATA: all of it is data.
+			start = off
+		} else if end, err = unix.Seek(in, start, unix.SEEK_HOLE); err != nil {
+			return fmt.Errorf("find its holes: %w", err)
+		}
+		pos := start
+		for end < 0 || pos < end {
+			n := int64(len(c.buf))
+			if end >= 0 && end-pos < n {
+				n = end - pos
+			}
+			got, err := unix.Pread(in, c.buf[:n], pos)
+			if err != nil {
+				if errors.Is(err, unix.EINTR) {
+					continue
+				}
+				return fmt.Errorf("read it: %w", err)
+			}
+			if got == 0 {
+				break // it shrank, or its end without SEEK_DATA
+			}
+			if more := pos + int64(got) - charged; more > 0 {
+				if err := c.charge(more); err != nil {
+					return err
+				}
+				charged += more
+			}
+			for w := 0; w < got; {
+				n, err := unix.Pwrite(out, c.buf[w:got], pos+int64(w))
+				if err != nil {
+					if errors.Is(err, unix.EINTR) {
+						continue
+					}
+					return fmt.Errorf("write its copy: %w", err)
+				}
+				w += n
+			}
+			pos += int64(got)
+		}
+		if end < 0 || pos < end {
+			break
+		}
+		off = end
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(in, &st); err != nil {
+		return err
+	}
+	if more := st.Size - charged; more > 0 {
+		if err := c.charge(more); err != nil {
+			return err
+		}
+	}
+	return unix.Ftruncate(out, st.Size)
 }
 
 func fail2(fail func(error) error, err error) error {
