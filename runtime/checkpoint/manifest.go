@@ -39,8 +39,9 @@ var (
 	// ErrCorrupt: a checkpoint whose files are not what its manifest
 	// says, or one runsc failed to write.
 	ErrCorrupt = errors.New("checkpoint damaged")
-	// ErrBudgetExceeded: the checkpoints would use more disk than
-	// sessions.checkpoint_budget.
+	// ErrBudgetExceeded: the checkpoint would pass one of the store's
+	// budgets (sessions.checkpoint_budget, its per-session and per-uid
+	// parts, its share of the disk, or the audit's min_free).
 	ErrBudgetExceeded = errors.New("checkpoint budget exceeded")
 	// ErrMismatch: a sound checkpoint made by another runsc, image, spec
 	// or skill set than the restore would use (see MismatchError).
@@ -76,6 +77,9 @@ type Manifest struct {
 	ID string `json:"id"`
 	// Session is the session whose sandbox was checkpointed.
 	Session string `json:"session"`
+	// UID is the session owner's uid, whose budget the checkpoint is
+	// charged to (absent: charged to no uid's).
+	UID *uint32 `json:"uid,omitempty"`
 	// Parent is the checkpoint a fork was restored from, or "".
 	Parent  string    `json:"parent"`
 	Created time.Time `json:"created"`
@@ -102,6 +106,10 @@ type Manifest struct {
 	// manifest, sorted by path; TotalBytes the sum of their sizes.
 	Files      []File `json:"files"`
 	TotalBytes int64  `json:"total_bytes"`
+	// DiskBytes is TotalBytes with a file of several names (hard links)
+	// counted once: what the store charges for the files (0 in a
+	// manifest written before it was kept: TotalBytes then).
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
 }
 
 // File is one entry of a checkpoint's directory.
@@ -190,6 +198,9 @@ func (m *Manifest) check() error {
 	}
 	if total != m.TotalBytes {
 		return fmt.Errorf("total_bytes is %d, but its files add up to %d", m.TotalBytes, total)
+	}
+	if m.DiskBytes < 0 || m.DiskBytes > m.TotalBytes {
+		return fmt.Errorf("disk_bytes is %d, outside 0 to total_bytes (%d)", m.DiskBytes, m.TotalBytes)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,10 +17,33 @@ import (
 // scan lists and hashes every entry under dir but the manifest: what a
 // manifest's Files record and what Load compares them with. Device files
 // and sockets have no place in a checkpoint (CopyTree leaves them out), so
-// one found is an error naming it.
-func scan(dir string) ([]File, int64, error) {
-	var files []File
-	var total int64
+// one found is an error naming it. total is the sum of the entries'
+// sizes; disk counts a file with several names once (the disk the
+// checkpoint takes).
+func scan(dir string) (files []File, total, disk int64, err error) {
+	l, err := list(dir)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if err := l.hash(dir); err != nil {
+		return nil, 0, 0, err
+	}
+	return l.files, l.total, l.disk, nil
+}
+
+// listing is scan's first half: every entry with its size, no digest of
+// a file yet (so a checkpoint too big for its budget is refused before
+// its bytes are read).
+type listing struct {
+	files       []File
+	inodes      []devIno // of each file, for hashing a linked file once
+	nlinks      []uint64
+	total, disk int64
+}
+
+func list(dir string) (*listing, error) {
+	l := &listing{}
+	seen := map[devIno]bool{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -49,10 +73,14 @@ func scan(dir string) ([]File, int64, error) {
 		if info.Mode()&fs.ModeSticky != 0 {
 			f.Mode |= unix.S_ISVTX
 		}
+		var key devIno
+		var nlink uint64
 		switch t := info.Mode().Type(); {
 		case t == 0:
-			f.Type = TypeFile
-			f.Size, f.SHA256, err = HashFile(p)
+			f.Type, f.Size = TypeFile, info.Size()
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				key, nlink = devIno{uint64(st.Dev), st.Ino}, uint64(st.Nlink)
+			}
 		case t == fs.ModeDir:
 			f.Type = TypeDir
 		case t == fs.ModeSymlink:
@@ -71,15 +99,61 @@ func scan(dir string) ([]File, int64, error) {
 		if err != nil {
 			return err
 		}
-		total += f.Size
-		files = append(files, f)
+		l.total += f.Size
+		if nlink <= 1 || !seen[key] {
+			l.disk += f.Size
+			if nlink > 1 {
+				seen[key] = true
+			}
+		}
+		l.files = append(l.files, f)
+		l.inodes = append(l.inodes, key)
+		l.nlinks = append(l.nlinks, nlink)
 		return nil
 	})
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].Path < files[j].Path })
-	return files, total, nil
+	sort.Sort(l)
+	return l, nil
+}
+
+func (l *listing) Len() int           { return len(l.files) }
+func (l *listing) Less(i, j int) bool { return l.files[i].Path < l.files[j].Path }
+func (l *listing) Swap(i, j int) {
+	l.files[i], l.files[j] = l.files[j], l.files[i]
+	l.inodes[i], l.inodes[j] = l.inodes[j], l.inodes[i]
+	l.nlinks[i], l.nlinks[j] = l.nlinks[j], l.nlinks[i]
+}
+
+// hash fills in the digests of the files, reading a file with several
+// names once.
+func (l *listing) hash(dir string) error {
+	sums := map[devIno]string{}
+	for i := range l.files {
+		f := &l.files[i]
+		if f.Type != TypeFile {
+			continue
+		}
+		if l.nlinks[i] > 1 {
+			if sum, ok := sums[l.inodes[i]]; ok {
+				f.SHA256 = sum
+				continue
+			}
+		}
+		n, sum, err := HashFile(filepath.Join(dir, filepath.FromSlash(f.Path)))
+		if err != nil {
+			return err
+		}
+		if n != f.Size {
+			return fmt.Errorf("%s changed size while it was read (%d bytes, then %d)", f.Path, f.Size, n)
+		}
+		f.SHA256 = sum
+		if l.nlinks[i] > 1 {
+			sums[l.inodes[i]] = sum
+		}
+	}
+	return nil
 }
 
 // HashFile returns a regular file's size and hex sha256, opening it

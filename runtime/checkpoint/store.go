@@ -42,8 +42,46 @@ var runscFiles = []string{RunscImageFile, "pages.img", "pages_meta.img"}
 // Store makes in it: checkpoints hold all of a sandbox's memory.
 const DirMode os.FileMode = 0o700
 
-// BudgetKey is the config key that sets a Store's budget, for messages.
-const BudgetKey = "sessions.checkpoint_budget"
+// The config keys that set a Store's Limits, for messages.
+const (
+	BudgetKey           = "sessions.checkpoint_budget"
+	BudgetPerSessionKey = "sessions.checkpoint_budget_per_session"
+	BudgetPerUIDKey     = "sessions.checkpoint_budget_per_uid"
+	DiskPercentKey      = "sessions.checkpoint_disk_percent"
+	MinFreeKey          = "audit.min_free"
+)
+
+// Limits bound what a Store's checkpoints may take of the disk. Each is
+// checked whenever a checkpoint reserves more (Pending.Reserve, Charge,
+// Commit), so a checkpoint that passes one stops before it writes what
+// passes it. 0 is no limit.
+type Limits struct {
+	// Total is the budget of all checkpoints together, in bytes.
+	Total int64
+	// PerSession and PerUID are the budgets of one session's and one
+	// uid's checkpoints (BeginFor says whose a checkpoint is).
+	PerSession, PerUID int64
+	// DiskPercent is the share of the store's filesystem all checkpoints
+	// may take, in percent of its size.
+	DiskPercent int
+	// MinFree is the free space the filesystem must keep: a checkpoint
+	// never takes it below (the audit log needs it).
+	MinFree int64
+}
+
+// Account says whose a checkpoint is, for the per-session and per-uid
+// budgets.
+type Account struct {
+	Session string
+	UID     uint32
+	HasUID  bool // false: no uid's budget is charged
+}
+
+// kept is a committed checkpoint as the Store charges it.
+type kept struct {
+	acct  Account
+	bytes int64
+}
 
 // Name prefixes of the store's hidden directories.
 const (
@@ -55,9 +93,18 @@ const (
 // checkpoint, within a disk budget. Its methods are safe for concurrent
 // use by one process; two processes must not share a store.
 type Store struct {
-	dir    string
-	budget int64 // bytes; 0: no limit
-	mu     sync.Mutex
+	dir string
+	lim Limits
+	mu  sync.Mutex
+	// Under mu: the committed checkpoints by id (read from their
+	// manifests at Open, kept up to date since) and the pending ones with
+	// what they reserved. Both hold only what is on disk, so they are as
+	// bounded as the disk the budgets give.
+	kept    map[string]kept
+	pending map[*Pending]bool
+	// statfs is the store filesystem's size and free bytes (a test may
+	// replace it).
+	statfs func(dir string) (size, free int64, err error)
 }
 
 // Open opens (making it if missing, mode 0700) the store in dir, with a
@@ -66,8 +113,16 @@ type Store struct {
 // enter, saying how to fix it, and removes what makers that died left
 // half-written.
 func Open(dir string, budget int64) (*Store, error) {
-	if budget < 0 {
-		return nil, fmt.Errorf("open checkpoint store %s: negative budget %d", dir, budget)
+	return OpenLimits(dir, Limits{Total: budget})
+}
+
+// OpenLimits is Open with all the Limits. What the committed checkpoints
+// take is read from their manifests (a checkpoint whose manifest cannot be
+// read counts as what its files take), so the accounts are right after a
+// restart.
+func OpenLimits(dir string, lim Limits) (*Store, error) {
+	if lim.Total < 0 || lim.PerSession < 0 || lim.PerUID < 0 || lim.MinFree < 0 || lim.DiskPercent < 0 || lim.DiskPercent > 100 {
+		return nil, fmt.Errorf("open checkpoint store %s: invalid limits %+v (sizes are at least 0, the disk percent 0 to 100)", dir, lim)
 	}
 	dir = filepath.Clean(dir)
 	if err := os.MkdirAll(filepath.Dir(dir), 0o711); err != nil {
@@ -79,9 +134,57 @@ func Open(dir string, budget int64) (*Store, error) {
 	if err := checkPrivate(dir); err != nil {
 		return nil, err
 	}
-	s := &Store{dir: dir, budget: budget}
+	s := &Store{dir: dir, lim: lim, kept: map[string]kept{}, pending: map[*Pending]bool{}, statfs: statfs}
 	s.sweep()
+	if err := s.load(); err != nil {
+		return nil, err
+	}
 	return s, nil
+}
+
+// load reads what the committed checkpoints take.
+func (s *Store) load() error {
+	ids, err := s.List()
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		dir := filepath.Join(s.dir, id)
+		raw, m, err := readManifest(dir, id)
+		if err != nil {
+			s.kept[id] = kept{bytes: du(dir)}
+			continue
+		}
+		s.kept[id] = kept{acct: m.account(), bytes: m.charged(len(raw))}
+	}
+	return nil
+}
+
+// account is whose the manifest's checkpoint is.
+func (m *Manifest) account() Account {
+	a := Account{Session: m.Session}
+	if m.UID != nil {
+		a.UID, a.HasUID = *m.UID, true
+	}
+	return a
+}
+
+// charged is what the store charges for the manifest's checkpoint, whose
+// manifest is raw bytes long.
+func (m *Manifest) charged(raw int) int64 {
+	n := m.DiskBytes
+	if n == 0 {
+		n = m.TotalBytes
+	}
+	return n + int64(raw)
+}
+
+func statfs(dir string) (size, free int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return 0, 0, err
+	}
+	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
 }
 
 // checkPrivate refuses a store dir other users could read or write.
@@ -164,7 +267,10 @@ func randHex(n int) string {
 func (s *Store) Dir() string { return s.dir }
 
 // Budget is the store's budget in bytes (0: no limit).
-func (s *Store) Budget() int64 { return s.budget }
+func (s *Store) Budget() int64 { return s.lim.Total }
+
+// Limits are the store's limits.
+func (s *Store) Limits() Limits { return s.lim }
 
 // Pending is a checkpoint being made: a private temp dir inside the store
 // that runsc writes the image into and the caller copies /work into. It
@@ -175,15 +281,27 @@ type Pending struct {
 	id   string
 	dir  string
 	done bool
+	acct Account
+	// Under s.mu: the bytes reserved (what the store counts for it) and
+	// those charged of them so far.
+	reserved, spent int64
 }
 
 // Begin starts a checkpoint: a new pending dir with an empty ImageDir.
-func (s *Store) Begin() (*Pending, error) {
+// It is charged to no session's or uid's budget; BeginFor names whose.
+func (s *Store) Begin() (*Pending, error) { return s.BeginFor(Account{}) }
+
+// BeginFor starts a checkpoint of account a's (Commit records a.UID in
+// the manifest).
+func (s *Store) BeginFor(a Account) (*Pending, error) {
 	dir := filepath.Join(s.dir, pendingName())
 	if err := os.Mkdir(dir, DirMode); err != nil {
 		return nil, fmt.Errorf("begin checkpoint in %s: %w", s.dir, err)
 	}
-	p := &Pending{s: s, id: "ck-" + randHex(12), dir: dir}
+	p := &Pending{s: s, id: "ck-" + randHex(12), dir: dir, acct: a}
+	s.mu.Lock()
+	s.pending[p] = true
+	s.mu.Unlock()
 	if err := os.Mkdir(p.ImageDir(), DirMode); err != nil {
 		p.Abort()
 		return nil, fmt.Errorf("begin checkpoint in %s: %w", s.dir, err)
@@ -208,6 +326,9 @@ func (p *Pending) Abort() error {
 		return nil
 	}
 	p.done = true
+	p.s.mu.Lock()
+	delete(p.s.pending, p)
+	p.s.mu.Unlock()
 	if err := removeTree(p.dir); err != nil {
 		return fmt.Errorf("remove unfinished checkpoint %s: %w", p.dir, err)
 	}
@@ -227,11 +348,25 @@ func (p *Pending) Commit(m Manifest) (*Checkpoint, error) {
 	if err := checkRunscImage(p.ImageDir()); err != nil {
 		return nil, fmt.Errorf("commit checkpoint %s: %w", p.id, err)
 	}
-	files, total, err := scan(p.dir)
+	l, err := list(p.dir)
 	if err != nil {
 		return nil, fmt.Errorf("commit checkpoint %s: %w", p.id, err)
 	}
-	m.Format, m.ID, m.Files, m.TotalBytes = Format, p.id, files, total
+	// Within the budgets before a byte of it is read for its digests.
+	if err := p.reserveTo(l.disk + int64(len(l.files))*EntryBytes); err != nil {
+		return nil, err
+	}
+	if err := l.hash(p.dir); err != nil {
+		return nil, fmt.Errorf("commit checkpoint %s: %w", p.id, err)
+	}
+	m.Format, m.ID, m.Files, m.TotalBytes, m.DiskBytes = Format, p.id, l.files, l.total, l.disk
+	if m.Session == "" {
+		m.Session = p.acct.Session
+	}
+	if p.acct.HasUID {
+		uid := p.acct.UID
+		m.UID = &uid
+	}
 	if m.Created.IsZero() {
 		m.Created = time.Now().UTC()
 	}
@@ -249,15 +384,9 @@ func (p *Pending) Commit(m Manifest) (*Checkpoint, error) {
 	s := p.s
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.budget > 0 {
-		used, n, err := s.usage()
-		if err != nil {
-			return nil, fmt.Errorf("commit checkpoint %s: %w", p.id, err)
-		}
-		if need := total + int64(len(data)); used+need > s.budget {
-			return nil, errkind.Errorf(ErrBudgetExceeded, "checkpoint %s needs %s, and the %d checkpoints kept already use %s of the %s budget: end or fork fewer sessions, or raise %s",
-				p.id, fmtBytes(need), n, fmtBytes(used), fmtBytes(s.budget), BudgetKey)
-		}
+	need := m.charged(len(data))
+	if err := s.fits(p, need-p.reserved); err != nil {
+		return nil, err
 	}
 	if err := writeFileSync(filepath.Join(p.dir, ManifestName), data); err != nil {
 		return nil, fmt.Errorf("commit checkpoint %s: %w", p.id, err)
@@ -268,6 +397,8 @@ func (p *Pending) Commit(m Manifest) (*Checkpoint, error) {
 		return nil, fmt.Errorf("commit checkpoint %s: %w", p.id, err)
 	}
 	p.done = true
+	delete(s.pending, p)
+	s.kept[p.id] = kept{acct: m.account(), bytes: need}
 	syncDir(s.dir)
 	return &Checkpoint{dir: final, m: m, raw: data}, nil
 }
@@ -349,6 +480,10 @@ func (c *Checkpoint) WorkDir() string {
 // Manifest returns a copy of the manifest.
 func (c *Checkpoint) Manifest() Manifest {
 	m := c.m
+	if c.m.UID != nil {
+		uid := *c.m.UID
+		m.UID = &uid
+	}
 	m.Files = append([]File(nil), c.m.Files...)
 	m.SkillDigests = make(map[string]string, len(c.m.SkillDigests))
 	for k, v := range c.m.SkillDigests {
@@ -375,7 +510,7 @@ func (s *Store) Load(id string) (*Checkpoint, error) {
 	if err != nil {
 		return nil, err
 	}
-	files, _, err := scan(dir)
+	files, _, _, err := scan(dir)
 	if err != nil {
 		return nil, errkind.Errorf(ErrCorrupt, "checkpoint %s: %w", id, err)
 	}
@@ -491,25 +626,27 @@ func (s *Store) Manifest(id string) (*Manifest, error) {
 func (s *Store) Usage() (int64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n, _, err := s.usage()
-	return n, err
+	var n int64
+	for _, k := range s.kept {
+		n += k.bytes
+	}
+	return n, nil
 }
 
-func (s *Store) usage() (int64, int, error) {
-	ids, err := s.List()
-	if err != nil {
-		return 0, 0, err
-	}
-	var total int64
-	for _, id := range ids {
-		dir := filepath.Join(s.dir, id)
-		if raw, m, err := readManifest(dir, id); err == nil {
-			total += m.TotalBytes + int64(len(raw))
-			continue
+// UsageOf is what the committed checkpoints of session (when not "") and
+// of uid (when hasUID) take, in bytes.
+func (s *Store) UsageOf(a Account) (session, uid int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, k := range s.kept {
+		if a.Session != "" && k.acct.Session == a.Session {
+			session += k.bytes
 		}
-		total += du(dir)
+		if a.HasUID && k.acct.HasUID && k.acct.UID == a.UID {
+			uid += k.bytes
+		}
 	}
-	return total, len(ids), nil
+	return session, uid
 }
 
 // du sums the sizes of the regular files under dir.
@@ -537,6 +674,9 @@ func (s *Store) Remove(id string) error {
 	if err := os.Rename(dir, aside); err != nil {
 		return fmt.Errorf("remove checkpoint %s: %w", id, err)
 	}
+	s.mu.Lock()
+	delete(s.kept, id)
+	s.mu.Unlock()
 	if err := removeTree(aside); err != nil {
 		return fmt.Errorf("remove checkpoint %s: %w", id, err)
 	}
@@ -575,4 +715,134 @@ func fmtBytes(n int64) string {
 		u++
 	}
 	return fmt.Sprintf("%.1f %ciB", f, units[u])
+}
+
+// Reserve sets n more bytes aside for the checkpoint, or refuses them with
+// an ErrBudgetExceeded error naming the budget they would pass, what uses
+// it and the key that sets it: call it with what a walk of the tree to
+// copy found (Measure) before copying it.
+func (p *Pending) Reserve(n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	if p.done {
+		return fmt.Errorf("checkpoint %s: already committed or aborted", p.id)
+	}
+	if err := p.s.fits(p, n); err != nil {
+		return err
+	}
+	p.reserved += n
+	return nil
+}
+
+// Charge counts n bytes about to be written into the checkpoint: within
+// what was reserved, or reserving more (CopyOptions.Charge). A copy that
+// passes the budgets stops at once, whatever was reserved before.
+func (p *Pending) Charge(n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	if p.done {
+		return fmt.Errorf("checkpoint %s: already committed or aborted", p.id)
+	}
+	if over := p.spent + n - p.reserved; over > 0 {
+		if err := p.s.fits(p, over); err != nil {
+			return err
+		}
+		p.reserved += over
+	}
+	p.spent += n
+	return nil
+}
+
+// Reserved is what the checkpoint has reserved so far, in bytes.
+func (p *Pending) Reserved() int64 {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	return p.reserved
+}
+
+// reserveTo makes what the checkpoint reserved at least n.
+func (p *Pending) reserveTo(n int64) error {
+	p.s.mu.Lock()
+	defer p.s.mu.Unlock()
+	if more := n - p.reserved; more > 0 {
+		if err := p.s.fits(p, more); err != nil {
+			return err
+		}
+		p.reserved += more
+	}
+	return nil
+}
+
+// fits says whether pending p may take n bytes more than it reserved:
+// within its session's, its uid's and the total budget, the disk share,
+// and above the filesystem's MinFree. Its error names the budget, what
+// uses it and what to do. s.mu is held.
+func (s *Store) fits(p *Pending, n int64) error {
+	if n <= 0 {
+		return nil
+	}
+	a := p.acct
+	var total, sess, uid, unspent int64
+	var count, uidCount int
+	add := func(k Account, bytes int64) {
+		total += bytes
+		count++
+		if a.Session != "" && k.Session == a.Session {
+			sess += bytes
+		}
+		if a.HasUID && k.HasUID && k.UID == a.UID {
+			uid += bytes
+			uidCount++
+		}
+	}
+	for _, k := range s.kept {
+		add(k.acct, k.bytes)
+	}
+	for q := range s.pending {
+		if q != p {
+			add(q.acct, q.reserved)
+			count--
+			unspent += q.reserved - q.spent
+		}
+	}
+	need := p.reserved + n
+	what := "checkpoint " + p.id
+	if a.Session != "" {
+		what += " of session " + a.Session
+	}
+	fix := "delete files the session no longer needs from its /work (sparse files count at their length, each hard link once), close or resume sessions you no longer need paused"
+	l := s.lim
+	switch {
+	case l.PerSession > 0 && a.Session != "" && sess+need > l.PerSession:
+		return errkind.Errorf(ErrBudgetExceeded, "%s needs %s, and the session's other checkpoints use %s of its %s budget: %s, or raise %s",
+			what, fmtBytes(need), fmtBytes(sess), fmtBytes(l.PerSession), fix, BudgetPerSessionKey)
+	case l.PerUID > 0 && a.HasUID && uid+need > l.PerUID:
+		return errkind.Errorf(ErrBudgetExceeded, "%s needs %s, and the %d other checkpoints of uid %d use %s of its %s budget: %s, or raise %s",
+			what, fmtBytes(need), uidCount, a.UID, fmtBytes(uid), fmtBytes(l.PerUID), fix, BudgetPerUIDKey)
+	case l.Total > 0 && total+need > l.Total:
+		return errkind.Errorf(ErrBudgetExceeded, "%s needs %s, and the %d checkpoints kept already use %s of the %s budget: %s, end or fork fewer sessions, or raise %s",
+			what, fmtBytes(need), count, fmtBytes(total), fmtBytes(l.Total), fix, BudgetKey)
+	}
+	if l.DiskPercent == 0 && l.MinFree == 0 {
+		return nil
+	}
+	size, free, err := s.statfs(s.dir)
+	if err != nil {
+		return errkind.Errorf(ErrBudgetExceeded, "%s: cannot read the free space of %s's filesystem, so no checkpoint is written: %w", what, s.dir, err)
+	}
+	if share := size / 100 * int64(l.DiskPercent); l.DiskPercent > 0 && total+need > share {
+		return errkind.Errorf(ErrBudgetExceeded, "%s needs %s, and the %d checkpoints kept already use %s of the %d%% (%s) of %s's filesystem they may take: %s, or raise %s",
+			what, fmtBytes(need), count, fmtBytes(total), l.DiskPercent, fmtBytes(share), s.dir, fix, DiskPercentKey)
+	}
+	if left := free - unspent - n; l.MinFree > 0 && left < l.MinFree {
+		return errkind.Errorf(ErrBudgetExceeded, "%s needs %s more, and %s's filesystem has %s free (%s of it promised to checkpoints being written): it would leave less than the %s the audit log needs (%s): free disk space or %s",
+			what, fmtBytes(n), s.dir, fmtBytes(free), fmtBytes(unspent), fmtBytes(l.MinFree), MinFreeKey, fix)
+	}
+	return nil
 }
