@@ -150,6 +150,9 @@ policy "needs-approval" {
 # sessions {
 #   idle_timeout      = "10m"    # an idle session sandbox is checkpointed after this ("0": never)
 #   checkpoint_budget = "4GiB"   # disk for all checkpoints together (memory images and /work copies)
+#   checkpoint_budget_per_session = "2GiB"  # disk for one session's checkpoints
+#   checkpoint_budget_per_uid     = "2GiB"  # disk for all checkpoints of one uid's sessions
+#   checkpoint_disk_percent       = 50      # share of the store's filesystem for all checkpoints (audit.min_free is kept besides)
 #   max_sandboxes     = 16       # live session sandboxes on this daemon
 #   background_runs   = 8        # live background runs per session
 # }

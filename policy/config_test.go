@@ -110,7 +110,7 @@ func TestFullFile(t *testing.T) {
 		{"max_line_bytes", c.Daemon.MaxLineBytes, 1 << 20},
 		{"confirmation_ttl", c.Daemon.ConfirmationTTL, 2 * time.Minute},
 		{"pool", c.Pool.PoolConfig, runtime.PoolConfig{PerKey: 3, Total: 6, IdleTimeout: 5 * time.Minute, MemoryBudget: 200 << 20}},
-		{"sessions", c.Sessions, SessionConfig{IdleTimeout: 30 * time.Minute, CheckpointBudget: 8 << 30, MaxSandboxes: 4, BackgroundRuns: 2, Pos: Pos{File: "testdata/full.hcl", Line: 90}}},
+		{"sessions", c.Sessions, SessionConfig{IdleTimeout: 30 * time.Minute, CheckpointBudget: 8 << 30, CheckpointBudgetPerSession: 1 << 30, CheckpointBudgetPerUID: 3 << 30, CheckpointDiskPercent: 40, MaxSandboxes: 4, BackgroundRuns: 2, Pos: Pos{File: "testdata/full.hcl", Line: 90}}},
 		{"runtime", c.Daemon.Runtime, "runc"},
 		{"tool_mode", c.Daemon.ToolMode, ToolModePreapprove},
 		{"roots", strings.Join(c.Skills.Roots, ","), "/srv/skills,testdata/local"},

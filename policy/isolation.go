@@ -83,6 +83,16 @@ type SessionConfig struct {
 	// CheckpointBudget is the disk all checkpoints together may use
 	// (images and workspace copies).
 	CheckpointBudget int64
+	// CheckpointBudgetPerSession and CheckpointBudgetPerUID bound the
+	// checkpoints of one session and of one uid's sessions (0: only the
+	// total bounds them).
+	CheckpointBudgetPerSession int64
+	CheckpointBudgetPerUID     int64
+	// CheckpointDiskPercent is the share of the checkpoint store's
+	// filesystem all checkpoints may take, in percent (0: no share
+	// kept). Apart from it, no checkpoint takes the filesystem below the
+	// audit's min_free.
+	CheckpointDiskPercent int
 	// MaxSandboxes is how many session sandboxes may be live at once on
 	// this daemon.
 	MaxSandboxes int
@@ -94,13 +104,17 @@ type SessionConfig struct {
 
 // DefaultSessionConfig is the sessions {} block's defaults.
 var DefaultSessionConfig = SessionConfig{
-	IdleTimeout:      10 * time.Minute,
-	CheckpointBudget: 4 << 30,
-	MaxSandboxes:     16,
-	BackgroundRuns:   8,
+	IdleTimeout:                10 * time.Minute,
+	CheckpointBudget:           4 << 30,
+	CheckpointBudgetPerSession: 2 << 30,
+	CheckpointBudgetPerUID:     2 << 30,
+	CheckpointDiskPercent:      50,
+	MaxSandboxes:               16,
+	BackgroundRuns:             8,
 }
 
-var sessionsSchema = &hcl.BodySchema{Attributes: attrs("idle_timeout", "checkpoint_budget", "max_sandboxes", "background_runs")}
+var sessionsSchema = &hcl.BodySchema{Attributes: attrs("idle_timeout", "checkpoint_budget", "checkpoint_budget_per_session",
+	"checkpoint_budget_per_uid", "checkpoint_disk_percent", "max_sandboxes", "background_runs")}
 
 func (d *decoder) sessions(blk *hcl.Block) {
 	sc := &d.cfg.Sessions
@@ -117,6 +131,16 @@ func (d *decoder) sessions(blk *hcl.Block) {
 		}
 	}
 	b.size("checkpoint_budget", &sc.CheckpointBudget)
+	b.size("checkpoint_budget_per_session", &sc.CheckpointBudgetPerSession)
+	b.size("checkpoint_budget_per_uid", &sc.CheckpointBudgetPerUID)
+	var pct int64
+	if a := b.integer("checkpoint_disk_percent", 0, &pct); a != nil {
+		if pct > 100 {
+			b.bad(a, "is %d, but it is a percent of the checkpoint store's filesystem: 0 (no share kept) to 100", pct)
+		} else {
+			sc.CheckpointDiskPercent = int(pct)
+		}
+	}
 	b.intField("max_sandboxes", 1, &sc.MaxSandboxes)
 	b.intField("background_runs", 0, &sc.BackgroundRuns)
 }

@@ -87,13 +87,21 @@ func TestSessionsBlock(t *testing.T) {
 		{name: "all set", src: `sessions {
   idle_timeout      = "2m"
   checkpoint_budget = "1GiB"
+  checkpoint_budget_per_session = "256MiB"
+  checkpoint_budget_per_uid     = "512MiB"
+  checkpoint_disk_percent       = 20
   max_sandboxes     = 3
   background_runs   = 0
-}`, want: SessionConfig{IdleTimeout: 2 * time.Minute, CheckpointBudget: 1 << 30, MaxSandboxes: 3, BackgroundRuns: 0, Pos: Pos{File: "s.hcl", Line: 1}}},
+}`, want: SessionConfig{IdleTimeout: 2 * time.Minute, CheckpointBudget: 1 << 30, CheckpointBudgetPerSession: 256 << 20, CheckpointBudgetPerUID: 512 << 20,
+			CheckpointDiskPercent: 20, MaxSandboxes: 3, BackgroundRuns: 0, Pos: Pos{File: "s.hcl", Line: 1}}},
+		{name: "no disk share", src: `sessions { checkpoint_disk_percent = 0 }`,
+			want: SessionConfig{IdleTimeout: 10 * time.Minute, CheckpointBudget: 4 << 30, CheckpointBudgetPerSession: 2 << 30, CheckpointBudgetPerUID: 2 << 30, MaxSandboxes: 16, BackgroundRuns: 8, Pos: Pos{File: "s.hcl", Line: 1}}},
+		{name: "disk share over 100", src: "sessions {\n  checkpoint_disk_percent = 150\n}", err: `s.hcl:2: sessions.checkpoint_disk_percent: is 150, but it is a percent`},
+		{name: "bad per-uid size", src: `sessions { checkpoint_budget_per_uid = "0" }`, err: `sessions.checkpoint_budget_per_uid: must be greater than 0 bytes`},
 		{name: "never checkpoint", src: `sessions { idle_timeout = "0" }`,
-			want: SessionConfig{IdleTimeout: 0, CheckpointBudget: 4 << 30, MaxSandboxes: 16, BackgroundRuns: 8, Pos: Pos{File: "s.hcl", Line: 1}}},
+			want: SessionConfig{IdleTimeout: 0, CheckpointBudget: 4 << 30, CheckpointBudgetPerSession: 2 << 30, CheckpointBudgetPerUID: 2 << 30, CheckpointDiskPercent: 50, MaxSandboxes: 16, BackgroundRuns: 8, Pos: Pos{File: "s.hcl", Line: 1}}},
 		{name: "never checkpoint, number", src: `sessions { idle_timeout = 0 }`,
-			want: SessionConfig{IdleTimeout: 0, CheckpointBudget: 4 << 30, MaxSandboxes: 16, BackgroundRuns: 8, Pos: Pos{File: "s.hcl", Line: 1}}},
+			want: SessionConfig{IdleTimeout: 0, CheckpointBudget: 4 << 30, CheckpointBudgetPerSession: 2 << 30, CheckpointBudgetPerUID: 2 << 30, CheckpointDiskPercent: 50, MaxSandboxes: 16, BackgroundRuns: 8, Pos: Pos{File: "s.hcl", Line: 1}}},
 		{name: "bad duration", src: `sessions { idle_timeout = "soon" }`, err: `sessions.idle_timeout: invalid duration "soon"`},
 		{name: "negative duration", src: `sessions { idle_timeout = "-1m" }`, err: `sessions.idle_timeout: must be greater than 0`},
 		{name: "bad size", src: `sessions { checkpoint_budget = "4 lots" }`, err: `sessions.checkpoint_budget: invalid size`},

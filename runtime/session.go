@@ -114,10 +114,26 @@ type SandboxIdentity struct {
 // memory and processes go to imageDir, a copy of its /work to workDir.
 // Without leaveRunning the sandbox is gone afterwards (destroyed); with
 // it, it runs on (a fork of a live session). No foreground run may be
-// under way; background runs are frozen into the image.
+// under way; background runs are frozen into the image. A budget (nil: no
+// bound) is charged before anything is written: /work is walked first and
+// what a copy would take is reserved, so a checkpoint that cannot fit is
+// refused with the sandbox left as it was; then the image as runsc wrote
+// it, and every write of the copy as it goes, so one that grows past the
+// budget while it is copied stops there.
 type Checkpointer interface {
 	Identity(ctx context.Context) (SandboxIdentity, error)
-	Checkpoint(ctx context.Context, imageDir, workDir string, leaveRunning bool) error
+	Checkpoint(ctx context.Context, imageDir, workDir string, leaveRunning bool, budget CheckpointBudget) error
+}
+
+// CheckpointBudget is what a checkpoint is charged to while it is made
+// (a runtime/checkpoint Pending). Its errors say which budget would be
+// passed and what to do.
+type CheckpointBudget interface {
+	// Reserve sets n more bytes aside, or refuses them.
+	Reserve(n int64) error
+	// Charge counts n bytes about to be written, within what was
+	// reserved or reserving more.
+	Charge(n int64) error
 }
 
 // SessionRestorer is a SessionBackend that can restore a checkpoint into a

@@ -211,7 +211,7 @@ func TestSessionCheckpointFork(t *testing.T) {
 	img, work := filepath.Join(ck, "image"), filepath.Join(ck, "work")
 	os.Mkdir(img, 0o700)
 	began := time.Now()
-	if err := sb.(runtime.Checkpointer).Checkpoint(context.Background(), img, work, false); err != nil {
+	if err := sb.(runtime.Checkpointer).Checkpoint(context.Background(), img, work, false, nil); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("checkpoint: %s", time.Since(began))

@@ -308,6 +308,9 @@ func printConfig(w io.Writer, cfg *policy.Config) {
 	p("\nsessions (%s)", ss.Pos)
 	p("  idle_timeout\t%s", orNone(fmtDur(ss.IdleTimeout), "0: session sandboxes are never checkpointed"))
 	p("  checkpoint_budget\t%s", policy.FormatSize(ss.CheckpointBudget))
+	p("  checkpoint_budget_per_session\t%s", policy.FormatSize(ss.CheckpointBudgetPerSession))
+	p("  checkpoint_budget_per_uid\t%s", policy.FormatSize(ss.CheckpointBudgetPerUID))
+	p("  checkpoint_disk_percent\t%s", orNone(pctOrEmpty(ss.CheckpointDiskPercent), "0: no share of the disk kept (audit.min_free still is)"))
 	p("  max_sandboxes\t%d", ss.MaxSandboxes)
 	p("  background_runs\t%d", ss.BackgroundRuns)
 
@@ -467,4 +470,11 @@ func runtimeAvailable(ctx context.Context, cfg *policy.Config) error {
 		return fmt.Errorf("%s: runtime %q: %v", pos, name, err)
 	}
 	return nil
+}
+
+func pctOrEmpty(n int) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d%%", n)
 }

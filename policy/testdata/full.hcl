@@ -90,6 +90,9 @@ pool {
 sessions {
   idle_timeout      = "30m"
   checkpoint_budget = "8GiB"
+  checkpoint_budget_per_session = "1GiB"
+  checkpoint_budget_per_uid     = "3GiB"
+  checkpoint_disk_percent       = 40
   max_sandboxes     = 4
   background_runs   = 2
 }

@@ -396,13 +396,26 @@ func (e *engine) sessionSpecIdentity(ctx context.Context, spec runtime.SandboxSp
 }
 
 // Checkpoint implements runtime.Checkpointer.
-func (s *sessionSandbox) Checkpoint(ctx context.Context, imageDir, workDir string, leaveRunning bool) error {
+func (s *sessionSandbox) Checkpoint(ctx context.Context, imageDir, workDir string, leaveRunning bool, budget runtime.CheckpointBudget) error {
 	s.fg.Lock()
 	defer s.fg.Unlock()
 	select {
 	case <-s.done:
 		return s.gone()
 	default:
+	}
+	opts := checkpoint.CopyOptions{}
+	if budget != nil {
+		// /work first, before runsc stops the sandbox: a checkpoint that
+		// cannot fit is refused with the sandbox running as it was.
+		u, err := checkpoint.Measure(s.b.Workdir, 0)
+		if err != nil {
+			return fmt.Errorf("checkpoint of session sandbox %s: %w", s.spec.ID, err)
+		}
+		if err := budget.Reserve(u.Need()); err != nil {
+			return fmt.Errorf("checkpoint of session sandbox %s refused before anything was written (the sandbox runs on): its /work holds %s: %w", s.spec.ID, u, err)
+		}
+		opts.Charge = budget.Charge
 	}
 	args := []string{"checkpoint", "--image-path", imageDir}
 	if leaveRunning {
@@ -411,7 +424,14 @@ func (s *sessionSandbox) Checkpoint(ctx context.Context, imageDir, workDir strin
 	if out, err := s.e.cli.exec(ctx, append(args, s.spec.ID)...); err != nil {
 		return fmt.Errorf("checkpoint of session sandbox %s: %w (%s)", s.spec.ID, err, bytes.TrimSpace(out))
 	}
-	skipped, err := checkpoint.CopyTree(s.b.Workdir, workDir)
+	if budget != nil {
+		// The image is bounded by the sandbox's memory; it is charged
+		// before /work is copied beside it.
+		if err := budget.Charge(dirBytes(imageDir)); err != nil {
+			return fmt.Errorf("checkpoint of session sandbox %s: its memory image: %w", s.spec.ID, err)
+		}
+	}
+	skipped, err := checkpoint.CopyTreeWith(s.b.Workdir, workDir, opts)
 	if err != nil {
 		return fmt.Errorf("copy /work of session sandbox %s: %w", s.spec.ID, err)
 	}
@@ -753,4 +773,20 @@ func (t *tailBuffer) Bytes() []byte {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]byte(nil), t.buf...)
+}
+
+// dirBytes sums the sizes of the regular files in dir (runsc's image dir
+// is flat).
+func dirBytes(dir string) int64 {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && info.Mode().IsRegular() {
+			n += info.Size()
+		}
+	}
+	return n
 }

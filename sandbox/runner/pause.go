@@ -54,7 +54,9 @@ func (m *SessionSandboxes) checkpoints() (*checkpoint.Store, error) {
 	if m.o.Checkpoints == "" {
 		return nil, errkind.Errorf(api.ErrUnavailable, "this process keeps no session checkpoints (no checkpoint dir)")
 	}
-	st, err := checkpoint.Open(m.o.Checkpoints, m.o.Config.CheckpointBudget)
+	c := m.o.Config
+	st, err := checkpoint.OpenLimits(m.o.Checkpoints, checkpoint.Limits{Total: c.CheckpointBudget, PerSession: c.CheckpointBudgetPerSession,
+		PerUID: c.CheckpointBudgetPerUID, DiskPercent: c.CheckpointDiskPercent, MinFree: m.o.MinFree})
 	if err != nil {
 		return nil, errkind.Wrap(api.ErrUnavailable, err)
 	}
@@ -99,13 +101,16 @@ func (m *SessionSandboxes) takeCheckpoint(ctx context.Context, b *sessionBox, sb
 	if err != nil {
 		return nil, 0, err
 	}
-	pend, err := st.Begin()
+	pend, err := st.BeginFor(checkpoint.Account{Session: b.key.session, UID: b.uid, HasUID: b.hasUID})
 	if err != nil {
 		return nil, 0, errkind.Wrap(api.ErrUnavailable, err)
 	}
 	began := time.Now()
-	if err := cp.Checkpoint(ctx, pend.ImageDir(), pend.WorkDir(), leaveRunning); err != nil {
+	if err := cp.Checkpoint(ctx, pend.ImageDir(), pend.WorkDir(), leaveRunning, pend); err != nil {
 		pend.Abort()
+		if errors.Is(err, checkpoint.ErrBudgetExceeded) {
+			err = errkind.Wrap(api.ErrLimitExceeded, err)
+		}
 		return nil, 0, err
 	}
 	took := time.Since(began)
@@ -429,7 +434,7 @@ func (m *SessionSandboxes) forkBox(ctx context.Context, b *sessionBox, dst strin
 	}
 	key := b.key
 	key.session = dst
-	nb := &sessionBox{key: key, rootfs: b.rootfs, id: newBoxID(), ready: make(chan struct{}), skills: map[string]placedSkill{}}
+	nb := &sessionBox{key: key, rootfs: b.rootfs, id: newBoxID(), ready: make(chan struct{}), skills: map[string]placedSkill{}, uid: b.uid, hasUID: b.hasUID}
 	nb.skillsDir = filepath.Join(m.o.Dir, nb.id)
 	if err := copySkillTree(b.skillsDir, nb.skillsDir); err != nil {
 		return nil, fmt.Errorf("copy the skills of sandbox %s for its fork: %w", b.id, err)
@@ -515,6 +520,14 @@ func (m *SessionSandboxes) pauseIdle() {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			if _, err := m.pauseBox(ctx, b, "idle"); err != nil {
 				m.log.Warn("pausing an idle session sandbox failed", "sandbox", b.id, "error", err)
+				if errors.Is(err, checkpoint.ErrBudgetExceeded) {
+					// Refused before anything was written: it runs on,
+					// and is tried again after another idle timeout
+					// (not at every tick, each audited).
+					m.mu.Lock()
+					b.lastUsed = time.Now()
+					m.mu.Unlock()
+				}
 			}
 			cancel()
 		}
@@ -589,6 +602,9 @@ func (m *SessionSandboxes) boxOfManifest(man *checkpoint.Manifest) (*sessionBox,
 	}
 	b := &sessionBox{key: boxKey{session: man.Session, image: o[ownerImageName], limits: lim.Sandbox()}, id: o[ownerBox], rootfs: o[ownerRootFS],
 		ready: make(chan struct{}), skills: map[string]placedSkill{}, ckpt: man.ID}
+	if man.UID != nil {
+		b.uid, b.hasUID = *man.UID, true
+	}
 	b.skillsDir = filepath.Join(m.o.Dir, b.id)
 	if _, err := os.Stat(b.skillsDir); err != nil {
 		return nil, fmt.Errorf("its skills dir: %w", err)

@@ -48,6 +48,9 @@ type SessionOptions struct {
 	// (sessions.pause and idle checkpoints are then refused).
 	Checkpoints string
 	Config      policy.SessionConfig
+	// MinFree is the free space the checkpoints' filesystem must keep
+	// (the audit's min_free): no checkpoint takes it below.
+	MinFree int64
 }
 
 // SessionSandboxes keeps the session sandboxes of one daemon.
@@ -91,6 +94,10 @@ type sessionBox struct {
 	err       error
 	// spec is what the sandbox was made from, to restore it.
 	spec runtime.SandboxSpec
+	// uid is the session owner's (hasUID: known), whose checkpoint
+	// budget its checkpoints are charged to.
+	uid    uint32
+	hasUID bool
 
 	// life serializes boot, restore, pause and teardown of the box.
 	life sync.Mutex
@@ -150,7 +157,7 @@ func (m *SessionSandboxes) available() error {
 }
 
 // box returns the session's sandbox for key, booting it on first use.
-func (m *SessionSandboxes) box(ctx context.Context, key boxKey, img runtime.ImageRef, rootfs, layers string, lim runtime.Limits) (*sessionBox, error) {
+func (m *SessionSandboxes) box(ctx context.Context, key boxKey, owner *api.Peer, img runtime.ImageRef, rootfs, layers string, lim runtime.Limits) (*sessionBox, error) {
 	m.mu.Lock()
 	b := m.boxes[key]
 	if b != nil {
@@ -176,6 +183,9 @@ func (m *SessionSandboxes) box(ctx context.Context, key boxKey, img runtime.Imag
 			return nil, errkind.Errorf(api.ErrLimitExceeded, "this daemon keeps at most %d session sandboxes (sessions { max_sandboxes }) and all are in use: close a session you no longer need, or ask an administrator to raise the limit", max)
 		}
 		b = &sessionBox{key: key, rootfs: rootfs, id: newBoxID(), ready: make(chan struct{}), skills: map[string]placedSkill{}}
+		if owner != nil {
+			b.uid, b.hasUID = owner.UID, true
+		}
 		m.boxes[key] = b
 		m.mu.Unlock()
 		sb, err := m.boot(ctx, b, img, layers, lim)
@@ -406,7 +416,7 @@ func (m *SessionSandboxes) deliver(ctx context.Context, p *Plan, job runtime.Job
 		layersRoot = filepath.Dir(filepath.Dir(job.DepsDir))
 	}
 	key := boxKey{session: p.Request.SessionID, image: job.Image.Name, limits: job.Limits.Sandbox()}
-	b, err := m.box(ctx, key, job.Image, job.RootFS, layersRoot, job.Limits)
+	b, err := m.box(ctx, key, p.Request.Peer, job.Image, job.RootFS, layersRoot, job.Limits)
 	if err != nil {
 		return nil, runtime.Invocation{}, err
 	}

@@ -334,7 +334,7 @@ func snapshotDir() string {
 // A runtime that cannot keep them leaves it without a backend, so such
 // runs are refused saying why.
 func newSessionSandboxes(cfg *policy.Config, rt runtime.Runtime, pins *runner.SnapshotStore, checkpoints string, rec runner.Recorder, log hclog.Logger) *runner.SessionSandboxes {
-	o := runner.SessionOptions{Config: cfg.Sessions, Checkpoints: checkpoints}
+	o := runner.SessionOptions{Config: cfg.Sessions, Checkpoints: checkpoints, MinFree: cfg.Audit.MinFree}
 	switch {
 	case checkpoints != "":
 		// The daemon's, beside its checkpoints in its state dir.
