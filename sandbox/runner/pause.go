@@ -205,6 +205,10 @@ func (m *SessionSandboxes) pauseBox(ctx context.Context, b *sessionBox, why stri
 		return nil, err
 	}
 	man := ck.Manifest()
+	if man.DiskBytes > 0 {
+		// What it takes on disk: a file of several names counts once.
+		man.TotalBytes = man.DiskBytes
+	}
 	rec.Detail["checkpoint"], rec.Detail["digest"] = ck.ID(), ck.Digest()
 	rec.Detail["bytes"], rec.Detail["duration_ms"] = fmt.Sprint(man.TotalBytes), fmt.Sprint(took.Milliseconds())
 	_ = m.journal.Record(context.WithoutCancel(ctx), rec)
