@@ -87,7 +87,8 @@ func allocatedUnder(dir string) int64 {
 // file in /work. An explicit pause and the idle pause are both refused
 // before anything is written (the store never holds more than the budget),
 // with a reason the session's owner can act on, and the session runs on in
-// the same sandbox; the daemon stays up and another uid's run works. A
+// the same sandbox, as is a fork; the daemon stays up and another uid's
+// run works. A
 // /work of links and a sparse file that fits is checkpointed as it is
 // (the links as links, the holes as holes) and restored so.
 func TestSessionCheckpointBounded(t *testing.T) {
@@ -195,6 +196,16 @@ func TestSessionCheckpointBounded(t *testing.T) {
 	}
 	if r := run(sid, "scripts/rand.py"); r.SessionSandbox != box {
 		t.Fatalf("after the refused idle pause the session ran in %s, not %s", r.SessionSandbox, box)
+	}
+
+	// A fork of the live session takes a checkpoint of it too: refused
+	// the same way, the source session untouched.
+	_, err = c.ForkSession(ctx, api.Peer{}, api.SessionParams{SessionID: sid})
+	if e := wantKind(t, "fork of a 1 TiB /work", err, api.KindLimitExceeded); !strings.Contains(e.Message, "refused before anything was written") {
+		t.Errorf("the fork's refusal: %s", e.Message)
+	}
+	if r := run(sid, "scripts/rand.py"); r.SessionSandbox != box {
+		t.Fatalf("after the refused fork the session ran in %s, not %s", r.SessionSandbox, box)
 	}
 
 	// The daemon is up, and another uid's run works.
