@@ -251,6 +251,18 @@ func TestSessionCheckpointBounded(t *testing.T) {
 	if work > 10<<20 {
 		t.Errorf("the /work copy takes %d bytes: links or holes were not kept", work)
 	}
+	// It is charged to its owner's uid (root's, here), as its manifest
+	// says for the accounts a restarted daemon reads back.
+	var man struct {
+		UID       *uint32 `json:"uid"`
+		DiskBytes int64   `json:"disk_bytes"`
+	}
+	if raw, err := os.ReadFile(filepath.Join(ck, "manifest.json")); err != nil || json.Unmarshal(raw, &man) != nil {
+		t.Fatalf("manifest of %s: %v", ckID, err)
+	}
+	if man.UID == nil || *man.UID != 0 || man.DiskBytes <= 0 || man.DiskBytes > 128<<20 {
+		t.Errorf("manifest: uid %v, disk_bytes %d", man.UID, man.DiskBytes)
+	}
 	r := run(sid2, "scripts/statwork.py") // restores the checkpoint
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal([]byte(strings.SplitN(r.Stdout, "\n", 2)[0]), &raw); err != nil {
