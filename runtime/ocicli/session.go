@@ -105,6 +105,8 @@ type sessionSandbox struct {
 	// paused: the sandbox went into a checkpoint (its background runs
 	// did not end).
 	paused bool
+	// frozen: Freeze holds the sandbox (and fg) until Thaw or Destroy.
+	frozen bool
 
 	destroyOnce sync.Once
 	destroyErr  error
@@ -395,20 +397,48 @@ func (e *engine) sessionSpecIdentity(ctx context.Context, spec runtime.SandboxSp
 	return e.sessionIdentity(ctx, sp, spec)
 }
 
-// Checkpoint implements runtime.Checkpointer.
+// Checkpoint implements runtime.Checkpointer. The sandbox is frozen
+// (runsc pause) while runsc writes its image and /work is copied, so that
+// the two agree, and runsc leaves it in place (--leave-running): a
+// checkpoint that fails at any step leaves the sandbox as it was, thawed
+// again, and none that fails half-pauses it. Without leaveRunning it is
+// destroyed once the checkpoint is complete. A sandbox its caller froze
+// (Freeze) stays frozen for the caller's Thaw.
 func (s *sessionSandbox) Checkpoint(ctx context.Context, imageDir, workDir string, leaveRunning bool) error {
-	s.fg.Lock()
-	defer s.fg.Unlock()
+	s.mu.Lock()
+	held := s.frozen
+	s.mu.Unlock()
+	if !held {
+		s.fg.Lock()
+		defer s.fg.Unlock()
+	}
 	select {
 	case <-s.done:
 		return s.gone()
 	default:
 	}
-	args := []string{"checkpoint", "--image-path", imageDir}
-	if leaveRunning {
-		args = append(args, "--leave-running")
+	if !held {
+		if err := s.freeze(ctx); err != nil {
+			return err
+		}
 	}
-	if out, err := s.e.cli.exec(ctx, append(args, s.spec.ID)...); err != nil {
+	err := s.checkpointFrozen(ctx, imageDir, workDir)
+	switch {
+	case err != nil && held:
+		return err
+	case err != nil || (leaveRunning && !held):
+		return errors.Join(err, s.thaw(ctx))
+	case leaveRunning:
+		return nil
+	}
+	s.paused = true
+	return s.destroyLocked()
+}
+
+// checkpointFrozen writes the frozen sandbox's image to imageDir and
+// copies its /work to workDir; it stays frozen.
+func (s *sessionSandbox) checkpointFrozen(ctx context.Context, imageDir, workDir string) error {
+	if out, err := s.e.cli.exec(ctx, "checkpoint", "--image-path", imageDir, "--leave-running", s.spec.ID); err != nil {
 		return fmt.Errorf("checkpoint of session sandbox %s: %w (%s)", s.spec.ID, err, bytes.TrimSpace(out))
 	}
 	skipped, err := checkpoint.CopyTree(s.b.Workdir, workDir)
@@ -418,12 +448,82 @@ func (s *sessionSandbox) Checkpoint(ctx context.Context, imageDir, workDir strin
 	if len(skipped) > 0 {
 		s.e.log.Warn("entries of /work not kept with the checkpoint", "id", s.spec.ID, "skipped", skipped)
 	}
-	if !leaveRunning {
-		s.paused = true
-		return s.destroyLocked()
+	return nil
+}
+
+// Freeze implements runtime.Freezer: the sandbox's processes stop, and
+// runs wait, until Thaw (or Destroy).
+func (s *sessionSandbox) Freeze(ctx context.Context) error {
+	s.fg.Lock()
+	select {
+	case <-s.done:
+		s.fg.Unlock()
+		return s.gone()
+	default:
+	}
+	if err := s.freeze(ctx); err != nil {
+		s.fg.Unlock()
+		return err
+	}
+	s.mu.Lock()
+	s.frozen = true
+	s.mu.Unlock()
+	return nil
+}
+
+// Thaw implements runtime.Freezer.
+func (s *sessionSandbox) Thaw(ctx context.Context) error {
+	s.mu.Lock()
+	was := s.frozen
+	s.frozen = false
+	s.mu.Unlock()
+	if !was {
+		return nil
+	}
+	defer s.fg.Unlock()
+	return s.thaw(ctx)
+}
+
+// freeze pauses the sandbox; one that fails to is thawed again (runsc may
+// have paused part of it) or, failing that, destroyed.
+func (s *sessionSandbox) freeze(ctx context.Context) error {
+	if _, err := s.e.cli.exec(ctx, "pause", s.spec.ID); err != nil {
+		return errors.Join(fmt.Errorf("freeze session sandbox %s for its checkpoint: %w", s.spec.ID, err), s.thaw(ctx))
 	}
 	return nil
 }
+
+// thaw resumes the frozen sandbox, with a context of its own (a pause
+// whose caller gave up must still thaw it). A sandbox that died, or that
+// cannot be resumed, is destroyed with everything it had on the host: the
+// error says so, and that it is gone.
+func (s *sessionSandbox) thaw(ctx context.Context) error {
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), process.TeardownTimeout)
+	defer cancel()
+	_, err := s.e.cli.exec(tctx, "resume", s.spec.ID)
+	if err != nil {
+		// Not paused (runsc never froze it, or it ended): running is as
+		// good as resumed.
+		if st, serr := s.e.cli.state(tctx, s.spec.ID); serr == nil && st.Status == "running" {
+			err = nil
+		}
+	}
+	select {
+	case <-s.done:
+		if err == nil {
+			err = errors.New("it ended")
+		}
+	default:
+	}
+	if err == nil {
+		return nil
+	}
+	derr := s.destroyLocked()
+	return errkind.Errorf(runtime.ErrUnavailable, "session sandbox %s could not be resumed after its checkpoint (%v) and was removed: %w", s.spec.ID, err, errors.Join(errSandboxGone, derr))
+}
+
+// errSandboxGone marks an error after which the sandbox is destroyed.
+var errSandboxGone = errors.New("the sandbox, its processes and its /work are gone")
 
 func (s *sessionSandbox) markDone() {
 	s.mu.Lock()
@@ -692,6 +792,14 @@ func (s *sessionSandbox) Runs(context.Context) ([]runtime.BackgroundRun, error) 
 func (s *sessionSandbox) Destroy(context.Context) error { return s.destroyLocked() }
 
 func (s *sessionSandbox) destroyLocked() error {
+	s.mu.Lock()
+	frozen := s.frozen
+	s.frozen = false
+	s.mu.Unlock()
+	if frozen {
+		// Runs waiting for the thaw find the sandbox gone.
+		defer s.fg.Unlock()
+	}
 	s.destroyOnce.Do(func() {
 		s.destroyErr = s.teardown()
 		s.e.mu.Lock()
