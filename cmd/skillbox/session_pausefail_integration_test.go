@@ -316,3 +316,21 @@ func TestSessionKill9MidPauseSwept(t *testing.T) {
 		t.Fatalf("run after the restart: %+v", r)
 	}
 }
+
+// TestSessionPauseImageFailsCleanly: a pause whose runsc image does not
+// fit in the checkpoint store (runsc checkpoint itself fails) leaves the
+// same: nothing in the store, the session running as before or closed.
+func TestSessionPauseImageFailsCleanly(t *testing.T) {
+	needDaemon(t)
+	d, c, ctx, sid, store := pauseFailDaemon(t, "2m", "")
+	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fill.py", Args: []string{"small", "1"}}))
+	box := fill.SessionSandbox
+	_, err := c.PauseSession(ctx, api.Peer{}, api.SessionParams{SessionID: sid})
+	if err == nil {
+		t.Fatalf("a session sandbox's image fitted in a 2 MiB checkpoint store")
+	}
+	t.Logf("pause refused: %v", err)
+	checkAfterFailedCheckpoint(t, d, c, ctx, sid, box, store, "small", "pause")
+	must[*api.CloseSessionResult](t, "close")(c.CloseSession(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
+	d.waitNoLeftovers(t, box, "after sessions.close of a session whose pause failed", 10*time.Second)
+}
