@@ -155,6 +155,16 @@ func (m *SessionSandboxes) takeCheckpoint(ctx context.Context, b *sessionBox, sb
 	return ck, took, nil
 }
 
+// withContext puts context (format, args) before err's message, keeping
+// its kind.
+func withContext(err error, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	if ke, ok := err.(*errkind.Error); ok {
+		return errkind.Errorf(ke.Kind, "%s: %w", msg, ke.Err)
+	}
+	return fmt.Errorf("%s: %w", msg, err)
+}
+
 // sandboxGone says whether a sandbox is down (a failed checkpoint may
 // have taken it down).
 func sandboxGone(sb runtime.SessionSandbox) bool {
@@ -265,12 +275,12 @@ func (m *SessionSandboxes) pauseBox(ctx context.Context, b *sessionBox, why stri
 		_ = m.journal.Record(context.WithoutCancel(ctx), rec)
 		if rec.Detail["left"] == leftClosed {
 			m.lose(ctx, b, sb, "pause", err)
-		} else {
-			m.mu.Lock()
-			b.lastUsed = time.Now() // the idle pause tries again after another idle timeout, not at once
-			m.mu.Unlock()
+			return nil, withContext(err, "session sandbox %s was not paused and is closed (its processes and /work are gone; the session's next run starts a new one)", b.id)
 		}
-		return nil, err
+		m.mu.Lock()
+		b.lastUsed = time.Now() // the idle pause tries again after another idle timeout, not at once
+		m.mu.Unlock()
+		return nil, withContext(err, "session sandbox %s was not paused and runs on as before", b.id)
 	}
 	man := ck.Manifest()
 	rec.Detail["checkpoint"], rec.Detail["digest"] = ck.ID(), ck.Digest()
@@ -516,11 +526,13 @@ func (m *SessionSandboxes) forkBox(ctx context.Context, b *sessionBox, dst strin
 	if sb != nil {
 		ck, _, cerr := m.takeCheckpoint(ctx, b, sb, true)
 		if cerr != nil {
-			rec.Detail["left"] = leftRunning
+			var left string
+			rec.Detail["left"], left = leftRunning, "runs on as before"
 			if sandboxGone(sb) {
-				rec.Detail["left"] = leftClosed
+				rec.Detail["left"], left = leftClosed, "is closed (its processes and /work are gone)"
 				m.lose(ctx, b, sb, "fork", cerr)
 			}
+			cerr = withContext(cerr, "session %s was not forked, and its sandbox %s %s", b.key.session, b.id, left)
 			b.life.Unlock()
 			return nil, cerr
 		}
