@@ -136,6 +136,23 @@ type CheckpointBudget interface {
 	Charge(n int64) error
 }
 
+// Freezer is a Checkpointer whose sandbox can be held still across a
+// checkpoint: Freeze stops every process in it (and so every change to
+// its /work) until Thaw. A pause freezes, checkpoints with leaveRunning,
+// keeps the checkpoint and only then destroys the sandbox, so that a
+// checkpoint that fails at any step (the image, the copy of /work, the
+// store's budget) leaves the sandbox running as before after Thaw. A
+// sandbox that cannot be thawed is destroyed by Thaw, with everything it
+// had on the host, and Thaw says so. Freeze first reserves against budget
+// (nil: no bound) what a copy of /work would take, as Checkpoint would,
+// while the sandbox still runs: one that cannot fit is refused without
+// being stopped at all, and the Checkpoint that follows with the same
+// budget does not reserve it again.
+type Freezer interface {
+	Freeze(ctx context.Context, budget CheckpointBudget) error
+	Thaw(ctx context.Context) error
+}
+
 // SessionRestorer is a SessionBackend that can restore a checkpoint into a
 // new sandbox made from spec (the same spec the checkpointed sandbox had,
 // but for its ID): /work from workDir, memory and processes from

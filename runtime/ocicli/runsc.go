@@ -281,6 +281,7 @@ var (
 	_ runtime.SessionBackend  = (*Runsc)(nil)
 	_ runtime.SessionRestorer = (*Runsc)(nil)
 	_ runtime.Checkpointer    = (*sessionSandbox)(nil)
+	_ runtime.Freezer         = (*sessionSandbox)(nil)
 )
 
 // SessionIdentity implements runtime.SessionRestorer.

@@ -82,8 +82,14 @@ type PauseInfo struct {
 }
 
 // takeCheckpoint checkpoints the box's live sandbox into a new committed
-// checkpoint; leaveRunning keeps it running (a fork of a live session).
-func (m *SessionSandboxes) takeCheckpoint(ctx context.Context, b *sessionBox, sb runtime.SessionSandbox, leaveRunning bool) (*checkpoint.Checkpoint, time.Duration, error) {
+// checkpoint. The sandbox is frozen (when the runtime can, see
+// runtime.Freezer) from before runsc writes its image until the
+// checkpoint is committed: one that fails at any step, the store's
+// budget included, thaws it, so it runs on as before, and what it wrote
+// is removed. With leaveRunning (a fork of a live session) the sandbox is
+// thawed after a success too; without, it goes once its checkpoint is
+// kept. A sandbox that could not be thawed is gone (sb.Done()).
+func (m *SessionSandboxes) takeCheckpoint(ctx context.Context, b *sessionBox, sb runtime.SessionSandbox, leaveRunning bool) (_ *checkpoint.Checkpoint, _ time.Duration, err error) {
 	cp, ok := sb.(runtime.Checkpointer)
 	if !ok {
 		return nil, 0, errkind.Errorf(api.ErrUnavailable, "this runtime cannot checkpoint session sandboxes")
@@ -105,12 +111,31 @@ func (m *SessionSandboxes) takeCheckpoint(ctx context.Context, b *sessionBox, sb
 	if err != nil {
 		return nil, 0, errkind.Wrap(api.ErrUnavailable, err)
 	}
-	began := time.Now()
-	if err := cp.Checkpoint(ctx, pend.ImageDir(), pend.WorkDir(), leaveRunning, pend); err != nil {
-		pend.Abort()
-		if errors.Is(err, checkpoint.ErrBudgetExceeded) {
+	defer func() {
+		if aerr := pend.Abort(); aerr != nil { // nothing after a Commit
+			m.log.Error("a failed checkpoint could not be removed", "sandbox", b.id, "error", aerr)
+		}
+		if err != nil && errors.Is(err, checkpoint.ErrBudgetExceeded) && !errors.Is(err, api.ErrLimitExceeded) {
+			// Refused by a budget (reserving /work, charging the image or
+			// a write of the copy): the caller's to change.
 			err = errkind.Wrap(api.ErrLimitExceeded, err)
 		}
+	}()
+	fz, _ := sb.(runtime.Freezer)
+	began := time.Now()
+	if fz != nil {
+		// /work is reserved before the sandbox is frozen: one that cannot
+		// fit is refused without being stopped.
+		if err := fz.Freeze(ctx, pend); err != nil {
+			return nil, 0, err
+		}
+		defer func() {
+			if err != nil || leaveRunning {
+				err = errors.Join(err, fz.Thaw(ctx))
+			}
+		}()
+	}
+	if err := cp.Checkpoint(ctx, pend.ImageDir(), pend.WorkDir(), leaveRunning || fz != nil, pend); err != nil {
 		return nil, 0, err
 	}
 	took := time.Since(began)
@@ -124,14 +149,73 @@ func (m *SessionSandboxes) takeCheckpoint(ctx context.Context, b *sessionBox, sb
 		Image: b.spec.Image.Name, ImageDigest: b.spec.Image.Digest, SpecDigest: id.SpecDigest, SkillDigests: skills, Owner: owner}
 	ck, err := pend.Commit(man)
 	if err != nil {
-		pend.Abort()
 		kind := api.ErrUnavailable
 		if errors.Is(err, checkpoint.ErrBudgetExceeded) {
 			kind = api.ErrLimitExceeded
 		}
 		return nil, 0, errkind.Wrap(kind, err)
 	}
+	if fz != nil && !leaveRunning {
+		// Kept: the frozen sandbox goes.
+		if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil {
+			m.log.Warn("teardown of a paused session sandbox failed", "sandbox", b.id, "error", derr)
+		}
+	}
 	return ck, took, nil
+}
+
+// withContext puts context (format, args) before err's message, keeping
+// its kind.
+func withContext(err error, format string, args ...any) error {
+	msg := fmt.Sprintf(format, args...)
+	if ke, ok := err.(*errkind.Error); ok {
+		return errkind.Errorf(ke.Kind, "%s: %w", msg, ke.Err)
+	}
+	return fmt.Errorf("%s: %w", msg, err)
+}
+
+// sandboxGone says whether a sandbox is down (a failed checkpoint may
+// have taken it down).
+func sandboxGone(sb runtime.SessionSandbox) bool {
+	select {
+	case <-sb.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// Outcomes a failed checkpoint audits as the detail "left".
+const (
+	leftRunning = "running" // the sandbox runs on as before
+	leftClosed  = "closed"  // it went down, and all it had was removed
+)
+
+// lose ends box b after a failed checkpoint (what: "pause", "fork") took
+// its sandbox down: what is left of it goes (its sandbox with run dir,
+// mounts and runtime state, its skills dir, its background runs), audited,
+// and the session's next run is told why. The caller holds b.life.
+func (m *SessionSandboxes) lose(ctx context.Context, b *sessionBox, sb runtime.SessionSandbox, what string, cause error) {
+	why := fmt.Sprintf("its %s failed and took it down", what)
+	m.mu.Lock()
+	if b.sb == sb {
+		b.sb = nil
+	}
+	if m.boxes[b.key] == b {
+		delete(m.boxes, b.key)
+	}
+	m.lost[b.key.session] = fmt.Sprintf("session sandbox %s was closed: its %s failed (%v) and took it down; its processes and /work are gone, and the session's next run starts a new sandbox", b.id, what, cause)
+	m.mu.Unlock()
+	err := sb.Destroy(context.WithoutCancel(ctx))
+	_ = os.RemoveAll(b.skillsDir)
+	m.endRuns(func(_ runKey, br *backgroundRun) bool { return br.box == b }, why)
+	rec := &audit.Record{Event: audit.EventSessionSandbox, SessionID: b.key.session, Outcome: "destroyed",
+		Detail: map[string]string{"sandbox": b.id, "why": why}}
+	if err != nil {
+		rec.Outcome, rec.Error = audit.OutcomeError, err.Error()
+	}
+	_ = m.journal.Record(context.WithoutCancel(ctx), rec)
+	m.log.Warn("session sandbox closed after a failed "+what, "session", b.key.session, "sandbox", b.id, "cause", cause, "teardown_error", err)
 }
 
 // ownerOf is what a checkpoint of b keeps to make it again.
@@ -192,17 +276,20 @@ func (m *SessionSandboxes) pauseBox(ctx context.Context, b *sessionBox, why stri
 	rec := &audit.Record{Event: audit.EventSessionCheckpoint, SessionID: b.key.session, Outcome: audit.OutcomeOK,
 		Detail: map[string]string{"sandbox": b.id, "why": why}}
 	if err != nil {
-		rec.Outcome, rec.Error = audit.OutcomeError, err.Error()
-		_ = m.journal.Record(context.WithoutCancel(ctx), rec)
-		select {
-		case <-sb.Done(): // the checkpoint took the sandbox down with it
-			m.mu.Lock()
-			b.sb = nil
-			delete(m.boxes, b.key)
-			m.mu.Unlock()
-		default:
+		// Never half-paused: running as before, or gone with all it had.
+		rec.Outcome, rec.Error, rec.Detail["left"] = audit.OutcomeError, err.Error(), leftRunning
+		if sandboxGone(sb) {
+			rec.Detail["left"] = leftClosed
 		}
-		return nil, err
+		_ = m.journal.Record(context.WithoutCancel(ctx), rec)
+		if rec.Detail["left"] == leftClosed {
+			m.lose(ctx, b, sb, "pause", err)
+			return nil, withContext(err, "session sandbox %s was not paused and is closed (its processes and /work are gone; the session's next run starts a new one)", b.id)
+		}
+		m.mu.Lock()
+		b.lastUsed = time.Now() // the idle pause tries again after another idle timeout, not at once
+		m.mu.Unlock()
+		return nil, withContext(err, "session sandbox %s was not paused and runs on as before", b.id)
 	}
 	man := ck.Manifest()
 	if man.DiskBytes > 0 {
@@ -418,28 +505,54 @@ func (m *SessionSandboxes) Fork(ctx context.Context, src, dst string) ([]string,
 	return out, nil
 }
 
-func (m *SessionSandboxes) forkBox(ctx context.Context, b *sessionBox, dst string) (*sessionBox, error) {
-	b.life.Lock()
-	m.mu.Lock()
-	sb, ckID := b.sb, b.ckpt
-	m.mu.Unlock()
-	temp := false
-	var ck *checkpoint.Checkpoint
-	var err error
-	if sb != nil {
-		ck, _, err = m.takeCheckpoint(ctx, b, sb, true)
-		if err == nil {
-			ckID, temp = ck.ID(), true
-		}
-	}
-	b.life.Unlock()
-	if err != nil {
-		return nil, err
-	}
+func (m *SessionSandboxes) forkBox(ctx context.Context, b *sessionBox, dst string) (_ *sessionBox, err error) {
 	key := b.key
 	key.session = dst
 	nb := &sessionBox{key: key, rootfs: b.rootfs, id: newBoxID(), ready: make(chan struct{}), skills: map[string]placedSkill{}, uid: b.uid, hasUID: b.hasUID}
 	nb.skillsDir = filepath.Join(m.o.Dir, nb.id)
+	rec := &audit.Record{Event: audit.EventSessionFork, SessionID: dst, Outcome: audit.OutcomeOK,
+		Detail: map[string]string{"from_session": b.key.session, "from_sandbox": b.id, "sandbox": nb.id}}
+	var ckID string
+	temp := false
+	// A fork that fails removes all it made (the checkpoint it took, the
+	// fork's skills dir; a restore that fails removes its own sandbox) and
+	// is audited with what it left the source in.
+	defer func() {
+		if temp {
+			if st, serr := m.checkpoints(); serr == nil {
+				_ = st.Remove(ckID)
+			}
+		}
+		if err == nil {
+			return
+		}
+		_ = os.RemoveAll(nb.skillsDir)
+		rec.Outcome, rec.Error = audit.OutcomeError, err.Error()
+		_ = m.journal.Record(context.WithoutCancel(ctx), rec)
+	}()
+
+	b.life.Lock()
+	m.mu.Lock()
+	sb := b.sb
+	ckID = b.ckpt
+	m.mu.Unlock()
+	if sb != nil {
+		ck, _, cerr := m.takeCheckpoint(ctx, b, sb, true)
+		if cerr != nil {
+			var left string
+			rec.Detail["left"], left = leftRunning, "runs on as before"
+			if sandboxGone(sb) {
+				rec.Detail["left"], left = leftClosed, "is closed (its processes and /work are gone)"
+				m.lose(ctx, b, sb, "fork", cerr)
+			}
+			cerr = withContext(cerr, "session %s was not forked, and its sandbox %s %s", b.key.session, b.id, left)
+			b.life.Unlock()
+			return nil, cerr
+		}
+		ckID, temp = ck.ID(), true
+	}
+	b.life.Unlock()
+	rec.Detail["checkpoint"] = ckID
 	if err := copySkillTree(b.skillsDir, nb.skillsDir); err != nil {
 		return nil, fmt.Errorf("copy the skills of sandbox %s for its fork: %w", b.id, err)
 	}
@@ -454,17 +567,7 @@ func (m *SessionSandboxes) forkBox(ctx context.Context, b *sessionBox, dst strin
 	nb.spec.OnBackgroundExit = m.exitHook(dst)
 	began := time.Now()
 	nsb, used, err := m.restoreInto(ctx, nb, ckID, runtime.ImageRef{})
-	if temp {
-		if st, serr := m.checkpoints(); serr == nil {
-			_ = st.Remove(ckID)
-		}
-	}
-	rec := &audit.Record{Event: audit.EventSessionFork, SessionID: dst, Outcome: audit.OutcomeOK,
-		Detail: map[string]string{"from_session": b.key.session, "from_sandbox": b.id, "sandbox": nb.id, "checkpoint": ckID}}
 	if err != nil {
-		_ = os.RemoveAll(nb.skillsDir)
-		rec.Outcome, rec.Error = audit.OutcomeError, err.Error()
-		_ = m.journal.Record(context.WithoutCancel(ctx), rec)
 		return nil, err
 	}
 	rec.Detail["digest"], rec.Detail["duration_ms"] = used.Digest(), fmt.Sprint(time.Since(began).Milliseconds())
@@ -523,15 +626,9 @@ func (m *SessionSandboxes) pauseIdle() {
 		for _, b := range idle {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			if _, err := m.pauseBox(ctx, b, "idle"); err != nil {
+				// One that runs on (refused by a budget too) is tried
+				// again after another idle timeout (pauseBox).
 				m.log.Warn("pausing an idle session sandbox failed", "sandbox", b.id, "error", err)
-				if errors.Is(err, checkpoint.ErrBudgetExceeded) {
-					// Refused before anything was written: it runs on,
-					// and is tried again after another idle timeout
-					// (not at every tick, each audited).
-					m.mu.Lock()
-					b.lastUsed = time.Now()
-					m.mu.Unlock()
-				}
 			}
 			cancel()
 		}
@@ -644,11 +741,15 @@ func (m *SessionSandboxes) sweepSkillsDirs() {
 		name := e.Name()
 		if _, ok := strings.CutPrefix(name, SessionDirPIDPrefix); ok {
 			if deadPIDDir(name) {
+				m.log.Info("removing the leftover session sandboxes dir of a process that ended", "dir", filepath.Join(m.o.Dir, name))
 				_ = os.RemoveAll(filepath.Join(m.o.Dir, name))
 			}
 			continue
 		}
 		if !known[name] {
+			// Its sandbox (run dir, mounts, runtime state) is the
+			// runtime's sweep's.
+			m.log.Info("removing the leftover skills dir of a session sandbox no session owns", "sandbox", name)
 			_ = os.RemoveAll(filepath.Join(m.o.Dir, name))
 		}
 	}

@@ -63,8 +63,12 @@ type SessionSandboxes struct {
 	boxes map[boxKey]*sessionBox
 	runs  map[runKey]*backgroundRun
 	store *checkpoint.Store // opened on first use
-	stop  chan struct{}
-	bg    sync.WaitGroup
+	// lost says, by session, why a failed pause or fork closed one of its
+	// sandboxes; the session's next run is refused once with it (at most
+	// one per session, gone with the session).
+	lost map[string]string
+	stop chan struct{}
+	bg   sync.WaitGroup
 	// sweepPIDDirs runs once, at the first boot of a process other than
 	// the daemon (sweepDeadPIDDirs).
 	sweepPIDDirs sync.Once
@@ -137,7 +141,7 @@ func NewSessionSandboxes(o SessionOptions, journal Recorder, log hclog.Logger) *
 		journal = NewJournal(nil, nil)
 	}
 	m := &SessionSandboxes{o: o, journal: journal, log: log.Named("sessions"),
-		boxes: map[boxKey]*sessionBox{}, runs: map[runKey]*backgroundRun{}, stop: make(chan struct{})}
+		boxes: map[boxKey]*sessionBox{}, runs: map[runKey]*backgroundRun{}, lost: map[string]string{}, stop: make(chan struct{})}
 	if o.Config.IdleTimeout > 0 && o.Backend != nil && o.Checkpoints != "" {
 		m.bg.Add(1)
 		go m.pauseIdle()
@@ -159,6 +163,11 @@ func (m *SessionSandboxes) available() error {
 // box returns the session's sandbox for key, booting it on first use.
 func (m *SessionSandboxes) box(ctx context.Context, key boxKey, owner *api.Peer, img runtime.ImageRef, rootfs, layers string, lim runtime.Limits) (*sessionBox, error) {
 	m.mu.Lock()
+	if why, ok := m.lost[key.session]; ok {
+		delete(m.lost, key.session)
+		m.mu.Unlock()
+		return nil, errkind.Errorf(api.ErrUnavailable, "%s", why)
+	}
 	b := m.boxes[key]
 	if b != nil {
 		select {
@@ -766,6 +775,7 @@ func (m *SessionSandboxes) CloseSession(ctx context.Context, session, why string
 		return
 	}
 	m.mu.Lock()
+	delete(m.lost, session)
 	var boxes []*sessionBox
 	for k, b := range m.boxes {
 		if k.session == session {
