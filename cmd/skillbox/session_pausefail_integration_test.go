@@ -27,6 +27,13 @@ import (
 // daemon's stop and, after a kill -9, its next start remove everything
 // the sandbox had.
 
+// unbudgeted turns the checkpoint budgets' disk share and the free-space
+// floor off, so that these checkpoints are not refused when /work is
+// reserved (TestSessionCheckpointBounded tests that) but fail partway,
+// after the sandbox was frozen: runsc's image or the copy of /work meets
+// the full store.
+const unbudgeted = "sessions { checkpoint_disk_percent = 0 }\naudit { min_free = 0 }"
+
 // fillScript writes argv[2] MiB of random (incompressible) bytes to
 // /work/<argv[1]>.
 const fillScript = `import os, sys
@@ -195,7 +202,7 @@ func sandboxOf(r *api.RunScriptResult) string {
 // whose pause failed.
 func TestSessionPauseFailsCleanly(t *testing.T) {
 	needDaemon(t)
-	d, c, ctx, sid, store := pauseFailDaemon(t, "24m", "")
+	d, c, ctx, sid, store := pauseFailDaemon(t, "24m", unbudgeted)
 	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fill.py", Args: []string{"big", "48"}}))
 	box := fill.SessionSandbox
 	if fill.ExitCode != 0 || box == "" {
@@ -243,7 +250,7 @@ func TestSessionPauseFailsCleanly(t *testing.T) {
 // full disk leaves the source running as before and nothing of the fork.
 func TestSessionForkFailsCleanly(t *testing.T) {
 	needDaemon(t)
-	d, c, ctx, sid, store := pauseFailDaemon(t, "24m", "")
+	d, c, ctx, sid, store := pauseFailDaemon(t, "24m", unbudgeted)
 	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fill.py", Args: []string{"big", "48"}}))
 	box := fill.SessionSandbox
 	f, err := c.ForkSession(ctx, api.Peer{}, api.SessionParams{SessionID: sid})
@@ -322,7 +329,7 @@ func TestSessionKill9MidPauseSwept(t *testing.T) {
 // same: nothing in the store, the session running as before or closed.
 func TestSessionPauseImageFailsCleanly(t *testing.T) {
 	needDaemon(t)
-	d, c, ctx, sid, store := pauseFailDaemon(t, "2m", "")
+	d, c, ctx, sid, store := pauseFailDaemon(t, "2m", unbudgeted)
 	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fill.py", Args: []string{"small", "1"}}))
 	box := fill.SessionSandbox
 	_, err := c.PauseSession(ctx, api.Peer{}, api.SessionParams{SessionID: sid})
