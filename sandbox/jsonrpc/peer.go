@@ -18,8 +18,12 @@ import (
 var ErrNoPeerCredentials = errors.New("peer credentials unavailable")
 
 // PeerCredentials reads SO_PEERCRED from a Unix socket connection: the
-// caller's identity, which it cannot forge.
+// caller's identity, which it cannot forge. A connection that wraps
+// another (NetConn) is read through.
 func PeerCredentials(c net.Conn) (api.Peer, error) {
+	if w, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = w.NetConn() // a counted connection (connlimit.Listener)
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return api.Peer{}, errkind.Errorf(ErrNoPeerCredentials, "%T is not a Unix socket", c)
