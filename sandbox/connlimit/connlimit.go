@@ -93,33 +93,52 @@ func New(limits Limits) *Limiter {
 // Limits returns the limiter's caps.
 func (l *Limiter) Limits() Limits { return l.limits }
 
-// Acquire takes one connection for the peer (uid, when known says the
-// kernel reported one; privileged, whether it may use the reserve and is
-// exempt from PerUID). It returns the release to call exactly once when the
-// connection closes (later calls do nothing), or a *RefusedError.
-func (l *Limiter) Acquire(uid uint32, known, privileged bool) (release func(), err error) {
+// Acquire takes one connection for the peer: uid, when known says the
+// kernel reported one. privileged (nil: never) says whether the peer may
+// use the reserve and is exempt from PerUID; it is asked only when a cap
+// would refuse the peer otherwise, so a lookup it does is not paid on
+// every connection. Acquire returns the release to call when the
+// connection closes (once; later calls do nothing), or a *RefusedError.
+func (l *Limiter) Acquire(uid uint32, known bool, privileged func() bool) (release func(), err error) {
 	k := uidKey{uid: uid, known: known}
 	if !known {
 		k.uid = 0
 	}
 	l.mu.Lock()
+	err = l.refusal(k, false)
+	if err != nil && privileged != nil {
+		l.mu.Unlock() // the lookup may be slow: never under the lock
+		if !privileged() {
+			return nil, err
+		}
+		l.mu.Lock()
+		err = l.refusal(k, true)
+	}
 	defer l.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	l.open++
+	l.perUID[k]++
+	var once sync.Once
+	return func() { once.Do(func() { l.release(k) }) }, nil
+}
+
+// refusal says which cap refuses one more connection of k, if any.
+func (l *Limiter) refusal(k uidKey, privileged bool) error {
 	if total := l.limits.Total; total > 0 {
 		limit := total
 		if !privileged {
 			limit -= min(max(0, l.limits.Reserved), total-1)
 		}
 		if l.open >= limit {
-			return nil, &RefusedError{Scope: ScopeTotal, UID: uid, Known: known, Open: l.open, Limit: total}
+			return &RefusedError{Scope: ScopeTotal, UID: k.uid, Known: k.known, Open: l.open, Limit: total}
 		}
 	}
 	if per := l.limits.PerUID; per > 0 && !privileged && l.perUID[k] >= per {
-		return nil, &RefusedError{Scope: ScopePerUID, UID: uid, Known: known, Open: l.perUID[k], Limit: per}
+		return &RefusedError{Scope: ScopePerUID, UID: k.uid, Known: k.known, Open: l.perUID[k], Limit: per}
 	}
-	l.open++
-	l.perUID[k]++
-	var once sync.Once
-	return func() { once.Do(func() { l.release(k) }) }, nil
+	return nil
 }
 
 func (l *Limiter) release(k uidKey) {

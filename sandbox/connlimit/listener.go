@@ -8,8 +8,9 @@ import (
 )
 
 // Peer identifies a connection's peer: its uid and whether the kernel
-// reported one (false for loopback TCP), and whether it is privileged.
-type Peer func(c net.Conn) (uid uint32, known, privileged bool)
+// reported one (false for loopback TCP). It runs in the accept loop, so it
+// must be cheap (a getsockopt, no file reads).
+type Peer func(c net.Conn) (uid uint32, known bool)
 
 // Listener is a net.Listener whose Accept returns only connections its
 // Limiter took: any other is answered with Refuse (when set) and closed
@@ -20,6 +21,10 @@ type Listener struct {
 	net.Listener
 	limiter *Limiter
 	peer    Peer
+	// Privileged, when set, says whether a uid may use the reserve and is
+	// exempt from the per-uid cap; it is asked only for a connection a cap
+	// would otherwise refuse.
+	Privileged func(uid uint32) bool
 	// Refuse, when set, writes a refusal to a connection that will be
 	// closed (an HTTP 503, say). It must not block: the connection has a
 	// write deadline of RefuseTimeout.
@@ -46,7 +51,11 @@ func (l *Listener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		uid, known, privileged := l.peer(c)
+		uid, known := l.peer(c)
+		var privileged func() bool
+		if known && l.Privileged != nil {
+			privileged = func() bool { return l.Privileged(uid) }
+		}
 		release, err := l.limiter.Acquire(uid, known, privileged)
 		if err != nil {
 			re := err.(*RefusedError)

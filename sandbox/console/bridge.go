@@ -109,7 +109,7 @@ func newBridge(ln net.Listener, socket string, log hclog.Logger) (*Bridge, error
 	}
 	// A loopback port carries no uid: every browser connection shares one
 	// cap, and one more is answered 503 and closed at once.
-	capped := connlimit.NewListener(ln, connlimit.New(connlimit.Limits{Total: BridgeMaxConnections}), func(net.Conn) (uint32, bool, bool) { return 0, false, false })
+	capped := connlimit.NewListener(ln, connlimit.New(connlimit.Limits{Total: BridgeMaxConnections}), func(net.Conn) (uint32, bool) { return 0, false })
 	capped.Refuse = connlimit.HTTPRefusal
 	capped.Refused = func(_ net.Conn, err *connlimit.RefusedError) {
 		log.Warn("console: connection refused", "reason", err.Error())

@@ -483,7 +483,10 @@ func (s *Server) isClosing() bool {
 func (s *Server) startConn(ctx context.Context, nc net.Conn) {
 	id := s.nextConnID.Add(1)
 	peer, perr := PeerCredentials(nc)
-	privileged := perr == nil && s.opts.Privileged != nil && s.opts.Privileged(peer)
+	var privileged func() bool
+	if perr == nil && s.opts.Privileged != nil {
+		privileged = func() bool { return s.opts.Privileged(peer) }
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
