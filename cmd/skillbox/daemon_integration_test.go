@@ -56,6 +56,12 @@ func TestMain(m *testing.M) {
 	if socket := os.Getenv(floodSocketEnv); socket != "" {
 		os.Exit(floodMain(socket))
 	}
+	if spec := os.Getenv(listenerFloodEnv); spec != "" {
+		os.Exit(listenerFloodMain(spec))
+	}
+	if spec := os.Getenv(listenerProbeEnv); spec != "" {
+		os.Exit(listenerProbeMain(spec))
+	}
 	code := func() int {
 		if err := setupIntegration(); err != nil {
 			fmt.Fprintln(os.Stderr, "integration setup:", err)

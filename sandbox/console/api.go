@@ -15,6 +15,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/connlimit"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 	"github.com/skillbox/skillbox/sandbox/service"
 )
@@ -244,10 +245,10 @@ func Server(svc Service, log hclog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           Handler(svc, log),
 		ConnContext:       ConnContext,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: connlimit.HeaderTimeout,
 		ReadTimeout:       30 * time.Second,
 		WriteTimeout:      2 * time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
+		IdleTimeout:       connlimit.IdleTimeout,
+		MaxHeaderBytes:    connlimit.MaxHeaderBytes,
 	}
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/connlimit"
 	"github.com/skillbox/skillbox/sandbox/console/web"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 )
@@ -91,6 +92,9 @@ func CheckLoopback(host string) error {
 	return nil
 }
 
+// BridgeMaxConnections bounds the browser connections a bridge holds.
+const BridgeMaxConnections = 64
+
 func newBridge(ln net.Listener, socket string, log hclog.Logger) (*Bridge, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -103,7 +107,14 @@ func newBridge(ln net.Listener, socket string, log hclog.Logger) (*Bridge, error
 	if err != nil {
 		return nil, err
 	}
-	b := &Bridge{ln: ln, socket: socket, log: log, token: tok, authority: ln.Addr().String(), pages: pg}
+	// A loopback port carries no uid: every browser connection shares one
+	// cap, and one more is answered 503 and closed at once.
+	capped := connlimit.NewListener(ln, connlimit.New(connlimit.Limits{Total: BridgeMaxConnections}), func(net.Conn) (uint32, bool) { return 0, false })
+	capped.Refuse = connlimit.HTTPRefusal
+	capped.Refused = func(_ net.Conn, err *connlimit.RefusedError) {
+		log.Warn("console: connection refused", "reason", err.Error())
+	}
+	b := &Bridge{ln: capped, socket: socket, log: log, token: tok, authority: ln.Addr().String(), pages: pg}
 	_, port, _ := net.SplitHostPort(b.authority)
 	b.cookie = CookiePrefix + port
 	dialer := &net.Dialer{Timeout: 5 * time.Second}
@@ -132,7 +143,7 @@ func newBridge(ln net.Listener, socket string, log hclog.Logger) (*Bridge, error
 			writeError(w, errkind.Errorf(api.ErrUnavailable, "the daemon's console socket %s did not answer: %v (is `skillbox serve` running?)", socket, err))
 		},
 	}
-	b.srv = &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	b.srv = &http.Server{Handler: b, ReadHeaderTimeout: connlimit.HeaderTimeout, IdleTimeout: connlimit.IdleTimeout, MaxHeaderBytes: connlimit.MaxHeaderBytes}
 	return b, nil
 }
 

@@ -134,6 +134,11 @@ func (d *Daemon) Server() *jsonrpc.Server { return d.server }
 // Service exposes the service the daemon serves.
 func (d *Daemon) Service() *service.Service { return d.svc }
 
+// ConnRefused audits a connection refused by a cap on one of the daemon's
+// other listeners (the console and metrics sockets), the way refusals on
+// the main socket are: one record per uid and interval, the rest counted.
+func (d *Daemon) ConnRefused(p api.Peer, reason string) { d.conns.refused(p, reason) }
+
 func (d *Daemon) authRefused(p api.Peer, reason string) {
 	if !d.audit.Enabled() {
 		return

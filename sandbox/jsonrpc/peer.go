@@ -18,8 +18,22 @@ import (
 var ErrNoPeerCredentials = errors.New("peer credentials unavailable")
 
 // PeerCredentials reads SO_PEERCRED from a Unix socket connection: the
-// caller's identity, which it cannot forge.
+// caller's identity, which it cannot forge. A connection that wraps
+// another (NetConn) is read through.
 func PeerCredentials(c net.Conn) (api.Peer, error) {
+	p, err := PeerIDs(c)
+	if err == nil && p.PID > 0 {
+		p.Process = processName(p.PID)
+	}
+	return p, err
+}
+
+// PeerIDs is PeerCredentials without the process name: the kernel's uid,
+// gid and pid only, one getsockopt, cheap enough for an accept loop.
+func PeerIDs(c net.Conn) (api.Peer, error) {
+	if w, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = w.NetConn() // a counted connection (connlimit.Listener)
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return api.Peer{}, errkind.Errorf(ErrNoPeerCredentials, "%T is not a Unix socket", c)
@@ -41,11 +55,7 @@ func PeerCredentials(c net.Conn) (api.Peer, error) {
 	// The kernel reports the overflow ids (65534) or pid 0 for peers in
 	// other user/PID namespaces; they are still the kernel's answer, so
 	// accept them and let policy decide.
-	p := api.Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid}
-	if p.PID > 0 {
-		p.Process = processName(p.PID)
-	}
-	return p, nil
+	return api.Peer{UID: cred.Uid, GID: cred.Gid, PID: cred.Pid}, nil
 }
 
 // processName returns /proc/pid/comm, or "" when it cannot be read.

@@ -51,6 +51,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/connlimit"
 	"github.com/skillbox/skillbox/sandbox/tracing/span"
 )
 
@@ -323,8 +324,8 @@ type Server struct {
 	handlers  map[string]Handler
 	listeners map[net.Listener]struct{}
 	conns     map[*conn]struct{}
-	perUID    map[uint32]int   // open connections by uid
-	reqBytes  map[uint32]int64 // request bytes of calls in flight by uid
+	conncap   *connlimit.Limiter // open connections, per uid and in all
+	reqBytes  map[uint32]int64   // request bytes of calls in flight by uid
 	closing   bool
 	// calls counts calls in flight server-wide, connWG connection
 	// goroutines; both are only Add-ed under mu while !closing, which is
@@ -369,7 +370,7 @@ func NewServer(opts ServerOptions) *Server {
 		handlers:  map[string]Handler{},
 		listeners: map[net.Listener]struct{}{},
 		conns:     map[*conn]struct{}{},
-		perUID:    map[uint32]int{},
+		conncap:   connlimit.New(connlimit.Limits{Total: opts.MaxConnections, PerUID: opts.MaxConnsPerUID, Reserved: opts.ReservedConns}),
 		reqBytes:  map[uint32]int64{},
 	}
 }
@@ -482,27 +483,27 @@ func (s *Server) isClosing() bool {
 func (s *Server) startConn(ctx context.Context, nc net.Conn) {
 	id := s.nextConnID.Add(1)
 	peer, perr := PeerCredentials(nc)
-	privileged := perr == nil && s.opts.Privileged != nil && s.opts.Privileged(peer)
+	var privileged func() bool
+	if perr == nil && s.opts.Privileged != nil {
+		privileged = func() bool { return s.opts.Privileged(peer) }
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		go s.reject(nc, ToRPCError(ErrShuttingDown))
 		return
 	}
-	limit := s.opts.MaxConnections
-	if !privileged {
-		limit -= min(max(0, s.opts.ReservedConns), limit-1)
-	}
-	var refuse *Error
-	switch {
-	case len(s.conns) >= limit:
-		refuse = ToRPCError(errTooManyConns)
-		refuse.Data = map[string]any{"limit": s.opts.MaxConnections}
-	case perr == nil && !privileged && s.opts.MaxConnsPerUID > 0 && s.perUID[peer.UID] >= s.opts.MaxConnsPerUID:
-		refuse = ToRPCError(fmt.Errorf("uid %d already has %d connections open to skillbox (daemon.max_connections_per_uid); close idle ones or reuse one: %w", peer.UID, s.perUID[peer.UID], api.ErrLimitExceeded))
-		refuse.Data = map[string]any{"limit": s.opts.MaxConnsPerUID}
-	}
-	if refuse != nil {
+	release, err := s.conncap.Acquire(peer.UID, perr == nil, privileged)
+	if err != nil {
+		var re *connlimit.RefusedError
+		errors.As(err, &re)
+		var refuse *Error
+		if re.Scope == connlimit.ScopePerUID {
+			refuse = ToRPCError(fmt.Errorf("uid %d already has %d connections open to skillbox (daemon.max_connections_per_uid); close idle ones or reuse one: %w", peer.UID, re.Open, api.ErrLimitExceeded))
+		} else {
+			refuse = ToRPCError(errTooManyConns)
+		}
+		refuse.Data = map[string]any{"limit": re.Limit}
 		s.mu.Unlock()
 		s.log.Debug("connection refused", "conn", id, "peer", peer.String(), "reason", refuse.Message)
 		if s.opts.OnConnRefused != nil {
@@ -510,9 +511,6 @@ func (s *Server) startConn(ctx context.Context, nc net.Conn) {
 		}
 		go s.reject(nc, refuse)
 		return
-	}
-	if perr == nil {
-		s.perUID[peer.UID]++
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	c := &conn{
@@ -527,6 +525,7 @@ func (s *Server) startConn(ctx context.Context, nc net.Conn) {
 		log:      s.log.With("conn", id),
 		peer:     peer,
 		peerErr:  perr,
+		release:  release,
 	}
 	// Cancelling the conn (client gone, Shutdown, Serve's ctx) closes the
 	// socket, which ends the reader.
@@ -631,7 +630,8 @@ type conn struct {
 	id      uint64
 	nc      net.Conn
 	peer    api.Peer
-	peerErr error // from reading the credentials at accept
+	peerErr error  // from reading the credentials at accept
+	release func() // gives back the connection's count (Server.conncap)
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	log     hclog.Logger
@@ -707,11 +707,7 @@ func (c *conn) serve() {
 		}
 		s.mu.Lock()
 		delete(s.conns, c)
-		if c.peerErr == nil {
-			if s.perUID[c.peer.UID]--; s.perUID[c.peer.UID] <= 0 {
-				delete(s.perUID, c.peer.UID)
-			}
-		}
+		c.release()
 		s.mu.Unlock()
 		s.connWG.Done()
 		c.log.Debug("connection closed", "cause", context.Cause(c.ctx))

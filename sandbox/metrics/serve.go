@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/sandbox/connlimit"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 )
 
@@ -72,10 +73,11 @@ func (m *Metrics) Serve(ln net.Listener, log hclog.Logger) *Endpoint {
 	e := &Endpoint{
 		srv: &http.Server{
 			Handler:           m.Handler(log),
-			ReadHeaderTimeout: 10 * time.Second,
+			ReadHeaderTimeout: connlimit.HeaderTimeout,
 			ReadTimeout:       30 * time.Second,
 			WriteTimeout:      60 * time.Second,
-			IdleTimeout:       2 * time.Minute,
+			IdleTimeout:       connlimit.IdleTimeout,
+			MaxHeaderBytes:    connlimit.MaxHeaderBytes,
 		},
 		done: make(chan error, 1),
 	}

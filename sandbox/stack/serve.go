@@ -66,7 +66,7 @@ func StartDaemon(parent context.Context, cfg *policy.Config, version string, log
 			ln.Close()
 			return fail(err)
 		}
-		sv.metrics = m.Serve(mln, log.Named("metrics"))
+		sv.metrics = m.Serve(limitListener(mln, "metrics socket", cfg.Daemon, st.Daemon(), log.Named("metrics")), log.Named("metrics"))
 	}
 	// The console's socket follows the main socket's mode and group.
 	cln, err := jsonrpc.Listen(console.ConsoleSocket(cfg.Daemon.Socket), cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
@@ -76,6 +76,7 @@ func StartDaemon(parent context.Context, cfg *policy.Config, version string, log
 		return fail(fmt.Errorf("console socket: %w", err))
 	}
 	sv.console, sv.consoleDone = console.Server(st.Daemon().Service(), log.Named("console")), make(chan error, 1)
+	cln = limitListener(cln, "console socket", cfg.Daemon, st.Daemon(), log.Named("console"))
 	go func() { sv.consoleDone <- sv.console.Serve(cln) }()
 	rtName := st.Engine().Runtime().Name()
 	self := SelfPeer()
