@@ -1,6 +1,7 @@
 package deps
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -149,5 +150,31 @@ func TestShellCallsPathological(t *testing.T) {
 		"cases":               strings.Repeat("case x in a) ", 50000),
 	} {
 		t.Run(name, func(t *testing.T) { ShellCalls([]byte(src)) })
+	}
+}
+
+// BenchmarkShellCalls reads each fixture of testdata/shell, and all of them
+// joined a hundred times over as one long script.
+func BenchmarkShellCalls(b *testing.B) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "shell", "*.sh"))
+	var all []byte
+	scripts := map[string][]byte{}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		scripts[filepath.Base(f)] = src
+		all = append(all, src...)
+	}
+	scripts["all-x100"] = bytes.Repeat(all, 100)
+	for name, src := range scripts {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(src)))
+			b.ReportAllocs()
+			for b.Loop() {
+				ShellCalls(src)
+			}
+		})
 	}
 }
