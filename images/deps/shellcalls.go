@@ -2,6 +2,7 @@ package deps
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"io"
 	"runtime"
@@ -139,10 +140,13 @@ func (s *shellScan) parse(base int) (resume int, more bool) {
 	var pending []*syntax.Stmt
 	var err error
 	done := base // the end of the commands read whole
+	// The loop never breaks: StmtsSeq (v3.14.1) yields its error once
+	// more after the loop body stopped it, which Go turns into a panic.
+	// After an error the parser is at its end; only the first one counts.
 	for st, e := range p.StmtsSeq(r) {
-		if e != nil {
-			err = e
-			break
+		if err != nil || e != nil {
+			err = cmp.Or(err, e)
+			continue
 		}
 		r.mark = r.off
 		end, complete := s.walk(st, base)
