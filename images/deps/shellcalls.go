@@ -56,7 +56,7 @@ const (
 	// before the reading resumes on the next line instead.
 	maxShellLineErrors = 8
 	// shellParseCost is what an attempt costs the budget besides its input.
-	shellParseCost = 64
+	shellParseCost = 256
 	// maxShellPending bounds the commands held back for a here-document
 	// body the parser reads after them (cat <<E; next).
 	maxShellPending = 64
