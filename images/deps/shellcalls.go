@@ -58,7 +58,8 @@ const (
 	// shellParseCost is what an attempt costs the budget besides its input.
 	shellParseCost = 256
 	// maxShellPending bounds the commands held back for a here-document
-	// body the parser reads after them (cat <<E; next).
+	// body the parser reads after them (cat <<E; next), and
+	// maxShellStmtBytes the input they span together.
 	maxShellPending = 64
 )
 
@@ -138,6 +139,7 @@ func (s *shellScan) parse(base int) (resume int, more bool) {
 	r := &shellReader{src: s.src[base:], scan: s}
 	p := syntax.NewParser(syntax.Variant(syntax.LangBash), syntax.RecoverErrors(maxShellRecovered))
 	var pending []*syntax.Stmt
+	held := 0 // input bytes the pending commands span
 	var err error
 	done := base // the end of the commands read whole
 	// The loop never breaks: StmtsSeq (v3.14.1) yields its error once
@@ -152,10 +154,14 @@ func (s *shellScan) parse(base int) (resume int, more bool) {
 		end, complete := s.walk(st, base)
 		done = max(done, end)
 		if !complete {
-			if len(pending) == maxShellPending {
+			// Held until its body is read; past the bounds the oldest
+			// goes, its body's commands unread.
+			pending = append(pending, st)
+			held += shellSpan(st)
+			for len(pending) > maxShellPending || held > maxShellStmtBytes {
+				held -= shellSpan(pending[0])
 				pending = pending[1:]
 			}
-			pending = append(pending, st)
 		}
 	}
 	for _, st := range pending {
@@ -214,6 +220,11 @@ func (s *shellScan) parse(base int) (resume int, more bool) {
 		return s.skipWord(start), true
 	}
 	return s.skipWord(max(at, base)), true
+}
+
+// shellSpan is how many bytes of input st spans.
+func shellSpan(st *syntax.Stmt) int {
+	return max(int(st.End().Offset())-int(st.Pos().Offset()), 1)
 }
 
 // walk records the calls of st and the functions it defines. It returns
