@@ -1,10 +1,12 @@
 package deps
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -62,6 +64,60 @@ func TestShellCalls(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := callNames(ShellCalls([]byte(tc.src))); got != tc.want {
 				t.Errorf("ShellCalls(%q)\n got: %s\nwant: %s", tc.src, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestShellCallsParsed: what a reading by a real parser sees that a
+// tokenizer did not, and how it goes on past what the parser rejects.
+func TestShellCallsParsed(t *testing.T) {
+	for _, tc := range []struct {
+		name, src, want string
+	}{
+		{"unquoted heredoc body runs substitutions", "cat <<E\n$(pdfinfo x)\nE\n", "cat:1 pdfinfo:2"},
+		{"heredoc read after the next command", "cat <<E; qpdf\nbody $(soffice)\nE\nls\n", "cat:1 qpdf:1 soffice:2 ls:4"},
+		{"arithmetic substitution", "n=$(( $(wc -l < f) + 1 ))\n", "wc:1"},
+		{"array of a substitution", "files=($(find . -name x))\n", "find:1"},
+		{"declarations", "declare -a arr=($(ls)) ; export P=$(pwd) ; local v=$(id -u)\n", "ls:1 id:1"},
+		{"nested wrappers", "sudo -u root env A=1 nice -n 5 pdfinfo x\n", "sudo:1 env:1 nice:1 pdfinfo:1"},
+		{"time, coproc, negation", "coproc tee x\ntime nice ls\n! grep -q x f\n", "tee:1 nice:2 ls:2 grep:3"},
+		{"exec", "exec -a name gs -q\nexec >log 2>&1\n", "gs:1"},
+		{"substitution over lines", "echo \"$(\n  pdfinfo x\n)\"\n", "pdfinfo:2"},
+		{"lists over lines", "a &&\n  b ||\n c\n", "a:1 b:2 c:3"},
+		{"test substitution", "if [[ -n $(jq .) ]]; then :; fi\nselect x in a b; do qpdf; done\n", "jq:1 qpdf:2"},
+		{"more lines than a parser position holds", strings.Repeat(":\n", 300000) + "qpdf\n", "qpdf:300001"},
+		// Syntax errors: the commands around the error still count.
+		{"error inside a function", "main() {\n  a\n  b )\n  c\n}\nd\n", "a:2 c:4 d:6"},
+		{"unclosed quote ends the reading", "a\necho 'x\nb\n", "a:1"},
+		{"unclosed substitution at the end", "a\nx=$(b\n", "a:1 b:2"},
+		{"stray keyword", "a; fi; b\ndone\nc\n", "a:1 b:1 c:3"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := callNames(ShellCalls([]byte(tc.src))); got != tc.want {
+				t.Errorf("ShellCalls(%.80q)\n got: %s\nwant: %s", tc.src, got, tc.want)
+			}
+		})
+	}
+}
+
+// TestShellCallsDeepNesting: a script of the largest size read, nested as
+// deep as it can be, neither grows the parser's stack without bound (it
+// would pass Go's 1 GB limit and end the daemon) nor hides the commands
+// on the lines around it.
+func TestShellCallsDeepNesting(t *testing.T) {
+	for name, open := range map[string]string{"subshell": "(", "substitution": "$(", "block": "{ ", "test": "[[ ( ", "if": "if a; then "} {
+		t.Run(name, func(t *testing.T) {
+			src := "pdfinfo\n" + strings.Repeat(open, maxScriptScan/len(open)) + "\nqpdf\n"
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			got := callNames(ShellCalls([]byte(src)))
+			runtime.ReadMemStats(&after)
+			if !strings.HasPrefix(got, "pdfinfo:1") || !strings.HasSuffix(got, "qpdf:3") {
+				t.Errorf("got %s, want pdfinfo:1 ... qpdf:3", got)
+			}
+			if grew := int64(after.StackInuse) - int64(before.StackInuse); grew > 64<<20 {
+				t.Errorf("stack grew by %d MB", grew>>20)
 			}
 		})
 	}
@@ -149,5 +205,31 @@ func TestShellCallsPathological(t *testing.T) {
 		"cases":               strings.Repeat("case x in a) ", 50000),
 	} {
 		t.Run(name, func(t *testing.T) { ShellCalls([]byte(src)) })
+	}
+}
+
+// BenchmarkShellCalls reads each fixture of testdata/shell, and all of them
+// joined a hundred times over as one long script.
+func BenchmarkShellCalls(b *testing.B) {
+	files, _ := filepath.Glob(filepath.Join("testdata", "shell", "*.sh"))
+	var all []byte
+	scripts := map[string][]byte{}
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		scripts[filepath.Base(f)] = src
+		all = append(all, src...)
+	}
+	scripts["all-x100"] = bytes.Repeat(all, 100)
+	for name, src := range scripts {
+		b.Run(name, func(b *testing.B) {
+			b.SetBytes(int64(len(src)))
+			b.ReportAllocs()
+			for b.Loop() {
+				ShellCalls(src)
+			}
+		})
 	}
 }
