@@ -154,3 +154,30 @@ func TestWorkspaceBudgetRunWriteBack(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A fork's copy of the session's workspace is taken from the budget
+// before a byte is copied: refused past it; given back when the fork
+// fails after the copy (here: this runtime keeps no session sandboxes).
+func TestWorkspaceBudgetFork(t *testing.T) {
+	f, _ := newBudgetFixture(t, 1000, 1500, 0)
+	svc := f.svc
+	ctx := context.Background()
+	src := newLoadedSession(t, svc, owner)
+	if err := wsWrite(svc, owner, src, "a.bin", 800); err != nil {
+		t.Fatal(err)
+	}
+	_, err := svc.ForkSession(ctx, owner, api.SessionParams{SessionID: src})
+	if !errors.Is(err, api.ErrLimitExceeded) || !strings.Contains(err.Error(), "(800 bytes) into its fork") || !strings.Contains(err.Error(), "daemon.workspace_quota_per_uid") {
+		t.Fatalf("a fork past the budget: %v", err)
+	}
+	if err := wsWrite(svc, owner, src, "a.bin", 600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.ForkSession(ctx, owner, api.SessionParams{SessionID: src}); errors.Is(err, api.ErrLimitExceeded) || err == nil {
+		t.Fatalf("a fork within the budget, on a runtime that forks no sandboxes: %v", err)
+	}
+	other := newLoadedSession(t, svc, owner)
+	if err := wsWrite(svc, owner, other, "b.bin", 900); err != nil {
+		t.Fatalf("the failed fork's copy was not given back: %v", err)
+	}
+}
