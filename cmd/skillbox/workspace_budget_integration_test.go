@@ -229,6 +229,10 @@ echo small > small.txt
 	if why := nobody.write(sids[0], "after.bin", 0, 1<<20); !strings.Contains(why, "they hold 10485766 bytes") {
 		t.Errorf("after a restart, uid 65534's write: %q", why)
 	}
+	// A fork copies the session's workspace: refused before the copy.
+	if _, why, code := d.callAs(t, 65534, "sessions.fork", api.SessionParams{SessionID: sids[1]}); code == 0 || !strings.Contains(why, "(3145728 bytes) into its fork") || !strings.Contains(why, "daemon.workspace_quota_per_uid") {
+		t.Errorf("a fork past the uid's budget: exit %d: %s", code, why)
+	}
 	// Closing a session gives its bytes back (and the daemon's).
 	nobody.ok("sessions.close", api.SessionParams{SessionID: sids[0]}, nil)
 	if why := nobody.write(sids[1], "after.bin", 0, 1<<20); why != "" {
