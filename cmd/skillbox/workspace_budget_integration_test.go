@@ -246,6 +246,33 @@ echo small > small.txt
 	if n, why := nobody.fill(sids[2], "more.bin", 1); n != 1 {
 		t.Errorf("after deleting 3 MiB, uid 65534's write: %s", why)
 	}
+	// Writers of one uid in several sessions at once: uid 65534 holds
+	// 6 MiB and 6 bytes (1 + 4 + 1 MiB, small.txt), so of eight pieces of
+	// a MiB in eight sessions at once exactly four fit its budget (uid
+	// 65533 frees its 4 MiB first, so the total is not what stops them).
+	other.ok("workspace.delete", api.WorkspaceDeleteParams{SessionID: osid, Path: "mine.bin"}, nil)
+	other.ok("workspace.delete", api.WorkspaceDeleteParams{SessionID: osid, Path: "more.bin"}, nil)
+	var par []string
+	for range 8 {
+		par = append(par, nobody.session())
+	}
+	whys := make(chan string, len(par))
+	for _, sid := range par {
+		go func() { whys <- nobody.write(sid, "p.bin", 0, 1<<20) }()
+	}
+	fit := 0
+	for range par {
+		why := <-whys
+		switch {
+		case why == "":
+			fit++
+		case !strings.Contains(why, "daemon.workspace_quota_per_uid"):
+			t.Errorf("a concurrent writer: %s", why)
+		}
+	}
+	if fit != 4 {
+		t.Errorf("%d of 8 concurrent pieces of a MiB went through, want 4", fit)
+	}
 	if _, err := cl.ListWorkspace(ctx, api.Peer{}, api.WorkspaceListParams{SessionID: must[*api.CreateSessionResult](t, "create")(cl.CreateSession(ctx, api.Peer{}, api.CreateSessionParams{})).SessionID}); err != nil {
 		t.Errorf("the daemon after the refusals: %v", err)
 	}
