@@ -23,6 +23,8 @@ daemon {
   # runtime             = "runsc"     # runsc | runc | containerd
   # tool_mode           = "restrict"  # restrict | preapprove (meaning of a skill's allowed-tools; docs/CONFIG.md)
   # workspace_quota     = "1GiB"      # what one session's workspace (state_dir/workspaces/SESSION) may hold
+  # workspace_quota_per_uid = "4GiB"  # what all the session workspaces of one uid hold together
+  # workspace_quota_total   = "16GiB" # what the session workspaces of every uid hold together (docs/CONFIG.md)
   # store               = "bbolt"     # bbolt (state_dir/state.db, one machine) | etcd (shared by replicas; docs/CONFIG.md)
   # metrics             = "unix:/run/skillbox/metrics.sock"  # Prometheus metrics (off by default): a Unix
                                       # socket (socket_mode, socket_group) or "127.0.0.1:9464"; loopback only (docs/CONFIG.md)

@@ -95,18 +95,23 @@ type Daemon struct {
 	MaxQueuedRunsPerUID   int   // runs of one uid waiting for a slot
 	MaxRequestBytesPerUID int64 // request bytes of one uid's calls in flight
 	// WorkspaceQuota bounds what one session's workspace (the directory
-	// the daemon keeps per session, under state_dir) may hold.
-	WorkspaceQuota      int64
-	ApproverConnections int // connections only approvers may use
-	ApproverRuns        int // run slots only approvers may use
-	MaxActiveSkills     int
-	RunQueueTimeout     time.Duration
-	IdleTimeout         time.Duration // idle client connections are closed after this
-	MaxLineBytes        int           // largest JSON-RPC request line
-	ConfirmationTTL     time.Duration
-	Runtime             string
-	ToolMode            ToolMode
-	Pos                 Pos
+	// the daemon keeps per session, under state_dir) may hold;
+	// WorkspaceQuotaPerUID what all the session workspaces of one uid
+	// hold together, and WorkspaceQuotaTotal what those of every uid do
+	// (a uid may hold many sessions). Host workspaces do not count.
+	WorkspaceQuota       int64
+	WorkspaceQuotaPerUID int64
+	WorkspaceQuotaTotal  int64
+	ApproverConnections  int // connections only approvers may use
+	ApproverRuns         int // run slots only approvers may use
+	MaxActiveSkills      int
+	RunQueueTimeout      time.Duration
+	IdleTimeout          time.Duration // idle client connections are closed after this
+	MaxLineBytes         int           // largest JSON-RPC request line
+	ConfirmationTTL      time.Duration
+	Runtime              string
+	ToolMode             ToolMode
+	Pos                  Pos
 	// Replica names this daemon among replicas serving the same hosts; it
 	// is in every audit record. Set, the audit chain is
 	// <audit_dir>/<replica>/, so replicas can share one audit volume;
@@ -308,6 +313,8 @@ func defaults() *Config {
 			MaxQueuedRunsPerUID:   4,
 			MaxRequestBytesPerUID: 16 << 20,
 			WorkspaceQuota:        1 << 30,
+			WorkspaceQuotaPerUID:  4 << 30,
+			WorkspaceQuotaTotal:   16 << 30,
 			ApproverConnections:   8,
 			ApproverRuns:          1,
 			ConfirmationTTL:       10 * time.Minute,

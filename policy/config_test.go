@@ -238,6 +238,9 @@ func TestDefault(t *testing.T) {
 	if c.Limits != runtime.DefaultLimits {
 		t.Errorf("limits %+v", c.Limits)
 	}
+	if d := c.Daemon; d.WorkspaceQuota != 1<<30 || d.WorkspaceQuotaPerUID != 4<<30 || d.WorkspaceQuotaTotal != 16<<30 {
+		t.Errorf("workspace quotas %d, per uid %d, total %d", d.WorkspaceQuota, d.WorkspaceQuotaPerUID, d.WorkspaceQuotaTotal)
+	}
 	if c.Hash() != Default().Hash() || !strings.HasPrefix(c.Hash(), "sha256:") {
 		t.Errorf("hash %q", c.Hash())
 	}
@@ -439,5 +442,32 @@ func TestKubernetesFixture(t *testing.T) {
 	want := runtime.Settings{"kubeconfig": filepath.Join(filepath.Dir(file), "kube", "config"), "namespace": "skillbox-runs", "state_dir": "/var/lib/skillbox/kubernetes"}
 	if got := c.RuntimeOptions(c.Daemon.Runtime).Settings; !reflect.DeepEqual(got, want) {
 		t.Errorf("settings %v, want %v", got, want)
+	}
+}
+
+// The workspace budgets per uid and in total are read next to the
+// per-session quota; left out, they keep their defaults.
+func TestWorkspaceBudgets(t *testing.T) {
+	for _, tc := range []struct {
+		name, src            string
+		quota, perUID, total int64
+	}{
+		{"defaults", `daemon {}`, 1 << 30, 4 << 30, 16 << 30},
+		{"all set", `daemon {
+  workspace_quota         = "64MiB"
+  workspace_quota_per_uid = "256MiB"
+  workspace_quota_total   = 1073741824
+}`, 64 << 20, 256 << 20, 1 << 30},
+		{"per uid only", `daemon { workspace_quota_per_uid = "2GiB" }`, 1 << 30, 2 << 30, 16 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(tc.src), "t.hcl")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := c.Daemon; d.WorkspaceQuota != tc.quota || d.WorkspaceQuotaPerUID != tc.perUID || d.WorkspaceQuotaTotal != tc.total {
+				t.Errorf("quota %d, per uid %d, total %d; want %d, %d, %d", d.WorkspaceQuota, d.WorkspaceQuotaPerUID, d.WorkspaceQuotaTotal, tc.quota, tc.perUID, tc.total)
+			}
+		})
 	}
 }

@@ -47,7 +47,7 @@ var (
 		"max_active_skills", "run_queue_timeout", "idle_timeout", "max_line_bytes",
 		"confirmation_ttl", "runtime", "tool_mode", "max_connections_per_uid", "max_runs_per_uid",
 		"max_queued_runs_per_uid", "max_request_bytes_per_uid", "approver_connections", "approver_runs",
-		"workspace_quota", "replica", "store", "metrics", "traces", "traces_sample")}
+		"workspace_quota", "workspace_quota_per_uid", "workspace_quota_total", "replica", "store", "metrics", "traces", "traces_sample")}
 	skillsSchema = &hcl.BodySchema{Attributes: attrs("roots", "allow_extensions",
 		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
@@ -509,6 +509,8 @@ func (d *decoder) daemon(blk *hcl.Block) {
 	b.intField("max_queued_runs_per_uid", 0, &dc.MaxQueuedRunsPerUID)
 	b.size("max_request_bytes_per_uid", &dc.MaxRequestBytesPerUID)
 	b.size("workspace_quota", &dc.WorkspaceQuota)
+	b.size("workspace_quota_per_uid", &dc.WorkspaceQuotaPerUID)
+	b.size("workspace_quota_total", &dc.WorkspaceQuotaTotal)
 	b.intField("approver_connections", 0, &dc.ApproverConnections)
 	b.intField("approver_runs", 0, &dc.ApproverRuns)
 	if dc.ApproverConnections >= dc.MaxConnections {

@@ -62,7 +62,8 @@ func (s *Service) sessionWorkspaceDir(id string, create bool) (string, error) {
 	return dir, nil
 }
 
-// removeSessionWorkspace removes a closed or expired session's workspace.
+// removeSessionWorkspace removes a closed or expired session's workspace,
+// and gives back what it held of its uid's and the daemon's budget.
 func (s *Service) removeSessionWorkspace(id string) {
 	if s.sessionWS == "" || !sessionIDRE.MatchString(id) {
 		return
@@ -71,11 +72,53 @@ func (s *Service) removeSessionWorkspace(id string) {
 	if err := os.RemoveAll(filepath.Join(s.sessionWS, id)); err != nil {
 		s.log.Warn("removing a session's workspace failed", "session", id, "error", err)
 	}
+	s.wsBudget.Remove(id)
+}
+
+// workspaceAccount is session id's part of the workspace budget, owned by
+// uid; nil when this service keeps no session workspaces.
+func (s *Service) workspaceAccount(id string, uid uint32) (*workspace.Account, error) {
+	if s.sessionWS == "" {
+		return nil, nil
+	}
+	return s.wsBudget.Account(id, uid)
+}
+
+// recountWorkspace sets what session id's workspace holds in the budget
+// from a walk of it (at start, for the sessions that survived a
+// restart). A walk that fails (a tree of more entries than a walk
+// counts) charges the session its whole quota.
+func (s *Service) recountWorkspace(id string) {
+	uid, ok := s.sessions.Owner(id)
+	if !ok {
+		return
+	}
+	acct, err := s.workspaceAccount(id, uid)
+	if err != nil || acct == nil {
+		return
+	}
+	gen := acct.Gen()
+	bytes, err := func() (int64, error) {
+		ws, err := workspace.Open(filepath.Join(s.sessionWS, id))
+		if err != nil {
+			return 0, err
+		}
+		defer ws.Close()
+		n, _, err := ws.Usage()
+		return n, err
+	}()
+	if err != nil {
+		s.log.Warn("counting a session's workspace failed: it is charged its quota", "session", id, "quota", s.wsQuota, "error", err)
+		bytes = s.wsQuota
+	}
+	acct.Sync(gen, bytes)
 }
 
 // SweepSessionWorkspaces removes the workspaces of sessions that no longer
-// exist (they expired while the daemon was down); the daemon calls it at
-// start.
+// exist (they expired while the daemon was down) and counts what those of
+// the sessions that do hold into the per-uid and total budget (each walk
+// bounded as workspace.Usage bounds it); the daemon calls it at start,
+// before it serves.
 func (s *Service) SweepSessionWorkspaces() error {
 	if s.sessionWS == "" || s.sessions == nil {
 		return nil
@@ -90,6 +133,10 @@ func (s *Service) SweepSessionWorkspaces() error {
 	for _, e := range ents {
 		if !s.sessions.Exists(e.Name()) {
 			s.removeSessionWorkspace(e.Name())
+			continue
+		}
+		if e.IsDir() && sessionIDRE.MatchString(e.Name()) {
+			s.recountWorkspace(e.Name())
 		}
 	}
 	return nil
@@ -268,7 +315,11 @@ func (s *Service) WriteWorkspace(ctx context.Context, caller api.Peer, p api.Wor
 	res := &api.WorkspaceWriteResult{}
 	info := &audit.WorkspaceOpInfo{Path: p.Path, Offset: p.Offset, Length: int64(len(p.Data)), SHA256: runner.SHA256Hex(p.Data), Truncate: p.Truncate}
 	err := s.fileOp(ctx, caller, api.MethodWorkspaceWrite, audit.EventWorkspaceWrite, p.SessionID, true, info, func(ws *workspace.Workspace) error {
-		size, err := ws.WriteAt(p.Path, p.Offset, p.Data, p.Truncate, p.Mode, workspace.Options{Quota: s.wsQuota})
+		acct, err := s.workspaceAccount(p.SessionID, caller.UID)
+		if err != nil {
+			return err
+		}
+		size, err := ws.WriteAt(p.Path, p.Offset, p.Data, p.Truncate, p.Mode, workspace.Options{Quota: s.wsQuota, Account: acct})
 		res.Size, info.Size = size, size
 		return err
 	})
@@ -286,7 +337,11 @@ func (s *Service) DeleteWorkspace(ctx context.Context, caller api.Peer, p api.Wo
 		if ws == nil {
 			return errNoSessionWorkspace(p.Path)
 		}
-		n, err := ws.Delete(p.Path, p.Recursive)
+		acct, err := s.workspaceAccount(p.SessionID, caller.UID)
+		if err != nil {
+			return err
+		}
+		n, err := ws.DeleteAccounted(p.Path, p.Recursive, acct)
 		res.Removed, info.Removed = n, n
 		return err
 	})

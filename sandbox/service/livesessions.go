@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"os"
 
 	"github.com/skillbox/skillbox/runtime/checkpoint"
@@ -9,6 +10,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/sandbox/workspace"
 )
 
 // Sessions that live (isolation = "session"): pause, resume and fork of a
@@ -77,14 +79,22 @@ func (s *Service) ForkSession(ctx context.Context, caller api.Peer, p api.Sessio
 		return fail(err)
 	}
 	if from, _ := s.sessionWorkspaceDir(src.ID, false); from != "" {
+		// The copy grows the uid's session workspaces by what the
+		// source holds: taken from the budget before a byte is copied.
+		res, err := s.reserveFork(from, ses.ID, caller.UID)
+		if err != nil {
+			return fail(err)
+		}
 		to, err := s.sessionWorkspaceDir(ses.ID, true)
 		if err == nil {
 			_ = os.Remove(to) // CopyTree makes it
 			_, err = checkpoint.CopyTree(from, to)
 		}
 		if err != nil {
+			res.Done(0)
 			return fail(errkind.Errorf(api.ErrUnavailable, "copy the session's workspace for its fork: %w", err))
 		}
+		res.Done(workspaceBytes(to))
 	}
 	boxes, err := s.engine.Sessions().Fork(ctx, src.ID, ses.ID)
 	if err != nil {
@@ -94,4 +104,44 @@ func (s *Service) ForkSession(ctx context.Context, caller api.Peer, p api.Sessio
 		boxes = []string{}
 	}
 	return &api.ForkSessionResult{SessionID: ses.ID, From: src.ID, Sandboxes: boxes}, nil
+}
+
+// reserveFork takes what the session workspace from holds from the budget
+// of the fork's (dst, owned by uid), before it is copied; a copy that
+// would take the uid's or the daemon's workspaces over their budget is
+// refused (api.ErrLimitExceeded) with what they hold.
+func (s *Service) reserveFork(from, dst string, uid uint32) (*workspace.Reservation, error) {
+	acct, err := s.workspaceAccount(dst, uid)
+	if err != nil {
+		return nil, err
+	}
+	ws, err := workspace.Open(from)
+	if err != nil {
+		return nil, err
+	}
+	n, _, err := ws.Usage()
+	ws.Close()
+	if err != nil {
+		return nil, err
+	}
+	res, err := acct.Reserve(n)
+	if errors.Is(err, api.ErrLimitExceeded) {
+		return nil, errkind.Errorf(api.ErrLimitExceeded, "copying the session's workspace (%d bytes) into its fork %s", n, errkind.Detail(err, api.ErrLimitExceeded))
+	}
+	return res, err
+}
+
+// workspaceBytes is what the workspace dir holds by a walk (0 when it
+// cannot be walked: the next walk of a write-back counts it again).
+func workspaceBytes(dir string) int64 {
+	ws, err := workspace.Open(dir)
+	if err != nil {
+		return 0
+	}
+	defer ws.Close()
+	n, _, err := ws.Usage()
+	if err != nil {
+		return 0
+	}
+	return n
 }

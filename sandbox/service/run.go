@@ -359,6 +359,20 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		// open one: dropped, the next call walks the tree anew.
 		s.wsOpen.drop(id)
 		defer s.wsOpen.drop(id)
+		// Its write-back grows the workspace: charged to the session's
+		// owner (the caller, or, for a host workspace naming a session's
+		// directory, whoever owns that session).
+		owner := caller.UID
+		if s.sessions != nil {
+			if uid, ok := s.sessions.Owner(id); ok {
+				owner = uid
+			}
+		}
+		acct, err := s.workspaceAccount(id, owner)
+		if err != nil {
+			return nil, err
+		}
+		plan.Workspace.Request.Account = acct
 	}
 
 	sink := api.EventSinkFrom(ctx)

@@ -32,6 +32,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/sandbox/workspace"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -73,9 +74,13 @@ type Options struct {
 	// them all.
 	HostWorkspaces HostWorkspacePolicy
 	// SessionWorkspaces is the directory of the sessions' own workspaces
-	// (state_dir/workspaces; "": none), WorkspaceQuota what one may hold.
-	SessionWorkspaces string
-	WorkspaceQuota    int64
+	// (state_dir/workspaces; "": none), WorkspaceQuota what one may hold,
+	// WorkspaceQuotaPerUID what all of one uid's hold together and
+	// WorkspaceQuotaTotal what all of them hold (0: no bound).
+	SessionWorkspaces    string
+	WorkspaceQuota       int64
+	WorkspaceQuotaPerUID int64
+	WorkspaceQuotaTotal  int64
 
 	// Locker serialises lock file writes and proposal applies across the
 	// daemons sharing the state store; nil: within this process only.
@@ -118,6 +123,7 @@ type Service struct {
 	sessionWS string // the sessions' workspaces ("": none)
 	wsQuota   int64
 	wsOpen    sessionWorkspaces
+	wsBudget  *workspace.Budget // what session workspaces hold per uid and in all
 	locks     lockCache
 	lockMu    sync.Mutex // lock file writes and proposal applies
 
@@ -153,6 +159,7 @@ func New(o Options) *Service {
 		hostWS:    o.HostWorkspaces,
 		sessionWS: o.SessionWorkspaces,
 		wsQuota:   o.WorkspaceQuota,
+		wsBudget:  workspace.NewBudget(o.WorkspaceQuotaPerUID, o.WorkspaceQuotaTotal),
 		shared:    o.Locker,
 	}
 	if s.journal == nil {

@@ -334,6 +334,7 @@ func New(ctx context.Context, o Options) (_ *Stack, err error) {
 		}
 		so.Locker, _ = s.state.(store.Locker)
 		so.SessionWorkspaces, so.WorkspaceQuota = filepath.Join(dir, "workspaces"), cfg.Daemon.WorkspaceQuota
+		so.WorkspaceQuotaPerUID, so.WorkspaceQuotaTotal = cfg.Daemon.WorkspaceQuotaPerUID, cfg.Daemon.WorkspaceQuotaTotal
 		if o.Mode != Local {
 			if so.Proposals, err = store.NewProposalStore(s.state); err != nil {
 				return nil, err

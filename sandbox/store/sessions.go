@@ -209,6 +209,23 @@ func (s *SessionStore) Exists(id string) bool {
 	return v != nil
 }
 
+// Owner is the uid that owns session id, for the daemon's own
+// bookkeeping (never an answer to a caller); ok is false when the store
+// does not hold it, or cannot be read.
+func (s *SessionStore) Owner(id string) (uid uint32, ok bool) {
+	ctx, cancel := opContext()
+	defer cancel()
+	v, err := s.kv.Get(ctx, bucketSessions, id)
+	if err != nil || v == nil {
+		return 0, false
+	}
+	ses, err := decodeSession(v)
+	if err != nil {
+		return 0, false
+	}
+	return ses.OwnerUID, true
+}
+
 // Create starts a session owned by owner.
 func (s *SessionStore) Create(owner uint32) (*Session, error) {
 	id, err := randomID("ses_")

@@ -54,7 +54,7 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 	if err != nil {
 		return nil, err
 	}
-	if o.Quota > 0 {
+	if o.Quota > 0 || o.Account != nil {
 		w.quotaMu.Lock()
 		defer w.quotaMu.Unlock()
 	}
@@ -76,10 +76,18 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 	if base != nil {
 		a.base = base.Entries
 	}
-	if o.Quota > 0 {
-		a.quota = o.Quota
+	if o.Quota > 0 || o.Account != nil {
+		a.quota, a.account = o.Quota, o.Account
+		var gen uint64
+		if a.account != nil {
+			gen = a.account.Gen()
+		}
 		if a.used, _, err = w.walkUsage(root); err != nil {
 			return nil, err
+		}
+		if a.account != nil {
+			// What the budget counts for the workspace is what is there.
+			a.account.Sync(gen, a.used)
 		}
 	}
 	// What Apply changes is not counted exactly (the directories it
@@ -129,6 +137,8 @@ type applier struct {
 	seen               map[string]bool
 	// quota (0: none) and used, what the workspace holds as Apply goes.
 	quota, used int64
+	// account is the workspace's part of a Budget (nil: none).
+	account *Account
 }
 
 func (a *applier) refuse(rel, format string, args ...any) {
@@ -249,10 +259,25 @@ func (a *applier) write(f *runtime.OutputFile) error {
 		a.refuse(rel, "is %d bytes and %s; not written", len(f.Data), why)
 		return nil
 	}
-	if n := len(a.rep.Written); a.quota > 0 {
+	var res *Reservation
+	if a.account != nil {
+		r, err := a.account.Reserve(growth)
+		if errors.Is(err, api.ErrLimitExceeded) {
+			a.refuse(rel, "is %d bytes and %s; not written", len(f.Data), errkind.Detail(err, api.ErrLimitExceeded))
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		res = r
+	}
+	if n := len(a.rep.Written); a.quota > 0 || res != nil {
 		defer func() {
 			if len(a.rep.Written) > n {
 				a.used += growth
+				res.Done(growth)
+			} else {
+				res.Done(0)
 			}
 		}()
 	}
@@ -485,6 +510,9 @@ func (a *applier) delete(rel string, allow bool) error {
 	a.rep.Deleted = append(a.rep.Deleted, api.WorkspaceChange{Path: rel, Before: be.SHA256})
 	if be.Kind == runtime.InputRegular {
 		a.used -= be.Size
+		if a.account != nil {
+			a.account.Add(-be.Size)
+		}
 	}
 	return nil
 }

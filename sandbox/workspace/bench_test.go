@@ -67,3 +67,47 @@ func BenchmarkSnapshotGlob(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkWriteAtBudget: what the budget adds to a piece of an upload
+// (a 64 KiB rewrite of one file in a workspace of 10,000 files), with
+// 256 other sessions of the uid in the ledger.
+func BenchmarkWriteAtBudget(b *testing.B) {
+	data := make([]byte, 64<<10)
+	for _, budget := range []bool{false, true} {
+		b.Run(fmt.Sprintf("budget=%v", budget), func(b *testing.B) {
+			w := benchTree(b)
+			o := Options{Quota: 1 << 30}
+			if budget {
+				bg := NewBudget(1<<40, 1<<40)
+				for i := range 256 {
+					a, _ := bg.Account(fmt.Sprintf("ses_%d", i), 1000)
+					a.Add(1 << 20)
+				}
+				o.Account, _ = bg.Account("ses_bench", 1000)
+			}
+			for b.Loop() {
+				if _, err := w.WriteAt("up.bin", 0, data, true, 0, o); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkBudgetReserve: the ledger's own cost for one write (a
+// reservation and its end), 256 sessions of the uid in it.
+func BenchmarkBudgetReserve(b *testing.B) {
+	bg := NewBudget(1<<40, 1<<40)
+	for i := range 256 {
+		a, _ := bg.Account(fmt.Sprintf("ses_%d", i), 1000)
+		a.Add(1 << 20)
+	}
+	a, _ := bg.Account("ses_bench", 1000)
+	for b.Loop() {
+		r, err := a.Reserve(64 << 10)
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.Done(0)
+	}
+}

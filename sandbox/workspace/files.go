@@ -372,7 +372,7 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 	if err := checkExcluded(rel, o, "written"); err != nil {
 		return 0, err
 	}
-	if o.Quota > 0 {
+	if o.Quota > 0 || o.Account != nil {
 		w.quotaMu.Lock()
 		defer w.quotaMu.Unlock()
 	}
@@ -382,25 +382,38 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 	}
 	defer done()
 
+	// The growth taken from o.Account for this write: given back, or
+	// made what the write changed, when it is over.
+	var res *Reservation
+	var delta int64 // what the write changed the workspace's bytes by
+	defer func() {
+		if o.Account == nil {
+			return
+		}
+		if res == nil {
+			res, _ = o.Account.Reserve(0)
+		}
+		res.Done(delta)
+	}()
 	quota := func(before, after int64) error {
-		if o.Quota <= 0 || after <= before {
+		if after <= before {
 			return nil
 		}
-		used, _, fresh, err := w.cachedUsage(root)
+		if err := w.checkQuota(root, q, o.Quota, after-before); err != nil {
+			return err
+		}
+		if o.Account == nil {
+			return nil
+		}
+		res.Done(0) // taken before, for a path that changed since
+		r, err := o.Account.Reserve(after - before)
+		if errors.Is(err, api.ErrLimitExceeded) {
+			return errkind.Errorf(api.ErrLimitExceeded, "writing %s %s", q, errkind.Detail(err, api.ErrLimitExceeded))
+		}
 		if err != nil {
 			return err
 		}
-		why := overQuota(o.Quota, used, after-before)
-		if why != "" && !fresh {
-			// Refused by the count kept: walked again, to be sure.
-			if used, _, err = w.walkUsage(root); err != nil {
-				return err
-			}
-			why = overQuota(o.Quota, used, after-before)
-		}
-		if why != "" {
-			return errkind.Errorf(api.ErrLimitExceeded, "writing %s %s: delete files it no longer needs, or write less", q, why)
-		}
+		res = r
 		return nil
 	}
 	// What the write changes, kept in the count; exact once it is done.
@@ -495,6 +508,8 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 	fail := func(err error) (int64, error) {
 		if created {
 			unix.Unlinkat(dirfd, name, 0)
+		} else if st, serr := fstat(fd); serr == nil {
+			delta = st.Size - before // written or truncated in part
 		}
 		return 0, w.ioErr(rel, "write", err)
 	}
@@ -518,10 +533,35 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 		return fail(err)
 	}
 	chg.exact, chg.bytes = !madeDirs, st.Size-before
+	delta = st.Size - before
 	if created {
 		chg.entries = 1
 	}
 	return st.Size, nil
+}
+
+// checkQuota refuses growth bytes more in the workspace where they would
+// take it over quota (0: none), naming the file q being written.
+func (w *Workspace) checkQuota(root int, q string, quota, growth int64) error {
+	if quota <= 0 || growth <= 0 {
+		return nil
+	}
+	used, _, fresh, err := w.cachedUsage(root)
+	if err != nil {
+		return err
+	}
+	why := overQuota(quota, used, growth)
+	if why != "" && !fresh {
+		// Refused by the count kept: walked again, to be sure.
+		if used, _, err = w.walkUsage(root); err != nil {
+			return err
+		}
+		why = overQuota(quota, used, growth)
+	}
+	if why != "" {
+		return errkind.Errorf(api.ErrLimitExceeded, "writing %s %s: delete files it no longer needs, or write less", q, why)
+	}
+	return nil
 }
 
 // setupNew gives a file just made its mode (whatever the umask) and owner.
@@ -532,6 +572,14 @@ func setupNew(fd int, mode uint32, owner *Owner) error {
 		}
 	}
 	return unix.Fchmod(fd, mode)
+}
+
+func fstat(fd int) (*unix.Stat_t, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
 }
 
 // openWritableAt opens name in dirfd for writing if it is the regular,
@@ -583,6 +631,16 @@ func checkExcluded(rel string, o Options, verb string) error {
 // workspace itself) is refused. It returns how many entries were removed,
 // also when it fails part way.
 func (w *Workspace) Delete(rel string, recursive bool) (int, error) {
+	return w.DeleteAccounted(rel, recursive, nil)
+}
+
+// DeleteAccounted is Delete, giving the bytes of the regular files it
+// removes back to acct (nil: none), also when it fails part way.
+func (w *Workspace) DeleteAccounted(rel string, recursive bool, acct *Account) (int, error) {
+	var freed int64
+	if acct != nil {
+		defer func() { acct.Add(-freed) }()
+	}
 	rel, err := filesPath(rel, false, true)
 	if err != nil {
 		return 0, err
@@ -613,6 +671,7 @@ func (w *Workspace) Delete(rel string, recursive bool) (int, error) {
 		chg.exact, chg.entries = true, -1
 		if st.Mode&unix.S_IFMT == unix.S_IFREG {
 			chg.bytes = -st.Size
+			freed = st.Size
 		}
 		return 1, nil
 	}
@@ -622,7 +681,7 @@ func (w *Workspace) Delete(rel string, recursive bool) (int, error) {
 		if err != nil {
 			return 0, w.ioErr(rel, "delete", err)
 		}
-		err = w.removeAll(fd, rel, 1, &removed)
+		err = w.removeAll(fd, rel, 1, &removed, &freed)
 		unix.Close(fd)
 		if err != nil {
 			return removed, err
@@ -639,8 +698,9 @@ func (w *Workspace) Delete(rel string, recursive bool) (int, error) {
 }
 
 // removeAll removes everything in the directory dirfd (rel, depth levels
-// below the one Delete was given), counting into removed.
-func (w *Workspace) removeAll(dirfd int, rel string, depth int, removed *int) error {
+// below the one Delete was given), counting into removed, and the bytes
+// of the regular files removed into freed.
+func (w *Workspace) removeAll(dirfd int, rel string, depth int, removed *int, freed *int64) error {
 	if depth > maxDeleteDepth {
 		return errkind.Errorf(api.ErrLimitExceeded, "%s is nested more than %d levels deep: delete it in parts, from its deepest directories", runtime.QuoteName(rel), maxDeleteDepth)
 	}
@@ -656,7 +716,7 @@ func (w *Workspace) removeAll(dirfd int, rel string, depth int, removed *int) er
 		fd, err := openDirAt(dirfd, name)
 		switch {
 		case err == nil:
-			err = w.removeAll(fd, child, depth+1, removed)
+			err = w.removeAll(fd, child, depth+1, removed, freed)
 			unix.Close(fd)
 			if err != nil {
 				return err
@@ -664,7 +724,14 @@ func (w *Workspace) removeAll(dirfd int, rel string, depth int, removed *int) er
 			_, err = retry(func() (int, error) { return 0, unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR) })
 		case errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.ELOOP):
 			// Not a directory (a symlink is not followed): unlinked.
-			err = unlinkAny(dirfd, name)
+			var st unix.Stat_t
+			size := int64(0)
+			if lstatAt(dirfd, name, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
+				size = st.Size
+			}
+			if err = unlinkAny(dirfd, name); err == nil {
+				*freed += size
+			}
 		}
 		if errors.Is(err, unix.ENOENT) {
 			continue // removed meanwhile

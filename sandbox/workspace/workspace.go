@@ -62,6 +62,12 @@ type Options struct {
 	// workspace may hold (a session's, which the daemon keeps); 0: no
 	// quota. A write that would take it over is refused, by path.
 	Quota int64
+	// Account, for Apply, WriteAt and DeleteAccounted: the workspace's
+	// part of a Budget (a session's; nil: none). What a write would grow
+	// the workspace by is taken from it before the write, in one step
+	// with the check of the uid's and the daemon's budget; a write it
+	// refuses is refused as one over Quota is. Deletions give back.
+	Account *Account
 }
 
 // Entry is what one path of the workspace was when the run started.
