@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -72,8 +71,8 @@ func (c *Cursor) Position() (file string, off int64, seq uint64, hash string) {
 }
 
 // Advance verifies the complete lines appended since the last call and
-// calls fn with each verified record, in order (Raw is valid only during
-// fn). An incomplete last line (a write in progress) is left for the next
+// calls fn with each verified record, in order: Raw (valid only during
+// fn), File and Offset; Record is nil. An incomplete last line (a write in progress) is left for the next
 // call. After a tamper finding it still reads and hands on the records
 // but checks nothing more (see Failure). ErrRebuild means start again with a new Cursor.
 func (c *Cursor) Advance(fn func(*Entry) error) error {
@@ -157,11 +156,9 @@ func (c *Cursor) Advance(fn func(*Entry) error) error {
 			}
 			c.lineNo++
 			c.off = at + int64(len(line)) + 1
-			var r Record
-			if err := json.Unmarshal(line, &r); err != nil {
-				return fmt.Errorf("%s at byte %d: not an audit record: %v", files[fi].Name, at, err)
-			}
-			return fn(&Entry{File: files[fi].Name, Offset: at, Raw: line, Record: &r})
+			// Record is left nil: decoding it in full is most of the cost,
+			// and an index needs only a few fields of Raw.
+			return fn(&Entry{File: files[fi].Name, Offset: at, Raw: line})
 		})
 		if errors.Is(err, os.ErrNotExist) {
 			return ErrRebuild

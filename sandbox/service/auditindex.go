@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -146,7 +147,18 @@ func (x *auditIndex) add(e *audit.Entry) error {
 		x.files = append(x.files, e.File)
 		x.fileIdx[e.File] = fi
 	}
-	r := e.Record
+	var r struct {
+		Time  time.Time `json:"time"`
+		Event string    `json:"event"`
+		Peer  *struct {
+			UID uint32 `json:"uid"`
+		} `json:"peer"`
+		Skill  *audit.SkillRef  `json:"skill"`
+		Skills []audit.SkillRef `json:"skills"`
+	}
+	if err := json.Unmarshal(e.Raw, &r); err != nil {
+		return fmt.Errorf("%s at byte %d: not an audit record: %v", e.File, e.Offset, err)
+	}
 	ent := idxEntry{off: e.Offset, time: r.Time.UnixNano(), length: uint32(len(e.Raw)), file: fi, skill: -1}
 	ev, ok := x.eventID[r.Event]
 	if !ok {
@@ -158,7 +170,14 @@ func (x *auditIndex) add(e *audit.Entry) error {
 	if r.Peer != nil {
 		ent.peer, ent.uid = true, r.Peer.UID
 	}
-	if names := r.SkillNames(); len(names) == 1 {
+	var names []string
+	if r.Skill != nil {
+		names = append(names, r.Skill.Name)
+	}
+	for _, sk := range r.Skills {
+		names = append(names, sk.Name)
+	}
+	if len(names) == 1 {
 		ent.skill = x.skill(names[0])
 	} else if len(names) > 1 {
 		ids := make([]int32, len(names))
