@@ -98,6 +98,9 @@ type auditIndex struct {
 	skills  []string
 	skillID map[string]int32
 	multi   [][]int32
+	// hist holds, per interned skill, the run.end records that name it:
+	// what SkillHistory needs, so it reads nothing from the log.
+	hist map[int32][]histRun
 	// noLog is set while the directory holds no records yet.
 	noLog error
 }
@@ -114,6 +117,68 @@ func (x *auditIndex) reset() {
 	x.entries, x.byUID = nil, map[uint32][]int32{}
 	x.events, x.eventID = nil, map[string]uint16{}
 	x.skills, x.skillID, x.multi = nil, map[string]int32{}, nil
+	x.hist = map[int32][]histRun{}
+}
+
+// histRun is one run.end record, summed up for SkillHistory.
+type histRun struct {
+	time     int64 // UnixNano
+	dur      int64 // ms
+	egA, egD int64 // egress attempts, denied
+	uid      uint32
+	peer     bool
+	failure  string // as addRun classifies it; "" for none
+}
+
+var runEndFilter = audit.Filter{Event: audit.EventRunEnd}
+
+// addHist keeps the summary of a run.end record for each skill it names.
+func (x *auditIndex) addHist(e *audit.Entry, ent *idxEntry, ids []int32) error {
+	var r struct {
+		Outcome string         `json:"outcome"`
+		Run     *audit.RunInfo `json:"run"`
+	}
+	if err := json.Unmarshal(e.Raw, &r); err != nil {
+		return fmt.Errorf("%s at byte %d: not an audit record: %v", e.File, e.Offset, err)
+	}
+	if r.Run == nil {
+		return nil
+	}
+	h := histRun{time: ent.time, dur: r.Run.DurationMS, uid: ent.uid, peer: ent.peer, failure: runFailure(r.Outcome, r.Run)}
+	if st := r.Run.EgressStats; st != nil {
+		h.egA, h.egD = int64(st.Connections+st.Denied), int64(st.Denied)
+	}
+	seen := map[int32]bool{}
+	for _, id := range ids {
+		if !seen[id] {
+			seen[id] = true
+			x.hist[id] = append(x.hist[id], h)
+		}
+	}
+	return nil
+}
+
+// history calls fn with the run.end summaries of skill the caller may see
+// in [since, until) (since zero: no bound).
+func (x *auditIndex) history(approver bool, caller api.Peer, skill string, since, until time.Time, fn func(histRun) error) error {
+	x.mu.RLock()
+	defer x.mu.RUnlock()
+	id, ok := x.skillID[skill]
+	if !ok {
+		return nil
+	}
+	for _, h := range x.hist[id] {
+		if !approver && (!h.peer || h.uid != caller.UID) {
+			continue
+		}
+		if !since.IsZero() && h.time < since.UnixNano() || !until.IsZero() && h.time >= until.UnixNano() {
+			continue
+		}
+		if err := fn(h); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // refresh indexes and verifies what was appended since the last call; on a
@@ -186,6 +251,15 @@ func (x *auditIndex) add(e *audit.Entry) error {
 		}
 		ent.skill = int32(-2 - len(x.multi))
 		x.multi = append(x.multi, ids)
+	}
+	if runEndFilter.Match(&audit.Record{Event: r.Event}) && len(names) > 0 {
+		ids := make([]int32, len(names))
+		for i, n := range names {
+			ids[i] = x.skill(n)
+		}
+		if err := x.addHist(e, &ent, ids); err != nil {
+			return err
+		}
 	}
 	i := int32(len(x.entries))
 	x.entries = append(x.entries, ent)
@@ -346,21 +420,6 @@ func (x *auditIndex) query(ctx context.Context, approver bool, caller api.Peer, 
 		out = []*audit.Record{}
 	}
 	return out, matched, x.status(), nil
-}
-
-// forRuns calls fn with every record of the index that the caller may see
-// and passes f's indexed fields (event, skill, uid, time), read from the log.
-func (x *auditIndex) forRuns(ctx context.Context, approver bool, caller api.Peer, f audit.Filter, fn func(*audit.Record) error) error {
-	recs, _, _, err := x.query(ctx, approver, caller, f, int(^uint(0)>>1))
-	if err != nil {
-		return err
-	}
-	for _, r := range recs {
-		if err := fn(r); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // recordReader reads records back from their files by offset.

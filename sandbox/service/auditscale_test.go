@@ -250,3 +250,61 @@ func bytesIndex(b []byte, s string) int {
 	}
 	return -1
 }
+
+// TestSkillHistoryFromIndexMatchesScan: the history served from the
+// index's summaries is what a scan of the log gives (counts, failures,
+// percentiles), for an approver and for a uid that sees only its own runs.
+func TestSkillHistoryFromIndexMatchesScan(t *testing.T) {
+	if testing.Short() {
+		t.Skip("generates a 150,000-run log")
+	}
+	f := newBigAuditFixture(t)
+	dir := bigAuditLog(t)
+	ctx := context.Background()
+	for _, who := range []api.Peer{approver, stranger} {
+		h, err := f.svc.SkillHistory(ctx, who, service.SkillHistoryParams{Skill: "pdf-tools-2", Bucket: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The same from a scan of the log.
+		type agg struct {
+			runs, failExit, failErr int
+			durs                    []int64
+		}
+		want := map[int64]*agg{}
+		audit.Read(dir, func(r *audit.Record) error {
+			if r.Event != audit.EventRunEnd || r.Skill == nil || r.Skill.Name != "pdf-tools-2" || r.Run == nil {
+				return nil
+			}
+			if who == stranger && (r.Peer == nil || r.Peer.UID != stranger.UID) {
+				return nil
+			}
+			k := r.Time.Truncate(time.Minute).UnixNano()
+			if want[k] == nil {
+				want[k] = &agg{}
+			}
+			a := want[k]
+			a.runs++
+			a.durs = append(a.durs, r.Run.DurationMS)
+			if *r.Run.ExitCode != 0 {
+				a.failExit++
+			}
+			return nil
+		})
+		if len(h.Buckets) != len(want) || len(want) == 0 {
+			t.Fatalf("uid %d: %d buckets, the scan has %d", who.UID, len(h.Buckets), len(want))
+		}
+		for _, b := range h.Buckets {
+			a := want[b.Start.UnixNano()]
+			if a == nil {
+				t.Fatalf("uid %d: bucket %s not in the scan", who.UID, b.Start)
+			}
+			slices.Sort(a.durs)
+			p50 := a.durs[max((50*len(a.durs)+99)/100, 1)-1]
+			if b.Runs != a.runs || b.Failures["exit"] != a.failExit || b.P50MS != p50 || b.Start.Location() != time.UTC {
+				t.Fatalf("uid %d bucket %s: %+v, scan: %d runs, %d exit failures, p50 %d", who.UID, b.Start, b, a.runs, a.failExit, p50)
+			}
+		}
+		t.Logf("uid %d: %d buckets agree with the scan", who.UID, len(h.Buckets))
+	}
+}

@@ -238,36 +238,58 @@ func (s *Service) SkillHistory(ctx context.Context, caller api.Peer, p SkillHist
 	defer release()
 	f := audit.Filter{Skill: p.Skill, Event: audit.EventRunEnd, Since: p.Since, Until: p.Until}
 	byStart := map[int64]*HistoryBucket{}
-	read := func(fn func(*audit.Record) error) error { return audit.Read(dir, fn) }
+	bucket := func(t time.Time) (*HistoryBucket, error) {
+		start := t.Truncate(p.Bucket)
+		b := byStart[start.UnixNano()]
+		if b == nil {
+			if len(byStart) == MaxHistoryBuckets {
+				return nil, errkind.Errorf(api.ErrInvalidParams, "the skill's runs fall in more than %d buckets: give a larger bucket or a shorter span", MaxHistoryBuckets)
+			}
+			b = &HistoryBucket{Start: start, Failures: map[string]int{}}
+			byStart[start.UnixNano()] = b
+		}
+		return b, nil
+	}
 	x, err := s.auditIndexFor(dir)
 	if err != nil && !errors.Is(err, audit.ErrNoLog) {
 		return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
 	}
 	if x != nil {
+		// From the index's per-skill summaries: nothing is read from the
+		// log but what was appended since the last read.
 		if err := x.refresh(); err != nil {
 			return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
 		}
-		read = func(fn func(*audit.Record) error) error { return x.forRuns(ctx, approver, caller, f, fn) }
-	}
-	err = read(func(r *audit.Record) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if !f.Match(r) || !visible(approver, caller, r) || r.Run == nil {
-			return nil
-		}
-		start := r.Time.Truncate(p.Bucket)
-		b := byStart[start.UnixNano()]
-		if b == nil {
-			if len(byStart) == MaxHistoryBuckets {
-				return errkind.Errorf(api.ErrInvalidParams, "the skill's runs fall in more than %d buckets: give a larger bucket or a shorter span", MaxHistoryBuckets)
+		err = x.history(approver, caller, p.Skill, p.Since, p.Until, func(h histRun) error {
+			b, err := bucket(time.Unix(0, h.time).UTC())
+			if err != nil {
+				return err
 			}
-			b = &HistoryBucket{Start: start, Failures: map[string]int{}}
-			byStart[start.UnixNano()] = b
-		}
-		addRun(b, r)
-		return nil
-	})
+			b.Runs++
+			b.durations = append(b.durations, h.dur)
+			if h.failure != "" {
+				b.Failures[h.failure]++
+			}
+			b.EgressAttempts += h.egA
+			b.EgressDenied += h.egD
+			return nil
+		})
+	} else {
+		err = audit.Read(dir, func(r *audit.Record) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if !f.Match(r) || !visible(approver, caller, r) || r.Run == nil {
+				return nil
+			}
+			b, err := bucket(r.Time)
+			if err != nil {
+				return err
+			}
+			addRun(b, r)
+			return nil
+		})
+	}
 	if err != nil {
 		if api.KindOf(err) == api.KindInvalidParams {
 			return nil, err
@@ -289,18 +311,26 @@ func addRun(b *HistoryBucket, r *audit.Record) {
 	run := r.Run
 	b.Runs++
 	b.durations = append(b.durations, run.DurationMS)
-	switch {
-	case r.Outcome == audit.OutcomeError || run.ExitCode == nil:
-		b.Failures[audit.OutcomeError]++
-	case run.Reason != "" && run.Reason != "exit":
-		b.Failures[run.Reason]++
-	case *run.ExitCode != 0:
-		b.Failures["exit"]++
+	if f := runFailure(r.Outcome, run); f != "" {
+		b.Failures[f]++
 	}
 	if st := run.EgressStats; st != nil {
 		b.EgressAttempts += int64(st.Connections + st.Denied)
 		b.EgressDenied += int64(st.Denied)
 	}
+}
+
+// runFailure is the failure a run.end record counts as ("" for none).
+func runFailure(outcome string, run *audit.RunInfo) string {
+	switch {
+	case outcome == audit.OutcomeError || run.ExitCode == nil:
+		return audit.OutcomeError
+	case run.Reason != "" && run.Reason != "exit":
+		return run.Reason
+	case *run.ExitCode != 0:
+		return "exit"
+	}
+	return ""
 }
 
 // percentile is the nearest-rank percentile of sorted values (0 for none).
