@@ -13,10 +13,11 @@ import (
 
 // ParseAuditQuery reads an audit search from a URL's query: the filter's
 // fields (audit.FilterFields: session, skill, uid, event, since, until,
-// replica) and limit. A parameter given twice or unknown is refused, so a
-// typo is not silently a wider search.
+// replica), limit, and verify=full (a full verify of the chain, for
+// approvers). A parameter given twice or unknown is refused, so a typo is
+// not silently a wider search.
 func ParseAuditQuery(raw string, now time.Time) (service.AuditSearchParams, error) {
-	q, err := strictQuery(raw, append([]string{"limit"}, audit.FilterFields...))
+	q, err := strictQuery(raw, append([]string{"limit", "verify"}, audit.FilterFields...))
 	if err != nil {
 		return service.AuditSearchParams{}, err
 	}
@@ -25,6 +26,13 @@ func ParseAuditQuery(raw string, now time.Time) (service.AuditSearchParams, erro
 		return service.AuditSearchParams{}, errkind.Errorf(api.ErrInvalidParams, "%v", err)
 	}
 	p := service.AuditSearchParams{Filter: f}
+	switch v := q.Get("verify"); v {
+	case "":
+	case "full":
+		p.FullVerify = true
+	default:
+		return p, errkind.Errorf(api.ErrInvalidParams, "verify %q: give verify=full (approvers only) or leave it out", v)
+	}
 	if s := q.Get("limit"); s != "" {
 		if p.Limit, err = strconv.Atoi(s); err != nil || p.Limit < 1 {
 			return p, errkind.Errorf(api.ErrInvalidParams, "limit %q: give a positive number", s)

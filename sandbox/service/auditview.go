@@ -29,6 +29,10 @@ const (
 type AuditSearchParams struct {
 	Filter audit.Filter
 	Limit  int
+	// FullVerify verifies the whole chain again instead of only what was
+	// appended since the last read. Only approvers may ask, and their
+	// searches do it anyway; for anyone else it is refused.
+	FullVerify bool
 }
 
 // AuditSearchResult holds the newest matching records, oldest first, and
@@ -83,7 +87,37 @@ func (s *Service) SearchAudit(ctx context.Context, caller api.Peer, p AuditSearc
 		return nil, errkind.Errorf(api.ErrInvalidParams, "limit %d: give 1 to %d (narrow the filter for more)", limit, MaxAuditLimit)
 	}
 	approver := s.IsApprover(caller)
+	if p.FullVerify && !approver {
+		return nil, errkind.Errorf(api.ErrDenied, "a full verify of the audit log is for approvers (daemon.approvers); uid %d searches with the incremental verification", caller.UID)
+	}
+	release, err := s.auditReads.acquire(caller, approver)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	out := &AuditSearchResult{Records: []*audit.Record{}, OwnOnly: !approver}
+	x, err := s.auditIndexFor(dir)
+	if err != nil && !errors.Is(err, audit.ErrNoLog) {
+		return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
+	}
+	if x != nil {
+		if err := x.refresh(); err != nil {
+			return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
+		}
+		out.Records, out.Matched, out.Chain, err = x.query(ctx, approver, caller, p.Filter, limit)
+		if err != nil {
+			return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
+		}
+		// An approver's search verifies the whole chain, as before the
+		// index: a line rewritten in place behind the verified position is
+		// invisible to the incremental check. Approvers' reads are few and
+		// capped (auditReads); everyone else pays only for what was
+		// appended since.
+		if approver || p.FullVerify {
+			out.Chain = verifyChains(dir)
+		}
+		return out, nil
+	}
 	err = audit.Read(dir, func(r *audit.Record) error {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -197,27 +231,65 @@ func (s *Service) SkillHistory(ctx context.Context, caller api.Peer, p SkillHist
 			p.Since.Format(time.RFC3339), p.Until.Format(time.RFC3339), p.Bucket, MaxHistoryBuckets)
 	}
 	approver := s.IsApprover(caller)
+	release, err := s.auditReads.acquire(caller, approver)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	f := audit.Filter{Skill: p.Skill, Event: audit.EventRunEnd, Since: p.Since, Until: p.Until}
 	byStart := map[int64]*HistoryBucket{}
-	err = audit.Read(dir, func(r *audit.Record) error {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if !f.Match(r) || !visible(approver, caller, r) || r.Run == nil {
-			return nil
-		}
-		start := r.Time.Truncate(p.Bucket)
+	bucket := func(t time.Time) (*HistoryBucket, error) {
+		start := t.Truncate(p.Bucket)
 		b := byStart[start.UnixNano()]
 		if b == nil {
 			if len(byStart) == MaxHistoryBuckets {
-				return errkind.Errorf(api.ErrInvalidParams, "the skill's runs fall in more than %d buckets: give a larger bucket or a shorter span", MaxHistoryBuckets)
+				return nil, errkind.Errorf(api.ErrInvalidParams, "the skill's runs fall in more than %d buckets: give a larger bucket or a shorter span", MaxHistoryBuckets)
 			}
 			b = &HistoryBucket{Start: start, Failures: map[string]int{}}
 			byStart[start.UnixNano()] = b
 		}
-		addRun(b, r)
-		return nil
-	})
+		return b, nil
+	}
+	x, err := s.auditIndexFor(dir)
+	if err != nil && !errors.Is(err, audit.ErrNoLog) {
+		return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
+	}
+	if x != nil {
+		// From the index's per-skill summaries: nothing is read from the
+		// log but what was appended since the last read.
+		if err := x.refresh(); err != nil {
+			return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
+		}
+		err = x.history(approver, caller, p.Skill, p.Since, p.Until, func(h histRun) error {
+			b, err := bucket(time.Unix(0, h.time).UTC())
+			if err != nil {
+				return err
+			}
+			b.Runs++
+			b.durations = append(b.durations, h.dur)
+			if h.failure != "" {
+				b.Failures[h.failure]++
+			}
+			b.EgressAttempts += h.egA
+			b.EgressDenied += h.egD
+			return nil
+		})
+	} else {
+		err = audit.Read(dir, func(r *audit.Record) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if !f.Match(r) || !visible(approver, caller, r) || r.Run == nil {
+				return nil
+			}
+			b, err := bucket(r.Time)
+			if err != nil {
+				return err
+			}
+			addRun(b, r)
+			return nil
+		})
+	}
 	if err != nil {
 		if api.KindOf(err) == api.KindInvalidParams {
 			return nil, err
@@ -239,18 +311,26 @@ func addRun(b *HistoryBucket, r *audit.Record) {
 	run := r.Run
 	b.Runs++
 	b.durations = append(b.durations, run.DurationMS)
-	switch {
-	case r.Outcome == audit.OutcomeError || run.ExitCode == nil:
-		b.Failures[audit.OutcomeError]++
-	case run.Reason != "" && run.Reason != "exit":
-		b.Failures[run.Reason]++
-	case *run.ExitCode != 0:
-		b.Failures["exit"]++
+	if f := runFailure(r.Outcome, run); f != "" {
+		b.Failures[f]++
 	}
 	if st := run.EgressStats; st != nil {
 		b.EgressAttempts += int64(st.Connections + st.Denied)
 		b.EgressDenied += int64(st.Denied)
 	}
+}
+
+// runFailure is the failure a run.end record counts as ("" for none).
+func runFailure(outcome string, run *audit.RunInfo) string {
+	switch {
+	case outcome == audit.OutcomeError || run.ExitCode == nil:
+		return audit.OutcomeError
+	case run.Reason != "" && run.Reason != "exit":
+		return run.Reason
+	case *run.ExitCode != 0:
+		return "exit"
+	}
+	return ""
 }
 
 // percentile is the nearest-rank percentile of sorted values (0 for none).

@@ -111,12 +111,17 @@ type Service struct {
 	journal  runner.Recorder
 	log      hclog.Logger
 
-	runSlots  *runSlots
-	reads     *readAudit
-	refusals  *refusalAudit
-	queueWait time.Duration
-	runs      runRegistry
-	grants    egressGrants
+	runSlots *runSlots
+	// auditReads caps concurrent audit reads; auditIdx (under auditMu) is
+	// the index they are served from.
+	auditReads auditReads
+	auditMu    sync.Mutex
+	auditIdx   *rootIndex
+	reads      *readAudit
+	refusals   *refusalAudit
+	queueWait  time.Duration
+	runs       runRegistry
+	grants     egressGrants
 
 	proposals *store.ProposalStore
 	hostWS    HostWorkspacePolicy
