@@ -942,10 +942,9 @@ func unmountNullNetns(stateDir string) {
 	}
 }
 
-// callAsNobody makes one call with `skillbox call` as uid 65534 (a copy of
-// the binary in the daemon's 0755 base dir, which nobody can reach) and
-// returns its stdout, stderr and exit code.
-func (d *itDaemon) callAsNobody(t *testing.T, method, params string) (string, string, int) {
+// binaryForUIDs returns a copy of the binary under test in the daemon's
+// 0755 base dir, where other uids can run it (made once).
+func (d *itDaemon) binaryForUIDs(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(d.base, "skillbox")
 	if _, err := os.Stat(bin); err != nil {
@@ -957,6 +956,15 @@ func (d *itDaemon) callAsNobody(t *testing.T, method, params string) (string, st
 			t.Fatal(err)
 		}
 	}
+	return bin
+}
+
+// callAsNobody makes one call with `skillbox call` as uid 65534 (a copy of
+// the binary in the daemon's 0755 base dir, which nobody can reach) and
+// returns its stdout, stderr and exit code.
+func (d *itDaemon) callAsNobody(t *testing.T, method, params string) (string, string, int) {
+	t.Helper()
+	bin := d.binaryForUIDs(t)
 	args := []string{"call", "--socket", d.socket, "--timeout", "2m", method}
 	if params != "" {
 		args = append(args, params)

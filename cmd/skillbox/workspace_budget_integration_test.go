@@ -17,7 +17,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -36,16 +35,7 @@ var wsBudgetConfig = `workspace_quota         = "4MiB"
 // params on stdin, and returns its stdout, stderr and exit code.
 func (d *itDaemon) callAs(t *testing.T, uid uint32, method string, params any) (string, string, int) {
 	t.Helper()
-	bin := filepath.Join(d.base, "skillbox")
-	if _, err := os.Stat(bin); err != nil {
-		data, err := os.ReadFile(itBin)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(bin, data, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	bin := d.binaryForUIDs(t)
 	in, err := json.Marshal(params)
 	if err != nil {
 		t.Fatal(err)
