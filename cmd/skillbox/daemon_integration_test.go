@@ -964,15 +964,22 @@ func (d *itDaemon) binaryForUIDs(t *testing.T) string {
 // returns its stdout, stderr and exit code.
 func (d *itDaemon) callAsNobody(t *testing.T, method, params string) (string, string, int) {
 	t.Helper()
-	bin := d.binaryForUIDs(t)
 	args := []string{"call", "--socket", d.socket, "--timeout", "2m", method}
 	if params != "" {
 		args = append(args, params)
 	}
-	cmd := exec.Command(bin, args...)
+	return d.runAsUID(t, 65534, nil, args...)
+}
+
+// runAsUID runs the binary under test (binaryForUIDs) as uid (gid the
+// same) with args and stdin, and returns its stdout, stderr and exit code.
+func (d *itDaemon) runAsUID(t *testing.T, uid uint32, stdin io.Reader, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(d.binaryForUIDs(t), args...)
 	cmd.Dir = "/"
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	cmd.Stdin = stdin
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()

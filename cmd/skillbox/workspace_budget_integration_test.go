@@ -16,9 +16,7 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -35,27 +33,11 @@ var wsBudgetConfig = `workspace_quota         = "4MiB"
 // params on stdin, and returns its stdout, stderr and exit code.
 func (d *itDaemon) callAs(t *testing.T, uid uint32, method string, params any) (string, string, int) {
 	t.Helper()
-	bin := d.binaryForUIDs(t)
 	in, err := json.Marshal(params)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "call", "--socket", d.socket, "--timeout", "3m", method, "-")
-	cmd.Dir = "/"
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/nonexistent"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
-	cmd.Stdin = bytes.NewReader(in)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err = cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	return out.String(), errb.String(), code
+	return d.runAsUID(t, uid, bytes.NewReader(in), "call", "--socket", d.socket, "--timeout", "3m", method, "-")
 }
 
 // uidClient is one uid's calls through `skillbox call`.
