@@ -55,29 +55,29 @@ func StartDaemon(parent context.Context, cfg *policy.Config, version string, log
 		st.Close()
 		return nil, err
 	}
-	ln, err := jsonrpc.Listen(cfg.Daemon.Socket, cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
-	if err != nil {
-		return fail(err)
-	}
+	// The main socket opens last: a client that sees it accept finds the
+	// metrics and console sockets there too. Both follow its mode and group.
 	if m := st.Metrics(); m != nil {
-		// The metrics socket follows the main socket's mode and group.
 		mln, err := metrics.Listen(cfg.Daemon.Metrics, cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
 		if err != nil {
-			ln.Close()
 			return fail(err)
 		}
 		sv.metrics = m.Serve(limitListener(mln, "metrics socket", cfg.Daemon, st.Daemon(), log.Named("metrics")), log.Named("metrics"))
 	}
-	// The console's socket follows the main socket's mode and group.
 	cln, err := jsonrpc.Listen(console.ConsoleSocket(cfg.Daemon.Socket), cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
 	if err != nil {
-		ln.Close()
 		sv.closeMetrics(ctx)
 		return fail(fmt.Errorf("console socket: %w", err))
 	}
 	sv.console, sv.consoleDone = console.Server(st.Daemon().Service(), log.Named("console")), make(chan error, 1)
 	cln = limitListener(cln, "console socket", cfg.Daemon, st.Daemon(), log.Named("console"))
 	go func() { sv.consoleDone <- sv.console.Serve(cln) }()
+	ln, err := jsonrpc.Listen(cfg.Daemon.Socket, cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
+	if err != nil {
+		sv.closeMetrics(ctx)
+		sv.closeConsole(ctx)
+		return fail(err)
+	}
 	rtName := st.Engine().Runtime().Name()
 	self := SelfPeer()
 	err = st.Journal().Record(ctx, &audit.Record{
