@@ -7,7 +7,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/tracing/span"
+	"github.com/skillbox/skillbox/runtime/span"
 )
 
 // The lifecycle splits a run in two: the sandbox (image, skill, limits,

@@ -52,7 +52,7 @@ import (
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/connlimit"
-	"github.com/skillbox/skillbox/sandbox/tracing/span"
+	"github.com/skillbox/skillbox/runtime/span"
 )
 
 // Defaults for ServerOptions fields left zero.

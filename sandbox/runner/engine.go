@@ -30,7 +30,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/store"
-	"github.com/skillbox/skillbox/sandbox/tracing/span"
+	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/skills"
 )
 

@@ -11,7 +11,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/sandbox/tracing/span"
+	"github.com/skillbox/skillbox/runtime/span"
 )
 
 // Auditor is the audit log as skillbox writes it (audit.Log; a fake in

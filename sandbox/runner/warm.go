@@ -14,7 +14,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/tracing/span"
+	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/skills"
 )
 

@@ -28,7 +28,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/skillbox/skillbox/policy"
-	"github.com/skillbox/skillbox/sandbox/tracing/span"
+	"github.com/skillbox/skillbox/runtime/span"
 )
 
 // ServiceName is the service.name of every span skillbox sends.

@@ -24,7 +24,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/sandbox/tracing"
-	"github.com/skillbox/skillbox/sandbox/tracing/span"
+	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/sandbox/tracing/tracingtest"
 )
 
