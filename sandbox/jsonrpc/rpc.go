@@ -50,9 +50,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sys/unix"
 
+	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/connlimit"
-	"github.com/skillbox/skillbox/runtime/span"
 )
 
 // Defaults for ServerOptions fields left zero.

@@ -27,10 +27,10 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/store"
-	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/skills"
 )
 

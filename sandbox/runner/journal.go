@@ -9,9 +9,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/runtime/span"
 )
 
 // Auditor is the audit log as skillbox writes it (audit.Log; a fake in

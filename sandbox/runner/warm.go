@@ -13,8 +13,8 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
-	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/runtime/span"
+	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/skills"
 )
 

@@ -12,11 +12,11 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/store"
-	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/skills"
 )
 

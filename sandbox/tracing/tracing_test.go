@@ -13,6 +13,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
@@ -24,7 +25,6 @@ import (
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/sandbox/tracing"
-	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/sandbox/tracing/tracingtest"
 )
 
