@@ -12,6 +12,7 @@ import (
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
+	"github.com/skillbox/skillbox/sandbox/sockfile"
 )
 
 func callServer(t *testing.T) string {
@@ -29,7 +30,7 @@ func callServer(t *testing.T) string {
 		return nil, ctx.Err()
 	})
 	path := filepath.Join(t.TempDir(), "s.sock")
-	ln, err := jsonrpc.Listen(path, 0o600, "")
+	ln, err := sockfile.Listen(path, 0o600, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
+	"github.com/skillbox/skillbox/sandbox/sockfile"
 )
 
 // serve runs a real jsonrpc.Server on a socket in a temp dir.
@@ -24,7 +25,7 @@ func serve(t *testing.T, opts jsonrpc.ServerOptions, register func(*jsonrpc.Serv
 	s := jsonrpc.NewServer(opts)
 	register(s)
 	path := filepath.Join(t.TempDir(), "c.sock")
-	ln, err := jsonrpc.Listen(path, 0o600, "")
+	ln, err := sockfile.Listen(path, 0o600, "")
 	if err != nil {
 		t.Fatal(err)
 	}

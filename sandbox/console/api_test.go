@@ -20,10 +20,10 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/console"
-	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
+	"github.com/skillbox/skillbox/sandbox/sockfile"
 	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -119,7 +119,7 @@ func serveWith(t *testing.T, srv *http.Server) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := console.ConsoleSocket(filepath.Join(dir, "skillbox.sock"))
-	ln, err := jsonrpc.Listen(sock, 0o600, "")
+	ln, err := sockfile.Listen(sock, 0o600, "")
 	if err != nil {
 		t.Fatal(err)
 	}

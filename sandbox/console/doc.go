@@ -5,7 +5,7 @@
 //
 // The API is served on its own Unix socket beside the daemon's JSON-RPC
 // socket (ConsoleSocket names it), made with the same mode, group and
-// directory checks (jsonrpc.Listen). A second socket rather than sniffing
+// directory checks (sockfile.Listen). A second socket rather than sniffing
 // the first bytes of each connection on the main one keeps the JSON-RPC
 // server's connection budget, line limits and refusal audit untouched by
 // HTTP, and an HTTP parser away from the socket every agent uses; the

@@ -22,6 +22,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
+	"github.com/skillbox/skillbox/sandbox/sockfile"
 	"github.com/skillbox/skillbox/sandbox/store"
 )
 
@@ -31,7 +32,7 @@ func (h *daemonHarness) serveSocket() string {
 	t := h.t
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "d.sock")
-	ln, err := jsonrpc.Listen(path, 0o600, "")
+	ln, err := sockfile.Listen(path, 0o600, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
+	"github.com/skillbox/skillbox/sandbox/sockfile"
 	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -776,7 +777,7 @@ func TestDaemonApprovalNotBurnedWhenAuditDown(t *testing.T) {
 func TestDaemonOverSocket(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	path := filepath.Join(t.TempDir(), "d.sock")
-	ln, err := jsonrpc.Listen(path, 0o600, "")
+	ln, err := sockfile.Listen(path, 0o600, "")
 	if err != nil {
 		t.Fatal(err)
 	}

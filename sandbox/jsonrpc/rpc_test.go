@@ -13,12 +13,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
+	"github.com/skillbox/skillbox/sandbox/sockfile"
 )
 
 // testServer runs a Server on a real socket in a temp dir.
@@ -56,7 +56,7 @@ func startServer(t *testing.T, opts ServerOptions, register func(*Server)) *test
 		register(s)
 	}
 	path := filepath.Join(t.TempDir(), "run", "rpc.sock")
-	ln, err := Listen(path, 0o660, "")
+	ln, err := sockfile.Listen(path, 0o660, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -614,116 +614,6 @@ func TestNonUnixConnRefused(t *testing.T) {
 	}
 }
 
-func TestListenSocketFile(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "sub")
-	path := filepath.Join(dir, "s.sock")
-	ln, err := Listen(path, 0o660, strconv.Itoa(os.Getgid()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fi, err := os.Lstat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o660 {
-		t.Fatalf("socket mode %v, want socket 0660", fi.Mode())
-	}
-	if st := fi.Sys().(*syscall.Stat_t); st.Gid != uint32(os.Getgid()) {
-		t.Fatalf("socket gid %d", st.Gid)
-	}
-	di, _ := os.Stat(dir)
-	if di.Mode().Perm() != 0o750 {
-		t.Fatalf("created socket dir mode %v, want 0750", di.Mode().Perm())
-	}
-	if ln.Addr().String() != path {
-		t.Fatalf("Addr %s, want %s", ln.Addr(), path)
-	}
-	// No temporary bind directory is left behind.
-	ents, _ := os.ReadDir(dir)
-	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), ".sb") {
-			t.Fatalf("leftover %s", e.Name())
-		}
-	}
-
-	// A second daemon on the same path is refused while the first lives.
-	if _, err := Listen(path, 0o660, ""); err == nil || !strings.Contains(err.Error(), "another skillbox is serving on") {
-		t.Fatalf("second Listen: %v", err)
-	}
-	if err := ln.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("socket not removed on Close: %v", err)
-	}
-	// And after Close, the path is free again.
-	ln2, err := Listen(path, 0o600, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln2.Close()
-
-	// World-writable directory without sticky bit: refused.
-	open := filepath.Join(t.TempDir(), "open")
-	os.Mkdir(open, 0o777)
-	os.Chmod(open, 0o777)
-	if _, err := Listen(filepath.Join(open, "s.sock"), 0o660, ""); err == nil {
-		t.Fatal("Listen in a world-writable directory succeeded")
-	}
-	if _, err := Listen(filepath.Join(t.TempDir(), "s.sock"), 0o660, "no-such-group-xyz"); err == nil {
-		t.Fatal("Listen with an unknown group succeeded")
-	}
-}
-
-func TestListenStaleAndForeignSockets(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "s.sock")
-	// A stale socket: bound, then closed without unlinking.
-	old, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	old.SetUnlinkOnClose(false)
-	old.Close()
-	ln, err := Listen(path, 0o660, "")
-	if err != nil {
-		t.Fatalf("stale socket not replaced: %v", err)
-	}
-	nc, err := net.Dial("unix", path)
-	if err != nil {
-		t.Fatalf("new socket not reachable: %v", err)
-	}
-	nc.Close()
-	ln.Close()
-
-	// A live socket that some other process serves (no lock file held).
-	live, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer live.Close()
-	if _, err := Listen(path, 0o660, ""); err == nil || !strings.Contains(err.Error(), "another skillbox is serving on "+path) {
-		t.Fatalf("live socket: %v", err)
-	}
-	if _, err := os.Lstat(path); err != nil {
-		t.Fatalf("live socket was removed: %v", err)
-	}
-
-	// A regular file is never replaced.
-	file := filepath.Join(dir, "file.sock")
-	os.WriteFile(file, []byte("keep"), 0o600)
-	if _, err := Listen(file, 0o660, ""); err == nil || !strings.Contains(err.Error(), "not a socket") {
-		t.Fatalf("regular file: %v", err)
-	}
-	if b, _ := os.ReadFile(file); string(b) != "keep" {
-		t.Fatal("regular file was changed")
-	}
-	long := "/tmp/" + strings.Repeat("x", 120)
-	if _, err := Listen(long, 0o660, ""); err == nil || !strings.Contains(err.Error(), "limited") {
-		t.Fatalf("long path: %v", err)
-	}
-}
-
 func TestShutdownWaitsThenCancels(t *testing.T) {
 	cause := make(chan error, 1)
 	startedBlock := make(chan struct{})
@@ -807,7 +697,7 @@ func TestServeCtxCancelIsHardStop(t *testing.T) {
 		return nil, ctx.Err()
 	})
 	path := filepath.Join(t.TempDir(), "s.sock")
-	ln, err := Listen(path, 0o600, "")
+	ln, err := sockfile.Listen(path, 0o600, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,9 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/daemon"
-	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 	"github.com/skillbox/skillbox/sandbox/mcp"
 	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/sockfile"
 )
 
 // TestBridge serves MCP through the Go client to a daemon on a real Unix
@@ -75,7 +75,7 @@ func serveBridge(t *testing.T, rs *realService) *client.Client {
 		Config: o.Config, Skills: o.Skills, Engine: o.Engine, Sessions: o.Sessions, Confirmations: o.Confirmations, Audit: o.Audit,
 	}})
 	sock := filepath.Join(t.TempDir(), "skillbox.sock")
-	ln, err := jsonrpc.Listen(sock, 0o600, "")
+	ln, err := sockfile.Listen(sock, 0o600, "")
 	if err != nil {
 		t.Fatal(err)
 	}

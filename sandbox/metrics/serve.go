@@ -14,7 +14,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/sandbox/connlimit"
-	"github.com/skillbox/skillbox/sandbox/jsonrpc"
+	"github.com/skillbox/skillbox/sandbox/sockfile"
 )
 
 // Path is where the endpoint answers.
@@ -22,11 +22,11 @@ const Path = "/metrics"
 
 // Listen opens the endpoint's listener at addr: a Unix socket made with
 // the main socket's rules (mode, group, the directory's checks, the lock
-// against a second daemon; jsonrpc.Listen), or a TCP port on loopback.
+// against a second daemon; sockfile.Listen), or a TCP port on loopback.
 func Listen(addr policy.MetricsAddress, mode fs.FileMode, group string) (net.Listener, error) {
 	switch addr.Network {
 	case "unix":
-		ln, err := jsonrpc.Listen(addr.Address, mode, group)
+		ln, err := sockfile.Listen(addr.Address, mode, group)
 		if err != nil {
 			return nil, fmt.Errorf("metrics socket: %w", err)
 		}

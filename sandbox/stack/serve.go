@@ -15,8 +15,8 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/console"
-	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 	"github.com/skillbox/skillbox/sandbox/metrics"
+	"github.com/skillbox/skillbox/sandbox/sockfile"
 )
 
 // Serving is a daemon answering on its socket: what `skillbox serve` and the
@@ -64,7 +64,7 @@ func StartDaemon(parent context.Context, cfg *policy.Config, version string, log
 		}
 		sv.metrics = m.Serve(limitListener(mln, "metrics socket", cfg.Daemon, st.Daemon(), log.Named("metrics")), log.Named("metrics"))
 	}
-	cln, err := jsonrpc.Listen(console.ConsoleSocket(cfg.Daemon.Socket), cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
+	cln, err := sockfile.Listen(console.ConsoleSocket(cfg.Daemon.Socket), cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
 	if err != nil {
 		sv.closeMetrics(ctx)
 		return fail(fmt.Errorf("console socket: %w", err))
@@ -72,7 +72,7 @@ func StartDaemon(parent context.Context, cfg *policy.Config, version string, log
 	sv.console, sv.consoleDone = console.Server(st.Daemon().Service(), log.Named("console")), make(chan error, 1)
 	cln = limitListener(cln, "console socket", cfg.Daemon, st.Daemon(), log.Named("console"))
 	go func() { sv.consoleDone <- sv.console.Serve(cln) }()
-	ln, err := jsonrpc.Listen(cfg.Daemon.Socket, cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
+	ln, err := sockfile.Listen(cfg.Daemon.Socket, cfg.Daemon.SocketMode, cfg.Daemon.SocketGroup)
 	if err != nil {
 		sv.closeMetrics(ctx)
 		sv.closeConsole(ctx)

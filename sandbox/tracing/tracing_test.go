@@ -18,11 +18,11 @@ import (
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/daemon"
-	"github.com/skillbox/skillbox/sandbox/jsonrpc"
 	"github.com/skillbox/skillbox/sandbox/metrics"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
+	"github.com/skillbox/skillbox/sandbox/sockfile"
 	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/sandbox/tracing"
 	"github.com/skillbox/skillbox/sandbox/tracing/tracingtest"
@@ -111,7 +111,7 @@ func startDaemon(tb testing.TB, tracer trace.Tracer, m *metrics.Metrics) *daemon
 	so.Engine = runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: lifecycle{}, Audit: j, Pins: servicetest.LivePins{}})
 	d := daemon.New(daemon.Options{Options: so, Tracer: tracer})
 	sock := filepath.Join(tb.TempDir(), "s.sock")
-	ln, err := jsonrpc.Listen(sock, 0o600, "")
+	ln, err := sockfile.Listen(sock, 0o600, "")
 	if err != nil {
 		tb.Fatal(err)
 	}
