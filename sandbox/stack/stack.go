@@ -32,8 +32,8 @@ import (
 	"github.com/skillbox/skillbox/skills"
 )
 
-// Mode is the front end a stack is built for; it decides which parts are
-// made and where their state lives.
+// Mode is the front end a stack is built for; its constructor (modes.go)
+// decides which parts are made and where their state lives.
 type Mode int
 
 const (
