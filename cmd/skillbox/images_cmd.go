@@ -20,7 +20,7 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/images/deps"
-	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/stack"
 )
 
 // imagesCommand is `skillbox images build|list|prune`: it builds the
@@ -408,31 +408,13 @@ func buildExtras(ctx context.Context, c *cli.Context, store *images.Store, r *im
 	if err != nil {
 		return err
 	}
-	set := &deps.Set{}
-	for _, e := range r.PythonExtras {
-		req, err := deps.ParseRequirement(e, r.Name+" python_extras")
-		if err != nil {
-			return err
-		}
-		set.Python = append(set.Python, req)
-	}
-	log := newLogger("skillbox", hclog.Warn, os.Stderr)
-	ropts := cfg.RuntimeOptions(cfg.Daemon.Runtime)
-	ropts.Logger = log.Named("runtime")
-	rt, err := runtime.New(cfg.Daemon.Runtime, ropts)
-	if err != nil {
-		return err
-	}
-	b := &deps.Builder{Store: deps.OpenStore(c.String("dir")), Runtime: rt, Logger: log.Named("deps"),
-		Sources:       deps.Sources{PythonIndex: src.PythonIndex, FindLinks: src.FindLinks, NpmRegistry: src.NpmRegistry},
-		MaxLayerBytes: cfg.Deps.MaxLayerBytes}
 	// The extras are optional: those the source lacks are left out, said here.
-	l, left, err := b.BuildOptional(ctx, deps.Request{Image: r.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: &deps.Set{}}, set.Python, nil)
+	l, left, err := stack.BuildImageExtras(ctx, cfg, c.String("dir"), r, img, rootfs, newLogger("skillbox", hclog.Warn, os.Stderr))
 	for _, o := range left {
 		fmt.Fprintf(c.App.ErrWriter, "skillbox: %s: extra %s not installed: %s\n", r.Name, o.Name, o.Why)
 	}
 	if err != nil {
-		return fmt.Errorf("%s extras: %w", r.Name, err)
+		return err
 	}
 	if l == nil && len(left) > 0 {
 		return nil

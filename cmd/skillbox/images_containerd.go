@@ -9,6 +9,7 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+	"github.com/skillbox/skillbox/sandbox/stack"
 )
 
 // containerdFlags say which containerd `images import|pull` talk to: the
@@ -33,15 +34,9 @@ func containerdBackend(c *cli.Context) (*rtcontainerd.Containerd, error) {
 			return nil, exitCode(1, "%v", err)
 		}
 	}
-	opts := cfg.RuntimeOptions(rtcontainerd.Name)
-	if a := c.String("containerd-address"); a != "" {
-		opts.Settings["address"] = a
-	}
-	if ns := c.String("namespace"); ns != "" {
-		opts.Settings["namespace"] = ns
-	}
-	opts.Logger = imagesLogger()
-	return rtcontainerd.New(opts)
+	return stack.OpenContainerd(cfg, stack.RuntimeOptions{
+		ContainerdAddress: c.String("containerd-address"), ContainerdNamespace: c.String("namespace"), Logger: imagesLogger(),
+	})
 }
 
 func imagesImport(c *cli.Context) error {
@@ -116,9 +111,7 @@ func builtImporter(c *cli.Context, store *images.Store) (importOne func(context.
 	if cfg.Daemon.Runtime != rtcontainerd.Name {
 		return nil, func() {}, nil
 	}
-	opts := cfg.RuntimeOptions(rtcontainerd.Name)
-	opts.Logger = imagesLogger()
-	cd, err := rtcontainerd.New(opts)
+	cd, err := stack.OpenContainerd(cfg, stack.RuntimeOptions{Logger: imagesLogger()})
 	if err != nil {
 		return nil, nil, fmt.Errorf("import into containerd: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
+	"github.com/skillbox/skillbox/sandbox/stack"
 	"github.com/skillbox/skillbox/skills"
 	"github.com/urfave/cli/v2"
 )
@@ -457,7 +458,7 @@ func runtimeAvailable(ctx context.Context, cfg *policy.Config) error {
 	if rc := cfg.Runtimes[name]; rc != nil && rc.Pos.Line > 0 {
 		pos = rc.Pos
 	}
-	rt, err := runtime.New(name, cfg.RuntimeOptions(name))
+	rt, err := stack.OpenRuntime(cfg, stack.RuntimeOptions{})
 	if err == nil {
 		ctx, cancel := context.WithTimeout(ctx, runtimeCheckTimeout)
 		defer cancel()

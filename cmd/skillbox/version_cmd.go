@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/sandbox/stack"
 )
 
 // versionCommand prints skillbox's version and the version of the sandbox
@@ -40,9 +41,8 @@ func versionCommand() *cli.Command {
 				RuntimeError   string `json:"runtime_error,omitempty"`
 				PinnedRunsc    string `json:"pinned_runsc"`
 			}{Version: version, Runtime: name, PinnedRunsc: runtime.PinnedRunscVersion}
-			opts := cfg.RuntimeOptions(name)
-			out.RuntimeBinary = opts.Settings.String("binary")
-			rt, err := runtime.New(name, opts)
+			out.RuntimeBinary = cfg.RuntimeOptions(name).Settings.String("binary")
+			rt, err := stack.OpenRuntime(cfg, stack.RuntimeOptions{Name: name})
 			if err == nil {
 				ctx, cancel := context.WithTimeout(c.Context, 10*time.Second)
 				out.RuntimeVersion, err = rt.Version(ctx)

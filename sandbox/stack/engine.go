@@ -13,7 +13,6 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/skillbox/skillbox/images"
-	"github.com/skillbox/skillbox/images/deps"
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	_ "github.com/skillbox/skillbox/runtime/containerd" // registers the containerd backend
@@ -111,14 +110,7 @@ type engineOptions struct {
 
 // newEngine builds the run engine every front end shares.
 func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*runner.Engine, error) {
-	name := cfg.Daemon.Runtime
-	if o.runtime != "" {
-		name = o.runtime
-	}
-	ropts := cfg.RuntimeOptions(name)
-	if o.containerdAddress != "" && name == "containerd" { // only containerd has an address
-		ropts.Settings["address"] = o.containerdAddress
-	}
+	name, ropts := runtimeOptions(cfg, RuntimeOptions{Name: o.runtime, ContainerdAddress: o.containerdAddress})
 	ropts.Logger = log.Named("runtime." + name)
 	if rootless.Active() {
 		if err := rootlessOptions(name, &ropts, log); err != nil {
@@ -184,21 +176,13 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*runner.E
 	if o.journal != nil {
 		rec = o.journal
 	}
-	src := cfg.Sources
 	dp := runner.NewDeps(runner.DepsOptions{
-		Builder: &deps.Builder{
-			Store:   deps.OpenStore(dir),
-			Runtime: rt,
-			Sources: deps.Sources{PythonIndex: src.PythonIndex, FindLinks: src.FindLinks, NpmRegistry: src.NpmRegistry},
-			Logger:  log.Named("deps"),
-			// Bounds the layer's size and the daemon's memory during its build.
-			MaxLayerBytes: cfg.Deps.MaxLayerBytes,
-		},
-		Config: cfg,
-		Images: si,
-		Logger: log.Named("deps"),
-		Audit:  rec,
-		Extras: extras,
+		Builder: depsBuilder(cfg, rt, dir, log),
+		Config:  cfg,
+		Images:  si,
+		Logger:  log.Named("deps"),
+		Audit:   rec,
+		Extras:  extras,
 	})
 	var imgs runner.ImageSource = si
 	if o.wrap != nil {

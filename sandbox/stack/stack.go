@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -33,8 +32,8 @@ import (
 	"github.com/skillbox/skillbox/skills"
 )
 
-// Mode is the front end a stack is built for; it decides which parts are
-// made and where their state lives.
+// Mode is the front end a stack is built for; its constructor (modes.go)
+// decides which parts are made and where their state lives.
 type Mode int
 
 const (
@@ -158,209 +157,39 @@ func (s *Stack) Metrics() *metrics.Metrics { return s.metrics }
 // RuntimeVersion is the runtime's version as checked at start (Serve only).
 func (s *Stack) RuntimeVersion() string { return s.rtVersion }
 
-// New builds the stack for o.Mode. On error everything opened so far is
-// closed again.
-func New(ctx context.Context, o Options) (_ *Stack, err error) {
+// New builds the stack for o.Mode: its constructor opens the parts that
+// mode needs, in the order each needs the others. On error everything
+// opened so far is closed again.
+func New(ctx context.Context, o Options) (*Stack, error) {
 	if o.Config == nil {
 		return nil, errors.New("stack: no config")
 	}
-	if o.Mode < Serve || o.Mode > EngineOnly {
+	build, ok := constructors[o.Mode]
+	if !ok {
 		return nil, fmt.Errorf("stack: unknown mode %d", o.Mode)
 	}
-	log := o.Logger
-	if log == nil {
-		log = hclog.NewNullLogger()
+	if o.Logger == nil {
+		o.Logger = hclog.NewNullLogger()
 	}
-	runLog := o.RunLogger
-	if runLog == nil {
-		runLog = log
+	if o.RunLogger == nil {
+		o.RunLogger = o.Logger
 	}
-	cfg := o.Config
 	ctx, cancel := context.WithCancel(ctx)
-	s := &Stack{cfg: cfg, log: log, cancel: cancel}
-	defer func() {
-		if err != nil {
-			s.Close()
-		}
-	}()
-
-	openAudit := func() error {
-		if o.Mode == EngineOnly || s.auditLog != nil {
-			return nil
-		}
-		if s.auditLog, err = OpenAudit(cfg, log); err != nil {
-			return &Error{Part: PartAudit, Err: err}
-		}
-		return nil
-	}
-	if o.Mode == Serve {
-		// The daemon refuses to start without its audit log, first.
-		if err := openAudit(); err != nil {
-			return nil, err
-		}
-	}
-	watch := o.Mode == Serve || o.Mode == MCP
-	var index service.SkillIndex = o.Index
-	if o.Mode != EngineOnly && (index == nil || o.Mode != OneShot) {
-		roots := o.Roots
-		if o.Mode == Serve {
-			roots = nil // the daemon serves the config's roots
-		}
-		if s.registry, err = OpenRegistry(ctx, cfg, roots, log); err != nil {
-			return nil, &Error{Part: PartSkills, Err: err}
-		}
-		index = s.registry
-	}
-	if watch {
-		for _, p := range s.registry.Problems() {
-			log.Warn("skill not indexed", "path", p.Path, "error", p.Err)
-		}
-		go func() {
-			if err := s.registry.Watch(ctx); err != nil && ctx.Err() == nil {
-				log.Error("skill watcher stopped; hot reload is off", "error", err)
-			}
-		}()
-	}
-
-	if err := openAudit(); err != nil {
+	s := &Stack{cfg: o.Config, log: o.Logger, cancel: cancel}
+	if err := build(s, ctx, o); err != nil {
+		s.Close()
 		return nil, err
 	}
-	// The one writer of the audit log, for the engine and the service.
-	s.journal = runner.NewJournal(auditor(s.auditLog), runLog.Named("audit"))
-	if o.Mode == Serve && cfg.Daemon.Metrics.Enabled() {
-		// The metrics hear of every audit record, image build and
-		// confirmation, and read the pool and the sessions when scraped.
-		s.metrics = metrics.New(metrics.Options{})
-		s.journal.Observe(s.metrics)
-	}
-
-	if (o.Mode == Serve || o.Mode == MCP) && cfg.Daemon.Traces.Enabled() {
-		// Spans go to the collector in batches; Close sends the rest.
-		if s.tracing, err = tracing.New(tracing.Options{Endpoint: cfg.Daemon.Traces, Sample: cfg.Daemon.TracesSample, Version: o.Version,
-			Logger: log.Named("traces")}); err != nil {
-			return nil, err
-		}
-	}
-
-	if o.Mode != Local || o.WithEngine {
-		pins := &runner.SnapshotStore{Dir: snapshotDir()}
-		eo := engineOptions{
-			pins: pins, runtime: o.Runtime, containerdAddress: o.ContainerdAddress, imageDir: o.ImageDir,
-			build: !o.NoBuild, progress: o.Progress, wrap: o.Images, logger: runLog.Named("engine"),
-		}
-		switch o.Mode {
-		case Serve, MCP:
-			// Building an image takes minutes: inside a call only when
-			// the config asks for it; otherwise a missing image fails the
-			// call at once, and start-up says which are missing.
-			eo.build, eo.checkImages = cfg.Images.BuildOnDemand, true
-			if eo.progress == nil {
-				eo.progress = logWriter{log.Named("images")}
-			}
-		case Local:
-			eo.build = false
-		}
-		if o.Mode != EngineOnly {
-			eo.journal = s.journal
-		}
-		if o.Mode == Serve {
-			eo.prepare = func(rt runtime.Runtime) (*runtime.Pool, error) { return s.startRuntime(ctx, rt) }
-			eo.checkpoints = filepath.Join(cfg.Daemon.StateDir, "checkpoints")
-			if s.metrics != nil {
-				eo.onImageBuild = s.metrics.ImageBuilt
-			}
-		}
-		if s.engine, err = newEngine(cfg, eo, log); err != nil {
-			return nil, err
-		}
-		if p := s.engine.Pool(); p != nil {
-			s.drainOnReload(ctx)
-			if s.metrics != nil {
-				s.metrics.WatchPool(p.Stats)
-			}
-		}
-		if o.Mode != Serve && rootless.Active() {
-			sweepUserRuns(ctx, s.engine.Runtime(), log)
-		}
-		if o.Mode == Serve {
-			if n, err := pins.Prune(snapshotMaxAge); err != nil {
-				log.Warn("pruning old skill snapshots failed", "dir", pins.Dir, "error", err)
-			} else if n > 0 {
-				log.Info("pruned skill snapshots not used for a day", "count", n)
-			}
-		}
-	}
-	if o.Mode == EngineOnly {
-		return s, nil
-	}
-
-	so := service.Options{Config: cfg, Skills: index, Engine: s.engine, Audit: s.journal, Logger: runLog}
-	// The daemon's callers name only directories of their own that policy
-	// grants; a front end in the user's own process names any of theirs.
-	so.HostWorkspaces = service.HostWorkspacesOwn
-	if o.Mode == Serve {
-		so.HostWorkspaces = service.HostWorkspacesGranted
-	}
-	var sessions *store.SessionStore
-	var confirms *store.ConfirmationStore
-	if o.Mode != OneShot {
-		dir := cfg.Daemon.StateDir
-		if o.Mode != Serve {
-			prefix := "skillbox-local-"
-			if o.Mode == MCP {
-				prefix = "skillbox-mcp-"
-			}
-			if s.stateDir, err = os.MkdirTemp("", prefix); err != nil {
-				return nil, err
-			}
-			dir = s.stateDir
-		}
-		if s.state, err = openState(cfg, o.Mode, dir, log); err != nil {
-			return nil, err
-		}
-		sessions = store.NewSessionStore(s.state, store.SessionOptions{Logger: log.Named("store")})
-		if o.Mode == Serve {
-			// Sandboxes a daemon before this one paused (at its shutdown,
-			// or idle) resume on their session's next run.
-			if err := s.engine.Sessions().Recover(sessions.Exists); err != nil {
-				log.Warn("paused session sandboxes not recovered", "error", err)
-			}
-		}
-		confirms = store.NewConfirmationStore(s.state, store.ConfirmationOptions{DefaultTTL: cfg.Daemon.ConfirmationTTL, Logger: log.Named("store")})
-		so.Sessions, so.Confirmations = sessions, confirms
-		if s.metrics != nil {
-			s.metrics.WatchSessions(sessions.Count)
-			so.Metrics = s.metrics
-		}
-		so.Locker, _ = s.state.(store.Locker)
-		so.SessionWorkspaces, so.WorkspaceQuota = filepath.Join(dir, "workspaces"), cfg.Daemon.WorkspaceQuota
-		so.WorkspaceQuotaPerUID, so.WorkspaceQuotaTotal = cfg.Daemon.WorkspaceQuotaPerUID, cfg.Daemon.WorkspaceQuotaTotal
-		if o.Mode != Local {
-			if so.Proposals, err = store.NewProposalStore(s.state); err != nil {
-				return nil, err
-			}
-		}
-	}
-	// The service audits expiries (it hooks the stores), so it exists
-	// before the sweepers start.
-	if o.Mode == Serve {
-		s.daemon = daemon.New(daemon.Options{Options: so, Tracer: s.Tracer()})
-		s.svc = s.daemon.Service()
-	} else {
-		s.svc = service.New(so)
-	}
-	if o.Mode == Serve {
-		// Workspaces of sessions that expired while no daemon ran.
-		if err := s.svc.SweepSessionWorkspaces(); err != nil {
-			log.Warn("sweeping the workspaces of ended sessions failed", "error", err)
-		}
-	}
-	if o.Mode == Serve || o.Mode == MCP {
-		s.bg.Add(2)
-		go func() { defer s.bg.Done(); sessions.RunSweeper(ctx, time.Minute) }()
-		go func() { defer s.bg.Done(); confirms.RunSweeper(ctx, time.Minute) }()
-	}
 	return s, nil
+}
+
+// constructors are the stacks' builders, one a mode (modes.go).
+var constructors = map[Mode]func(*Stack, context.Context, Options) error{
+	Serve:      (*Stack).buildServe,
+	MCP:        (*Stack).buildMCP,
+	OneShot:    (*Stack).buildOneShot,
+	Local:      (*Stack).buildLocal,
+	EngineOnly: (*Stack).buildEngineOnly,
 }
 
 // snapshotMaxAge is how long a skill version's copy may go unused before

@@ -9,12 +9,12 @@ import (
 	"github.com/skillbox/skillbox/sandbox/store"
 )
 
-// openState opens the KV the stores run on: the daemon's choice
-// (daemon.store) when serving, else bbolt in dir. A daemon whose etcd does
+// openState opens the KV the stores run on: with daemonStore the daemon's
+// choice (daemon.store), else bbolt in dir. A daemon whose etcd does
 // not answer does not start: replicas must not each keep state of their
 // own that the others cannot see.
-func openState(cfg *policy.Config, mode Mode, dir string, log hclog.Logger) (store.KV, error) {
-	if mode != Serve || cfg.Daemon.Store != policy.StoreEtcd {
+func openState(cfg *policy.Config, daemonStore bool, dir string, log hclog.Logger) (store.KV, error) {
+	if !daemonStore || cfg.Daemon.Store != policy.StoreEtcd {
 		return store.OpenStateDB(dir)
 	}
 	e := cfg.Etcd

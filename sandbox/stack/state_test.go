@@ -44,7 +44,7 @@ store "etcd" {
 		{"serve with a dead etcd", cfg, Serve, false, []string{dead, "etcd.hcl:5", "did not answer"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			kv, err := openState(tc.cfg, tc.mode, t.TempDir(), hclog.NewNullLogger())
+			kv, err := openState(tc.cfg, tc.mode == Serve, t.TempDir(), hclog.NewNullLogger())
 			if tc.wantErr != nil {
 				if err == nil {
 					kv.Close()
