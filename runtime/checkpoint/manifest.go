@@ -1,16 +1,20 @@
-// Package checkpoint keeps the checkpoints of session sandboxes (issue 26):
-// where they live on disk and what vouches for them.
+// Package checkpoint is where the checkpoints of session sandboxes live and
+// what vouches for them.
 //
-// A checkpoint is a gVisor memory image (runsc checkpoint's
-// checkpoint.img, pages.img, pages_meta.img) and a copy of the sandbox's
-// /work, which runsc does not save but the restored processes hold open.
-// The image holds all of the sandbox's memory, secrets included, and runsc
-// writes it world-readable, so the Store keeps it in a directory only its
-// owner may enter. runsc checks nothing at restore but its own version: its
-// header is unauthenticated and the image (rootfs) is not compared. So each
-// checkpoint carries skillbox's own Manifest, with the sha256 of every file
-// and what the sandbox was made of, and Load and Verify check it before
-// runsc is called.
+// A checkpoint is a gVisor memory image (runsc checkpoint's checkpoint.img,
+// pages.img, pages_meta.img) and a copy of the sandbox's /work, which runsc
+// does not save but the restored processes hold open. The image holds all of
+// the sandbox's memory, secrets included, and runsc writes it
+// world-readable, so the Store keeps it in a directory only its owner may
+// enter. runsc checks nothing at restore but its own version: its header is
+// unauthenticated and the image (rootfs) is not compared. So each checkpoint
+// carries skillbox's own Manifest, with the sha256 of every file and what
+// the sandbox was made of (runsc build, platform, network, image digest, the
+// spec without its host paths, the supervisor binary, the skills' digests),
+// and Load and Verify check it before runsc is called. CopyTree copies /work
+// without following a link, holes and hard links kept; CopyTreeWith charges
+// every write to the checkpoint budgets, so a /work that grows while it is
+// copied stops at them.
 //
 // The package imports only runtime/errkind, x/sys/unix and the standard
 // library, so the runtime and the service can both use it.

@@ -1,13 +1,29 @@
 // Package egress is skillbox's way out of a sandbox that policy lets reach a
-// few destinations: a network namespace of the run's own whose only
-// reachable address is a proxy skillbox runs outside the sandbox. The proxy
-// (HTTP CONNECT and plain HTTP) checks each destination's name and port
-// against the run's rules, resolves the name on the host, refuses
+// few destinations: a network namespace of the run's own, joined by a veth
+// pair to a second namespace holding the only reachable address, a proxy
+// skillbox runs outside the sandbox. Both ends live in namespaces of their
+// own, so nothing of the host's namespace (its services, its metadata
+// address) is reachable, and a connection anywhere but the proxy fails at
+// once.
+//
+// The proxy (HTTP CONNECT and plain HTTP) checks each destination's name and
+// port against the run's rules, resolves the name on the host, refuses
 // addresses in private, loopback and link-local ranges unless a rule names
-// them (no DNS rebinding into the host's networks), caps connections and
-// bytes, and reports every attempt. The sandbox's resolver answers only the
-// names the rules allow, with the proxy's address, and forwards nothing,
-// so DNS queries cannot carry data out.
+// them (no DNS rebinding into the host's networks), and reports every
+// attempt. The sandbox's name server answers only the names the rules allow,
+// with the proxy's address, and forwards nothing, so DNS queries cannot
+// carry data out. Clients that ignore the proxy variables connect to that
+// address on the destination's port, and the proxy takes the name from the
+// TLS ClientHello or the Host header (the transparent path), with the same
+// checks.
+//
+// A secret never enters the sandbox: it sees a placeholder, and for a
+// CONNECT to one of the secret's hosts the proxy terminates TLS with a
+// certificate of an in-memory CA, verifies the real host, sets the secret's
+// header, and redacts every encoding of the value from the responses
+// (redact.go). What a sandbox can make the proxy hold is bounded (limits.go:
+// header sizes, idle time, connections at once), and a run's caps on
+// connections and bytes kill the sandbox when hit.
 package egress
 
 import (
