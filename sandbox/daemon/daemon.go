@@ -1,6 +1,8 @@
-// Package daemon wires what `skillbox serve` runs: the service
+// Package daemon is what `skillbox serve` runs: the service
 // (sandbox/service) behind the JSON-RPC server on the Unix socket
-// (sandbox/jsonrpc), and the audit of every call the socket refuses.
+// (sandbox/jsonrpc), and the audit of every call the socket refuses
+// (call.refused, capped per connection, so a flood of bad lines cannot fill
+// the audit disk).
 package daemon
 
 import (

@@ -5,6 +5,21 @@
 // copy, takes a warm sandbox when the pool has one, writes the run's audit
 // records and calls the runtime. It knows nothing of sessions, callers or
 // confirmations: those are the service's, which sits above it.
+//
+// A run never builds: the dependency layer a run needs is found by its key,
+// waited for while a build is in flight (within the run's own timeout), or
+// refused as unavailable with the command that builds it (Deps). The warm
+// pool is filled when a skill is loaded (WarmSkills) and drained when a
+// skill's digest changes (DrainStale); a run whose sandbox-wide limits or
+// network differ from the pool's goes cold, never into a looser sandbox.
+//
+// A skill whose policy says isolation = "session" runs in its session's own
+// sandbox (SessionSandboxes), one per image and sandbox-wide limits, booted
+// by the session's first such run and destroyed with it; background runs
+// live in it until they exit, and pause.go pauses, resumes and forks it
+// through runtime/checkpoint. Everything before the sandbox (policy,
+// confirmation, audit start) and after it (audit end, write-back, result) is
+// the same code as any run's.
 package runner
 
 import (

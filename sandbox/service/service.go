@@ -1,12 +1,24 @@
 // Package service is skillbox's transport-free core: sessions of loaded
 // skills, the tool calls of sandbox/api as Go methods, and the one
-// authorization path every run takes (policy decision, the skill's
-// allowed-tools, confirmation, audit) whichever front end asked: the
-// JSON-RPC daemon, the MCP server or `skillbox run`. The run engine below it
-// (sandbox/runner) turns an authorized request into one sandboxed run; the
-// service owns the audit log and writes it through the same runner.Journal
-// as the engine. Calls may emit events (run output while a script runs) to
-// a sink the front end puts in ctx.
+// authorization path every run takes (lock, policy decision with the skill's
+// allowed-tools, network and workspace, confirmation, run slot, audit)
+// whichever front end asked: the JSON-RPC daemon, the MCP server or
+// `skillbox run`. The run engine below it (sandbox/runner) turns an
+// authorized request into one sandboxed run; the service owns the audit log
+// and writes it through the same runner.Journal as the engine. Calls may
+// emit events (run output while a script runs) to a sink the front end puts
+// in ctx.
+//
+// Everything else a skill goes through is here too, over helpers of package
+// skills, so it takes the same path: activation renders a skill's body
+// (activate.go), and each !`command` in it runs as the policy tool
+// skills.render_command (command.go); PreToolUse and PostToolUse hooks run
+// for tools.check and tools.report as runs of their skill that can only
+// narrow a decision (hooks.go); proposals change a skill only after an
+// approver's approval against its current digest (proposals.go); and the
+// lock pins a skill's digest, so a rule with require_lock refuses any other
+// version (lock.go). An approval of egress destinations counts once per
+// session, skill and destinations.
 package service
 
 import (
