@@ -1,12 +1,15 @@
 // Package runtime is the API between skillbox and the sandboxes that run its
-// jobs: a Job and its Limits, the Result of a run, the Runtime interface a
-// backend implements (one call wide: Run) and the Lifecycle of single-use
-// sandboxes under it (Create, Start, Deliver, Wait, Destroy) that the warm
-// Pool uses; what a valid job is (ValidateJob, the environment and input
-// rules, module paths); and the registry of backends. Backends register
-// themselves by name from their own packages (runtime/ocicli: runsc, runc;
-// runtime/containerd); callers import the ones they offer and pick one with
-// New, which never falls back to another.
+// jobs: a Job and its Limits (the one limits type, which policy and the
+// service use too), the Result of a run, the Runtime interface a backend
+// implements (one call wide: Run) and the Lifecycle of single-use sandboxes
+// under it (Create, Start, Deliver, Wait, Destroy) that the warm Pool uses;
+// what a valid job is (ValidateJob, the environment and input rules, module
+// paths); and the registry of backends. Backends register themselves by name
+// from their own packages (runtime/ocicli: runsc, runc; runtime/containerd;
+// runtime/kubernetes); callers import the ones they offer and pick one with
+// New, which never falls back to another. A backend owns and decodes its own
+// options: a typed value (Options.Backend) or its config block's attributes
+// (Options.Settings).
 //
 // The parts backends share live beside it, not in it: runtime/oci builds a
 // job's OCI bundle and reads its outputs back, runtime/process holds the

@@ -1,16 +1,21 @@
 // Package skills understands Agent Skills: it parses and validates SKILL.md
 // files as the open standard defines them, indexes skills from several roots
-// with precedence and content digests, renders the prompt blocks hosts give to
-// models, and reads skill files without ever leaving the skill's directory.
+// with precedence and content digests, renders the prompt blocks hosts give
+// to models and a skill's body for activation (Render), and reads skill
+// files without ever leaving the skill's directory. It also holds what the
+// service builds a skill's lifecycle on: hooks (ParseHooks), a proposal's
+// diff (ApplyDiff), the lock file that pins digests, and token estimates
+// (EstimateTokens).
 //
 // Skill directories are untrusted input: anyone who can drop a folder into a
 // root can try to make the daemon slow (hostile YAML), leak host files
-// (symlinks, hardlinks, /proc links) or hang (FIFOs). So SKILL.md is size-
-// capped and checked before YAML decoding, reads are resolved by the kernel
-// with openat2(RESOLVE_BENEATH), and the registry keeps only metadata and
-// SKILL.md bodies in memory. Validation follows the agentskills.io
+// (symlinks, hardlinks, /proc links) or hang (FIFOs). So SKILL.md is
+// size-capped and checked before YAML decoding, reads are resolved by the
+// kernel with openat2(RESOLVE_BENEATH), and the registry keeps only metadata
+// and SKILL.md bodies in memory. Validation follows the agentskills.io
 // specification strictly for authors (LoadDir, 'skillbox skills validate')
-// but indexing is lenient, so a cosmetic slip never hides a skill from users.
+// but indexing is lenient, so a cosmetic slip never hides a skill from
+// users.
 package skills
 
 import "errors"

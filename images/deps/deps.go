@@ -1,14 +1,18 @@
-// Package deps turns what a skill declares it needs (requirements.txt,
-// PEP 723 blocks in its scripts, package.json, the config's packages block)
-// into a dependency layer on top of an interpreter image: read-only,
+// Package deps turns what a skill declares it needs (requirements.txt, PEP
+// 723 blocks in its scripts, package.json, the config's packages block) into
+// a dependency layer on top of an interpreter image: read-only,
 // content-addressed by (image digest, normalised dependency set), shared by
-// every skill with the same set, and built off the run path.
+// every skill with the same set, and built off the run path, so that a run
+// never waits for a package index.
 //
 // Nothing a package ships runs on the host: Python artifacts are fetched as
 // wheels only (pip download --only-binary, which unpacks nothing), npm
-// packages are resolved with lifecycle scripts off and fetched as tarballs by
-// skillbox itself; installation runs inside a sandbox of the image with the
-// network off. Every artifact's sha256 is recorded in the layer's manifest.
+// packages are resolved with lifecycle scripts off and fetched as tarballs
+// by skillbox itself; installation runs inside a sandbox of the image with
+// the network off. Every artifact's sha256 is recorded in the layer's
+// manifest. A layer is capped (dependencies.max_layer_bytes) before
+// installing, while installing and after, and a build over the cap fails
+// naming both sizes. Check is the static check behind skills.check.
 package deps
 
 import "errors"

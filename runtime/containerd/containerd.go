@@ -1,21 +1,28 @@
-// Package containerd is skillbox's runtime backend over a containerd
-// daemon: the containers and tasks of runs live in containerd (namespace
-// "skillbox" by default), visible to its tooling (ctr, metrics), and a
-// runtime handler (a shim) runs them: gVisor's containerd-shim-runsc-v1 by
-// default, or the runc v2 shim running runsc or runc.
+// Package containerd is skillbox's runtime backend over a containerd daemon:
+// the containers and tasks of runs live in containerd (namespace "skillbox"
+// by default), visible to its tooling (ctr, metrics), and a runtime handler
+// (a shim) runs them: gVisor's containerd-shim-runsc-v1 by default, or the
+// runc v2 shim running runsc or runc.
 //
-// It is the same sandbox as the runsc and runc backends: the bundle, the
-// OCI spec (oci.BuildSpec, with the options of the OCI runtime the
-// handler runs), the workdir with its inputs, the output capture, the end
-// of run rules and the outputs all come from runtime/oci and
-// runtime/process; only how a process is started, waited for and killed is
-// containerd's, and the rootfs: a snapshot of the job's image in containerd (see snapshot.go).
+// It is the same sandbox as the runsc and runc backends: the bundle, the OCI
+// spec (oci.BuildSpec, with the options of the OCI runtime the handler
+// runs), the workdir with its inputs, the output capture, the end of run
+// rules and the outputs all come from runtime/oci and runtime/process; only
+// how a process is started, waited for and killed is containerd's, and the
+// rootfs: a fresh read-only snapshot of the job's image, imported from
+// skillbox's store or pulled, with a dependency layer as one more layer of
+// an image made per (image, layer) (see snapshot.go). The task's stdio are
+// the capture's pipes through FIFOs in the run dir, and runsc under a shim
+// reporting a killed sandbox as 255 is turned into the signal skillbox sent,
+// as the other backends report it.
 //
 // A lease per sandbox (id = the run's id, labelled with its run dir) holds
 // whatever containerd keeps for the run; the container carries the run dir
 // as a label, so Sweep applies the same rule as the other backends: a run
 // dir whose lock is free belongs to a dead run, and its container, task,
-// lease, cgroup and workdir go.
+// lease, shim, cgroup and workdir go. A task lives in its shim, also while
+// it waits in the pool, so each sandbox has a sandbox watchdog (watchdog.go)
+// that sweeps it if the daemon dies.
 package containerd
 
 import (

@@ -5,6 +5,13 @@
 // and `list`; their bundles come from runtime/oci and their cgroups,
 // streams, watchdogs and sweep from runtime/process. They register with
 // runtime (runtime.New("runsc"), "runc") when the package is imported.
+//
+// A warm runsc sandbox starts with `runsc run --detach`, so no runsc process
+// waits beside each idle sandbox; its first process writes the exit status
+// on a pipe handed in with --pass-fd. A session sandbox (session.go) has
+// runtime/supervisor as its first process. A rootless sandbox has no cgroup,
+// so memwatch.go watches its memory (the sentry's memory file and its
+// anonymous memory) and kills it above the limit, failing closed.
 package ocicli
 
 import (

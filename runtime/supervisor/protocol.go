@@ -1,11 +1,16 @@
 // Package supervisor is pid 1 of a session sandbox and the host's client of
 // it. A session sandbox lives for many runs, and gVisor kills on restore
 // every process that `runsc exec` started, so every run of the session is a
-// child of this one long-lived process, which starts it, relays its output,
-// reaps it, reports its exit and clears away what it left behind. After a
-// restore the sandbox's fds 0/1/2 are new host pipes, so all control goes
-// over stdin and stdout: length-prefixed JSON frames, requests in, events
-// out (this file). Serve is the sandbox side, Client the host side.
+// child of this one long-lived process (the skillbox binary itself,
+// `skillbox supervise`), which starts it in a session of its own, relays its
+// output, reaps it, reports its exit and clears away what it left behind. It
+// keeps Python interpreters pre-started, so a run does not pay for the
+// start, and a worker reports its run's exit on a pipe of its own just
+// before it exits, so a run ends without waiting for gVisor to tear the
+// process down. After a restore the sandbox's fds 0/1/2 are new host pipes,
+// so all control goes over stdin and stdout: length-prefixed JSON frames,
+// requests in, events out (this file). Serve is the sandbox side, Client the
+// host side.
 package supervisor
 
 import (
