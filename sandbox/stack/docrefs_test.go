@@ -2,6 +2,7 @@ package stack_test
 
 import (
 	"bufio"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -44,22 +45,27 @@ var (
 // TestDocReferences fails for every Go package path of this module and
 // every file path of the repository that README.md, docs/*.md or an
 // example's README.md names and the tree lacks: in a link, in code (inline
-// or fenced) or as a path in prose.
+// or fenced) or as a path in prose. A link's #anchor must name a heading of
+// the file it links to.
 func TestDocReferences(t *testing.T) {
 	root := filepath.Join("..", "..")
 	docs := []string{"README.md"}
-	for _, pattern := range []string{"docs/*.md", "examples/*/README.md", "examples/*/*/README.md", "examples/*/*/*/README.md"} {
-		m, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pattern)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range m {
-			rel, err := filepath.Rel(root, f)
-			if err != nil {
-				t.Fatal(err)
-			}
+	md, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range md {
+		docs = append(docs, "docs/"+filepath.Base(f))
+	}
+	err = filepath.WalkDir(filepath.Join(root, "examples"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Name() == "README.md" {
+			rel, _ := filepath.Rel(root, p)
 			docs = append(docs, filepath.ToSlash(rel))
 		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if len(docs) < 5 {
 		t.Fatalf("found only %d docs under %s", len(docs), root)
@@ -71,6 +77,9 @@ func TestDocReferences(t *testing.T) {
 	for _, doc := range docs {
 		for _, ref := range docReferences(t, filepath.Join(root, filepath.FromSlash(doc)), path.Dir(doc)) {
 			if exists(ref.path) {
+				if ref.anchor != "" && strings.HasSuffix(ref.path, ".md") && !headings(t, filepath.Join(root, filepath.FromSlash(ref.path)))[ref.anchor] {
+					t.Errorf("%s:%d links to %s#%s, a heading it does not have", doc, ref.line, ref.path, ref.anchor)
+				}
 				continue
 			}
 			if m := docIdent.FindStringSubmatch(ref.path); m != nil && exists(m[1]) {
@@ -81,16 +90,51 @@ func TestDocReferences(t *testing.T) {
 	}
 }
 
-// docRef is a repository path a doc names, and the line it is on.
+// headings are the anchors of a markdown file's headings, as GitHub makes
+// them: lower case, punctuation dropped, spaces as hyphens.
+func headings(t *testing.T, file string) map[string]bool {
+	t.Helper()
+	data, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	fenced := false
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(strings.TrimSpace(line), "```") {
+			fenced = !fenced
+		}
+		title, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " ")
+		if fenced || !strings.HasPrefix(line, "#") || !ok {
+			continue
+		}
+		slug := strings.Map(func(r rune) rune {
+			switch {
+			case r == ' ':
+				return '-'
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				return unicode.ToLower(r)
+			}
+			return -1
+		}, strings.TrimSpace(title))
+		out[slug] = true
+	}
+	return out
+}
+
+// docRef is a repository path a doc names, the line it is on and, for a
+// link, the anchor it points to.
 type docRef struct {
-	path string
-	line int
+	path   string
+	line   int
+	anchor string
 }
 
 // docReferences reads the repository paths the markdown file names. dir is
 // the file's directory in the repository, against which its relative links
 // are resolved; every other path is the repository's own.
 func docReferences(t *testing.T, file, dir string) []docRef {
+	self := filepath.Base(file)
 	t.Helper()
 	f, err := os.Open(file)
 	if err != nil {
@@ -98,9 +142,9 @@ func docReferences(t *testing.T, file, dir string) []docRef {
 	}
 	defer f.Close()
 	var refs []docRef
-	add := func(line int, word string) {
+	add := func(line int, word, anchor string) {
 		if p, ok := repoPath(word); ok && !notRepoPaths[p] {
-			refs = append(refs, docRef{p, line})
+			refs = append(refs, docRef{p, line, anchor})
 		}
 	}
 	sc := bufio.NewScanner(f)
@@ -114,27 +158,30 @@ func docReferences(t *testing.T, file, dir string) []docRef {
 		}
 		if fenced {
 			for _, w := range docSplit.Split(text, -1) {
-				add(n, w)
+				add(n, w, "")
 			}
 			continue
 		}
 		for _, m := range docLink.FindAllStringSubmatch(text, -1) {
 			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "#") || strings.HasPrefix(target, "mailto:") {
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
-			target, _, _ = strings.Cut(target, "#")
-			add(n, path.Join(dir, target))
+			target, anchor, _ := strings.Cut(target, "#")
+			if target == "" {
+				target = self
+			}
+			add(n, path.Join(dir, target), anchor)
 		}
 		prose := docLink.ReplaceAllString(text, "]")
 		for _, m := range docCode.FindAllStringSubmatch(prose, -1) {
 			for _, w := range docSplit.Split(m[1]+m[2], -1) {
-				add(n, w)
+				add(n, w, "")
 			}
 		}
 		prose = docCode.ReplaceAllString(prose, " ")
 		for _, m := range docBare.FindAllStringSubmatch(prose, -1) {
-			add(n, m[1])
+			add(n, m[1], "")
 		}
 	}
 	if err := sc.Err(); err != nil {
