@@ -214,3 +214,19 @@ func repoPath(word string) (string, bool) {
 	}
 	return w, true
 }
+
+// TestDocPackages keeps docs/ARCHITECTURE.md's line per package with the
+// layer picture: every package of it is named there by its path.
+func TestDocPackages(t *testing.T) {
+	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "ARCHITECTURE.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, row := range layers {
+		for _, pkg := range row {
+			if !strings.Contains(string(data), "`"+pkg+"`") {
+				t.Errorf("docs/ARCHITECTURE.md does not name package %s: give it its line in \"The packages\"", pkg)
+			}
+		}
+	}
+}
