@@ -1,10 +1,10 @@
-// Package bench measures what DESIGN.md's performance goals name, through
-// the same stack the commands build: cold runs through the engine, warm
-// runs through a real daemon on a temporary socket, throughput, a bare
-// sandbox, the registry and the audit chain. Every figure is reported next to
-// a baseline taken in the same run (a native interpreter start, a cold
-// runtime run), so results compare across machines as ratios. `skillbox
-// bench` is its command.
+// Package bench measures skillbox's performance goals through the same stack
+// the commands build: cold runs through the engine, warm runs through a real
+// daemon on a temporary socket, throughput, a bare sandbox, the registry and
+// the audit chain. Every figure is reported next to a baseline taken in the
+// same run (a native interpreter start, a cold runtime run), so results
+// compare across machines as ratios. `skillbox bench` is its command;
+// docs/BENCHMARKS.md holds the figures and how to reproduce them.
 package bench
 
 import (

@@ -10,15 +10,15 @@
 // in ctx.
 //
 // Everything else a skill goes through is here too, over helpers of package
-// skills, so it takes the same path: activation renders a skill's body
-// (activate.go), and each !`command` in it runs as the policy tool
-// skills.render_command (command.go); PreToolUse and PostToolUse hooks run
-// for tools.check and tools.report as runs of their skill that can only
-// narrow a decision (hooks.go); proposals change a skill only after an
-// approver's approval against its current digest (proposals.go); and the
-// lock pins a skill's digest, so a rule with require_lock refuses any other
-// version (lock.go). An approval of egress destinations counts once per
-// session, skill and destinations.
+// skills, so it takes the same path: activation renders a skill's body, and
+// each !`command` in it runs as the policy tool skills.render_command
+// (activate.go); PreToolUse and PostToolUse hooks run for tools.check and
+// tools.report as runs of their skill that can only narrow a decision
+// (hooks.go); proposals change a skill only after an approver's approval
+// against its current digest (proposals.go); and the lock pins a skill's
+// digest, so a rule with require_lock refuses any other version (lock.go).
+// An approval of egress destinations counts once per session, skill and
+// destinations.
 package service
 
 import (
