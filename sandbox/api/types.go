@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// The params and results of the tool calls (docs/ARCHITECTURE.md).
+// The params and results of the tool calls (docs/PROTOCOL.md).
 // JSON names are the protocol's and must not drift.
 
 // SessionParams names a session: sessions.close, sessions.instructions.

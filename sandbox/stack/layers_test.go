@@ -12,9 +12,9 @@ import (
 
 const module = "github.com/skillbox/skillbox/"
 
-// layers is the picture of docs/ARCHITECTURE.md ("How the packages depend
-// on each other"), top to bottom: a package imports only packages of rows
-// below its own, never one of its row or above.
+// layers is the picture of docs/ARCHITECTURE.md ("The layers"), top to
+// bottom: a package imports only packages of rows below its own, never one
+// of its row or above.
 var layers = [][]string{
 	{"cmd/skillbox"},
 	{"sandbox/bench"},
