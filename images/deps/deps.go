@@ -1,9 +1,9 @@
-// Package deps turns what a skill declares it needs (requirements.txt, PEP
-// 723 blocks in its scripts, package.json, the config's packages block) into
-// a dependency layer on top of an interpreter image: read-only,
-// content-addressed by (image digest, normalised dependency set), shared by
-// every skill with the same set, and built off the run path, so that a run
-// never waits for a package index.
+// Package deps is the per-skill dependency layers: it turns what a skill
+// declares it needs (requirements.txt, PEP 723 blocks in its scripts,
+// package.json, the config's packages block) into a dependency layer on top
+// of an interpreter image: read-only, content-addressed by (image digest,
+// normalised dependency set), shared by every skill with the same set, and
+// built off the run path, so that a run never waits for a package index.
 //
 // Nothing a package ships runs on the host: Python artifacts are fetched as
 // wheels only (pip download --only-binary, which unpacks nothing), npm

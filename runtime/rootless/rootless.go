@@ -1,17 +1,17 @@
-// Package rootless lets an ordinary user run skillbox's gVisor sandboxes
+// Package rootless is how an ordinary user runs skillbox's gVisor sandboxes
 // without root (skillbox run, exec and a self-contained mcp).
 //
-// runsc runs rootless by itself, but a run needs more than runsc: its
-// /work is a size- and inode-capped tmpfs that skillbox mounts and fills
-// with the inputs, and an ordinary user cannot mount. So the command
-// re-executes itself once, at its start, in a new user and mount namespace
-// where the user is uid 0 (Enter): there it may mount a tmpfs in its own
-// mount namespace, and nothing else it could not do before, since the
-// namespace maps only the user's own uid and grants nothing over files of
-// other users. Every mount dies with the namespace, so a crash leaves none
-// behind. The rest of skillbox then sees euid 0 and asks Active whether it
-// is real root or this namespace, which decides the runtime's flags, the
-// spec (runtime/oci SpecOptions.Rootless) and where state lives (Dirs).
+// runsc runs rootless by itself, but a run needs more than runsc: its /work
+// is a size- and inode-capped tmpfs that skillbox mounts and fills with the
+// inputs, and an ordinary user cannot mount. So the command re-executes
+// itself once, at its start, in a new user and mount namespace where the
+// user is uid 0 (Enter): there it may mount a tmpfs in its own mount
+// namespace, and nothing else it could not do before, since the namespace
+// maps only the user's own uid and grants nothing over files of other users.
+// Every mount dies with the namespace, so a crash leaves none behind. The
+// rest of skillbox then sees euid 0 and asks Active whether it is real root
+// or this namespace, which decides the runtime's flags, the spec
+// (runtime/oci SpecOptions.Rootless) and where state lives (Dirs).
 package rootless
 
 import (

@@ -1,13 +1,13 @@
-// Package connlimit bounds the connections a listener holds: per uid, in
-// total, and with a reserve that only privileged peers (the daemon's
+// Package connlimit is the bound on the connections a listener holds: per
+// uid, in total, and with a reserve that only privileged peers (the daemon's
 // approvers) may take, so that one local user holding idle connections can
 // neither exhaust the daemon's descriptors nor lock anyone else out.
 //
-// Every listener of the daemon counts through a Limiter: the JSON-RPC
-// server asks it directly (it answers a refusal with a JSON-RPC error), and
-// the HTTP listeners (the console socket and its loopback bridge, the
-// metrics endpoint) wrap their net.Listener in a Listener, which refuses
-// at Accept without ever blocking or queueing.
+// Every listener of the daemon counts through a Limiter: the JSON-RPC server
+// asks it directly (it answers a refusal with a JSON-RPC error), and the
+// HTTP listeners (the console socket and its loopback bridge, the metrics
+// endpoint) wrap their net.Listener in a Listener, which refuses at Accept
+// without ever blocking or queueing.
 //
 // It imports nothing of skillbox: a peer is a uid and whether the kernel
 // reported one.

@@ -1,16 +1,15 @@
-// Package metrics owns the daemon's Prometheus metrics: the collectors,
-// their registry (its own, never the global one) and the endpoint that
-// serves them. The rest of skillbox does not import Prometheus: it reports
-// through small interfaces of its own (runner.AppendObserver for every
-// audit record and how long its append took, service.Metrics for a
-// confirmation's wait, images.Store.OnBuild for image builds) and the
-// pool and session store are read when scraped. The stack wires them
-// together when daemon { metrics = "…" } is set; without it nothing is
-// collected.
+// Package metrics is the daemon's Prometheus metrics: the collectors, their
+// registry (its own, never the global one) and the endpoint that serves
+// them. The rest of skillbox does not import Prometheus: it reports through
+// small interfaces of its own (runner.AppendObserver for every audit record
+// and how long its append took, service.Metrics for a confirmation's wait,
+// images.Store.OnBuild for image builds) and the pool and session store are
+// read when scraped. The stack wires them together when daemon { metrics =
+// "…" } is set; without it nothing is collected.
 //
 // Labels are bounded: a skill's name is a label, but only the first
-// MaxSkills names seen are kept apart, the rest are counted as "_other";
-// run ids, session ids, uids and paths are never labels.
+// MaxSkills names seen are kept apart, the rest are counted as "_other"; run
+// ids, session ids, uids and paths are never labels.
 package metrics
 
 import (

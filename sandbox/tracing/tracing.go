@@ -1,11 +1,11 @@
-// Package tracing owns the daemon's OpenTelemetry SDK: the tracer
-// provider, its sampler and the OTLP/HTTP exporter that sends spans to the
-// collector daemon { traces = "…" } names. The rest of skillbox does not
-// import the SDK: the front ends start a call's root span with the
-// trace.Tracer they are given, and lower packages start child spans with
-// span.Start (package span imports the otel API only), which records nothing unless the context
-// carries a span of a traced call. Without daemon.traces no tracer
-// exists, and a call's cost is that nil check.
+// Package tracing is the daemon's OpenTelemetry SDK: the tracer provider,
+// its sampler and the OTLP/HTTP exporter that sends spans to the collector
+// daemon { traces = "…" } names. The rest of skillbox does not import the
+// SDK: the front ends start a call's root span with the trace.Tracer they
+// are given, and lower packages start child spans with span.Start (package
+// span imports the otel API only), which records nothing unless the context
+// carries a span of a traced call. Without daemon.traces no tracer exists,
+// and a call's cost is that nil check.
 //
 // Span names and attributes are bounded: the method or tool, the skill's
 // name, the script's path in the skill, the runtime, warm or cold, the

@@ -1,11 +1,12 @@
-// Package workspace lets a run work on a directory of the user's: the files
-// it names are copied into the run's /work before the run, and what the run
-// created, changed or deleted there is applied back after it. The sandbox
-// never sees the host directory itself, so nothing it does (links, renames,
-// FIFOs, races) can reach past what it was given; everything that crosses is
-// checked here, on the host side, where it is confined to the workspace
-// (every path resolved beneath an open directory of it, never through a
-// symlink), capped (never silently) and reported for the audit log.
+// Package workspace is a run's workspace, a directory of the user's: the
+// files the run names are copied into the run's /work before the run, and
+// what the run created, changed or deleted there is applied back after it.
+// The sandbox never sees the host directory itself, so nothing it does
+// (links, renames, FIFOs, races) can reach past what it was given;
+// everything that crosses is checked here, on the host side, where it is
+// confined to the workspace (every path resolved beneath an open directory
+// of it, never through a symlink), capped (never silently) and reported for
+// the audit log.
 //
 // A change is applied only where the host file is still the one the run
 // started from (its SHA-256 in the Snapshot), each file atomically;
