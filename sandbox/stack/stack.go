@@ -2,12 +2,13 @@
 // registry, the audit log, the runtime, the images, the run engine, the
 // state stores and the service (and, for serve, the daemon) in the order
 // each needs the others, and closes them in the reverse order. Every command
-// that runs or authorizes anything builds its parts here, per mode (Serve,
-// MCP, OneShot for run and exec, Local for proposals, EngineOnly for deps,
-// check and bench), so `skillbox serve`, the self-contained MCP server and a
-// one-shot `skillbox run` cannot drift apart in how they are put together.
-// Under runtime/rootless it picks the one runtime that runs there, runsc
-// rootless, with the user's own directories.
+// that runs or authorizes anything builds its parts here, New dispatching to
+// one constructor per mode (Serve, MCP, OneShot for run and exec, Local for
+// proposals, EngineOnly for deps, check and bench), each composed from part
+// openers that never ask the mode, so `skillbox serve`, the self-contained
+// MCP server and a one-shot `skillbox run` cannot drift apart in how they
+// are put together. Under runtime/rootless it picks the one runtime that
+// runs there, runsc rootless, with the user's own directories.
 package stack
 
 import (
