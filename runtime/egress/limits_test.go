@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime/egress/egresstest"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 func TestHeadLimit(t *testing.T) {
@@ -146,14 +147,17 @@ func (l *lab) tunnel(t *testing.T, hostport, tlsName string) net.Conn {
 // reported after the first `after`.
 func (l *lab) waitReport(t *testing.T, after int, what string, match func(Attempt) bool) Attempt {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	var found Attempt
+	if waitfor.Within(15*time.Second, func() bool {
 		for _, a := range l.rec.all()[after:] {
 			if match(a) {
-				return a
+				found = a
+				return true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		return found
 	}
 	t.Fatalf("no report of %s; reports: %+v", what, l.rec.all())
 	return Attempt{}
@@ -260,7 +264,11 @@ func TestProxyConcurrentAndIdle(t *testing.T) {
 	a, b := l.tunnel(t, "allowed.test:"+l.hp, ""), dial(t, l.transPlain)
 	defer a.Close()
 	defer b.Close()
-	time.Sleep(50 * time.Millisecond) // b is accepted
+	waitfor.True(t, "b to be accepted", 5*time.Second, func() bool {
+		l.p.mu.Lock()
+		defer l.p.mu.Unlock()
+		return len(l.p.clients) == 2
+	})
 	c := dial(t, l.proxyAddr)
 	defer c.Close()
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))

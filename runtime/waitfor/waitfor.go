@@ -23,8 +23,8 @@ const (
 	maxPause   = 200 * time.Millisecond
 )
 
-// ErrNotYet is what Until reports, wrapped, when cond returned false.
-var ErrNotYet = errors.New("not yet")
+// errNotYet is Within's error for a cond that returned false.
+var errNotYet = errors.New("not yet")
 
 // Until calls cond until it returns nil or timeout passes, and returns nil or
 // cond's last error with the time waited. It does not fail a test, so it
@@ -45,18 +45,24 @@ func Until(timeout time.Duration, cond func() error) error {
 	}
 }
 
+// Within calls cond until it returns true or timeout passes, and says
+// whether it did; for a test that reports the failure in its own words, or
+// goes on after it (t.Errorf).
+func Within(timeout time.Duration, cond func() bool) bool {
+	return Until(timeout, func() error {
+		if cond() {
+			return nil
+		}
+		return errNotYet
+	}) == nil
+}
+
 // True fails t (Fatal) unless cond returns true within timeout; what names
 // the awaited thing for the failure message ("the run to end").
 func True(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	err := Until(timeout, func() error {
-		if cond() {
-			return nil
-		}
-		return ErrNotYet
-	})
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
+	if !Within(timeout, cond) {
+		t.Fatalf("waiting for %s: still not so after %v", what, timeout)
 	}
 }
 

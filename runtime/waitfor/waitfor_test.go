@@ -63,7 +63,7 @@ func (r *recorder) Fatalf(format string, args ...any) {
 	r.failed = fmt.Sprintf(format, args...)
 }
 
-func TestTrueAndNoError(t *testing.T) {
+func TestTrueWithinNoError(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		wait     func(tb testing.TB)
@@ -74,7 +74,17 @@ func TestTrueAndNoError(t *testing.T) {
 		}, ""},
 		{"True times out", func(tb testing.TB) {
 			True(tb, "the flag", 20*time.Millisecond, func() bool { return false })
-		}, "waiting for the flag: still not so after 20ms: not yet"},
+		}, "waiting for the flag: still not so after 20ms"},
+		{"Within holds", func(tb testing.TB) {
+			if !Within(time.Second, func() bool { return true }) {
+				tb.Fatalf("Within = false")
+			}
+		}, ""},
+		{"Within times out", func(tb testing.TB) {
+			if Within(20*time.Millisecond, func() bool { return false }) {
+				tb.Fatalf("Within = true")
+			}
+		}, ""},
 		{"NoError holds", func(tb testing.TB) {
 			NoError(tb, "the runs to end", time.Second, func() error { return nil })
 		}, ""},
