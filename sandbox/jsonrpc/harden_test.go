@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -71,7 +72,7 @@ func TestRequestBytesPerUID(t *testing.T) {
 	c := ts.dial(t)
 	pad := strings.Repeat(" ", 200)
 	c.send(`{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":3000` + pad + `}}`)
-	time.Sleep(50 * time.Millisecond)
+	waitfor.True(t, "the first call to be in flight", 2*time.Second, func() bool { return ts.callsInFlight() == 1 })
 	c.send(`{"jsonrpc":"2.0","id":2,"method":"echo","params":{"x":1` + pad + `}}`)
 	r := c.recv()
 	if string(r.ID) != "2" {
@@ -88,7 +89,7 @@ func TestRequestBytesPerUIDWhileReading(t *testing.T) {
 	a, b := ts.dial(t), ts.dial(t)
 	pad := strings.Repeat(" ", 200<<10)
 	a.send(`{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":3000` + pad + `}}`)
-	time.Sleep(50 * time.Millisecond)
+	waitfor.True(t, "the first call to be in flight", 2*time.Second, func() bool { return ts.callsInFlight() == 1 })
 	b.send(`{"jsonrpc":"2.0","id":7,"method":"echo","params":{"x":1` + pad + `}}`)
 	r := b.recv()
 	if string(r.ID) != "7" {
