@@ -19,7 +19,6 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 )
 
 // testServer runs a Server on a real socket in a temp dir.
@@ -937,7 +936,7 @@ func TestCallErrorHooks(t *testing.T) {
 		t.Fatalf("server unusable after a hook panicked: %+v", r.Error)
 	}
 	c.nc.Close()
-	servicetest.WaitFor(t, "OnConnClosed", func() bool {
+	waitfor.True(t, "OnConnClosed", time.Minute, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(closed) == 1

@@ -11,6 +11,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
@@ -110,12 +111,12 @@ policy "default" {
 			svc.Run(ctx, owner, service.RunRequest{Skill: sk, Script: "scripts/run.sh", Args: []string{"flood"}}, service.RunOptions{Method: "test"})
 		}()
 	}
-	servicetest.WaitFor(t, "the flood to take its slots", func() bool {
+	waitfor.True(t, "the flood to take its slots", time.Minute, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return running[owner.UID] >= 1
 	})
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // the rest of the flood queues for its uid's slots
 	for _, who := range []api.Peer{stranger, approver} {
 		if _, err := svc.Run(ctx, who, service.RunRequest{Skill: sk, Script: "scripts/run.sh"}, service.RunOptions{Method: "test"}); err != nil {
 			t.Errorf("uid %d under another uid's flood: %v", who.UID, err)
