@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/skills"
@@ -561,16 +562,12 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	}
 	waitDigest := func(name, not string) string {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
-			if dg := digestOf(name); dg != not {
-				return dg
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("skill %s still at %s a minute after it changed (hot reload)", name, not)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		var dg string
+		waitfor.True(t, fmt.Sprintf("skill %s to leave %s after it changed (hot reload)", name, not), time.Minute, func() bool {
+			dg = digestOf(name)
+			return dg != not
+		})
+		return dg
 	}
 
 	// ---- the lock ----
