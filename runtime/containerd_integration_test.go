@@ -441,7 +441,7 @@ func TestContainerdImportRightAfterRemove(t *testing.T) {
 	}
 }
 
-// Issue 22, finding 9: a pooled containerd sandbox, booted and idle,
+// A pooled containerd sandbox, booted and idle, once
 // outlived the process that made it (the task lives in its shim) until a
 // Sweep. Its watchdog now removes it as soon as that process is gone, with
 // no Sweep: task, container, snapshot, lease, shim, cgroup and run dir,

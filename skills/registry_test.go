@@ -119,7 +119,7 @@ func TestRegistryFixtures(t *testing.T) {
 }
 
 // TestRegistryNameCollision: a skill directory cannot take over another
-// skill's name (finding 3 of issue 22). In testdata/collision/root,
+// skill's name. In testdata/collision/root,
 // aa-helper declares "name: net-x" and sorts before the real net-x;
 // group-a/dup-x and group-b/dup-x claim one name in one root; aa-link is a
 // symlink to net-x under another name.

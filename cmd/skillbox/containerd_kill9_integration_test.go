@@ -145,7 +145,7 @@ func zombies() map[int]string {
 	return z
 }
 
-// Issue 22, finding 9: idle warm tasks of a containerd daemon outlived a
+// Idle warm tasks of a containerd daemon once outlived a
 // kill -9 of the daemon (still running 40 s later; only a daemon started
 // again swept them). Now each sandbox's watchdog removes an idle one as
 // soon as its daemon is gone: within seconds no task, container, active

@@ -449,7 +449,7 @@ func tailLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// ---- issue 4: the walk through the tool calls ----
+// ---- the walk through the tool calls ----
 
 func TestDaemonWalkthrough(t *testing.T) {
 	needDaemon(t)
@@ -1009,7 +1009,7 @@ func (d *itDaemon) waitRunStarted(t *testing.T, sid string, runErr <-chan error,
 	return runID
 }
 
-// ---- issue 5: what the log holds, and that tampering is caught ----
+// ---- what the log holds, and that tampering is caught ----
 
 // extraSkill writes a one-script skill into a new root and returns the root.
 func extraSkill(t *testing.T, name, script, body string) string {
@@ -1193,7 +1193,7 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 	}, midSeq, midSeq+1)
 }
 
-// ---- issue 5: fail closed when the log cannot be written ----
+// ---- fail closed when the log cannot be written ----
 
 // auditOnTmpfs mounts a tmpfs of size on the daemon's audit dir (the test
 // is skipped if it cannot), unmounted after the daemon stops.
@@ -1298,7 +1298,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	}
 }
 
-// ---- issue 5: a crash in the middle of a run ----
+// ---- a crash in the middle of a run ----
 
 func TestDaemonCrashMidRun(t *testing.T) {
 	needDaemon(t)

@@ -2,7 +2,7 @@
 
 package main
 
-// Hardening tests of a real `skillbox serve` (issue 14): what must hold
+// Hardening tests of a real `skillbox serve`: what must hold
 // when the daemon dies, and when one uid floods it.
 
 import (
@@ -72,7 +72,7 @@ func runCgroupProcs(job string) []int {
 	return pids
 }
 
-// Finding 6: kill -9 of the daemon in the middle of a run does not let
+// Kill -9 of the daemon in the middle of a run does not let
 // the run outlive its time limit, though no daemon is started again: the
 // run's watchdog kills it at the deadline. (Before the watchdog, the
 // container went on for the script's whole 600 s.)
@@ -253,7 +253,7 @@ func copyForUID(t *testing.T, src, dir string) string {
 	return dst
 }
 
-// Finding 2, acceptance: while one uid floods the daemon with connections
+// While one uid floods the daemon with connections
 // and runs over real sockets, another uid still completes a run, and an
 // approver still approves that uid's guarded run; the refused connections
 // are in the audit log.

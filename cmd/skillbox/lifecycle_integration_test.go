@@ -419,7 +419,7 @@ Body.
 	}
 }
 
-// A hook is a run of its skill (issue 22, finding 5): the PostToolUse hook
+// A hook is a run of its skill: the PostToolUse hook
 // of a skill whose run_script needs confirmation does not run its deploy
 // script until an approver approves, and then once; the hooks of a skill
 // whose run_script and run_code are denied never run; tools.report of a

@@ -2,7 +2,7 @@
 
 package main
 
-// Issue 22, finding 1, through the daemon: while root's run_script and
+// Run dirs through the daemon: while root's run_script and
 // run_code runs are in flight (cold, and warm from the pool), other real
 // uids walk /run/skillbox and every process's root, cwd and descriptors,
 // knowing the run ids (which ps shows), and reach nothing: no secret, no

@@ -131,7 +131,7 @@ func mountsOf(id string) []string {
 	return out
 }
 
-// TestSessionBackgroundDaemon is issue 26's background acceptance through
+// TestSessionBackgroundDaemon: background runs of a session, through
 // the socket: a background run serves on loopback, a later run of the
 // same session fetches from it, runs.signal stops it, its log is read by
 // offset; a session of another uid reaches nothing of it; closing the
@@ -250,7 +250,7 @@ func TestSessionBackgroundDaemon(t *testing.T) {
 	}
 }
 
-// TestSessionPauseResumeDaemon is issue 26's pause and resume acceptance:
+// TestSessionPauseResumeDaemon: a session paused and resumed:
 // a session holding a counter in a background process and a file in
 // /work is paused, the daemon restarts, and the next run sees both; two
 // forks of it draw different random numbers; a checkpoint of another runsc

@@ -1,4 +1,4 @@
-// Package checkpoint keeps the checkpoints of session sandboxes (issue 26):
+// Package checkpoint keeps the checkpoints of session sandboxes:
 // where they live on disk and what vouches for them.
 //
 // A checkpoint is a gVisor memory image (runsc checkpoint's

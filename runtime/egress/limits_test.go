@@ -180,7 +180,7 @@ func flood(c net.Conn, start string) int64 {
 	return total
 }
 
-// Finding 2: an unterminated head through each path is cut at the head
+// An unterminated head through each path is cut at the head
 // limit, answered or closed, and reported; the proxy read no more than
 // the limit (and a buffer).
 func TestProxyHeadFlood(t *testing.T) {
@@ -226,7 +226,7 @@ func dial(t *testing.T, addr string) net.Conn {
 	return c
 }
 
-// Finding 2: a head that never completes is given up after HeadTimeout,
+// A head that never completes is given up after HeadTimeout,
 // on the paths that read heads.
 func TestProxyHeadTimeout(t *testing.T) {
 	l := newLab(t, func(c *Config) { c.HeadTimeout = 300 * time.Millisecond })
@@ -257,7 +257,7 @@ func TestProxyHeadTimeout(t *testing.T) {
 	}
 }
 
-// Finding 2: connections open at once are capped per run; one over the
+// Connections open at once are capped per run; one over the
 // cap is closed at once and reported; an idle one is closed.
 func TestProxyConcurrentAndIdle(t *testing.T) {
 	l := newLab(t, func(c *Config) { c.MaxConcurrent = 2; c.IdleTimeout = 500 * time.Millisecond })
@@ -293,7 +293,7 @@ func isTimeout(err error) bool {
 	return ok && ne.Timeout()
 }
 
-// Finding 4: an upstream echoing the request's headers (in headers and
+// An upstream echoing the request's headers (in headers and
 // bodies, plain, chunked, gzip or base64) never shows the secret to the
 // sandbox; a request for another Host in the tunnel is refused and
 // reported.
@@ -359,7 +359,7 @@ type countBudget struct{ left atomic.Int64 }
 
 func (b *countBudget) Take() bool { return b.left.Add(-1) >= 0 }
 
-// Finding 6: a run reports its first attempts one by one within its own
+// A run reports its first attempts one by one within its own
 // and its uid's budget, and sums up the rest; every attempt is counted.
 func TestReportGate(t *testing.T) {
 	tests := []struct {

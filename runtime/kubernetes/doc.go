@@ -1,4 +1,4 @@
-// Package kubernetes is skillbox's kubernetes runtime backend (issue 27):
+// Package kubernetes is skillbox's kubernetes runtime backend:
 // a run is a Pod under the RuntimeClass gvisor, so that skillbox can scale
 // beyond one machine without giving up gVisor.
 //

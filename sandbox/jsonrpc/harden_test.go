@@ -13,7 +13,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
-// Finding 7: an id that is not valid UTF-8 is never echoed raw.
+// An id that is not valid UTF-8 is never echoed raw.
 func TestInvalidUTF8IDNotEchoed(t *testing.T) {
 	ts := startServer(t, ServerOptions{}, nil)
 	c := ts.dial(t)
@@ -33,7 +33,7 @@ func TestInvalidUTF8IDNotEchoed(t *testing.T) {
 	}
 }
 
-// Finding 2: one uid gets at most MaxConnsPerUID connections, and the
+// One uid gets at most MaxConnsPerUID connections, and the
 // reserve of MaxConnections is kept for privileged peers (approvers).
 func TestConnectionsPerUIDAndReserve(t *testing.T) {
 	var privileged atomic.Bool
@@ -66,7 +66,7 @@ func TestConnectionsPerUIDAndReserve(t *testing.T) {
 	}
 }
 
-// Finding 2: the bytes of one uid's requests in flight are bounded.
+// The bytes of one uid's requests in flight are bounded.
 func TestRequestBytesPerUID(t *testing.T) {
 	ts := startServer(t, ServerOptions{MaxRequestBytesPerUID: 300}, nil)
 	c := ts.dial(t)
@@ -81,7 +81,7 @@ func TestRequestBytesPerUID(t *testing.T) {
 	wantError(t, r, CodeLimitExceeded, api.KindLimitExceeded)
 }
 
-// Finding 4: a line counts towards its uid's request bytes while it is
+// A line counts towards its uid's request bytes while it is
 // read, so many connections of one uid cannot each buffer a line up to
 // MaxLineBytes; the refused line is answered and the connection stays.
 func TestRequestBytesPerUIDWhileReading(t *testing.T) {

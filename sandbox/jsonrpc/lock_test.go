@@ -14,7 +14,7 @@ import (
 // otherUID owns what "another user" plants in these tests (nobody).
 const otherUID = 65534
 
-// TestListenLockNoFollow is finding 7 of issue 22: in a sticky
+// TestListenLockNoFollow: in a sticky
 // world-writable socket directory, another user's symlink at the lock path
 // made the daemon create a file where that user chose. Listen must refuse
 // a link, a non-regular file, a file of another uid or one with more links,

@@ -21,7 +21,7 @@ import (
 	"github.com/skillbox/skillbox/skills"
 )
 
-// Finding 5: sessions.instructions renders the version that was loaded
+// Sessions.instructions renders the version that was loaded
 // (the pinned snapshot whose digest the receipt names), not the file as
 // edited on disk since.
 func TestInstructionsRenderTheLoadedSnapshot(t *testing.T) {
@@ -59,7 +59,7 @@ func TestInstructionsRenderTheLoadedSnapshot(t *testing.T) {
 	}
 }
 
-// Finding 2: one uid that fills its share of run slots does not hold
+// One uid that fills its share of run slots does not hold
 // another uid's run, and an approver always has a slot.
 func TestRunSlotsFairPerUID(t *testing.T) {
 	cfg, err := policy.Parse([]byte(`
@@ -126,7 +126,7 @@ policy "default" {
 	wg.Wait()
 }
 
-// Finding 3: reads in a loop do not write a record each; they are summed
+// Reads in a loop do not write a record each; they are summed
 // up per uid.
 func TestReadAuditAggregatedPerUID(t *testing.T) {
 	f := newFixture(t, true)
@@ -144,7 +144,7 @@ func TestReadAuditAggregatedPerUID(t *testing.T) {
 	}
 }
 
-// Finding 3: new runs are refused before the audit filesystem is full.
+// New runs are refused before the audit filesystem is full.
 func TestRunRefusedBelowAuditFreeSpace(t *testing.T) {
 	cfg, err := policy.Parse([]byte(`
 audit {
