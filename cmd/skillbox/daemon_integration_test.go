@@ -1481,7 +1481,7 @@ func TestDaemonApprovedScriptCannotBeSwapped(t *testing.T) {
 		res, err := c.RunScript(ctx, api.Peer{}, req)
 		done <- answer{res, err}
 	}()
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(30 * time.Millisecond) // the swap races the approved run's start
 	if err := os.Rename(script+".new", script); err != nil {
 		t.Fatal(err)
 	}
