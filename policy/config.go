@@ -32,7 +32,7 @@ const (
 	ToolModeRestrict ToolMode = "restrict"
 	// ToolModePreapprove: the list does not restrict; every call keeps the
 	// policy's outcome. A listed call never skips a confirmation the policy
-	// asks for (a skill's text only narrows policy, issue 22).
+	// asks for (a skill's text only narrows policy).
 	ToolModePreapprove ToolMode = "preapprove"
 )
 

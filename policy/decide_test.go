@@ -94,7 +94,7 @@ var policyCases = []decideCase{
 	{name: "restrict: source named", req: Request{Skill: "plain", AllowedTools: []string{"Read"}, Source: "/s/plain/SKILL.md:4", Tool: "Write"}, effect: EffectDeny, rule: RuleDefaultDeny},
 	{name: "restrict: source named on its deny", req: Request{Skill: "plain", AllowedTools: []string{"Read"}, Source: "/s/plain/SKILL.md:4", Tool: "skills.run_script"}, effect: EffectDeny, rule: `allowed-tools of skill "plain" (/s/plain/SKILL.md:4)`},
 
-	// Host tool names in allowed-tools (issue 25): the host's shell
+	// Host tool names in allowed-tools: the host's shell
 	// covers the skill's own scripts and code, Read covers skills.read,
 	// Write and Edit cover nothing and refuse nothing.
 	{name: "hosts: Read Write Edit Bash runs scripts", req: Request{Skill: "plain", AllowedTools: []string{"Read", "Write", "Edit", "Bash"}, Tool: "skills.run_script"}, effect: EffectAllow, rule: `policy "base"`},
@@ -117,7 +117,7 @@ var policyCases = []decideCase{
 	{name: "hosts: invalid entry covers nothing", req: Request{Skill: "plain", AllowedTools: []string{"Bash("}, Tool: "skills.run_script"}, effect: EffectDeny, rule: `allowed-tools of skill "plain"`},
 
 	// preapprove mode.
-	// A skill's own text only narrows policy (issue 22): listing a tool
+	// A skill's own text only narrows policy: listing a tool
 	// never waives the confirmation a policy asks for.
 	{preappr: true, name: "preapprove: never skips a policy confirmation", req: Request{Skill: "guarded-x", AllowedTools: []string{"skills.run_script"}, Tool: "skills.run_script"}, effect: EffectConfirm, rule: `policy "guarded"`, inWhy: "cannot waive"},
 	{preappr: true, name: "preapprove: never skips a command's confirmation", req: Request{Skill: "guarded-x", AllowedTools: []string{"Bash(git:*)"}, Tool: "Bash", Input: bash("git commit -m x")}, effect: EffectConfirm, rule: `policy "guarded"`},

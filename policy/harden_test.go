@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Finding 4: the default request line cap is small enough that a few
+// The default request line cap is small enough that a few
 // dozen requests cannot hold gigabytes.
 func TestDefaultMaxLineBytesIsSmall(t *testing.T) {
 	if n := Default().Daemon.MaxLineBytes; n > 4<<20 {
@@ -14,7 +14,7 @@ func TestDefaultMaxLineBytesIsSmall(t *testing.T) {
 	}
 }
 
-// Finding 1: env is an allowlist. A rule lists names or PREFIX_* patterns;
+// Env is an allowlist. A rule lists names or PREFIX_* patterns;
 // names that steer interpreters, the loader or tools cannot be listed; what
 // no rule lists is denied with an error naming it and what to change.
 func TestEnvAllowlistRules(t *testing.T) {

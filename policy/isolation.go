@@ -8,7 +8,7 @@ import (
 	"github.com/zclconf/go-cty/cty"
 )
 
-// Isolation is how long a skill's sandbox lives (issue 26). A fresh
+// Isolation is how long a skill's sandbox lives. A fresh
 // sandbox per run is the default because it shares nothing between runs;
 // a session sandbox keeps processes, /tmp and memory from one run of a
 // session to the next, so a rule must ask for it.

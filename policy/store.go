@@ -7,7 +7,7 @@ import (
 )
 
 // Where the daemon keeps sessions, confirmations, proposals and shared
-// locks (issue 27): bbolt under state_dir for one machine, or etcd shared
+// locks: bbolt under state_dir for one machine, or etcd shared
 // by the replicas that serve the same hosts.
 const (
 	StoreBbolt = "bbolt"

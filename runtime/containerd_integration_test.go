@@ -27,6 +27,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/runtime/process"
 	"github.com/skillbox/skillbox/runtime/runtimetest"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 var (
@@ -440,7 +441,7 @@ func TestContainerdImportRightAfterRemove(t *testing.T) {
 	}
 }
 
-// Issue 22, finding 9: a pooled containerd sandbox, booted and idle,
+// A pooled containerd sandbox, booted and idle, once
 // outlived the process that made it (the task lives in its shim) until a
 // Sweep. Its watchdog now removes it as soon as that process is gone, with
 // no Sweep: task, container, snapshot, lease, shim, cgroup and run dir,
@@ -479,12 +480,12 @@ func TestContainerdIdleSandboxDiesWithItsDaemon(t *testing.T) {
 		}
 		return out
 	}
-	for l := left(); len(l) > 0; l = left() {
-		if time.Since(crashed) > 20*time.Second {
-			t.Fatalf("%s after its process died, the idle sandbox %s has left: %s", time.Since(crashed).Round(time.Second), id, strings.Join(l, ", "))
+	waitfor.NoError(t, "the idle sandbox "+id+" to go after its process died", 20*time.Second-time.Since(crashed), func() error {
+		if l := left(); len(l) > 0 {
+			return fmt.Errorf("%s after its process died, it has left: %s", time.Since(crashed).Round(time.Second), strings.Join(l, ", "))
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("idle sandbox gone %s after its process died", time.Since(crashed).Round(100*time.Millisecond))
 	assertClean(t, name, opts, id)
 }

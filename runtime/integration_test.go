@@ -38,6 +38,7 @@ import (
 	_ "github.com/skillbox/skillbox/runtime/ocicli"
 	"github.com/skillbox/skillbox/runtime/rootless" // registers the runsc and runc backends
 	"github.com/skillbox/skillbox/runtime/runtimetest"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 const (
@@ -203,10 +204,7 @@ func bootWarm(t *testing.T, pool *runtime.Pool, job runtime.Job, skill string) r
 		t.Fatal("job cannot run warm")
 	}
 	pool.Warm(key)
-	deadline := time.Now().Add(2 * time.Minute)
-	for pool.Stats().Idle == 0 && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitfor.Within(2*time.Minute, func() bool { return pool.Stats().Idle > 0 })
 	if st := pool.Stats(); st.Idle == 0 {
 		t.Fatalf("no sandbox booted: %+v", st)
 	}
@@ -616,10 +614,7 @@ func TestSweep(t *testing.T) {
 				t.Errorf("the live run was disturbed by Sweep: %v %+v", o.err, o.res)
 			}
 			assertClean(t, name, opts, id)
-			deadline := time.Now().Add(10 * time.Second)
-			for len(hostProcsWith(marker)) > 0 && time.Now().Before(deadline) {
-				time.Sleep(100 * time.Millisecond)
-			}
+			waitfor.Within(10*time.Second, func() bool { return len(hostProcsWith(marker)) == 0 })
 			if left := hostProcsWith(marker); len(left) > 0 {
 				t.Errorf("processes left after Sweep: %v", left)
 			}
@@ -656,10 +651,7 @@ func TestSweepContainerWithoutRunDir(t *testing.T) {
 				t.Errorf("Sweep: %v", err)
 			}
 			assertClean(t, name, opts, id)
-			deadline := time.Now().Add(30 * time.Second)
-			for len(hostProcsWith(marker)) > 0 && time.Now().Before(deadline) {
-				time.Sleep(100 * time.Millisecond)
-			}
+			waitfor.Within(30*time.Second, func() bool { return len(hostProcsWith(marker)) == 0 })
 			if left := hostProcsWith(marker); len(left) > 0 {
 				t.Errorf("processes left after Sweep: %v", left)
 			}
@@ -736,10 +728,7 @@ func TestSweepYoungCrash(t *testing.T) {
 					}
 					assertClean(t, name, opts, id)
 					// The killed processes may take init a moment to reap.
-					deadline := time.Now().Add(30 * time.Second)
-					for len(hostProcsWith(id))+len(hostProcsWith(marker)) > 0 && time.Now().Before(deadline) {
-						time.Sleep(100 * time.Millisecond)
-					}
+					waitfor.Within(30*time.Second, func() bool { return len(hostProcsWith(id))+len(hostProcsWith(marker)) == 0 })
 					if left := append(hostProcsWith(id), hostProcsWith(marker)...); len(left) > 0 {
 						t.Errorf("processes left after Sweep: %v", left)
 					}

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 // fakeLC is a Lifecycle whose sandboxes record what happened to them.
@@ -51,17 +53,6 @@ func (s *fakeSB) Destroy(context.Context) error {
 	return nil
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 500; i++ {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 func TestPool(t *testing.T) {
 	lc := &fakeLC{destroyed: map[string]bool{}, delivered: map[string]bool{}}
 	p := NewPool(lc, PoolConfig{PerKey: 2, Total: 3, IdleTimeout: time.Hour}, nil)
@@ -76,7 +67,7 @@ func TestPool(t *testing.T) {
 		t.Fatalf("empty pool: %+v %v", res, err)
 	}
 	p.Warm(key)
-	waitFor(t, "two idle sandboxes", func() bool { return p.Stats().Idle == 2 })
+	waitfor.True(t, "two idle sandboxes", 5*time.Second, func() bool { return p.Stats().Idle == 2 })
 	res, err = p.Run(context.Background(), key, job)
 	if err != nil || !res.Warm {
 		t.Fatalf("full pool: %+v %v", res, err)
@@ -92,8 +83,8 @@ func TestPool(t *testing.T) {
 	other := key
 	other.SkillDigest = "sha256:2"
 	p.Warm(other)
-	waitFor(t, "refill", func() bool { s := p.Stats(); return s.Idle+s.Booting >= 3 })
-	time.Sleep(50 * time.Millisecond)
+	waitfor.True(t, "refill", 5*time.Second, func() bool { s := p.Stats(); return s.Idle+s.Booting >= 3 })
+	time.Sleep(50 * time.Millisecond) // time to overshoot, if the bound let it
 	if s := p.Stats(); s.Idle+s.Booting > 3 {
 		t.Errorf("over the total: %+v", s)
 	}

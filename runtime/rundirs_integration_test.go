@@ -2,7 +2,7 @@
 
 package runtime_test
 
-// Issue 22, finding 1: while a run is in flight, another local user must
+// While a run is in flight, another local user must
 // reach none of its files on the host. The run id is public (it is in the
 // runtime CLI's --bundle, the shim's -id and the watchdog's arguments), so
 // the probe below is given it, as an attacker reading `ps` would have it,

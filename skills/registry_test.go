@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 func testLogger(t testing.TB) hclog.Logger {
@@ -118,7 +119,7 @@ func TestRegistryFixtures(t *testing.T) {
 }
 
 // TestRegistryNameCollision: a skill directory cannot take over another
-// skill's name (finding 3 of issue 22). In testdata/collision/root,
+// skill's name. In testdata/collision/root,
 // aa-helper declares "name: net-x" and sorts before the real net-x;
 // group-a/dup-x and group-b/dup-x claim one name in one root; aa-link is a
 // symlink to net-x under another name.
@@ -359,18 +360,12 @@ func TestRegistryWatch(t *testing.T) {
 	// within waits up to a second for cond, failing with what it last saw.
 	within := func(t *testing.T, what string, cond func() (bool, string)) {
 		t.Helper()
-		start := time.Now()
-		var last string
-		for time.Since(start) < time.Second {
-			ok, state := cond()
-			if ok {
-				t.Logf("%s after %v", what, time.Since(start).Round(time.Millisecond))
-				return
+		waitfor.NoError(t, what, time.Second, func() error {
+			if ok, state := cond(); !ok {
+				return fmt.Errorf("last state: %s", state)
 			}
-			last = state
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatalf("%s not visible within a second; last state: %s", what, last)
+			return nil
+		})
 	}
 	desc := func(name string) func() (bool, string) {
 		return func() (bool, string) {
@@ -447,7 +442,7 @@ func TestRegistryWatch(t *testing.T) {
 	})
 	t.Run("root removed and recreated", func(t *testing.T) {
 		os.RemoveAll(project)
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(200 * time.Millisecond) // Watch sees the root gone before it comes back
 		writeSkill(t, filepath.Join(project, "again"), "again", "Back again.")
 		within(t, "skill in the recreated root", desc("again"))
 	})
@@ -458,16 +453,12 @@ func TestRegistryWatch(t *testing.T) {
 		ctx2, cancel2 := context.WithCancel(ctx)
 		defer cancel2()
 		go reg2.Watch(ctx2)
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond) // Watch's first reload is over: a watch, not it, finds the skill
 		writeSkill(t, filepath.Join(late, "later"), "later", "Appeared later.")
-		start := time.Now()
-		for time.Since(start) < time.Second {
-			if _, err := reg2.Get("later"); err == nil {
-				return
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-		t.Fatal("skill in a late root not found within a second")
+		waitfor.True(t, "the skill in a late root", time.Second, func() bool {
+			_, err := reg2.Get("later")
+			return err == nil
+		})
 	})
 }
 

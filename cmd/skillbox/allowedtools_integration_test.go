@@ -2,7 +2,7 @@
 
 package main
 
-// Issue 25, item 1: a skill's allowed-tools as the hosts it is written for
+// A skill's allowed-tools as the hosts it is written for
 // mean it. Under the default config (built-in policy, tool_mode
 // "restrict"), a skill declaring `allowed-tools: Read Write Edit Bash`
 // runs its own script in gVisor through the daemon's socket and through

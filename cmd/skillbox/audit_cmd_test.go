@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/audit/audittest"
@@ -290,13 +291,12 @@ func TestAuditExportFollow(t *testing.T) {
 		t.Fatalf("syslog message: %q", msg)
 	}
 	// Both records reach the file.
-	deadline := time.Now().Add(10 * time.Second)
 	var lines []string
-	for len(lines) < 2 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	waitfor.Within(10*time.Second, func() bool {
 		b, _ := os.ReadFile(outFile)
 		lines = strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-	}
+		return len(lines) >= 2
+	})
 	cancel()
 	for range 2 {
 		r := <-results

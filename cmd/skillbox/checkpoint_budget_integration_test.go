@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
@@ -174,19 +175,15 @@ func TestSessionCheckpointBounded(t *testing.T) {
 	}
 
 	// The idle pause: refused the same way, audited, the sandbox kept.
-	deadline := time.Now().Add(60 * time.Second)
 	var idle *audit.Record
-	for idle == nil {
+	waitfor.True(t, "an idle checkpoint of "+box+" audited (idle_timeout 3s)", 60*time.Second, func() bool {
 		for _, r := range d.records() {
 			if r.Event == audit.EventSessionCheckpoint && r.Detail["sandbox"] == box && r.Detail["why"] == "idle" {
 				idle = r
 			}
 		}
-		if idle == nil && time.Now().After(deadline) {
-			t.Fatalf("no idle checkpoint of %s audited within 60 s (idle_timeout 3s)", box)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return idle != nil
+	})
 	if idle.Outcome != audit.OutcomeError || !strings.Contains(idle.Error, "limit exceeded") || !strings.Contains(idle.Error, "checkpoint_budget_per_session") {
 		t.Fatalf("the idle pause: outcome %s, error %q", idle.Outcome, idle.Error)
 	}

@@ -17,6 +17,7 @@ import (
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
 	"github.com/skillbox/skillbox/runtime/process"
 	"github.com/skillbox/skillbox/runtime/runtimetest"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -144,7 +145,7 @@ func zombies() map[int]string {
 	return z
 }
 
-// Issue 22, finding 9: idle warm tasks of a containerd daemon outlived a
+// Idle warm tasks of a containerd daemon once outlived a
 // kill -9 of the daemon (still running 40 s later; only a daemon started
 // again swept them). Now each sandbox's watchdog removes an idle one as
 // soon as its daemon is gone: within seconds no task, container, active
@@ -178,22 +179,18 @@ func TestDaemonKill9EndsIdleContainerdTasks(t *testing.T) {
 			// first boot unpacks the image into containerd, in minutes
 			// here; a boot that times out is retried (bootRetry).
 			var warm []string
-			deadline := time.Now().Add(10 * time.Minute)
-			for {
+			waitfor.NoError(t, "2 warm tasks running", 10*time.Minute, func() error {
 				warm = warm[:0]
 				for _, id := range ctrIDs(t, sock, "tasks", true) {
 					if strings.HasPrefix(id, "skillbox-warm-") {
 						warm = append(warm, id)
 					}
 				}
-				if len(warm) >= 2 {
-					break
+				if len(warm) < 2 {
+					return fmt.Errorf("%d warm tasks running (tasks %v)", len(warm), ctrIDs(t, sock, "tasks", false))
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%d warm tasks running after 10 minutes, want 2 (tasks %v)", len(warm), ctrIDs(t, sock, "tasks", false))
-				}
-				time.Sleep(200 * time.Millisecond)
-			}
+				return nil
+			})
 			time.Sleep(2 * time.Second) // booted and waiting, not just started
 			warm = ctrIDs(t, sock, "tasks", true)
 			t.Logf("%s: idle warm tasks before the kill: %v", v.name, warm)
@@ -240,15 +237,12 @@ func TestDaemonKill9EndsIdleContainerdTasks(t *testing.T) {
 			// generous for a busy two-core machine, far below the 40 s
 			// the finding saw.
 			bound := killed.Add(30 * time.Second)
-			for l := left(); len(l) > 0; l = left() {
-				if time.Now().After(bound) {
-					for _, id := range warm {
-						log, _ := os.ReadFile(filepath.Join(runtime.DefaultRunDir, id, "watchdog.log"))
-						t.Logf("%s: watchdog processes %v, log:\n%s", id, watchdogsOf(id), log)
-					}
-					t.Fatalf("%s: %s after the daemon was killed, left: %s", v.name, time.Since(killed).Round(time.Second), strings.Join(l, "; "))
+			if !waitfor.Within(time.Until(bound), func() bool { return len(left()) == 0 }) {
+				for _, id := range warm {
+					log, _ := os.ReadFile(filepath.Join(runtime.DefaultRunDir, id, "watchdog.log"))
+					t.Logf("%s: watchdog processes %v, log:\n%s", id, watchdogsOf(id), log)
 				}
-				time.Sleep(250 * time.Millisecond)
+				t.Fatalf("%s: %s after the daemon was killed, left: %s", v.name, time.Since(killed).Round(time.Second), strings.Join(left(), "; "))
 			}
 			t.Logf("%s: pool gone %s after the daemon was killed", v.name, time.Since(killed).Round(100*time.Millisecond))
 		})

@@ -37,6 +37,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/runtimetest"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
@@ -302,8 +303,7 @@ func (d *itDaemon) start() {
 	d.cmd, d.done = cmd, done
 	d.mu.Unlock()
 
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	waitfor.True(d.t, "skillbox serve to open "+d.socket, 3*time.Minute, func() bool {
 		select {
 		case err := <-done:
 			done <- err
@@ -311,15 +311,12 @@ func (d *itDaemon) start() {
 			d.t.Fatalf("skillbox serve exited before serving (%v):\n%s", err, tailLines(string(b), 40))
 		default:
 		}
-		if c, err := net.Dial("unix", d.socket); err == nil {
+		c, err := net.Dial("unix", d.socket)
+		if err == nil {
 			c.Close()
-			return
 		}
-		if time.Now().After(deadline) {
-			d.t.Fatalf("skillbox serve did not open %s within 3 minutes", d.socket)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err == nil
+	})
 }
 
 // stop sends SIGTERM and waits for a clean exit.
@@ -452,7 +449,7 @@ func tailLines(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// ---- issue 4: the walk through the tool calls ----
+// ---- the walk through the tool calls ----
 
 func TestDaemonWalkthrough(t *testing.T) {
 	needDaemon(t)
@@ -752,7 +749,7 @@ func TestDaemonShutdownSignals(t *testing.T) {
 	// A clean stop: the sweepers' last sweep saves the session's last use
 	// before the state database is closed.
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
-	time.Sleep(20 * time.Millisecond)
+	time.Sleep(20 * time.Millisecond) // its last use is later than its creation
 	must[*api.InstructionsResult](t, "instructions")(c.Instructions(ctx, api.Peer{}, api.SessionParams{SessionID: sid}))
 	d.stop()
 	st, err := store.OpenStateDB(d.stateDir)
@@ -776,35 +773,28 @@ func TestDaemonShutdownSignals(t *testing.T) {
 		runErr <- err
 	}()
 	var runID string
-	deadline := time.Now().Add(3 * time.Minute)
-	for runID == "" || len(d.containers()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the run did not start within 3 minutes (run %q)", runID)
-		}
+	waitfor.NoError(t, "the run to start", 3*time.Minute, func() error {
 		audit.Read(d.auditDir, func(r *audit.Record) error {
 			if r.Event == audit.EventRunStart && r.SessionID == sid {
 				runID = r.Run.RunID
 			}
 			return nil
 		})
-		time.Sleep(200 * time.Millisecond)
-	}
+		if runID == "" || len(d.containers()) == 0 {
+			return fmt.Errorf("run %q", runID)
+		}
+		return nil
+	})
 	d.mu.Lock()
 	cmd, done := d.cmd, d.done
 	d.cmd = nil
 	d.mu.Unlock()
 	cmd.Process.Signal(syscall.SIGTERM)
 	// The socket goes at once; the run goes on.
-	deadline = time.Now().Add(2 * time.Minute)
-	for {
-		if _, err := os.Lstat(d.socket); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the socket is still there 2 minutes after SIGTERM")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitfor.True(t, "the socket to go after SIGTERM", 2*time.Minute, func() bool {
+		_, err := os.Lstat(d.socket)
+		return errors.Is(err, os.ErrNotExist)
+	})
 	select {
 	case err := <-done:
 		t.Fatalf("the daemon exited on the first SIGTERM with a run in flight and a 30m grace (%v)", err)
@@ -999,11 +989,7 @@ func (d *itDaemon) runAsUID(t *testing.T, uid uint32, stdin io.Reader, args ...s
 func (d *itDaemon) waitRunStarted(t *testing.T, sid string, runErr <-chan error, ready func(runID string) bool) string {
 	t.Helper()
 	var runID string
-	deadline := time.Now().Add(3 * time.Minute)
-	for runID == "" || !ready(runID) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the run did not start within 3 minutes (run %q)", runID)
-		}
+	waitfor.NoError(t, "the run to start", 3*time.Minute, func() error {
 		select {
 		case err := <-runErr:
 			t.Fatalf("the run ended early: %v", err)
@@ -1015,12 +1001,15 @@ func (d *itDaemon) waitRunStarted(t *testing.T, sid string, runErr <-chan error,
 			}
 			return nil
 		})
-		time.Sleep(200 * time.Millisecond)
-	}
+		if runID == "" || !ready(runID) {
+			return fmt.Errorf("run %q", runID)
+		}
+		return nil
+	})
 	return runID
 }
 
-// ---- issue 5: what the log holds, and that tampering is caught ----
+// ---- what the log holds, and that tampering is caught ----
 
 // extraSkill writes a one-script skill into a new root and returns the root.
 func extraSkill(t *testing.T, name, script, body string) string {
@@ -1204,7 +1193,7 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 	}, midSeq, midSeq+1)
 }
 
-// ---- issue 5: fail closed when the log cannot be written ----
+// ---- fail closed when the log cannot be written ----
 
 // auditOnTmpfs mounts a tmpfs of size on the daemon's audit dir (the test
 // is skipped if it cannot), unmounted after the daemon stops.
@@ -1309,7 +1298,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	}
 }
 
-// ---- issue 5: a crash in the middle of a run ----
+// ---- a crash in the middle of a run ----
 
 func TestDaemonCrashMidRun(t *testing.T) {
 	needDaemon(t)
@@ -1366,13 +1355,8 @@ func TestDaemonCrashMidRun(t *testing.T) {
 		}
 		return out
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for left := leftovers(); len(left) > 0; left = leftovers() {
-		if time.Now().After(deadline) {
-			t.Errorf("left behind 2 minutes after the restart: %v", left)
-			break
-		}
-		time.Sleep(250 * time.Millisecond)
+	if !waitfor.Within(2*time.Minute, func() bool { return len(leftovers()) == 0 }) {
+		t.Errorf("left behind 2 minutes after the restart: %v", leftovers())
 	}
 	// The daemon works after the crash.
 	c2 := d.client()
@@ -1424,48 +1408,36 @@ func TestDaemonClientDisconnectKillsRun(t *testing.T) {
 		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
 		runErr <- err
 	}()
-	deadline := time.Now().Add(3 * time.Minute)
-	for len(d.containers()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the run's sandbox did not appear within 3 minutes")
-		}
+	waitfor.True(t, "the run's sandbox to appear", 3*time.Minute, func() bool {
 		select {
 		case err := <-runErr:
 			t.Fatalf("the run ended early: %v", err)
 		default:
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return len(d.containers()) > 0
+	})
 
 	c.Close() // hang up mid-run
 	<-runErr
-	deadline = time.Now().Add(time.Minute)
-	for len(d.containers()) > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox still there a minute after the client hung up: %v", d.containers())
+	waitfor.NoError(t, "the sandbox to go after the client hung up", time.Minute, func() error {
+		if cs := d.containers(); len(cs) > 0 {
+			return fmt.Errorf("still there: %v", cs)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	// The end record is written before the handler returns; allow the
 	// daemon a moment to get there after the sandbox is gone.
-	deadline = time.Now().Add(30 * time.Second)
-	for {
-		var end *audit.Record
+	var end *audit.Record
+	waitfor.True(t, "a run.end record after the client hung up", 30*time.Second, func() bool {
 		for _, r := range d.records() {
 			if r.Event == audit.EventRunEnd && r.SessionID == sid {
 				end = r
 			}
 		}
-		if end != nil {
-			if end.Run == nil || end.Run.Reason != "killed" {
-				t.Fatalf("run.end after the hang-up: %+v", end.Run)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no run.end record after the client hung up")
-		}
-		time.Sleep(200 * time.Millisecond)
+		return end != nil
+	})
+	if end.Run == nil || end.Run.Reason != "killed" {
+		t.Fatalf("run.end after the hang-up: %+v", end.Run)
 	}
 	// The daemon still serves other clients.
 	c2 := d.client()
@@ -1509,7 +1481,7 @@ func TestDaemonApprovedScriptCannotBeSwapped(t *testing.T) {
 		res, err := c.RunScript(ctx, api.Peer{}, req)
 		done <- answer{res, err}
 	}()
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(30 * time.Millisecond) // the swap races the approved run's start
 	if err := os.Rename(script+".new", script); err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,7 @@
 
 package main
 
-// Dependencies that do not block what does not need them (issue 25): a
+// Dependencies that do not block what does not need them: a
 // requirements.txt of test tooling with no package source, image extras an
 // index does not serve, and runs waiting on a layer build that fails or
 // takes longer than they may wait. The real binary, a real pip against a
@@ -25,23 +25,23 @@ import (
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
 
-// deps25Result is the part of `skillbox run --json` these tests read.
-type deps25Result struct {
+// depsRunResult is the part of `skillbox run --json` these tests read.
+type depsRunResult struct {
 	ExitCode  int      `json:"exit_code"`
 	Stdout    string   `json:"stdout"`
 	DepsLayer string   `json:"deps_layer"`
 	Warnings  []string `json:"warnings"`
 }
 
-func deps25Skill(t *testing.T, root, name string, files map[string]string) {
+func depsSkill(t *testing.T, root, name string, files map[string]string) {
 	t.Helper()
-	files["SKILL.md"] = fmt.Sprintf("---\nname: %s\ndescription: Dependency test skill (issue 25). Use only in tests.\n---\n# %s\n", name, name)
+	files["SKILL.md"] = fmt.Sprintf("---\nname: %s\ndescription: Dependency test skill. Use only in tests.\n---\n# %s\n", name, name)
 	for p, s := range files {
 		runItWriteFile(t, filepath.Join(root, name, p), s)
 	}
 }
 
-func deps25Records(t *testing.T, dir, event string) []*audit.Record {
+func depsRecords(t *testing.T, dir, event string) []*audit.Record {
 	t.Helper()
 	var out []*audit.Record
 	if err := audit.Read(dir, func(r *audit.Record) error {
@@ -59,18 +59,18 @@ func deps25Records(t *testing.T, dir, event string) []*audit.Record {
 // package source: the script runs, and the result and run.end say what was
 // not installed. A script that imports a missing package is still refused
 // with the hint that names it.
-func TestDeps25UnusedPackagesWithoutSource(t *testing.T) {
+func TestDepsUnusedPackagesWithoutSource(t *testing.T) {
 	runItNeed(t, "runsc")
 	runItNeedImage(t, "python-slim")
 	f := newRunFixture(t)
 	audDir := filepath.Join(f.base, "audit")
-	deps25Skill(t, f.root, "testtools-skill", map[string]string{
+	depsSkill(t, f.root, "testtools-skill", map[string]string{
 		"requirements.txt":        "pytest-cov>=4\npytest-mock\n",
 		"scripts/report.py":       "import json, sys\nprint(json.dumps({'ok': True, 'argv': sys.argv[1:]}))\n",
 		"tests/test_report.py":    "import pytest_mock\n\ndef test_ok(mocker):\n    pass\n",
 		"scripts/needs_numpy2.py": "print('no imports of the declared packages here')\n",
 	})
-	deps25Skill(t, f.root, "needy-skill", map[string]string{
+	depsSkill(t, f.root, "needy-skill", map[string]string{
 		"requirements.txt": "pytest-cov>=4\nnotinimage-xyz==1.0\n",
 		"scripts/use.py":   "import notinimage_xyz\n",
 	})
@@ -83,7 +83,7 @@ func TestDeps25UnusedPackagesWithoutSource(t *testing.T) {
 		if o.code != 0 {
 			t.Fatalf("run\n%s", o)
 		}
-		var res deps25Result
+		var res depsRunResult
 		if err := json.Unmarshal([]byte(o.stdout), &res); err != nil {
 			t.Fatalf("%v\n%s", err, o)
 		}
@@ -93,11 +93,11 @@ func TestDeps25UnusedPackagesWithoutSource(t *testing.T) {
 		if len(res.Warnings) != 1 || res.Warnings[0] != want {
 			t.Errorf("warnings %q, want [%q]", res.Warnings, want)
 		}
-		ends := deps25Records(t, audDir, audit.EventRunEnd)
+		ends := depsRecords(t, audDir, audit.EventRunEnd)
 		if len(ends) == 0 || ends[len(ends)-1].Run == nil || len(ends[len(ends)-1].Run.Warnings) != 1 || ends[len(ends)-1].Run.Warnings[0] != want {
 			t.Errorf("run.end does not carry the warning: %+v", ends)
 		}
-		starts := deps25Records(t, audDir, audit.EventRunStart)
+		starts := depsRecords(t, audDir, audit.EventRunStart)
 		if len(starts) == 0 || starts[len(starts)-1].Run == nil || len(starts[len(starts)-1].Run.Warnings) != 1 {
 			t.Errorf("run.start does not carry the warning")
 		}
@@ -120,7 +120,7 @@ func TestDeps25UnusedPackagesWithoutSource(t *testing.T) {
 // An index that serves a skill's package but none of the image's extras:
 // the skill's layer builds without them and its script imports its
 // package; a script that imports an extra is told it is missing.
-func TestDeps25ExtrasTheIndexLacks(t *testing.T) {
+func TestDepsExtrasTheIndexLacks(t *testing.T) {
 	runItNeed(t, "runsc")
 	runItNeedImage(t, "python-slim")
 	needPip(t)
@@ -133,7 +133,7 @@ func TestDeps25ExtrasTheIndexLacks(t *testing.T) {
 
 	f := newRunFixture(t)
 	audDir := filepath.Join(f.base, "audit")
-	deps25Skill(t, f.root, "extras-skill", map[string]string{
+	depsSkill(t, f.root, "extras-skill", map[string]string{
 		"requirements.txt":  "ownpkg==" + ver + "\n",
 		"scripts/use.py":    "import ownpkg\nprint('got', ownpkg.VALUE)\n",
 		"scripts/slides.py": "import pptx\n",
@@ -168,7 +168,7 @@ python_index { url = "%s/simple/" }
 `, audDir, itImages, recipes, srv.URL))
 
 	o := runItExec(t, "run", "--config", cfg, "--root", f.root, "--json", "extras-skill", "scripts/use.py")
-	var res deps25Result
+	var res depsRunResult
 	json.Unmarshal([]byte(o.stdout), &res)
 	if res.DepsLayer != "" {
 		t.Cleanup(func() {
@@ -194,7 +194,7 @@ python_index { url = "%s/simple/" }
 	}
 	// The layer holds the skill's package and no extra.
 	var built *audit.Record
-	for _, r := range deps25Records(t, audDir, "deps.build") {
+	for _, r := range depsRecords(t, audDir, "deps.build") {
 		if r.Outcome == audit.OutcomeOK && r.Detail["layer"] == res.DepsLayer {
 			built = r
 		}
@@ -203,7 +203,7 @@ python_index { url = "%s/simple/" }
 		t.Errorf("no deps.build record of layer %s names the extras left out: %+v", res.DepsLayer, built)
 	}
 	r := runItExec(t, "run", "--config", cfg, "--root", f.root, "--json", "extras-skill", "scripts/slides.py")
-	var slides deps25Result
+	var slides depsRunResult
 	json.Unmarshal([]byte(r.stdout), &slides)
 	if slides.ExitCode == 0 || !strings.Contains(r.stdout, "pptx") {
 		t.Errorf("a script importing the missing extra\n%s", r)
@@ -247,7 +247,7 @@ func (s *slowIndex) lastAnswer() time.Time {
 // Runs waiting on a layer build in the daemon: a build that fails ends the
 // wait at once with its error; a build that outlasts a run's timeout ends
 // that run's wait at its timeout.
-func TestDeps25WaitingRuns(t *testing.T) {
+func TestDepsWaitingRuns(t *testing.T) {
 	runItNeed(t, "runsc")
 	runItNeedImage(t, "python-slim")
 	needPip(t)
@@ -265,11 +265,11 @@ func TestDeps25WaitingRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(root) })
-	deps25Skill(t, root, "failing-skill", map[string]string{
+	depsSkill(t, root, "failing-skill", map[string]string{
 		"requirements.txt": "slowfail==" + ver + "\n",
 		"scripts/use.py":   "import slowfail\n",
 	})
-	deps25Skill(t, root, "slow-skill", map[string]string{
+	depsSkill(t, root, "slow-skill", map[string]string{
 		"requirements.txt": "slowpoke==" + ver + "\n",
 		"scripts/use.py":   "import slowpoke\n",
 	})

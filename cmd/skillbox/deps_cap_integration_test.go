@@ -71,7 +71,7 @@ func procKB(t *testing.T, pid int, name string) int64 {
 	return 0
 }
 
-// Issue 22, finding 8: a small wheel that unpacks to 256 MiB fails its
+// A small wheel that unpacks to 256 MiB fails its
 // layer build against a 48 MiB cap with an error naming both sizes,
 // audited, while the daemon's memory stays near its baseline; a wheel
 // whose declared size fits but whose install outgrows the cap (compiled

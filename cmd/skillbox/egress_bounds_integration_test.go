@@ -2,7 +2,7 @@
 
 package main
 
-// Issue 22, findings 2, 4 and 6, against the real daemon (`skillbox serve`)
+// The egress proxy's bounds, against the real daemon (`skillbox serve`)
 // and real gVisor sandboxes: a sandbox cannot grow the daemon's memory
 // through any path of the egress proxy, cannot read the secret the proxy
 // adds back from an echoing upstream nor send it to another host, and
@@ -206,7 +206,7 @@ func (e *egressDaemon) rss(t *testing.T) int64 {
 	return v
 }
 
-// Finding 2, acceptance: 1 GiB of unterminated request head through each
+// 1 GiB of unterminated request head through each
 // path of the proxy (plain HTTP, CONNECT, transparent, intercepted TLS)
 // keeps the daemon's RSS under 100 MB above its baseline, during the run
 // and after it.
@@ -286,7 +286,7 @@ func TestDaemonEgressHeadFlood(t *testing.T) {
 	}
 }
 
-// Finding 4, acceptance: an echoing HTTPS upstream on loopback never shows
+// An echoing HTTPS upstream on loopback never shows
 // the secret to the script (headers and bodies, chunked, gzip, base64),
 // and a request for another Host in the tunnel is refused and audited.
 func TestDaemonEgressSecretRedaction(t *testing.T) {
@@ -313,7 +313,7 @@ func TestDaemonEgressSecretRedaction(t *testing.T) {
 	}
 }
 
-// Finding 6, acceptance: a script hammering denied destinations for 20 s
+// A script hammering denied destinations for 20 s
 // leaves the audit log under its per-run budget (64 attempts one by one,
 // the rest aggregated, nothing uncounted), and another uid's run succeeds
 // afterwards on an audit filesystem whose min_free the old per-attempt

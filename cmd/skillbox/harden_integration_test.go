@@ -2,7 +2,7 @@
 
 package main
 
-// Hardening tests of a real `skillbox serve` (issue 14): what must hold
+// Hardening tests of a real `skillbox serve`: what must hold
 // when the daemon dies, and when one uid floods it.
 
 import (
@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime/runtimetest"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
@@ -71,7 +72,7 @@ func runCgroupProcs(job string) []int {
 	return pids
 }
 
-// Finding 6: kill -9 of the daemon in the middle of a run does not let
+// Kill -9 of the daemon in the middle of a run does not let
 // the run outlive its time limit, though no daemon is started again: the
 // run's watchdog kills it at the deadline. (Before the watchdog, the
 // container went on for the script's whole 600 s.)
@@ -118,12 +119,9 @@ func TestDaemonKill9KeepsDeadline(t *testing.T) {
 			// its limit (plus grace) is over; the bound here is generous
 			// for a busy machine, and far below the script's 600 s.
 			bound := killed.Add(limit + time.Minute)
-			for left := runCgroupProcs(job); len(left) > 0; left = runCgroupProcs(job) {
-				if time.Now().After(bound) {
-					t.Fatalf("%s: run %s still has processes %v in its cgroup %s after the daemon was killed, past its %s limit",
-						rt, job, left, time.Since(killed).Round(time.Second), limit)
-				}
-				time.Sleep(250 * time.Millisecond)
+			if !waitfor.Within(time.Until(bound), func() bool { return len(runCgroupProcs(job)) == 0 }) {
+				t.Fatalf("%s: run %s still has processes %v in its cgroup %s after the daemon was killed, past its %s limit",
+					rt, job, runCgroupProcs(job), time.Since(killed).Round(time.Second), limit)
 			}
 
 			t.Logf("%s: run gone %s after the daemon was killed", rt, time.Since(killed).Round(100*time.Millisecond))
@@ -255,7 +253,7 @@ func copyForUID(t *testing.T, src, dir string) string {
 	return dst
 }
 
-// Finding 2, acceptance: while one uid floods the daemon with connections
+// While one uid floods the daemon with connections
 // and runs over real sockets, another uid still completes a run, and an
 // approver still approves that uid's guarded run; the refused connections
 // are in the audit log.
@@ -303,8 +301,7 @@ func TestDaemonFloodOneUID(t *testing.T) {
 		t.Errorf("one uid kept %d connections and had %d refused; want at most max_connections_per_uid (16) kept", sum.Kept, sum.Refused)
 	}
 	// The flooder's runs hold their share of the slots.
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
+	waitfor.NoError(t, "the flooder's runs to start", 3*time.Minute, func() error {
 		n := 0
 		audit.Read(d.auditDir, func(r *audit.Record) error {
 			if r.Event == audit.EventRunStart && r.Peer != nil && r.Peer.UID == flooder {
@@ -312,14 +309,11 @@ func TestDaemonFloodOneUID(t *testing.T) {
 			}
 			return nil
 		})
-		if n >= 2 {
-			break
+		if n < 2 {
+			return fmt.Errorf("%d started", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the flooder's runs did not start within 3 minutes (%d started)", n)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 
 	bin := copyForUID(t, itBin, d.base)
 	as := func(uid uint32, method, params string) (string, string, int) {

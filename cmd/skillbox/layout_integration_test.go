@@ -3,7 +3,7 @@
 package main
 
 // End-to-end tests of how real skills are laid out and what they read and
-// write (issue 10, points 2, 3, 4 and 6), through the real `skillbox run`
+// write, through the real `skillbox run`
 // binary and through the daemon's socket with the Go client, on real runsc
 // AND runc sandboxes. The test skills are in testdata/skills: a skill that
 // imports itself as a package and keeps code in core/, an OOXML

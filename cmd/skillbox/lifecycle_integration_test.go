@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/skills"
@@ -418,7 +419,7 @@ Body.
 	}
 }
 
-// A hook is a run of its skill (issue 22, finding 5): the PostToolUse hook
+// A hook is a run of its skill: the PostToolUse hook
 // of a skill whose run_script needs confirmation does not run its deploy
 // script until an approver approves, and then once; the hooks of a skill
 // whose run_script and run_code are denied never run; tools.report of a
@@ -561,16 +562,12 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	}
 	waitDigest := func(name, not string) string {
 		t.Helper()
-		deadline := time.Now().Add(time.Minute)
-		for {
-			if dg := digestOf(name); dg != not {
-				return dg
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("skill %s still at %s a minute after it changed (hot reload)", name, not)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+		var dg string
+		waitfor.True(t, fmt.Sprintf("skill %s to leave %s after it changed (hot reload)", name, not), time.Minute, func() bool {
+			dg = digestOf(name)
+			return dg != not
+		})
+		return dg
 	}
 
 	// ---- the lock ----

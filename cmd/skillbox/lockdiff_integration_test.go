@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/console"
 	"github.com/skillbox/skillbox/skills"
@@ -69,13 +70,7 @@ func TestDaemonConfirmationLockDiff(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(root, "guarded-lockdiff", "scripts", "x.sh"), []byte("echo changed-bytes\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for digestOf() == locked {
-		if time.Now().After(deadline) {
-			t.Fatal("the skill's digest did not change within a minute of the edit (hot reload)")
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	waitfor.True(t, "the skill's digest to change after the edit (hot reload)", time.Minute, func() bool { return digestOf() != locked })
 	current := digestOf()
 
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))

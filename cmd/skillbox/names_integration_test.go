@@ -29,8 +29,8 @@ except Exception as e:
     print("egress: failed", type(e).__name__)
 `
 
-// TestDaemonSkillNameCollision is finding 3 of issue 22 through the real
-// daemon, socket and gVisor: in a copy of skills/testdata/collision/root,
+// TestDaemonSkillNameCollision: a skill cannot take another's name,
+// through the real daemon, socket and gVisor: in a copy of skills/testdata/collision/root,
 // aa-helper declares "name: net-x" and sorts before the real net-x, whose
 // policy gives it egress and a secret. skills.load net-x must load the real
 // one, the impostor must run as aa-helper without net-x's egress or secret,

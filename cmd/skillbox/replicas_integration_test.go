@@ -19,7 +19,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/store/storetest"
 )
 
-// useEtcd makes d's config keep its state in etcd at endpoint (issue 27).
+// useEtcd makes d's config keep its state in etcd at endpoint.
 func (d *itDaemon) useEtcd(endpoint, prefix string) {
 	d.t.Helper()
 	b, err := os.ReadFile(d.cfgPath)
@@ -59,7 +59,7 @@ func TestDaemonRefusesUnreachableEtcd(t *testing.T) {
 	}
 }
 
-// TestDaemonReplicasShareState is issue 27's acceptance for the state with
+// TestDaemonReplicasShareState: the state shared by replicas, with
 // the real binary over real sockets: two daemons over one etcd. A session
 // created on one is used on the other; an approval used on one is refused
 // on the other; two consuming one approval at once run it once; each

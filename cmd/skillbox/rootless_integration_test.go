@@ -20,6 +20,7 @@ import (
 	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 // rootlessUID is the ordinary user of these tests.
@@ -230,7 +231,7 @@ func TestRootless(t *testing.T) {
 	})
 	// Nothing of the user's is left running: the sandboxes and the
 	// namespaces end with the commands.
-	time.Sleep(500 * time.Millisecond)
+	waitfor.Within(10*time.Second, func() bool { return len(userProcesses(rootlessUID, h.dir)) == 0 })
 	if left := userProcesses(rootlessUID, h.dir); len(left) > 0 {
 		t.Errorf("processes of uid %d left: %v", rootlessUID, left)
 	}

@@ -2,7 +2,7 @@
 
 package main
 
-// Issue 22, finding 1, through the daemon: while root's run_script and
+// Run dirs through the daemon: while root's run_script and
 // run_code runs are in flight (cold, and warm from the pool), other real
 // uids walk /run/skillbox and every process's root, cwd and descriptors,
 // knowing the run ids (which ps shows), and reach nothing: no secret, no
@@ -20,6 +20,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/runtimetest"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/runner"
 )
@@ -102,19 +103,15 @@ func TestDaemonRunFilesPrivate(t *testing.T) {
 				done <- o
 			}()
 			var dirs []string
-			deadline := time.Now().Add(3 * time.Minute)
-			for len(dirs) == 0 {
+			waitfor.True(t, "the run to be ready", 3*time.Minute, func() bool {
 				select {
 				case o := <-done:
 					t.Fatalf("the run ended before it was ready: %+v %v", o.res, o.err)
 				default:
 				}
-				if time.Now().After(deadline) {
-					t.Fatal("the run was not ready within 3 minutes")
-				}
-				time.Sleep(100 * time.Millisecond)
 				dirs = runDirsOf(inputSecret)
-			}
+				return len(dirs) > 0
+			})
 			// A reachable run dir or snapshot would be a path below these:
 			// the probe reports any it reaches.
 			closed := []string{runtime.DefaultRunDir + "/", runner.DefaultSnapshotDir + "/"}

@@ -15,6 +15,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
@@ -130,7 +131,7 @@ func mountsOf(id string) []string {
 	return out
 }
 
-// TestSessionBackgroundDaemon is issue 26's background acceptance through
+// TestSessionBackgroundDaemon: background runs of a session, through
 // the socket: a background run serves on loopback, a later run of the
 // same session fetches from it, runs.signal stops it, its log is read by
 // offset; a session of another uid reaches nothing of it; closing the
@@ -219,10 +220,7 @@ func TestSessionBackgroundDaemon(t *testing.T) {
 			t.Errorf("runsc still lists the session sandbox %s after sessions.close", box)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for sandboxProcs(box) != "" && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitfor.Within(10*time.Second, func() bool { return sandboxProcs(box) == "" })
 	if p := sandboxProcs(box); p != "" {
 		t.Errorf("host processes of %s after sessions.close:\n%s", box, p)
 	}
@@ -252,7 +250,7 @@ func TestSessionBackgroundDaemon(t *testing.T) {
 	}
 }
 
-// TestSessionPauseResumeDaemon is issue 26's pause and resume acceptance:
+// TestSessionPauseResumeDaemon: a session paused and resumed:
 // a session holding a counter in a background process and a file in
 // /work is paused, the daemon restarts, and the next run sees both; two
 // forks of it draw different random numbers; a checkpoint of another runsc
@@ -404,22 +402,14 @@ func TestSessionIdlePause(t *testing.T) {
 		t.Fatalf("count: %q", got)
 	}
 	box := bg.SessionSandbox
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		paused := false
+	waitfor.True(t, "sandbox "+box+" to be checkpointed on idling (idle_timeout 2s)", 30*time.Second, func() bool {
 		for _, r := range d.records() {
 			if r.Event == audit.EventSessionCheckpoint && r.Detail["sandbox"] == box && r.Detail["why"] == "idle" && r.Outcome == audit.OutcomeOK {
-				paused = true
+				return true
 			}
 		}
-		if paused {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sandbox %s not checkpointed within 30 s of idling (idle_timeout 2s)", box)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return false
+	})
 	if p := sandboxProcs(box); p != "" {
 		t.Fatalf("processes of the paused sandbox %s: %s", box, p)
 	}
@@ -493,10 +483,7 @@ func TestMCPBackgroundRuns(t *testing.T) {
 	}
 	cs.Close()
 	cmd.Wait()
-	deadline := time.Now().Add(10 * time.Second)
-	for sandboxProcs(box) != "" && time.Now().Before(deadline) {
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitfor.Within(10*time.Second, func() bool { return sandboxProcs(box) == "" })
 	if p := sandboxProcs(box); p != "" {
 		t.Errorf("host processes of %s after the MCP connection ended:\n%s", box, p)
 	}

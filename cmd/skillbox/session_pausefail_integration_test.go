@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
@@ -116,17 +118,12 @@ func (d *itDaemon) leftovers(box string) []string {
 // within.
 func (d *itDaemon) waitNoLeftovers(t *testing.T, box, when string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for {
-		left := d.leftovers(box)
-		if len(left) == 0 {
-			return
+	waitfor.NoError(t, "nothing of sandbox "+box+" to be left "+when, within, func() error {
+		if left := d.leftovers(box); len(left) > 0 {
+			return fmt.Errorf("left:\n  %s", strings.Join(left, "\n  "))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s, sandbox %s left:\n  %s", when, box, strings.Join(left, "\n  "))
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // storeEntries lists the checkpoint store (pending dirs included).
@@ -282,13 +279,7 @@ func TestSessionKill9MidPauseSwept(t *testing.T) {
 	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fill.py", Args: []string{"big", "200"}}))
 	box := fill.SessionSandbox
 	go c.PauseSession(context.Background(), api.Peer{}, api.SessionParams{SessionID: sid})
-	deadline := time.Now().Add(time.Minute)
-	for len(storeEntries(t, store)) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the pause made nothing in the checkpoint store within a minute")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.True(t, "the pause to make something in the checkpoint store", time.Minute, func() bool { return len(storeEntries(t, store)) > 0 })
 	d.kill9()
 	left := d.leftovers(box)
 	t.Logf("after kill -9 mid-pause: store %v; sandbox %s:\n  %s", storeEntries(t, store), box, strings.Join(left, "\n  "))
@@ -297,23 +288,15 @@ func TestSessionKill9MidPauseSwept(t *testing.T) {
 	// The start's sweep (and its resweeps a few seconds later) removes
 	// what the killed daemon left.
 	d.waitNoLeftovers(t, box, "after a kill -9 mid-pause and a restart", 45*time.Second)
-	deadline = time.Now().Add(45 * time.Second)
-	for {
+	waitfor.NoError(t, "the half-written checkpoint to leave the store after the restart", 45*time.Second, func() error {
 		left := storeEntries(t, store)
-		ok := true
 		for _, n := range left {
 			if strings.HasPrefix(n, ".") {
-				ok = false
+				return fmt.Errorf("store: %v", left)
 			}
 		}
-		if ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the half-written checkpoint is still in the store after the restart: %v", left)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	logb, _ := os.ReadFile(d.logPath)
 	if !strings.Contains(string(logb), box) || !strings.Contains(string(logb), "leftover") {
 		t.Errorf("the restart's sweep did not log what it removed of %s", box)

@@ -2,8 +2,8 @@
 
 package main
 
-// Issue 25, items 3 and 4, end to end with the real binary and the default
-// config: a template a script copies from its skill stays editable (the
+// Skill files and shell scripts end to end, with the real binary and the
+// default config: a template a script copies from its skill stays editable (the
 // snapshot keeps the author's modes) while the skill stays unwritable by
 // any path in the sandbox and unreachable by other uids on the host; a .sh
 // of a document skill calling pdfinfo, qpdf and soffice runs (in the image
@@ -29,10 +29,10 @@ import (
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
 
-// skills25 writes skill "docs25" (with a nonce, so its digest and its
+// docsSkill writes skill "docs25" (with a nonce, so its digest and its
 // snapshot are this test's own) under a fresh root the sandbox uid can
 // read, and returns the root and the nonce.
-func skills25(t *testing.T) (root, nonce string) {
+func docsSkill(t *testing.T) (root, nonce string) {
 	t.Helper()
 	f := newRunFixture(t)
 	b := make([]byte, 8)
@@ -40,10 +40,10 @@ func skills25(t *testing.T) (root, nonce string) {
 	nonce = hex.EncodeToString(b)
 	dir := filepath.Join(f.root, "docs25")
 	files := map[string]string{
-		"SKILL.md":              "---\nname: docs25\ndescription: Document skill for the issue 25 integration tests. Use only in tests.\n---\n# docs25\n\nnonce " + nonce + "\n",
+		"SKILL.md":              "---\nname: docs25\ndescription: Document skill for the integration tests. Use only in tests.\n---\n# docs25\n\nnonce " + nonce + "\n",
 		"assets/template.txt":   "template\n",
 		"assets/tpl/page.txt":   "page\n",
-		"scripts/fill.py":       fill25,
+		"scripts/fill.py":       fillPy,
 		"scripts/tool.sh":       "echo tool\n",
 		"scripts/pdf.sh":        "#!/bin/bash\nset -euo pipefail\npdfinfo /skill/assets/one.pdf | grep -E '^(Pages|PDF version):'\nqpdf --check /skill/assets/one.pdf > check.txt\nhead -n 1 check.txt\nsoffice --version\n",
 		"scripts/pdfversion.sh": "pdfinfo -v 2>&1 | head -n 1\n",
@@ -59,9 +59,9 @@ func skills25(t *testing.T) (root, nonce string) {
 	return f.root, nonce
 }
 
-// fill25 copies a template and a template directory into /work and edits
+// fillPy copies a template and a template directory into /work and edits
 // the copies, then tries every way to change the skill itself.
-const fill25 = `import os, shutil
+const fillPy = `import os, shutil
 shutil.copy("/skill/assets/template.txt", "filled.txt")
 with open("filled.txt", "a") as f:
     f.write("edited\n")
@@ -120,8 +120,8 @@ func onePagePDF() string {
 	return b.String()
 }
 
-// snapshot25 finds the snapshot copy of the skill with this nonce.
-func snapshot25(t *testing.T, nonce string) string {
+// docsSnapshot finds the snapshot copy of the skill with this nonce.
+func docsSnapshot(t *testing.T, nonce string) string {
 	t.Helper()
 	dirs, _ := filepath.Glob("/run/skillbox/snapshots/v-*")
 	for _, d := range dirs {
@@ -147,7 +147,7 @@ func TestSkillSnapshotModes(t *testing.T) {
 		t.Run(rt, func(t *testing.T) {
 			runItNeed(t, rt)
 			runItNeedImage(t, "python")
-			root, nonce := skills25(t)
+			root, nonce := docsSkill(t)
 			out := filepath.Join(t.TempDir(), "out")
 			o := runItExec(t, "run", "--runtime", rt, "--root", root, "--outputs", out, "docs25", "scripts/fill.py")
 			if o.code != 0 {
@@ -169,7 +169,7 @@ func TestSkillSnapshotModes(t *testing.T) {
 
 			// On the host: the copy keeps the modes, its parent stays
 			// root's alone, and another uid reaches nothing in it.
-			snap := snapshot25(t, nonce)
+			snap := docsSnapshot(t, nonce)
 			if st, err := os.Lstat("/run/skillbox/snapshots"); err != nil || st.Mode().Perm() != 0o700 || st.Sys().(*syscall.Stat_t).Uid != 0 {
 				t.Fatalf("/run/skillbox/snapshots: %v %v, want root's 0700", st.Mode(), err)
 			}
@@ -201,7 +201,7 @@ func TestShellScriptTools(t *testing.T) {
 	runItNeed(t, "runsc")
 	runItNeedImage(t, "python")
 	runItNeedImage(t, "shell")
-	root, _ := skills25(t)
+	root, _ := docsSkill(t)
 
 	t.Run("pdfinfo qpdf soffice from a .sh, default config", func(t *testing.T) {
 		o := runItExec(t, "run", "--runtime", "runsc", "--root", root, "--json", "docs25", "scripts/pdf.sh")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
 )
@@ -247,7 +248,7 @@ func TestDaemonSlowReaderDoesNotStallOthers(t *testing.T) {
 
 	// The slow client's run was not held up by its full socket: its
 	// run.end is in the audit log before it reads anything.
-	waitForIt(t, "the flooding run to end", func() bool {
+	waitfor.True(t, "the flooding run to end", 2*time.Minute, func() bool {
 		for _, r := range d.records() {
 			if r.Event == "run.end" && r.Run != nil && r.Run.Script == "scripts/flood.sh" {
 				return true
@@ -278,16 +279,4 @@ func TestDaemonSlowReaderDoesNotStallOthers(t *testing.T) {
 		break
 	}
 	t.Logf("drop marker seen: %v", dropped)
-}
-
-// waitForIt polls cond for up to two minutes.
-func waitForIt(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }

@@ -4,12 +4,15 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -69,17 +72,14 @@ func (d *itDaemon) warmContainers() []string {
 
 func (d *itDaemon) waitWarm(t *testing.T, n int) []string {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for {
-		ws := d.warmContainers()
-		if len(ws) >= n {
-			return ws
+	var ws []string
+	waitfor.NoError(t, fmt.Sprintf("%d warm sandboxes", n), 3*time.Minute, func() error {
+		if ws = d.warmContainers(); len(ws) < n {
+			return fmt.Errorf("%d warm sandboxes (containers %v)", len(ws), d.containers())
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d warm sandboxes after 3 minutes, want %d (containers %v)", len(ws), n, d.containers())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
+	return ws
 }
 
 // TestDaemonWarmPool: a real `skillbox serve` with a warm pool. Loading a
@@ -146,24 +146,15 @@ func TestDaemonWarmPool(t *testing.T) {
 	if err := os.WriteFile(script, []byte(probePy+"print('version 2')\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		still := 0
-		for _, id := range d.warmContainers() {
-			for _, o := range old {
-				if id == o {
-					still++
-				}
+	waitfor.NoError(t, "the pool of the old version to drain", 2*time.Minute, func() error {
+		ws := d.warmContainers()
+		for _, id := range ws {
+			if slices.Contains(old, id) {
+				return fmt.Errorf("warm: %v", ws)
 			}
 		}
-		if still == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool of the old version was not drained: %v", d.warmContainers())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	// The session holds the old digest; loading again takes the new one.
 	must[*api.LoadResult](t, "reload")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"prober"}}))
 	r3, _ := run()
@@ -177,27 +168,21 @@ func TestDaemonWarmPool(t *testing.T) {
 	go func() {
 		_, _ = c2.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/probe.py", Args: []string{"hang"}, TimeoutMS: 300000})
 	}()
-	deadline = time.Now().Add(2 * time.Minute)
 	// The run's sandbox and two refilled ones.
-	for len(d.containers()) < 3 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the hanging run did not start: containers %v", d.containers())
+	waitfor.NoError(t, "the hanging run to start", 2*time.Minute, func() error {
+		if cs := d.containers(); len(cs) < 3 {
+			return fmt.Errorf("containers %v", cs)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 	d.kill9()
 	d.start()
-	deadline = time.Now().Add(2 * time.Minute)
-	for {
-		cs, ps := d.containers(), hostProcs("skillbox-leak")
-		if len(cs) == 0 && len(ps) == 0 {
-			break
+	waitfor.NoError(t, "nothing running after the restart", 2*time.Minute, func() error {
+		if cs, ps := d.containers(), hostProcs("skillbox-leak"); len(cs) > 0 || len(ps) > 0 {
+			return fmt.Errorf("left running: containers %v, processes %v", cs, ps)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("left running after the restart: containers %v, processes %v", cs, ps)
-		}
-		time.Sleep(250 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // hostProcs lists host processes whose command line contains marker.

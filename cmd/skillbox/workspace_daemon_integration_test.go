@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -93,7 +94,7 @@ esac
 	cl.WriteWorkspace(ctx, api.Peer{}, api.WorkspaceWriteParams{SessionID: sid, Path: "shared.txt", Data: []byte("before\n"), Truncate: true})
 	done := make(chan *api.RunScriptResult, 1)
 	go func() { done <- run("slow") }()
-	time.Sleep(2 * time.Second)
+	waitfor.True(t, "the slow run's sandbox", time.Minute, func() bool { return len(d.containers()) > 0 })
 	if _, err := cl.WriteWorkspace(ctx, api.Peer{}, api.WorkspaceWriteParams{SessionID: sid, Path: "shared.txt", Data: []byte("from-host\n"), Truncate: true}); err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 )
 
-// Issue 22, finding 8: a small wheel that unpacks hugely must not build a
+// A small wheel that unpacks hugely must not build a
 // huge layer, and installer output must not be held without bound.
 
 // fakeRuntime records the jobs it is given and answers with result.

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 // TestRunscCheckpointStore takes a real runsc checkpoint of a sandbox that
@@ -202,12 +203,11 @@ func lines(t *testing.T, p string) int {
 
 func waitLines(t *testing.T, p string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for lines(t, p) < n {
-		if time.Now().After(deadline) {
+	waitfor.NoError(t, fmt.Sprintf("%d lines in %s", n, p), 20*time.Second, func() error {
+		if k := lines(t, p); k < n {
 			b, _ := os.ReadFile(p)
-			t.Fatalf("%s has %d lines after 20s, want %d:\n%s", p, lines(t, p), n, b)
+			return fmt.Errorf("%d lines:\n%s", k, b)
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -3,12 +3,9 @@ package egress
 import (
 	"net/netip"
 	"testing"
-	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
 )
-
-func waitABit() { time.Sleep(20 * time.Millisecond) }
 
 func buildQuery(t *testing.T, name string) []byte {
 	t.Helper()

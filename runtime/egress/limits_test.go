@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime/egress/egresstest"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 func TestHeadLimit(t *testing.T) {
@@ -146,14 +147,17 @@ func (l *lab) tunnel(t *testing.T, hostport, tlsName string) net.Conn {
 // reported after the first `after`.
 func (l *lab) waitReport(t *testing.T, after int, what string, match func(Attempt) bool) Attempt {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for time.Now().Before(deadline) {
+	var found Attempt
+	if waitfor.Within(15*time.Second, func() bool {
 		for _, a := range l.rec.all()[after:] {
 			if match(a) {
-				return a
+				found = a
+				return true
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) {
+		return found
 	}
 	t.Fatalf("no report of %s; reports: %+v", what, l.rec.all())
 	return Attempt{}
@@ -176,7 +180,7 @@ func flood(c net.Conn, start string) int64 {
 	return total
 }
 
-// Finding 2: an unterminated head through each path is cut at the head
+// An unterminated head through each path is cut at the head
 // limit, answered or closed, and reported; the proxy read no more than
 // the limit (and a buffer).
 func TestProxyHeadFlood(t *testing.T) {
@@ -222,7 +226,7 @@ func dial(t *testing.T, addr string) net.Conn {
 	return c
 }
 
-// Finding 2: a head that never completes is given up after HeadTimeout,
+// A head that never completes is given up after HeadTimeout,
 // on the paths that read heads.
 func TestProxyHeadTimeout(t *testing.T) {
 	l := newLab(t, func(c *Config) { c.HeadTimeout = 300 * time.Millisecond })
@@ -253,14 +257,18 @@ func TestProxyHeadTimeout(t *testing.T) {
 	}
 }
 
-// Finding 2: connections open at once are capped per run; one over the
+// Connections open at once are capped per run; one over the
 // cap is closed at once and reported; an idle one is closed.
 func TestProxyConcurrentAndIdle(t *testing.T) {
 	l := newLab(t, func(c *Config) { c.MaxConcurrent = 2; c.IdleTimeout = 500 * time.Millisecond })
 	a, b := l.tunnel(t, "allowed.test:"+l.hp, ""), dial(t, l.transPlain)
 	defer a.Close()
 	defer b.Close()
-	time.Sleep(50 * time.Millisecond) // b is accepted
+	waitfor.True(t, "b to be accepted", 5*time.Second, func() bool {
+		l.p.mu.Lock()
+		defer l.p.mu.Unlock()
+		return len(l.p.clients) == 2
+	})
 	c := dial(t, l.proxyAddr)
 	defer c.Close()
 	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -285,7 +293,7 @@ func isTimeout(err error) bool {
 	return ok && ne.Timeout()
 }
 
-// Finding 4: an upstream echoing the request's headers (in headers and
+// An upstream echoing the request's headers (in headers and
 // bodies, plain, chunked, gzip or base64) never shows the secret to the
 // sandbox; a request for another Host in the tunnel is refused and
 // reported.
@@ -351,7 +359,7 @@ type countBudget struct{ left atomic.Int64 }
 
 func (b *countBudget) Take() bool { return b.left.Add(-1) >= 0 }
 
-// Finding 6: a run reports its first attempts one by one within its own
+// A run reports its first attempts one by one within its own
 // and its uid's budget, and sums up the rest; every attempt is counted.
 func TestReportGate(t *testing.T) {
 	tests := []struct {

@@ -13,6 +13,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 // fakeResolver maps names to addresses like a DNS server would.
@@ -131,12 +134,7 @@ func TestProxy(t *testing.T) {
 			}
 			c.CloseIdleConnections()
 			var got []Attempt
-			for i := 0; i < 100 && len(got) <= n; i++ {
-				got = rec.all()
-				if len(got) <= n {
-					waitABit()
-				}
-			}
+			waitfor.Within(2*time.Second, func() bool { got = rec.all(); return len(got) > n })
 			if len(got) != n+1 {
 				t.Fatalf("%d attempts reported, want %d", len(got)-n, 1)
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 // BenchmarkPod measures runs on the test cluster (docs/BENCHMARKS.md,
@@ -116,10 +117,7 @@ const benchCPUs = 0.2
 // waitPoolIdle waits up to 3 minutes until pool holds n idle pods.
 func waitPoolIdle(t testing.TB, pool *runtime.Pool, n int) {
 	t.Helper()
-	deadline := time.Now().Add(3 * time.Minute)
-	for pool.Stats().Idle < n && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
-	}
+	waitfor.Within(3*time.Minute, func() bool { return pool.Stats().Idle >= n })
 	if st := pool.Stats(); st.Idle < n {
 		t.Fatalf("%d pods ready after 3 minutes, want %d: %+v", st.Idle, n, st)
 	}

@@ -26,6 +26,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/runtimetest"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 // testImage is the busybox image hack/kube.sh imports into the node's
@@ -276,26 +277,22 @@ const testManagedBy = "skillbox-test"
 func (c *testCluster) noPodsOfTests(t testing.TB) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		pods, err := c.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: testPodsSelector})
-		if err != nil {
-			t.Errorf("pods left by the test: %v", err)
-			return
-		}
-		if len(pods.Items) == 0 {
-			return
-		}
-		if time.Now().Before(deadline) {
-			time.Sleep(500 * time.Millisecond)
-			continue
-		}
-		zero := int64(0)
-		for _, p := range pods.Items {
-			t.Errorf("the test left pod %s/%s (%s, labels %v); deleted now", p.Namespace, p.Name, p.Status.Phase, p.Labels)
-			_ = c.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
-		}
+	var pods *corev1.PodList
+	var err error
+	if waitfor.Within(time.Minute, func() bool {
+		pods, err = c.cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{LabelSelector: testPodsSelector})
+		return err != nil || len(pods.Items) == 0
+	}) && err == nil {
 		return
+	}
+	if err != nil {
+		t.Errorf("pods left by the test: %v", err)
+		return
+	}
+	zero := int64(0)
+	for _, p := range pods.Items {
+		t.Errorf("the test left pod %s/%s (%s, labels %v); deleted now", p.Namespace, p.Name, p.Status.Phase, p.Labels)
+		_ = c.cs.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero})
 	}
 }
 

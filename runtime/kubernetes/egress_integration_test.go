@@ -27,6 +27,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 // egressProbe is the job of the egress tests: it fetches each URL of its
@@ -276,17 +277,14 @@ func TestEgress(t *testing.T) {
 			t.Errorf("reason %s egress %+v, want killed with the egress figures", res.Reason, res.Egress)
 		}
 		start := time.Now()
-		for {
+		waitfor.NoError(t, "the garbage collector to take the policy of the deleted pod "+name, time.Minute, func() error {
 			_, err := c.cs.NetworkingV1().NetworkPolicies(DefaultNamespace).Get(ctx, name, metav1.GetOptions{})
 			if apierrors.IsNotFound(err) {
-				t.Logf("the policy was gone %s after the run ended (its pod deleted mid-run; Destroy not yet called)", time.Since(start).Round(10*time.Millisecond))
-				break
+				return nil
 			}
-			if time.Since(start) > time.Minute {
-				t.Fatalf("the policy of the deleted pod %s is still there after %s (%v): the garbage collector did not take it", name, time.Minute, err)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
+			return fmt.Errorf("the policy is still there (%v)", err)
+		})
+		t.Logf("the policy was gone %s after the run ended (its pod deleted mid-run; Destroy not yet called)", time.Since(start).Round(10*time.Millisecond))
 		if err := sb.Destroy(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -10,7 +10,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 )
 
-// Finding 7: output names with escape sequences or newlines never reach
+// Output names with escape sequences or newlines never reach
 // results or logs raw.
 func TestOutputNamesWithControlCharacters(t *testing.T) {
 	wd := t.TempDir()

@@ -217,7 +217,7 @@ func BenchmarkCollectOutputs5000(b *testing.B) {
 	}
 }
 
-// Issue 22 (INFO): every special file a script leaves in the workdir is
+// Every special file a script leaves in the workdir is
 // named in outputs_skipped with what it is, at any depth: FIFOs, sockets,
 // character and block devices (the devices need root to make).
 func TestOutputsNameSpecialFiles(t *testing.T) {

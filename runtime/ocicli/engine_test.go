@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 const tiedHelperEnv = "SKILLBOX_TEST_TIED_HELPER"
@@ -49,13 +51,9 @@ func TestStartTied(t *testing.T) {
 		t.Fatalf("helper did not start its child: %q", out)
 	}
 	// Generous: the kernel kills it at once; reaping it takes init a moment.
-	deadline := time.Now().Add(60 * time.Second)
-	for alive(pid) {
-		if time.Now().After(deadline) {
-			syscall.Kill(pid, syscall.SIGKILL)
-			t.Fatalf("child %d of the killed helper still runs", pid)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if !waitfor.Within(60*time.Second, func() bool { return !alive(pid) }) {
+		syscall.Kill(pid, syscall.SIGKILL)
+		t.Fatalf("child %d of the killed helper still runs", pid)
 	}
 }
 

@@ -8,7 +8,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/oci"
 )
 
-// Finding 7: under runc (MaskHostInfo) the host's kernel command line,
+// Under runc (MaskHostInfo) the host's kernel command line,
 // modules, symbols and disks are masked; runsc shows its own.
 func TestRuncMasksHostInfo(t *testing.T) {
 	for _, mask := range []bool{true, false} {

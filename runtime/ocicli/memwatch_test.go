@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 // The watch's view of /proc: a child found by its argv[0], a process's
@@ -24,10 +26,7 @@ func TestMemoryWatchProc(t *testing.T) {
 	}
 	defer cmd.Process.Kill()
 	var child int
-	for i := 0; i < 100 && child <= 0; i++ {
-		child = childNamed(os.Getpid(), sandboxArg0)
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitfor.Within(time.Second, func() bool { child = childNamed(os.Getpid(), sandboxArg0); return child > 0 })
 	if child != cmd.Process.Pid {
 		t.Fatalf("childNamed = %d, want %d", child, cmd.Process.Pid)
 	}
@@ -41,10 +40,7 @@ func TestMemoryWatchProc(t *testing.T) {
 		t.Error("a sleeping process counts as exited")
 	}
 	cmd.Process.Kill()
-	for i := 0; i < 100 && !processExited(child); i++ {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !processExited(child) {
+	if !waitfor.Within(time.Second, func() bool { return processExited(child) }) {
 		t.Error("a killed, unwaited child is not seen as exited")
 	}
 	cmd.Wait()

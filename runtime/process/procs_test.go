@@ -4,6 +4,8 @@ import (
 	"os/exec"
 	"testing"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 func TestParseStat(t *testing.T) {
@@ -55,18 +57,14 @@ func TestKillTree(t *testing.T) {
 	}()
 	<-done
 	var tree map[int]bool
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitfor.Within(10*time.Second, func() bool {
 		procs, err := ReadProcs()
 		if err != nil {
 			t.Fatal(err)
 		}
 		tree = Descendants(procs, cmd.Process.Pid)
-		if len(tree) >= 4 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(tree) >= 4
+	})
 	if len(tree) < 4 {
 		t.Fatalf("the shell made %d processes, want 4", len(tree))
 	}

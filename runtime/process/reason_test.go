@@ -7,7 +7,7 @@ import (
 )
 
 // Which reason a run gets from what the engine saw and the cgroup's
-// counters (finalReason's precedence). Issue 22: a fork bomb is "pids"
+// counters (finalReason's precedence). A fork bomb is "pids"
 // whenever pids.max refused a fork, also when memory ran out first (the
 // kernel OOM-killed some of its copies) or the timer or the output cap
 // stopped it; a timeout or an OOM kill without a refused fork keeps its own

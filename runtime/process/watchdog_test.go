@@ -128,7 +128,7 @@ func (f *fakeSandboxWatchdog) watchdog(procs []int) *sandboxWatchdog {
 	}
 }
 
-// A sandbox's watchdog (issue 22, finding 9): released by its daemon it
+// A sandbox's watchdog: released by its daemon it
 // does nothing; when the daemon is gone it sweeps the sandbox at once if
 // no job was delivered, at the job's deadline if one was; a deadline that
 // passes with the daemon alive kills what is left in the cgroup and the

@@ -313,7 +313,7 @@ print('release', os.uname().release)
 			},
 		},
 		{
-			// Issue 22: a fork bomb that also filled the memory limit had a
+			// A fork bomb that also filled the memory limit once had a
 			// process OOM-killed as well as forks refused, and was reported
 			// as oom; it is pids whenever pids.max refused a fork. gVisor
 			// has no guest pids limit of its own (see runscHostPids): its
@@ -345,7 +345,7 @@ print('release', os.uname().release)
 			},
 		},
 		{
-			// Issue 22: a fork bomb whose parent waits on after its forks were
+			// A fork bomb whose parent waits on after its forks were
 			// refused is stopped by the timer, and is pids all the same.
 			Name:   "fork_bomb_until_timeout",
 			Skill:  map[string]string{"scripts/forks.py": ForkBombPy(600, "time.sleep(600)\n")},

@@ -17,6 +17,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/supervisor"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 // The tests run the real supervisor natively: this test binary started
@@ -221,7 +222,7 @@ func TestSignalsToSupervisor(t *testing.T) {
 	if e.Code != 0 {
 		t.Fatalf("exit %+v: %s", e, errOut)
 	}
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // time for a signal to do harm, had it any
 	if err := s.c.Ping(ctxT(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -247,10 +248,8 @@ func alive(pid int) bool {
 
 func waitGone(t *testing.T, pid int, what string) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if !alive(pid) {
-			return
-		}
+	if waitfor.Within(5*time.Second, func() bool { return !alive(pid) }) {
+		return
 	}
 	t.Errorf("%s (pid %d) is still alive", what, pid)
 	syscall.Kill(pid, syscall.SIGKILL)
@@ -363,7 +362,7 @@ func TestBackgroundLeavesSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pids []int
-	for deadline := time.Now().Add(5 * time.Second); len(pids) < 2 && time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	waitfor.Within(5*time.Second, func() bool {
 		b, _ := os.ReadFile(log)
 		pids = pids[:0]
 		for _, f := range strings.Fields(string(b)) {
@@ -371,7 +370,8 @@ func TestBackgroundLeavesSession(t *testing.T) {
 				pids = append(pids, n)
 			}
 		}
-	}
+		return len(pids) >= 2
+	})
 	if len(pids) != 2 {
 		t.Fatalf("log has %v", pids)
 	}
@@ -408,14 +408,16 @@ func workerPIDs(t *testing.T, supPID int) map[int]bool {
 // waitWorkers waits until n python workers are ready, and returns them.
 func (s *sup) waitWorkers(t *testing.T, n int) map[int]bool {
 	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	var w map[int]bool
+	if waitfor.Within(20*time.Second, func() bool {
 		h, err := s.c.Status(ctxT(t))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if w := workerPIDs(t, s.pid); h.Workers == n && len(w) == n {
-			return w
-		}
+		w = workerPIDs(t, s.pid)
+		return h.Workers == n && len(w) == n
+	}) {
+		return w
 	}
 	t.Fatalf("want %d python workers, have %v", n, workerPIDs(t, s.pid))
 	return nil
@@ -577,11 +579,7 @@ func TestPythonWorkerStatus(t *testing.T) {
 				t.Errorf("the run took %s: its end waited for a process it left", d)
 			}
 			for pid := range idle {
-				deadline := time.Now().Add(10 * time.Second)
-				for alive(pid) && time.Now().Before(deadline) {
-					time.Sleep(20 * time.Millisecond)
-				}
-				if alive(pid) {
+				if !waitfor.Within(10*time.Second, func() bool { return !alive(pid) }) {
 					t.Errorf("the run's worker %d is alive after its end", pid)
 				}
 			}

@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-// Finding 7: the process name is what the caller chose to call itself;
+// The process name is what the caller chose to call itself;
 // records must say so.
 func TestPeerProcessMarkedClaimed(t *testing.T) {
 	b, err := json.Marshal(Peer{UID: 1, GID: 1, PID: 2, Process: "approver"})

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 func openFault(t *testing.T, dir string, opts Options) (*Log, *faultFS) {
@@ -131,13 +133,7 @@ func TestFailClosedHealsInBackground(t *testing.T) {
 		t.Fatal("healed while writes still fail")
 	}
 	fs.set(func(f *faultFS) { f.writeErr = nil })
-	deadline := time.Now().Add(5 * time.Second)
-	for l.Healthy() != nil {
-		if time.Now().After(deadline) {
-			t.Fatalf("did not heal: %v", l.Healthy())
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	waitfor.NoError(t, "the log to heal", 5*time.Second, l.Healthy)
 	l.Close()
 	if _, err := Verify(dir, VerifyOptions{}); err != nil {
 		t.Fatal(err)

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -127,44 +129,32 @@ func TestTail(t *testing.T) {
 			return nil
 		})
 	}()
-	waitFor := func(n int) {
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			mu.Lock()
-			k := len(followed)
-			mu.Unlock()
-			if k >= n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("tail -f delivered %d records, want %d", k, n)
-			}
-			time.Sleep(2 * time.Millisecond)
+	// the last two, before anything new is written
+	waitfor.NoError(t, "tail -f to deliver 2 records", 5*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if k := len(followed); k < 2 {
+			return fmt.Errorf("tail -f delivered %d records", k)
 		}
-	}
-	waitFor(2) // the last two, before anything new is written
+		return nil
+	})
 	for i := 0; i < 6; i++ {
 		appendN(t, l, 5)
-		time.Sleep(7 * time.Millisecond)
+		time.Sleep(7 * time.Millisecond) // the follower meets the new records over several polls
 	}
 	last, _ := l.Head()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitfor.NoError(t, "the follow to reach the head", 5*time.Second, func() error {
 		mu.Lock()
-		n := len(followed)
+		defer mu.Unlock()
 		var tip uint64
-		if n > 0 {
+		if n := len(followed); n > 0 {
 			tip = followed[n-1]
 		}
-		mu.Unlock()
-		if tip == last {
-			break
+		if tip != last {
+			return fmt.Errorf("follow reached %d of %d", tip, last)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("follow reached %d of %d", tip, last)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
 // signedLog writes genesis + n records with a checkpoint after every 10 and
@@ -286,17 +288,10 @@ func TestPeriodicCheckpoint(t *testing.T) {
 	priv, _ := LoadPrivateKey(keyPath)
 	l := openT(t, dir, Options{SigningKey: priv, CheckpointEvery: 20 * time.Millisecond})
 	appendN(t, l, 3)
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitfor.True(t, "a periodic checkpoint", 5*time.Second, func() bool {
 		cps, _ := ReadCheckpoints(filepath.Join(dir, checkpointsName))
-		if len(cps) > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no periodic checkpoint")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return len(cps) > 0
+	})
 	// No new records: no new checkpoints.
 	seq, _ := l.Head()
 	time.Sleep(100 * time.Millisecond)

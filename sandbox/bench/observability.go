@@ -14,7 +14,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/stack"
 )
 
-// observabilityGoal is issue 28's bound on what metrics and traces may add
+// observabilityGoal is the bound on what metrics and traces may add
 // to the warm run_script p50.
 const observabilityGoal = 1.02
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/console"
@@ -177,10 +178,10 @@ func unixClient(sock string) *http.Client {
 func waitLiveRuns(t *testing.T, sock string) service.LiveRunsResult {
 	t.Helper()
 	var live service.LiveRunsResult
-	for deadline := time.Now().Add(10 * time.Second); len(live.Runs) == 0 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
+	waitfor.Within(10*time.Second, func() bool {
 		do(t, sock, "GET", console.Prefix+"/runs", &live)
-	}
+		return len(live.Runs) > 0
+	})
 	return live
 }
 

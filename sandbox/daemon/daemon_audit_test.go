@@ -17,6 +17,7 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/jsonrpc"
@@ -244,7 +245,7 @@ func TestDaemonRefusedRecordsCappedPerConnection(t *testing.T) {
 	}
 	c.nc.Close()
 	var sum audit.Record
-	servicetest.WaitFor(t, "the summary record", func() bool {
+	waitfor.True(t, "the summary record", time.Minute, func() bool {
 		recs := h.audit.Events(audit.EventCallRefused)
 		if len(recs) == 4 {
 			sum = recs[3]

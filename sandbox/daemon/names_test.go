@@ -13,8 +13,8 @@ import (
 	"github.com/skillbox/skillbox/skills"
 )
 
-// collisionConfig gives net-x egress and a secret, as the trusted skill of
-// finding 3 of issue 22 had.
+// collisionConfig gives net-x egress and a secret, as a trusted skill whose
+// name another skill tries to take would have.
 const collisionConfig = testConfig + `
 secret "NET_X_TOKEN" {
   from_env = "SKILLBOX_NAMES_TEST_TOKEN"

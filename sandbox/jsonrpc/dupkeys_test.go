@@ -8,7 +8,7 @@ import (
 )
 
 // TestDuplicateKeysRefused: a request holding one name twice in an object,
-// at any depth, is refused (issue 22): encoding/json would run the last
+// at any depth, is refused: encoding/json would run the last
 // value while a reader of the line may go by the first.
 func TestDuplicateKeysRefused(t *testing.T) {
 	ts := startServer(t, ServerOptions{}, nil)

@@ -9,10 +9,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
-// Finding 7: an id that is not valid UTF-8 is never echoed raw.
+// An id that is not valid UTF-8 is never echoed raw.
 func TestInvalidUTF8IDNotEchoed(t *testing.T) {
 	ts := startServer(t, ServerOptions{}, nil)
 	c := ts.dial(t)
@@ -32,7 +33,7 @@ func TestInvalidUTF8IDNotEchoed(t *testing.T) {
 	}
 }
 
-// Finding 2: one uid gets at most MaxConnsPerUID connections, and the
+// One uid gets at most MaxConnsPerUID connections, and the
 // reserve of MaxConnections is kept for privileged peers (approvers).
 func TestConnectionsPerUIDAndReserve(t *testing.T) {
 	var privileged atomic.Bool
@@ -65,13 +66,13 @@ func TestConnectionsPerUIDAndReserve(t *testing.T) {
 	}
 }
 
-// Finding 2: the bytes of one uid's requests in flight are bounded.
+// The bytes of one uid's requests in flight are bounded.
 func TestRequestBytesPerUID(t *testing.T) {
 	ts := startServer(t, ServerOptions{MaxRequestBytesPerUID: 300}, nil)
 	c := ts.dial(t)
 	pad := strings.Repeat(" ", 200)
 	c.send(`{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":3000` + pad + `}}`)
-	time.Sleep(50 * time.Millisecond)
+	waitfor.True(t, "the first call to be in flight", 2*time.Second, func() bool { return ts.callsInFlight() == 1 })
 	c.send(`{"jsonrpc":"2.0","id":2,"method":"echo","params":{"x":1` + pad + `}}`)
 	r := c.recv()
 	if string(r.ID) != "2" {
@@ -80,7 +81,7 @@ func TestRequestBytesPerUID(t *testing.T) {
 	wantError(t, r, CodeLimitExceeded, api.KindLimitExceeded)
 }
 
-// Finding 4: a line counts towards its uid's request bytes while it is
+// A line counts towards its uid's request bytes while it is
 // read, so many connections of one uid cannot each buffer a line up to
 // MaxLineBytes; the refused line is answered and the connection stays.
 func TestRequestBytesPerUIDWhileReading(t *testing.T) {
@@ -88,7 +89,7 @@ func TestRequestBytesPerUIDWhileReading(t *testing.T) {
 	a, b := ts.dial(t), ts.dial(t)
 	pad := strings.Repeat(" ", 200<<10)
 	a.send(`{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":3000` + pad + `}}`)
-	time.Sleep(50 * time.Millisecond)
+	waitfor.True(t, "the first call to be in flight", 2*time.Second, func() bool { return ts.callsInFlight() == 1 })
 	b.send(`{"jsonrpc":"2.0","id":7,"method":"echo","params":{"x":1` + pad + `}}`)
 	r := b.recv()
 	if string(r.ID) != "7" {

@@ -16,8 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/sandbox/sockfile"
 )
 
@@ -68,6 +68,17 @@ func startServer(t *testing.T, opts ServerOptions, register func(*Server)) *test
 		s.Shutdown(ctx)
 	})
 	return ts
+}
+
+// callsInFlight counts the calls the server is running.
+func (ts *testServer) callsInFlight() int {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	n := 0
+	for c := range ts.conns {
+		n += int(c.active.Load())
+	}
+	return n
 }
 
 // rawConn is a test client speaking raw lines.
@@ -516,20 +527,13 @@ func TestMaxConnections(t *testing.T) {
 	c.expectEOF(2 * time.Second)
 	// A slot frees up when a client leaves.
 	a.nc.Close()
-	deadline := time.Now().Add(3 * time.Second)
-	for {
+	waitfor.True(t, "a slot after a client left", 3*time.Second, func() bool {
 		d := ts.dial(t)
 		// A refused connection is answered and closed at once, so the
 		// write may meet a closed socket; the refusal is still read below.
 		d.nc.Write([]byte(`{"jsonrpc":"2.0","id":5,"method":"echo"}` + "\n"))
-		if r := d.recv(); r.Error == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no slot after a client left")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return d.recv().Error == nil
+	})
 }
 
 func TestIdleTimeout(t *testing.T) {
@@ -628,7 +632,7 @@ func TestShutdownWaitsThenCancels(t *testing.T) {
 	// Phase 1: a short call in flight finishes and is answered.
 	c := ts.dial(t)
 	c.send(`{"jsonrpc":"2.0","id":1,"method":"sleep","params":{"ms":300}}`)
-	time.Sleep(50 * time.Millisecond)
+	waitfor.True(t, "the short call to be in flight", 2*time.Second, func() bool { return ts.callsInFlight() == 1 })
 
 	c2 := ts.dial(t)
 	c2.send(`{"jsonrpc":"2.0","id":1,"method":"block"}`)
@@ -645,7 +649,11 @@ func TestShutdownWaitsThenCancels(t *testing.T) {
 		t.Fatalf("in-flight call during shutdown: %+v", r.Error)
 	}
 	// A new call during shutdown is refused as unavailable.
-	time.Sleep(20 * time.Millisecond)
+	waitfor.True(t, "the shutdown to begin", 2*time.Second, func() bool {
+		ts.mu.Lock()
+		defer ts.mu.Unlock()
+		return ts.closing
+	})
 	c.send(`{"jsonrpc":"2.0","id":2,"method":"echo"}`)
 	wantError(t, c.recv(), CodeUnavailable, api.KindUnavailable)
 	// No new connections.
@@ -691,7 +699,9 @@ func TestShutdownIdleIsQuick(t *testing.T) {
 func TestServeCtxCancelIsHardStop(t *testing.T) {
 	s := NewServer(ServerOptions{})
 	cause := make(chan error, 1)
+	started := make(chan struct{})
 	s.Handle("block", func(ctx context.Context, c *Call) (any, error) {
+		close(started)
 		<-ctx.Done()
 		cause <- ctx.Err()
 		return nil, ctx.Err()
@@ -710,7 +720,7 @@ func TestServeCtxCancelIsHardStop(t *testing.T) {
 	}
 	defer nc.Close()
 	fmt.Fprintln(nc, `{"jsonrpc":"2.0","id":1,"method":"block"}`)
-	time.Sleep(100 * time.Millisecond)
+	<-started
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Serve = %v", err)
@@ -816,7 +826,7 @@ func TestCallErrorHooks(t *testing.T) {
 		t.Fatalf("server unusable after a hook panicked: %+v", r.Error)
 	}
 	c.nc.Close()
-	servicetest.WaitFor(t, "OnConnClosed", func() bool {
+	waitfor.True(t, "OnConnClosed", time.Minute, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return len(closed) == 1

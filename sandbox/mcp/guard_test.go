@@ -112,7 +112,7 @@ func rpcError(t *testing.T, r map[string]json.RawMessage) (int, string) {
 
 // TestDuplicateKeysRefused: a message holding one member name twice in an
 // object, at any depth, is answered with a JSON-RPC error naming the key
-// and where it is, and nothing of it runs (issue 22: the SDK would run the
+// and where it is, and nothing of it runs (the SDK would run the
 // last value); a line that is not JSON on its own, which the SDK would join
 // with the next ones, and an over-long line are refused the same way, and
 // the connection stays up for the next call.

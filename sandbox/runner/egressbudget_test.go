@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Finding 6: a uid's runs share one budget of egress records recorded one
+// A uid's runs share one budget of egress records recorded one
 // by one; it refills over a minute, and uids do not share it.
 func TestEgressUIDBudget(t *testing.T) {
 	var b uidBudgets

@@ -32,7 +32,7 @@ func dangerousEnv(t *testing.T) []string {
 	return names
 }
 
-// Finding 1: the environment is an allowlist; none of the dangerous names
+// The environment is an allowlist; none of the dangerous names
 // gets through the default policy.
 func TestPrepareRefusesDangerousEnvByDefault(t *testing.T) {
 	e, _ := newTestEngine(t, engineConfig)
@@ -54,7 +54,7 @@ func TestPrepareRefusesDangerousEnvByDefault(t *testing.T) {
 	}
 }
 
-// Finding 7: snapshot directories are not reachable by a path made from a
+// Snapshot directories are not reachable by a path made from a
 // digest, and their directory cannot be listed by others.
 func TestSnapshotPathsAreNotGuessable(t *testing.T) {
 	s := newSnapshotStore(t)

@@ -10,7 +10,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 )
 
-// A skill's allowed-tools in a host's terms (issue 25): the host's shell
+// A skill's allowed-tools in a host's terms: the host's shell
 // lets the skill run its scripts under the default tool_mode, a list
 // without it is refused with the list and the fix, and a policy deny still
 // says it cannot be overridden.

@@ -154,7 +154,7 @@ func TestEgressInDigest(t *testing.T) {
 
 func policyParse(src string) (*policy.Config, error) { return policy.Parse([]byte(src), "service.hcl") }
 
-// Finding 6: an aggregate the proxy reports (attempts past the run's or
+// An aggregate the proxy reports (attempts past the run's or
 // the uid's budget) is recorded with outcome aggregated and its counts;
 // each run's egress gets its uid's shared budget.
 func TestRunEgressAggregateRecord(t *testing.T) {

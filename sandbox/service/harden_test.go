@@ -11,6 +11,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
@@ -20,7 +21,7 @@ import (
 	"github.com/skillbox/skillbox/skills"
 )
 
-// Finding 5: sessions.instructions renders the version that was loaded
+// Sessions.instructions renders the version that was loaded
 // (the pinned snapshot whose digest the receipt names), not the file as
 // edited on disk since.
 func TestInstructionsRenderTheLoadedSnapshot(t *testing.T) {
@@ -58,7 +59,7 @@ func TestInstructionsRenderTheLoadedSnapshot(t *testing.T) {
 	}
 }
 
-// Finding 2: one uid that fills its share of run slots does not hold
+// One uid that fills its share of run slots does not hold
 // another uid's run, and an approver always has a slot.
 func TestRunSlotsFairPerUID(t *testing.T) {
 	cfg, err := policy.Parse([]byte(`
@@ -110,12 +111,12 @@ policy "default" {
 			svc.Run(ctx, owner, service.RunRequest{Skill: sk, Script: "scripts/run.sh", Args: []string{"flood"}}, service.RunOptions{Method: "test"})
 		}()
 	}
-	servicetest.WaitFor(t, "the flood to take its slots", func() bool {
+	waitfor.True(t, "the flood to take its slots", time.Minute, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return running[owner.UID] >= 1
 	})
-	time.Sleep(100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // the rest of the flood queues for its uid's slots
 	for _, who := range []api.Peer{stranger, approver} {
 		if _, err := svc.Run(ctx, who, service.RunRequest{Skill: sk, Script: "scripts/run.sh"}, service.RunOptions{Method: "test"}); err != nil {
 			t.Errorf("uid %d under another uid's flood: %v", who.UID, err)
@@ -125,7 +126,7 @@ policy "default" {
 	wg.Wait()
 }
 
-// Finding 3: reads in a loop do not write a record each; they are summed
+// Reads in a loop do not write a record each; they are summed
 // up per uid.
 func TestReadAuditAggregatedPerUID(t *testing.T) {
 	f := newFixture(t, true)
@@ -143,7 +144,7 @@ func TestReadAuditAggregatedPerUID(t *testing.T) {
 	}
 }
 
-// Finding 3: new runs are refused before the audit filesystem is full.
+// New runs are refused before the audit filesystem is full.
 func TestRunRefusedBelowAuditFreeSpace(t *testing.T) {
 	cfg, err := policy.Parse([]byte(`
 audit {

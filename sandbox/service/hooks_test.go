@@ -16,7 +16,7 @@ import (
 
 // A hook is a run of its skill: the policy of skills.run_script (or, for
 // arbitrary shell, skills.run_code too), its confirmations and denials
-// hold for it as for the model's own calls (issue 22, finding 5).
+// hold for it as for the model's own calls.
 
 const hookPolicyConfig = `
 daemon {

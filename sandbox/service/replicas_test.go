@@ -13,7 +13,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/store/storetest"
 )
 
-// TestReplicasOverEtcd is issue 27's acceptance for the state: two
+// TestReplicasOverEtcd: the state shared by replicas, end to end: two
 // services (two daemons' worth, each with its own stores and etcd client)
 // over one etcd serve the same hosts. A session created on A is used on B;
 // an approval granted on B and used on A is refused on B; and of A and B

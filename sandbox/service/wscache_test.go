@@ -2,9 +2,11 @@ package service
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/workspace"
 )
@@ -115,7 +117,7 @@ func TestSessionWorkspacesBound(t *testing.T) {
 		}
 		release()
 		wss = append(wss, ws)
-		time.Sleep(time.Millisecond)
+		time.Sleep(time.Millisecond) // each its own last use
 	}
 	if len(c.open) != 2 || c.open["a"] != nil {
 		t.Fatalf("kept %v, want b and c", c.open)
@@ -138,19 +140,14 @@ func TestSessionWorkspacesIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer done()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	waitfor.NoError(t, "the idle entry to be closed", 5*time.Second, func() error {
 		c.mu.Lock()
-		n := len(c.open)
-		c.mu.Unlock()
-		if n == 1 {
-			break
+		defer c.mu.Unlock()
+		if n := len(c.open); n != 1 {
+			return fmt.Errorf("%d kept", n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("idle entry still kept after 5s (%d kept)", n)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return nil
+	})
 	if !isClosed(t, idle) || isClosed(t, busy) {
 		t.Fatal("want the idle workspace closed and the busy one open")
 	}

@@ -30,7 +30,7 @@ var layers = [][]string{
 	{"runtime/oci", "runtime/runtimetest"},
 	{"runtime"},
 	{"runtime/egress", "runtime/checkpoint"},
-	{"runtime/errkind", "runtime/rootless", "sandbox/api", "sandbox/connlimit", "sandbox/sockfile", "sandbox/console/web", "runtime/span", "runtime/egress/egresstest", "sandbox/store/storetest"},
+	{"runtime/errkind", "runtime/rootless", "sandbox/api", "sandbox/connlimit", "sandbox/sockfile", "sandbox/console/web", "runtime/span", "runtime/waitfor", "runtime/egress/egresstest", "sandbox/store/storetest"},
 }
 
 // TestImportLayers keeps the imports of every package (its non-test files)

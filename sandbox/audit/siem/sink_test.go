@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/audit/audittest"
 )
@@ -121,18 +123,16 @@ func appendAll(t *testing.T, l *audit.Log, recs ...*audit.Record) {
 // waitLines waits until path holds n lines and returns them.
 func waitLines(t *testing.T, path string, n int) []string {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	var lines []string
+	waitfor.NoError(t, fmt.Sprintf("%d lines in %s", n, path), 10*time.Second, func() error {
 		b, _ := os.ReadFile(path)
-		lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+		lines = strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
 		if len(b) > 0 && len(lines) >= n {
-			return lines
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: want %d lines, have:\n%s", path, n, b)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return fmt.Errorf("have:\n%s", b)
+	})
+	return lines
 }
 
 // TestFollowToFile follows a log across its own rotation into a file
