@@ -29,7 +29,7 @@ import (
 var (
 	// ErrUnavailable: the log cannot be written now. Runs must be refused
 	// until Healthy returns nil again.
-	ErrUnavailable = errors.New("audit log unavailable")
+	ErrUnavailable = errkind.New(errkind.Unavailable, "audit log unavailable")
 	// ErrTampered: the log's contents are not what the writer wrote. Verify
 	// returns a *TamperError wrapping it; Open returns it when the tail of
 	// the log is not a valid record (other than a torn last line).

@@ -34,6 +34,3 @@ func TestRunFailureKinds(t *testing.T) {
 		})
 	}
 }
-
-// runFailure is a run's failure as the engine returns it.
-func runFailure(err error) error { return classifyRuntimeErr(err) }

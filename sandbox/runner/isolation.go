@@ -67,7 +67,7 @@ func (e *Engine) executeBackground(ctx context.Context, p *Plan, img runtime.Ima
 		if rerr := e.journal.Record(actx, &end); rerr != nil {
 			return nil, rerr
 		}
-		return nil, api.MarkAudited(classifyRuntimeErr(err))
+		return nil, api.MarkAudited(runFailure(err))
 	}
 	start.Run.SessionSandbox = p.SessionSandbox
 	e.log.Info("background run started", "run_id", p.RunID, "skill", p.SkillName(), "sandbox", p.SessionSandbox, "pid", run.PID)

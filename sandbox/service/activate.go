@@ -59,7 +59,7 @@ func (s *Service) ActivateSkill(ctx context.Context, caller api.Peer, p api.Acti
 	}
 	sk, err := s.skills.Get(p.Name)
 	if err != nil {
-		return nil, classify(err)
+		return nil, err
 	}
 	rec := base(ctx, caller, method, EventSkillActivate, p.SessionID)
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}

@@ -115,7 +115,7 @@ func (s *Service) LockSkills(ctx context.Context, caller api.Peer, p api.LockPar
 	for _, n := range p.Names {
 		sk, err := s.skills.Get(n)
 		if err != nil {
-			return nil, classify(err)
+			return nil, err
 		}
 		list = append(list, sk)
 	}

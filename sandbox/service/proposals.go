@@ -211,7 +211,7 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 	}
 	sk, err := s.skills.Get(pr.Skill)
 	if err != nil {
-		return nil, s.refuseProposal(ctx, rec, classify(err))
+		return nil, s.refuseProposal(ctx, rec, err)
 	}
 	if sk.Digest != pr.BaseDigest {
 		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrInvalidParams, "proposal %s is stale: it was made against %s but skill %q is now %s; reject it and ask for a new proposal against the current version", pr.ID, pr.BaseDigest, sk.Name, sk.Digest))
