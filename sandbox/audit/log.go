@@ -21,8 +21,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/skillbox/skillbox/policy/replicaname"
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // Sentinel errors.
@@ -56,7 +56,7 @@ const maxBatch = 512
 // Options tune a Log. The zero value is usable.
 type Options struct {
 	// Replica names the daemon replica that writes the log; it goes into
-	// every record (see api.CheckReplica). "" writes records without one,
+	// every record (see replicaname.Check). "" writes records without one,
 	// as logs did before replicas.
 	Replica string
 	// RotateBytes starts a new file once the current one has reached this
@@ -182,7 +182,7 @@ func Open(dir string, opts Options) (*Log, error) {
 func openLog(dir string, opts Options, fsys fileSystem, now func() time.Time) (*Log, error) {
 	opts = opts.withDefaults(dir)
 	if opts.Replica != "" {
-		if err := api.CheckReplica(opts.Replica); err != nil {
+		if err := replicaname.Check(opts.Replica); err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}
 	}

@@ -25,12 +25,14 @@ var layers = [][]string{
 	{"sandbox/runner"},
 	{"sandbox/store", "sandbox/audit", "images", "policy", "skills", "runtime/ocicli", "runtime/containerd", "runtime/kubernetes"},
 	{"images/deps", "sandbox/workspace"},
+	{"policy/glob"},
 	{"runtime/supervisor"},
 	{"runtime/process"},
 	{"runtime/oci", "runtime/runtimetest"},
 	{"runtime"},
 	{"runtime/egress", "runtime/checkpoint"},
-	{"runtime/errkind", "runtime/rootless", "sandbox/api", "sandbox/connlimit", "sandbox/console/web", "runtime/span", "runtime/egress/egresstest", "sandbox/store/storetest"},
+	{"runtime/rootless", "sandbox/api", "sandbox/connlimit", "sandbox/console/web", "runtime/egress/egresstest", "sandbox/store/storetest"},
+	{"runtime/errkind", "runtime/span", "policy/replicaname"},
 }
 
 // TestImportLayers keeps the imports of every package (its non-test files)

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skillbox/skillbox/policy/glob"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -68,7 +69,7 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 		root:     root,
 		caps:     o.Caps.withDefaults(),
 		owner:    o.Owner,
-		excludes: compileAll(excludes),
+		excludes: glob.CompileAll(excludes),
 		rep:      &Report{Written: []api.WorkspaceChange{}, Deleted: []api.WorkspaceChange{}, Conflicts: []api.WorkspaceFinding{}, Refused: []api.WorkspaceFinding{}},
 		seen:     map[string]bool{},
 	}
@@ -129,7 +130,7 @@ type applier struct {
 	root     int
 	caps     Caps
 	owner    *Owner
-	excludes []*pattern
+	excludes []*glob.Pattern
 	base     map[string]Entry
 	rep      *Report
 	// refused and conflicts add to rep's Refused and Conflicts.
@@ -162,8 +163,8 @@ func (a *applier) check(rel, verb string) bool {
 	}
 	a.seen[rel] = true
 	for _, p := range a.excludes {
-		if p.match(rel, true, true) {
-			a.refuse(rel, "is excluded by the pattern %q of the workspace's excludes; not %s", p.raw, verb)
+		if p.Match(rel, true, true) {
+			a.refuse(rel, "is excluded by the pattern %q of the workspace's excludes; not %s", p.String(), verb)
 			return false
 		}
 	}

@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skillbox/skillbox/policy/glob"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -615,9 +616,9 @@ func checkExcluded(rel string, o Options, verb string) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range compileAll(excludes) {
-		if p.match(rel, true, true) {
-			return errkind.Errorf(api.ErrDenied, "%s is excluded by the pattern %q of the workspace's excludes; it is never %s", runtime.QuoteName(rel), p.raw, verb)
+	for _, p := range glob.CompileAll(excludes) {
+		if p.Match(rel, true, true) {
+			return errkind.Errorf(api.ErrDenied, "%s is excluded by the pattern %q of the workspace's excludes; it is never %s", runtime.QuoteName(rel), p.String(), verb)
 		}
 	}
 	return nil

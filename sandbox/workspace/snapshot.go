@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skillbox/skillbox/policy/glob"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -20,7 +21,7 @@ import (
 // characters names exactly that path: a file, a symlink, or a directory
 // with everything under it (a trailing "/" says it must be a directory).
 // An input with glob characters ("*", "?", "[", "\") selects every path it
-// matches (see Match), a matched directory with everything under it.
+// matches (see glob.Match), a matched directory with everything under it.
 //
 // Excluded paths (o.Excludes) are left out in both cases and counted; an
 // input that names one explicitly is Refused with the pattern that
@@ -39,10 +40,10 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 	}
 	var literals, globs []string
 	for _, in := range inputs {
-		if err := validatePattern(in, "input"); err != nil {
+		if err := glob.Check(in, "input"); err != nil {
 			return nil, err
 		}
-		if hasMeta(in) {
+		if glob.HasMeta(in) {
 			globs = append(globs, in)
 		} else {
 			literals = append(literals, in)
@@ -57,7 +58,7 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 	s := &snapper{
 		w:        w,
 		caps:     o.Caps.withDefaults(),
-		excludes: compileAll(excludes),
+		excludes: glob.CompileAll(excludes),
 		snap:     &Snapshot{Files: []runtime.InputFile{}, Entries: map[string]Entry{}, Refused: []api.WorkspaceFinding{}},
 	}
 	s.refused.list = &s.snap.Refused
@@ -73,7 +74,7 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 		}
 	}
 	if len(globs) > 0 {
-		s.globs = compileAll(globs)
+		s.globs = glob.CompileAll(globs)
 		s.hits = make([]int, len(globs))
 		s.excludedHit = make([]string, len(globs))
 		s.excludedUnder = make([]string, len(globs))
@@ -103,12 +104,12 @@ func notFound(in string) error {
 type snapper struct {
 	w        *Workspace
 	caps     Caps
-	excludes []*pattern
+	excludes []*glob.Pattern
 	snap     *Snapshot
 	refused  findingList // into snap.Refused
 	bytes    int64
 
-	globs       []*pattern
+	globs       []*glob.Pattern
 	hits        []int    // per glob, entries selected
 	excludedHit []string // per glob, an excluded path it matched
 	// per glob, an excluded directory it might have matched under
@@ -125,8 +126,8 @@ func (s *snapper) refuse(rel, format string, args ...any) {
 // worktree) is excluded too.
 func (s *snapper) excluded(rel string, ancestors bool) string {
 	for _, p := range s.excludes {
-		if p.match(rel, true, ancestors) {
-			return p.raw
+		if p.Match(rel, true, ancestors) {
+			return p.String()
 		}
 	}
 	return ""
@@ -227,12 +228,12 @@ func (s *snapper) visit(dirfd int, rel, name string, isDir, take bool, depth int
 		}
 		for i, g := range s.globs {
 			switch {
-			case g.match(rel, isDir, false):
+			case g.Match(rel, isDir, false):
 				if s.excludedHit[i] == "" {
 					s.excludedHit[i] = runtime.QuoteName(rel)
 				}
 				take = true
-			case isDir && s.excludedUnder[i] == "" && g.mayMatchUnder(rel):
+			case isDir && s.excludedUnder[i] == "" && g.MayMatchUnder(rel):
 				s.excludedUnder[i] = runtime.QuoteName(rel)
 			}
 		}
@@ -243,7 +244,7 @@ func (s *snapper) visit(dirfd int, rel, name string, isDir, take bool, depth int
 	}
 	if !take {
 		for i, g := range s.globs {
-			if g.match(rel, isDir, false) {
+			if g.Match(rel, isDir, false) {
 				s.hits[i]++
 				take = true
 			}
@@ -276,7 +277,7 @@ func (s *snapper) visit(dirfd int, rel, name string, isDir, take bool, depth int
 // directory rel (which none matches), so a walk skips what cannot.
 func (s *snapper) mayMatchUnder(rel string) bool {
 	for _, g := range s.globs {
-		if g.mayMatchUnder(rel) {
+		if g.MayMatchUnder(rel) {
 			return true
 		}
 	}
