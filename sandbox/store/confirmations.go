@@ -34,23 +34,25 @@ type confirmationRecord struct {
 	api.Confirmation
 }
 
-// Errors of Consume, Approve and Deny. Each also matches (errors.Is) the
-// sentinel that gives its RPC kind.
+// Errors of Consume, Approve and Deny. Each wraps its errkind kind, so
+// errors.Is matches the kind too; unlike a sentinel of errkind.New, its
+// words stand for the kind's, and a front end's errkind.Detail drops them
+// as it drops the kind's.
 var (
 	// ErrConfirmationDenied: an approver said no (kind denied).
-	ErrConfirmationDenied error = &kindSentinel{"confirmation denied", api.ErrDenied}
+	ErrConfirmationDenied error = &kindSentinel{"confirmation denied", errkind.Denied}
 	// ErrConfirmationExpired, ErrConfirmationUsed, ErrConfirmationMismatch:
 	// the confirmation_id cannot be used for this call; the host repeats
 	// the call without it to ask for a new approval (kind invalid_params).
-	ErrConfirmationExpired  error = &kindSentinel{"confirmation expired", api.ErrInvalidParams}
-	ErrConfirmationUsed     error = &kindSentinel{"confirmation already used", api.ErrInvalidParams}
-	ErrConfirmationMismatch error = &kindSentinel{"confirmation does not match this call", api.ErrInvalidParams}
+	ErrConfirmationExpired  error = &kindSentinel{"confirmation expired", errkind.InvalidParams}
+	ErrConfirmationUsed     error = &kindSentinel{"confirmation already used", errkind.InvalidParams}
+	ErrConfirmationMismatch error = &kindSentinel{"confirmation does not match this call", errkind.InvalidParams}
 	// ErrConfirmationDecided: Approve or Deny of a confirmation that is no
 	// longer open to that decision (kind invalid_params).
-	ErrConfirmationDecided error = &kindSentinel{"confirmation already decided", api.ErrInvalidParams}
+	ErrConfirmationDecided error = &kindSentinel{"confirmation already decided", errkind.InvalidParams}
 )
 
-// kindSentinel is a sentinel error that also matches a kind sentinel.
+// kindSentinel is a sentinel error that wraps its kind.
 type kindSentinel struct {
 	msg  string
 	kind error
