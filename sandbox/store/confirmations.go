@@ -203,7 +203,7 @@ func effective(c *api.Confirmation, now time.Time) api.ConfirmationState {
 // call before approval does not pile up requests.
 func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, reason, rule string, ttl time.Duration, opts ...RequestOption) (*api.Confirmation, error) {
 	if digest == "" {
-		return nil, fmt.Errorf("confirmation request without a digest: %w", api.ErrInvalidParams)
+		return nil, fmt.Errorf("confirmation request without a digest: %w", errkind.InvalidParams)
 	}
 	if ttl <= 0 {
 		ttl = s.opts.DefaultTTL
@@ -244,7 +244,7 @@ func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, r
 	}
 	if existing == nil {
 		if s.opts.MaxPendingPerOwner > 0 && pending >= s.opts.MaxPendingPerOwner {
-			return nil, fmt.Errorf("uid %d already has %d confirmations waiting for an approver (the limit): wait for decisions before asking again: %w", ownerUID, pending, api.ErrLimitExceeded)
+			return nil, fmt.Errorf("uid %d already has %d confirmations waiting for an approver (the limit): wait for decisions before asking again: %w", ownerUID, pending, errkind.LimitExceeded)
 		}
 		v, err := encodeConfirmation(c)
 		if err != nil {
@@ -252,7 +252,7 @@ func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, r
 		}
 		err = s.kv.Update(ctx, bucketConfirmations, id, func(old []byte) ([]byte, error) {
 			if old != nil {
-				return nil, fmt.Errorf("confirmation id %s is taken (random ids collided): repeat the call: %w", id, api.ErrInternal)
+				return nil, fmt.Errorf("confirmation id %s is taken (random ids collided): repeat the call: %w", id, errkind.Internal)
 			}
 			return v, nil
 		})
@@ -268,7 +268,7 @@ func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, r
 }
 
 func notFoundConfirmation(id string) error {
-	return fmt.Errorf("confirmation %q not found (confirmations.list shows the open ones): %w", id, api.ErrNotFound)
+	return fmt.Errorf("confirmation %q not found (confirmations.list shows the open ones): %w", id, errkind.NotFound)
 }
 
 // update loads confirmation id, lets fn change it (fn returns whether to

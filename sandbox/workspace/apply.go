@@ -191,7 +191,7 @@ func (a *applier) parent(rel, verb string, create bool) (fd int, ok, missing boo
 		a.refuse(rel, "its directory cannot be opened or made: %v; not %s", err, verb)
 		return -1, false, false, nil
 	}
-	return -1, false, false, errkind.Errorf(api.ErrUnavailable, "workspace %s: %w", a.w.dir, err)
+	return -1, false, false, errkind.Errorf(errkind.Unavailable, "workspace %s: %w", a.w.dir, err)
 }
 
 // same reports whether the entry name of dirfd is still e, base's entry:
@@ -263,8 +263,8 @@ func (a *applier) write(f *runtime.OutputFile) error {
 	var res *Reservation
 	if a.account != nil {
 		r, err := a.account.Reserve(growth)
-		if errors.Is(err, api.ErrLimitExceeded) {
-			a.refuse(rel, "is %d bytes and %s; not written", len(f.Data), errkind.Detail(err, api.ErrLimitExceeded))
+		if errors.Is(err, errkind.LimitExceeded) {
+			a.refuse(rel, "is %d bytes and %s; not written", len(f.Data), errkind.Detail(err, errkind.LimitExceeded))
 			return nil
 		}
 		if err != nil {
@@ -533,7 +533,7 @@ func (a *applier) writeErr(rel string, err error) error {
 		errors.Is(err, unix.ETXTBSY), errors.Is(err, unix.EOPNOTSUPP):
 		a.refuse(rel, "cannot be changed on the host: %v", err)
 	default:
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: %s: %w", a.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: %s: %w", a.w.dir, rel, err)
 	}
 	return nil
 }

@@ -30,9 +30,9 @@ import (
 // be the same file as one outside the workspace), symlinks that are
 // absolute or climb out of the workspace, names a run's /work cannot hold,
 // and files over Caps.FileBytes. Going over Caps.Files or Caps.Bytes is an
-// error of kind api.ErrLimitExceeded; an invalid input is one of kind
-// api.ErrInvalidParams, an input that matches nothing one of kind
-// api.ErrNotFound.
+// error of kind errkind.LimitExceeded; an invalid input is one of kind
+// errkind.InvalidParams, an input that matches nothing one of kind
+// errkind.NotFound.
 func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 	excludes, err := o.excludes()
 	if err != nil {
@@ -87,7 +87,7 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 			case s.excludedHit[i] != "":
 				s.refuse(g, "matches only excluded paths (such as %s); excluded paths are never copied in", s.excludedHit[i])
 			case s.excludedUnder[i] != "":
-				return nil, errkind.Errorf(api.ErrNotFound, "input %s matches nothing in the workspace outside excluded paths (%s is excluded and never searched): check the path against a listing of the workspace", runtime.QuoteName(g), s.excludedUnder[i])
+				return nil, errkind.Errorf(errkind.NotFound, "input %s matches nothing in the workspace outside excluded paths (%s is excluded and never searched): check the path against a listing of the workspace", runtime.QuoteName(g), s.excludedUnder[i])
 			default:
 				return nil, notFound(g)
 			}
@@ -97,7 +97,7 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 }
 
 func notFound(in string) error {
-	return errkind.Errorf(api.ErrNotFound, "input %s matches nothing in the workspace: check the path against a listing of the workspace (paths are relative to it, such as \"docs/report.pdf\")", runtime.QuoteName(in))
+	return errkind.Errorf(errkind.NotFound, "input %s matches nothing in the workspace: check the path against a listing of the workspace (paths are relative to it, such as \"docs/report.pdf\")", runtime.QuoteName(in))
 }
 
 // snapper is one Snapshot under way.
@@ -158,7 +158,7 @@ func (s *snapper) literal(root int, in string) error {
 			s.refuse(rel, "cannot be read: permission denied on the way to it")
 			return nil
 		}
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: %w", s.w.dir, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: %w", s.w.dir, err)
 	}
 	defer unix.Close(dirfd)
 	var st unix.Stat_t
@@ -170,10 +170,10 @@ func (s *snapper) literal(root int, in string) error {
 			s.refuse(rel, "cannot be read: permission denied")
 			return nil
 		}
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
 	}
 	if k := st.Mode & unix.S_IFMT; wantDir && k != unix.S_IFDIR && k != unix.S_IFLNK {
-		return errkind.Errorf(api.ErrInvalidParams, "input %s names a directory (it ends in \"/\") but %s is a %s", runtime.QuoteName(in), runtime.QuoteName(rel), kindName(st.Mode))
+		return errkind.Errorf(errkind.InvalidParams, "input %s names a directory (it ends in \"/\") but %s is a %s", runtime.QuoteName(in), runtime.QuoteName(rel), kindName(st.Mode))
 	}
 	return s.take(dirfd, rel, name, &st)
 }
@@ -193,13 +193,13 @@ func (s *snapper) walk(dirfd int, rel string, take bool, depth int) error {
 			s.refuse(rel, "cannot be read: permission denied; nothing under it is copied in")
 			return nil
 		}
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: open directory %s: %w", s.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: open directory %s: %w", s.w.dir, rel, err)
 	}
 	f := os.NewFile(uintptr(fd), rel)
 	ents, err := f.ReadDir(-1)
 	f.Close()
 	if err != nil {
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: read directory %s: %w", s.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: read directory %s: %w", s.w.dir, rel, err)
 	}
 	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
 	for _, e := range ents {
@@ -268,7 +268,7 @@ func (s *snapper) visit(dirfd int, rel, name string, isDir, take bool, depth int
 			s.refuse(rel, "cannot be read: permission denied")
 			return nil
 		}
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
 	}
 	return s.take(dirfd, rel, name, &st)
 }
@@ -300,7 +300,7 @@ func (s *snapper) descend(dirfd int, rel, name string, st *unix.Stat_t, take boo
 			s.refuse(rel, "cannot be read: permission denied; nothing under it is copied in")
 			return nil
 		}
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: open %s: %w", s.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: open %s: %w", s.w.dir, rel, err)
 	}
 	if st != nil {
 		var got unix.Stat_t
@@ -347,7 +347,7 @@ func (s *snapper) take(dirfd int, rel, name string, st *unix.Stat_t) error {
 				s.refuse(rel, "changed while it was read; try again")
 				return nil
 			}
-			return errkind.Errorf(api.ErrUnavailable, "workspace %s: readlink %s: %w", s.w.dir, rel, err)
+			return errkind.Errorf(errkind.Unavailable, "workspace %s: readlink %s: %w", s.w.dir, rel, err)
 		}
 		if why := linkOut(rel, target); why != "" {
 			s.refuse(rel, "%s", why)
@@ -405,7 +405,7 @@ func (s *snapper) add(f runtime.InputFile, e Entry) {
 // one is an error, never a silent cut.
 func (s *snapper) count(rel string, size int64) error {
 	if len(s.snap.Files)+1 > s.caps.Files {
-		return errkind.Errorf(api.ErrLimitExceeded, "workspace %s has more than %d entries to copy in (the workspace files cap), at %s: name fewer inputs (the files and directories the run needs) or raise the cap", s.w.dir, s.caps.Files, runtime.QuoteName(rel))
+		return errkind.Errorf(errkind.LimitExceeded, "workspace %s has more than %d entries to copy in (the workspace files cap), at %s: name fewer inputs (the files and directories the run needs) or raise the cap", s.w.dir, s.caps.Files, runtime.QuoteName(rel))
 	}
 	s.bytes += size
 	if s.bytes > s.caps.Bytes {
@@ -415,7 +415,7 @@ func (s *snapper) count(rel string, size int64) error {
 }
 
 func (s *snapper) overBytes(rel string) error {
-	return errkind.Errorf(api.ErrLimitExceeded, "workspace %s has more than %d bytes to copy in (the workspace bytes cap), at %s: name fewer inputs (the files the run needs) or raise the cap", s.w.dir, s.caps.Bytes, runtime.QuoteName(rel))
+	return errkind.Errorf(errkind.LimitExceeded, "workspace %s has more than %d bytes to copy in (the workspace bytes cap), at %s: name fewer inputs (the files the run needs) or raise the cap", s.w.dir, s.caps.Bytes, runtime.QuoteName(rel))
 }
 
 func (s *snapper) readErr(rel string, err error) error {
@@ -430,7 +430,7 @@ func (s *snapper) readErr(rel string, err error) error {
 	case denied(err):
 		s.refuse(rel, "cannot be read: permission denied")
 	default:
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: read %s: %w", s.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: read %s: %w", s.w.dir, rel, err)
 	}
 	return nil
 }
