@@ -7,10 +7,11 @@ import (
 	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
-// Error kinds: what went wrong, in words a host (or the model behind it)
-// branches on, never on a message's text. Over JSON-RPC a kind is data.kind
-// of the error object (sandbox/jsonrpc maps each to a code); over MCP it is
-// part of the tool error.
+// The wire names of the error kinds (runtime/errkind): what went wrong, in
+// words a host (or the model behind it) branches on, never on a message's
+// text. Over JSON-RPC a kind is data.kind of the error object
+// (sandbox/jsonrpc maps each to a code); over MCP it is part of the tool
+// error.
 const (
 	KindNotFound             = "not_found"
 	KindInvalidParams        = "invalid_params"
@@ -21,10 +22,11 @@ const (
 	KindInternal             = "internal"
 )
 
-// The kinds' sentinels, errkind's (runtime/errkind): the service makes
-// errors of a kind with errkind.Errorf and a message that says what to do
-// next, a package's sentinel is of a kind by errkind.New; front ends
-// classify with KindOf.
+// The kinds, as the front ends and the client name them: errkind's own
+// values, so errors.Is(err, api.ErrDenied) and errors.Is(err,
+// errkind.Denied) are one test. The core makes errors of a kind with
+// errkind.Errorf and a message that says what to do next; a package's
+// sentinel is of a kind by errkind.New; front ends classify with KindOf.
 var (
 	ErrNotFound             = errkind.NotFound
 	ErrInvalidParams        = errkind.InvalidParams
