@@ -96,6 +96,9 @@ func TestImportLayers(t *testing.T) {
 			if ok && to <= from {
 				t.Errorf("%s (row %d) imports %s (row %d): imports go down the picture only", pkg, from, im, to)
 			}
+			if below := !strings.HasPrefix(pkg, "sandbox/") && !strings.HasPrefix(pkg, "cmd/"); below && strings.HasPrefix(im, "sandbox/") {
+				t.Errorf("%s imports %s: the packages below sandbox/ import nothing of it", pkg, im)
+			}
 		}
 	}
 }
