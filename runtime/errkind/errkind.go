@@ -33,8 +33,8 @@ var (
 	Internal             = errors.New("internal error")
 )
 
-// Kinds lists every kind.
-var Kinds = []error{NotFound, InvalidParams, Denied, ConfirmationRequired, LimitExceeded, Unavailable, Internal}
+// kinds lists every kind, for Of.
+var kinds = []error{NotFound, InvalidParams, Denied, ConfirmationRequired, LimitExceeded, Unavailable, Internal}
 
 // sentinel is a package's sentinel error of a kind.
 type sentinel struct {
@@ -70,13 +70,13 @@ func Of(err error) error {
 }
 
 func outermost(err error) error {
-	for _, k := range Kinds {
+	for _, k := range kinds {
 		if err == k {
 			return k
 		}
 	}
 	if is, ok := err.(interface{ Is(error) bool }); ok {
-		for _, k := range Kinds {
+		for _, k := range kinds {
 			if is.Is(k) {
 				return k
 			}
