@@ -13,8 +13,8 @@ import (
 	"github.com/distribution/reference"
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/skillbox/skillbox/policy/replicaname"
 	"github.com/skillbox/skillbox/runtime"
-	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/zclconf/go-cty/cty"
 )
 
@@ -477,7 +477,7 @@ func (d *decoder) daemon(blk *hcl.Block) {
 	b.path("state_dir", &dc.StateDir)
 	b.path("audit_dir", &dc.AuditDir)
 	if a := b.str("replica", &dc.Replica); a != nil {
-		if err := api.CheckReplica(dc.Replica); err != nil {
+		if err := replicaname.Check(dc.Replica); err != nil {
 			b.bad(a, "%v", err)
 		}
 	}

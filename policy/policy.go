@@ -10,11 +10,15 @@
 // reordering or splitting a file can never widen what a skill may do.
 package policy
 
-import "errors"
+import (
+	"errors"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
+)
 
 // Sentinel errors.
 var (
-	ErrDenied = errors.New("denied by policy")
+	ErrDenied = errkind.New(errkind.Denied, "denied by policy")
 	ErrConfig = errors.New("invalid config")
 	// ErrNoInterpreter: no image is configured for a script's extension or shebang.
 	ErrNoInterpreter = errors.New("no interpreter for script")

@@ -7,8 +7,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/workspace"
+	"github.com/skillbox/skillbox/policy/glob"
 )
 
 // WorkspaceTool is the pseudo-tool a run with a workspace is decided as:
@@ -16,6 +15,16 @@ import (
 // approver where a matching rule lists it in confirm (confirm =
 // ["workspace"]).
 const WorkspaceTool = "workspace"
+
+// Workspace modes (a rule's workspace = "...") and the kinds of workspace
+// a run asks for; the wire (sandbox/api) carries the same words.
+const (
+	WorkspaceNone    = "none"  // no workspace
+	WorkspaceRead    = "read"  // files go in; nothing comes back
+	WorkspaceWrite   = "write" // files go in; the run's changes come back
+	WorkspaceHost    = "host"
+	WorkspaceSession = "session"
+)
 
 // Rule names of the workspace defaults.
 const (
@@ -27,16 +36,16 @@ const (
 // workspace a run asks for.
 type WorkspaceRequest struct {
 	Dir  string `json:"dir"`  // the host directory (absolute, cleaned)
-	Kind string `json:"kind"` // api.WorkspaceHost or api.WorkspaceSession
+	Kind string `json:"kind"` // WorkspaceHost or WorkspaceSession
 }
 
 // WorkspaceGrant is what policy lets the runs of a skill do with one
 // workspace.
 type WorkspaceGrant struct {
-	Mode string // api.WorkspaceNone, WorkspaceRead or WorkspaceWrite
+	Mode string // WorkspaceNone, WorkspaceRead or WorkspaceWrite
 	// Delete: the run's deletions are applied (else reported).
 	Delete bool
-	// Excludes are the patterns (workspace.Match) of paths neither copied
+	// Excludes are the patterns (glob.Match) of paths neither copied
 	// in nor written back.
 	Excludes []string
 	// Rule names the rule that set the mode, or the default.
@@ -44,7 +53,7 @@ type WorkspaceGrant struct {
 }
 
 // workspaceRank orders the modes from the strictest.
-var workspaceRank = map[string]int{api.WorkspaceNone: 0, api.WorkspaceRead: 1, api.WorkspaceWrite: 2}
+var workspaceRank = map[string]int{WorkspaceNone: 0, WorkspaceRead: 1, WorkspaceWrite: 2}
 
 // WorkspaceFor returns what runs of skill may do with the workspace req:
 // among the matching rules whose workspace_paths cover req.Dir (a rule
@@ -56,10 +65,10 @@ var workspaceRank = map[string]int{api.WorkspaceNone: 0, api.WorkspaceRead: 1, a
 // those of every covering rule together, or DefaultWorkspaceExcludes when
 // none lists any.
 func (c *Config) WorkspaceFor(skill string, req WorkspaceRequest) WorkspaceGrant {
-	g := WorkspaceGrant{Mode: api.WorkspaceRead, Rule: RuleWorkspaceHostDefault}
+	g := WorkspaceGrant{Mode: WorkspaceRead, Rule: RuleWorkspaceHostDefault}
 	deleteYes, deleteNo := false, false
-	if req.Kind == api.WorkspaceSession {
-		g = WorkspaceGrant{Mode: api.WorkspaceWrite, Rule: RuleWorkspaceSessionDefault}
+	if req.Kind == WorkspaceSession {
+		g = WorkspaceGrant{Mode: WorkspaceWrite, Rule: RuleWorkspaceSessionDefault}
 		deleteYes = true
 	}
 	set := false
@@ -80,7 +89,7 @@ func (c *Config) WorkspaceFor(skill string, req WorkspaceRequest) WorkspaceGrant
 		}
 		excludes = append(excludes, r.WorkspaceExcludes...)
 	}
-	g.Delete = deleteYes && !deleteNo && g.Mode == api.WorkspaceWrite
+	g.Delete = deleteYes && !deleteNo && g.Mode == WorkspaceWrite
 	if excludes == nil {
 		excludes = DefaultWorkspaceExcludes
 	}
@@ -116,7 +125,7 @@ func (c *Config) WorkspaceForSkills(skills []string, req WorkspaceRequest) Works
 // DefaultWorkspaceExcludes are the paths no run sees or writes unless a
 // rule lists its own workspace_excludes: version control, environment
 // files, keys, certificates and key stores.
-var DefaultWorkspaceExcludes = workspace.DefaultExcludes
+var DefaultWorkspaceExcludes = glob.DefaultExcludes
 
 // coversWorkspace says whether the rule's workspace_paths cover dir.
 func (r *Rule) coversWorkspace(dir string) bool {
@@ -125,7 +134,7 @@ func (r *Rule) coversWorkspace(dir string) bool {
 	}
 	rel := strings.TrimPrefix(filepath.ToSlash(filepath.Clean(dir)), "/")
 	for _, p := range r.WorkspacePaths {
-		if workspace.Match(strings.TrimPrefix(p, "/"), rel) {
+		if glob.Match(strings.TrimPrefix(p, "/"), rel) {
 			return true
 		}
 	}
@@ -137,11 +146,11 @@ func (r *Rule) coversWorkspace(dir string) bool {
 // confirm, else allow.
 func (c *Config) decideWorkspace(skill string, input []byte) Decision {
 	var req WorkspaceRequest
-	if err := json.Unmarshal(input, &req); err != nil || req.Dir == "" || (req.Kind != api.WorkspaceHost && req.Kind != api.WorkspaceSession) {
+	if err := json.Unmarshal(input, &req); err != nil || req.Dir == "" || (req.Kind != WorkspaceHost && req.Kind != WorkspaceSession) {
 		return Decision{Effect: EffectDeny, Rule: RuleBadRequest, Reason: `the workspace tool's input is {"dir": ABSOLUTE_DIR, "kind": "host"|"session"}`}
 	}
 	g := c.WorkspaceFor(skill, req)
-	if g.Mode == api.WorkspaceNone {
+	if g.Mode == WorkspaceNone {
 		return Decision{Effect: EffectDeny, Rule: g.Rule, Reason: fmt.Sprintf("runs of skill %q may not use the workspace %s (workspace = \"none\")", skill, req.Dir)}
 	}
 	for _, r := range c.matching(skill) {
@@ -155,7 +164,7 @@ func (c *Config) decideWorkspace(skill string, input []byte) Decision {
 			}
 		}
 	}
-	return Decision{Effect: EffectAllow, Rule: g.Rule, Reason: fmt.Sprintf("runs of skill %q may %s the workspace %s", skill, map[string]string{api.WorkspaceRead: "read", api.WorkspaceWrite: "read and write"}[g.Mode], req.Dir)}
+	return Decision{Effect: EffectAllow, Rule: g.Rule, Reason: fmt.Sprintf("runs of skill %q may %s the workspace %s", skill, map[string]string{WorkspaceRead: "read", WorkspaceWrite: "read and write"}[g.Mode], req.Dir)}
 }
 
 // workspaceRule decodes a rule's workspace attributes.
@@ -185,7 +194,7 @@ func (b *body) workspaceRule(r *Rule) {
 				}
 				check = strings.TrimPrefix(p, "/")
 			}
-			if err := workspace.ValidatePattern(check); err != nil {
+			if err := glob.Validate(check); err != nil {
 				b.bad(a, "%q: %v", p, err)
 				ok = false
 			}

@@ -25,14 +25,16 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
-// Sentinel errors; backends wrap them with %w so callers can classify failures.
+// Sentinel errors; backends wrap them with %w so callers can classify
+// failures. ErrUnavailable and ErrInvalidJob are of errkind's kinds.
 var (
 	// ErrUnavailable: the backend binary is missing or unusable on this host.
-	ErrUnavailable = errors.New("runtime unavailable")
+	ErrUnavailable = errkind.New(errkind.Unavailable, "runtime unavailable")
 	// ErrInvalidJob: the job itself is malformed (bad env name, bad path, ...).
-	ErrInvalidJob = errors.New("invalid job")
+	ErrInvalidJob = errkind.New(errkind.InvalidParams, "invalid job")
 	// ErrUnknownRuntime: no backend is registered under that name.
 	ErrUnknownRuntime = errors.New("unknown runtime")
 )

@@ -18,19 +18,24 @@
 // users.
 package skills
 
-import "errors"
+import (
+	"errors"
 
-// Sentinel errors, wrapped with %w by every function in this package.
+	"github.com/skillbox/skillbox/runtime/errkind"
+)
+
+// Sentinel errors, wrapped with %w by every function in this package; each
+// but ErrInvalid is of an errkind kind.
 var (
-	ErrNotFound   = errors.New("not found")     // no such skill or file
-	ErrInvalid    = errors.New("invalid skill") // SKILL.md fails parsing or validation
-	ErrEscape     = errors.New("path escapes the skill directory")
-	ErrNotRegular = errors.New("not a regular file")
-	ErrTooLarge   = errors.New("too large")
-	ErrBadName    = errors.New("invalid skill name")
+	ErrNotFound   = errkind.New(errkind.NotFound, "not found") // no such skill or file
+	ErrInvalid    = errors.New("invalid skill")                // SKILL.md fails parsing or validation
+	ErrEscape     = errkind.New(errkind.InvalidParams, "path escapes the skill directory")
+	ErrNotRegular = errkind.New(errkind.InvalidParams, "not a regular file")
+	ErrTooLarge   = errkind.New(errkind.InvalidParams, "too large")
+	ErrBadName    = errkind.New(errkind.InvalidParams, "invalid skill name")
 	// ErrConflict: more than one skill directory claims a name, so none
 	// of them gets it until the conflict is resolved.
-	ErrConflict = errors.New("skill name conflict")
+	ErrConflict = errkind.New(errkind.Denied, "skill name conflict")
 )
 
 // Skill is one indexed skill. Properties keeps the frontmatter as written

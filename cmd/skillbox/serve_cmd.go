@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
-	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/policy/replicaname"
 	"github.com/skillbox/skillbox/sandbox/stack"
 )
 
@@ -38,7 +38,7 @@ func serveAction(c *cli.Context) error {
 		cfg.Daemon.Socket = s
 	}
 	if r := c.String("replica"); r != "" {
-		if err := api.CheckReplica(r); err != nil {
+		if err := replicaname.Check(r); err != nil {
 			return exitCode(2, "--replica (or SKILLBOX_REPLICA): %v", err)
 		}
 		cfg.Daemon.Replica = r

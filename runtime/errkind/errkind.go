@@ -1,23 +1,106 @@
-// Package errkind gives an error its kind as data: a sentinel (api.ErrDenied,
-// runtime.ErrInvalidJob, audit.ErrUnavailable, ...) held beside the message
-// rather than spliced into its text. errors.Is sees the kind, the message
-// reads as it always did ("denied: the user declined the run"), and a front
-// end that prints for a person takes Detail (the message without the kind
-// words) instead of cutting known prefixes off strings.
+// Package errkind is the error vocabulary of skillbox, the way containerd's
+// errdefs is: a handful of kinds (NotFound, Denied, Unavailable, ...) that a
+// caller branches on with errors.Is or Of, never on a message's text.
 //
-// It sits below every other package of skillbox and imports none of them,
-// so the runtime, the policy, the service and the front ends share one type.
+// A package's sentinel is of a kind by construction (New): it keeps its own
+// words and errors.Is matches both it and its kind, so no table translates
+// one package's errors into another's. An error made with Errorf or Wrap
+// holds its kind beside the message rather than spliced into its text: the
+// message reads as it always did ("denied: the user declined the run"), and
+// a front end that prints for a person takes Detail (the message without
+// the kind words) instead of cutting known prefixes off strings.
+//
+// It sits below every other package of skillbox and imports none of them.
+// The wire names of the kinds and their JSON-RPC codes are the wire
+// contract's (sandbox/api, sandbox/jsonrpc).
 package errkind
 
 import (
+	"context"
 	"errors"
 	"fmt"
 )
 
+// The kinds: what went wrong, in words a host (or the model behind it)
+// branches on.
+var (
+	NotFound             = errors.New("not found")
+	InvalidParams        = errors.New("invalid params")
+	Denied               = errors.New("denied")
+	ConfirmationRequired = errors.New("confirmation required")
+	LimitExceeded        = errors.New("limit exceeded")
+	Unavailable          = errors.New("unavailable")
+	Internal             = errors.New("internal error")
+)
+
+// kinds lists every kind, for Of.
+var kinds = []error{NotFound, InvalidParams, Denied, ConfirmationRequired, LimitExceeded, Unavailable, Internal}
+
+// sentinel is a package's sentinel error of a kind.
+type sentinel struct {
+	kind error
+	text string
+}
+
+// New returns a sentinel error of kind whose text is text: errors.Is
+// matches it, and its kind, in any error that wraps it.
+func New(kind error, text string) error { return &sentinel{kind: kind, text: text} }
+
+func (s *sentinel) Error() string { return s.text }
+
+// Is makes the sentinel match its kind.
+func (s *sentinel) Is(target error) bool { return target == s.kind }
+
+// Of returns the kind of err: the outermost kind in its tree (walked as
+// errors.Is walks it, so an error of one kind whose cause has another takes
+// the kind it was given last); a call cancelled (the caller went away,
+// skillbox shuts down) or timed out is Unavailable; anything else is
+// Internal. nil has no kind (nil).
+func Of(err error) error {
+	if err == nil {
+		return nil
+	}
+	if kind := outermost(err); kind != nil {
+		return kind
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return Unavailable
+	}
+	return Internal
+}
+
+func outermost(err error) error {
+	for _, k := range kinds {
+		if err == k {
+			return k
+		}
+	}
+	if is, ok := err.(interface{ Is(error) bool }); ok {
+		for _, k := range kinds {
+			if is.Is(k) {
+				return k
+			}
+		}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		if inner := u.Unwrap(); inner != nil {
+			return outermost(inner)
+		}
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if kind := outermost(e); kind != nil {
+				return kind
+			}
+		}
+	}
+	return nil
+}
+
 // Error is an error of a kind. Its text is the kind's words, ": ", and the
 // message; it wraps both the kind and the message's own wrapped errors.
 type Error struct {
-	// Kind is a sentinel error: what went wrong, for errors.Is.
+	// Kind is a kind or a sentinel: what went wrong, for errors.Is.
 	Kind error
 	// Err is the message: what happened and what to do next, with any
 	// cause wrapped last.
@@ -45,12 +128,14 @@ func (e *Error) Error() string { return e.Kind.Error() + ": " + e.Err.Error() }
 func (e *Error) Unwrap() []error { return []error{e.Kind, e.Err} }
 
 // Detail returns err's text without the words of the listed kinds it
-// starts with: the message of the outermost Error when that Error is of
-// one of kinds and nothing outside it adds text (a wrapper that only
-// carries data or marks), repeated while the message is itself such an
-// Error. Any other error is returned whole: one with text before its kind
-// ("load skill x: not found: ..."), one of a kind not listed (whose words
-// are part of what it says, "invalid config: ..."), one without a kind.
+// starts with: the message of the outermost Error when that Error's Kind is
+// one of kinds (or wraps one) and nothing outside it adds text (a wrapper
+// that only carries data or marks), repeated while the message is itself
+// such an Error. Any other error is returned whole: one with text before
+// its kind ("load skill x: not found: ..."), one of a kind not listed
+// (whose words are part of what it says, "invalid config: ..."), one
+// without a kind. A sentinel made by New speaks its own words: they go
+// only when the sentinel itself is listed, not when its kind is.
 func Detail(err error, kinds ...error) string {
 	if err == nil {
 		return ""
@@ -65,10 +150,27 @@ func Detail(err error, kinds ...error) string {
 	}
 }
 
+// listed reports whether kind is one of kinds or wraps one (Unwrap, not a
+// sentinel's Is).
 func listed(kind error, kinds []error) bool {
-	for _, k := range kinds {
-		if errors.Is(kind, k) {
-			return true
+	for kind != nil {
+		for _, k := range kinds {
+			if kind == k {
+				return true
+			}
+		}
+		switch u := kind.(type) {
+		case interface{ Unwrap() error }:
+			kind = u.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range u.Unwrap() {
+				if listed(e, kinds) {
+					return true
+				}
+			}
+			return false
+		default:
+			return false
 		}
 	}
 	return false

@@ -1,6 +1,7 @@
 package errkind_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -57,5 +58,40 @@ func TestDetail(t *testing.T) {
 				t.Errorf("Detail = %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+func TestNewAndOf(t *testing.T) {
+	errNoSkill := errkind.New(errkind.NotFound, "no such skill")
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"nil", nil, nil},
+		{"sentinel", errNoSkill, errkind.NotFound},
+		{"wrapped sentinel", fmt.Errorf("load x: %w", errNoSkill), errkind.NotFound},
+		{"kind over a sentinel's", errkind.Errorf(errkind.Unavailable, "store: %w", errNoSkill), errkind.Unavailable},
+		{"sentinel as an Error's kind", errkind.Errorf(errNoSkill, "%q", "x"), errkind.NotFound},
+		{"cancelled", fmt.Errorf("call: %w", context.Canceled), errkind.Unavailable},
+		{"kind over cancelled", errkind.Wrap(errkind.Denied, context.Canceled), errkind.Denied},
+		{"none", errors.New("plain"), errkind.Internal},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := errkind.Of(tc.err); got != tc.want {
+				t.Errorf("Of(%v) = %v, want %v", tc.err, got, tc.want)
+			}
+		})
+	}
+	if errNoSkill.Error() != "no such skill" || !errors.Is(fmt.Errorf("x: %w", errNoSkill), errkind.NotFound) || errors.Is(errNoSkill, errkind.Denied) {
+		t.Errorf("New: text %q, or errors.Is misses its kind or matches another", errNoSkill)
+	}
+	// A sentinel's words are its own: they stay when only its kind is listed.
+	err := errkind.Errorf(errNoSkill, "%q", "x")
+	if got := errkind.Detail(err, errkind.NotFound); got != `no such skill: "x"` {
+		t.Errorf("Detail(kind listed) = %q", got)
+	}
+	if got := errkind.Detail(err, errNoSkill); got != `"x"` {
+		t.Errorf("Detail(sentinel listed) = %q", got)
 	}
 }

@@ -1,11 +1,13 @@
 // Package api is skillbox's typed tool-call API: the params and results of
 // every call as Go types (their JSON names are the wire protocol's), the
 // caller's identity (Peer), the events a call may emit while it runs, and
-// the error kinds with their sentinels.
+// the error kinds' wire names (the kinds themselves are runtime/errkind's)
+// with the data an error carries on the wire.
 //
 // It is the contract between the transport-free service (sandbox/service)
 // and its front ends: the JSON-RPC adapter on the Unix socket
 // (sandbox/jsonrpc), the MCP server, the Go client (sandbox/client) and the
-// CLI. It imports nothing of skillbox, so every one of them can depend on
-// it; a field renamed here is renamed on every side at once.
+// CLI. It imports nothing of skillbox but the error kinds, so every one of
+// them can depend on it; a field renamed here is renamed on every side at
+// once.
 package api

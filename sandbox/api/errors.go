@@ -1,15 +1,17 @@
 package api
 
 import (
-	"context"
 	"errors"
 	"fmt"
+
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
-// Error kinds: what went wrong, in words a host (or the model behind it)
-// branches on, never on a message's text. Over JSON-RPC a kind is data.kind
-// of the error object (sandbox/jsonrpc maps each to a code); over MCP it is
-// part of the tool error.
+// The wire names of the error kinds (runtime/errkind): what went wrong, in
+// words a host (or the model behind it) branches on, never on a message's
+// text. Over JSON-RPC a kind is data.kind of the error object
+// (sandbox/jsonrpc maps each to a code); over MCP it is part of the tool
+// error.
 const (
 	KindNotFound             = "not_found"
 	KindInvalidParams        = "invalid_params"
@@ -20,26 +22,28 @@ const (
 	KindInternal             = "internal"
 )
 
-// Sentinels of the kinds. The service makes errors of a kind with
-// errkind.Errorf (runtime/errkind) and a message that says what to do next;
-// front ends classify with KindOf.
+// The kinds, as the front ends and the client name them: errkind's own
+// values, so errors.Is(err, api.ErrDenied) and errors.Is(err,
+// errkind.Denied) are one test. The core makes errors of a kind with
+// errkind.Errorf and a message that says what to do next; a package's
+// sentinel is of a kind by errkind.New; front ends classify with KindOf.
 var (
-	ErrNotFound             = errors.New("not found")
-	ErrInvalidParams        = errors.New("invalid params")
-	ErrDenied               = errors.New("denied")
-	ErrConfirmationRequired = errors.New("confirmation required")
-	ErrLimitExceeded        = errors.New("limit exceeded")
-	ErrUnavailable          = errors.New("unavailable")
-	ErrInternal             = errors.New("internal error")
+	ErrNotFound             = errkind.NotFound
+	ErrInvalidParams        = errkind.InvalidParams
+	ErrDenied               = errkind.Denied
+	ErrConfirmationRequired = errkind.ConfirmationRequired
+	ErrLimitExceeded        = errkind.LimitExceeded
+	ErrUnavailable          = errkind.Unavailable
+	ErrInternal             = errkind.Internal
 )
 
-// KindInfo pairs a kind with its sentinel.
+// KindInfo pairs a kind's wire name with its sentinel.
 type KindInfo struct {
 	Kind     string
 	Sentinel error
 }
 
-// Kinds is the one table of error kinds.
+// Kinds is the one table of error kinds' wire names.
 var Kinds = []KindInfo{
 	{KindNotFound, ErrNotFound},
 	{KindInvalidParams, ErrInvalidParams},
@@ -50,50 +54,20 @@ var Kinds = []KindInfo{
 	{KindInternal, ErrInternal},
 }
 
-// KindOf returns the kind of err: that of the outermost sentinel of Kinds
-// in its tree (walked as errors.Is walks it, so an error of one kind whose
-// cause has another takes the kind it was given last); a call cancelled
-// (the caller went away, skillbox shuts down) or timed out is unavailable;
-// anything else is internal. nil has no kind ("").
+// KindOf returns the wire name of err's kind (errkind.Of): that of the
+// outermost kind in its tree; unavailable for a call cancelled or timed
+// out; internal for anything else. nil has no kind ("").
 func KindOf(err error) string {
-	if err == nil {
+	kind := errkind.Of(err)
+	if kind == nil {
 		return ""
 	}
-	if kind := outermostKind(err); kind != "" {
-		return kind
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return KindUnavailable
-	}
-	return KindInternal
-}
-
-func outermostKind(err error) string {
 	for _, k := range Kinds {
-		if err == k.Sentinel {
+		if k.Sentinel == kind {
 			return k.Kind
 		}
 	}
-	if is, ok := err.(interface{ Is(error) bool }); ok {
-		for _, k := range Kinds {
-			if is.Is(k.Sentinel) {
-				return k.Kind
-			}
-		}
-	}
-	switch u := err.(type) {
-	case interface{ Unwrap() error }:
-		if inner := u.Unwrap(); inner != nil {
-			return outermostKind(inner)
-		}
-	case interface{ Unwrap() []error }:
-		for _, e := range u.Unwrap() {
-			if kind := outermostKind(e); kind != "" {
-				return kind
-			}
-		}
-	}
-	return ""
+	return KindInternal
 }
 
 // Sentinel returns the sentinel of kind (ErrInternal for an unknown kind),

@@ -29,7 +29,7 @@ func (c Chain) Label() string {
 	return c.Name
 }
 
-// ReplicaDir is where the replica named replica (see api.CheckReplica)
+// ReplicaDir is where the replica named replica (see replicaname.Check)
 // writes its chain under the audit directory root.
 func ReplicaDir(root, replica string) string { return filepath.Join(root, replica) }
 

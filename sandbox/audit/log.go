@@ -21,15 +21,15 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/skillbox/skillbox/policy/replicaname"
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // Sentinel errors.
 var (
 	// ErrUnavailable: the log cannot be written now. Runs must be refused
 	// until Healthy returns nil again.
-	ErrUnavailable = errors.New("audit log unavailable")
+	ErrUnavailable = errkind.New(errkind.Unavailable, "audit log unavailable")
 	// ErrTampered: the log's contents are not what the writer wrote. Verify
 	// returns a *TamperError wrapping it; Open returns it when the tail of
 	// the log is not a valid record (other than a torn last line).
@@ -56,7 +56,7 @@ const maxBatch = 512
 // Options tune a Log. The zero value is usable.
 type Options struct {
 	// Replica names the daemon replica that writes the log; it goes into
-	// every record (see api.CheckReplica). "" writes records without one,
+	// every record (see replicaname.Check). "" writes records without one,
 	// as logs did before replicas.
 	Replica string
 	// RotateBytes starts a new file once the current one has reached this
@@ -182,7 +182,7 @@ func Open(dir string, opts Options) (*Log, error) {
 func openLog(dir string, opts Options, fsys fileSystem, now func() time.Time) (*Log, error) {
 	opts = opts.withDefaults(dir)
 	if opts.Replica != "" {
-		if err := api.CheckReplica(opts.Replica); err != nil {
+		if err := replicaname.Check(opts.Replica); err != nil {
 			return nil, fmt.Errorf("audit: %w", err)
 		}
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/skills"
 )
 
 func TestErrorMapping(t *testing.T) {
@@ -43,6 +45,10 @@ func TestErrorMapping(t *testing.T) {
 		{errkind.Errorf(api.ErrDenied, "the user declined %s", "x"), "denied: the user declined x", "the user declined x"},
 		{api.MarkAudited(errkind.Wrap(api.ErrNotFound, errors.New("no skill y"))), "not found: no skill y", "no skill y"},
 		{fmt.Errorf("load: %w", errkind.Errorf(api.ErrDenied, "no")), "load: denied: no", "load: denied: no"},
+		// A sentinel of a kind speaks its own words; one that wraps its
+		// kind speaks for the kind.
+		{errkind.Errorf(skills.ErrNotFound, "%q", "x"), `not found: "x"`, `not found: "x"`},
+		{errkind.Errorf(store.ErrConfirmationUsed, "c_1"), "confirmation already used: c_1", "c_1"},
 	} {
 		e := ToRPCError(tc.err)
 		if e.Message != tc.message || e.Detail != tc.wantDetail {

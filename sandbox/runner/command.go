@@ -6,7 +6,6 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // A skill's own shell commands (the !`command`s of its body, its hooks) run
@@ -35,20 +34,20 @@ type CommandSpec struct {
 func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 	c := req.Command
 	if strings.TrimSpace(c.Command) == "" {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "empty command")
+		return nil, errkind.Errorf(errkind.InvalidParams, "empty command")
 	}
 	if strings.ContainsRune(c.Command, 0) {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "the command contains a NUL byte")
+		return nil, errkind.Errorf(errkind.InvalidParams, "the command contains a NUL byte")
 	}
 	if req.Network {
-		return nil, errkind.Errorf(api.ErrDenied, "a skill's commands never get network access")
+		return nil, errkind.Errorf(errkind.Denied, "a skill's commands never get network access")
 	}
 	if e.pins == nil {
-		return nil, errkind.Errorf(api.ErrUnavailable, "the engine has no skill snapshot store")
+		return nil, errkind.Errorf(errkind.Unavailable, "the engine has no skill snapshot store")
 	}
 	im := e.cfg.Image(CommandImage)
 	if im == nil {
-		return nil, errkind.Errorf(api.ErrUnavailable, "no %q image is configured for skill commands; add an image %q block", CommandImage, CommandImage)
+		return nil, errkind.Errorf(errkind.Unavailable, "no %q image is configured for skill commands; add an image %q block", CommandImage, CommandImage)
 	}
 	root, err := e.pins.Pin(req.Skill)
 	if err != nil {
@@ -73,7 +72,7 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 	if err := runtime.ValidateJob(runtime.Job{
 		ID: jobID, RootFS: "/", SkillDir: "/", Args: argv, Env: env, Files: req.Files, Limits: limits,
 	}); err != nil {
-		return nil, errkind.Wrap(api.ErrInvalidParams, err)
+		return nil, errkind.Wrap(errkind.InvalidParams, err)
 	}
 	label := c.Label
 	if label == "" {

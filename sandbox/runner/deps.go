@@ -98,7 +98,7 @@ func (d *Deps) Declared(sk *skills.Skill, root string) (*deps.Set, error) {
 	pk := d.cfg.PackagesFor(sk.Name)
 	s, err := deps.Discover(root, deps.Extra{Python: pk.Python, Npm: pk.Npm, AllowSource: pk.BuildFromSource, Where: pk.Where})
 	if err != nil {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "skill %q: %w", sk.Name, err)
+		return nil, errkind.Errorf(errkind.InvalidParams, "skill %q: %w", sk.Name, err)
 	}
 	d.mu.Lock()
 	if d.declared == nil {
@@ -120,7 +120,7 @@ func (d *Deps) importsOf(sk *skills.Skill, root string) (*deps.Imports, error) {
 	d.mu.Unlock()
 	imp, err := deps.ScanImports(root)
 	if err != nil {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "skill %q: reading its scripts' imports: %w", sk.Name, err)
+		return nil, errkind.Errorf(errkind.InvalidParams, "skill %q: reading its scripts' imports: %w", sk.Name, err)
 	}
 	d.mu.Lock()
 	if d.imports == nil {
@@ -169,7 +169,7 @@ func layerImage(sk *skills.Skill, img runtime.ImageRef, rootfs string) error {
 	if rootfs != "" {
 		return nil
 	}
-	return errkind.Errorf(api.ErrUnavailable, "skill %q declares dependencies, and its scripts run in image %q, the registry image %s: dependency layers are built only on images skillbox builds (map the extension to a recipe image, or use a registry image that already has the packages and drop the declaration)", sk.Name, img.Name, img.Ref)
+	return errkind.Errorf(errkind.Unavailable, "skill %q declares dependencies, and its scripts run in image %q, the registry image %s: dependency layers are built only on images skillbox builds (map the extension to a recipe image, or use a registry image that already has the packages and drop the declaration)", sk.Name, img.Name, img.Ref)
 }
 
 // request is the build request of the part of set that image img uses
@@ -311,7 +311,7 @@ func (d *Deps) ForRun(ctx context.Context, p *Plan, img runtime.ImageRef, rootfs
 			continue
 		}
 		if layer != nil && l.Digest != layer.Digest {
-			return nil, nil, errkind.Errorf(api.ErrInvalidParams, "skills %q and %q each need a dependency layer and a code run mounts one: load only one of them for this code, or run their scripts with skills.run_script", owner, m.Skill.Name)
+			return nil, nil, errkind.Errorf(errkind.InvalidParams, "skills %q and %q each need a dependency layer and a code run mounts one: load only one of them for this code, or run their scripts with skills.run_script", owner, m.Skill.Name)
 		}
 		layer, owner = l, m.Skill.Name
 	}
@@ -400,23 +400,23 @@ func (d *Deps) layerFor(ctx context.Context, sk *skills.Skill, root string, img 
 		l, n, waited, err := w.wait(ctx, limit)
 		switch {
 		case err != nil && errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			return nil, nil, errkind.Errorf(api.ErrUnavailable, "the dependency layer of skill %q is still building after %s (a run waits no longer than its timeout): run again once it is built (skillbox deps build %s builds it and shows why it fails)", name, limit, name)
+			return nil, nil, errkind.Errorf(errkind.Unavailable, "the dependency layer of skill %q is still building after %s (a run waits no longer than its timeout): run again once it is built (skillbox deps build %s builds it and shows why it fails)", name, limit, name)
 		case err != nil:
-			return nil, nil, errkind.Errorf(api.ErrUnavailable, "the dependency layer of skill %q did not build: %w", name, err)
+			return nil, nil, errkind.Errorf(errkind.Unavailable, "the dependency layer of skill %q did not build: %w", name, err)
 		case waited:
 			return l, n, nil
 		}
 	}
 	if err := deps.MissingSourceError(name, plan.Missing, d.builder.Sources); err != nil {
-		return nil, nil, errkind.Wrap(api.ErrUnavailable, err)
+		return nil, nil, errkind.Wrap(errkind.Unavailable, err)
 	}
 	d.mu.Lock()
 	berr := d.errs[plan.Digest]
 	d.mu.Unlock()
 	if berr != nil {
-		return nil, nil, errkind.Errorf(api.ErrUnavailable, "the dependency layer of skill %q failed to build: %v", name, berr)
+		return nil, nil, errkind.Errorf(errkind.Unavailable, "the dependency layer of skill %q failed to build: %v", name, berr)
 	}
-	return nil, nil, errkind.Wrap(api.ErrUnavailable, errkind.Errorf(deps.ErrNotReady, "skill %q needs dependency layer %s, which is not built: load the skill (skills.load builds it) or run: skillbox deps build %s", name, plan.Digest, name))
+	return nil, nil, errkind.Wrap(errkind.Unavailable, errkind.Errorf(deps.ErrNotReady, "skill %q needs dependency layer %s, which is not built: load the skill (skills.load builds it) or run: skillbox deps build %s", name, plan.Digest, name))
 }
 
 // layerWait is how a run waits for a layer that is not built: for the
@@ -476,11 +476,11 @@ func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*dep
 	for _, probe := range d.probes(set) {
 		interp, err := d.cfg.Interpreter(probe, nil)
 		if err != nil {
-			return out, errkind.Wrap(api.ErrInvalidParams, err)
+			return out, errkind.Wrap(errkind.InvalidParams, err)
 		}
 		img, rootfs, err := d.images.Ensure(ctx, interp.Image, nil)
 		if err != nil {
-			return out, errkind.Errorf(api.ErrUnavailable, "image %q: %w", interp.Image, err)
+			return out, errkind.Errorf(errkind.Unavailable, "image %q: %w", interp.Image, err)
 		}
 		req, _, err := d.request(sk, root, set, img, rootfs)
 		if err != nil {
@@ -814,7 +814,7 @@ func (e *Engine) CheckSkill(ctx context.Context, sk *skills.Skill) (*api.CheckSk
 	in.ImageFor = e.checkImageFor()
 	found, unchecked, err := deps.Check(sk.Dir, in)
 	if err != nil {
-		return nil, errkind.Errorf(api.ErrInternal, "checking skill %q: %w", sk.Name, err)
+		return nil, errkind.Errorf(errkind.Internal, "checking skill %q: %w", sk.Name, err)
 	}
 	for _, f := range unchecked {
 		res.Skipped = append(res.Skipped, f+" scripts: "+why[f])

@@ -9,7 +9,6 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
 
@@ -42,7 +41,7 @@ func (e *Engine) planEgress(p *Plan) error {
 	p.EgressSecrets = e.cfg.SecretsFor(p.Request.Skill.Name, dests)
 	for _, s := range p.EgressSecrets {
 		if _, ok := p.Request.Env[s.Name]; ok {
-			return errkind.Errorf(api.ErrInvalidParams, "env %s is the placeholder of a secret of this run (%s); leave it out", s.Name, s)
+			return errkind.Errorf(errkind.InvalidParams, "env %s is the placeholder of a secret of this run (%s); leave it out", s.Name, s)
 		}
 	}
 	return nil
@@ -64,7 +63,7 @@ func (e *Engine) ca() (*egress.CA, error) {
 	if e.egress.CA == nil {
 		ca, err := egress.NewCA()
 		if err != nil {
-			return nil, errkind.Errorf(api.ErrInternal, "make the egress CA: %w", err)
+			return nil, errkind.Errorf(errkind.Internal, "make the egress CA: %w", err)
 		}
 		e.egress.CA = ca
 	}
@@ -103,7 +102,7 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, err
 	for _, s := range p.EgressSecrets {
 		v, err := s.Value()
 		if err != nil {
-			return nil, errkind.Wrap(api.ErrUnavailable, err)
+			return nil, errkind.Wrap(errkind.Unavailable, err)
 		}
 		secrets = append(secrets, egress.Secret{Name: s.Name, Value: v, Hosts: s.Hosts, Header: s.Header})
 	}

@@ -521,7 +521,7 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	if runErr != nil {
 		log.Error("run failed", "run_id", p.RunID, "error", runErr)
 		// The run.end record holds the failure.
-		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
+		return nil, api.MarkAudited(runFailure(runErr))
 	}
 	log.Info("run finished", "run_id", p.RunID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
 	out := &Result{RunID: p.RunID, Plan: p, Image: img, Result: res, DepsLayer: layerDigest, Warnings: warnings, Workspace: wsReport}
@@ -799,18 +799,13 @@ func newID(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// classifyRuntimeErr maps backend failures to the protocol's error kinds.
-func classifyRuntimeErr(err error) error {
-	switch {
-	case errors.Is(err, runtime.ErrUnavailable):
-		return errkind.Wrap(api.ErrUnavailable, err)
-	case errors.Is(err, runtime.ErrInvalidJob):
-		return errkind.Wrap(api.ErrInvalidParams, err)
-	case api.KindOf(err) != api.KindInternal:
-		return err // classified already (a session sandbox's refusals)
-	default:
-		return errkind.Errorf(api.ErrInternal, "sandbox failed: %w", err)
+// runFailure is a run's failure as the engine returns it: of the kind it
+// has (a backend's sentinels carry theirs), or else the sandbox failing.
+func runFailure(err error) error {
+	if errkind.Of(err) == errkind.Internal {
+		return errkind.Errorf(errkind.Internal, "sandbox failed: %w", err)
 	}
+	return err
 }
 
 // ErrRunCancelled is the cause of a run's ctx when runs.cancel stopped it.

@@ -11,7 +11,6 @@ import (
 	"github.com/skillbox/skillbox/images/deps"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // StoreImages supplies rootfs from the local image store, building an image
@@ -27,7 +26,7 @@ type StoreImages struct {
 	Registry map[string]string
 	Puller   RegistryPuller
 	// Build lets Ensure build a missing image (minutes, inside the call that
-	// needs it). Without it a missing image fails fast with api.ErrUnavailable,
+	// needs it). Without it a missing image fails fast with errkind.Unavailable,
 	// naming the command that builds it.
 	Build bool
 
@@ -91,7 +90,7 @@ type RegistryPuller interface {
 func (s *StoreImages) registryImage(name string) (ref string, ok bool, err error) {
 	ref, ok = s.Registry[name]
 	if ok && s.Puller == nil {
-		err = errkind.Errorf(api.ErrUnavailable, "image %q is the registry image %s, which only the containerd runtime runs (it pulls and unpacks it): use --runtime containerd or daemon { runtime = \"containerd\" }, or map the extension to an image skillbox builds", name, ref)
+		err = errkind.Errorf(errkind.Unavailable, "image %q is the registry image %s, which only the containerd runtime runs (it pulls and unpacks it): use --runtime containerd or daemon { runtime = \"containerd\" }, or map the extension to an image skillbox builds", name, ref)
 	}
 	return ref, ok, err
 }
@@ -120,7 +119,7 @@ func (s *StoreImages) Built(name string) error {
 }
 
 // Available implements ImageChecker: an image that is built, or that may be
-// built on demand, is available; a missing one is api.ErrUnavailable with the
+// built on demand, is available; a missing one is errkind.Unavailable with the
 // command that builds it.
 func (s *StoreImages) Available(name string) error {
 	if _, ok, err := s.registryImage(name); ok {
@@ -134,11 +133,11 @@ func (s *StoreImages) Available(name string) error {
 		if s.Build {
 			return nil
 		}
-		return errkind.Errorf(api.ErrUnavailable, "image %s is not built: run %s (or set images { build_on_demand = true } in the config to build it on first use, which takes minutes)", name, BuildCommand(s.Store.Dir(), s.Recipes[name].Name))
+		return errkind.Errorf(errkind.Unavailable, "image %s is not built: run %s (or set images { build_on_demand = true } in the config to build it on first use, which takes minutes)", name, BuildCommand(s.Store.Dir(), s.Recipes[name].Name))
 	case errors.Is(err, images.ErrUnknownImage):
-		return errkind.Wrap(api.ErrInvalidParams, err)
+		return errkind.Wrap(errkind.InvalidParams, err)
 	default:
-		return errkind.Errorf(api.ErrUnavailable, "image store %s: %w", s.Store.Dir(), err)
+		return errkind.Errorf(errkind.Unavailable, "image store %s: %w", s.Store.Dir(), err)
 	}
 }
 

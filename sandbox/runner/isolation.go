@@ -38,16 +38,16 @@ func (e *Engine) planIsolation(p *Plan) error {
 		return nil
 	}
 	if req.Command != nil {
-		return errkind.Errorf(api.ErrInvalidParams, "a skill's command or hook cannot run in the background")
+		return errkind.Errorf(errkind.InvalidParams, "a skill's command or hook cannot run in the background")
 	}
 	if req.SessionID == "" {
-		return errkind.Errorf(api.ErrInvalidParams, "background runs live in a session's sandbox: create a session (sessions.create) and run in it")
+		return errkind.Errorf(errkind.InvalidParams, "background runs live in a session's sandbox: create a session (sessions.create) and run in it")
 	}
 	if p.Isolation != policy.IsolationSession {
-		return errkind.Errorf(api.ErrDenied, "background: true needs isolation = \"session\" for skill %q, and %s: ask an administrator to set isolation = \"session\" in a policy rule for it, or run without background", p.SkillName(), p.IsolationRule)
+		return errkind.Errorf(errkind.Denied, "background: true needs isolation = \"session\" for skill %q, and %s: ask an administrator to set isolation = \"session\" in a policy rule for it, or run without background", p.SkillName(), p.IsolationRule)
 	}
 	if p.Workspace != nil || req.Workspace != nil {
-		return errkind.Errorf(api.ErrInvalidParams, "a background run cannot write back to a workspace (it has no end to apply changes at): pass files, or run in the foreground")
+		return errkind.Errorf(errkind.InvalidParams, "a background run cannot write back to a workspace (it has no end to apply changes at): pass files, or run in the foreground")
 	}
 	return e.sessions.available()
 }
@@ -67,7 +67,7 @@ func (e *Engine) executeBackground(ctx context.Context, p *Plan, img runtime.Ima
 		if rerr := e.journal.Record(actx, &end); rerr != nil {
 			return nil, rerr
 		}
-		return nil, api.MarkAudited(classifyRuntimeErr(err))
+		return nil, api.MarkAudited(runFailure(err))
 	}
 	start.Run.SessionSandbox = p.SessionSandbox
 	e.log.Info("background run started", "run_id", p.RunID, "skill", p.SkillName(), "sandbox", p.SessionSandbox, "pid", run.PID)

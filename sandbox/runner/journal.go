@@ -138,7 +138,7 @@ func (j *Journal) FreeBytes() (int64, bool, error) {
 // written (fail closed). It says so once, with the log's own reason.
 func auditDown(err error) error {
 	why := errkind.Detail(err, audit.ErrUnavailable)
-	return errkind.Errorf(api.ErrUnavailable, "the audit log cannot be written (%s); skillbox refuses audited calls, runs included, until it can", why)
+	return errkind.Errorf(errkind.Unavailable, "the audit log cannot be written (%s); skillbox refuses audited calls, runs included, until it can", why)
 }
 
 // ClipText cuts s to at most n bytes of valid UTF-8, saying how long it was.

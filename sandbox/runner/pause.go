@@ -16,7 +16,6 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/checkpoint"
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
 
@@ -52,13 +51,13 @@ func (m *SessionSandboxes) checkpoints() (*checkpoint.Store, error) {
 		return m.store, nil
 	}
 	if m.o.Checkpoints == "" {
-		return nil, errkind.Errorf(api.ErrUnavailable, "this process keeps no session checkpoints (no checkpoint dir)")
+		return nil, errkind.Errorf(errkind.Unavailable, "this process keeps no session checkpoints (no checkpoint dir)")
 	}
 	c := m.o.Config
 	st, err := checkpoint.OpenLimits(m.o.Checkpoints, checkpoint.Limits{Total: c.CheckpointBudget, PerSession: c.CheckpointBudgetPerSession,
 		PerUID: c.CheckpointBudgetPerUID, DiskPercent: c.CheckpointDiskPercent, MinFree: m.o.MinFree})
 	if err != nil {
-		return nil, errkind.Wrap(api.ErrUnavailable, err)
+		return nil, errkind.Wrap(errkind.Unavailable, err)
 	}
 	m.store = st
 	return st, nil
@@ -92,7 +91,7 @@ type PauseInfo struct {
 func (m *SessionSandboxes) takeCheckpoint(ctx context.Context, b *sessionBox, sb runtime.SessionSandbox, leaveRunning bool) (_ *checkpoint.Checkpoint, _ time.Duration, err error) {
 	cp, ok := sb.(runtime.Checkpointer)
 	if !ok {
-		return nil, 0, errkind.Errorf(api.ErrUnavailable, "this runtime cannot checkpoint session sandboxes")
+		return nil, 0, errkind.Errorf(errkind.Unavailable, "this runtime cannot checkpoint session sandboxes")
 	}
 	st, err := m.checkpoints()
 	if err != nil {
@@ -109,16 +108,16 @@ func (m *SessionSandboxes) takeCheckpoint(ctx context.Context, b *sessionBox, sb
 	}
 	pend, err := st.BeginFor(checkpoint.Account{Session: b.key.session, UID: b.uid, HasUID: b.hasUID})
 	if err != nil {
-		return nil, 0, errkind.Wrap(api.ErrUnavailable, err)
+		return nil, 0, errkind.Wrap(errkind.Unavailable, err)
 	}
 	defer func() {
 		if aerr := pend.Abort(); aerr != nil { // nothing after a Commit
 			m.log.Error("a failed checkpoint could not be removed", "sandbox", b.id, "error", aerr)
 		}
-		if err != nil && errors.Is(err, checkpoint.ErrBudgetExceeded) && !errors.Is(err, api.ErrLimitExceeded) {
+		if err != nil && errors.Is(err, checkpoint.ErrBudgetExceeded) && !errors.Is(err, errkind.LimitExceeded) {
 			// Refused by a budget (reserving /work, charging the image or
 			// a write of the copy): the caller's to change.
-			err = errkind.Wrap(api.ErrLimitExceeded, err)
+			err = errkind.Wrap(errkind.LimitExceeded, err)
 		}
 	}()
 	fz, _ := sb.(runtime.Freezer)
@@ -149,9 +148,9 @@ func (m *SessionSandboxes) takeCheckpoint(ctx context.Context, b *sessionBox, sb
 		Image: b.spec.Image.Name, ImageDigest: b.spec.Image.Digest, SpecDigest: id.SpecDigest, SkillDigests: skills, Owner: owner}
 	ck, err := pend.Commit(man)
 	if err != nil {
-		kind := api.ErrUnavailable
+		kind := errkind.Unavailable
 		if errors.Is(err, checkpoint.ErrBudgetExceeded) {
-			kind = api.ErrLimitExceeded
+			kind = errkind.LimitExceeded
 		}
 		return nil, 0, errkind.Wrap(kind, err)
 	}
@@ -312,7 +311,7 @@ func (m *SessionSandboxes) pauseBox(ctx context.Context, b *sessionBox, why stri
 func (m *SessionSandboxes) restoreInto(ctx context.Context, b *sessionBox, ckID string, cur runtime.ImageRef) (runtime.SessionSandbox, *checkpoint.Checkpoint, error) {
 	rs, ok := m.o.Backend.(runtime.SessionRestorer)
 	if !ok {
-		return nil, nil, errkind.Errorf(api.ErrUnavailable, "this runtime cannot restore session sandboxes")
+		return nil, nil, errkind.Errorf(errkind.Unavailable, "this runtime cannot restore session sandboxes")
 	}
 	st, err := m.checkpoints()
 	if err != nil {
@@ -320,7 +319,7 @@ func (m *SessionSandboxes) restoreInto(ctx context.Context, b *sessionBox, ckID 
 	}
 	ck, err := st.Load(ckID)
 	if err != nil {
-		return nil, nil, errkind.Wrap(api.ErrUnavailable, err)
+		return nil, nil, errkind.Wrap(errkind.Unavailable, err)
 	}
 	man := ck.Manifest()
 	spec := b.spec
@@ -338,7 +337,7 @@ func (m *SessionSandboxes) restoreInto(ctx context.Context, b *sessionBox, ckID 
 		if errors.As(err, &me) {
 			me.Fix = "sessions.resume with fresh: true discards it, and the session's next run starts a new sandbox (its processes and memory are lost; its workspace is kept)"
 		}
-		return nil, nil, errkind.Wrap(api.ErrUnavailable, err)
+		return nil, nil, errkind.Wrap(errkind.Unavailable, err)
 	}
 	var metas []backgroundMeta
 	_ = json.Unmarshal([]byte(man.Owner[ownerBackground]), &metas)
@@ -429,7 +428,7 @@ func (m *SessionSandboxes) Pause(ctx context.Context, session string) ([]PauseIn
 		busy := b.active > 0
 		m.mu.Unlock()
 		if busy {
-			return out, errkind.Errorf(api.ErrUnavailable, "session %s has a run under way in sandbox %s: pause it when the run has ended", session, b.id)
+			return out, errkind.Errorf(errkind.Unavailable, "session %s has a run under way in sandbox %s: pause it when the run has ended", session, b.id)
 		}
 		info, err := m.pauseBox(ctx, b, "sessions.pause")
 		if err != nil {

@@ -66,7 +66,7 @@ var languageExtensions = map[string]string{
 func codeProgramName(language string) (string, error) {
 	ext, ok := languageExtensions[language]
 	if !ok {
-		return "", errkind.Errorf(api.ErrInvalidParams, "language %q: use %q, %q or %q", language, api.LanguagePython, api.LanguageShell, api.LanguageNode)
+		return "", errkind.Errorf(errkind.InvalidParams, "language %q: use %q, %q or %q", language, api.LanguagePython, api.LanguageShell, api.LanguageNode)
 	}
 	return "main" + ext, nil
 }
@@ -79,23 +79,23 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 		return nil, err
 	}
 	if len(c.Code) == 0 {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "code is empty")
+		return nil, errkind.Errorf(errkind.InvalidParams, "code is empty")
 	}
 	if len(c.Code) > runtime.MaxProgramBytes {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "code is %d bytes, at most %d: put large code in a skill instead", len(c.Code), runtime.MaxProgramBytes)
+		return nil, errkind.Errorf(errkind.InvalidParams, "code is %d bytes, at most %d: put large code in a skill instead", len(c.Code), runtime.MaxProgramBytes)
 	}
 	if req.Network {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "skills.run_code runs without network")
+		return nil, errkind.Errorf(errkind.InvalidParams, "skills.run_code runs without network")
 	}
 	if len(c.Skills) == 0 {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "no skill to run the code with: load the skills it uses first")
+		return nil, errkind.Errorf(errkind.InvalidParams, "no skill to run the code with: load the skills it uses first")
 	}
 	if e.pins == nil {
-		return nil, errkind.Errorf(api.ErrUnavailable, "the engine has no skill snapshot store")
+		return nil, errkind.Errorf(errkind.Unavailable, "the engine has no skill snapshot store")
 	}
 	interp, err := e.interpreterFor(name, c.Code)
 	if err != nil {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "language %q: %w", c.Language, err)
+		return nil, errkind.Errorf(errkind.InvalidParams, "language %q: %w", c.Language, err)
 	}
 
 	cp := &CodePlan{Language: c.Language, Code: c.Code, SHA256: SHA256Hex(c.Code), Program: &runtime.Program{Name: name, Data: c.Code}}
@@ -104,7 +104,7 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 	seen := map[string]bool{}
 	for i, sk := range c.Skills {
 		if sk == nil || seen[sk.Name] {
-			return nil, errkind.Errorf(api.ErrInvalidParams, "skill %d of the code run is missing or given twice", i)
+			return nil, errkind.Errorf(errkind.InvalidParams, "skill %d of the code run is missing or given twice", i)
 		}
 		seen[sk.Name] = true
 		// The pinned copy: what is mounted is the version that was
@@ -153,7 +153,7 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 	job := runtime.Job{ID: jobID, RootFS: "/", Args: argv, Env: env, Files: req.Files, Limits: limits}
 	cp.applyTo(&job)
 	if err := runtime.ValidateJob(job); err != nil {
-		return nil, errkind.Wrap(api.ErrInvalidParams, err)
+		return nil, errkind.Wrap(errkind.InvalidParams, err)
 	}
 	p := &Plan{
 		RunID:        runID,

@@ -152,10 +152,10 @@ func NewSessionSandboxes(o SessionOptions, journal Recorder, log hclog.Logger) *
 // available says why session isolation cannot be had here, or nil.
 func (m *SessionSandboxes) available() error {
 	if m == nil || m.o.Backend == nil {
-		return errkind.Errorf(api.ErrUnavailable, "isolation = \"session\" needs the runsc runtime (gVisor checkpoint/restore and a sandbox that outlives a run): this daemon's runtime cannot keep session sandboxes; use runtime = \"runsc\", or isolation = \"run\" for the skill")
+		return errkind.Errorf(errkind.Unavailable, "isolation = \"session\" needs the runsc runtime (gVisor checkpoint/restore and a sandbox that outlives a run): this daemon's runtime cannot keep session sandboxes; use runtime = \"runsc\", or isolation = \"run\" for the skill")
 	}
 	if m.o.Supervisor == "" || m.o.Dir == "" {
-		return errkind.Errorf(api.ErrUnavailable, "session sandboxes are not set up in this process (no supervisor binary or state dir)")
+		return errkind.Errorf(errkind.Unavailable, "session sandboxes are not set up in this process (no supervisor binary or state dir)")
 	}
 	return nil
 }
@@ -166,7 +166,7 @@ func (m *SessionSandboxes) box(ctx context.Context, key boxKey, owner *api.Peer,
 	if why, ok := m.lost[key.session]; ok {
 		delete(m.lost, key.session)
 		m.mu.Unlock()
-		return nil, errkind.Errorf(api.ErrUnavailable, "%s", why)
+		return nil, errkind.Errorf(errkind.Unavailable, "%s", why)
 	}
 	b := m.boxes[key]
 	if b != nil {
@@ -189,7 +189,7 @@ func (m *SessionSandboxes) box(ctx context.Context, key boxKey, owner *api.Peer,
 	if b == nil {
 		if max := m.o.Config.MaxSandboxes; max > 0 && len(m.boxes) >= max {
 			m.mu.Unlock()
-			return nil, errkind.Errorf(api.ErrLimitExceeded, "this daemon keeps at most %d session sandboxes (sessions { max_sandboxes }) and all are in use: close a session you no longer need, or ask an administrator to raise the limit", max)
+			return nil, errkind.Errorf(errkind.LimitExceeded, "this daemon keeps at most %d session sandboxes (sessions { max_sandboxes }) and all are in use: close a session you no longer need, or ask an administrator to raise the limit", max)
 		}
 		b = &sessionBox{key: key, rootfs: rootfs, id: newBoxID(), ready: make(chan struct{}), skills: map[string]placedSkill{}}
 		if owner != nil {
@@ -361,7 +361,7 @@ func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, l
 	if job.DepsDir != "" {
 		rel, err := filepath.Rel(layersRoot, job.DepsDir)
 		if err != nil || strings.HasPrefix(rel, "..") {
-			return runtime.Invocation{}, errkind.Errorf(api.ErrInternal, "dependency layer %s is outside the layer store %s", job.DepsDir, layersRoot)
+			return runtime.Invocation{}, errkind.Errorf(errkind.Internal, "dependency layer %s is outside the layer store %s", job.DepsDir, layersRoot)
 		}
 		moves[runtime.DepsMount] = runtime.SessionLayersMount + "/" + filepath.ToSlash(rel)
 	}
@@ -417,7 +417,7 @@ func (m *SessionSandboxes) deliver(ctx context.Context, p *Plan, job runtime.Job
 		return nil, runtime.Invocation{}, err
 	}
 	if job.Network || job.Egress != nil {
-		return nil, runtime.Invocation{}, errkind.Errorf(api.ErrUnavailable, "a session sandbox has no network: skill %q has network or egress by policy, so give it isolation = \"run\"", p.SkillName())
+		return nil, runtime.Invocation{}, errkind.Errorf(errkind.Unavailable, "a session sandbox has no network: skill %q has network or egress by policy, so give it isolation = \"run\"", p.SkillName())
 	}
 	layersRoot := ""
 	if job.DepsDir != "" {
@@ -486,7 +486,7 @@ func (m *SessionSandboxes) use(b *sessionBox) (runtime.SessionSandbox, func()) {
 // is its audited run.start record, whose run.end is written when it ends.
 func (m *SessionSandboxes) startBackground(ctx context.Context, p *Plan, job runtime.Job, start *audit.Record) (runtime.BackgroundRun, string, error) {
 	if max := m.o.Config.BackgroundRuns; max > 0 && m.liveBackground(p.Request.SessionID) >= max {
-		return runtime.BackgroundRun{}, "", errkind.Errorf(api.ErrLimitExceeded, "session %s has %d background runs, its limit (sessions { background_runs }): wait for one or stop one with runs.signal", p.Request.SessionID, max)
+		return runtime.BackgroundRun{}, "", errkind.Errorf(errkind.LimitExceeded, "session %s has %d background runs, its limit (sessions { background_runs }): wait for one or stop one with runs.signal", p.Request.SessionID, max)
 	}
 	b, inv, err := m.deliver(ctx, p, job)
 	if err != nil {
@@ -601,13 +601,13 @@ type BackgroundRun struct {
 // lookup finds a background run of session (any session when "").
 func (m *SessionSandboxes) lookup(session, runID string) (*backgroundRun, error) {
 	if m == nil {
-		return nil, errkind.Errorf(api.ErrNotFound, "no background run %q", runID)
+		return nil, errkind.Errorf(errkind.NotFound, "no background run %q", runID)
 	}
 	m.mu.Lock()
 	br := m.runs[runKey{session, runID}]
 	m.mu.Unlock()
 	if br == nil {
-		return nil, errkind.Errorf(api.ErrNotFound, "no background run %q in this session: runs.list names the session's background runs", runID)
+		return nil, errkind.Errorf(errkind.NotFound, "no background run %q in this session: runs.list names the session's background runs", runID)
 	}
 	return br, nil
 }
@@ -685,10 +685,10 @@ func (m *SessionSandboxes) Signal(ctx context.Context, session, runID string, si
 	sb := br.box.sb
 	m.mu.Unlock()
 	if sb == nil {
-		return BackgroundRun{}, errkind.Errorf(api.ErrUnavailable, "run %s is in a paused session sandbox: resume the session (any run, or sessions.resume) first", runID)
+		return BackgroundRun{}, errkind.Errorf(errkind.Unavailable, "run %s is in a paused session sandbox: resume the session (any run, or sessions.resume) first", runID)
 	}
 	if err := sb.Signal(ctx, runID, sig); err != nil {
-		return BackgroundRun{}, errkind.Wrap(api.ErrUnavailable, err)
+		return BackgroundRun{}, errkind.Wrap(errkind.Unavailable, err)
 	}
 	return m.view(br), nil
 }
@@ -705,7 +705,7 @@ func (m *SessionSandboxes) Logs(session, runID string, offset, n int64) (data []
 		return nil, 0, err
 	}
 	if offset < 0 || n < 0 {
-		return nil, 0, errkind.Errorf(api.ErrInvalidParams, "offset and length must not be negative")
+		return nil, 0, errkind.Errorf(errkind.InvalidParams, "offset and length must not be negative")
 	}
 	if n == 0 || n > maxLogRead {
 		n = maxLogRead
@@ -714,11 +714,11 @@ func (m *SessionSandboxes) Logs(session, runID string, offset, n int64) (data []
 	sb := br.box.sb
 	m.mu.Unlock()
 	if sb == nil {
-		return nil, 0, errkind.Errorf(api.ErrUnavailable, "run %s is in a paused session sandbox: resume the session (sessions.resume) to read its log", runID)
+		return nil, 0, errkind.Errorf(errkind.Unavailable, "run %s is in a paused session sandbox: resume the session (sessions.resume) to read its log", runID)
 	}
 	wd, err := unix.Open(sb.Workdir(), unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, 0, errkind.Errorf(api.ErrUnavailable, "run %s's sandbox is gone: its log went with it", runID)
+		return nil, 0, errkind.Errorf(errkind.Unavailable, "run %s's sandbox is gone: its log went with it", runID)
 	}
 	defer unix.Close(wd)
 	rel := strings.TrimPrefix(runtime.SessionRunsDir, runtime.WorkDir+"/") + "/" + runID + ".log"
@@ -728,13 +728,13 @@ func (m *SessionSandboxes) Logs(session, runID string, offset, n int64) (data []
 		return nil, 0, nil // nothing written yet
 	}
 	if err != nil {
-		return nil, 0, errkind.Errorf(api.ErrUnavailable, "run %s's log cannot be opened: %v", runID, err)
+		return nil, 0, errkind.Errorf(errkind.Unavailable, "run %s's log cannot be opened: %v", runID, err)
 	}
 	f := os.NewFile(uintptr(fd), rel)
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil || !st.Mode().IsRegular() {
-		return nil, 0, errkind.Errorf(api.ErrUnavailable, "run %s's log is not a regular file any more (something in the sandbox replaced it)", runID)
+		return nil, 0, errkind.Errorf(errkind.Unavailable, "run %s's log is not a regular file any more (something in the sandbox replaced it)", runID)
 	}
 	size = st.Size()
 	if offset >= size {
@@ -743,7 +743,7 @@ func (m *SessionSandboxes) Logs(session, runID string, offset, n int64) (data []
 	buf := make([]byte, min(n, size-offset))
 	k, err := f.ReadAt(buf, offset)
 	if err != nil && k == 0 {
-		return nil, size, errkind.Errorf(api.ErrUnavailable, "reading run %s's log: %v", runID, err)
+		return nil, size, errkind.Errorf(errkind.Unavailable, "reading run %s's log: %v", runID, err)
 	}
 	return buf[:k], size, nil
 }

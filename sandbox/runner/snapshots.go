@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -128,11 +127,11 @@ var _ SkillPinner = (*SnapshotStore)(nil)
 func (s *SnapshotStore) Pin(sk *skills.Skill) (string, error) {
 	hexDigest, ok := strings.CutPrefix(sk.Digest, "sha256:")
 	if !ok || len(hexDigest) != 64 || strings.ContainsAny(hexDigest, "/.") {
-		return "", errkind.Errorf(api.ErrInternal, "skill %q has no usable digest (%q)", sk.Name, sk.Digest)
+		return "", errkind.Errorf(errkind.Internal, "skill %q has no usable digest (%q)", sk.Name, sk.Digest)
 	}
 	name, err := s.name(hexDigest)
 	if err != nil {
-		return "", errkind.Errorf(api.ErrUnavailable, "skill snapshots: %w", err)
+		return "", errkind.Errorf(errkind.Unavailable, "skill snapshots: %w", err)
 	}
 	final := filepath.Join(s.Dir, name)
 	if st, err := os.Lstat(final); err == nil && st.IsDir() {
@@ -141,11 +140,11 @@ func (s *SnapshotStore) Pin(sk *skills.Skill) (string, error) {
 		return final, nil
 	}
 	if err := makeSnapshotDir(s.Dir); err != nil {
-		return "", errkind.Errorf(api.ErrUnavailable, "skill snapshots: %w", err)
+		return "", errkind.Errorf(errkind.Unavailable, "skill snapshots: %w", err)
 	}
 	tmp, err := os.MkdirTemp(s.Dir, ".tmp-")
 	if err != nil {
-		return "", errkind.Errorf(api.ErrUnavailable, "skill snapshots: %w", err)
+		return "", errkind.Errorf(errkind.Unavailable, "skill snapshots: %w", err)
 	}
 	maxBytes := s.MaxBytes
 	if maxBytes <= 0 {
@@ -155,13 +154,13 @@ func (s *SnapshotStore) Pin(sk *skills.Skill) (string, error) {
 	if err != nil {
 		removeAll(tmp)
 		if errors.Is(err, skills.ErrTooLarge) {
-			return "", errkind.Errorf(api.ErrInvalidParams, "skill %q: %w", sk.Name, err)
+			return "", errkind.Errorf(errkind.InvalidParams, "skill %q: %w", sk.Name, err)
 		}
-		return "", errkind.Errorf(api.ErrUnavailable, "copying skill %q for the run: %w", sk.Name, err)
+		return "", errkind.Errorf(errkind.Unavailable, "copying skill %q for the run: %w", sk.Name, err)
 	}
 	if got != sk.Digest {
 		removeAll(tmp)
-		return "", errkind.Wrap(api.ErrInvalidParams, errkind.Errorf(ErrSkillChanged, "skill %q is now %s on disk, not the %s it was indexed with: wait for the index to catch up, then load it again", sk.Name, got, sk.Digest))
+		return "", errkind.Wrap(errkind.InvalidParams, errkind.Errorf(ErrSkillChanged, "skill %q is now %s on disk, not the %s it was indexed with: wait for the index to catch up, then load it again", sk.Name, got, sk.Digest))
 	}
 	if err := os.Rename(tmp, final); err != nil {
 		removeAll(tmp)
@@ -169,7 +168,7 @@ func (s *SnapshotStore) Pin(sk *skills.Skill) (string, error) {
 		if st, serr := os.Lstat(final); serr == nil && st.IsDir() {
 			return final, nil
 		}
-		return "", errkind.Errorf(api.ErrUnavailable, "skill snapshots: %w", err)
+		return "", errkind.Errorf(errkind.Unavailable, "skill snapshots: %w", err)
 	}
 	return final, nil
 }

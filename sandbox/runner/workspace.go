@@ -70,7 +70,7 @@ func (p *Plan) skillNames() []string {
 func (e *Engine) planWorkspace(p *Plan) error {
 	wr := p.Request.Workspace
 	if wr.Kind != api.WorkspaceHost && wr.Kind != api.WorkspaceSession {
-		return errkind.Errorf(api.ErrInvalidParams, "workspace kind %q: use %q or %q", wr.Kind, api.WorkspaceHost, api.WorkspaceSession)
+		return errkind.Errorf(errkind.InvalidParams, "workspace kind %q: use %q or %q", wr.Kind, api.WorkspaceHost, api.WorkspaceSession)
 	}
 	ws, err := workspace.Open(wr.Dir)
 	if err != nil {
@@ -80,10 +80,10 @@ func (e *Engine) planWorkspace(p *Plan) error {
 	dir := ws.Dir()
 	grant := e.cfg.WorkspaceForSkills(p.skillNames(), policy.WorkspaceRequest{Dir: dir, Kind: wr.Kind})
 	if wr.RequireGrant && grant.Rule == policy.RuleWorkspaceHostDefault {
-		return errkind.Errorf(api.ErrDenied, "no policy rule grants the workspace %s to runs of %s: an administrator sets workspace = \"read\" or \"write\" for it (workspace_paths covering it) in a policy rule for the skill", dir, quoteList(p.skillNames()))
+		return errkind.Errorf(errkind.Denied, "no policy rule grants the workspace %s to runs of %s: an administrator sets workspace = \"read\" or \"write\" for it (workspace_paths covering it) in a policy rule for the skill", dir, quoteList(p.skillNames()))
 	}
 	if grant.Mode == api.WorkspaceNone {
-		return errkind.Errorf(api.ErrDenied, "runs of %s may not use the workspace %s (workspace = \"none\" in %s); run without it or ask an administrator for a rule that grants it", quoteList(p.skillNames()), dir, grant.Rule)
+		return errkind.Errorf(errkind.Denied, "runs of %s may not use the workspace %s (workspace = \"none\" in %s); run without it or ask an administrator for a rule that grants it", quoteList(p.skillNames()), dir, grant.Rule)
 	}
 	snap, err := ws.Snapshot(wr.Inputs, workspace.Options{Excludes: grant.Excludes})
 	if err != nil {
@@ -96,12 +96,12 @@ func (e *Engine) planWorkspace(p *Plan) error {
 	files := append([]runtime.InputFile{}, p.Request.Files...)
 	for _, f := range snap.Files {
 		if i, ok := taken[f.Name]; ok {
-			return errkind.Errorf(api.ErrInvalidParams, "files[%d] %s is also a path of the workspace %s: give it another name, or leave it to the workspace", i, runtime.QuoteName(f.Name), dir)
+			return errkind.Errorf(errkind.InvalidParams, "files[%d] %s is also a path of the workspace %s: give it another name, or leave it to the workspace", i, runtime.QuoteName(f.Name), dir)
 		}
 		files = append(files, f)
 	}
 	if err := runtime.ValidateInputs(files, p.Limits.WorkdirBytes); err != nil {
-		return errkind.Wrap(api.ErrInvalidParams, fmt.Errorf("the workspace's files with the call's: %w", err))
+		return errkind.Wrap(errkind.InvalidParams, fmt.Errorf("the workspace's files with the call's: %w", err))
 	}
 	p.Workspace = &WorkspacePlan{Request: *wr, Dir: dir, Grant: grant, Snapshot: snap}
 	return nil

@@ -48,25 +48,25 @@ func (s *Service) ActivateSkill(ctx context.Context, caller api.Peer, p api.Acti
 		return nil, err
 	}
 	if err := skills.ValidName(p.Name); err != nil {
-		return nil, errkind.Wrap(api.ErrInvalidParams, err)
+		return nil, errkind.Wrap(errkind.InvalidParams, err)
 	}
 	inv := p.Invocation
 	if inv == "" {
 		inv = api.InvocationModel
 	}
 	if inv != api.InvocationModel && inv != api.InvocationUser {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "invocation %q: use %q (the model chose the skill) or %q (a person invoked it)", inv, api.InvocationModel, api.InvocationUser)
+		return nil, errkind.Errorf(errkind.InvalidParams, "invocation %q: use %q (the model chose the skill) or %q (a person invoked it)", inv, api.InvocationModel, api.InvocationUser)
 	}
 	sk, err := s.skills.Get(p.Name)
 	if err != nil {
-		return nil, classify(err)
+		return nil, err
 	}
 	rec := base(ctx, caller, method, EventSkillActivate, p.SessionID)
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
 	rec.Detail = map[string]string{"invocation": inv}
 	if why := invocationRefusal(sk, inv); why != "" {
 		rec.Outcome, rec.Error = audit.OutcomeRefused, why
-		err := errkind.Errorf(api.ErrDenied, "%s", why)
+		err := errkind.Errorf(errkind.Denied, "%s", why)
 		if s.record(ctx, rec) == nil {
 			err = api.MarkAudited(err)
 		}
@@ -207,13 +207,13 @@ func (s *Service) boundSkills(p api.CreateSessionParams) ([]string, error) {
 			if len(known) > 0 {
 				list = "configured: " + strings.Join(known, ", ")
 			}
-			return nil, errkind.Errorf(api.ErrNotFound, "no agent %q in the config (%s): add an agent block with uses_skills", p.Agent, list)
+			return nil, errkind.Errorf(errkind.NotFound, "no agent %q in the config (%s): add an agent block with uses_skills", p.Agent, list)
 		}
 		names = append(names, a.UsesSkills...)
 	}
 	for _, n := range p.UsesSkills {
 		if err := skills.ValidName(n); err != nil {
-			return nil, errkind.Errorf(api.ErrInvalidParams, "uses_skills: %w", err)
+			return nil, errkind.Errorf(errkind.InvalidParams, "uses_skills: %w", err)
 		}
 		if !slices.Contains(names, n) {
 			names = append(names, n)

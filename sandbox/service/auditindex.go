@@ -54,9 +54,9 @@ func (a *auditReads) acquire(caller api.Peer, approver bool) (func(), error) {
 	}
 	switch {
 	case a.byUID[caller.UID] >= auditReadsPerUID:
-		return nil, errkind.Errorf(api.ErrLimitExceeded, "uid %d already has %d audit reads running (at most %d at once): retry when one has finished", caller.UID, a.byUID[caller.UID], auditReadsPerUID)
+		return nil, errkind.Errorf(errkind.LimitExceeded, "uid %d already has %d audit reads running (at most %d at once): retry when one has finished", caller.UID, a.byUID[caller.UID], auditReadsPerUID)
 	case a.total >= limit:
-		return nil, errkind.Errorf(api.ErrLimitExceeded, "%d audit reads are running (at most %d at once): retry in a moment", a.total, limit)
+		return nil, errkind.Errorf(errkind.LimitExceeded, "%d audit reads are running (at most %d at once): retry in a moment", a.total, limit)
 	}
 	a.byUID[caller.UID]++
 	a.total++

@@ -59,7 +59,7 @@ type ChainStatus struct {
 
 func (s *Service) auditDir() (string, error) {
 	if s.cfg.Daemon.AuditDir == "" {
-		return "", errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no audit log (daemon.audit_dir is not set)")
+		return "", errkind.Errorf(errkind.Unavailable, "this skillbox keeps no audit log (daemon.audit_dir is not set)")
 	}
 	return s.cfg.Daemon.AuditDir, nil
 }
@@ -84,11 +84,11 @@ func (s *Service) SearchAudit(ctx context.Context, caller api.Peer, p AuditSearc
 	case limit == 0:
 		limit = DefaultAuditLimit
 	case limit < 0 || limit > MaxAuditLimit:
-		return nil, errkind.Errorf(api.ErrInvalidParams, "limit %d: give 1 to %d (narrow the filter for more)", limit, MaxAuditLimit)
+		return nil, errkind.Errorf(errkind.InvalidParams, "limit %d: give 1 to %d (narrow the filter for more)", limit, MaxAuditLimit)
 	}
 	approver := s.IsApprover(caller)
 	if p.FullVerify && !approver {
-		return nil, errkind.Errorf(api.ErrDenied, "a full verify of the audit log is for approvers (daemon.approvers); uid %d searches with the incremental verification", caller.UID)
+		return nil, errkind.Errorf(errkind.Denied, "a full verify of the audit log is for approvers (daemon.approvers); uid %d searches with the incremental verification", caller.UID)
 	}
 	release, err := s.auditReads.acquire(caller, approver)
 	if err != nil {
@@ -98,15 +98,15 @@ func (s *Service) SearchAudit(ctx context.Context, caller api.Peer, p AuditSearc
 	out := &AuditSearchResult{Records: []*audit.Record{}, OwnOnly: !approver}
 	x, err := s.auditIndexFor(dir)
 	if err != nil && !errors.Is(err, audit.ErrNoLog) {
-		return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
+		return nil, errkind.Errorf(errkind.Internal, "reading the audit log: %v", err)
 	}
 	if x != nil {
 		if err := x.refresh(); err != nil {
-			return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
+			return nil, errkind.Errorf(errkind.Internal, "reading the audit log: %v", err)
 		}
 		out.Records, out.Matched, out.Chain, err = x.query(ctx, approver, caller, p.Filter, limit)
 		if err != nil {
-			return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
+			return nil, errkind.Errorf(errkind.Internal, "reading the audit log: %v", err)
 		}
 		// An approver's search verifies the whole chain, as before the
 		// index: a line rewritten in place behind the verified position is
@@ -133,7 +133,7 @@ func (s *Service) SearchAudit(ctx context.Context, caller api.Peer, p AuditSearc
 		return nil
 	})
 	if err != nil {
-		return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
+		return nil, errkind.Errorf(errkind.Internal, "reading the audit log: %v", err)
 	}
 	out.Chain = verifyChains(dir)
 	return out, nil
@@ -215,19 +215,19 @@ func (s *Service) SkillHistory(ctx context.Context, caller api.Peer, p SkillHist
 		return nil, err
 	}
 	if p.Skill == "" {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "skill is required")
+		return nil, errkind.Errorf(errkind.InvalidParams, "skill is required")
 	}
 	if p.Bucket == 0 {
 		p.Bucket = time.Hour
 	}
 	if p.Bucket < time.Minute {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "bucket %s: give at least 1m", p.Bucket)
+		return nil, errkind.Errorf(errkind.InvalidParams, "bucket %s: give at least 1m", p.Bucket)
 	}
 	if p.Until.IsZero() {
 		p.Until = time.Now()
 	}
 	if !p.Since.IsZero() && (p.Until.Sub(p.Since)/p.Bucket) > MaxHistoryBuckets {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "%s to %s in buckets of %s is more than %d buckets: give a larger bucket or a shorter span",
+		return nil, errkind.Errorf(errkind.InvalidParams, "%s to %s in buckets of %s is more than %d buckets: give a larger bucket or a shorter span",
 			p.Since.Format(time.RFC3339), p.Until.Format(time.RFC3339), p.Bucket, MaxHistoryBuckets)
 	}
 	approver := s.IsApprover(caller)
@@ -243,7 +243,7 @@ func (s *Service) SkillHistory(ctx context.Context, caller api.Peer, p SkillHist
 		b := byStart[start.UnixNano()]
 		if b == nil {
 			if len(byStart) == MaxHistoryBuckets {
-				return nil, errkind.Errorf(api.ErrInvalidParams, "the skill's runs fall in more than %d buckets: give a larger bucket or a shorter span", MaxHistoryBuckets)
+				return nil, errkind.Errorf(errkind.InvalidParams, "the skill's runs fall in more than %d buckets: give a larger bucket or a shorter span", MaxHistoryBuckets)
 			}
 			b = &HistoryBucket{Start: start, Failures: map[string]int{}}
 			byStart[start.UnixNano()] = b
@@ -252,13 +252,13 @@ func (s *Service) SkillHistory(ctx context.Context, caller api.Peer, p SkillHist
 	}
 	x, err := s.auditIndexFor(dir)
 	if err != nil && !errors.Is(err, audit.ErrNoLog) {
-		return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
+		return nil, errkind.Errorf(errkind.Internal, "reading the audit log: %v", err)
 	}
 	if x != nil {
 		// From the index's per-skill summaries: nothing is read from the
 		// log but what was appended since the last read.
 		if err := x.refresh(); err != nil {
-			return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
+			return nil, errkind.Errorf(errkind.Internal, "reading the audit log: %v", err)
 		}
 		err = x.history(approver, caller, p.Skill, p.Since, p.Until, func(h histRun) error {
 			b, err := bucket(time.Unix(0, h.time).UTC())
@@ -294,7 +294,7 @@ func (s *Service) SkillHistory(ctx context.Context, caller api.Peer, p SkillHist
 		if api.KindOf(err) == api.KindInvalidParams {
 			return nil, err
 		}
-		return nil, errkind.Errorf(api.ErrInternal, "reading the audit log: %v", err)
+		return nil, errkind.Errorf(errkind.Internal, "reading the audit log: %v", err)
 	}
 	out := &SkillHistory{Skill: p.Skill, Bucket: p.Bucket.String(), OwnOnly: !approver, Buckets: []HistoryBucket{}}
 	for _, b := range byStart {
@@ -354,5 +354,5 @@ func (s *Service) ShowConfirmation(ctx context.Context, caller api.Peer, p api.C
 			return c, nil
 		}
 	}
-	return nil, errkind.Errorf(api.ErrNotFound, "no confirmation %q that uid %d may see", p.ID, caller.UID)
+	return nil, errkind.Errorf(errkind.NotFound, "no confirmation %q that uid %d may see", p.ID, caller.UID)
 }

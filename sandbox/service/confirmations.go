@@ -29,7 +29,7 @@ func (s *Service) IsApprover(caller api.Peer) bool {
 
 func (s *Service) confirmStore() (*store.ConfirmationStore, error) {
 	if s.confirms == nil {
-		return nil, errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no confirmations (use the daemon)")
+		return nil, errkind.Errorf(errkind.Unavailable, "this skillbox keeps no confirmations (use the daemon)")
 	}
 	return s.confirms, nil
 }
@@ -78,7 +78,7 @@ func (s *Service) decideConfirmation(ctx context.Context, caller api.Peer, id st
 	r.Confirmation = &audit.ConfirmationInfo{ID: id}
 	if !s.IsApprover(caller) {
 		r.Outcome, r.Error = "refused", "not an approver"
-		err := errkind.Errorf(api.ErrDenied, "uid %d is not an approver: the config's daemon.approvers names who may approve", caller.UID)
+		err := errkind.Errorf(errkind.Denied, "uid %d is not an approver: the config's daemon.approvers names who may approve", caller.UID)
 		if s.record(ctx, r) == nil {
 			err = api.MarkAudited(err)
 		}
@@ -123,15 +123,15 @@ func quoteList(names []string) string {
 // confirmed; an error names the entry as files[i] "name".
 func decodeFiles(in []api.File) ([]runtime.InputFile, error) {
 	if len(in) > runtime.MaxInputEntries {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "files has %d entries, at most %d", len(in), runtime.MaxInputEntries)
+		return nil, errkind.Errorf(errkind.InvalidParams, "files has %d entries, at most %d", len(in), runtime.MaxInputEntries)
 	}
 	files := make([]runtime.InputFile, 0, len(in))
 	for i, f := range in {
 		bad := func(format string, args ...any) error {
-			return errkind.Errorf(api.ErrInvalidParams, "files[%d] %s: %s", i, runner.ClipText(strconv.Quote(f.Name), 140), fmt.Sprintf(format, args...))
+			return errkind.Errorf(errkind.InvalidParams, "files[%d] %s: %s", i, runner.ClipText(strconv.Quote(f.Name), 140), fmt.Sprintf(format, args...))
 		}
 		if err := runtime.ValidateInputName(f.Name); err != nil {
-			return nil, errkind.Errorf(api.ErrInvalidParams, "files[%d]: %s", i, errkind.Detail(err, runtime.ErrInvalidJob))
+			return nil, errkind.Errorf(errkind.InvalidParams, "files[%d]: %s", i, errkind.Detail(err, runtime.ErrInvalidJob))
 		}
 		e := runtime.InputFile{Name: f.Name, Mode: f.Mode}
 		switch f.Type {
@@ -162,7 +162,7 @@ func decodeFiles(in []api.File) ([]runtime.InputFile, error) {
 	// The whole set (duplicates, entries under a file or link, modes, link
 	// targets); the workdir size is checked against the run's limits later.
 	if err := runtime.ValidateInputs(files, math.MaxInt64); err != nil {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "files: %s", errkind.Detail(err, runtime.ErrInvalidJob))
+		return nil, errkind.Errorf(errkind.InvalidParams, "files: %s", errkind.Detail(err, runtime.ErrInvalidJob))
 	}
 	return files, nil
 }

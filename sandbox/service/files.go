@@ -42,7 +42,7 @@ func (s *Service) sessionWorkspaceDir(id string, create bool) (string, error) {
 		return "", nil
 	}
 	if !sessionIDRE.MatchString(id) {
-		return "", errkind.Errorf(api.ErrInternal, "session id %q cannot name a workspace directory", id)
+		return "", errkind.Errorf(errkind.Internal, "session id %q cannot name a workspace directory", id)
 	}
 	if !create {
 		if _, err := os.Lstat(filepath.Join(s.sessionWS, id)); err != nil {
@@ -53,11 +53,11 @@ func (s *Service) sessionWorkspaceDir(id string, create bool) (string, error) {
 	// Both root's and 0700, made as the run dirs are (a link or another
 	// uid's directory in the way is refused, one found open is closed).
 	if err := oci.MakePrivateDir(s.sessionWS, "session workspaces"); err != nil {
-		return "", errkind.Wrap(api.ErrUnavailable, err)
+		return "", errkind.Wrap(errkind.Unavailable, err)
 	}
 	dir := filepath.Join(s.sessionWS, id)
 	if err := oci.MakePrivateDir(dir, "the session's workspace"); err != nil {
-		return "", errkind.Wrap(api.ErrUnavailable, err)
+		return "", errkind.Wrap(errkind.Unavailable, err)
 	}
 	return dir, nil
 }
@@ -153,9 +153,9 @@ func (s *Service) sessionWorkspaceRequest(sessionID string, inputs []string, nam
 	if dir == "" {
 		switch {
 		case named && s.sessionWS == "":
-			return nil, errkind.Errorf(api.ErrInvalidParams, "this skillbox keeps no session workspaces (use the daemon), so workspace %q names nothing", SessionWorkspaceName)
+			return nil, errkind.Errorf(errkind.InvalidParams, "this skillbox keeps no session workspaces (use the daemon), so workspace %q names nothing", SessionWorkspaceName)
 		case len(inputs) > 0:
-			return nil, errkind.Errorf(api.ErrInvalidParams, "inputs name paths of a workspace, and this session has none yet: upload files with workspace.write, or give the directory in workspace")
+			return nil, errkind.Errorf(errkind.InvalidParams, "inputs name paths of a workspace, and this session has none yet: upload files with workspace.write, or give the directory in workspace")
 		}
 		return nil, nil
 	}
@@ -171,7 +171,7 @@ func (s *Service) openSessionWorkspace(caller api.Peer, sessionID string, create
 		return nil, nil, err
 	}
 	if s.sessionWS == "" {
-		return nil, nil, errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no session workspaces (use the daemon)")
+		return nil, nil, errkind.Errorf(errkind.Unavailable, "this skillbox keeps no session workspaces (use the daemon)")
 	}
 	return s.wsOpen.acquire(sessionID, func() (*workspace.Workspace, error) {
 		dir, err := s.sessionWorkspaceDir(sessionID, create)
@@ -204,7 +204,7 @@ func (s *Service) sessionOfRun(o RunOptions, plan *Plan) string {
 // errNoSessionWorkspace answers a read of a session workspace that holds
 // nothing yet.
 func errNoSessionWorkspace(rel string) error {
-	return errkind.Errorf(api.ErrNotFound, "%q: this session's workspace holds nothing yet; write files with workspace.write (or run a script with workspace %q) first", rel, SessionWorkspaceName)
+	return errkind.Errorf(errkind.NotFound, "%q: this session's workspace holds nothing yet; write files with workspace.write (or run a script with workspace %q) first", rel, SessionWorkspaceName)
 }
 
 // fileOp runs one files API call on the caller's session's workspace and
@@ -278,7 +278,7 @@ func (s *Service) StatWorkspace(ctx context.Context, caller api.Peer, p api.Work
 // ReadWorkspace implements api.Service (workspace.read).
 func (s *Service) ReadWorkspace(ctx context.Context, caller api.Peer, p api.WorkspaceReadParams) (*api.WorkspaceReadResult, error) {
 	if p.Offset < 0 || p.Length < 0 {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "offset and length must not be negative")
+		return nil, errkind.Errorf(errkind.InvalidParams, "offset and length must not be negative")
 	}
 	res := &api.WorkspaceReadResult{Offset: p.Offset, Data: []byte{}}
 	info := &audit.WorkspaceOpInfo{Path: p.Path, Offset: p.Offset}
@@ -307,10 +307,10 @@ func (s *Service) ReadWorkspace(ctx context.Context, caller api.Peer, p api.Work
 // WriteWorkspace implements api.Service (workspace.write).
 func (s *Service) WriteWorkspace(ctx context.Context, caller api.Peer, p api.WorkspaceWriteParams) (*api.WorkspaceWriteResult, error) {
 	if len(p.Data) > api.MaxWorkspaceChunk {
-		return nil, errkind.Errorf(api.ErrLimitExceeded, "data is %d bytes, over the %d-byte chunk: write the file in pieces, each at the offset where the last ended", len(p.Data), api.MaxWorkspaceChunk)
+		return nil, errkind.Errorf(errkind.LimitExceeded, "data is %d bytes, over the %d-byte chunk: write the file in pieces, each at the offset where the last ended", len(p.Data), api.MaxWorkspaceChunk)
 	}
 	if p.Offset < 0 || (p.Truncate && p.Offset != 0) {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "offset must not be negative, and truncate starts a file over from offset 0")
+		return nil, errkind.Errorf(errkind.InvalidParams, "offset must not be negative, and truncate starts a file over from offset 0")
 	}
 	res := &api.WorkspaceWriteResult{}
 	info := &audit.WorkspaceOpInfo{Path: p.Path, Offset: p.Offset, Length: int64(len(p.Data)), SHA256: runner.SHA256Hex(p.Data), Truncate: p.Truncate}

@@ -91,7 +91,7 @@ func newHookCall(method, sessionID, id string, ids []string) (*hookCall, error) 
 	}
 	hc.confirmations = append(hc.confirmations, ids...)
 	if len(hc.confirmations) > maxHookConfirmations {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "%d confirmation ids, at most %d: pass only the ones this call's hooks asked for", len(hc.confirmations), maxHookConfirmations)
+		return nil, errkind.Errorf(errkind.InvalidParams, "%d confirmation ids, at most %d: pass only the ones this call's hooks asked for", len(hc.confirmations), maxHookConfirmations)
 	}
 	return hc, nil
 }
@@ -147,7 +147,7 @@ func (s *Service) preToolUseHooks(ctx context.Context, caller api.Peer, ses *sto
 // PostToolUse hooks of the active skills see it and its result.
 func (s *Service) ReportTool(ctx context.Context, caller api.Peer, p api.ReportToolParams) (*api.ReportToolResult, error) {
 	if p.Tool == "" {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "tool is required, e.g. \"Bash\"")
+		return nil, errkind.Errorf(errkind.InvalidParams, "tool is required, e.g. \"Bash\"")
 	}
 	ses, err := s.session(caller, p.SessionID)
 	if err != nil {
@@ -296,7 +296,7 @@ func (s *Service) execHook(ctx context.Context, caller api.Peer, call *hookCall,
 			hr.ConfirmationID = ce.ID
 			return policy.EffectConfirm, fmt.Sprintf("the hook was not run: it waits for an approver's confirmation %s (%s)", ce.ID, ce.Rule), false
 		}
-		if errors.Is(err, api.ErrDenied) {
+		if errors.Is(err, errkind.Denied) {
 			return "", "policy does not let the hook run: " + err.Error(), true
 		}
 		return "", "the hook was not run: " + err.Error(), true

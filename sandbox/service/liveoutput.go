@@ -94,7 +94,7 @@ func (f *runFeed) follow() (*RunFollower, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.end == nil && len(f.followers) >= maxFollowersPerRun {
-		return nil, errkind.Errorf(api.ErrLimitExceeded, "run %q already has %d followers; close one and try again", f.started.RunID, maxFollowersPerRun)
+		return nil, errkind.Errorf(errkind.LimitExceeded, "run %q already has %d followers; close one and try again", f.started.RunID, maxFollowersPerRun)
 	}
 	fl := &RunFollower{feed: f, ready: make(chan struct{}, 1)}
 	fl.queue = append(fl.queue, f.started)
@@ -207,11 +207,11 @@ func (fl *RunFollower) Close() { fl.feed.unfollow(fl) }
 // uid's run is "not there", as for CancelRun.
 func (s *Service) FollowRun(_ context.Context, caller api.Peer, runID string) (*RunFollower, error) {
 	if runID == "" {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "run_id is required (the Live runs list names it)")
+		return nil, errkind.Errorf(errkind.InvalidParams, "run_id is required (the Live runs list names it)")
 	}
 	feed := s.runs.feed(runID, s.IsApprover(caller), caller.UID)
 	if feed == nil {
-		return nil, errkind.Errorf(api.ErrNotFound, "run %q is not running: it has ended, or it is not yours", runID)
+		return nil, errkind.Errorf(errkind.NotFound, "run %q is not running: it has ended, or it is not yours", runID)
 	}
 	return feed.follow()
 }

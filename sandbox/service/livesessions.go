@@ -92,7 +92,7 @@ func (s *Service) ForkSession(ctx context.Context, caller api.Peer, p api.Sessio
 		}
 		if err != nil {
 			res.Done(0)
-			return fail(errkind.Errorf(api.ErrUnavailable, "copy the session's workspace for its fork: %w", err))
+			return fail(errkind.Errorf(errkind.Unavailable, "copy the session's workspace for its fork: %w", err))
 		}
 		res.Done(workspaceBytes(to))
 	}
@@ -109,7 +109,7 @@ func (s *Service) ForkSession(ctx context.Context, caller api.Peer, p api.Sessio
 // reserveFork takes what the session workspace from holds from the budget
 // of the fork's (dst, owned by uid), before it is copied; a copy that
 // would take the uid's or the daemon's workspaces over their budget is
-// refused (api.ErrLimitExceeded) with what they hold.
+// refused (errkind.LimitExceeded) with what they hold.
 func (s *Service) reserveFork(from, dst string, uid uint32) (*workspace.Reservation, error) {
 	acct, err := s.workspaceAccount(dst, uid)
 	if err != nil {
@@ -125,8 +125,8 @@ func (s *Service) reserveFork(from, dst string, uid uint32) (*workspace.Reservat
 		return nil, err
 	}
 	res, err := acct.Reserve(n)
-	if errors.Is(err, api.ErrLimitExceeded) {
-		return nil, errkind.Errorf(api.ErrLimitExceeded, "copying the session's workspace (%d bytes) into its fork %s", n, errkind.Detail(err, api.ErrLimitExceeded))
+	if errors.Is(err, errkind.LimitExceeded) {
+		return nil, errkind.Errorf(errkind.LimitExceeded, "copying the session's workspace (%d bytes) into its fork %s", n, errkind.Detail(err, errkind.LimitExceeded))
 	}
 	return res, err
 }

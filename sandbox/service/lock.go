@@ -91,7 +91,7 @@ func (s *Service) checkLock(ctx context.Context, caller api.Peer, method, sessio
 	if aerr := s.record(ctx, r); aerr != nil {
 		return aerr
 	}
-	return api.MarkAudited(errkind.Errorf(api.ErrDenied, "%w (policy %s requires a pinned version)", err, rule))
+	return api.MarkAudited(errkind.Errorf(errkind.Denied, "%w (policy %s requires a pinned version)", err, rule))
 }
 
 // LockSkills implements api.Service: an approver pins the current
@@ -102,7 +102,7 @@ func (s *Service) LockSkills(ctx context.Context, caller api.Peer, p api.LockPar
 	if !s.IsApprover(caller) {
 		r := base(ctx, caller, method, EventSkillLock, "")
 		r.Outcome, r.Error = audit.OutcomeRefused, "not an approver"
-		err := errkind.Errorf(api.ErrDenied, "uid %d is not an approver: the config's daemon.approvers names who may pin skill versions", caller.UID)
+		err := errkind.Errorf(errkind.Denied, "uid %d is not an approver: the config's daemon.approvers names who may pin skill versions", caller.UID)
 		if s.record(ctx, r) == nil {
 			err = api.MarkAudited(err)
 		}
@@ -115,7 +115,7 @@ func (s *Service) LockSkills(ctx context.Context, caller api.Peer, p api.LockPar
 	for _, n := range p.Names {
 		sk, err := s.skills.Get(n)
 		if err != nil {
-			return nil, classify(err)
+			return nil, err
 		}
 		list = append(list, sk)
 	}
@@ -133,7 +133,7 @@ func (s *Service) pin(ctx context.Context, caller api.Peer, method, proposal str
 	path := s.cfg.Skills.LockFile
 	l, err := skills.ReadLock(path)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, errkind.Wrap(api.ErrInternal, err)
+		return nil, errkind.Wrap(errkind.Internal, err)
 	}
 	who := approverName(caller)
 	now := time.Now().UTC()
@@ -141,7 +141,7 @@ func (s *Service) pin(ctx context.Context, caller api.Peer, method, proposal str
 	for _, sk := range list {
 		prev := l.Skills[sk.Name].Digest
 		if err := l.Pin(sk, who, now); err != nil {
-			return nil, errkind.Wrap(api.ErrInternal, err)
+			return nil, errkind.Wrap(errkind.Internal, err)
 		}
 		res.Pinned = append(res.Pinned, api.PinnedSkill{Name: sk.Name, Digest: sk.Digest, Previous: prev, ApprovedBy: who, ApprovedAt: now})
 	}
@@ -149,7 +149,7 @@ func (s *Service) pin(ctx context.Context, caller api.Peer, method, proposal str
 		return nil, err
 	}
 	if err := l.Write(path); err != nil {
-		return nil, errkind.Wrap(api.ErrInternal, err)
+		return nil, errkind.Wrap(errkind.Internal, err)
 	}
 	s.locks.forget()
 	s.keepLocked(l, path, list)
@@ -195,7 +195,7 @@ func (s *Service) lockSkills(ctx context.Context) (func(), error) {
 	}
 	unlock, err := s.shared.Lock(ctx, "skills")
 	if err != nil {
-		return nil, errkind.Wrap(api.ErrUnavailable, err)
+		return nil, errkind.Wrap(errkind.Unavailable, err)
 	}
 	return unlock, nil
 }

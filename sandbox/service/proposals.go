@@ -44,7 +44,7 @@ var patchOptions = skills.LoadOptions{AllowExtensions: true, Lenient: true}
 
 func (s *Service) proposalStore() error {
 	if s.proposals == nil {
-		return errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no proposals (use the daemon)")
+		return errkind.Errorf(errkind.Unavailable, "this skillbox keeps no proposals (use the daemon)")
 	}
 	return nil
 }
@@ -60,15 +60,15 @@ func (s *Service) ProposeChange(ctx context.Context, caller api.Peer, p api.Prop
 		return nil, err
 	}
 	if p.Skill == "" {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "skill is required: name the loaded skill the diff changes")
+		return nil, errkind.Errorf(errkind.InvalidParams, "skill is required: name the loaded skill the diff changes")
 	}
 	switch {
 	case strings.TrimSpace(p.Justification) == "":
-		return nil, errkind.Errorf(api.ErrInvalidParams, "justification is required: say why the skill should change, for the approver")
+		return nil, errkind.Errorf(errkind.InvalidParams, "justification is required: say why the skill should change, for the approver")
 	case len(p.Justification) > maxJustification:
-		return nil, errkind.Errorf(api.ErrInvalidParams, "justification is %d bytes, at most %d", len(p.Justification), maxJustification)
+		return nil, errkind.Errorf(errkind.InvalidParams, "justification is %d bytes, at most %d", len(p.Justification), maxJustification)
 	case len(p.Evidence) > maxEvidence:
-		return nil, errkind.Errorf(api.ErrInvalidParams, "evidence is %d bytes, at most %d", len(p.Evidence), maxEvidence)
+		return nil, errkind.Errorf(errkind.InvalidParams, "evidence is %d bytes, at most %d", len(p.Evidence), maxEvidence)
 	}
 	// The base is the version loaded in the session; a skill that changed
 	// since is refused here (load it again and diff against the new one).
@@ -82,7 +82,7 @@ func (s *Service) ProposeChange(ctx context.Context, caller api.Peer, p api.Prop
 	patch, err := skills.ApplyDiff(sk.Dir, p.Diff, patchOptions)
 	if err != nil {
 		rec.Outcome, rec.Error = audit.OutcomeRefused, err.Error()
-		err = errkind.Errorf(api.ErrInvalidParams, "%w; make the diff against skill %q as loaded (%s) with skills.read", err, sk.Name, sk.Digest)
+		err = errkind.Errorf(errkind.InvalidParams, "%w; make the diff against skill %q as loaded (%s) with skills.read", err, sk.Name, sk.Digest)
 		if s.record(ctx, rec) == nil {
 			err = api.MarkAudited(err)
 		}
@@ -93,7 +93,7 @@ func (s *Service) ProposeChange(ctx context.Context, caller api.Peer, p api.Prop
 		Justification: p.Justification, Evidence: p.Evidence, SessionID: p.SessionID, ProposedBy: caller,
 	})
 	if err != nil {
-		return nil, errkind.Wrap(api.ErrInternal, err)
+		return nil, errkind.Wrap(errkind.Internal, err)
 	}
 	rec.Outcome = api.ProposalPending
 	rec.Detail["proposal"] = prop.ID
@@ -112,7 +112,7 @@ func (s *Service) ListProposals(ctx context.Context, caller api.Peer, p api.List
 	}
 	all, err := s.proposals.List(p.Skill, p.State)
 	if err != nil {
-		return nil, errkind.Wrap(api.ErrInternal, err)
+		return nil, errkind.Wrap(errkind.Internal, err)
 	}
 	approver := s.IsApprover(caller)
 	out := []*api.Proposal{}
@@ -135,7 +135,7 @@ func (s *Service) ShowProposal(ctx context.Context, caller api.Peer, p api.Propo
 		return nil, err
 	}
 	if !s.IsApprover(caller) && pr.ProposedBy.UID != caller.UID {
-		return nil, errkind.Errorf(api.ErrNotFound, "no proposal %q: list them with proposals.list", p.ID)
+		return nil, errkind.Errorf(errkind.NotFound, "no proposal %q: list them with proposals.list", p.ID)
 	}
 	return pr, nil
 }
@@ -157,7 +157,7 @@ func (s *Service) RejectProposal(ctx context.Context, caller api.Peer, p api.Pro
 	rec := base(ctx, caller, api.MethodProposalsReject, EventProposalReject, "")
 	rec.Detail = map[string]string{"proposal": p.ID}
 	if !s.IsApprover(caller) {
-		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrDenied, "uid %d is not an approver: the config's daemon.approvers names who may decide proposals", caller.UID))
+		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(errkind.Denied, "uid %d is not an approver: the config's daemon.approvers names who may decide proposals", caller.UID))
 	}
 	now := time.Now().UTC()
 	pr, err := s.proposals.Decide(p.ID, func(pr *api.Proposal) error {
@@ -193,7 +193,7 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 	rec := base(ctx, caller, method, EventProposalApprove, "")
 	rec.Detail = map[string]string{"proposal": p.ID}
 	if !s.IsApprover(caller) {
-		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrDenied, "uid %d is not an approver: the config's daemon.approvers names who may decide proposals", caller.UID))
+		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(errkind.Denied, "uid %d is not an approver: the config's daemon.approvers names who may decide proposals", caller.UID))
 	}
 	unlock, err := s.lockSkills(ctx)
 	if err != nil {
@@ -207,18 +207,18 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 	rec.SessionID = pr.SessionID
 	rec.Skill = &audit.SkillRef{Name: pr.Skill, Digest: pr.BaseDigest}
 	if pr.State != api.ProposalPending {
-		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrInvalidParams, "proposal %s is already %s", pr.ID, pr.State))
+		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(errkind.InvalidParams, "proposal %s is already %s", pr.ID, pr.State))
 	}
 	sk, err := s.skills.Get(pr.Skill)
 	if err != nil {
-		return nil, s.refuseProposal(ctx, rec, classify(err))
+		return nil, s.refuseProposal(ctx, rec, err)
 	}
 	if sk.Digest != pr.BaseDigest {
-		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrInvalidParams, "proposal %s is stale: it was made against %s but skill %q is now %s; reject it and ask for a new proposal against the current version", pr.ID, pr.BaseDigest, sk.Name, sk.Digest))
+		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(errkind.InvalidParams, "proposal %s is stale: it was made against %s but skill %q is now %s; reject it and ask for a new proposal against the current version", pr.ID, pr.BaseDigest, sk.Name, sk.Digest))
 	}
 	patch, err := skills.ApplyDiff(sk.Dir, pr.Diff, patchOptions)
 	if err != nil {
-		return nil, s.refuseProposal(ctx, rec, errkind.Wrap(api.ErrInvalidParams, err))
+		return nil, s.refuseProposal(ctx, rec, errkind.Wrap(errkind.InvalidParams, err))
 	}
 	if err := s.journal.Check(); err != nil {
 		return nil, err
@@ -229,10 +229,10 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 	case errors.Is(err, skills.ErrReadOnly):
 		state = api.ProposalExported
 		if patchFile, err = s.exportPatch(pr); err != nil {
-			return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrInternal, "the skill's root is read-only and the patch could not be exported: %w", err))
+			return nil, s.refuseProposal(ctx, rec, errkind.Errorf(errkind.Internal, "the skill's root is read-only and the patch could not be exported: %w", err))
 		}
 	case err != nil:
-		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(api.ErrInternal, "applying proposal %s to %s: %w", pr.ID, sk.Dir, err))
+		return nil, s.refuseProposal(ctx, rec, errkind.Errorf(errkind.Internal, "applying proposal %s to %s: %w", pr.ID, sk.Dir, err))
 	default:
 		if rl, ok := s.skills.(Reloader); ok {
 			if err := rl.Reload(ctx); err != nil {
@@ -241,7 +241,7 @@ func (s *Service) ApproveProposal(ctx context.Context, caller api.Peer, p api.Pr
 		}
 		cur, err := skills.Digest(sk.Dir)
 		if err != nil {
-			return nil, errkind.Errorf(api.ErrInternal, "hashing skill %q after the change: %w", sk.Name, err)
+			return nil, errkind.Errorf(errkind.Internal, "hashing skill %q after the change: %w", sk.Name, err)
 		}
 		newDigest = cur
 		if nsk, err := s.skills.Get(sk.Name); err == nil && nsk.Digest == cur {

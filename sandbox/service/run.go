@@ -87,8 +87,7 @@ func (s *Service) RunScript(ctx context.Context, caller api.Peer, p api.RunScrip
 // audited; refusals that were audited in detail are marked
 // (api.MarkAudited).
 func (s *Service) Run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Result, error) {
-	out, err := s.run(ctx, caller, req, o)
-	return out, classify(err)
+	return s.run(ctx, caller, req, o)
 }
 
 func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Result, error) {

@@ -57,7 +57,7 @@ func (s *Service) backgroundSessions(caller api.Peer, sessionID string) (*runner
 	}
 	m := s.engine.Sessions()
 	if m == nil {
-		return nil, errkind.Errorf(api.ErrNotFound, "this daemon has no session sandboxes, so no background runs")
+		return nil, errkind.Errorf(errkind.NotFound, "this daemon has no session sandboxes, so no background runs")
 	}
 	return m, nil
 }
@@ -117,7 +117,7 @@ func (s *Service) WaitRun(ctx context.Context, caller api.Peer, p api.RunWaitPar
 		return nil, err
 	}
 	if p.TimeoutMS < 0 {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "timeout_ms must not be negative")
+		return nil, errkind.Errorf(errkind.InvalidParams, "timeout_ms must not be negative")
 	}
 	wait := defaultRunWait
 	if p.TimeoutMS > 0 {
@@ -151,7 +151,7 @@ func (s *Service) SignalRun(ctx context.Context, caller api.Peer, p api.RunSigna
 	}
 	sig, ok := signalNames[name]
 	if !ok {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "signal %q is not one runs.signal sends: use TERM, INT, HUP, KILL, QUIT, USR1, USR2, STOP or CONT", p.Signal)
+		return nil, errkind.Errorf(errkind.InvalidParams, "signal %q is not one runs.signal sends: use TERM, INT, HUP, KILL, QUIT, USR1, USR2, STOP or CONT", p.Signal)
 	}
 	rec := base(ctx, caller, api.MethodRunsSignal, audit.EventRunSignal, p.SessionID)
 	rec.Run = &audit.RunInfo{RunID: p.RunID, Signal: "SIG" + name}

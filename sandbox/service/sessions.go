@@ -16,20 +16,20 @@ import (
 
 func (s *Service) session(caller api.Peer, id string) (*store.Session, error) {
 	if s.sessions == nil {
-		return nil, errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no sessions (use the daemon)")
+		return nil, errkind.Errorf(errkind.Unavailable, "this skillbox keeps no sessions (use the daemon)")
 	}
 	if id == "" {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "session_id is required: call sessions.create first")
+		return nil, errkind.Errorf(errkind.InvalidParams, "session_id is required: call sessions.create first")
 	}
 	ses, err := s.sessions.Get(id, caller.UID)
 	if err != nil {
 		// The store's not-found says why (unknown, another uid's, expired)
 		// without telling which; anything else is skillbox's problem and
 		// must not pass for a missing session.
-		if errors.Is(err, api.ErrNotFound) {
+		if errors.Is(err, errkind.NotFound) {
 			return nil, err
 		}
-		return nil, errkind.Errorf(api.ErrInternal, "reading session %q: %w", id, err)
+		return nil, errkind.Errorf(errkind.Internal, "reading session %q: %w", id, err)
 	}
 	return ses, nil
 }
@@ -37,7 +37,7 @@ func (s *Service) session(caller api.Peer, id string) (*store.Session, error) {
 // CreateSession implements api.Service.
 func (s *Service) CreateSession(ctx context.Context, caller api.Peer, p api.CreateSessionParams) (*api.CreateSessionResult, error) {
 	if s.sessions == nil {
-		return nil, errkind.Errorf(api.ErrUnavailable, "this skillbox keeps no sessions (use the daemon)")
+		return nil, errkind.Errorf(errkind.Unavailable, "this skillbox keeps no sessions (use the daemon)")
 	}
 	bound, err := s.boundSkills(p)
 	if err != nil {

@@ -76,22 +76,22 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 		p.Mode = api.LoadReplace
 	}
 	if p.Mode != api.LoadReplace && p.Mode != api.LoadAdd {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "mode %q: use \"replace\" (default) or \"add\"", p.Mode)
+		return nil, errkind.Errorf(errkind.InvalidParams, "mode %q: use \"replace\" (default) or \"add\"", p.Mode)
 	}
 	if len(p.Names) == 0 {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "names is empty: give the skills to load, see skills.list")
+		return nil, errkind.Errorf(errkind.InvalidParams, "names is empty: give the skills to load, see skills.list")
 	}
 	var found []*skills.Skill
 	var missing []string
 	for _, n := range p.Names {
 		if err := skills.ValidName(n); err != nil {
-			return nil, errkind.Wrap(api.ErrInvalidParams, err)
+			return nil, errkind.Wrap(errkind.InvalidParams, err)
 		}
 		sk, err := s.skills.Get(n)
 		if errors.Is(err, skills.ErrConflict) {
 			// Two skill directories claim the name: neither is loaded,
 			// whichever the policy for the name was written for.
-			return nil, errkind.Wrap(api.ErrDenied, err)
+			return nil, errkind.Wrap(errkind.Denied, err)
 		}
 		if err != nil {
 			missing = append(missing, n)
@@ -100,12 +100,12 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 		if sk.Name != skills.NormalizeName(n) {
 			// Policy, locks and approvals go by the name: never load a
 			// skill under a name other than its own.
-			return nil, errkind.Errorf(api.ErrInternal, "asked for skill %q, the index returned %q (%s)", n, sk.Name, sk.Dir)
+			return nil, errkind.Errorf(errkind.Internal, "asked for skill %q, the index returned %q (%s)", n, sk.Name, sk.Dir)
 		}
 		found = append(found, sk)
 	}
 	if len(missing) > 0 {
-		return nil, errkind.Errorf(api.ErrNotFound, "no skill named %s: call skills.list to see the available names", quoteList(missing))
+		return nil, errkind.Errorf(errkind.NotFound, "no skill named %s: call skills.list to see the available names", quoteList(missing))
 	}
 	for _, sk := range found {
 		if err := s.checkLock(ctx, caller, api.MethodSkillsLoad, p.SessionID, sk); err != nil {
@@ -138,7 +138,7 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 			next = append(kept, store.ActiveSkill{Name: sk.Name, Digest: sk.Digest, Dir: sk.Dir, LoadedAt: time.Now().UTC()})
 		}
 		if maxActive > 0 && len(next) > maxActive {
-			return errkind.Errorf(api.ErrLimitExceeded, "%d skills would be active, the limit is %d: unload some (skills.unload) or load with mode \"replace\"", len(next), maxActive)
+			return errkind.Errorf(errkind.LimitExceeded, "%d skills would be active, the limit is %d: unload some (skills.unload) or load with mode \"replace\"", len(next), maxActive)
 		}
 		ses.Active = next
 		sess = ses
@@ -166,7 +166,7 @@ func (s *Service) UnloadSkills(ctx context.Context, caller api.Peer, p api.Unloa
 		return nil, err
 	}
 	if !p.All && len(p.Names) == 0 {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "give names or all: true")
+		return nil, errkind.Errorf(errkind.InvalidParams, "give names or all: true")
 	}
 	var removed []store.ActiveSkill
 	var sess *store.Session
@@ -190,7 +190,7 @@ func (s *Service) UnloadSkills(ctx context.Context, caller api.Peer, p api.Unloa
 			for n := range drop {
 				names = append(names, n)
 			}
-			return errkind.Errorf(api.ErrNotFound, "%s not loaded in this session", quoteList(names))
+			return errkind.Errorf(errkind.NotFound, "%s not loaded in this session", quoteList(names))
 		}
 		ses.Active = kept
 		sess = ses
@@ -211,7 +211,7 @@ func (s *Service) UnloadSkills(ctx context.Context, caller api.Peer, p api.Unloa
 // the most recently loaded. It refuses a skill whose files changed since load.
 func (s *Service) activeSkill(ses *store.Session, name string) (*skills.Skill, error) {
 	if len(ses.Active) == 0 {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "no skill is loaded in this session: call skills.load first")
+		return nil, errkind.Errorf(errkind.InvalidParams, "no skill is loaded in this session: call skills.load first")
 	}
 	var a *store.ActiveSkill
 	if name == "" {
@@ -223,23 +223,23 @@ func (s *Service) activeSkill(ses *store.Session, name string) (*skills.Skill, e
 			}
 		}
 		if a == nil {
-			return nil, errkind.Errorf(api.ErrInvalidParams, "skill %q is not loaded in this session: call skills.load with it first", name)
+			return nil, errkind.Errorf(errkind.InvalidParams, "skill %q is not loaded in this session: call skills.load with it first", name)
 		}
 	}
 	sk, err := s.skills.Get(a.Name)
 	if errors.Is(err, skills.ErrConflict) {
-		return nil, errkind.Errorf(api.ErrDenied, "skill %q was loaded, but now %w", a.Name, err)
+		return nil, errkind.Errorf(errkind.Denied, "skill %q was loaded, but now %w", a.Name, err)
 	}
 	if err != nil {
-		return nil, errkind.Errorf(api.ErrNotFound, "skill %q is no longer available: unload it", a.Name)
+		return nil, errkind.Errorf(errkind.NotFound, "skill %q is no longer available: unload it", a.Name)
 	}
 	if sk.Digest != a.Digest {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "skill %q changed on disk since it was loaded (%s → %s): call skills.load again to use the new version", a.Name, a.Digest, sk.Digest)
+		return nil, errkind.Errorf(errkind.InvalidParams, "skill %q changed on disk since it was loaded (%s → %s): call skills.load again to use the new version", a.Name, a.Digest, sk.Digest)
 	}
 	if a.Dir != "" && sk.Dir != a.Dir {
 		// Same bytes, other directory (a later root now provides the
 		// name): still another skill than the one loaded.
-		return nil, errkind.Errorf(api.ErrInvalidParams, "skill %q now comes from %s, not %s where it was loaded from: call skills.load again to use it", a.Name, sk.Dir, a.Dir)
+		return nil, errkind.Errorf(errkind.InvalidParams, "skill %q now comes from %s, not %s where it was loaded from: call skills.load again to use it", a.Name, sk.Dir, a.Dir)
 	}
 	return sk, nil
 }
@@ -263,7 +263,7 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 		if err := s.record(ctx, drec); err != nil {
 			return nil, err
 		}
-		return nil, api.MarkAudited(errkind.Errorf(api.ErrDenied, "%s for skill %q is denied by %s: %s", method, sk.Name, dec.Rule, dec.Why()))
+		return nil, api.MarkAudited(errkind.Errorf(errkind.Denied, "%s for skill %q is denied by %s: %s", method, sk.Name, dec.Rule, dec.Why()))
 	}
 	rec := base(ctx, caller, method, audit.EventSkillRead, p.SessionID)
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
@@ -308,7 +308,7 @@ func servedBytes(fc *skills.FileContent) int64 {
 
 func readError(err error) error {
 	if errors.Is(err, skills.ErrNotFound) {
-		return errkind.Wrap(api.ErrNotFound, err)
+		return errkind.Wrap(errkind.NotFound, err)
 	}
-	return errkind.Wrap(api.ErrInvalidParams, err)
+	return errkind.Wrap(errkind.InvalidParams, err)
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // runSlots share the daemon's run slots fairly between uids: one uid holds
@@ -75,7 +74,7 @@ func (r *runSlots) acquire(ctx context.Context, uid uint32, approver bool, wait 
 	if !approver && r.queued[uid] >= r.queuePerUID {
 		n, q := r.byUID[uid], r.queued[uid]
 		r.mu.Unlock()
-		return nil, errkind.Errorf(api.ErrLimitExceeded, "uid %d already has %d runs in progress and %d waiting (daemon.max_runs_per_uid, max_queued_runs_per_uid); wait for one to finish", uid, n, q)
+		return nil, errkind.Errorf(errkind.LimitExceeded, "uid %d already has %d runs in progress and %d waiting (daemon.max_runs_per_uid, max_queued_runs_per_uid); wait for one to finish", uid, n, q)
 	}
 	r.queued[uid]++
 	r.mu.Unlock()
@@ -101,9 +100,9 @@ func (r *runSlots) acquire(ctx context.Context, uid uint32, approver bool, wait 
 		case <-wake:
 		case <-t.C:
 			if !approver && mine >= r.perUID {
-				return nil, errkind.Errorf(api.ErrLimitExceeded, "uid %d already has %d runs in progress (daemon.max_runs_per_uid); retry when one has finished", uid, mine)
+				return nil, errkind.Errorf(errkind.LimitExceeded, "uid %d already has %d runs in progress (daemon.max_runs_per_uid); retry when one has finished", uid, mine)
 			}
-			return nil, errkind.Errorf(api.ErrLimitExceeded, "%d runs are already in progress (max_concurrent_runs); retry shortly", r.total)
+			return nil, errkind.Errorf(errkind.LimitExceeded, "%d runs are already in progress (max_concurrent_runs); retry shortly", r.total)
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

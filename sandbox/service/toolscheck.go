@@ -17,7 +17,7 @@ import (
 // active skills wins.
 func (s *Service) CheckTool(ctx context.Context, caller api.Peer, p api.CheckToolParams) (*api.CheckToolResult, error) {
 	if p.Tool == "" {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "tool is required, e.g. \"Bash\" or \"skills.run_script\"")
+		return nil, errkind.Errorf(errkind.InvalidParams, "tool is required, e.g. \"Bash\" or \"skills.run_script\"")
 	}
 	ses, err := s.session(caller, p.SessionID)
 	if err != nil {

@@ -34,7 +34,7 @@ const (
 func (s *Service) hostWorkspace(caller api.Peer, p api.WorkspaceParams) (*runner.WorkspaceRequest, error) {
 	if p.Workspace == "" {
 		if len(p.Inputs) > 0 {
-			return nil, errkind.Errorf(api.ErrInvalidParams, "inputs name paths of a workspace: give the directory in workspace")
+			return nil, errkind.Errorf(errkind.InvalidParams, "inputs name paths of a workspace: give the directory in workspace")
 		}
 		return nil, nil
 	}
@@ -55,12 +55,12 @@ func (s *Service) hostWorkspace(caller api.Peer, p api.WorkspaceParams) (*runner
 			return nil, err
 		}
 		if owner.UID != int(caller.UID) {
-			return nil, errkind.Errorf(api.ErrDenied, "the workspace %s belongs to uid %d, not to you (uid %d): name a directory of your own", dir, owner.UID, caller.UID)
+			return nil, errkind.Errorf(errkind.Denied, "the workspace %s belongs to uid %d, not to you (uid %d): name a directory of your own", dir, owner.UID, caller.UID)
 		}
 		req.Dir, req.Owner, req.RequireGrant = dir, owner, true
 		return req, nil
 	}
-	return nil, errkind.Errorf(api.ErrDenied, "this skillbox takes no host workspace from its callers")
+	return nil, errkind.Errorf(errkind.Denied, "this skillbox takes no host workspace from its callers")
 }
 
 // WorkspaceOwner is who owns what the write-back creates in dir when root

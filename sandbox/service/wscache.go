@@ -15,7 +15,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/workspace"
 )
 
@@ -195,5 +195,5 @@ func (c *sessionWorkspaces) closeIdle() {
 // unavailable says whether err may come of a workspace no longer usable
 // (removed, closed), which is dropped rather than kept.
 func unavailable(err error) bool {
-	return errors.Is(err, api.ErrUnavailable)
+	return errors.Is(err, errkind.Unavailable)
 }

@@ -14,12 +14,12 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/policy/replicaname"
 	"github.com/skillbox/skillbox/runtime"
 	_ "github.com/skillbox/skillbox/runtime/containerd" // registers the containerd backend
 	"github.com/skillbox/skillbox/runtime/kubernetes"   // registers the kubernetes backend
 	_ "github.com/skillbox/skillbox/runtime/ocicli"     // registers the runsc and runc backends
 	"github.com/skillbox/skillbox/runtime/rootless"
-	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/skills"
@@ -69,7 +69,7 @@ func OpenAudit(cfg *policy.Config, log hclog.Logger) (*audit.Log, error) {
 	dir, replica := cfg.Daemon.AuditDir, cfg.Daemon.Replica
 	if replica != "" {
 		dir = audit.ReplicaDir(dir, replica)
-	} else if replica, err = api.DefaultReplica(); err != nil {
+	} else if replica, err = replicaname.Default(); err != nil {
 		return nil, fmt.Errorf("config %s: %w", cfg.File, err)
 	}
 	l, err := audit.Open(dir, audit.Options{

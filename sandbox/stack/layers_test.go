@@ -25,12 +25,14 @@ var layers = [][]string{
 	{"sandbox/runner"},
 	{"sandbox/store", "sandbox/audit", "images", "policy", "skills", "runtime/ocicli", "runtime/containerd", "runtime/kubernetes"},
 	{"images/deps", "sandbox/workspace"},
+	{"policy/glob"},
 	{"runtime/supervisor"},
 	{"runtime/process"},
 	{"runtime/oci", "runtime/runtimetest"},
 	{"runtime"},
 	{"runtime/egress", "runtime/checkpoint"},
-	{"runtime/errkind", "runtime/rootless", "sandbox/api", "sandbox/connlimit", "sandbox/sockfile", "sandbox/console/web", "runtime/span", "runtime/waitfor", "runtime/egress/egresstest", "sandbox/store/storetest"},
+	{"runtime/rootless", "sandbox/api", "sandbox/connlimit", "sandbox/sockfile", "sandbox/console/web", "runtime/egress/egresstest", "sandbox/store/storetest"},
+	{"runtime/errkind", "runtime/span", "runtime/waitfor", "policy/replicaname"},
 }
 
 // TestImportLayers keeps the imports of every package (its non-test files)
@@ -93,6 +95,9 @@ func TestImportLayers(t *testing.T) {
 			to, ok := row[im]
 			if ok && to <= from {
 				t.Errorf("%s (row %d) imports %s (row %d): imports go down the picture only", pkg, from, im, to)
+			}
+			if below := !strings.HasPrefix(pkg, "sandbox/") && !strings.HasPrefix(pkg, "cmd/"); below && strings.HasPrefix(im, "sandbox/") {
+				t.Errorf("%s imports %s: the packages below sandbox/ import nothing of it", pkg, im)
 			}
 		}
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/skillbox/skillbox/policy"
-	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/policy/replicaname"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/stack"
 )
@@ -19,7 +19,7 @@ import (
 // audit_dir and a second daemon with the same name is refused; an unnamed
 // daemon writes in audit_dir itself under the host name.
 func TestOpenAuditReplica(t *testing.T) {
-	host, err := api.DefaultReplica()
+	host, err := replicaname.Default()
 	if err != nil {
 		t.Skipf("this host's name is not a replica name: %v", err)
 	}

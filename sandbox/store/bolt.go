@@ -12,7 +12,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // StateFile is the database's name inside the state directory.
@@ -43,7 +43,7 @@ func OpenStateDB(stateDir string) (*StateDB, error) {
 	path := filepath.Join(stateDir, StateFile)
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
 	if errors.Is(err, bolt.ErrTimeout) {
-		return nil, fmt.Errorf("state database %s is in use by another process (is another skillbox serving with this state_dir?): %w", path, api.ErrUnavailable)
+		return nil, fmt.Errorf("state database %s is in use by another process (is another skillbox serving with this state_dir?): %w", path, errkind.Unavailable)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("opening state database %s: %w", path, err)

@@ -34,23 +34,25 @@ type confirmationRecord struct {
 	api.Confirmation
 }
 
-// Errors of Consume, Approve and Deny. Each also matches (errors.Is) the
-// sentinel that gives its RPC kind.
+// Errors of Consume, Approve and Deny. Each wraps its errkind kind, so
+// errors.Is matches the kind too; unlike a sentinel of errkind.New, its
+// words stand for the kind's, and a front end's errkind.Detail drops them
+// as it drops the kind's.
 var (
 	// ErrConfirmationDenied: an approver said no (kind denied).
-	ErrConfirmationDenied error = &kindSentinel{"confirmation denied", api.ErrDenied}
+	ErrConfirmationDenied error = &kindSentinel{"confirmation denied", errkind.Denied}
 	// ErrConfirmationExpired, ErrConfirmationUsed, ErrConfirmationMismatch:
 	// the confirmation_id cannot be used for this call; the host repeats
 	// the call without it to ask for a new approval (kind invalid_params).
-	ErrConfirmationExpired  error = &kindSentinel{"confirmation expired", api.ErrInvalidParams}
-	ErrConfirmationUsed     error = &kindSentinel{"confirmation already used", api.ErrInvalidParams}
-	ErrConfirmationMismatch error = &kindSentinel{"confirmation does not match this call", api.ErrInvalidParams}
+	ErrConfirmationExpired  error = &kindSentinel{"confirmation expired", errkind.InvalidParams}
+	ErrConfirmationUsed     error = &kindSentinel{"confirmation already used", errkind.InvalidParams}
+	ErrConfirmationMismatch error = &kindSentinel{"confirmation does not match this call", errkind.InvalidParams}
 	// ErrConfirmationDecided: Approve or Deny of a confirmation that is no
 	// longer open to that decision (kind invalid_params).
-	ErrConfirmationDecided error = &kindSentinel{"confirmation already decided", api.ErrInvalidParams}
+	ErrConfirmationDecided error = &kindSentinel{"confirmation already decided", errkind.InvalidParams}
 )
 
-// kindSentinel is a sentinel error that also matches a kind sentinel.
+// kindSentinel is a sentinel error that wraps its kind.
 type kindSentinel struct {
 	msg  string
 	kind error
@@ -201,7 +203,7 @@ func effective(c *api.Confirmation, now time.Time) api.ConfirmationState {
 // call before approval does not pile up requests.
 func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, reason, rule string, ttl time.Duration, opts ...RequestOption) (*api.Confirmation, error) {
 	if digest == "" {
-		return nil, fmt.Errorf("confirmation request without a digest: %w", api.ErrInvalidParams)
+		return nil, fmt.Errorf("confirmation request without a digest: %w", errkind.InvalidParams)
 	}
 	if ttl <= 0 {
 		ttl = s.opts.DefaultTTL
@@ -242,7 +244,7 @@ func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, r
 	}
 	if existing == nil {
 		if s.opts.MaxPendingPerOwner > 0 && pending >= s.opts.MaxPendingPerOwner {
-			return nil, fmt.Errorf("uid %d already has %d confirmations waiting for an approver (the limit): wait for decisions before asking again: %w", ownerUID, pending, api.ErrLimitExceeded)
+			return nil, fmt.Errorf("uid %d already has %d confirmations waiting for an approver (the limit): wait for decisions before asking again: %w", ownerUID, pending, errkind.LimitExceeded)
 		}
 		v, err := encodeConfirmation(c)
 		if err != nil {
@@ -250,7 +252,7 @@ func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, r
 		}
 		err = s.kv.Update(ctx, bucketConfirmations, id, func(old []byte) ([]byte, error) {
 			if old != nil {
-				return nil, fmt.Errorf("confirmation id %s is taken (random ids collided): repeat the call: %w", id, api.ErrInternal)
+				return nil, fmt.Errorf("confirmation id %s is taken (random ids collided): repeat the call: %w", id, errkind.Internal)
 			}
 			return v, nil
 		})
@@ -266,7 +268,7 @@ func (s *ConfirmationStore) Request(sessionID string, ownerUID uint32, digest, r
 }
 
 func notFoundConfirmation(id string) error {
-	return fmt.Errorf("confirmation %q not found (confirmations.list shows the open ones): %w", id, api.ErrNotFound)
+	return fmt.Errorf("confirmation %q not found (confirmations.list shows the open ones): %w", id, errkind.NotFound)
 }
 
 // update loads confirmation id, lets fn change it (fn returns whether to

@@ -15,7 +15,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 
-	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // EtcdOptions say which etcd holds the state and where in it.
@@ -59,7 +59,7 @@ var (
 // not start without its state.
 func OpenEtcd(opts EtcdOptions) (*EtcdKV, error) {
 	if len(opts.Endpoints) == 0 {
-		return nil, fmt.Errorf("store \"etcd\" has no endpoints: set endpoints = [\"http://HOST:2379\"] in the config's store \"etcd\" block: %w", api.ErrInvalidParams)
+		return nil, fmt.Errorf("store \"etcd\" has no endpoints: set endpoints = [\"http://HOST:2379\"] in the config's store \"etcd\" block: %w", errkind.InvalidParams)
 	}
 	prefix := strings.TrimRight(opts.Prefix, "/")
 	if opts.Prefix == "" {
@@ -93,7 +93,7 @@ func OpenEtcd(opts EtcdOptions) (*EtcdKV, error) {
 	if err != nil {
 		cli.Close()
 		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, fmt.Errorf("etcd at %s did not answer within %s: start it, or fix the endpoints in the config's store \"etcd\" block (or set daemon.store = \"bbolt\" for one machine): %w", desc, opts.DialTimeout, api.ErrUnavailable)
+			return nil, fmt.Errorf("etcd at %s did not answer within %s: start it, or fix the endpoints in the config's store \"etcd\" block (or set daemon.store = \"bbolt\" for one machine): %w", desc, opts.DialTimeout, errkind.Unavailable)
 		}
 		return nil, fmt.Errorf("opening the state in etcd at %s: %w", desc, err)
 	}
@@ -129,7 +129,7 @@ func (s *EtcdKV) key(bucket, key string) string { return s.prefix + "/" + bucket
 
 // unavailable marks err (an etcd call's) as the store being unavailable.
 func (s *EtcdKV) unavailable(err error) error {
-	return fmt.Errorf("etcd at %s: %w: %w", s.desc, err, api.ErrUnavailable)
+	return fmt.Errorf("etcd at %s: %w: %w", s.desc, err, errkind.Unavailable)
 }
 
 // Get implements KV.

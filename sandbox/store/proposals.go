@@ -26,7 +26,7 @@ func NewProposalStore(kv KV) (*ProposalStore, error) {
 }
 
 func notFoundProposal(id string) error {
-	return errkind.Errorf(api.ErrNotFound, "no proposal %q: list them with proposals.list", id)
+	return errkind.Errorf(errkind.NotFound, "no proposal %q: list them with proposals.list", id)
 }
 
 // Create stores a new pending proposal; ID, State and Created are filled in.
@@ -46,7 +46,7 @@ func (s *ProposalStore) Create(p *api.Proposal) (*api.Proposal, error) {
 	defer cancel()
 	err = s.kv.Update(ctx, bucketProposals, id, func(old []byte) ([]byte, error) {
 		if old != nil {
-			return nil, fmt.Errorf("proposal id %s is taken (random ids collided): propose again: %w", id, api.ErrInternal)
+			return nil, fmt.Errorf("proposal id %s is taken (random ids collided): propose again: %w", id, errkind.Internal)
 		}
 		return b, nil
 	})
@@ -115,7 +115,7 @@ func (s *ProposalStore) Decide(id string, fn func(p *api.Proposal) error) (*api.
 			return nil, fmt.Errorf("corrupt proposal record %q: %w", id, err)
 		}
 		if p.State != api.ProposalPending {
-			return nil, errkind.Errorf(api.ErrInvalidParams, "proposal %s is already %s", id, p.State)
+			return nil, errkind.Errorf(errkind.InvalidParams, "proposal %s is already %s", id, p.State)
 		}
 		if err := fn(p); err != nil {
 			return nil, err

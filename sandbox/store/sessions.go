@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
-	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 // ActiveSkill is a skill loaded in a session: the version (digest) and
@@ -147,7 +147,7 @@ func ValidID(id, prefix string) bool {
 }
 
 func notFoundSession(id string) error {
-	return fmt.Errorf("session %q not found: call sessions.create for a new one: %w", id, api.ErrNotFound)
+	return fmt.Errorf("session %q not found: call sessions.create for a new one: %w", id, errkind.NotFound)
 }
 
 // lastUsed is the later of the stored and the in-memory use time.
@@ -178,7 +178,7 @@ func encodeSession(ses *Session) ([]byte, error) {
 }
 
 // load decodes v, the stored record of id, for uid; another uid's session,
-// an expired one and a missing one (v nil) are all api.ErrNotFound.
+// an expired one and a missing one (v nil) are all errkind.NotFound.
 func (s *SessionStore) load(v []byte, id string, uid uint32, now time.Time) (*Session, error) {
 	if v == nil {
 		return nil, notFoundSession(id)
@@ -191,7 +191,7 @@ func (s *SessionStore) load(v []byte, id string, uid uint32, now time.Time) (*Se
 		return nil, notFoundSession(id)
 	}
 	if s.expired(ses, now) {
-		return nil, fmt.Errorf("session %q expired after %s unused: call sessions.create for a new one: %w", id, s.opts.TTL, api.ErrNotFound)
+		return nil, fmt.Errorf("session %q expired after %s unused: call sessions.create for a new one: %w", id, s.opts.TTL, errkind.NotFound)
 	}
 	return ses, nil
 }
@@ -255,7 +255,7 @@ func (s *SessionStore) Create(owner uint32) (*Session, error) {
 			}
 		}
 		if n >= s.opts.MaxPerOwner {
-			return nil, fmt.Errorf("uid %d already has %d open sessions (the limit): close some with sessions.close: %w", owner, n, api.ErrLimitExceeded)
+			return nil, fmt.Errorf("uid %d already has %d open sessions (the limit): close some with sessions.close: %w", owner, n, errkind.LimitExceeded)
 		}
 	}
 	v, err := encodeSession(ses)
@@ -264,7 +264,7 @@ func (s *SessionStore) Create(owner uint32) (*Session, error) {
 	}
 	err = s.kv.Update(ctx, bucketSessions, id, func(old []byte) ([]byte, error) {
 		if old != nil {
-			return nil, fmt.Errorf("session id %s is taken (random ids collided): call sessions.create again: %w", id, api.ErrInternal)
+			return nil, fmt.Errorf("session id %s is taken (random ids collided): call sessions.create again: %w", id, errkind.Internal)
 		}
 		return v, nil
 	})

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skillbox/skillbox/policy/glob"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -68,7 +69,7 @@ func (w *Workspace) Apply(base *Snapshot, c Changes, allowDelete bool, o Options
 		root:     root,
 		caps:     o.Caps.withDefaults(),
 		owner:    o.Owner,
-		excludes: compileAll(excludes),
+		excludes: glob.CompileAll(excludes),
 		rep:      &Report{Written: []api.WorkspaceChange{}, Deleted: []api.WorkspaceChange{}, Conflicts: []api.WorkspaceFinding{}, Refused: []api.WorkspaceFinding{}},
 		seen:     map[string]bool{},
 	}
@@ -129,7 +130,7 @@ type applier struct {
 	root     int
 	caps     Caps
 	owner    *Owner
-	excludes []*pattern
+	excludes []*glob.Pattern
 	base     map[string]Entry
 	rep      *Report
 	// refused and conflicts add to rep's Refused and Conflicts.
@@ -162,8 +163,8 @@ func (a *applier) check(rel, verb string) bool {
 	}
 	a.seen[rel] = true
 	for _, p := range a.excludes {
-		if p.match(rel, true, true) {
-			a.refuse(rel, "is excluded by the pattern %q of the workspace's excludes; not %s", p.raw, verb)
+		if p.Match(rel, true, true) {
+			a.refuse(rel, "is excluded by the pattern %q of the workspace's excludes; not %s", p.String(), verb)
 			return false
 		}
 	}
@@ -190,7 +191,7 @@ func (a *applier) parent(rel, verb string, create bool) (fd int, ok, missing boo
 		a.refuse(rel, "its directory cannot be opened or made: %v; not %s", err, verb)
 		return -1, false, false, nil
 	}
-	return -1, false, false, errkind.Errorf(api.ErrUnavailable, "workspace %s: %w", a.w.dir, err)
+	return -1, false, false, errkind.Errorf(errkind.Unavailable, "workspace %s: %w", a.w.dir, err)
 }
 
 // same reports whether the entry name of dirfd is still e, base's entry:
@@ -262,8 +263,8 @@ func (a *applier) write(f *runtime.OutputFile) error {
 	var res *Reservation
 	if a.account != nil {
 		r, err := a.account.Reserve(growth)
-		if errors.Is(err, api.ErrLimitExceeded) {
-			a.refuse(rel, "is %d bytes and %s; not written", len(f.Data), errkind.Detail(err, api.ErrLimitExceeded))
+		if errors.Is(err, errkind.LimitExceeded) {
+			a.refuse(rel, "is %d bytes and %s; not written", len(f.Data), errkind.Detail(err, errkind.LimitExceeded))
 			return nil
 		}
 		if err != nil {
@@ -532,7 +533,7 @@ func (a *applier) writeErr(rel string, err error) error {
 		errors.Is(err, unix.ETXTBSY), errors.Is(err, unix.EOPNOTSUPP):
 		a.refuse(rel, "cannot be changed on the host: %v", err)
 	default:
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: %s: %w", a.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: %s: %w", a.w.dir, rel, err)
 	}
 	return nil
 }

@@ -25,7 +25,6 @@ import (
 	"sync"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // budgetNamed bounds how many of a uid's sessions a refusal names.
@@ -55,7 +54,7 @@ func (b *Budget) Limits() (perUID, total int64) { return b.perUID, b.total }
 
 // Account is session's account, owned by uid, made empty when the ledger
 // has none. A session has one owner: an account kept under another uid
-// is an error of kind api.ErrInternal.
+// is an error of kind errkind.Internal.
 func (b *Budget) Account(session string, uid uint32) (*Account, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -65,7 +64,7 @@ func (b *Budget) Account(session string, uid uint32) (*Account, error) {
 		b.accounts[session] = a
 	}
 	if a.uid != uid {
-		return nil, errkind.Errorf(api.ErrInternal, "the workspace budget keeps session %s under uid %d, not uid %d", session, a.uid, uid)
+		return nil, errkind.Errorf(errkind.Internal, "the workspace budget keeps session %s under uid %d, not uid %d", session, a.uid, uid)
 	}
 	return a, nil
 }
@@ -139,7 +138,7 @@ type Reservation struct {
 }
 
 // Reserve takes n bytes (> 0) from the account for a write that grows
-// the workspace by that much, or refuses it (api.ErrLimitExceeded) where
+// the workspace by that much, or refuses it (errkind.LimitExceeded) where
 // it would take the uid's session workspaces over the per-uid budget or
 // all of them over the total, saying what they hold, the limit, and which
 // sessions hold how much. The check and the taking are one step. Call
@@ -152,14 +151,14 @@ func (a *Account) Reserve(n int64) (*Reservation, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if a.removed {
-		return nil, errkind.Errorf(api.ErrNotFound, "session %s was closed: its workspace is gone", a.session)
+		return nil, errkind.Errorf(errkind.NotFound, "session %s was closed: its workspace is gone", a.session)
 	}
 	if used := b.byUID[a.uid]; b.perUID > 0 && used+n > b.perUID {
-		return nil, errkind.Errorf(api.ErrLimitExceeded, "would take the session workspaces of uid %d to %s, over its budget of %s (daemon.workspace_quota_per_uid); they hold %s: %s. Delete files it no longer needs (workspace.delete) or close sessions it is done with (sessions.close: the workspace goes with the session)",
+		return nil, errkind.Errorf(errkind.LimitExceeded, "would take the session workspaces of uid %d to %s, over its budget of %s (daemon.workspace_quota_per_uid); they hold %s: %s. Delete files it no longer needs (workspace.delete) or close sessions it is done with (sessions.close: the workspace goes with the session)",
 			a.uid, sizeText(used+n), sizeText(b.perUID), sizeText(used), b.named(a.uid))
 	}
 	if b.total > 0 && b.sum+n > b.total {
-		return nil, errkind.Errorf(api.ErrLimitExceeded, "would take the session workspaces of this daemon, all uids together, to %s, over their total budget of %s (daemon.workspace_quota_total); they hold %s, of which uid %d's %s: %s. Delete files or close sessions no longer needed, or ask an administrator to raise workspace_quota_total",
+		return nil, errkind.Errorf(errkind.LimitExceeded, "would take the session workspaces of this daemon, all uids together, to %s, over their total budget of %s (daemon.workspace_quota_total); they hold %s, of which uid %d's %s: %s. Delete files or close sessions no longer needed, or ask an administrator to raise workspace_quota_total",
 			sizeText(b.sum+n), sizeText(b.total), sizeText(b.sum), a.uid, sizeText(b.byUID[a.uid]), b.named(a.uid))
 	}
 	a.reserved += n

@@ -23,7 +23,7 @@ func Example() {
 		panic(err)
 	}
 	defer w.Close()
-	o := workspace.Options{} // DefaultExcludes, default caps
+	o := workspace.Options{} // glob.DefaultExcludes, default caps
 	snap, err := w.Snapshot(nil, o)
 	if err != nil {
 		panic(err)

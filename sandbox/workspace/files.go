@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skillbox/skillbox/policy/glob"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -89,9 +90,9 @@ func (l *lister) failed(op, rel string, err error) error {
 	switch op {
 	case "read directory":
 		if denied(err) {
-			return errkind.Errorf(api.ErrDenied, "workspace %s: directory %s cannot be read: permission denied on the host", l.w.dir, runtime.QuoteName(rel))
+			return errkind.Errorf(errkind.Denied, "workspace %s: directory %s cannot be read: permission denied on the host", l.w.dir, runtime.QuoteName(rel))
 		}
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: read directory %s: %w", l.w.dir, runtime.QuoteName(rel), err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: read directory %s: %w", l.w.dir, runtime.QuoteName(rel), err)
 	case "open":
 		return nil // changed since it was looked at, or unreadable: listed, not entered
 	}
@@ -266,7 +267,7 @@ func (w *Workspace) ReadAt(rel string, off, n int64) (data []byte, size int64, e
 		return nil, 0, false, err
 	}
 	if off < 0 {
-		return nil, 0, false, errkind.Errorf(api.ErrInvalidParams, "offset %d of %s is negative: read from 0 or later", off, runtime.QuoteName(rel))
+		return nil, 0, false, errkind.Errorf(errkind.InvalidParams, "offset %d of %s is negative: read from 0 or later", off, runtime.QuoteName(rel))
 	}
 	if n <= 0 || n > api.MaxWorkspaceChunk {
 		n = api.MaxWorkspaceChunk
@@ -298,7 +299,7 @@ func (w *Workspace) ReadAt(rel string, off, n int64) (data []byte, size int64, e
 	}
 	size = st.Size
 	if off > size {
-		return nil, size, false, errkind.Errorf(api.ErrInvalidParams, "offset %d is past the end of %s, which is %d bytes: read from an offset below its size", off, runtime.QuoteName(rel), size)
+		return nil, size, false, errkind.Errorf(errkind.InvalidParams, "offset %d is past the end of %s, which is %d bytes: read from an offset below its size", off, runtime.QuoteName(rel), size)
 	}
 	if left := size - off; n > left {
 		n = left
@@ -329,14 +330,14 @@ func regularOnly(rel string, st *unix.Stat_t, verb string) error {
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 	case unix.S_IFDIR:
-		return errkind.Errorf(api.ErrInvalidParams, "%s is a directory, not a file: list it to see its files", q)
+		return errkind.Errorf(errkind.InvalidParams, "%s is a directory, not a file: list it to see its files", q)
 	case unix.S_IFLNK:
-		return errkind.Errorf(api.ErrInvalidParams, "%s is a symlink; the files API never follows one: %s the file it points to by its own path, or delete the link", q, verb)
+		return errkind.Errorf(errkind.InvalidParams, "%s is a symlink; the files API never follows one: %s the file it points to by its own path, or delete the link", q, verb)
 	default:
-		return errkind.Errorf(api.ErrDenied, "%s is a %s; only regular files are %s (it can only be deleted)", q, kindName(st.Mode), done)
+		return errkind.Errorf(errkind.Denied, "%s is a %s; only regular files are %s (it can only be deleted)", q, kindName(st.Mode), done)
 	}
 	if st.Nlink > 1 {
-		return errkind.Errorf(api.ErrDenied, "%s has %d hard links and may be the same file as one outside the workspace; it is not %s (it can only be deleted)", q, st.Nlink, done)
+		return errkind.Errorf(errkind.Denied, "%s has %d hard links and may be the same file as one outside the workspace; it is not %s (it can only be deleted)", q, st.Nlink, done)
 	}
 	return nil
 }
@@ -350,7 +351,7 @@ func regularOnly(rel string, st *unix.Stat_t, verb string) error {
 // a link; without it the file must exist. A symlink, directory or special
 // file in the way, a hard-linked file and an excluded path (o.Excludes)
 // are refused. With o.Quota the bytes the workspace would hold after the
-// write may not exceed it (api.ErrLimitExceeded, naming the quota and what
+// write may not exceed it (errkind.LimitExceeded, naming the quota and what
 // is used). What it creates belongs to o.Owner when set. It returns the
 // file's size after the write.
 func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, perm uint32, o Options) (int64, error) {
@@ -361,13 +362,13 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 	q := runtime.QuoteName(rel)
 	switch {
 	case len(data) > api.MaxWorkspaceChunk:
-		return 0, errkind.Errorf(api.ErrLimitExceeded, "%d bytes for %s in one write, at most %d: write the file in pieces, each at the end of the last", len(data), q, api.MaxWorkspaceChunk)
+		return 0, errkind.Errorf(errkind.LimitExceeded, "%d bytes for %s in one write, at most %d: write the file in pieces, each at the end of the last", len(data), q, api.MaxWorkspaceChunk)
 	case off < 0:
-		return 0, errkind.Errorf(api.ErrInvalidParams, "offset %d of %s is negative: write from 0 or later", off, q)
+		return 0, errkind.Errorf(errkind.InvalidParams, "offset %d of %s is negative: write from 0 or later", off, q)
 	case truncate && off != 0:
-		return 0, errkind.Errorf(api.ErrInvalidParams, "truncate starts %s over, from offset 0, not %d: truncate with offset 0, then write each piece at the end of the last", q, off)
+		return 0, errkind.Errorf(errkind.InvalidParams, "truncate starts %s over, from offset 0, not %d: truncate with offset 0, then write each piece at the end of the last", q, off)
 	case perm&^0o777 != 0:
-		return 0, errkind.Errorf(api.ErrInvalidParams, "mode %#o of %s has bits other than permissions: give at most 0777 (0: 0644)", perm, q)
+		return 0, errkind.Errorf(errkind.InvalidParams, "mode %#o of %s has bits other than permissions: give at most 0777 (0: 0644)", perm, q)
 	}
 	if err := checkExcluded(rel, o, "written"); err != nil {
 		return 0, err
@@ -407,8 +408,8 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 		}
 		res.Done(0) // taken before, for a path that changed since
 		r, err := o.Account.Reserve(after - before)
-		if errors.Is(err, api.ErrLimitExceeded) {
-			return errkind.Errorf(api.ErrLimitExceeded, "writing %s %s", q, errkind.Detail(err, api.ErrLimitExceeded))
+		if errors.Is(err, errkind.LimitExceeded) {
+			return errkind.Errorf(errkind.LimitExceeded, "writing %s %s", q, errkind.Detail(err, errkind.LimitExceeded))
 		}
 		if err != nil {
 			return err
@@ -433,7 +434,7 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 	madeDirs := chg.begun // how many is not counted: the count is dropped
 	if err != nil {
 		if errors.Is(err, unix.ENOENT) {
-			return 0, errkind.Errorf(api.ErrNotFound, "%s does not exist in the workspace: write its first piece with truncate (offset 0), which creates it", q)
+			return 0, errkind.Errorf(errkind.NotFound, "%s does not exist in the workspace: write its first piece with truncate (offset 0), which creates it", q)
 		}
 		return 0, w.pathErr(rel, "write", err)
 	}
@@ -448,7 +449,7 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 		switch {
 		case errors.Is(err, unix.ENOENT):
 			if !truncate {
-				return 0, errkind.Errorf(api.ErrNotFound, "%s does not exist in the workspace: write its first piece with truncate (offset 0), which creates it", q)
+				return 0, errkind.Errorf(errkind.NotFound, "%s does not exist in the workspace: write its first piece with truncate (offset 0), which creates it", q)
 			}
 			if err := quota(0, int64(len(data))); err != nil {
 				return 0, err
@@ -480,7 +481,7 @@ func (w *Workspace) WriteAt(rel string, off int64, data []byte, truncate bool, p
 				return 0, err
 			}
 			if off > st.Size {
-				return 0, errkind.Errorf(api.ErrInvalidParams, "offset %d is past the end of %s, which is %d bytes: write at %d to append (files have no holes)", off, q, st.Size, st.Size)
+				return 0, errkind.Errorf(errkind.InvalidParams, "offset %d is past the end of %s, which is %d bytes: write at %d to append (files have no holes)", off, q, st.Size, st.Size)
 			}
 			after := max(st.Size, off+int64(len(data)))
 			if truncate {
@@ -559,7 +560,7 @@ func (w *Workspace) checkQuota(root int, q string, quota, growth int64) error {
 		why = overQuota(quota, used, growth)
 	}
 	if why != "" {
-		return errkind.Errorf(api.ErrLimitExceeded, "writing %s %s: delete files it no longer needs, or write less", q, why)
+		return errkind.Errorf(errkind.LimitExceeded, "writing %s %s: delete files it no longer needs, or write less", q, why)
 	}
 	return nil
 }
@@ -615,9 +616,9 @@ func checkExcluded(rel string, o Options, verb string) error {
 	if err != nil {
 		return err
 	}
-	for _, p := range compileAll(excludes) {
-		if p.match(rel, true, true) {
-			return errkind.Errorf(api.ErrDenied, "%s is excluded by the pattern %q of the workspace's excludes; it is never %s", runtime.QuoteName(rel), p.raw, verb)
+	for _, p := range glob.CompileAll(excludes) {
+		if p.Match(rel, true, true) {
+			return errkind.Errorf(errkind.Denied, "%s is excluded by the pattern %q of the workspace's excludes; it is never %s", runtime.QuoteName(rel), p.String(), verb)
 		}
 	}
 	return nil
@@ -689,7 +690,7 @@ func (w *Workspace) DeleteAccounted(rel string, recursive bool, acct *Account) (
 	}
 	if _, err := retry(func() (int, error) { return 0, unix.Unlinkat(dirfd, name, unix.AT_REMOVEDIR) }); err != nil {
 		if !recursive && (errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST)) {
-			return 0, errkind.Errorf(api.ErrInvalidParams, "%s is a directory that is not empty: delete it with recursive to remove it and everything under it", runtime.QuoteName(rel))
+			return 0, errkind.Errorf(errkind.InvalidParams, "%s is a directory that is not empty: delete it with recursive to remove it and everything under it", runtime.QuoteName(rel))
 		}
 		return removed, w.ioErr(rel, "delete", err)
 	}
@@ -702,7 +703,7 @@ func (w *Workspace) DeleteAccounted(rel string, recursive bool, acct *Account) (
 // of the regular files removed into freed.
 func (w *Workspace) removeAll(dirfd int, rel string, depth int, removed *int, freed *int64) error {
 	if depth > maxDeleteDepth {
-		return errkind.Errorf(api.ErrLimitExceeded, "%s is nested more than %d levels deep: delete it in parts, from its deepest directories", runtime.QuoteName(rel), maxDeleteDepth)
+		return errkind.Errorf(errkind.LimitExceeded, "%s is nested more than %d levels deep: delete it in parts, from its deepest directories", runtime.QuoteName(rel), maxDeleteDepth)
 	}
 	names, err := readDirNames(dirfd)
 	if err != nil {
@@ -751,7 +752,7 @@ func (w *Workspace) removeAll(dirfd int, rel string, depth int, removed *int, fr
 func filesPath(rel string, root, dir bool) (string, error) {
 	if rel == "" || rel == "." || (dir && rel == "./") {
 		if !root {
-			return "", errkind.Errorf(api.ErrInvalidParams, "path %s is the workspace itself: give the path of a file in it, such as \"docs/report.pdf\"", runtime.QuoteName(rel))
+			return "", errkind.Errorf(errkind.InvalidParams, "path %s is the workspace itself: give the path of a file in it, such as \"docs/report.pdf\"", runtime.QuoteName(rel))
 		}
 		return ".", nil
 	}
@@ -760,7 +761,7 @@ func filesPath(rel string, root, dir bool) (string, error) {
 	}
 	if err := runtime.ValidateInputName(rel); err != nil {
 		why := strings.TrimPrefix(errkind.Detail(err, runtime.ErrInvalidJob), "input ")
-		return "", errkind.Errorf(api.ErrInvalidParams, "path %s: paths are relative to the workspace, such as \"docs/report.pdf\"", why)
+		return "", errkind.Errorf(errkind.InvalidParams, "path %s: paths are relative to the workspace, such as \"docs/report.pdf\"", why)
 	}
 	return rel, nil
 }
@@ -780,7 +781,7 @@ func (w *Workspace) parentOf(root int, rel, verb string) (dirfd int, name string
 func (w *Workspace) pathErr(rel, verb string, err error) error {
 	var r *refusal
 	if errors.As(err, &r) {
-		return errkind.Errorf(api.ErrInvalidParams, "cannot %s %s: %s (the files API follows no links)", verb, runtime.QuoteName(rel), r.why)
+		return errkind.Errorf(errkind.InvalidParams, "cannot %s %s: %s (the files API follows no links)", verb, runtime.QuoteName(rel), r.why)
 	}
 	return w.ioErr(rel, verb, err)
 }
@@ -792,15 +793,15 @@ func (w *Workspace) ioErr(rel, verb string, err error) error {
 	var r *refusal
 	switch {
 	case errors.As(err, &r):
-		return errkind.Errorf(api.ErrInvalidParams, "cannot %s %s: %s", verb, q, r.why)
+		return errkind.Errorf(errkind.InvalidParams, "cannot %s %s: %s", verb, q, r.why)
 	case errors.Is(err, unix.ENOENT):
-		return errkind.Errorf(api.ErrNotFound, "%s does not exist in the workspace: list the workspace to see what it holds", q)
+		return errkind.Errorf(errkind.NotFound, "%s does not exist in the workspace: list the workspace to see what it holds", q)
 	case denied(err):
-		return errkind.Errorf(api.ErrDenied, "cannot %s %s: permission denied on the host", verb, q)
+		return errkind.Errorf(errkind.Denied, "cannot %s %s: permission denied on the host", verb, q)
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EDQUOT), errors.Is(err, unix.EFBIG):
-		return errkind.Errorf(api.ErrLimitExceeded, "cannot %s %s: %v on the host: delete files or write less", verb, q, err)
+		return errkind.Errorf(errkind.LimitExceeded, "cannot %s %s: %v on the host: delete files or write less", verb, q, err)
 	case errors.Is(err, unix.ELOOP), errors.Is(err, unix.ENOTDIR), errors.Is(err, unix.EISDIR):
-		return errkind.Errorf(api.ErrInvalidParams, "cannot %s %s: it changed while it was used (%v); try again", verb, q, err)
+		return errkind.Errorf(errkind.InvalidParams, "cannot %s %s: it changed while it was used (%v); try again", verb, q, err)
 	}
-	return errkind.Errorf(api.ErrUnavailable, "workspace %s: %s %s: %w", w.dir, verb, q, err)
+	return errkind.Errorf(errkind.Unavailable, "workspace %s: %s %s: %w", w.dir, verb, q, err)
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // Default caps (Caps fields left zero).
@@ -75,21 +74,21 @@ type Workspace struct {
 // again: everything is relative to the directory opened here.
 func Open(dir string) (*Workspace, error) {
 	if dir == "" {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "workspace directory is empty: give the directory a run works in")
+		return nil, errkind.Errorf(errkind.InvalidParams, "workspace directory is empty: give the directory a run works in")
 	}
 	if strings.IndexByte(dir, 0) >= 0 {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "workspace directory %s contains a NUL byte", runtime.QuoteName(dir))
+		return nil, errkind.Errorf(errkind.InvalidParams, "workspace directory %s contains a NUL byte", runtime.QuoteName(dir))
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "workspace directory %s: %w", dir, err)
+		return nil, errkind.Errorf(errkind.InvalidParams, "workspace directory %s: %w", dir, err)
 	}
 	resolved, err := filepath.EvalSymlinks(abs)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, errkind.Errorf(api.ErrNotFound, "workspace directory %s does not exist: create it or give another one", dir)
+			return nil, errkind.Errorf(errkind.NotFound, "workspace directory %s does not exist: create it or give another one", dir)
 		}
-		return nil, errkind.Errorf(api.ErrInvalidParams, "workspace directory %s: %w", dir, err)
+		return nil, errkind.Errorf(errkind.InvalidParams, "workspace directory %s: %w", dir, err)
 	}
 	if err := checkNotSystem(resolved); err != nil {
 		return nil, err
@@ -99,13 +98,13 @@ func Open(dir string) (*Workspace, error) {
 	})
 	switch {
 	case errors.Is(err, unix.ENOTDIR):
-		return nil, errkind.Errorf(api.ErrInvalidParams, "workspace %s is not a directory", resolved)
+		return nil, errkind.Errorf(errkind.InvalidParams, "workspace %s is not a directory", resolved)
 	case errors.Is(err, unix.ELOOP):
-		return nil, errkind.Errorf(api.ErrInvalidParams, "workspace %s became a symlink while it was opened; try again", resolved)
+		return nil, errkind.Errorf(errkind.InvalidParams, "workspace %s became a symlink while it was opened; try again", resolved)
 	case errors.Is(err, unix.ENOENT):
-		return nil, errkind.Errorf(api.ErrNotFound, "workspace directory %s does not exist: create it or give another one", resolved)
+		return nil, errkind.Errorf(errkind.NotFound, "workspace directory %s does not exist: create it or give another one", resolved)
 	case err != nil:
-		return nil, errkind.Errorf(api.ErrInvalidParams, "workspace %s: %w", resolved, &os.PathError{Op: "open", Path: resolved, Err: err})
+		return nil, errkind.Errorf(errkind.InvalidParams, "workspace %s: %w", resolved, &os.PathError{Op: "open", Path: resolved, Err: err})
 	}
 	return &Workspace{dir: resolved, fd: fd}, nil
 }
@@ -133,16 +132,16 @@ func (w *Workspace) root() (fd int, done func(), err error) {
 	w.mu.RLock()
 	if w.fd < 0 {
 		w.mu.RUnlock()
-		return -1, nil, errkind.Errorf(api.ErrUnavailable, "workspace %s is closed", w.dir)
+		return -1, nil, errkind.Errorf(errkind.Unavailable, "workspace %s is closed", w.dir)
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(w.fd, &st); err != nil {
 		w.mu.RUnlock()
-		return -1, nil, errkind.Errorf(api.ErrUnavailable, "workspace %s: %w", w.dir, err)
+		return -1, nil, errkind.Errorf(errkind.Unavailable, "workspace %s: %w", w.dir, err)
 	}
 	if st.Nlink == 0 {
 		w.mu.RUnlock()
-		return -1, nil, errkind.Errorf(api.ErrUnavailable, "workspace %s was removed", w.dir)
+		return -1, nil, errkind.Errorf(errkind.Unavailable, "workspace %s was removed", w.dir)
 	}
 	return w.fd, w.mu.RUnlock, nil
 }

@@ -4,7 +4,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // Owner returns who owns the open directory: the daemon lets a caller
@@ -17,7 +16,7 @@ func (w *Workspace) Owner() (*Owner, error) {
 	defer done()
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
-		return nil, errkind.Errorf(api.ErrUnavailable, "workspace %s: %w", w.dir, err)
+		return nil, errkind.Errorf(errkind.Unavailable, "workspace %s: %w", w.dir, err)
 	}
 	return &Owner{UID: int(st.Uid), GID: int(st.Gid)}, nil
 }

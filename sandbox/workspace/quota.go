@@ -18,7 +18,6 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // MaxUsageEntries bounds the walk of Usage: a workspace with more entries
@@ -37,7 +36,7 @@ const maxUsageDepth = 4 * runtime.MaxInputDepth
 // itself not counted), found by walking it without following links (every
 // call walks; the count kept for the quota is set anew from it). A tree of
 // more than MaxUsageEntries entries, or nested deeper than a run's /work
-// could be several times over, is an error of kind api.ErrLimitExceeded.
+// could be several times over, is an error of kind errkind.LimitExceeded.
 func (w *Workspace) Usage() (bytes int64, entries int, err error) {
 	root, done, err := w.root()
 	if err != nil {
@@ -145,7 +144,7 @@ func (t *treeChange) end() {
 func (w *Workspace) usage(root int) (int64, int, error) {
 	fd, err := openDirAt(root, ".")
 	if err != nil {
-		return 0, 0, errkind.Errorf(api.ErrUnavailable, "workspace %s: %w", w.dir, err)
+		return 0, 0, errkind.Errorf(errkind.Unavailable, "workspace %s: %w", w.dir, err)
 	}
 	defer unix.Close(fd)
 	u := &usage{w: w}
@@ -165,14 +164,14 @@ type usage struct {
 func (u *usage) entry(_ int, _, rel string, st *unix.Stat_t, depth int) (bool, error) {
 	u.entries++
 	if u.entries > usageEntries {
-		return false, errkind.Errorf(api.ErrLimitExceeded, "workspace %s holds more than %d entries, too many to count its size: delete files or directories it no longer needs", u.w.dir, usageEntries)
+		return false, errkind.Errorf(errkind.LimitExceeded, "workspace %s holds more than %d entries, too many to count its size: delete files or directories it no longer needs", u.w.dir, usageEntries)
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		u.bytes += st.Size
 	case unix.S_IFDIR:
 		if depth+1 > maxUsageDepth {
-			return false, errkind.Errorf(api.ErrLimitExceeded, "workspace %s is nested more than %d levels deep, at %s: its size is not counted; delete what lies that deep", u.w.dir, maxUsageDepth, runtime.QuoteName(rel))
+			return false, errkind.Errorf(errkind.LimitExceeded, "workspace %s is nested more than %d levels deep, at %s: its size is not counted; delete what lies that deep", u.w.dir, maxUsageDepth, runtime.QuoteName(rel))
 		}
 		return true, nil
 	}
@@ -184,7 +183,7 @@ func (u *usage) failed(op, rel string, err error) error {
 	if op == "open" && (errors.As(err, &r) || errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ELOOP) || errors.Is(err, unix.ENOTDIR)) {
 		return nil // swapped or removed since it was looked at
 	}
-	return errkind.Errorf(api.ErrUnavailable, "workspace %s: %s %s: %w", u.w.dir, op, runtime.QuoteName(rel), err)
+	return errkind.Errorf(errkind.Unavailable, "workspace %s: %s %s: %w", u.w.dir, op, runtime.QuoteName(rel), err)
 }
 
 // overQuota says why a write of growth bytes is refused by quota, given

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/skillbox/skillbox/policy/glob"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
@@ -20,7 +21,7 @@ import (
 // characters names exactly that path: a file, a symlink, or a directory
 // with everything under it (a trailing "/" says it must be a directory).
 // An input with glob characters ("*", "?", "[", "\") selects every path it
-// matches (see Match), a matched directory with everything under it.
+// matches (see glob.Match), a matched directory with everything under it.
 //
 // Excluded paths (o.Excludes) are left out in both cases and counted; an
 // input that names one explicitly is Refused with the pattern that
@@ -29,9 +30,9 @@ import (
 // be the same file as one outside the workspace), symlinks that are
 // absolute or climb out of the workspace, names a run's /work cannot hold,
 // and files over Caps.FileBytes. Going over Caps.Files or Caps.Bytes is an
-// error of kind api.ErrLimitExceeded; an invalid input is one of kind
-// api.ErrInvalidParams, an input that matches nothing one of kind
-// api.ErrNotFound.
+// error of kind errkind.LimitExceeded; an invalid input is one of kind
+// errkind.InvalidParams, an input that matches nothing one of kind
+// errkind.NotFound.
 func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 	excludes, err := o.excludes()
 	if err != nil {
@@ -39,10 +40,10 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 	}
 	var literals, globs []string
 	for _, in := range inputs {
-		if err := validatePattern(in, "input"); err != nil {
+		if err := glob.Check(in, "input"); err != nil {
 			return nil, err
 		}
-		if hasMeta(in) {
+		if glob.HasMeta(in) {
 			globs = append(globs, in)
 		} else {
 			literals = append(literals, in)
@@ -57,7 +58,7 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 	s := &snapper{
 		w:        w,
 		caps:     o.Caps.withDefaults(),
-		excludes: compileAll(excludes),
+		excludes: glob.CompileAll(excludes),
 		snap:     &Snapshot{Files: []runtime.InputFile{}, Entries: map[string]Entry{}, Refused: []api.WorkspaceFinding{}},
 	}
 	s.refused.list = &s.snap.Refused
@@ -73,7 +74,7 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 		}
 	}
 	if len(globs) > 0 {
-		s.globs = compileAll(globs)
+		s.globs = glob.CompileAll(globs)
 		s.hits = make([]int, len(globs))
 		s.excludedHit = make([]string, len(globs))
 		s.excludedUnder = make([]string, len(globs))
@@ -86,7 +87,7 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 			case s.excludedHit[i] != "":
 				s.refuse(g, "matches only excluded paths (such as %s); excluded paths are never copied in", s.excludedHit[i])
 			case s.excludedUnder[i] != "":
-				return nil, errkind.Errorf(api.ErrNotFound, "input %s matches nothing in the workspace outside excluded paths (%s is excluded and never searched): check the path against a listing of the workspace", runtime.QuoteName(g), s.excludedUnder[i])
+				return nil, errkind.Errorf(errkind.NotFound, "input %s matches nothing in the workspace outside excluded paths (%s is excluded and never searched): check the path against a listing of the workspace", runtime.QuoteName(g), s.excludedUnder[i])
 			default:
 				return nil, notFound(g)
 			}
@@ -96,19 +97,19 @@ func (w *Workspace) Snapshot(inputs []string, o Options) (*Snapshot, error) {
 }
 
 func notFound(in string) error {
-	return errkind.Errorf(api.ErrNotFound, "input %s matches nothing in the workspace: check the path against a listing of the workspace (paths are relative to it, such as \"docs/report.pdf\")", runtime.QuoteName(in))
+	return errkind.Errorf(errkind.NotFound, "input %s matches nothing in the workspace: check the path against a listing of the workspace (paths are relative to it, such as \"docs/report.pdf\")", runtime.QuoteName(in))
 }
 
 // snapper is one Snapshot under way.
 type snapper struct {
 	w        *Workspace
 	caps     Caps
-	excludes []*pattern
+	excludes []*glob.Pattern
 	snap     *Snapshot
 	refused  findingList // into snap.Refused
 	bytes    int64
 
-	globs       []*pattern
+	globs       []*glob.Pattern
 	hits        []int    // per glob, entries selected
 	excludedHit []string // per glob, an excluded path it matched
 	// per glob, an excluded directory it might have matched under
@@ -125,8 +126,8 @@ func (s *snapper) refuse(rel, format string, args ...any) {
 // worktree) is excluded too.
 func (s *snapper) excluded(rel string, ancestors bool) string {
 	for _, p := range s.excludes {
-		if p.match(rel, true, ancestors) {
-			return p.raw
+		if p.Match(rel, true, ancestors) {
+			return p.String()
 		}
 	}
 	return ""
@@ -157,7 +158,7 @@ func (s *snapper) literal(root int, in string) error {
 			s.refuse(rel, "cannot be read: permission denied on the way to it")
 			return nil
 		}
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: %w", s.w.dir, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: %w", s.w.dir, err)
 	}
 	defer unix.Close(dirfd)
 	var st unix.Stat_t
@@ -169,10 +170,10 @@ func (s *snapper) literal(root int, in string) error {
 			s.refuse(rel, "cannot be read: permission denied")
 			return nil
 		}
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
 	}
 	if k := st.Mode & unix.S_IFMT; wantDir && k != unix.S_IFDIR && k != unix.S_IFLNK {
-		return errkind.Errorf(api.ErrInvalidParams, "input %s names a directory (it ends in \"/\") but %s is a %s", runtime.QuoteName(in), runtime.QuoteName(rel), kindName(st.Mode))
+		return errkind.Errorf(errkind.InvalidParams, "input %s names a directory (it ends in \"/\") but %s is a %s", runtime.QuoteName(in), runtime.QuoteName(rel), kindName(st.Mode))
 	}
 	return s.take(dirfd, rel, name, &st)
 }
@@ -192,13 +193,13 @@ func (s *snapper) walk(dirfd int, rel string, take bool, depth int) error {
 			s.refuse(rel, "cannot be read: permission denied; nothing under it is copied in")
 			return nil
 		}
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: open directory %s: %w", s.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: open directory %s: %w", s.w.dir, rel, err)
 	}
 	f := os.NewFile(uintptr(fd), rel)
 	ents, err := f.ReadDir(-1)
 	f.Close()
 	if err != nil {
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: read directory %s: %w", s.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: read directory %s: %w", s.w.dir, rel, err)
 	}
 	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
 	for _, e := range ents {
@@ -227,12 +228,12 @@ func (s *snapper) visit(dirfd int, rel, name string, isDir, take bool, depth int
 		}
 		for i, g := range s.globs {
 			switch {
-			case g.match(rel, isDir, false):
+			case g.Match(rel, isDir, false):
 				if s.excludedHit[i] == "" {
 					s.excludedHit[i] = runtime.QuoteName(rel)
 				}
 				take = true
-			case isDir && s.excludedUnder[i] == "" && g.mayMatchUnder(rel):
+			case isDir && s.excludedUnder[i] == "" && g.MayMatchUnder(rel):
 				s.excludedUnder[i] = runtime.QuoteName(rel)
 			}
 		}
@@ -243,7 +244,7 @@ func (s *snapper) visit(dirfd int, rel, name string, isDir, take bool, depth int
 	}
 	if !take {
 		for i, g := range s.globs {
-			if g.match(rel, isDir, false) {
+			if g.Match(rel, isDir, false) {
 				s.hits[i]++
 				take = true
 			}
@@ -267,7 +268,7 @@ func (s *snapper) visit(dirfd int, rel, name string, isDir, take bool, depth int
 			s.refuse(rel, "cannot be read: permission denied")
 			return nil
 		}
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: lstat %s: %w", s.w.dir, rel, err)
 	}
 	return s.take(dirfd, rel, name, &st)
 }
@@ -276,7 +277,7 @@ func (s *snapper) visit(dirfd int, rel, name string, isDir, take bool, depth int
 // directory rel (which none matches), so a walk skips what cannot.
 func (s *snapper) mayMatchUnder(rel string) bool {
 	for _, g := range s.globs {
-		if g.mayMatchUnder(rel) {
+		if g.MayMatchUnder(rel) {
 			return true
 		}
 	}
@@ -299,7 +300,7 @@ func (s *snapper) descend(dirfd int, rel, name string, st *unix.Stat_t, take boo
 			s.refuse(rel, "cannot be read: permission denied; nothing under it is copied in")
 			return nil
 		}
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: open %s: %w", s.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: open %s: %w", s.w.dir, rel, err)
 	}
 	if st != nil {
 		var got unix.Stat_t
@@ -346,7 +347,7 @@ func (s *snapper) take(dirfd int, rel, name string, st *unix.Stat_t) error {
 				s.refuse(rel, "changed while it was read; try again")
 				return nil
 			}
-			return errkind.Errorf(api.ErrUnavailable, "workspace %s: readlink %s: %w", s.w.dir, rel, err)
+			return errkind.Errorf(errkind.Unavailable, "workspace %s: readlink %s: %w", s.w.dir, rel, err)
 		}
 		if why := linkOut(rel, target); why != "" {
 			s.refuse(rel, "%s", why)
@@ -404,7 +405,7 @@ func (s *snapper) add(f runtime.InputFile, e Entry) {
 // one is an error, never a silent cut.
 func (s *snapper) count(rel string, size int64) error {
 	if len(s.snap.Files)+1 > s.caps.Files {
-		return errkind.Errorf(api.ErrLimitExceeded, "workspace %s has more than %d entries to copy in (the workspace files cap), at %s: name fewer inputs (the files and directories the run needs) or raise the cap", s.w.dir, s.caps.Files, runtime.QuoteName(rel))
+		return errkind.Errorf(errkind.LimitExceeded, "workspace %s has more than %d entries to copy in (the workspace files cap), at %s: name fewer inputs (the files and directories the run needs) or raise the cap", s.w.dir, s.caps.Files, runtime.QuoteName(rel))
 	}
 	s.bytes += size
 	if s.bytes > s.caps.Bytes {
@@ -414,7 +415,7 @@ func (s *snapper) count(rel string, size int64) error {
 }
 
 func (s *snapper) overBytes(rel string) error {
-	return errkind.Errorf(api.ErrLimitExceeded, "workspace %s has more than %d bytes to copy in (the workspace bytes cap), at %s: name fewer inputs (the files the run needs) or raise the cap", s.w.dir, s.caps.Bytes, runtime.QuoteName(rel))
+	return errkind.Errorf(errkind.LimitExceeded, "workspace %s has more than %d bytes to copy in (the workspace bytes cap), at %s: name fewer inputs (the files the run needs) or raise the cap", s.w.dir, s.caps.Bytes, runtime.QuoteName(rel))
 }
 
 func (s *snapper) readErr(rel string, err error) error {
@@ -429,7 +430,7 @@ func (s *snapper) readErr(rel string, err error) error {
 	case denied(err):
 		s.refuse(rel, "cannot be read: permission denied")
 	default:
-		return errkind.Errorf(api.ErrUnavailable, "workspace %s: read %s: %w", s.w.dir, rel, err)
+		return errkind.Errorf(errkind.Unavailable, "workspace %s: read %s: %w", s.w.dir, rel, err)
 	}
 	return nil
 }

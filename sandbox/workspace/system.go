@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 )
 
 // systemDirs are directories that are the system, not somebody's work: a
@@ -22,12 +21,12 @@ func checkNotSystem(dir string) error {
 	dir = filepath.Clean(dir)
 	for _, s := range systemDirs {
 		if dir == s {
-			return errkind.Errorf(api.ErrDenied, "workspace %s is a system directory, not a project: give the directory of the files the run works on (a project, a folder of documents)", dir)
+			return errkind.Errorf(errkind.Denied, "workspace %s is a system directory, not a project: give the directory of the files the run works on (a project, a folder of documents)", dir)
 		}
 	}
 	for _, p := range pseudoFS {
 		if dir == p || strings.HasPrefix(dir, p+"/") {
-			return errkind.Errorf(api.ErrDenied, "workspace %s is in %s, which holds the system's state, not files to work on: give a directory of your own", dir, p)
+			return errkind.Errorf(errkind.Denied, "workspace %s is in %s, which holds the system's state, not files to work on: give a directory of your own", dir, p)
 		}
 	}
 	return nil

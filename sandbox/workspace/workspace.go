@@ -18,6 +18,7 @@ package workspace
 import (
 	"fmt"
 
+	"github.com/skillbox/skillbox/policy/glob"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
@@ -31,17 +32,6 @@ const (
 	ModeWrite Mode = "write" // files go in; the run's changes come back
 )
 
-// DefaultExcludes are the paths never copied into a run nor written back
-// unless policy lists others: version control, environment files, keys
-// and certificates, key stores. Pattern syntax: see Match.
-var DefaultExcludes = []string{
-	".git/", ".hg/", ".svn/",
-	".env", ".env.*",
-	".ssh/", ".gnupg/", ".aws/", ".kube/", ".docker/",
-	"*.pem", "*.key", "*.crt", "*.cer", "*.der", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.kdbx",
-	"id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
-}
-
 // Caps bound what crosses a workspace in one run; a cap that leaves
 // something out says so (api.WorkspaceFinding), it never truncates silently. Zero
 // fields take the Default* values.
@@ -53,8 +43,8 @@ type Caps struct {
 
 // Options are what a Snapshot and an Apply follow.
 type Options struct {
-	// Excludes are patterns (see Match) of paths neither copied in nor
-	// written back, nor anything under them; nil is DefaultExcludes, an
+	// Excludes are patterns (see glob.Match) of paths neither copied in nor
+	// written back, nor anything under them; nil is glob.DefaultExcludes, an
 	// empty non-nil slice none. A pattern ending in "/" excludes a file of
 	// that name too (the ".git" file of a git worktree).
 	Excludes []string
@@ -148,14 +138,14 @@ func (f *findingList) add(rel, format string, args ...any) {
 	*f.list = append(l, last)
 }
 
-// excludes are o's exclude patterns (DefaultExcludes for nil), checked.
+// excludes are o's exclude patterns (glob.DefaultExcludes for nil), checked.
 func (o Options) excludes() ([]string, error) {
 	excludes := o.Excludes
 	if excludes == nil {
-		excludes = DefaultExcludes
+		excludes = glob.DefaultExcludes
 	}
 	for _, p := range excludes {
-		if err := validatePattern(p, "exclude pattern"); err != nil {
+		if err := glob.Check(p, "exclude pattern"); err != nil {
 			return nil, err
 		}
 	}

@@ -1,4 +1,8 @@
-package workspace
+// Package glob is the language of workspace path patterns: the excludes
+// policy writes and the inputs a caller names are read and checked by this
+// one package, the same way for both, beneath the policy that grants them
+// and the workspace that copies files by them.
+package glob
 
 import (
 	"fmt"
@@ -9,11 +13,18 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 )
 
-// Patterns are shared by policy (workspace excludes) and by callers naming
-// inputs, so they are checked once, here, the same way for both.
+// DefaultExcludes are the paths never copied into a run nor written back
+// unless policy lists others: version control, environment files, keys
+// and certificates, key stores.
+var DefaultExcludes = []string{
+	".git/", ".hg/", ".svn/",
+	".env", ".env.*",
+	".ssh/", ".gnupg/", ".aws/", ".kube/", ".docker/",
+	"*.pem", "*.key", "*.crt", "*.cer", "*.der", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.kdbx",
+	"id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*",
+}
 
 // Match reports whether the slash path rel matches pattern. A path matches
 // when it, or a directory it lies in, matches:
@@ -28,33 +39,33 @@ import (
 //     other rel is taken as a file (its ancestors are directories).
 //
 // A component that is not a valid path.Match pattern matches nothing;
-// check patterns with ValidatePattern first.
+// check patterns with Validate first.
 func Match(pattern, rel string) bool {
 	isDir := strings.HasSuffix(rel, "/")
 	rel = strings.TrimSuffix(rel, "/")
 	if rel == "" {
 		return false
 	}
-	return compile(pattern).match(rel, isDir, true)
+	return Compile(pattern).Match(rel, isDir, true)
 }
 
-// ValidatePattern checks a pattern as Match reads it, for policy and for
+// Validate checks a pattern as Match reads it, for policy and for
 // untrusted inputs: not empty, relative (no leading "/"), no empty, "." or
 // ".." components, valid UTF-8 without control characters, at most
 // runtime.MaxInputPathBytes bytes and runtime.MaxInputDepth components of
 // at most 255 bytes, each a valid path.Match pattern. The error is of kind
-// api.ErrInvalidParams and names the pattern.
-func ValidatePattern(p string) error { return validatePattern(p, "pattern") }
+// errkind.InvalidParams and names the pattern.
+func Validate(p string) error { return Check(p, "pattern") }
 
-// validatePattern is ValidatePattern, its messages naming p a what
-// ("input", "exclude pattern").
-func validatePattern(p, what string) error {
+// Check is Validate, its messages naming p a what ("input", "exclude
+// pattern").
+func Check(p, what string) error {
 	bad := func(why string) error {
-		return errkind.Errorf(api.ErrInvalidParams, "%s %s %s", what, runtime.QuoteName(p), why)
+		return errkind.Errorf(errkind.InvalidParams, "%s %s %s", what, runtime.QuoteName(p), why)
 	}
 	switch {
 	case p == "":
-		return errkind.Errorf(api.ErrInvalidParams, "%s is empty: give a relative path such as \"report.pdf\" or a glob such as \"docs/*.md\"", what)
+		return errkind.Errorf(errkind.InvalidParams, "%s is empty: give a relative path such as \"report.pdf\" or a glob such as \"docs/*.md\"", what)
 	case len(p) > runtime.MaxInputPathBytes:
 		return bad(fmt.Sprintf("is %d bytes long, at most %d", len(p), runtime.MaxInputPathBytes))
 	case !utf8.ValidString(p):
@@ -86,19 +97,20 @@ func validatePattern(p, what string) error {
 	return nil
 }
 
-// hasMeta reports whether p is a glob rather than a literal path.
-func hasMeta(p string) bool { return strings.ContainsAny(p, `*?[\`) }
+// HasMeta reports whether p is a glob rather than a literal path.
+func HasMeta(p string) bool { return strings.ContainsAny(p, `*?[\`) }
 
-// pattern is a compiled Match pattern.
-type pattern struct {
+// Pattern is a compiled Match pattern.
+type Pattern struct {
 	raw     string
 	dirOnly bool     // trailing "/"
 	base    string   // set for a pattern without "/": matched against each component
 	parts   []string // otherwise the components, "**" included
 }
 
-func compile(p string) *pattern {
-	c := &pattern{raw: p, dirOnly: strings.HasSuffix(p, "/")}
+// Compile compiles p, which Validate has checked.
+func Compile(p string) *Pattern {
+	c := &Pattern{raw: p, dirOnly: strings.HasSuffix(p, "/")}
 	body := strings.TrimSuffix(p, "/")
 	if !strings.Contains(body, "/") {
 		c.base = body
@@ -108,17 +120,22 @@ func compile(p string) *pattern {
 	return c
 }
 
-func compileAll(ps []string) []*pattern {
-	out := make([]*pattern, len(ps))
+// CompileAll compiles each of ps.
+func CompileAll(ps []string) []*Pattern {
+	out := make([]*Pattern, len(ps))
 	for i, p := range ps {
-		out[i] = compile(p)
+		out[i] = Compile(p)
 	}
 	return out
 }
 
-// match reports whether rel matches; ancestors says whether rel's parent
-// directories are tried too (a walk that has tried them already says no).
-func (c *pattern) match(rel string, isDir, ancestors bool) bool {
+// String is the pattern as written.
+func (c *Pattern) String() string { return c.raw }
+
+// Match reports whether rel (a directory when isDir) matches; ancestors
+// says whether rel's parent directories are tried too (a walk that has
+// tried them already says no).
+func (c *Pattern) Match(rel string, isDir, ancestors bool) bool {
 	if c.parts == nil {
 		if c.base == "" {
 			return false
@@ -158,10 +175,10 @@ func (c *pattern) match(rel string, isDir, ancestors bool) bool {
 	return false
 }
 
-// mayMatchUnder reports whether c may match a path under the directory
+// MayMatchUnder reports whether c may match a path under the directory
 // dir: a base-name pattern always may; a pattern with "/" may if a
 // beginning of it matches dir's components and some of it is left.
-func (c *pattern) mayMatchUnder(dir string) bool {
+func (c *Pattern) MayMatchUnder(dir string) bool {
 	if c.parts == nil {
 		return c.base != ""
 	}

@@ -1,4 +1,4 @@
-package api
+package replicaname
 
 import (
 	"strconv"
@@ -6,7 +6,7 @@ import (
 	"testing"
 )
 
-func TestCheckReplica(t *testing.T) {
+func TestCheck(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		ok   bool
@@ -15,9 +15,9 @@ func TestCheckReplica(t *testing.T) {
 		{"host.example.com", true},
 		{"skillbox-7d9f8c6b5-x2x4q", true},
 		{"A_1", true},
-		{strings.Repeat("a", MaxReplicaLen), true},
+		{strings.Repeat("a", MaxLen), true},
 		{"", false},
-		{strings.Repeat("a", MaxReplicaLen+1), false},
+		{strings.Repeat("a", MaxLen+1), false},
 		{".", false},
 		{"..", false},
 		{"-x", false},
@@ -27,25 +27,25 @@ func TestCheckReplica(t *testing.T) {
 		{"é", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := CheckReplica(tc.name)
+			err := Check(tc.name)
 			if (err == nil) != tc.ok {
-				t.Fatalf("CheckReplica(%q) = %v, want ok=%v", tc.name, err, tc.ok)
+				t.Fatalf("Check(%q) = %v, want ok=%v", tc.name, err, tc.ok)
 			}
 		})
 	}
 }
 
-// FuzzCheckReplica: a name CheckReplica accepts is one path element that
+// FuzzCheck: a name Check accepts is one path element that
 // stays inside its parent and prints as itself.
-func FuzzCheckReplica(f *testing.F) {
+func FuzzCheck(f *testing.F) {
 	for _, s := range []string{"skillbox-0", "..", "a/b", "a\x00b", ".x", "x.", "é", "A_b.c-1"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		if CheckReplica(s) != nil {
+		if Check(s) != nil {
 			return
 		}
-		if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\\\x00 \n\t") || len(s) > MaxReplicaLen {
+		if s == "" || s == "." || s == ".." || strings.ContainsAny(s, "/\\\x00 \n\t") || len(s) > MaxLen {
 			t.Fatalf("accepted %q", s)
 		}
 		if q := strconv.Quote(s); q[1:len(q)-1] != s {

@@ -1,11 +1,11 @@
-package workspace
+package glob
 
 import (
 	"errors"
 	"strings"
 	"testing"
 
-	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/runtime/errkind"
 )
 
 func TestMatch(t *testing.T) {
@@ -72,7 +72,7 @@ func TestMatchManyDoubleStars(t *testing.T) {
 	}
 }
 
-func TestValidatePattern(t *testing.T) {
+func TestValidate(t *testing.T) {
 	for _, tc := range []struct {
 		name, p, want string // want "" is valid
 	}{
@@ -97,23 +97,23 @@ func TestValidatePattern(t *testing.T) {
 		{"trailing backslash", `a\`, "malformed glob"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := ValidatePattern(tc.p)
+			err := Validate(tc.p)
 			if tc.want == "" {
 				if err != nil {
-					t.Fatalf("ValidatePattern(%q) = %v, want nil", tc.p, err)
+					t.Fatalf("Validate(%q) = %v, want nil", tc.p, err)
 				}
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("ValidatePattern(%q) = %v, want an error containing %q", tc.p, err, tc.want)
+				t.Fatalf("Validate(%q) = %v, want an error containing %q", tc.p, err, tc.want)
 			}
-			if !errors.Is(err, api.ErrInvalidParams) {
-				t.Errorf("ValidatePattern(%q) = %v, not of kind invalid params", tc.p, err)
+			if !errors.Is(err, errkind.InvalidParams) {
+				t.Errorf("Validate(%q) = %v, not of kind invalid params", tc.p, err)
 			}
 		})
 	}
 	for _, p := range DefaultExcludes {
-		if err := ValidatePattern(p); err != nil {
+		if err := Validate(p); err != nil {
 			t.Errorf("DefaultExcludes: %v", err)
 		}
 	}
@@ -135,8 +135,8 @@ func TestMayMatchUnder(t *testing.T) {
 		{"d*/sub/", "dx/sub", false}, // it matches there; nothing under it is left to match
 		{"a/**", "a/b", true},
 	} {
-		if got := compile(tc.pattern).mayMatchUnder(tc.dir); got != tc.want {
-			t.Errorf("mayMatchUnder(%q, %q) = %v, want %v", tc.pattern, tc.dir, got, tc.want)
+		if got := Compile(tc.pattern).MayMatchUnder(tc.dir); got != tc.want {
+			t.Errorf("MayMatchUnder(%q, %q) = %v, want %v", tc.pattern, tc.dir, got, tc.want)
 		}
 	}
 }
