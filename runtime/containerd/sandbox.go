@@ -162,7 +162,7 @@ func (s *sandbox) newTask(ctx context.Context, job runtime.Job, stdin io.Reader,
 	if err := s.b.SpecFor(job, s.opts); err != nil {
 		return nil, err
 	}
-	ropts, err := s.c.runtimeOptions(job.Network || job.Egress != nil)
+	ropts, err := s.c.runtimeOptions(job.Sandbox.Network || job.Sandbox.Egress != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +243,7 @@ func (s *sandbox) Start(ctx context.Context) error {
 	}
 	s.initIn = inW
 	s.initStdin = &eofReader{r: inR, eof: make(chan struct{})}
-	exit, err := s.newTask(ctx, runtime.JobOf(s.spec, runtime.Invocation{Args: argv, Limits: s.spec.Limits}), s.initStdin, st)
+	exit, err := s.newTask(ctx, s.spec.ProcessJob(argv...), s.initStdin, st)
 	if err != nil {
 		inR.Close()
 		return err
@@ -284,7 +284,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 	if err != nil {
 		return err
 	}
-	s.lim = job.Limits
+	s.lim = job.Limits()
 	// The deadline holds without the daemon: the task outlives it in its
 	// shim, so its watchdog (started by Start for a warm sandbox) removes
 	// it at the deadline unless Destroy released it.
@@ -307,7 +307,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		s.started = time.Now()
 		process.FeedAndClose(in, msg)
 		s.streams, s.initStreams = s.initStreams, nil
-		s.streams.Drain(s.lim, job.Stdout, job.Stderr)
+		s.streams.Drain(s.lim, job.Invocation.Stdout, job.Invocation.Stderr)
 		s.exit, s.proc = s.initExit, s.task
 		s.closeStdinAtEOF(s.initStdin)
 	case runtime.BootCold:
@@ -418,8 +418,8 @@ func (s *sandbox) jobIO(job runtime.Job) (*process.Streams, *eofReader, error) {
 		return nil, nil, err
 	}
 	s.streams = st
-	st.Drain(s.lim, job.Stdout, job.Stderr)
-	return st, s.stdinOf(job.Stdin), nil
+	st.Drain(s.lim, job.Invocation.Stdout, job.Invocation.Stderr)
+	return st, s.stdinOf(job.Invocation.Stdin), nil
 }
 
 // eofReader says when its reader is used up.

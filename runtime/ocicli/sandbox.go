@@ -123,7 +123,7 @@ func (e *engine) create(ctx context.Context, spec runtime.SandboxSpec) (_ runtim
 		return nil, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
 	}
 	spec.Limits = spec.Limits.WithDefaults()
-	probe := runtime.JobOf(spec, runtime.Invocation{Args: []string{"true"}, Limits: spec.Limits})
+	probe := spec.ProcessJob("true")
 	if err := runtime.ValidateJob(probe); err != nil {
 		return nil, err
 	}
@@ -198,7 +198,7 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 			argv = reportingSupervisor()
 		}
 	}
-	if err := s.b.SpecFor(runtime.JobOf(s.spec, runtime.Invocation{Args: argv, Env: nil, Limits: s.spec.Limits}), s.opts); err != nil {
+	if err := s.b.SpecFor(s.spec.ProcessJob(argv...), s.opts); err != nil {
 		return err
 	}
 	ps, err := process.MakePipes(3)
@@ -406,9 +406,9 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) (err erro
 	if err != nil {
 		return err
 	}
-	s.lim = job.Limits
-	s.outCap = oci.NewCapture(s.lim.StdoutBytes, job.Stdout)
-	s.errCap = oci.NewCapture(s.lim.StderrBytes, job.Stderr)
+	s.lim = job.Limits()
+	s.outCap = oci.NewCapture(s.lim.StdoutBytes, job.Invocation.Stdout)
+	s.errCap = oci.NewCapture(s.lim.StderrBytes, job.Invocation.Stderr)
 	// The deadline holds without us: from here on the job may run.
 	if s.wd, err = process.StartWatchdog(s.spec.ID, s.cgPath, time.Now().Add(s.lim.Timeout+s.e.grace+process.WatchdogSlack), filepath.Join(s.b.Dir, oci.BundleWatchdogLog)); err != nil {
 		return err
@@ -434,7 +434,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) (err erro
 		if err := s.b.SpecFor(job, s.opts); err != nil {
 			return err
 		}
-		if err := s.startJob(job.Stdin, func(in, out, errw *os.File) error {
+		if err := s.startJob(job.Invocation.Stdin, func(in, out, errw *os.File) error {
 			if err := s.startRun(in, out, errw); err != nil {
 				return err
 			}
@@ -451,7 +451,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) (err erro
 		if err := s.b.WriteJSON(execProcessFile, spec.Process); err != nil {
 			return err
 		}
-		if err := s.startJob(job.Stdin, func(in, out, errw *os.File) error {
+		if err := s.startJob(job.Invocation.Stdin, func(in, out, errw *os.File) error {
 			defer func() {
 				for _, f := range []*os.File{in, out, errw} {
 					if f != nil {

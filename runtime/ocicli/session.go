@@ -218,7 +218,7 @@ func (e *engine) prepareSession(ctx context.Context, spec runtime.SandboxSpec) (
 	if err := oci.MakePrivateDir(e.cli.root, e.name+" state dir"); err != nil {
 		return nil, err
 	}
-	probe := runtime.JobOf(spec, runtime.Invocation{Args: sessionArgv(), Limits: spec.Limits})
+	probe := spec.ProcessJob(sessionArgv()...)
 	opts := e.d.specOptions(probe)
 	b, err := oci.NewSandboxBundle(spec, e.runDir, opts)
 	if err != nil {
@@ -390,7 +390,7 @@ func (e *engine) sessionIdentity(ctx context.Context, sp *specs.Spec, spec runti
 // sandbox spec would make, without making it.
 func (e *engine) sessionSpecIdentity(ctx context.Context, spec runtime.SandboxSpec) (runtime.SandboxIdentity, error) {
 	spec.Limits = spec.Limits.WithDefaults()
-	probe := runtime.JobOf(spec, runtime.Invocation{Args: sessionArgv(), Limits: spec.Limits})
+	probe := spec.ProcessJob(sessionArgv()...)
 	opts := e.d.specOptions(probe)
 	opts.WorkdirSource, opts.HostsSource = "/placeholder/work", "/placeholder/hosts"
 	sp, err := oci.BuildSpec(probe, opts)
@@ -622,15 +622,15 @@ func (s *sessionSandbox) request(ctx context.Context, runID string, inv runtime.
 	if err != nil {
 		return supervisor.Request{}, runtime.Job{}, err
 	}
-	env, err := runtime.ContainerEnv(job.Env)
+	env, err := runtime.ContainerEnv(job.Invocation.Env)
 	if err != nil {
 		return supervisor.Request{}, runtime.Job{}, err
 	}
-	if err := s.b.WriteSessionInputs(job.Files); err != nil {
+	if err := s.b.WriteSessionInputs(job.Invocation.Files); err != nil {
 		return supervisor.Request{}, runtime.Job{}, err
 	}
-	req := supervisor.Request{Op: supervisor.OpRun, ID: runID, Argv: job.Args, Env: append(env, job.ModuleEnv...),
-		Cwd: runtime.WorkDir, Stdin: job.Stdin, Python: runtime.PythonInvocation(job.Args)}
+	req := supervisor.Request{Op: supervisor.OpRun, ID: runID, Argv: job.Invocation.Args, Env: append(env, job.Invocation.ModuleEnv...),
+		Cwd: runtime.WorkDir, Stdin: job.Invocation.Stdin, Python: runtime.PythonInvocation(job.Invocation.Args)}
 	return req, job, nil
 }
 
@@ -641,13 +641,13 @@ func (s *sessionSandbox) Run(ctx context.Context, runID string, inv runtime.Invo
 	if err != nil {
 		return nil, err
 	}
-	lim := job.Limits
+	lim := job.Limits()
 	before, err := s.b.WorkdirState()
 	if err != nil {
 		return nil, err
 	}
 	cgBefore := process.ReadCgroupEvents(s.cgPath)
-	outCap, errCap := oci.NewCapture(lim.StdoutBytes, job.Stdout), oci.NewCapture(lim.StderrBytes, job.Stderr)
+	outCap, errCap := oci.NewCapture(lim.StdoutBytes, job.Invocation.Stdout), oci.NewCapture(lim.StderrBytes, job.Invocation.Stderr)
 	outR, outW := io.Pipe()
 	errR, errW := io.Pipe()
 	go outCap.Drain(outR)
