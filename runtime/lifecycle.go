@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/skillbox/skillbox/runtime/egress"
@@ -211,6 +212,29 @@ func DeliverAndWait(ctx context.Context, sb Sandbox, inv Invocation) (*Result, e
 	}
 	span.End(sp, err, "")
 	return res, err
+}
+
+// LifecycleBoots are the boot modes of Lifecycle.Create; a session
+// sandbox has BootSession (SessionBackend).
+var LifecycleBoots = []BootMode{BootCold, BootPython, BootExec}
+
+// CheckSpec is the first step of every backend's Create, as Accept is of
+// its Deliver: spec boots in one of boots, ctx is not done, and the
+// sandbox's part of a job is valid (a placeholder argv standing for the
+// job to come). It returns spec with DefaultLimits for the limits it
+// leaves zero.
+func CheckSpec(ctx context.Context, spec SandboxSpec, boots ...BootMode) (SandboxSpec, error) {
+	if !slices.Contains(boots, spec.Boot) {
+		return spec, errkind.Errorf(ErrInvalidJob, "unknown boot mode %q", spec.Boot)
+	}
+	if err := ctx.Err(); err != nil {
+		return spec, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	if err := ValidateJob(spec.ProcessJob("true")); err != nil {
+		return spec, err
+	}
+	return spec, nil
 }
 
 // Accept checks that inv may be delivered into a sandbox made from spec,

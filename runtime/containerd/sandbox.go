@@ -95,31 +95,20 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 	if err != nil {
 		return nil, err
 	}
-	switch spec.Boot {
-	case runtime.BootCold, runtime.BootPython, runtime.BootExec:
-	default:
-		return nil, errkind.Errorf(runtime.ErrInvalidJob, "unknown boot mode %q", spec.Boot)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
+	if spec, err = runtime.CheckSpec(ctx, spec, runtime.LifecycleBoots...); err != nil {
+		return nil, err
 	}
 	cl, err := c.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	spec.Limits = spec.Limits.WithDefaults()
 	b, err := oci.NewSandboxBundle(spec, c.opts.RunDir, c.specOpts)
 	if err != nil {
 		return nil, err
 	}
 	s := &sandbox{c: c, cl: cl, spec: spec, b: b, cg: oci.CgroupParent + "/" + spec.ID, version: version, done: make(chan struct{}), opts: c.specOpts}
 	s.lifeCtx, s.lifeCancel = context.WithCancel(s.ctx(context.Background()))
-	c.mu.Lock()
-	if c.live == nil {
-		c.live = map[string]*sandbox{}
-	}
-	c.live[spec.ID] = s
-	c.mu.Unlock()
+	c.live.Add(s)
 	defer func() {
 		if err != nil {
 			_ = s.Destroy(ctx)
@@ -129,11 +118,6 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 		leases.WithLabels(map[string]string{LabelRunDir: b.Dir})); err != nil {
 		return nil, fmt.Errorf("create containerd lease %s: %w", spec.ID, err)
 	}
-	if spec.Egress != nil {
-		if s.eg, err = process.StartEgress(ctx, spec, b.Dir, &s.opts); err != nil {
-			return nil, err
-		}
-	}
 	if c.gvisor {
 		// runsc joins an existing cgroup and leaves it (and so its OOM
 		// and pids counters) in place; runc makes it from the spec.
@@ -141,10 +125,8 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 			return nil, err
 		}
 	}
-	if spec.Background {
-		if err := process.SetBackgroundWeight(s.cg, true); err != nil {
-			c.log.Debug("lowering the CPU weight of a booting sandbox failed", "id", spec.ID, "error", err)
-		}
+	if s.eg, err = process.SetUp(ctx, spec, b, s.cg, &s.opts, c.log); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -535,9 +517,7 @@ func (s *sandbox) Destroy(context.Context) error {
 		close(s.done)
 		s.destroyErr = s.teardown()
 		s.lifeCancel()
-		s.c.mu.Lock()
-		delete(s.c.live, s.spec.ID)
-		s.c.mu.Unlock()
+		s.c.live.Remove(s.spec.ID)
 	})
 	return s.destroyErr
 }

@@ -63,9 +63,6 @@ var _ runtime.Sandbox = (*podSandbox)(nil)
 
 // Create makes the pod of spec; it does not wait for it to run (Start).
 func (k *Kubernetes) Create(ctx context.Context, spec runtime.SandboxSpec) (runtime.Sandbox, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
-	}
 	if spec.Egress != nil {
 		// Refused before a pod is made for nothing.
 		if err := k.canEgress(); err != nil {
@@ -77,12 +74,13 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.SandboxSpec) (runt
 		// (RootFS) is not used here, and need not exist.
 		spec.RootFS = "/"
 	}
+	spec, err := runtime.CheckSpec(ctx, spec, runtime.LifecycleBoots...)
+	if err != nil {
+		return nil, err
+	}
 	// The pod is made from the sandbox's part of a job: a placeholder
 	// argv stands for the job to come, which Deliver validates.
 	shell := spec.ProcessJob("true")
-	if err := runtime.ValidateJob(shell); err != nil {
-		return nil, err
-	}
 	image, err := k.nodeImage(ctx, shell)
 	if err != nil {
 		return nil, err

@@ -214,7 +214,9 @@ func (e *engine) prepareSession(ctx context.Context, spec runtime.SandboxSpec) (
 	if spec.RootFS == "" {
 		return nil, errkind.Errorf(runtime.ErrUnavailable, "image %q is the registry image %s, which only the containerd runtime runs", spec.Image.Name, spec.Image.Ref)
 	}
-	spec.Limits = spec.Limits.WithDefaults()
+	if spec, err = runtime.CheckSpec(ctx, spec, runtime.BootSession); err != nil {
+		return nil, err
+	}
 	if err := oci.MakePrivateDir(e.cli.root, e.name+" state dir"); err != nil {
 		return nil, err
 	}
@@ -227,12 +229,7 @@ func (e *engine) prepareSession(ctx context.Context, spec runtime.SandboxSpec) (
 	s := &sessionSandbox{e: e, spec: spec, version: version, opts: opts, b: b, cgPath: e.cgParent + "/" + spec.ID,
 		bg: map[string]*runtime.BackgroundRun{}, done: make(chan struct{}), stderr: &tailBuffer{max: 8 << 10}}
 	s.lifeCtx, s.lifeCancel = context.WithCancel(context.Background())
-	e.mu.Lock()
-	if e.sessions == nil {
-		e.sessions = map[string]*sessionSandbox{}
-	}
-	e.sessions[spec.ID] = s
-	e.mu.Unlock()
+	e.sessions.Add(s)
 	defer func() {
 		if err != nil {
 			_ = s.Destroy(ctx)
@@ -847,9 +844,7 @@ func (s *sessionSandbox) destroyLocked() error {
 	}
 	s.destroyOnce.Do(func() {
 		s.destroyErr = s.teardown()
-		s.e.mu.Lock()
-		delete(s.e.sessions, s.spec.ID)
-		s.e.mu.Unlock()
+		s.e.sessions.Remove(s.spec.ID)
 		s.markDone()
 	})
 	return s.destroyErr
