@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -68,5 +69,38 @@ func goldenJob() Job {
 			Args: []string{"python3", "/skill/scripts/extract.py", "in.pdf"},
 			Env:  []string{"FOO=bar", "LANG=de_DE.UTF-8"},
 		},
+	}
+}
+
+func TestCheckSpec(t *testing.T) {
+	spec := goldenJob().Sandbox
+	spec.Boot = BootPython
+	spec.Limits = Limits{MemoryBytes: 64 << 20}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name  string
+		ctx   context.Context
+		spec  func(s *SandboxSpec)
+		boots []BootMode
+		want  error
+	}{
+		{"valid", context.Background(), func(*SandboxSpec) {}, LifecycleBoots, nil},
+		{"boot mode not offered", context.Background(), func(s *SandboxSpec) { s.Boot = BootSession }, LifecycleBoots, ErrInvalidJob},
+		{"unknown boot mode", context.Background(), func(s *SandboxSpec) { s.Boot = "warm" }, LifecycleBoots, ErrInvalidJob},
+		{"invalid sandbox part", context.Background(), func(s *SandboxSpec) { s.RootFS = "rootfs" }, LifecycleBoots, ErrInvalidJob},
+		{"ctx done", cancelled, func(*SandboxSpec) {}, LifecycleBoots, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := spec
+			tc.spec(&s)
+			got, err := CheckSpec(tc.ctx, s, tc.boots...)
+			if !errors.Is(err, tc.want) || (tc.want != nil) == (err == nil) {
+				t.Fatalf("CheckSpec = %v, want %v", err, tc.want)
+			}
+			if err == nil && got.Limits != (Limits{MemoryBytes: 64 << 20}).WithDefaults() {
+				t.Errorf("limits %+v, want the spec's with the defaults", got.Limits)
+			}
+		})
 	}
 }
