@@ -209,7 +209,7 @@ func TestPoolOverContainerd(t *testing.T) {
 					t.Error(err)
 				}
 			}()
-			job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: args, Limits: runtime.Limits{Timeout: time.Minute}}
+			job := runtime.Job{Sandbox: runtime.SandboxSpec{ID: newID(), RootFS: rootfs, SkillDir: dir}, Invocation: runtime.Invocation{Args: args, Limits: runtime.Limits{Timeout: time.Minute}}}
 			key := bootWarm(t, pool, job, "hello")
 			res, err := pool.Run(context.Background(), key, job)
 			if err != nil {
@@ -320,7 +320,7 @@ func TestContainerdRunsFromSnapshot(t *testing.T) {
 	removeImage(t, ref.Name)
 	script := "echo from-snapshot; if touch /probe 2>/dev/null; then echo rootfs-writable; fi; echo out > /work/out.txt; exit 3"
 	t.Run("cold", func(t *testing.T) {
-		job := runtime.Job{ID: newID(), RootFS: rootfs, Image: ref, Args: []string{"/bin/sh", "-c", script}, Limits: runtime.Limits{Timeout: time.Minute}}
+		job := runtime.Job{Sandbox: runtime.SandboxSpec{ID: newID(), RootFS: rootfs, Image: ref}, Invocation: runtime.Invocation{Args: []string{"/bin/sh", "-c", script}, Limits: runtime.Limits{Timeout: time.Minute}}}
 		res, err := rt.Run(context.Background(), job)
 		if err != nil {
 			t.Fatal(err)
@@ -380,8 +380,10 @@ func TestContainerdRunsFromSnapshot(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := 0; i < 2; i++ { // the second run finds the image made
-			job := runtime.Job{ID: newID(), RootFS: rootfs, Image: ref, DepsDir: tree, Limits: runtime.Limits{Timeout: time.Minute},
-				Args: []string{"/bin/sh", "-c", "cat /opt/python/link.txt; grep -c ' /opt ' /proc/self/mountinfo; touch /opt/python/x 2>/dev/null && echo writable; true"}}
+			job := runtime.Job{
+				Sandbox:    runtime.SandboxSpec{ID: newID(), RootFS: rootfs, Image: ref, DepsDir: tree},
+				Invocation: runtime.Invocation{Limits: runtime.Limits{Timeout: time.Minute}, Args: []string{"/bin/sh", "-c", "cat /opt/python/link.txt; grep -c ' /opt ' /proc/self/mountinfo; touch /opt/python/x 2>/dev/null && echo writable; true"}},
+			}
 			res, err := rt.Run(context.Background(), job)
 			if err != nil {
 				t.Fatal(err)
@@ -429,7 +431,7 @@ func TestContainerdImportRightAfterRemove(t *testing.T) {
 			removeImage(t, ref.Name)
 			rt, _ := newBackend(t, rtcontainerd.Name)
 			defer rt.(runtime.Lifecycle).Close(context.Background())
-			job := runtime.Job{ID: newID(), RootFS: rootfs, Image: ref, Args: []string{"/bin/sh", "-c", "echo ok"}, Limits: runtime.Limits{Timeout: time.Minute}}
+			job := runtime.Job{Sandbox: runtime.SandboxSpec{ID: newID(), RootFS: rootfs, Image: ref}, Invocation: runtime.Invocation{Args: []string{"/bin/sh", "-c", "echo ok"}, Limits: runtime.Limits{Timeout: time.Minute}}}
 			res, err := rt.Run(context.Background(), job)
 			if err != nil {
 				t.Fatal(err)

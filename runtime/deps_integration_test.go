@@ -35,10 +35,8 @@ func TestDepsLayerMount(t *testing.T) {
 			for _, mode := range []string{"cold", "warm"} {
 				t.Run(mode, func(t *testing.T) {
 					job := runtime.Job{
-						ID: newID(), RootFS: rootfs, SkillDir: dir, DepsDir: layer,
-						Args:      []string{"python3", runtime.SkillMount + "/scripts/use.py"},
-						ModuleEnv: runtime.WithDepsPath(runtime.ModulePathEnv("python", "scripts/use.py"), "python"),
-						Limits:    runtime.Limits{Timeout: 60 * time.Second},
+						Sandbox:    runtime.SandboxSpec{ID: newID(), RootFS: rootfs, SkillDir: dir, DepsDir: layer},
+						Invocation: runtime.Invocation{Args: []string{"python3", runtime.SkillMount + "/scripts/use.py"}, ModuleEnv: runtime.WithDepsPath(runtime.ModulePathEnv("python", "scripts/use.py"), "python"), Limits: runtime.Limits{Timeout: 60 * time.Second}},
 					}
 					var res *runtime.Result
 					var err error
@@ -54,7 +52,7 @@ func TestDepsLayerMount(t *testing.T) {
 					if res.ExitCode != 0 || !strings.Contains(out, "from the layer") || !strings.Contains(out, "refused") || strings.Contains(out, "wrote") {
 						t.Errorf("exit %d stdout %q stderr %q", res.ExitCode, out, clip(res.Stderr))
 					}
-					assertClean(t, name, opts, job.ID)
+					assertClean(t, name, opts, job.Sandbox.ID)
 				})
 			}
 		})

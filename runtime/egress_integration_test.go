@@ -136,10 +136,8 @@ func TestEgress(t *testing.T) {
 			log := &attemptLog{}
 			id := newID()
 			res, err := rt.Run(context.Background(), runtime.Job{
-				ID: id, RootFS: rootfs, SkillDir: skill,
-				Args:   []string{"python3", "/skill/scripts/probe.py", port, tport},
-				Egress: egressConfig(t, log, "allowed.test:"+port, "secure.test:"+tport),
-				Limits: runtime.Limits{Timeout: 120e9},
+				Sandbox:    runtime.SandboxSpec{ID: id, RootFS: rootfs, SkillDir: skill, Egress: egressConfig(t, log, "allowed.test:"+port, "secure.test:"+tport)},
+				Invocation: runtime.Invocation{Args: []string{"python3", "/skill/scripts/probe.py", port, tport}, Limits: runtime.Limits{Timeout: 120e9}},
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -254,9 +252,9 @@ import time; time.sleep(60)
 				cfg := egressConfig(t, log, "allowed.test:"+port)
 				id := newID()
 				res, err := rt.Run(context.Background(), runtime.Job{
-					ID: id, RootFS: rootfs, SkillDir: skill,
-					Args:   []string{"python3", "/skill/scripts/caps.py", port, tc.post},
-					Egress: cfg, Limits: runtime.Limits{Timeout: 120e9, EgressConnections: tc.conns, EgressBytesOut: tc.bytes},
+					Sandbox: runtime.SandboxSpec{ID: id, RootFS: rootfs, SkillDir: skill, Egress: cfg,
+						Limits: runtime.Limits{EgressConnections: tc.conns, EgressBytesOut: tc.bytes}},
+					Invocation: runtime.Invocation{Args: []string{"python3", "/skill/scripts/caps.py", port, tc.post}, Limits: runtime.Limits{Timeout: 120e9}},
 				})
 				if err != nil {
 					t.Fatal(err)
@@ -364,9 +362,8 @@ func TestEgressSecret(t *testing.T) {
 			cfg.Secrets = []egress.Secret{{Name: "API_TOKEN", Value: secret, Hosts: []string{"example.com"}, Header: "Authorization: Bearer %s"}}
 			id := newID()
 			res, err := rt.Run(context.Background(), runtime.Job{
-				ID: id, RootFS: rootfs, SkillDir: skill,
-				Args:   []string{"python3", "/skill/scripts/secret.py", tu.Port(), "API_TOKEN", secret[:10], secret[10:]},
-				Egress: cfg, Limits: runtime.Limits{Timeout: 120e9},
+				Sandbox:    runtime.SandboxSpec{ID: id, RootFS: rootfs, SkillDir: skill, Egress: cfg},
+				Invocation: runtime.Invocation{Args: []string{"python3", "/skill/scripts/secret.py", tu.Port(), "API_TOKEN", secret[:10], secret[10:]}, Limits: runtime.Limits{Timeout: 120e9}},
 			})
 			if err != nil {
 				t.Fatal(err)

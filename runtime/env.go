@@ -242,7 +242,7 @@ func truncateForError(s string) string {
 // A script at the skill root, or a directory that cannot be a path list
 // element (it holds ':' or is not a clean relative path), adds only the root.
 //
-// The result goes into Job.ModuleEnv, not Job.Env: callers may never set
+// The result goes into Invocation.ModuleEnv, not Invocation.Env: callers may never set
 // these names (ContainerEnv refuses them), the service sets them to paths
 // inside the read-only skill mount.
 func ModulePathEnv(family, scriptRel string) []string {
@@ -275,10 +275,10 @@ func ModulePathEnvDirs(family string, dirs ...string) []string {
 	return []string{name + "=" + strings.Join(dirs, ":")}
 }
 
-// moduleEnvNames are the only names Job.ModuleEnv may set.
+// moduleEnvNames are the only names Invocation.ModuleEnv may set.
 var moduleEnvNames = map[string]bool{"PYTHONPATH": true, "NODE_PATH": true}
 
-// validateModuleEnv checks Job.ModuleEnv: each of moduleEnvNames at most
+// validateModuleEnv checks Invocation.ModuleEnv: each of moduleEnvNames at most
 // once, every element an absolute, clean path in the container.
 func validateModuleEnv(env []string) error {
 	seen := map[string]bool{}

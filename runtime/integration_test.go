@@ -234,7 +234,7 @@ func runCases(t *testing.T, name, rootfs string, secret runtimetest.HostSecret, 
 		Env:     runtimetest.CaseEnv{Backend: name, Kernel: kernelOf(name), Secret: secret, EnvVal: envVal, Rootless: opts.Rootless},
 		RootFS:  rootfs,
 		NewID:   newID,
-		After:   func(t *testing.T, job runtime.Job) { assertClean(t, name, opts, job.ID) },
+		After:   func(t *testing.T, job runtime.Job) { assertClean(t, name, opts, job.Sandbox.ID) },
 	}.Run(t, runtimetest.Cold, runtimetest.Warm)
 }
 
@@ -277,12 +277,12 @@ func TestInvalidJobStartsNothing(t *testing.T) {
 			rt, opts := newBackend(t, name)
 			dir := makeSkill(t, nil)
 			for _, env := range [][]string{{"LD_PRELOAD=/work/x.so"}, {"PYTHONPATH=/work"}, {"BAD NAME=1"}} {
-				job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"true"}, Env: env}
+				job := runtime.Job{Sandbox: runtime.SandboxSpec{ID: newID(), RootFS: rootfs, SkillDir: dir}, Invocation: runtime.Invocation{Args: []string{"true"}, Env: env}}
 				_, err := rt.Run(context.Background(), job)
 				if !errors.Is(err, runtime.ErrInvalidJob) {
 					t.Errorf("env %v: err %v, want ErrInvalidJob", env, err)
 				}
-				assertClean(t, name, opts, job.ID)
+				assertClean(t, name, opts, job.Sandbox.ID)
 			}
 			// Input names that would leave the workdir, or that are not
 			// printable, are refused before anything is made.
@@ -295,27 +295,27 @@ func TestInvalidJobStartsNothing(t *testing.T) {
 				{{Name: "nul\x00.txt", Data: []byte("x")}},
 				{{Name: "l", Kind: runtime.InputSymlink, Target: "/etc"}, {Name: "l/cron.d/evil", Data: []byte("x")}},
 			} {
-				job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"true"}, Files: files}
+				job := runtime.Job{Sandbox: runtime.SandboxSpec{ID: newID(), RootFS: rootfs, SkillDir: dir}, Invocation: runtime.Invocation{Args: []string{"true"}, Files: files}}
 				_, err := rt.Run(context.Background(), job)
 				if !errors.Is(err, runtime.ErrInvalidJob) {
 					t.Errorf("files %q: err %v, want ErrInvalidJob", files[len(files)-1].Name, err)
 				}
-				assertClean(t, name, opts, job.ID)
+				assertClean(t, name, opts, job.Sandbox.ID)
 			}
 			// An image without the /etc/hosts mount point is refused, not
 			// run with localhost unresolvable.
 			bare := t.TempDir()
-			job0 := runtime.Job{ID: newID(), RootFS: bare, SkillDir: dir, Args: []string{"true"}}
+			job0 := runtime.Job{Sandbox: runtime.SandboxSpec{ID: newID(), RootFS: bare, SkillDir: dir}, Invocation: runtime.Invocation{Args: []string{"true"}}}
 			if _, err := rt.Run(context.Background(), job0); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "/etc/hosts") {
 				t.Errorf("rootfs without /etc/hosts: err %v, want ErrUnavailable naming /etc/hosts", err)
 			}
-			assertClean(t, name, opts, job0.ID)
+			assertClean(t, name, opts, job0.Sandbox.ID)
 			// Network without a configured namespace is refused, not faked.
-			job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"true"}, Network: true}
+			job := runtime.Job{Sandbox: runtime.SandboxSpec{ID: newID(), RootFS: rootfs, SkillDir: dir, Network: true}, Invocation: runtime.Invocation{Args: []string{"true"}}}
 			if _, err := rt.Run(context.Background(), job); !errors.Is(err, runtime.ErrUnavailable) {
 				t.Errorf("network without netns: err %v, want ErrUnavailable", err)
 			}
-			assertClean(t, name, opts, job.ID)
+			assertClean(t, name, opts, job.Sandbox.ID)
 		})
 	}
 }
@@ -328,12 +328,21 @@ func TestCancelKills(t *testing.T) {
 			marker := "skillbox-marker-" + randomHex(8)
 			dir := makeSkill(t, map[string]string{"scripts/sleep.py": "import sys, time\nprint('up', flush=True)\ntime.sleep(1000)\n"})
 			ctx, cancel := context.WithCancel(context.Background())
-			job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"python3", "/skill/scripts/sleep.py", marker},
-				Stdout: sinkFunc(func(p []byte) {
-					if bytes.Contains(p, []byte("up")) {
-						cancel()
-					}
-				})}
+			job := runtime.Job{
+				Sandbox: runtime.SandboxSpec{
+					ID:       newID(),
+					RootFS:   rootfs,
+					SkillDir: dir,
+				},
+				Invocation: runtime.Invocation{
+					Args: []string{"python3", "/skill/scripts/sleep.py", marker},
+					Stdout: sinkFunc(func(p []byte) {
+						if bytes.Contains(p, []byte("up")) {
+							cancel()
+						}
+					}),
+				},
+			}
 			res, err := rt.Run(ctx, job)
 			cancel()
 			if err != nil {
@@ -345,7 +354,7 @@ func TestCancelKills(t *testing.T) {
 			if left := hostProcsWith(marker); len(left) > 0 {
 				t.Errorf("processes left: %v", left)
 			}
-			assertClean(t, name, opts, job.ID)
+			assertClean(t, name, opts, job.Sandbox.ID)
 		})
 	}
 }
@@ -377,8 +386,10 @@ func TestOutputFloodMemoryBounded(t *testing.T) {
 			var before, after goruntime.MemStats
 			goruntime.GC()
 			goruntime.ReadMemStats(&before)
-			job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"bash", "/skill/scripts/flood.sh"},
-				Limits: runtime.Limits{StdoutBytes: 1 << 20, Timeout: 120 * time.Second}}
+			job := runtime.Job{
+				Sandbox:    runtime.SandboxSpec{ID: newID(), RootFS: rootfs, SkillDir: dir},
+				Invocation: runtime.Invocation{Args: []string{"bash", "/skill/scripts/flood.sh"}, Limits: runtime.Limits{StdoutBytes: 1 << 20, Timeout: 120 * time.Second}},
+			}
 			res, err := rt.Run(context.Background(), job)
 			if err != nil {
 				t.Fatal(err)
@@ -392,7 +403,7 @@ func TestOutputFloodMemoryBounded(t *testing.T) {
 			if grew := after.TotalAlloc - before.TotalAlloc; grew > 32<<20 {
 				t.Errorf("allocated %d MiB while draining a capped flood", grew>>20)
 			}
-			assertClean(t, name, opts, job.ID)
+			assertClean(t, name, opts, job.Sandbox.ID)
 		})
 	}
 }
@@ -412,9 +423,10 @@ func TestConcurrentRuns(t *testing.T) {
 				wg.Add(1)
 				go func(i int) {
 					defer wg.Done()
-					job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir,
-						Args:  []string{"python3", "/skill/scripts/echo.py", fmt.Sprint(i)},
-						Files: []runtime.InputFile{{Name: "in.txt", Data: []byte(fmt.Sprintf("run-%d:", i))}}}
+					job := runtime.Job{
+						Sandbox:    runtime.SandboxSpec{ID: newID(), RootFS: rootfs, SkillDir: dir},
+						Invocation: runtime.Invocation{Args: []string{"python3", "/skill/scripts/echo.py", fmt.Sprint(i)}, Files: []runtime.InputFile{{Name: "in.txt", Data: []byte(fmt.Sprintf("run-%d:", i))}}},
+					}
 					res, err := rt.Run(context.Background(), job)
 					if err != nil {
 						errs <- err
@@ -525,24 +537,31 @@ func crashHelper(spec string) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	job := runtime.Job{ID: id, RootFS: rootfs, SkillDir: skill,
-		Args: []string{"python3", "/skill/scripts/sleep.py", marker},
-		Stdout: sinkFunc(func(p []byte) {
-			if mode == "up" && bytes.Contains(p, []byte("up")) {
-				fmt.Println("crashing now")
-				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			}
-		}),
-		Limits: runtime.Limits{Timeout: 10 * time.Minute},
+	job := runtime.Job{
+		Sandbox: runtime.SandboxSpec{
+			ID:       id,
+			RootFS:   rootfs,
+			SkillDir: skill,
+		},
+		Invocation: runtime.Invocation{
+			Args: []string{"python3", "/skill/scripts/sleep.py", marker},
+			Stdout: sinkFunc(func(p []byte) {
+				if mode == "up" && bytes.Contains(p, []byte("up")) {
+					fmt.Println("crashing now")
+					_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				}
+			}),
+			Limits: runtime.Limits{Timeout: 10 * time.Minute},
+		},
 	}
 	if mode == "egress-up" {
-		job.Egress, mode = &egress.Config{}, "up"
+		job.Sandbox.Egress, mode = &egress.Config{}, "up"
 	}
 	if mode == "image-up" {
 		// A sandbox on a snapshot of a store image (containerd): its
 		// name, digest and layout follow.
-		job.Image = runtime.ImageRef{Name: f[8], Digest: f[9], Layout: f[10]}
-		job.SkillDir, job.Args, mode = "", []string{"/bin/sh", "-c", "echo up; exec sleep 1000", marker}, "up"
+		job.Sandbox.Image = runtime.ImageRef{Name: f[8], Digest: f[9], Layout: f[10]}
+		job.Sandbox.SkillDir, job.Invocation.Args, mode = "", []string{"/bin/sh", "-c", "echo up; exec sleep 1000", marker}, "up"
 	}
 	if mode == "early" {
 		fmt.Println("running")
@@ -551,7 +570,7 @@ func crashHelper(spec string) {
 		// A pooled sandbox, booted and waiting for a job, when its
 		// process dies.
 		ctx := context.Background()
-		sb, err := rt.(runtime.Lifecycle).Create(ctx, runtime.SandboxSpec{ID: id, RootFS: rootfs, SkillDir: skill, Limits: job.Limits, Boot: runtime.BootPython})
+		sb, err := rt.(runtime.Lifecycle).Create(ctx, runtime.SandboxSpec{ID: id, RootFS: rootfs, SkillDir: skill, Limits: job.Sandbox.Limits, Boot: runtime.BootPython})
 		if err == nil {
 			err = sb.Start(ctx)
 		}
@@ -585,13 +604,21 @@ func TestSweep(t *testing.T) {
 			// A run in progress here must survive the sweep.
 			up := make(chan struct{})
 			var once sync.Once
-			liveJob := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir,
-				Args: []string{"python3", "-c", "import time; print('up', flush=True); time.sleep(3); print('done')"},
-				Stdout: sinkFunc(func(p []byte) {
-					if bytes.Contains(p, []byte("up")) {
-						once.Do(func() { close(up) })
-					}
-				})}
+			liveJob := runtime.Job{
+				Sandbox: runtime.SandboxSpec{
+					ID:       newID(),
+					RootFS:   rootfs,
+					SkillDir: dir,
+				},
+				Invocation: runtime.Invocation{
+					Args: []string{"python3", "-c", "import time; print('up', flush=True); time.sleep(3); print('done')"},
+					Stdout: sinkFunc(func(p []byte) {
+						if bytes.Contains(p, []byte("up")) {
+							once.Do(func() { close(up) })
+						}
+					}),
+				},
+			}
 			type outcome struct {
 				res *runtime.Result
 				err error
@@ -769,13 +796,22 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 			defer cancel()
 			up := make(chan struct{})
 			var once sync.Once
-			live := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"python3", "/skill/scripts/sleep.py"},
-				Limits: runtime.Limits{Timeout: 10 * time.Minute},
-				Stdout: sinkFunc(func(p []byte) {
-					if bytes.Contains(p, []byte("up")) {
-						once.Do(func() { close(up) })
-					}
-				})}
+			live := runtime.Job{
+				Sandbox: runtime.SandboxSpec{
+					ID:       newID(),
+					RootFS:   rootfs,
+					SkillDir: dir,
+				},
+				Invocation: runtime.Invocation{
+					Args:   []string{"python3", "/skill/scripts/sleep.py"},
+					Limits: runtime.Limits{Timeout: 10 * time.Minute},
+					Stdout: sinkFunc(func(p []byte) {
+						if bytes.Contains(p, []byte("up")) {
+							once.Do(func() { close(up) })
+						}
+					}),
+				},
+			}
 			type outcome struct {
 				res *runtime.Result
 				err error
@@ -787,7 +823,7 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 			}()
 			// A run just made: its bundle and its (runsc-style, pre-made)
 			// cgroups exist, nothing runs in them yet.
-			young := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"true"}}
+			young := runtime.Job{Sandbox: runtime.SandboxSpec{ID: newID(), RootFS: rootfs, SkillDir: dir}, Invocation: runtime.Invocation{Args: []string{"true"}}}
 			b, err := oci.PrepareBundle(young, opts.RunDir, oci.SpecOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -795,7 +831,7 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 			defer b.Remove()
 			// A cgroup of no run anyone knows.
 			stray := runtime.IDPrefix + "test-stray-" + randomHex(4)
-			made := append(cgDirs(young.ID), cgDirs(stray)...)
+			made := append(cgDirs(young.Sandbox.ID), cgDirs(stray)...)
 			defer func() {
 				for _, d := range made {
 					os.Remove(d)
@@ -822,15 +858,15 @@ func TestSweepSparesOtherRunDir(t *testing.T) {
 			}
 
 			for _, p := range append(append([]string{
-				filepath.Join(opts.RunDir, live.ID), filepath.Join(opts.RunDir, young.ID),
-			}, cgDirs(live.ID)...), made...) {
+				filepath.Join(opts.RunDir, live.Sandbox.ID), filepath.Join(opts.RunDir, young.Sandbox.ID),
+			}, cgDirs(live.Sandbox.ID)...), made...) {
 				if _, err := os.Stat(p); err != nil {
 					t.Errorf("Sweep of another run dir removed %s", p)
 				}
 			}
 			list, _ := listContainers(name, opts)
-			if !strings.Contains(list, live.ID) {
-				t.Errorf("Sweep of another run dir removed the live container %s: %q", live.ID, list)
+			if !strings.Contains(list, live.Sandbox.ID) {
+				t.Errorf("Sweep of another run dir removed the live container %s: %q", live.Sandbox.ID, list)
 			}
 			if _, err := os.Stat(filepath.Join(otherOpts.RunDir, dead)); err == nil {
 				t.Errorf("Sweep left its own dead run dir %s", dead)
@@ -873,7 +909,7 @@ func BenchmarkColdRun(b *testing.B) {
 			dir := makeSkill(b, map[string]string{"scripts/hello.py": "print('hello')\n"})
 			var d []time.Duration
 			for i := 0; i < b.N; i++ {
-				job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: dir, Args: []string{"python3", "/skill/scripts/hello.py"}}
+				job := runtime.Job{Sandbox: runtime.SandboxSpec{ID: newID(), RootFS: rootfs, SkillDir: dir}, Invocation: runtime.Invocation{Args: []string{"python3", "/skill/scripts/hello.py"}}}
 				start := time.Now()
 				res, err := rt.Run(context.Background(), job)
 				d = append(d, time.Since(start))

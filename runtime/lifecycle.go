@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/skillbox/skillbox/runtime/egress"
@@ -42,20 +43,28 @@ const (
 
 // SandboxSpec is what a sandbox is made of, known before a job arrives.
 type SandboxSpec struct {
-	ID       string // unique, [a-zA-Z0-9_-]; also the container id
-	RootFS   string // host path of the unpacked image rootfs (read-only); see Job
+	ID     string // unique, [a-zA-Z0-9_-]; also the container id
+	RootFS string // host path of the unpacked image rootfs (mounted read-only); "" only for an Image.Ref
+	// Image is the image RootFS was unpacked from, when known; the
+	// containerd backend runs from a snapshot of it.
 	Image    ImageRef
-	SkillDir string // host path of the skill directory (read-only at SkillMount)
-	DepsDir  string // host path of the dependency layer (read-only at DepsMount); "" for none
+	SkillDir string // host path of the skill directory (mounted read-only at SkillMount); "" for none
+	// DepsDir, when set, is the host directory of the run's dependency
+	// layer, mounted read-only at DepsMount (see WithDepsPath).
+	DepsDir string
 	// Limits of the sandbox as a whole: memory, pids, CPUs and the tmpfs
-	// sizes are fixed at Create; an invocation's other limits (timeout,
-	// output caps) are its own.
+	// sizes are fixed at Create, and so are the egress caps of a sandbox
+	// with Egress (EgressConfig); an invocation's other limits (timeout,
+	// output caps) are its own (Job.Limits).
 	Limits  Limits
-	Network bool
-	// Egress: see Job.Egress.
+	Network bool // false: no network at all (the default)
+	// Egress, when set, gives the sandbox a network namespace of its own
+	// whose only way out is skillbox's proxy (see package egress); it
+	// excludes Network.
 	Egress *egress.Config
-	// Skills and Program are the mounts of a run_code sandbox (see Job);
-	// pooled sandboxes have none.
+	// Skills are more skill directories, each mounted read-only at its
+	// Target under SkillsMount (skills.run_code), and Program is the code
+	// run_code runs, read-only in ProgramDir; pooled sandboxes have none.
 	Skills  []SkillBind
 	Program *Program
 	Boot    BootMode
@@ -68,16 +77,41 @@ type SandboxSpec struct {
 	Background bool
 }
 
+// EgressConfig is the sandbox's Egress with the caps of its limits: the
+// egress proxy starts with the sandbox, so its caps are the sandbox's.
+func (s SandboxSpec) EgressConfig() egress.Config {
+	cfg := *s.Egress
+	lim := s.Limits.WithDefaults()
+	cfg.MaxConnections, cfg.MaxBytesOut = lim.EgressConnections, lim.EgressBytesOut
+	return cfg
+}
+
+// ProcessJob is the job of a process the sandbox runs of its own, under
+// its limits: its first process before any job arrives (a holder, the
+// supervisor), or a placeholder for the job to come when the sandbox's
+// part of a job is checked or its OCI spec built.
+func (s SandboxSpec) ProcessJob(argv ...string) Job {
+	return Job{Sandbox: s, Invocation: Invocation{Args: argv, Limits: s.Limits}}
+}
+
 // Invocation is one job for a sandbox, known when it arrives.
 type Invocation struct {
-	Args      []string // argv inside the sandbox
-	Env       []string // KEY=VALUE, allowlisted (ContainerEnv adds PATH/HOME/LANG)
-	ModuleEnv []string // see Job.ModuleEnv
+	// Args is the argv inside the sandbox, e.g. ["python3",
+	// "/skill/scripts/x.py", "a"].
+	Args []string
+	// Env is KEY=VALUE, already allowlisted by the caller (ContainerEnv
+	// adds PATH/HOME/LANG).
+	Env []string
+	// ModuleEnv is set by the service, never from a caller's env: the
+	// interpreter's module path from ModulePathEnv (PYTHONPATH, NODE_PATH).
+	ModuleEnv []string
 	Stdin     []byte
 	Files     []InputFile
-	// Limits: Timeout and the output caps apply to this job; memory, pids,
-	// CPUs and tmpfs sizes must not be looser than the sandbox's (Fits).
-	Limits         Limits
+	// Limits: Timeout and the output caps apply to this job; the memory,
+	// pids, CPUs and tmpfs sizes it sets must be the sandbox's (Fits).
+	Limits Limits
+	// Stdout and Stderr, when set, also receive the streams live (after
+	// capping).
 	Stdout, Stderr StreamSink
 }
 
@@ -107,31 +141,20 @@ type Lifecycle interface {
 	Close(ctx context.Context) error
 }
 
-// Sandbox and Invocation of a one-shot Job.
-func (j Job) sandboxSpec(boot BootMode) SandboxSpec {
-	return SandboxSpec{ID: j.ID, RootFS: j.RootFS, Image: j.Image, SkillDir: j.SkillDir, DepsDir: j.DepsDir, Limits: j.Limits, Network: j.Network, Egress: j.Egress,
-		Skills: j.Skills, Program: j.Program, Boot: boot}
-}
-
-func (j Job) invocation() Invocation {
-	return Invocation{Args: j.Args, Env: j.Env, ModuleEnv: j.ModuleEnv, Stdin: j.Stdin, Files: j.Files,
-		Limits: j.Limits, Stdout: j.Stdout, Stderr: j.Stderr}
-}
-
-// job puts a spec and an invocation back together (for validation and the
-// OCI spec).
-func (s SandboxSpec) job(inv Invocation) Job {
-	lim := inv.Limits.WithDefaults().WithSandbox(s.Limits.Sandbox())
-	return Job{ID: s.ID, RootFS: s.RootFS, Image: s.Image, SkillDir: s.SkillDir, DepsDir: s.DepsDir, Args: inv.Args, Env: inv.Env, ModuleEnv: inv.ModuleEnv,
-		Stdin: inv.Stdin, Files: inv.Files, Limits: lim, Network: s.Network, Egress: s.Egress, Skills: s.Skills, Program: s.Program,
-		Stdout: inv.Stdout, Stderr: inv.Stderr, Session: s.Session}
-}
-
 // Fits reports whether an invocation with limits inv may run in a sandbox
-// made with limits sb: the sandbox-wide limits must be exactly the job's
-// (a job never gets looser limits than it asked for, and a stricter one
-// needs a sandbox of its own).
-func Fits(sb, inv Limits) bool { return sb.Sandbox() == inv.Sandbox() }
+// made with limits sb: each sandbox-wide limit inv sets must be exactly
+// the sandbox's (a job never gets looser limits than it asked for, and a
+// stricter one needs a sandbox of its own); one it leaves zero is the
+// sandbox's.
+func Fits(sb, inv Limits) bool {
+	asked := sb
+	for _, f := range LimitFields {
+		if f.Sandbox && f.IsSet(&inv) {
+			f.Copy(&asked, &inv)
+		}
+	}
+	return asked.Sandbox() == sb.Sandbox()
+}
 
 // PythonInvocation reports whether argv runs a python script the
 // supervisor of BootPython can run: python3 (or python) then an absolute
@@ -145,10 +168,12 @@ func PythonInvocation(argv []string) bool {
 // the cold path every backend shares.
 func RunLifecycle(ctx context.Context, lc Lifecycle, job Job) (res *Result, err error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("run %s not started: %w", job.ID, err)
+		return nil, fmt.Errorf("run %s not started: %w", job.Sandbox.ID, err)
 	}
 	bctx, sp := span.Start(ctx, "sandbox.boot", span.AttrRuntime.String(lc.Name()))
-	sb, err := lc.Create(bctx, job.sandboxSpec(BootCold))
+	spec := job.Sandbox
+	spec.Boot = BootCold
+	sb, err := lc.Create(bctx, spec)
 	if err != nil {
 		span.End(sp, err, "")
 		return nil, err
@@ -156,7 +181,7 @@ func RunLifecycle(ctx context.Context, lc Lifecycle, job Job) (res *Result, err 
 	defer func() {
 		p := recover()
 		if derr := sb.Destroy(context.WithoutCancel(ctx)); derr != nil && err == nil && p == nil {
-			res, err = nil, fmt.Errorf("teardown of run %s: %w", job.ID, derr)
+			res, err = nil, fmt.Errorf("teardown of run %s: %w", job.Sandbox.ID, derr)
 		}
 		if p != nil {
 			panic(p)
@@ -167,7 +192,7 @@ func RunLifecycle(ctx context.Context, lc Lifecycle, job Job) (res *Result, err 
 	if err != nil {
 		return nil, err
 	}
-	return DeliverAndWait(ctx, sb, job.invocation())
+	return DeliverAndWait(ctx, sb, job.Invocation)
 }
 
 // DeliverAndWait delivers inv into the started sandbox sb and waits for
@@ -189,6 +214,29 @@ func DeliverAndWait(ctx context.Context, sb Sandbox, inv Invocation) (*Result, e
 	return res, err
 }
 
+// LifecycleBoots are the boot modes of Lifecycle.Create; a session
+// sandbox has BootSession (SessionBackend).
+var LifecycleBoots = []BootMode{BootCold, BootPython, BootExec}
+
+// CheckSpec is the first step of every backend's Create, as Accept is of
+// its Deliver: spec boots in one of boots, ctx is not done, and the
+// sandbox's part of a job is valid (a placeholder argv standing for the
+// job to come). It returns spec with DefaultLimits for the limits it
+// leaves zero.
+func CheckSpec(ctx context.Context, spec SandboxSpec, boots ...BootMode) (SandboxSpec, error) {
+	if !slices.Contains(boots, spec.Boot) {
+		return spec, errkind.Errorf(ErrInvalidJob, "unknown boot mode %q", spec.Boot)
+	}
+	if err := ctx.Err(); err != nil {
+		return spec, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
+	}
+	spec.Limits = spec.Limits.WithDefaults()
+	if err := ValidateJob(spec.ProcessJob("true")); err != nil {
+		return spec, err
+	}
+	return spec, nil
+}
+
 // Accept checks that inv may be delivered into a sandbox made from spec,
 // the first step of every backend's Deliver: its sandbox-wide limits are
 // the sandbox's, a python-booted sandbox gets a python script, the job
@@ -200,7 +248,7 @@ func Accept(ctx context.Context, spec SandboxSpec, inv Invocation) (Job, error) 
 	if spec.Boot == BootPython && !PythonInvocation(inv.Args) {
 		return Job{}, errkind.Errorf(ErrInvalidJob, "sandbox %s runs python scripts only, not %q", spec.ID, inv.Args[0])
 	}
-	job := JobOf(spec, inv)
+	job := Job{Sandbox: spec, Invocation: inv}
 	if err := ValidateJob(job); err != nil {
 		return Job{}, err
 	}
@@ -209,11 +257,6 @@ func Accept(ctx context.Context, spec SandboxSpec, inv Invocation) (Job, error) 
 	}
 	return job, nil
 }
-
-// JobOf puts a sandbox spec and an invocation back together: the
-// invocation's timeout and output caps, the sandbox's memory, pids, CPUs
-// and tmpfs sizes.
-func JobOf(spec SandboxSpec, inv Invocation) Job { return spec.job(inv) }
 
 // BootTimeout bounds how long Start waits for a sandbox to be ready.
 const BootTimeout = 60 * time.Second

@@ -70,6 +70,9 @@ func TestSandboxLimits(t *testing.T) {
 		{"looser pids", Limits{MemoryBytes: 64 << 20, Pids: 9}, false},
 		{"other cpus", Limits{MemoryBytes: 64 << 20, Pids: 8, CPUs: 0.5}, false},
 		{"other tmpfs", Limits{MemoryBytes: 64 << 20, Pids: 8, WorkdirBytes: 1 << 20}, false},
+		{"sandbox part left to the sandbox", Limits{Timeout: time.Hour, StdoutBytes: 9}, true},
+		{"part set, part left", Limits{Pids: 8, OutputFiles: 2}, true},
+		{"part left, part other", Limits{Pids: 9, OutputFiles: 2}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := Fits(sb.Limits(), tc.inv); got != tc.fits {
@@ -78,7 +81,7 @@ func TestSandboxLimits(t *testing.T) {
 			// What a pooled sandbox runs: the job's own limits, the
 			// sandbox's sandbox-wide ones.
 			spec := SandboxSpec{Limits: sb.Limits()}
-			got := spec.job(Invocation{Limits: tc.inv}).Limits
+			got := Job{Sandbox: spec, Invocation: Invocation{Limits: tc.inv}}.Limits()
 			want := tc.inv.WithDefaults()
 			want.MemoryBytes, want.Pids, want.CPUs, want.WorkdirBytes, want.TmpBytes = sb.MemoryBytes, sb.Pids, sb.CPUs, sb.WorkdirBytes, sb.TmpBytes
 			if got != want {

@@ -56,12 +56,12 @@ type PoolKey struct {
 // exec'd).
 func KeyFor(job Job, skill, skillDigest string) (PoolKey, bool) {
 	boot := BootExec
-	if PythonInvocation(job.Args) {
+	if PythonInvocation(job.Invocation.Args) {
 		boot = BootPython
 	}
-	k := PoolKey{Skill: skill, Image: job.Image, RootFS: job.RootFS, SkillDigest: skillDigest, SkillDir: job.SkillDir,
-		DepLayer: job.DepsDir, Limits: job.Limits.Sandbox(), Boot: boot}
-	return k, !job.Network && job.Egress == nil
+	k := PoolKey{Skill: skill, Image: job.Sandbox.Image, RootFS: job.Sandbox.RootFS, SkillDigest: skillDigest, SkillDir: job.Sandbox.SkillDir,
+		DepLayer: job.Sandbox.DepsDir, Limits: job.Sandbox.Limits.Sandbox(), Boot: boot}
+	return k, !job.Sandbox.Network && job.Sandbox.Egress == nil
 }
 
 type pooled struct {
@@ -168,7 +168,7 @@ func (p *Pool) take(key PoolKey) *pooled {
 func (p *Pool) Run(ctx context.Context, key PoolKey, job Job) (*Result, error) {
 	var pb *pooled
 	// Pooled sandboxes mount one skill and no program: run_code jobs run cold.
-	if key.Limits == job.Limits.Sandbox() && !job.Network && job.Egress == nil && len(job.Skills) == 0 && job.Program == nil {
+	if key.Limits == job.Sandbox.Limits.Sandbox() && !job.Sandbox.Network && job.Sandbox.Egress == nil && len(job.Sandbox.Skills) == 0 && job.Sandbox.Program == nil {
 		_, sp := span.Start(ctx, "pool.claim")
 		pb = p.take(key)
 		sp.SetAttributes(span.AttrWarm.Bool(pb != nil))
@@ -185,7 +185,7 @@ func (p *Pool) Run(ctx context.Context, key PoolKey, job Job) (*Result, error) {
 	p.mu.Unlock()
 	p.poke() // refill
 	sb := pb.sb
-	res, err := DeliverAndWait(ctx, sb, job.invocation())
+	res, err := DeliverAndWait(ctx, sb, job.Invocation)
 	// The result does not wait for the teardown; Close does.
 	p.destroyLater(sb)
 	return res, err

@@ -56,7 +56,7 @@ func (s *fakeSB) Destroy(context.Context) error {
 func TestPool(t *testing.T) {
 	lc := &fakeLC{destroyed: map[string]bool{}, delivered: map[string]bool{}}
 	p := NewPool(lc, PoolConfig{PerKey: 2, Total: 3, IdleTimeout: time.Hour}, nil)
-	job := Job{ID: "skillbox-job", RootFS: "/r", SkillDir: "/s", Args: []string{"python3", "/skill/scripts/a.py"}}
+	job := Job{Sandbox: SandboxSpec{ID: "skillbox-job", RootFS: "/r", SkillDir: "/s"}, Invocation: Invocation{Args: []string{"python3", "/skill/scripts/a.py"}}}
 	key, ok := KeyFor(job, "sk", "sha256:1")
 	if !ok || key.Boot != BootPython {
 		t.Fatalf("KeyFor = %+v %v", key, ok)
@@ -74,8 +74,8 @@ func TestPool(t *testing.T) {
 	}
 	// A job asking for less memory than the pool's sandboxes goes cold.
 	strict := job
-	strict.ID = "skillbox-job-2"
-	strict.Limits.MemoryBytes = 64 << 20
+	strict.Sandbox.ID = "skillbox-job-2"
+	strict.Sandbox.Limits.MemoryBytes = 64 << 20
 	if res, _ := p.Run(context.Background(), key, strict); res.Warm {
 		t.Error("a stricter job ran in a looser sandbox")
 	}

@@ -108,11 +108,9 @@ func TestRunFilesPrivate(t *testing.T) {
 					args = []string{"python3", "/skill/scripts/leak.py"}
 				}
 				ready := make(chan struct{})
-				job := runtime.Job{ID: newID(), RootFS: rootfs, SkillDir: skill, Args: args,
-					Env:    []string{"RUN_SECRET=" + envSecret},
-					Files:  []runtime.InputFile{{Name: "input.txt", Data: []byte(inputSecret + "\n"), Mode: 0o600}},
-					Stdout: closeOn(ready, "ready"),
-					Limits: runtime.Limits{Timeout: 3 * time.Minute},
+				job := runtime.Job{
+					Sandbox:    runtime.SandboxSpec{ID: newID(), RootFS: rootfs, SkillDir: skill},
+					Invocation: runtime.Invocation{Args: args, Env: []string{"RUN_SECRET=" + envSecret}, Files: []runtime.InputFile{{Name: "input.txt", Data: []byte(inputSecret + "\n"), Mode: 0o600}}, Stdout: closeOn(ready, "ready"), Limits: runtime.Limits{Timeout: 3 * time.Minute}},
 				}
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()

@@ -137,42 +137,20 @@ type ImageRef struct {
 // IsZero reports whether r names no image.
 func (r ImageRef) IsZero() bool { return r == ImageRef{} }
 
-// Job is everything a backend needs to run one script once.
+// Job is everything a backend needs to run one script once: the sandbox it
+// runs in and the invocation it runs there. A cold run makes the sandbox
+// for the job; a warm one delivers the invocation into a sandbox made
+// before it arrived (Lifecycle).
 type Job struct {
-	ID     string // unique, [a-zA-Z0-9_-]; also the container id
-	RootFS string // host path of the unpacked image rootfs (mounted read-only); "" only for an Image.Ref
-	// Image is the image RootFS was unpacked from, when known; the
-	// containerd backend runs from a snapshot of it.
-	Image    ImageRef
-	SkillDir string   // host path of the skill directory (mounted read-only at SkillMount); "" for none
-	Args     []string // argv inside the container, e.g. ["python3", "/skill/scripts/x.py", "a"]
-	Env      []string // KEY=VALUE, already allowlisted by the caller; PATH/HOME/LANG are added
-	// ModuleEnv is set by the service, never from a caller's env: the
-	// interpreter's module path from ModulePathEnv (PYTHONPATH, NODE_PATH).
-	ModuleEnv []string
-	Stdin     []byte
-	Files     []InputFile
-	Limits    Limits
-	Network   bool // false: no network at all (the default)
-	// Egress, when set, gives the run a network namespace of its own whose
-	// only way out is skillbox's proxy (see package egress); it excludes
-	// Network.
-	Egress *egress.Config
-	// Skills are more skill directories, each mounted read-only at its
-	// Target under SkillsMount (skills.run_code), and Program is the code
-	// run_code runs, read-only in ProgramDir.
-	Skills  []SkillBind
-	Program *Program
-	// Stdout and Stderr, when set, also receive the streams live (after capping).
-	Stdout StreamSink `json:"-"`
-	Stderr StreamSink `json:"-"`
+	Sandbox    SandboxSpec
+	Invocation Invocation
+}
 
-	// DepsDir, when set, is the host directory of the run's dependency
-	// layer, mounted read-only at DepsMount (see WithDepsPath).
-	DepsDir string
-
-	// Session, set for a session sandbox only, is what it mounts.
-	Session *SessionMounts
+// Limits are the limits the job runs under: the invocation's timeout and
+// output caps, the sandbox's memory, pids, CPUs and tmpfs sizes, and the
+// defaults for what neither sets.
+func (j Job) Limits() Limits {
+	return j.Invocation.Limits.WithDefaults().WithSandbox(j.Sandbox.Limits.Sandbox())
 }
 
 // StreamSink receives live output; Write must not block for long.

@@ -19,12 +19,12 @@ const (
 	// point (images build it); the runtime mounts a directory of the
 	// bundle's on it that holds the mount points of the skills.
 	SkillsMount = "/skills"
-	// ProgramDir holds Job.Program, read-only. Its name cannot be a
+	// ProgramDir holds SandboxSpec.Program, read-only. Its name cannot be a
 	// skill's: skill targets start with a letter or a digit.
 	ProgramDir = SkillsMount + "/.code"
-	// MaxProgramBytes bounds Job.Program.Data.
+	// MaxProgramBytes bounds SandboxSpec.Program.Data.
 	MaxProgramBytes = 4 << 20
-	// maxSkillMounts bounds Job.Skills.
+	// maxSkillMounts bounds SandboxSpec.Skills.
 	maxSkillMounts = 64
 )
 
@@ -53,18 +53,18 @@ var mountNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
 // SkillTarget is the fixed mount path of the skill named name.
 func SkillTarget(name string) string { return SkillsMount + "/" + name }
 
-// UsesSkillsDir says whether the job needs the SkillsMount directory.
-func (j Job) UsesSkillsDir() bool { return len(j.Skills) > 0 || j.Program != nil }
+// UsesSkillsDir says whether the sandbox needs the SkillsMount directory.
+func (s SandboxSpec) UsesSkillsDir() bool { return len(s.Skills) > 0 || s.Program != nil }
 
-// validateSkillMounts checks Job.Skills and Job.Program: sources are clean
+// validateSkillMounts checks SandboxSpec.Skills and SandboxSpec.Program: sources are clean
 // absolute host paths; targets are SkillTarget(name) for a plain name, each
 // at most once; the program has a plain name and a bounded size.
 func validateSkillMounts(job Job) error {
-	if len(job.Skills) > maxSkillMounts {
-		return errkind.Errorf(ErrInvalidJob, "%d skill mounts, at most %d", len(job.Skills), maxSkillMounts)
+	if len(job.Sandbox.Skills) > maxSkillMounts {
+		return errkind.Errorf(ErrInvalidJob, "%d skill mounts, at most %d", len(job.Sandbox.Skills), maxSkillMounts)
 	}
-	seen := make(map[string]bool, len(job.Skills))
-	for _, m := range job.Skills {
+	seen := make(map[string]bool, len(job.Sandbox.Skills))
+	for _, m := range job.Sandbox.Skills {
 		if !IsCleanAbs(m.Source) {
 			return errkind.Errorf(ErrInvalidJob, "skill mount source %q must be an absolute, clean host path", truncateForError(m.Source))
 		}
@@ -77,7 +77,7 @@ func validateSkillMounts(job Job) error {
 		}
 		seen[m.Target] = true
 	}
-	if p := job.Program; p != nil {
+	if p := job.Sandbox.Program; p != nil {
 		if !mountNamePattern.MatchString(p.Name) {
 			return errkind.Errorf(ErrInvalidJob, "program name %q must be a plain file name (letters, digits, . _ -)", truncateForError(p.Name))
 		}

@@ -39,16 +39,20 @@ print(sorted(os.listdir("/skills")))
 			gif := makeSkill(t, map[string]string{"SKILL.md": "gif", "core/__init__.py": "", "core/gif.py": "def make(p):\n    open(p, 'wb').write(b'GIF89a')\n"})
 			text := makeSkill(t, map[string]string{"SKILL.md": "text", "helpers/__init__.py": "", "helpers/text.py": "def shout(s):\n    return s.upper()\n"})
 			job := runtime.Job{
-				ID:     newID(),
-				RootFS: rootfs,
-				Skills: []runtime.SkillBind{
-					{Source: gif, Target: runtime.SkillTarget("gif")},
-					{Source: text, Target: runtime.SkillTarget("text")},
+				Sandbox: runtime.SandboxSpec{
+					ID:     newID(),
+					RootFS: rootfs,
+					Skills: []runtime.SkillBind{
+						{Source: gif, Target: runtime.SkillTarget("gif")},
+						{Source: text, Target: runtime.SkillTarget("text")},
+					},
+					Program: &runtime.Program{Name: "main.py", Data: []byte(program)},
 				},
-				Program:   &runtime.Program{Name: "main.py", Data: []byte(program)},
-				Args:      []string{"python3", runtime.ProgramDir + "/main.py", "arg1"},
-				ModuleEnv: runtime.ModulePathEnvDirs("python", runtime.SkillTarget("gif"), runtime.SkillTarget("text")),
-				Limits:    runtime.Limits{Timeout: 60 * time.Second},
+				Invocation: runtime.Invocation{
+					Args:      []string{"python3", runtime.ProgramDir + "/main.py", "arg1"},
+					ModuleEnv: runtime.ModulePathEnvDirs("python", runtime.SkillTarget("gif"), runtime.SkillTarget("text")),
+					Limits:    runtime.Limits{Timeout: 60 * time.Second},
+				},
 			}
 			res, err := rt.Run(context.Background(), job)
 			if err != nil {
@@ -70,7 +74,7 @@ print(sorted(os.listdir("/skills")))
 			if b, _ := os.ReadFile(filepath.Join(gif, "core", "gif.py")); !strings.HasPrefix(string(b), "def make") || fileExists(filepath.Join(gif, "new.txt")) {
 				t.Errorf("the skill on the host changed: %q", b)
 			}
-			assertClean(t, name, opts, job.ID)
+			assertClean(t, name, opts, job.Sandbox.ID)
 		})
 	}
 }

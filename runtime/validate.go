@@ -17,16 +17,16 @@ var (
 // ValidateJob checks the parts of a job every backend relies on; errors wrap
 // ErrInvalidJob. It does not touch the file system.
 func ValidateJob(job Job) error {
-	if !JobIDPattern.MatchString(job.ID) {
-		return errkind.Errorf(ErrInvalidJob, "job id %q must be 1-64 of [A-Za-z0-9_-], starting with a letter or digit", truncateForError(job.ID))
+	if !JobIDPattern.MatchString(job.Sandbox.ID) {
+		return errkind.Errorf(ErrInvalidJob, "job id %q must be 1-64 of [A-Za-z0-9_-], starting with a letter or digit", truncateForError(job.Sandbox.ID))
 	}
-	if !IsCleanAbs(job.RootFS) && (job.RootFS != "" || job.Image.Ref == "") {
-		return errkind.Errorf(ErrInvalidJob, "rootfs %q must be an absolute, clean host path", job.RootFS)
+	if !IsCleanAbs(job.Sandbox.RootFS) && (job.Sandbox.RootFS != "" || job.Sandbox.Image.Ref == "") {
+		return errkind.Errorf(ErrInvalidJob, "rootfs %q must be an absolute, clean host path", job.Sandbox.RootFS)
 	}
-	if job.SkillDir != "" && !IsCleanAbs(job.SkillDir) {
-		return errkind.Errorf(ErrInvalidJob, "skill dir %q must be an absolute, clean host path", job.SkillDir)
+	if job.Sandbox.SkillDir != "" && !IsCleanAbs(job.Sandbox.SkillDir) {
+		return errkind.Errorf(ErrInvalidJob, "skill dir %q must be an absolute, clean host path", job.Sandbox.SkillDir)
 	}
-	if m := job.Session; m != nil {
+	if m := job.Sandbox.Session; m != nil {
 		for what, p := range map[string]string{"skills dir": m.SkillsDir, "supervisor": m.Supervisor} {
 			if !IsCleanAbs(p) {
 				return errkind.Errorf(ErrInvalidJob, "session %s %q must be an absolute, clean host path", what, p)
@@ -35,27 +35,27 @@ func ValidateJob(job Job) error {
 		if m.Layers != "" && !IsCleanAbs(m.Layers) {
 			return errkind.Errorf(ErrInvalidJob, "session layers dir %q must be an absolute, clean host path", m.Layers)
 		}
-		if job.SkillDir != "" || job.DepsDir != "" || job.UsesSkillsDir() {
+		if job.Sandbox.SkillDir != "" || job.Sandbox.DepsDir != "" || job.Sandbox.UsesSkillsDir() {
 			return errkind.Errorf(ErrInvalidJob, "a session sandbox mounts its skills and layers itself, not a run's")
 		}
 	}
-	if job.DepsDir != "" && !IsCleanAbs(job.DepsDir) {
-		return errkind.Errorf(ErrInvalidJob, "dependency layer %q must be an absolute, clean host path", job.DepsDir)
+	if job.Sandbox.DepsDir != "" && !IsCleanAbs(job.Sandbox.DepsDir) {
+		return errkind.Errorf(ErrInvalidJob, "dependency layer %q must be an absolute, clean host path", job.Sandbox.DepsDir)
 	}
 	if err := validateSkillMounts(job); err != nil {
 		return err
 	}
-	if job.Network && job.Egress != nil {
+	if job.Sandbox.Network && job.Sandbox.Egress != nil {
 		return errkind.Errorf(ErrInvalidJob, "a job has either full network or egress through the proxy, not both")
 	}
-	if len(job.Args) == 0 || job.Args[0] == "" {
+	if len(job.Invocation.Args) == 0 || job.Invocation.Args[0] == "" {
 		return errkind.Errorf(ErrInvalidJob, "no command to run (Args is empty)")
 	}
-	if len(job.Args) > maxArgs {
-		return errkind.Errorf(ErrInvalidJob, "%d arguments, at most %d", len(job.Args), maxArgs)
+	if len(job.Invocation.Args) > maxArgs {
+		return errkind.Errorf(ErrInvalidJob, "%d arguments, at most %d", len(job.Invocation.Args), maxArgs)
 	}
 	n := 0
-	for i, a := range job.Args {
+	for i, a := range job.Invocation.Args {
 		if strings.IndexByte(a, 0) >= 0 {
 			return errkind.Errorf(ErrInvalidJob, "argument %d contains a NUL byte", i)
 		}
@@ -64,13 +64,13 @@ func ValidateJob(job Job) error {
 	if n > maxArgBytes {
 		return errkind.Errorf(ErrInvalidJob, "arguments are %d bytes, at most %d", n, maxArgBytes)
 	}
-	if _, err := ContainerEnv(job.Env); err != nil {
+	if _, err := ContainerEnv(job.Invocation.Env); err != nil {
 		return err
 	}
-	if err := validateModuleEnv(job.ModuleEnv); err != nil {
+	if err := validateModuleEnv(job.Invocation.ModuleEnv); err != nil {
 		return err
 	}
-	return ValidateInputs(job.Files, job.Limits.WithDefaults().WorkdirBytes)
+	return ValidateInputs(job.Invocation.Files, job.Limits().WorkdirBytes)
 }
 
 func IsCleanAbs(p string) bool {

@@ -507,12 +507,10 @@ func (b *Builder) installInSandbox(ctx context.Context, req Request, in string, 
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
+	lim := installLimits(b.layerCap())
 	job := runtime.Job{
-		ID:       runtime.IDPrefix + "deps-" + hex.EncodeToString(rnd[:]),
-		RootFS:   req.RootFS,
-		SkillDir: in,
-		Args:     tailed(argv),
-		Limits:   installLimits(b.layerCap()),
+		Sandbox:    runtime.SandboxSpec{ID: runtime.IDPrefix + "deps-" + hex.EncodeToString(rnd[:]), RootFS: req.RootFS, SkillDir: in, Limits: lim},
+		Invocation: runtime.Invocation{Args: tailed(argv), Limits: lim},
 	}
 	res, err := b.Runtime.Run(ctx, job)
 	if err != nil {
@@ -526,7 +524,7 @@ func (b *Builder) installInSandbox(ctx context.Context, req Request, in string, 
 		}
 		cut := ""
 		if res.StdoutTruncated || res.StderrTruncated {
-			cut = fmt.Sprintf(" (installer output cut at %d bytes per stream)", job.Limits.StdoutBytes)
+			cut = fmt.Sprintf(" (installer output cut at %d bytes per stream)", job.Invocation.Limits.StdoutBytes)
 		}
 		return errkind.Errorf(ErrBuild, "installing in the sandbox ended with %s (exit %d)%s: %s", res.Reason, res.ExitCode, cut, tail(out, 1500))
 	}

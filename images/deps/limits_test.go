@@ -171,7 +171,7 @@ func TestInstallBoundedByLayerCap(t *testing.T) {
 			if len(rt.jobs) != 1 {
 				t.Fatalf("%d install sandboxes", len(rt.jobs))
 			}
-			l := rt.jobs[0].Limits
+			l := rt.jobs[0].Limits()
 			if l.WorkdirBytes != layerCap || l.TmpBytes > layerCap+installSlack || l.OutputBytes != layerCap || l.OutputFileBytes != layerCap {
 				t.Errorf("install limits %+v not bounded by the %d-byte cap", l, layerCap)
 			}

@@ -104,7 +104,7 @@ type Containerd struct {
 
 	mu     sync.Mutex
 	client *containerd.Client
-	live   map[string]*sandbox
+	live   process.Live[*sandbox]
 
 	verMu   sync.Mutex
 	version string
@@ -410,14 +410,8 @@ func (c *Containerd) runscConfig(network bool) (string, error) {
 
 // Close destroys the sandboxes still there and closes the connection.
 func (c *Containerd) Close(ctx context.Context) error {
-	c.mu.Lock()
-	live := make([]runtime.Sandbox, 0, len(c.live))
-	for _, s := range c.live {
-		live = append(live, s)
-	}
-	c.mu.Unlock()
 	var errs []error
-	if err := process.DestroyAll(ctx, live); err != nil {
+	if err := c.live.DestroyAll(ctx); err != nil {
 		errs = append(errs, err)
 	}
 	c.mu.Lock()

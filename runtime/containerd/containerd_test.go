@@ -97,7 +97,7 @@ func TestUnreachableDaemon(t *testing.T) {
 	if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "none.sock") {
 		t.Fatalf("error %v, want ErrUnavailable naming the socket", err)
 	}
-	if _, err := c.Run(context.Background(), runtime.Job{ID: "x", RootFS: "/", Args: []string{"true"}}); !errors.Is(err, runtime.ErrUnavailable) {
+	if _, err := c.Run(context.Background(), runtime.Job{Sandbox: runtime.SandboxSpec{ID: "x", RootFS: "/"}, Invocation: runtime.Invocation{Args: []string{"true"}}}); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Errorf("Run: %v, want ErrUnavailable", err)
 	}
 }

@@ -95,31 +95,20 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 	if err != nil {
 		return nil, err
 	}
-	switch spec.Boot {
-	case runtime.BootCold, runtime.BootPython, runtime.BootExec:
-	default:
-		return nil, errkind.Errorf(runtime.ErrInvalidJob, "unknown boot mode %q", spec.Boot)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
+	if spec, err = runtime.CheckSpec(ctx, spec, runtime.LifecycleBoots...); err != nil {
+		return nil, err
 	}
 	cl, err := c.connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	spec.Limits = spec.Limits.WithDefaults()
 	b, err := oci.NewSandboxBundle(spec, c.opts.RunDir, c.specOpts)
 	if err != nil {
 		return nil, err
 	}
 	s := &sandbox{c: c, cl: cl, spec: spec, b: b, cg: oci.CgroupParent + "/" + spec.ID, version: version, done: make(chan struct{}), opts: c.specOpts}
 	s.lifeCtx, s.lifeCancel = context.WithCancel(s.ctx(context.Background()))
-	c.mu.Lock()
-	if c.live == nil {
-		c.live = map[string]*sandbox{}
-	}
-	c.live[spec.ID] = s
-	c.mu.Unlock()
+	c.live.Add(s)
 	defer func() {
 		if err != nil {
 			_ = s.Destroy(ctx)
@@ -129,11 +118,6 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 		leases.WithLabels(map[string]string{LabelRunDir: b.Dir})); err != nil {
 		return nil, fmt.Errorf("create containerd lease %s: %w", spec.ID, err)
 	}
-	if spec.Egress != nil {
-		if s.eg, err = process.StartEgress(ctx, spec, b.Dir, &s.opts); err != nil {
-			return nil, err
-		}
-	}
 	if c.gvisor {
 		// runsc joins an existing cgroup and leaves it (and so its OOM
 		// and pids counters) in place; runc makes it from the spec.
@@ -141,10 +125,8 @@ func (c *Containerd) Create(ctx context.Context, spec runtime.SandboxSpec) (_ ru
 			return nil, err
 		}
 	}
-	if spec.Background {
-		if err := process.SetBackgroundWeight(s.cg, true); err != nil {
-			c.log.Debug("lowering the CPU weight of a booting sandbox failed", "id", spec.ID, "error", err)
-		}
+	if s.eg, err = process.SetUp(ctx, spec, b, s.cg, &s.opts, c.log); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -162,7 +144,7 @@ func (s *sandbox) newTask(ctx context.Context, job runtime.Job, stdin io.Reader,
 	if err := s.b.SpecFor(job, s.opts); err != nil {
 		return nil, err
 	}
-	ropts, err := s.c.runtimeOptions(job.Network || job.Egress != nil)
+	ropts, err := s.c.runtimeOptions(job.Sandbox.Network || job.Sandbox.Egress != nil)
 	if err != nil {
 		return nil, err
 	}
@@ -243,7 +225,7 @@ func (s *sandbox) Start(ctx context.Context) error {
 	}
 	s.initIn = inW
 	s.initStdin = &eofReader{r: inR, eof: make(chan struct{})}
-	exit, err := s.newTask(ctx, runtime.JobOf(s.spec, runtime.Invocation{Args: argv, Limits: s.spec.Limits}), s.initStdin, st)
+	exit, err := s.newTask(ctx, s.spec.ProcessJob(argv...), s.initStdin, st)
 	if err != nil {
 		inR.Close()
 		return err
@@ -284,7 +266,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 	if err != nil {
 		return err
 	}
-	s.lim = job.Limits
+	s.lim = job.Limits()
 	// The deadline holds without the daemon: the task outlives it in its
 	// shim, so its watchdog (started by Start for a warm sandbox) removes
 	// it at the deadline unless Destroy released it.
@@ -307,7 +289,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 		s.started = time.Now()
 		process.FeedAndClose(in, msg)
 		s.streams, s.initStreams = s.initStreams, nil
-		s.streams.Drain(s.lim, job.Stdout, job.Stderr)
+		s.streams.Drain(s.lim, job.Invocation.Stdout, job.Invocation.Stderr)
 		s.exit, s.proc = s.initExit, s.task
 		s.closeStdinAtEOF(s.initStdin)
 	case runtime.BootCold:
@@ -418,8 +400,8 @@ func (s *sandbox) jobIO(job runtime.Job) (*process.Streams, *eofReader, error) {
 		return nil, nil, err
 	}
 	s.streams = st
-	st.Drain(s.lim, job.Stdout, job.Stderr)
-	return st, s.stdinOf(job.Stdin), nil
+	st.Drain(s.lim, job.Invocation.Stdout, job.Invocation.Stderr)
+	return st, s.stdinOf(job.Invocation.Stdin), nil
 }
 
 // eofReader says when its reader is used up.
@@ -535,9 +517,7 @@ func (s *sandbox) Destroy(context.Context) error {
 		close(s.done)
 		s.destroyErr = s.teardown()
 		s.lifeCancel()
-		s.c.mu.Lock()
-		delete(s.c.live, s.spec.ID)
-		s.c.mu.Unlock()
+		s.c.live.Remove(s.spec.ID)
 	})
 	return s.destroyErr
 }

@@ -53,7 +53,7 @@ const whiteoutPrefix = ".wh."
 
 // needsArtifact says whether job's files must travel in a derived image.
 func needsArtifact(job runtime.Job) bool {
-	return job.SkillDir != "" || job.DepsDir != "" || job.UsesSkillsDir()
+	return job.Sandbox.SkillDir != "" || job.Sandbox.DepsDir != "" || job.Sandbox.UsesSkillsDir()
 }
 
 // Artifacts builds derived images into one OCI layout, dir, which holds
@@ -82,24 +82,24 @@ func (a *Artifacts) Dir() string { return a.dir }
 // interpreter image must be a skillbox image with an OCI layout (a
 // registry image's blobs are not on this host).
 func (a *Artifacts) Build(job runtime.Job) (runtime.ImageRef, error) {
-	base := job.Image
+	base := job.Sandbox.Image
 	if base.Layout == "" || base.Ref != "" {
-		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: image %q has no OCI layout on this host: the kubernetes runtime adds a skill or dependency layer only to images skillbox built (skillbox images build NAME)", job.ID, base.Name)
+		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: image %q has no OCI layout on this host: the kubernetes runtime adds a skill or dependency layer only to images skillbox built (skillbox images build NAME)", job.Sandbox.ID, base.Name)
 	}
-	if job.Session != nil {
-		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: sessions are not supported by the kubernetes runtime", job.ID)
+	if job.Sandbox.Session != nil {
+		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: sessions are not supported by the kubernetes runtime", job.Sandbox.ID)
 	}
 	if _, err := ImageReference(base); err != nil {
-		return runtime.ImageRef{}, fmt.Errorf("run %s: %w", job.ID, err)
+		return runtime.ImageRef{}, fmt.Errorf("run %s: %w", job.Sandbox.ID, err)
 	}
 	// The derived images hold the skills' files: the directory is root's
 	// alone, as the local snapshots are (oci.MakePrivateDir: one found
 	// open is closed, a link or another uid's is refused).
 	if err := oci.MakePrivateDir(a.dir, "the kubernetes runtime's artifacts dir"); err != nil {
-		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: the kubernetes runtime builds the image of a run's skill files in %s, and cannot: %w", job.ID, a.dir, err)
+		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: the kubernetes runtime builds the image of a run's skill files in %s, and cannot: %w", job.Sandbox.ID, a.dir, err)
 	}
 	if err := os.MkdirAll(filepath.Join(a.dir, "blobs", "sha256"), 0o700); err != nil {
-		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: the kubernetes runtime builds the image of a run's skill files in %s, and cannot: %w", job.ID, a.dir, err)
+		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: the kubernetes runtime builds the image of a run's skill files in %s, and cannot: %w", job.Sandbox.ID, a.dir, err)
 	}
 	var m ocispec.Manifest
 	if err := readBlobJSON(base.Layout, base.Digest, &m); err != nil {
@@ -110,17 +110,17 @@ func (a *Artifacts) Build(job runtime.Job) (runtime.ImageRef, error) {
 		return runtime.ImageRef{}, fmt.Errorf("image %s: config: %w", base.Name, err)
 	}
 	var layers []ocispec.Descriptor
-	if job.SkillDir != "" || job.UsesSkillsDir() {
+	if job.Sandbox.SkillDir != "" || job.Sandbox.UsesSkillsDir() {
 		d, err := a.writeLayer(func(lw *layerWriter) error { return skillFiles(lw, job) })
 		if err != nil {
-			return runtime.ImageRef{}, fmt.Errorf("run %s: skill layer: %w", job.ID, err)
+			return runtime.ImageRef{}, fmt.Errorf("run %s: skill layer: %w", job.Sandbox.ID, err)
 		}
 		layers = append(layers, d)
 	}
-	if job.DepsDir != "" {
-		d, err := a.depsLayer(job.DepsDir)
+	if job.Sandbox.DepsDir != "" {
+		d, err := a.depsLayer(job.Sandbox.DepsDir)
 		if err != nil {
-			return runtime.ImageRef{}, fmt.Errorf("run %s: dependency layer %s: %w", job.ID, job.DepsDir, err)
+			return runtime.ImageRef{}, fmt.Errorf("run %s: dependency layer %s: %w", job.Sandbox.ID, job.Sandbox.DepsDir, err)
 		}
 		layers = append(layers, d)
 	}
@@ -187,20 +187,20 @@ func isLayerStoreDir(dir string) bool {
 // of Skills at its target (in the order of their targets), Program in
 // ProgramDir.
 func skillFiles(lw *layerWriter, job runtime.Job) error {
-	if job.SkillDir != "" {
-		if err := lw.tree(job.SkillDir, strings.TrimPrefix(runtime.SkillMount, "/")); err != nil {
+	if job.Sandbox.SkillDir != "" {
+		if err := lw.tree(job.Sandbox.SkillDir, strings.TrimPrefix(runtime.SkillMount, "/")); err != nil {
 			return err
 		}
 	}
-	if !job.UsesSkillsDir() {
+	if !job.Sandbox.UsesSkillsDir() {
 		return nil
 	}
 	if err := lw.dir(strings.TrimPrefix(runtime.SkillsMount, "/"), 0o755); err != nil {
 		return err
 	}
-	skills := slices.Clone(job.Skills)
+	skills := slices.Clone(job.Sandbox.Skills)
 	slices.SortFunc(skills, func(x, y runtime.SkillBind) int { return strings.Compare(x.Target, y.Target) })
-	if p := job.Program; p != nil {
+	if p := job.Sandbox.Program; p != nil {
 		// ProgramDir sorts first: its name starts with '.'.
 		if err := lw.dir(strings.TrimPrefix(runtime.ProgramDir, "/"), 0o555); err != nil {
 			return err

@@ -58,10 +58,10 @@ except OSError:
 	run := func(t *testing.T, msg string) (*runtime.Result, string) {
 		t.Helper()
 		skill := writeTree(t, t.TempDir(), map[string]string{"SKILL.md": "---\nname: art\n---\n", "scripts/x.py": script, "data/msg.txt": msg})
-		job := runtime.Job{ID: fmt.Sprintf("kube-art-%d", time.Now().UnixNano()), Image: img, SkillDir: skill, DepsDir: deps,
-			Args:      []string{"python3", runtime.SkillMount + "/scripts/x.py"},
-			ModuleEnv: runtime.WithDepsPath(runtime.ModulePathEnv("python", "scripts/x.py"), "python"),
-			Limits:    runtime.Limits{Timeout: time.Minute}}
+		job := runtime.Job{
+			Sandbox:    runtime.SandboxSpec{ID: fmt.Sprintf("kube-art-%d", time.Now().UnixNano()), Image: img, SkillDir: skill, DepsDir: deps},
+			Invocation: runtime.Invocation{Args: []string{"python3", runtime.SkillMount + "/scripts/x.py"}, ModuleEnv: runtime.WithDepsPath(runtime.ModulePathEnv("python", "scripts/x.py"), "python"), Limits: runtime.Limits{Timeout: time.Minute}},
+		}
 		derived, err := k.artifacts.Build(job)
 		if err != nil {
 			t.Fatal(err)
@@ -73,7 +73,7 @@ except OSError:
 		}
 		t.Logf("run of %s in %s: reason %s exit %d\nstdout %q\nstderr %q", derived.Digest, time.Since(start).Round(10*time.Millisecond),
 			res.Reason, res.ExitCode, res.Stdout, res.Stderr)
-		noPodsLeft(ctx, t, c, job.ID)
+		noPodsLeft(ctx, t, c, job.Sandbox.ID)
 		return res, derived.Digest
 	}
 	check := func(t *testing.T, res *runtime.Result, d, msg string) {
@@ -112,14 +112,16 @@ except OSError:
 		}
 		k2.artifacts = NewArtifacts(t.TempDir())
 		skill := writeTree(t, t.TempDir(), map[string]string{"scripts/x.py": "print(1)\n"})
-		job := runtime.Job{ID: fmt.Sprintf("kube-art-%d", time.Now().UnixNano()), Image: img, SkillDir: skill,
-			Args: []string{"python3", "/skill/scripts/x.py"}, Limits: runtime.Limits{Timeout: time.Minute}}
+		job := runtime.Job{
+			Sandbox:    runtime.SandboxSpec{ID: fmt.Sprintf("kube-art-%d", time.Now().UnixNano()), Image: img, SkillDir: skill},
+			Invocation: runtime.Invocation{Args: []string{"python3", "/skill/scripts/x.py"}, Limits: runtime.Limits{Timeout: time.Minute}},
+		}
 		_, err = k2.Run(ctx, job)
 		t.Logf("run: %v", err)
 		if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "registry =") || !strings.Contains(err.Error(), "import") {
 			t.Errorf("run of a derived image without a registry: %v, want ErrUnavailable naming the registry option and the import", err)
 		}
-		noPodsLeft(ctx, t, c, job.ID)
+		noPodsLeft(ctx, t, c, job.Sandbox.ID)
 	})
 }
 

@@ -105,7 +105,7 @@ func TestArtifactBuild(t *testing.T) {
 	base := testLayout(t)
 	skill := writeTree(t, t.TempDir(), testSkill)
 	deps := writeTree(t, t.TempDir(), testDeps)
-	job := runtime.Job{ID: "r1", Image: base, SkillDir: skill, DepsDir: deps, Args: []string{"true"}}
+	job := runtime.Job{Sandbox: runtime.SandboxSpec{ID: "r1", Image: base, SkillDir: skill, DepsDir: deps}, Invocation: runtime.Invocation{Args: []string{"true"}}}
 
 	a := NewArtifacts(t.TempDir())
 	img, err := a.Build(job)
@@ -177,7 +177,7 @@ func TestArtifactBuild(t *testing.T) {
 		}
 		deps2 := writeTree(t, t.TempDir(), testDeps)
 		j := job
-		j.ID, j.SkillDir, j.DepsDir = "r2", skill2, deps2
+		j.Sandbox.ID, j.Sandbox.SkillDir, j.Sandbox.DepsDir = "r2", skill2, deps2
 		again, err := NewArtifacts(t.TempDir()).Build(j)
 		if err != nil {
 			t.Fatal(err)
@@ -214,8 +214,8 @@ func TestArtifactBuild(t *testing.T) {
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				j := job
-				j.SkillDir, j.DepsDir = writeTree(t, t.TempDir(), testSkill), writeTree(t, t.TempDir(), testDeps)
-				if err := tc.change(j.SkillDir, j.DepsDir); err != nil {
+				j.Sandbox.SkillDir, j.Sandbox.DepsDir = writeTree(t, t.TempDir(), testSkill), writeTree(t, t.TempDir(), testDeps)
+				if err := tc.change(j.Sandbox.SkillDir, j.Sandbox.DepsDir); err != nil {
 					t.Fatal(err)
 				}
 				got, err := a.Build(j)
@@ -234,9 +234,10 @@ func TestArtifactSkillsAndProgram(t *testing.T) {
 	base := testLayout(t)
 	one := writeTree(t, t.TempDir(), map[string]string{"a.py": "A\n"})
 	two := writeTree(t, t.TempDir(), map[string]string{"b.py": "B\n"})
-	job := runtime.Job{ID: "r", Image: base, Args: []string{"true"},
-		Skills:  []runtime.SkillBind{{Source: two, Target: runtime.SkillTarget("two")}, {Source: one, Target: runtime.SkillTarget("one")}},
-		Program: &runtime.Program{Name: "main.py", Data: []byte("print(1)\n")}}
+	job := runtime.Job{
+		Sandbox:    runtime.SandboxSpec{ID: "r", Image: base, Skills: []runtime.SkillBind{{Source: two, Target: runtime.SkillTarget("two")}, {Source: one, Target: runtime.SkillTarget("one")}}, Program: &runtime.Program{Name: "main.py", Data: []byte("print(1)\n")}},
+		Invocation: runtime.Invocation{Args: []string{"true"}},
+	}
 	a := NewArtifacts(t.TempDir())
 	img, err := a.Build(job)
 	if err != nil {
@@ -269,16 +270,16 @@ func TestArtifactRefusals(t *testing.T) {
 		want string
 		kind error
 	}{
-		{"Whiteout", runtime.Job{Image: base, SkillDir: writeTree(t, t.TempDir(), map[string]string{"d/.wh.x": ""})}, "whiteout", nil},
-		{"OpaqueWhiteout", runtime.Job{Image: base, DepsDir: writeTree(t, t.TempDir(), map[string]string{".wh..wh..opq": ""})}, "whiteout", nil},
-		{"FIFO", runtime.Job{Image: base, SkillDir: fifo}, "only directories, regular files and symlinks", nil},
-		{"NotADirectory", runtime.Job{Image: base, SkillDir: filepath.Join(fifo, "pipe")}, "not a directory", nil},
-		{"NoLayout", runtime.Job{Image: runtime.ImageRef{Name: "x", Digest: base.Digest}, SkillDir: fifo}, "no OCI layout", runtime.ErrUnavailable},
-		{"RegistryImage", runtime.Job{Image: runtime.ImageRef{Name: "x", Digest: base.Digest, Ref: "example.com/x:1", Layout: base.Layout}, SkillDir: fifo}, "no OCI layout", runtime.ErrUnavailable},
-		{"Session", runtime.Job{Image: base, Session: &runtime.SessionMounts{}}, "sessions", runtime.ErrUnavailable},
+		{"Whiteout", runtime.Job{Sandbox: runtime.SandboxSpec{Image: base, SkillDir: writeTree(t, t.TempDir(), map[string]string{"d/.wh.x": ""})}}, "whiteout", nil},
+		{"OpaqueWhiteout", runtime.Job{Sandbox: runtime.SandboxSpec{Image: base, DepsDir: writeTree(t, t.TempDir(), map[string]string{".wh..wh..opq": ""})}}, "whiteout", nil},
+		{"FIFO", runtime.Job{Sandbox: runtime.SandboxSpec{Image: base, SkillDir: fifo}}, "only directories, regular files and symlinks", nil},
+		{"NotADirectory", runtime.Job{Sandbox: runtime.SandboxSpec{Image: base, SkillDir: filepath.Join(fifo, "pipe")}}, "not a directory", nil},
+		{"NoLayout", runtime.Job{Sandbox: runtime.SandboxSpec{Image: runtime.ImageRef{Name: "x", Digest: base.Digest}, SkillDir: fifo}}, "no OCI layout", runtime.ErrUnavailable},
+		{"RegistryImage", runtime.Job{Sandbox: runtime.SandboxSpec{Image: runtime.ImageRef{Name: "x", Digest: base.Digest, Ref: "example.com/x:1", Layout: base.Layout}, SkillDir: fifo}}, "no OCI layout", runtime.ErrUnavailable},
+		{"Session", runtime.Job{Sandbox: runtime.SandboxSpec{Image: base, Session: &runtime.SessionMounts{}}}, "sessions", runtime.ErrUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.job.ID = "r"
+			tc.job.Sandbox.ID = "r"
 			_, err := NewArtifacts(t.TempDir()).Build(tc.job)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || (tc.kind != nil && !errors.Is(err, tc.kind)) {
 				t.Errorf("Build: %v, want an error saying %q (%v)", err, tc.want, tc.kind)
@@ -296,7 +297,7 @@ func TestArtifactsDirPrivate(t *testing.T) {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := NewArtifacts(dir).Build(runtime.Job{ID: "r1", Image: base, SkillDir: skill, Args: []string{"true"}}); err != nil {
+	if _, err := NewArtifacts(dir).Build(runtime.Job{Sandbox: runtime.SandboxSpec{ID: "r1", Image: base, SkillDir: skill}, Invocation: runtime.Invocation{Args: []string{"true"}}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range []string{dir, filepath.Join(dir, "blobs"), filepath.Join(dir, "blobs", "sha256")} {

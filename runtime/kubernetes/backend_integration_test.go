@@ -62,9 +62,9 @@ func TestBackend(t *testing.T) {
 	}
 	run := func(t *testing.T, job runtime.Job) *runtime.Result {
 		t.Helper()
-		job.ID = fmt.Sprintf("kube-test-%d", time.Now().UnixNano())
-		if job.Image.IsZero() {
-			job.Image = img
+		job.Sandbox.ID = fmt.Sprintf("kube-test-%d", time.Now().UnixNano())
+		if job.Sandbox.Image.IsZero() {
+			job.Sandbox.Image = img
 		}
 		start := time.Now()
 		res, err := k.Run(ctx, job)
@@ -73,13 +73,14 @@ func TestBackend(t *testing.T) {
 		}
 		t.Logf("run in %s: reason %s exit %d, %s\nstdout %q\nstderr %q", time.Since(start).Round(10*time.Millisecond),
 			res.Reason, res.ExitCode, res.Duration.Round(time.Millisecond), res.Stdout, res.Stderr)
-		noPodsLeft(ctx, t, c, job.ID)
+		noPodsLeft(ctx, t, c, job.Sandbox.ID)
 		return res
 	}
 
 	t.Run("ExitCodeAndKernel", func(t *testing.T) {
-		res := run(t, runtime.Job{Args: []string{"python3", "-c", "import platform,sys; print(open('/proc/version').read()); sys.exit(3)"},
-			Limits: runtime.Limits{Timeout: time.Minute}})
+		res := run(t, runtime.Job{
+			Invocation: runtime.Invocation{Args: []string{"python3", "-c", "import platform,sys; print(open('/proc/version').read()); sys.exit(3)"}, Limits: runtime.Limits{Timeout: time.Minute}},
+		})
 		if res.Reason != runtime.ReasonExit || res.ExitCode != 3 || res.OutputsSkipped != nil {
 			t.Errorf("reason %s exit %d outputs skipped %q, want exit 3 and nothing skipped", res.Reason, res.ExitCode, res.OutputsSkipped)
 		}
@@ -101,8 +102,9 @@ except OSError:
 open("/work/x", "w").write("x")
 print(os.path.exists("/var/run/secrets/kubernetes.io/serviceaccount/token"))
 print(open("/proc/self/status").read().split("CapEff:")[1].split()[0])`
-		res := run(t, runtime.Job{Args: []string{"python3", "-c", script}, Stdin: []byte("in"), Env: []string{"A=b"},
-			Limits: runtime.Limits{Timeout: time.Minute}})
+		res := run(t, runtime.Job{
+			Invocation: runtime.Invocation{Args: []string{"python3", "-c", script}, Stdin: []byte("in"), Env: []string{"A=b"}, Limits: runtime.Limits{Timeout: time.Minute}},
+		})
 		want := "in b /work 65534 ['A', 'HOME', 'LANG', 'PATH']\nrootfs read-only\nFalse\n0000000000000000\n"
 		if res.ExitCode != 0 || string(res.Stdout) != want || string(res.Stderr) != "err\n" {
 			t.Errorf("exit %d stdout %q stderr %q, want stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr, want, "err\n")
@@ -122,14 +124,19 @@ open("/work/outputs/big.bin", "wb").write(b"z" * 1001)
 os.remove("/work/data/gone.txt")
 os.symlink("/etc/passwd", "/work/link")
 print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777), os.readlink("/work/data/in-link"))`
-		res := run(t, runtime.Job{Args: []string{"python3", "-c", script}, Limits: runtime.Limits{Timeout: time.Minute, OutputFileBytes: 1000},
-			Files: []runtime.InputFile{
-				{Name: "in.txt", Data: []byte("hello\n")},
-				{Name: "run.sh", Data: []byte("#!/bin/sh\n"), Mode: 0o755},
-				{Name: "data/keep.txt", Data: []byte("keep")},
-				{Name: "data/gone.txt", Data: []byte("gone")},
-				{Name: "data/in-link", Kind: runtime.InputSymlink, Target: "keep.txt"},
-			}})
+		res := run(t, runtime.Job{
+			Invocation: runtime.Invocation{
+				Args:   []string{"python3", "-c", script},
+				Limits: runtime.Limits{Timeout: time.Minute, OutputFileBytes: 1000},
+				Files: []runtime.InputFile{
+					{Name: "in.txt", Data: []byte("hello\n")},
+					{Name: "run.sh", Data: []byte("#!/bin/sh\n"), Mode: 0o755},
+					{Name: "data/keep.txt", Data: []byte("keep")},
+					{Name: "data/gone.txt", Data: []byte("gone")},
+					{Name: "data/in-link", Kind: runtime.InputSymlink, Target: "keep.txt"},
+				},
+			},
+		})
 		wantOut := "['b.bin', 'data', 'in.txt', 'link', 'outputs', 'run.sh'] 0o755 keep.txt\n"
 		if res.Reason != runtime.ReasonExit || res.ExitCode != 0 || string(res.Stdout) != wantOut {
 			t.Fatalf("reason %s exit %d stdout %q stderr %q, want exit 0 and %q", res.Reason, res.ExitCode, res.Stdout, res.Stderr, wantOut)
@@ -170,8 +177,10 @@ print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777),
 		var urls []string
 		traceExec = func(u *url.URL) { urls = append(urls, u.String()) }
 		defer func() { traceExec = nil }()
-		res := run(t, runtime.Job{Args: []string{"python3", "-c", "import json, os, sys; json.dump([os.environ.get('V%d' % i) for i in range(6)] + sys.argv[1:], sys.stdout)",
-			"arg with 'quotes'", "a=b"}, Env: env, Limits: runtime.Limits{Timeout: time.Minute}})
+		res := run(t, runtime.Job{
+			Invocation: runtime.Invocation{Args: []string{"python3", "-c", "import json, os, sys; json.dump([os.environ.get('V%d' % i) for i in range(6)] + sys.argv[1:], sys.stdout)",
+				"arg with 'quotes'", "a=b"}, Env: env, Limits: runtime.Limits{Timeout: time.Minute}},
+		})
 		var got []string
 		if err := json.Unmarshal(res.Stdout, &got); err != nil {
 			t.Fatalf("stdout %q: %v", res.Stdout, err)
@@ -194,15 +203,17 @@ print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777),
 	})
 
 	t.Run("PodDeletedMidRun", func(t *testing.T) {
-		job := runtime.Job{ID: fmt.Sprintf("kube-test-%d", time.Now().UnixNano()), Image: img,
-			Args: []string{"python3", "-c", "import time; print('up', flush=True); time.sleep(60)"}, Limits: runtime.Limits{Timeout: time.Minute}}
+		job := runtime.Job{
+			Sandbox:    runtime.SandboxSpec{ID: fmt.Sprintf("kube-test-%d", time.Now().UnixNano()), Image: img},
+			Invocation: runtime.Invocation{Args: []string{"python3", "-c", "import time; print('up', flush=True); time.sleep(60)"}, Limits: runtime.Limits{Timeout: time.Minute}},
+		}
 		deleted := make(chan error, 1)
 		var once sync.Once
-		job.Stdout = sinkFunc(func(p []byte) (int, error) {
+		job.Invocation.Stdout = sinkFunc(func(p []byte) (int, error) {
 			once.Do(func() {
 				go func() {
 					zero := int64(0)
-					deleted <- c.cs.CoreV1().Pods(DefaultNamespace).Delete(ctx, podName(job.ID), metav1.DeleteOptions{GracePeriodSeconds: &zero})
+					deleted <- c.cs.CoreV1().Pods(DefaultNamespace).Delete(ctx, podName(job.Sandbox.ID), metav1.DeleteOptions{GracePeriodSeconds: &zero})
 				}()
 			})
 			return len(p), nil
@@ -222,12 +233,13 @@ print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777),
 		if d := time.Since(start); d > 45*time.Second {
 			t.Errorf("a run whose pod was deleted took %s", d)
 		}
-		noPodsLeft(ctx, t, c, job.ID)
+		noPodsLeft(ctx, t, c, job.Sandbox.ID)
 	})
 
 	t.Run("OutputCap", func(t *testing.T) {
-		res := run(t, runtime.Job{Args: []string{"python3", "-c", "import sys, time\nwhile True: sys.stdout.write('x' * 4096); sys.stdout.flush()"},
-			Limits: runtime.Limits{Timeout: time.Minute, StdoutBytes: 1000}})
+		res := run(t, runtime.Job{
+			Invocation: runtime.Invocation{Args: []string{"python3", "-c", "import sys, time\nwhile True: sys.stdout.write('x' * 4096); sys.stdout.flush()"}, Limits: runtime.Limits{Timeout: time.Minute, StdoutBytes: 1000}},
+		})
 		if res.Reason != runtime.ReasonOutputCap || !res.StdoutTruncated || len(res.Stdout) != 1000 {
 			t.Errorf("reason %s truncated %v %d bytes, want output_cap, 1000 bytes", res.Reason, res.StdoutTruncated, len(res.Stdout))
 		}
@@ -235,7 +247,7 @@ print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777),
 
 	t.Run("Timeout", func(t *testing.T) {
 		start := time.Now()
-		res := run(t, runtime.Job{Args: []string{"sh", "-c", "echo t > /work/outputs/t.txt; sleep 60"}, Limits: runtime.Limits{Timeout: 3 * time.Second}})
+		res := run(t, runtime.Job{Invocation: runtime.Invocation{Args: []string{"sh", "-c", "echo t > /work/outputs/t.txt; sleep 60"}, Limits: runtime.Limits{Timeout: 3 * time.Second}}})
 		if res.Reason != runtime.ReasonTimeout {
 			t.Errorf("reason %s exit %d, want timeout", res.Reason, res.ExitCode)
 		}
@@ -255,10 +267,11 @@ print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777),
 	t.Run("Cancel", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		job := runtime.Job{ID: fmt.Sprintf("kube-test-%d", time.Now().UnixNano()), Image: img,
-			Args:   []string{"python3", "-c", "import time; open('/work/outputs/c.txt', 'w').write('c'); print('up', flush=True); time.sleep(60)"},
-			Limits: runtime.Limits{Timeout: time.Minute}}
-		job.Stdout = sinkFunc(func(p []byte) (int, error) { cancel(); return len(p), nil })
+		job := runtime.Job{
+			Sandbox:    runtime.SandboxSpec{ID: fmt.Sprintf("kube-test-%d", time.Now().UnixNano()), Image: img},
+			Invocation: runtime.Invocation{Args: []string{"python3", "-c", "import time; open('/work/outputs/c.txt', 'w').write('c'); print('up', flush=True); time.sleep(60)"}, Limits: runtime.Limits{Timeout: time.Minute}},
+		}
+		job.Invocation.Stdout = sinkFunc(func(p []byte) (int, error) { cancel(); return len(p), nil })
 		start := time.Now()
 		res, err := k.Run(ctx, job)
 		if err != nil {
@@ -273,12 +286,14 @@ print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777),
 		if len(res.Outputs) != 1 || res.Outputs[0].Path != "outputs/c.txt" || string(res.Outputs[0].Data) != "c" {
 			t.Errorf("outputs %v skipped %q, want outputs/c.txt", res.Outputs, res.OutputsSkipped)
 		}
-		noPodsLeft(context.WithoutCancel(ctx), t, c, job.ID)
+		noPodsLeft(context.WithoutCancel(ctx), t, c, job.Sandbox.ID)
 	})
 
 	t.Run("Memory", func(t *testing.T) {
-		res := run(t, runtime.Job{Args: []string{"python3", "-c", "b = bytearray(1 << 30); print(len(b))"},
-			Limits: runtime.Limits{Timeout: time.Minute, MemoryBytes: 128 << 20}})
+		res := run(t, runtime.Job{
+			Sandbox:    runtime.SandboxSpec{Limits: runtime.Limits{MemoryBytes: 128 << 20}},
+			Invocation: runtime.Invocation{Args: []string{"python3", "-c", "b = bytearray(1 << 30); print(len(b))"}, Limits: runtime.Limits{Timeout: time.Minute}},
+		})
 		// The kernel kills the sandbox at the pod's memory limit, and
 		// the kubelet reports its container OOMKilled.
 		if res.Reason != runtime.ReasonOOM || res.ExitCode != 137 {
@@ -291,15 +306,17 @@ print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777),
 	t.Run("ImageNotOnNode", func(t *testing.T) {
 		missing := img
 		missing.Digest = "sha256:" + strings.Repeat("ab", 32)
-		job := runtime.Job{ID: fmt.Sprintf("kube-test-%d", time.Now().UnixNano()), Image: missing,
-			Args: []string{"true"}, Limits: runtime.Limits{Timeout: time.Minute}}
+		job := runtime.Job{
+			Sandbox:    runtime.SandboxSpec{ID: fmt.Sprintf("kube-test-%d", time.Now().UnixNano()), Image: missing},
+			Invocation: runtime.Invocation{Args: []string{"true"}, Limits: runtime.Limits{Timeout: time.Minute}},
+		}
 		ref, _ := ImageReference(missing)
 		_, err := k.Run(ctx, job)
 		t.Logf("run: %v", err)
 		if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), ref) {
 			t.Errorf("run with an image not on the node: %v, want ErrUnavailable naming %s", err, ref)
 		}
-		noPodsLeft(ctx, t, c, job.ID)
+		noPodsLeft(ctx, t, c, job.Sandbox.ID)
 	})
 
 	// Without the RuntimeClass, a backend runs nothing and says why. The
@@ -325,7 +342,7 @@ print(sorted(os.listdir("/work")), oct(os.stat("/work/run.sh").st_mode & 0o777),
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = k.Run(ctx, runtime.Job{ID: "kube-test-no-class", Image: img, Args: []string{"true"}})
+		_, err = k.Run(ctx, runtime.Job{Sandbox: runtime.SandboxSpec{ID: "kube-test-no-class", Image: img}, Invocation: runtime.Invocation{Args: []string{"true"}}})
 		t.Logf("run: %v", err)
 		if !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "no RuntimeClass gvisor") {
 			t.Errorf("run without the RuntimeClass: %v, want ErrUnavailable naming it", err)

@@ -41,8 +41,10 @@ func BenchmarkPod(b *testing.B) {
 	log := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: os.Stderr})
 	var seq atomic.Int64
 	job := func() runtime.Job {
-		return runtime.Job{ID: fmt.Sprintf("kube-bench-%d-%d", time.Now().UnixNano(), seq.Add(1)), Image: img,
-			Args: []string{"python3", "-c", "print('hello')"}, Limits: runtime.Limits{Timeout: time.Minute}}
+		return runtime.Job{
+			Sandbox:    runtime.SandboxSpec{ID: fmt.Sprintf("kube-bench-%d-%d", time.Now().UnixNano(), seq.Add(1)), Image: img},
+			Invocation: runtime.Invocation{Args: []string{"python3", "-c", "print('hello')"}, Limits: runtime.Limits{Timeout: time.Minute}},
+		}
 	}
 	check := func(b *testing.B, res *runtime.Result, err error) {
 		if err != nil {
@@ -80,7 +82,7 @@ func BenchmarkPod(b *testing.B) {
 	b.Run("warm_4_clients", func(b *testing.B) {
 		pool := runtime.NewPool(k, runtime.PoolConfig{PerKey: 4, Total: 4, IdleTimeout: time.Hour}, log)
 		defer pool.Close(ctx)
-		small := func() runtime.Job { j := job(); j.Limits.CPUs = benchCPUs; return j }
+		small := func() runtime.Job { j := job(); j.Sandbox.Limits.CPUs = benchCPUs; return j }
 		key, _ := runtime.KeyFor(small(), "bench", "sha256:bench")
 		pool.Warm(key)
 		waitPoolIdle(b, pool, 4)

@@ -118,9 +118,7 @@ func (k *Kubernetes) startEgress(ctx context.Context, cs k8s.Interface, name str
 	if err := k.canEgress(); err != nil {
 		return nil, err
 	}
-	cfg := *job.Egress
-	lim := job.Limits.WithDefaults()
-	cfg.MaxConnections, cfg.MaxBytesOut = lim.EgressConnections, lim.EgressBytesOut
+	cfg := job.Sandbox.EgressConfig()
 	l, err := listenNetNS(k.ko.EgressNetNS, netip.AddrPortFrom(k.egressAddr, 0).String())
 	if err != nil {
 		return nil, errkind.Errorf(runtime.ErrUnavailable, "egress proxy: listen on %s%s: %w: set runtime %q { egress_address } to an address of this daemon's", k.egressAddr, inNetNS(k.ko.EgressNetNS), err, Name)

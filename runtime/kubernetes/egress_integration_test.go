@@ -294,9 +294,11 @@ func TestEgress(t *testing.T) {
 	t.Run("Cap", func(t *testing.T) {
 		// One connection allowed; the second hits the cap, which stops
 		// the job (it would sleep for a minute).
-		job := runtime.Job{ID: fmt.Sprintf("kube-egress-cap-%d", time.Now().UnixNano()), Image: img, Egress: egressCfg(),
-			Args:   args([]string{urlOf(allowed), urlOf(allowed)}, []string{}, "60"),
-			Limits: runtime.Limits{Timeout: 2 * time.Minute, EgressConnections: 1}}
+		job := runtime.Job{
+			Sandbox: runtime.SandboxSpec{ID: fmt.Sprintf("kube-egress-cap-%d", time.Now().UnixNano()), Image: img, Egress: egressCfg(),
+				Limits: runtime.Limits{EgressConnections: 1}},
+			Invocation: runtime.Invocation{Args: args([]string{urlOf(allowed), urlOf(allowed)}, []string{}, "60"), Limits: runtime.Limits{Timeout: 2 * time.Minute}},
+		}
 		start := time.Now()
 		res, err := k.Run(ctx, job)
 		if err != nil {
@@ -312,13 +314,13 @@ func TestEgress(t *testing.T) {
 			t.Errorf("egress stats %+v, want 1 connection and the limit %s hit", st, egress.LimitConnections)
 		}
 		noPolicyLeft(ctx, t, c)
-		noPodsLeft(ctx, t, c, job.ID)
+		noPodsLeft(ctx, t, c, job.Sandbox.ID)
 	})
 
 	t.Run("Refused", func(t *testing.T) {
 		// An open network is refused; so is egress with no address for
 		// the proxy, before any pod is made.
-		open := runtime.Job{ID: fmt.Sprintf("kube-net-%d", time.Now().UnixNano()), Image: img, Network: true, Args: []string{"true"}}
+		open := runtime.Job{Sandbox: runtime.SandboxSpec{ID: fmt.Sprintf("kube-net-%d", time.Now().UnixNano()), Image: img, Network: true}, Invocation: runtime.Invocation{Args: []string{"true"}}}
 		if _, err := k.Run(ctx, open); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "open network") {
 			t.Errorf("a job with an open network: %v, want ErrUnavailable saying why", err)
 		}
@@ -327,11 +329,11 @@ func TestEgress(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		job := runtime.Job{ID: fmt.Sprintf("kube-noaddr-%d", time.Now().UnixNano()), Image: img, Egress: egressCfg(), Args: []string{"true"}}
+		job := runtime.Job{Sandbox: runtime.SandboxSpec{ID: fmt.Sprintf("kube-noaddr-%d", time.Now().UnixNano()), Image: img, Egress: egressCfg()}, Invocation: runtime.Invocation{Args: []string{"true"}}}
 		if _, err := bare.Run(ctx, job); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "egress_address") {
 			t.Errorf("egress without egress_address: %v, want ErrUnavailable naming the setting", err)
 		}
-		noPodsLeft(ctx, t, c, job.ID)
+		noPodsLeft(ctx, t, c, job.Sandbox.ID)
 	})
 }
 

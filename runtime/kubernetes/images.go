@@ -287,30 +287,30 @@ func (k *Kubernetes) nodeImage(ctx context.Context, job runtime.Job) (string, er
 	if err := unsupported(job); err != nil {
 		return "", err
 	}
-	if _, err := ImageReference(job.Image); err != nil {
-		return "", fmt.Errorf("run %s: %w", job.ID, err)
+	if _, err := ImageReference(job.Sandbox.Image); err != nil {
+		return "", fmt.Errorf("run %s: %w", job.Sandbox.ID, err)
 	}
-	img, layouts := job.Image, []string{job.Image.Layout}
+	img, layouts := job.Sandbox.Image, []string{job.Sandbox.Image.Layout}
 	if needsArtifact(job) {
 		derived, err := k.artifacts.Build(job)
 		if err != nil {
 			return "", err
 		}
-		img, layouts = derived, k.artifacts.Blobs(derived, job.Image)
-		k.log.Debug("derived image built", "id", job.ID, "image", job.Image.Name, "base", job.Image.Digest, "digest", derived.Digest)
+		img, layouts = derived, k.artifacts.Blobs(derived, job.Sandbox.Image)
+		k.log.Debug("derived image built", "id", job.Sandbox.ID, "image", job.Sandbox.Image.Name, "base", job.Sandbox.Image.Digest, "digest", derived.Digest)
 	}
 	if k.registry == nil || img.Ref != "" || img.Layout == "" {
 		// A registry image is pulled from where it is; an image with no
 		// layout here cannot be pushed, and must be on the nodes.
 		ref, err := ImageReference(img)
 		if err != nil {
-			return "", fmt.Errorf("run %s: %w", job.ID, err)
+			return "", fmt.Errorf("run %s: %w", job.Sandbox.ID, err)
 		}
 		return ref, nil
 	}
 	ref, err := k.registry.push(ctx, img, layouts)
 	if err != nil {
-		return "", fmt.Errorf("run %s: %w", job.ID, err)
+		return "", fmt.Errorf("run %s: %w", job.Sandbox.ID, err)
 	}
 	return ref, nil
 }

@@ -138,8 +138,8 @@ func TestNodeImage(t *testing.T) {
 	base := testLayout(t)
 	skill := writeTree(t, t.TempDir(), testSkill)
 	deps := writeTree(t, t.TempDir(), testDeps)
-	plain := runtime.Job{ID: "r", Image: base, Args: []string{"true"}}
-	withSkill := runtime.Job{ID: "r", Image: base, SkillDir: skill, DepsDir: deps, Args: []string{"true"}}
+	plain := runtime.Job{Sandbox: runtime.SandboxSpec{ID: "r", Image: base}, Invocation: runtime.Invocation{Args: []string{"true"}}}
+	withSkill := runtime.Job{Sandbox: runtime.SandboxSpec{ID: "r", Image: base, SkillDir: skill, DepsDir: deps}, Invocation: runtime.Invocation{Args: []string{"true"}}}
 	derived, err := NewArtifacts(t.TempDir()).Build(withSkill)
 	if err != nil {
 		t.Fatal(err)

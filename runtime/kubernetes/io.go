@@ -72,16 +72,16 @@ const outputsSlack = 64 << 20
 // the image's: env -i replaces it. The working directory is the
 // container's, WorkDir.
 func jobFrame(job runtime.Job, egressEnv []string) ([]byte, error) {
-	env, err := runtime.ContainerEnv(job.Env)
+	env, err := runtime.ContainerEnv(job.Invocation.Env)
 	if err != nil {
 		return nil, err
 	}
 	var b strings.Builder
 	b.WriteString("exec env -i")
-	for _, words := range [][]string{env, job.ModuleEnv, egressEnv, job.Args} {
+	for _, words := range [][]string{env, job.Invocation.ModuleEnv, egressEnv, job.Invocation.Args} {
 		for _, w := range words {
 			if strings.IndexByte(w, 0) >= 0 {
-				return nil, fmt.Errorf("run %s: %q holds a NUL byte, which no argument or variable can", job.ID, w)
+				return nil, fmt.Errorf("run %s: %q holds a NUL byte, which no argument or variable can", job.Sandbox.ID, w)
 			}
 			b.WriteByte(' ')
 			b.WriteString(shellQuote(w))
@@ -89,7 +89,7 @@ func jobFrame(job runtime.Job, egressEnv []string) ([]byte, error) {
 	}
 	b.WriteByte('\n')
 	if b.Len() > frameDirBytes {
-		return nil, fmt.Errorf("run %s: the job's arguments and environment make a frame of %d bytes, over %d", job.ID, b.Len(), frameDirBytes)
+		return nil, fmt.Errorf("run %s: the job's arguments and environment make a frame of %d bytes, over %d", job.Sandbox.ID, b.Len(), frameDirBytes)
 	}
 	return []byte(b.String()), nil
 }
@@ -319,7 +319,7 @@ func (k *Kubernetes) deliver(ctx context.Context, cs k8s.Interface, cfg *rest.Co
 		return err
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeDelivery(pw, frame, job.Files, time.Now())) }()
+	go func() { pw.CloseWithError(writeDelivery(pw, frame, job.Invocation.Files, time.Now())) }()
 	var out, errOut noteBuffer
 	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: pr, Stdout: &out, Stderr: &errOut})
 	pr.CloseWithError(io.ErrClosedPipe) // the writer, if still writing, stops
@@ -328,10 +328,10 @@ func (k *Kubernetes) deliver(ctx context.Context, cs k8s.Interface, cfg *rest.Co
 	}
 	msg := strings.TrimSpace(errOut.String() + " " + out.String())
 	if strings.Contains(msg, "No space left on device") || strings.Contains(msg, "Disk quota exceeded") {
-		lim := job.Limits.WithDefaults()
+		lim := job.Limits()
 		return errkind.Errorf(runtime.ErrInvalidJob, "the inputs do not fit in the workdir (%d bytes): send fewer or smaller files, or raise the workdir limit (%s)", lim.WorkdirBytes, msg)
 	}
-	return fmt.Errorf("deliver the job and its %d input entries into pod %s/%s (tar -x): %w: %s", len(job.Files), k.namespace, name, err, msg)
+	return fmt.Errorf("deliver the job and its %d input entries into pod %s/%s (tar -x): %w: %s", len(job.Invocation.Files), k.namespace, name, err, msg)
 }
 
 // collectTimeout bounds the exec that streams the workdir back.
@@ -344,14 +344,14 @@ const collectTimeout = 2 * time.Minute
 func (k *Kubernetes) collect(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, job runtime.Job) *oci.Outputs {
 	outs, err := k.collectOutputs(ctx, cs, cfg, name, job)
 	if err != nil {
-		k.log.Warn("collecting outputs failed", "id", job.ID, "pod", name, "error", err)
+		k.log.Warn("collecting outputs failed", "id", job.Sandbox.ID, "pod", name, "error", err)
 		return &oci.Outputs{Skipped: []string{"outputs not collected: " + err.Error()}}
 	}
 	return outs
 }
 
 func (k *Kubernetes) collectOutputs(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, job runtime.Job) (*oci.Outputs, error) {
-	lim := job.Limits.WithDefaults()
+	lim := job.Limits()
 	dir, err := os.MkdirTemp(k.opts.RunDir, "skillbox-kube-outputs-") // 0700
 	if err != nil {
 		return nil, fmt.Errorf("make a private directory for the outputs: %w", err)
@@ -400,7 +400,7 @@ func (k *Kubernetes) collectOutputs(ctx context.Context, cs k8s.Interface, cfg *
 		// file that changed or vanished as it read, a socket).
 		skipped = append(skipped, fmt.Sprintf("outputs may be incomplete: tar -c in the pod: %v: %s", execErr, errOut.String()))
 	}
-	outs, err := oci.CollectCopy(dir, lim, job.Files)
+	outs, err := oci.CollectCopy(dir, lim, job.Invocation.Files)
 	if err != nil {
 		return nil, err
 	}

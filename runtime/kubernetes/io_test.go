@@ -62,21 +62,21 @@ func TestJobFrame(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := testJob()
-			job.Env, job.ModuleEnv = tc.env, []string{"PYTHONPATH=/deps x"}
+			job.Invocation.Env, job.Invocation.ModuleEnv = tc.env, []string{"PYTHONPATH=/deps x"}
 			// The environment arrives exactly (env -0: NUL-separated).
-			job.Args = []string{"env", "-0"}
+			job.Invocation.Args = []string{"env", "-0"}
 			frame, err := jobFrame(job, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			out, code := runFrame(t, frame, "")
 			wantEnv, _ := runtime.ContainerEnv(tc.env)
-			wantEnv = append(wantEnv, job.ModuleEnv...)
+			wantEnv = append(wantEnv, job.Invocation.ModuleEnv...)
 			if got := strings.Split(strings.TrimSuffix(out, "\x00"), "\x00"); code != 0 || !slices.Equal(got, wantEnv) {
 				t.Errorf("env: exit %d\n got %q\nwant %q", code, got, wantEnv)
 			}
 			// The argv arrives exactly.
-			job.Args = append([]string{"printf", `%s\0`}, tc.args...)
+			job.Invocation.Args = append([]string{"printf", `%s\0`}, tc.args...)
 			if frame, err = jobFrame(job, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +88,7 @@ func TestJobFrame(t *testing.T) {
 	}
 	t.Run("exit code and stdin", func(t *testing.T) {
 		job := testJob()
-		job.Args = []string{"sh", "-c", "cat; exit 42"}
+		job.Invocation.Args = []string{"sh", "-c", "cat; exit 42"}
 		frame, err := jobFrame(job, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -99,7 +99,7 @@ func TestJobFrame(t *testing.T) {
 	})
 	t.Run("refused", func(t *testing.T) {
 		job := testJob()
-		job.Env = []string{"LD_PRELOAD=/x"}
+		job.Invocation.Env = []string{"LD_PRELOAD=/x"}
 		if _, err := jobFrame(job, nil); !errors.Is(err, runtime.ErrInvalidJob) {
 			t.Errorf("frame with LD_PRELOAD: %v, want ErrInvalidJob", err)
 		}

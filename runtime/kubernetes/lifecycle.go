@@ -63,9 +63,6 @@ var _ runtime.Sandbox = (*podSandbox)(nil)
 
 // Create makes the pod of spec; it does not wait for it to run (Start).
 func (k *Kubernetes) Create(ctx context.Context, spec runtime.SandboxSpec) (runtime.Sandbox, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
-	}
 	if spec.Egress != nil {
 		// Refused before a pod is made for nothing.
 		if err := k.canEgress(); err != nil {
@@ -77,12 +74,13 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.SandboxSpec) (runt
 		// (RootFS) is not used here, and need not exist.
 		spec.RootFS = "/"
 	}
-	// The pod is made from the sandbox's part of a job: a placeholder
-	// argv stands for the job to come, which Deliver validates.
-	shell := runtime.JobOf(spec, runtime.Invocation{Args: []string{"true"}, Limits: spec.Limits})
-	if err := runtime.ValidateJob(shell); err != nil {
+	spec, err := runtime.CheckSpec(ctx, spec, runtime.LifecycleBoots...)
+	if err != nil {
 		return nil, err
 	}
+	// The pod is made from the sandbox's part of a job: a placeholder
+	// argv stands for the job to come, which Deliver validates.
+	shell := spec.ProcessJob("true")
 	image, err := k.nodeImage(ctx, shell)
 	if err != nil {
 		return nil, err
@@ -150,18 +148,18 @@ func (s *podSandbox) Deliver(ctx context.Context, inv runtime.Invocation) error 
 		return err
 	}
 	var egressEnv []string
-	if job.Egress != nil {
+	if job.Sandbox.Egress != nil {
 		// The pod has run since Start: it has its IP, which the proxy
 		// takes connections from only.
 		if s.running == nil {
-			return fmt.Errorf("run %s: sandbox %s was not started", job.ID, s.spec.ID)
+			return fmt.Errorf("run %s: sandbox %s was not started", job.Sandbox.ID, s.spec.ID)
 		}
 		ip, err := s.k.podIP(s.running)
 		if err != nil {
-			return fmt.Errorf("run %s: %w", job.ID, err)
+			return fmt.Errorf("run %s: %w", job.Sandbox.ID, err)
 		}
 		if s.eg, err = s.k.startEgress(ctx, s.cs, s.name, s.uid, ip, job); err != nil {
-			return fmt.Errorf("run %s: %w", job.ID, err)
+			return fmt.Errorf("run %s: %w", job.Sandbox.ID, err)
 		}
 		egressEnv = s.eg.Env()
 	}
@@ -170,20 +168,20 @@ func (s *podSandbox) Deliver(ctx context.Context, inv runtime.Invocation) error 
 		return err
 	}
 	if err := s.k.deliver(ctx, s.cs, s.cfg, s.name, job, frame); err != nil {
-		return fmt.Errorf("run %s: %w", job.ID, err)
+		return fmt.Errorf("run %s: %w", job.Sandbox.ID, err)
 	}
 	// The pod started after it was created: time.Since(created) bounds
 	// how long it has been up, without trusting the node's clock. The
 	// job's time starts now, after its inputs are in; endSlack leaves time
 	// to stop it and read its outputs back.
-	up, timeout := time.Since(s.created), job.Limits.WithDefaults().Timeout+endSlack
+	up, timeout := time.Since(s.created), job.Limits().Timeout+endSlack
 	deadline := deadlineSeconds(up + timeout)
 	if s.deadline > 0 {
 		deadline = runDeadline(up, timeout, s.deadline)
 	}
 	patch := fmt.Appendf(nil, `{"spec":{"activeDeadlineSeconds":%d}}`, deadline)
 	if _, err := s.cs.CoreV1().Pods(s.k.namespace).Patch(ctx, s.name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		return fmt.Errorf("run %s: set the deadline of pod %s/%s to %d s: %w", job.ID, s.k.namespace, s.name, deadline, err)
+		return fmt.Errorf("run %s: set the deadline of pod %s/%s to %d s: %w", job.Sandbox.ID, s.k.namespace, s.name, deadline, err)
 	}
 	s.deadline = deadline
 	s.job, s.done = job, make(chan struct{})

@@ -117,23 +117,23 @@ func registryRepository(ref string) string {
 func unsupported(job runtime.Job) error {
 	why := ""
 	switch {
-	case job.Network && job.Egress == nil:
+	case job.Sandbox.Network && job.Sandbox.Egress == nil:
 		// An open network would be the cluster's pod network, unfiltered:
 		// a pod reaches the network only through its egress proxy
 		// (egress.go), and a job that asks for more is refused rather
 		// than given it.
 		why = "an open network (network without egress rules) is not supported by the kubernetes runtime: give the run egress destinations in its policy (its pod then reaches only its egress proxy), or run it on another runtime"
-	case job.Egress != nil && len(job.Egress.Secrets) > 0:
+	case job.Sandbox.Egress != nil && len(job.Sandbox.Egress.Secrets) > 0:
 		why = "egress secrets are not supported by the kubernetes runtime yet (the pod would need skillbox's CA): run the job without secrets, or on another runtime"
-	case job.Session != nil:
+	case job.Sandbox.Session != nil:
 		why = "sessions are not supported by the kubernetes runtime yet: use another runtime"
-	case strings.ContainsRune(job.Args[0], '='):
+	case strings.ContainsRune(job.Invocation.Args[0], '='):
 		why = "a command whose name contains '=' cannot be run by the kubernetes runtime (env would take it for a variable)"
 	}
 	if why == "" {
 		return nil
 	}
-	return errkind.Errorf(runtime.ErrUnavailable, "run %s: %s", job.ID, why)
+	return errkind.Errorf(runtime.ErrUnavailable, "run %s: %s", job.Sandbox.ID, why)
 }
 
 // The pod's deadline (activeDeadlineSeconds) counts from the pod's start
@@ -185,15 +185,15 @@ func podSpec(job runtime.Job, namespace, image string) (*corev1.Pod, error) {
 	if err := unsupported(job); err != nil {
 		return nil, err
 	}
-	base, err := ImageReference(job.Image)
+	base, err := ImageReference(job.Sandbox.Image)
 	if err != nil {
-		return nil, fmt.Errorf("run %s: %w", job.ID, err)
+		return nil, fmt.Errorf("run %s: %w", job.Sandbox.ID, err)
 	}
 	if image == "" {
 		image = base
 	}
-	lim := job.Limits.WithDefaults()
-	name := podName(job.ID)
+	lim := job.Limits()
+	name := podName(job.Sandbox.ID)
 	deadline := bootDeadline(lim.Timeout)
 	no, yes := false, true
 	nobody := int64(runtime.ContainerUID)
@@ -216,7 +216,7 @@ func podSpec(job runtime.Job, namespace, image string) (*corev1.Pod, error) {
 			Name:        name,
 			Namespace:   namespace,
 			Labels:      map[string]string{LabelManagedBy: ManagedBy, LabelRun: name},
-			Annotations: map[string]string{AnnotationRunID: job.ID, AnnotationImage: job.Image.Name + "@" + job.Image.Digest},
+			Annotations: map[string]string{AnnotationRunID: job.Sandbox.ID, AnnotationImage: job.Sandbox.Image.Name + "@" + job.Sandbox.Image.Digest},
 		},
 		Spec: corev1.PodSpec{
 			RuntimeClassName:              &class,

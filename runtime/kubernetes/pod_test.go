@@ -19,12 +19,17 @@ const testDigest = "sha256:63eb9a88e0f72213fad96d624587e21a36493e366319ab3c91fda
 
 func testJob() runtime.Job {
 	return runtime.Job{
-		ID:     "skillbox-run-1",
-		RootFS: "/var/lib/skillbox/images/rootfs/x",
-		Image:  runtime.ImageRef{Name: "python", Digest: testDigest},
-		Args:   []string{"python3", "-c", "print(1)"},
-		Env:    []string{"A=b"},
-		Limits: runtime.Limits{Timeout: 2500 * time.Millisecond, MemoryBytes: 256 << 20, CPUs: 0.5, WorkdirBytes: 64 << 20, TmpBytes: 16 << 20},
+		Sandbox: runtime.SandboxSpec{
+			ID:     "skillbox-run-1",
+			RootFS: "/var/lib/skillbox/images/rootfs/x",
+			Image:  runtime.ImageRef{Name: "python", Digest: testDigest},
+			Limits: runtime.Limits{MemoryBytes: 256 << 20, CPUs: 0.5, WorkdirBytes: 64 << 20, TmpBytes: 16 << 20},
+		},
+		Invocation: runtime.Invocation{
+			Args:   []string{"python3", "-c", "print(1)"},
+			Env:    []string{"A=b"},
+			Limits: runtime.Limits{Timeout: 2500 * time.Millisecond},
+		},
 	}
 }
 
@@ -86,7 +91,7 @@ func TestPodSpec(t *testing.T) {
 
 func TestPodSpecDefaults(t *testing.T) {
 	job := testJob()
-	job.Limits = runtime.Limits{}
+	job.Sandbox.Limits, job.Invocation.Limits = runtime.Limits{}, runtime.Limits{}
 	pod, err := podSpec(job, "ns1", "")
 	if err != nil {
 		t.Fatal(err)
@@ -111,14 +116,14 @@ func TestPodSpecRefuses(t *testing.T) {
 		kind error
 		want string
 	}{
-		{"no digest", func(j *runtime.Job) { j.Image.Digest = "" }, runtime.ErrInvalidJob, "by digest only"},
-		{"no image", func(j *runtime.Job) { j.Image = runtime.ImageRef{} }, runtime.ErrInvalidJob, "no digest"},
-		{"bad digest", func(j *runtime.Job) { j.Image.Digest = "sha256:abc" }, runtime.ErrInvalidJob, "64 lowercase hex"},
-		{"bad name", func(j *runtime.Job) { j.Image.Name = "Py thon" }, runtime.ErrInvalidJob, "cannot name an image"},
-		{"open network", func(j *runtime.Job) { j.Network = true }, runtime.ErrUnavailable, "open network"},
-		{"egress secrets", func(j *runtime.Job) { j.Egress = &egress.Config{Secrets: []egress.Secret{{Name: "TOKEN"}}} }, runtime.ErrUnavailable, "secrets"},
-		{"session", func(j *runtime.Job) { j.Session = &runtime.SessionMounts{} }, runtime.ErrUnavailable, "sessions"},
-		{"command with =", func(j *runtime.Job) { j.Args = []string{"A=b", "x"} }, runtime.ErrUnavailable, "'='"},
+		{"no digest", func(j *runtime.Job) { j.Sandbox.Image.Digest = "" }, runtime.ErrInvalidJob, "by digest only"},
+		{"no image", func(j *runtime.Job) { j.Sandbox.Image = runtime.ImageRef{} }, runtime.ErrInvalidJob, "no digest"},
+		{"bad digest", func(j *runtime.Job) { j.Sandbox.Image.Digest = "sha256:abc" }, runtime.ErrInvalidJob, "64 lowercase hex"},
+		{"bad name", func(j *runtime.Job) { j.Sandbox.Image.Name = "Py thon" }, runtime.ErrInvalidJob, "cannot name an image"},
+		{"open network", func(j *runtime.Job) { j.Sandbox.Network = true }, runtime.ErrUnavailable, "open network"},
+		{"egress secrets", func(j *runtime.Job) { j.Sandbox.Egress = &egress.Config{Secrets: []egress.Secret{{Name: "TOKEN"}}} }, runtime.ErrUnavailable, "secrets"},
+		{"session", func(j *runtime.Job) { j.Sandbox.Session = &runtime.SessionMounts{} }, runtime.ErrUnavailable, "sessions"},
+		{"command with =", func(j *runtime.Job) { j.Invocation.Args = []string{"A=b", "x"} }, runtime.ErrUnavailable, "'='"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			job := testJob()
@@ -266,7 +271,7 @@ func TestVersionWithoutKubeconfig(t *testing.T) {
 // image.
 func TestPodSpecDerivedImage(t *testing.T) {
 	job := testJob()
-	job.SkillDir, job.DepsDir = "/skills/x", "/layers/sha256-x/tree"
+	job.Sandbox.SkillDir, job.Sandbox.DepsDir = "/skills/x", "/layers/sha256-x/tree"
 	derived := "127.0.0.1:5000/sb/python@sha256:" + strings.Repeat("cd", 32)
 	pod, err := podSpec(job, "ns1", derived)
 	if err != nil {

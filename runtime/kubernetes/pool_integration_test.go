@@ -31,8 +31,10 @@ func testWarmPool(ctx context.Context, t *testing.T, k *Kubernetes, c *testClust
 			pool.Close(context.WithoutCancel(ctx))
 		}
 	}()
-	job := runtime.Job{Image: img, Args: []string{"python3", "-c", "print(open('/proc/version').read())"},
-		Limits: runtime.Limits{Timeout: time.Minute, CPUs: benchCPUs}} // 2 idle pods, 1 in use and a refill fit the node
+	job := runtime.Job{
+		Sandbox:    runtime.SandboxSpec{Image: img, Limits: runtime.Limits{CPUs: benchCPUs}},
+		Invocation: runtime.Invocation{Args: []string{"python3", "-c", "print(open('/proc/version').read())"}, Limits: runtime.Limits{Timeout: time.Minute}},
+	} // 2 idle pods, 1 in use and a refill fit the node
 	key, ok := runtime.KeyFor(job, "kube-pool-test", "sha256:test")
 	if !ok {
 		t.Fatal("job cannot run warm")
@@ -44,7 +46,7 @@ func testWarmPool(ctx context.Context, t *testing.T, k *Kubernetes, c *testClust
 
 	var claims []time.Duration
 	for i := range 4 {
-		job.ID = fmt.Sprintf("kube-pool-%d-%d", i, time.Now().UnixNano())
+		job.Sandbox.ID = fmt.Sprintf("kube-pool-%d-%d", i, time.Now().UnixNano())
 		start := time.Now()
 		res, err := pool.Run(ctx, key, job)
 		took := time.Since(start)

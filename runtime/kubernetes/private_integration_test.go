@@ -64,19 +64,23 @@ time.sleep(600)
 	ready := make(chan struct{})
 	var once bool
 	job := runtime.Job{
-		ID:     fmt.Sprintf("kube-private-%d", time.Now().UnixNano()),
-		Image:  img,
-		Args:   []string{"python3", "-c", script},
-		Env:    []string{"RUN_SECRET=" + envSecret},
-		Files:  []runtime.InputFile{{Name: "input.txt", Data: []byte(inputSecret + "\n"), Mode: 0o600}},
-		Limits: runtime.Limits{Timeout: 5 * time.Minute},
-		Stdout: sinkFunc(func(p []byte) (int, error) {
-			if !once && strings.Contains(string(p), "ready") {
-				once = true
-				close(ready)
-			}
-			return len(p), nil
-		}),
+		Sandbox: runtime.SandboxSpec{
+			ID:    fmt.Sprintf("kube-private-%d", time.Now().UnixNano()),
+			Image: img,
+		},
+		Invocation: runtime.Invocation{
+			Args:   []string{"python3", "-c", script},
+			Env:    []string{"RUN_SECRET=" + envSecret},
+			Files:  []runtime.InputFile{{Name: "input.txt", Data: []byte(inputSecret + "\n"), Mode: 0o600}},
+			Limits: runtime.Limits{Timeout: 5 * time.Minute},
+			Stdout: sinkFunc(func(p []byte) (int, error) {
+				if !once && strings.Contains(string(p), "ready") {
+					once = true
+					close(ready)
+				}
+				return len(p), nil
+			}),
+		},
 	}
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -97,7 +101,7 @@ time.sleep(600)
 		t.Fatal("run not ready after 3 minutes")
 	}
 
-	pod, err := c.cs.CoreV1().Pods(DefaultNamespace).Get(ctx, podName(job.ID), metav1.GetOptions{})
+	pod, err := c.cs.CoreV1().Pods(DefaultNamespace).Get(ctx, podName(job.Sandbox.ID), metav1.GetOptions{})
 	if err != nil {
 		t.Fatalf("the run's pod: %v", err)
 	}
@@ -112,7 +116,7 @@ time.sleep(600)
 	spec := runtimetest.ProbeSpec{
 		Walk:    []string{stateDir, runDir, kubeDir},
 		Paths:   []string{filepath.Join(stateDir, "artifacts"), canary},
-		IDs:     []string{job.ID, pod.Name, string(pod.UID)},
+		IDs:     []string{job.Sandbox.ID, pod.Name, string(pod.UID)},
 		Names:   []string{"input.txt", "outputs/out.txt", "run.sh"},
 		Secrets: []string{inputSecret, envSecret, canarySecret},
 	}
@@ -157,7 +161,7 @@ time.sleep(600)
 	case <-time.After(2 * time.Minute):
 		t.Fatal("run not stopped two minutes after its cancel")
 	}
-	noPodsLeft(ctx, t, c, job.ID)
+	noPodsLeft(ctx, t, c, job.Sandbox.ID)
 }
 
 // filesHolding lists the regular files under root (up to 256 MiB each)

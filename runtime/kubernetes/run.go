@@ -66,13 +66,13 @@ func createError(id, namespace, name string, err error) error {
 // output cap, an egress cap (egressOver closes; nil without egress) or the
 // caller's cancel, and collects its outputs.
 func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, job runtime.Job, version string, egressOver <-chan struct{}) (*runtime.Result, error) {
-	lim := job.Limits.WithDefaults()
+	lim := job.Limits()
 	ex, err := k.executor(cs, cfg, name, jobCommand)
 	if err != nil {
-		return nil, fmt.Errorf("run %s: %w", job.ID, err)
+		return nil, fmt.Errorf("run %s: %w", job.Sandbox.ID, err)
 	}
-	stdout := oci.NewCapture(lim.StdoutBytes, job.Stdout)
-	stderr := oci.NewCapture(lim.StderrBytes, job.Stderr)
+	stdout := oci.NewCapture(lim.StdoutBytes, job.Invocation.Stdout)
+	stderr := oci.NewCapture(lim.StderrBytes, job.Invocation.Stderr)
 	outR, outW := io.Pipe()
 	errR, errW := io.Pipe()
 	go stdout.Drain(outR)
@@ -83,7 +83,7 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 	exit := make(chan error, 1)
 	start := time.Now()
 	go func() {
-		exit <- ex.StreamWithContext(execCtx, remotecommand.StreamOptions{Stdin: bytes.NewReader(job.Stdin), Stdout: outW, Stderr: errW})
+		exit <- ex.StreamWithContext(execCtx, remotecommand.StreamOptions{Stdin: bytes.NewReader(job.Invocation.Stdin), Stdout: outW, Stderr: errW})
 	}()
 	// An egress cap ends the wait as a cancel would, and is told apart
 	// from one after it (process.Ends takes a local backend's egress).
@@ -171,9 +171,9 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 			break
 		}
 		if end.phase != "" {
-			return nil, fmt.Errorf("run %s: pod %s ended under the job (%s): %w", job.ID, name, end, execErr)
+			return nil, fmt.Errorf("run %s: pod %s ended under the job (%s): %w", job.Sandbox.ID, name, end, execErr)
 		}
-		return nil, fmt.Errorf("run %s: exec into pod %s: %w", job.ID, name, execErr)
+		return nil, fmt.Errorf("run %s: exec into pod %s: %w", job.Sandbox.ID, name, execErr)
 	}
 	if reason == runtime.ReasonExit && code == 128 {
 		// The sandbox died under the exec (runsc's exec exits 128 then):
@@ -229,7 +229,7 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 			res.Signal = process.ExitSignal(res.ExitCode)
 		}
 	}
-	k.log.Debug("run finished", "id", job.ID, "pod", name, "reason", reason, "exit_code", code, "duration", duration)
+	k.log.Debug("run finished", "id", job.Sandbox.ID, "pod", name, "reason", reason, "exit_code", code, "duration", duration)
 	return res, nil
 }
 

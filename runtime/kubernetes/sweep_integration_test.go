@@ -128,8 +128,8 @@ func TestSweepChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := k.Run(t.Context(), runtime.Job{
-		ID: id, Image: img, Args: []string{"sleep", "600"},
-		Limits: runtime.Limits{Timeout: 600 * time.Second},
+		Sandbox:    runtime.SandboxSpec{ID: id, Image: img},
+		Invocation: runtime.Invocation{Args: []string{"sleep", "600"}, Limits: runtime.Limits{Timeout: 600 * time.Second}},
 	})
 	t.Fatalf("the job ended, it should have been killed first: %+v %v", res, err)
 }

@@ -93,7 +93,7 @@ func TestTable(t *testing.T) {
 		Image:         img,
 		NewID:         func() string { return fmt.Sprintf("kube-table-%s-%d", tag, seq.Add(1)) },
 		NotApplicable: kubeNotApplicable,
-		After:         func(t *testing.T, job runtime.Job) { noPodsLeft(ctx, t, c, job.ID) },
+		After:         func(t *testing.T, job runtime.Job) { noPodsLeft(ctx, t, c, job.Sandbox.ID) },
 	}
 	tb.Run(t, runtimetest.Warm)
 	t.Run(string(runtimetest.Cold), func(t *testing.T) {

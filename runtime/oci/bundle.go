@@ -62,7 +62,7 @@ func PrepareBundle(job runtime.Job, runDir string, opts SpecOptions) (b *Bundle,
 	if err := runtime.ValidateJob(job); err != nil {
 		return nil, err
 	}
-	b, err = createBundle(job.ID, job.RootFS, job.Limits, runDir, opts)
+	b, err = createBundle(job.Sandbox.ID, job.Sandbox.RootFS, job.Limits(), runDir, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +71,7 @@ func PrepareBundle(job runtime.Job, runDir string, opts SpecOptions) (b *Bundle,
 			_ = b.Remove()
 		}
 	}()
-	if err := b.writeInputs(job.Files); err != nil {
+	if err := b.writeInputs(job.Invocation.Files); err != nil {
 		return b, err
 	}
 	if err := b.writeConfig(job, opts); err != nil {
@@ -436,7 +436,7 @@ func Unmount(target string) error {
 // the locked run dir, the empty workdir tmpfs and the hosts file. The
 // caller must Remove it.
 func NewSandboxBundle(spec runtime.SandboxSpec, runDir string, opts SpecOptions) (*Bundle, error) {
-	probe := runtime.JobOf(spec, runtime.Invocation{Args: []string{"true"}, Limits: spec.Limits})
+	probe := spec.ProcessJob("true")
 	if err := runtime.ValidateJob(probe); err != nil {
 		return nil, err
 	}
@@ -446,8 +446,8 @@ func NewSandboxBundle(spec runtime.SandboxSpec, runDir string, opts SpecOptions)
 // WriteInputs puts the job's input entries into the workdir and sets the
 // bundle's limits (the output caps CollectOutputs applies) to job's.
 func (b *Bundle) WriteInputs(job runtime.Job) error {
-	b.Limits = job.Limits.WithDefaults()
-	return b.writeInputs(job.Files)
+	b.Limits = job.Limits()
+	return b.writeInputs(job.Invocation.Files)
 }
 
 // SpecFor builds the OCI spec of job on this bundle (its workdir, hosts

@@ -16,11 +16,11 @@ import (
 // mount points (and the program) on SkillsMount, then each skill on its
 // target. Nothing when the job has neither skills nor a program.
 func skillsMounts(job runtime.Job, source string) []specs.Mount {
-	if !job.UsesSkillsDir() {
+	if !job.Sandbox.UsesSkillsDir() {
 		return nil
 	}
 	m := []specs.Mount{{Destination: runtime.SkillsMount, Type: "bind", Source: source, Options: []string{"rbind", "ro", "nosuid", "nodev", "noexec"}}}
-	for _, s := range job.Skills {
+	for _, s := range job.Sandbox.Skills {
 		// Like SkillMount: not noexec, a skill's own tools may be run by path.
 		m = append(m, specs.Mount{Destination: s.Target, Type: "bind", Source: s.Source, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	}
@@ -35,20 +35,20 @@ const bundleSkills = "skills"
 // root's and read-only to the container. It returns "" when the job needs
 // none. The rootfs must have SkillsMount to mount it on.
 func prepareSkillsDir(dir string, job runtime.Job) (string, error) {
-	if !job.UsesSkillsDir() {
+	if !job.Sandbox.UsesSkillsDir() {
 		return "", nil
 	}
 	// A registry image (no RootFS on the host) gets the mount point made
 	// in its snapshot by the OCI runtime.
-	if st, err := os.Lstat(filepath.Join(job.RootFS, runtime.SkillsMount)); job.RootFS != "" && (err != nil || !st.IsDir()) {
-		return "", errkind.Errorf(runtime.ErrUnavailable, "the image at %s has no directory %s to mount the skills on: rebuild the image with this skillbox (skillbox images build NAME)", job.RootFS, runtime.SkillsMount)
+	if st, err := os.Lstat(filepath.Join(job.Sandbox.RootFS, runtime.SkillsMount)); job.Sandbox.RootFS != "" && (err != nil || !st.IsDir()) {
+		return "", errkind.Errorf(runtime.ErrUnavailable, "the image at %s has no directory %s to mount the skills on: rebuild the image with this skillbox (skillbox images build NAME)", job.Sandbox.RootFS, runtime.SkillsMount)
 	}
 	root := filepath.Join(dir, bundleSkills)
 	dirs := []string{root}
-	for _, s := range job.Skills {
+	for _, s := range job.Sandbox.Skills {
 		dirs = append(dirs, filepath.Join(root, path.Base(s.Target)))
 	}
-	if job.Program != nil {
+	if job.Sandbox.Program != nil {
 		dirs = append(dirs, filepath.Join(root, path.Base(runtime.ProgramDir)))
 	}
 	// Modes are set explicitly: the container's user must read them
@@ -61,7 +61,7 @@ func prepareSkillsDir(dir string, job runtime.Job) (string, error) {
 			return "", fmt.Errorf("make skill mount point: %w", err)
 		}
 	}
-	if p := job.Program; p != nil {
+	if p := job.Sandbox.Program; p != nil {
 		f := filepath.Join(dirs[len(dirs)-1], p.Name)
 		if err := os.WriteFile(f, p.Data, 0o644); err != nil {
 			return "", fmt.Errorf("write program: %w", err)

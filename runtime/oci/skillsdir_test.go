@@ -51,7 +51,7 @@ func TestSkillMountsSpec(t *testing.T) {
 func TestPrepareSkillsDir(t *testing.T) {
 	rootfs := t.TempDir()
 	job := codeJob()
-	job.RootFS = rootfs
+	job.Sandbox.RootFS = rootfs
 	if _, err := prepareSkillsDir(t.TempDir(), job); !errors.Is(err, runtime.ErrUnavailable) || !strings.Contains(err.Error(), "rebuild the image") {
 		t.Fatalf("image without /skills: %v", err)
 	}
@@ -77,7 +77,7 @@ func TestPrepareSkillsDir(t *testing.T) {
 			t.Errorf("%s: %v %v, want %v", rel, st.Mode(), err, mode)
 		}
 	}
-	if b, _ := os.ReadFile(filepath.Join(got, ".code", "main.py")); string(b) != string(job.Program.Data) {
+	if b, _ := os.ReadFile(filepath.Join(got, ".code", "main.py")); string(b) != string(job.Sandbox.Program.Data) {
 		t.Errorf("program %q", b)
 	}
 	// A run_script job needs none.
@@ -89,14 +89,18 @@ func TestPrepareSkillsDir(t *testing.T) {
 // codeJob is a run_code job (as in runtime's skillmounts_test.go).
 func codeJob() runtime.Job {
 	return runtime.Job{
-		ID:     "skillbox-golden-1",
-		RootFS: "/var/lib/skillbox/images/python/rootfs",
-		Skills: []runtime.SkillBind{
-			{Source: "/run/skillbox/snapshots/sha256-aa", Target: runtime.SkillTarget("gif-maker")},
-			{Source: "/run/skillbox/snapshots/sha256-bb", Target: runtime.SkillTarget("pdf")},
+		Sandbox: runtime.SandboxSpec{
+			ID:     "skillbox-golden-1",
+			RootFS: "/var/lib/skillbox/images/python/rootfs",
+			Skills: []runtime.SkillBind{
+				{Source: "/run/skillbox/snapshots/sha256-aa", Target: runtime.SkillTarget("gif-maker")},
+				{Source: "/run/skillbox/snapshots/sha256-bb", Target: runtime.SkillTarget("pdf")},
+			},
+			Program: &runtime.Program{Name: "main.py", Data: []byte("from core.gif import make\n")},
 		},
-		Program:   &runtime.Program{Name: "main.py", Data: []byte("from core.gif import make\n")},
-		Args:      []string{"python3", runtime.ProgramDir + "/main.py", "a"},
-		ModuleEnv: runtime.ModulePathEnvDirs("python", runtime.SkillTarget("gif-maker"), runtime.SkillTarget("pdf")),
+		Invocation: runtime.Invocation{
+			Args:      []string{"python3", runtime.ProgramDir + "/main.py", "a"},
+			ModuleEnv: runtime.ModulePathEnvDirs("python", runtime.SkillTarget("gif-maker"), runtime.SkillTarget("pdf")),
+		},
 	}
 }

@@ -50,7 +50,7 @@ type SpecOptions struct {
 	// hosts without swap accounting, where runc refuses the field.
 	SwapLimit bool
 	// SkillsSource is the host directory bind-mounted read-only at
-	// SkillsMount, holding the mount points of Job.Skills and the program;
+	// SkillsMount, holding the mount points of SandboxSpec.Skills and the program;
 	// required when the job has either. PrepareBundle makes it.
 	SkillsSource string
 	// MaskHostInfo masks, beyond maskedPaths, the /proc files through which
@@ -157,10 +157,10 @@ func BuildSpec(job runtime.Job, opts SpecOptions) (*specs.Spec, error) {
 	if !runtime.IsCleanAbs(opts.WorkdirSource) {
 		return nil, errkind.Errorf(runtime.ErrInvalidJob, "workdir source %q must be an absolute, clean host path", opts.WorkdirSource)
 	}
-	if job.Egress != nil && (opts.NetNS == "" || !runtime.IsCleanAbs(opts.ResolvConfSource)) {
+	if job.Sandbox.Egress != nil && (opts.NetNS == "" || !runtime.IsCleanAbs(opts.ResolvConfSource)) {
 		return nil, errkind.Errorf(runtime.ErrInvalidJob, "the job has egress but its network namespace or resolv.conf is not set up")
 	}
-	if job.Network && opts.NetNS == "" {
+	if job.Sandbox.Network && opts.NetNS == "" {
 		return nil, errkind.Errorf(runtime.ErrUnavailable, "the job asks for network but no network namespace is configured for this runtime (set its netns to a prepared namespace, e.g. /var/run/netns/skillbox)")
 	}
 	if opts.UserNS != nil && opts.UserNS.Size <= runtime.ContainerUID {
@@ -169,24 +169,24 @@ func BuildSpec(job runtime.Job, opts SpecOptions) (*specs.Spec, error) {
 	if !runtime.IsCleanAbs(opts.HostsSource) {
 		return nil, errkind.Errorf(runtime.ErrInvalidJob, "hosts file source %q must be an absolute, clean host path", opts.HostsSource)
 	}
-	if job.UsesSkillsDir() && !runtime.IsCleanAbs(opts.SkillsSource) {
+	if job.Sandbox.UsesSkillsDir() && !runtime.IsCleanAbs(opts.SkillsSource) {
 		return nil, errkind.Errorf(runtime.ErrInvalidJob, "skills dir source %q must be an absolute, clean host path", opts.SkillsSource)
 	}
-	env, err := runtime.ContainerEnv(job.Env)
+	env, err := runtime.ContainerEnv(job.Invocation.Env)
 	if err != nil {
 		return nil, err
 	}
-	env = append(env, job.ModuleEnv...)
-	if job.Egress != nil {
+	env = append(env, job.Invocation.ModuleEnv...)
+	if job.Sandbox.Egress != nil {
 		env = append(env, opts.EgressEnv...)
 	}
-	if opts.Rootless && (opts.UserNS != nil || job.Network || job.Egress != nil) {
+	if opts.Rootless && (opts.UserNS != nil || job.Sandbox.Network || job.Sandbox.Egress != nil) {
 		return nil, errkind.Errorf(runtime.ErrInvalidJob, "a rootless sandbox has neither a user namespace mapping nor a network")
 	}
-	lim := job.Limits.WithDefaults()
+	lim := job.Limits()
 	cgPath := opts.CgroupsPath
 	if cgPath == "" {
-		cgPath = CgroupParent + "/" + job.ID
+		cgPath = CgroupParent + "/" + job.Sandbox.ID
 	}
 
 	empty := []string{}
@@ -195,7 +195,7 @@ func BuildSpec(job runtime.Job, opts SpecOptions) (*specs.Spec, error) {
 		Process: &specs.Process{
 			Terminal: false,
 			User:     specs.User{UID: runtime.ContainerUID, GID: runtime.ContainerGID},
-			Args:     append([]string(nil), job.Args...),
+			Args:     append([]string(nil), job.Invocation.Args...),
 			Env:      env,
 			Cwd:      runtime.WorkDir,
 			// Non-nil with empty sets: runc then clears every set, including
@@ -206,7 +206,7 @@ func BuildSpec(job runtime.Job, opts SpecOptions) (*specs.Spec, error) {
 			Rlimits:         append([]specs.POSIXRlimit(nil), defaultRlimits...),
 			NoNewPrivileges: true,
 		},
-		Root:     &specs.Root{Path: job.RootFS, Readonly: true},
+		Root:     &specs.Root{Path: job.Sandbox.RootFS, Readonly: true},
 		Hostname: Hostname,
 		Mounts:   buildMounts(job, opts, lim),
 		Linux: &specs.Linux{
@@ -244,7 +244,7 @@ func buildNamespaces(job runtime.Job, opts SpecOptions) []specs.LinuxNamespace {
 		{Type: specs.UTSNamespace},
 		{Type: specs.MountNamespace},
 	}
-	if job.Network || job.Egress != nil {
+	if job.Sandbox.Network || job.Sandbox.Egress != nil {
 		ns = append(ns, specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: opts.NetNS})
 	} else {
 		// A fresh namespace has only a loopback device: no route anywhere,
@@ -273,25 +273,25 @@ func buildMounts(job runtime.Job, opts SpecOptions, lim runtime.Limits) []specs.
 	}
 	// sysfs may only be mounted by the owner of the network namespace, so it
 	// is there only when the container has a fresh one (the default).
-	if !job.Network && job.Egress == nil {
+	if !job.Sandbox.Network && job.Sandbox.Egress == nil {
 		m = append(m, specs.Mount{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}})
 	}
-	if job.SkillDir != "" {
+	if job.Sandbox.SkillDir != "" {
 		// Not noexec: a script run through its shebang is exec'd from here.
 		// Nothing is gained by noexec anyway, as /work is writable.
-		m = append(m, specs.Mount{Destination: runtime.SkillMount, Type: "bind", Source: job.SkillDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		m = append(m, specs.Mount{Destination: runtime.SkillMount, Type: "bind", Source: job.Sandbox.SkillDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	}
 	m = append(m, skillsMounts(job, opts.SkillsSource)...)
-	m = append(m, sessionMounts(job.Session)...)
+	m = append(m, sessionMounts(job.Sandbox.Session)...)
 	m = append(m,
 		specs.Mount{Destination: runtime.WorkDir, Type: "bind", Source: opts.WorkdirSource, Options: []string{"rbind", "rw", "nosuid", "nodev"}},
 		specs.Mount{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777", size(lim.TmpBytes)}},
 		specs.Mount{Destination: "/etc/hosts", Type: "bind", Source: opts.HostsSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}},
 	)
-	if job.DepsDir != "" {
-		m = append(m, specs.Mount{Destination: runtime.DepsMount, Type: "bind", Source: job.DepsDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+	if job.Sandbox.DepsDir != "" {
+		m = append(m, specs.Mount{Destination: runtime.DepsMount, Type: "bind", Source: job.Sandbox.DepsDir, Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 	}
-	if job.Egress != nil {
+	if job.Sandbox.Egress != nil {
 		m = append(m, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: opts.ResolvConfSource, Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 		if opts.CABundleSource != "" {
 			// In /tmp (a tmpfs made above) because the image may lack a

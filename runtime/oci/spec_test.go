@@ -24,11 +24,8 @@ var update = flag.Bool("update", false, "rewrite runtime/testdata/*.golden.json 
 
 func goldenJob() runtime.Job {
 	return runtime.Job{
-		ID:       "skillbox-golden-1",
-		RootFS:   "/var/lib/skillbox/images/python/rootfs",
-		SkillDir: "/srv/skills/pdf",
-		Args:     []string{"python3", "/skill/scripts/extract.py", "in.pdf"},
-		Env:      []string{"FOO=bar", "LANG=de_DE.UTF-8"},
+		Sandbox:    runtime.SandboxSpec{ID: "skillbox-golden-1", RootFS: "/var/lib/skillbox/images/python/rootfs", SkillDir: "/srv/skills/pdf"},
+		Invocation: runtime.Invocation{Args: []string{"python3", "/skill/scripts/extract.py", "in.pdf"}, Env: []string{"FOO=bar", "LANG=de_DE.UTF-8"}},
 	}
 }
 
@@ -49,7 +46,8 @@ var goldenCases = []struct {
 		name: "runc_hardened",
 		job: func() runtime.Job {
 			j := goldenJob()
-			j.Limits = runtime.Limits{MemoryBytes: 256 << 20, Pids: 64, CPUs: 2, TmpBytes: 8 << 20, Timeout: time.Minute}
+			j.Sandbox.Limits = runtime.Limits{MemoryBytes: 256 << 20, Pids: 64, CPUs: 2, TmpBytes: 8 << 20}
+			j.Invocation.Limits = runtime.Limits{Timeout: time.Minute}
 			return j
 		},
 		opts: SpecOptions{
@@ -78,8 +76,8 @@ var goldenCases = []struct {
 		name: "network_netns",
 		job: func() runtime.Job {
 			j := goldenJob()
-			j.Network = true
-			j.Limits = runtime.Limits{CPUs: 0.5}
+			j.Sandbox.Network = true
+			j.Sandbox.Limits = runtime.Limits{CPUs: 0.5}
 			return j
 		},
 		opts: SpecOptions{
@@ -93,7 +91,7 @@ var goldenCases = []struct {
 		name: "egress",
 		job: func() runtime.Job {
 			j := goldenJob()
-			j.Egress = &egress.Config{}
+			j.Sandbox.Egress = &egress.Config{}
 			return j
 		},
 		opts: SpecOptions{
@@ -266,7 +264,7 @@ func TestSpecIsolationProperties(t *testing.T) {
 
 func TestSpecOptions(t *testing.T) {
 	job := goldenJob()
-	job.Limits = runtime.Limits{CPUs: 0.25, MemoryBytes: 100 << 20}
+	job.Sandbox.Limits = runtime.Limits{CPUs: 0.25, MemoryBytes: 100 << 20}
 	s := mustSpec(t, job, SpecOptions{Seccomp: true, SwapLimit: true, CgroupNS: true,
 		UserNS: &IDMap{HostUID: 200000, HostGID: 300000, Size: 65536}})
 	if *s.Linux.Resources.CPU.Quota != 25000 || *s.Linux.Resources.Memory.Swap != 100<<20 {
@@ -311,7 +309,7 @@ func TestSpecOptions(t *testing.T) {
 	}
 
 	// Tiny CPU shares still get the kernel's minimum quota.
-	job.Limits = runtime.Limits{CPUs: 0.001}
+	job.Sandbox.Limits = runtime.Limits{CPUs: 0.001}
 	s = mustSpec(t, job, SpecOptions{})
 	if *s.Linux.Resources.CPU.Quota != 1000 {
 		t.Errorf("quota %d", *s.Linux.Resources.CPU.Quota)
@@ -320,7 +318,7 @@ func TestSpecOptions(t *testing.T) {
 
 func TestSpecNetwork(t *testing.T) {
 	job := goldenJob()
-	job.Network = true
+	job.Sandbox.Network = true
 	if _, err := BuildSpec(job, SpecOptions{WorkdirSource: "/w", HostsSource: "/h"}); !errors.Is(err, runtime.ErrUnavailable) {
 		t.Errorf("network without netns: %v, want ErrUnavailable", err)
 	}

@@ -123,11 +123,8 @@ func TestSeccompArches(t *testing.T) {
 // goldenJob is oci's golden job (spec_test.go).
 func goldenJob() runtime.Job {
 	return runtime.Job{
-		ID:       "skillbox-golden-1",
-		RootFS:   "/var/lib/skillbox/images/python/rootfs",
-		SkillDir: "/srv/skills/pdf",
-		Args:     []string{"python3", "/skill/scripts/extract.py", "in.pdf"},
-		Env:      []string{"FOO=bar", "LANG=de_DE.UTF-8"},
+		Sandbox:    runtime.SandboxSpec{ID: "skillbox-golden-1", RootFS: "/var/lib/skillbox/images/python/rootfs", SkillDir: "/srv/skills/pdf"},
+		Invocation: runtime.Invocation{Args: []string{"python3", "/skill/scripts/extract.py", "in.pdf"}, Env: []string{"FOO=bar", "LANG=de_DE.UTF-8"}},
 	}
 }
 
@@ -173,7 +170,7 @@ func TestRootlessDelegatedOptions(t *testing.T) {
 	if slices.Contains(r.cli.global, "--ignore-cgroups") || !slices.Contains(r.cli.global, "--rootless") {
 		t.Errorf("global flags %v", r.cli.global)
 	}
-	if o := r.specOptions(runtime.Job{ID: "skillbox-x"}); !o.Rootless || o.CgroupsPath != sub+"/skillbox-x" {
+	if o := r.specOptions(runtime.Job{Sandbox: runtime.SandboxSpec{ID: "skillbox-x"}}); !o.Rootless || o.CgroupsPath != sub+"/skillbox-x" {
 		t.Errorf("spec options %+v", o)
 	}
 	by := r.enforcement()

@@ -60,8 +60,7 @@ func fakeRunscSession(t *testing.T) (*sessionSandbox, func() string) {
 	if err := os.WriteFile(filepath.Join(work, "data"), make([]byte, 64<<10), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	e := &engine{name: "runsc", cli: &ociCLI{name: "runsc", binary: bin, root: filepath.Join(dir, "root")}, log: hclog.NewNullLogger(),
-		sessions: map[string]*sessionSandbox{}}
+	e := &engine{name: "runsc", cli: &ociCLI{name: "runsc", binary: bin, root: filepath.Join(dir, "root")}, log: hclog.NewNullLogger()}
 	s := &sessionSandbox{e: e, spec: runtime.SandboxSpec{ID: "sb1"}, b: &oci.Bundle{Workdir: work}, done: make(chan struct{})}
 	calls := func() string {
 		b, _ := os.ReadFile(logf)

@@ -78,10 +78,10 @@ type engine struct {
 	// records.
 	platform string
 
+	live     process.Live[*sandbox]        // created and not yet destroyed
+	sessions process.Live[*sessionSandbox] // session sandboxes, likewise
 	mu       sync.Mutex
-	live     map[string]*sandbox        // created and not yet destroyed
-	sessions map[string]*sessionSandbox // session sandboxes, likewise
-	digests  map[string]string          // supervisorDigest's, by path, size, mtime
+	digests  map[string]string // supervisorDigest's, by path, size, mtime
 }
 
 // driver is what differs between the CLIs.

@@ -159,7 +159,7 @@ func (r *Runsc) specOptions(job runtime.Job) oci.SpecOptions {
 	if r.opts.Rootless {
 		o := oci.SpecOptions{Rootless: true}
 		if r.eng.delegated {
-			o.CgroupsPath = r.eng.cgParent + "/" + job.ID
+			o.CgroupsPath = r.eng.cgParent + "/" + job.Sandbox.ID
 		}
 		return o
 	}

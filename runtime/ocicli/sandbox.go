@@ -114,17 +114,7 @@ func (e *engine) create(ctx context.Context, spec runtime.SandboxSpec) (_ runtim
 	if err != nil {
 		return nil, err
 	}
-	switch spec.Boot {
-	case runtime.BootCold, runtime.BootPython, runtime.BootExec:
-	default:
-		return nil, errkind.Errorf(runtime.ErrInvalidJob, "unknown boot mode %q", spec.Boot)
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("sandbox %s not created: %w", spec.ID, err)
-	}
-	spec.Limits = spec.Limits.WithDefaults()
-	probe := runtime.JobOf(spec, runtime.Invocation{Args: []string{"true"}, Limits: spec.Limits})
-	if err := runtime.ValidateJob(probe); err != nil {
+	if spec, err = runtime.CheckSpec(ctx, spec, runtime.LifecycleBoots...); err != nil {
 		return nil, err
 	}
 	if e.rootless && (spec.Network || spec.Egress != nil) {
@@ -140,19 +130,14 @@ func (e *engine) create(ctx context.Context, spec runtime.SandboxSpec) (_ runtim
 	if err := oci.MakePrivateDir(e.cli.root, e.name+" state dir"); err != nil {
 		return nil, err
 	}
-	opts := e.d.specOptions(probe)
+	opts := e.d.specOptions(spec.ProcessJob("true"))
 	b, err := oci.NewSandboxBundle(spec, e.runDir, opts)
 	if err != nil {
 		return nil, err
 	}
 	s := &sandbox{e: e, spec: spec, version: version, opts: opts, b: b, cgPath: e.cgParent + "/" + spec.ID}
 	s.lifeCtx, s.lifeCancel = context.WithCancel(context.Background())
-	e.mu.Lock()
-	if e.live == nil {
-		e.live = map[string]*sandbox{}
-	}
-	e.live[spec.ID] = s
-	e.mu.Unlock()
+	e.live.Add(s)
 	defer func() {
 		if err != nil {
 			_ = s.Destroy(ctx)
@@ -161,15 +146,8 @@ func (e *engine) create(ctx context.Context, spec runtime.SandboxSpec) (_ runtim
 	if err := e.d.setupCgroup(s.cgPath, spec.Limits); err != nil {
 		return nil, err
 	}
-	if spec.Egress != nil {
-		if s.eg, err = process.StartEgress(ctx, spec, b.Dir, &s.opts); err != nil {
-			return nil, err
-		}
-	}
-	if spec.Background {
-		if err := process.SetBackgroundWeight(s.cgPath, true); err != nil {
-			e.log.Debug("lowering the CPU weight of a booting sandbox failed", "id", spec.ID, "error", err)
-		}
+	if s.eg, err = process.SetUp(ctx, spec, b, s.cgPath, &s.opts, e.log); err != nil {
+		return nil, err
 	}
 	return s, nil
 }
@@ -198,7 +176,7 @@ func (s *sandbox) Start(ctx context.Context) (err error) {
 			argv = reportingSupervisor()
 		}
 	}
-	if err := s.b.SpecFor(runtime.JobOf(s.spec, runtime.Invocation{Args: argv, Env: nil, Limits: s.spec.Limits}), s.opts); err != nil {
+	if err := s.b.SpecFor(s.spec.ProcessJob(argv...), s.opts); err != nil {
 		return err
 	}
 	ps, err := process.MakePipes(3)
@@ -406,9 +384,9 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) (err erro
 	if err != nil {
 		return err
 	}
-	s.lim = job.Limits
-	s.outCap = oci.NewCapture(s.lim.StdoutBytes, job.Stdout)
-	s.errCap = oci.NewCapture(s.lim.StderrBytes, job.Stderr)
+	s.lim = job.Limits()
+	s.outCap = oci.NewCapture(s.lim.StdoutBytes, job.Invocation.Stdout)
+	s.errCap = oci.NewCapture(s.lim.StderrBytes, job.Invocation.Stderr)
 	// The deadline holds without us: from here on the job may run.
 	if s.wd, err = process.StartWatchdog(s.spec.ID, s.cgPath, time.Now().Add(s.lim.Timeout+s.e.grace+process.WatchdogSlack), filepath.Join(s.b.Dir, oci.BundleWatchdogLog)); err != nil {
 		return err
@@ -434,7 +412,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) (err erro
 		if err := s.b.SpecFor(job, s.opts); err != nil {
 			return err
 		}
-		if err := s.startJob(job.Stdin, func(in, out, errw *os.File) error {
+		if err := s.startJob(job.Invocation.Stdin, func(in, out, errw *os.File) error {
 			if err := s.startRun(in, out, errw); err != nil {
 				return err
 			}
@@ -451,7 +429,7 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) (err erro
 		if err := s.b.WriteJSON(execProcessFile, spec.Process); err != nil {
 			return err
 		}
-		if err := s.startJob(job.Stdin, func(in, out, errw *os.File) error {
+		if err := s.startJob(job.Invocation.Stdin, func(in, out, errw *os.File) error {
 			defer func() {
 				for _, f := range []*os.File{in, out, errw} {
 					if f != nil {
@@ -598,9 +576,7 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 func (s *sandbox) Destroy(context.Context) error {
 	s.destroyOnce.Do(func() {
 		s.destroyErr = s.teardown()
-		s.e.mu.Lock()
-		delete(s.e.live, s.spec.ID)
-		s.e.mu.Unlock()
+		s.e.live.Remove(s.spec.ID)
 	})
 	return s.destroyErr
 }
@@ -638,21 +614,7 @@ func (s *sandbox) teardown() error {
 
 // close destroys every sandbox of the engine that is still there.
 func (e *engine) close(ctx context.Context) error {
-	e.mu.Lock()
-	live := make([]runtime.Sandbox, 0, len(e.live))
-	for _, s := range e.live {
-		live = append(live, s)
-	}
-	sessions := make([]*sessionSandbox, 0, len(e.sessions))
-	for _, s := range e.sessions {
-		sessions = append(sessions, s)
-	}
-	e.mu.Unlock()
-	var errs []error
-	for _, s := range sessions {
-		errs = append(errs, s.Destroy(ctx))
-	}
-	return errors.Join(append(errs, process.DestroyAll(ctx, live))...)
+	return errors.Join(e.sessions.DestroyAll(ctx), e.live.DestroyAll(ctx))
 }
 
 // initCmd is the CLI whose process group holds the first process, when a

@@ -214,11 +214,13 @@ func (e *engine) prepareSession(ctx context.Context, spec runtime.SandboxSpec) (
 	if spec.RootFS == "" {
 		return nil, errkind.Errorf(runtime.ErrUnavailable, "image %q is the registry image %s, which only the containerd runtime runs", spec.Image.Name, spec.Image.Ref)
 	}
-	spec.Limits = spec.Limits.WithDefaults()
+	if spec, err = runtime.CheckSpec(ctx, spec, runtime.BootSession); err != nil {
+		return nil, err
+	}
 	if err := oci.MakePrivateDir(e.cli.root, e.name+" state dir"); err != nil {
 		return nil, err
 	}
-	probe := runtime.JobOf(spec, runtime.Invocation{Args: sessionArgv(), Limits: spec.Limits})
+	probe := spec.ProcessJob(sessionArgv()...)
 	opts := e.d.specOptions(probe)
 	b, err := oci.NewSandboxBundle(spec, e.runDir, opts)
 	if err != nil {
@@ -227,12 +229,7 @@ func (e *engine) prepareSession(ctx context.Context, spec runtime.SandboxSpec) (
 	s := &sessionSandbox{e: e, spec: spec, version: version, opts: opts, b: b, cgPath: e.cgParent + "/" + spec.ID,
 		bg: map[string]*runtime.BackgroundRun{}, done: make(chan struct{}), stderr: &tailBuffer{max: 8 << 10}}
 	s.lifeCtx, s.lifeCancel = context.WithCancel(context.Background())
-	e.mu.Lock()
-	if e.sessions == nil {
-		e.sessions = map[string]*sessionSandbox{}
-	}
-	e.sessions[spec.ID] = s
-	e.mu.Unlock()
+	e.sessions.Add(s)
 	defer func() {
 		if err != nil {
 			_ = s.Destroy(ctx)
@@ -390,7 +387,7 @@ func (e *engine) sessionIdentity(ctx context.Context, sp *specs.Spec, spec runti
 // sandbox spec would make, without making it.
 func (e *engine) sessionSpecIdentity(ctx context.Context, spec runtime.SandboxSpec) (runtime.SandboxIdentity, error) {
 	spec.Limits = spec.Limits.WithDefaults()
-	probe := runtime.JobOf(spec, runtime.Invocation{Args: sessionArgv(), Limits: spec.Limits})
+	probe := spec.ProcessJob(sessionArgv()...)
 	opts := e.d.specOptions(probe)
 	opts.WorkdirSource, opts.HostsSource = "/placeholder/work", "/placeholder/hosts"
 	sp, err := oci.BuildSpec(probe, opts)
@@ -622,15 +619,15 @@ func (s *sessionSandbox) request(ctx context.Context, runID string, inv runtime.
 	if err != nil {
 		return supervisor.Request{}, runtime.Job{}, err
 	}
-	env, err := runtime.ContainerEnv(job.Env)
+	env, err := runtime.ContainerEnv(job.Invocation.Env)
 	if err != nil {
 		return supervisor.Request{}, runtime.Job{}, err
 	}
-	if err := s.b.WriteSessionInputs(job.Files); err != nil {
+	if err := s.b.WriteSessionInputs(job.Invocation.Files); err != nil {
 		return supervisor.Request{}, runtime.Job{}, err
 	}
-	req := supervisor.Request{Op: supervisor.OpRun, ID: runID, Argv: job.Args, Env: append(env, job.ModuleEnv...),
-		Cwd: runtime.WorkDir, Stdin: job.Stdin, Python: runtime.PythonInvocation(job.Args)}
+	req := supervisor.Request{Op: supervisor.OpRun, ID: runID, Argv: job.Invocation.Args, Env: append(env, job.Invocation.ModuleEnv...),
+		Cwd: runtime.WorkDir, Stdin: job.Invocation.Stdin, Python: runtime.PythonInvocation(job.Invocation.Args)}
 	return req, job, nil
 }
 
@@ -641,13 +638,13 @@ func (s *sessionSandbox) Run(ctx context.Context, runID string, inv runtime.Invo
 	if err != nil {
 		return nil, err
 	}
-	lim := job.Limits
+	lim := job.Limits()
 	before, err := s.b.WorkdirState()
 	if err != nil {
 		return nil, err
 	}
 	cgBefore := process.ReadCgroupEvents(s.cgPath)
-	outCap, errCap := oci.NewCapture(lim.StdoutBytes, job.Stdout), oci.NewCapture(lim.StderrBytes, job.Stderr)
+	outCap, errCap := oci.NewCapture(lim.StdoutBytes, job.Invocation.Stdout), oci.NewCapture(lim.StderrBytes, job.Invocation.Stderr)
 	outR, outW := io.Pipe()
 	errR, errW := io.Pipe()
 	go outCap.Drain(outR)
@@ -847,9 +844,7 @@ func (s *sessionSandbox) destroyLocked() error {
 	}
 	s.destroyOnce.Do(func() {
 		s.destroyErr = s.teardown()
-		s.e.mu.Lock()
-		delete(s.e.sessions, s.spec.ID)
-		s.e.mu.Unlock()
+		s.e.sessions.Remove(s.spec.ID)
 		s.markDone()
 	})
 	return s.destroyErr

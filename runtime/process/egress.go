@@ -12,14 +12,12 @@ import (
 )
 
 // StartEgress starts the egress plumbing of a sandbox whose spec has
-// Egress (its caps from the spec's limits; the image's CA roots for a run
+// Egress (its caps from the spec's limits, EgressConfig; the image's CA roots for a run
 // with secrets), writing its files into dir, and fills in what the OCI
 // spec needs in opts. Every backend that supports egress calls it at
 // Create and closes the result at Destroy.
 func StartEgress(ctx context.Context, spec runtime.SandboxSpec, dir string, opts *oci.SpecOptions) (*egress.Egress, error) {
-	cfg := *spec.Egress
-	lim := spec.Limits.WithDefaults()
-	cfg.MaxConnections, cfg.MaxBytesOut = lim.EgressConnections, lim.EgressBytesOut
+	cfg := spec.EgressConfig()
 	if len(cfg.Secrets) > 0 && spec.RootFS != "" {
 		// The image's own roots go into the bundle the sandbox trusts (a
 		// registry image's are not on the host: only skillbox's CA then).

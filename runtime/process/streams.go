@@ -82,17 +82,6 @@ func FeedAndClose(w io.WriteCloser, data []byte) {
 	}()
 }
 
-// DestroyAll destroys sandboxes (a backend's Close), joining the errors.
-func DestroyAll(ctx context.Context, sbs []runtime.Sandbox) error {
-	var errs []error
-	for _, s := range sbs {
-		if err := s.Destroy(ctx); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
-
 // Drain starts draining both pipes, capped at lim's stream caps.
 func (s *Streams) Drain(lim runtime.Limits, stdout, stderr runtime.StreamSink) {
 	lim = lim.WithDefaults()

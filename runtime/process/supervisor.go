@@ -29,11 +29,11 @@ var holderArgv = []string{"/bin/sh", "-c", "printf '" + `skillbox-ready\n` + "';
 // SupervisorMessage is the job as the python supervisor reads it: a
 // length-prefixed JSON header (argv, env, cwd), then the script's stdin.
 func SupervisorMessage(job runtime.Job) ([]byte, error) {
-	env, err := runtime.ContainerEnv(job.Env)
+	env, err := runtime.ContainerEnv(job.Invocation.Env)
 	if err != nil {
 		return nil, err
 	}
-	return SupervisorJobMessage(job.Args, append(env, job.ModuleEnv...), runtime.WorkDir, job.Stdin)
+	return SupervisorJobMessage(job.Invocation.Args, append(env, job.Invocation.ModuleEnv...), runtime.WorkDir, job.Invocation.Stdin)
 }
 
 // SupervisorJobMessage is the python supervisor's job for argv, env (the

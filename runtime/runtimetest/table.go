@@ -69,22 +69,27 @@ func (tb Table) RunCase(t *testing.T, mode Mode, tc Case) {
 		}
 	}
 	job := runtime.Job{
-		ID:       tb.NewID(),
-		RootFS:   tb.RootFS,
-		Image:    tb.Image,
-		SkillDir: dir,
-		Args:     tc.Args(&c),
-		Env:      tc.Env,
-		Stdin:    []byte(tc.Stdin),
-		Files:    tc.Files,
-		Limits:   tc.Limits,
+		Sandbox: runtime.SandboxSpec{
+			ID:       tb.NewID(),
+			RootFS:   tb.RootFS,
+			Image:    tb.Image,
+			SkillDir: dir,
+			Limits:   tc.Limits,
+		},
+		Invocation: runtime.Invocation{
+			Args:   tc.Args(&c),
+			Env:    tc.Env,
+			Stdin:  []byte(tc.Stdin),
+			Files:  tc.Files,
+			Limits: tc.Limits,
+		},
 	}
-	if a := job.Args; len(a) > 1 && strings.HasPrefix(a[1], runtime.SkillMount+"/") {
+	if a := job.Invocation.Args; len(a) > 1 && strings.HasPrefix(a[1], runtime.SkillMount+"/") {
 		family := map[string]string{"python3": "python", "node": "node"}[a[0]]
-		job.ModuleEnv = runtime.ModulePathEnv(family, strings.TrimPrefix(a[1], runtime.SkillMount+"/"))
+		job.Invocation.ModuleEnv = runtime.ModulePathEnv(family, strings.TrimPrefix(a[1], runtime.SkillMount+"/"))
 	}
-	if job.Limits.Timeout == 0 {
-		job.Limits.Timeout = 60 * time.Second
+	if job.Invocation.Limits.Timeout == 0 {
+		job.Invocation.Limits.Timeout = 60 * time.Second
 	}
 	var res *runtime.Result
 	var err error
@@ -116,12 +121,13 @@ func RunWarm(t testing.TB, rt runtime.Runtime, job runtime.Job) (*runtime.Result
 		t.Fatalf("%s has no lifecycle", rt.Name())
 	}
 	boot := runtime.BootExec
-	if runtime.PythonInvocation(job.Args) {
+	if runtime.PythonInvocation(job.Invocation.Args) {
 		boot = runtime.BootPython
 	}
 	ctx := context.Background()
-	sb, err := lc.Create(ctx, runtime.SandboxSpec{ID: job.ID, RootFS: job.RootFS, Image: job.Image, SkillDir: job.SkillDir, DepsDir: job.DepsDir,
-		Limits: job.Limits, Network: job.Network, Boot: boot})
+	spec := job.Sandbox
+	spec.Boot = boot
+	sb, err := lc.Create(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -133,9 +139,7 @@ func RunWarm(t testing.TB, rt runtime.Runtime, job runtime.Job) (*runtime.Result
 	if err := sb.Start(ctx); err != nil {
 		return nil, err
 	}
-	inv := runtime.Invocation{Args: job.Args, Env: job.Env, ModuleEnv: job.ModuleEnv, Stdin: job.Stdin, Files: job.Files,
-		Limits: job.Limits, Stdout: job.Stdout, Stderr: job.Stderr}
-	if err := sb.Deliver(ctx, inv); err != nil {
+	if err := sb.Deliver(ctx, job.Invocation); err != nil {
 		return nil, err
 	}
 	return sb.Wait(ctx)

@@ -670,17 +670,17 @@ policy "slow" {
 		t.Fatalf("%d jobs", len(jobs))
 	}
 	j := jobs[0]
-	if want := "python3 /skill/scripts/run.py a b --x"; strings.Join(j.Args, " ") != want {
-		t.Errorf("argv %q, want %q", j.Args, want)
+	if want := "python3 /skill/scripts/run.py a b --x"; strings.Join(j.Invocation.Args, " ") != want {
+		t.Errorf("argv %q, want %q", j.Invocation.Args, want)
 	}
-	if j.Limits.Timeout != 5*time.Second || j.Limits.MemoryBytes != 128<<20 || j.Network {
-		t.Errorf("limits %+v network %v", j.Limits, j.Network)
+	if j.Limits().Timeout != 5*time.Second || j.Limits().MemoryBytes != 128<<20 || j.Sandbox.Network {
+		t.Errorf("limits %+v network %v", j.Limits(), j.Sandbox.Network)
 	}
-	if strings.Join(j.Env, " ") != "MODE=fast" || string(j.Stdin) != "input" || len(j.Files) != 1 || j.Files[0].Name != "in.txt" {
-		t.Errorf("job env %q stdin %q files %+v", j.Env, j.Stdin, j.Files)
+	if strings.Join(j.Invocation.Env, " ") != "MODE=fast" || string(j.Invocation.Stdin) != "input" || len(j.Invocation.Files) != 1 || j.Invocation.Files[0].Name != "in.txt" {
+		t.Errorf("job env %q stdin %q files %+v", j.Invocation.Env, j.Invocation.Stdin, j.Invocation.Files)
 	}
-	if !strings.HasPrefix(j.ID, runtime.IDPrefix) || j.RootFS != "/var/lib/fake/python" {
-		t.Errorf("job id %q rootfs %q", j.ID, j.RootFS)
+	if !strings.HasPrefix(j.Sandbox.ID, runtime.IDPrefix) || j.Sandbox.RootFS != "/var/lib/fake/python" {
+		t.Errorf("job id %q rootfs %q", j.Sandbox.ID, j.Sandbox.RootFS)
 	}
 
 	starts, ends := h.audit.Events(audit.EventRunStart), h.audit.Events(audit.EventRunEnd)

@@ -67,11 +67,11 @@ func TestDaemonSkillNameCollision(t *testing.T) {
 		}
 		h.ok(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh"}, nil)
 		job := lastJob()
-		if job.SkillDir != realDir {
-			t.Errorf("run of net-x mounted %s, want %s", job.SkillDir, realDir)
+		if job.Sandbox.SkillDir != realDir {
+			t.Errorf("run of net-x mounted %s, want %s", job.Sandbox.SkillDir, realDir)
 		}
-		if job.Egress == nil || len(job.Egress.Secrets) != 1 {
-			t.Errorf("net-x's run lacks its egress and secret: %+v", job.Egress)
+		if job.Sandbox.Egress == nil || len(job.Sandbox.Egress.Secrets) != 1 {
+			t.Errorf("net-x's run lacks its egress and secret: %+v", job.Sandbox.Egress)
 		}
 	}
 	// The impostor is only aa-helper, without net-x's policy.
@@ -83,13 +83,13 @@ func TestDaemonSkillNameCollision(t *testing.T) {
 		}
 		h.ok(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh"}, nil)
 		job := lastJob()
-		if job.SkillDir != filepath.Join(root, "aa-helper") {
-			t.Errorf("run of aa-helper mounted %s", job.SkillDir)
+		if job.Sandbox.SkillDir != filepath.Join(root, "aa-helper") {
+			t.Errorf("run of aa-helper mounted %s", job.Sandbox.SkillDir)
 		}
-		if job.Egress != nil || job.Network {
-			t.Errorf("the impostor got network or egress: network %v egress %+v", job.Network, job.Egress)
+		if job.Sandbox.Egress != nil || job.Sandbox.Network {
+			t.Errorf("the impostor got network or egress: network %v egress %+v", job.Sandbox.Network, job.Sandbox.Egress)
 		}
-		for _, e := range job.Env {
+		for _, e := range job.Invocation.Env {
 			if strings.Contains(e, "net-x-token-value") || strings.Contains(e, "NET_X_TOKEN") {
 				t.Errorf("the impostor's env holds net-x's secret: %q", e)
 			}

@@ -162,7 +162,7 @@ func TestRealServiceRunCode(t *testing.T) {
 		t.Fatalf("run_code: isError=%v %q %+v", res.IsError, text(res), rr)
 	}
 	jobs := rs.rt.Jobs()
-	if len(jobs) != 1 || jobs[0].Program == nil || string(jobs[0].Program.Data) != "import scripts\n" || len(jobs[0].Skills) != 1 {
+	if len(jobs) != 1 || jobs[0].Sandbox.Program == nil || string(jobs[0].Sandbox.Program.Data) != "import scripts\n" || len(jobs[0].Sandbox.Skills) != 1 {
 		t.Errorf("jobs %+v", jobs)
 	}
 }

@@ -70,7 +70,8 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 	runID := newID("run_")
 	jobID := runtime.IDPrefix + strings.TrimPrefix(runID, "run_")
 	if err := runtime.ValidateJob(runtime.Job{
-		ID: jobID, RootFS: "/", SkillDir: "/", Args: argv, Env: env, Files: req.Files, Limits: limits,
+		Sandbox:    runtime.SandboxSpec{ID: jobID, RootFS: "/", SkillDir: "/", Limits: limits},
+		Invocation: runtime.Invocation{Args: argv, Env: env, Files: req.Files, Limits: limits},
 	}); err != nil {
 		return nil, errkind.Wrap(errkind.InvalidParams, err)
 	}

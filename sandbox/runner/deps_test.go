@@ -60,8 +60,8 @@ func TestDepsRunWithoutDeclarationsMountsNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out.DepsLayer != "" || rt.Jobs()[0].DepsDir != "" {
-		t.Errorf("a skill that declares nothing got layer %q (dir %q)", out.DepsLayer, rt.Jobs()[0].DepsDir)
+	if out.DepsLayer != "" || rt.Jobs()[0].Sandbox.DepsDir != "" {
+		t.Errorf("a skill that declares nothing got layer %q (dir %q)", out.DepsLayer, rt.Jobs()[0].Sandbox.DepsDir)
 	}
 }
 
@@ -117,11 +117,11 @@ func TestDepsRunMountsBuiltLayer(t *testing.T) {
 		t.Fatal(err)
 	}
 	job := rt.Jobs()[0]
-	if out.DepsLayer != p.Digest || job.DepsDir != filepath.Join(dir, "tree") {
-		t.Errorf("layer %q dir %q, want %q in %s", out.DepsLayer, job.DepsDir, p.Digest, dir)
+	if out.DepsLayer != p.Digest || job.Sandbox.DepsDir != filepath.Join(dir, "tree") {
+		t.Errorf("layer %q dir %q, want %q in %s", out.DepsLayer, job.Sandbox.DepsDir, p.Digest, dir)
 	}
-	if !strings.Contains(strings.Join(job.ModuleEnv, " "), "/opt/python") {
-		t.Errorf("module path %q lacks the layer", job.ModuleEnv)
+	if !strings.Contains(strings.Join(job.Invocation.ModuleEnv, " "), "/opt/python") {
+		t.Errorf("module path %q lacks the layer", job.Invocation.ModuleEnv)
 	}
 	if r := service.ResultOf(out, 0); r.DepsLayer != p.Digest {
 		t.Errorf("result deps_layer %q", r.DepsLayer)
@@ -195,7 +195,7 @@ func TestDepsUnusedWithoutSource(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(rt.Jobs()) != 1 || rt.Jobs()[0].DepsDir != "" || out.DepsLayer != "" {
+			if len(rt.Jobs()) != 1 || rt.Jobs()[0].Sandbox.DepsDir != "" || out.DepsLayer != "" {
 				t.Errorf("jobs %d, layer %q", len(rt.Jobs()), out.DepsLayer)
 			}
 			if r := service.ResultOf(out, 0); !slices.Equal(r.Warnings, tc.warnings) {

@@ -359,7 +359,8 @@ func (e *Engine) prepare(req RunRequest) (*Plan, error) {
 	// Check what the backend would refuse (env names, input files, argv
 	// size) now, before a confirmation is asked for or a run is audited.
 	if err := runtime.ValidateJob(runtime.Job{
-		ID: jobID, RootFS: "/", SkillDir: "/", Args: argv, Env: env, ModuleEnv: moduleEnv, Files: req.Files, Limits: limits,
+		Sandbox:    runtime.SandboxSpec{ID: jobID, RootFS: "/", SkillDir: "/", Limits: limits},
+		Invocation: runtime.Invocation{Args: argv, Env: env, ModuleEnv: moduleEnv, Files: req.Files, Limits: limits},
 	}); err != nil {
 		return nil, errkind.Wrap(api.ErrInvalidParams, err)
 	}
@@ -456,24 +457,13 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	}
 
 	job := runtime.Job{
-		ID:        p.JobID,
-		RootFS:    rootfs,
-		Image:     img,
-		SkillDir:  p.SkillRoot,
-		Args:      p.Argv,
-		Env:       p.Env,
-		ModuleEnv: p.ModuleEnv,
-		Stdin:     req.Stdin,
-		Files:     p.inputFiles(),
-		Limits:    p.Limits,
-		Network:   p.Network,
-		Egress:    egCfg,
-		Stdout:    req.Stdout,
-		Stderr:    req.Stderr,
-		DepsDir:   layerDir,
+		Sandbox: runtime.SandboxSpec{ID: p.JobID, RootFS: rootfs, Image: img, SkillDir: p.SkillRoot, DepsDir: layerDir,
+			Limits: p.Limits, Network: p.Network, Egress: egCfg},
+		Invocation: runtime.Invocation{Args: p.Argv, Env: p.Env, ModuleEnv: p.ModuleEnv, Stdin: req.Stdin, Files: p.inputFiles(),
+			Limits: p.Limits, Stdout: req.Stdout, Stderr: req.Stderr},
 	}
 	p.Code.applyTo(&job)
-	job.ModuleEnv = depsModuleEnv(job.ModuleEnv, img.Name, layer)
+	job.Invocation.ModuleEnv = depsModuleEnv(job.Invocation.ModuleEnv, img.Name, layer)
 	log.Debug("run starting", "run_id", p.RunID, "skill", p.SkillName(), "script", p.Script, "image", img.Digest, "deps_layer", layerDigest)
 	if req.Background {
 		return e.executeBackground(ctx, p, img, job, start, layerDigest, warnings)

@@ -150,7 +150,7 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 
 	runID := newID("run_")
 	jobID := runtime.IDPrefix + strings.TrimPrefix(runID, "run_")
-	job := runtime.Job{ID: jobID, RootFS: "/", Args: argv, Env: env, Files: req.Files, Limits: limits}
+	job := runtime.Job{Sandbox: runtime.SandboxSpec{ID: jobID, RootFS: "/", Limits: limits}, Invocation: runtime.Invocation{Args: argv, Env: env, Files: req.Files, Limits: limits}}
 	cp.applyTo(&job)
 	if err := runtime.ValidateJob(job); err != nil {
 		return nil, errkind.Wrap(errkind.InvalidParams, err)
@@ -196,12 +196,12 @@ func (c *CodePlan) applyTo(job *runtime.Job) {
 	if c == nil {
 		return
 	}
-	job.Skills = make([]runtime.SkillBind, len(c.Mounts))
+	job.Sandbox.Skills = make([]runtime.SkillBind, len(c.Mounts))
 	for i, m := range c.Mounts {
-		job.Skills[i] = runtime.SkillBind{Source: m.Root, Target: m.Path}
+		job.Sandbox.Skills[i] = runtime.SkillBind{Source: m.Root, Target: m.Path}
 	}
-	job.Program = c.Program
-	job.ModuleEnv = c.ModuleEnv
+	job.Sandbox.Program = c.Program
+	job.Invocation.ModuleEnv = c.ModuleEnv
 }
 
 // AuditSkills are the mounted skills as audit records name them.

@@ -136,8 +136,8 @@ func TestShellScriptImageInAudit(t *testing.T) {
 	if _, err := e.Run(context.Background(), runner.RunRequest{Skill: docsSkill(t), Script: "scripts/pdf.sh"}); err != nil {
 		t.Fatal(err)
 	}
-	if job := rt.Jobs()[0]; job.Image.Name != "python" || job.RootFS != roots["python"] {
-		t.Errorf("job image %q rootfs %q, want python's", job.Image.Name, job.RootFS)
+	if job := rt.Jobs()[0]; job.Sandbox.Image.Name != "python" || job.Sandbox.RootFS != roots["python"] {
+		t.Errorf("job image %q rootfs %q, want python's", job.Sandbox.Image.Name, job.Sandbox.RootFS)
 	}
 	starts := aud.Events(audit.EventRunStart)
 	if len(starts) != 1 || !strings.Contains(starts[0].Detail["interpreter_rule"], "pdfinfo, qpdf, soffice") || starts[0].Run.Image != "python" {

@@ -347,7 +347,7 @@ func copySkillTree(src, dst string) error {
 func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, layersRoot string) (runtime.Invocation, error) {
 	moves := map[string]string{}
 	if p.Code == nil {
-		if err := m.placeSkill(b, p.Request.Skill.Name, job.SkillDir, p.Request.Skill.Digest); err != nil {
+		if err := m.placeSkill(b, p.Request.Skill.Name, job.Sandbox.SkillDir, p.Request.Skill.Digest); err != nil {
 			return runtime.Invocation{}, err
 		}
 		moves[runtime.SkillMount] = runtime.SkillTarget(p.Request.Skill.Name)
@@ -358,14 +358,14 @@ func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, l
 			}
 		}
 	}
-	if job.DepsDir != "" {
-		rel, err := filepath.Rel(layersRoot, job.DepsDir)
+	if job.Sandbox.DepsDir != "" {
+		rel, err := filepath.Rel(layersRoot, job.Sandbox.DepsDir)
 		if err != nil || strings.HasPrefix(rel, "..") {
-			return runtime.Invocation{}, errkind.Errorf(errkind.Internal, "dependency layer %s is outside the layer store %s", job.DepsDir, layersRoot)
+			return runtime.Invocation{}, errkind.Errorf(errkind.Internal, "dependency layer %s is outside the layer store %s", job.Sandbox.DepsDir, layersRoot)
 		}
 		moves[runtime.DepsMount] = runtime.SessionLayersMount + "/" + filepath.ToSlash(rel)
 	}
-	if prog := job.Program; prog != nil {
+	if prog := job.Sandbox.Program; prog != nil {
 		dir := filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.RunID)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return runtime.Invocation{}, fmt.Errorf("write program: %w", err)
@@ -393,12 +393,12 @@ func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, l
 		}
 		return s
 	}
-	args := make([]string, len(job.Args))
-	for i, a := range job.Args {
+	args := make([]string, len(job.Invocation.Args))
+	for i, a := range job.Invocation.Args {
 		args[i] = move(a)
 	}
-	modEnv := make([]string, len(job.ModuleEnv))
-	for i, kv := range job.ModuleEnv {
+	modEnv := make([]string, len(job.Invocation.ModuleEnv))
+	for i, kv := range job.Invocation.ModuleEnv {
 		k, v, _ := strings.Cut(kv, "=")
 		parts := strings.Split(v, ":")
 		for j := range parts {
@@ -406,8 +406,9 @@ func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, l
 		}
 		modEnv[i] = k + "=" + strings.Join(parts, ":")
 	}
-	return runtime.Invocation{Args: args, Env: job.Env, ModuleEnv: modEnv, Stdin: job.Stdin, Files: job.Files,
-		Limits: job.Limits, Stdout: job.Stdout, Stderr: job.Stderr}, nil
+	inv := job.Invocation
+	inv.Args, inv.ModuleEnv = args, modEnv
+	return inv, nil
 }
 
 // deliver finds (or boots) the run's session sandbox and makes its
@@ -416,16 +417,16 @@ func (m *SessionSandboxes) deliver(ctx context.Context, p *Plan, job runtime.Job
 	if err := m.available(); err != nil {
 		return nil, runtime.Invocation{}, err
 	}
-	if job.Network || job.Egress != nil {
+	if job.Sandbox.Network || job.Sandbox.Egress != nil {
 		return nil, runtime.Invocation{}, errkind.Errorf(errkind.Unavailable, "a session sandbox has no network: skill %q has network or egress by policy, so give it isolation = \"run\"", p.SkillName())
 	}
 	layersRoot := ""
-	if job.DepsDir != "" {
+	if job.Sandbox.DepsDir != "" {
 		// <images>/layers/sha256-<hex>/tree (images/deps.Store).
-		layersRoot = filepath.Dir(filepath.Dir(job.DepsDir))
+		layersRoot = filepath.Dir(filepath.Dir(job.Sandbox.DepsDir))
 	}
-	key := boxKey{session: p.Request.SessionID, image: job.Image.Name, limits: job.Limits.Sandbox()}
-	b, err := m.box(ctx, key, p.Request.Peer, job.Image, job.RootFS, layersRoot, job.Limits)
+	key := boxKey{session: p.Request.SessionID, image: job.Sandbox.Image.Name, limits: job.Sandbox.Limits.Sandbox()}
+	b, err := m.box(ctx, key, p.Request.Peer, job.Sandbox.Image, job.Sandbox.RootFS, layersRoot, job.Sandbox.Limits)
 	if err != nil {
 		return nil, runtime.Invocation{}, err
 	}

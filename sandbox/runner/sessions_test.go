@@ -129,19 +129,23 @@ func TestSessionJobSkillPaths(t *testing.T) {
 	p := &Plan{RunID: "run_1", Request: RunRequest{Skill: &skills.Skill{Name: "pdf", Digest: "sha256:11"}, SessionID: "ses_1"}}
 	stdin := []byte("in")
 	job := runtime.Job{
-		SkillDir: skillRoot,
-		DepsDir:  deps,
-		Args:     []string{"python3", "/skill/scripts/run.py", "/skill", "/skillx", "--in=/skill/x", "/opt", "/opt/python/m", "/optional"},
-		Env:      []string{"A=/skill"},
-		ModuleEnv: []string{
-			"PYTHONPATH=/skill:/skill/scripts:/opt/python",
-			"NODE_PATH=/opt/node_modules",
-			"EMPTY=",
-			"NOCOLON=/skill/lib",
+		Sandbox: runtime.SandboxSpec{
+			SkillDir: skillRoot,
+			DepsDir:  deps,
 		},
-		Stdin:  stdin,
-		Files:  []runtime.InputFile{{Name: "a.txt", Data: []byte("a")}},
-		Limits: runtime.Limits{Timeout: time.Second},
+		Invocation: runtime.Invocation{
+			Args: []string{"python3", "/skill/scripts/run.py", "/skill", "/skillx", "--in=/skill/x", "/opt", "/opt/python/m", "/optional"},
+			Env:  []string{"A=/skill"},
+			ModuleEnv: []string{
+				"PYTHONPATH=/skill:/skill/scripts:/opt/python",
+				"NODE_PATH=/opt/node_modules",
+				"EMPTY=",
+				"NOCOLON=/skill/lib",
+			},
+			Stdin:  stdin,
+			Files:  []runtime.InputFile{{Name: "a.txt", Data: []byte("a")}},
+			Limits: runtime.Limits{Timeout: time.Second},
+		},
 	}
 	inv, err := m.sessionJob(b, p, job, layers)
 	if err != nil {
@@ -162,7 +166,7 @@ func TestSessionJobSkillPaths(t *testing.T) {
 		t.Errorf("module env\n %q\nwant\n %q", inv.ModuleEnv, wantEnv)
 	}
 	// Env is the caller's and is not rewritten; the rest passes through.
-	if !slices.Equal(inv.Env, job.Env) || string(inv.Stdin) != "in" || len(inv.Files) != 1 || inv.Limits.Timeout != time.Second {
+	if !slices.Equal(inv.Env, job.Invocation.Env) || string(inv.Stdin) != "in" || len(inv.Files) != 1 || inv.Limits.Timeout != time.Second {
 		t.Errorf("invocation lost the job's env, stdin, files or limits: %+v", inv)
 	}
 	if got, err := os.ReadFile(filepath.Join(b.skillsDir, "pdf", "scripts", "run.py")); err != nil || string(got) != "print(1)" {
@@ -171,7 +175,7 @@ func TestSessionJobSkillPaths(t *testing.T) {
 	if ps := b.skills["pdf"]; ps.root != skillRoot || ps.digest != "sha256:11" {
 		t.Errorf("placed skill %+v", ps)
 	}
-	if !slices.Equal(job.Args[:2], []string{"python3", "/skill/scripts/run.py"}) || job.ModuleEnv[0] != "PYTHONPATH=/skill:/skill/scripts:/opt/python" {
+	if !slices.Equal(job.Invocation.Args[:2], []string{"python3", "/skill/scripts/run.py"}) || job.Invocation.ModuleEnv[0] != "PYTHONPATH=/skill:/skill/scripts:/opt/python" {
 		t.Error("sessionJob changed the job's own slices")
 	}
 
@@ -187,7 +191,7 @@ func TestSessionJobSkillPaths(t *testing.T) {
 	}
 	v2 := t.TempDir()
 	makeTree(t, v2, map[string]string{"scripts/run.py": "print(2)"})
-	job.SkillDir = v2
+	job.Sandbox.SkillDir = v2
 	if _, err := m.sessionJob(b, p, job, layers); err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +211,7 @@ func TestSessionJobNoDeps(t *testing.T) {
 	b := testBox(t, m, "ses_1")
 	root := t.TempDir()
 	p := &Plan{RunID: "run_1", Request: RunRequest{Skill: &skills.Skill{Name: "s"}}}
-	inv, err := m.sessionJob(b, p, runtime.Job{SkillDir: root, Args: []string{"/skill/a", "/opt/x"}}, "")
+	inv, err := m.sessionJob(b, p, runtime.Job{Sandbox: runtime.SandboxSpec{SkillDir: root}, Invocation: runtime.Invocation{Args: []string{"/skill/a", "/opt/x"}}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +227,7 @@ func TestSessionJobDepsOutsideLayers(t *testing.T) {
 	layers := t.TempDir()
 	for _, deps := range []string{filepath.Join(t.TempDir(), "sha256-abc", "tree"), filepath.Dir(layers)} {
 		p := &Plan{RunID: "run_1", Request: RunRequest{Skill: &skills.Skill{Name: "s"}}}
-		_, err := m.sessionJob(b, p, runtime.Job{SkillDir: t.TempDir(), DepsDir: deps}, layers)
+		_, err := m.sessionJob(b, p, runtime.Job{Sandbox: runtime.SandboxSpec{SkillDir: t.TempDir(), DepsDir: deps}}, layers)
 		if !errors.Is(err, api.ErrInternal) {
 			t.Errorf("deps %s outside %s: %v, want an internal error", deps, layers, err)
 		}
@@ -241,8 +245,10 @@ func TestSessionJobRunCode(t *testing.T) {
 		{Skill: &skills.Skill{Name: "alpha", Digest: "sha256:aa"}, Root: a, Path: runtime.SkillTarget("alpha")},
 		{Skill: &skills.Skill{Name: "charlie", Digest: "sha256:cc"}, Root: c, Path: runtime.SkillTarget("charlie")},
 	}}}
-	job := runtime.Job{Program: prog, Args: []string{"python3", prog.Path(), "/skill"},
-		ModuleEnv: []string{"PYTHONPATH=/skills/alpha:/skills/charlie:" + prog.Path()}}
+	job := runtime.Job{
+		Sandbox:    runtime.SandboxSpec{Program: prog},
+		Invocation: runtime.Invocation{Args: []string{"python3", prog.Path(), "/skill"}, ModuleEnv: []string{"PYTHONPATH=/skills/alpha:/skills/charlie:" + prog.Path()}},
+	}
 	inv, err := m.sessionJob(b, p, job, "")
 	if err != nil {
 		t.Fatal(err)
@@ -605,8 +611,10 @@ func (a *memAudit) events(ev string) []audit.Record {
 func backgroundPlan(t *testing.T, session, runID string) (*Plan, runtime.Job, *audit.Record) {
 	t.Helper()
 	p := &Plan{RunID: runID, Script: "scripts/serve.py", Request: RunRequest{SessionID: session, Skill: &skills.Skill{Name: "web", Digest: "sha256:w"}}}
-	job := runtime.Job{Image: runtime.ImageRef{Name: "python", Digest: "sha256:img"}, RootFS: "/var/lib/fake/python", SkillDir: t.TempDir(),
-		Args: []string{"python3", "/skill/scripts/serve.py"}}
+	job := runtime.Job{
+		Sandbox:    runtime.SandboxSpec{Image: runtime.ImageRef{Name: "python", Digest: "sha256:img"}, RootFS: "/var/lib/fake/python", SkillDir: t.TempDir()},
+		Invocation: runtime.Invocation{Args: []string{"python3", "/skill/scripts/serve.py"}},
+	}
 	start := &audit.Record{Event: audit.EventRunStart, SessionID: session, Run: &audit.RunInfo{RunID: runID, Started: time.Now().UTC()}}
 	return p, job, start
 }
@@ -650,7 +658,7 @@ func TestBackgroundRunLifecycle(t *testing.T) {
 	}
 	// A run with network cannot go to a session sandbox.
 	p, job, _ = backgroundPlan(t, "ses_1", "run_4")
-	job.Network = true
+	job.Sandbox.Network = true
 	if _, err := m.run(ctx, p, job); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), `isolation = "run"`) {
 		t.Errorf("a run with network: %v", err)
 	}

@@ -48,7 +48,7 @@ func TestRunInWorkspace(t *testing.T) {
 	writeFiles(t, dir, map[string]string{"in.txt": "one", "old.txt": "gone soon", "keep/x.txt": "x", ".env": "SECRET=1"})
 	rt.RunFunc = func(_ context.Context, job runtime.Job) (*runtime.Result, error) {
 		var names []string
-		for _, f := range job.Files {
+		for _, f := range job.Invocation.Files {
 			names = append(names, f.Name)
 		}
 		if strings.Contains(strings.Join(names, ","), ".env") {
@@ -95,7 +95,7 @@ func TestRunInWorkspace(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "old.txt")); !os.IsNotExist(err) {
 		t.Errorf("old.txt was not deleted: %v", err)
 	}
-	if jobs := rt.Jobs(); len(jobs) != 1 || len(jobs[0].Files) < 4 {
+	if jobs := rt.Jobs(); len(jobs) != 1 || len(jobs[0].Invocation.Files) < 4 {
 		t.Errorf("job files: %+v", jobs)
 	}
 	start, end := au.Events("run.start"), au.Events("run.end")

@@ -46,9 +46,9 @@ func TestRunEgress(t *testing.T) {
 	}
 	f := newFixtureWith(t, true, egressConfig, more)
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-		if job.Egress != nil && job.Egress.Report != nil {
-			job.Egress.Report(egress.Attempt{Kind: "connect", Host: "api.example.com", Port: 443, Allowed: true, Rule: "r", Out: 10, In: 20})
-			job.Egress.Report(egress.Attempt{Kind: "connect", Host: "evil.example.com", Port: 443, Rule: "none", Reason: "no"})
+		if job.Sandbox.Egress != nil && job.Sandbox.Egress.Report != nil {
+			job.Sandbox.Egress.Report(egress.Attempt{Kind: "connect", Host: "api.example.com", Port: 443, Allowed: true, Rule: "r", Out: 10, In: 20})
+			job.Sandbox.Egress.Report(egress.Attempt{Kind: "connect", Host: "evil.example.com", Port: 443, Rule: "none", Reason: "no"})
 		}
 		return &runtime.Result{Reason: runtime.ReasonExit, Egress: &egress.Stats{Connections: 1, Denied: 1}}, nil
 	}
@@ -69,14 +69,14 @@ func TestRunEgress(t *testing.T) {
 	}
 	jobs := f.rt.Jobs()
 	job := jobs[len(jobs)-1]
-	if job.Network || job.Egress == nil || len(job.Egress.Rules) != 1 || job.Egress.Rules[0].String() != "api.example.com:443" ||
-		!strings.Contains(job.Egress.Rules[0].Source, `policy "api"`) {
-		t.Fatalf("job network %v egress %+v", job.Network, job.Egress)
+	if job.Sandbox.Network || job.Sandbox.Egress == nil || len(job.Sandbox.Egress.Rules) != 1 || job.Sandbox.Egress.Rules[0].String() != "api.example.com:443" ||
+		!strings.Contains(job.Sandbox.Egress.Rules[0].Source, `policy "api"`) {
+		t.Fatalf("job network %v egress %+v", job.Sandbox.Network, job.Sandbox.Egress)
 	}
-	if s := job.Egress.Secrets; len(s) != 1 || s[0].Value != "value-of-the-token" || s[0].Header != "Authorization: Bearer %s" || job.Egress.CA == nil {
-		t.Fatalf("job secrets %+v CA %v", s, job.Egress.CA)
+	if s := job.Sandbox.Egress.Secrets; len(s) != 1 || s[0].Value != "value-of-the-token" || s[0].Header != "Authorization: Bearer %s" || job.Sandbox.Egress.CA == nil {
+		t.Fatalf("job secrets %+v CA %v", s, job.Sandbox.Egress.CA)
 	}
-	for _, e := range job.Env {
+	for _, e := range job.Invocation.Env {
 		if strings.Contains(e, "value-of-the-token") {
 			t.Fatalf("the secret is in the job's env: %q", e)
 		}
@@ -161,10 +161,10 @@ func TestRunEgressAggregateRecord(t *testing.T) {
 	more := []servicetest.SkillSpec{{Name: "web", Files: map[string]string{"scripts/run.sh": "echo hi\n"}}}
 	f := newFixtureWith(t, true, egressConfig, more)
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-		if job.Egress == nil || job.Egress.UIDBudget == nil {
-			return nil, fmt.Errorf("job egress without a uid budget: %+v", job.Egress)
+		if job.Sandbox.Egress == nil || job.Sandbox.Egress.UIDBudget == nil {
+			return nil, fmt.Errorf("job egress without a uid budget: %+v", job.Sandbox.Egress)
 		}
-		job.Egress.Report(egress.Attempt{Kind: "aggregate", Rule: "aggregate", Count: 500,
+		job.Sandbox.Egress.Report(egress.Attempt{Kind: "aggregate", Rule: "aggregate", Count: 500,
 			Aggregate: []egress.AttemptCount{{Kind: "connect", Host: "evil.example.com", Port: 443, Reason: "no", Count: 500}}})
 		return &runtime.Result{Reason: runtime.ReasonExit, Egress: &egress.Stats{Denied: 500}}, nil
 	}

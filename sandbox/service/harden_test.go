@@ -82,7 +82,7 @@ policy "default" {
 	running := map[uint32]int{}
 	rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 		uid := uint32(0)
-		for _, a := range job.Args {
+		for _, a := range job.Invocation.Args {
 			if a == "flood" {
 				uid = owner.UID
 			}

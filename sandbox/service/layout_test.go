@@ -58,11 +58,11 @@ func TestRunScriptFilesDecoded(t *testing.T) {
 		{Name: "unpacked/link", Kind: runtime.InputSymlink, Target: "word/document.xml"},
 		{Name: "empty", Kind: runtime.InputDir, Mode: 0o700},
 	}
-	if len(job.Files) != len(want) {
-		t.Fatalf("job files %+v", job.Files)
+	if len(job.Invocation.Files) != len(want) {
+		t.Fatalf("job files %+v", job.Invocation.Files)
 	}
 	for i := range want {
-		g, w := job.Files[i], want[i]
+		g, w := job.Invocation.Files[i], want[i]
 		if g.Name != w.Name || g.Kind != w.Kind || string(g.Data) != string(w.Data) || g.Target != w.Target || g.Mode != w.Mode {
 			t.Errorf("job file %d: %+v, want %+v", i, g, w)
 		}

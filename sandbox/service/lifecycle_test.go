@@ -94,8 +94,8 @@ func hook(event, matcher, command string) skills.Hooks {
 
 // shellCommand is the command a job runs with /bin/sh -c ("" for others).
 func shellCommand(job runtime.Job) string {
-	if len(job.Args) == 3 && job.Args[0] == "/bin/sh" && job.Args[1] == "-c" {
-		return job.Args[2]
+	if len(job.Invocation.Args) == 3 && job.Invocation.Args[0] == "/bin/sh" && job.Invocation.Args[1] == "-c" {
+		return job.Invocation.Args[2]
 	}
 	return ""
 }
@@ -111,7 +111,7 @@ func TestActivateRendersCommandsThroughPolicy(t *testing.T) {
 		case "false":
 			return &runtime.Result{ExitCode: 1, Reason: runtime.ReasonExit, Stderr: []byte("it failed\n")}, nil
 		default:
-			return nil, fmt.Errorf("unexpected job %q", job.Args)
+			return nil, fmt.Errorf("unexpected job %q", job.Invocation.Args)
 		}
 	}
 	sid := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})).SessionID
@@ -136,9 +136,9 @@ func TestActivateRendersCommandsThroughPolicy(t *testing.T) {
 		t.Fatalf("%d jobs ran, want 2 (the denied command never runs)", len(jobs))
 	}
 	for _, j := range jobs {
-		if j.Network || j.SkillDir != f.sk["renders"].Dir || j.Limits.Timeout > service.RenderCommandTimeout ||
-			j.Limits.StdoutBytes > service.RenderCommandOutput || j.Limits.Timeout <= 0 {
-			t.Errorf("command job: network %v, skill %q, limits %+v", j.Network, j.SkillDir, j.Limits)
+		if j.Sandbox.Network || j.Sandbox.SkillDir != f.sk["renders"].Dir || j.Invocation.Limits.Timeout > service.RenderCommandTimeout ||
+			j.Invocation.Limits.StdoutBytes > service.RenderCommandOutput || j.Invocation.Limits.Timeout <= 0 {
+			t.Errorf("command job: network %v, skill %q, limits %+v", j.Sandbox.Network, j.Sandbox.SkillDir, j.Invocation.Limits)
 		}
 	}
 	if n := len(f.audit.Events("run.start")); n != 2 {
@@ -199,7 +199,7 @@ func TestCheckToolFoldsHooks(t *testing.T) {
 				Command string `json:"command"`
 			} `json:"tool_input"`
 		}
-		if err := json.Unmarshal(job.Stdin, &ev); err != nil || ev.HookEventName != skills.HookPreToolUse || ev.ToolName != "Bash" {
+		if err := json.Unmarshal(job.Invocation.Stdin, &ev); err != nil || ev.HookEventName != skills.HookPreToolUse || ev.ToolName != "Bash" {
 			return &runtime.Result{ExitCode: 1, Reason: runtime.ReasonExit, Stderr: []byte("bad event")}
 		}
 		switch c := ev.ToolInput.Command; {
@@ -215,8 +215,8 @@ func TestCheckToolFoldsHooks(t *testing.T) {
 		return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit}
 	}
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-		stdin = append(stdin, string(job.Stdin))
-		if !strings.Contains(shellCommand(job), "./hooks/check.sh") || !strings.Contains(shellCommand(job), "cd "+runtime.SkillMount) || job.Network {
+		stdin = append(stdin, string(job.Invocation.Stdin))
+		if !strings.Contains(shellCommand(job), "./hooks/check.sh") || !strings.Contains(shellCommand(job), "cd "+runtime.SkillMount) || job.Sandbox.Network {
 			return nil, errors.New("the hook must run its command from the skill mount, without network")
 		}
 		return answer(job), nil
@@ -266,7 +266,7 @@ func TestReportToolRunsPostToolUse(t *testing.T) {
 	ctx := context.Background()
 	withHooks(f, "hooked", hook(skills.HookPostToolUse, "Bash|Read", "./hooks/post.sh"))
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-		if !strings.Contains(string(job.Stdin), `"tool_response":{"ok":true}`) {
+		if !strings.Contains(string(job.Invocation.Stdin), `"tool_response":{"ok":true}`) {
 			return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit}, nil
 		}
 		return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit, Stdout: []byte(`{"decision":"block","reason":"check the output"}`)}, nil

@@ -81,25 +81,25 @@ func TestRunCodeMountsEveryActiveSkill(t *testing.T) {
 		t.Fatalf("%d jobs", len(jobs))
 	}
 	job := jobs[0]
-	if job.SkillDir != "" {
-		t.Errorf("a code run mounts /skill: %s", job.SkillDir)
+	if job.Sandbox.SkillDir != "" {
+		t.Errorf("a code run mounts /skill: %s", job.Sandbox.SkillDir)
 	}
 	want := []runtime.SkillBind{{Source: f.sk["gif"].Dir, Target: "/skills/gif"}, {Source: f.sk["pdf"].Dir, Target: "/skills/pdf"}}
-	if len(job.Skills) != 2 || job.Skills[0] != want[0] || job.Skills[1] != want[1] {
-		t.Errorf("skills %+v, want %+v", job.Skills, want)
+	if len(job.Sandbox.Skills) != 2 || job.Sandbox.Skills[0] != want[0] || job.Sandbox.Skills[1] != want[1] {
+		t.Errorf("skills %+v, want %+v", job.Sandbox.Skills, want)
 	}
-	if job.Program == nil || job.Program.Name != "main.py" || string(job.Program.Data) != code {
-		t.Errorf("program %+v", job.Program)
+	if job.Sandbox.Program == nil || job.Sandbox.Program.Name != "main.py" || string(job.Sandbox.Program.Data) != code {
+		t.Errorf("program %+v", job.Sandbox.Program)
 	}
-	if got := strings.Join(job.Args, " "); got != "python3 /skills/.code/main.py a" {
+	if got := strings.Join(job.Invocation.Args, " "); got != "python3 /skills/.code/main.py a" {
 		t.Errorf("argv %q", got)
 	}
-	if got := strings.Join(job.ModuleEnv, " "); got != "PYTHONPATH=/skills/gif:/skills/pdf" {
+	if got := strings.Join(job.Invocation.ModuleEnv, " "); got != "PYTHONPATH=/skills/gif:/skills/pdf" {
 		t.Errorf("module env %q", got)
 	}
 	// The strictest limits of the skills apply.
-	if job.Limits.MemoryBytes != 128<<20 {
-		t.Errorf("memory %d, want the gif rule's 128MiB", job.Limits.MemoryBytes)
+	if job.Limits().MemoryBytes != 128<<20 {
+		t.Errorf("memory %d, want the gif rule's 128MiB", job.Limits().MemoryBytes)
 	}
 	if res.Path != "/skills/.code/main.py" || len(res.Skills) != 2 || res.Skills[1] != (api.MountedSkill{Name: "pdf", Path: "/skills/pdf", Digest: f.sk["pdf"].Digest}) {
 		t.Errorf("result %+v", res)
@@ -146,8 +146,8 @@ func TestRunCodeLanguages(t *testing.T) {
 		}
 		jobs := f.rt.Jobs()
 		job := jobs[len(jobs)-1]
-		if got := strings.Join(job.Args, " "); got != tc.argv || strings.Join(job.ModuleEnv, " ") != tc.module || res.Image != tc.lang {
-			t.Errorf("%s: argv %q module %q image %q", tc.lang, got, job.ModuleEnv, res.Image)
+		if got := strings.Join(job.Invocation.Args, " "); got != tc.argv || strings.Join(job.Invocation.ModuleEnv, " ") != tc.module || res.Image != tc.lang {
+			t.Errorf("%s: argv %q module %q image %q", tc.lang, got, job.Invocation.ModuleEnv, res.Image)
 		}
 	}
 }

@@ -135,9 +135,9 @@ func (c *collector) methods() []string {
 func TestRunStreamsEventsInOrder(t *testing.T) {
 	f := newFixture(t, true)
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-		write(job.Stdout, "one\n")
-		write(job.Stderr, "warn\n")
-		write(job.Stdout, "two\n")
+		write(job.Invocation.Stdout, "one\n")
+		write(job.Invocation.Stderr, "warn\n")
+		write(job.Invocation.Stdout, "two\n")
 		return &runtime.Result{Reason: runtime.ReasonExit, ExitCode: 2, Stdout: []byte("one\ntwo\n"), Stderr: []byte("warn\n")}, nil
 	}
 	ctx := context.Background()
@@ -183,7 +183,7 @@ func TestRunStreamsEventsInOrder(t *testing.T) {
 func TestCancelRunOnlyByOwner(t *testing.T) {
 	f := newFixture(t, false)
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-		write(job.Stdout, "started\n")
+		write(job.Invocation.Stdout, "started\n")
 		<-ctx.Done()
 		return &runtime.Result{Reason: runtime.ReasonKilled, ExitCode: 137, Signal: "SIGKILL", Stdout: []byte("started\n")}, nil
 	}
@@ -292,9 +292,9 @@ func write(s runtime.StreamSink, data string) {
 func TestFollowRun(t *testing.T) {
 	f := newFixture(t, false)
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-		write(job.Stdout, "first\n")
+		write(job.Invocation.Stdout, "first\n")
 		<-ctx.Done()
-		write(job.Stderr, "stopping\n")
+		write(job.Invocation.Stderr, "stopping\n")
 		return &runtime.Result{Reason: runtime.ReasonKilled, ExitCode: 137, Signal: "SIGKILL"}, nil
 	}
 	col := newCollector()

@@ -51,7 +51,7 @@ policy "ws" {
 			}
 			var seen []string
 			f.rt.RunFunc = func(_ context.Context, job runtime.Job) (*runtime.Result, error) {
-				for _, in := range job.Files {
+				for _, in := range job.Invocation.Files {
 					seen = append(seen, in.Name)
 				}
 				return &runtime.Result{Reason: runtime.ReasonExit}, nil

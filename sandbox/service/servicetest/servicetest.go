@@ -53,7 +53,7 @@ func (f *Runtime) Name() string { return "fake" }
 // else exits 0.
 func RunByLastArg(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 	res := &runtime.Result{Reason: runtime.ReasonExit, Runtime: "fake"}
-	switch job.Args[len(job.Args)-1] {
+	switch job.Invocation.Args[len(job.Invocation.Args)-1] {
 	case "warm":
 		res.Warm = true
 	case "fail":
@@ -68,8 +68,8 @@ func RunByLastArg(ctx context.Context, job runtime.Job) (*runtime.Result, error)
 		<-ctx.Done()
 		return nil, context.Cause(ctx)
 	case "talk":
-		if job.Stdout != nil {
-			job.Stdout.Write([]byte("talking\n"))
+		if job.Invocation.Stdout != nil {
+			job.Invocation.Stdout.Write([]byte("talking\n"))
 		}
 		<-ctx.Done()
 		res.ExitCode, res.Reason, res.Signal = 137, runtime.ReasonKilled, "SIGKILL"
@@ -91,7 +91,7 @@ func (f *Runtime) Run(ctx context.Context, job runtime.Job) (*runtime.Result, er
 	if f.RunFunc != nil {
 		return f.RunFunc(ctx, job)
 	}
-	return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit, Stdout: []byte("ran " + strings.Join(job.Args, " ") + "\n"), Runtime: "fake"}, nil
+	return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit, Stdout: []byte("ran " + strings.Join(job.Invocation.Args, " ") + "\n"), Runtime: "fake"}, nil
 }
 
 func (f *Runtime) Jobs() []runtime.Job {
