@@ -80,7 +80,7 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { log.Close() })
-	j := runner.NewJournal(log, nil)
+	j := audit.NewJournal(log, nil)
 	sessions := store.NewSessionStore(st, store.SessionOptions{})
 	confirms := store.NewConfirmationStore(st, store.ConfirmationOptions{})
 	eng := runner.New(runner.Options{Config: mustConfig(t, "1"), Images: &servicetest.Images{}, Runtime: &servicetest.Runtime{RunFunc: servicetest.RunByLastArg}, Audit: j, Pins: servicetest.LivePins{}})

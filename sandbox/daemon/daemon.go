@@ -70,7 +70,7 @@ const refusedAuditTimeout = 10 * time.Second
 // logged and changes nothing else: the call was refused anyway.
 type Daemon struct {
 	svc    *service.Service
-	audit  runner.Recorder // the service's journal
+	audit  audit.Recorder // the service's journal
 	log    hclog.Logger
 	server *jsonrpc.Server
 
@@ -233,9 +233,9 @@ func refusedRecord(ce *jsonrpc.CallError) *audit.Record {
 		Event:     audit.EventCallRefused,
 		Peer:      &peer,
 		RequestID: service.AuditRequestID(string(ce.ID)),
-		Method:    runner.ClipText(ce.Method, maxAuditMethod),
+		Method:    audit.ClipText(ce.Method, maxAuditMethod),
 		Outcome:   audit.OutcomeRefused,
-		Error:     runner.ClipText(ce.Resp.Message, maxAuditMessage),
+		Error:     audit.ClipText(ce.Resp.Message, maxAuditMessage),
 		Detail: map[string]string{
 			"kind": ce.Resp.Kind,
 			"code": strconv.Itoa(ce.Resp.Code),

@@ -94,7 +94,7 @@ func newHarness(t *testing.T, config string, specs []servicetest.SkillSpec, opts
 	t.Cleanup(func() { st.Close() })
 	rt := &servicetest.Runtime{}
 	au := &servicetest.Auditor{}
-	j := runner.NewJournal(au, nil)
+	j := audit.NewJournal(au, nil)
 	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Audit: j, Pins: servicetest.LivePins{}})
 	o := Options{Options: service.Options{
 		Config: cfg, Skills: idx, Engine: eng,

@@ -12,7 +12,6 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/mcp"
-	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 )
 
@@ -34,7 +33,7 @@ func auditedServer(t *testing.T, maxLine int) (*rawClient, *service.Service, *au
 	}
 	t.Cleanup(func() { lg.Close() })
 	opts := newRealService(t).opts
-	opts.Audit = runner.NewJournal(lg, nil)
+	opts.Audit = audit.NewJournal(lg, nil)
 	svc := service.New(opts)
 	c := connectRawWith(t, svc, mcp.Options{Caller: someone, OnRefused: func(r api.Refusal) { svc.AuditRefusal(someone, r) }}, maxLine)
 	return c, svc, lg, dir

@@ -10,6 +10,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/mcp"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
@@ -72,7 +73,7 @@ func newRealServiceWith(t *testing.T, config string, extra ...*skills.Skill) *re
 	t.Cleanup(func() { st.Close() })
 	rt := &servicetest.Runtime{}
 	au := &servicetest.Auditor{}
-	j := runner.NewJournal(au, nil)
+	j := audit.NewJournal(au, nil)
 	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Audit: j, Pins: servicetest.LivePins{}})
 	opts := service.Options{
 		Config: cfg, Skills: idx, Engine: eng, Audit: j,

@@ -1,7 +1,7 @@
 // Package metrics is the daemon's Prometheus metrics: the collectors, their
 // registry (its own, never the global one) and the endpoint that serves
 // them. The rest of skillbox does not import Prometheus: it reports through
-// small interfaces of its own (runner.AppendObserver for every audit record
+// small interfaces of its own (audit.AppendObserver for every audit record
 // and how long its append took, service.Metrics for a confirmation's wait,
 // images.Store.OnBuild for image builds) and the pool and session store are
 // read when scraped. The stack wires them together when daemon { metrics =
@@ -73,8 +73,8 @@ type Metrics struct {
 }
 
 var (
-	_ runner.AppendObserver = (*Metrics)(nil)
-	_ service.Metrics       = (*Metrics)(nil)
+	_ audit.AppendObserver = (*Metrics)(nil)
+	_ service.Metrics      = (*Metrics)(nil)
 )
 
 // New makes the collectors and their registry, with the Go runtime's and
@@ -134,7 +134,7 @@ func New(o Options) *Metrics {
 // Registry is the registry the endpoint serves.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Appended implements runner.AppendObserver: it times the append, and
+// Appended implements audit.AppendObserver: it times the append, and
 // counts runs, egress and layer builds from their records.
 func (m *Metrics) Appended(r *audit.Record, took time.Duration, err error) {
 	m.auditSeconds.Observe(took.Seconds())

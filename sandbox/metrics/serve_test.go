@@ -74,7 +74,7 @@ func TestScrape(t *testing.T) {
 	// The wiring the stack does for daemon { metrics = "…" }.
 	m := metrics.New(metrics.Options{MaxSkills: 2})
 	auditor := &servicetest.Auditor{}
-	j := runner.NewJournal(auditor, nil)
+	j := audit.NewJournal(auditor, nil)
 	j.Observe(m)
 	rt := &servicetest.Runtime{RunFunc: servicetest.RunByLastArg}
 	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Audit: j, Pins: servicetest.LivePins{}})

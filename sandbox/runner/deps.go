@@ -33,7 +33,7 @@ type Deps struct {
 	cfg     *policy.Config
 	images  ImageSource
 	log     hclog.Logger
-	journal Recorder
+	journal audit.Recorder
 	extras  map[string][]string
 
 	mu       sync.Mutex
@@ -66,7 +66,7 @@ type DepsOptions struct {
 	// Audit, when set, gets a deps.build record for every layer build
 	// (its outcome, or why it failed: a layer over its cap, a refused
 	// package).
-	Audit Recorder
+	Audit audit.Recorder
 	// Extras are the packages each image's recipe names as extras (image
 	// name → package names), for hints about what is missing.
 	Extras map[string][]string
@@ -593,7 +593,7 @@ func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Reque
 	}
 	switch {
 	case err != nil:
-		r.Outcome, r.Error = audit.OutcomeError, ClipText(err.Error(), 2048)
+		r.Outcome, r.Error = audit.OutcomeError, audit.ClipText(err.Error(), 2048)
 		if errors.Is(err, deps.ErrTooLarge) || errors.Is(err, deps.ErrRefused) || errors.Is(err, deps.ErrHash) {
 			r.Outcome = audit.OutcomeRefused
 		}
@@ -606,7 +606,7 @@ func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Reque
 			out = append(out, e+" ("+why+")")
 		}
 		slices.Sort(out)
-		r.Detail["extras_left_out"] = ClipText(strings.Join(out, "; "), 2048)
+		r.Detail["extras_left_out"] = audit.ClipText(strings.Join(out, "; "), 2048)
 	}
 	_ = d.journal.Record(ctx, r) // logged there; the build's own error is what the caller sees
 }

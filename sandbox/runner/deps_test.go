@@ -13,6 +13,7 @@ import (
 	"github.com/skillbox/skillbox/images/deps"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
@@ -175,7 +176,7 @@ func TestDepsUnusedWithoutSource(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			au := &servicetest.Auditor{}
-			e, rt, _ := depsEngine(t, engineConfig, tc.src, func(o *runner.Options) { o.Audit = runner.NewJournal(au, nil) })
+			e, rt, _ := depsEngine(t, engineConfig, tc.src, func(o *runner.Options) { o.Audit = audit.NewJournal(au, nil) })
 			sk := servicetest.MakeSkill(t, t.TempDir(), servicetest.SkillSpec{Name: "tools", Files: tc.files})
 			out, err := e.Run(context.Background(), runner.RunRequest{Skill: sk, Script: "scripts/run.py"})
 			if tc.wantErr != nil {

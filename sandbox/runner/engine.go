@@ -72,8 +72,8 @@ type Options struct {
 	// Pins gives each run a copy of the skill version it was checked
 	// against; required (a run never mounts the live skill directory).
 	Pins SkillPinner
-	// Audit is the audit log's one writer (see Journal); nil: no audit.
-	Audit  Recorder
+	// Audit is the audit log's one writer (see audit.Journal); nil: no audit.
+	Audit  audit.Recorder
 	Logger hclog.Logger
 	// Progress receives image build progress (stderr for the CLI).
 	Progress io.Writer
@@ -98,7 +98,7 @@ type Engine struct {
 	rt       runtime.Runtime
 	pool     *runtime.Pool
 	pins     SkillPinner
-	journal  Recorder
+	journal  audit.Recorder
 	log      hclog.Logger
 	progress io.Writer
 	egress   EgressOptions
@@ -119,7 +119,7 @@ func New(o Options) *Engine {
 	}
 	j := o.Audit
 	if j == nil {
-		j = NewJournal(nil, nil)
+		j = audit.NewJournal(nil, nil)
 	}
 	return &Engine{cfg: o.Config, images: o.Images, rt: o.Runtime, pool: o.Pool, pins: o.Pins, journal: j,
 		log: log, progress: o.Progress, egress: o.Egress, deps: o.Deps, sessions: o.Sessions}
@@ -593,7 +593,7 @@ func InputRefs(files []runtime.InputFile) []audit.FileRef {
 func planDetail(p *Plan) map[string]string {
 	d := map[string]string{"interpreter": strings.Join(p.Interpreter.Argv, " ")}
 	if c := p.Request.Command; c != nil {
-		d["command"] = ClipText(c.Command, 2048)
+		d["command"] = audit.ClipText(c.Command, 2048)
 	}
 	if p.Interpreter.Rule != "" {
 		d["interpreter_rule"] = p.Interpreter.Rule

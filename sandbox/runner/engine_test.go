@@ -12,6 +12,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/skills"
@@ -282,7 +283,7 @@ func TestPrepareDigestBindsTheRun(t *testing.T) {
 
 func TestExecuteFailClosed(t *testing.T) {
 	au := &servicetest.Auditor{}
-	e, rt := newTestEngine(t, engineConfig, func(o *runner.Options) { o.Audit = runner.NewJournal(au, nil) })
+	e, rt := newTestEngine(t, engineConfig, func(o *runner.Options) { o.Audit = audit.NewJournal(au, nil) })
 	sk := engineSkill(t, "tool")
 	p, err := e.Prepare(runner.RunRequest{Skill: sk, Script: "scripts/a.py"})
 	if err != nil {

@@ -131,7 +131,7 @@ func TestShellScriptImageInAudit(t *testing.T) {
 	aud := &servicetest.Auditor{}
 	e, rt := newTestEngine(t, engineConfig, func(o *runner.Options) {
 		o.Images = progImages{roots: roots}
-		o.Audit = runner.NewJournal(aud, nil)
+		o.Audit = audit.NewJournal(aud, nil)
 	})
 	if _, err := e.Run(context.Background(), runner.RunRequest{Skill: docsSkill(t), Script: "scripts/pdf.sh"}); err != nil {
 		t.Fatal(err)

@@ -56,7 +56,7 @@ type SessionOptions struct {
 // SessionSandboxes keeps the session sandboxes of one daemon.
 type SessionSandboxes struct {
 	o       SessionOptions
-	journal Recorder
+	journal audit.Recorder
 	log     hclog.Logger
 
 	mu    sync.Mutex
@@ -133,12 +133,12 @@ type backgroundRun struct {
 }
 
 // NewSessionSandboxes makes the keeper of session sandboxes.
-func NewSessionSandboxes(o SessionOptions, journal Recorder, log hclog.Logger) *SessionSandboxes {
+func NewSessionSandboxes(o SessionOptions, journal audit.Recorder, log hclog.Logger) *SessionSandboxes {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
 	if journal == nil {
-		journal = NewJournal(nil, nil)
+		journal = audit.NewJournal(nil, nil)
 	}
 	m := &SessionSandboxes{o: o, journal: journal, log: log.Named("sessions"),
 		boxes: map[boxKey]*sessionBox{}, runs: map[runKey]*backgroundRun{}, lost: map[string]string{}, stop: make(chan struct{})}

@@ -628,7 +628,7 @@ func TestBackgroundRunLifecycle(t *testing.T) {
 	rec := &memAudit{}
 	cfg := policy.SessionConfig{BackgroundRuns: 2}
 	m := NewSessionSandboxes(SessionOptions{Backend: be, Dir: filepath.Join(t.TempDir(), "sessions"), Supervisor: "/nonexistent/skillbox", Config: cfg},
-		NewJournal(rec, nil), nil)
+		audit.NewJournal(rec, nil), nil)
 	var boxID string
 	for i, id := range []string{"run_1", "run_2"} {
 		p, job, start := backgroundPlan(t, "ses_1", id)

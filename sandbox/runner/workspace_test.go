@@ -10,6 +10,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 )
@@ -43,7 +44,7 @@ func writeFiles(t *testing.T, dir string, files map[string]string) {
 // recorded in run.start and run.end.
 func TestRunInWorkspace(t *testing.T) {
 	au := &servicetest.Auditor{}
-	e, rt := newTestEngine(t, workspaceConfig, func(o *runner.Options) { o.Audit = runner.NewJournal(au, nil) })
+	e, rt := newTestEngine(t, workspaceConfig, func(o *runner.Options) { o.Audit = audit.NewJournal(au, nil) })
 	dir := t.TempDir()
 	writeFiles(t, dir, map[string]string{"in.txt": "one", "old.txt": "gone soon", "keep/x.txt": "x", ".env": "SECRET=1"})
 	rt.RunFunc = func(_ context.Context, job runtime.Job) (*runtime.Result, error) {

@@ -139,7 +139,7 @@ func (s *Service) renderCommand(ctx context.Context, caller api.Peer, sessionID 
 	}
 	req := RunRequest{
 		Skill:   sk,
-		Command: &CommandSpec{Command: command, Label: "SKILL.md !`" + runner.ClipText(command, 200) + "`"},
+		Command: &CommandSpec{Command: command, Label: "SKILL.md !`" + audit.ClipText(command, 200) + "`"},
 		Limits:  commandLimits(RenderCommandTimeout, RenderCommandOutput),
 	}
 	out, err := s.Run(ctx, caller, req, o)
@@ -166,7 +166,7 @@ func (s *Service) renderCommand(ctx context.Context, caller api.Peer, sessionID 
 		}
 		msg := fmt.Sprintf("[skillbox: command `%s` failed (%s, run %s)", command, why, out.RunID)
 		if e := strings.TrimSpace(string(r.Stderr)); e != "" {
-			msg += ": " + oneLine(runner.ClipText(e, 500))
+			msg += ": " + oneLine(audit.ClipText(e, 500))
 		}
 		msg += "]"
 		rc.Error = msg

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/policy"
+	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
@@ -20,7 +21,7 @@ func BenchmarkAuditSearch(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg.Daemon.AuditDir = bigAuditLog(b)
-	j := runner.NewJournal(&servicetest.Auditor{}, nil)
+	j := audit.NewJournal(&servicetest.Auditor{}, nil)
 	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: &servicetest.Runtime{}, Audit: j, Pins: servicetest.LivePins{}})
 	svc := service.New(service.Options{Config: cfg, Skills: servicetest.NewIndex(), Engine: eng, Audit: j})
 	ctx := context.Background()

@@ -7,7 +7,6 @@ import (
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/store"
 )
 
@@ -17,7 +16,7 @@ const maxAuditRequestID = 128
 
 // AuditRequestID is a front end's request id as audit records keep it:
 // clipped to 128 bytes.
-func AuditRequestID(id string) string { return runner.ClipText(id, maxAuditRequestID) }
+func AuditRequestID(id string) string { return audit.ClipText(id, maxAuditRequestID) }
 
 // base is the record every audited call starts from: who asked, in which
 // session, with which request.

@@ -14,7 +14,6 @@ import (
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/store"
 )
 
@@ -128,7 +127,7 @@ func decodeFiles(in []api.File) ([]runtime.InputFile, error) {
 	files := make([]runtime.InputFile, 0, len(in))
 	for i, f := range in {
 		bad := func(format string, args ...any) error {
-			return errkind.Errorf(errkind.InvalidParams, "files[%d] %s: %s", i, runner.ClipText(strconv.Quote(f.Name), 140), fmt.Sprintf(format, args...))
+			return errkind.Errorf(errkind.InvalidParams, "files[%d] %s: %s", i, audit.ClipText(strconv.Quote(f.Name), 140), fmt.Sprintf(format, args...))
 		}
 		if err := runtime.ValidateInputName(f.Name); err != nil {
 			return nil, errkind.Errorf(errkind.InvalidParams, "files[%d]: %s", i, errkind.Detail(err, runtime.ErrInvalidJob))
@@ -155,7 +154,7 @@ func decodeFiles(in []api.File) ([]runtime.InputFile, error) {
 			}
 			e.Kind, e.Target = runtime.InputSymlink, f.Target
 		default:
-			return nil, bad("unknown type %q: use %q (the default), %q or %q", runner.ClipText(f.Type, 32), api.FileTypeFile, api.FileTypeDir, api.FileTypeSymlink)
+			return nil, bad("unknown type %q: use %q (the default), %q or %q", audit.ClipText(f.Type, 32), api.FileTypeFile, api.FileTypeDir, api.FileTypeSymlink)
 		}
 		files = append(files, e)
 	}

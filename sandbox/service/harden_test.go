@@ -160,7 +160,7 @@ audit {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { lg.Close() })
-	j := runner.NewJournal(lg, nil)
+	j := audit.NewJournal(lg, nil)
 	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: &servicetest.Runtime{}, Pins: servicetest.LivePins{}, Audit: j})
 	svc := service.New(service.Options{Config: cfg, Skills: servicetest.NewIndex(sk), Engine: eng, Audit: j})
 	_, err = svc.Run(context.Background(), owner, service.RunRequest{Skill: sk, Script: "scripts/run.sh"}, service.RunOptions{Method: "test"})

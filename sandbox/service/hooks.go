@@ -239,7 +239,7 @@ func (s *Service) runHook(ctx context.Context, caller api.Peer, call *hookCall, 
 	}
 	payload, _ := json.Marshal(hookEvent{SessionID: call.sessionID, HookEventName: event, ToolName: tool, ToolInput: input,
 		ToolResponse: result, Skill: sk.Name, Cwd: runtime.SkillMount})
-	rule := fmt.Sprintf("hook %s of skill %q (%s)", event, sk.Name, runner.ClipText(hc.Command, 200))
+	rule := fmt.Sprintf("hook %s of skill %q (%s)", event, sk.Name, audit.ClipText(hc.Command, 200))
 	hr := api.HookRun{Skill: sk.Name, Event: event, Command: hc.Command, ExitCode: -1}
 
 	effect, reason, failed := s.execHook(ctx, caller, call, sk, event, hc, payload, timeout, &hr)
@@ -261,9 +261,9 @@ func (s *Service) runHook(ctx context.Context, caller api.Peer, call *hookCall, 
 	}
 	r := base(ctx, caller, call.method, audit.EventDecision, call.sessionID)
 	r.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
-	r.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(effect), Rule: rule, Reason: runner.ClipText(reason, 1024), InputSHA256: runner.SHA256Hex(input)}
+	r.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(effect), Rule: rule, Reason: audit.ClipText(reason, 1024), InputSHA256: runner.SHA256Hex(input)}
 	r.Outcome = string(effect)
-	r.Detail = map[string]string{"hook_event": event, "hook_command": runner.ClipText(hc.Command, 1024), "run_id": hr.RunID, "exit_code": fmt.Sprint(hr.ExitCode)}
+	r.Detail = map[string]string{"hook_event": event, "hook_command": audit.ClipText(hc.Command, 1024), "run_id": hr.RunID, "exit_code": fmt.Sprint(hr.ExitCode)}
 	if hr.Reason != "" {
 		r.Detail["run_reason"] = hr.Reason
 	}
@@ -313,11 +313,11 @@ func (s *Service) execHook(ctx context.Context, caller api.Peer, call *hookCall,
 		if stderr == "" {
 			stderr = "blocked by the hook (no reason given)"
 		}
-		return policy.EffectDeny, runner.ClipText(stderr, 2048), false
+		return policy.EffectDeny, audit.ClipText(stderr, 2048), false
 	case r.ExitCode != 0:
 		msg := fmt.Sprintf("the hook exited with status %d (run %s)", r.ExitCode, out.RunID)
 		if stderr != "" {
-			msg += ": " + runner.ClipText(stderr, 500)
+			msg += ": " + audit.ClipText(stderr, 500)
 		}
 		return "", msg, true
 	}

@@ -171,7 +171,7 @@ func (s *Service) RejectProposal(ctx context.Context, caller api.Peer, p api.Pro
 	rec.Skill = &audit.SkillRef{Name: pr.Skill, Digest: pr.BaseDigest}
 	rec.Outcome = api.ProposalRejected
 	if p.Note != "" {
-		rec.Detail["note"] = runner.ClipText(p.Note, 1024)
+		rec.Detail["note"] = audit.ClipText(p.Note, 1024)
 	}
 	if err := s.record(ctx, rec); err != nil {
 		return nil, err
@@ -301,6 +301,6 @@ func (s *Service) exportPatch(pr *api.Proposal) (string, error) {
 	}
 	path := filepath.Join(dir, pr.ID+".patch")
 	head := fmt.Sprintf("# skillbox proposal %s for skill %q against %s\n# %s\n", pr.ID, pr.Skill, pr.BaseDigest,
-		strings.ReplaceAll(runner.ClipText(pr.Justification, 2048), "\n", "\n# "))
+		strings.ReplaceAll(audit.ClipText(pr.Justification, 2048), "\n", "\n# "))
 	return path, os.WriteFile(path, []byte(head+pr.Diff), 0o600)
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/sandbox/runner"
 )
 
 // A front end that refuses a message before it becomes a call (MCP's line
@@ -70,11 +69,11 @@ func refusalRecord(caller api.Peer, r api.Refusal) *audit.Record {
 		Event:     audit.EventCallRefused,
 		Peer:      &caller,
 		RequestID: AuditRequestID(string(r.ID)),
-		Method:    runner.ClipText(r.Method, maxRefusalMethod),
+		Method:    audit.ClipText(r.Method, maxRefusalMethod),
 		Outcome:   audit.OutcomeRefused,
-		Error:     runner.ClipText(r.Message, maxRefusalMessage),
+		Error:     audit.ClipText(r.Message, maxRefusalMessage),
 		Detail: map[string]string{
-			"transport":  runner.ClipText(r.Transport, 32),
+			"transport":  audit.ClipText(r.Transport, 32),
 			"kind":       r.Kind,
 			"code":       strconv.Itoa(r.Code),
 			"line_bytes": strconv.Itoa(r.LineBytes),
@@ -102,7 +101,7 @@ func (a *refusalAggregate) record(span windowSpan) *audit.Record {
 	return &audit.Record{Event: audit.EventCallRefused, Peer: &p, Outcome: audit.OutcomeAggregated,
 		Error: strconv.Itoa(span.Folded) + " more messages were refused after the first " + strconv.Itoa(span.Recorded) + " of the interval were recorded; they were only counted",
 		Detail: span.detail(map[string]string{
-			"transport": runner.ClipText(a.transport, 32), "refusals": strconv.Itoa(span.Folded), "recorded": strconv.Itoa(span.Recorded),
+			"transport": audit.ClipText(a.transport, 32), "refusals": strconv.Itoa(span.Folded), "recorded": strconv.Itoa(span.Recorded),
 			"kinds": strings.Join(kinds, " "),
 		})}
 }

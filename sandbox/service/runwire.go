@@ -174,7 +174,7 @@ func confirmDetails(p *Plan) map[string]string {
 		d["skill"], d["skill_digest"], d["script"], d["script_sha256"] = req.Skill.Name, req.Skill.Digest, p.Script, p.ScriptSHA256
 		if req.Command != nil {
 			// A hook or !`command`: the approver sees what it runs.
-			d["command"] = runner.ClipText(req.Command.Command, audit.MaxCodeText)
+			d["command"] = audit.ClipText(req.Command.Command, audit.MaxCodeText)
 		}
 	}
 	if names, _ := audit.EnvSummary(req.Env); len(names) > 0 {

@@ -5,7 +5,7 @@
 // whichever front end asked: the JSON-RPC daemon, the MCP server or
 // `skillbox run`. The run engine below it (sandbox/runner) turns an
 // authorized request into one sandboxed run; the service owns the audit log
-// and writes it through the same runner.Journal as the engine. Calls may
+// and writes it through the same audit.Journal as the engine. Calls may
 // emit events (run output while a script runs) to a sink the front end puts
 // in ctx.
 //
@@ -30,6 +30,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/store"
 	"github.com/skillbox/skillbox/sandbox/workspace"
@@ -63,7 +64,7 @@ type Options struct {
 	// writes its runs' records through (the stack makes it); nil means
 	// none (tests, a local run without an audit dir). Audited calls, runs
 	// included, are refused while it is unhealthy.
-	Audit runner.Recorder
+	Audit audit.Recorder
 	// Logger is the parent logger; the service names its own.
 	Logger hclog.Logger
 	// Proposals keeps skills.propose's proposals; nil makes those calls
@@ -88,7 +89,7 @@ type Options struct {
 
 	// Metrics hears what the service decides that no audit record
 	// times; nil hears nothing. The rest of the daemon's metrics come
-	// from the audit records (runner.AppendObserver).
+	// from the audit records (audit.AppendObserver).
 	Metrics Metrics
 }
 
@@ -108,7 +109,7 @@ type Service struct {
 	engine   *runner.Engine
 	sessions *store.SessionStore
 	confirms *store.ConfirmationStore
-	journal  runner.Recorder
+	journal  audit.Recorder
 	log      hclog.Logger
 
 	runSlots *runSlots
@@ -168,7 +169,7 @@ func New(o Options) *Service {
 		shared:    o.Locker,
 	}
 	if s.journal == nil {
-		s.journal = runner.NewJournal(nil, nil)
+		s.journal = audit.NewJournal(nil, nil)
 	}
 	s.reads = newReadAudit(o.Config.Audit.ReadsPerInterval, o.Config.Audit.AggregateInterval, s.writeAggregate)
 	s.refusals = newRefusalAudit(o.Config.Audit.AggregateInterval, s.writeAggregate)
@@ -187,4 +188,4 @@ func (s *Service) Engine() *runner.Engine { return s.engine }
 // Journal is the audit log's one writer, which the service owns; front
 // ends that audit what they refuse themselves (the daemon's socket) write
 // through it too.
-func (s *Service) Journal() runner.Recorder { return s.journal }
+func (s *Service) Journal() audit.Recorder { return s.journal }

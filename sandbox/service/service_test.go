@@ -87,7 +87,7 @@ func newFixtureOpts(t *testing.T, withStores bool, config string, more []service
 		f.sk[sp.Name] = sk
 	}
 	f.idx = idx
-	j := runner.NewJournal(f.audit, nil)
+	j := audit.NewJournal(f.audit, nil)
 	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: f.rt, Audit: j, Pins: servicetest.LivePins{}})
 	o := service.Options{Config: cfg, Skills: idx, Engine: eng, Audit: j}
 	if withStores {

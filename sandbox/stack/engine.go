@@ -95,7 +95,7 @@ type engineOptions struct {
 	checkImages       bool   // warn at start about images that are not built
 	progress          io.Writer
 	wrap              func(*runner.StoreImages) runner.ImageSource
-	journal           *runner.Journal
+	journal           *audit.Journal
 	pins              *runner.SnapshotStore
 	// checkpoints is where paused session sandboxes go: the daemon's
 	// state dir; "" (other modes) keeps none.
@@ -172,7 +172,7 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*runner.E
 			extras[r.Name] = r.PythonExtras
 		}
 	}
-	var rec runner.Recorder
+	var rec audit.Recorder
 	if o.journal != nil {
 		rec = o.journal
 	}
@@ -317,7 +317,7 @@ func snapshotDir() string {
 // beside the skill snapshots, with this binary as the supervisor inside.
 // A runtime that cannot keep them leaves it without a backend, so such
 // runs are refused saying why.
-func newSessionSandboxes(cfg *policy.Config, rt runtime.Runtime, pins *runner.SnapshotStore, checkpoints string, rec runner.Recorder, log hclog.Logger) *runner.SessionSandboxes {
+func newSessionSandboxes(cfg *policy.Config, rt runtime.Runtime, pins *runner.SnapshotStore, checkpoints string, rec audit.Recorder, log hclog.Logger) *runner.SessionSandboxes {
 	o := runner.SessionOptions{Config: cfg.Sessions, Checkpoints: checkpoints, MinFree: cfg.Audit.MinFree}
 	switch {
 	case checkpoints != "":

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/skillbox/skillbox/runtime/rootless"
+	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/metrics"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
@@ -52,7 +53,7 @@ func (s *Stack) watchRegistry(ctx context.Context) {
 // openJournal makes the one writer of the audit log, for the engine and
 // the service (it records nothing without an audit log).
 func (s *Stack) openJournal(log hclog.Logger) {
-	s.journal = runner.NewJournal(auditor(s.auditLog), log.Named("audit"))
+	s.journal = audit.NewJournal(auditor(s.auditLog), log.Named("audit"))
 }
 
 // openMetrics makes the metrics when daemon.metrics is set: they hear of

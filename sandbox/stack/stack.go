@@ -110,7 +110,7 @@ type Stack struct {
 	log       hclog.Logger
 	registry  *skills.Registry
 	auditLog  *audit.Log
-	journal   *runner.Journal
+	journal   *audit.Journal
 	engine    *runner.Engine
 	svc       *service.Service
 	daemon    *daemon.Daemon
@@ -135,7 +135,7 @@ func (s *Stack) Registry() *skills.Registry { return s.registry }
 
 // Journal is the audit log's one writer (it records nothing when the
 // config names no audit log).
-func (s *Stack) Journal() *runner.Journal { return s.journal }
+func (s *Stack) Journal() *audit.Journal { return s.journal }
 
 // Engine is the run engine (nil for a Local stack without WithEngine).
 func (s *Stack) Engine() *runner.Engine { return s.engine }
@@ -370,7 +370,7 @@ func (e *Error) Error() string { return e.Err.Error() }
 func (e *Error) Unwrap() error { return e.Err }
 
 // auditor is l as the journal's Auditor: none when l is nil.
-func auditor(l *audit.Log) runner.Auditor {
+func auditor(l *audit.Log) audit.Auditor {
 	if l == nil {
 		return nil
 	}

@@ -101,7 +101,7 @@ func startDaemon(tb testing.TB, tracer trace.Tracer, m *metrics.Metrics) *daemon
 	}
 	tb.Cleanup(func() { st.Close() })
 	auditor := &servicetest.Auditor{}
-	j := runner.NewJournal(auditor, nil)
+	j := audit.NewJournal(auditor, nil)
 	so := service.Options{Config: cfg, Skills: servicetest.NewIndex(sk), Audit: j,
 		Sessions: store.NewSessionStore(st, store.SessionOptions{}), Confirmations: store.NewConfirmationStore(st, store.ConfirmationOptions{})}
 	if m != nil {

@@ -38,7 +38,7 @@ type Runtime struct {
 var (
 	_ runtime.Runtime    = (*Runtime)(nil)
 	_ runner.ImageSource = (*Images)(nil)
-	_ runner.Auditor     = (*Auditor)(nil)
+	_ audit.Auditor      = (*Auditor)(nil)
 	_ service.SkillIndex = (*Index)(nil)
 	_ runner.SkillPinner = LivePins{}
 )

@@ -1,4 +1,4 @@
-package runner
+package audit
 
 import (
 	"context"
@@ -11,13 +11,12 @@ import (
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
 )
 
 // Auditor is the audit log as skillbox writes it (audit.Log; a fake in
 // tests).
 type Auditor interface {
-	Append(ctx context.Context, r *audit.Record) error
+	Append(ctx context.Context, r *Record) error
 	Healthy() error
 }
 
@@ -28,7 +27,7 @@ type Auditor interface {
 // both.
 type Recorder interface {
 	// Record appends r. Its error is the refusal the caller returns.
-	Record(ctx context.Context, r *audit.Record) error
+	Record(ctx context.Context, r *Record) error
 	// Check is nil when the log can be written, else the refusal.
 	Check() error
 	// Enabled says whether there is an audit log at all.
@@ -44,7 +43,7 @@ type Recorder interface {
 // records the audit holds, and time the appends. It must not block or
 // change r.
 type AppendObserver interface {
-	Appended(r *audit.Record, took time.Duration, err error)
+	Appended(r *Record, took time.Duration, err error)
 }
 
 // Journal is the Recorder over an Auditor; a nil Auditor (a local run
@@ -59,7 +58,7 @@ var _ Recorder = (*Journal)(nil)
 
 // NewJournal makes the one writer of log; logger gets append failures.
 func NewJournal(log Auditor, logger hclog.Logger) *Journal {
-	if l, ok := log.(*audit.Log); ok && l == nil {
+	if l, ok := log.(*Log); ok && l == nil {
 		log = nil // a typed nil means "no audit", not a panic
 	}
 	if logger == nil {
@@ -74,7 +73,7 @@ func (j *Journal) Observe(o AppendObserver) { j.observer = o }
 
 // Record implements Recorder: a failure is logged, and returned as the
 // refusal of the call that needed the record.
-func (j *Journal) Record(ctx context.Context, r *audit.Record) error {
+func (j *Journal) Record(ctx context.Context, r *Record) error {
 	if j == nil || j.log == nil {
 		return nil
 	}
@@ -92,7 +91,7 @@ func (j *Journal) Record(ctx context.Context, r *audit.Record) error {
 }
 
 // append appends r, telling the observer.
-func (j *Journal) append(ctx context.Context, r *audit.Record) error {
+func (j *Journal) append(ctx context.Context, r *Record) error {
 	if j.observer == nil {
 		return j.log.Append(ctx, r)
 	}
@@ -137,7 +136,7 @@ func (j *Journal) FreeBytes() (int64, bool, error) {
 // auditDown is the error of a call refused because the audit log cannot be
 // written (fail closed). It says so once, with the log's own reason.
 func auditDown(err error) error {
-	why := errkind.Detail(err, audit.ErrUnavailable)
+	why := errkind.Detail(err, ErrUnavailable)
 	return errkind.Errorf(errkind.Unavailable, "the audit log cannot be written (%s); skillbox refuses audited calls, runs included, until it can", why)
 }
 

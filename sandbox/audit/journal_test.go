@@ -1,4 +1,4 @@
-package runner_test
+package audit_test
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 )
 
@@ -34,7 +33,7 @@ func (f *fakeObserver) Appended(r *audit.Record, took time.Duration, err error) 
 func TestJournalObserve(t *testing.T) {
 	ctx := context.Background()
 	au := &servicetest.Auditor{}
-	j := runner.NewJournal(au, nil)
+	j := audit.NewJournal(au, nil)
 	var o fakeObserver
 	j.Observe(&o)
 	if err := j.Record(ctx, &audit.Record{Event: audit.EventSessionCreate}); err != nil {
@@ -49,7 +48,7 @@ func TestJournalObserve(t *testing.T) {
 		t.Errorf("heard %+v, want %+v", o.heard, want)
 	}
 
-	none := runner.NewJournal(nil, nil)
+	none := audit.NewJournal(nil, nil)
 	var o2 fakeObserver
 	none.Observe(&o2)
 	if err := none.Record(ctx, &audit.Record{Event: audit.EventSessionCreate}); err != nil || len(o2.heard) != 0 {
