@@ -22,11 +22,10 @@ import (
 	"github.com/skillbox/skillbox/runtime/errkind"
 
 	"github.com/containerd/containerd/v2/pkg/archive"
-	clog "github.com/containerd/log"
 	"github.com/hashicorp/go-hclog"
+	"github.com/moby/sys/userns"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
-	"github.com/sirupsen/logrus"
 	"golang.org/x/sys/unix"
 )
 
@@ -216,18 +215,14 @@ const opaqueWhiteout = ".wh..wh..opq"
 const xattrRecord = "SCHILY.xattr."
 
 // unpacker applies layers to a directory with containerd's archive.Apply,
-// which creates the entries (files, links, device nodes, owners, modes,
-// times) and keeps paths inside the directory by resolving them against it.
-// skillbox is stricter than that: Apply reads the layer through a
-// layerReader, which passes on only entries that are safe in the tree as
-// Apply has written it so far, so a refused entry stops the unpack before the
-// library sees it (see layerReader).
-//
-// Around the library the unpacker keeps what suits an unprivileged unpack:
-// owners are left alone when not root; device nodes are skipped when not
-// root; extended attributes are restored by the unpacker, logged rather
-// than fatal when they cannot be; and directories stay writable by their
-// owner until finish gives every one its mode and times, deepest first.
+// which writes the entries (files, links, nodes, owners, modes, times) and
+// resolves paths inside the directory. Apply reads the layer through a
+// layerReader, which is stricter and refuses an unsafe entry before the
+// library sees it. Around the library the unpacker keeps what suits an
+// unprivileged unpack: owners are left alone and device nodes skipped when
+// not root; extended attributes are set by the unpacker, a failure logged
+// and not fatal; directories stay writable by their owner until finish gives
+// each its mode and times, deepest first.
 type unpacker struct {
 	dir    string
 	root   *os.Root // dir, for the unpacker's own look-ups and changes
@@ -274,7 +269,6 @@ func (u *unpacker) close() error { return u.root.Close() }
 // segments.
 func (u *unpacker) apply(ctx context.Context, r io.Reader) error {
 	lr := &layerReader{u: u, ctx: ctx, tr: tar.NewReader(r)}
-	ctx = clog.WithLogger(ctx, containerdLogger(u.logger))
 	var opts []archive.ApplyOpt
 	if !u.asRoot {
 		opts = append(opts, archive.WithNoSameOwner())
@@ -329,6 +323,9 @@ func (l *layerReader) startSegment() {
 }
 
 func (l *layerReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
 	for l.out.Len() == 0 {
 		if l.err != nil {
 			return 0, l.err
@@ -480,9 +477,10 @@ func (u *unpacker) layerHeader(hdr *tar.Header) (*tar.Header, error) {
 		}
 		out.Typeflag, out.Linkname = tar.TypeLink, target
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-		if !u.asRoot && hdr.Typeflag != tar.TypeFifo {
-			// Only root may create device nodes; runtimes give sandboxes
-			// their own /dev, so the rootfs works without them.
+		if hdr.Typeflag != tar.TypeFifo && (!u.asRoot || userns.RunningInUserNS()) {
+			// Only root outside a user namespace may create device
+			// nodes; runtimes give sandboxes their own /dev, so the
+			// rootfs works without them.
 			u.logger.Debug("skipping device node: not root", "path", name)
 			return nil, nil
 		}
@@ -676,43 +674,6 @@ func (u *unpacker) finish() error {
 		if err := u.root.Chtimes(name, d.mtime, d.mtime); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// containerdLogger sends what containerd's libraries log (through the
-// context) to logger instead of their default, the process's stderr.
-func containerdLogger(logger hclog.Logger) *clog.Entry {
-	l := logrus.New()
-	l.Out = io.Discard
-	l.Level = logrus.InfoLevel
-	if logger.IsDebug() {
-		l.Level = logrus.DebugLevel
-	}
-	l.AddHook(hclogHook{logger})
-	return logrus.NewEntry(l)
-}
-
-type hclogHook struct{ logger hclog.Logger }
-
-var _ logrus.Hook = hclogHook{}
-
-func (hclogHook) Levels() []logrus.Level { return logrus.AllLevels }
-
-func (h hclogHook) Fire(e *logrus.Entry) error {
-	args := make([]any, 0, 2*len(e.Data))
-	for k, v := range e.Data {
-		args = append(args, k, v)
-	}
-	switch {
-	case e.Level <= logrus.ErrorLevel:
-		h.logger.Error(e.Message, args...)
-	case e.Level == logrus.WarnLevel:
-		h.logger.Warn(e.Message, args...)
-	case e.Level == logrus.InfoLevel:
-		h.logger.Info(e.Message, args...)
-	default:
-		h.logger.Debug(e.Message, args...)
 	}
 	return nil
 }
