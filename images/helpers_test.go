@@ -25,7 +25,7 @@ var testEpoch = time.Date(2025, 5, 10, 9, 17, 42, 0, time.UTC)
 
 // makeTar builds a tar from entries. Missing fields get mmdebstrap-like
 // defaults ("./" names, root owner, mode 0644/0755).
-func makeTar(t *testing.T, entries []entry) []byte {
+func makeTar(t testing.TB, entries []entry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/containerd/v2/pkg/atomicfile"
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
@@ -403,27 +404,15 @@ func (s *Store) writeIndex(idx *v1.Index) error {
 // writeFileAtomic writes b to a temporary file beside p, syncs it and renames
 // it over p, so readers see the old or the new content, never a mix.
 func writeFileAtomic(p string, b []byte, mode os.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-"+filepath.Base(p)+"-*")
+	f, err := atomicfile.New(p, mode)
 	if err != nil {
 		return err
 	}
-	_, werr := f.Write(b)
-	if werr == nil {
-		werr = f.Sync()
+	if _, err := f.Write(b); err != nil {
+		f.Cancel()
+		return err
 	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Chmod(f.Name(), mode)
-	}
-	if werr == nil {
-		werr = os.Rename(f.Name(), p)
-	}
-	if werr != nil {
-		os.Remove(f.Name())
-	}
-	return werr
+	return f.Close()
 }
 
 // findRef returns the index entry whose ref name is name.

@@ -2,6 +2,7 @@ package images
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,13 +14,16 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
 
+	"github.com/containerd/containerd/v2/pkg/archive"
 	"github.com/hashicorp/go-hclog"
+	"github.com/moby/sys/userns"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sys/unix"
@@ -113,12 +117,11 @@ func (s *Store) RootFS(ctx context.Context, img *Image) (string, error) {
 			removeTree(tmp)
 		}
 	}()
-	root, err := os.OpenRoot(tmp)
+	u, err := newUnpacker(tmp, s.asRoot, s.logger)
 	if err != nil {
 		return "", err
 	}
-	defer root.Close()
-	u := newUnpacker(root, s.asRoot, s.logger)
+	defer u.close()
 	for i, l := range man.Layers {
 		if err := s.unpackBlob(ctx, u, l, cfg.RootFS.DiffIDs[i]); err != nil {
 			return "", fmt.Errorf("image %q: layer %s: %w", img.Name, l.Digest, err)
@@ -168,7 +171,7 @@ func (s *Store) unpackBlob(ctx context.Context, u *unpacker, l v1.Descriptor, di
 		return fmt.Errorf("layer media type %q is not supported (gzip or plain tar only)", l.MediaType)
 	}
 	uncompressed := diffID.Algorithm().Digester()
-	if err := u.unpack(ctx, io.TeeReader(tarStream, uncompressed.Hash())); err != nil {
+	if err := u.apply(ctx, io.TeeReader(tarStream, uncompressed.Hash())); err != nil {
 		return err
 	}
 	// Hash what the tar reader did not need (end padding, gzip trailer).
@@ -194,279 +197,368 @@ func UnpackTar(ctx context.Context, r io.Reader, dir string, logger hclog.Logger
 	if logger == nil {
 		logger = hclog.NewNullLogger()
 	}
-	root, err := os.OpenRoot(dir)
+	u, err := newUnpacker(dir, os.Geteuid() == 0, logger)
 	if err != nil {
 		return err
 	}
-	defer root.Close()
-	u := newUnpacker(root, os.Geteuid() == 0, logger)
-	if err := u.unpack(ctx, r); err != nil {
+	defer u.close()
+	if err := u.apply(ctx, r); err != nil {
 		return err
 	}
 	return u.finish()
 }
 
-// unpacker writes tar entries below an os.Root. os.Root already refuses any
-// path that resolves outside the directory; on top of that the unpacker
-// refuses entries whose parent path goes through a symlink at all, because a
-// rootfs made by mmdebstrap never needs that and an image that does it is
-// trying something.
+// opaqueWhiteout is the entry that empties its directory.
+const opaqueWhiteout = ".wh..wh..opq"
+
+// xattrRecord prefixes the PAX records that hold extended attributes.
+const xattrRecord = "SCHILY.xattr."
+
+// unpacker applies layers to a directory with containerd's archive.Apply,
+// which writes the entries (files, links, nodes, owners, modes, times) and
+// resolves paths inside the directory. Apply reads the layer through a
+// layerReader, which is stricter and refuses an unsafe entry before the
+// library sees it. Around the library the unpacker keeps what suits an
+// unprivileged unpack: owners are left alone and device nodes skipped when
+// not root; extended attributes are set by the unpacker, a failure logged
+// and not fatal; directories stay writable by their owner until finish gives
+// each its mode and times, deepest first.
 type unpacker struct {
-	root   *os.Root
+	dir    string
+	root   *os.Root // dir, for the unpacker's own look-ups and changes
 	asRoot bool
 	logger hclog.Logger
-	// realDirs are paths known to be directories made by this unpack (not
-	// symlinks), so parent checks rarely need a system call.
+	// dirs is the last header's mode and time of every directory.
+	dirs map[string]dirMeta
+	// realDirs are paths known to be directories (not symlinks), so
+	// parent checks rarely need a system call; anything that deletes
+	// clears it.
 	realDirs map[string]bool
-	// dirs get their mode, owner and times at the end, deepest first: a
-	// read-only directory must not block its own entries, and writing
-	// entries would bump its mtime.
-	dirs []dirMeta
+	// pending holds the extended attributes of the entry Apply is writing;
+	// they are set once it is written.
+	pending *pendingXattrs
 }
 
 type dirMeta struct {
-	name     string
-	mode     fs.FileMode
-	uid, gid int
-	mtime    time.Time
-	xattrs   map[string]string
+	mode  fs.FileMode
+	mtime time.Time
 }
 
-func newUnpacker(root *os.Root, asRoot bool, logger hclog.Logger) *unpacker {
-	return &unpacker{root: root, asRoot: asRoot, logger: logger, realDirs: map[string]bool{".": true}}
+type pendingXattrs struct {
+	name   string
+	dir    bool
+	xattrs map[string]string
 }
 
-func (u *unpacker) unpack(ctx context.Context, r io.Reader) error {
-	tr := tar.NewReader(r)
-	for n := 0; ; n++ {
-		if n%256 == 0 && ctx.Err() != nil {
-			return ctx.Err()
-		}
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("read layer: %w", err)
-		}
-		if err := u.entry(hdr, tr); err != nil {
+func newUnpacker(dir string, asRoot bool, logger hclog.Logger) (*unpacker, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(abs)
+	if err != nil {
+		return nil, err
+	}
+	return &unpacker{dir: abs, root: root, asRoot: asRoot, logger: logger,
+		dirs: map[string]dirMeta{}, realDirs: map[string]bool{}}, nil
+}
+
+func (u *unpacker) close() error { return u.root.Close() }
+
+// apply unpacks one layer, in as many Apply calls as the layerReader has
+// segments.
+func (u *unpacker) apply(ctx context.Context, r io.Reader) error {
+	lr := &layerReader{u: u, ctx: ctx, tr: tar.NewReader(r)}
+	var opts []archive.ApplyOpt
+	if !u.asRoot {
+		opts = append(opts, archive.WithNoSameOwner())
+	}
+	for !lr.end {
+		lr.startSegment()
+		if _, err := archive.Apply(ctx, u.dir, lr, opts...); err != nil {
+			if lr.err != nil {
+				return lr.err // what stopped Apply, unwrapped
+			}
 			return err
 		}
 	}
+	return nil
+}
+
+// layerReader is the tar stream archive.Apply reads: the layer's entries
+// rewritten by layerHeader and checked against the tree, or the error that
+// refused one. Apply reads an entry's header only once it has written the
+// entry before (its tar reader never reads ahead), so when the reader
+// produces a header it sees the tree that entry lands in and can refuse an
+// entry whose parent path goes through a symlink or a non-directory, or a
+// hard link to something not in the tree or to a directory: a rootfs made by
+// mmdebstrap never needs those, and an image that has them is trying
+// something.
+//
+// Whiteouts are done by the reader itself, not passed on. Apply sets the
+// times of the directories of a stream when the stream ends, so an entry
+// that deletes what is there (a whiteout, a non-directory in place of a
+// directory) ends the stream (a segment) first and starts the next one.
+type layerReader struct {
+	u   *unpacker
+	ctx context.Context
+	tr  *tar.Reader
+
+	out     bytes.Buffer // bytes ready for Apply
+	tw      *tar.Writer  // writes the segment into out
+	body    int64        // bytes of the current entry still to copy
+	held    *tar.Header  // the entry that starts the next segment
+	entries int          // entries passed on in this segment
+	headers int          // headers read, for cancellation checks
+	closed  bool         // the segment's end is in out
+	end     bool         // the layer has no more entries
+	err     error        // what refused the layer
+}
+
+var _ io.Reader = (*layerReader)(nil)
+
+func (l *layerReader) startSegment() {
+	l.tw = tar.NewWriter(&l.out)
+	l.entries, l.closed = 0, false
+}
+
+func (l *layerReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	for l.out.Len() == 0 {
+		if l.err != nil {
+			return 0, l.err
+		}
+		if l.closed {
+			return 0, io.EOF
+		}
+		if err := l.fill(len(p)); err != nil {
+			l.err = err
+			return 0, err
+		}
+	}
+	return l.out.Read(p)
+}
+
+// fill puts the next bytes of the segment into out: up to max bytes of the
+// current entry's body, or the next entry's header, or the segment's end.
+func (l *layerReader) fill(max int) error {
+	if l.body > 0 {
+		n := min(int64(max), l.body)
+		if _, err := io.CopyN(l.tw, l.tr, n); err != nil {
+			return fmt.Errorf("read layer: %w", err)
+		}
+		l.body -= n
+		return nil
+	}
+	// Apply has written every entry passed on so far.
+	l.u.flushXattrs()
+	for {
+		hdr, err := l.next()
+		if err != nil {
+			return err
+		}
+		if hdr == nil {
+			l.end = true
+			return l.closeSegment()
+		}
+		if err := l.u.checkParents(hdr.Name, hdr.Name); err != nil {
+			return err
+		}
+		whiteout := strings.HasPrefix(path.Base(hdr.Name), ".wh.")
+		if whiteout || l.u.replacesDir(hdr) {
+			clear(l.u.realDirs)
+			if l.entries > 0 {
+				l.held = hdr
+				return l.closeSegment()
+			}
+		}
+		if whiteout {
+			if err := l.u.whiteout(hdr.Name); err != nil {
+				return err
+			}
+			continue
+		}
+		pass, err := l.u.prepare(hdr)
+		if err != nil {
+			return err
+		}
+		if !pass {
+			continue
+		}
+		if err := l.tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("layer entry %s: %w", hdr.Name, err)
+		}
+		l.entries++
+		if hdr.Typeflag == tar.TypeReg {
+			l.body = hdr.Size
+		}
+		return nil
+	}
+}
+
+// next returns the held entry or the next one of the layer that
+// layerHeader passes, nil at the end.
+func (l *layerReader) next() (*tar.Header, error) {
+	if hdr := l.held; hdr != nil {
+		l.held = nil
+		return hdr, nil
+	}
+	for {
+		if l.headers++; l.headers%256 == 0 && l.ctx.Err() != nil {
+			return nil, l.ctx.Err()
+		}
+		hdr, err := l.tr.Next()
+		if err == io.EOF {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read layer: %w", err)
+		}
+		out, err := l.u.layerHeader(hdr)
+		if err != nil || out != nil {
+			return out, err
+		}
+	}
+}
+
+func (l *layerReader) closeSegment() error {
+	l.closed = true
+	return l.tw.Close()
 }
 
 func unsafeErr(name, why string) error {
 	return errkind.Errorf(ErrUnsafeLayer, "%q %s", name, why)
 }
 
-// entry writes one tar entry.
-func (u *unpacker) entry(hdr *tar.Header, r io.Reader) error {
+// layerHeader returns the header Apply gets for hdr: its name and hard-link
+// target in clean relative form, its type, mode bits, owner, time and the
+// extended attributes of files and directories, nothing else. It is nil for
+// entries left out (the root itself, whose mode is the store's to set;
+// global headers; device nodes when not root) and an error for entries
+// refused.
+func (u *unpacker) layerHeader(hdr *tar.Header) (*tar.Header, error) {
 	name, err := layerName(hdr.Name)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if name == "" {
-		return nil // the root itself: its mode is the store's to set
+		return nil, nil
 	}
-	dir, base := path.Split(name)
-	dir = path.Clean(dir)
-	if err := u.ensureParent(dir, name); err != nil {
-		return err
+	if victim, ok := strings.CutPrefix(path.Base(name), ".wh."); ok && victim != opaqueWhiteout[len(".wh."):] &&
+		(victim == "" || victim == "." || victim == "..") {
+		return nil, unsafeErr(name, "is a whiteout that names no entry of its directory")
 	}
-	// Whiteouts delete what lower layers put there.
-	if base == ".wh..wh..opq" {
-		return u.clearDir(dir)
+	out := &tar.Header{
+		Name:    name,
+		Mode:    hdr.Mode & 0o7777,
+		Uid:     hdr.Uid,
+		Gid:     hdr.Gid,
+		ModTime: hdr.ModTime,
+		Format:  tar.FormatPAX, // keeps sub-second times and large ids
 	}
-	if victim, ok := strings.CutPrefix(base, ".wh."); ok {
-		return u.remove(path.Join(dir, victim))
-	}
-	mode := hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
-	xattrs := map[string]string{}
-	for k, v := range hdr.PAXRecords {
-		if x, ok := strings.CutPrefix(k, "SCHILY.xattr."); ok {
-			xattrs[x] = v
-		}
-	}
-
 	switch hdr.Typeflag {
-	case tar.TypeDir:
-		fi, err := u.root.Lstat(name)
-		if err != nil || !fi.IsDir() {
-			if err := u.remove(name); err != nil {
-				return err
-			}
-			if err := u.root.Mkdir(name, 0o700); err != nil {
-				return err
-			}
-		}
-		u.realDirs[name] = true
-		u.dirs = append(u.dirs, dirMeta{name, mode, hdr.Uid, hdr.Gid, hdr.ModTime, xattrs})
-		return nil
-
 	case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // old tars still use TypeRegA
-		if err := u.remove(name); err != nil {
-			return err
-		}
-		// O_EXCL: the name was just cleared, so this never follows a link.
-		f, err := u.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-		if err != nil {
-			return err
-		}
-		if _, err := io.CopyN(f, r, hdr.Size); err != nil {
-			f.Close()
-			return fmt.Errorf("write %s: %w", name, err)
-		}
-		fd := int(f.Fd())
-		err = u.ownAndMode(name, func(uid, gid int) error { return f.Chown(uid, gid) }, hdr.Uid, hdr.Gid,
-			func() error { return f.Chmod(mode) })
-		if err == nil {
-			u.setXattrs(name, fd, xattrs)
-			tv := unix.NsecToTimeval(hdr.ModTime.UnixNano())
-			err = unix.Futimes(fd, []unix.Timeval{tv, tv})
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		return err
-
+		out.Typeflag, out.Size = tar.TypeReg, hdr.Size
+	case tar.TypeDir:
+		out.Typeflag = tar.TypeDir
 	case tar.TypeSymlink:
-		if err := u.remove(name); err != nil {
-			return err
-		}
-		// The target is stored as is: it is resolved inside the sandbox,
+		// The target is kept as is: it is resolved inside the sandbox,
 		// against the sandbox's root, never by this process.
-		if err := u.root.Symlink(hdr.Linkname, name); err != nil {
-			return err
-		}
-		if u.asRoot {
-			if err := u.root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
-				return err
-			}
-		}
-		return u.atParent(name, func(dirfd int, base string) error {
-			ts := unix.NsecToTimespec(hdr.ModTime.UnixNano())
-			return unix.UtimesNanoAt(dirfd, base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
-		})
-
+		out.Typeflag, out.Linkname = tar.TypeSymlink, hdr.Linkname
 	case tar.TypeLink:
 		target, err := layerName(hdr.Linkname)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		if target == "" {
-			return unsafeErr(name, "is a hard link to the root directory")
+			return nil, unsafeErr(name, "is a hard link to the root directory")
 		}
-		if err := u.ensureParent(path.Dir(target), target); err != nil {
-			return err
-		}
-		fi, err := u.root.Lstat(target)
-		if err != nil {
-			return unsafeErr(name, "is a hard link to "+hdr.Linkname+", which is not in the layer")
-		}
-		if fi.IsDir() {
-			return unsafeErr(name, "is a hard link to a directory")
-		}
-		if target == name {
-			return nil
-		}
-		if err := u.remove(name); err != nil {
-			return err
-		}
-		return u.root.Link(target, name)
-
+		out.Typeflag, out.Linkname = tar.TypeLink, target
 	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-		if !u.asRoot && hdr.Typeflag != tar.TypeFifo {
-			// Only root may create device nodes; runtimes give sandboxes
-			// their own /dev, so the rootfs works without them.
+		if hdr.Typeflag != tar.TypeFifo && (!u.asRoot || userns.RunningInUserNS()) {
+			// Only root outside a user namespace may create device
+			// nodes; runtimes give sandboxes their own /dev, so the
+			// rootfs works without them.
 			u.logger.Debug("skipping device node: not root", "path", name)
-			return nil
+			return nil, nil
 		}
-		if err := u.remove(name); err != nil {
-			return err
-		}
-		typ := uint32(unix.S_IFIFO)
-		switch hdr.Typeflag {
-		case tar.TypeChar:
-			typ = unix.S_IFCHR
-		case tar.TypeBlock:
-			typ = unix.S_IFBLK
-		}
-		return u.atParent(name, func(dirfd int, base string) error {
-			dev := unix.Mkdev(uint32(hdr.Devmajor), uint32(hdr.Devminor))
-			if err := unix.Mknodat(dirfd, base, typ|0o600, int(dev)); err != nil {
-				return fmt.Errorf("mknod %s: %w", name, err)
-			}
-			if u.asRoot {
-				if err := unix.Fchownat(dirfd, base, hdr.Uid, hdr.Gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-					return err
-				}
-			}
-			// Fchmodat follows links, but base was created as a node
-			// just now in a directory only this process writes.
-			if err := unix.Fchmodat(dirfd, base, unixMode(mode), 0); err != nil {
-				return err
-			}
-			ts := unix.NsecToTimespec(hdr.ModTime.UnixNano())
-			return unix.UtimesNanoAt(dirfd, base, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
-		})
-
+		out.Typeflag, out.Devmajor, out.Devminor = hdr.Typeflag, hdr.Devmajor, hdr.Devminor
 	case tar.TypeXGlobalHeader:
-		return nil
+		return nil, nil
 	default:
-		return fmt.Errorf("layer entry %s has unsupported type %q", name, hdr.Typeflag)
+		return nil, fmt.Errorf("layer entry %s has unsupported type %q", name, hdr.Typeflag)
 	}
+	if out.Typeflag == tar.TypeReg || out.Typeflag == tar.TypeDir {
+		for k, v := range hdr.PAXRecords {
+			if strings.HasPrefix(k, xattrRecord) {
+				if out.PAXRecords == nil {
+					out.PAXRecords = map[string]string{}
+				}
+				out.PAXRecords[k] = v
+			}
+		}
+	}
+	return out, nil
 }
 
-// ensureParent makes sure every directory above name exists as a real
-// directory, creating missing ones, and refuses the entry when one of them
-// is a symlink or not a directory.
-func (u *unpacker) ensureParent(dir, name string) error {
-	if dir == "." || u.realDirs[dir] {
-		return nil
-	}
-	if parent := path.Dir(dir); parent != "." && !u.realDirs[parent] {
-		if err := u.ensureParent(parent, name); err != nil {
+// checkParents refuses entry when a directory above p is a symlink or not a
+// directory. Missing ones are fine: Apply creates them.
+func (u *unpacker) checkParents(p, entry string) error {
+	for i := 0; i < len(p); i++ {
+		if p[i] != '/' || u.realDirs[p[:i]] {
+			continue
+		}
+		dir := p[:i]
+		fi, err := u.lstat(dir)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return nil
+		case err != nil:
 			return err
+		case fi.Mode()&fs.ModeSymlink != 0:
+			return unsafeErr(entry, "goes through the symlink "+dir)
+		case !fi.IsDir():
+			return unsafeErr(entry, "goes through "+dir+", which is not a directory")
 		}
-	}
-	fi, err := u.root.Lstat(dir)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		if err := u.root.Mkdir(dir, 0o755); err != nil {
-			return err
-		}
-	case err != nil:
-		return err
-	case fi.Mode()&fs.ModeSymlink != 0:
-		return unsafeErr(name, "goes through the symlink "+dir)
-	case !fi.IsDir():
-		return unsafeErr(name, "goes through "+dir+", which is not a directory")
-	}
-	u.realDirs[dir] = true
-	return nil
-}
-
-// remove deletes whatever is at name (nothing there is fine) and forgets
-// any directories at or below it.
-func (u *unpacker) remove(name string) error {
-	if _, err := u.root.Lstat(name); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	if err := u.root.RemoveAll(name); err != nil {
-		return err
-	}
-	delete(u.realDirs, name)
-	for d := range u.realDirs {
-		if strings.HasPrefix(d, name+"/") {
-			delete(u.realDirs, d)
-		}
+		u.realDirs[dir] = true
 	}
 	return nil
 }
 
-// clearDir empties dir (an opaque whiteout).
+// lstat is Lstat of name below the directory, for a name whose parents
+// checkParents passed: no symlink is followed on the way.
+func (u *unpacker) lstat(name string) (fs.FileInfo, error) {
+	return os.Lstat(filepath.Join(u.dir, filepath.FromSlash(name)))
+}
+
+// replacesDir says whether Apply deletes a directory to write hdr.
+func (u *unpacker) replacesDir(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeDir {
+		return false
+	}
+	fi, err := u.lstat(hdr.Name)
+	return err == nil && fi.IsDir()
+}
+
+// whiteout does a whiteout entry: ".wh.NAME" deletes NAME, and the opaque
+// marker empties its directory of everything unpacked so far.
+func (u *unpacker) whiteout(name string) error {
+	dir, base := path.Split(name)
+	dir = path.Clean(dir)
+	if base == opaqueWhiteout {
+		return u.clearDir(dir)
+	}
+	return u.root.RemoveAll(path.Join(dir, strings.TrimPrefix(base, ".wh.")))
+}
+
+// clearDir empties dir (an opaque whiteout); a missing dir is empty.
 func (u *unpacker) clearDir(dir string) error {
 	f, err := u.root.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -476,95 +568,112 @@ func (u *unpacker) clearDir(dir string) error {
 		return err
 	}
 	for _, n := range names {
-		if err := u.remove(path.Join(dir, n)); err != nil {
+		if err := u.root.RemoveAll(path.Join(dir, n)); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// ownAndMode sets owner (as root only) then mode: chown clears set-id bits,
-// so the mode must come second.
-func (u *unpacker) ownAndMode(name string, chown func(uid, gid int) error, uid, gid int, chmod func() error) error {
-	if u.asRoot {
-		if err := chown(uid, gid); err != nil {
-			return fmt.Errorf("chown %s: %w", name, err)
+// prepare checks an entry that is not a whiteout against the tree and
+// readies hdr for Apply; false leaves the entry out.
+func (u *unpacker) prepare(hdr *tar.Header) (bool, error) {
+	switch hdr.Typeflag {
+	case tar.TypeLink:
+		target := hdr.Linkname
+		if err := u.checkParents(target, hdr.Name); err != nil {
+			return false, err
+		}
+		fi, err := u.lstat(target)
+		if err != nil {
+			return false, unsafeErr(hdr.Name, "is a hard link to "+target+", which is not in the layer")
+		}
+		if fi.IsDir() {
+			return false, unsafeErr(hdr.Name, "is a hard link to a directory")
+		}
+		if target == hdr.Name {
+			return false, nil
+		}
+		// A hard link shares its target's inode, whose owner, mode and
+		// time are the target's: Apply sets those from the header, so
+		// the header gets the target's.
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			hdr.Mode, hdr.Uid, hdr.Gid = int64(st.Mode&0o7777), int(st.Uid), int(st.Gid)
+		}
+		hdr.ModTime = fi.ModTime()
+	case tar.TypeDir:
+		u.realDirs[hdr.Name] = true // Apply makes or keeps it a directory
+		u.dirs[hdr.Name] = dirMeta{hdr.FileInfo().Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky), hdr.ModTime}
+		if !u.asRoot {
+			// A read-only directory must not block its own entries.
+			hdr.Mode |= 0o700
 		}
 	}
-	if err := chmod(); err != nil {
-		return fmt.Errorf("chmod %s: %w", name, err)
+	xattrs := map[string]string{}
+	for k, v := range hdr.PAXRecords {
+		if x, ok := strings.CutPrefix(k, xattrRecord); ok {
+			xattrs[x] = v
+			delete(hdr.PAXRecords, k)
+		}
 	}
-	return nil
+	if len(xattrs) > 0 {
+		u.pending = &pendingXattrs{name: hdr.Name, dir: hdr.Typeflag == tar.TypeDir, xattrs: xattrs}
+	}
+	return true, nil
 }
 
-// setXattrs restores extended attributes (file capabilities live there).
-// It runs after chown, which clears security.capability. A filesystem or
-// user that cannot hold one is logged, not fatal: the image still runs.
-func (u *unpacker) setXattrs(name string, fd int, xattrs map[string]string) {
-	keys := make([]string, 0, len(xattrs))
-	for k := range xattrs {
+// flushXattrs restores the extended attributes of the entry Apply wrote
+// last (file capabilities live there). Apply has chowned it by now, which
+// clears security.capability, so they are set after. A filesystem or user
+// that cannot hold one is logged, not fatal: the image still runs.
+func (u *unpacker) flushXattrs() {
+	p := u.pending
+	if p == nil {
+		return
+	}
+	u.pending = nil
+	flags := os.O_RDONLY | unix.O_NOFOLLOW
+	if p.dir {
+		flags |= unix.O_DIRECTORY
+	}
+	f, err := u.root.OpenFile(p.name, flags, 0)
+	if err != nil {
+		u.logger.Warn("cannot restore extended attributes", "path", p.name, "error", err)
+		return
+	}
+	defer f.Close()
+	keys := make([]string, 0, len(p.xattrs))
+	for k := range p.xattrs {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		if err := unix.Fsetxattr(fd, k, []byte(xattrs[k]), 0); err != nil {
-			u.logger.Warn("cannot restore extended attribute", "path", name, "xattr", k, "error", err)
+		if err := unix.Fsetxattr(int(f.Fd()), k, []byte(p.xattrs[k]), 0); err != nil {
+			u.logger.Warn("cannot restore extended attribute", "path", p.name, "xattr", k, "error", err)
 		}
 	}
 }
 
-// atParent runs fn with a descriptor of name's parent directory (opened
-// through the Root, so confined) and name's last component, for the *at
-// system calls os.Root has no method for.
-func (u *unpacker) atParent(name string, fn func(dirfd int, base string) error) error {
-	d, err := u.root.OpenFile(path.Dir(name), os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return fn(int(d.Fd()), path.Base(name))
-}
-
-// finish applies directory metadata, deepest first.
+// finish applies directory modes and times, deepest first: entries written
+// into a directory bump its mtime, and a later layer may write into one.
 func (u *unpacker) finish() error {
-	sort.Slice(u.dirs, func(i, j int) bool { return u.dirs[i].name > u.dirs[j].name })
-	for _, d := range u.dirs {
-		fi, err := u.root.Lstat(d.name)
+	names := make([]string, 0, len(u.dirs))
+	for n := range u.dirs {
+		names = append(names, n)
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(names)))
+	for _, name := range names {
+		d := u.dirs[name]
+		fi, err := u.root.Lstat(name)
 		if err != nil || !fi.IsDir() {
-			continue // replaced by a later entry
+			continue // replaced or deleted by a later entry
 		}
-		if u.asRoot {
-			if err := u.root.Lchown(d.name, d.uid, d.gid); err != nil {
-				return err
-			}
-		}
-		if len(d.xattrs) > 0 {
-			if f, err := u.root.OpenFile(d.name, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0); err == nil {
-				u.setXattrs(d.name, int(f.Fd()), d.xattrs)
-				f.Close()
-			}
-		}
-		if err := u.root.Chmod(d.name, d.mode); err != nil {
+		if err := u.root.Chmod(name, d.mode); err != nil {
 			return err
 		}
-		if err := u.root.Chtimes(d.name, d.mtime, d.mtime); err != nil {
+		if err := u.root.Chtimes(name, d.mtime, d.mtime); err != nil {
 			return err
 		}
 	}
 	return nil
-}
-
-// unixMode converts permission and set-id bits to the kernel's encoding.
-func unixMode(m fs.FileMode) uint32 {
-	out := uint32(m.Perm())
-	if m&fs.ModeSetuid != 0 {
-		out |= unix.S_ISUID
-	}
-	if m&fs.ModeSetgid != 0 {
-		out |= unix.S_ISGID
-	}
-	if m&fs.ModeSticky != 0 {
-		out |= unix.S_ISVTX
-	}
-	return out
 }

@@ -53,17 +53,7 @@ func TestUnpackConfinement(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			base := t.TempDir()
-			target := filepath.Join(base, "root")
-			outside := filepath.Join(base, "outside")
-			for _, d := range []string{target, outside} {
-				if err := os.Mkdir(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o600); err != nil {
-				t.Fatal(err)
-			}
+			base, target, outside := confinementDirs(t)
 			err := UnpackTar(context.Background(), bytes.NewReader(makeTar(t, tt.entries)), target, nil)
 			if err == nil {
 				t.Fatal("hostile layer unpacked without error")
@@ -71,30 +61,77 @@ func TestUnpackConfinement(t *testing.T) {
 			if !errors.Is(err, ErrUnsafeLayer) {
 				t.Logf("refused (by os.Root or the kernel rather than the unpacker's own check): %v", err)
 			}
-			// Nothing escaped: base holds root and outside only, outside
-			// holds only the secret, untouched.
-			ents, _ := os.ReadDir(base)
-			if len(ents) != 2 {
-				t.Errorf("base dir now holds %v", ents)
-			}
-			ents, _ = os.ReadDir(outside)
-			if len(ents) != 1 || ents[0].Name() != "secret" {
-				t.Errorf("outside dir now holds %v", ents)
-			}
-			if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "s" {
-				t.Error("secret changed")
-			}
-			if _, err := os.Lstat("/evil"); err == nil {
-				t.Error("/evil exists")
-			}
-			filepath.Walk(target, func(p string, info os.FileInfo, err error) error {
-				if err == nil && info.Mode().IsRegular() && info.Name() == "secret" {
-					t.Errorf("secret linked into the tree at %s", p)
-				}
-				return nil
-			})
+			checkConfined(t, base, target, outside)
 		})
 	}
+}
+
+// confinementDirs makes base with an empty root (the unpack target) and
+// outside holding a secret beside it.
+func confinementDirs(t testing.TB) (base, target, outside string) {
+	t.Helper()
+	base = t.TempDir()
+	target = filepath.Join(base, "root")
+	outside = filepath.Join(base, "outside")
+	for _, d := range []string{target, outside} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return base, target, outside
+}
+
+// checkConfined fails t if an unpack into target touched anything outside
+// it: base holds root and outside only, outside holds only the secret,
+// untouched, and the secret is not linked into the tree.
+func checkConfined(t testing.TB, base, target, outside string) {
+	t.Helper()
+	ents, _ := os.ReadDir(base)
+	if len(ents) != 2 {
+		t.Errorf("base dir now holds %v", ents)
+	}
+	ents, _ = os.ReadDir(outside)
+	if len(ents) != 1 || ents[0].Name() != "secret" {
+		t.Errorf("outside dir now holds %v", ents)
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "s" {
+		t.Error("secret changed")
+	}
+	if _, err := os.Lstat("/evil"); err == nil {
+		t.Error("/evil exists")
+	}
+	filepath.Walk(target, func(p string, info os.FileInfo, err error) error {
+		if err == nil && info.Mode().IsRegular() && info.Name() == "secret" {
+			t.Errorf("secret linked into the tree at %s", p)
+		}
+		return nil
+	})
+}
+
+// FuzzUnpackTar unpacks arbitrary tar streams: whatever the stream holds,
+// the unpack stays inside its directory.
+func FuzzUnpackTar(f *testing.F) {
+	for _, entries := range [][]entry{
+		{{name: "../evil", body: "x"}},
+		{{name: "/evil", body: "x"}},
+		{{name: "h", typ: tar.TypeLink, link: "../outside/secret"}},
+		{{name: "link", typ: tar.TypeSymlink, link: "../outside"}, {name: "link/evil", body: "x"}},
+		{{name: "d/", typ: tar.TypeDir}, {name: "d", typ: tar.TypeSymlink, link: "../outside"}, {name: "d/evil", body: "x"}},
+		{{name: "link", typ: tar.TypeSymlink, link: "../outside"}, {name: "link/.wh.secret"}},
+		{{name: "opq/", typ: tar.TypeDir}, {name: "opq/old", body: "o"}, {name: "opq/.wh..wh..opq"}, {name: "opq/new", body: "n"}},
+		{{name: "a/b/c", body: "x"}, {name: "a/l", typ: tar.TypeLink, link: "a/b/c"}, {name: ".wh.a"}},
+	} {
+		f.Add(makeTar(f, entries))
+	}
+	f.Fuzz(func(t *testing.T, layer []byte) {
+		base, target, outside := confinementDirs(t)
+		_ = UnpackTar(context.Background(), bytes.NewReader(layer), target, nil)
+		checkConfined(t, base, target, outside)
+		removeTree(target) // read-only dirs, when not root
+	})
 }
 
 func TestUnpackReplacesAndWhiteouts(t *testing.T) {
