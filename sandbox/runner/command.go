@@ -32,7 +32,7 @@ type CommandSpec struct {
 }
 
 // prepareCommand is Prepare for a CommandSpec.
-func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
+func (e *Engine) prepareCommand(req RunRequest, pol *policy.SkillPolicy) (*Plan, error) {
 	c := req.Command
 	if strings.TrimSpace(c.Command) == "" {
 		return nil, errkind.Errorf(api.ErrInvalidParams, "empty command")
@@ -59,13 +59,12 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 		script = "cd " + runtime.SkillMount + " || exit 125\n" + script
 	}
 	argv := []string{"/bin/sh", "-c", script}
-	limits, rules := e.cfg.LimitsFor(req.Skill.Name)
-	limits = policy.Tighten(limits, req.Limits)
+	limits, rules := policy.Tighten(pol.Limits.Value, req.Limits), pol.Limits.Rules
 	env, err := envList(req.Env)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.checkEnv(env, req.Env, req.Skill.Name); err != nil {
+	if err := checkEnv(env, req.Env, pol); err != nil {
 		return nil, err
 	}
 	runID := newID("run_")
@@ -91,6 +90,7 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 		Env:          env,
 		Limits:       limits,
 		LimitRules:   rules,
+		Policy:       pol,
 	}
 	p.Digest = planDigest(p)
 	return p, nil

@@ -95,7 +95,7 @@ func (d *Deps) Declared(sk *skills.Skill, root string) (*deps.Set, error) {
 		return s, nil
 	}
 	d.mu.Unlock()
-	pk := d.cfg.PackagesFor(sk.Name)
+	pk := d.cfg.For(sk.Name).Packages
 	s, err := deps.Discover(root, deps.Extra{Python: pk.Python, Npm: pk.Npm, AllowSource: pk.BuildFromSource, Where: pk.Where})
 	if err != nil {
 		return nil, errkind.Errorf(api.ErrInvalidParams, "skill %q: %w", sk.Name, err)

@@ -30,16 +30,16 @@ type EgressOptions struct {
 
 // planEgress gives a script run the skill's egress destinations when it
 // has no full network: then its sandbox's only way out is the proxy.
-func (e *Engine) planEgress(p *Plan) error {
+func planEgress(p *Plan) error {
 	if p.Network || p.Code != nil || p.Request.Skill == nil {
 		return nil
 	}
-	dests, rule := e.cfg.EgressFor(p.Request.Skill.Name)
-	if len(dests) == 0 {
+	eg := p.Policy.Egress
+	if len(eg.Value) == 0 {
 		return nil
 	}
-	p.Egress, p.EgressRule = dests, rule
-	p.EgressSecrets = e.cfg.SecretsFor(p.Request.Skill.Name, dests)
+	p.Egress, p.EgressRule = eg.Value, eg.Rule
+	p.EgressSecrets = p.Policy.Secrets
 	for _, s := range p.EgressSecrets {
 		if _, ok := p.Request.Env[s.Name]; ok {
 			return errkind.Errorf(api.ErrInvalidParams, "env %s is the placeholder of a secret of this run (%s); leave it out", s.Name, s)

@@ -197,7 +197,10 @@ type Plan struct {
 	Digest        string
 	Code          *CodePlan      // skills.run_code runs only
 	Workspace     *WorkspacePlan // runs with a workspace only
-	// Isolation is how the run is isolated (policy IsolationFor) and
+	// Policy is the run's policy, resolved once (policy.Config.For, or
+	// ForSkills for a code run): the plan's facets are its.
+	Policy *policy.SkillPolicy
+	// Isolation is how the run is isolated (policy Isolation) and
 	// IsolationRule the rule that says so; SessionSandbox names the
 	// session sandbox a session run went to, once it has.
 	Isolation      policy.Isolation
@@ -229,13 +232,40 @@ type Result struct {
 	Background *runtime.BackgroundRun
 }
 
-// Prepare validates req against the skill and the policy without running
-// anything; a run with a workspace reads the files it is given from it
-// now, so that its digest (what an approval binds) covers them. Errors
-// wrap api.ErrInvalidParams, api.ErrNotFound, api.ErrDenied or
-// api.ErrLimitExceeded.
+// Prepare is PrepareWith under the policy of the skills req mounts.
 func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
-	p, err := e.prepare(req)
+	return e.PrepareWith(req, e.cfg.ForSkills(RunSkillNames(req)...))
+}
+
+// RunSkillNames are the names of the skills req mounts: its skill, or a
+// code run's.
+func RunSkillNames(req RunRequest) []string {
+	if req.Code != nil {
+		names := make([]string, 0, len(req.Code.Skills))
+		for _, sk := range req.Code.Skills {
+			if sk != nil {
+				names = append(names, sk.Name)
+			}
+		}
+		return names
+	}
+	if req.Skill == nil {
+		return nil
+	}
+	return []string{req.Skill.Name}
+}
+
+// PrepareWith validates req against the skill and pol, the policy of the
+// skills it mounts (policy.Config.ForSkills), without running anything; a
+// run with a workspace reads the files it is given from it now, so that
+// its digest (what an approval binds) covers them. Errors wrap
+// api.ErrInvalidParams, api.ErrNotFound, api.ErrDenied or
+// api.ErrLimitExceeded.
+func (e *Engine) PrepareWith(req RunRequest, pol *policy.SkillPolicy) (*Plan, error) {
+	if pol == nil || pol.Skill != strings.Join(RunSkillNames(req), ",") {
+		return nil, errkind.Errorf(api.ErrInternal, "the run's policy is not that of the skills it mounts")
+	}
+	p, err := e.prepare(req, pol)
 	if err == nil {
 		err = e.planIsolation(p)
 	}
@@ -256,21 +286,21 @@ func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
 	return p, nil
 }
 
-func (e *Engine) prepare(req RunRequest) (*Plan, error) {
+func (e *Engine) prepare(req RunRequest, pol *policy.SkillPolicy) (*Plan, error) {
 	if req.Code != nil {
-		return e.prepareCode(req)
+		return e.prepareCode(req, pol)
 	}
 	if req.Skill == nil {
 		return nil, errkind.Errorf(api.ErrInvalidParams, "no skill given")
 	}
 	if req.Command != nil {
-		return e.prepareCommand(req)
+		return e.prepareCommand(req, pol)
 	}
 	rel, err := CleanScriptPath(req.Script)
 	if err != nil {
 		return nil, err
 	}
-	dirs, dirsRule := e.cfg.ScriptDirsFor(req.Skill.Name)
+	dirs, dirsRule := pol.ScriptDirs.Value, pol.ScriptDirs.Rule
 	if !policy.ScriptInDirs(rel, dirs) {
 		if len(dirs) == 0 {
 			return nil, errkind.Errorf(api.ErrDenied, "no script of skill %q may be run: the script_dirs of %s have no directory in common; ask an administrator to fix them", req.Skill.Name, dirsRule)
@@ -308,14 +338,13 @@ func (e *Engine) prepare(req RunRequest) (*Plan, error) {
 		return nil, errkind.Wrap(api.ErrInvalidParams, err)
 	}
 
-	limits, rules := e.cfg.LimitsFor(req.Skill.Name)
-	limits = policy.Tighten(limits, req.Limits)
+	limits, rules := policy.Tighten(pol.Limits.Value, req.Limits), pol.Limits.Rules
 
 	network := false
 	netRule := ""
 	if req.Network {
-		ok, rule := e.cfg.NetworkFor(req.Skill.Name)
-		if dests, _ := e.cfg.EgressFor(req.Skill.Name); !ok && len(dests) == 0 {
+		ok, rule := pol.Network.Value, pol.Network.Rule
+		if !ok && len(pol.Egress.Value) == 0 {
 			return nil, errkind.Errorf(api.ErrDenied, "network access for skill %q is not allowed by any policy rule; ask an administrator to list its destinations in egress = [...] (or set network = true) in a policy block for it", req.Skill.Name)
 		}
 		// Without full network, the skill's egress destinations are its
@@ -330,7 +359,7 @@ func (e *Engine) prepare(req RunRequest) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := e.checkEnv(env, req.Env, req.Skill.Name); err != nil {
+	if err := checkEnv(env, req.Env, pol); err != nil {
 		return nil, err
 	}
 
@@ -365,8 +394,9 @@ func (e *Engine) prepare(req RunRequest) (*Plan, error) {
 		LimitRules:     rules,
 		Network:        network,
 		NetworkRule:    netRule,
+		Policy:         pol,
 	}
-	if err := e.planEgress(p); err != nil {
+	if err := planEgress(p); err != nil {
 		return nil, err
 	}
 	p.Digest = planDigest(p)
@@ -698,10 +728,11 @@ func envList(env map[string]string) ([]string, error) {
 	return out, nil
 }
 
-// checkEnv applies the environment allowlist to a run of the named skills
-// (every one of them must allow each name): names no rule can allow are
-// malformed requests, names no matching rule allows are denied.
-func (e *Engine) checkEnv(env []string, given map[string]string, skillNames ...string) error {
+// checkEnv applies the environment allowlist of pol to a run (for a run
+// that mounts several skills, every one of them must allow each name):
+// names no rule can allow are malformed requests, names no matching rule
+// allows are denied.
+func checkEnv(env []string, given map[string]string, pol *policy.SkillPolicy) error {
 	if err := runtime.ValidateEnv(env); err != nil {
 		return errkind.Wrap(api.ErrInvalidParams, err)
 	}
@@ -709,10 +740,8 @@ func (e *Engine) checkEnv(env []string, given map[string]string, skillNames ...s
 	for k := range given {
 		names = append(names, k)
 	}
-	for _, sk := range skillNames {
-		if err := e.cfg.CheckEnv(sk, names); err != nil {
-			return errkind.Errorf(api.ErrDenied, "%s", errkind.Detail(err, policy.ErrDenied))
-		}
+	if err := pol.CheckEnv(names); err != nil {
+		return errkind.Errorf(api.ErrDenied, "%s", errkind.Detail(err, policy.ErrDenied))
 	}
 	return nil
 }

@@ -18,16 +18,8 @@ import (
 func (e *Engine) planIsolation(p *Plan) error {
 	req := p.Request
 	p.Isolation, p.IsolationRule = policy.IsolationRun, policy.RuleIsolationDefault
-	if req.Command == nil {
-		if p.Code != nil {
-			names := make([]string, len(p.Code.Mounts))
-			for i, m := range p.Code.Mounts {
-				names[i] = m.Skill.Name
-			}
-			p.Isolation, p.IsolationRule = e.cfg.IsolationForSkills(names)
-		} else if req.Skill != nil {
-			p.Isolation, p.IsolationRule = e.cfg.IsolationFor(req.Skill.Name)
-		}
+	if req.Command == nil && (p.Code != nil || req.Skill != nil) {
+		p.Isolation, p.IsolationRule = p.Policy.Isolation.Value, p.Policy.Isolation.Rule
 	}
 	if p.Isolation == policy.IsolationSession && req.SessionID == "" {
 		// A run outside any session (skillbox run) has nothing to keep

@@ -72,7 +72,7 @@ func codeProgramName(language string) (string, error) {
 }
 
 // prepareCode is Prepare for a code run.
-func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
+func (e *Engine) prepareCode(req RunRequest, pol *policy.SkillPolicy) (*Plan, error) {
 	c := req.Code
 	name, err := codeProgramName(c.Language)
 	if err != nil {
@@ -99,8 +99,7 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 	}
 
 	cp := &CodePlan{Language: c.Language, Code: c.Code, SHA256: SHA256Hex(c.Code), Program: &runtime.Program{Name: name, Data: c.Code}}
-	var limits runtime.Limits
-	var rules, dirs []string
+	var dirs []string
 	seen := map[string]bool{}
 	for i, sk := range c.Skills {
 		if sk == nil || seen[sk.Name] {
@@ -116,21 +115,10 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 		target := runtime.SkillTarget(sk.Name)
 		cp.Mounts = append(cp.Mounts, SkillMountPlan{Skill: sk, Root: root, Path: target})
 		dirs = append(dirs, target)
-		l, r := e.cfg.LimitsFor(sk.Name)
-		if i == 0 {
-			limits = l
-		} else {
-			limits = policy.Tighten(limits, l)
-		}
-		for _, x := range r {
-			if !seen["rule "+x] {
-				seen["rule "+x] = true
-				rules = append(rules, x)
-			}
-		}
 	}
 	cp.ModuleEnv = runtime.ModulePathEnvDirs(interp.Image, dirs...)
-	limits = policy.Tighten(limits, req.Limits)
+	// The strictest of every skill's limits (policy.StrictestPolicy).
+	limits, rules := policy.Tighten(pol.Limits.Value, req.Limits), pol.Limits.Rules
 
 	env, err := envList(req.Env)
 	if err != nil {
@@ -138,11 +126,7 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 	}
 	// Code sees every mounted skill, so each of their rules must allow
 	// what it is given.
-	names := make([]string, 0, len(c.Skills))
-	for _, sk := range c.Skills {
-		names = append(names, sk.Name)
-	}
-	if err := e.checkEnv(env, req.Env, names...); err != nil {
+	if err := checkEnv(env, req.Env, pol); err != nil {
 		return nil, err
 	}
 	argv := append(append([]string{}, interp.Argv...), cp.Program.Path())
@@ -167,6 +151,7 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 		Limits:       limits,
 		LimitRules:   rules,
 		Code:         cp,
+		Policy:       pol,
 	}
 	p.Digest = codeDigest(p)
 	return p, nil

@@ -83,8 +83,8 @@ func (e *Engine) warmSkill(sk *skills.Skill) {
 		log.Debug("not warming a skill that cannot be pinned", "skill", sk.Name, "error", err)
 		return
 	}
-	limits, _ := e.cfg.LimitsFor(sk.Name)
-	dirs, _ := e.cfg.ScriptDirsFor(sk.Name)
+	pol := e.cfg.For(sk.Name)
+	limits, dirs := pol.Limits.Value, pol.ScriptDirs.Value
 	for _, it := range e.scriptImages(root, dirs) {
 		if ic, ok := e.images.(BuiltChecker); ok && ic.Built(it.image) != nil {
 			continue // warming never builds an image

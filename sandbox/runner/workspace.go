@@ -78,7 +78,7 @@ func (e *Engine) planWorkspace(p *Plan) error {
 	}
 	defer ws.Close()
 	dir := ws.Dir()
-	grant := e.cfg.WorkspaceForSkills(p.skillNames(), policy.WorkspaceRequest{Dir: dir, Kind: wr.Kind})
+	grant := p.Policy.Workspace(policy.WorkspaceRequest{Dir: dir, Kind: wr.Kind})
 	if wr.RequireGrant && grant.Rule == policy.RuleWorkspaceHostDefault {
 		return errkind.Errorf(api.ErrDenied, "no policy rule grants the workspace %s to runs of %s: an administrator sets workspace = \"read\" or \"write\" for it (workspace_paths covering it) in a policy rule for the skill", dir, quoteList(p.skillNames()))
 	}

@@ -229,7 +229,7 @@ func isSkillFile(sk *skills.Skill, rel string) bool {
 // decision, audited (the run's own records, and a policy.decision record
 // naming the hook). A hook held for confirmation is added to call.held.
 func (s *Service) runHook(ctx context.Context, caller api.Peer, call *hookCall, sk *skills.Skill, event string, hc skills.HookCommand, tool string, input, result json.RawMessage) (api.HookRun, policy.Decision, error) {
-	hp := s.cfg.HookPolicyFor(sk.Name)
+	hp := s.cfg.For(sk.Name).Hooks
 	timeout := hp.Timeout
 	if hc.Timeout > 0 && hc.Timeout < timeout {
 		timeout = hc.Timeout

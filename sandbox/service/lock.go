@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
@@ -63,9 +64,10 @@ func (c *lockCache) forget() {
 }
 
 // checkLock refuses a skill whose current version is not pinned when
-// policy requires a lock for it; the refusal is audited.
-func (s *Service) checkLock(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill) error {
-	required, rule := s.cfg.LockRequired(sk.Name)
+// policy requires a lock for it (lock, the skill's policy.SkillPolicy.Lock);
+// the refusal is audited.
+func (s *Service) checkLock(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill, lock policy.Ruled[bool]) error {
+	required, rule := lock.Value, lock.Rule
 	if !required {
 		return nil
 	}

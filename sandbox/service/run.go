@@ -96,9 +96,12 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	if sk == nil && req.Code == nil {
 		return nil, errkind.Errorf(api.ErrInvalidParams, "no skill given")
 	}
+	// The run's policy, matched once: every decision below and the plan
+	// are made against it.
+	pol := s.cfg.ForSkills(runner.RunSkillNames(req)...)
 	// A lock pins versions: every skill the run mounts must be pinned.
-	for _, lk := range runSkills(req) {
-		if err := s.checkLock(ctx, caller, o.Method, o.SessionID, lk); err != nil {
+	for i, lk := range runSkills(req) {
+		if err := s.checkLock(ctx, caller, o.Method, o.SessionID, lk, pol.Parts()[i].Lock); err != nil {
 			return nil, err
 		}
 	}
@@ -106,7 +109,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		span.Annotate(ctx, span.AttrSkill.String(sk.Name), span.AttrScript.String(req.Script))
 	}
 	pctx, sp := span.Start(ctx, "policy.decide")
-	dec, err := s.decideRun(pctx, caller, o, req)
+	dec, err := s.decideRun(pctx, caller, o, req, pol)
 	sp.SetAttributes(span.AttrEffect.String(string(dec.Effect)), span.AttrRule.String(dec.Rule))
 	span.End(sp, err, api.KindOf(err))
 	if err != nil {
@@ -114,7 +117,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	}
 	p := caller
 	req.Peer, req.SessionID, req.RequestID, req.Method = &p, o.SessionID, AuditRequestID(api.RequestIDFrom(ctx)), o.Method
-	plan, err := s.engine.Prepare(req)
+	plan, err := s.engine.PrepareWith(req, pol)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +131,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	what, reason, rule := planWhat(plan), dec.Reason, dec.Rule
 	grantEgress := false // an approval of this run also covers its destinations
 	if plan.Network || len(plan.Egress) > 0 {
-		nd, err := s.decide(ctx, sk, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
+		nd, err := s.decide(ctx, sk, pol, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
 		if err != nil {
 			return nil, err
 		}
@@ -151,7 +154,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		}
 	}
 	if w := plan.Workspace; w != nil {
-		wd, err := s.decideWorkspace(ctx, caller, o, req, w)
+		wd, err := s.decideWorkspace(ctx, caller, o, req, pol, w)
 		if err != nil {
 			return nil, err
 		}
@@ -224,8 +227,8 @@ func (s *Service) auditSpace() error {
 
 // decideTool asks policy whether skill may use tool; the decision is
 // audited. A deny is returned as an error.
-func (s *Service) decideTool(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill, tool string, input []byte) (policy.Decision, error) {
-	dec, err := s.decide(ctx, sk, tool, input, *base(ctx, caller, method, audit.EventDecision, sessionID))
+func (s *Service) decideTool(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill, pol *policy.SkillPolicy, tool string, input []byte) (policy.Decision, error) {
+	dec, err := s.decide(ctx, sk, pol, tool, input, *base(ctx, caller, method, audit.EventDecision, sessionID))
 	if err != nil {
 		return dec, err
 	}
@@ -569,14 +572,14 @@ func teeSink(a, b runtime.StreamSink) runtime.StreamSink {
 // decideWorkspace decides the workspace pseudo-tool for every skill the
 // run mounts, each decision audited: any deny refuses the run, any
 // confirm holds it for an approver.
-func (s *Service) decideWorkspace(ctx context.Context, caller api.Peer, o RunOptions, req RunRequest, w *runner.WorkspacePlan) (policy.Decision, error) {
+func (s *Service) decideWorkspace(ctx context.Context, caller api.Peer, o RunOptions, req RunRequest, pol *policy.SkillPolicy, w *runner.WorkspacePlan) (policy.Decision, error) {
 	input, err := json.Marshal(policy.WorkspaceRequest{Dir: w.Dir, Kind: w.Request.Kind})
 	if err != nil {
 		return policy.Decision{}, errkind.Wrap(api.ErrInternal, err)
 	}
 	var ds []policy.Decision
-	for _, sk := range runSkills(req) {
-		d, err := s.decide(ctx, sk, policy.WorkspaceTool, input, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
+	for i, sk := range runSkills(req) {
+		d, err := s.decide(ctx, sk, pol.Parts()[i], policy.WorkspaceTool, input, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
 		if err != nil {
 			return d, err
 		}

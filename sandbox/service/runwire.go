@@ -93,19 +93,19 @@ func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, 
 // decideRun asks policy about a run: skills.run_script for its skill, or
 // skills.run_code for every skill a code run mounts (each decision is
 // audited; the strictest wins, and any deny ends the call).
-func (s *Service) decideRun(ctx context.Context, caller api.Peer, o RunOptions, req RunRequest) (policy.Decision, error) {
+func (s *Service) decideRun(ctx context.Context, caller api.Peer, o RunOptions, req RunRequest, pol *policy.SkillPolicy) (policy.Decision, error) {
 	if req.Code == nil {
 		tool, input := api.MethodSkillsRunScript, toolInput(req.Script, req.Args)
 		if o.Tool != "" {
 			tool, input = o.Tool, o.ToolInput
 		}
-		dec, err := s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, tool, input)
+		dec, err := s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, pol, tool, input)
 		for _, t := range o.AlsoTools {
 			if err != nil {
 				break
 			}
 			var d policy.Decision
-			d, err = s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, t.Tool, t.Input)
+			d, err = s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, pol, t.Tool, t.Input)
 			dec = policy.Strictest(dec, d)
 		}
 		return dec, err
@@ -119,8 +119,8 @@ func (s *Service) decideRun(ctx context.Context, caller api.Peer, o RunOptions, 
 	}
 	input, _ := json.Marshal(map[string]any{"language": c.Language, "code_sha256": runner.SHA256Hex(c.Code), "args": req.Args})
 	decs := make([]policy.Decision, 0, len(c.Skills))
-	for _, sk := range c.Skills {
-		d, err := s.decideTool(ctx, caller, o.Method, o.SessionID, sk, api.MethodSkillsRunCode, input)
+	for i, sk := range c.Skills {
+		d, err := s.decideTool(ctx, caller, o.Method, o.SessionID, sk, pol.Parts()[i], api.MethodSkillsRunCode, input)
 		if err != nil {
 			return d, err
 		}
@@ -326,17 +326,18 @@ func (s *Service) CheckSkill(ctx context.Context, caller api.Peer, p api.CheckSk
 }
 
 // decide asks the policy about a tool for a skill and audits the decision.
-func (s *Service) decide(ctx context.Context, sk *skills.Skill, tool string, input []byte, rec audit.Record) (policy.Decision, error) {
-	d, r := s.decision(sk, tool, input, rec)
+func (s *Service) decide(ctx context.Context, sk *skills.Skill, pol *policy.SkillPolicy, tool string, input []byte, rec audit.Record) (policy.Decision, error) {
+	d, r := s.decision(sk, pol, tool, input, rec)
 	if err := s.record(ctx, r); err != nil {
 		return d, err
 	}
 	return d, nil
 }
 
-// decision is decide without writing its record.
-func (s *Service) decision(sk *skills.Skill, tool string, input []byte, rec audit.Record) (policy.Decision, *audit.Record) {
-	d := s.cfg.Decide(policy.Request{Skill: sk.Name, AllowedTools: sk.AllowedTools, Source: sk.Location, Tool: tool, Input: input})
+// decision is decide without writing its record. pol is sk's policy
+// (policy.Config.For).
+func (s *Service) decision(sk *skills.Skill, pol *policy.SkillPolicy, tool string, input []byte, rec audit.Record) (policy.Decision, *audit.Record) {
+	d := pol.Decide(policy.Request{Skill: sk.Name, AllowedTools: sk.AllowedTools, Source: sk.Location, Tool: tool, Input: input})
 	rec.Event = audit.EventDecision
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
 	rec.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(d.Effect), Rule: d.Rule, Reason: d.Reason, Mode: string(s.cfg.Daemon.ToolMode)}
