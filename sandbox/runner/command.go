@@ -92,6 +92,5 @@ func (e *Engine) prepareCommand(req RunRequest, pol *policy.SkillPolicy) (*Plan,
 		LimitRules:   rules,
 		Policy:       pol,
 	}
-	p.Digest = planDigest(p)
 	return p, nil
 }

@@ -96,7 +96,6 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, err
 	if len(p.Egress) == 0 {
 		return nil, nil
 	}
-	req := p.Request
 	actx := context.WithoutCancel(ctx)
 	var secrets []egress.Secret
 	var ca *egress.CA
@@ -114,8 +113,8 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, err
 		}
 	}
 	var budget egress.Budget
-	if req.Peer != nil {
-		budget = e.egressBudgets.of(req.Peer.UID)
+	if og := p.Origin; og.Peer != nil {
+		budget = e.egressBudgets.of(og.Peer.UID)
 	}
 	return &egress.Config{
 		// Attempts past the run's and the uid's budgets are summed up in
@@ -129,8 +128,8 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, err
 		UpstreamRoots: e.egress.UpstreamRoots,
 		Report: func(a egress.Attempt) {
 			r := &audit.Record{
-				Event: audit.EventEgress, Peer: req.Peer, SessionID: req.SessionID, RequestID: req.RequestID,
-				Method: req.Method, Skill: p.AuditSkill(),
+				Event: audit.EventEgress, Peer: p.Origin.Peer, SessionID: p.Origin.SessionID, RequestID: p.Origin.RequestID,
+				Method: p.Origin.Method, Skill: p.AuditSkill(),
 				Egress: &audit.EgressInfo{RunID: p.RunID, Attempt: a},
 			}
 			switch {

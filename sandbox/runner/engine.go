@@ -143,11 +143,6 @@ type RunRequest struct {
 	// Code makes it a skills.run_code run (Skill and Script stay empty).
 	Code *CodeRequest
 
-	// Who asked, for audit.
-	Peer      *api.Peer
-	SessionID string
-	RequestID string
-	Method    string // the JSON-RPC method, when the run came over the socket
 	// ConfirmationID is the approval the run used, if any (audit only; it is
 	// not part of the digest the approval is bound to).
 	ConfirmationID string
@@ -164,12 +159,22 @@ type RunRequest struct {
 	Background bool
 }
 
+// Origin is who asked for a run, as its audit records name them.
+type Origin struct {
+	Peer      *api.Peer
+	SessionID string
+	RequestID string
+	Method    string // the JSON-RPC method, when the run came over the socket
+}
+
 // Plan is a validated request with everything resolved: what will run, where,
 // under which limits. Its Digest binds a confirmation to exactly this run.
 type Plan struct {
-	RunID        string
-	JobID        string // the container id: runtime.IDPrefix + the run id's hex
-	Request      RunRequest
+	RunID   string
+	JobID   string // the container id: runtime.IDPrefix + the run id's hex
+	Request RunRequest
+	// Origin is who asked (PrepareWith's).
+	Origin       Origin
 	Script       string // cleaned relative path
 	SkillRoot    string // the pinned copy of the skill the run mounts
 	ScriptSHA256 string
@@ -232,9 +237,10 @@ type Result struct {
 	Background *runtime.BackgroundRun
 }
 
-// Prepare is PrepareWith under the policy of the skills req mounts.
+// Prepare is PrepareWith for a run no one in particular asked for, under
+// the policy of the skills req mounts.
 func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
-	return e.PrepareWith(req, e.cfg.ForSkills(RunSkillNames(req)...))
+	return e.PrepareWith(req, Origin{}, e.cfg.ForSkills(RunSkillNames(req)...))
 }
 
 // RunSkillNames are the names of the skills req mounts: its skill, or a
@@ -255,28 +261,32 @@ func RunSkillNames(req RunRequest) []string {
 	return []string{req.Skill.Name}
 }
 
-// PrepareWith validates req against the skill and pol, the policy of the
-// skills it mounts (policy.Config.ForSkills), without running anything; a
+// PrepareWith validates req, asked for by origin, against the skill and
+// pol, the policy of the skills it mounts (policy.Config.ForSkills),
+// without running anything; a
 // run with a workspace reads the files it is given from it now, so that
 // its digest (what an approval binds) covers them. Errors wrap
 // api.ErrInvalidParams, api.ErrNotFound, api.ErrDenied or
 // api.ErrLimitExceeded.
-func (e *Engine) PrepareWith(req RunRequest, pol *policy.SkillPolicy) (*Plan, error) {
+func (e *Engine) PrepareWith(req RunRequest, origin Origin, pol *policy.SkillPolicy) (*Plan, error) {
 	if pol == nil || pol.Skill != strings.Join(RunSkillNames(req), ",") {
 		return nil, errkind.Errorf(api.ErrInternal, "the run's policy is not that of the skills it mounts")
 	}
 	p, err := e.prepare(req, pol)
-	if err == nil {
-		err = e.planIsolation(p)
-	}
-	if err != nil || req.Workspace == nil {
-		return p, err
-	}
-	if req.Command != nil {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "a command (a skill's !`command` or hook) runs without a workspace")
-	}
-	if err := e.planWorkspace(p); err != nil {
+	if err != nil {
 		return nil, err
+	}
+	p.Origin = origin
+	if err := e.planIsolation(p); err != nil {
+		return nil, err
+	}
+	if req.Workspace != nil {
+		if req.Command != nil {
+			return nil, errkind.Errorf(api.ErrInvalidParams, "a command (a skill's !`command` or hook) runs without a workspace")
+		}
+		if err := e.planWorkspace(p); err != nil {
+			return nil, err
+		}
 	}
 	if p.Code != nil {
 		p.Digest = codeDigest(p)
@@ -399,7 +409,6 @@ func (e *Engine) prepare(req RunRequest, pol *policy.SkillPolicy) (*Plan, error)
 	if err := planEgress(p); err != nil {
 		return nil, err
 	}
-	p.Digest = planDigest(p)
 	return p, nil
 }
 
@@ -447,14 +456,14 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 		return nil, err
 	}
 
-	req := p.Request
+	req, og := p.Request, p.Origin
 	began := time.Now()
 	start := &audit.Record{
 		Event:     audit.EventRunStart,
-		Peer:      req.Peer,
-		SessionID: req.SessionID,
-		RequestID: req.RequestID,
-		Method:    req.Method,
+		Peer:      og.Peer,
+		SessionID: og.SessionID,
+		RequestID: og.RequestID,
+		Method:    og.Method,
 		Skill:     p.AuditSkill(),
 		Skills:    p.Code.AuditSkills(),
 		Run:       e.runInfo(p, img, rtVersion),
@@ -500,10 +509,10 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 
 	end := &audit.Record{
 		Event:     audit.EventRunEnd,
-		Peer:      req.Peer,
-		SessionID: req.SessionID,
-		RequestID: req.RequestID,
-		Method:    req.Method,
+		Peer:      og.Peer,
+		SessionID: og.SessionID,
+		RequestID: og.RequestID,
+		Method:    og.Method,
 		Skill:     start.Skill,
 		Skills:    start.Skills,
 		Run:       e.runInfo(p, img, rtVersion),

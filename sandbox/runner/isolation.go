@@ -21,7 +21,7 @@ func (e *Engine) planIsolation(p *Plan) error {
 	if req.Command == nil && (p.Code != nil || req.Skill != nil) {
 		p.Isolation, p.IsolationRule = p.Policy.Isolation.Value, p.Policy.Isolation.Rule
 	}
-	if p.Isolation == policy.IsolationSession && req.SessionID == "" {
+	if p.Isolation == policy.IsolationSession && p.Origin.SessionID == "" {
 		// A run outside any session (skillbox run) has nothing to keep
 		// a sandbox for.
 		p.Isolation, p.IsolationRule = policy.IsolationRun, "a run outside a session gets a fresh sandbox"
@@ -32,7 +32,7 @@ func (e *Engine) planIsolation(p *Plan) error {
 	if req.Command != nil {
 		return errkind.Errorf(api.ErrInvalidParams, "a skill's command or hook cannot run in the background")
 	}
-	if req.SessionID == "" {
+	if p.Origin.SessionID == "" {
 		return errkind.Errorf(api.ErrInvalidParams, "background runs live in a session's sandbox: create a session (sessions.create) and run in it")
 	}
 	if p.Isolation != policy.IsolationSession {

@@ -367,7 +367,7 @@ func (m *SessionSandboxes) adoptRuns(b *sessionBox, metas []backgroundMeta) {
 			continue
 		}
 		br := &backgroundRun{session: b.key.session, box: b, skill: mt.Skill, run: mt.Run, done: make(chan struct{}),
-			plan: &Plan{RunID: mt.Run.ID, Script: mt.Script, Request: RunRequest{SessionID: b.key.session}}}
+			plan: &Plan{RunID: mt.Run.ID, Script: mt.Script, Origin: Origin{SessionID: b.key.session}}}
 		if mt.Start == nil {
 			br.start = &audit.Record{Event: audit.EventRunStart, SessionID: b.key.session, Run: &audit.RunInfo{RunID: mt.Run.ID, Script: mt.Script, Background: true}}
 		} else {

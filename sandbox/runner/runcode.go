@@ -153,7 +153,6 @@ func (e *Engine) prepareCode(req RunRequest, pol *policy.SkillPolicy) (*Plan, er
 		Code:         cp,
 		Policy:       pol,
 	}
-	p.Digest = codeDigest(p)
 	return p, nil
 }
 
@@ -161,14 +160,14 @@ func (e *Engine) prepareCode(req RunRequest, pol *policy.SkillPolicy) (*Plan, er
 // skills it mounts and their versions, the language and code, and what it
 // is given and runs under (as a script run's digest).
 func codeDigest(p *Plan) string {
-	req, c := p.Request, p.Code
+	c := p.Code
 	mounts := make([]string, len(c.Mounts))
 	for i, m := range c.Mounts {
 		mounts[i] = m.Skill.Name + "@" + m.Skill.Digest + "=" + m.Path
 	}
 	return store.RequestDigest(append([]string{
 		"tool", api.MethodSkillsRunCode,
-		"session", req.SessionID,
+		"session", p.Origin.SessionID,
 		"skills", strings.Join(mounts, " "),
 		"language", c.Language,
 		"code_sha256", c.SHA256,

@@ -424,8 +424,8 @@ func (m *SessionSandboxes) deliver(ctx context.Context, p *Plan, job runtime.Job
 		// <images>/layers/sha256-<hex>/tree (images/deps.Store).
 		layersRoot = filepath.Dir(filepath.Dir(job.DepsDir))
 	}
-	key := boxKey{session: p.Request.SessionID, image: job.Image.Name, limits: job.Limits.Sandbox()}
-	b, err := m.box(ctx, key, p.Request.Peer, job.Image, job.RootFS, layersRoot, job.Limits)
+	key := boxKey{session: p.Origin.SessionID, image: job.Image.Name, limits: job.Limits.Sandbox()}
+	b, err := m.box(ctx, key, p.Origin.Peer, job.Image, job.RootFS, layersRoot, job.Limits)
 	if err != nil {
 		return nil, runtime.Invocation{}, err
 	}
@@ -485,15 +485,15 @@ func (m *SessionSandboxes) use(b *sessionBox) (runtime.SessionSandbox, func()) {
 // startBackground starts a background run in its session's sandbox; start
 // is its audited run.start record, whose run.end is written when it ends.
 func (m *SessionSandboxes) startBackground(ctx context.Context, p *Plan, job runtime.Job, start *audit.Record) (runtime.BackgroundRun, string, error) {
-	if max := m.o.Config.BackgroundRuns; max > 0 && m.liveBackground(p.Request.SessionID) >= max {
-		return runtime.BackgroundRun{}, "", errkind.Errorf(api.ErrLimitExceeded, "session %s has %d background runs, its limit (sessions { background_runs }): wait for one or stop one with runs.signal", p.Request.SessionID, max)
+	if max := m.o.Config.BackgroundRuns; max > 0 && m.liveBackground(p.Origin.SessionID) >= max {
+		return runtime.BackgroundRun{}, "", errkind.Errorf(api.ErrLimitExceeded, "session %s has %d background runs, its limit (sessions { background_runs }): wait for one or stop one with runs.signal", p.Origin.SessionID, max)
 	}
 	b, inv, err := m.deliver(ctx, p, job)
 	if err != nil {
 		return runtime.BackgroundRun{}, "", err
 	}
-	br := &backgroundRun{session: p.Request.SessionID, box: b, plan: p, start: start, done: make(chan struct{})}
-	rk := runKey{p.Request.SessionID, p.RunID}
+	br := &backgroundRun{session: p.Origin.SessionID, box: b, plan: p, start: start, done: make(chan struct{})}
+	rk := runKey{p.Origin.SessionID, p.RunID}
 	m.mu.Lock()
 	m.runs[rk] = br
 	m.mu.Unlock()

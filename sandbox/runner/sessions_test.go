@@ -126,7 +126,7 @@ func TestSessionJobSkillPaths(t *testing.T) {
 	makeTree(t, skillRoot, map[string]string{"SKILL.md": "---\nname: pdf\n---\n", "scripts/run.py": "print(1)"})
 	layers := filepath.Join(t.TempDir(), "layers")
 	deps := filepath.Join(layers, "sha256-abc", "tree")
-	p := &Plan{RunID: "run_1", Request: RunRequest{Skill: &skills.Skill{Name: "pdf", Digest: "sha256:11"}, SessionID: "ses_1"}}
+	p := &Plan{RunID: "run_1", Request: RunRequest{Skill: &skills.Skill{Name: "pdf", Digest: "sha256:11"}}, Origin: Origin{SessionID: "ses_1"}}
 	stdin := []byte("in")
 	job := runtime.Job{
 		SkillDir: skillRoot,
@@ -237,7 +237,7 @@ func TestSessionJobRunCode(t *testing.T) {
 	makeTree(t, a, map[string]string{"lib/a.py": "A"})
 	makeTree(t, c, map[string]string{"c.py": "C"})
 	prog := &runtime.Program{Name: "main.py", Data: []byte("import a")}
-	p := &Plan{RunID: "run_42", Request: RunRequest{SessionID: "ses_1"}, Code: &CodePlan{Mounts: []SkillMountPlan{
+	p := &Plan{RunID: "run_42", Origin: Origin{SessionID: "ses_1"}, Code: &CodePlan{Mounts: []SkillMountPlan{
 		{Skill: &skills.Skill{Name: "alpha", Digest: "sha256:aa"}, Root: a, Path: runtime.SkillTarget("alpha")},
 		{Skill: &skills.Skill{Name: "charlie", Digest: "sha256:cc"}, Root: c, Path: runtime.SkillTarget("charlie")},
 	}}}
@@ -604,7 +604,7 @@ func (a *memAudit) events(ev string) []audit.Record {
 
 func backgroundPlan(t *testing.T, session, runID string) (*Plan, runtime.Job, *audit.Record) {
 	t.Helper()
-	p := &Plan{RunID: runID, Script: "scripts/serve.py", Request: RunRequest{SessionID: session, Skill: &skills.Skill{Name: "web", Digest: "sha256:w"}}}
+	p := &Plan{RunID: runID, Script: "scripts/serve.py", Request: RunRequest{Skill: &skills.Skill{Name: "web", Digest: "sha256:w"}}, Origin: Origin{SessionID: session}}
 	job := runtime.Job{Image: runtime.ImageRef{Name: "python", Digest: "sha256:img"}, RootFS: "/var/lib/fake/python", SkillDir: t.TempDir(),
 		Args: []string{"python3", "/skill/scripts/serve.py"}}
 	start := &audit.Record{Event: audit.EventRunStart, SessionID: session, Run: &audit.RunInfo{RunID: runID, Started: time.Now().UTC()}}

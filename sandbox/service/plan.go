@@ -8,6 +8,7 @@ import "github.com/skillbox/skillbox/sandbox/runner"
 // so that front ends that only call the service need not import the runner.
 type (
 	RunRequest  = runner.RunRequest
+	Origin      = runner.Origin
 	Plan        = runner.Plan
 	Result      = runner.Result
 	CodeRequest = runner.CodeRequest

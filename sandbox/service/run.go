@@ -116,8 +116,8 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		return nil, err
 	}
 	p := caller
-	req.Peer, req.SessionID, req.RequestID, req.Method = &p, o.SessionID, AuditRequestID(api.RequestIDFrom(ctx)), o.Method
-	plan, err := s.engine.PrepareWith(req, pol)
+	origin := runner.Origin{Peer: &p, SessionID: o.SessionID, RequestID: AuditRequestID(api.RequestIDFrom(ctx)), Method: o.Method}
+	plan, err := s.engine.PrepareWith(req, origin, pol)
 	if err != nil {
 		return nil, err
 	}

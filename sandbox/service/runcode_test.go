@@ -13,6 +13,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/skills"
@@ -204,16 +205,19 @@ func TestRunCodeRefusals(t *testing.T) {
 func TestRunCodeDigestBinding(t *testing.T) {
 	f := newCodeFixture(t, false)
 	eng := f.svc.Engine()
-	base := func() service.RunRequest {
-		return service.RunRequest{
-			SessionID: "ses_1",
-			Code:      &service.CodeRequest{Language: "python", Code: []byte("print(1)"), Skills: []*skills.Skill{f.sk["gif"], f.sk["pdf"]}},
-			Args:      []string{"a"}, Env: map[string]string{"LANG": "C.UTF-8"}, Stdin: []byte("in"),
-			Files: []runtime.InputFile{{Name: "in.txt", Data: []byte("x")}},
-		}
+	type asked struct {
+		service.RunRequest
+		session string
 	}
-	digest := func(r service.RunRequest) string {
-		p, err := eng.Prepare(r)
+	base := func() asked {
+		return asked{session: "ses_1", RunRequest: service.RunRequest{
+			Code: &service.CodeRequest{Language: "python", Code: []byte("print(1)"), Skills: []*skills.Skill{f.sk["gif"], f.sk["pdf"]}},
+			Args: []string{"a"}, Env: map[string]string{"LANG": "C.UTF-8"}, Stdin: []byte("in"),
+			Files: []runtime.InputFile{{Name: "in.txt", Data: []byte("x")}},
+		}}
+	}
+	digest := func(r asked) string {
+		p, err := eng.PrepareWith(r.RunRequest, service.Origin{SessionID: r.session}, eng.Config().ForSkills(runner.RunSkillNames(r.RunRequest)...))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -225,18 +229,18 @@ func TestRunCodeDigestBinding(t *testing.T) {
 	}
 	other := *f.sk["pdf"]
 	other.Digest = "sha256:" + strings.Repeat("0", 64)
-	for name, mut := range map[string]func(r *service.RunRequest){
-		"session":      func(r *service.RunRequest) { r.SessionID = "ses_2" },
-		"skill digest": func(r *service.RunRequest) { r.Code.Skills[1] = &other },
-		"fewer skills": func(r *service.RunRequest) { r.Code.Skills = r.Code.Skills[:1] },
-		"skill order":  func(r *service.RunRequest) { r.Code.Skills[0], r.Code.Skills[1] = r.Code.Skills[1], r.Code.Skills[0] },
-		"language":     func(r *service.RunRequest) { r.Code.Language = "shell" },
-		"code":         func(r *service.RunRequest) { r.Code.Code = []byte("print(2)") },
-		"args":         func(r *service.RunRequest) { r.Args = []string{"b"} },
-		"env":          func(r *service.RunRequest) { r.Env = map[string]string{"LANG": "C"} },
-		"stdin":        func(r *service.RunRequest) { r.Stdin = nil },
-		"files":        func(r *service.RunRequest) { r.Files[0].Data = []byte("y") },
-		"limits":       func(r *service.RunRequest) { r.Limits.Timeout = 1e9 },
+	for name, mut := range map[string]func(r *asked){
+		"session":      func(r *asked) { r.session = "ses_2" },
+		"skill digest": func(r *asked) { r.Code.Skills[1] = &other },
+		"fewer skills": func(r *asked) { r.Code.Skills = r.Code.Skills[:1] },
+		"skill order":  func(r *asked) { r.Code.Skills[0], r.Code.Skills[1] = r.Code.Skills[1], r.Code.Skills[0] },
+		"language":     func(r *asked) { r.Code.Language = "shell" },
+		"code":         func(r *asked) { r.Code.Code = []byte("print(2)") },
+		"args":         func(r *asked) { r.Args = []string{"b"} },
+		"env":          func(r *asked) { r.Env = map[string]string{"LANG": "C"} },
+		"stdin":        func(r *asked) { r.Stdin = nil },
+		"files":        func(r *asked) { r.Files[0].Data = []byte("y") },
+		"limits":       func(r *asked) { r.Limits.Timeout = 1e9 },
 	} {
 		r := base()
 		mut(&r)

@@ -33,7 +33,7 @@ func backgroundResult(o *Result) api.RunScriptResult {
 	}
 	res.Network, res.ConfirmationID = o.Plan.Network, o.Plan.Request.ConfirmationID
 	res.Limits = o.Plan.Limits.Map()
-	bg := backgroundView(runner.BackgroundRun{BackgroundRun: *o.Background, SessionID: o.Plan.Request.SessionID,
+	bg := backgroundView(runner.BackgroundRun{BackgroundRun: *o.Background, SessionID: o.Plan.Origin.SessionID,
 		Sandbox: o.Plan.SessionSandbox, Skill: o.Plan.SkillName(), Script: o.Plan.Script})
 	res.Background = &bg
 	return res
