@@ -739,9 +739,9 @@ var (
 
 // importHint recognises a failed import in a run's stderr and says how to
 // provide the module.
-func (d *Deps) importHint(o *Result) string {
-	r := o.Result
-	if r == nil || r.ExitCode == 0 {
+func (d *Deps) importHint(o *Finished) string {
+	r := &o.Result
+	if r.ExitCode == 0 {
 		return ""
 	}
 	if m := pyMissingRE.FindSubmatch(r.Stderr); m != nil {

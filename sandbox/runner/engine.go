@@ -213,28 +213,39 @@ type Plan struct {
 	SessionSandbox string
 }
 
-// Result is a finished run: the sandbox's result (runtime.Result: exit,
-// reason, streams, outputs) with what the engine adds to it, and the plan
-// it ran. It is the last of the four shapes a run takes (RunRequest, Plan,
-// runtime.Job, Result); front ends encode it (api.RunScriptResult).
-type Result struct {
-	*runtime.Result
+// Launched is what any run that got a sandbox has: its plan and the image
+// and dependency layer it runs with.
+type Launched struct {
 	RunID string
 	Plan  *Plan
 	Image runtime.ImageRef
 	// DepsLayer is the dependency layer digest the run mounted, if any.
 	DepsLayer string
-	// Hint says how to fix a failure skillbox recognises (a missing module).
-	Hint string
 	// Warnings are what the run went without and why (declared packages
 	// left out of its dependency layer).
 	Warnings []string
+}
+
+// Finished is a run that ended (Execute): the sandbox's result
+// (runtime.Result: exit, reason, streams, outputs), held by value because
+// a finished run always has one, with what the engine adds to it. It is
+// the last of the shapes a run takes (RunRequest, Plan, runtime.Job,
+// Finished or Started); front ends encode it (api.RunScriptResult).
+type Finished struct {
+	Launched
+	Result runtime.Result
+	// Hint says how to fix a failure skillbox recognises (a missing module).
+	Hint string
 	// Workspace is what the run took from its workspace and what came
 	// back (runs with a workspace).
 	Workspace *api.WorkspaceReport
-	// Background is the run a background request started (Result is then
-	// nil: it has not ended).
-	Background *runtime.BackgroundRun
+}
+
+// Started is a background run that started in its session's sandbox
+// (Start) and goes on; runs.* follow it.
+type Started struct {
+	Launched
+	Run runtime.BackgroundRun
 }
 
 // Prepare is PrepareWith for a run no one in particular asked for, under
@@ -422,11 +433,46 @@ func (e *Engine) CheckImage(p *Plan) error {
 	return nil
 }
 
-// Execute runs a prepared plan. The audit start record is written (and
-// fsynced) before the sandbox starts and the end record before the result is
-// returned; if either cannot be written the run is refused or its result
-// withheld (fail closed).
-func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
+// launch is a run's sandbox set-up, once its run.start record is written:
+// what Execute and Start share.
+type launch struct {
+	img                    runtime.ImageRef
+	job                    runtime.Job
+	start                  *audit.Record
+	began                  time.Time
+	rtVersion, layerDigest string
+	warnings               []string
+}
+
+// Execute runs a prepared foreground plan to its end. The audit start
+// record is written (and fsynced) before the sandbox starts and the end
+// record before the result is returned; if either cannot be written the
+// run is refused or its result withheld (fail closed).
+func (e *Engine) Execute(ctx context.Context, p *Plan) (*Finished, error) {
+	if p.Request.Background {
+		return nil, errkind.Errorf(api.ErrInternal, "run %s is a background run: it is started (Start), not executed", p.RunID)
+	}
+	l, err := e.launch(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return e.finish(ctx, p, l)
+}
+
+// Start starts a prepared background plan in its session's sandbox and
+// returns once it runs; its run.end is written when it ends.
+func (e *Engine) Start(ctx context.Context, p *Plan) (*Started, error) {
+	if !p.Request.Background {
+		return nil, errkind.Errorf(api.ErrInternal, "run %s is a foreground run: it is executed (Execute), not started", p.RunID)
+	}
+	l, err := e.launch(ctx, p)
+	if err != nil {
+		return nil, err
+	}
+	return e.executeBackground(ctx, p, l)
+}
+
+func (e *Engine) launch(ctx context.Context, p *Plan) (*launch, error) {
 	log := e.log
 	if err := e.journal.Check(); err != nil {
 		return nil, err
@@ -499,10 +545,13 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	p.Code.applyTo(&job)
 	job.ModuleEnv = depsModuleEnv(job.ModuleEnv, img.Name, layer)
 	log.Debug("run starting", "run_id", p.RunID, "skill", p.SkillName(), "script", p.Script, "image", img.Digest, "deps_layer", layerDigest)
-	if req.Background {
-		return e.executeBackground(ctx, p, img, job, start, layerDigest, warnings)
-	}
-	res, runErr := e.tracedRunJob(ctx, p, img, job)
+	return &launch{img: img, job: job, start: start, began: began, rtVersion: rtVersion, layerDigest: layerDigest, warnings: warnings}, nil
+}
+
+// finish runs a launched foreground run and writes its run.end.
+func (e *Engine) finish(ctx context.Context, p *Plan, l *launch) (*Finished, error) {
+	log, og, start, img, layerDigest, warnings := e.log, p.Origin, l.start, l.img, l.layerDigest, l.warnings
+	res, runErr := e.tracedRunJob(ctx, p, img, l.job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
 		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
 	}
@@ -515,10 +564,10 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 		Method:    og.Method,
 		Skill:     start.Skill,
 		Skills:    start.Skills,
-		Run:       e.runInfo(p, img, rtVersion),
+		Run:       e.runInfo(p, img, l.rtVersion),
 		Detail:    start.Detail,
 	}
-	end.Run.Started = began.UTC()
+	end.Run.Started = l.began.UTC()
 	end.Run.DepsLayer, end.Run.Warnings = layerDigest, warnings
 	end.Run.Ended = time.Now().UTC()
 	if runErr == nil && res == nil {
@@ -548,13 +597,13 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
 	log.Info("run finished", "run_id", p.RunID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
-	out := &Result{RunID: p.RunID, Plan: p, Image: img, Result: res, DepsLayer: layerDigest, Warnings: warnings, Workspace: wsReport}
+	out := &Finished{Launched: Launched{RunID: p.RunID, Plan: p, Image: img, DepsLayer: layerDigest, Warnings: warnings}, Result: *res, Workspace: wsReport}
 	out.Hint = e.deps.importHint(out)
 	return out, nil
 }
 
 // Run is Prepare then Execute, for callers with no confirmation step between.
-func (e *Engine) Run(ctx context.Context, req RunRequest) (*Result, error) {
+func (e *Engine) Run(ctx context.Context, req RunRequest) (*Finished, error) {
 	p, err := e.Prepare(req)
 	if err != nil {
 		return nil, err

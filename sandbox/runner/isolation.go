@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/policy"
-	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
@@ -47,8 +46,9 @@ func (e *Engine) planIsolation(p *Plan) error {
 // executeBackground starts a background run after its run.start record
 // (start) is written; its run.end is written when it ends (or when its
 // session closes). A run that could not start gets its run.end now.
-func (e *Engine) executeBackground(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job, start *audit.Record, layerDigest string, warnings []string) (*Result, error) {
-	run, _, err := e.sessions.startBackground(ctx, p, job, start)
+func (e *Engine) executeBackground(ctx context.Context, p *Plan, l *launch) (*Started, error) {
+	start := l.start
+	run, _, err := e.sessions.startBackground(ctx, p, l.job, start)
 	if err != nil {
 		end := *start
 		ri := *start.Run
@@ -63,7 +63,7 @@ func (e *Engine) executeBackground(ctx context.Context, p *Plan, img runtime.Ima
 	}
 	start.Run.SessionSandbox = p.SessionSandbox
 	e.log.Info("background run started", "run_id", p.RunID, "skill", p.SkillName(), "sandbox", p.SessionSandbox, "pid", run.PID)
-	return &Result{RunID: p.RunID, Plan: p, Image: img, DepsLayer: layerDigest, Warnings: warnings, Background: &run}, nil
+	return &Started{Launched: Launched{RunID: p.RunID, Plan: p, Image: l.img, DepsLayer: l.layerDigest, Warnings: l.warnings}, Run: run}, nil
 }
 
 // Sessions is the engine's keeper of session sandboxes (nil: none).

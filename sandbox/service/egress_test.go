@@ -58,7 +58,7 @@ func TestRunEgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(skill, confirmation string) (*service.Result, error) {
+	run := func(skill, confirmation string) (*service.Finished, error) {
 		return f.svc.Run(ctx, owner, service.RunRequest{Skill: f.sk[skill], Script: "scripts/run.sh"},
 			service.RunOptions{Method: "test", SessionID: ses.SessionID, ConfirmationID: confirmation})
 	}

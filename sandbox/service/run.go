@@ -86,15 +86,31 @@ func (s *Service) RunScript(ctx context.Context, caller api.Peer, p api.RunScrip
 // run slot, a healthy audit log, then the engine. Every decision is
 // audited; refusals that were audited in detail are marked
 // (api.MarkAudited).
-func (s *Service) Run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Result, error) {
-	out, err := s.run(ctx, caller, req, o)
+func (s *Service) Run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Finished, error) {
+	if req.Background {
+		return nil, errkind.Errorf(api.ErrInternal, "a background run is started (Service.Start), not run")
+	}
+	out, _, err := s.run(ctx, caller, req, o)
 	return out, classify(err)
 }
 
-func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Result, error) {
+// Start is Run for a background run (req.Background): it returns once
+// the run has started in its session's sandbox.
+func (s *Service) Start(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Started, error) {
+	if !req.Background {
+		return nil, errkind.Errorf(api.ErrInternal, "a foreground run is run (Service.Run), not started")
+	}
+	_, out, err := s.run(ctx, caller, req, o)
+	return out, classify(err)
+}
+
+// run authorizes and runs req: Finished for a foreground run, Started for
+// a background one.
+func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Finished, *Started, error) {
+	fail := func(err error) (*Finished, *Started, error) { return nil, nil, err }
 	sk := req.Skill
 	if sk == nil && req.Code == nil {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "no skill given")
+		return fail(errkind.Errorf(api.ErrInvalidParams, "no skill given"))
 	}
 	// The run's policy, matched once: every decision below and the plan
 	// are made against it.
@@ -102,7 +118,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	// A lock pins versions: every skill the run mounts must be pinned.
 	for i, lk := range runSkills(req) {
 		if err := s.checkLock(ctx, caller, o.Method, o.SessionID, lk, pol.Parts()[i].Lock); err != nil {
-			return nil, err
+			return fail(err)
 		}
 	}
 	if sk != nil {
@@ -113,18 +129,18 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	sp.SetAttributes(span.AttrEffect.String(string(dec.Effect)), span.AttrRule.String(dec.Rule))
 	span.End(sp, err, api.KindOf(err))
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	p := caller
 	origin := runner.Origin{Peer: &p, SessionID: o.SessionID, RequestID: AuditRequestID(api.RequestIDFrom(ctx)), Method: o.Method}
 	plan, err := s.engine.PrepareWith(req, origin, pol)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	// A missing image fails now, before an approver is asked or an
 	// approval is used up, and without building it inside the call.
 	if err := s.engine.CheckImage(plan); err != nil {
-		return nil, err
+		return fail(err)
 	}
 
 	needConfirm := dec.Effect == policy.EffectConfirm
@@ -133,11 +149,11 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	if plan.Network || len(plan.Egress) > 0 {
 		nd, err := s.decide(ctx, sk, pol, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		switch {
 		case nd.Effect == policy.EffectDeny:
-			return nil, api.MarkAudited(errkind.Errorf(api.ErrDenied, "network access for skill %q is denied by %s: %s", sk.Name, nd.Rule, nd.Why()))
+			return fail(api.MarkAudited(errkind.Errorf(api.ErrDenied, "network access for skill %q is denied by %s: %s", sk.Name, nd.Rule, nd.Why())))
 		case nd.Effect == policy.EffectConfirm && len(plan.Egress) > 0 && s.grants.covers(o.SessionID, sk.Name, plan.EgressNames()):
 			// An approver approved these destinations for this skill
 			// earlier in the session.
@@ -156,7 +172,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	if w := plan.Workspace; w != nil {
 		wd, err := s.decideWorkspace(ctx, caller, o, req, pol, w)
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		if wd.Effect == policy.EffectConfirm && !needConfirm {
 			needConfirm, what, reason, rule = true, fmt.Sprintf("a run in the workspace %s (%s)", w.Dir, w.Grant.Mode), wd.Reason, wd.Rule
@@ -168,10 +184,10 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	if needConfirm && o.ConfirmationID == "" {
 		if o.SelfApprove {
 			if err := s.selfApprove(ctx, caller, o, plan, what, reason, rule); err != nil {
-				return nil, err
+				return fail(err)
 			}
 		} else {
-			return nil, s.requestConfirmation(ctx, caller, o, plan, what, reason, rule)
+			return fail(s.requestConfirmation(ctx, caller, o, plan, what, reason, rule))
 		}
 	}
 
@@ -179,18 +195,18 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	// approval is used up, so a busy or failing skillbox does not burn it.
 	release, err := s.acquireRunSlot(ctx, caller)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	defer release()
 	if err := s.journal.Check(); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if err := s.auditSpace(); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if o.ConfirmationID != "" {
 		if err := s.useConfirmation(ctx, caller, o, plan); err != nil {
-			return nil, err
+			return fail(err)
 		}
 		if grantEgress {
 			s.grants.grant(o.SessionID, sk.Name, plan.EgressNames())
@@ -349,8 +365,8 @@ func (s *Service) acquireRunSlot(ctx context.Context, caller api.Peer) (func(), 
 }
 
 // execute runs an authorized plan: registered for runs.cancel, streaming
-// its events when asked.
-func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan) (*Result, error) {
+// its events when asked. A background plan is started.
+func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan) (*Finished, *Started, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	feed := s.runs.add(LiveRun{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.SkillName(), Script: plan.Script, UID: caller.UID, Started: time.Now().UTC()}, cancel)
@@ -373,7 +389,7 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		}
 		acct, err := s.workspaceAccount(id, owner)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		plan.Workspace.Request.Account = acct
 	}
@@ -389,26 +405,33 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		sink(api.RunStartedEvent{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.SkillName(), Path: plan.Script,
 			Image: plan.Interpreter.Image, Runtime: s.engine.Runtime().Name()})
 	}
-	out, err := s.engine.Execute(runCtx, plan)
-	if err != nil {
+	failed := func(err error) (*Finished, *Started, error) {
 		feed.finish(api.RunExitedEvent{RunID: plan.RunID, ExitCode: -1, Reason: "error", Error: err.Error()})
-		return nil, err
+		return nil, nil, err
 	}
-	r := out.Result
-	if r == nil {
+	if plan.Request.Background {
+		st, err := s.engine.Start(runCtx, plan)
+		if err != nil {
+			return failed(err)
+		}
 		// A background run started and goes on in its session's sandbox:
 		// this call's feed ends here, and the run's output is the
 		// session's (runs.output).
 		feed.finish(api.RunExitedEvent{RunID: plan.RunID, ExitCode: -1, Reason: backgroundReason,
 			Error: "the run goes on in the background in its session's sandbox: read its output with runs.output"})
-		return out, nil
+		return nil, st, nil
 	}
+	out, err := s.engine.Execute(runCtx, plan)
+	if err != nil {
+		return failed(err)
+	}
+	r := out.Result
 	exited := api.RunExitedEvent{RunID: plan.RunID, ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason), DurationMS: r.Duration.Milliseconds()}
 	feed.finish(exited)
 	if sink != nil {
 		sink(exited)
 	}
-	return out, nil
+	return out, nil, nil
 }
 
 // backgroundReason ends the live feed of a call that started a background

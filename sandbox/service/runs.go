@@ -23,7 +23,7 @@ import (
 // caller's uid).
 
 // backgroundResult is the wire result of a run started in the background.
-func backgroundResult(o *Result) api.RunScriptResult {
+func backgroundResult(o *Started) api.RunScriptResult {
 	res := api.RunScriptResult{RunID: o.RunID, Path: o.Plan.Script, Image: o.Image.Name, ImageDigest: o.Image.Digest,
 		Skills: o.Plan.Code.MountedSkills(), DepsLayer: o.DepsLayer, Warnings: o.Warnings,
 		Isolation: string(policy.IsolationSession), SessionSandbox: o.Plan.SessionSandbox,
@@ -33,7 +33,7 @@ func backgroundResult(o *Result) api.RunScriptResult {
 	}
 	res.Network, res.ConfirmationID = o.Plan.Network, o.Plan.Request.ConfirmationID
 	res.Limits = o.Plan.Limits.Map()
-	bg := backgroundView(runner.BackgroundRun{BackgroundRun: *o.Background, SessionID: o.Plan.Origin.SessionID,
+	bg := backgroundView(runner.BackgroundRun{BackgroundRun: o.Run, SessionID: o.Plan.Origin.SessionID,
 		Sandbox: o.Plan.SessionSandbox, Skill: o.Plan.SkillName(), Script: o.Plan.Script})
 	res.Background = &bg
 	return res

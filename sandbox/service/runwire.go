@@ -82,6 +82,14 @@ func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, 
 	if err != nil {
 		return nil, err
 	}
+	if req.Background {
+		st, err := s.Start(ctx, caller, req, o)
+		if err != nil {
+			return nil, err
+		}
+		res := backgroundResult(st)
+		return &res, nil
+	}
 	out, err := s.Run(ctx, caller, req, o)
 	if err != nil {
 		return nil, err
@@ -363,16 +371,13 @@ func codeSkillNames(c *runner.CodePlan) string {
 	return quoteList(names)
 }
 
-// ResultOf turns an outcome into its wire form (skills.run_script's
+// ResultOf turns a finished run into its wire form (skills.run_script's
 // result). Output contents are inlined (base64), in path order, while their
 // bytes fit in inlineBudget (api.MaxInlineOutputBytes on the socket; 0
 // inlines none); every output past the budget keeps its path, size and
 // sha256 and is marked ContentOmitted, and OutputsNotInlined counts them.
-func ResultOf(o *Result, inlineBudget int64) api.RunScriptResult {
-	if o.Background != nil {
-		return backgroundResult(o)
-	}
-	r := o.Result
+func ResultOf(o *Finished, inlineBudget int64) api.RunScriptResult {
+	r := &o.Result
 	res := api.RunScriptResult{
 		RunID: o.RunID, Path: o.Plan.Script, ExitCode: r.ExitCode, Signal: r.Signal,
 		Stdout: string(r.Stdout), Stderr: string(r.Stderr),

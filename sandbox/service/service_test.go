@@ -190,7 +190,7 @@ func TestCancelRunOnlyByOwner(t *testing.T) {
 	col := newCollector()
 	ctx := api.WithEventSink(context.Background(), col.sink)
 	type answer struct {
-		out *service.Result
+		out *service.Finished
 		err error
 	}
 	done := make(chan answer, 1)
@@ -233,7 +233,7 @@ func TestCancelRunOnlyByOwner(t *testing.T) {
 func TestRunSelfApprove(t *testing.T) {
 	f := newFixture(t, false)
 	ctx := context.Background()
-	run := func(who api.Peer, skill string, self bool) (*service.Result, error) {
+	run := func(who api.Peer, skill string, self bool) (*service.Finished, error) {
 		return f.svc.Run(ctx, who, service.RunRequest{Skill: f.sk[skill], Script: "scripts/run.sh"},
 			service.RunOptions{Method: "skillbox run", SelfApprove: self, SelfApproveHint: "re-run with --yes"})
 	}
