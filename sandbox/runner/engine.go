@@ -31,6 +31,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/sandbox/workspace"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -143,10 +144,6 @@ type RunRequest struct {
 	// Code makes it a skills.run_code run (Skill and Script stay empty).
 	Code *CodeRequest
 
-	// ConfirmationID is the approval the run used, if any (audit only; it is
-	// not part of the digest the approval is bound to).
-	ConfirmationID string
-
 	// Optional live copies of the streams (the CLI's terminal).
 	Stdout, Stderr runtime.StreamSink
 
@@ -206,19 +203,35 @@ type Plan struct {
 	// ForSkills for a code run): the plan's facets are its.
 	Policy *policy.SkillPolicy
 	// Isolation is how the run is isolated (policy Isolation) and
-	// IsolationRule the rule that says so; SessionSandbox names the
-	// session sandbox a session run went to, once it has.
-	Isolation      policy.Isolation
-	IsolationRule  string
-	SessionSandbox string
+	// IsolationRule the rule that says so.
+	Isolation     policy.Isolation
+	IsolationRule string
 }
 
-// Launched is what any run that got a sandbox has: its plan and the image
-// and dependency layer it runs with.
+// ExecOptions are what a run is given as it starts that its approval does
+// not bind, so that the approved plan stays as it was approved.
+type ExecOptions struct {
+	// ConfirmationID is the approval the run used, if any (audit only; it
+	// is not part of the digest the approval is bound to).
+	ConfirmationID string
+	// Stdout and Stderr take live copies of the streams, after the
+	// request's own.
+	Stdout, Stderr runtime.StreamSink
+	// WorkspaceAccount is the session workspace's part of the daemon's
+	// workspace budget (per uid and in total), which the write-back's
+	// growth is taken from; nil: none (a host workspace: the user's own
+	// disk).
+	WorkspaceAccount *workspace.Account
+}
+
+// Launched is what any run that got a sandbox has: its plan, the image
+// and dependency layer it runs with, and the approval it used.
 type Launched struct {
 	RunID string
 	Plan  *Plan
-	Image runtime.ImageRef
+	// ConfirmationID is ExecOptions'.
+	ConfirmationID string
+	Image          runtime.ImageRef
 	// DepsLayer is the dependency layer digest the run mounted, if any.
 	DepsLayer string
 	// Warnings are what the run went without and why (declared packages
@@ -234,6 +247,8 @@ type Launched struct {
 type Finished struct {
 	Launched
 	Result runtime.Result
+	// SessionSandbox names the session sandbox the run went to, if it did.
+	SessionSandbox string
 	// Hint says how to fix a failure skillbox recognises (a missing module).
 	Hint string
 	// Workspace is what the run took from its workspace and what came
@@ -246,6 +261,8 @@ type Finished struct {
 type Started struct {
 	Launched
 	Run runtime.BackgroundRun
+	// SessionSandbox names the session sandbox it runs in.
+	SessionSandbox string
 }
 
 // Prepare is PrepareWith for a run no one in particular asked for, under
@@ -436,6 +453,7 @@ func (e *Engine) CheckImage(p *Plan) error {
 // launch is a run's sandbox set-up, once its run.start record is written:
 // what Execute and Start share.
 type launch struct {
+	opts                   ExecOptions
 	img                    runtime.ImageRef
 	job                    runtime.Job
 	start                  *audit.Record
@@ -448,11 +466,11 @@ type launch struct {
 // record is written (and fsynced) before the sandbox starts and the end
 // record before the result is returned; if either cannot be written the
 // run is refused or its result withheld (fail closed).
-func (e *Engine) Execute(ctx context.Context, p *Plan) (*Finished, error) {
+func (e *Engine) Execute(ctx context.Context, p *Plan, o ExecOptions) (*Finished, error) {
 	if p.Request.Background {
 		return nil, errkind.Errorf(api.ErrInternal, "run %s is a background run: it is started (Start), not executed", p.RunID)
 	}
-	l, err := e.launch(ctx, p)
+	l, err := e.launch(ctx, p, o)
 	if err != nil {
 		return nil, err
 	}
@@ -461,18 +479,18 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Finished, error) {
 
 // Start starts a prepared background plan in its session's sandbox and
 // returns once it runs; its run.end is written when it ends.
-func (e *Engine) Start(ctx context.Context, p *Plan) (*Started, error) {
+func (e *Engine) Start(ctx context.Context, p *Plan, o ExecOptions) (*Started, error) {
 	if !p.Request.Background {
 		return nil, errkind.Errorf(api.ErrInternal, "run %s is a foreground run: it is executed (Execute), not started", p.RunID)
 	}
-	l, err := e.launch(ctx, p)
+	l, err := e.launch(ctx, p, o)
 	if err != nil {
 		return nil, err
 	}
 	return e.executeBackground(ctx, p, l)
 }
 
-func (e *Engine) launch(ctx context.Context, p *Plan) (*launch, error) {
+func (e *Engine) launch(ctx context.Context, p *Plan, o ExecOptions) (*launch, error) {
 	log := e.log
 	if err := e.journal.Check(); err != nil {
 		return nil, err
@@ -512,7 +530,7 @@ func (e *Engine) launch(ctx context.Context, p *Plan) (*launch, error) {
 		Method:    og.Method,
 		Skill:     p.AuditSkill(),
 		Skills:    p.Code.AuditSkills(),
-		Run:       e.runInfo(p, img, rtVersion),
+		Run:       e.runInfo(p, o, img, rtVersion, ""),
 		Detail:    planDetail(p),
 	}
 	start.Run.Started = began.UTC()
@@ -538,20 +556,20 @@ func (e *Engine) launch(ctx context.Context, p *Plan) (*launch, error) {
 		Limits:    p.Limits,
 		Network:   p.Network,
 		Egress:    egCfg,
-		Stdout:    req.Stdout,
-		Stderr:    req.Stderr,
+		Stdout:    TeeSink(req.Stdout, o.Stdout),
+		Stderr:    TeeSink(req.Stderr, o.Stderr),
 		DepsDir:   layerDir,
 	}
 	p.Code.applyTo(&job)
 	job.ModuleEnv = depsModuleEnv(job.ModuleEnv, img.Name, layer)
 	log.Debug("run starting", "run_id", p.RunID, "skill", p.SkillName(), "script", p.Script, "image", img.Digest, "deps_layer", layerDigest)
-	return &launch{img: img, job: job, start: start, began: began, rtVersion: rtVersion, layerDigest: layerDigest, warnings: warnings}, nil
+	return &launch{opts: o, img: img, job: job, start: start, began: began, rtVersion: rtVersion, layerDigest: layerDigest, warnings: warnings}, nil
 }
 
 // finish runs a launched foreground run and writes its run.end.
 func (e *Engine) finish(ctx context.Context, p *Plan, l *launch) (*Finished, error) {
 	log, og, start, img, layerDigest, warnings := e.log, p.Origin, l.start, l.img, l.layerDigest, l.warnings
-	res, runErr := e.tracedRunJob(ctx, p, img, l.job)
+	res, box, runErr := e.tracedRunJob(ctx, p, img, l.job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
 		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
 	}
@@ -564,7 +582,7 @@ func (e *Engine) finish(ctx context.Context, p *Plan, l *launch) (*Finished, err
 		Method:    og.Method,
 		Skill:     start.Skill,
 		Skills:    start.Skills,
-		Run:       e.runInfo(p, img, l.rtVersion),
+		Run:       e.runInfo(p, l.opts, img, l.rtVersion, box),
 		Detail:    start.Detail,
 	}
 	end.Run.Started = l.began.UTC()
@@ -581,7 +599,7 @@ func (e *Engine) finish(ctx context.Context, p *Plan, l *launch) (*Finished, err
 		end.Outcome = string(res.Reason)
 		fillRunResult(end.Run, res)
 		if p.Workspace != nil {
-			wsReport = p.Workspace.applyBack(res)
+			wsReport = p.Workspace.applyBack(res, l.opts.WorkspaceAccount)
 			end.Run.Workspace = wsReport
 		}
 	}
@@ -597,7 +615,8 @@ func (e *Engine) finish(ctx context.Context, p *Plan, l *launch) (*Finished, err
 		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
 	log.Info("run finished", "run_id", p.RunID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
-	out := &Finished{Launched: Launched{RunID: p.RunID, Plan: p, Image: img, DepsLayer: layerDigest, Warnings: warnings}, Result: *res, Workspace: wsReport}
+	out := &Finished{Launched: Launched{RunID: p.RunID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: img, DepsLayer: layerDigest, Warnings: warnings},
+		Result: *res, SessionSandbox: box, Workspace: wsReport}
 	out.Hint = e.deps.importHint(out)
 	return out, nil
 }
@@ -608,7 +627,7 @@ func (e *Engine) Run(ctx context.Context, req RunRequest) (*Finished, error) {
 	if err != nil {
 		return nil, err
 	}
-	return e.Execute(ctx, p)
+	return e.Execute(ctx, p, ExecOptions{})
 }
 
 // version caches the runtime's version; it is asked once per engine (until
@@ -638,14 +657,16 @@ func (p *Plan) AuditRun(withCode bool) *audit.RunInfo {
 	}
 }
 
-func (e *Engine) runInfo(p *Plan, img runtime.ImageRef, rtVersion string) *audit.RunInfo {
+// runInfo is the run as its run.start and run.end records name it; box is
+// the session sandbox it went to ("" before it has).
+func (e *Engine) runInfo(p *Plan, o ExecOptions, img runtime.ImageRef, rtVersion, box string) *audit.RunInfo {
 	req := p.Request
 	ri := p.AuditRun(false)
-	ri.RunID, ri.Limits, ri.EgressSecrets, ri.ConfirmationID = p.RunID, p.Limits, p.secretNames(), req.ConfirmationID
+	ri.RunID, ri.Limits, ri.EgressSecrets, ri.ConfirmationID = p.RunID, p.Limits, p.secretNames(), o.ConfirmationID
 	ri.EnvNames, ri.EnvHash = audit.EnvSummary(req.Env)
 	ri.Runtime, ri.RuntimeVersion, ri.Image, ri.ImageDigest = e.rt.Name(), rtVersion, img.Name, img.Digest
 	if p.Isolation == policy.IsolationSession {
-		ri.Isolation, ri.SessionSandbox, ri.Background = string(p.Isolation), p.SessionSandbox, req.Background
+		ri.Isolation, ri.SessionSandbox, ri.Background = string(p.Isolation), box, req.Background
 	}
 	if len(req.Stdin) > 0 {
 		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), SHA256Hex(req.Stdin)
@@ -884,6 +905,25 @@ func classifyRuntimeErr(err error) error {
 		return errkind.Errorf(api.ErrInternal, "sandbox failed: %w", err)
 	}
 }
+
+// TeeSink writes to both sinks (either may be nil).
+func TeeSink(a, b runtime.StreamSink) runtime.StreamSink {
+	if a == nil {
+		return b
+	}
+	if b == nil {
+		return a
+	}
+	return StreamFunc(func(p []byte) (int, error) {
+		a.Write(p)
+		return b.Write(p)
+	})
+}
+
+// StreamFunc is a function as a runtime.StreamSink.
+type StreamFunc func(p []byte) (int, error)
+
+func (f StreamFunc) Write(p []byte) (int, error) { return f(p) }
 
 // ErrRunCancelled is the cause of a run's ctx when runs.cancel stopped it.
 var ErrRunCancelled = errors.New("run cancelled on request")

@@ -289,14 +289,14 @@ func TestExecuteFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	au.Fail(errors.New("quota exceeded"))
-	if _, err := e.Execute(context.Background(), p); !errors.Is(err, api.ErrUnavailable) {
+	if _, err := e.Execute(context.Background(), p, runner.ExecOptions{}); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("execute with a failing audit log: %v", err)
 	}
 	if len(rt.Jobs()) != 0 {
 		t.Fatal("ran without audit")
 	}
 	au.Fail(nil)
-	out, err := e.Execute(context.Background(), p)
+	out, err := e.Execute(context.Background(), p, runner.ExecOptions{})
 	if err != nil || out.Result.Reason != runtime.ReasonExit {
 		t.Fatalf("execute: %+v %v", out, err)
 	}
@@ -304,7 +304,7 @@ func TestExecuteFailClosed(t *testing.T) {
 	rt.RunFunc = func(context.Context, runtime.Job) (*runtime.Result, error) {
 		return nil, errors.New("runsc exploded")
 	}
-	if _, err := e.Execute(context.Background(), p); err == nil || !strings.Contains(err.Error(), "runsc exploded") {
+	if _, err := e.Execute(context.Background(), p, runner.ExecOptions{}); err == nil || !strings.Contains(err.Error(), "runsc exploded") {
 		t.Fatalf("runtime failure: %v", err)
 	}
 	ends := au.Events("run.end")

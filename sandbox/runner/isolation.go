@@ -48,7 +48,7 @@ func (e *Engine) planIsolation(p *Plan) error {
 // session closes). A run that could not start gets its run.end now.
 func (e *Engine) executeBackground(ctx context.Context, p *Plan, l *launch) (*Started, error) {
 	start := l.start
-	run, _, err := e.sessions.startBackground(ctx, p, l.job, start)
+	run, box, err := e.sessions.startBackground(ctx, p, l.job, start)
 	if err != nil {
 		end := *start
 		ri := *start.Run
@@ -61,9 +61,10 @@ func (e *Engine) executeBackground(ctx context.Context, p *Plan, l *launch) (*St
 		}
 		return nil, api.MarkAudited(classifyRuntimeErr(err))
 	}
-	start.Run.SessionSandbox = p.SessionSandbox
-	e.log.Info("background run started", "run_id", p.RunID, "skill", p.SkillName(), "sandbox", p.SessionSandbox, "pid", run.PID)
-	return &Started{Launched: Launched{RunID: p.RunID, Plan: p, Image: l.img, DepsLayer: l.layerDigest, Warnings: l.warnings}, Run: run}, nil
+	start.Run.SessionSandbox = box
+	e.log.Info("background run started", "run_id", p.RunID, "skill", p.SkillName(), "sandbox", box, "pid", run.PID)
+	return &Started{Launched: Launched{RunID: p.RunID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: l.img, DepsLayer: l.layerDigest, Warnings: l.warnings},
+		Run: run, SessionSandbox: box}, nil
 }
 
 // Sessions is the engine's keeper of session sandboxes (nil: none).

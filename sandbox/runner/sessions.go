@@ -433,21 +433,22 @@ func (m *SessionSandboxes) deliver(ctx context.Context, p *Plan, job runtime.Job
 	return b, inv, err
 }
 
-// run delivers a foreground run into its session's sandbox.
-func (m *SessionSandboxes) run(ctx context.Context, p *Plan, job runtime.Job) (*runtime.Result, error) {
+// run delivers a foreground run into its session's sandbox, which it
+// names.
+func (m *SessionSandboxes) run(ctx context.Context, p *Plan, job runtime.Job) (*runtime.Result, string, error) {
 	b, inv, err := m.deliver(ctx, p, job)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	sb, done := m.use(b)
 	defer done()
-	p.SessionSandbox = b.id
 	if p.Code != nil && p.Code.Program != nil {
 		// The program is the run's alone: gone with it, so a long session
 		// does not pile them up.
 		defer os.RemoveAll(filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.RunID))
 	}
-	return sb.Run(ctx, p.RunID, inv)
+	res, err := sb.Run(ctx, p.RunID, inv)
+	return res, b.id, err
 }
 
 // drop tears down a box whose sandbox died, with its skills dir.
@@ -497,7 +498,6 @@ func (m *SessionSandboxes) startBackground(ctx context.Context, p *Plan, job run
 	m.mu.Lock()
 	m.runs[rk] = br
 	m.mu.Unlock()
-	p.SessionSandbox = b.id
 	sb, done := m.use(b)
 	defer done()
 	run, err := sb.Background(ctx, p.RunID, inv)

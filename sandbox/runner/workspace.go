@@ -30,10 +30,6 @@ type WorkspaceRequest struct {
 	// Quota bounds what the workspace may hold after the write-back (a
 	// session's workspace); 0: none.
 	Quota int64
-	// Account is the session workspace's part of the daemon's workspace
-	// budget (per uid and in total), which the write-back's growth is
-	// taken from; nil: none (a host workspace: the user's own disk).
-	Account *workspace.Account
 }
 
 // WorkspacePlan is a run's prepared workspace: what policy gives it and
@@ -164,7 +160,7 @@ func (w *WorkspacePlan) auditFiles() []audit.FileRef {
 // the report: nothing comes back from a read-only workspace or from a run
 // that did not end by itself (timeout, a cap, cancelled), whose files may
 // be half written.
-func (w *WorkspacePlan) applyBack(res *runtime.Result) *api.WorkspaceReport {
+func (w *WorkspacePlan) applyBack(res *runtime.Result, acct *workspace.Account) *api.WorkspaceReport {
 	r := w.report()
 	switch {
 	case w.Grant.Mode != api.WorkspaceWrite:
@@ -183,7 +179,7 @@ func (w *WorkspacePlan) applyBack(res *runtime.Result) *api.WorkspaceReport {
 	}
 	defer ws.Close()
 	rep, err := ws.Apply(w.Snapshot, workspace.Changes{Written: res.Outputs, Deleted: res.Deleted}, w.Grant.Delete,
-		workspace.Options{Excludes: w.Grant.Excludes, Owner: w.Request.Owner, Quota: w.Request.Quota, Account: w.Request.Account})
+		workspace.Options{Excludes: w.Grant.Excludes, Owner: w.Request.Owner, Quota: w.Request.Quota, Account: acct})
 	if err != nil {
 		r.NotApplied = "the workspace could not be written: " + err.Error()
 		return r

@@ -78,7 +78,7 @@ func TestRunInWorkspace(t *testing.T) {
 	if p2.Digest == p.Digest {
 		t.Error("the digest does not cover the workspace's files")
 	}
-	out, err := e.Execute(context.Background(), p2)
+	out, err := e.Execute(context.Background(), p2, runner.ExecOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -181,9 +181,12 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	if needConfirm && o.ConfirmationID == "" && len(o.ConfirmationIDs) > 0 {
 		o.ConfirmationID = s.confirmationFor(o.SessionID, plan.Digest, o.ConfirmationIDs)
 	}
+	// approval is the confirmation the run uses, if any: it goes with
+	// the run, and the plan stays as it was approved.
+	approval := ""
 	if needConfirm && o.ConfirmationID == "" {
 		if o.SelfApprove {
-			if err := s.selfApprove(ctx, caller, o, plan, what, reason, rule); err != nil {
+			if approval, err = s.selfApprove(ctx, caller, o, plan, what, reason, rule); err != nil {
 				return fail(err)
 			}
 		} else {
@@ -208,6 +211,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		if err := s.useConfirmation(ctx, caller, o, plan); err != nil {
 			return fail(err)
 		}
+		approval = o.ConfirmationID
 		if grantEgress {
 			s.grants.grant(o.SessionID, sk.Name, plan.EgressNames())
 		}
@@ -215,7 +219,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	if o.Authorized != nil {
 		o.Authorized(plan)
 	}
-	return s.execute(ctx, caller, o, plan)
+	return s.execute(ctx, caller, o, plan, approval)
 }
 
 // auditSpace refuses a new run when the audit filesystem is below its
@@ -283,10 +287,11 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 	return api.MarkAudited(&api.ConfirmationRequiredError{ID: c.ID, Reason: reason, Rule: rule, Digest: plan.Digest})
 }
 
-// selfApprove confirms plan on behalf of caller, who must be an approver.
-func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan, what, reason, rule string) error {
+// selfApprove confirms plan on behalf of caller, who must be an approver,
+// and names the approval.
+func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan, what, reason, rule string) (string, error) {
 	if !s.IsApprover(caller) {
-		return errkind.Errorf(api.ErrDenied, "%s needs confirmation (%s) and uid %d is not one of the approvers (daemon.approvers): ask an approver to run it", what, rule, caller.UID)
+		return "", errkind.Errorf(api.ErrDenied, "%s needs confirmation (%s) and uid %d is not one of the approvers (daemon.approvers): ask an approver to run it", what, rule, caller.UID)
 	}
 	id := "cli_" + strings.TrimPrefix(plan.RunID, "run_")
 	uid := caller.UID
@@ -296,10 +301,9 @@ func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions
 	r.Outcome = string(api.ConfirmationApproved)
 	r.Detail = map[string]string{"via": "--yes"}
 	if err := s.record(ctx, r); err != nil {
-		return err
+		return "", err
 	}
-	plan.Request.ConfirmationID = id
-	return nil
+	return id, nil
 }
 
 // confirmationFor picks, among ids, the approval of this session bound to
@@ -346,11 +350,7 @@ func (s *Service) useConfirmation(ctx context.Context, caller api.Peer, o RunOpt
 		return api.MarkAudited(err)
 	}
 	r.Outcome = string(api.ConfirmationUsed)
-	if err := s.record(ctx, r); err != nil {
-		return err
-	}
-	plan.Request.ConfirmationID = o.ConfirmationID
-	return nil
+	return s.record(ctx, r)
 }
 
 // acquireRunSlot bounds concurrent runs, fairly per uid with a reserve for
@@ -364,15 +364,15 @@ func (s *Service) acquireRunSlot(ctx context.Context, caller api.Peer) (func(), 
 	return s.runSlots.acquire(ctx, caller.UID, s.IsApprover(caller), wait)
 }
 
-// execute runs an authorized plan: registered for runs.cancel, streaming
-// its events when asked. A background plan is started.
-func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan) (*Finished, *Started, error) {
+// execute runs an authorized plan, with the approval it used: registered
+// for runs.cancel, streaming its events when asked. A background plan is
+// started.
+func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan, approval string) (*Finished, *Started, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	feed := s.runs.add(LiveRun{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.SkillName(), Script: plan.Script, UID: caller.UID, Started: time.Now().UTC()}, cancel)
 	defer s.runs.remove(plan.RunID)
-	plan.Request.Stdout = teeSink(plan.Request.Stdout, feed.sink(api.StreamStdout))
-	plan.Request.Stderr = teeSink(plan.Request.Stderr, feed.sink(api.StreamStderr))
+	xo := runner.ExecOptions{ConfirmationID: approval, Stdout: feed.sink(api.StreamStdout), Stderr: feed.sink(api.StreamStderr)}
 	if id := s.sessionOfRun(o, plan); id != "" {
 		// The run changes its session's workspace behind the files API's
 		// open one: dropped, the next call walks the tree anew.
@@ -391,7 +391,7 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		if err != nil {
 			return nil, nil, err
 		}
-		plan.Workspace.Request.Account = acct
+		xo.WorkspaceAccount = acct
 	}
 
 	sink := api.EventSinkFrom(ctx)
@@ -400,8 +400,8 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 	}
 	if sink != nil {
 		ev := &outputEvents{runID: plan.RunID, sink: sink}
-		plan.Request.Stdout = teeSink(plan.Request.Stdout, ev.stream(api.StreamStdout))
-		plan.Request.Stderr = teeSink(plan.Request.Stderr, ev.stream(api.StreamStderr))
+		xo.Stdout = runner.TeeSink(xo.Stdout, ev.stream(api.StreamStdout))
+		xo.Stderr = runner.TeeSink(xo.Stderr, ev.stream(api.StreamStderr))
 		sink(api.RunStartedEvent{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.SkillName(), Path: plan.Script,
 			Image: plan.Interpreter.Image, Runtime: s.engine.Runtime().Name()})
 	}
@@ -410,7 +410,7 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		return nil, nil, err
 	}
 	if plan.Request.Background {
-		st, err := s.engine.Start(runCtx, plan)
+		st, err := s.engine.Start(runCtx, plan, xo)
 		if err != nil {
 			return failed(err)
 		}
@@ -421,7 +421,7 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 			Error: "the run goes on in the background in its session's sandbox: read its output with runs.output"})
 		return nil, st, nil
 	}
-	out, err := s.engine.Execute(runCtx, plan)
+	out, err := s.engine.Execute(runCtx, plan, xo)
 	if err != nil {
 		return failed(err)
 	}
@@ -563,12 +563,8 @@ type outputEvents struct {
 	seq   uint64
 }
 
-type streamFunc func(p []byte) (int, error)
-
-func (f streamFunc) Write(p []byte) (int, error) { return f(p) }
-
 func (e *outputEvents) stream(name string) runtime.StreamSink {
-	return streamFunc(func(p []byte) (int, error) {
+	return runner.StreamFunc(func(p []byte) (int, error) {
 		if len(p) == 0 {
 			return 0, nil
 		}
@@ -578,17 +574,6 @@ func (e *outputEvents) stream(name string) runtime.StreamSink {
 		e.sink(ev)
 		e.mu.Unlock()
 		return len(p), nil
-	})
-}
-
-// teeSink writes to both sinks (either may be nil).
-func teeSink(a, b runtime.StreamSink) runtime.StreamSink {
-	if a == nil {
-		return b
-	}
-	return streamFunc(func(p []byte) (int, error) {
-		a.Write(p)
-		return b.Write(p)
 	})
 }
 

@@ -397,7 +397,7 @@ func ResultOf(o *Finished, inlineBudget int64) api.RunScriptResult {
 	if sk := o.Plan.Request.Skill; sk != nil {
 		res.Skill, res.SkillDigest = sk.Name, sk.Digest
 	}
-	res.Network, res.ConfirmationID = o.Plan.Network, o.Plan.Request.ConfirmationID
+	res.Network, res.ConfirmationID = o.Plan.Network, o.ConfirmationID
 	res.Limits = o.Plan.Limits.Map()
 	res.LimitsEnforcedBy = r.LimitsEnforcedBy
 	// Every list is present, empty or not: a reader need not tell null from [].
@@ -405,7 +405,7 @@ func ResultOf(o *Finished, inlineBudget int64) api.RunScriptResult {
 	res.Deleted = append([]string{}, r.Deleted...)
 	res.Workspace = o.Workspace
 	if o.Plan.Isolation == policy.IsolationSession {
-		res.Isolation, res.SessionSandbox = string(o.Plan.Isolation), o.Plan.SessionSandbox
+		res.Isolation, res.SessionSandbox = string(o.Plan.Isolation), o.SessionSandbox
 	}
 	left := inlineBudget
 	for _, f := range r.Outputs {

@@ -260,7 +260,7 @@ func TestRunSelfApprove(t *testing.T) {
 		t.Fatalf("%d runs were refused yet ran", n)
 	}
 	out, err := run(approver, "guarded", true)
-	if err != nil || !strings.HasPrefix(out.Plan.Request.ConfirmationID, "cli_") {
+	if err != nil || !strings.HasPrefix(out.ConfirmationID, "cli_") {
 		t.Fatalf("self-approved run: %+v %v", out, err)
 	}
 	recs := f.audit.Events(audit.EventConfirmApprove)
