@@ -291,7 +291,7 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 		SelfApproveHint: "re-run with --yes to confirm it yourself",
 		Authorized: func(plan *service.Plan) {
 			if !c.Bool("json") {
-				for _, w := range loweredLimits(o.limits, plan.Limits) {
+				for _, w := range loweredLimits(o.limits, plan.Limits()) {
 					fmt.Fprintln(os.Stderr, "skillbox: "+w)
 				}
 			}
@@ -362,7 +362,7 @@ func interruptContext(parent context.Context) (ctx context.Context, interrupted 
 // reportRun tells the person at the terminal what the streams do not: why a
 // run ended early, truncation, and outputs that were or were not kept.
 func reportRun(w io.Writer, out *service.Finished, outputsDir string) {
-	res, lim := &out.Result, out.Plan.Limits
+	res, lim := &out.Result, out.Plan.Limits()
 	for _, n := range out.Warnings {
 		fmt.Fprintf(w, "skillbox: warning: %s\n", n)
 	}

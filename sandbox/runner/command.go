@@ -79,18 +79,18 @@ func (e *Engine) prepareCommand(req RunRequest, pol *policy.SkillPolicy) (*Plan,
 		label = "command"
 	}
 	p := &Plan{
-		RunID:        runID,
-		JobID:        jobID,
-		Request:      req,
-		Script:       label,
-		SkillRoot:    root,
-		ScriptSHA256: SHA256Hex([]byte(script)),
-		Interpreter:  policy.Interpreter{Image: im.Name, Argv: []string{"/bin/sh", "-c"}, Rule: im.Rule()},
-		Argv:         argv,
-		Env:          env,
-		Limits:       limits,
-		LimitRules:   rules,
-		Policy:       pol,
+		runID:        runID,
+		jobID:        jobID,
+		request:      req,
+		script:       label,
+		skillRoot:    root,
+		scriptSHA256: SHA256Hex([]byte(script)),
+		interpreter:  policy.Interpreter{Image: im.Name, Argv: []string{"/bin/sh", "-c"}, Rule: im.Rule()},
+		argv:         argv,
+		env:          env,
+		limits:       limits,
+		limitRules:   rules,
+		policy:       pol,
 	}
 	return p, nil
 }

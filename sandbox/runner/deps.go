@@ -293,16 +293,16 @@ func (d *Deps) ForRun(ctx context.Context, p *Plan, img runtime.ImageRef, rootfs
 	if d == nil {
 		return nil, nil, nil
 	}
-	if p.Code == nil {
-		return d.layerFor(ctx, p.Request.Skill, p.SkillRoot, img, rootfs, p.Limits.Timeout)
+	if p.code == nil {
+		return d.layerFor(ctx, p.request.Skill, p.skillRoot, img, rootfs, p.limits.Timeout)
 	}
 	// A code run mounts one layer: that of the one mounted skill that
 	// needs one.
 	var layer *deps.Layer
 	var owner string
 	var notes []string
-	for _, m := range p.Code.Mounts {
-		l, n, err := d.layerFor(ctx, m.Skill, m.Root, img, rootfs, p.Limits.Timeout)
+	for _, m := range p.code.Mounts {
+		l, n, err := d.layerFor(ctx, m.Skill, m.Root, img, rootfs, p.limits.Timeout)
 		if err != nil {
 			return nil, nil, err
 		}

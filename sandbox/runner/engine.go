@@ -165,48 +165,123 @@ type Origin struct {
 }
 
 // Plan is a validated request with everything resolved: what will run, where,
-// under which limits. Its Digest binds a confirmation to exactly this run.
+// under which limits, under which policy. Its Digest binds a confirmation to
+// exactly this run. PrepareWith builds it once and nothing changes it after:
+// it is read through its methods, so the plan an approver approved is the
+// plan that runs (what a run gets as it starts is ExecOptions').
 type Plan struct {
-	RunID   string
-	JobID   string // the container id: runtime.IDPrefix + the run id's hex
-	Request RunRequest
-	// Origin is who asked (PrepareWith's).
-	Origin       Origin
-	Script       string // cleaned relative path
-	SkillRoot    string // the pinned copy of the skill the run mounts
-	ScriptSHA256 string
-	Interpreter  policy.Interpreter
-	Argv         []string
-	Env          []string
-	// ModuleEnv puts the skill root and the script's directory on the
-	// interpreter's module path (runtime.ModulePathEnv).
-	ModuleEnv []string
-	// ScriptDirsRule names the policy rule(s) that allowed the script's
+	runID        string
+	jobID        string
+	request      RunRequest
+	origin       Origin
+	script       string
+	skillRoot    string
+	scriptSHA256 string
+	interpreter  policy.Interpreter
+	argv         []string
+	env          []string
+	moduleEnv    []string
+	// scriptDirsRule names the policy rule(s) that allowed the script's
 	// directory, or policy.RuleScriptDirsDefault.
-	ScriptDirsRule string
-	Limits         runtime.Limits
-	LimitRules     []string
-	Network        bool
-	NetworkRule    string
-	// Egress are the destinations the run may reach through the egress
-	// proxy (policy egress, when the run has no full network), and
-	// EgressRule the rules that list them.
-	Egress     []egress.Rule
-	EgressRule string
-	// EgressSecrets are the secrets the proxy adds for the run (policy
-	// secret blocks whose hosts the destinations reach).
-	EgressSecrets []*policy.Secret
-	Digest        string
-	Code          *CodePlan      // skills.run_code runs only
-	Workspace     *WorkspacePlan // runs with a workspace only
-	// Policy is the run's policy, resolved once (policy.Config.For, or
-	// ForSkills for a code run): the plan's facets are its.
-	Policy *policy.SkillPolicy
-	// Isolation is how the run is isolated (policy Isolation) and
-	// IsolationRule the rule that says so.
-	Isolation     policy.Isolation
-	IsolationRule string
+	scriptDirsRule string
+	limits         runtime.Limits
+	limitRules     []string
+	network        bool
+	networkRule    string
+	egress         []egress.Rule
+	egressRule     string
+	egressSecrets  []*policy.Secret
+	digest         string
+	code           *CodePlan
+	workspace      *WorkspacePlan
+	policy         *policy.SkillPolicy
+	isolation      policy.Isolation
+	isolationRule  string
 }
+
+// RunID names the run.
+func (p *Plan) RunID() string { return p.runID }
+
+// JobID is the container id: runtime.IDPrefix + the run id's hex.
+func (p *Plan) JobID() string { return p.jobID }
+
+// Request is the run as asked for.
+func (p *Plan) Request() RunRequest { return p.request }
+
+// Origin is who asked (PrepareWith's).
+func (p *Plan) Origin() Origin { return p.origin }
+
+// Script is the cleaned path of the script relative to the skill root
+// (a command's label; a code run's program in the sandbox).
+func (p *Plan) Script() string { return p.script }
+
+// SkillRoot is the pinned copy of the skill the run mounts.
+func (p *Plan) SkillRoot() string { return p.skillRoot }
+
+// ScriptSHA256 is the hash of what runs: the script, command or code.
+func (p *Plan) ScriptSHA256() string { return p.scriptSHA256 }
+
+// Interpreter is the image and program the script runs with.
+func (p *Plan) Interpreter() policy.Interpreter { return p.interpreter }
+
+// Argv is the run's command line in the sandbox.
+func (p *Plan) Argv() []string { return p.argv }
+
+// Env is the environment the caller gave, as KEY=VALUE in a stable order.
+func (p *Plan) Env() []string { return p.env }
+
+// ModuleEnv puts the skill root and the script's directory on the
+// interpreter's module path (runtime.ModulePathEnv).
+func (p *Plan) ModuleEnv() []string { return p.moduleEnv }
+
+// ScriptDirsRule names the policy rule(s) that allowed the script's
+// directory, or policy.RuleScriptDirsDefault.
+func (p *Plan) ScriptDirsRule() string { return p.scriptDirsRule }
+
+// Limits are the run's limits: the policy's, tightened by the request's.
+func (p *Plan) Limits() runtime.Limits { return p.limits }
+
+// LimitRules name the sources of the limits.
+func (p *Plan) LimitRules() []string { return p.limitRules }
+
+// Network says whether the run has full network access, and NetworkRule
+// the rule that gave it.
+func (p *Plan) Network() bool { return p.network }
+
+// NetworkRule: see Network.
+func (p *Plan) NetworkRule() string { return p.networkRule }
+
+// Egress are the destinations the run may reach through the egress proxy
+// (policy egress, when the run has no full network), and EgressRule the
+// rules that list them.
+func (p *Plan) Egress() []egress.Rule { return p.egress }
+
+// EgressRule: see Egress.
+func (p *Plan) EgressRule() string { return p.egressRule }
+
+// EgressSecrets are the secrets the proxy adds for the run (policy secret
+// blocks whose hosts the destinations reach).
+func (p *Plan) EgressSecrets() []*policy.Secret { return p.egressSecrets }
+
+// Digest binds a confirmation to exactly this run.
+func (p *Plan) Digest() string { return p.digest }
+
+// Code is what a skills.run_code run runs (nil for other runs).
+func (p *Plan) Code() *CodePlan { return p.code }
+
+// Workspace is the run's workspace (nil for a run without one).
+func (p *Plan) Workspace() *WorkspacePlan { return p.workspace }
+
+// Policy is the run's policy, resolved once (policy.Config.For, or
+// ForSkills for a code run): the plan's facets are its.
+func (p *Plan) Policy() *policy.SkillPolicy { return p.policy }
+
+// Isolation is how the run is isolated (policy Isolation), and
+// IsolationRule the rule that says so.
+func (p *Plan) Isolation() policy.Isolation { return p.isolation }
+
+// IsolationRule: see Isolation.
+func (p *Plan) IsolationRule() string { return p.isolationRule }
 
 // ExecOptions are what a run is given as it starts that its approval does
 // not bind, so that the approved plan stays as it was approved.
@@ -304,7 +379,7 @@ func (e *Engine) PrepareWith(req RunRequest, origin Origin, pol *policy.SkillPol
 	if err != nil {
 		return nil, err
 	}
-	p.Origin = origin
+	p.origin = origin
 	if err := e.planIsolation(p); err != nil {
 		return nil, err
 	}
@@ -316,10 +391,10 @@ func (e *Engine) PrepareWith(req RunRequest, origin Origin, pol *policy.SkillPol
 			return nil, err
 		}
 	}
-	if p.Code != nil {
-		p.Digest = codeDigest(p)
+	if p.code != nil {
+		p.digest = codeDigest(p)
 	} else {
-		p.Digest = planDigest(p)
+		p.digest = planDigest(p)
 	}
 	return p, nil
 }
@@ -417,22 +492,22 @@ func (e *Engine) prepare(req RunRequest, pol *policy.SkillPolicy) (*Plan, error)
 	}
 
 	p := &Plan{
-		RunID:          runID,
-		JobID:          jobID,
-		Request:        req,
-		Script:         rel,
-		SkillRoot:      root,
-		ScriptSHA256:   hex.EncodeToString(sum[:]),
-		Interpreter:    interp,
-		Argv:           argv,
-		Env:            env,
-		ModuleEnv:      moduleEnv,
-		ScriptDirsRule: dirsRule,
-		Limits:         limits,
-		LimitRules:     rules,
-		Network:        network,
-		NetworkRule:    netRule,
-		Policy:         pol,
+		runID:          runID,
+		jobID:          jobID,
+		request:        req,
+		script:         rel,
+		skillRoot:      root,
+		scriptSHA256:   hex.EncodeToString(sum[:]),
+		interpreter:    interp,
+		argv:           argv,
+		env:            env,
+		moduleEnv:      moduleEnv,
+		scriptDirsRule: dirsRule,
+		limits:         limits,
+		limitRules:     rules,
+		network:        network,
+		networkRule:    netRule,
+		policy:         pol,
 	}
 	if err := planEgress(p); err != nil {
 		return nil, err
@@ -445,7 +520,7 @@ func (e *Engine) prepare(req RunRequest, pol *policy.SkillPolicy) (*Plan, error)
 // cannot tell says yes, and Execute finds out.
 func (e *Engine) CheckImage(p *Plan) error {
 	if ic, ok := e.images.(ImageChecker); ok {
-		return ic.Available(p.Interpreter.Image)
+		return ic.Available(p.interpreter.Image)
 	}
 	return nil
 }
@@ -467,8 +542,8 @@ type launch struct {
 // record before the result is returned; if either cannot be written the
 // run is refused or its result withheld (fail closed).
 func (e *Engine) Execute(ctx context.Context, p *Plan, o ExecOptions) (*Finished, error) {
-	if p.Request.Background {
-		return nil, errkind.Errorf(api.ErrInternal, "run %s is a background run: it is started (Start), not executed", p.RunID)
+	if p.request.Background {
+		return nil, errkind.Errorf(api.ErrInternal, "run %s is a background run: it is started (Start), not executed", p.runID)
 	}
 	l, err := e.launch(ctx, p, o)
 	if err != nil {
@@ -480,8 +555,8 @@ func (e *Engine) Execute(ctx context.Context, p *Plan, o ExecOptions) (*Finished
 // Start starts a prepared background plan in its session's sandbox and
 // returns once it runs; its run.end is written when it ends.
 func (e *Engine) Start(ctx context.Context, p *Plan, o ExecOptions) (*Started, error) {
-	if !p.Request.Background {
-		return nil, errkind.Errorf(api.ErrInternal, "run %s is a foreground run: it is executed (Execute), not started", p.RunID)
+	if !p.request.Background {
+		return nil, errkind.Errorf(api.ErrInternal, "run %s is a foreground run: it is executed (Execute), not started", p.runID)
 	}
 	l, err := e.launch(ctx, p, o)
 	if err != nil {
@@ -495,10 +570,10 @@ func (e *Engine) launch(ctx context.Context, p *Plan, o ExecOptions) (*launch, e
 	if err := e.journal.Check(); err != nil {
 		return nil, err
 	}
-	ictx, sp := span.Start(ctx, "image.resolve", span.AttrImage.String(p.Interpreter.Image))
-	img, rootfs, err := e.images.Ensure(ictx, p.Interpreter.Image, e.progress)
+	ictx, sp := span.Start(ctx, "image.resolve", span.AttrImage.String(p.interpreter.Image))
+	img, rootfs, err := e.images.Ensure(ictx, p.interpreter.Image, e.progress)
 	if err != nil {
-		err = errkind.Errorf(api.ErrUnavailable, "image %q for %s: %w", p.Interpreter.Image, p.Script, err)
+		err = errkind.Errorf(api.ErrUnavailable, "image %q for %s: %w", p.interpreter.Image, p.script, err)
 	}
 	span.End(sp, err, api.KindOf(err))
 	if err != nil {
@@ -520,7 +595,7 @@ func (e *Engine) launch(ctx context.Context, p *Plan, o ExecOptions) (*launch, e
 		return nil, err
 	}
 
-	req, og := p.Request, p.Origin
+	req, og := p.request, p.origin
 	began := time.Now()
 	start := &audit.Record{
 		Event:     audit.EventRunStart,
@@ -529,14 +604,14 @@ func (e *Engine) launch(ctx context.Context, p *Plan, o ExecOptions) (*launch, e
 		RequestID: og.RequestID,
 		Method:    og.Method,
 		Skill:     p.AuditSkill(),
-		Skills:    p.Code.AuditSkills(),
+		Skills:    p.code.AuditSkills(),
 		Run:       e.runInfo(p, o, img, rtVersion, ""),
 		Detail:    planDetail(p),
 	}
 	start.Run.Started = began.UTC()
 	start.Run.DepsLayer, start.Run.Warnings = layerDigest, warnings
-	start.Run.Code = p.Code.AuditCode(true)
-	if w := p.Workspace; w != nil {
+	start.Run.Code = p.code.AuditCode(true)
+	if w := p.workspace; w != nil {
 		start.Run.Workspace, start.Run.WorkspaceFiles = w.report(), w.auditFiles()
 	}
 	if err := e.journal.Record(ctx, start); err != nil {
@@ -544,31 +619,31 @@ func (e *Engine) launch(ctx context.Context, p *Plan, o ExecOptions) (*launch, e
 	}
 
 	job := runtime.Job{
-		ID:        p.JobID,
+		ID:        p.jobID,
 		RootFS:    rootfs,
 		Image:     img,
-		SkillDir:  p.SkillRoot,
-		Args:      p.Argv,
-		Env:       p.Env,
-		ModuleEnv: p.ModuleEnv,
+		SkillDir:  p.skillRoot,
+		Args:      p.argv,
+		Env:       p.env,
+		ModuleEnv: p.moduleEnv,
 		Stdin:     req.Stdin,
 		Files:     p.inputFiles(),
-		Limits:    p.Limits,
-		Network:   p.Network,
+		Limits:    p.limits,
+		Network:   p.network,
 		Egress:    egCfg,
 		Stdout:    TeeSink(req.Stdout, o.Stdout),
 		Stderr:    TeeSink(req.Stderr, o.Stderr),
 		DepsDir:   layerDir,
 	}
-	p.Code.applyTo(&job)
+	p.code.applyTo(&job)
 	job.ModuleEnv = depsModuleEnv(job.ModuleEnv, img.Name, layer)
-	log.Debug("run starting", "run_id", p.RunID, "skill", p.SkillName(), "script", p.Script, "image", img.Digest, "deps_layer", layerDigest)
+	log.Debug("run starting", "run_id", p.runID, "skill", p.SkillName(), "script", p.script, "image", img.Digest, "deps_layer", layerDigest)
 	return &launch{opts: o, img: img, job: job, start: start, began: began, rtVersion: rtVersion, layerDigest: layerDigest, warnings: warnings}, nil
 }
 
 // finish runs a launched foreground run and writes its run.end.
 func (e *Engine) finish(ctx context.Context, p *Plan, l *launch) (*Finished, error) {
-	log, og, start, img, layerDigest, warnings := e.log, p.Origin, l.start, l.img, l.layerDigest, l.warnings
+	log, og, start, img, layerDigest, warnings := e.log, p.origin, l.start, l.img, l.layerDigest, l.warnings
 	res, box, runErr := e.tracedRunJob(ctx, p, img, l.job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
 		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
@@ -598,8 +673,8 @@ func (e *Engine) finish(ctx context.Context, p *Plan, l *launch) (*Finished, err
 	} else {
 		end.Outcome = string(res.Reason)
 		fillRunResult(end.Run, res)
-		if p.Workspace != nil {
-			wsReport = p.Workspace.applyBack(res, l.opts.WorkspaceAccount)
+		if p.workspace != nil {
+			wsReport = p.workspace.applyBack(res, l.opts.WorkspaceAccount)
 			end.Run.Workspace = wsReport
 		}
 	}
@@ -610,12 +685,12 @@ func (e *Engine) finish(ctx context.Context, p *Plan, l *launch) (*Finished, err
 		return nil, err
 	}
 	if runErr != nil {
-		log.Error("run failed", "run_id", p.RunID, "error", runErr)
+		log.Error("run failed", "run_id", p.runID, "error", runErr)
 		// The run.end record holds the failure.
 		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
-	log.Info("run finished", "run_id", p.RunID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
-	out := &Finished{Launched: Launched{RunID: p.RunID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: img, DepsLayer: layerDigest, Warnings: warnings},
+	log.Info("run finished", "run_id", p.runID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
+	out := &Finished{Launched: Launched{RunID: p.runID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: img, DepsLayer: layerDigest, Warnings: warnings},
 		Result: *res, SessionSandbox: box, Workspace: wsReport}
 	out.Hint = e.deps.importHint(out)
 	return out, nil
@@ -652,21 +727,21 @@ func (e *Engine) version(ctx context.Context) string {
 // records add what only the run knows (Engine.runInfo).
 func (p *Plan) AuditRun(withCode bool) *audit.RunInfo {
 	return &audit.RunInfo{
-		Script: p.Script, ScriptSHA256: p.ScriptSHA256, Args: p.Request.Args,
-		Network: p.Network, Egress: p.AuditEgress(), Digest: p.Digest, Code: p.Code.AuditCode(withCode),
+		Script: p.script, ScriptSHA256: p.scriptSHA256, Args: p.request.Args,
+		Network: p.network, Egress: p.AuditEgress(), Digest: p.digest, Code: p.code.AuditCode(withCode),
 	}
 }
 
 // runInfo is the run as its run.start and run.end records name it; box is
 // the session sandbox it went to ("" before it has).
 func (e *Engine) runInfo(p *Plan, o ExecOptions, img runtime.ImageRef, rtVersion, box string) *audit.RunInfo {
-	req := p.Request
+	req := p.request
 	ri := p.AuditRun(false)
-	ri.RunID, ri.Limits, ri.EgressSecrets, ri.ConfirmationID = p.RunID, p.Limits, p.secretNames(), o.ConfirmationID
+	ri.RunID, ri.Limits, ri.EgressSecrets, ri.ConfirmationID = p.runID, p.limits, p.secretNames(), o.ConfirmationID
 	ri.EnvNames, ri.EnvHash = audit.EnvSummary(req.Env)
 	ri.Runtime, ri.RuntimeVersion, ri.Image, ri.ImageDigest = e.rt.Name(), rtVersion, img.Name, img.Digest
-	if p.Isolation == policy.IsolationSession {
-		ri.Isolation, ri.SessionSandbox, ri.Background = string(p.Isolation), box, req.Background
+	if p.isolation == policy.IsolationSession {
+		ri.Isolation, ri.SessionSandbox, ri.Background = string(p.isolation), box, req.Background
 	}
 	if len(req.Stdin) > 0 {
 		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), SHA256Hex(req.Stdin)
@@ -695,27 +770,27 @@ func InputRefs(files []runtime.InputFile) []audit.FileRef {
 // planDetail names the configuration that shaped a run: the image block
 // that chose the interpreter, the sources of its limits and the network rule.
 func planDetail(p *Plan) map[string]string {
-	d := map[string]string{"interpreter": strings.Join(p.Interpreter.Argv, " ")}
-	if c := p.Request.Command; c != nil {
+	d := map[string]string{"interpreter": strings.Join(p.interpreter.Argv, " ")}
+	if c := p.request.Command; c != nil {
 		d["command"] = ClipText(c.Command, 2048)
 	}
-	if p.Interpreter.Rule != "" {
-		d["interpreter_rule"] = p.Interpreter.Rule
+	if p.interpreter.Rule != "" {
+		d["interpreter_rule"] = p.interpreter.Rule
 	}
-	if len(p.LimitRules) > 0 {
-		d["limit_rules"] = strings.Join(p.LimitRules, "; ")
+	if len(p.limitRules) > 0 {
+		d["limit_rules"] = strings.Join(p.limitRules, "; ")
 	}
-	if p.NetworkRule != "" {
-		d["network_rule"] = p.NetworkRule
+	if p.networkRule != "" {
+		d["network_rule"] = p.networkRule
 	}
-	if p.EgressRule != "" {
-		d["egress_rule"] = p.EgressRule
+	if p.egressRule != "" {
+		d["egress_rule"] = p.egressRule
 	}
-	if p.ScriptDirsRule != "" {
-		d["script_dirs_rule"] = p.ScriptDirsRule
+	if p.scriptDirsRule != "" {
+		d["script_dirs_rule"] = p.scriptDirsRule
 	}
-	if len(p.ModuleEnv) > 0 {
-		d["module_path"] = strings.Join(p.ModuleEnv, " ")
+	if len(p.moduleEnv) > 0 {
+		d["module_path"] = strings.Join(p.moduleEnv, " ")
 	}
 	return d
 }
@@ -828,19 +903,19 @@ func checkEnv(env []string, given map[string]string, pol *policy.SkillPolicy) er
 // planDigest binds an approval to exactly one run: the skill version, the
 // script bytes, what it is given, and the limits it runs under.
 func planDigest(p *Plan) string {
-	req := p.Request
+	req := p.request
 	return store.RequestDigest(append([]string{
 		"skill", req.Skill.Name,
 		"skill_digest", req.Skill.Digest,
-		"script", p.Script,
-		"script_sha256", p.ScriptSHA256,
+		"script", p.script,
+		"script_sha256", p.scriptSHA256,
 	}, runDigestFields(p)...)...)
 }
 
 // runDigestFields are the digest fields of what any run is given and runs
 // under, after the fields that say what runs.
 func runDigestFields(p *Plan) []string {
-	req := p.Request
+	req := p.request
 	in := p.inputFiles()
 	files := make([]string, 0, len(in))
 	for _, f := range in {
@@ -849,17 +924,17 @@ func runDigestFields(p *Plan) []string {
 	}
 	fields := []string{
 		"args", strings.Join(QuoteAll(req.Args), " "),
-		"env", strings.Join(QuoteAll(p.Env), " "),
+		"env", strings.Join(QuoteAll(p.env), " "),
 		"stdin_sha256", SHA256Hex(req.Stdin),
 		"files", strings.Join(files, " "),
-		"limits", fmt.Sprintf("%+v", p.Limits),
-		"network", fmt.Sprint(p.Network),
+		"limits", fmt.Sprintf("%+v", p.limits),
+		"network", fmt.Sprint(p.network),
 	}
-	if w := p.Workspace; w != nil {
+	if w := p.workspace; w != nil {
 		// Where the changes go back, and whether they do, is approved too.
 		fields = append(fields, "workspace", fmt.Sprintf("%q:%s:%s:%v:%q", w.Dir, w.Request.Kind, w.Grant.Mode, w.Grant.Delete, w.Grant.Excludes))
 	}
-	if len(p.Egress) > 0 {
+	if len(p.egress) > 0 {
 		// The destinations an approval covers are part of what it binds.
 		fields = append(fields, "egress", strings.Join(p.EgressNames(), " "), "egress_secrets", strings.Join(p.secretNames(), " "))
 	}

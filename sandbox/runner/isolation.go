@@ -15,15 +15,15 @@ import (
 // a fresh sandbox otherwise. A background run needs a session sandbox,
 // and is refused with the reason when it cannot have one.
 func (e *Engine) planIsolation(p *Plan) error {
-	req := p.Request
-	p.Isolation, p.IsolationRule = policy.IsolationRun, policy.RuleIsolationDefault
-	if req.Command == nil && (p.Code != nil || req.Skill != nil) {
-		p.Isolation, p.IsolationRule = p.Policy.Isolation.Value, p.Policy.Isolation.Rule
+	req := p.request
+	p.isolation, p.isolationRule = policy.IsolationRun, policy.RuleIsolationDefault
+	if req.Command == nil && (p.code != nil || req.Skill != nil) {
+		p.isolation, p.isolationRule = p.policy.Isolation.Value, p.policy.Isolation.Rule
 	}
-	if p.Isolation == policy.IsolationSession && p.Origin.SessionID == "" {
+	if p.isolation == policy.IsolationSession && p.origin.SessionID == "" {
 		// A run outside any session (skillbox run) has nothing to keep
 		// a sandbox for.
-		p.Isolation, p.IsolationRule = policy.IsolationRun, "a run outside a session gets a fresh sandbox"
+		p.isolation, p.isolationRule = policy.IsolationRun, "a run outside a session gets a fresh sandbox"
 	}
 	if !req.Background {
 		return nil
@@ -31,13 +31,13 @@ func (e *Engine) planIsolation(p *Plan) error {
 	if req.Command != nil {
 		return errkind.Errorf(api.ErrInvalidParams, "a skill's command or hook cannot run in the background")
 	}
-	if p.Origin.SessionID == "" {
+	if p.origin.SessionID == "" {
 		return errkind.Errorf(api.ErrInvalidParams, "background runs live in a session's sandbox: create a session (sessions.create) and run in it")
 	}
-	if p.Isolation != policy.IsolationSession {
-		return errkind.Errorf(api.ErrDenied, "background: true needs isolation = \"session\" for skill %q, and %s: ask an administrator to set isolation = \"session\" in a policy rule for it, or run without background", p.SkillName(), p.IsolationRule)
+	if p.isolation != policy.IsolationSession {
+		return errkind.Errorf(api.ErrDenied, "background: true needs isolation = \"session\" for skill %q, and %s: ask an administrator to set isolation = \"session\" in a policy rule for it, or run without background", p.SkillName(), p.isolationRule)
 	}
-	if p.Workspace != nil || req.Workspace != nil {
+	if p.workspace != nil || req.Workspace != nil {
 		return errkind.Errorf(api.ErrInvalidParams, "a background run cannot write back to a workspace (it has no end to apply changes at): pass files, or run in the foreground")
 	}
 	return e.sessions.available()
@@ -62,8 +62,8 @@ func (e *Engine) executeBackground(ctx context.Context, p *Plan, l *launch) (*St
 		return nil, api.MarkAudited(classifyRuntimeErr(err))
 	}
 	start.Run.SessionSandbox = box
-	e.log.Info("background run started", "run_id", p.RunID, "skill", p.SkillName(), "sandbox", box, "pid", run.PID)
-	return &Started{Launched: Launched{RunID: p.RunID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: l.img, DepsLayer: l.layerDigest, Warnings: l.warnings},
+	e.log.Info("background run started", "run_id", p.runID, "skill", p.SkillName(), "sandbox", box, "pid", run.PID)
+	return &Started{Launched: Launched{RunID: p.runID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: l.img, DepsLayer: l.layerDigest, Warnings: l.warnings},
 		Run: run, SessionSandbox: box}, nil
 }
 

@@ -140,18 +140,18 @@ func (e *Engine) prepareCode(req RunRequest, pol *policy.SkillPolicy) (*Plan, er
 		return nil, errkind.Wrap(api.ErrInvalidParams, err)
 	}
 	p := &Plan{
-		RunID:        runID,
-		JobID:        jobID,
-		Request:      req,
-		Script:       cp.Program.Path(),
-		ScriptSHA256: cp.SHA256,
-		Interpreter:  interp,
-		Argv:         argv,
-		Env:          env,
-		Limits:       limits,
-		LimitRules:   rules,
-		Code:         cp,
-		Policy:       pol,
+		runID:        runID,
+		jobID:        jobID,
+		request:      req,
+		script:       cp.Program.Path(),
+		scriptSHA256: cp.SHA256,
+		interpreter:  interp,
+		argv:         argv,
+		env:          env,
+		limits:       limits,
+		limitRules:   rules,
+		code:         cp,
+		policy:       pol,
 	}
 	return p, nil
 }
@@ -160,14 +160,14 @@ func (e *Engine) prepareCode(req RunRequest, pol *policy.SkillPolicy) (*Plan, er
 // skills it mounts and their versions, the language and code, and what it
 // is given and runs under (as a script run's digest).
 func codeDigest(p *Plan) string {
-	c := p.Code
+	c := p.code
 	mounts := make([]string, len(c.Mounts))
 	for i, m := range c.Mounts {
 		mounts[i] = m.Skill.Name + "@" + m.Skill.Digest + "=" + m.Path
 	}
 	return store.RequestDigest(append([]string{
 		"tool", api.MethodSkillsRunCode,
-		"session", p.Origin.SessionID,
+		"session", p.origin.SessionID,
 		"skills", strings.Join(mounts, " "),
 		"language", c.Language,
 		"code_sha256", c.SHA256,
@@ -224,7 +224,7 @@ func (c *CodePlan) MountedSkills() []api.MountedSkill {
 // AuditSkill is the one skill a script run's records name (nil for a code
 // run, whose records list Skills).
 func (p *Plan) AuditSkill() *audit.SkillRef {
-	sk := p.Request.Skill
+	sk := p.request.Skill
 	if sk == nil {
 		return nil
 	}
@@ -233,14 +233,14 @@ func (p *Plan) AuditSkill() *audit.SkillRef {
 
 // SkillName names the run's skill(s) for logs and events.
 func (p *Plan) SkillName() string {
-	if p.Code != nil {
-		names := make([]string, len(p.Code.Mounts))
-		for i, m := range p.Code.Mounts {
+	if p.code != nil {
+		names := make([]string, len(p.code.Mounts))
+		for i, m := range p.code.Mounts {
 			names[i] = m.Skill.Name
 		}
 		return strings.Join(names, ",")
 	}
-	return p.Request.Skill.Name
+	return p.request.Skill.Name
 }
 
 // LanguageForFile is the run_code language of a code file by its name (its

@@ -346,13 +346,13 @@ func copySkillTree(src, dst string) error {
 // of its own.
 func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, layersRoot string) (runtime.Invocation, error) {
 	moves := map[string]string{}
-	if p.Code == nil {
-		if err := m.placeSkill(b, p.Request.Skill.Name, job.SkillDir, p.Request.Skill.Digest); err != nil {
+	if p.code == nil {
+		if err := m.placeSkill(b, p.request.Skill.Name, job.SkillDir, p.request.Skill.Digest); err != nil {
 			return runtime.Invocation{}, err
 		}
-		moves[runtime.SkillMount] = runtime.SkillTarget(p.Request.Skill.Name)
+		moves[runtime.SkillMount] = runtime.SkillTarget(p.request.Skill.Name)
 	} else {
-		for _, mt := range p.Code.Mounts {
+		for _, mt := range p.code.Mounts {
 			if err := m.placeSkill(b, mt.Skill.Name, mt.Root, mt.Skill.Digest); err != nil {
 				return runtime.Invocation{}, err
 			}
@@ -366,7 +366,7 @@ func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, l
 		moves[runtime.DepsMount] = runtime.SessionLayersMount + "/" + filepath.ToSlash(rel)
 	}
 	if prog := job.Program; prog != nil {
-		dir := filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.RunID)
+		dir := filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.runID)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return runtime.Invocation{}, fmt.Errorf("write program: %w", err)
 		}
@@ -380,7 +380,7 @@ func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, l
 		if err := os.Chmod(f, 0o644); err != nil {
 			return runtime.Invocation{}, err
 		}
-		moves[prog.Path()] = runtime.ProgramDir + "/" + p.RunID + "/" + prog.Name
+		moves[prog.Path()] = runtime.ProgramDir + "/" + p.runID + "/" + prog.Name
 	}
 	move := func(s string) string {
 		for from, to := range moves {
@@ -424,8 +424,8 @@ func (m *SessionSandboxes) deliver(ctx context.Context, p *Plan, job runtime.Job
 		// <images>/layers/sha256-<hex>/tree (images/deps.Store).
 		layersRoot = filepath.Dir(filepath.Dir(job.DepsDir))
 	}
-	key := boxKey{session: p.Origin.SessionID, image: job.Image.Name, limits: job.Limits.Sandbox()}
-	b, err := m.box(ctx, key, p.Origin.Peer, job.Image, job.RootFS, layersRoot, job.Limits)
+	key := boxKey{session: p.origin.SessionID, image: job.Image.Name, limits: job.Limits.Sandbox()}
+	b, err := m.box(ctx, key, p.origin.Peer, job.Image, job.RootFS, layersRoot, job.Limits)
 	if err != nil {
 		return nil, runtime.Invocation{}, err
 	}
@@ -442,12 +442,12 @@ func (m *SessionSandboxes) run(ctx context.Context, p *Plan, job runtime.Job) (*
 	}
 	sb, done := m.use(b)
 	defer done()
-	if p.Code != nil && p.Code.Program != nil {
+	if p.code != nil && p.code.Program != nil {
 		// The program is the run's alone: gone with it, so a long session
 		// does not pile them up.
-		defer os.RemoveAll(filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.RunID))
+		defer os.RemoveAll(filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.runID))
 	}
-	res, err := sb.Run(ctx, p.RunID, inv)
+	res, err := sb.Run(ctx, p.runID, inv)
 	return res, b.id, err
 }
 
@@ -486,21 +486,21 @@ func (m *SessionSandboxes) use(b *sessionBox) (runtime.SessionSandbox, func()) {
 // startBackground starts a background run in its session's sandbox; start
 // is its audited run.start record, whose run.end is written when it ends.
 func (m *SessionSandboxes) startBackground(ctx context.Context, p *Plan, job runtime.Job, start *audit.Record) (runtime.BackgroundRun, string, error) {
-	if max := m.o.Config.BackgroundRuns; max > 0 && m.liveBackground(p.Origin.SessionID) >= max {
-		return runtime.BackgroundRun{}, "", errkind.Errorf(api.ErrLimitExceeded, "session %s has %d background runs, its limit (sessions { background_runs }): wait for one or stop one with runs.signal", p.Origin.SessionID, max)
+	if max := m.o.Config.BackgroundRuns; max > 0 && m.liveBackground(p.origin.SessionID) >= max {
+		return runtime.BackgroundRun{}, "", errkind.Errorf(api.ErrLimitExceeded, "session %s has %d background runs, its limit (sessions { background_runs }): wait for one or stop one with runs.signal", p.origin.SessionID, max)
 	}
 	b, inv, err := m.deliver(ctx, p, job)
 	if err != nil {
 		return runtime.BackgroundRun{}, "", err
 	}
-	br := &backgroundRun{session: p.Origin.SessionID, box: b, plan: p, start: start, done: make(chan struct{})}
-	rk := runKey{p.Origin.SessionID, p.RunID}
+	br := &backgroundRun{session: p.origin.SessionID, box: b, plan: p, start: start, done: make(chan struct{})}
+	rk := runKey{p.origin.SessionID, p.runID}
 	m.mu.Lock()
 	m.runs[rk] = br
 	m.mu.Unlock()
 	sb, done := m.use(b)
 	defer done()
-	run, err := sb.Background(ctx, p.RunID, inv)
+	run, err := sb.Background(ctx, p.runID, inv)
 	if err != nil {
 		m.mu.Lock()
 		delete(m.runs, rk)
@@ -618,14 +618,14 @@ func (m *SessionSandboxes) view(br *backgroundRun) BackgroundRun {
 	paused := br.box.sb == nil && br.box.ckpt != ""
 	m.mu.Unlock()
 	if run.ID == "" {
-		run.ID = br.plan.RunID
+		run.ID = br.plan.runID
 	}
-	return BackgroundRun{BackgroundRun: run, SessionID: br.session, Sandbox: br.box.id, Skill: br.skillName(), Script: br.plan.Script,
+	return BackgroundRun{BackgroundRun: run, SessionID: br.session, Sandbox: br.box.id, Skill: br.skillName(), Script: br.plan.script,
 		Paused: paused && run.Running}
 }
 
 func (br *backgroundRun) skillName() string {
-	if br.skill != "" || (br.plan.Code == nil && br.plan.Request.Skill == nil) {
+	if br.skill != "" || (br.plan.code == nil && br.plan.request.Skill == nil) {
 		return br.skill
 	}
 	return br.plan.SkillName()

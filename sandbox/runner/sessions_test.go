@@ -126,7 +126,7 @@ func TestSessionJobSkillPaths(t *testing.T) {
 	makeTree(t, skillRoot, map[string]string{"SKILL.md": "---\nname: pdf\n---\n", "scripts/run.py": "print(1)"})
 	layers := filepath.Join(t.TempDir(), "layers")
 	deps := filepath.Join(layers, "sha256-abc", "tree")
-	p := &Plan{RunID: "run_1", Request: RunRequest{Skill: &skills.Skill{Name: "pdf", Digest: "sha256:11"}}, Origin: Origin{SessionID: "ses_1"}}
+	p := &Plan{runID: "run_1", request: RunRequest{Skill: &skills.Skill{Name: "pdf", Digest: "sha256:11"}}, origin: Origin{SessionID: "ses_1"}}
 	stdin := []byte("in")
 	job := runtime.Job{
 		SkillDir: skillRoot,
@@ -206,7 +206,7 @@ func TestSessionJobNoDeps(t *testing.T) {
 	m := newTestSessions(t)
 	b := testBox(t, m, "ses_1")
 	root := t.TempDir()
-	p := &Plan{RunID: "run_1", Request: RunRequest{Skill: &skills.Skill{Name: "s"}}}
+	p := &Plan{runID: "run_1", request: RunRequest{Skill: &skills.Skill{Name: "s"}}}
 	inv, err := m.sessionJob(b, p, runtime.Job{SkillDir: root, Args: []string{"/skill/a", "/opt/x"}}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +222,7 @@ func TestSessionJobDepsOutsideLayers(t *testing.T) {
 	b := testBox(t, m, "ses_1")
 	layers := t.TempDir()
 	for _, deps := range []string{filepath.Join(t.TempDir(), "sha256-abc", "tree"), filepath.Dir(layers)} {
-		p := &Plan{RunID: "run_1", Request: RunRequest{Skill: &skills.Skill{Name: "s"}}}
+		p := &Plan{runID: "run_1", request: RunRequest{Skill: &skills.Skill{Name: "s"}}}
 		_, err := m.sessionJob(b, p, runtime.Job{SkillDir: t.TempDir(), DepsDir: deps}, layers)
 		if !errors.Is(err, api.ErrInternal) {
 			t.Errorf("deps %s outside %s: %v, want an internal error", deps, layers, err)
@@ -237,7 +237,7 @@ func TestSessionJobRunCode(t *testing.T) {
 	makeTree(t, a, map[string]string{"lib/a.py": "A"})
 	makeTree(t, c, map[string]string{"c.py": "C"})
 	prog := &runtime.Program{Name: "main.py", Data: []byte("import a")}
-	p := &Plan{RunID: "run_42", Origin: Origin{SessionID: "ses_1"}, Code: &CodePlan{Mounts: []SkillMountPlan{
+	p := &Plan{runID: "run_42", origin: Origin{SessionID: "ses_1"}, code: &CodePlan{Mounts: []SkillMountPlan{
 		{Skill: &skills.Skill{Name: "alpha", Digest: "sha256:aa"}, Root: a, Path: runtime.SkillTarget("alpha")},
 		{Skill: &skills.Skill{Name: "charlie", Digest: "sha256:cc"}, Root: c, Path: runtime.SkillTarget("charlie")},
 	}}}
@@ -372,7 +372,7 @@ func logRun(t *testing.T, m *SessionSandboxes, session, runID string) (workdir s
 	wd := t.TempDir()
 	b := testBox(t, m, session)
 	b.sb = &fakeSessionSandbox{id: b.id, workdir: wd}
-	m.runs[runKey{session, runID}] = &backgroundRun{session: session, box: b, plan: &Plan{RunID: runID, Script: "scripts/s.py"}, done: make(chan struct{})}
+	m.runs[runKey{session, runID}] = &backgroundRun{session: session, box: b, plan: &Plan{runID: runID, script: "scripts/s.py"}, done: make(chan struct{})}
 	return wd, b
 }
 
@@ -604,7 +604,7 @@ func (a *memAudit) events(ev string) []audit.Record {
 
 func backgroundPlan(t *testing.T, session, runID string) (*Plan, runtime.Job, *audit.Record) {
 	t.Helper()
-	p := &Plan{RunID: runID, Script: "scripts/serve.py", Request: RunRequest{Skill: &skills.Skill{Name: "web", Digest: "sha256:w"}}, Origin: Origin{SessionID: session}}
+	p := &Plan{runID: runID, script: "scripts/serve.py", request: RunRequest{Skill: &skills.Skill{Name: "web", Digest: "sha256:w"}}, origin: Origin{SessionID: session}}
 	job := runtime.Job{Image: runtime.ImageRef{Name: "python", Digest: "sha256:img"}, RootFS: "/var/lib/fake/python", SkillDir: t.TempDir(),
 		Args: []string{"python3", "/skill/scripts/serve.py"}}
 	start := &audit.Record{Event: audit.EventRunStart, SessionID: session, Run: &audit.RunInfo{RunID: runID, Started: time.Now().UTC()}}

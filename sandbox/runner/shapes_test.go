@@ -25,3 +25,17 @@ func TestFinishedHoldsItsResult(t *testing.T) {
 		t.Errorf("Finished can hold a nil run result in %v", nilable)
 	}
 }
+
+// TestPlanIsImmutable: an approved plan cannot be rewritten from outside
+// the engine: it has no exported fields, only read methods.
+func TestPlanIsImmutable(t *testing.T) {
+	pt := reflect.TypeOf(runner.Plan{})
+	for i := 0; i < pt.NumField(); i++ {
+		if f := pt.Field(i); f.IsExported() {
+			t.Errorf("Plan has the exported field %s", f.Name)
+		}
+	}
+	if pt.NumField() == 0 {
+		t.Fatal("Plan has no fields")
+	}
+}

@@ -38,7 +38,7 @@ const warmScanFiles = 500
 // The string names the session sandbox the run went to, if it did.
 func (e *Engine) tracedRunJob(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job) (*runtime.Result, string, error) {
 	ctx, sp := span.Start(ctx, "sandbox.run", span.AttrRuntime.String(e.rt.Name()))
-	if p.Isolation == policy.IsolationSession {
+	if p.isolation == policy.IsolationSession {
 		res, box, err := e.sessions.run(ctx, p, job)
 		endRunSpan(sp, res, err)
 		return res, box, err
@@ -58,7 +58,7 @@ func endRunSpan(sp trace.Span, res *runtime.Result, err error) {
 
 // runJob runs a fresh-sandbox run (not a session's).
 func (e *Engine) runJob(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job) (*runtime.Result, error) {
-	sk := p.Request.Skill
+	sk := p.request.Skill
 	if e.pool == nil || sk == nil { // run_code runs are always cold
 		return e.rt.Run(ctx, job)
 	}

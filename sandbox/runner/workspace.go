@@ -47,11 +47,11 @@ type WorkspacePlan struct {
 // rules for every skill match).
 func (p *Plan) skillNames() []string {
 	var out []string
-	if p.Code != nil {
-		for _, m := range p.Code.Mounts {
+	if p.code != nil {
+		for _, m := range p.code.Mounts {
 			out = append(out, m.Skill.Name)
 		}
-	} else if sk := p.Request.Skill; sk != nil {
+	} else if sk := p.request.Skill; sk != nil {
 		out = append(out, sk.Name)
 	}
 	if len(out) == 0 {
@@ -64,7 +64,7 @@ func (p *Plan) skillNames() []string {
 // of none refuses the run), then the snapshot of the files the run names,
 // whose entries join the request's own files in /work.
 func (e *Engine) planWorkspace(p *Plan) error {
-	wr := p.Request.Workspace
+	wr := p.request.Workspace
 	if wr.Kind != api.WorkspaceHost && wr.Kind != api.WorkspaceSession {
 		return errkind.Errorf(api.ErrInvalidParams, "workspace kind %q: use %q or %q", wr.Kind, api.WorkspaceHost, api.WorkspaceSession)
 	}
@@ -74,7 +74,7 @@ func (e *Engine) planWorkspace(p *Plan) error {
 	}
 	defer ws.Close()
 	dir := ws.Dir()
-	grant := p.Policy.Workspace(policy.WorkspaceRequest{Dir: dir, Kind: wr.Kind})
+	grant := p.policy.Workspace(policy.WorkspaceRequest{Dir: dir, Kind: wr.Kind})
 	if wr.RequireGrant && grant.Rule == policy.RuleWorkspaceHostDefault {
 		return errkind.Errorf(api.ErrDenied, "no policy rule grants the workspace %s to runs of %s: an administrator sets workspace = \"read\" or \"write\" for it (workspace_paths covering it) in a policy rule for the skill", dir, quoteList(p.skillNames()))
 	}
@@ -85,21 +85,21 @@ func (e *Engine) planWorkspace(p *Plan) error {
 	if err != nil {
 		return err
 	}
-	taken := make(map[string]int, len(p.Request.Files))
-	for i, f := range p.Request.Files {
+	taken := make(map[string]int, len(p.request.Files))
+	for i, f := range p.request.Files {
 		taken[f.Name] = i
 	}
-	files := append([]runtime.InputFile{}, p.Request.Files...)
+	files := append([]runtime.InputFile{}, p.request.Files...)
 	for _, f := range snap.Files {
 		if i, ok := taken[f.Name]; ok {
 			return errkind.Errorf(api.ErrInvalidParams, "files[%d] %s is also a path of the workspace %s: give it another name, or leave it to the workspace", i, runtime.QuoteName(f.Name), dir)
 		}
 		files = append(files, f)
 	}
-	if err := runtime.ValidateInputs(files, p.Limits.WorkdirBytes); err != nil {
+	if err := runtime.ValidateInputs(files, p.limits.WorkdirBytes); err != nil {
 		return errkind.Wrap(api.ErrInvalidParams, fmt.Errorf("the workspace's files with the call's: %w", err))
 	}
-	p.Workspace = &WorkspacePlan{Request: *wr, Dir: dir, Grant: grant, Snapshot: snap}
+	p.workspace = &WorkspacePlan{Request: *wr, Dir: dir, Grant: grant, Snapshot: snap}
 	return nil
 }
 
@@ -114,10 +114,10 @@ func quoteList(names []string) string {
 // inputFiles are the files the run's /work starts with: the request's and
 // the workspace's.
 func (p *Plan) inputFiles() []runtime.InputFile {
-	if p.Workspace == nil {
-		return p.Request.Files
+	if p.workspace == nil {
+		return p.request.Files
 	}
-	return append(append([]runtime.InputFile{}, p.Request.Files...), p.Workspace.Snapshot.Files...)
+	return append(append([]runtime.InputFile{}, p.request.Files...), p.workspace.Snapshot.Files...)
 }
 
 // report is the workspace's part of a run's result and records, before

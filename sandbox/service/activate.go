@@ -157,7 +157,7 @@ func (s *Service) renderCommand(ctx context.Context, caller api.Peer, sessionID 
 	rc.RunID, rc.ExitCode, rc.Reason, rc.Truncated = out.RunID, r.ExitCode, string(r.Reason), r.StdoutTruncated
 	text := strings.TrimRight(string(r.Stdout), "\n")
 	if r.StdoutTruncated {
-		text += fmt.Sprintf("\n[skillbox: output of `%s` cut at %d bytes]", command, out.Plan.Limits.StdoutBytes)
+		text += fmt.Sprintf("\n[skillbox: output of `%s` cut at %d bytes]", command, out.Plan.Limits().StdoutBytes)
 	}
 	if r.ExitCode != 0 || r.Reason != runtime.ReasonExit {
 		why := fmt.Sprintf("exit status %d", r.ExitCode)

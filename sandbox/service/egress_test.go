@@ -142,7 +142,7 @@ func TestEgressInDigest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p.Digest
+		return p.Digest()
 	}
 	a := digest(egressConfig)
 	b := digest(strings.Replace(egressConfig, `"api.example.com:443"`, `"api.example.com:8443"`, 1))

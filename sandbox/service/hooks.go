@@ -306,7 +306,7 @@ func (s *Service) execHook(ctx context.Context, caller api.Peer, call *hookCall,
 	stderr := strings.TrimSpace(string(r.Stderr))
 	switch {
 	case r.Reason == runtime.ReasonTimeout:
-		return "", fmt.Sprintf("the hook did not answer within %s and was killed (run %s)", out.Plan.Limits.Timeout, out.RunID), true
+		return "", fmt.Sprintf("the hook did not answer within %s and was killed (run %s)", out.Plan.Limits().Timeout, out.RunID), true
 	case r.Reason != runtime.ReasonExit:
 		return "", fmt.Sprintf("the hook ended by %s (run %s)", r.Reason, out.RunID), true
 	case r.ExitCode == 2:

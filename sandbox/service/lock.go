@@ -222,10 +222,10 @@ func (s *Service) keepLocked(l *skills.Lock, path string, list []*skills.Skill) 
 // with the lock (skills.CompareWithLock): "lock" always, and when it
 // differs the changed files, the diff and what is not shown.
 func (s *Service) lockDetails(d map[string]string, p *Plan) {
-	if p.Code != nil {
+	if p.Code() != nil {
 		return
 	}
-	sk := p.Request.Skill
+	sk := p.Request().Skill
 	path := s.cfg.Skills.LockFile
 	l, err := s.locks.get(path)
 	if err != nil {
@@ -238,7 +238,7 @@ func (s *Service) lockDetails(d map[string]string, p *Plan) {
 			sources = append(sources, skills.VersionDir(dir))
 		}
 	}
-	c, err := skills.CompareWithLock(l, path, sk, p.Script, sources...)
+	c, err := skills.CompareWithLock(l, path, sk, p.Script(), sources...)
 	if err != nil {
 		d["lock"] = fmt.Sprintf("%s, but the skill's files could not be compared: %v", skills.LockDiffers, err)
 		return

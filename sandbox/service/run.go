@@ -146,7 +146,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	needConfirm := dec.Effect == policy.EffectConfirm
 	what, reason, rule := planWhat(plan), dec.Reason, dec.Rule
 	grantEgress := false // an approval of this run also covers its destinations
-	if plan.Network || len(plan.Egress) > 0 {
+	if plan.Network() || len(plan.Egress()) > 0 {
 		nd, err := s.decide(ctx, sk, pol, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
 		if err != nil {
 			return fail(err)
@@ -154,22 +154,22 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		switch {
 		case nd.Effect == policy.EffectDeny:
 			return fail(api.MarkAudited(errkind.Errorf(api.ErrDenied, "network access for skill %q is denied by %s: %s", sk.Name, nd.Rule, nd.Why())))
-		case nd.Effect == policy.EffectConfirm && len(plan.Egress) > 0 && s.grants.covers(o.SessionID, sk.Name, plan.EgressNames()):
+		case nd.Effect == policy.EffectConfirm && len(plan.Egress()) > 0 && s.grants.covers(o.SessionID, sk.Name, plan.EgressNames()):
 			// An approver approved these destinations for this skill
 			// earlier in the session.
 			s.log.Debug("egress destinations approved earlier in the session", "session", o.SessionID, "skill", sk.Name)
 		case nd.Effect == policy.EffectConfirm:
-			grantEgress = len(plan.Egress) > 0
+			grantEgress = len(plan.Egress()) > 0
 			if needConfirm {
 				break
 			}
 			needConfirm, what, reason, rule = true, fmt.Sprintf("network access for skill %q", sk.Name), "network access: "+nd.Reason, nd.Rule
-			if len(plan.Egress) > 0 {
+			if len(plan.Egress()) > 0 {
 				what, reason = egressWhat(plan), "network access to "+strings.Join(plan.EgressNames(), ", ")+": "+nd.Reason
 			}
 		}
 	}
-	if w := plan.Workspace; w != nil {
+	if w := plan.Workspace(); w != nil {
 		wd, err := s.decideWorkspace(ctx, caller, o, req, pol, w)
 		if err != nil {
 			return fail(err)
@@ -179,7 +179,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 		}
 	}
 	if needConfirm && o.ConfirmationID == "" && len(o.ConfirmationIDs) > 0 {
-		o.ConfirmationID = s.confirmationFor(o.SessionID, plan.Digest, o.ConfirmationIDs)
+		o.ConfirmationID = s.confirmationFor(o.SessionID, plan.Digest(), o.ConfirmationIDs)
 	}
 	// approval is the confirmation the run uses, if any: it goes with
 	// the run, and the plan stays as it was approved.
@@ -271,20 +271,20 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 	}
 	details := confirmDetails(plan)
 	s.lockDetails(details, plan)
-	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest, reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(details))
+	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest(), reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(details))
 	if err != nil {
 		return err
 	}
 	r := base(ctx, caller, o.Method, audit.EventConfirmRequest, o.SessionID)
-	r.Skill, r.Skills = plan.AuditSkill(), plan.Code.AuditSkills()
+	r.Skill, r.Skills = plan.AuditSkill(), plan.Code().AuditSkills()
 	uid := caller.UID
-	r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid, Expires: c.Expires}
+	r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest(), Rule: rule, Reason: reason, RequestedBy: &uid, Expires: c.Expires}
 	r.Run = plan.AuditRun(true)
 	r.Outcome = string(c.State)
 	if err := s.record(ctx, r); err != nil {
 		return err
 	}
-	return api.MarkAudited(&api.ConfirmationRequiredError{ID: c.ID, Reason: reason, Rule: rule, Digest: plan.Digest})
+	return api.MarkAudited(&api.ConfirmationRequiredError{ID: c.ID, Reason: reason, Rule: rule, Digest: plan.Digest()})
 }
 
 // selfApprove confirms plan on behalf of caller, who must be an approver,
@@ -293,11 +293,11 @@ func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions
 	if !s.IsApprover(caller) {
 		return "", errkind.Errorf(api.ErrDenied, "%s needs confirmation (%s) and uid %d is not one of the approvers (daemon.approvers): ask an approver to run it", what, rule, caller.UID)
 	}
-	id := "cli_" + strings.TrimPrefix(plan.RunID, "run_")
+	id := "cli_" + strings.TrimPrefix(plan.RunID(), "run_")
 	uid := caller.UID
 	r := base(ctx, caller, o.Method, audit.EventConfirmApprove, o.SessionID)
-	r.Skill, r.Skills = plan.AuditSkill(), plan.Code.AuditSkills()
-	r.Confirmation = &audit.ConfirmationInfo{ID: id, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid}
+	r.Skill, r.Skills = plan.AuditSkill(), plan.Code().AuditSkills()
+	r.Confirmation = &audit.ConfirmationInfo{ID: id, Digest: plan.Digest(), Rule: rule, Reason: reason, RequestedBy: &uid}
 	r.Outcome = string(api.ConfirmationApproved)
 	r.Detail = map[string]string{"via": "--yes"}
 	if err := s.record(ctx, r); err != nil {
@@ -340,9 +340,9 @@ func (s *Service) useConfirmation(ctx context.Context, caller api.Peer, o RunOpt
 		return err
 	}
 	r := base(ctx, caller, o.Method, audit.EventConfirmUse, o.SessionID)
-	r.Skill, r.Skills = plan.AuditSkill(), plan.Code.AuditSkills()
-	r.Confirmation = &audit.ConfirmationInfo{ID: o.ConfirmationID, Digest: plan.Digest}
-	if err := cs.Consume(o.ConfirmationID, o.SessionID, plan.Digest); err != nil {
+	r.Skill, r.Skills = plan.AuditSkill(), plan.Code().AuditSkills()
+	r.Confirmation = &audit.ConfirmationInfo{ID: o.ConfirmationID, Digest: plan.Digest()}
+	if err := cs.Consume(o.ConfirmationID, o.SessionID, plan.Digest()); err != nil {
 		r.Outcome, r.Error = audit.OutcomeRefused, err.Error()
 		if aerr := s.record(ctx, r); aerr != nil {
 			return aerr
@@ -370,8 +370,8 @@ func (s *Service) acquireRunSlot(ctx context.Context, caller api.Peer) (func(), 
 func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan, approval string) (*Finished, *Started, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	feed := s.runs.add(LiveRun{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.SkillName(), Script: plan.Script, UID: caller.UID, Started: time.Now().UTC()}, cancel)
-	defer s.runs.remove(plan.RunID)
+	feed := s.runs.add(LiveRun{RunID: plan.RunID(), SessionID: o.SessionID, Skill: plan.SkillName(), Script: plan.Script(), UID: caller.UID, Started: time.Now().UTC()}, cancel)
+	defer s.runs.remove(plan.RunID())
 	xo := runner.ExecOptions{ConfirmationID: approval, Stdout: feed.sink(api.StreamStdout), Stderr: feed.sink(api.StreamStderr)}
 	if id := s.sessionOfRun(o, plan); id != "" {
 		// The run changes its session's workspace behind the files API's
@@ -399,17 +399,17 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		sink = nil
 	}
 	if sink != nil {
-		ev := &outputEvents{runID: plan.RunID, sink: sink}
+		ev := &outputEvents{runID: plan.RunID(), sink: sink}
 		xo.Stdout = runner.TeeSink(xo.Stdout, ev.stream(api.StreamStdout))
 		xo.Stderr = runner.TeeSink(xo.Stderr, ev.stream(api.StreamStderr))
-		sink(api.RunStartedEvent{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.SkillName(), Path: plan.Script,
-			Image: plan.Interpreter.Image, Runtime: s.engine.Runtime().Name()})
+		sink(api.RunStartedEvent{RunID: plan.RunID(), SessionID: o.SessionID, Skill: plan.SkillName(), Path: plan.Script(),
+			Image: plan.Interpreter().Image, Runtime: s.engine.Runtime().Name()})
 	}
 	failed := func(err error) (*Finished, *Started, error) {
-		feed.finish(api.RunExitedEvent{RunID: plan.RunID, ExitCode: -1, Reason: "error", Error: err.Error()})
+		feed.finish(api.RunExitedEvent{RunID: plan.RunID(), ExitCode: -1, Reason: "error", Error: err.Error()})
 		return nil, nil, err
 	}
-	if plan.Request.Background {
+	if plan.Request().Background {
 		st, err := s.engine.Start(runCtx, plan, xo)
 		if err != nil {
 			return failed(err)
@@ -417,7 +417,7 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		// A background run started and goes on in its session's sandbox:
 		// this call's feed ends here, and the run's output is the
 		// session's (runs.output).
-		feed.finish(api.RunExitedEvent{RunID: plan.RunID, ExitCode: -1, Reason: backgroundReason,
+		feed.finish(api.RunExitedEvent{RunID: plan.RunID(), ExitCode: -1, Reason: backgroundReason,
 			Error: "the run goes on in the background in its session's sandbox: read its output with runs.output"})
 		return nil, st, nil
 	}
@@ -426,7 +426,7 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		return failed(err)
 	}
 	r := out.Result
-	exited := api.RunExitedEvent{RunID: plan.RunID, ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason), DurationMS: r.Duration.Milliseconds()}
+	exited := api.RunExitedEvent{RunID: plan.RunID(), ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason), DurationMS: r.Duration.Milliseconds()}
 	feed.finish(exited)
 	if sink != nil {
 		sink(exited)

@@ -221,7 +221,7 @@ func TestRunCodeDigestBinding(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p.Digest
+		return p.Digest()
 	}
 	ref := digest(base())
 	if again := digest(base()); again != ref {

@@ -147,20 +147,20 @@ func runSkills(req RunRequest) []*skills.Skill {
 
 // planWhat says what a confirmation is asked for.
 func planWhat(p *Plan) string {
-	if p.Code != nil {
-		return fmt.Sprintf("running %s code with skills %s", p.Code.Language, codeSkillNames(p.Code))
+	if p.Code() != nil {
+		return fmt.Sprintf("running %s code with skills %s", p.Code().Language, codeSkillNames(p.Code()))
 	}
-	return fmt.Sprintf("running scripts of skill %q", p.Request.Skill.Name)
+	return fmt.Sprintf("running scripts of skill %q", p.Request().Skill.Name)
 }
 
 // confirmDetails is what an approver is shown of a run besides the reason.
 func confirmDetails(p *Plan) map[string]string {
-	req := p.Request
-	d := map[string]string{"args": strings.Join(runner.QuoteAll(req.Args), " "), "network": fmt.Sprint(p.Network)}
-	if len(p.Egress) > 0 {
+	req := p.Request()
+	d := map[string]string{"args": strings.Join(runner.QuoteAll(req.Args), " "), "network": fmt.Sprint(p.Network())}
+	if len(p.Egress()) > 0 {
 		d["egress"] = strings.Join(p.EgressNames(), " ")
 	}
-	if c := p.Code; c != nil {
+	if c := p.Code(); c != nil {
 		mounts := make([]string, len(c.Mounts))
 		for i, m := range c.Mounts {
 			mounts[i] = m.Skill.Name + "@" + m.Skill.Digest
@@ -179,7 +179,7 @@ func confirmDetails(p *Plan) map[string]string {
 			d["code"] = "(" + strings.Join(notes, "; ") + ") " + code.Text
 		}
 	} else {
-		d["skill"], d["skill_digest"], d["script"], d["script_sha256"] = req.Skill.Name, req.Skill.Digest, p.Script, p.ScriptSHA256
+		d["skill"], d["skill_digest"], d["script"], d["script_sha256"] = req.Skill.Name, req.Skill.Digest, p.Script(), p.ScriptSHA256()
 		if req.Command != nil {
 			// A hook or !`command`: the approver sees what it runs.
 			d["command"] = runner.ClipText(req.Command.Command, audit.MaxCodeText)
@@ -229,7 +229,7 @@ func skillMounts(act []*skills.Skill) ([]api.MountedSkill, string) {
 
 // egressWhat describes a plan's destinations for a confirmation.
 func egressWhat(p *Plan) string {
-	return fmt.Sprintf("network access for skill %q to %s", p.Request.Skill.Name, strings.Join(p.EgressNames(), ", "))
+	return fmt.Sprintf("network access for skill %q to %s", p.Request().Skill.Name, strings.Join(p.EgressNames(), ", "))
 }
 
 // egressGrants remembers, per session, the (skill, destination) pairs an
@@ -379,7 +379,7 @@ func codeSkillNames(c *runner.CodePlan) string {
 func ResultOf(o *Finished, inlineBudget int64) api.RunScriptResult {
 	r := &o.Result
 	res := api.RunScriptResult{
-		RunID: o.RunID, Path: o.Plan.Script, ExitCode: r.ExitCode, Signal: r.Signal,
+		RunID: o.RunID, Path: o.Plan.Script(), ExitCode: r.ExitCode, Signal: r.Signal,
 		Stdout: string(r.Stdout), Stderr: string(r.Stderr),
 		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
 		DurationMS: r.Duration.Milliseconds(), Reason: string(r.Reason),
@@ -387,25 +387,25 @@ func ResultOf(o *Finished, inlineBudget int64) api.RunScriptResult {
 		OutputsOmittedFiles: r.OutputsOmittedFiles, OutputsOmittedBytes: r.OutputsOmittedBytes,
 		OutputsSkipped: r.OutputsSkipped,
 		Image:          o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
-		Skills:         o.Plan.Code.MountedSkills(),
+		Skills:         o.Plan.Code().MountedSkills(),
 		RuntimeVersion: r.RuntimeVersion, Warm: r.Warm,
 		DepsLayer: o.DepsLayer, Hint: o.Hint, Warnings: o.Warnings,
 	}
 	if e := r.Egress; e != nil {
 		res.Egress = &api.EgressSummary{Connections: e.Connections, Denied: e.Denied, BytesOut: e.BytesOut, BytesIn: e.BytesIn, LimitHit: e.LimitHit}
 	}
-	if sk := o.Plan.Request.Skill; sk != nil {
+	if sk := o.Plan.Request().Skill; sk != nil {
 		res.Skill, res.SkillDigest = sk.Name, sk.Digest
 	}
-	res.Network, res.ConfirmationID = o.Plan.Network, o.ConfirmationID
-	res.Limits = o.Plan.Limits.Map()
+	res.Network, res.ConfirmationID = o.Plan.Network(), o.ConfirmationID
+	res.Limits = o.Plan.Limits().Map()
 	res.LimitsEnforcedBy = r.LimitsEnforcedBy
 	// Every list is present, empty or not: a reader need not tell null from [].
 	res.Outputs, res.OutputsSkipped = []api.Output{}, append([]string{}, r.OutputsSkipped...)
 	res.Deleted = append([]string{}, r.Deleted...)
 	res.Workspace = o.Workspace
-	if o.Plan.Isolation == policy.IsolationSession {
-		res.Isolation, res.SessionSandbox = string(o.Plan.Isolation), o.SessionSandbox
+	if o.Plan.Isolation() == policy.IsolationSession {
+		res.Isolation, res.SessionSandbox = string(o.Plan.Isolation()), o.SessionSandbox
 	}
 	left := inlineBudget
 	for _, f := range r.Outputs {

@@ -264,7 +264,7 @@ func TestRunSelfApprove(t *testing.T) {
 		t.Fatalf("self-approved run: %+v %v", out, err)
 	}
 	recs := f.audit.Events(audit.EventConfirmApprove)
-	if len(recs) != 1 || recs[0].Detail["via"] != "--yes" || recs[0].Confirmation.Digest != out.Plan.Digest || recs[0].Peer.UID != approver.UID {
+	if len(recs) != 1 || recs[0].Detail["via"] != "--yes" || recs[0].Confirmation.Digest != out.Plan.Digest() || recs[0].Peer.UID != approver.UID {
 		t.Errorf("confirmation.approve records %+v", recs)
 	}
 	if _, err := f.svc.CreateSession(ctx, owner, api.CreateSessionParams{}); !errors.Is(err, api.ErrUnavailable) {
