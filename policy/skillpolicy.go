@@ -132,8 +132,9 @@ func (c *Config) ForSkills(names ...string) *SkillPolicy {
 // rule of the first skill's that is not); network only if every skill's
 // allows it; a lock is required if any skill's requires one. Such a run
 // gets no egress destinations. Its workspace grant and environment check
-// combine every skill's (Workspace, CheckEnv). Decisions stay each
-// skill's: Decide gives the strictest of them.
+// combine every skill's (Workspace, CheckEnv). Decisions, and the facets
+// that are only ever a skill's own (ScriptDirs, Env, Packages, Hooks), stay
+// each skill's (Parts): Decide gives the strictest decision of them.
 func StrictestPolicy(ps ...*SkillPolicy) *SkillPolicy {
 	if len(ps) == 1 {
 		return ps[0]

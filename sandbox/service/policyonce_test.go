@@ -33,18 +33,18 @@ func TestRunMatchesPolicyOnce(t *testing.T) {
 		want uint64
 	}{
 		{"script", func() error {
-			_, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{SessionID: sid, Skill: "gif", Path: "core/gif.py", Env: map[string]string{"MODE": "x"}})
+			_, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Env: map[string]string{"MODE": "x"}}, Skill: "gif", Path: "core/gif.py"})
 			return err
 		}, 1},
 		{"script with network held for confirmation", func() error {
-			_, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{SessionID: sid, Skill: "plain", Path: "scripts/run.sh", Network: true})
+			_, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "plain", Path: "scripts/run.sh", Network: true})
 			if asConfirmation(err, new(*api.ConfirmationRequiredError)) {
 				return nil
 			}
 			return err
 		}, 1},
 		{"code with three skills", func() error {
-			_, err := f.svc.RunCode(ctx, owner, api.RunCodeParams{SessionID: sid, Language: api.LanguagePython, Code: "print(1)\n"})
+			_, err := f.svc.RunCode(ctx, owner, api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid}, Language: api.LanguagePython, Code: "print(1)\n"})
 			return err
 		}, 3},
 	} {

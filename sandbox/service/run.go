@@ -76,9 +76,7 @@ func (s *Service) RunScript(ctx context.Context, caller api.Peer, p api.RunScrip
 		return nil, err
 	}
 	req := RunRequest{Skill: sk, Script: p.Path, Network: p.Network}
-	return s.runWire(ctx, caller, req, wireRun{p.Args, p.Env, p.Stdin, p.Files, p.TimeoutMS, p.Background, p.WorkspaceParams}, RunOptions{
-		Method: api.MethodSkillsRunScript, SessionID: p.SessionID, ConfirmationID: p.ConfirmationID, Stream: p.Stream,
-	})
+	return s.runWire(ctx, caller, api.MethodSkillsRunScript, req, p.RunInputs)
 }
 
 // Run is the one path from a run request to a run, for every front end:

@@ -38,38 +38,24 @@ func (s *Service) RunCode(ctx context.Context, caller api.Peer, p api.RunCodePar
 		sks = append(sks, sk)
 	}
 	req := RunRequest{Code: &CodeRequest{Language: p.Language, Code: []byte(p.Code), Skills: sks}}
-	return s.runWire(ctx, caller, req, wireRun{p.Args, p.Env, p.Stdin, p.Files, p.TimeoutMS, p.Background, p.WorkspaceParams}, RunOptions{
-		Method: api.MethodSkillsRunCode, SessionID: p.SessionID, ConfirmationID: p.ConfirmationID, Stream: p.Stream,
-	})
+	return s.runWire(ctx, caller, api.MethodSkillsRunCode, req, p.RunInputs)
 }
 
-// wireRun are the run parameters skills.run_script and skills.run_code
-// share, as they come over the wire.
-type wireRun struct {
-	args      []string
-	env       map[string]string
-	stdin     string
-	files     []api.File
-	timeoutMS int64
-	// background: see api.RunScriptParams.Background.
-	background bool
-	api.WorkspaceParams
-}
-
-// runWire completes req with the wire's run parameters, runs it and
-// returns the wire result.
-func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, w wireRun, o RunOptions) (*api.RunScriptResult, error) {
-	files, err := decodeFiles(w.files)
+// runWire completes req with the wire's run inputs, runs it as method
+// and returns the wire result.
+func (s *Service) runWire(ctx context.Context, caller api.Peer, method string, req RunRequest, w api.RunInputs) (*api.RunScriptResult, error) {
+	files, err := decodeFiles(w.Files)
 	if err != nil {
 		return nil, err
 	}
-	if w.timeoutMS < 0 {
+	if w.TimeoutMS < 0 {
 		return nil, errkind.Errorf(api.ErrInvalidParams, "timeout_ms must not be negative")
 	}
-	req.Args, req.Env, req.Stdin, req.Files = w.args, w.env, []byte(w.stdin), files
-	req.Limits = runtime.Limits{Timeout: time.Duration(w.timeoutMS) * time.Millisecond}
-	req.Background = w.background
-	if w.background && w.Workspace == "" {
+	o := RunOptions{Method: method, SessionID: w.SessionID, ConfirmationID: w.ConfirmationID, Stream: w.Stream}
+	req.Args, req.Env, req.Stdin, req.Files = w.Args, w.Env, []byte(w.Stdin), files
+	req.Limits = runtime.Limits{Timeout: time.Duration(w.TimeoutMS) * time.Millisecond}
+	req.Background = w.Background
+	if w.Background && w.Workspace == "" {
 		// A background run has no end to write changes back at: it
 		// works in its sandbox's /work, without the session workspace.
 	} else if w.Workspace == "" || w.Workspace == SessionWorkspaceName {

@@ -146,7 +146,7 @@ func TestRunStreamsEventsInOrder(t *testing.T) {
 
 	for _, stream := range []bool{false, true} {
 		col := newCollector()
-		res, err := f.svc.RunScript(api.WithEventSink(ctx, col.sink), owner, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh", Stream: stream})
+		res, err := f.svc.RunScript(api.WithEventSink(ctx, col.sink), owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Stream: stream}, Path: "scripts/run.sh"})
 		if err != nil || res.ExitCode != 2 || res.Stdout != "one\ntwo\n" {
 			t.Fatalf("stream=%v: %+v %v", stream, res, err)
 		}
