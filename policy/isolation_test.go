@@ -51,7 +51,7 @@ func TestIsolationFor(t *testing.T) {
 	}
 }
 
-func TestIsolationForSkills(t *testing.T) {
+func TestForSkillsIsolation(t *testing.T) {
 	c, err := Parse([]byte(isolationHCL), "iso.hcl")
 	if err != nil {
 		t.Fatal(err)

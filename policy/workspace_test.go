@@ -38,7 +38,7 @@ policy "no-delete" {
 }
 `
 
-func TestWorkspaceFor(t *testing.T) {
+func TestSkillPolicyWorkspace(t *testing.T) {
 	c, err := Parse([]byte(workspaceHCL), "ws.hcl")
 	if err != nil {
 		t.Fatal(err)
