@@ -57,6 +57,10 @@ type RunOptions struct {
 	// one: the one bound to this run's digest is used. A call that runs
 	// several hooks may need several approvals at once.
 	ConfirmationIDs []string
+	// Policy is the run's policy when the caller has resolved it already
+	// (policy.Config.ForSkills of the skills it mounts), so that the rules
+	// are matched once; nil: the run resolves it.
+	Policy *policy.SkillPolicy
 }
 
 // PolicyTool is a tool and input policy decides a run as.
@@ -112,7 +116,13 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	}
 	// The run's policy, matched once: every decision below and the plan
 	// are made against it.
-	pol := s.cfg.ForSkills(runner.RunSkillNames(req)...)
+	names := runner.RunSkillNames(req)
+	pol := o.Policy
+	if pol == nil {
+		pol = s.cfg.ForSkills(names...)
+	} else if pol.Skill != strings.Join(names, ",") {
+		return fail(errkind.Errorf(api.ErrInternal, "the policy given for the run is that of %q, not of the skills it mounts", pol.Skill))
+	}
 	// A lock pins versions: every skill the run mounts must be pinned.
 	for i, lk := range runSkills(req) {
 		if err := s.checkLock(ctx, caller, o.Method, o.SessionID, lk, pol.Parts()[i].Lock); err != nil {
