@@ -312,6 +312,8 @@ type Launched struct {
 	// Warnings are what the run went without and why (declared packages
 	// left out of its dependency layer).
 	Warnings []string
+	// SessionSandbox names the session sandbox the run went to, if it did.
+	SessionSandbox string
 }
 
 // Finished is a run that ended (Execute): the sandbox's result
@@ -322,8 +324,6 @@ type Launched struct {
 type Finished struct {
 	Launched
 	Result runtime.Result
-	// SessionSandbox names the session sandbox the run went to, if it did.
-	SessionSandbox string
 	// Hint says how to fix a failure skillbox recognises (a missing module).
 	Hint string
 	// Workspace is what the run took from its workspace and what came
@@ -336,8 +336,6 @@ type Finished struct {
 type Started struct {
 	Launched
 	Run runtime.BackgroundRun
-	// SessionSandbox names the session sandbox it runs in.
-	SessionSandbox string
 }
 
 // Prepare is PrepareWith for a run no one in particular asked for, under
@@ -690,8 +688,8 @@ func (e *Engine) finish(ctx context.Context, p *Plan, l *launch) (*Finished, err
 		return nil, api.MarkAudited(classifyRuntimeErr(runErr))
 	}
 	log.Info("run finished", "run_id", p.runID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
-	out := &Finished{Launched: Launched{RunID: p.runID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: img, DepsLayer: layerDigest, Warnings: warnings},
-		Result: *res, SessionSandbox: box, Workspace: wsReport}
+	out := &Finished{Launched: Launched{RunID: p.runID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: img, DepsLayer: layerDigest, Warnings: warnings,
+		SessionSandbox: box}, Result: *res, Workspace: wsReport}
 	out.Hint = e.deps.importHint(out)
 	return out, nil
 }

@@ -63,8 +63,8 @@ func (e *Engine) executeBackground(ctx context.Context, p *Plan, l *launch) (*St
 	}
 	start.Run.SessionSandbox = box
 	e.log.Info("background run started", "run_id", p.runID, "skill", p.SkillName(), "sandbox", box, "pid", run.PID)
-	return &Started{Launched: Launched{RunID: p.runID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: l.img, DepsLayer: l.layerDigest, Warnings: l.warnings},
-		Run: run, SessionSandbox: box}, nil
+	return &Started{Launched: Launched{RunID: p.runID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: l.img, DepsLayer: l.layerDigest, Warnings: l.warnings,
+		SessionSandbox: box}, Run: run}, nil
 }
 
 // Sessions is the engine's keeper of session sandboxes (nil: none).
