@@ -58,7 +58,7 @@ const (
 // rule says otherwise.
 const DefaultHookTimeout = 10 * time.Second
 
-// HookPolicy is how a skill's hooks are run: what a failed hook counts as
+// HookPolicy (SkillPolicy.Hooks) is how a skill's hooks are run: what a failed hook counts as
 // (the strictest of the matching rules; deny when none says) and the
 // longest a hook may run (the strictest; DefaultHookTimeout when none
 // says). Rule names the rule that chose the failure mode ("" for the default).
@@ -66,45 +66,4 @@ type HookPolicy struct {
 	Failure string
 	Timeout time.Duration
 	Rule    string
-}
-
-// HookPolicyFor returns the hook policy for a skill.
-func (c *Config) HookPolicyFor(skill string) HookPolicy {
-	hp := HookPolicy{Timeout: DefaultHookTimeout}
-	rank := map[string]int{HookFailureIgnore: 0, HookFailureConfirm: 1, HookFailureDeny: 2}
-	set := false
-	for _, r := range c.matching(skill) {
-		if r.HookFailure != "" && (!set || rank[r.HookFailure] > rank[hp.Failure]) {
-			hp.Failure, hp.Rule, set = r.HookFailure, r.String(), true
-		}
-		if r.HookTimeout > 0 && r.HookTimeout < hp.Timeout {
-			hp.Timeout = r.HookTimeout
-		}
-	}
-	if !set {
-		hp.Failure = HookFailureDeny
-	}
-	return hp
-}
-
-// LockRequired reports whether a skill may load and run only at a version
-// pinned in the lock file: some matching rule sets require_lock = true and
-// none sets it false. The string names the deciding rule.
-func (c *Config) LockRequired(skill string) (bool, string) {
-	var yes *Rule
-	for _, r := range c.matching(skill) {
-		if r.RequireLock == nil {
-			continue
-		}
-		if !*r.RequireLock {
-			return false, r.String()
-		}
-		if yes == nil {
-			yes = r
-		}
-	}
-	if yes == nil {
-		return false, ""
-	}
-	return true, yes.String()
 }

@@ -74,7 +74,8 @@ type Config struct {
 	// Etcd is the store "etcd" {} block, used when Daemon.Store is "etcd".
 	Etcd EtcdStore
 
-	hash string
+	hash   string
+	passes *passCounter
 }
 
 // Daemon is the daemon {} block.
@@ -265,20 +266,20 @@ type Rule struct {
 	HookFailure string
 	// HookTimeout bounds each hook run (0: not set).
 	HookTimeout time.Duration
-	// Packages and BuildFromSource: see PackagesFor.
+	// Packages and BuildFromSource: see SkillPolicy.Packages.
 	Packages        *RulePackages
 	BuildFromSource *bool
 	// Workspace is the mode the rule gives runs' workspaces (api.Workspace*
 	// mode; "" when not set), for the host directories WorkspacePaths
 	// match (none: every directory); WorkspaceDelete whether their
 	// deletions are applied (nil: not set); WorkspaceExcludes the paths
-	// neither copied in nor written back (nil: not set). See WorkspaceFor.
+	// neither copied in nor written back (nil: not set). See SkillPolicy.Workspace.
 	Workspace         string
 	WorkspacePaths    []string
 	WorkspaceDelete   *bool
 	WorkspaceExcludes []string
 	// Isolation is IsolationRun or IsolationSession; "" when not set
-	// (see IsolationFor).
+	// (see SkillPolicy.Isolation).
 	Isolation Isolation
 	Pos       Pos
 
@@ -292,6 +293,7 @@ func (r *Rule) String() string { return fmt.Sprintf("policy %q (%s)", r.Name, r.
 // match the paths the packaging creates.
 func defaults() *Config {
 	c := &Config{
+		passes: &passCounter{},
 		Daemon: Daemon{
 			Socket:            "/run/skillbox/skillbox.sock",
 			SocketMode:        0o660,

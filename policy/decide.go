@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os/user"
-	"path"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -88,22 +86,6 @@ func Strictest(ds ...Decision) Decision {
 	return best
 }
 
-// matching returns the rules that apply to a skill, sorted by name so that
-// which rule a decision names never depends on the order of the file.
-func (c *Config) matching(skill string) []*Rule {
-	var out []*Rule
-	for _, r := range c.Rules {
-		for _, p := range r.Skills {
-			if ok, _ := path.Match(p, skill); ok {
-				out = append(out, r)
-				break
-			}
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
-}
-
 func ruleList(rs []*Rule) string {
 	if len(rs) == 0 {
 		return "none"
@@ -125,21 +107,25 @@ func ruleList(rs []*Rule) string {
 // skill's own text only ever narrows policy: no mode turns a policy deny or
 // confirm into anything looser.
 func (c *Config) Decide(req Request) Decision {
+	return c.For(req.Skill).Decide(req)
+}
+
+func (sp *SkillPolicy) decide(req Request) Decision {
 	if req.Tool == "" || !validToolNameChars(req.Tool, false) {
 		return Decision{Effect: EffectDeny, Rule: RuleBadRequest,
 			Reason: fmt.Sprintf("invalid tool name %q: give the bare tool name and put its arguments in input", req.Tool)}
 	}
 	if req.Tool == NetworkTool {
-		return c.decideNetwork(req.Skill)
+		return sp.decideNetwork()
 	}
 	if req.Tool == WorkspaceTool {
-		return c.decideWorkspace(req.Skill, req.Input)
+		return sp.decideWorkspace(req.Input)
 	}
 	cl, err := newCall(req.Tool, req.Input)
 	if err != nil {
 		return Decision{Effect: EffectDeny, Rule: RuleBadRequest, Reason: err.Error()}
 	}
-	d := c.decidePolicy(req.Skill, cl)
+	d := sp.decidePolicy(cl)
 	if req.AllowedTools == nil || d.Effect == EffectDeny {
 		return d
 	}
@@ -149,7 +135,7 @@ func (c *Config) Decide(req Request) Decision {
 		src += " (" + req.Source + ")"
 	}
 	p, listed := firstMatch(allowedPatterns(req.AllowedTools), cl, modeGrant)
-	switch c.Daemon.ToolMode {
+	switch sp.toolMode {
 	case ToolModePreapprove:
 		// The skill is not the approver: whoever can write its SKILL.md
 		// could otherwise waive a confirmation the policy asks for.
@@ -186,8 +172,8 @@ func outsideList(req Request, cl *call) string {
 		cl.tool, req.Skill, strings.Join(req.AllowedTools, " "), what, mode)
 }
 
-func (c *Config) decidePolicy(skill string, cl *call) Decision {
-	rules := c.matching(skill)
+func (sp *SkillPolicy) decidePolicy(cl *call) Decision {
+	skill, rules := sp.Skill, sp.rules
 	for _, r := range rules {
 		if p, ok := firstMatch(r.deny, cl, modeRestrict); ok {
 			return Decision{Effect: EffectDeny, Rule: r.String(),
@@ -215,12 +201,13 @@ func (c *Config) decidePolicy(skill string, cl *call) Decision {
 // decideNetwork answers the "network" pseudo-tool: denied unless network is
 // allowed for the skill, then confirm if a matching rule lists "network" in
 // confirm, else allow.
-func (c *Config) decideNetwork(skill string) Decision {
-	ok, rule := c.NetworkFor(skill)
+func (p *SkillPolicy) decideNetwork() Decision {
+	skill := p.Skill
+	ok, rule := p.Network.Value, p.Network.Rule
 	if !ok && rule == RuleNetworkDefault {
 		// Egress destinations are network access too, through the proxy.
-		if dests, erule := c.EgressFor(skill); len(dests) > 0 {
-			ok, rule = true, erule
+		if len(p.Egress.Value) > 0 {
+			ok, rule = true, p.Egress.Rule
 		}
 	}
 	if !ok {
@@ -230,9 +217,9 @@ func (c *Config) decideNetwork(skill string) Decision {
 		}
 		return Decision{Effect: EffectDeny, Rule: rule, Reason: fmt.Sprintf("network access is off for skill %q", skill), Fix: fix}
 	}
-	for _, r := range c.matching(skill) {
-		for _, p := range r.confirm {
-			if p.name == NetworkTool && !p.hasSpec {
+	for _, r := range p.rules {
+		for _, pat := range r.confirm {
+			if pat.name == NetworkTool && !pat.hasSpec {
 				return Decision{Effect: EffectConfirm, Rule: r.String(),
 					Reason: fmt.Sprintf("network access for skill %q needs an approver's confirmation", skill)}
 			}
@@ -243,24 +230,11 @@ func (c *Config) decideNetwork(skill string) Decision {
 
 // NetworkFor says whether runs of a skill may use the network: only if a
 // matching rule sets network = true and none sets it false. The string names
-// the deciding rule.
+// the deciding rule. It is For(skill).Network, for callers that ask
+// nothing else.
 func (c *Config) NetworkFor(skill string) (bool, string) {
-	var yes *Rule
-	for _, r := range c.matching(skill) {
-		if r.Network == nil {
-			continue
-		}
-		if !*r.Network {
-			return false, r.String()
-		}
-		if yes == nil {
-			yes = r
-		}
-	}
-	if yes == nil {
-		return false, RuleNetworkDefault
-	}
-	return true, yes.String()
+	n := c.For(skill).Network
+	return n.Value, n.Rule
 }
 
 // Tighten returns base with every field that req sets and that is stricter
@@ -280,43 +254,11 @@ func Tighten(base, req runtime.Limits) runtime.Limits {
 // LimitsFor returns a skill's run limits: per field, the strictest of the
 // config's limits and every matching rule's limits. The strings name the
 // sources that set at least one resulting value (the config's limits block
-// first, then rules by name).
+// first, then rules by name). It is For(skill).Limits, for callers that ask
+// nothing else.
 func (c *Config) LimitsFor(skill string) (runtime.Limits, []string) {
-	out := c.Limits.WithDefaults()
-	src := make([]string, len(runtime.LimitFields))
-	base := "limits (" + c.LimitsPos.String() + ")"
-	for i := range src {
-		src[i] = base
-	}
-	for _, r := range c.matching(skill) {
-		for i, f := range runtime.LimitFields {
-			if f.IsSet(&r.Limits) && f.Stricter(&r.Limits, &out) {
-				f.Copy(&out, &r.Limits)
-				src[i] = r.String()
-			}
-		}
-	}
-	var names []string
-	seen := map[string]bool{}
-	add := func(s string) {
-		if !seen[s] {
-			seen[s] = true
-			names = append(names, s)
-		}
-	}
-	for _, s := range src {
-		if s == base {
-			add(s)
-		}
-	}
-	for _, r := range c.matching(skill) {
-		for _, s := range src {
-			if s == r.String() {
-				add(s)
-			}
-		}
-	}
-	return out, names
+	l := c.For(skill).Limits
+	return l.Value, l.Rules
 }
 
 // IsApprover reports whether a peer may approve confirmations: its uid or its

@@ -47,29 +47,11 @@ func (b *body) egressList(r *Rule) {
 // egress proxy: those of every matching rule together, each naming the
 // rule that lists it. A matching rule with network = false denies them all
 // (deny wins); the string names it, or the rules that gave destinations,
-// or RuleEgressDefault.
+// or RuleEgressDefault. It is For(skill).Egress, for callers that ask
+// nothing else.
 func (c *Config) EgressFor(skill string) ([]egress.Rule, string) {
-	var out []egress.Rule
-	var from []string
-	seen := map[string]bool{}
-	for _, r := range c.matching(skill) {
-		if r.Network != nil && !*r.Network {
-			return nil, r.String()
-		}
-		if len(r.Egress) > 0 {
-			from = append(from, r.String())
-		}
-		for _, d := range r.Egress {
-			if !seen[d.String()] {
-				seen[d.String()] = true
-				out = append(out, d)
-			}
-		}
-	}
-	if len(out) == 0 {
-		return nil, RuleEgressDefault
-	}
-	return out, strings.Join(from, ", ")
+	e := c.For(skill).Egress
+	return e.Value, e.Rule
 }
 
 // Egress is the egress {} block: how the egress proxy resolves names.

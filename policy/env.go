@@ -18,26 +18,20 @@ import (
 // RuleEnvDefault names the allowlist when no matching rule sets env.
 const RuleEnvDefault = "the default environment allowlist (locale, time zone, terminal)"
 
-// EnvFor returns the environment patterns skill's runs may be given (the
-// defaults first, then every matching rule's env) and the rules that added
-// to them.
-func (c *Config) EnvFor(skill string) (patterns []string, rules []string) {
-	patterns = append([]string{}, runtime.DefaultEnvAllow...)
-	for _, r := range c.matching(skill) {
-		if len(r.Env) == 0 {
-			continue
+// CheckEnv checks the names a caller passes to a run against Env; the
+// error wraps ErrDenied and names the variable and what to change. A
+// combined policy (StrictestPolicy) checks every skill's, in order.
+func (p *SkillPolicy) CheckEnv(names []string) error {
+	for _, q := range p.Parts() {
+		if err := q.checkEnv(names); err != nil {
+			return err
 		}
-		patterns = append(patterns, r.Env...)
-		rules = append(rules, r.String())
 	}
-	return patterns, rules
+	return nil
 }
 
-// CheckEnv checks the names a caller passes to a run of skill against
-// EnvFor; the error wraps ErrDenied and names the variable and what to
-// change.
-func (c *Config) CheckEnv(skill string, names []string) error {
-	patterns, rules := c.EnvFor(skill)
+func (p *SkillPolicy) checkEnv(names []string) error {
+	skill, patterns, rules := p.Skill, p.Env.Value, p.Env.Rules
 	sorted := append([]string{}, names...)
 	sort.Strings(sorted)
 	for _, n := range sorted {

@@ -50,7 +50,7 @@ func TestEnvAllowlistRules(t *testing.T) {
 		{"tool-a", []string{"TAR_OPTIONS"}, "no policy rule can allow it"},
 		{"tool-a", []string{"LESSOPEN"}, "no policy rule can allow it"},
 	} {
-		err := c.CheckEnv(tc.skill, tc.names)
+		err := c.For(tc.skill).CheckEnv(tc.names)
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%s %v: %v", tc.skill, tc.names, err)

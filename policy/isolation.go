@@ -32,45 +32,11 @@ const RuleIsolationDefault = `default: no matching rule sets isolation = "sessio
 // IsolationFor returns how runs of skill are isolated: session only if a
 // matching rule sets isolation = "session" and none sets "run" (the
 // stricter, as network on needs every rule's yes). The string names the
-// deciding rule. The skill "" is the view of run_code without skills and
-// of the defaults.
+// deciding rule. It is For(skill).Isolation, for callers that ask nothing
+// else.
 func (c *Config) IsolationFor(skill string) (Isolation, string) {
-	var yes *Rule
-	for _, r := range c.matching(skill) {
-		switch r.Isolation {
-		case IsolationRun:
-			return IsolationRun, r.String()
-		case IsolationSession:
-			if yes == nil {
-				yes = r
-			}
-		}
-	}
-	if yes == nil {
-		return IsolationRun, RuleIsolationDefault
-	}
-	return IsolationSession, yes.String()
-}
-
-// IsolationForSkills combines IsolationFor over the skills a run mounts:
-// session only if every skill's rules say session; otherwise run, naming
-// the rule (or default) of the first skill that does not. No skills is
-// the view of the skill "".
-func (c *Config) IsolationForSkills(skills []string) (Isolation, string) {
-	if len(skills) == 0 {
-		return c.IsolationFor("")
-	}
-	var rule string
-	for i, name := range skills {
-		iso, r := c.IsolationFor(name)
-		if iso != IsolationSession {
-			return iso, r
-		}
-		if i == 0 {
-			rule = r
-		}
-	}
-	return IsolationSession, rule
+	i := c.For(skill).Isolation
+	return i.Value, i.Rule
 }
 
 // SessionConfig is the sessions {} block: what session sandboxes

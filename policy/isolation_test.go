@@ -51,7 +51,7 @@ func TestIsolationFor(t *testing.T) {
 	}
 }
 
-func TestIsolationForSkills(t *testing.T) {
+func TestForSkillsIsolation(t *testing.T) {
 	c, err := Parse([]byte(isolationHCL), "iso.hcl")
 	if err != nil {
 		t.Fatal(err)
@@ -68,9 +68,9 @@ func TestIsolationForSkills(t *testing.T) {
 		{"one strict", []string{"server", "nb-secret"}, IsolationRun, `policy "strict" (iso.hcl:14)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, rule := c.IsolationForSkills(tc.skills)
-			if got != tc.want || rule != tc.rule {
-				t.Errorf("IsolationForSkills(%q) = %q, %q; want %q, %q", tc.skills, got, rule, tc.want, tc.rule)
+			iso := c.ForSkills(tc.skills...).Isolation
+			if got, rule := iso.Value, iso.Rule; got != tc.want || rule != tc.rule {
+				t.Errorf("ForSkills(%q).Isolation = %q, %q; want %q, %q", tc.skills, got, rule, tc.want, tc.rule)
 			}
 		})
 	}

@@ -95,12 +95,12 @@ agent "reviewer" {
 	}
 	for _, tt := range tests {
 		t.Run(tt.skill, func(t *testing.T) {
-			if got, rule := c.LockRequired(tt.skill); got != tt.lock || rule == "" {
-				t.Errorf("LockRequired = %v (%s), want %v", got, rule, tt.lock)
+			if lk := c.For(tt.skill).Lock; lk.Value != tt.lock || lk.Rule == "" {
+				t.Errorf("Lock = %v (%s), want %v", lk.Value, lk.Rule, tt.lock)
 			}
-			hp := c.HookPolicyFor(tt.skill)
+			hp := c.For(tt.skill).Hooks
 			if hp.Failure != tt.failure || hp.Timeout != tt.timeout || ruleName(hp.Rule) != ruleName(policyRule(tt.failureRule)) {
-				t.Errorf("HookPolicyFor = %+v, want %s %s by %q", hp, tt.failure, tt.timeout, tt.failureRule)
+				t.Errorf("Hooks = %+v, want %s %s by %q", hp, tt.failure, tt.timeout, tt.failureRule)
 			}
 		})
 	}

@@ -50,7 +50,10 @@ type RulePackages struct {
 	Pos    Pos
 }
 
-// SkillPackages is what the config adds to one skill's dependencies.
+// SkillPackages (SkillPolicy.Packages) is what the config adds to one
+// skill's dependencies: the packages blocks and build_from_source of every
+// rule that matches the skill (all matching rules apply together; a single
+// build_from_source = false denies it).
 type SkillPackages struct {
 	Python, Npm []string
 	// BuildFromSource: some matching rule allows building sdists and
@@ -58,38 +61,6 @@ type SkillPackages struct {
 	BuildFromSource bool
 	// Where names the rules that contributed ("policy \"x\" (f.hcl:3)").
 	Where string
-}
-
-// PackagesFor gathers the packages blocks and build_from_source of every
-// rule that matches skill (all matching rules apply together; a single
-// build_from_source = false denies it).
-func (c *Config) PackagesFor(skill string) SkillPackages {
-	var out SkillPackages
-	var where []string
-	allow, deny := false, false
-	for _, r := range c.Rules {
-		if !r.matches(skill) {
-			continue
-		}
-		if r.Packages != nil {
-			out.Python = append(out.Python, r.Packages.Python...)
-			out.Npm = append(out.Npm, r.Packages.Npm...)
-			where = append(where, r.String())
-		}
-		if r.BuildFromSource != nil {
-			if *r.BuildFromSource {
-				allow = true
-			} else {
-				deny = true
-			}
-		}
-	}
-	out.BuildFromSource = allow && !deny
-	out.Where = strings.Join(where, ", ")
-	if out.Where == "" {
-		out.Where = "config"
-	}
-	return out
 }
 
 func (r *Rule) matches(skill string) bool {

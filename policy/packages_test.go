@@ -42,14 +42,14 @@ policy "src" {
 	if d := c.Deps; d.WhenNotReady != "fail" || d.WaitTimeout != 30*time.Second || d.BuildOnLoad || d.MaxLayerBytes != 256<<20 {
 		t.Errorf("dependencies: %+v", d)
 	}
-	p := c.PackagesFor("docx-build")
+	p := c.For("docx-build").Packages
 	if strings.Join(p.Python, ",") != "python-pptx>=1.0" || strings.Join(p.Npm, ",") != "left-pad@^1.3" || !p.BuildFromSource || !strings.Contains(p.Where, "docs") {
 		t.Errorf("packages for docx-build: %+v", p)
 	}
-	if p := c.PackagesFor("docx-other"); p.BuildFromSource || len(p.Python) != 1 {
+	if p := c.For("docx-other").Packages; p.BuildFromSource || len(p.Python) != 1 {
 		t.Errorf("packages for docx-other: %+v", p)
 	}
-	if p := c.PackagesFor("other"); len(p.Python)+len(p.Npm) != 0 || p.Where != "config" {
+	if p := c.For("other").Packages; len(p.Python)+len(p.Npm) != 0 || p.Where != "config" {
 		t.Errorf("packages for other: %+v", p)
 	}
 	d := Default().Deps

@@ -2,7 +2,6 @@ package policy
 
 import (
 	"path"
-	"sort"
 	"strings"
 )
 
@@ -44,25 +43,11 @@ func checkScriptDir(dir string) string {
 // nil dirs means no matching rule restricts it: any file of the skill may
 // be run (rule is RuleScriptDirsDefault). A non-nil empty slice means the
 // rules leave no directory in common, so no script may be run. Use
-// ScriptInDirs to check a script path against the result.
+// ScriptInDirs to check a script path against the result. It is
+// For(skill).ScriptDirs, for callers that ask nothing else.
 func (c *Config) ScriptDirsFor(skill string) (dirs []string, rule string) {
-	var names []string
-	for _, r := range c.matching(skill) {
-		if r.ScriptDirs == nil {
-			continue
-		}
-		names = append(names, r.String())
-		if dirs == nil {
-			dirs = append([]string{}, r.ScriptDirs...)
-			continue
-		}
-		dirs = intersectDirs(dirs, r.ScriptDirs)
-	}
-	if names == nil {
-		return nil, RuleScriptDirsDefault
-	}
-	sort.Strings(dirs)
-	return dirs, strings.Join(names, ", ")
+	d := c.For(skill).ScriptDirs
+	return d.Value, d.Rule
 }
 
 // intersectDirs keeps what lies in a directory of both lists.

@@ -55,16 +55,42 @@ type WorkspaceGrant struct {
 // workspaceRank orders the modes from the strictest.
 var workspaceRank = map[string]int{WorkspaceNone: 0, WorkspaceRead: 1, WorkspaceWrite: 2}
 
-// WorkspaceFor returns what runs of skill may do with the workspace req:
-// among the matching rules whose workspace_paths cover req.Dir (a rule
-// without them covers every directory), the strictest workspace mode
-// wins; a rule that says nothing leaves the default, read for a host
-// directory and write for the session's own. Deletions are applied only
-// when a covering rule sets workspace_delete = true and none sets it false
-// (the session workspace: unless one sets it false). The excludes are
-// those of every covering rule together, or DefaultWorkspaceExcludes when
-// none lists any.
-func (c *Config) WorkspaceFor(skill string, req WorkspaceRequest) WorkspaceGrant {
+// Workspace returns what runs may do with the workspace req: among the
+// matching rules whose workspace_paths cover req.Dir (a rule without them
+// covers every directory), the strictest workspace mode wins; a rule that
+// says nothing leaves the default, read for a host directory and write for
+// the session's own. Deletions are applied only when a covering rule sets
+// workspace_delete = true and none sets it false (the session workspace:
+// unless one sets it false). The excludes are those of every covering rule
+// together, or DefaultWorkspaceExcludes when none lists any.
+//
+// A combined policy (StrictestPolicy) combines its skills' grants: the
+// strictest mode (naming its rule), deletions only where every skill's
+// rules apply them, and every skill's excludes.
+func (p *SkillPolicy) Workspace(req WorkspaceRequest) WorkspaceGrant {
+	var out WorkspaceGrant
+	for i, q := range p.Parts() {
+		g := q.workspace(req)
+		if i == 0 {
+			out = g
+			out.Excludes = slices.Clone(g.Excludes) // never append to DefaultWorkspaceExcludes
+			continue
+		}
+		if workspaceRank[g.Mode] < workspaceRank[out.Mode] {
+			out.Mode, out.Rule = g.Mode, g.Rule
+		}
+		out.Delete = out.Delete && g.Delete
+		for _, x := range g.Excludes {
+			if !slices.Contains(out.Excludes, x) {
+				out.Excludes = append(out.Excludes, x)
+			}
+		}
+	}
+	return out
+}
+
+// workspace is Workspace for one skill.
+func (p *SkillPolicy) workspace(req WorkspaceRequest) WorkspaceGrant {
 	g := WorkspaceGrant{Mode: WorkspaceRead, Rule: RuleWorkspaceHostDefault}
 	deleteYes, deleteNo := false, false
 	if req.Kind == WorkspaceSession {
@@ -73,7 +99,7 @@ func (c *Config) WorkspaceFor(skill string, req WorkspaceRequest) WorkspaceGrant
 	}
 	set := false
 	var excludes []string
-	for _, r := range c.matching(skill) {
+	for _, r := range p.rules {
 		if !r.coversWorkspace(req.Dir) {
 			continue
 		}
@@ -95,31 +121,6 @@ func (c *Config) WorkspaceFor(skill string, req WorkspaceRequest) WorkspaceGrant
 	}
 	g.Excludes = excludes
 	return g
-}
-
-// WorkspaceForSkills combines WorkspaceFor over the skills a run mounts:
-// the strictest mode (naming its rule), deletions only where every
-// skill's rules apply them, and every skill's excludes.
-func (c *Config) WorkspaceForSkills(skills []string, req WorkspaceRequest) WorkspaceGrant {
-	var out WorkspaceGrant
-	for i, name := range skills {
-		g := c.WorkspaceFor(name, req)
-		if i == 0 {
-			out = g
-			out.Excludes = slices.Clone(g.Excludes) // never append to DefaultWorkspaceExcludes
-			continue
-		}
-		if workspaceRank[g.Mode] < workspaceRank[out.Mode] {
-			out.Mode, out.Rule = g.Mode, g.Rule
-		}
-		out.Delete = out.Delete && g.Delete
-		for _, x := range g.Excludes {
-			if !slices.Contains(out.Excludes, x) {
-				out.Excludes = append(out.Excludes, x)
-			}
-		}
-	}
-	return out
 }
 
 // DefaultWorkspaceExcludes are the paths no run sees or writes unless a
@@ -144,21 +145,22 @@ func (r *Rule) coversWorkspace(dir string) bool {
 // decideWorkspace answers the workspace pseudo-tool for skill: deny for
 // the mode "none", confirm where a matching rule lists "workspace" in
 // confirm, else allow.
-func (c *Config) decideWorkspace(skill string, input []byte) Decision {
+func (p *SkillPolicy) decideWorkspace(input []byte) Decision {
+	skill := p.Skill
 	var req WorkspaceRequest
 	if err := json.Unmarshal(input, &req); err != nil || req.Dir == "" || (req.Kind != WorkspaceHost && req.Kind != WorkspaceSession) {
 		return Decision{Effect: EffectDeny, Rule: RuleBadRequest, Reason: `the workspace tool's input is {"dir": ABSOLUTE_DIR, "kind": "host"|"session"}`}
 	}
-	g := c.WorkspaceFor(skill, req)
+	g := p.workspace(req)
 	if g.Mode == WorkspaceNone {
 		return Decision{Effect: EffectDeny, Rule: g.Rule, Reason: fmt.Sprintf("runs of skill %q may not use the workspace %s (workspace = \"none\")", skill, req.Dir)}
 	}
-	for _, r := range c.matching(skill) {
+	for _, r := range p.rules {
 		if !r.coversWorkspace(req.Dir) {
 			continue
 		}
-		for _, p := range r.confirm {
-			if p.name == WorkspaceTool && !p.hasSpec {
+		for _, pat := range r.confirm {
+			if pat.name == WorkspaceTool && !pat.hasSpec {
 				return Decision{Effect: EffectConfirm, Rule: r.String(),
 					Reason: fmt.Sprintf("a run of skill %q in the workspace %s (%s) needs an approver's confirmation", skill, req.Dir, g.Mode)}
 			}

@@ -38,7 +38,7 @@ policy "no-delete" {
 }
 `
 
-func TestWorkspaceFor(t *testing.T) {
+func TestSkillPolicyWorkspace(t *testing.T) {
 	c, err := Parse([]byte(workspaceHCL), "ws.hcl")
 	if err != nil {
 		t.Fatal(err)
@@ -62,7 +62,7 @@ func TestWorkspaceFor(t *testing.T) {
 		{"one false wins over true", "docs-nodel", host("/home/ann/projects/report"), api.WorkspaceWrite, false, `policy "projects" (ws.hcl:6)`, EffectAllow},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := c.WorkspaceFor(tc.skill, tc.req)
+			g := c.For(tc.skill).Workspace(tc.req)
 			if g.Mode != tc.mode || g.Delete != tc.del || g.Rule != tc.rule {
 				t.Errorf("grant = %+v, want mode %s delete %v rule %s", g, tc.mode, tc.del, tc.rule)
 			}
@@ -72,10 +72,10 @@ func TestWorkspaceFor(t *testing.T) {
 			}
 		})
 	}
-	if g := c.WorkspaceFor("docs-ask", host("/srv/x")); strings.Join(g.Excludes, ",") != "*.log" {
+	if g := c.For("docs-ask").Workspace(host("/srv/x")); strings.Join(g.Excludes, ",") != "*.log" {
 		t.Errorf("a rule's excludes replace the defaults: %q", g.Excludes)
 	}
-	if g := c.WorkspaceFor("plain", host("/srv/x")); len(g.Excludes) == 0 {
+	if g := c.For("plain").Workspace(host("/srv/x")); len(g.Excludes) == 0 {
 		t.Errorf("no rule lists excludes: the defaults apply, got none")
 	}
 	// "workspace" in confirm is the pseudo-tool, never a host tool.

@@ -85,7 +85,7 @@ func TestAllowedToolsDaemon(t *testing.T) {
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"host-tools"}}))
-	res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/report.py", Args: []string{"ada"}}))
+	res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"ada"}}, Path: "scripts/report.py"}))
 	if res.ExitCode != 0 || res.Runtime != "runsc" || !strings.Contains(res.Stdout, "report for ada on") {
 		t.Fatalf("host-tools' script under the default config: %+v", res)
 	}
@@ -95,7 +95,7 @@ func TestAllowedToolsDaemon(t *testing.T) {
 
 	must[*api.LoadResult](t, "load reader")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"reader"}, Mode: api.LoadAdd}))
 	must[*api.ReadResult](t, "reader's read")(c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Skill: "reader", Path: "references/notes.md"}))
-	_, err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Skill: "reader", Path: "scripts/run.sh"})
+	_, err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "reader", Path: "scripts/run.sh"})
 	e := wantKind(t, "reader's script", err, api.KindDenied)
 	wantReaderRefusal(t, "socket", e.Message)
 

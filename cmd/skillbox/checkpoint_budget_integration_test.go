@@ -148,7 +148,7 @@ func TestSessionCheckpointBounded(t *testing.T) {
 	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sess-web"}}))
 	run := func(sid, script string, args ...string) *api.RunScriptResult {
 		t.Helper()
-		r := must[*api.RunScriptResult](t, script)(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: script, Args: args}))
+		r := must[*api.RunScriptResult](t, script)(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: args}, Path: script}))
 		if r.ExitCode != 0 {
 			t.Fatalf("%s: exit %d: %s %s", script, r.ExitCode, r.Stdout, r.Stderr)
 		}

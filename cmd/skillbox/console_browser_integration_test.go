@@ -170,7 +170,7 @@ func TestConsoleBrowser(t *testing.T) {
 		}
 	}
 	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{skill}}))
-	run := api.RunScriptParams{SessionID: sid, Skill: skill, Path: "scripts/deploy.sh", Args: []string{"web", "staging", "1.2.3"}}
+	run := api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"web", "staging", "1.2.3"}}, Skill: skill, Path: "scripts/deploy.sh"}
 	_, err := c.RunScript(ctx, api.Peer{}, run)
 	conf, ok := wantKind(t, "the guarded run", err, api.KindConfirmationRequired).ConfirmationRequired()
 	if !ok || digest == "" {
@@ -254,7 +254,7 @@ func TestConsoleBrowser(t *testing.T) {
 			tickSID := must[string](t, "sessions.create")(c.NewSession(ctx))
 			must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: tickSID, Names: []string{"live-ticker"}}))
 			go func() {
-				res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: tickSID, Skill: "live-ticker", Path: "scripts/tick.py", TimeoutMS: 120_000})
+				res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: tickSID, TimeoutMS: 120_000}, Skill: "live-ticker", Path: "scripts/tick.py"})
 				if err != nil {
 					t.Errorf("the live run: %v", err)
 					node.Process.Kill()

@@ -489,7 +489,8 @@ func TestDaemonWalkthrough(t *testing.T) {
 	}
 
 	res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{
-		SessionID: sid, Path: "scripts/hello.py", Args: []string{"a b", "c"}, Env: map[string]string{"GREETING_STYLE": "plain"},
+		RunInputs: api.RunInputs{SessionID: sid, Args: []string{"a b", "c"}, Env: map[string]string{"GREETING_STYLE": "plain"}},
+		Path:      "scripts/hello.py",
 	}))
 	if res.ExitCode != 0 || res.Reason != "exit" || res.Runtime != "runsc" || res.Image != "python" || !strings.HasPrefix(res.ImageDigest, "sha256:") ||
 		!strings.Contains(res.Stdout, "Hello from Python 3") || !strings.Contains(res.Stdout, "1: a b") || !strings.Contains(res.Stdout, "2: c") {
@@ -507,7 +508,7 @@ func TestDaemonWalkthrough(t *testing.T) {
 
 	// The guarded skill needs an approver; root is one.
 	must[*api.LoadResult](t, "load guarded")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}, Mode: api.LoadAdd}))
-	deploy := api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"web", "staging", "1.2.3"}}
+	deploy := api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"web", "staging", "1.2.3"}}, Skill: "guarded-deploy", Path: "scripts/deploy.sh"}
 	_, err = c.RunScript(ctx, api.Peer{}, deploy)
 	ce := wantKind(t, "guarded run", err, api.KindConfirmationRequired)
 	conf, ok := ce.ConfirmationRequired()
@@ -599,7 +600,7 @@ func TestDaemonWalkthrough(t *testing.T) {
 				errs <- fmt.Errorf("session %d: load: %w", i, err)
 				return
 			}
-			r, err := cl.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: s, Path: "scripts/hello.py", Args: []string{fmt.Sprintf("run-%d", i)}})
+			r, err := cl.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: s, Args: []string{fmt.Sprintf("run-%d", i)}}, Path: "scripts/hello.py"})
 			if err != nil {
 				errs <- fmt.Errorf("session %d: run: %w", i, err)
 				return
@@ -624,7 +625,7 @@ func TestDaemonWalkthrough(t *testing.T) {
 		t.Errorf("after restart the session's active skills are:\n%s", ins.ActiveSkills)
 	}
 	// And it still runs.
-	res = must[*api.RunScriptResult](t, "run after restart")(c2.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
+	res = must[*api.RunScriptResult](t, "run after restart")(c2.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/hello.py"}))
 	if res.ExitCode != 0 {
 		t.Errorf("run after restart: %+v", res)
 	}
@@ -769,7 +770,7 @@ func TestDaemonShutdownSignals(t *testing.T) {
 	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"sleeper"}}))
 	runErr := make(chan error, 1)
 	go func() {
-		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 20 * 60 * 1000})
+		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, TimeoutMS: 20 * 60 * 1000}, Path: "scripts/sleep.sh"})
 		runErr <- err
 	}()
 	var runID string
@@ -857,7 +858,7 @@ func TestDaemonPeerCredentialsSecondUID(t *testing.T) {
 	// Root's session, with a skill loaded and a confirmation pending.
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
-	_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"api", "staging"}})
+	_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"api", "staging"}}, Path: "scripts/deploy.sh"})
 	conf, _ := wantKind(t, "guarded run", err, api.KindConfirmationRequired).ConfirmationRequired()
 
 	// nobody cannot see or use root's session ...
@@ -1048,9 +1049,8 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 	_, err := c.ReadSkillFile(ctx, api.Peer{}, api.ReadParams{SessionID: sid, Path: "../hello-python/SKILL.md"})
 	wantKind(t, "refused read", err, api.KindInvalidParams)
 	res := must[*api.RunScriptResult](t, "run")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{
-		SessionID: sid, Path: "scripts/count.sh", Args: []string{"in.txt"},
-		Env:   map[string]string{"SECRET_TOKEN": "hunter2", "MODE": "x"},
-		Files: []api.File{api.NewFile("in.txt", []byte("one two\nthree\n"))},
+		RunInputs: api.RunInputs{SessionID: sid, Args: []string{"in.txt"}, Env: map[string]string{"SECRET_TOKEN": "hunter2", "MODE": "x"}, Files: []api.File{api.NewFile("in.txt", []byte("one two\nthree\n"))}},
+		Path:      "scripts/count.sh",
 	}))
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "in.txt") {
 		t.Fatalf("count.sh: %+v", res)
@@ -1058,7 +1058,7 @@ func TestDaemonAuditRecordsAndTamper(t *testing.T) {
 	// A second session whose script leaves an output file.
 	sid2 := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "load reporter")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid2, Names: []string{"reporter"}}))
-	rep := must[*api.RunScriptResult](t, "report.sh")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid2, Path: "scripts/report.sh"}))
+	rep := must[*api.RunScriptResult](t, "report.sh")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid2}, Path: "scripts/report.sh"}))
 	if rep.ExitCode != 0 || len(rep.Outputs) != 1 || rep.Outputs[0].Path != "outputs/report.txt" {
 		t.Fatalf("report.sh: %+v", rep)
 	}
@@ -1233,7 +1233,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"hello-python"}}))
-	must[*api.RunScriptResult](t, "run before the disk fills")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}))
+	must[*api.RunScriptResult](t, "run before the disk fills")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/hello.py"}))
 
 	// Fill the file system, then write small audited calls until the log
 	// hits the wall (the last page of its file may still have had room).
@@ -1264,7 +1264,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 		t.Fatal("200 audited calls succeeded on a full tmpfs")
 	}
 
-	_, err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py", Args: []string{"must-not-run"}})
+	_, err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"must-not-run"}}, Path: "scripts/hello.py"})
 	e := wantKind(t, "run with a full audit log", err, api.KindUnavailable)
 	if !strings.Contains(e.Message, "audit") || !strings.Contains(e.Message, "no space left") {
 		t.Errorf("the refusal does not say why: %s", e.Message)
@@ -1275,7 +1275,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	res := must[*api.RunScriptResult](t, "run after space returned")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py", Args: []string{"after"}}))
+	res := must[*api.RunScriptResult](t, "run after space returned")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"after"}}, Path: "scripts/hello.py"}))
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "1: after") {
 		t.Fatalf("run after recovery: %+v", res)
 	}
@@ -1312,7 +1312,7 @@ func TestDaemonCrashMidRun(t *testing.T) {
 
 	runErr := make(chan error, 1)
 	go func() {
-		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
+		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, TimeoutMS: 300000}, Path: "scripts/sleep.sh"})
 		runErr <- err
 	}()
 	// Wait until the run has been audited and its sandbox exists.
@@ -1405,7 +1405,7 @@ func TestDaemonClientDisconnectKillsRun(t *testing.T) {
 
 	runErr := make(chan error, 1)
 	go func() {
-		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: 300000})
+		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, TimeoutMS: 300000}, Path: "scripts/sleep.sh"})
 		runErr <- err
 	}()
 	waitfor.True(t, "the run's sandbox to appear", 3*time.Minute, func() bool {
@@ -1459,7 +1459,7 @@ func TestDaemonApprovedScriptCannotBeSwapped(t *testing.T) {
 	c := d.client()
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-swap"}}))
-	req := api.RunScriptParams{SessionID: sid, Path: "scripts/x.sh"}
+	req := api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/x.sh"}
 	_, err := c.RunScript(ctx, api.Peer{}, req)
 	ce := wantKind(t, "guarded run", err, api.KindConfirmationRequired)
 	conf, _ := ce.ConfirmationRequired()

@@ -133,7 +133,7 @@ dependencies { max_layer_bytes = "48MiB" }
 		t.Run(tc.skill, func(t *testing.T) {
 			sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 			must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{tc.skill}}))
-			_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/use.py"})
+			_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/use.py"})
 			e := wantKind(t, "a run of a skill whose layer is over the cap", err, api.KindUnavailable)
 			for _, w := range tc.says {
 				if !strings.Contains(e.Message, w) {

@@ -489,7 +489,7 @@ func depsDaemon(t *testing.T, f *runFixture, srvURL, ver string, made *[]string)
 	if dep == nil || len(dep.Python) != 1 || dep.Python[0] != "loaddep=="+ver || dep.State != "building" {
 		t.Fatalf("load receipt dependencies: %+v", dep)
 	}
-	res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/who.py"}))
+	res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/who.py"}))
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "who loaddep") || res.DepsLayer == "" {
 		t.Fatalf("run_script: %+v", res)
 	}
@@ -501,7 +501,7 @@ func depsDaemon(t *testing.T, f *runFixture, srvURL, ver string, made *[]string)
 	for i := 0; i < 10 && !warm; i++ {
 		d.waitWarm(t, 1)
 		time.Sleep(500 * time.Millisecond)
-		again := must[*api.RunScriptResult](t, "run_script again")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/who.py"}))
+		again := must[*api.RunScriptResult](t, "run_script again")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/who.py"}))
 		if again.ExitCode != 0 || !strings.Contains(again.Stdout, "who loaddep") || again.DepsLayer != res.DepsLayer {
 			t.Fatalf("run_script %d (warm %v): %+v", i+2, again.Warm, again)
 		}
@@ -510,7 +510,7 @@ func depsDaemon(t *testing.T, f *runFixture, srvURL, ver string, made *[]string)
 	if !warm {
 		t.Errorf("no run of a skill with a layer went warm in ten tries")
 	}
-	code := must[*api.RunScriptResult](t, "run_code")(c.RunCode(ctx, api.Peer{}, api.RunCodeParams{SessionID: sid, Language: "python", Code: "import loaddep\nprint('code', loaddep.WHO)\n"}))
+	code := must[*api.RunScriptResult](t, "run_code")(c.RunCode(ctx, api.Peer{}, api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid}, Language: "python", Code: "import loaddep\nprint('code', loaddep.WHO)\n"}))
 	if code.ExitCode != 0 || !strings.Contains(code.Stdout, "code loaddep") || code.DepsLayer != res.DepsLayer {
 		t.Errorf("run_code: %+v", code)
 	}

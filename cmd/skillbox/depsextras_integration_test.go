@@ -299,7 +299,7 @@ func TestDepsWaitingRuns(t *testing.T) {
 			t.Fatalf("load receipt dependencies: %+v", dep)
 		}
 		began := time.Now()
-		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/use.py"})
+		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/use.py"})
 		ended := time.Now()
 		if err == nil || !strings.Contains(err.Error(), "slowfail") || !strings.Contains(err.Error(), "did not build") {
 			t.Fatalf("run_script: %v, want the build's error", err)
@@ -318,7 +318,7 @@ func TestDepsWaitingRuns(t *testing.T) {
 		sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 		must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"slow-skill"}}))
 		began := time.Now()
-		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/use.py", TimeoutMS: 3000})
+		_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, TimeoutMS: 3000}, Path: "scripts/use.py"})
 		took := time.Since(began)
 		if err == nil || !strings.Contains(err.Error(), "still building") {
 			t.Fatalf("run_script: %v, want the wait to end at the run's timeout", err)

@@ -355,7 +355,7 @@ func TestDaemonWarmShellScriptInPythonImage(t *testing.T) {
 	for i := 0; i < 10 && !warm; i++ {
 		d.waitWarm(t, 2)
 		time.Sleep(500 * time.Millisecond)
-		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/v.sh"}))
+		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/v.sh"}))
 		if res.ExitCode != 0 || !strings.Contains(res.Stdout, "pdfinfo version") || res.Image != "python" {
 			t.Fatalf("v.sh: exit %d image %q\n%s%s", res.ExitCode, res.Image, res.Stdout, res.Stderr)
 		}
@@ -364,7 +364,7 @@ func TestDaemonWarmShellScriptInPythonImage(t *testing.T) {
 	if !warm {
 		t.Errorf("no run of the moved .sh went warm in ten")
 	}
-	res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/p.py"}))
+	res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/p.py"}))
 	if res.ExitCode != 0 || res.Stdout != "py\n" {
 		t.Errorf("p.py beside it: exit %d %q %q", res.ExitCode, res.Stdout, res.Stderr)
 	}

@@ -185,7 +185,7 @@ func (e *egressDaemon) run(t *testing.T, skill string, args ...string) *api.RunS
 	ctx := ctxT(t)
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{skill}}))
-	return must[*api.RunScriptResult](t, "run "+skill)(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/run.py", Args: args}))
+	return must[*api.RunScriptResult](t, "run "+skill)(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: args}, Path: "scripts/run.py"}))
 }
 
 func (e *egressDaemon) pid() int {

@@ -66,7 +66,7 @@ func TestAuthorizationAcrossFrontEnds(t *testing.T) {
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"open-hello", "guarded-hello", "blocked-hello"}}))
 	viaRPC := func(r frontEndRun) frontEndOutcome {
-		res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Skill: r.skill, Path: r.path, Env: r.env})
+		res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Env: r.env}, Skill: r.skill, Path: r.path})
 		if err != nil {
 			return frontEndOutcome{kind: api.KindOf(err), text: err.Error()}
 		}

@@ -95,7 +95,7 @@ func TestDaemonKill9KeepsDeadline(t *testing.T) {
 			const limit = 5 * time.Second
 			runErr := make(chan error, 1)
 			go func() {
-				_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.sh", TimeoutMS: limit.Milliseconds()})
+				_, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, TimeoutMS: limit.Milliseconds()}, Path: "scripts/sleep.sh"})
 				runErr <- err
 			}()
 			// Wait until the run is audited and its processes are in its

@@ -417,7 +417,7 @@ func TestLayoutDaemon(t *testing.T) {
 			sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 			must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"pkg-style", "office", "many-files", "leave-behind"}}))
 			run := func(skill, path string, args []string, files ...api.File) (*api.RunScriptResult, error) {
-				return c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Skill: skill, Path: path, Args: args, Files: files})
+				return c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: args, Files: files}, Skill: skill, Path: path})
 			}
 
 			t.Run("package-style", func(t *testing.T) {

@@ -581,7 +581,7 @@ func TestDaemonLockAndProposals(t *testing.T) {
 	}
 	old := digestOf("pinned-one")
 	must[*api.LoadResult](t, "load pinned")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"pinned-one"}}))
-	run := api.RunScriptParams{SessionID: sid, Skill: "pinned-one", Path: "scripts/hi.sh"}
+	run := api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "pinned-one", Path: "scripts/hi.sh"}
 	if r := must[*api.RunScriptResult](t, "run pinned")(c.RunScript(ctx, api.Peer{}, run)); !strings.Contains(r.Stdout, "hello from the pinned version") {
 		t.Fatalf("run: %+v", r)
 	}

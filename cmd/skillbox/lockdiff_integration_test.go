@@ -75,7 +75,7 @@ func TestDaemonConfirmationLockDiff(t *testing.T) {
 
 	sid := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-lockdiff"}}))
-	req := api.RunScriptParams{SessionID: sid, Path: "scripts/x.sh"}
+	req := api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/x.sh"}
 	_, err = c.RunScript(ctx, api.Peer{}, req)
 	conf, _ := wantKind(t, "guarded run", err, api.KindConfirmationRequired).ConfirmationRequired()
 

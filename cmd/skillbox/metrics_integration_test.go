@@ -38,7 +38,7 @@ func TestDaemonMetrics(t *testing.T) {
 	must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"metered"}}))
 	for _, code := range []string{"0", "0", "3"} {
-		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/exit.sh", Args: []string{code}}))
+		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{code}}, Path: "scripts/exit.sh"}))
 		if res.ExitCode != int(code[0]-'0') || res.Warm {
 			t.Fatalf("run exit %s: exit %d warm %v (%s)", code, res.ExitCode, res.Warm, res.Stderr)
 		}

@@ -90,7 +90,9 @@ policy "net-x" {
 			t.Errorf("skills.load %s: %+v, want the skill in %s", name, lr.ActiveSkills, filepath.Join(root, name))
 		}
 		res := must[*api.RunScriptResult](t, "run "+name)(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{
-			SessionID: sid, Path: "scripts/who.py", Args: []string{"", u.Port()}}))
+			RunInputs: api.RunInputs{SessionID: sid, Args: []string{"", u.Port()}},
+			Path:      "scripts/who.py",
+		}))
 		t.Logf("%s: %q", name, res.Stdout)
 		return res
 	}

@@ -82,7 +82,7 @@ func TestDaemonReplicasShareState(t *testing.T) {
 
 	sid := must[string](t, "sessions.create on A")(ca.NewSession(ctx))
 	must[*api.LoadResult](t, "skills.load on B")(cb.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"guarded-deploy"}}))
-	deploy := api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"web", "staging", "1.2.3"}}
+	deploy := api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"web", "staging", "1.2.3"}}, Skill: "guarded-deploy", Path: "scripts/deploy.sh"}
 	ask := func() string {
 		t.Helper()
 		_, err := ca.RunScript(ctx, api.Peer{}, deploy)

@@ -291,7 +291,7 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 		SelfApproveHint: "re-run with --yes to confirm it yourself",
 		Authorized: func(plan *service.Plan) {
 			if !c.Bool("json") {
-				for _, w := range loweredLimits(o.limits, plan.Limits) {
+				for _, w := range loweredLimits(o.limits, plan.Limits()) {
 					fmt.Fprintln(os.Stderr, "skillbox: "+w)
 				}
 			}
@@ -300,7 +300,7 @@ func runLocal(c *cli.Context, o *runOptions, method string, request func(context
 	if err != nil {
 		return err
 	}
-	res := out.Result
+	res := &out.Result
 
 	var saved []string
 	if o.outputs != "" {
@@ -361,8 +361,8 @@ func interruptContext(parent context.Context) (ctx context.Context, interrupted 
 
 // reportRun tells the person at the terminal what the streams do not: why a
 // run ended early, truncation, and outputs that were or were not kept.
-func reportRun(w io.Writer, out *service.Result, outputsDir string) {
-	res, lim := out.Result, out.Plan.Limits
+func reportRun(w io.Writer, out *service.Finished, outputsDir string) {
+	res, lim := &out.Result, out.Plan.Limits()
 	for _, n := range out.Warnings {
 		fmt.Fprintf(w, "skillbox: warning: %s\n", n)
 	}
@@ -479,7 +479,7 @@ type runJSON struct {
 	SavedOutputs []string `json:"saved_outputs"`
 }
 
-func newRunJSON(o *service.Result, saved []string) *runJSON {
+func newRunJSON(o *service.Finished, saved []string) *runJSON {
 	return &runJSON{RunScriptResult: service.ResultOf(o, 0), SavedOutputs: append([]string{}, saved...)}
 }
 

@@ -200,7 +200,7 @@ func TestDaemonRunCode(t *testing.T) {
 	if !strings.Contains(ins.Instructions, "- gif-maker: /skills/gif-maker\n- text-tools: /skills/text-tools\n") {
 		t.Errorf("instructions do not name the mounts:\n%s", ins.Instructions)
 	}
-	res := must[*api.RunScriptResult](t, "skills.run_code")(c.RunCode(ctx, api.Peer{}, api.RunCodeParams{SessionID: sid, Language: api.LanguagePython, Code: codeItPython, Args: []string{"x"}}))
+	res := must[*api.RunScriptResult](t, "skills.run_code")(c.RunCode(ctx, api.Peer{}, api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"x"}}, Language: api.LanguagePython, Code: codeItPython}))
 	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "MADE! 14 ['x']") || strings.Contains(res.Stdout, "WROTE") {
 		t.Fatalf("run_code result %+v", res)
 	}
@@ -219,7 +219,7 @@ func TestDaemonRunCode(t *testing.T) {
 
 	// Deny: one loaded skill denies run_code, so the call is denied.
 	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"nocode-skill"}, Mode: api.LoadAdd}))
-	_, err = c.RunCode(ctx, api.Peer{}, api.RunCodeParams{SessionID: sid, Language: api.LanguagePython, Code: "print(1)"})
+	_, err = c.RunCode(ctx, api.Peer{}, api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid}, Language: api.LanguagePython, Code: "print(1)"})
 	if e := wantKind(t, "run_code with a denying skill", err, api.KindDenied); !strings.Contains(e.Message, `policy "no-code"`) {
 		t.Errorf("deny message %q", e.Message)
 	}
@@ -227,7 +227,7 @@ func TestDaemonRunCode(t *testing.T) {
 	// Confirm: held, approved, then run once with the approval.
 	gs := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: gs, Names: []string{"guarded-code"}}))
-	p := api.RunCodeParams{SessionID: gs, Language: api.LanguagePython, Code: "from core.guard import OK; print(OK)"}
+	p := api.RunCodeParams{RunInputs: api.RunInputs{SessionID: gs}, Language: api.LanguagePython, Code: "from core.guard import OK; print(OK)"}
 	_, err = c.RunCode(ctx, api.Peer{}, p)
 	cr, ok := wantKind(t, "guarded run_code", err, api.KindConfirmationRequired).ConfirmationRequired()
 	if !ok {

@@ -96,9 +96,9 @@ func TestDaemonRunFilesPrivate(t *testing.T) {
 			go func() {
 				var o outcome
 				if tc.code {
-					o.res, o.err = c.RunCode(ctx, api.Peer{}, api.RunCodeParams{SessionID: sid, Language: api.LanguageShell, Code: leakerScript, Files: files, Env: env})
+					o.res, o.err = c.RunCode(ctx, api.Peer{}, api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid, Files: files, Env: env}, Language: api.LanguageShell, Code: leakerScript})
 				} else {
-					o.res, o.err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/leak.sh", Files: files, Env: env})
+					o.res, o.err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Files: files, Env: env}, Path: "scripts/leak.sh"})
 				}
 				done <- o
 			}()
@@ -175,9 +175,9 @@ func TestDaemonSessionFilesPrivate(t *testing.T) {
 	d, c, ctx, sid := sessionDaemon(t, "")
 	bin := copyForUID(t, os.Args[0], d.base)
 	secret := "SESSION-SECRET-" + strings.ToUpper(strconv.FormatInt(time.Now().UnixNano(), 36))
-	must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/counter.py", Args: []string{"8003"}, Background: true}))
+	must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"8003"}, Background: true}, Path: "scripts/counter.py"}))
 	files := []api.File{{Name: "in.txt", Content: base64.StdEncoding.EncodeToString([]byte(secret)), Mode: 0o600}}
-	res := must[*api.RunScriptResult](t, "upper")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/upper.py", Args: []string{"in.txt", "kept.txt"}, Files: files}))
+	res := must[*api.RunScriptResult](t, "upper")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"in.txt", "kept.txt"}, Files: files}, Path: "scripts/upper.py"}))
 	if res.ExitCode != 0 || res.SessionSandbox == "" {
 		t.Fatalf("upper.py: %+v", res)
 	}
@@ -230,7 +230,7 @@ func TestDaemonSessionFilesPrivate(t *testing.T) {
 		t.Fatalf("pause: %+v", paused)
 	}
 	probe("checkpointed session")
-	if got := strings.TrimSpace(must[*api.RunScriptResult](t, "fetch")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fetch.py", Args: []string{"8003"}})).Stdout); got != "1" {
+	if got := strings.TrimSpace(must[*api.RunScriptResult](t, "fetch")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"8003"}}, Path: "scripts/fetch.py"})).Stdout); got != "1" {
 		t.Errorf("after the resume the counter says %q, want 1", got)
 	}
 	probe("resumed session")

@@ -141,12 +141,14 @@ func TestSessionBackgroundDaemon(t *testing.T) {
 	d, c, ctx, sid := sessionDaemon(t, "")
 
 	srv := must[*api.RunScriptResult](t, "background serve")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{
-		SessionID: sid, Path: "scripts/serve.py", Args: []string{"8000"}, Background: true}))
+		RunInputs: api.RunInputs{SessionID: sid, Args: []string{"8000"}, Background: true},
+		Path:      "scripts/serve.py",
+	}))
 	if srv.Background == nil || srv.Background.State != api.RunRunning || srv.Isolation != "session" || srv.SessionSandbox == "" {
 		t.Fatalf("background start: %+v", srv)
 	}
 	box := srv.SessionSandbox
-	got := must[*api.RunScriptResult](t, "fetch")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fetch.py", Args: []string{"8000"}}))
+	got := must[*api.RunScriptResult](t, "fetch")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"8000"}}, Path: "scripts/fetch.py"}))
 	if got.ExitCode != 0 || !strings.HasPrefix(got.Stdout, "hello from ") || got.SessionSandbox != box || !got.Warm {
 		t.Fatalf("fetch from the background server: %+v", got)
 	}
@@ -175,7 +177,7 @@ func TestSessionBackgroundDaemon(t *testing.T) {
 	if _, stderr, code = d.callAsNobody(t, "skills.load", fmt.Sprintf(`{"session_id":%q,"names":["sess-web"]}`, other.SessionID)); code != 0 {
 		t.Fatalf("nobody loads: %s", stderr)
 	}
-	must[*api.RunScriptResult](t, "mark")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/mark.py", Args: []string{"root"}, Env: map[string]string{"MODE": "root-secret"}}))
+	must[*api.RunScriptResult](t, "mark")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"root"}, Env: map[string]string{"MODE": "root-secret"}}, Path: "scripts/mark.py"}))
 	out, stderr, _ = d.callAsNobody(t, "skills.run_script", fmt.Sprintf(`{"session_id":%q,"path":"scripts/fetch.py","args":["8000","5"]}`, other.SessionID))
 	var res api.RunScriptResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil || res.ExitCode != 3 || !strings.Contains(res.Stdout, "unreachable") || res.SessionSandbox == box || res.SessionSandbox == "" {
@@ -207,8 +209,10 @@ func TestSessionBackgroundDaemon(t *testing.T) {
 
 	// A second server, then the session closes: everything goes with it.
 	srv2 := must[*api.RunScriptResult](t, "background serve")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{
-		SessionID: sid, Path: "scripts/serve.py", Args: []string{"8001"}, Background: true}))
-	must[*api.RunScriptResult](t, "fetch")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fetch.py", Args: []string{"8001"}}))
+		RunInputs: api.RunInputs{SessionID: sid, Args: []string{"8001"}, Background: true},
+		Path:      "scripts/serve.py",
+	}))
+	must[*api.RunScriptResult](t, "fetch")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"8001"}}, Path: "scripts/fetch.py"}))
 	if p := sandboxProcs(box); p == "" {
 		t.Fatalf("no host process of sandbox %s while it runs", box)
 	}
@@ -263,9 +267,9 @@ func TestSessionPauseResumeDaemon(t *testing.T) {
 		RunScript(context.Context, api.Peer, api.RunScriptParams) (*api.RunScriptResult, error)
 	}, sid, script string, args ...string) *api.RunScriptResult {
 		t.Helper()
-		return must[*api.RunScriptResult](t, script)(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: script, Args: args}))
+		return must[*api.RunScriptResult](t, script)(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: args}, Path: script}))
 	}
-	must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/counter.py", Args: []string{"8002"}, Background: true}))
+	must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"8002"}, Background: true}, Path: "scripts/counter.py"}))
 	for i := 1; i <= 3; i++ {
 		if got := strings.TrimSpace(run(c, sid, "scripts/fetch.py", "8002").Stdout); got != fmt.Sprint(i) {
 			t.Fatalf("count %d: %q", i, got)
@@ -351,7 +355,7 @@ func TestSessionPauseResumeDaemon(t *testing.T) {
 		if err := os.WriteFile(mf, raw, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: forks[i], Path: "scripts/rand.py"})
+		_, err = c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: forks[i]}, Path: "scripts/rand.py"})
 		e := wantKind(t, "run after a changed "+tc.field, err, api.KindUnavailable)
 		if !strings.Contains(e.Message, tc.want) || !strings.Contains(e.Message, tc.value) || !strings.Contains(e.Message, "fresh: true") {
 			t.Fatalf("refusal of a checkpoint with another %s: %s", tc.field, e.Message)
@@ -393,9 +397,9 @@ func TestSessionPauseResumeDaemon(t *testing.T) {
 func TestSessionIdlePause(t *testing.T) {
 	needDaemon(t)
 	d, c, ctx, sid := sessionDaemon(t, `sessions { idle_timeout = "2s" }`)
-	bg := must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/counter.py", Args: []string{"8003"}, Background: true}))
+	bg := must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"8003"}, Background: true}, Path: "scripts/counter.py"}))
 	fetch := func() string {
-		r := must[*api.RunScriptResult](t, "fetch")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fetch.py", Args: []string{"8003"}}))
+		r := must[*api.RunScriptResult](t, "fetch")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"8003"}}, Path: "scripts/fetch.py"}))
 		return strings.TrimSpace(r.Stdout)
 	}
 	if got := fetch(); got != "1" {
@@ -505,7 +509,7 @@ func TestSessionWorkspace(t *testing.T) {
 	}
 	for i, in := range []string{"first version", "second, longer version"} {
 		write("notes/in.txt", in)
-		r := must[*api.RunScriptResult](t, "upper")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/upper.py", Args: []string{"notes/in.txt", "notes/out.txt"}}))
+		r := must[*api.RunScriptResult](t, "upper")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"notes/in.txt", "notes/out.txt"}}, Path: "scripts/upper.py"}))
 		if r.ExitCode != 0 || r.Isolation != "session" || r.Workspace == nil {
 			t.Fatalf("run %d: %+v", i, r)
 		}

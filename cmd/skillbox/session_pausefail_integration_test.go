@@ -165,7 +165,7 @@ func checkAfterFailedCheckpoint(t *testing.T, d *itDaemon, c *client.Client, ctx
 	if left := storeEntries(t, store); len(left) != 0 {
 		t.Errorf("after the failed %s the checkpoint store holds %v", what, left)
 	}
-	r, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/probe.py"})
+	r, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/probe.py"})
 	if err == nil && r.SessionSandbox == box {
 		if !strings.Contains(r.Stdout, file) {
 			t.Errorf("the session runs on in %s after the failed %s, but its /work lost %s: %s", box, what, file, r.Stdout)
@@ -200,7 +200,7 @@ func sandboxOf(r *api.RunScriptResult) string {
 func TestSessionPauseFailsCleanly(t *testing.T) {
 	needDaemon(t)
 	d, c, ctx, sid, store := pauseFailDaemon(t, "24m", unbudgeted)
-	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fill.py", Args: []string{"big", "48"}}))
+	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"big", "48"}}, Path: "scripts/fill.py"}))
 	box := fill.SessionSandbox
 	if fill.ExitCode != 0 || box == "" {
 		t.Fatalf("fill: %+v", fill)
@@ -231,7 +231,7 @@ func TestSessionPauseFailsCleanly(t *testing.T) {
 	// goes, with everything.
 	sid2 := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid2, Names: []string{"sess-web"}}))
-	fill2 := must[*api.RunScriptResult](t, "fill 2")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid2, Path: "scripts/fill.py", Args: []string{"big", "48"}}))
+	fill2 := must[*api.RunScriptResult](t, "fill 2")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid2, Args: []string{"big", "48"}}, Path: "scripts/fill.py"}))
 	box2 := fill2.SessionSandbox
 	if _, err := c.PauseSession(ctx, api.Peer{}, api.SessionParams{SessionID: sid2}); err == nil {
 		t.Fatalf("the second pause succeeded")
@@ -248,7 +248,7 @@ func TestSessionPauseFailsCleanly(t *testing.T) {
 func TestSessionForkFailsCleanly(t *testing.T) {
 	needDaemon(t)
 	d, c, ctx, sid, store := pauseFailDaemon(t, "24m", unbudgeted)
-	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fill.py", Args: []string{"big", "48"}}))
+	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"big", "48"}}, Path: "scripts/fill.py"}))
 	box := fill.SessionSandbox
 	f, err := c.ForkSession(ctx, api.Peer{}, api.SessionParams{SessionID: sid})
 	if err == nil {
@@ -275,8 +275,8 @@ func TestSessionForkFailsCleanly(t *testing.T) {
 func TestSessionKill9MidPauseSwept(t *testing.T) {
 	needDaemon(t)
 	d, c, ctx, sid, store := pauseFailDaemon(t, "512m", "")
-	must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/counter.py", Args: []string{"8004"}, Background: true}))
-	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fill.py", Args: []string{"big", "200"}}))
+	must[*api.RunScriptResult](t, "counter")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"8004"}, Background: true}, Path: "scripts/counter.py"}))
+	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"big", "200"}}, Path: "scripts/fill.py"}))
 	box := fill.SessionSandbox
 	go c.PauseSession(context.Background(), api.Peer{}, api.SessionParams{SessionID: sid})
 	waitfor.True(t, "the pause to make something in the checkpoint store", time.Minute, func() bool { return len(storeEntries(t, store)) > 0 })
@@ -301,7 +301,7 @@ func TestSessionKill9MidPauseSwept(t *testing.T) {
 	if !strings.Contains(string(logb), box) || !strings.Contains(string(logb), "leftover") {
 		t.Errorf("the restart's sweep did not log what it removed of %s", box)
 	}
-	r := must[*api.RunScriptResult](t, "run after the restart")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/probe.py"}))
+	r := must[*api.RunScriptResult](t, "run after the restart")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/probe.py"}))
 	if r.ExitCode != 0 {
 		t.Fatalf("run after the restart: %+v", r)
 	}
@@ -313,7 +313,7 @@ func TestSessionKill9MidPauseSwept(t *testing.T) {
 func TestSessionPauseImageFailsCleanly(t *testing.T) {
 	needDaemon(t)
 	d, c, ctx, sid, store := pauseFailDaemon(t, "2m", unbudgeted)
-	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/fill.py", Args: []string{"small", "1"}}))
+	fill := must[*api.RunScriptResult](t, "fill")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"small", "1"}}, Path: "scripts/fill.py"}))
 	box := fill.SessionSandbox
 	_, err := c.PauseSession(ctx, api.Peer{}, api.SessionParams{SessionID: sid})
 	if err == nil {

@@ -89,7 +89,7 @@ func TestDaemonStreamsRunOutput(t *testing.T) {
 	_, c, ev, sid := tickerDaemon(t)
 	ctx := ctxT(t)
 
-	res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/tick.sh", Stream: true})
+	res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Stream: true}, Path: "scripts/tick.sh"})
 	ev.done()
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestDaemonCancelRun(t *testing.T) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/tick.sh", Stream: true})
+		res, err := c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Stream: true}, Path: "scripts/tick.sh"})
 		done <- answer{res, err}
 	}()
 	var runID string
@@ -240,7 +240,7 @@ func TestDaemonSlowReaderDoesNotStallOthers(t *testing.T) {
 	sid2 := must[string](t, "sessions.create")(c.NewSession(ctx))
 	must[*api.LoadResult](t, "skills.load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid2, Names: []string{"flood"}}))
 	for i := 0; i < 3; i++ {
-		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid2, Path: "scripts/hi.sh", Stream: true}))
+		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid2, Stream: true}, Path: "scripts/hi.sh"}))
 		if res.Stdout != "hi\n" {
 			t.Fatalf("other client's run: %+v", res)
 		}

@@ -38,7 +38,7 @@ func TestDaemonTraces(t *testing.T) {
 	must[*api.LoadResult](t, "load")(c.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"traced"}}))
 	var runIDs []string
 	for _, code := range []string{"0", "3"} {
-		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/exit.sh", Args: []string{code}}))
+		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{code}}, Path: "scripts/exit.sh"}))
 		if res.ExitCode != int(code[0]-'0') {
 			t.Fatalf("run exit %s: exit %d (%s)", code, res.ExitCode, res.Stderr)
 		}

@@ -101,7 +101,7 @@ func TestDaemonWarmPool(t *testing.T) {
 
 	run := func(args ...string) (*api.RunScriptResult, probe) {
 		t.Helper()
-		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/probe.py", Args: args}))
+		res := must[*api.RunScriptResult](t, "run_script")(c.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: args}, Path: "scripts/probe.py"}))
 		if res.ExitCode != 0 {
 			t.Fatalf("probe exited %d: %s", res.ExitCode, res.Stderr)
 		}
@@ -166,7 +166,7 @@ func TestDaemonWarmPool(t *testing.T) {
 	d.waitWarm(t, 2)
 	c2 := d.client()
 	go func() {
-		_, _ = c2.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/probe.py", Args: []string{"hang"}, TimeoutMS: 300000})
+		_, _ = c2.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"hang"}, TimeoutMS: 300000}, Path: "scripts/probe.py"})
 	}()
 	// The run's sandbox and two refilled ones.
 	waitfor.NoError(t, "the hanging run to start", 2*time.Minute, func() error {

@@ -155,7 +155,7 @@ echo small > small.txt
 	// naming the budget; small.txt comes back.
 	last := sids[len(sids)-1]
 	var res api.RunScriptResult
-	nobody.ok("skills.run_script", api.RunScriptParams{SessionID: last, Skill: "ws-budget", Path: "scripts/fill.sh"}, &res)
+	nobody.ok("skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: last}, Skill: "ws-budget", Path: "scripts/fill.sh"}, &res)
 	if res.ExitCode != 0 || res.Workspace == nil {
 		t.Fatalf("the run: exit %d, workspace %+v, stderr %s", res.ExitCode, res.Workspace, res.Stderr)
 	}

@@ -47,7 +47,7 @@ esac
 	os.WriteFile(canary, []byte("canary\n"), 0o644)
 	run := func(arg string) *api.RunScriptResult {
 		t.Helper()
-		res, err := cl.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Skill: "ws-steps", Path: "scripts/step.sh", Args: []string{arg}})
+		res, err := cl.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{arg}}, Skill: "ws-steps", Path: "scripts/step.sh"})
 		if err != nil {
 			t.Fatalf("run %s: %v", arg, err)
 		}

@@ -127,7 +127,7 @@ policy "default" {
 	}
 	runErr := make(chan error, 1)
 	go func() {
-		res, err := cl.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/sleep.py", TimeoutMS: 300_000})
+		res, err := cl.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, TimeoutMS: 300_000}, Path: "scripts/sleep.py"})
 		if err == nil {
 			err = fmt.Errorf("the run ended: %+v", res)
 		}

@@ -194,15 +194,22 @@ func NewSymlink(name, target string) File {
 // script runs (JSON-RPC notifications; the result still carries the whole,
 // capped output).
 type RunScriptParams struct {
+	RunInputs
+	Skill   string `json:"skill,omitempty"`
+	Path    string `json:"path"`
+	Network bool   `json:"network,omitempty"`
+}
+
+// RunInputs are the inputs skills.run_script and skills.run_code share:
+// the session, what the run is given, how it is followed and approved,
+// and its workspace.
+type RunInputs struct {
 	SessionID      string            `json:"session_id"`
-	Skill          string            `json:"skill,omitempty"`
-	Path           string            `json:"path"`
 	Args           []string          `json:"args,omitempty"`
 	Env            map[string]string `json:"env,omitempty"`
 	Stdin          string            `json:"stdin,omitempty"`
 	TimeoutMS      int64             `json:"timeout_ms,omitempty"`
 	Files          []File            `json:"files,omitempty"`
-	Network        bool              `json:"network,omitempty"`
 	Stream         bool              `json:"stream,omitempty"`
 	ConfirmationID string            `json:"confirmation_id,omitempty"`
 	// Background starts the run in the session's sandbox and returns at
@@ -231,18 +238,9 @@ type WorkspaceParams struct {
 // whose Skills name the mounts and whose Path is the code's file in the
 // sandbox.
 type RunCodeParams struct {
-	SessionID      string            `json:"session_id"`
-	Language       string            `json:"language"`
-	Code           string            `json:"code"`
-	Args           []string          `json:"args,omitempty"`
-	Files          []File            `json:"files,omitempty"`
-	Stdin          string            `json:"stdin,omitempty"`
-	Env            map[string]string `json:"env,omitempty"`
-	TimeoutMS      int64             `json:"timeout_ms,omitempty"`
-	Stream         bool              `json:"stream,omitempty"`
-	ConfirmationID string            `json:"confirmation_id,omitempty"`
-	Background     bool              `json:"background,omitempty"` // see RunScriptParams
-	WorkspaceParams
+	RunInputs
+	Language string `json:"language"`
+	Code     string `json:"code"`
 }
 
 // RunScriptResult is skills.run_script's (and skills.run_code's) result. A

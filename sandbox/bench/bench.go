@@ -387,7 +387,7 @@ func waitIdle(ctx context.Context, rd *stack.Serving, n int) error {
 
 func runHello(ctx context.Context, cl *client.Client, sid string) (bool, error) {
 	var r api.RunScriptResult
-	if err := cl.Call(ctx, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/hello.py"}, &r); err != nil {
+	if err := cl.Call(ctx, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/hello.py"}, &r); err != nil {
 		return false, err
 	}
 	if r.ExitCode != 0 {

@@ -161,9 +161,12 @@ func TestTypedMethodsRoundTrip(t *testing.T) {
 	if err != nil || rr.Content != "hello" || rr.Path != "SKILL.md" {
 		t.Fatalf("Read = %+v, %v", rr, err)
 	}
-	want := api.RunScriptParams{SessionID: id, Skill: "pdf", Path: "scripts/x.py", Args: []string{"a", "b c"},
-		Env: map[string]string{"K": "V"}, Stdin: "in", TimeoutMS: 5000, Files: []api.File{api.NewFile("in.bin", []byte{0, 1, 2})},
-		Network: true, ConfirmationID: "cnf_1"}
+	want := api.RunScriptParams{
+		RunInputs: api.RunInputs{SessionID: id, Args: []string{"a", "b c"}, Env: map[string]string{"K": "V"}, Stdin: "in", TimeoutMS: 5000, Files: []api.File{api.NewFile("in.bin", []byte{0, 1, 2})}, ConfirmationID: "cnf_1"},
+		Skill:     "pdf",
+		Path:      "scripts/x.py",
+		Network:   true,
+	}
 	res, err := c.RunScript(ctx, api.Peer{}, want)
 	if err != nil || res.ExitCode != 3 || res.RunID != "run_1" || res.Reason != "exit" {
 		t.Fatalf("RunScript = %+v, %v", res, err)
@@ -228,7 +231,7 @@ func TestErrorsAndConfirmationData(t *testing.T) {
 		})
 	})
 	c := dial(t, path)
-	_, err := c.RunScript(context.Background(), api.Peer{}, api.RunScriptParams{SessionID: "s", Path: "scripts/a.sh"})
+	_, err := c.RunScript(context.Background(), api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: "s"}, Path: "scripts/a.sh"})
 	var e *client.Error
 	if !errors.As(err, &e) || e.Kind != api.KindConfirmationRequired || e.Code != jsonrpc.CodeConfirmationRequired {
 		t.Fatalf("err = %#v", err)

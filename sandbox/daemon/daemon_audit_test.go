@@ -315,7 +315,7 @@ policy "no-read" {
 	h := newHarness(t, cfg, defaultSkills())
 	sid := h.session(peerA)
 	h.load(peerA, sid, "add", "hello", "third", "guarded-deploy")
-	run := api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"x"}}
+	run := api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"x"}}, Skill: "guarded-deploy", Path: "scripts/deploy.sh"}
 	e := h.fails(peerA, "skills.run_script", run, api.KindConfirmationRequired)
 	cid := e.Data["confirmation_id"].(string)
 	h.ok(peerRoot, "confirmations.approve", api.ConfirmationIDParams{ID: cid}, nil)
@@ -332,14 +332,14 @@ policy "no-read" {
 		{"escaping read", "skills.read", api.ReadParams{SessionID: sid, Skill: "hello", Path: "../x"}, peerA, true},
 		{"missing file", "skills.read", api.ReadParams{SessionID: sid, Skill: "hello", Path: "nope.md"}, peerA, true},
 		{"policy deny", "skills.read", api.ReadParams{SessionID: sid, Skill: "third", Path: "SKILL.md"}, peerA, true},
-		{"needs confirmation", "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"z"}}, peerA, true},
+		{"needs confirmation", "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"z"}}, Skill: "guarded-deploy", Path: "scripts/deploy.sh"}, peerA, true},
 		{"approval mismatch", "skills.run_script", mismatch, peerA, true},
 		{"not an approver", "confirmations.approve", api.ConfirmationIDParams{ID: cid}, peerA, true},
 		{"unknown confirmation", "confirmations.deny", api.ConfirmationIDParams{ID: "cnf_" + strings.Repeat("1", 32)}, peerRoot, true},
 		{"unknown session", "skills.read", api.ReadParams{SessionID: "ses_" + strings.Repeat("1", 32), Path: "SKILL.md"}, peerA, false},
 		{"bad params", "skills.load", map[string]any{"session_id": sid, "nmes": []string{"x"}}, peerA, false},
 		{"not loaded", "skills.read", api.ReadParams{SessionID: sid, Skill: "fourth", Path: "SKILL.md"}, peerA, false},
-		{"script outside scripts/", "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "hello", Path: "SKILL.md"}, peerA, false},
+		{"script outside scripts/", "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "hello", Path: "SKILL.md"}, peerA, false},
 	} {
 		err := h.handlerErr(tc.peer, tc.method, tc.params)
 		if got := api.IsAudited(err); got != tc.audited {
@@ -351,7 +351,7 @@ policy "no-read" {
 		}
 	}
 	// The confirmation's data survives the mark.
-	err := h.handlerErr(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh", Args: []string{"w"}})
+	err := h.handlerErr(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"w"}}, Skill: "guarded-deploy", Path: "scripts/deploy.sh"})
 	if re := jsonrpc.ToRPCError(err); re.Kind != api.KindConfirmationRequired || re.Data["confirmation_id"] == nil {
 		t.Errorf("confirmation_required lost its data: %+v", re)
 	}
@@ -359,7 +359,7 @@ policy "no-read" {
 	h.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 		return nil, errors.New("sandbox exploded")
 	}
-	err = h.handlerErr(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "hello", Path: "scripts/run.py"})
+	err = h.handlerErr(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "hello", Path: "scripts/run.py"})
 	if !api.IsAudited(err) || api.KindOf(err) != api.KindInternal {
 		t.Errorf("failed run: audited %v, kind %s: %v", api.IsAudited(err), api.KindOf(err), err)
 	}
@@ -394,7 +394,7 @@ func TestDaemonExpiriesAudited(t *testing.T) {
 	sid := h.session(peerA)
 	h.load(peerA, sid, "", "guarded-deploy")
 	ask := func(arg string) string {
-		e := h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{arg}}, api.KindConfirmationRequired)
+		e := h.fails(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{arg}}, Path: "scripts/deploy.sh"}, api.KindConfirmationRequired)
 		return e.Data["confirmation_id"].(string)
 	}
 	c1, c2, c3 := ask("1"), ask("2"), ask("3")
@@ -405,7 +405,7 @@ func TestDaemonExpiriesAudited(t *testing.T) {
 	// by the sweep: one record each, however often it is looked at.
 	h.fails(peerRoot, "confirmations.approve", api.ConfirmationIDParams{ID: c1}, api.KindInvalidParams, "expired")
 	h.fails(peerRoot, "confirmations.deny", api.ConfirmationIDParams{ID: c1}, api.KindInvalidParams)
-	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"2"}, ConfirmationID: c2}, api.KindInvalidParams, "expired")
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"2"}, ConfirmationID: c2}, Path: "scripts/deploy.sh"}, api.KindInvalidParams, "expired")
 	for i := 0; i < 2; i++ {
 		if _, err := h.opts.Confirmations.Sweep(); err != nil {
 			t.Fatal(err)
@@ -513,10 +513,10 @@ func TestDaemonMissingImageFailsFast(t *testing.T) {
 
 	sid := h.session(peerA)
 	h.load(peerA, sid, "add", "hello", "guarded-deploy")
-	e := h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "hello", Path: "scripts/run.py"}, api.KindUnavailable,
+	e := h.fails(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "hello", Path: "scripts/run.py"}, api.KindUnavailable,
 		"image python is not built", "skillbox images build --dir "+imgs.Dir()+" python", "build_on_demand")
 	t.Logf("refusal: %s", e.Message)
-	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "guarded-deploy", Path: "scripts/deploy.sh"}, api.KindUnavailable, "image shell is not built")
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "guarded-deploy", Path: "scripts/deploy.sh"}, api.KindUnavailable, "image shell is not built")
 	if n := len(h.rt.Jobs()); n != 0 {
 		t.Fatalf("%d runs", n)
 	}
@@ -530,7 +530,7 @@ func TestDaemonMissingImageFailsFast(t *testing.T) {
 	}
 	// The refusal is not marked as audited: the daemon's call.refused
 	// record covers it.
-	if err := h.handlerErr(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Skill: "hello", Path: "scripts/run.py"}); api.IsAudited(err) {
+	if err := h.handlerErr(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "hello", Path: "scripts/run.py"}); api.IsAudited(err) {
 		t.Error("missing image refusal marked audited")
 	}
 

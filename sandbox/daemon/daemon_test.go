@@ -203,7 +203,7 @@ func TestDaemonReadBeforeLoad(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	sid := h.session(peerA)
 	h.fails(peerA, "skills.read", api.ReadParams{SessionID: sid, Path: "SKILL.md"}, api.KindInvalidParams, "skills.load")
-	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, api.KindInvalidParams, "skills.load")
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.py"}, api.KindInvalidParams, "skills.load")
 	h.load(peerA, sid, "", "hello")
 	// A skill that is indexed but not loaded in this session is refused too.
 	h.fails(peerA, "skills.read", api.ReadParams{SessionID: sid, Skill: "other", Path: "SKILL.md"}, api.KindInvalidParams, "not loaded")
@@ -313,7 +313,7 @@ func TestDaemonDigestChangedSinceLoad(t *testing.T) {
 	h.index.Put(&changed)
 
 	h.fails(peerA, "skills.read", api.ReadParams{SessionID: sid, Path: "references/a.md"}, api.KindInvalidParams, "changed on disk", "skills.load")
-	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, api.KindInvalidParams, "changed on disk")
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.py"}, api.KindInvalidParams, "changed on disk")
 	if n := len(h.rt.Jobs()); n != 0 {
 		t.Fatalf("a changed skill ran %d times", n)
 	}
@@ -333,7 +333,7 @@ func TestDaemonDigestChangedSinceLoad(t *testing.T) {
 	if r.ActiveSkills[0].Digest != dg {
 		t.Fatalf("reload digest %s, want %s", r.ActiveSkills[0].Digest, dg)
 	}
-	h.ok(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, nil)
+	h.ok(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.py"}, nil)
 
 	// A loaded skill that disappears from the index.
 	h.index.Remove("hello")
@@ -348,7 +348,7 @@ func TestDaemonConfirmationBinding(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	sid := h.session(peerA)
 	h.load(peerA, sid, "", "guarded-deploy")
-	params := api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"web", "staging"}}
+	params := api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"web", "staging"}}, Path: "scripts/deploy.sh"}
 
 	e := h.fails(peerA, "skills.run_script", params, api.KindConfirmationRequired, "confirmation_id")
 	id, _ := e.Data["confirmation_id"].(string)
@@ -467,7 +467,7 @@ func TestDaemonSessionsInvisibleAcrossUIDs(t *testing.T) {
 		{"skills.load", api.LoadParams{SessionID: sid, Names: []string{"other"}}},
 		{"skills.unload", api.UnloadParams{SessionID: sid, All: true}},
 		{"skills.read", api.ReadParams{SessionID: sid, Path: "SKILL.md"}},
-		{"skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}},
+		{"skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.py"}},
 		{"tools.check", api.CheckToolParams{SessionID: sid, Tool: "Read"}},
 		{"sessions.close", api.SessionParams{SessionID: sid}},
 	} {
@@ -659,8 +659,8 @@ policy "slow" {
 	}
 	var res api.RunScriptResult
 	h.ok(peerA, "skills.run_script", api.RunScriptParams{
-		SessionID: sid, Path: "scripts/run.py", Args: []string{"a b", "--x"}, Env: map[string]string{"MODE": "fast"},
-		Stdin: "input", TimeoutMS: 5000, Files: []api.File{api.NewFile("in.txt", []byte("data"))},
+		RunInputs: api.RunInputs{SessionID: sid, Args: []string{"a b", "--x"}, Env: map[string]string{"MODE": "fast"}, Stdin: "input", TimeoutMS: 5000, Files: []api.File{api.NewFile("in.txt", []byte("data"))}},
+		Path:      "scripts/run.py",
 	}, &res)
 	if res.ExitCode != 3 || res.Stdout != "out" || res.Stderr != "err!" || len(res.Outputs) != 1 || res.Outputs[0].Content == "" || res.Image != "python" {
 		t.Errorf("result %+v", res)
@@ -721,10 +721,10 @@ policy "slow" {
 		{api.RunScriptParams{Path: "SKILL.md"}, api.KindInvalidParams, "no interpreter"},
 		{api.RunScriptParams{Path: "scripts/../SKILL.md"}, api.KindInvalidParams, ".."},
 		{api.RunScriptParams{Path: "scripts/missing.py"}, api.KindNotFound, "not found"},
-		{api.RunScriptParams{Path: "scripts/run.py", Env: map[string]string{"LD_PRELOAD": "/x.so"}}, api.KindInvalidParams, "LD_PRELOAD"},
-		{api.RunScriptParams{Path: "scripts/run.py", Files: []api.File{api.NewFile("../x", nil)}}, api.KindInvalidParams, "inside the working directory"},
+		{api.RunScriptParams{RunInputs: api.RunInputs{Env: map[string]string{"LD_PRELOAD": "/x.so"}}, Path: "scripts/run.py"}, api.KindInvalidParams, "LD_PRELOAD"},
+		{api.RunScriptParams{RunInputs: api.RunInputs{Files: []api.File{api.NewFile("../x", nil)}}, Path: "scripts/run.py"}, api.KindInvalidParams, "inside the working directory"},
 		{api.RunScriptParams{Path: "scripts/run.py", Network: true}, api.KindDenied, "network"},
-		{api.RunScriptParams{Path: "scripts/run.py", TimeoutMS: -1}, api.KindInvalidParams, "timeout_ms"},
+		{api.RunScriptParams{RunInputs: api.RunInputs{TimeoutMS: -1}, Path: "scripts/run.py"}, api.KindInvalidParams, "timeout_ms"},
 	} {
 		tc.p.SessionID = sid
 		h.fails(peerA, "skills.run_script", tc.p, tc.kind, tc.want)
@@ -739,13 +739,13 @@ func TestDaemonRunRefusedWhenAuditFails(t *testing.T) {
 	sid := h.session(peerA)
 	h.load(peerA, sid, "", "hello")
 	h.audit.Fail(errors.New("no space left on device"))
-	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, api.KindUnavailable, "audit log cannot be written", "no space left", "runs included")
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.py"}, api.KindUnavailable, "audit log cannot be written", "no space left", "runs included")
 	h.fails(peerA, "skills.read", api.ReadParams{SessionID: sid, Path: "SKILL.md"}, api.KindUnavailable)
 	if n := len(h.rt.Jobs()); n != 0 {
 		t.Fatalf("ran without an audit log")
 	}
 	h.audit.Fail(nil)
-	h.ok(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, nil)
+	h.ok(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.py"}, nil)
 
 	// The run.start record is written before the sandbox starts: if it
 	// fails the runtime is never called; if the end record fails the
@@ -754,14 +754,14 @@ func TestDaemonRunRefusedWhenAuditFails(t *testing.T) {
 		h.audit.Fail(errors.New("disk died"))
 		return &runtime.Result{Reason: runtime.ReasonExit, Stdout: []byte("secret")}, nil
 	}
-	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.py"}, api.KindUnavailable, "disk died")
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.py"}, api.KindUnavailable, "disk died")
 }
 
 func TestDaemonApprovalNotBurnedWhenAuditDown(t *testing.T) {
 	h := newHarness(t, testConfig, defaultSkills())
 	sid := h.session(peerA)
 	h.load(peerA, sid, "", "guarded-deploy")
-	p := api.RunScriptParams{SessionID: sid, Path: "scripts/deploy.sh", Args: []string{"web", "staging"}}
+	p := api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"web", "staging"}}, Path: "scripts/deploy.sh"}
 	e := h.fails(peerA, "skills.run_script", p, api.KindConfirmationRequired)
 	p.ConfirmationID = e.Data["confirmation_id"].(string)
 	h.ok(peerRoot, "confirmations.approve", api.ConfirmationIDParams{ID: p.ConfirmationID}, nil)
@@ -804,7 +804,7 @@ func TestDaemonOverSocket(t *testing.T) {
 	if _, err := cl.LoadSkills(ctx, api.Peer{}, api.LoadParams{SessionID: sid, Names: []string{"hello"}}); err != nil {
 		t.Fatal(err)
 	}
-	res, err := cl.RunScript(ctx, api.Peer{}, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh", Args: []string{"x"}})
+	res, err := cl.RunScript(ctx, api.Peer{}, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"x"}}, Path: "scripts/run.sh"})
 	if err != nil || !strings.Contains(res.Stdout, "bash /skill/scripts/run.sh x") {
 		t.Fatalf("run over the socket: %+v %v", res, err)
 	}

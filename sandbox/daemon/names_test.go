@@ -65,7 +65,7 @@ func TestDaemonSkillNameCollision(t *testing.T) {
 		if len(r.ActiveSkills) != 1 || r.ActiveSkills[0].RootDir != realDir {
 			t.Fatalf("skills.load net-x = %+v, want the skill in %s", r.ActiveSkills, realDir)
 		}
-		h.ok(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh"}, nil)
+		h.ok(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.sh"}, nil)
 		job := lastJob()
 		if job.Sandbox.SkillDir != realDir {
 			t.Errorf("run of net-x mounted %s, want %s", job.Sandbox.SkillDir, realDir)
@@ -81,7 +81,7 @@ func TestDaemonSkillNameCollision(t *testing.T) {
 		if len(r.ActiveSkills) != 1 || r.ActiveSkills[0].Name != "aa-helper" {
 			t.Fatalf("skills.load aa-helper = %+v", r.ActiveSkills)
 		}
-		h.ok(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh"}, nil)
+		h.ok(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.sh"}, nil)
 		job := lastJob()
 		if job.Sandbox.SkillDir != filepath.Join(root, "aa-helper") {
 			t.Errorf("run of aa-helper mounted %s", job.Sandbox.SkillDir)
@@ -133,14 +133,14 @@ func TestDaemonRunRefusedWhenNameBecomesClaimedTwice(t *testing.T) {
 	h := newHarness(t, testConfig, nil, func(o *Options, _ *store.StateDB) { o.Skills = reg })
 	sid := h.session(peerA)
 	h.load(peerA, sid, "", "x")
-	h.ok(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh"}, nil)
+	h.ok(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.sh"}, nil)
 
 	write(filepath.Join(root, "group", "x"))
 	if err := reg.Reload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	n := len(h.rt.Jobs())
-	h.fails(peerA, "skills.run_script", api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh"}, api.KindDenied,
+	h.fails(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.sh"}, api.KindDenied,
 		`skill "x" was loaded, but now`, "claimed by 2", "rename or remove")
 	if len(h.rt.Jobs()) != n {
 		t.Error("the run reached the runtime")

@@ -228,9 +228,9 @@ func (c *Conn) check(ctx context.Context, req *sdk.CallToolRequest, in CheckInpu
 
 func (c *Conn) runScript(ctx context.Context, req *sdk.CallToolRequest, in RunScriptInput) (*sdk.CallToolResult, *RunOutput, error) {
 	p := api.RunScriptParams{
-		SessionID: c.session, Skill: in.Skill, Path: in.Path, Args: in.Args, Env: in.Env, Stdin: in.Stdin,
-		TimeoutMS: in.TimeoutMS, Files: in.Files, ConfirmationID: in.ConfirmationID, Background: in.Background,
-		WorkspaceParams: c.runWorkspace(ctx, req, in.Background, in.Inputs),
+		RunInputs: api.RunInputs{SessionID: c.session, Args: in.Args, Env: in.Env, Stdin: in.Stdin, TimeoutMS: in.TimeoutMS, Files: in.Files, ConfirmationID: in.ConfirmationID, Background: in.Background, WorkspaceParams: c.runWorkspace(ctx, req, in.Background, in.Inputs)},
+		Skill:     in.Skill,
+		Path:      in.Path,
 	}
 	return c.run(ctx, req, ToolRunScript, func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error) {
 		p.Stream = stream
@@ -243,9 +243,9 @@ func (c *Conn) runScript(ctx context.Context, req *sdk.CallToolRequest, in RunSc
 
 func (c *Conn) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCodeInput) (*sdk.CallToolResult, *RunOutput, error) {
 	p := api.RunCodeParams{
-		SessionID: c.session, Language: in.Language, Code: in.Code, Args: in.Args, Files: in.Files,
-		Stdin: in.Stdin, Env: in.Env, TimeoutMS: in.TimeoutMS, ConfirmationID: in.ConfirmationID, Background: in.Background,
-		WorkspaceParams: c.runWorkspace(ctx, req, in.Background, in.Inputs),
+		RunInputs: api.RunInputs{SessionID: c.session, Args: in.Args, Files: in.Files, Stdin: in.Stdin, Env: in.Env, TimeoutMS: in.TimeoutMS, ConfirmationID: in.ConfirmationID, Background: in.Background, WorkspaceParams: c.runWorkspace(ctx, req, in.Background, in.Inputs)},
+		Language:  in.Language,
+		Code:      in.Code,
 	}
 	return c.run(ctx, req, ToolRunCode, func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error) {
 		p.Stream = stream

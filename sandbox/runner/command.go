@@ -31,7 +31,7 @@ type CommandSpec struct {
 }
 
 // prepareCommand is Prepare for a CommandSpec.
-func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
+func (e *Engine) prepareCommand(req RunRequest, pol *policy.SkillPolicy) (*Plan, error) {
 	c := req.Command
 	if strings.TrimSpace(c.Command) == "" {
 		return nil, errkind.Errorf(errkind.InvalidParams, "empty command")
@@ -58,13 +58,12 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 		script = "cd " + runtime.SkillMount + " || exit 125\n" + script
 	}
 	argv := []string{"/bin/sh", "-c", script}
-	limits, rules := e.cfg.LimitsFor(req.Skill.Name)
-	limits = policy.Tighten(limits, req.Limits)
+	limits, rules := policy.Tighten(pol.Limits.Value, req.Limits), pol.Limits.Rules
 	env, err := envList(req.Env)
 	if err != nil {
 		return nil, err
 	}
-	if err := e.checkEnv(env, req.Env, req.Skill.Name); err != nil {
+	if err := checkEnv(env, req.Env, pol); err != nil {
 		return nil, err
 	}
 	runID := newID("run_")
@@ -80,18 +79,18 @@ func (e *Engine) prepareCommand(req RunRequest) (*Plan, error) {
 		label = "command"
 	}
 	p := &Plan{
-		RunID:        runID,
-		JobID:        jobID,
-		Request:      req,
-		Script:       label,
-		SkillRoot:    root,
-		ScriptSHA256: SHA256Hex([]byte(script)),
-		Interpreter:  policy.Interpreter{Image: im.Name, Argv: []string{"/bin/sh", "-c"}, Rule: im.Rule()},
-		Argv:         argv,
-		Env:          env,
-		Limits:       limits,
-		LimitRules:   rules,
+		runID:        runID,
+		jobID:        jobID,
+		request:      req,
+		script:       label,
+		skillRoot:    root,
+		scriptSHA256: SHA256Hex([]byte(script)),
+		interpreter:  policy.Interpreter{Image: im.Name, Argv: []string{"/bin/sh", "-c"}, Rule: im.Rule()},
+		argv:         argv,
+		env:          env,
+		limits:       limits,
+		limitRules:   rules,
+		policy:       pol,
 	}
-	p.Digest = planDigest(p)
 	return p, nil
 }

@@ -95,7 +95,7 @@ func (d *Deps) Declared(sk *skills.Skill, root string) (*deps.Set, error) {
 		return s, nil
 	}
 	d.mu.Unlock()
-	pk := d.cfg.PackagesFor(sk.Name)
+	pk := d.cfg.For(sk.Name).Packages
 	s, err := deps.Discover(root, deps.Extra{Python: pk.Python, Npm: pk.Npm, AllowSource: pk.BuildFromSource, Where: pk.Where})
 	if err != nil {
 		return nil, errkind.Errorf(errkind.InvalidParams, "skill %q: %w", sk.Name, err)
@@ -293,16 +293,16 @@ func (d *Deps) ForRun(ctx context.Context, p *Plan, img runtime.ImageRef, rootfs
 	if d == nil {
 		return nil, nil, nil
 	}
-	if p.Code == nil {
-		return d.layerFor(ctx, p.Request.Skill, p.SkillRoot, img, rootfs, p.Limits.Timeout)
+	if p.code == nil {
+		return d.layerFor(ctx, p.request.Skill, p.skillRoot, img, rootfs, p.limits.Timeout)
 	}
 	// A code run mounts one layer: that of the one mounted skill that
 	// needs one.
 	var layer *deps.Layer
 	var owner string
 	var notes []string
-	for _, m := range p.Code.Mounts {
-		l, n, err := d.layerFor(ctx, m.Skill, m.Root, img, rootfs, p.Limits.Timeout)
+	for _, m := range p.code.Mounts {
+		l, n, err := d.layerFor(ctx, m.Skill, m.Root, img, rootfs, p.limits.Timeout)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -739,9 +739,9 @@ var (
 
 // importHint recognises a failed import in a run's stderr and says how to
 // provide the module.
-func (d *Deps) importHint(o *Result) string {
-	r := o.Result
-	if r == nil || r.ExitCode == 0 {
+func (d *Deps) importHint(o *Finished) string {
+	r := &o.Result
+	if r.ExitCode == 0 {
 		return ""
 	}
 	if m := pyMissingRE.FindSubmatch(r.Stderr); m != nil {

@@ -29,18 +29,18 @@ type EgressOptions struct {
 
 // planEgress gives a script run the skill's egress destinations when it
 // has no full network: then its sandbox's only way out is the proxy.
-func (e *Engine) planEgress(p *Plan) error {
-	if p.Network || p.Code != nil || p.Request.Skill == nil {
+func planEgress(p *Plan) error {
+	if p.network || p.code != nil || p.request.Skill == nil {
 		return nil
 	}
-	dests, rule := e.cfg.EgressFor(p.Request.Skill.Name)
-	if len(dests) == 0 {
+	eg := p.policy.Egress
+	if len(eg.Value) == 0 {
 		return nil
 	}
-	p.Egress, p.EgressRule = dests, rule
-	p.EgressSecrets = e.cfg.SecretsFor(p.Request.Skill.Name, dests)
-	for _, s := range p.EgressSecrets {
-		if _, ok := p.Request.Env[s.Name]; ok {
+	p.egress, p.egressRule = eg.Value, eg.Rule
+	p.egressSecrets = p.policy.Secrets
+	for _, s := range p.egressSecrets {
+		if _, ok := p.request.Env[s.Name]; ok {
 			return errkind.Errorf(errkind.InvalidParams, "env %s is the placeholder of a secret of this run (%s); leave it out", s.Name, s)
 		}
 	}
@@ -49,8 +49,8 @@ func (e *Engine) planEgress(p *Plan) error {
 
 // secretNames are the names of a plan's secrets.
 func (p *Plan) secretNames() []string {
-	out := make([]string, len(p.EgressSecrets))
-	for i, s := range p.EgressSecrets {
+	out := make([]string, len(p.egressSecrets))
+	for i, s := range p.egressSecrets {
 		out[i] = s.Name
 	}
 	return out
@@ -73,8 +73,8 @@ func (e *Engine) ca() (*egress.CA, error) {
 // EgressNames are the destinations of a plan as written in policy, sorted
 // as policy lists them.
 func (p *Plan) EgressNames() []string {
-	out := make([]string, len(p.Egress))
-	for i, d := range p.Egress {
+	out := make([]string, len(p.egress))
+	for i, d := range p.egress {
 		out[i] = d.String()
 	}
 	return out
@@ -82,8 +82,8 @@ func (p *Plan) EgressNames() []string {
 
 // AuditEgress lists the destinations with the rules that allow them.
 func (p *Plan) AuditEgress() []string {
-	out := make([]string, len(p.Egress))
-	for i, d := range p.Egress {
+	out := make([]string, len(p.egress))
+	for i, d := range p.egress {
 		out[i] = d.String() + " (" + d.Source + ")"
 	}
 	return out
@@ -92,14 +92,13 @@ func (p *Plan) AuditEgress() []string {
 // egressConfig is the runtime's egress of a plan: every attempt becomes
 // an egress.connect audit record of the run.
 func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, error) {
-	if len(p.Egress) == 0 {
+	if len(p.egress) == 0 {
 		return nil, nil
 	}
-	req := p.Request
 	actx := context.WithoutCancel(ctx)
 	var secrets []egress.Secret
 	var ca *egress.CA
-	for _, s := range p.EgressSecrets {
+	for _, s := range p.egressSecrets {
 		v, err := s.Value()
 		if err != nil {
 			return nil, errkind.Wrap(errkind.Unavailable, err)
@@ -113,14 +112,14 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, err
 		}
 	}
 	var budget egress.Budget
-	if req.Peer != nil {
-		budget = e.egressBudgets.of(req.Peer.UID)
+	if og := p.origin; og.Peer != nil {
+		budget = e.egressBudgets.of(og.Peer.UID)
 	}
 	return &egress.Config{
 		// Attempts past the run's and the uid's budgets are summed up in
 		// aggregate records (runtime/egress/reports.go).
 		UIDBudget:     budget,
-		Rules:         p.Egress,
+		Rules:         p.egress,
 		Resolver:      e.egress.Resolver,
 		Hosts:         e.egress.Hosts,
 		Secrets:       secrets,
@@ -128,9 +127,9 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, err
 		UpstreamRoots: e.egress.UpstreamRoots,
 		Report: func(a egress.Attempt) {
 			r := &audit.Record{
-				Event: audit.EventEgress, Peer: req.Peer, SessionID: req.SessionID, RequestID: req.RequestID,
-				Method: req.Method, Skill: p.AuditSkill(),
-				Egress: &audit.EgressInfo{RunID: p.RunID, Attempt: a},
+				Event: audit.EventEgress, Peer: p.origin.Peer, SessionID: p.origin.SessionID, RequestID: p.origin.RequestID,
+				Method: p.origin.Method, Skill: p.AuditSkill(),
+				Egress: &audit.EgressInfo{RunID: p.runID, Attempt: a},
 			}
 			switch {
 			case a.Kind == "aggregate":
@@ -144,7 +143,7 @@ func (e *Engine) egressConfig(ctx context.Context, p *Plan) (*egress.Config, err
 			defer cancel()
 			if err := e.journal.Record(wctx, r); err != nil {
 				// The run.end record still sums the run's egress up.
-				e.log.Error("egress audit record not written", "run_id", p.RunID, "error", err)
+				e.log.Error("egress audit record not written", "run_id", p.runID, "error", err)
 			}
 		},
 	}, nil

@@ -46,6 +46,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/sandbox/workspace"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -158,15 +159,6 @@ type RunRequest struct {
 	// Code makes it a skills.run_code run (Skill and Script stay empty).
 	Code *CodeRequest
 
-	// Who asked, for audit.
-	Peer      *api.Peer
-	SessionID string
-	RequestID string
-	Method    string // the JSON-RPC method, when the run came over the socket
-	// ConfirmationID is the approval the run used, if any (audit only; it is
-	// not part of the digest the approval is bound to).
-	ConfirmationID string
-
 	// Optional live copies of the streams (the CLI's terminal).
 	Stdout, Stderr runtime.StreamSink
 
@@ -179,121 +171,270 @@ type RunRequest struct {
 	Background bool
 }
 
-// Plan is a validated request with everything resolved: what will run, where,
-// under which limits. Its Digest binds a confirmation to exactly this run.
-type Plan struct {
-	RunID        string
-	JobID        string // the container id: runtime.IDPrefix + the run id's hex
-	Request      RunRequest
-	Script       string // cleaned relative path
-	SkillRoot    string // the pinned copy of the skill the run mounts
-	ScriptSHA256 string
-	Interpreter  policy.Interpreter
-	Argv         []string
-	Env          []string
-	// ModuleEnv puts the skill root and the script's directory on the
-	// interpreter's module path (runtime.ModulePathEnv).
-	ModuleEnv []string
-	// ScriptDirsRule names the policy rule(s) that allowed the script's
-	// directory, or policy.RuleScriptDirsDefault.
-	ScriptDirsRule string
-	Limits         runtime.Limits
-	LimitRules     []string
-	Network        bool
-	NetworkRule    string
-	// Egress are the destinations the run may reach through the egress
-	// proxy (policy egress, when the run has no full network), and
-	// EgressRule the rules that list them.
-	Egress     []egress.Rule
-	EgressRule string
-	// EgressSecrets are the secrets the proxy adds for the run (policy
-	// secret blocks whose hosts the destinations reach).
-	EgressSecrets []*policy.Secret
-	Digest        string
-	Code          *CodePlan      // skills.run_code runs only
-	Workspace     *WorkspacePlan // runs with a workspace only
-	// Isolation is how the run is isolated (policy IsolationFor) and
-	// IsolationRule the rule that says so; SessionSandbox names the
-	// session sandbox a session run went to, once it has.
-	Isolation      policy.Isolation
-	IsolationRule  string
-	SessionSandbox string
+// Origin is who asked for a run, as its audit records name them.
+type Origin struct {
+	Peer      *api.Peer
+	SessionID string
+	RequestID string
+	Method    string // the JSON-RPC method, when the run came over the socket
 }
 
-// Result is a finished run: the sandbox's result (runtime.Result: exit,
-// reason, streams, outputs) with what the engine adds to it, and the plan
-// it ran. It is the last of the four shapes a run takes (RunRequest, Plan,
-// runtime.Job, Result); front ends encode it (api.RunScriptResult).
-type Result struct {
-	*runtime.Result
+// Plan is a validated request with everything resolved: what will run, where,
+// under which limits, under which policy. Its Digest binds a confirmation to
+// exactly this run. PrepareWith builds it once and nothing changes it after:
+// it is read through its methods, so the plan an approver approved is the
+// plan that runs (what a run gets as it starts is ExecOptions').
+type Plan struct {
+	runID        string
+	jobID        string
+	request      RunRequest
+	origin       Origin
+	script       string
+	skillRoot    string
+	scriptSHA256 string
+	interpreter  policy.Interpreter
+	argv         []string
+	env          []string
+	moduleEnv    []string
+	// scriptDirsRule names the policy rule(s) that allowed the script's
+	// directory, or policy.RuleScriptDirsDefault.
+	scriptDirsRule string
+	limits         runtime.Limits
+	limitRules     []string
+	network        bool
+	networkRule    string
+	egress         []egress.Rule
+	egressRule     string
+	egressSecrets  []*policy.Secret
+	digest         string
+	code           *CodePlan
+	workspace      *WorkspacePlan
+	policy         *policy.SkillPolicy
+	isolation      policy.Isolation
+	isolationRule  string
+}
+
+// RunID names the run.
+func (p *Plan) RunID() string { return p.runID }
+
+// JobID is the container id: runtime.IDPrefix + the run id's hex.
+func (p *Plan) JobID() string { return p.jobID }
+
+// Request is the run as asked for.
+func (p *Plan) Request() RunRequest { return p.request }
+
+// Origin is who asked (PrepareWith's).
+func (p *Plan) Origin() Origin { return p.origin }
+
+// Script is the cleaned path of the script relative to the skill root
+// (a command's label; a code run's program in the sandbox).
+func (p *Plan) Script() string { return p.script }
+
+// SkillRoot is the pinned copy of the skill the run mounts.
+func (p *Plan) SkillRoot() string { return p.skillRoot }
+
+// ScriptSHA256 is the hash of what runs: the script, command or code.
+func (p *Plan) ScriptSHA256() string { return p.scriptSHA256 }
+
+// Interpreter is the image and program the script runs with.
+func (p *Plan) Interpreter() policy.Interpreter { return p.interpreter }
+
+// Argv is the run's command line in the sandbox.
+func (p *Plan) Argv() []string { return p.argv }
+
+// Env is the environment the caller gave, as KEY=VALUE in a stable order.
+func (p *Plan) Env() []string { return p.env }
+
+// ModuleEnv puts the skill root and the script's directory on the
+// interpreter's module path (runtime.ModulePathEnv).
+func (p *Plan) ModuleEnv() []string { return p.moduleEnv }
+
+// ScriptDirsRule names the policy rule(s) that allowed the script's
+// directory, or policy.RuleScriptDirsDefault.
+func (p *Plan) ScriptDirsRule() string { return p.scriptDirsRule }
+
+// Limits are the run's limits: the policy's, tightened by the request's.
+func (p *Plan) Limits() runtime.Limits { return p.limits }
+
+// LimitRules name the sources of the limits.
+func (p *Plan) LimitRules() []string { return p.limitRules }
+
+// Network says whether the run has full network access, and NetworkRule
+// the rule that gave it.
+func (p *Plan) Network() bool { return p.network }
+
+// NetworkRule: see Network.
+func (p *Plan) NetworkRule() string { return p.networkRule }
+
+// Egress are the destinations the run may reach through the egress proxy
+// (policy egress, when the run has no full network), and EgressRule the
+// rules that list them.
+func (p *Plan) Egress() []egress.Rule { return p.egress }
+
+// EgressRule: see Egress.
+func (p *Plan) EgressRule() string { return p.egressRule }
+
+// EgressSecrets are the secrets the proxy adds for the run (policy secret
+// blocks whose hosts the destinations reach).
+func (p *Plan) EgressSecrets() []*policy.Secret { return p.egressSecrets }
+
+// Digest binds a confirmation to exactly this run.
+func (p *Plan) Digest() string { return p.digest }
+
+// Code is what a skills.run_code run runs (nil for other runs).
+func (p *Plan) Code() *CodePlan { return p.code }
+
+// Workspace is the run's workspace (nil for a run without one).
+func (p *Plan) Workspace() *WorkspacePlan { return p.workspace }
+
+// Policy is the run's policy, resolved once (policy.Config.For, or
+// ForSkills for a code run): the plan's facets are its.
+func (p *Plan) Policy() *policy.SkillPolicy { return p.policy }
+
+// Isolation is how the run is isolated (policy Isolation), and
+// IsolationRule the rule that says so.
+func (p *Plan) Isolation() policy.Isolation { return p.isolation }
+
+// IsolationRule: see Isolation.
+func (p *Plan) IsolationRule() string { return p.isolationRule }
+
+// ExecOptions are what a run is given as it starts that its approval does
+// not bind, so that the approved plan stays as it was approved.
+type ExecOptions struct {
+	// ConfirmationID is the approval the run used, if any (audit only; it
+	// is not part of the digest the approval is bound to).
+	ConfirmationID string
+	// Stdout and Stderr take live copies of the streams, after the
+	// request's own.
+	Stdout, Stderr runtime.StreamSink
+	// WorkspaceAccount is the session workspace's part of the daemon's
+	// workspace budget (per uid and in total), which the write-back's
+	// growth is taken from; nil: none (a host workspace: the user's own
+	// disk).
+	WorkspaceAccount *workspace.Account
+}
+
+// Launched is what any run that got a sandbox has: its plan, the image
+// and dependency layer it runs with, and the approval it used.
+type Launched struct {
 	RunID string
 	Plan  *Plan
-	Image runtime.ImageRef
+	// ConfirmationID is ExecOptions'.
+	ConfirmationID string
+	Image          runtime.ImageRef
 	// DepsLayer is the dependency layer digest the run mounted, if any.
 	DepsLayer string
-	// Hint says how to fix a failure skillbox recognises (a missing module).
-	Hint string
 	// Warnings are what the run went without and why (declared packages
 	// left out of its dependency layer).
 	Warnings []string
+	// SessionSandbox names the session sandbox the run went to, if it did.
+	SessionSandbox string
+}
+
+// Finished is a run that ended (Execute): the sandbox's result
+// (runtime.Result: exit, reason, streams, outputs), held by value because
+// a finished run always has one, with what the engine adds to it. It is
+// the last of the shapes a run takes (RunRequest, Plan, runtime.Job,
+// Finished or Started); front ends encode it (api.RunScriptResult).
+type Finished struct {
+	Launched
+	Result runtime.Result
+	// Hint says how to fix a failure skillbox recognises (a missing module).
+	Hint string
 	// Workspace is what the run took from its workspace and what came
 	// back (runs with a workspace).
 	Workspace *api.WorkspaceReport
-	// Background is the run a background request started (Result is then
-	// nil: it has not ended).
-	Background *runtime.BackgroundRun
 }
 
-// Prepare validates req against the skill and the policy without running
-// anything; a run with a workspace reads the files it is given from it
-// now, so that its digest (what an approval binds) covers them. Errors
-// wrap api.ErrInvalidParams, api.ErrNotFound, api.ErrDenied or
-// api.ErrLimitExceeded.
+// Started is a background run that started in its session's sandbox
+// (Start) and goes on; runs.* follow it.
+type Started struct {
+	Launched
+	Run runtime.BackgroundRun
+}
+
+// Prepare is PrepareWith for a run no one in particular asked for, under
+// the policy of the skills req mounts.
 func (e *Engine) Prepare(req RunRequest) (*Plan, error) {
-	p, err := e.prepare(req)
-	if err == nil {
-		err = e.planIsolation(p)
+	return e.PrepareWith(req, Origin{}, e.cfg.ForSkills(RunSkillNames(req)...))
+}
+
+// RunSkillNames are the names of the skills req mounts: its skill, or a
+// code run's.
+func RunSkillNames(req RunRequest) []string {
+	if req.Code != nil {
+		names := make([]string, 0, len(req.Code.Skills))
+		for _, sk := range req.Code.Skills {
+			if sk != nil {
+				names = append(names, sk.Name)
+			}
+		}
+		return names
 	}
-	if err != nil || req.Workspace == nil {
-		return p, err
+	if req.Skill == nil {
+		return nil
 	}
-	if req.Command != nil {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "a command (a skill's !`command` or hook) runs without a workspace")
+	return []string{req.Skill.Name}
+}
+
+// PrepareWith validates req, asked for by origin, against the skill and
+// pol, the policy of the skills it mounts (policy.Config.ForSkills),
+// without running anything; a
+// run with a workspace reads the files it is given from it now, so that
+// its digest (what an approval binds) covers them. Errors wrap
+// errkind.InvalidParams, errkind.NotFound, errkind.Denied or
+// errkind.LimitExceeded.
+func (e *Engine) PrepareWith(req RunRequest, origin Origin, pol *policy.SkillPolicy) (*Plan, error) {
+	if pol == nil || pol.Skill != strings.Join(RunSkillNames(req), ",") {
+		return nil, errkind.Errorf(errkind.Internal, "the run's policy is not that of the skills it mounts")
 	}
-	if err := e.planWorkspace(p); err != nil {
+	p, err := e.prepare(req, pol)
+	if err != nil {
 		return nil, err
 	}
-	if p.Code != nil {
-		p.Digest = codeDigest(p)
+	p.origin = origin
+	if err := e.planIsolation(p); err != nil {
+		return nil, err
+	}
+	if req.Workspace != nil {
+		if req.Command != nil {
+			return nil, errkind.Errorf(errkind.InvalidParams, "a command (a skill's !`command` or hook) runs without a workspace")
+		}
+		if err := e.planWorkspace(p); err != nil {
+			return nil, err
+		}
+	}
+	if p.code != nil {
+		p.digest = codeDigest(p)
 	} else {
-		p.Digest = planDigest(p)
+		p.digest = planDigest(p)
 	}
 	return p, nil
 }
 
-func (e *Engine) prepare(req RunRequest) (*Plan, error) {
+func (e *Engine) prepare(req RunRequest, pol *policy.SkillPolicy) (*Plan, error) {
 	if req.Code != nil {
-		return e.prepareCode(req)
+		return e.prepareCode(req, pol)
 	}
 	if req.Skill == nil {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "no skill given")
+		return nil, errkind.Errorf(errkind.InvalidParams, "no skill given")
 	}
 	if req.Command != nil {
-		return e.prepareCommand(req)
+		return e.prepareCommand(req, pol)
 	}
 	rel, err := CleanScriptPath(req.Script)
 	if err != nil {
 		return nil, err
 	}
-	dirs, dirsRule := e.cfg.ScriptDirsFor(req.Skill.Name)
+	dirs, dirsRule := pol.ScriptDirs.Value, pol.ScriptDirs.Rule
 	if !policy.ScriptInDirs(rel, dirs) {
 		if len(dirs) == 0 {
-			return nil, errkind.Errorf(api.ErrDenied, "no script of skill %q may be run: the script_dirs of %s have no directory in common; ask an administrator to fix them", req.Skill.Name, dirsRule)
+			return nil, errkind.Errorf(errkind.Denied, "no script of skill %q may be run: the script_dirs of %s have no directory in common; ask an administrator to fix them", req.Skill.Name, dirsRule)
 		}
-		return nil, errkind.Errorf(api.ErrDenied, "script %q of skill %q is outside the directories policy lets scripts run from (script_dirs %s, set by %s): run a script under one of them", rel, req.Skill.Name, strings.Join(dirs, ", "), dirsRule)
+		return nil, errkind.Errorf(errkind.Denied, "script %q of skill %q is outside the directories policy lets scripts run from (script_dirs %s, set by %s): run a script under one of them", rel, req.Skill.Name, strings.Join(dirs, ", "), dirsRule)
 	}
 	if e.pins == nil {
-		return nil, errkind.Errorf(api.ErrUnavailable, "the engine has no skill snapshot store")
+		return nil, errkind.Errorf(errkind.Unavailable, "the engine has no skill snapshot store")
 	}
 	// Everything below reads the pinned copy: the script hashed here is the
 	// one the sandbox will see, whatever happens to the skill's directory.
@@ -304,34 +445,33 @@ func (e *Engine) prepare(req RunRequest) (*Plan, error) {
 	f, err := skills.OpenInRoot(root, rel)
 	if err != nil {
 		if errors.Is(err, skills.ErrNotFound) {
-			return nil, errkind.Errorf(api.ErrNotFound, "script %q not found in skill %q: give a file of the skill relative to its root (SKILL.md names them; skillbox skills show lists them)", rel, req.Skill.Name)
+			return nil, errkind.Errorf(errkind.NotFound, "script %q not found in skill %q: give a file of the skill relative to its root (SKILL.md names them; skillbox skills show lists them)", rel, req.Skill.Name)
 		}
-		return nil, errkind.Errorf(api.ErrInvalidParams, "script %q: %w", rel, err)
+		return nil, errkind.Errorf(errkind.InvalidParams, "script %q: %w", rel, err)
 	}
 	script, err := io.ReadAll(io.LimitReader(f, maxScriptBytes+1))
 	f.Close()
 	if err != nil {
-		return nil, errkind.Errorf(api.ErrInternal, "reading script %q: %w", rel, err)
+		return nil, errkind.Errorf(errkind.Internal, "reading script %q: %w", rel, err)
 	}
 	if len(script) > maxScriptBytes {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "script %q is larger than %d bytes", rel, maxScriptBytes)
+		return nil, errkind.Errorf(errkind.InvalidParams, "script %q is larger than %d bytes", rel, maxScriptBytes)
 	}
 	sum := sha256.Sum256(script)
 
 	interp, err := e.interpreterFor(rel, script)
 	if err != nil {
-		return nil, errkind.Wrap(api.ErrInvalidParams, err)
+		return nil, errkind.Wrap(errkind.InvalidParams, err)
 	}
 
-	limits, rules := e.cfg.LimitsFor(req.Skill.Name)
-	limits = policy.Tighten(limits, req.Limits)
+	limits, rules := policy.Tighten(pol.Limits.Value, req.Limits), pol.Limits.Rules
 
 	network := false
 	netRule := ""
 	if req.Network {
-		ok, rule := e.cfg.NetworkFor(req.Skill.Name)
-		if dests, _ := e.cfg.EgressFor(req.Skill.Name); !ok && len(dests) == 0 {
-			return nil, errkind.Errorf(api.ErrDenied, "network access for skill %q is not allowed by any policy rule; ask an administrator to list its destinations in egress = [...] (or set network = true) in a policy block for it", req.Skill.Name)
+		ok, rule := pol.Network.Value, pol.Network.Rule
+		if !ok && len(pol.Egress.Value) == 0 {
+			return nil, errkind.Errorf(errkind.Denied, "network access for skill %q is not allowed by any policy rule; ask an administrator to list its destinations in egress = [...] (or set network = true) in a policy block for it", req.Skill.Name)
 		}
 		// Without full network, the skill's egress destinations are its
 		// network (planEgress).
@@ -345,7 +485,7 @@ func (e *Engine) prepare(req RunRequest) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := e.checkEnv(env, req.Env, req.Skill.Name); err != nil {
+	if err := checkEnv(env, req.Env, pol); err != nil {
 		return nil, err
 	}
 
@@ -362,30 +502,30 @@ func (e *Engine) prepare(req RunRequest) (*Plan, error) {
 		Sandbox:    runtime.SandboxSpec{ID: jobID, RootFS: "/", SkillDir: "/", Limits: limits},
 		Invocation: runtime.Invocation{Args: argv, Env: env, ModuleEnv: moduleEnv, Files: req.Files, Limits: limits},
 	}); err != nil {
-		return nil, errkind.Wrap(api.ErrInvalidParams, err)
+		return nil, errkind.Wrap(errkind.InvalidParams, err)
 	}
 
 	p := &Plan{
-		RunID:          runID,
-		JobID:          jobID,
-		Request:        req,
-		Script:         rel,
-		SkillRoot:      root,
-		ScriptSHA256:   hex.EncodeToString(sum[:]),
-		Interpreter:    interp,
-		Argv:           argv,
-		Env:            env,
-		ModuleEnv:      moduleEnv,
-		ScriptDirsRule: dirsRule,
-		Limits:         limits,
-		LimitRules:     rules,
-		Network:        network,
-		NetworkRule:    netRule,
+		runID:          runID,
+		jobID:          jobID,
+		request:        req,
+		script:         rel,
+		skillRoot:      root,
+		scriptSHA256:   hex.EncodeToString(sum[:]),
+		interpreter:    interp,
+		argv:           argv,
+		env:            env,
+		moduleEnv:      moduleEnv,
+		scriptDirsRule: dirsRule,
+		limits:         limits,
+		limitRules:     rules,
+		network:        network,
+		networkRule:    netRule,
+		policy:         pol,
 	}
-	if err := e.planEgress(p); err != nil {
+	if err := planEgress(p); err != nil {
 		return nil, err
 	}
-	p.Digest = planDigest(p)
 	return p, nil
 }
 
@@ -394,24 +534,60 @@ func (e *Engine) prepare(req RunRequest) (*Plan, error) {
 // cannot tell says yes, and Execute finds out.
 func (e *Engine) CheckImage(p *Plan) error {
 	if ic, ok := e.images.(ImageChecker); ok {
-		return ic.Available(p.Interpreter.Image)
+		return ic.Available(p.interpreter.Image)
 	}
 	return nil
 }
 
-// Execute runs a prepared plan. The audit start record is written (and
-// fsynced) before the sandbox starts and the end record before the result is
-// returned; if either cannot be written the run is refused or its result
-// withheld (fail closed).
-func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
+// launch is a run's sandbox set-up, once its run.start record is written:
+// what Execute and Start share.
+type launch struct {
+	opts                   ExecOptions
+	img                    runtime.ImageRef
+	job                    runtime.Job
+	start                  *audit.Record
+	began                  time.Time
+	rtVersion, layerDigest string
+	warnings               []string
+}
+
+// Execute runs a prepared foreground plan to its end. The audit start
+// record is written (and fsynced) before the sandbox starts and the end
+// record before the result is returned; if either cannot be written the
+// run is refused or its result withheld (fail closed).
+func (e *Engine) Execute(ctx context.Context, p *Plan, o ExecOptions) (*Finished, error) {
+	if p.request.Background {
+		return nil, errkind.Errorf(errkind.Internal, "run %s is a background run: it is started (Start), not executed", p.runID)
+	}
+	l, err := e.launch(ctx, p, o)
+	if err != nil {
+		return nil, err
+	}
+	return e.finish(ctx, p, l)
+}
+
+// Start starts a prepared background plan in its session's sandbox and
+// returns once it runs; its run.end is written when it ends.
+func (e *Engine) Start(ctx context.Context, p *Plan, o ExecOptions) (*Started, error) {
+	if !p.request.Background {
+		return nil, errkind.Errorf(errkind.Internal, "run %s is a foreground run: it is executed (Execute), not started", p.runID)
+	}
+	l, err := e.launch(ctx, p, o)
+	if err != nil {
+		return nil, err
+	}
+	return e.executeBackground(ctx, p, l)
+}
+
+func (e *Engine) launch(ctx context.Context, p *Plan, o ExecOptions) (*launch, error) {
 	log := e.log
 	if err := e.journal.Check(); err != nil {
 		return nil, err
 	}
-	ictx, sp := span.Start(ctx, "image.resolve", span.AttrImage.String(p.Interpreter.Image))
-	img, rootfs, err := e.images.Ensure(ictx, p.Interpreter.Image, e.progress)
+	ictx, sp := span.Start(ctx, "image.resolve", span.AttrImage.String(p.interpreter.Image))
+	img, rootfs, err := e.images.Ensure(ictx, p.interpreter.Image, e.progress)
 	if err != nil {
-		err = errkind.Errorf(api.ErrUnavailable, "image %q for %s: %w", p.Interpreter.Image, p.Script, err)
+		err = errkind.Errorf(errkind.Unavailable, "image %q for %s: %w", p.interpreter.Image, p.script, err)
 	}
 	span.End(sp, err, api.KindOf(err))
 	if err != nil {
@@ -433,23 +609,23 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 		return nil, err
 	}
 
-	req := p.Request
+	req, og := p.request, p.origin
 	began := time.Now()
 	start := &audit.Record{
 		Event:     audit.EventRunStart,
-		Peer:      req.Peer,
-		SessionID: req.SessionID,
-		RequestID: req.RequestID,
-		Method:    req.Method,
+		Peer:      og.Peer,
+		SessionID: og.SessionID,
+		RequestID: og.RequestID,
+		Method:    og.Method,
 		Skill:     p.AuditSkill(),
-		Skills:    p.Code.AuditSkills(),
-		Run:       e.runInfo(p, img, rtVersion),
+		Skills:    p.code.AuditSkills(),
+		Run:       e.runInfo(p, o, img, rtVersion, ""),
 		Detail:    planDetail(p),
 	}
 	start.Run.Started = began.UTC()
 	start.Run.DepsLayer, start.Run.Warnings = layerDigest, warnings
-	start.Run.Code = p.Code.AuditCode(true)
-	if w := p.Workspace; w != nil {
+	start.Run.Code = p.code.AuditCode(true)
+	if w := p.workspace; w != nil {
 		start.Run.Workspace, start.Run.WorkspaceFiles = w.report(), w.auditFiles()
 	}
 	if err := e.journal.Record(ctx, start); err != nil {
@@ -457,34 +633,37 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	}
 
 	job := runtime.Job{
-		Sandbox: runtime.SandboxSpec{ID: p.JobID, RootFS: rootfs, Image: img, SkillDir: p.SkillRoot, DepsDir: layerDir,
-			Limits: p.Limits, Network: p.Network, Egress: egCfg},
-		Invocation: runtime.Invocation{Args: p.Argv, Env: p.Env, ModuleEnv: p.ModuleEnv, Stdin: req.Stdin, Files: p.inputFiles(),
-			Limits: p.Limits, Stdout: req.Stdout, Stderr: req.Stderr},
+		Sandbox: runtime.SandboxSpec{ID: p.jobID, RootFS: rootfs, Image: img, SkillDir: p.skillRoot, DepsDir: layerDir,
+			Limits: p.limits, Network: p.network, Egress: egCfg},
+		Invocation: runtime.Invocation{Args: p.argv, Env: p.env, ModuleEnv: p.moduleEnv, Stdin: req.Stdin, Files: p.inputFiles(),
+			Limits: p.limits, Stdout: TeeSink(req.Stdout, o.Stdout), Stderr: TeeSink(req.Stderr, o.Stderr)},
 	}
-	p.Code.applyTo(&job)
+	p.code.applyTo(&job)
 	job.Invocation.ModuleEnv = depsModuleEnv(job.Invocation.ModuleEnv, img.Name, layer)
-	log.Debug("run starting", "run_id", p.RunID, "skill", p.SkillName(), "script", p.Script, "image", img.Digest, "deps_layer", layerDigest)
-	if req.Background {
-		return e.executeBackground(ctx, p, img, job, start, layerDigest, warnings)
-	}
-	res, runErr := e.tracedRunJob(ctx, p, img, job)
+	log.Debug("run starting", "run_id", p.runID, "skill", p.SkillName(), "script", p.script, "image", img.Digest, "deps_layer", layerDigest)
+	return &launch{opts: o, img: img, job: job, start: start, began: began, rtVersion: rtVersion, layerDigest: layerDigest, warnings: warnings}, nil
+}
+
+// finish runs a launched foreground run and writes its run.end.
+func (e *Engine) finish(ctx context.Context, p *Plan, l *launch) (*Finished, error) {
+	log, og, start, img, layerDigest, warnings := e.log, p.origin, l.start, l.img, l.layerDigest, l.warnings
+	res, box, runErr := e.tracedRunJob(ctx, p, img, l.job)
 	if runErr == nil && res != nil && res.Reason == runtime.ReasonKilled && errors.Is(context.Cause(ctx), ErrRunCancelled) {
 		res.Reason = runtime.ReasonCancelled // runs.cancel, not a caller that went away
 	}
 
 	end := &audit.Record{
 		Event:     audit.EventRunEnd,
-		Peer:      req.Peer,
-		SessionID: req.SessionID,
-		RequestID: req.RequestID,
-		Method:    req.Method,
+		Peer:      og.Peer,
+		SessionID: og.SessionID,
+		RequestID: og.RequestID,
+		Method:    og.Method,
 		Skill:     start.Skill,
 		Skills:    start.Skills,
-		Run:       e.runInfo(p, img, rtVersion),
+		Run:       e.runInfo(p, l.opts, img, l.rtVersion, box),
 		Detail:    start.Detail,
 	}
-	end.Run.Started = began.UTC()
+	end.Run.Started = l.began.UTC()
 	end.Run.DepsLayer, end.Run.Warnings = layerDigest, warnings
 	end.Run.Ended = time.Now().UTC()
 	if runErr == nil && res == nil {
@@ -497,8 +676,8 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 	} else {
 		end.Outcome = string(res.Reason)
 		fillRunResult(end.Run, res)
-		if p.Workspace != nil {
-			wsReport = p.Workspace.applyBack(res)
+		if p.workspace != nil {
+			wsReport = p.workspace.applyBack(res, l.opts.WorkspaceAccount)
 			end.Run.Workspace = wsReport
 		}
 	}
@@ -509,23 +688,24 @@ func (e *Engine) Execute(ctx context.Context, p *Plan) (*Result, error) {
 		return nil, err
 	}
 	if runErr != nil {
-		log.Error("run failed", "run_id", p.RunID, "error", runErr)
+		log.Error("run failed", "run_id", p.runID, "error", runErr)
 		// The run.end record holds the failure.
 		return nil, api.MarkAudited(runFailure(runErr))
 	}
-	log.Info("run finished", "run_id", p.RunID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
-	out := &Result{RunID: p.RunID, Plan: p, Image: img, Result: res, DepsLayer: layerDigest, Warnings: warnings, Workspace: wsReport}
+	log.Info("run finished", "run_id", p.runID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
+	out := &Finished{Launched: Launched{RunID: p.runID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: img, DepsLayer: layerDigest, Warnings: warnings,
+		SessionSandbox: box}, Result: *res, Workspace: wsReport}
 	out.Hint = e.deps.importHint(out)
 	return out, nil
 }
 
 // Run is Prepare then Execute, for callers with no confirmation step between.
-func (e *Engine) Run(ctx context.Context, req RunRequest) (*Result, error) {
+func (e *Engine) Run(ctx context.Context, req RunRequest) (*Finished, error) {
 	p, err := e.Prepare(req)
 	if err != nil {
 		return nil, err
 	}
-	return e.Execute(ctx, p)
+	return e.Execute(ctx, p, ExecOptions{})
 }
 
 // version caches the runtime's version; it is asked once per engine (until
@@ -550,19 +730,21 @@ func (e *Engine) version(ctx context.Context) string {
 // records add what only the run knows (Engine.runInfo).
 func (p *Plan) AuditRun(withCode bool) *audit.RunInfo {
 	return &audit.RunInfo{
-		Script: p.Script, ScriptSHA256: p.ScriptSHA256, Args: p.Request.Args,
-		Network: p.Network, Egress: p.AuditEgress(), Digest: p.Digest, Code: p.Code.AuditCode(withCode),
+		Script: p.script, ScriptSHA256: p.scriptSHA256, Args: p.request.Args,
+		Network: p.network, Egress: p.AuditEgress(), Digest: p.digest, Code: p.code.AuditCode(withCode),
 	}
 }
 
-func (e *Engine) runInfo(p *Plan, img runtime.ImageRef, rtVersion string) *audit.RunInfo {
-	req := p.Request
+// runInfo is the run as its run.start and run.end records name it; box is
+// the session sandbox it went to ("" before it has).
+func (e *Engine) runInfo(p *Plan, o ExecOptions, img runtime.ImageRef, rtVersion, box string) *audit.RunInfo {
+	req := p.request
 	ri := p.AuditRun(false)
-	ri.RunID, ri.Limits, ri.EgressSecrets, ri.ConfirmationID = p.RunID, p.Limits, p.secretNames(), req.ConfirmationID
+	ri.RunID, ri.Limits, ri.EgressSecrets, ri.ConfirmationID = p.runID, p.limits, p.secretNames(), o.ConfirmationID
 	ri.EnvNames, ri.EnvHash = audit.EnvSummary(req.Env)
 	ri.Runtime, ri.RuntimeVersion, ri.Image, ri.ImageDigest = e.rt.Name(), rtVersion, img.Name, img.Digest
-	if p.Isolation == policy.IsolationSession {
-		ri.Isolation, ri.SessionSandbox, ri.Background = string(p.Isolation), p.SessionSandbox, req.Background
+	if p.isolation == policy.IsolationSession {
+		ri.Isolation, ri.SessionSandbox, ri.Background = string(p.isolation), box, req.Background
 	}
 	if len(req.Stdin) > 0 {
 		ri.StdinBytes, ri.StdinSHA256 = int64(len(req.Stdin)), SHA256Hex(req.Stdin)
@@ -591,27 +773,27 @@ func InputRefs(files []runtime.InputFile) []audit.FileRef {
 // planDetail names the configuration that shaped a run: the image block
 // that chose the interpreter, the sources of its limits and the network rule.
 func planDetail(p *Plan) map[string]string {
-	d := map[string]string{"interpreter": strings.Join(p.Interpreter.Argv, " ")}
-	if c := p.Request.Command; c != nil {
+	d := map[string]string{"interpreter": strings.Join(p.interpreter.Argv, " ")}
+	if c := p.request.Command; c != nil {
 		d["command"] = audit.ClipText(c.Command, 2048)
 	}
-	if p.Interpreter.Rule != "" {
-		d["interpreter_rule"] = p.Interpreter.Rule
+	if p.interpreter.Rule != "" {
+		d["interpreter_rule"] = p.interpreter.Rule
 	}
-	if len(p.LimitRules) > 0 {
-		d["limit_rules"] = strings.Join(p.LimitRules, "; ")
+	if len(p.limitRules) > 0 {
+		d["limit_rules"] = strings.Join(p.limitRules, "; ")
 	}
-	if p.NetworkRule != "" {
-		d["network_rule"] = p.NetworkRule
+	if p.networkRule != "" {
+		d["network_rule"] = p.networkRule
 	}
-	if p.EgressRule != "" {
-		d["egress_rule"] = p.EgressRule
+	if p.egressRule != "" {
+		d["egress_rule"] = p.egressRule
 	}
-	if p.ScriptDirsRule != "" {
-		d["script_dirs_rule"] = p.ScriptDirsRule
+	if p.scriptDirsRule != "" {
+		d["script_dirs_rule"] = p.scriptDirsRule
 	}
-	if len(p.ModuleEnv) > 0 {
-		d["module_path"] = strings.Join(p.ModuleEnv, " ")
+	if len(p.moduleEnv) > 0 {
+		d["module_path"] = strings.Join(p.moduleEnv, " ")
 	}
 	return d
 }
@@ -662,22 +844,22 @@ func interpreterFamily(in policy.Interpreter) string {
 // (script_dirs, checked by Prepare).
 func CleanScriptPath(p string) (string, error) {
 	if p == "" {
-		return "", errkind.Errorf(api.ErrInvalidParams, "path is empty: give a script relative to the skill root, e.g. scripts/run.py")
+		return "", errkind.Errorf(errkind.InvalidParams, "path is empty: give a script relative to the skill root, e.g. scripts/run.py")
 	}
 	if strings.ContainsRune(p, 0) {
-		return "", errkind.Errorf(api.ErrInvalidParams, "path contains a NUL byte")
+		return "", errkind.Errorf(errkind.InvalidParams, "path contains a NUL byte")
 	}
 	if path.IsAbs(p) {
-		return "", errkind.Errorf(api.ErrInvalidParams, "path %q is absolute: give it relative to the skill root, e.g. scripts/run.py", p)
+		return "", errkind.Errorf(errkind.InvalidParams, "path %q is absolute: give it relative to the skill root, e.g. scripts/run.py", p)
 	}
 	for _, part := range strings.Split(p, "/") {
 		if part == ".." {
-			return "", errkind.Errorf(api.ErrInvalidParams, "path %q contains \"..\": only files inside the skill can run", p)
+			return "", errkind.Errorf(errkind.InvalidParams, "path %q contains \"..\": only files inside the skill can run", p)
 		}
 	}
 	c := path.Clean(p)
 	if c == "." {
-		return "", errkind.Errorf(api.ErrInvalidParams, "path %q is the skill root, not a script: give a file of the skill, e.g. scripts/run.py", p)
+		return "", errkind.Errorf(errkind.InvalidParams, "path %q is the skill root, not a script: give a file of the skill, e.g. scripts/run.py", p)
 	}
 	return c, nil
 }
@@ -688,10 +870,10 @@ func envList(env map[string]string) ([]string, error) {
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		if k == "" || strings.ContainsAny(k, "=\x00") {
-			return nil, errkind.Errorf(api.ErrInvalidParams, "environment name %q is malformed", k)
+			return nil, errkind.Errorf(errkind.InvalidParams, "environment name %q is malformed", k)
 		}
 		if strings.ContainsRune(env[k], 0) {
-			return nil, errkind.Errorf(api.ErrInvalidParams, "environment value of %q contains a NUL byte", k)
+			return nil, errkind.Errorf(errkind.InvalidParams, "environment value of %q contains a NUL byte", k)
 		}
 		keys = append(keys, k)
 	}
@@ -703,21 +885,20 @@ func envList(env map[string]string) ([]string, error) {
 	return out, nil
 }
 
-// checkEnv applies the environment allowlist to a run of the named skills
-// (every one of them must allow each name): names no rule can allow are
-// malformed requests, names no matching rule allows are denied.
-func (e *Engine) checkEnv(env []string, given map[string]string, skillNames ...string) error {
+// checkEnv applies the environment allowlist of pol to a run (for a run
+// that mounts several skills, every one of them must allow each name):
+// names no rule can allow are malformed requests, names no matching rule
+// allows are denied.
+func checkEnv(env []string, given map[string]string, pol *policy.SkillPolicy) error {
 	if err := runtime.ValidateEnv(env); err != nil {
-		return errkind.Wrap(api.ErrInvalidParams, err)
+		return errkind.Wrap(errkind.InvalidParams, err)
 	}
 	names := make([]string, 0, len(given))
 	for k := range given {
 		names = append(names, k)
 	}
-	for _, sk := range skillNames {
-		if err := e.cfg.CheckEnv(sk, names); err != nil {
-			return errkind.Errorf(api.ErrDenied, "%s", errkind.Detail(err, policy.ErrDenied))
-		}
+	if err := pol.CheckEnv(names); err != nil {
+		return errkind.Errorf(errkind.Denied, "%s", errkind.Detail(err, policy.ErrDenied))
 	}
 	return nil
 }
@@ -725,19 +906,19 @@ func (e *Engine) checkEnv(env []string, given map[string]string, skillNames ...s
 // planDigest binds an approval to exactly one run: the skill version, the
 // script bytes, what it is given, and the limits it runs under.
 func planDigest(p *Plan) string {
-	req := p.Request
+	req := p.request
 	return store.RequestDigest(append([]string{
 		"skill", req.Skill.Name,
 		"skill_digest", req.Skill.Digest,
-		"script", p.Script,
-		"script_sha256", p.ScriptSHA256,
+		"script", p.script,
+		"script_sha256", p.scriptSHA256,
 	}, runDigestFields(p)...)...)
 }
 
 // runDigestFields are the digest fields of what any run is given and runs
 // under, after the fields that say what runs.
 func runDigestFields(p *Plan) []string {
-	req := p.Request
+	req := p.request
 	in := p.inputFiles()
 	files := make([]string, 0, len(in))
 	for _, f := range in {
@@ -746,17 +927,17 @@ func runDigestFields(p *Plan) []string {
 	}
 	fields := []string{
 		"args", strings.Join(QuoteAll(req.Args), " "),
-		"env", strings.Join(QuoteAll(p.Env), " "),
+		"env", strings.Join(QuoteAll(p.env), " "),
 		"stdin_sha256", SHA256Hex(req.Stdin),
 		"files", strings.Join(files, " "),
-		"limits", fmt.Sprintf("%+v", p.Limits),
-		"network", fmt.Sprint(p.Network),
+		"limits", fmt.Sprintf("%+v", p.limits),
+		"network", fmt.Sprint(p.network),
 	}
-	if w := p.Workspace; w != nil {
+	if w := p.workspace; w != nil {
 		// Where the changes go back, and whether they do, is approved too.
 		fields = append(fields, "workspace", fmt.Sprintf("%q:%s:%s:%v:%q", w.Dir, w.Request.Kind, w.Grant.Mode, w.Grant.Delete, w.Grant.Excludes))
 	}
-	if len(p.Egress) > 0 {
+	if len(p.egress) > 0 {
 		// The destinations an approval covers are part of what it binds.
 		fields = append(fields, "egress", strings.Join(p.EgressNames(), " "), "egress_secrets", strings.Join(p.secretNames(), " "))
 	}
@@ -797,6 +978,25 @@ func runFailure(err error) error {
 	}
 	return err
 }
+
+// TeeSink writes to both sinks (either may be nil).
+func TeeSink(a, b runtime.StreamSink) runtime.StreamSink {
+	if a == nil {
+		return b
+	}
+	if b == nil {
+		return a
+	}
+	return StreamFunc(func(p []byte) (int, error) {
+		a.Write(p)
+		return b.Write(p)
+	})
+}
+
+// StreamFunc is a function as a runtime.StreamSink.
+type StreamFunc func(p []byte) (int, error)
+
+func (f StreamFunc) Write(p []byte) (int, error) { return f(p) }
 
 // ErrRunCancelled is the cause of a run's ctx when runs.cancel stopped it.
 var ErrRunCancelled = errors.New("run cancelled on request")

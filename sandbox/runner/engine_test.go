@@ -133,11 +133,11 @@ func TestPrepareInterpreterByExtension(t *testing.T) {
 			t.Errorf("%s: %v", tc.script, err)
 			continue
 		}
-		want := []string{tc.argv0, "/skill/" + p.Script, "x"}
-		if p.Interpreter.Image != tc.image || strings.Join(p.Argv, " ") != strings.Join(want, " ") {
-			t.Errorf("%s: image %q argv %q, want %q %q", tc.script, p.Interpreter.Image, p.Argv, tc.image, want)
+		want := []string{tc.argv0, "/skill/" + p.Script(), "x"}
+		if p.Interpreter().Image != tc.image || strings.Join(p.Argv(), " ") != strings.Join(want, " ") {
+			t.Errorf("%s: image %q argv %q, want %q %q", tc.script, p.Interpreter().Image, p.Argv(), tc.image, want)
 		}
-		if len(p.ScriptSHA256) != 64 || !strings.HasPrefix(p.JobID, runtime.IDPrefix) || !strings.HasPrefix(p.Digest, "sha256:") {
+		if len(p.ScriptSHA256()) != 64 || !strings.HasPrefix(p.JobID(), runtime.IDPrefix) || !strings.HasPrefix(p.Digest(), "sha256:") {
 			t.Errorf("%s: plan %+v", tc.script, p)
 		}
 	}
@@ -160,8 +160,8 @@ func TestPrepareInterpreterByExtension(t *testing.T) {
 	// The caller cannot pick the interpreter: a request has no field for
 	// it, and args go after the script path.
 	p, err := e.Prepare(runner.RunRequest{Skill: sk, Script: "scripts/a.py", Args: []string{"-c", "import os"}})
-	if err != nil || p.Argv[0] != "python3" || p.Argv[1] != "/skill/scripts/a.py" {
-		t.Errorf("args before the script: %q %v", p.Argv, err)
+	if err != nil || p.Argv()[0] != "python3" || p.Argv()[1] != "/skill/scripts/a.py" {
+		t.Errorf("args before the script: %q %v", p.Argv(), err)
 	}
 }
 
@@ -174,25 +174,25 @@ func TestPrepareLimitsOnlyLowered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Limits.Timeout != 30*time.Second || p.Limits.MemoryBytes != 256<<20 || p.Limits.Pids != runtime.DefaultLimits.Pids {
-		t.Errorf("config limits: %+v", p.Limits)
+	if p.Limits().Timeout != 30*time.Second || p.Limits().MemoryBytes != 256<<20 || p.Limits().Pids != runtime.DefaultLimits.Pids {
+		t.Errorf("config limits: %+v", p.Limits())
 	}
 	p, _ = e.Prepare(runner.RunRequest{Skill: tool, Script: "scripts/a.py"})
-	if p.Limits.Pids != 16 || !strings.Contains(strings.Join(p.LimitRules, ";"), `policy "tight"`) {
-		t.Errorf("rule limits: %+v from %q", p.Limits, p.LimitRules)
+	if p.Limits().Pids != 16 || !strings.Contains(strings.Join(p.LimitRules(), ";"), `policy "tight"`) {
+		t.Errorf("rule limits: %+v from %q", p.Limits(), p.LimitRules())
 	}
 	// Asking for more is ignored, asking for less is honoured.
 	p, _ = e.Prepare(runner.RunRequest{Skill: tool, Script: "scripts/a.py", Limits: runtime.Limits{
 		Timeout: time.Hour, MemoryBytes: 8 << 30, Pids: 1000, CPUs: 64,
 	}})
-	if p.Limits.Timeout != 30*time.Second || p.Limits.MemoryBytes != 256<<20 || p.Limits.Pids != 16 || p.Limits.CPUs != runtime.DefaultLimits.CPUs {
-		t.Errorf("raised limits: %+v", p.Limits)
+	if p.Limits().Timeout != 30*time.Second || p.Limits().MemoryBytes != 256<<20 || p.Limits().Pids != 16 || p.Limits().CPUs != runtime.DefaultLimits.CPUs {
+		t.Errorf("raised limits: %+v", p.Limits())
 	}
 	p, _ = e.Prepare(runner.RunRequest{Skill: tool, Script: "scripts/a.py", Limits: runtime.Limits{
 		Timeout: 2 * time.Second, MemoryBytes: 64 << 20, Pids: 4, CPUs: 0.5,
 	}})
-	if p.Limits.Timeout != 2*time.Second || p.Limits.MemoryBytes != 64<<20 || p.Limits.Pids != 4 || p.Limits.CPUs != 0.5 {
-		t.Errorf("lowered limits: %+v", p.Limits)
+	if p.Limits().Timeout != 2*time.Second || p.Limits().MemoryBytes != 64<<20 || p.Limits().Pids != 4 || p.Limits().CPUs != 0.5 {
+		t.Errorf("lowered limits: %+v", p.Limits())
 	}
 }
 
@@ -202,8 +202,8 @@ func TestPrepareNetwork(t *testing.T) {
 	netter := engineSkill(t, "netter")
 
 	p, err := e.Prepare(runner.RunRequest{Skill: tool, Script: "scripts/a.py"})
-	if err != nil || p.Network {
-		t.Fatalf("default network: %v %v", p.Network, err)
+	if err != nil || p.Network() {
+		t.Fatalf("default network: %v %v", p.Network(), err)
 	}
 	_, err = e.Prepare(runner.RunRequest{Skill: tool, Script: "scripts/a.py", Network: true})
 	if !errors.Is(err, api.ErrDenied) || !strings.Contains(err.Error(), "network") {
@@ -211,11 +211,11 @@ func TestPrepareNetwork(t *testing.T) {
 	}
 	// Allowed by a rule, but only when asked for.
 	p, err = e.Prepare(runner.RunRequest{Skill: netter, Script: "scripts/a.py"})
-	if err != nil || p.Network {
-		t.Errorf("network not asked for: %v %v", p.Network, err)
+	if err != nil || p.Network() {
+		t.Errorf("network not asked for: %v %v", p.Network(), err)
 	}
 	p, err = e.Prepare(runner.RunRequest{Skill: netter, Script: "scripts/a.py", Network: true})
-	if err != nil || !p.Network || !strings.Contains(p.NetworkRule, `policy "online"`) {
+	if err != nil || !p.Network() || !strings.Contains(p.NetworkRule(), `policy "online"`) {
 		t.Errorf("network with a rule: %+v %v", p, err)
 	}
 	// A rule that says false wins over one that says true.
@@ -239,8 +239,8 @@ func TestPrepareDigestBindsTheRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	p1, _ := e.Prepare(base)
-	if p0.Digest != p1.Digest || p0.RunID == p1.RunID {
-		t.Fatalf("same request: digests %s %s, run ids %s %s", p0.Digest, p1.Digest, p0.RunID, p1.RunID)
+	if p0.Digest() != p1.Digest() || p0.RunID() == p1.RunID() {
+		t.Fatalf("same request: digests %s %s, run ids %s %s", p0.Digest(), p1.Digest(), p0.RunID(), p1.RunID())
 	}
 	variants := map[string]runner.RunRequest{}
 	v := base
@@ -269,7 +269,7 @@ func TestPrepareDigestBindsTheRun(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if p.Digest == p0.Digest {
+		if p.Digest() == p0.Digest() {
 			t.Errorf("%s: digest unchanged", name)
 		}
 	}
@@ -290,14 +290,14 @@ func TestExecuteFailClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	au.Fail(errors.New("quota exceeded"))
-	if _, err := e.Execute(context.Background(), p); !errors.Is(err, api.ErrUnavailable) {
+	if _, err := e.Execute(context.Background(), p, runner.ExecOptions{}); !errors.Is(err, api.ErrUnavailable) {
 		t.Fatalf("execute with a failing audit log: %v", err)
 	}
 	if len(rt.Jobs()) != 0 {
 		t.Fatal("ran without audit")
 	}
 	au.Fail(nil)
-	out, err := e.Execute(context.Background(), p)
+	out, err := e.Execute(context.Background(), p, runner.ExecOptions{})
 	if err != nil || out.Result.Reason != runtime.ReasonExit {
 		t.Fatalf("execute: %+v %v", out, err)
 	}
@@ -305,7 +305,7 @@ func TestExecuteFailClosed(t *testing.T) {
 	rt.RunFunc = func(context.Context, runtime.Job) (*runtime.Result, error) {
 		return nil, errors.New("runsc exploded")
 	}
-	if _, err := e.Execute(context.Background(), p); err == nil || !strings.Contains(err.Error(), "runsc exploded") {
+	if _, err := e.Execute(context.Background(), p, runner.ExecOptions{}); err == nil || !strings.Contains(err.Error(), "runsc exploded") {
 		t.Fatalf("runtime failure: %v", err)
 	}
 	ends := au.Events("run.end")

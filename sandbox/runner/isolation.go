@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/policy"
-	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
@@ -16,23 +15,15 @@ import (
 // a fresh sandbox otherwise. A background run needs a session sandbox,
 // and is refused with the reason when it cannot have one.
 func (e *Engine) planIsolation(p *Plan) error {
-	req := p.Request
-	p.Isolation, p.IsolationRule = policy.IsolationRun, policy.RuleIsolationDefault
-	if req.Command == nil {
-		if p.Code != nil {
-			names := make([]string, len(p.Code.Mounts))
-			for i, m := range p.Code.Mounts {
-				names[i] = m.Skill.Name
-			}
-			p.Isolation, p.IsolationRule = e.cfg.IsolationForSkills(names)
-		} else if req.Skill != nil {
-			p.Isolation, p.IsolationRule = e.cfg.IsolationFor(req.Skill.Name)
-		}
+	req := p.request
+	p.isolation, p.isolationRule = policy.IsolationRun, policy.RuleIsolationDefault
+	if req.Command == nil && (p.code != nil || req.Skill != nil) {
+		p.isolation, p.isolationRule = p.policy.Isolation.Value, p.policy.Isolation.Rule
 	}
-	if p.Isolation == policy.IsolationSession && req.SessionID == "" {
+	if p.isolation == policy.IsolationSession && p.origin.SessionID == "" {
 		// A run outside any session (skillbox run) has nothing to keep
 		// a sandbox for.
-		p.Isolation, p.IsolationRule = policy.IsolationRun, "a run outside a session gets a fresh sandbox"
+		p.isolation, p.isolationRule = policy.IsolationRun, "a run outside a session gets a fresh sandbox"
 	}
 	if !req.Background {
 		return nil
@@ -40,13 +31,13 @@ func (e *Engine) planIsolation(p *Plan) error {
 	if req.Command != nil {
 		return errkind.Errorf(errkind.InvalidParams, "a skill's command or hook cannot run in the background")
 	}
-	if req.SessionID == "" {
+	if p.origin.SessionID == "" {
 		return errkind.Errorf(errkind.InvalidParams, "background runs live in a session's sandbox: create a session (sessions.create) and run in it")
 	}
-	if p.Isolation != policy.IsolationSession {
-		return errkind.Errorf(errkind.Denied, "background: true needs isolation = \"session\" for skill %q, and %s: ask an administrator to set isolation = \"session\" in a policy rule for it, or run without background", p.SkillName(), p.IsolationRule)
+	if p.isolation != policy.IsolationSession {
+		return errkind.Errorf(errkind.Denied, "background: true needs isolation = \"session\" for skill %q, and %s: ask an administrator to set isolation = \"session\" in a policy rule for it, or run without background", p.SkillName(), p.isolationRule)
 	}
-	if p.Workspace != nil || req.Workspace != nil {
+	if p.workspace != nil || req.Workspace != nil {
 		return errkind.Errorf(errkind.InvalidParams, "a background run cannot write back to a workspace (it has no end to apply changes at): pass files, or run in the foreground")
 	}
 	return e.sessions.available()
@@ -55,8 +46,9 @@ func (e *Engine) planIsolation(p *Plan) error {
 // executeBackground starts a background run after its run.start record
 // (start) is written; its run.end is written when it ends (or when its
 // session closes). A run that could not start gets its run.end now.
-func (e *Engine) executeBackground(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job, start *audit.Record, layerDigest string, warnings []string) (*Result, error) {
-	run, _, err := e.sessions.startBackground(ctx, p, job, start)
+func (e *Engine) executeBackground(ctx context.Context, p *Plan, l *launch) (*Started, error) {
+	start := l.start
+	run, box, err := e.sessions.startBackground(ctx, p, l.job, start)
 	if err != nil {
 		end := *start
 		ri := *start.Run
@@ -69,9 +61,10 @@ func (e *Engine) executeBackground(ctx context.Context, p *Plan, img runtime.Ima
 		}
 		return nil, api.MarkAudited(runFailure(err))
 	}
-	start.Run.SessionSandbox = p.SessionSandbox
-	e.log.Info("background run started", "run_id", p.RunID, "skill", p.SkillName(), "sandbox", p.SessionSandbox, "pid", run.PID)
-	return &Result{RunID: p.RunID, Plan: p, Image: img, DepsLayer: layerDigest, Warnings: warnings, Background: &run}, nil
+	start.Run.SessionSandbox = box
+	e.log.Info("background run started", "run_id", p.runID, "skill", p.SkillName(), "sandbox", box, "pid", run.PID)
+	return &Started{Launched: Launched{RunID: p.runID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: l.img, DepsLayer: l.layerDigest, Warnings: l.warnings,
+		SessionSandbox: box}, Run: run}, nil
 }
 
 // Sessions is the engine's keeper of session sandboxes (nil: none).

@@ -69,11 +69,11 @@ policy "none-2" {
 			t.Errorf("%s %s: %v", tc.sk.Name, tc.script, err)
 			continue
 		}
-		if got := strings.Join(p.ModuleEnv, " "); got != tc.moduleEnv {
+		if got := strings.Join(p.ModuleEnv(), " "); got != tc.moduleEnv {
 			t.Errorf("%s %s: module env %q, want %q", tc.sk.Name, tc.script, got, tc.moduleEnv)
 		}
-		if !strings.Contains(p.ScriptDirsRule, tc.rule) {
-			t.Errorf("%s %s: script dirs rule %q, want %q", tc.sk.Name, tc.script, p.ScriptDirsRule, tc.rule)
+		if !strings.Contains(p.ScriptDirsRule(), tc.rule) {
+			t.Errorf("%s %s: script dirs rule %q, want %q", tc.sk.Name, tc.script, p.ScriptDirsRule(), tc.rule)
 		}
 	}
 }

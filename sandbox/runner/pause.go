@@ -233,7 +233,7 @@ func (m *SessionSandboxes) ownerOf(b *sessionBox, runs []runtime.BackgroundRun) 
 	for _, r := range runs {
 		meta := backgroundMeta{Run: r}
 		if br := m.runs[runKey{b.key.session, r.ID}]; br != nil {
-			meta.Skill, meta.Script, meta.Start = br.skillName(), br.plan.Script, br.start
+			meta.Skill, meta.Script, meta.Start = br.skillName(), br.plan.script, br.start
 		}
 		metas = append(metas, meta)
 	}
@@ -366,7 +366,7 @@ func (m *SessionSandboxes) adoptRuns(b *sessionBox, metas []backgroundMeta) {
 			continue
 		}
 		br := &backgroundRun{session: b.key.session, box: b, skill: mt.Skill, run: mt.Run, done: make(chan struct{}),
-			plan: &Plan{RunID: mt.Run.ID, Script: mt.Script, Request: RunRequest{SessionID: b.key.session}}}
+			plan: &Plan{runID: mt.Run.ID, script: mt.Script, origin: Origin{SessionID: b.key.session}}}
 		if mt.Start == nil {
 			br.start = &audit.Record{Event: audit.EventRunStart, SessionID: b.key.session, Run: &audit.RunInfo{RunID: mt.Run.ID, Script: mt.Script, Background: true}}
 		} else {

@@ -72,7 +72,7 @@ func codeProgramName(language string) (string, error) {
 }
 
 // prepareCode is Prepare for a code run.
-func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
+func (e *Engine) prepareCode(req RunRequest, pol *policy.SkillPolicy) (*Plan, error) {
 	c := req.Code
 	name, err := codeProgramName(c.Language)
 	if err != nil {
@@ -99,8 +99,7 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 	}
 
 	cp := &CodePlan{Language: c.Language, Code: c.Code, SHA256: SHA256Hex(c.Code), Program: &runtime.Program{Name: name, Data: c.Code}}
-	var limits runtime.Limits
-	var rules, dirs []string
+	var dirs []string
 	seen := map[string]bool{}
 	for i, sk := range c.Skills {
 		if sk == nil || seen[sk.Name] {
@@ -116,21 +115,10 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 		target := runtime.SkillTarget(sk.Name)
 		cp.Mounts = append(cp.Mounts, SkillMountPlan{Skill: sk, Root: root, Path: target})
 		dirs = append(dirs, target)
-		l, r := e.cfg.LimitsFor(sk.Name)
-		if i == 0 {
-			limits = l
-		} else {
-			limits = policy.Tighten(limits, l)
-		}
-		for _, x := range r {
-			if !seen["rule "+x] {
-				seen["rule "+x] = true
-				rules = append(rules, x)
-			}
-		}
 	}
 	cp.ModuleEnv = runtime.ModulePathEnvDirs(interp.Image, dirs...)
-	limits = policy.Tighten(limits, req.Limits)
+	// The strictest of every skill's limits (policy.StrictestPolicy).
+	limits, rules := policy.Tighten(pol.Limits.Value, req.Limits), pol.Limits.Rules
 
 	env, err := envList(req.Env)
 	if err != nil {
@@ -138,11 +126,7 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 	}
 	// Code sees every mounted skill, so each of their rules must allow
 	// what it is given.
-	names := make([]string, 0, len(c.Skills))
-	for _, sk := range c.Skills {
-		names = append(names, sk.Name)
-	}
-	if err := e.checkEnv(env, req.Env, names...); err != nil {
+	if err := checkEnv(env, req.Env, pol); err != nil {
 		return nil, err
 	}
 	argv := append(append([]string{}, interp.Argv...), cp.Program.Path())
@@ -156,19 +140,19 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 		return nil, errkind.Wrap(errkind.InvalidParams, err)
 	}
 	p := &Plan{
-		RunID:        runID,
-		JobID:        jobID,
-		Request:      req,
-		Script:       cp.Program.Path(),
-		ScriptSHA256: cp.SHA256,
-		Interpreter:  interp,
-		Argv:         argv,
-		Env:          env,
-		Limits:       limits,
-		LimitRules:   rules,
-		Code:         cp,
+		runID:        runID,
+		jobID:        jobID,
+		request:      req,
+		script:       cp.Program.Path(),
+		scriptSHA256: cp.SHA256,
+		interpreter:  interp,
+		argv:         argv,
+		env:          env,
+		limits:       limits,
+		limitRules:   rules,
+		code:         cp,
+		policy:       pol,
 	}
-	p.Digest = codeDigest(p)
 	return p, nil
 }
 
@@ -176,14 +160,14 @@ func (e *Engine) prepareCode(req RunRequest) (*Plan, error) {
 // skills it mounts and their versions, the language and code, and what it
 // is given and runs under (as a script run's digest).
 func codeDigest(p *Plan) string {
-	req, c := p.Request, p.Code
+	c := p.code
 	mounts := make([]string, len(c.Mounts))
 	for i, m := range c.Mounts {
 		mounts[i] = m.Skill.Name + "@" + m.Skill.Digest + "=" + m.Path
 	}
 	return store.RequestDigest(append([]string{
 		"tool", api.MethodSkillsRunCode,
-		"session", req.SessionID,
+		"session", p.origin.SessionID,
 		"skills", strings.Join(mounts, " "),
 		"language", c.Language,
 		"code_sha256", c.SHA256,
@@ -240,7 +224,7 @@ func (c *CodePlan) MountedSkills() []api.MountedSkill {
 // AuditSkill is the one skill a script run's records name (nil for a code
 // run, whose records list Skills).
 func (p *Plan) AuditSkill() *audit.SkillRef {
-	sk := p.Request.Skill
+	sk := p.request.Skill
 	if sk == nil {
 		return nil
 	}
@@ -249,14 +233,14 @@ func (p *Plan) AuditSkill() *audit.SkillRef {
 
 // SkillName names the run's skill(s) for logs and events.
 func (p *Plan) SkillName() string {
-	if p.Code != nil {
-		names := make([]string, len(p.Code.Mounts))
-		for i, m := range p.Code.Mounts {
+	if p.code != nil {
+		names := make([]string, len(p.code.Mounts))
+		for i, m := range p.code.Mounts {
 			names[i] = m.Skill.Name
 		}
 		return strings.Join(names, ",")
 	}
-	return p.Request.Skill.Name
+	return p.request.Skill.Name
 }
 
 // LanguageForFile is the run_code language of a code file by its name (its

@@ -110,15 +110,15 @@ func TestShellScriptImageByPrograms(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Interpreter.Image != tc.image {
-				t.Errorf("image %q, want %q (rule %s)", p.Interpreter.Image, tc.image, p.Interpreter.Rule)
+			if p.Interpreter().Image != tc.image {
+				t.Errorf("image %q, want %q (rule %s)", p.Interpreter().Image, tc.image, p.Interpreter().Rule)
 			}
-			if tc.image == "python" && tc.script != "scripts/a.py" && p.Argv[0] != "bash" {
-				t.Errorf("argv %q: a shell script moved to another image still runs with bash", p.Argv)
+			if tc.image == "python" && tc.script != "scripts/a.py" && p.Argv()[0] != "bash" {
+				t.Errorf("argv %q: a shell script moved to another image still runs with bash", p.Argv())
 			}
 			for _, want := range tc.rule {
-				if !strings.Contains(p.Interpreter.Rule, want) {
-					t.Errorf("rule %q lacks %q", p.Interpreter.Rule, want)
+				if !strings.Contains(p.Interpreter().Rule, want) {
+					t.Errorf("rule %q lacks %q", p.Interpreter().Rule, want)
 				}
 			}
 		})
@@ -191,8 +191,8 @@ func TestShellCodeImageByPrograms(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Interpreter.Image != image {
-			t.Errorf("code %q: image %q, want %q (%s)", code, p.Interpreter.Image, image, p.Interpreter.Rule)
+		if p.Interpreter().Image != image {
+			t.Errorf("code %q: image %q, want %q (%s)", code, p.Interpreter().Image, image, p.Interpreter().Rule)
 		}
 	}
 }

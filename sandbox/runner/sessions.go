@@ -346,13 +346,13 @@ func copySkillTree(src, dst string) error {
 // of its own.
 func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, layersRoot string) (runtime.Invocation, error) {
 	moves := map[string]string{}
-	if p.Code == nil {
-		if err := m.placeSkill(b, p.Request.Skill.Name, job.Sandbox.SkillDir, p.Request.Skill.Digest); err != nil {
+	if p.code == nil {
+		if err := m.placeSkill(b, p.request.Skill.Name, job.Sandbox.SkillDir, p.request.Skill.Digest); err != nil {
 			return runtime.Invocation{}, err
 		}
-		moves[runtime.SkillMount] = runtime.SkillTarget(p.Request.Skill.Name)
+		moves[runtime.SkillMount] = runtime.SkillTarget(p.request.Skill.Name)
 	} else {
-		for _, mt := range p.Code.Mounts {
+		for _, mt := range p.code.Mounts {
 			if err := m.placeSkill(b, mt.Skill.Name, mt.Root, mt.Skill.Digest); err != nil {
 				return runtime.Invocation{}, err
 			}
@@ -366,7 +366,7 @@ func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, l
 		moves[runtime.DepsMount] = runtime.SessionLayersMount + "/" + filepath.ToSlash(rel)
 	}
 	if prog := job.Sandbox.Program; prog != nil {
-		dir := filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.RunID)
+		dir := filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.runID)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return runtime.Invocation{}, fmt.Errorf("write program: %w", err)
 		}
@@ -380,7 +380,7 @@ func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, l
 		if err := os.Chmod(f, 0o644); err != nil {
 			return runtime.Invocation{}, err
 		}
-		moves[prog.Path()] = runtime.ProgramDir + "/" + p.RunID + "/" + prog.Name
+		moves[prog.Path()] = runtime.ProgramDir + "/" + p.runID + "/" + prog.Name
 	}
 	move := func(s string) string {
 		for from, to := range moves {
@@ -425,8 +425,8 @@ func (m *SessionSandboxes) deliver(ctx context.Context, p *Plan, job runtime.Job
 		// <images>/layers/sha256-<hex>/tree (images/deps.Store).
 		layersRoot = filepath.Dir(filepath.Dir(job.Sandbox.DepsDir))
 	}
-	key := boxKey{session: p.Request.SessionID, image: job.Sandbox.Image.Name, limits: job.Sandbox.Limits.Sandbox()}
-	b, err := m.box(ctx, key, p.Request.Peer, job.Sandbox.Image, job.Sandbox.RootFS, layersRoot, job.Sandbox.Limits)
+	key := boxKey{session: p.origin.SessionID, image: job.Sandbox.Image.Name, limits: job.Sandbox.Limits.Sandbox()}
+	b, err := m.box(ctx, key, p.origin.Peer, job.Sandbox.Image, job.Sandbox.RootFS, layersRoot, job.Sandbox.Limits)
 	if err != nil {
 		return nil, runtime.Invocation{}, err
 	}
@@ -434,21 +434,22 @@ func (m *SessionSandboxes) deliver(ctx context.Context, p *Plan, job runtime.Job
 	return b, inv, err
 }
 
-// run delivers a foreground run into its session's sandbox.
-func (m *SessionSandboxes) run(ctx context.Context, p *Plan, job runtime.Job) (*runtime.Result, error) {
+// run delivers a foreground run into its session's sandbox, which it
+// names.
+func (m *SessionSandboxes) run(ctx context.Context, p *Plan, job runtime.Job) (*runtime.Result, string, error) {
 	b, inv, err := m.deliver(ctx, p, job)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	sb, done := m.use(b)
 	defer done()
-	p.SessionSandbox = b.id
-	if p.Code != nil && p.Code.Program != nil {
+	if p.code != nil && p.code.Program != nil {
 		// The program is the run's alone: gone with it, so a long session
 		// does not pile them up.
-		defer os.RemoveAll(filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.RunID))
+		defer os.RemoveAll(filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.runID))
 	}
-	return sb.Run(ctx, p.RunID, inv)
+	res, err := sb.Run(ctx, p.runID, inv)
+	return res, b.id, err
 }
 
 // drop tears down a box whose sandbox died, with its skills dir.
@@ -486,22 +487,21 @@ func (m *SessionSandboxes) use(b *sessionBox) (runtime.SessionSandbox, func()) {
 // startBackground starts a background run in its session's sandbox; start
 // is its audited run.start record, whose run.end is written when it ends.
 func (m *SessionSandboxes) startBackground(ctx context.Context, p *Plan, job runtime.Job, start *audit.Record) (runtime.BackgroundRun, string, error) {
-	if max := m.o.Config.BackgroundRuns; max > 0 && m.liveBackground(p.Request.SessionID) >= max {
-		return runtime.BackgroundRun{}, "", errkind.Errorf(errkind.LimitExceeded, "session %s has %d background runs, its limit (sessions { background_runs }): wait for one or stop one with runs.signal", p.Request.SessionID, max)
+	if max := m.o.Config.BackgroundRuns; max > 0 && m.liveBackground(p.origin.SessionID) >= max {
+		return runtime.BackgroundRun{}, "", errkind.Errorf(errkind.LimitExceeded, "session %s has %d background runs, its limit (sessions { background_runs }): wait for one or stop one with runs.signal", p.origin.SessionID, max)
 	}
 	b, inv, err := m.deliver(ctx, p, job)
 	if err != nil {
 		return runtime.BackgroundRun{}, "", err
 	}
-	br := &backgroundRun{session: p.Request.SessionID, box: b, plan: p, start: start, done: make(chan struct{})}
-	rk := runKey{p.Request.SessionID, p.RunID}
+	br := &backgroundRun{session: p.origin.SessionID, box: b, plan: p, start: start, done: make(chan struct{})}
+	rk := runKey{p.origin.SessionID, p.runID}
 	m.mu.Lock()
 	m.runs[rk] = br
 	m.mu.Unlock()
-	p.SessionSandbox = b.id
 	sb, done := m.use(b)
 	defer done()
-	run, err := sb.Background(ctx, p.RunID, inv)
+	run, err := sb.Background(ctx, p.runID, inv)
 	if err != nil {
 		m.mu.Lock()
 		delete(m.runs, rk)
@@ -619,14 +619,14 @@ func (m *SessionSandboxes) view(br *backgroundRun) BackgroundRun {
 	paused := br.box.sb == nil && br.box.ckpt != ""
 	m.mu.Unlock()
 	if run.ID == "" {
-		run.ID = br.plan.RunID
+		run.ID = br.plan.runID
 	}
-	return BackgroundRun{BackgroundRun: run, SessionID: br.session, Sandbox: br.box.id, Skill: br.skillName(), Script: br.plan.Script,
+	return BackgroundRun{BackgroundRun: run, SessionID: br.session, Sandbox: br.box.id, Skill: br.skillName(), Script: br.plan.script,
 		Paused: paused && run.Running}
 }
 
 func (br *backgroundRun) skillName() string {
-	if br.skill != "" || (br.plan.Code == nil && br.plan.Request.Skill == nil) {
+	if br.skill != "" || (br.plan.code == nil && br.plan.request.Skill == nil) {
 		return br.skill
 	}
 	return br.plan.SkillName()

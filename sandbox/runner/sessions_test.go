@@ -126,7 +126,7 @@ func TestSessionJobSkillPaths(t *testing.T) {
 	makeTree(t, skillRoot, map[string]string{"SKILL.md": "---\nname: pdf\n---\n", "scripts/run.py": "print(1)"})
 	layers := filepath.Join(t.TempDir(), "layers")
 	deps := filepath.Join(layers, "sha256-abc", "tree")
-	p := &Plan{RunID: "run_1", Request: RunRequest{Skill: &skills.Skill{Name: "pdf", Digest: "sha256:11"}, SessionID: "ses_1"}}
+	p := &Plan{runID: "run_1", request: RunRequest{Skill: &skills.Skill{Name: "pdf", Digest: "sha256:11"}}, origin: Origin{SessionID: "ses_1"}}
 	stdin := []byte("in")
 	job := runtime.Job{
 		Sandbox: runtime.SandboxSpec{
@@ -210,7 +210,7 @@ func TestSessionJobNoDeps(t *testing.T) {
 	m := newTestSessions(t)
 	b := testBox(t, m, "ses_1")
 	root := t.TempDir()
-	p := &Plan{RunID: "run_1", Request: RunRequest{Skill: &skills.Skill{Name: "s"}}}
+	p := &Plan{runID: "run_1", request: RunRequest{Skill: &skills.Skill{Name: "s"}}}
 	inv, err := m.sessionJob(b, p, runtime.Job{Sandbox: runtime.SandboxSpec{SkillDir: root}, Invocation: runtime.Invocation{Args: []string{"/skill/a", "/opt/x"}}}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +226,7 @@ func TestSessionJobDepsOutsideLayers(t *testing.T) {
 	b := testBox(t, m, "ses_1")
 	layers := t.TempDir()
 	for _, deps := range []string{filepath.Join(t.TempDir(), "sha256-abc", "tree"), filepath.Dir(layers)} {
-		p := &Plan{RunID: "run_1", Request: RunRequest{Skill: &skills.Skill{Name: "s"}}}
+		p := &Plan{runID: "run_1", request: RunRequest{Skill: &skills.Skill{Name: "s"}}}
 		_, err := m.sessionJob(b, p, runtime.Job{Sandbox: runtime.SandboxSpec{SkillDir: t.TempDir(), DepsDir: deps}}, layers)
 		if !errors.Is(err, api.ErrInternal) {
 			t.Errorf("deps %s outside %s: %v, want an internal error", deps, layers, err)
@@ -241,7 +241,7 @@ func TestSessionJobRunCode(t *testing.T) {
 	makeTree(t, a, map[string]string{"lib/a.py": "A"})
 	makeTree(t, c, map[string]string{"c.py": "C"})
 	prog := &runtime.Program{Name: "main.py", Data: []byte("import a")}
-	p := &Plan{RunID: "run_42", Request: RunRequest{SessionID: "ses_1"}, Code: &CodePlan{Mounts: []SkillMountPlan{
+	p := &Plan{runID: "run_42", origin: Origin{SessionID: "ses_1"}, code: &CodePlan{Mounts: []SkillMountPlan{
 		{Skill: &skills.Skill{Name: "alpha", Digest: "sha256:aa"}, Root: a, Path: runtime.SkillTarget("alpha")},
 		{Skill: &skills.Skill{Name: "charlie", Digest: "sha256:cc"}, Root: c, Path: runtime.SkillTarget("charlie")},
 	}}}
@@ -378,7 +378,7 @@ func logRun(t *testing.T, m *SessionSandboxes, session, runID string) (workdir s
 	wd := t.TempDir()
 	b := testBox(t, m, session)
 	b.sb = &fakeSessionSandbox{id: b.id, workdir: wd}
-	m.runs[runKey{session, runID}] = &backgroundRun{session: session, box: b, plan: &Plan{RunID: runID, Script: "scripts/s.py"}, done: make(chan struct{})}
+	m.runs[runKey{session, runID}] = &backgroundRun{session: session, box: b, plan: &Plan{runID: runID, script: "scripts/s.py"}, done: make(chan struct{})}
 	return wd, b
 }
 
@@ -610,7 +610,7 @@ func (a *memAudit) events(ev string) []audit.Record {
 
 func backgroundPlan(t *testing.T, session, runID string) (*Plan, runtime.Job, *audit.Record) {
 	t.Helper()
-	p := &Plan{RunID: runID, Script: "scripts/serve.py", Request: RunRequest{SessionID: session, Skill: &skills.Skill{Name: "web", Digest: "sha256:w"}}}
+	p := &Plan{runID: runID, script: "scripts/serve.py", request: RunRequest{Skill: &skills.Skill{Name: "web", Digest: "sha256:w"}}, origin: Origin{SessionID: session}}
 	job := runtime.Job{
 		Sandbox:    runtime.SandboxSpec{Image: runtime.ImageRef{Name: "python", Digest: "sha256:img"}, RootFS: "/var/lib/fake/python", SkillDir: t.TempDir()},
 		Invocation: runtime.Invocation{Args: []string{"python3", "/skill/scripts/serve.py"}},
@@ -636,8 +636,8 @@ func TestBackgroundRunLifecycle(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if run.ID != id || !run.Running || p.SessionSandbox != box {
-			t.Errorf("started %+v in %s (plan says %s)", run, box, p.SessionSandbox)
+		if run.ID != id || !run.Running || box == "" {
+			t.Errorf("started %+v in %q", run, box)
 		}
 		if i == 0 {
 			boxID = box
@@ -659,7 +659,7 @@ func TestBackgroundRunLifecycle(t *testing.T) {
 	// A run with network cannot go to a session sandbox.
 	p, job, _ = backgroundPlan(t, "ses_1", "run_4")
 	job.Sandbox.Network = true
-	if _, err := m.run(ctx, p, job); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), `isolation = "run"`) {
+	if _, _, err := m.run(ctx, p, job); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), `isolation = "run"`) {
 		t.Errorf("a run with network: %v", err)
 	}
 	list := m.Background("ses_1")
@@ -734,21 +734,22 @@ func TestSessionBoxReboot(t *testing.T) {
 	be := &fakeBackend{}
 	m := NewSessionSandboxes(SessionOptions{Backend: be, Dir: filepath.Join(t.TempDir(), "sessions"), Supervisor: "/nonexistent/skillbox"}, nil, nil)
 	p, job, _ := backgroundPlan(t, "ses_1", "run_1")
-	if _, err := m.run(ctx, p, job); err != nil {
+	_, first, err := m.run(ctx, p, job)
+	if err != nil {
 		t.Fatal(err)
 	}
-	first := p.SessionSandbox
 	close(be.boxes[0].done)
 	p, job, _ = backgroundPlan(t, "ses_1", "run_2")
-	if _, err := m.run(ctx, p, job); err != nil {
+	_, second, err := m.run(ctx, p, job)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if len(be.specs) != 2 || p.SessionSandbox == first {
-		t.Errorf("after its supervisor died: %d sandboxes, run in %s (first %s)", len(be.specs), p.SessionSandbox, first)
+	if len(be.specs) != 2 || second == first {
+		t.Errorf("after its supervisor died: %d sandboxes, run in %s (first %s)", len(be.specs), second, first)
 	}
 
 	none := NewSessionSandboxes(SessionOptions{Dir: t.TempDir(), Supervisor: "/x"}, nil, nil)
-	if _, err := none.run(ctx, p, job); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "runsc") {
+	if _, _, err := none.run(ctx, p, job); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "runsc") {
 		t.Errorf("no backend: %v", err)
 	}
 }

@@ -113,11 +113,11 @@ func TestPrepareUsesThePinnedCopy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if filepath.Dir(p.SkillRoot) != store.Dir {
-		t.Errorf("plan mounts %s, want a copy under %s", p.SkillRoot, store.Dir)
+	if filepath.Dir(p.SkillRoot()) != store.Dir {
+		t.Errorf("plan mounts %s, want a copy under %s", p.SkillRoot(), store.Dir)
 	}
-	if p.ScriptSHA256 != sha256Hex([]byte("print('approved')\n")) {
-		t.Errorf("script hash %s is not the pinned bytes'", p.ScriptSHA256)
+	if p.ScriptSHA256() != sha256Hex([]byte("print('approved')\n")) {
+		t.Errorf("script hash %s is not the pinned bytes'", p.ScriptSHA256())
 	}
 }
 

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/span"
@@ -33,21 +35,30 @@ const warmScanFiles = 500
 // tracedRunJob is runJob in a span of its own ("sandbox.run": the sandbox
 // boot or pool claim, delivery, the script and its outputs), which says
 // whether the run was warm, why it ended and its exit code.
-func (e *Engine) tracedRunJob(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job) (*runtime.Result, error) {
+// The string names the session sandbox the run went to, if it did.
+func (e *Engine) tracedRunJob(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job) (*runtime.Result, string, error) {
 	ctx, sp := span.Start(ctx, "sandbox.run", span.AttrRuntime.String(e.rt.Name()))
+	if p.isolation == policy.IsolationSession {
+		res, box, err := e.sessions.run(ctx, p, job)
+		endRunSpan(sp, res, err)
+		return res, box, err
+	}
 	res, err := e.runJob(ctx, p, img, job)
+	endRunSpan(sp, res, err)
+	return res, "", err
+}
+
+// endRunSpan ends a sandbox.run span with what the run came to.
+func endRunSpan(sp trace.Span, res *runtime.Result, err error) {
 	if res != nil && sp.IsRecording() {
 		sp.SetAttributes(span.AttrWarm.Bool(res.Warm), span.AttrReason.String(string(res.Reason)), span.AttrExitCode.Int(res.ExitCode))
 	}
 	span.End(sp, err, api.KindOf(err))
-	return res, err
 }
 
+// runJob runs a fresh-sandbox run (not a session's).
 func (e *Engine) runJob(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job) (*runtime.Result, error) {
-	if p.Isolation == policy.IsolationSession {
-		return e.sessions.run(ctx, p, job)
-	}
-	sk := p.Request.Skill
+	sk := p.request.Skill
 	if e.pool == nil || sk == nil { // run_code runs are always cold
 		return e.rt.Run(ctx, job)
 	}
@@ -83,8 +94,8 @@ func (e *Engine) warmSkill(sk *skills.Skill) {
 		log.Debug("not warming a skill that cannot be pinned", "skill", sk.Name, "error", err)
 		return
 	}
-	limits, _ := e.cfg.LimitsFor(sk.Name)
-	dirs, _ := e.cfg.ScriptDirsFor(sk.Name)
+	pol := e.cfg.For(sk.Name)
+	limits, dirs := pol.Limits.Value, pol.ScriptDirs.Value
 	for _, it := range e.scriptImages(root, dirs) {
 		if ic, ok := e.images.(BuiltChecker); ok && ic.Built(it.image) != nil {
 			continue // warming never builds an image

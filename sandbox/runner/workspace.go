@@ -30,10 +30,6 @@ type WorkspaceRequest struct {
 	// Quota bounds what the workspace may hold after the write-back (a
 	// session's workspace); 0: none.
 	Quota int64
-	// Account is the session workspace's part of the daemon's workspace
-	// budget (per uid and in total), which the write-back's growth is
-	// taken from; nil: none (a host workspace: the user's own disk).
-	Account *workspace.Account
 }
 
 // WorkspacePlan is a run's prepared workspace: what policy gives it and
@@ -51,11 +47,11 @@ type WorkspacePlan struct {
 // rules for every skill match).
 func (p *Plan) skillNames() []string {
 	var out []string
-	if p.Code != nil {
-		for _, m := range p.Code.Mounts {
+	if p.code != nil {
+		for _, m := range p.code.Mounts {
 			out = append(out, m.Skill.Name)
 		}
-	} else if sk := p.Request.Skill; sk != nil {
+	} else if sk := p.request.Skill; sk != nil {
 		out = append(out, sk.Name)
 	}
 	if len(out) == 0 {
@@ -68,7 +64,7 @@ func (p *Plan) skillNames() []string {
 // of none refuses the run), then the snapshot of the files the run names,
 // whose entries join the request's own files in /work.
 func (e *Engine) planWorkspace(p *Plan) error {
-	wr := p.Request.Workspace
+	wr := p.request.Workspace
 	if wr.Kind != api.WorkspaceHost && wr.Kind != api.WorkspaceSession {
 		return errkind.Errorf(errkind.InvalidParams, "workspace kind %q: use %q or %q", wr.Kind, api.WorkspaceHost, api.WorkspaceSession)
 	}
@@ -78,7 +74,7 @@ func (e *Engine) planWorkspace(p *Plan) error {
 	}
 	defer ws.Close()
 	dir := ws.Dir()
-	grant := e.cfg.WorkspaceForSkills(p.skillNames(), policy.WorkspaceRequest{Dir: dir, Kind: wr.Kind})
+	grant := p.policy.Workspace(policy.WorkspaceRequest{Dir: dir, Kind: wr.Kind})
 	if wr.RequireGrant && grant.Rule == policy.RuleWorkspaceHostDefault {
 		return errkind.Errorf(errkind.Denied, "no policy rule grants the workspace %s to runs of %s: an administrator sets workspace = \"read\" or \"write\" for it (workspace_paths covering it) in a policy rule for the skill", dir, quoteList(p.skillNames()))
 	}
@@ -89,21 +85,21 @@ func (e *Engine) planWorkspace(p *Plan) error {
 	if err != nil {
 		return err
 	}
-	taken := make(map[string]int, len(p.Request.Files))
-	for i, f := range p.Request.Files {
+	taken := make(map[string]int, len(p.request.Files))
+	for i, f := range p.request.Files {
 		taken[f.Name] = i
 	}
-	files := append([]runtime.InputFile{}, p.Request.Files...)
+	files := append([]runtime.InputFile{}, p.request.Files...)
 	for _, f := range snap.Files {
 		if i, ok := taken[f.Name]; ok {
 			return errkind.Errorf(errkind.InvalidParams, "files[%d] %s is also a path of the workspace %s: give it another name, or leave it to the workspace", i, runtime.QuoteName(f.Name), dir)
 		}
 		files = append(files, f)
 	}
-	if err := runtime.ValidateInputs(files, p.Limits.WorkdirBytes); err != nil {
+	if err := runtime.ValidateInputs(files, p.limits.WorkdirBytes); err != nil {
 		return errkind.Wrap(errkind.InvalidParams, fmt.Errorf("the workspace's files with the call's: %w", err))
 	}
-	p.Workspace = &WorkspacePlan{Request: *wr, Dir: dir, Grant: grant, Snapshot: snap}
+	p.workspace = &WorkspacePlan{Request: *wr, Dir: dir, Grant: grant, Snapshot: snap}
 	return nil
 }
 
@@ -118,10 +114,10 @@ func quoteList(names []string) string {
 // inputFiles are the files the run's /work starts with: the request's and
 // the workspace's.
 func (p *Plan) inputFiles() []runtime.InputFile {
-	if p.Workspace == nil {
-		return p.Request.Files
+	if p.workspace == nil {
+		return p.request.Files
 	}
-	return append(append([]runtime.InputFile{}, p.Request.Files...), p.Workspace.Snapshot.Files...)
+	return append(append([]runtime.InputFile{}, p.request.Files...), p.workspace.Snapshot.Files...)
 }
 
 // report is the workspace's part of a run's result and records, before
@@ -164,7 +160,7 @@ func (w *WorkspacePlan) auditFiles() []audit.FileRef {
 // the report: nothing comes back from a read-only workspace or from a run
 // that did not end by itself (timeout, a cap, cancelled), whose files may
 // be half written.
-func (w *WorkspacePlan) applyBack(res *runtime.Result) *api.WorkspaceReport {
+func (w *WorkspacePlan) applyBack(res *runtime.Result, acct *workspace.Account) *api.WorkspaceReport {
 	r := w.report()
 	switch {
 	case w.Grant.Mode != api.WorkspaceWrite:
@@ -183,7 +179,7 @@ func (w *WorkspacePlan) applyBack(res *runtime.Result) *api.WorkspaceReport {
 	}
 	defer ws.Close()
 	rep, err := ws.Apply(w.Snapshot, workspace.Changes{Written: res.Outputs, Deleted: res.Deleted}, w.Grant.Delete,
-		workspace.Options{Excludes: w.Grant.Excludes, Owner: w.Request.Owner, Quota: w.Request.Quota, Account: w.Request.Account})
+		workspace.Options{Excludes: w.Grant.Excludes, Owner: w.Request.Owner, Quota: w.Request.Quota, Account: acct})
 	if err != nil {
 		r.NotApplied = "the workspace could not be written: " + err.Error()
 		return r

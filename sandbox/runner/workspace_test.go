@@ -67,8 +67,8 @@ func TestRunInWorkspace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Workspace == nil || p.Workspace.Grant.Mode != api.WorkspaceWrite || !p.Workspace.Grant.Delete {
-		t.Fatalf("plan's workspace: %+v", p.Workspace)
+	if p.Workspace() == nil || p.Workspace().Grant.Mode != api.WorkspaceWrite || !p.Workspace().Grant.Delete {
+		t.Fatalf("plan's workspace: %+v", p.Workspace())
 	}
 	// What goes in is part of what an approval binds.
 	writeFiles(t, dir, map[string]string{"keep/x.txt": "y"})
@@ -76,10 +76,10 @@ func TestRunInWorkspace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p2.Digest == p.Digest {
+	if p2.Digest() == p.Digest() {
 		t.Error("the digest does not cover the workspace's files")
 	}
-	out, err := e.Execute(context.Background(), p2)
+	out, err := e.Execute(context.Background(), p2, runner.ExecOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -130,9 +130,10 @@ func invocationRefusal(sk *skills.Skill, inv string) string {
 func (s *Service) renderCommand(ctx context.Context, caller api.Peer, sessionID string, sk *skills.Skill, command string, confirmation *string) (api.RenderedCommand, string) {
 	rc := api.RenderedCommand{Command: command, ExitCode: -1}
 	input, _ := json.Marshal(map[string]string{"command": command})
-	o := RunOptions{Method: api.MethodSkillsActivate, SessionID: sessionID, Tool: api.ToolRenderCommand, ToolInput: input}
+	pol := s.cfg.For(sk.Name)
+	o := RunOptions{Method: api.MethodSkillsActivate, SessionID: sessionID, Tool: api.ToolRenderCommand, ToolInput: input, Policy: pol}
 	if *confirmation != "" {
-		d := s.cfg.Decide(policy.Request{Skill: sk.Name, AllowedTools: sk.AllowedTools, Tool: api.ToolRenderCommand, Input: input})
+		d := pol.Decide(policy.Request{Skill: sk.Name, AllowedTools: sk.AllowedTools, Tool: api.ToolRenderCommand, Input: input})
 		if d.Effect == policy.EffectConfirm {
 			o.ConfirmationID, *confirmation = *confirmation, ""
 		}
@@ -157,7 +158,7 @@ func (s *Service) renderCommand(ctx context.Context, caller api.Peer, sessionID 
 	rc.RunID, rc.ExitCode, rc.Reason, rc.Truncated = out.RunID, r.ExitCode, string(r.Reason), r.StdoutTruncated
 	text := strings.TrimRight(string(r.Stdout), "\n")
 	if r.StdoutTruncated {
-		text += fmt.Sprintf("\n[skillbox: output of `%s` cut at %d bytes]", command, out.Plan.Limits.StdoutBytes)
+		text += fmt.Sprintf("\n[skillbox: output of `%s` cut at %d bytes]", command, out.Plan.Limits().StdoutBytes)
 	}
 	if r.ExitCode != 0 || r.Reason != runtime.ReasonExit {
 		why := fmt.Sprintf("exit status %d", r.ExitCode)

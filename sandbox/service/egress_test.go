@@ -58,7 +58,7 @@ func TestRunEgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := func(skill, confirmation string) (*service.Result, error) {
+	run := func(skill, confirmation string) (*service.Finished, error) {
 		return f.svc.Run(ctx, owner, service.RunRequest{Skill: f.sk[skill], Script: "scripts/run.sh"},
 			service.RunOptions{Method: "test", SessionID: ses.SessionID, ConfirmationID: confirmation})
 	}
@@ -142,7 +142,7 @@ func TestEgressInDigest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p.Digest
+		return p.Digest()
 	}
 	a := digest(egressConfig)
 	b := digest(strings.Replace(egressConfig, `"api.example.com:443"`, `"api.example.com:8443"`, 1))

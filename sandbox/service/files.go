@@ -185,7 +185,7 @@ func (s *Service) openSessionWorkspace(caller api.Peer, sessionID string, create
 // sessionOfRun is the session whose workspace plan's run works in ("":
 // none), whose open workspace the run's write-back makes stale.
 func (s *Service) sessionOfRun(o RunOptions, plan *Plan) string {
-	w := plan.Workspace
+	w := plan.Workspace()
 	switch {
 	case w == nil || s.sessionWS == "":
 		return ""

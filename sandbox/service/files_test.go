@@ -92,7 +92,7 @@ func TestFilesAPISeesRunChanges(t *testing.T) {
 	f.rt.RunFunc = func(context.Context, runtime.Job) (*runtime.Result, error) {
 		return &runtime.Result{Reason: runtime.ReasonExit, Outputs: []runtime.OutputFile{{Path: "run.bin", Size: int64(len(out)), Data: out}}}, nil
 	}
-	res, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{SessionID: sid, Skill: "plain", Path: "scripts/run.sh"})
+	res, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "plain", Path: "scripts/run.sh"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestFilesAPIConcurrent(t *testing.T) {
 	go func() {
 		defer wg.Done()
 		for range 3 {
-			if _, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{SessionID: sid, Skill: "plain", Path: "scripts/run.sh", WorkspaceParams: api.WorkspaceParams{Workspace: service.SessionWorkspaceName}}); err != nil {
+			if _, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, WorkspaceParams: api.WorkspaceParams{Workspace: service.SessionWorkspaceName}}, Skill: "plain", Path: "scripts/run.sh"}); err != nil {
 				errs <- err
 				return
 			}

@@ -229,7 +229,8 @@ func isSkillFile(sk *skills.Skill, rel string) bool {
 // decision, audited (the run's own records, and a policy.decision record
 // naming the hook). A hook held for confirmation is added to call.held.
 func (s *Service) runHook(ctx context.Context, caller api.Peer, call *hookCall, sk *skills.Skill, event string, hc skills.HookCommand, tool string, input, result json.RawMessage) (api.HookRun, policy.Decision, error) {
-	hp := s.cfg.HookPolicyFor(sk.Name)
+	pol := s.cfg.For(sk.Name)
+	hp := pol.Hooks
 	timeout := hp.Timeout
 	if hc.Timeout > 0 && hc.Timeout < timeout {
 		timeout = hc.Timeout
@@ -242,7 +243,7 @@ func (s *Service) runHook(ctx context.Context, caller api.Peer, call *hookCall, 
 	rule := fmt.Sprintf("hook %s of skill %q (%s)", event, sk.Name, audit.ClipText(hc.Command, 200))
 	hr := api.HookRun{Skill: sk.Name, Event: event, Command: hc.Command, ExitCode: -1}
 
-	effect, reason, failed := s.execHook(ctx, caller, call, sk, event, hc, payload, timeout, &hr)
+	effect, reason, failed := s.execHook(ctx, caller, call, sk, pol, event, hc, payload, timeout, &hr)
 	if failed {
 		why := reason
 		switch hp.Failure {
@@ -279,7 +280,7 @@ func (s *Service) runHook(ctx context.Context, caller api.Peer, call *hookCall, 
 // execHook runs the hook through Service.Run and reads its answer. failed
 // reports a hook that gave none (reason says why); a hook held for
 // confirmation did not run and is not a failure.
-func (s *Service) execHook(ctx context.Context, caller api.Peer, call *hookCall, sk *skills.Skill, event string, hc skills.HookCommand, payload []byte, timeout time.Duration, hr *api.HookRun) (effect policy.Effect, reason string, failed bool) {
+func (s *Service) execHook(ctx context.Context, caller api.Peer, call *hookCall, sk *skills.Skill, pol *policy.SkillPolicy, event string, hc skills.HookCommand, payload []byte, timeout time.Duration, hr *api.HookRun) (effect policy.Effect, reason string, failed bool) {
 	req := RunRequest{
 		Skill:   sk,
 		Command: &CommandSpec{Command: hc.Command, Label: "hooks." + event, InSkillDir: true},
@@ -288,7 +289,7 @@ func (s *Service) execHook(ctx context.Context, caller api.Peer, call *hookCall,
 	}
 	tool, input, also := hookTools(sk, hc)
 	out, err := s.Run(ctx, caller, req, RunOptions{Method: call.method, SessionID: call.sessionID, Tool: tool, ToolInput: input,
-		AlsoTools: also, ConfirmationIDs: call.confirmations})
+		AlsoTools: also, ConfirmationIDs: call.confirmations, Policy: pol})
 	if err != nil {
 		var ce *api.ConfirmationRequiredError
 		if errors.As(err, &ce) {
@@ -306,7 +307,7 @@ func (s *Service) execHook(ctx context.Context, caller api.Peer, call *hookCall,
 	stderr := strings.TrimSpace(string(r.Stderr))
 	switch {
 	case r.Reason == runtime.ReasonTimeout:
-		return "", fmt.Sprintf("the hook did not answer within %s and was killed (run %s)", out.Plan.Limits.Timeout, out.RunID), true
+		return "", fmt.Sprintf("the hook did not answer within %s and was killed (run %s)", out.Plan.Limits().Timeout, out.RunID), true
 	case r.Reason != runtime.ReasonExit:
 		return "", fmt.Sprintf("the hook ended by %s (run %s)", r.Reason, out.RunID), true
 	case r.ExitCode == 2:

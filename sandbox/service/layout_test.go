@@ -19,7 +19,7 @@ func TestRunScriptFilesDecoded(t *testing.T) {
 	sid := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})).SessionID
 	mustV(f.svc.LoadSkills(ctx, owner, api.LoadParams{SessionID: sid, Names: []string{"plain"}}))
 	run := func(files ...api.File) (*api.RunScriptResult, error) {
-		return f.svc.RunScript(ctx, owner, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh", Files: files})
+		return f.svc.RunScript(ctx, owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Files: files}, Path: "scripts/run.sh"})
 	}
 	decisions := len(f.audit.Events(audit.EventDecision))
 	for _, tc := range []struct {
@@ -98,7 +98,7 @@ func TestRunScriptOutputsTruncatedAndInlineBudget(t *testing.T) {
 	ctx := context.Background()
 	sid := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})).SessionID
 	mustV(f.svc.LoadSkills(ctx, owner, api.LoadParams{SessionID: sid, Names: []string{"plain"}}))
-	res, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh"})
+	res, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.sh"})
 	if err != nil {
 		t.Fatal(err)
 	}

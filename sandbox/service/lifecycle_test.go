@@ -318,7 +318,7 @@ func TestLockRequired(t *testing.T) {
 	if err := load(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh"}); err != nil {
+	if _, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.sh"}); err != nil {
 		t.Fatal(err)
 	}
 	// One byte changes: a new digest.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
+	"github.com/skillbox/skillbox/sandbox/runner"
 )
 
 // A live run's output, for whoever follows it (the console's Live runs
@@ -43,7 +44,7 @@ func newRunFeed(started api.RunStartedEvent) *runFeed {
 
 // sink is the runtime.StreamSink of one stream; it never blocks on a
 // follower.
-func (f *runFeed) sink(stream string) streamFunc {
+func (f *runFeed) sink(stream string) runner.StreamFunc {
 	return func(p []byte) (int, error) {
 		if len(p) > 0 {
 			f.publish(stream, p)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
@@ -63,9 +64,10 @@ func (c *lockCache) forget() {
 }
 
 // checkLock refuses a skill whose current version is not pinned when
-// policy requires a lock for it; the refusal is audited.
-func (s *Service) checkLock(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill) error {
-	required, rule := s.cfg.LockRequired(sk.Name)
+// policy requires a lock for it (lock, the skill's policy.SkillPolicy.Lock);
+// the refusal is audited.
+func (s *Service) checkLock(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill, lock policy.Ruled[bool]) error {
+	required, rule := lock.Value, lock.Rule
 	if !required {
 		return nil
 	}
@@ -220,10 +222,10 @@ func (s *Service) keepLocked(l *skills.Lock, path string, list []*skills.Skill) 
 // with the lock (skills.CompareWithLock): "lock" always, and when it
 // differs the changed files, the diff and what is not shown.
 func (s *Service) lockDetails(d map[string]string, p *Plan) {
-	if p.Code != nil {
+	if p.Code() != nil {
 		return
 	}
-	sk := p.Request.Skill
+	sk := p.Request().Skill
 	path := s.cfg.Skills.LockFile
 	l, err := s.locks.get(path)
 	if err != nil {
@@ -236,7 +238,7 @@ func (s *Service) lockDetails(d map[string]string, p *Plan) {
 			sources = append(sources, skills.VersionDir(dir))
 		}
 	}
-	c, err := skills.CompareWithLock(l, path, sk, p.Script, sources...)
+	c, err := skills.CompareWithLock(l, path, sk, p.Script(), sources...)
 	if err != nil {
 		d["lock"] = fmt.Sprintf("%s, but the skill's files could not be compared: %v", skills.LockDiffers, err)
 		return

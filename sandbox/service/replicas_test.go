@@ -51,11 +51,11 @@ func TestReplicasOverEtcd(t *testing.T) {
 	if _, err := b.svc.LoadSkills(ctx, stranger, api.LoadParams{SessionID: sid, Names: []string{"plain"}}); api.KindOf(err) != api.KindNotFound {
 		t.Fatalf("another uid's use of the session on B: %v", err)
 	}
-	if _, err := a.svc.RunScript(ctx, owner, api.RunScriptParams{SessionID: sid, Skill: "plain", Path: "scripts/run.sh"}); err != nil {
+	if _, err := a.svc.RunScript(ctx, owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "plain", Path: "scripts/run.sh"}); err != nil {
 		t.Fatalf("a skill loaded on B runs on A: %v", err)
 	}
 
-	p := api.RunScriptParams{SessionID: sid, Skill: "guarded", Path: "scripts/run.sh"}
+	p := api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "guarded", Path: "scripts/run.sh"}
 	ask := func() string {
 		t.Helper()
 		_, err := a.svc.RunScript(ctx, owner, p)

@@ -57,6 +57,10 @@ type RunOptions struct {
 	// one: the one bound to this run's digest is used. A call that runs
 	// several hooks may need several approvals at once.
 	ConfirmationIDs []string
+	// Policy is the run's policy when the caller has resolved it already
+	// (policy.Config.ForSkills of the skills it mounts), so that the rules
+	// are matched once; nil: the run resolves it.
+	Policy *policy.SkillPolicy
 }
 
 // PolicyTool is a tool and input policy decides a run as.
@@ -76,9 +80,7 @@ func (s *Service) RunScript(ctx context.Context, caller api.Peer, p api.RunScrip
 		return nil, err
 	}
 	req := RunRequest{Skill: sk, Script: p.Path, Network: p.Network}
-	return s.runWire(ctx, caller, req, wireRun{p.Args, p.Env, p.Stdin, p.Files, p.TimeoutMS, p.Background, p.WorkspaceParams}, RunOptions{
-		Method: api.MethodSkillsRunScript, SessionID: p.SessionID, ConfirmationID: p.ConfirmationID, Stream: p.Stream,
-	})
+	return s.runWire(ctx, caller, api.MethodSkillsRunScript, req, p.RunInputs)
 }
 
 // Run is the one path from a run request to a run, for every front end:
@@ -86,88 +88,117 @@ func (s *Service) RunScript(ctx context.Context, caller api.Peer, p api.RunScrip
 // run slot, a healthy audit log, then the engine. Every decision is
 // audited; refusals that were audited in detail are marked
 // (api.MarkAudited).
-func (s *Service) Run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Result, error) {
-	return s.run(ctx, caller, req, o)
+func (s *Service) Run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Finished, error) {
+	if req.Background {
+		return nil, errkind.Errorf(errkind.Internal, "a background run is started (Service.Start), not run")
+	}
+	out, _, err := s.run(ctx, caller, req, o)
+	return out, err
 }
 
-func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Result, error) {
+// Start is Run for a background run (req.Background): it returns once
+// the run has started in its session's sandbox.
+func (s *Service) Start(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Started, error) {
+	if !req.Background {
+		return nil, errkind.Errorf(errkind.Internal, "a foreground run is run (Service.Run), not started")
+	}
+	_, out, err := s.run(ctx, caller, req, o)
+	return out, err
+}
+
+// run authorizes and runs req: Finished for a foreground run, Started for
+// a background one.
+func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o RunOptions) (*Finished, *Started, error) {
+	fail := func(err error) (*Finished, *Started, error) { return nil, nil, err }
 	sk := req.Skill
 	if sk == nil && req.Code == nil {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "no skill given")
+		return fail(errkind.Errorf(errkind.InvalidParams, "no skill given"))
+	}
+	// The run's policy, matched once: every decision below and the plan
+	// are made against it.
+	names := runner.RunSkillNames(req)
+	pol := o.Policy
+	if pol == nil {
+		pol = s.cfg.ForSkills(names...)
+	} else if pol.Skill != strings.Join(names, ",") {
+		return fail(errkind.Errorf(errkind.Internal, "the policy given for the run is that of %q, not of the skills it mounts", pol.Skill))
 	}
 	// A lock pins versions: every skill the run mounts must be pinned.
-	for _, lk := range runSkills(req) {
-		if err := s.checkLock(ctx, caller, o.Method, o.SessionID, lk); err != nil {
-			return nil, err
+	for i, lk := range runSkills(req) {
+		if err := s.checkLock(ctx, caller, o.Method, o.SessionID, lk, pol.Parts()[i].Lock); err != nil {
+			return fail(err)
 		}
 	}
 	if sk != nil {
 		span.Annotate(ctx, span.AttrSkill.String(sk.Name), span.AttrScript.String(req.Script))
 	}
 	pctx, sp := span.Start(ctx, "policy.decide")
-	dec, err := s.decideRun(pctx, caller, o, req)
+	dec, err := s.decideRun(pctx, caller, o, req, pol)
 	sp.SetAttributes(span.AttrEffect.String(string(dec.Effect)), span.AttrRule.String(dec.Rule))
 	span.End(sp, err, api.KindOf(err))
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	p := caller
-	req.Peer, req.SessionID, req.RequestID, req.Method = &p, o.SessionID, AuditRequestID(api.RequestIDFrom(ctx)), o.Method
-	plan, err := s.engine.Prepare(req)
+	origin := runner.Origin{Peer: &p, SessionID: o.SessionID, RequestID: AuditRequestID(api.RequestIDFrom(ctx)), Method: o.Method}
+	plan, err := s.engine.PrepareWith(req, origin, pol)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	// A missing image fails now, before an approver is asked or an
 	// approval is used up, and without building it inside the call.
 	if err := s.engine.CheckImage(plan); err != nil {
-		return nil, err
+		return fail(err)
 	}
 
 	needConfirm := dec.Effect == policy.EffectConfirm
 	what, reason, rule := planWhat(plan), dec.Reason, dec.Rule
 	grantEgress := false // an approval of this run also covers its destinations
-	if plan.Network || len(plan.Egress) > 0 {
-		nd, err := s.decide(ctx, sk, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
+	if plan.Network() || len(plan.Egress()) > 0 {
+		nd, err := s.decide(ctx, sk, pol, policy.NetworkTool, nil, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		switch {
 		case nd.Effect == policy.EffectDeny:
-			return nil, api.MarkAudited(errkind.Errorf(api.ErrDenied, "network access for skill %q is denied by %s: %s", sk.Name, nd.Rule, nd.Why()))
-		case nd.Effect == policy.EffectConfirm && len(plan.Egress) > 0 && s.grants.covers(o.SessionID, sk.Name, plan.EgressNames()):
+			return fail(api.MarkAudited(errkind.Errorf(errkind.Denied, "network access for skill %q is denied by %s: %s", sk.Name, nd.Rule, nd.Why())))
+		case nd.Effect == policy.EffectConfirm && len(plan.Egress()) > 0 && s.grants.covers(o.SessionID, sk.Name, plan.EgressNames()):
 			// An approver approved these destinations for this skill
 			// earlier in the session.
 			s.log.Debug("egress destinations approved earlier in the session", "session", o.SessionID, "skill", sk.Name)
 		case nd.Effect == policy.EffectConfirm:
-			grantEgress = len(plan.Egress) > 0
+			grantEgress = len(plan.Egress()) > 0
 			if needConfirm {
 				break
 			}
 			needConfirm, what, reason, rule = true, fmt.Sprintf("network access for skill %q", sk.Name), "network access: "+nd.Reason, nd.Rule
-			if len(plan.Egress) > 0 {
+			if len(plan.Egress()) > 0 {
 				what, reason = egressWhat(plan), "network access to "+strings.Join(plan.EgressNames(), ", ")+": "+nd.Reason
 			}
 		}
 	}
-	if w := plan.Workspace; w != nil {
-		wd, err := s.decideWorkspace(ctx, caller, o, req, w)
+	if w := plan.Workspace(); w != nil {
+		wd, err := s.decideWorkspace(ctx, caller, o, req, pol, w)
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
 		if wd.Effect == policy.EffectConfirm && !needConfirm {
 			needConfirm, what, reason, rule = true, fmt.Sprintf("a run in the workspace %s (%s)", w.Dir, w.Grant.Mode), wd.Reason, wd.Rule
 		}
 	}
 	if needConfirm && o.ConfirmationID == "" && len(o.ConfirmationIDs) > 0 {
-		o.ConfirmationID = s.confirmationFor(o.SessionID, plan.Digest, o.ConfirmationIDs)
+		o.ConfirmationID = s.confirmationFor(o.SessionID, plan.Digest(), o.ConfirmationIDs)
 	}
+	// approval is the confirmation the run uses, if any: it goes with
+	// the run, and the plan stays as it was approved.
+	approval := ""
 	if needConfirm && o.ConfirmationID == "" {
 		if o.SelfApprove {
-			if err := s.selfApprove(ctx, caller, o, plan, what, reason, rule); err != nil {
-				return nil, err
+			if approval, err = s.selfApprove(ctx, caller, o, plan, what, reason, rule); err != nil {
+				return fail(err)
 			}
 		} else {
-			return nil, s.requestConfirmation(ctx, caller, o, plan, what, reason, rule)
+			return fail(s.requestConfirmation(ctx, caller, o, plan, what, reason, rule))
 		}
 	}
 
@@ -175,19 +206,20 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	// approval is used up, so a busy or failing skillbox does not burn it.
 	release, err := s.acquireRunSlot(ctx, caller)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	defer release()
 	if err := s.journal.Check(); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if err := s.auditSpace(); err != nil {
-		return nil, err
+		return fail(err)
 	}
 	if o.ConfirmationID != "" {
 		if err := s.useConfirmation(ctx, caller, o, plan); err != nil {
-			return nil, err
+			return fail(err)
 		}
+		approval = o.ConfirmationID
 		if grantEgress {
 			s.grants.grant(o.SessionID, sk.Name, plan.EgressNames())
 		}
@@ -195,7 +227,7 @@ func (s *Service) run(ctx context.Context, caller api.Peer, req RunRequest, o Ru
 	if o.Authorized != nil {
 		o.Authorized(plan)
 	}
-	return s.execute(ctx, caller, o, plan)
+	return s.execute(ctx, caller, o, plan, approval)
 }
 
 // auditSpace refuses a new run when the audit filesystem is below its
@@ -216,21 +248,21 @@ func (s *Service) auditSpace() error {
 	}
 	if free < minFree {
 		s.log.Error("run refused: audit filesystem below its watermark", "free", free, "min_free", minFree)
-		return errkind.Errorf(api.ErrUnavailable, "the audit log's filesystem has %s free, below audit.min_free (%s): new runs are refused until space is freed (export and remove rotated audit files, or lower audit.min_free)", policy.FormatSize(free), policy.FormatSize(minFree))
+		return errkind.Errorf(errkind.Unavailable, "the audit log's filesystem has %s free, below audit.min_free (%s): new runs are refused until space is freed (export and remove rotated audit files, or lower audit.min_free)", policy.FormatSize(free), policy.FormatSize(minFree))
 	}
 	return nil
 }
 
 // decideTool asks policy whether skill may use tool; the decision is
 // audited. A deny is returned as an error.
-func (s *Service) decideTool(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill, tool string, input []byte) (policy.Decision, error) {
-	dec, err := s.decide(ctx, sk, tool, input, *base(ctx, caller, method, audit.EventDecision, sessionID))
+func (s *Service) decideTool(ctx context.Context, caller api.Peer, method, sessionID string, sk *skills.Skill, pol *policy.SkillPolicy, tool string, input []byte) (policy.Decision, error) {
+	dec, err := s.decide(ctx, sk, pol, tool, input, *base(ctx, caller, method, audit.EventDecision, sessionID))
 	if err != nil {
 		return dec, err
 	}
 	if dec.Effect == policy.EffectDeny {
 		// The decision record just written says why.
-		return dec, api.MarkAudited(errkind.Errorf(api.ErrDenied, "%s for skill %q is denied by %s: %s", tool, sk.Name, dec.Rule, dec.Why()))
+		return dec, api.MarkAudited(errkind.Errorf(errkind.Denied, "%s for skill %q is denied by %s: %s", tool, sk.Name, dec.Rule, dec.Why()))
 	}
 	return dec, nil
 }
@@ -243,43 +275,43 @@ func (s *Service) requestConfirmation(ctx context.Context, caller api.Peer, o Ru
 		if hint == "" {
 			hint = "ask an approver"
 		}
-		return errkind.Errorf(api.ErrConfirmationRequired, "%s needs confirmation (%s): %s", what, rule, hint)
+		return errkind.Errorf(errkind.ConfirmationRequired, "%s needs confirmation (%s): %s", what, rule, hint)
 	}
 	details := confirmDetails(plan)
 	s.lockDetails(details, plan)
-	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest, reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(details))
+	c, err := s.confirms.Request(o.SessionID, caller.UID, plan.Digest(), reason, rule, s.cfg.Daemon.ConfirmationTTL, store.WithDetails(details))
 	if err != nil {
 		return err
 	}
 	r := base(ctx, caller, o.Method, audit.EventConfirmRequest, o.SessionID)
-	r.Skill, r.Skills = plan.AuditSkill(), plan.Code.AuditSkills()
+	r.Skill, r.Skills = plan.AuditSkill(), plan.Code().AuditSkills()
 	uid := caller.UID
-	r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid, Expires: c.Expires}
+	r.Confirmation = &audit.ConfirmationInfo{ID: c.ID, Digest: plan.Digest(), Rule: rule, Reason: reason, RequestedBy: &uid, Expires: c.Expires}
 	r.Run = plan.AuditRun(true)
 	r.Outcome = string(c.State)
 	if err := s.record(ctx, r); err != nil {
 		return err
 	}
-	return api.MarkAudited(&api.ConfirmationRequiredError{ID: c.ID, Reason: reason, Rule: rule, Digest: plan.Digest})
+	return api.MarkAudited(&api.ConfirmationRequiredError{ID: c.ID, Reason: reason, Rule: rule, Digest: plan.Digest()})
 }
 
-// selfApprove confirms plan on behalf of caller, who must be an approver.
-func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan, what, reason, rule string) error {
+// selfApprove confirms plan on behalf of caller, who must be an approver,
+// and names the approval.
+func (s *Service) selfApprove(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan, what, reason, rule string) (string, error) {
 	if !s.IsApprover(caller) {
-		return errkind.Errorf(api.ErrDenied, "%s needs confirmation (%s) and uid %d is not one of the approvers (daemon.approvers): ask an approver to run it", what, rule, caller.UID)
+		return "", errkind.Errorf(errkind.Denied, "%s needs confirmation (%s) and uid %d is not one of the approvers (daemon.approvers): ask an approver to run it", what, rule, caller.UID)
 	}
-	id := "cli_" + strings.TrimPrefix(plan.RunID, "run_")
+	id := "cli_" + strings.TrimPrefix(plan.RunID(), "run_")
 	uid := caller.UID
 	r := base(ctx, caller, o.Method, audit.EventConfirmApprove, o.SessionID)
-	r.Skill, r.Skills = plan.AuditSkill(), plan.Code.AuditSkills()
-	r.Confirmation = &audit.ConfirmationInfo{ID: id, Digest: plan.Digest, Rule: rule, Reason: reason, RequestedBy: &uid}
+	r.Skill, r.Skills = plan.AuditSkill(), plan.Code().AuditSkills()
+	r.Confirmation = &audit.ConfirmationInfo{ID: id, Digest: plan.Digest(), Rule: rule, Reason: reason, RequestedBy: &uid}
 	r.Outcome = string(api.ConfirmationApproved)
 	r.Detail = map[string]string{"via": "--yes"}
 	if err := s.record(ctx, r); err != nil {
-		return err
+		return "", err
 	}
-	plan.Request.ConfirmationID = id
-	return nil
+	return id, nil
 }
 
 // confirmationFor picks, among ids, the approval of this session bound to
@@ -316,9 +348,9 @@ func (s *Service) useConfirmation(ctx context.Context, caller api.Peer, o RunOpt
 		return err
 	}
 	r := base(ctx, caller, o.Method, audit.EventConfirmUse, o.SessionID)
-	r.Skill, r.Skills = plan.AuditSkill(), plan.Code.AuditSkills()
-	r.Confirmation = &audit.ConfirmationInfo{ID: o.ConfirmationID, Digest: plan.Digest}
-	if err := cs.Consume(o.ConfirmationID, o.SessionID, plan.Digest); err != nil {
+	r.Skill, r.Skills = plan.AuditSkill(), plan.Code().AuditSkills()
+	r.Confirmation = &audit.ConfirmationInfo{ID: o.ConfirmationID, Digest: plan.Digest()}
+	if err := cs.Consume(o.ConfirmationID, o.SessionID, plan.Digest()); err != nil {
 		r.Outcome, r.Error = audit.OutcomeRefused, err.Error()
 		if aerr := s.record(ctx, r); aerr != nil {
 			return aerr
@@ -326,11 +358,7 @@ func (s *Service) useConfirmation(ctx context.Context, caller api.Peer, o RunOpt
 		return api.MarkAudited(err)
 	}
 	r.Outcome = string(api.ConfirmationUsed)
-	if err := s.record(ctx, r); err != nil {
-		return err
-	}
-	plan.Request.ConfirmationID = o.ConfirmationID
-	return nil
+	return s.record(ctx, r)
 }
 
 // acquireRunSlot bounds concurrent runs, fairly per uid with a reserve for
@@ -344,15 +372,15 @@ func (s *Service) acquireRunSlot(ctx context.Context, caller api.Peer) (func(), 
 	return s.runSlots.acquire(ctx, caller.UID, s.IsApprover(caller), wait)
 }
 
-// execute runs an authorized plan: registered for runs.cancel, streaming
-// its events when asked.
-func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan) (*Result, error) {
+// execute runs an authorized plan, with the approval it used: registered
+// for runs.cancel, streaming its events when asked. A background plan is
+// started.
+func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, plan *Plan, approval string) (*Finished, *Started, error) {
 	runCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	feed := s.runs.add(LiveRun{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.SkillName(), Script: plan.Script, UID: caller.UID, Started: time.Now().UTC()}, cancel)
-	defer s.runs.remove(plan.RunID)
-	plan.Request.Stdout = teeSink(plan.Request.Stdout, feed.sink(api.StreamStdout))
-	plan.Request.Stderr = teeSink(plan.Request.Stderr, feed.sink(api.StreamStderr))
+	feed := s.runs.add(LiveRun{RunID: plan.RunID(), SessionID: o.SessionID, Skill: plan.SkillName(), Script: plan.Script(), UID: caller.UID, Started: time.Now().UTC()}, cancel)
+	defer s.runs.remove(plan.RunID())
+	xo := runner.ExecOptions{ConfirmationID: approval, Stdout: feed.sink(api.StreamStdout), Stderr: feed.sink(api.StreamStderr)}
 	if id := s.sessionOfRun(o, plan); id != "" {
 		// The run changes its session's workspace behind the files API's
 		// open one: dropped, the next call walks the tree anew.
@@ -369,9 +397,9 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		}
 		acct, err := s.workspaceAccount(id, owner)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		plan.Workspace.Request.Account = acct
+		xo.WorkspaceAccount = acct
 	}
 
 	sink := api.EventSinkFrom(ctx)
@@ -379,32 +407,39 @@ func (s *Service) execute(ctx context.Context, caller api.Peer, o RunOptions, pl
 		sink = nil
 	}
 	if sink != nil {
-		ev := &outputEvents{runID: plan.RunID, sink: sink}
-		plan.Request.Stdout = teeSink(plan.Request.Stdout, ev.stream(api.StreamStdout))
-		plan.Request.Stderr = teeSink(plan.Request.Stderr, ev.stream(api.StreamStderr))
-		sink(api.RunStartedEvent{RunID: plan.RunID, SessionID: o.SessionID, Skill: plan.SkillName(), Path: plan.Script,
-			Image: plan.Interpreter.Image, Runtime: s.engine.Runtime().Name()})
+		ev := &outputEvents{runID: plan.RunID(), sink: sink}
+		xo.Stdout = runner.TeeSink(xo.Stdout, ev.stream(api.StreamStdout))
+		xo.Stderr = runner.TeeSink(xo.Stderr, ev.stream(api.StreamStderr))
+		sink(api.RunStartedEvent{RunID: plan.RunID(), SessionID: o.SessionID, Skill: plan.SkillName(), Path: plan.Script(),
+			Image: plan.Interpreter().Image, Runtime: s.engine.Runtime().Name()})
 	}
-	out, err := s.engine.Execute(runCtx, plan)
-	if err != nil {
-		feed.finish(api.RunExitedEvent{RunID: plan.RunID, ExitCode: -1, Reason: "error", Error: err.Error()})
-		return nil, err
+	failed := func(err error) (*Finished, *Started, error) {
+		feed.finish(api.RunExitedEvent{RunID: plan.RunID(), ExitCode: -1, Reason: "error", Error: err.Error()})
+		return nil, nil, err
 	}
-	r := out.Result
-	if r == nil {
+	if plan.Request().Background {
+		st, err := s.engine.Start(runCtx, plan, xo)
+		if err != nil {
+			return failed(err)
+		}
 		// A background run started and goes on in its session's sandbox:
 		// this call's feed ends here, and the run's output is the
 		// session's (runs.output).
-		feed.finish(api.RunExitedEvent{RunID: plan.RunID, ExitCode: -1, Reason: backgroundReason,
+		feed.finish(api.RunExitedEvent{RunID: plan.RunID(), ExitCode: -1, Reason: backgroundReason,
 			Error: "the run goes on in the background in its session's sandbox: read its output with runs.output"})
-		return out, nil
+		return nil, st, nil
 	}
-	exited := api.RunExitedEvent{RunID: plan.RunID, ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason), DurationMS: r.Duration.Milliseconds()}
+	out, err := s.engine.Execute(runCtx, plan, xo)
+	if err != nil {
+		return failed(err)
+	}
+	r := out.Result
+	exited := api.RunExitedEvent{RunID: plan.RunID(), ExitCode: r.ExitCode, Signal: r.Signal, Reason: string(r.Reason), DurationMS: r.Duration.Milliseconds()}
 	feed.finish(exited)
 	if sink != nil {
 		sink(exited)
 	}
-	return out, nil
+	return out, nil, nil
 }
 
 // backgroundReason ends the live feed of a call that started a background
@@ -415,10 +450,10 @@ const backgroundReason = "background"
 // The run's own call returns its result with reason "cancelled".
 func (s *Service) CancelRun(ctx context.Context, caller api.Peer, p api.CancelRunParams) (*api.CancelRunResult, error) {
 	if p.RunID == "" {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "run_id is required (run.started and the result name it)")
+		return nil, errkind.Errorf(errkind.InvalidParams, "run_id is required (run.started and the result name it)")
 	}
 	if !s.runs.cancel(p.RunID, caller.UID) {
-		return nil, errkind.Errorf(api.ErrNotFound, "run %q is not running: it has ended, or it is not yours", p.RunID)
+		return nil, errkind.Errorf(errkind.NotFound, "run %q is not running: it has ended, or it is not yours", p.RunID)
 	}
 	s.log.Info("run cancelled", "run_id", p.RunID, "uid", caller.UID)
 	return &api.CancelRunResult{RunID: p.RunID, Cancelled: true}, nil
@@ -536,12 +571,8 @@ type outputEvents struct {
 	seq   uint64
 }
 
-type streamFunc func(p []byte) (int, error)
-
-func (f streamFunc) Write(p []byte) (int, error) { return f(p) }
-
 func (e *outputEvents) stream(name string) runtime.StreamSink {
-	return streamFunc(func(p []byte) (int, error) {
+	return runner.StreamFunc(func(p []byte) (int, error) {
 		if len(p) == 0 {
 			return 0, nil
 		}
@@ -554,33 +585,22 @@ func (e *outputEvents) stream(name string) runtime.StreamSink {
 	})
 }
 
-// teeSink writes to both sinks (either may be nil).
-func teeSink(a, b runtime.StreamSink) runtime.StreamSink {
-	if a == nil {
-		return b
-	}
-	return streamFunc(func(p []byte) (int, error) {
-		a.Write(p)
-		return b.Write(p)
-	})
-}
-
 // decideWorkspace decides the workspace pseudo-tool for every skill the
 // run mounts, each decision audited: any deny refuses the run, any
 // confirm holds it for an approver.
-func (s *Service) decideWorkspace(ctx context.Context, caller api.Peer, o RunOptions, req RunRequest, w *runner.WorkspacePlan) (policy.Decision, error) {
+func (s *Service) decideWorkspace(ctx context.Context, caller api.Peer, o RunOptions, req RunRequest, pol *policy.SkillPolicy, w *runner.WorkspacePlan) (policy.Decision, error) {
 	input, err := json.Marshal(policy.WorkspaceRequest{Dir: w.Dir, Kind: w.Request.Kind})
 	if err != nil {
-		return policy.Decision{}, errkind.Wrap(api.ErrInternal, err)
+		return policy.Decision{}, errkind.Wrap(errkind.Internal, err)
 	}
 	var ds []policy.Decision
-	for _, sk := range runSkills(req) {
-		d, err := s.decide(ctx, sk, policy.WorkspaceTool, input, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
+	for i, sk := range runSkills(req) {
+		d, err := s.decide(ctx, sk, pol.Parts()[i], policy.WorkspaceTool, input, *base(ctx, caller, o.Method, audit.EventDecision, o.SessionID))
 		if err != nil {
 			return d, err
 		}
 		if d.Effect == policy.EffectDeny {
-			return d, api.MarkAudited(errkind.Errorf(api.ErrDenied, "the workspace %s is denied for skill %q by %s: %s", w.Dir, sk.Name, d.Rule, d.Reason))
+			return d, api.MarkAudited(errkind.Errorf(errkind.Denied, "the workspace %s is denied for skill %q by %s: %s", w.Dir, sk.Name, d.Rule, d.Reason))
 		}
 		ds = append(ds, d)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/skills"
@@ -72,7 +73,7 @@ func TestRunCodeMountsEveryActiveSkill(t *testing.T) {
 	ctx := context.Background()
 	sid := f.session(t, "gif", "pdf")
 	code := "from core.gif import make\nmake('outputs/x.gif')\n"
-	res, err := f.svc.RunCode(ctx, owner, api.RunCodeParams{SessionID: sid, Language: api.LanguagePython, Code: code, Args: []string{"a"}, Env: map[string]string{"MODE": "x"}})
+	res, err := f.svc.RunCode(ctx, owner, api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid, Args: []string{"a"}, Env: map[string]string{"MODE": "x"}}, Language: api.LanguagePython, Code: code})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestRunCodeLanguages(t *testing.T) {
 		{api.LanguageShell, "bash /skills/.code/main.sh", ""},
 		{api.LanguageNode, "node /skills/.code/main.js", "NODE_PATH=/skills/gif"},
 	} {
-		res, err := f.svc.RunCode(ctx, owner, api.RunCodeParams{SessionID: sid, Language: tc.lang, Code: "echo"})
+		res, err := f.svc.RunCode(ctx, owner, api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid}, Language: tc.lang, Code: "echo"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -165,17 +166,17 @@ func TestRunCodeRefusals(t *testing.T) {
 		kind string
 		want string
 	}{
-		{"no skill loaded", api.RunCodeParams{SessionID: empty, Language: "python", Code: "1"}, api.KindInvalidParams, "skills.load"},
-		{"unknown language", api.RunCodeParams{SessionID: sid, Language: "ruby", Code: "1"}, api.KindInvalidParams, `"python", "shell" or "node"`},
-		{"empty code", api.RunCodeParams{SessionID: sid, Language: "python"}, api.KindInvalidParams, "code is empty"},
-		{"code too large", api.RunCodeParams{SessionID: sid, Language: "python", Code: strings.Repeat("#", runtime.MaxProgramBytes+1)}, api.KindInvalidParams, "at most"},
-		{"bad env", api.RunCodeParams{SessionID: sid, Language: "python", Code: "1", Env: map[string]string{"PYTHONPATH": "/x"}}, api.KindInvalidParams, "PYTHONPATH"},
-		{"env not allowed", api.RunCodeParams{SessionID: sid, Language: "python", Code: "1", Env: map[string]string{"TAR_OPTIONS": "x"}}, api.KindInvalidParams, "TAR_OPTIONS"},
-		{"env no rule lists", api.RunCodeParams{SessionID: sid, Language: "python", Code: "1", Env: map[string]string{"MYTOOL_MODE": "x"}}, api.KindDenied, "MYTOOL_MODE"},
-		{"negative timeout", api.RunCodeParams{SessionID: sid, Language: "python", Code: "1", TimeoutMS: -1}, api.KindInvalidParams, "timeout_ms"},
-		{"one skill denies", api.RunCodeParams{SessionID: deniedToo, Language: "python", Code: "1"}, api.KindDenied, `policy "no"`},
-		{"denied by language", api.RunCodeParams{SessionID: both, Language: "shell", Code: "echo"}, api.KindDenied, `policy "no-shell"`},
-		{"no such session", api.RunCodeParams{SessionID: "nope", Language: "python", Code: "1"}, api.KindNotFound, ""},
+		{"no skill loaded", api.RunCodeParams{RunInputs: api.RunInputs{SessionID: empty}, Language: "python", Code: "1"}, api.KindInvalidParams, "skills.load"},
+		{"unknown language", api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid}, Language: "ruby", Code: "1"}, api.KindInvalidParams, `"python", "shell" or "node"`},
+		{"empty code", api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid}, Language: "python"}, api.KindInvalidParams, "code is empty"},
+		{"code too large", api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid}, Language: "python", Code: strings.Repeat("#", runtime.MaxProgramBytes+1)}, api.KindInvalidParams, "at most"},
+		{"bad env", api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid, Env: map[string]string{"PYTHONPATH": "/x"}}, Language: "python", Code: "1"}, api.KindInvalidParams, "PYTHONPATH"},
+		{"env not allowed", api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid, Env: map[string]string{"TAR_OPTIONS": "x"}}, Language: "python", Code: "1"}, api.KindInvalidParams, "TAR_OPTIONS"},
+		{"env no rule lists", api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid, Env: map[string]string{"MYTOOL_MODE": "x"}}, Language: "python", Code: "1"}, api.KindDenied, "MYTOOL_MODE"},
+		{"negative timeout", api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid, TimeoutMS: -1}, Language: "python", Code: "1"}, api.KindInvalidParams, "timeout_ms"},
+		{"one skill denies", api.RunCodeParams{RunInputs: api.RunInputs{SessionID: deniedToo}, Language: "python", Code: "1"}, api.KindDenied, `policy "no"`},
+		{"denied by language", api.RunCodeParams{RunInputs: api.RunInputs{SessionID: both}, Language: "shell", Code: "echo"}, api.KindDenied, `policy "no-shell"`},
+		{"no such session", api.RunCodeParams{RunInputs: api.RunInputs{SessionID: "nope"}, Language: "python", Code: "1"}, api.KindNotFound, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := f.svc.RunCode(ctx, owner, tc.p)
@@ -194,7 +195,7 @@ func TestRunCodeRefusals(t *testing.T) {
 	}
 	changed := servicetest.IndexSkill(t, f.sk["gif"].Dir, codeSkills[0], f.sk["gif"].Body)
 	f.idx.Put(changed)
-	if _, err := f.svc.RunCode(ctx, owner, api.RunCodeParams{SessionID: sid, Language: "python", Code: "1"}); api.KindOf(err) != api.KindInvalidParams || !strings.Contains(err.Error(), "changed on disk") {
+	if _, err := f.svc.RunCode(ctx, owner, api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid}, Language: "python", Code: "1"}); api.KindOf(err) != api.KindInvalidParams || !strings.Contains(err.Error(), "changed on disk") {
 		t.Errorf("changed skill: %v", err)
 	}
 }
@@ -204,20 +205,23 @@ func TestRunCodeRefusals(t *testing.T) {
 func TestRunCodeDigestBinding(t *testing.T) {
 	f := newCodeFixture(t, false)
 	eng := f.svc.Engine()
-	base := func() service.RunRequest {
-		return service.RunRequest{
-			SessionID: "ses_1",
-			Code:      &service.CodeRequest{Language: "python", Code: []byte("print(1)"), Skills: []*skills.Skill{f.sk["gif"], f.sk["pdf"]}},
-			Args:      []string{"a"}, Env: map[string]string{"LANG": "C.UTF-8"}, Stdin: []byte("in"),
-			Files: []runtime.InputFile{{Name: "in.txt", Data: []byte("x")}},
-		}
+	type asked struct {
+		service.RunRequest
+		session string
 	}
-	digest := func(r service.RunRequest) string {
-		p, err := eng.Prepare(r)
+	base := func() asked {
+		return asked{session: "ses_1", RunRequest: service.RunRequest{
+			Code: &service.CodeRequest{Language: "python", Code: []byte("print(1)"), Skills: []*skills.Skill{f.sk["gif"], f.sk["pdf"]}},
+			Args: []string{"a"}, Env: map[string]string{"LANG": "C.UTF-8"}, Stdin: []byte("in"),
+			Files: []runtime.InputFile{{Name: "in.txt", Data: []byte("x")}},
+		}}
+	}
+	digest := func(r asked) string {
+		p, err := eng.PrepareWith(r.RunRequest, service.Origin{SessionID: r.session}, eng.Config().ForSkills(runner.RunSkillNames(r.RunRequest)...))
 		if err != nil {
 			t.Fatal(err)
 		}
-		return p.Digest
+		return p.Digest()
 	}
 	ref := digest(base())
 	if again := digest(base()); again != ref {
@@ -225,18 +229,18 @@ func TestRunCodeDigestBinding(t *testing.T) {
 	}
 	other := *f.sk["pdf"]
 	other.Digest = "sha256:" + strings.Repeat("0", 64)
-	for name, mut := range map[string]func(r *service.RunRequest){
-		"session":      func(r *service.RunRequest) { r.SessionID = "ses_2" },
-		"skill digest": func(r *service.RunRequest) { r.Code.Skills[1] = &other },
-		"fewer skills": func(r *service.RunRequest) { r.Code.Skills = r.Code.Skills[:1] },
-		"skill order":  func(r *service.RunRequest) { r.Code.Skills[0], r.Code.Skills[1] = r.Code.Skills[1], r.Code.Skills[0] },
-		"language":     func(r *service.RunRequest) { r.Code.Language = "shell" },
-		"code":         func(r *service.RunRequest) { r.Code.Code = []byte("print(2)") },
-		"args":         func(r *service.RunRequest) { r.Args = []string{"b"} },
-		"env":          func(r *service.RunRequest) { r.Env = map[string]string{"LANG": "C"} },
-		"stdin":        func(r *service.RunRequest) { r.Stdin = nil },
-		"files":        func(r *service.RunRequest) { r.Files[0].Data = []byte("y") },
-		"limits":       func(r *service.RunRequest) { r.Limits.Timeout = 1e9 },
+	for name, mut := range map[string]func(r *asked){
+		"session":      func(r *asked) { r.session = "ses_2" },
+		"skill digest": func(r *asked) { r.Code.Skills[1] = &other },
+		"fewer skills": func(r *asked) { r.Code.Skills = r.Code.Skills[:1] },
+		"skill order":  func(r *asked) { r.Code.Skills[0], r.Code.Skills[1] = r.Code.Skills[1], r.Code.Skills[0] },
+		"language":     func(r *asked) { r.Code.Language = "shell" },
+		"code":         func(r *asked) { r.Code.Code = []byte("print(2)") },
+		"args":         func(r *asked) { r.Args = []string{"b"} },
+		"env":          func(r *asked) { r.Env = map[string]string{"LANG": "C"} },
+		"stdin":        func(r *asked) { r.Stdin = nil },
+		"files":        func(r *asked) { r.Files[0].Data = []byte("y") },
+		"limits":       func(r *asked) { r.Limits.Timeout = 1e9 },
 	} {
 		r := base()
 		mut(&r)
@@ -250,7 +254,7 @@ func TestRunCodeConfirmation(t *testing.T) {
 	f := newCodeFixture(t, true)
 	ctx := context.Background()
 	sid := f.session(t, "gif", "guarded")
-	p := api.RunCodeParams{SessionID: sid, Language: "python", Code: "print('hi')"}
+	p := api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid}, Language: "python", Code: "print('hi')"}
 	_, err := f.svc.RunCode(ctx, owner, p)
 	var cr *api.ConfirmationRequiredError
 	if !asConfirmation(err, &cr) {
@@ -296,7 +300,7 @@ func TestRunCodeAuditCap(t *testing.T) {
 	ctx := context.Background()
 	sid := f.session(t, "gif")
 	code := "# é\n" + strings.Repeat("x = 1\n", audit.MaxCodeText/6+10)
-	if _, err := f.svc.RunCode(ctx, owner, api.RunCodeParams{SessionID: sid, Language: "python", Code: code}); err != nil {
+	if _, err := f.svc.RunCode(ctx, owner, api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid}, Language: "python", Code: code}); err != nil {
 		t.Fatal(err)
 	}
 	c := f.audit.Events(audit.EventRunStart)[0].Run.Code
@@ -334,7 +338,7 @@ func TestRunCodeStreams(t *testing.T) {
 	f := newCodeFixture(t, true)
 	sid := f.session(t, "gif", "pdf")
 	col := newCollector()
-	res, err := f.svc.RunCode(api.WithEventSink(context.Background(), col.sink), owner, api.RunCodeParams{SessionID: sid, Language: "python", Code: "print(1)", Stream: true})
+	res, err := f.svc.RunCode(api.WithEventSink(context.Background(), col.sink), owner, api.RunCodeParams{RunInputs: api.RunInputs{SessionID: sid, Stream: true}, Language: "python", Code: "print(1)"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,18 +23,18 @@ import (
 // caller's uid).
 
 // backgroundResult is the wire result of a run started in the background.
-func backgroundResult(o *Result) api.RunScriptResult {
-	res := api.RunScriptResult{RunID: o.RunID, Path: o.Plan.Script, Image: o.Image.Name, ImageDigest: o.Image.Digest,
-		Skills: o.Plan.Code.MountedSkills(), DepsLayer: o.DepsLayer, Warnings: o.Warnings,
-		Isolation: string(policy.IsolationSession), SessionSandbox: o.Plan.SessionSandbox,
+func backgroundResult(o *Started) api.RunScriptResult {
+	res := api.RunScriptResult{RunID: o.RunID, Path: o.Plan.Script(), Image: o.Image.Name, ImageDigest: o.Image.Digest,
+		Skills: o.Plan.Code().MountedSkills(), DepsLayer: o.DepsLayer, Warnings: o.Warnings,
+		Isolation: string(policy.IsolationSession), SessionSandbox: o.SessionSandbox,
 		Outputs: []api.Output{}, OutputsSkipped: []string{}, Deleted: []string{}}
-	if sk := o.Plan.Request.Skill; sk != nil {
+	if sk := o.Plan.Request().Skill; sk != nil {
 		res.Skill, res.SkillDigest = sk.Name, sk.Digest
 	}
-	res.Network, res.ConfirmationID = o.Plan.Network, o.Plan.Request.ConfirmationID
-	res.Limits = o.Plan.Limits.Map()
-	bg := backgroundView(runner.BackgroundRun{BackgroundRun: *o.Background, SessionID: o.Plan.Request.SessionID,
-		Sandbox: o.Plan.SessionSandbox, Skill: o.Plan.SkillName(), Script: o.Plan.Script})
+	res.Network, res.ConfirmationID = o.Plan.Network(), o.ConfirmationID
+	res.Limits = o.Plan.Limits().Map()
+	bg := backgroundView(runner.BackgroundRun{BackgroundRun: o.Run, SessionID: o.Plan.Origin().SessionID,
+		Sandbox: o.SessionSandbox, Skill: o.Plan.SkillName(), Script: o.Plan.Script()})
 	res.Background = &bg
 	return res
 }

@@ -27,7 +27,7 @@ func (s *Service) RunCode(ctx context.Context, caller api.Peer, p api.RunCodePar
 		return nil, err
 	}
 	if len(ses.Active) == 0 {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "no skill is loaded in this session: call skills.load with the skills the code uses first")
+		return nil, errkind.Errorf(errkind.InvalidParams, "no skill is loaded in this session: call skills.load with the skills the code uses first")
 	}
 	var sks []*skills.Skill
 	for _, a := range ses.Active {
@@ -38,38 +38,24 @@ func (s *Service) RunCode(ctx context.Context, caller api.Peer, p api.RunCodePar
 		sks = append(sks, sk)
 	}
 	req := RunRequest{Code: &CodeRequest{Language: p.Language, Code: []byte(p.Code), Skills: sks}}
-	return s.runWire(ctx, caller, req, wireRun{p.Args, p.Env, p.Stdin, p.Files, p.TimeoutMS, p.Background, p.WorkspaceParams}, RunOptions{
-		Method: api.MethodSkillsRunCode, SessionID: p.SessionID, ConfirmationID: p.ConfirmationID, Stream: p.Stream,
-	})
+	return s.runWire(ctx, caller, api.MethodSkillsRunCode, req, p.RunInputs)
 }
 
-// wireRun are the run parameters skills.run_script and skills.run_code
-// share, as they come over the wire.
-type wireRun struct {
-	args      []string
-	env       map[string]string
-	stdin     string
-	files     []api.File
-	timeoutMS int64
-	// background: see api.RunScriptParams.Background.
-	background bool
-	api.WorkspaceParams
-}
-
-// runWire completes req with the wire's run parameters, runs it and
-// returns the wire result.
-func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, w wireRun, o RunOptions) (*api.RunScriptResult, error) {
-	files, err := decodeFiles(w.files)
+// runWire completes req with the wire's run inputs, runs it as method
+// and returns the wire result.
+func (s *Service) runWire(ctx context.Context, caller api.Peer, method string, req RunRequest, w api.RunInputs) (*api.RunScriptResult, error) {
+	files, err := decodeFiles(w.Files)
 	if err != nil {
 		return nil, err
 	}
-	if w.timeoutMS < 0 {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "timeout_ms must not be negative")
+	if w.TimeoutMS < 0 {
+		return nil, errkind.Errorf(errkind.InvalidParams, "timeout_ms must not be negative")
 	}
-	req.Args, req.Env, req.Stdin, req.Files = w.args, w.env, []byte(w.stdin), files
-	req.Limits = runtime.Limits{Timeout: time.Duration(w.timeoutMS) * time.Millisecond}
-	req.Background = w.background
-	if w.background && w.Workspace == "" {
+	o := RunOptions{Method: method, SessionID: w.SessionID, ConfirmationID: w.ConfirmationID, Stream: w.Stream}
+	req.Args, req.Env, req.Stdin, req.Files = w.Args, w.Env, []byte(w.Stdin), files
+	req.Limits = runtime.Limits{Timeout: time.Duration(w.TimeoutMS) * time.Millisecond}
+	req.Background = w.Background
+	if w.Background && w.Workspace == "" {
 		// A background run has no end to write changes back at: it
 		// works in its sandbox's /work, without the session workspace.
 	} else if w.Workspace == "" || w.Workspace == SessionWorkspaceName {
@@ -82,6 +68,14 @@ func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, 
 	if err != nil {
 		return nil, err
 	}
+	if req.Background {
+		st, err := s.Start(ctx, caller, req, o)
+		if err != nil {
+			return nil, err
+		}
+		res := backgroundResult(st)
+		return &res, nil
+	}
 	out, err := s.Run(ctx, caller, req, o)
 	if err != nil {
 		return nil, err
@@ -93,19 +87,19 @@ func (s *Service) runWire(ctx context.Context, caller api.Peer, req RunRequest, 
 // decideRun asks policy about a run: skills.run_script for its skill, or
 // skills.run_code for every skill a code run mounts (each decision is
 // audited; the strictest wins, and any deny ends the call).
-func (s *Service) decideRun(ctx context.Context, caller api.Peer, o RunOptions, req RunRequest) (policy.Decision, error) {
+func (s *Service) decideRun(ctx context.Context, caller api.Peer, o RunOptions, req RunRequest, pol *policy.SkillPolicy) (policy.Decision, error) {
 	if req.Code == nil {
 		tool, input := api.MethodSkillsRunScript, toolInput(req.Script, req.Args)
 		if o.Tool != "" {
 			tool, input = o.Tool, o.ToolInput
 		}
-		dec, err := s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, tool, input)
+		dec, err := s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, pol, tool, input)
 		for _, t := range o.AlsoTools {
 			if err != nil {
 				break
 			}
 			var d policy.Decision
-			d, err = s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, t.Tool, t.Input)
+			d, err = s.decideTool(ctx, caller, o.Method, o.SessionID, req.Skill, pol, t.Tool, t.Input)
 			dec = policy.Strictest(dec, d)
 		}
 		return dec, err
@@ -115,12 +109,12 @@ func (s *Service) decideRun(ctx context.Context, caller api.Peer, o RunOptions, 
 		return policy.Decision{}, err
 	}
 	if len(c.Skills) == 0 {
-		return policy.Decision{}, errkind.Errorf(api.ErrInvalidParams, "no skill to run the code with: load the skills it uses first")
+		return policy.Decision{}, errkind.Errorf(errkind.InvalidParams, "no skill to run the code with: load the skills it uses first")
 	}
 	input, _ := json.Marshal(map[string]any{"language": c.Language, "code_sha256": runner.SHA256Hex(c.Code), "args": req.Args})
 	decs := make([]policy.Decision, 0, len(c.Skills))
-	for _, sk := range c.Skills {
-		d, err := s.decideTool(ctx, caller, o.Method, o.SessionID, sk, api.MethodSkillsRunCode, input)
+	for i, sk := range c.Skills {
+		d, err := s.decideTool(ctx, caller, o.Method, o.SessionID, sk, pol.Parts()[i], api.MethodSkillsRunCode, input)
 		if err != nil {
 			return d, err
 		}
@@ -139,20 +133,20 @@ func runSkills(req RunRequest) []*skills.Skill {
 
 // planWhat says what a confirmation is asked for.
 func planWhat(p *Plan) string {
-	if p.Code != nil {
-		return fmt.Sprintf("running %s code with skills %s", p.Code.Language, codeSkillNames(p.Code))
+	if p.Code() != nil {
+		return fmt.Sprintf("running %s code with skills %s", p.Code().Language, codeSkillNames(p.Code()))
 	}
-	return fmt.Sprintf("running scripts of skill %q", p.Request.Skill.Name)
+	return fmt.Sprintf("running scripts of skill %q", p.Request().Skill.Name)
 }
 
 // confirmDetails is what an approver is shown of a run besides the reason.
 func confirmDetails(p *Plan) map[string]string {
-	req := p.Request
-	d := map[string]string{"args": strings.Join(runner.QuoteAll(req.Args), " "), "network": fmt.Sprint(p.Network)}
-	if len(p.Egress) > 0 {
+	req := p.Request()
+	d := map[string]string{"args": strings.Join(runner.QuoteAll(req.Args), " "), "network": fmt.Sprint(p.Network())}
+	if len(p.Egress()) > 0 {
 		d["egress"] = strings.Join(p.EgressNames(), " ")
 	}
-	if c := p.Code; c != nil {
+	if c := p.Code(); c != nil {
 		mounts := make([]string, len(c.Mounts))
 		for i, m := range c.Mounts {
 			mounts[i] = m.Skill.Name + "@" + m.Skill.Digest
@@ -171,7 +165,7 @@ func confirmDetails(p *Plan) map[string]string {
 			d["code"] = "(" + strings.Join(notes, "; ") + ") " + code.Text
 		}
 	} else {
-		d["skill"], d["skill_digest"], d["script"], d["script_sha256"] = req.Skill.Name, req.Skill.Digest, p.Script, p.ScriptSHA256
+		d["skill"], d["skill_digest"], d["script"], d["script_sha256"] = req.Skill.Name, req.Skill.Digest, p.Script(), p.ScriptSHA256()
 		if req.Command != nil {
 			// A hook or !`command`: the approver sees what it runs.
 			d["command"] = audit.ClipText(req.Command.Command, audit.MaxCodeText)
@@ -221,7 +215,7 @@ func skillMounts(act []*skills.Skill) ([]api.MountedSkill, string) {
 
 // egressWhat describes a plan's destinations for a confirmation.
 func egressWhat(p *Plan) string {
-	return fmt.Sprintf("network access for skill %q to %s", p.Request.Skill.Name, strings.Join(p.EgressNames(), ", "))
+	return fmt.Sprintf("network access for skill %q to %s", p.Request().Skill.Name, strings.Join(p.EgressNames(), ", "))
 }
 
 // egressGrants remembers, per session, the (skill, destination) pairs an
@@ -310,33 +304,34 @@ func (s *Service) loadDeps(found []*skills.Skill, res *api.LoadResult) {
 // image is not built is reported as skipped.
 func (s *Service) CheckSkill(ctx context.Context, caller api.Peer, p api.CheckSkillParams) (*api.CheckSkillResult, error) {
 	if p.Skill == "" {
-		return nil, errkind.Errorf(api.ErrInvalidParams, "skill is required: name a skill from skills.list")
+		return nil, errkind.Errorf(errkind.InvalidParams, "skill is required: name a skill from skills.list")
 	}
 	if err := skills.ValidName(p.Skill); err != nil {
-		return nil, errkind.Wrap(api.ErrInvalidParams, err)
+		return nil, errkind.Wrap(errkind.InvalidParams, err)
 	}
 	sk, err := s.skills.Get(p.Skill)
 	if err != nil {
-		return nil, errkind.Errorf(api.ErrNotFound, "no skill named %q: call skills.list to see the available names", p.Skill)
+		return nil, errkind.Errorf(errkind.NotFound, "no skill named %q: call skills.list to see the available names", p.Skill)
 	}
 	if s.engine == nil {
-		return nil, errkind.Errorf(api.ErrUnavailable, "this service runs nothing, so it has no images to check against")
+		return nil, errkind.Errorf(errkind.Unavailable, "this service runs nothing, so it has no images to check against")
 	}
 	return s.engine.CheckSkill(ctx, sk)
 }
 
 // decide asks the policy about a tool for a skill and audits the decision.
-func (s *Service) decide(ctx context.Context, sk *skills.Skill, tool string, input []byte, rec audit.Record) (policy.Decision, error) {
-	d, r := s.decision(sk, tool, input, rec)
+func (s *Service) decide(ctx context.Context, sk *skills.Skill, pol *policy.SkillPolicy, tool string, input []byte, rec audit.Record) (policy.Decision, error) {
+	d, r := s.decision(sk, pol, tool, input, rec)
 	if err := s.record(ctx, r); err != nil {
 		return d, err
 	}
 	return d, nil
 }
 
-// decision is decide without writing its record.
-func (s *Service) decision(sk *skills.Skill, tool string, input []byte, rec audit.Record) (policy.Decision, *audit.Record) {
-	d := s.cfg.Decide(policy.Request{Skill: sk.Name, AllowedTools: sk.AllowedTools, Source: sk.Location, Tool: tool, Input: input})
+// decision is decide without writing its record. pol is sk's policy
+// (policy.Config.For).
+func (s *Service) decision(sk *skills.Skill, pol *policy.SkillPolicy, tool string, input []byte, rec audit.Record) (policy.Decision, *audit.Record) {
+	d := pol.Decide(policy.Request{Skill: sk.Name, AllowedTools: sk.AllowedTools, Source: sk.Location, Tool: tool, Input: input})
 	rec.Event = audit.EventDecision
 	rec.Skill = &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}
 	rec.Decision = &audit.DecisionInfo{Tool: tool, Effect: string(d.Effect), Rule: d.Rule, Reason: d.Reason, Mode: string(s.cfg.Daemon.ToolMode)}
@@ -362,18 +357,15 @@ func codeSkillNames(c *runner.CodePlan) string {
 	return quoteList(names)
 }
 
-// ResultOf turns an outcome into its wire form (skills.run_script's
+// ResultOf turns a finished run into its wire form (skills.run_script's
 // result). Output contents are inlined (base64), in path order, while their
 // bytes fit in inlineBudget (api.MaxInlineOutputBytes on the socket; 0
 // inlines none); every output past the budget keeps its path, size and
 // sha256 and is marked ContentOmitted, and OutputsNotInlined counts them.
-func ResultOf(o *Result, inlineBudget int64) api.RunScriptResult {
-	if o.Background != nil {
-		return backgroundResult(o)
-	}
-	r := o.Result
+func ResultOf(o *Finished, inlineBudget int64) api.RunScriptResult {
+	r := &o.Result
 	res := api.RunScriptResult{
-		RunID: o.RunID, Path: o.Plan.Script, ExitCode: r.ExitCode, Signal: r.Signal,
+		RunID: o.RunID, Path: o.Plan.Script(), ExitCode: r.ExitCode, Signal: r.Signal,
 		Stdout: string(r.Stdout), Stderr: string(r.Stderr),
 		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
 		DurationMS: r.Duration.Milliseconds(), Reason: string(r.Reason),
@@ -381,25 +373,25 @@ func ResultOf(o *Result, inlineBudget int64) api.RunScriptResult {
 		OutputsOmittedFiles: r.OutputsOmittedFiles, OutputsOmittedBytes: r.OutputsOmittedBytes,
 		OutputsSkipped: r.OutputsSkipped,
 		Image:          o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
-		Skills:         o.Plan.Code.MountedSkills(),
+		Skills:         o.Plan.Code().MountedSkills(),
 		RuntimeVersion: r.RuntimeVersion, Warm: r.Warm,
 		DepsLayer: o.DepsLayer, Hint: o.Hint, Warnings: o.Warnings,
 	}
 	if e := r.Egress; e != nil {
 		res.Egress = &api.EgressSummary{Connections: e.Connections, Denied: e.Denied, BytesOut: e.BytesOut, BytesIn: e.BytesIn, LimitHit: e.LimitHit}
 	}
-	if sk := o.Plan.Request.Skill; sk != nil {
+	if sk := o.Plan.Request().Skill; sk != nil {
 		res.Skill, res.SkillDigest = sk.Name, sk.Digest
 	}
-	res.Network, res.ConfirmationID = o.Plan.Network, o.Plan.Request.ConfirmationID
-	res.Limits = o.Plan.Limits.Map()
+	res.Network, res.ConfirmationID = o.Plan.Network(), o.ConfirmationID
+	res.Limits = o.Plan.Limits().Map()
 	res.LimitsEnforcedBy = r.LimitsEnforcedBy
 	// Every list is present, empty or not: a reader need not tell null from [].
 	res.Outputs, res.OutputsSkipped = []api.Output{}, append([]string{}, r.OutputsSkipped...)
 	res.Deleted = append([]string{}, r.Deleted...)
 	res.Workspace = o.Workspace
-	if o.Plan.Isolation == policy.IsolationSession {
-		res.Isolation, res.SessionSandbox = string(o.Plan.Isolation), o.Plan.SessionSandbox
+	if o.Plan.Isolation() == policy.IsolationSession {
+		res.Isolation, res.SessionSandbox = string(o.Plan.Isolation()), o.SessionSandbox
 	}
 	left := inlineBudget
 	for _, f := range r.Outputs {

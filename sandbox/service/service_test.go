@@ -146,7 +146,7 @@ func TestRunStreamsEventsInOrder(t *testing.T) {
 
 	for _, stream := range []bool{false, true} {
 		col := newCollector()
-		res, err := f.svc.RunScript(api.WithEventSink(ctx, col.sink), owner, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh", Stream: stream})
+		res, err := f.svc.RunScript(api.WithEventSink(ctx, col.sink), owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid, Stream: stream}, Path: "scripts/run.sh"})
 		if err != nil || res.ExitCode != 2 || res.Stdout != "one\ntwo\n" {
 			t.Fatalf("stream=%v: %+v %v", stream, res, err)
 		}
@@ -190,7 +190,7 @@ func TestCancelRunOnlyByOwner(t *testing.T) {
 	col := newCollector()
 	ctx := api.WithEventSink(context.Background(), col.sink)
 	type answer struct {
-		out *service.Result
+		out *service.Finished
 		err error
 	}
 	done := make(chan answer, 1)
@@ -233,7 +233,7 @@ func TestCancelRunOnlyByOwner(t *testing.T) {
 func TestRunSelfApprove(t *testing.T) {
 	f := newFixture(t, false)
 	ctx := context.Background()
-	run := func(who api.Peer, skill string, self bool) (*service.Result, error) {
+	run := func(who api.Peer, skill string, self bool) (*service.Finished, error) {
 		return f.svc.Run(ctx, who, service.RunRequest{Skill: f.sk[skill], Script: "scripts/run.sh"},
 			service.RunOptions{Method: "skillbox run", SelfApprove: self, SelfApproveHint: "re-run with --yes"})
 	}
@@ -260,11 +260,11 @@ func TestRunSelfApprove(t *testing.T) {
 		t.Fatalf("%d runs were refused yet ran", n)
 	}
 	out, err := run(approver, "guarded", true)
-	if err != nil || !strings.HasPrefix(out.Plan.Request.ConfirmationID, "cli_") {
+	if err != nil || !strings.HasPrefix(out.ConfirmationID, "cli_") {
 		t.Fatalf("self-approved run: %+v %v", out, err)
 	}
 	recs := f.audit.Events(audit.EventConfirmApprove)
-	if len(recs) != 1 || recs[0].Detail["via"] != "--yes" || recs[0].Confirmation.Digest != out.Plan.Digest || recs[0].Peer.UID != approver.UID {
+	if len(recs) != 1 || recs[0].Detail["via"] != "--yes" || recs[0].Confirmation.Digest != out.Plan.Digest() || recs[0].Peer.UID != approver.UID {
 		t.Errorf("confirmation.approve records %+v", recs)
 	}
 	if _, err := f.svc.CreateSession(ctx, owner, api.CreateSessionParams{}); !errors.Is(err, api.ErrUnavailable) {

@@ -108,7 +108,7 @@ func (s *Service) LoadSkills(ctx context.Context, caller api.Peer, p api.LoadPar
 		return nil, errkind.Errorf(errkind.NotFound, "no skill named %s: call skills.list to see the available names", quoteList(missing))
 	}
 	for _, sk := range found {
-		if err := s.checkLock(ctx, caller, api.MethodSkillsLoad, p.SessionID, sk); err != nil {
+		if err := s.checkLock(ctx, caller, api.MethodSkillsLoad, p.SessionID, sk, s.cfg.For(sk.Name).Lock); err != nil {
 			return nil, err
 		}
 	}
@@ -258,7 +258,7 @@ func (s *Service) ReadSkillFile(ctx context.Context, caller api.Peer, p api.Read
 	}
 	// The decision is recorded with the read's outcome: one by one for a
 	// deny or a refused read, within the uid's budget otherwise (readAudit).
-	dec, drec := s.decision(sk, method, nil, *base(ctx, caller, method, audit.EventDecision, p.SessionID))
+	dec, drec := s.decision(sk, s.cfg.For(sk.Name), method, nil, *base(ctx, caller, method, audit.EventDecision, p.SessionID))
 	if dec.Effect == policy.EffectDeny {
 		if err := s.record(ctx, drec); err != nil {
 			return nil, err

@@ -61,7 +61,7 @@ func (s *Service) decideHostTool(ctx context.Context, caller api.Peer, method st
 				Reason: fmt.Sprintf("skill %q changed on disk since it was loaded; load it again (skills.load)", a.Name)})
 			continue
 		}
-		dec, err := s.decide(ctx, sk, tool, input, *base(ctx, caller, method, audit.EventDecision, ses.ID))
+		dec, err := s.decide(ctx, sk, s.cfg.For(sk.Name), tool, input, *base(ctx, caller, method, audit.EventDecision, ses.ID))
 		if err != nil {
 			return policy.Decision{}, err
 		}

@@ -56,8 +56,10 @@ policy "ws" {
 				}
 				return &runtime.Result{Reason: runtime.ReasonExit}, nil
 			}
-			res, err := f.svc.RunScript(ctx, tc.caller, api.RunScriptParams{SessionID: sid, Path: "scripts/run.sh",
-				WorkspaceParams: api.WorkspaceParams{Workspace: dir}})
+			res, err := f.svc.RunScript(ctx, tc.caller, api.RunScriptParams{
+				RunInputs: api.RunInputs{SessionID: sid, WorkspaceParams: api.WorkspaceParams{Workspace: dir}},
+				Path:      "scripts/run.sh",
+			})
 			if tc.want != nil {
 				if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.words) {
 					t.Fatalf("err = %v, want %v mentioning %q", err, tc.want, tc.words)

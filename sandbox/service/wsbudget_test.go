@@ -137,7 +137,7 @@ func TestWorkspaceBudgetRunWriteBack(t *testing.T) {
 			{Path: "small.txt", Size: 5, Data: []byte("small")},
 		}}, nil
 	}
-	res, err := svc.RunScript(context.Background(), owner, api.RunScriptParams{SessionID: sid, Skill: "plain", Path: "scripts/run.sh"})
+	res, err := svc.RunScript(context.Background(), owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "plain", Path: "scripts/run.sh"})
 	if err != nil {
 		t.Fatal(err)
 	}

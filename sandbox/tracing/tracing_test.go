@@ -141,7 +141,10 @@ func startDaemon(tb testing.TB, tracer trace.Tracer, m *metrics.Metrics) *daemon
 func (r *daemonRig) run(tb testing.TB, last string) *api.RunScriptResult {
 	tb.Helper()
 	res, err := r.client.RunScript(context.Background(), api.Peer{}, api.RunScriptParams{
-		SessionID: r.session, Skill: "plain", Path: "scripts/run.sh", Args: []string{secretArg, last}})
+		RunInputs: api.RunInputs{SessionID: r.session, Args: []string{secretArg, last}},
+		Skill:     "plain",
+		Path:      "scripts/run.sh",
+	})
 	if err != nil {
 		tb.Fatal(err)
 	}
