@@ -25,7 +25,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/runner/layers"
 	"github.com/skillbox/skillbox/sandbox/service"
 )
 
@@ -144,7 +144,7 @@ func (m *Metrics) Appended(r *audit.Record, took time.Duration, err error) {
 	switch r.Event {
 	case audit.EventRunEnd:
 		m.runEnded(r)
-	case runner.EventDepsBuild:
+	case layers.EventBuild:
 		m.builds.WithLabelValues("layer", buildOutcome(r.Outcome)).Inc()
 	}
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/metrics"
 	"github.com/skillbox/skillbox/sandbox/metrics/metricstest"
-	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/runner/layers"
 )
 
 func exit(code int) *int { return &code }
@@ -115,9 +115,9 @@ func TestRecording(t *testing.T) {
 		{
 			name: "builds, confirmations, other records",
 			report: func(m *metrics.Metrics) {
-				m.Appended(&audit.Record{Event: runner.EventDepsBuild, Outcome: audit.OutcomeOK}, 0, nil)
-				m.Appended(&audit.Record{Event: runner.EventDepsBuild, Outcome: audit.OutcomeRefused}, 0, nil)
-				m.Appended(&audit.Record{Event: runner.EventDepsBuild, Outcome: "odd"}, 0, nil)
+				m.Appended(&audit.Record{Event: layers.EventBuild, Outcome: audit.OutcomeOK}, 0, nil)
+				m.Appended(&audit.Record{Event: layers.EventBuild, Outcome: audit.OutcomeRefused}, 0, nil)
+				m.Appended(&audit.Record{Event: layers.EventBuild, Outcome: "odd"}, 0, nil)
 				m.Appended(&audit.Record{Event: audit.EventSessionCreate}, 0, nil)
 				m.ImageBuilt("python", nil)
 				m.ImageBuilt("node", errors.New("mmdebstrap failed"))

@@ -19,6 +19,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/metrics"
 	"github.com/skillbox/skillbox/sandbox/metrics/metricstest"
 	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/runner/layers"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/sandbox/store"
@@ -133,7 +134,7 @@ func TestScrape(t *testing.T) {
 	}
 	// A layer build is audited by the engine's dependency builder; an
 	// image build is heard from the image store.
-	if err := j.Record(ctx, &audit.Record{Event: runner.EventDepsBuild, Skill: &audit.SkillRef{Name: "plain"}, Outcome: audit.OutcomeOK}); err != nil {
+	if err := j.Record(ctx, &audit.Record{Event: layers.EventBuild, Skill: &audit.SkillRef{Name: "plain"}, Outcome: audit.OutcomeOK}); err != nil {
 		t.Fatal(err)
 	}
 	m.ImageBuilt("python", nil)

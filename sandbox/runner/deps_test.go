@@ -15,6 +15,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/runner/layers"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 	"github.com/skillbox/skillbox/skills"
@@ -39,7 +40,7 @@ func depsEngine(t *testing.T, config string, src deps.Sources, with ...func(*run
 	store := t.TempDir()
 	e, rt := newTestEngine(t, config, func(o *runner.Options) {
 		o.Images = images
-		o.Deps = runner.NewDeps(runner.DepsOptions{Builder: &deps.Builder{Store: deps.OpenStore(store), Runtime: o.Runtime, Sources: src}, Config: o.Config, Images: images})
+		o.Deps = layers.New(layers.Options{Builder: &deps.Builder{Store: deps.OpenStore(store), Runtime: o.Runtime, Sources: src}, Config: o.Config, Images: images})
 		for _, f := range with {
 			f(o)
 		}

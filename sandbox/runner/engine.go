@@ -8,7 +8,7 @@
 //
 // A run never builds: the dependency layer a run needs is found by its key,
 // waited for while a build is in flight (within the run's own timeout), or
-// refused as unavailable with the command that builds it (Deps). The warm
+// refused as unavailable with the command that builds it (layers). The warm
 // pool is filled when a skill is loaded (WarmSkills) and drained when a
 // skill's digest changes (DrainStale); a run whose sandbox-wide limits or
 // network differ from the pool's goes cold, never into a looser sandbox.
@@ -23,7 +23,6 @@
 package runner
 
 import (
-	"context"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -38,18 +37,16 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner/layers"
 )
 
 // maxScriptBytes caps how much of a script is read on the host (to hash it
 // and to sniff a shebang); a larger script is refused rather than half-hashed.
 const maxScriptBytes = 4 << 20
 
-// ImageSource yields a ready, unpacked rootfs for an image name, building the
-// image first when allowed. It is an interface so a warm pool or a containerd
-// snapshotter can supply rootfs differently later.
-type ImageSource interface {
-	Ensure(ctx context.Context, name string, progress io.Writer) (runtime.ImageRef, string, error)
-}
+// ImageSource is layers.ImageSource: what runs' images and dependency
+// layers are unpacked from.
+type ImageSource = layers.ImageSource
 
 // Options are what an Engine is made of; New copies them, and the caller
 // owns the parts' lifetimes.
@@ -72,7 +69,7 @@ type Options struct {
 	Egress EgressOptions
 	// Deps gives runs their dependency layers; nil: skills' declared
 	// dependencies are ignored.
-	Deps *Deps
+	Deps *layers.Deps
 	// Sessions keeps the session sandboxes of isolation = "session" runs;
 	// nil: such runs are refused, saying why.
 	Sessions *SessionSandboxes
@@ -93,7 +90,7 @@ type Engine struct {
 	log      hclog.Logger
 	progress io.Writer
 	egress   EgressOptions
-	deps     *Deps
+	deps     *layers.Deps
 	sessions *SessionSandboxes
 
 	caMu           sync.Mutex // guards egress.CA
@@ -129,7 +126,7 @@ func (e *Engine) Pool() *runtime.Pool { return e.pool }
 func (e *Engine) Pins() SkillPinner { return e.pins }
 
 // Deps is the dependency layers of runs, or nil.
-func (e *Engine) Deps() *Deps { return e.deps }
+func (e *Engine) Deps() *layers.Deps { return e.deps }
 
 // QuoteAll quotes each of ss as Go would (%q): how digests and approvers
 // see argument lists.

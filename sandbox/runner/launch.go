@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/skillbox/skillbox/images/deps"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner/layers"
 	"github.com/skillbox/skillbox/sandbox/workspace"
 )
 
@@ -124,7 +126,7 @@ func (e *Engine) launch(ctx context.Context, p *Plan, o ExecOptions) (*launch, e
 		return nil, err
 	}
 	dctx, sp := span.Start(ctx, "deps.layer")
-	layer, warnings, err := e.deps.ForRun(dctx, p, img, rootfs)
+	layer, warnings, err := e.runLayer(dctx, p, img, rootfs)
 	span.End(sp, err, api.KindOf(err))
 	if err != nil {
 		return nil, err
@@ -169,7 +171,7 @@ func (e *Engine) launch(ctx context.Context, p *Plan, o ExecOptions) (*launch, e
 			Limits: p.limits, Stdout: TeeSink(req.Stdout, o.Stdout), Stderr: TeeSink(req.Stderr, o.Stderr)},
 	}
 	p.code.applyTo(&job)
-	job.Invocation.ModuleEnv = depsModuleEnv(job.Invocation.ModuleEnv, img.Name, layer)
+	job.Invocation.ModuleEnv = layers.ModuleEnv(job.Invocation.ModuleEnv, img.Name, layer)
 	log.Debug("run starting", "run_id", p.runID, "skill", p.SkillName(), "script", p.script, "image", img.Digest, "deps_layer", layerDigest)
 	return &launch{opts: o, img: img, job: job, start: start, began: began, rtVersion: rtVersion, layerDigest: layerDigest, warnings: warnings}, nil
 }
@@ -225,7 +227,7 @@ func (e *Engine) finish(ctx context.Context, p *Plan, l *launch) (*Finished, err
 	log.Info("run finished", "run_id", p.runID, "skill", p.SkillName(), "reason", res.Reason, "exit_code", res.ExitCode, "duration", res.Duration)
 	out := &Finished{Launched: Launched{RunID: p.runID, Plan: p, ConfirmationID: l.opts.ConfirmationID, Image: img, DepsLayer: layerDigest, Warnings: warnings,
 		SessionSandbox: box}, Result: *res, Workspace: wsReport}
-	out.Hint = e.deps.importHint(out)
+	out.Hint = e.deps.ImportHint(res.ExitCode, res.Stderr, img.Name, p.SkillName())
 	return out, nil
 }
 
@@ -251,4 +253,17 @@ func (e *Engine) version(ctx context.Context) string {
 		e.runtimeVersion = v
 	}
 	return e.runtimeVersion
+}
+
+// runLayer is the dependency layer p's run mounts, and the notes of what
+// was left out of it.
+func (e *Engine) runLayer(ctx context.Context, p *Plan, img runtime.ImageRef, rootfs string) (*deps.Layer, []string, error) {
+	if p.code == nil {
+		return e.deps.ForSkill(ctx, layers.Mount{Skill: p.request.Skill, Root: p.skillRoot}, img, rootfs, p.limits.Timeout)
+	}
+	mounts := make([]layers.Mount, len(p.code.Mounts))
+	for i, m := range p.code.Mounts {
+		mounts[i] = layers.Mount{Skill: m.Skill, Root: m.Root}
+	}
+	return e.deps.ForCode(ctx, mounts, img, rootfs, p.limits.Timeout)
 }

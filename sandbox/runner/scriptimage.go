@@ -100,7 +100,7 @@ func (e *Engine) checkImageFor() func(rel string, data []byte) *deps.Image {
 			return nil
 		}
 		if e.deps != nil {
-			return e.deps.image(ps.Root)
+			return e.deps.Image(ps.Root)
 		}
 		return deps.Inspect(ps.Root)
 	}

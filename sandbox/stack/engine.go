@@ -22,6 +22,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/rootless"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/runner/layers"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -176,7 +177,7 @@ func newEngine(cfg *policy.Config, o engineOptions, log hclog.Logger) (*runner.E
 	if o.journal != nil {
 		rec = o.journal
 	}
-	dp := runner.NewDeps(runner.DepsOptions{
+	dp := layers.New(layers.Options{
 		Builder: depsBuilder(cfg, rt, dir, log),
 		Config:  cfg,
 		Images:  si,

@@ -38,7 +38,7 @@ type mapping struct {
 }
 
 // Events written outside package audit (named here as strings to keep this
-// package free of the daemon's packages): sandbox/runner.EventDepsBuild,
+// package free of the daemon's packages): sandbox/runner/layers.EventBuild,
 // sandbox/service.EventProposal*, EventSkillLock, EventLockRefused,
 // EventSkillActivate.
 const (

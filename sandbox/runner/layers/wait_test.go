@@ -1,4 +1,4 @@
-package runner
+package layers
 
 import (
 	"context"

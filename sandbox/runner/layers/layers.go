@@ -1,9 +1,16 @@
-package runner
+// Package layers is the dependency layers of runs: what a skill declares
+// (requirements.txt, PEP 723 blocks, package.json), found once per skill
+// digest; the build of its layer, started when the skill is loaded and
+// never inside a run; and, for a run, the built layer, or the build under
+// way waited for within the run's own timeout, or a refusal naming the
+// command that builds it.
+package layers
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"regexp"
 	"slices"
@@ -57,8 +64,15 @@ type loadBuild struct {
 	err  error
 }
 
-// DepsOptions are what Deps is made of.
-type DepsOptions struct {
+// ImageSource yields a ready, unpacked rootfs for an image name, building the
+// image first when allowed. It is an interface so a warm pool or a containerd
+// snapshotter can supply rootfs differently later.
+type ImageSource interface {
+	Ensure(ctx context.Context, name string, progress io.Writer) (runtime.ImageRef, string, error)
+}
+
+// Options are what Deps is made of.
+type Options struct {
 	Builder *deps.Builder
 	Config  *policy.Config
 	Images  ImageSource
@@ -72,8 +86,8 @@ type DepsOptions struct {
 	Extras map[string][]string
 }
 
-// NewDeps makes the dependency layers of runs.
-func NewDeps(o DepsOptions) *Deps {
+// New makes the dependency layers of runs.
+func New(o Options) *Deps {
 	return &Deps{builder: o.Builder, cfg: o.Config, images: o.Images, log: o.Logger, journal: o.Audit, extras: o.Extras}
 }
 
@@ -148,7 +162,8 @@ func forFamily(s *deps.Set, fam string) *deps.Set {
 	return &out
 }
 
-func (d *Deps) image(rootfs string) *deps.Image {
+// Image is what the image unpacked at rootfs has installed, inspected once.
+func (d *Deps) Image(rootfs string) *deps.Image {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if im, ok := d.inspect[rootfs]; ok {
@@ -284,25 +299,35 @@ func extrasKey(img runtime.ImageRef, part *deps.Set) string {
 	return deps.Key(img.Digest, part)
 }
 
-// ForRun returns the layer a run of plan p in image img mounts (nil when
-// it needs none) and notes for the run's result and audit (what was left
-// out of the layer). A layer not built yet is waited for when a build is
-// in progress and the config says wait, never longer than the run's own
+// Mount is a skill a run mounts: its copy at Root.
+type Mount struct {
+	Skill *skills.Skill
+	Root  string
+}
+
+// ForSkill returns the layer a run of skill m in image img mounts (nil
+// when it needs none) and notes for the run's result and audit (what was
+// left out of the layer). A layer not built yet is waited for when a build
+// is in progress and the config says wait, never longer than the run's own
 // timeout; a build that fails ends the wait at once with its error.
-func (d *Deps) ForRun(ctx context.Context, p *Plan, img runtime.ImageRef, rootfs string) (*deps.Layer, []string, error) {
+func (d *Deps) ForSkill(ctx context.Context, m Mount, img runtime.ImageRef, rootfs string, timeout time.Duration) (*deps.Layer, []string, error) {
 	if d == nil {
 		return nil, nil, nil
 	}
-	if p.code == nil {
-		return d.layerFor(ctx, p.request.Skill, p.skillRoot, img, rootfs, p.limits.Timeout)
+	return d.layerFor(ctx, m.Skill, m.Root, img, rootfs, timeout)
+}
+
+// ForCode is ForSkill for a code run, which mounts one layer: that of the
+// one mounted skill that needs one.
+func (d *Deps) ForCode(ctx context.Context, mounts []Mount, img runtime.ImageRef, rootfs string, timeout time.Duration) (*deps.Layer, []string, error) {
+	if d == nil {
+		return nil, nil, nil
 	}
-	// A code run mounts one layer: that of the one mounted skill that
-	// needs one.
 	var layer *deps.Layer
 	var owner string
 	var notes []string
-	for _, m := range p.code.Mounts {
-		l, n, err := d.layerFor(ctx, m.Skill, m.Root, img, rootfs, p.limits.Timeout)
+	for _, m := range mounts {
+		l, n, err := d.layerFor(ctx, m.Skill, m.Root, img, rootfs, timeout)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -332,7 +357,7 @@ func (d *Deps) plan(sk *skills.Skill, root string, img runtime.ImageRef, rootfs 
 	if err := layerImage(sk, img, rootfs); err != nil {
 		return nil, nil, err
 	}
-	plan := &deps.Plan{Image: d.image(rootfs)}
+	plan := &deps.Plan{Image: d.Image(rootfs)}
 	plan.Missing = plan.Image.Missing(req.Set)
 	if plan.Missing == nil {
 		return nil, notes, nil
@@ -573,12 +598,12 @@ func (d *Deps) partOf(sk *skills.Skill, root string, set *deps.Set, img runtime.
 	if err != nil {
 		return nil, nil, err
 	}
-	part, notes := deps.Unused(d.image(rootfs).Missing(part), imp, src)
+	part, notes := deps.Unused(d.Image(rootfs).Missing(part), imp, src)
 	return part, notes, nil
 }
 
-// EventDepsBuild is the audit event of a dependency layer build.
-const EventDepsBuild = "deps.build"
+// EventBuild is the audit event of a dependency layer build.
+const EventBuild = "deps.build"
 
 // auditBuild records how a layer build for sk ended (nothing when no layer
 // was needed).
@@ -586,7 +611,7 @@ func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Reque
 	if d.journal == nil || (l == nil && err == nil) {
 		return
 	}
-	r := &audit.Record{Event: EventDepsBuild, Skill: &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}, Outcome: audit.OutcomeOK,
+	r := &audit.Record{Event: EventBuild, Skill: &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}, Outcome: audit.OutcomeOK,
 		Detail: map[string]string{"image": req.Image}}
 	if p := deps.PlanFor(*req); p.Digest != "" {
 		r.Detail["layer"] = p.Digest
@@ -724,8 +749,8 @@ func describe(set *deps.Set) *api.Dependencies {
 	return info
 }
 
-// depsModuleEnv adds the layer to the module path of a run in image.
-func depsModuleEnv(moduleEnv []string, image string, l *deps.Layer) []string {
+// ModuleEnv adds the layer to the module path of a run in image.
+func ModuleEnv(moduleEnv []string, image string, l *deps.Layer) []string {
 	if l == nil {
 		return moduleEnv
 	}
@@ -737,23 +762,22 @@ var (
 	nodeMissingRE = regexp.MustCompile(`Cannot find (?:module|package) '([^'./][^']*)'`)
 )
 
-// importHint recognises a failed import in a run's stderr and says how to
-// provide the module.
-func (d *Deps) importHint(o *Finished) string {
-	r := &o.Result
-	if r.ExitCode == 0 {
+// ImportHint recognises a failed import in the stderr of a run of skill in
+// image and says how to provide the module.
+func (d *Deps) ImportHint(exitCode int, stderr []byte, image, skill string) string {
+	if exitCode == 0 {
 		return ""
 	}
-	if m := pyMissingRE.FindSubmatch(r.Stderr); m != nil {
+	if m := pyMissingRE.FindSubmatch(stderr); m != nil {
 		mod, _, _ := strings.Cut(string(m[1]), ".")
-		if extra := d.extraFor(o.Image.Name, mod); extra != "" {
-			return fmt.Sprintf("module %q is the image extra %q of image %q, which is not installed: configure python_index { url = … } and run: skillbox images build %s", mod, extra, o.Image.Name, o.Image.Name)
+		if extra := d.extraFor(image, mod); extra != "" {
+			return fmt.Sprintf("module %q is the image extra %q of image %q, which is not installed: configure python_index { url = … } and run: skillbox images build %s", mod, extra, image, image)
 		}
 		return fmt.Sprintf("module %q is neither in image %q nor in the skill's dependency layer: declare its package in the skill's requirements.txt or a PEP 723 block (# /// script … dependencies = [...]) and configure python_index; skillbox skills check %s lists every missing import",
-			mod, o.Image.Name, o.Plan.SkillName())
+			mod, image, skill)
 	}
-	if m := nodeMissingRE.FindSubmatch(r.Stderr); m != nil {
-		return fmt.Sprintf("module %q is neither in image %q nor in the skill's dependency layer: declare it in the skill's package.json and configure npm_registry", string(m[1]), o.Image.Name)
+	if m := nodeMissingRE.FindSubmatch(stderr); m != nil {
+		return fmt.Sprintf("module %q is neither in image %q nor in the skill's dependency layer: declare it in the skill's package.json and configure npm_registry", string(m[1]), image)
 	}
 	return ""
 }
@@ -771,59 +795,5 @@ func (d *Deps) extraFor(image, mod string) string {
 	return ""
 }
 
-// CheckSkill is the engine's half of skills.check.
-func (e *Engine) CheckSkill(ctx context.Context, sk *skills.Skill) (*api.CheckSkillResult, error) {
-	in := deps.CheckInput{Images: map[string]*deps.Image{}, Layers: map[string]string{}, Extras: map[string][]string{}}
-	res := &api.CheckSkillResult{Skill: sk.Name, Digest: sk.Digest, Findings: []api.CheckFinding{}}
-	var set *deps.Set
-	if e.deps != nil {
-		var err error
-		if set, err = e.deps.Declared(sk, sk.Dir); err != nil {
-			return nil, err
-		}
-		in.Declared = set
-	}
-	why := map[string]string{}
-	for _, fam := range []struct{ family, probe string }{{"python", "x.py"}, {"node", "x.js"}, {"shell", "x.sh"}} {
-		interp, err := e.cfg.Interpreter(fam.probe, nil)
-		if err != nil {
-			why[fam.family] = err.Error()
-			continue
-		}
-		if ic, ok := e.images.(BuiltChecker); ok && ic.Built(interp.Image) != nil {
-			why[fam.family] = fmt.Sprintf("image %q is not built (skillbox images build %s)", interp.Image, interp.Image)
-			continue
-		}
-		ref, rootfs, err := e.images.Ensure(ctx, interp.Image, nil)
-		if err != nil {
-			why[fam.family] = fmt.Sprintf("image %q: %v", interp.Image, err)
-			continue
-		}
-		if rootfs == "" {
-			why[fam.family] = fmt.Sprintf("image %q is the registry image %s: dependency layers are built only on images skillbox builds", interp.Image, ref.Ref)
-			continue
-		}
-		if e.deps != nil {
-			in.Images[fam.family] = e.deps.image(rootfs)
-			in.Layers[fam.family], _ = e.deps.ReadyDir(sk, sk.Dir, ref, rootfs)
-			in.Extras[fam.family] = e.deps.extras[interp.Image]
-		} else {
-			in.Images[fam.family] = deps.Inspect(rootfs)
-		}
-	}
-	in.ImageFor = e.checkImageFor()
-	found, unchecked, err := deps.Check(sk.Dir, in)
-	if err != nil {
-		return nil, errkind.Errorf(errkind.Internal, "checking skill %q: %w", sk.Name, err)
-	}
-	for _, f := range unchecked {
-		res.Skipped = append(res.Skipped, f+" scripts: "+why[f])
-	}
-	for _, f := range found {
-		res.Findings = append(res.Findings, api.CheckFinding(f))
-		if f.State == deps.StateMissing {
-			res.Missing++
-		}
-	}
-	return res, nil
-}
+// Extras are the packages image's recipe names as extras.
+func (d *Deps) Extras(image string) []string { return d.extras[image] }
