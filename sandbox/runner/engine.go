@@ -14,9 +14,9 @@
 // network differ from the pool's goes cold, never into a looser sandbox.
 //
 // A skill whose policy says isolation = "session" runs in its session's own
-// sandbox (SessionSandboxes), one per image and sandbox-wide limits, booted
-// by the session's first such run and destroyed with it; background runs
-// live in it until they exit, and pause.go pauses, resumes and forks it
+// sandbox (package sessionbox), one per image and sandbox-wide limits,
+// booted by the session's first such run and destroyed with it; background
+// runs live in it until they exit, and it is paused, resumed and forked
 // through runtime/checkpoint. Everything before the sandbox (policy,
 // confirmation, audit start) and after it (audit end, write-back, result) is
 // the same code as any run's.
@@ -38,6 +38,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner/layers"
+	"github.com/skillbox/skillbox/sandbox/runner/sessionbox"
 )
 
 // maxScriptBytes caps how much of a script is read on the host (to hash it
@@ -72,7 +73,7 @@ type Options struct {
 	Deps *layers.Deps
 	// Sessions keeps the session sandboxes of isolation = "session" runs;
 	// nil: such runs are refused, saying why.
-	Sessions *SessionSandboxes
+	Sessions *sessionbox.Sandboxes
 }
 
 // Engine turns an authorized run request into one sandboxed run: it
@@ -91,7 +92,7 @@ type Engine struct {
 	progress io.Writer
 	egress   EgressOptions
 	deps     *layers.Deps
-	sessions *SessionSandboxes
+	sessions *sessionbox.Sandboxes
 
 	caMu           sync.Mutex // guards egress.CA
 	egressBudgets  uidBudgets // per-uid budgets of egress audit records

@@ -8,6 +8,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/runner/sessionbox"
 )
 
 // planIsolation sets how p's run is isolated: a session sandbox when every
@@ -40,7 +41,7 @@ func (e *Engine) planIsolation(p *Plan) error {
 	if p.workspace != nil || req.Workspace != nil {
 		return errkind.Errorf(errkind.InvalidParams, "a background run cannot write back to a workspace (it has no end to apply changes at): pass files, or run in the foreground")
 	}
-	return e.sessions.available()
+	return e.sessions.Available()
 }
 
 // executeBackground starts a background run after its run.start record
@@ -48,7 +49,7 @@ func (e *Engine) planIsolation(p *Plan) error {
 // session closes). A run that could not start gets its run.end now.
 func (e *Engine) executeBackground(ctx context.Context, p *Plan, l *launch) (*Started, error) {
 	start := l.start
-	run, box, err := e.sessions.startBackground(ctx, p, l.job, start)
+	run, box, err := e.sessions.StartBackground(ctx, sessionRun(p), l.job, start)
 	if err != nil {
 		end := *start
 		ri := *start.Run
@@ -68,9 +69,23 @@ func (e *Engine) executeBackground(ctx context.Context, p *Plan, l *launch) (*St
 }
 
 // Sessions is the engine's keeper of session sandboxes (nil: none).
-func (e *Engine) Sessions() *SessionSandboxes {
+func (e *Engine) Sessions() *sessionbox.Sandboxes {
 	if e == nil {
 		return nil
 	}
 	return e.sessions
+}
+
+// sessionRun is what p's run is to its session sandbox.
+func sessionRun(p *Plan) *sessionbox.Run {
+	r := &sessionbox.Run{ID: p.runID, SessionID: p.origin.SessionID, Owner: p.origin.Peer, Script: p.script}
+	if p.code != nil {
+		r.Skill, r.Code, r.Program = p.SkillName(), true, p.code.Program != nil
+		for _, m := range p.code.Mounts {
+			r.Mounts = append(r.Mounts, sessionbox.Skill{Name: m.Skill.Name, Root: m.Root, Digest: m.Skill.Digest})
+		}
+	} else if sk := p.request.Skill; sk != nil {
+		r.Skill, r.SkillDigest = sk.Name, sk.Digest
+	}
+	return r
 }

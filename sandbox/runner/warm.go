@@ -39,7 +39,7 @@ const warmScanFiles = 500
 func (e *Engine) tracedRunJob(ctx context.Context, p *Plan, img runtime.ImageRef, job runtime.Job) (*runtime.Result, string, error) {
 	ctx, sp := span.Start(ctx, "sandbox.run", span.AttrRuntime.String(e.rt.Name()))
 	if p.isolation == policy.IsolationSession {
-		res, box, err := e.sessions.run(ctx, p, job)
+		res, box, err := e.sessions.Foreground(ctx, sessionRun(p), job)
 		endRunSpan(sp, res, err)
 		return res, box, err
 	}

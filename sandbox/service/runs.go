@@ -14,7 +14,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/runner/sessionbox"
 )
 
 // Background runs (background: true) live in their session's sandbox;
@@ -33,13 +33,13 @@ func backgroundResult(o *Started) api.RunScriptResult {
 	}
 	res.Network, res.ConfirmationID = o.Plan.Network(), o.ConfirmationID
 	res.Limits = o.Plan.Limits().Map()
-	bg := backgroundView(runner.BackgroundRun{BackgroundRun: o.Run, SessionID: o.Plan.Origin().SessionID,
+	bg := backgroundView(sessionbox.BackgroundRun{BackgroundRun: o.Run, SessionID: o.Plan.Origin().SessionID,
 		Sandbox: o.SessionSandbox, Skill: o.Plan.SkillName(), Script: o.Plan.Script()})
 	res.Background = &bg
 	return res
 }
 
-func backgroundView(r runner.BackgroundRun) api.BackgroundRun {
+func backgroundView(r sessionbox.BackgroundRun) api.BackgroundRun {
 	out := api.BackgroundRun{RunID: r.ID, SessionID: r.SessionID, Skill: r.Skill, Path: r.Script, State: api.RunRunning,
 		PID: r.PID, Started: r.Started, SessionSandbox: r.Sandbox, Log: r.Log, Paused: r.Paused}
 	if !r.Running {
@@ -51,7 +51,7 @@ func backgroundView(r runner.BackgroundRun) api.BackgroundRun {
 
 // backgroundSessions checks the caller's session and returns the keeper
 // of background runs.
-func (s *Service) backgroundSessions(caller api.Peer, sessionID string) (*runner.SessionSandboxes, error) {
+func (s *Service) backgroundSessions(caller api.Peer, sessionID string) (*sessionbox.Sandboxes, error) {
 	if _, err := s.session(caller, sessionID); err != nil {
 		return nil, err
 	}

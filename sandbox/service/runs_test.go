@@ -9,6 +9,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/runner/sessionbox"
 	"github.com/skillbox/skillbox/sandbox/service"
 	"github.com/skillbox/skillbox/sandbox/service/servicetest"
 )
@@ -18,7 +19,7 @@ import (
 // get past "no session sandboxes" to their own checks.
 func withSessionSandboxes(o *service.Options) {
 	o.Engine = runner.New(runner.Options{Config: o.Config, Images: &servicetest.Images{}, Runtime: &servicetest.Runtime{},
-		Audit: o.Audit, Pins: servicetest.LivePins{}, Sessions: runner.NewSessionSandboxes(runner.SessionOptions{}, o.Audit, nil)})
+		Audit: o.Audit, Pins: servicetest.LivePins{}, Sessions: sessionbox.New(sessionbox.Options{}, o.Audit, nil)})
 }
 
 // TestSignalRunNames: runs.signal takes a signal's name with or without

@@ -23,6 +23,7 @@ import (
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/runner"
 	"github.com/skillbox/skillbox/sandbox/runner/layers"
+	"github.com/skillbox/skillbox/sandbox/runner/sessionbox"
 	"github.com/skillbox/skillbox/skills"
 )
 
@@ -318,8 +319,8 @@ func snapshotDir() string {
 // beside the skill snapshots, with this binary as the supervisor inside.
 // A runtime that cannot keep them leaves it without a backend, so such
 // runs are refused saying why.
-func newSessionSandboxes(cfg *policy.Config, rt runtime.Runtime, pins *runner.SnapshotStore, checkpoints string, rec audit.Recorder, log hclog.Logger) *runner.SessionSandboxes {
-	o := runner.SessionOptions{Config: cfg.Sessions, Checkpoints: checkpoints, MinFree: cfg.Audit.MinFree}
+func newSessionSandboxes(cfg *policy.Config, rt runtime.Runtime, pins *runner.SnapshotStore, checkpoints string, rec audit.Recorder, log hclog.Logger) *sessionbox.Sandboxes {
+	o := sessionbox.Options{Config: cfg.Sessions, Checkpoints: checkpoints, MinFree: cfg.Audit.MinFree}
 	switch {
 	case checkpoints != "":
 		// The daemon's, beside its checkpoints in its state dir.
@@ -328,7 +329,7 @@ func newSessionSandboxes(cfg *policy.Config, rt runtime.Runtime, pins *runner.Sn
 		// Any other process (skillbox mcp) keeps its sandboxes' skills
 		// in a dir of its pid beside the snapshots, removed when it ends
 		// (and by a later one's sweep, should it die).
-		o.Dir = filepath.Join(filepath.Dir(pins.Dir), "session-sandboxes", fmt.Sprintf("%s%d", runner.SessionDirPIDPrefix, os.Getpid()))
+		o.Dir = filepath.Join(filepath.Dir(pins.Dir), "session-sandboxes", fmt.Sprintf("%s%d", sessionbox.DirPIDPrefix, os.Getpid()))
 	}
 	if sb, ok := rt.(runtime.SessionBackend); ok {
 		o.Backend = sb
@@ -336,5 +337,5 @@ func newSessionSandboxes(cfg *policy.Config, rt runtime.Runtime, pins *runner.Sn
 	if exe, err := os.Executable(); err == nil {
 		o.Supervisor = exe
 	}
-	return runner.NewSessionSandboxes(o, rec, log)
+	return sessionbox.New(o, rec, log)
 }

@@ -23,7 +23,7 @@ var layers = [][]string{
 	{"sandbox/jsonrpc", "sandbox/mcp", "sandbox/client"},
 	{"sandbox/service"},
 	{"sandbox/runner"},
-	{"sandbox/runner/layers"},
+	{"sandbox/runner/layers", "sandbox/runner/sessionbox"},
 	{"sandbox/store", "sandbox/audit", "images", "policy", "skills", "runtime/ocicli", "runtime/containerd", "runtime/kubernetes"},
 	{"images/deps", "sandbox/workspace"},
 	{"policy/glob"},

@@ -1,4 +1,4 @@
-package runner
+package sessionbox
 
 import (
 	"context"
@@ -44,7 +44,7 @@ const (
 )
 
 // checkpoints opens the checkpoint store on first use.
-func (m *SessionSandboxes) checkpoints() (*checkpoint.Store, error) {
+func (m *Sandboxes) checkpoints() (*checkpoint.Store, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.store != nil {
@@ -88,7 +88,7 @@ type PauseInfo struct {
 // is removed. With leaveRunning (a fork of a live session) the sandbox is
 // thawed after a success too; without, it goes once its checkpoint is
 // kept. A sandbox that could not be thawed is gone (sb.Done()).
-func (m *SessionSandboxes) takeCheckpoint(ctx context.Context, b *sessionBox, sb runtime.SessionSandbox, leaveRunning bool) (_ *checkpoint.Checkpoint, _ time.Duration, err error) {
+func (m *Sandboxes) takeCheckpoint(ctx context.Context, b *sessionBox, sb runtime.SessionSandbox, leaveRunning bool) (_ *checkpoint.Checkpoint, _ time.Duration, err error) {
 	cp, ok := sb.(runtime.Checkpointer)
 	if !ok {
 		return nil, 0, errkind.Errorf(errkind.Unavailable, "this runtime cannot checkpoint session sandboxes")
@@ -194,7 +194,7 @@ const (
 // its sandbox down: what is left of it goes (its sandbox with run dir,
 // mounts and runtime state, its skills dir, its background runs), audited,
 // and the session's next run is told why. The caller holds b.life.
-func (m *SessionSandboxes) lose(ctx context.Context, b *sessionBox, sb runtime.SessionSandbox, what string, cause error) {
+func (m *Sandboxes) lose(ctx context.Context, b *sessionBox, sb runtime.SessionSandbox, what string, cause error) {
 	why := fmt.Sprintf("its %s failed and took it down", what)
 	m.mu.Lock()
 	if b.sb == sb {
@@ -218,7 +218,7 @@ func (m *SessionSandboxes) lose(ctx context.Context, b *sessionBox, sb runtime.S
 }
 
 // ownerOf is what a checkpoint of b keeps to make it again.
-func (m *SessionSandboxes) ownerOf(b *sessionBox, runs []runtime.BackgroundRun) (map[string]string, error) {
+func (m *Sandboxes) ownerOf(b *sessionBox, runs []runtime.BackgroundRun) (map[string]string, error) {
 	lim, err := json.Marshal(b.spec.Limits)
 	if err != nil {
 		return nil, err
@@ -233,7 +233,7 @@ func (m *SessionSandboxes) ownerOf(b *sessionBox, runs []runtime.BackgroundRun) 
 	for _, r := range runs {
 		meta := backgroundMeta{Run: r}
 		if br := m.runs[runKey{b.key.session, r.ID}]; br != nil {
-			meta.Skill, meta.Script, meta.Start = br.skillName(), br.plan.script, br.start
+			meta.Skill, meta.Script, meta.Start = br.skillName(), br.plan.Script, br.start
 		}
 		metas = append(metas, meta)
 	}
@@ -262,7 +262,7 @@ func placedMap(p map[string]placedSkill) map[string][2]string {
 }
 
 // pauseBox puts a live box into a checkpoint; its sandbox is gone after.
-func (m *SessionSandboxes) pauseBox(ctx context.Context, b *sessionBox, why string) (*PauseInfo, error) {
+func (m *Sandboxes) pauseBox(ctx context.Context, b *sessionBox, why string) (*PauseInfo, error) {
 	b.life.Lock()
 	defer b.life.Unlock()
 	m.mu.Lock()
@@ -308,7 +308,7 @@ func (m *SessionSandboxes) pauseBox(ctx context.Context, b *sessionBox, why stri
 // restoreInto loads checkpoint ck (checked against what a restore would
 // be, with the image's current digest cur when known) and restores it
 // into a new sandbox for box b.
-func (m *SessionSandboxes) restoreInto(ctx context.Context, b *sessionBox, ckID string, cur runtime.ImageRef) (runtime.SessionSandbox, *checkpoint.Checkpoint, error) {
+func (m *Sandboxes) restoreInto(ctx context.Context, b *sessionBox, ckID string, cur runtime.ImageRef) (runtime.SessionSandbox, *checkpoint.Checkpoint, error) {
 	rs, ok := m.o.Backend.(runtime.SessionRestorer)
 	if !ok {
 		return nil, nil, errkind.Errorf(errkind.Unavailable, "this runtime cannot restore session sandboxes")
@@ -356,7 +356,7 @@ func (m *SessionSandboxes) restoreInto(ctx context.Context, b *sessionBox, ckID 
 
 // adoptRuns follows the background runs a checkpoint holds as runs of
 // box b's session (those it follows already keep their records).
-func (m *SessionSandboxes) adoptRuns(b *sessionBox, metas []backgroundMeta) {
+func (m *Sandboxes) adoptRuns(b *sessionBox, metas []backgroundMeta) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, mt := range metas {
@@ -366,7 +366,7 @@ func (m *SessionSandboxes) adoptRuns(b *sessionBox, metas []backgroundMeta) {
 			continue
 		}
 		br := &backgroundRun{session: b.key.session, box: b, skill: mt.Skill, run: mt.Run, done: make(chan struct{}),
-			plan: &Plan{runID: mt.Run.ID, script: mt.Script, origin: Origin{SessionID: b.key.session}}}
+			plan: &Run{ID: mt.Run.ID, Script: mt.Script, SessionID: b.key.session}}
 		if mt.Start == nil {
 			br.start = &audit.Record{Event: audit.EventRunStart, SessionID: b.key.session, Run: &audit.RunInfo{RunID: mt.Run.ID, Script: mt.Script, Background: true}}
 		} else {
@@ -380,7 +380,7 @@ func (m *SessionSandboxes) adoptRuns(b *sessionBox, metas []backgroundMeta) {
 
 // resumeBox restores a paused box (a no-op for a live one); its
 // checkpoint is removed once restored.
-func (m *SessionSandboxes) resumeBox(ctx context.Context, b *sessionBox, cur runtime.ImageRef) error {
+func (m *Sandboxes) resumeBox(ctx context.Context, b *sessionBox, cur runtime.ImageRef) error {
 	m.mu.Lock()
 	paused := b.sb == nil && b.ckpt != ""
 	m.mu.Unlock()
@@ -418,8 +418,8 @@ func (m *SessionSandboxes) resumeBox(ctx context.Context, b *sessionBox, cur run
 }
 
 // Pause checkpoints every live sandbox of the session.
-func (m *SessionSandboxes) Pause(ctx context.Context, session string) ([]PauseInfo, error) {
-	if err := m.available(); err != nil {
+func (m *Sandboxes) Pause(ctx context.Context, session string) ([]PauseInfo, error) {
+	if err := m.Available(); err != nil {
 		return nil, err
 	}
 	var out []PauseInfo
@@ -443,8 +443,8 @@ func (m *SessionSandboxes) Pause(ctx context.Context, session string) ([]PauseIn
 
 // Resume restores every paused sandbox of the session now; with fresh,
 // it discards them instead (audited), so the next run starts anew.
-func (m *SessionSandboxes) Resume(ctx context.Context, session string, fresh bool) ([]string, error) {
-	if err := m.available(); err != nil {
+func (m *Sandboxes) Resume(ctx context.Context, session string, fresh bool) ([]string, error) {
+	if err := m.Available(); err != nil {
 		return nil, err
 	}
 	var out []string
@@ -469,7 +469,7 @@ func (m *SessionSandboxes) Resume(ctx context.Context, session string, fresh boo
 }
 
 // discard drops a paused box and its checkpoint.
-func (m *SessionSandboxes) discard(ctx context.Context, b *sessionBox, why string) {
+func (m *Sandboxes) discard(ctx context.Context, b *sessionBox, why string) {
 	b.life.Lock()
 	m.mu.Lock()
 	ckID := b.ckpt
@@ -489,8 +489,8 @@ func (m *SessionSandboxes) discard(ctx context.Context, b *sessionBox, why strin
 // Fork gives session dst a sandbox restored from each of src's: from its
 // checkpoint when paused, else from one taken with the sandbox left
 // running (and removed after). Each fork has its own copy of /work.
-func (m *SessionSandboxes) Fork(ctx context.Context, src, dst string) ([]string, error) {
-	if err := m.available(); err != nil {
+func (m *Sandboxes) Fork(ctx context.Context, src, dst string) ([]string, error) {
+	if err := m.Available(); err != nil {
 		return nil, err
 	}
 	var out []string
@@ -504,7 +504,7 @@ func (m *SessionSandboxes) Fork(ctx context.Context, src, dst string) ([]string,
 	return out, nil
 }
 
-func (m *SessionSandboxes) forkBox(ctx context.Context, b *sessionBox, dst string) (_ *sessionBox, err error) {
+func (m *Sandboxes) forkBox(ctx context.Context, b *sessionBox, dst string) (_ *sessionBox, err error) {
 	key := b.key
 	key.session = dst
 	nb := &sessionBox{key: key, rootfs: b.rootfs, id: newBoxID(), ready: make(chan struct{}), skills: map[string]placedSkill{}, uid: b.uid, hasUID: b.hasUID}
@@ -580,7 +580,7 @@ func (m *SessionSandboxes) forkBox(ctx context.Context, b *sessionBox, dst strin
 }
 
 // boxesOf are the session's boxes that booted.
-func (m *SessionSandboxes) boxesOf(session string) []*sessionBox {
+func (m *Sandboxes) boxesOf(session string) []*sessionBox {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []*sessionBox
@@ -600,7 +600,7 @@ func (m *SessionSandboxes) boxesOf(session string) []*sessionBox {
 }
 
 // pauseIdle checkpoints sandboxes that had no run for the idle timeout.
-func (m *SessionSandboxes) pauseIdle() {
+func (m *Sandboxes) pauseIdle() {
 	defer m.bg.Done()
 	every := min(m.o.Config.IdleTimeout/4, 30*time.Second)
 	if every < time.Second {
@@ -637,7 +637,7 @@ func (m *SessionSandboxes) pauseIdle() {
 // Recover finds the paused sandboxes a daemon before this one left in
 // the checkpoint store, so that their sessions resume on their next run;
 // keep says which sessions still exist (the checkpoints of others go).
-func (m *SessionSandboxes) Recover(keep func(session string) bool) error {
+func (m *Sandboxes) Recover(keep func(session string) bool) error {
 	if m == nil || m.o.Backend == nil || m.o.Checkpoints == "" {
 		return nil
 	}
@@ -683,7 +683,7 @@ func (m *SessionSandboxes) Recover(keep func(session string) bool) error {
 }
 
 // boxOfManifest makes the paused box a checkpoint describes.
-func (m *SessionSandboxes) boxOfManifest(man *checkpoint.Manifest) (*sessionBox, error) {
+func (m *Sandboxes) boxOfManifest(man *checkpoint.Manifest) (*sessionBox, error) {
 	o := man.Owner
 	var lim runtime.Limits
 	if err := json.Unmarshal([]byte(o[ownerLimits]), &lim); err != nil {
@@ -719,13 +719,13 @@ func (m *SessionSandboxes) boxOfManifest(man *checkpoint.Manifest) (*sessionBox,
 	return b, nil
 }
 
-// SessionDirPIDPrefix starts the name of the dir in which a process other
+// DirPIDPrefix starts the name of the dir in which a process other
 // than the daemon keeps its session sandboxes' skills dirs.
-const SessionDirPIDPrefix = "pid-"
+const DirPIDPrefix = "pid-"
 
 // sweepSkillsDirs removes the skills dirs of sandboxes a dead daemon left
 // (no box of this one names them), and the dirs of processes that ended.
-func (m *SessionSandboxes) sweepSkillsDirs() {
+func (m *Sandboxes) sweepSkillsDirs() {
 	ents, err := os.ReadDir(m.o.Dir)
 	if err != nil {
 		return
@@ -738,7 +738,7 @@ func (m *SessionSandboxes) sweepSkillsDirs() {
 	m.mu.Unlock()
 	for _, e := range ents {
 		name := e.Name()
-		if _, ok := strings.CutPrefix(name, SessionDirPIDPrefix); ok {
+		if _, ok := strings.CutPrefix(name, DirPIDPrefix); ok {
 			if deadPIDDir(name) {
 				m.log.Info("removing the leftover session sandboxes dir of a process that ended", "dir", filepath.Join(m.o.Dir, name))
 				_ = os.RemoveAll(filepath.Join(m.o.Dir, name))
@@ -754,10 +754,10 @@ func (m *SessionSandboxes) sweepSkillsDirs() {
 	}
 }
 
-// deadPIDDir says whether name is a SessionDirPIDPrefix dir whose process
+// deadPIDDir says whether name is a DirPIDPrefix dir whose process
 // is gone.
 func deadPIDDir(name string) bool {
-	pid, ok := strings.CutPrefix(name, SessionDirPIDPrefix)
+	pid, ok := strings.CutPrefix(name, DirPIDPrefix)
 	if !ok {
 		return false
 	}

@@ -1,7 +1,18 @@
-package runner
+// Package sessionbox is the session sandboxes: what isolation = "session"
+// runs go to. A session has one sandbox for each image (and set of
+// sandbox-wide limits) it has run in, booted by the first run and destroyed
+// with the session. Runs are delivered into it with the skill paths of a
+// session sandbox (each active skill at SkillsMount/<name>, its dependency
+// layer under SessionLayersMount), so one sandbox serves every skill of the
+// session. Background runs live here too: started, followed (runs.*) and
+// ended with their sandbox, every start and end audited. A sandbox is
+// paused, resumed and forked through runtime/checkpoint (pause.go).
+package sessionbox
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -26,17 +37,8 @@ import (
 	"github.com/skillbox/skillbox/sandbox/audit"
 )
 
-// Session sandboxes are what isolation = "session" runs go to: per
-// session, one sandbox for each image (and set of sandbox-wide limits) it
-// has run in, booted by the first run and destroyed with the session.
-// Runs are delivered into it with the skill paths of a session sandbox
-// (each active skill at SkillsMount/<name>, its dependency layer under
-// SessionLayersMount), so one sandbox serves every skill of the session.
-// Background runs live here too: started, followed (runs.*) and ended with
-// their sandbox, every start and end audited.
-
-// SessionOptions wire the session sandboxes of an engine.
-type SessionOptions struct {
+// Options wire the session sandboxes of an engine.
+type Options struct {
 	// Backend is the runtime when it can keep session sandboxes (runsc);
 	// nil: isolation = "session" is refused with the reason.
 	Backend runtime.SessionBackend
@@ -53,9 +55,9 @@ type SessionOptions struct {
 	MinFree int64
 }
 
-// SessionSandboxes keeps the session sandboxes of one daemon.
-type SessionSandboxes struct {
-	o       SessionOptions
+// Sandboxes keeps the session sandboxes of one daemon.
+type Sandboxes struct {
+	o       Options
 	journal audit.Recorder
 	log     hclog.Logger
 
@@ -105,7 +107,7 @@ type sessionBox struct {
 
 	// life serializes boot, restore, pause and teardown of the box.
 	life sync.Mutex
-	// Under SessionSandboxes.mu: the live sandbox (nil while paused),
+	// Under Sandboxes.mu: the live sandbox (nil while paused),
 	// the checkpoint it is paused in, runs under way, last use.
 	sb       runtime.SessionSandbox
 	ckpt     string
@@ -116,8 +118,39 @@ type sessionBox struct {
 // placedSkill is a skill version copied into a box's skills dir.
 type placedSkill struct{ root, digest string }
 
+// Run is what a session sandbox needs of a planned run.
+type Run struct {
+	ID        string
+	SessionID string
+	// Owner is who asked: the session's owner, whose checkpoint budget the
+	// sandbox is charged to.
+	Owner *api.Peer
+	// Skill names the run's skill(s) in errors and runs.* views ("": none).
+	Skill  string
+	Script string
+	// SkillDigest is a script run's skill version: its copy (the job's
+	// SkillDir) is placed at SkillsMount/<Skill>, and SkillMount paths
+	// move there.
+	SkillDigest string
+	// Code: a code run, whose skills (Mounts) are each placed at
+	// SkillsMount/<name>; Program: with a program of its own, removed when
+	// the run ends.
+	Code    bool
+	Mounts  []Skill
+	Program bool
+}
+
+// Skill is one skill version a run mounts: its copy at Root.
+type Skill struct{ Name, Root, Digest string }
+
 // newBoxID is a new session sandbox's id (its container's too).
-func newBoxID() string { return runtime.IDPrefix + "s" + strings.TrimPrefix(newID("ses_"), "ses_") }
+func newBoxID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("crypto/rand failed: " + err.Error())
+	}
+	return runtime.IDPrefix + "s" + hex.EncodeToString(b[:])
+}
 
 // backgroundRun is a background run as the engine follows it.
 type backgroundRun struct {
@@ -126,21 +159,21 @@ type backgroundRun struct {
 	// skill is set for a run a restore brought back (plan then holds only
 	// the run id and script).
 	skill string
-	plan  *Plan
+	plan  *Run
 	start *audit.Record
 	run   runtime.BackgroundRun
 	done  chan struct{} // closed when it ended
 }
 
-// NewSessionSandboxes makes the keeper of session sandboxes.
-func NewSessionSandboxes(o SessionOptions, journal audit.Recorder, log hclog.Logger) *SessionSandboxes {
+// New makes the keeper of session sandboxes.
+func New(o Options, journal audit.Recorder, log hclog.Logger) *Sandboxes {
 	if log == nil {
 		log = hclog.NewNullLogger()
 	}
 	if journal == nil {
 		journal = audit.NewJournal(nil, nil)
 	}
-	m := &SessionSandboxes{o: o, journal: journal, log: log.Named("sessions"),
+	m := &Sandboxes{o: o, journal: journal, log: log.Named("sessions"),
 		boxes: map[boxKey]*sessionBox{}, runs: map[runKey]*backgroundRun{}, lost: map[string]string{}, stop: make(chan struct{})}
 	if o.Config.IdleTimeout > 0 && o.Backend != nil && o.Checkpoints != "" {
 		m.bg.Add(1)
@@ -149,8 +182,8 @@ func NewSessionSandboxes(o SessionOptions, journal audit.Recorder, log hclog.Log
 	return m
 }
 
-// available says why session isolation cannot be had here, or nil.
-func (m *SessionSandboxes) available() error {
+// Available says why session isolation cannot be had here, or nil.
+func (m *Sandboxes) Available() error {
 	if m == nil || m.o.Backend == nil {
 		return errkind.Errorf(errkind.Unavailable, "isolation = \"session\" needs the runsc runtime (gVisor checkpoint/restore and a sandbox that outlives a run): this daemon's runtime cannot keep session sandboxes; use runtime = \"runsc\", or isolation = \"run\" for the skill")
 	}
@@ -161,7 +194,7 @@ func (m *SessionSandboxes) available() error {
 }
 
 // box returns the session's sandbox for key, booting it on first use.
-func (m *SessionSandboxes) box(ctx context.Context, key boxKey, owner *api.Peer, img runtime.ImageRef, rootfs, layers string, lim runtime.Limits) (*sessionBox, error) {
+func (m *Sandboxes) box(ctx context.Context, key boxKey, owner *api.Peer, img runtime.ImageRef, rootfs, layers string, lim runtime.Limits) (*sessionBox, error) {
 	m.mu.Lock()
 	if why, ok := m.lost[key.session]; ok {
 		delete(m.lost, key.session)
@@ -226,12 +259,12 @@ func (m *SessionSandboxes) box(ctx context.Context, key boxKey, owner *api.Peer,
 	return b, nil
 }
 
-func (m *SessionSandboxes) boot(ctx context.Context, b *sessionBox, img runtime.ImageRef, layers string, lim runtime.Limits) (runtime.SessionSandbox, error) {
+func (m *Sandboxes) boot(ctx context.Context, b *sessionBox, img runtime.ImageRef, layers string, lim runtime.Limits) (runtime.SessionSandbox, error) {
 	b.skillsDir = filepath.Join(m.o.Dir, b.id)
 	if err := oci.MakePrivateDir(m.o.Dir, "session sandboxes dir"); err != nil {
 		return nil, err
 	}
-	if parent := filepath.Dir(m.o.Dir); strings.HasPrefix(filepath.Base(m.o.Dir), SessionDirPIDPrefix) {
+	if parent := filepath.Dir(m.o.Dir); strings.HasPrefix(filepath.Base(m.o.Dir), DirPIDPrefix) {
 		if err := oci.MakePrivateDir(parent, "session sandboxes dir"); err != nil {
 			return nil, err
 		}
@@ -267,7 +300,7 @@ func (m *SessionSandboxes) boot(ctx context.Context, b *sessionBox, img runtime.
 // shares them), built beside the old one and swapped in, so a run sees
 // one version or the other, never half of one. Skill copies are small
 // (the snapshot store caps them).
-func (m *SessionSandboxes) placeSkill(b *sessionBox, name, root, digest string) error {
+func (m *Sandboxes) placeSkill(b *sessionBox, name, root, digest string) error {
 	m.mu.Lock()
 	same := b.skills[name].root == root
 	m.mu.Unlock()
@@ -344,16 +377,16 @@ func copySkillTree(src, dst string) error {
 // SkillsMount/<name> instead of SkillMount, the dependency layer under
 // SessionLayersMount instead of DepsMount, a run_code program in a dir
 // of its own.
-func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, layersRoot string) (runtime.Invocation, error) {
+func (m *Sandboxes) sessionJob(b *sessionBox, p *Run, job runtime.Job, layersRoot string) (runtime.Invocation, error) {
 	moves := map[string]string{}
-	if p.code == nil {
-		if err := m.placeSkill(b, p.request.Skill.Name, job.Sandbox.SkillDir, p.request.Skill.Digest); err != nil {
+	if !p.Code {
+		if err := m.placeSkill(b, p.Skill, job.Sandbox.SkillDir, p.SkillDigest); err != nil {
 			return runtime.Invocation{}, err
 		}
-		moves[runtime.SkillMount] = runtime.SkillTarget(p.request.Skill.Name)
+		moves[runtime.SkillMount] = runtime.SkillTarget(p.Skill)
 	} else {
-		for _, mt := range p.code.Mounts {
-			if err := m.placeSkill(b, mt.Skill.Name, mt.Root, mt.Skill.Digest); err != nil {
+		for _, mt := range p.Mounts {
+			if err := m.placeSkill(b, mt.Name, mt.Root, mt.Digest); err != nil {
 				return runtime.Invocation{}, err
 			}
 		}
@@ -366,7 +399,7 @@ func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, l
 		moves[runtime.DepsMount] = runtime.SessionLayersMount + "/" + filepath.ToSlash(rel)
 	}
 	if prog := job.Sandbox.Program; prog != nil {
-		dir := filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.runID)
+		dir := filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.ID)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return runtime.Invocation{}, fmt.Errorf("write program: %w", err)
 		}
@@ -380,7 +413,7 @@ func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, l
 		if err := os.Chmod(f, 0o644); err != nil {
 			return runtime.Invocation{}, err
 		}
-		moves[prog.Path()] = runtime.ProgramDir + "/" + p.runID + "/" + prog.Name
+		moves[prog.Path()] = runtime.ProgramDir + "/" + p.ID + "/" + prog.Name
 	}
 	move := func(s string) string {
 		for from, to := range moves {
@@ -413,20 +446,20 @@ func (m *SessionSandboxes) sessionJob(b *sessionBox, p *Plan, job runtime.Job, l
 
 // deliver finds (or boots) the run's session sandbox and makes its
 // invocation.
-func (m *SessionSandboxes) deliver(ctx context.Context, p *Plan, job runtime.Job) (*sessionBox, runtime.Invocation, error) {
-	if err := m.available(); err != nil {
+func (m *Sandboxes) deliver(ctx context.Context, p *Run, job runtime.Job) (*sessionBox, runtime.Invocation, error) {
+	if err := m.Available(); err != nil {
 		return nil, runtime.Invocation{}, err
 	}
 	if job.Sandbox.Network || job.Sandbox.Egress != nil {
-		return nil, runtime.Invocation{}, errkind.Errorf(errkind.Unavailable, "a session sandbox has no network: skill %q has network or egress by policy, so give it isolation = \"run\"", p.SkillName())
+		return nil, runtime.Invocation{}, errkind.Errorf(errkind.Unavailable, "a session sandbox has no network: skill %q has network or egress by policy, so give it isolation = \"run\"", p.Skill)
 	}
 	layersRoot := ""
 	if job.Sandbox.DepsDir != "" {
 		// <images>/layers/sha256-<hex>/tree (images/deps.Store).
 		layersRoot = filepath.Dir(filepath.Dir(job.Sandbox.DepsDir))
 	}
-	key := boxKey{session: p.origin.SessionID, image: job.Sandbox.Image.Name, limits: job.Sandbox.Limits.Sandbox()}
-	b, err := m.box(ctx, key, p.origin.Peer, job.Sandbox.Image, job.Sandbox.RootFS, layersRoot, job.Sandbox.Limits)
+	key := boxKey{session: p.SessionID, image: job.Sandbox.Image.Name, limits: job.Sandbox.Limits.Sandbox()}
+	b, err := m.box(ctx, key, p.Owner, job.Sandbox.Image, job.Sandbox.RootFS, layersRoot, job.Sandbox.Limits)
 	if err != nil {
 		return nil, runtime.Invocation{}, err
 	}
@@ -434,26 +467,26 @@ func (m *SessionSandboxes) deliver(ctx context.Context, p *Plan, job runtime.Job
 	return b, inv, err
 }
 
-// run delivers a foreground run into its session's sandbox, which it
+// Foreground delivers a foreground run into its session's sandbox, which it
 // names.
-func (m *SessionSandboxes) run(ctx context.Context, p *Plan, job runtime.Job) (*runtime.Result, string, error) {
+func (m *Sandboxes) Foreground(ctx context.Context, p *Run, job runtime.Job) (*runtime.Result, string, error) {
 	b, inv, err := m.deliver(ctx, p, job)
 	if err != nil {
 		return nil, "", err
 	}
 	sb, done := m.use(b)
 	defer done()
-	if p.code != nil && p.code.Program != nil {
+	if p.Program {
 		// The program is the run's alone: gone with it, so a long session
 		// does not pile them up.
-		defer os.RemoveAll(filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.runID))
+		defer os.RemoveAll(filepath.Join(b.skillsDir, path.Base(runtime.ProgramDir), p.ID))
 	}
-	res, err := sb.Run(ctx, p.runID, inv)
+	res, err := sb.Run(ctx, p.ID, inv)
 	return res, b.id, err
 }
 
 // drop tears down a box whose sandbox died, with its skills dir.
-func (m *SessionSandboxes) drop(b *sessionBox) {
+func (m *Sandboxes) drop(b *sessionBox) {
 	b.life.Lock()
 	defer b.life.Unlock()
 	m.mu.Lock()
@@ -471,7 +504,7 @@ func (m *SessionSandboxes) drop(b *sessionBox) {
 
 // use marks a run under way in the box (so it is not paused under it)
 // and returns its live sandbox; done ends that.
-func (m *SessionSandboxes) use(b *sessionBox) (runtime.SessionSandbox, func()) {
+func (m *Sandboxes) use(b *sessionBox) (runtime.SessionSandbox, func()) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	b.active++
@@ -484,24 +517,24 @@ func (m *SessionSandboxes) use(b *sessionBox) (runtime.SessionSandbox, func()) {
 	}
 }
 
-// startBackground starts a background run in its session's sandbox; start
+// StartBackground starts a background run in its session's sandbox; start
 // is its audited run.start record, whose run.end is written when it ends.
-func (m *SessionSandboxes) startBackground(ctx context.Context, p *Plan, job runtime.Job, start *audit.Record) (runtime.BackgroundRun, string, error) {
-	if max := m.o.Config.BackgroundRuns; max > 0 && m.liveBackground(p.origin.SessionID) >= max {
-		return runtime.BackgroundRun{}, "", errkind.Errorf(errkind.LimitExceeded, "session %s has %d background runs, its limit (sessions { background_runs }): wait for one or stop one with runs.signal", p.origin.SessionID, max)
+func (m *Sandboxes) StartBackground(ctx context.Context, p *Run, job runtime.Job, start *audit.Record) (runtime.BackgroundRun, string, error) {
+	if max := m.o.Config.BackgroundRuns; max > 0 && m.liveBackground(p.SessionID) >= max {
+		return runtime.BackgroundRun{}, "", errkind.Errorf(errkind.LimitExceeded, "session %s has %d background runs, its limit (sessions { background_runs }): wait for one or stop one with runs.signal", p.SessionID, max)
 	}
 	b, inv, err := m.deliver(ctx, p, job)
 	if err != nil {
 		return runtime.BackgroundRun{}, "", err
 	}
-	br := &backgroundRun{session: p.origin.SessionID, box: b, plan: p, start: start, done: make(chan struct{})}
-	rk := runKey{p.origin.SessionID, p.runID}
+	br := &backgroundRun{session: p.SessionID, box: b, plan: p, start: start, done: make(chan struct{})}
+	rk := runKey{p.SessionID, p.ID}
 	m.mu.Lock()
 	m.runs[rk] = br
 	m.mu.Unlock()
 	sb, done := m.use(b)
 	defer done()
-	run, err := sb.Background(ctx, p.runID, inv)
+	run, err := sb.Background(ctx, p.ID, inv)
 	if err != nil {
 		m.mu.Lock()
 		delete(m.runs, rk)
@@ -516,7 +549,7 @@ func (m *SessionSandboxes) startBackground(ctx context.Context, p *Plan, job run
 	return run, b.id, nil
 }
 
-func (m *SessionSandboxes) liveBackground(session string) int {
+func (m *Sandboxes) liveBackground(session string) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n := 0
@@ -538,13 +571,13 @@ func isDone(ch chan struct{}) bool {
 }
 
 // exitHook is the report of a session's background run ends.
-func (m *SessionSandboxes) exitHook(session string) func(runtime.BackgroundRun) {
+func (m *Sandboxes) exitHook(session string) func(runtime.BackgroundRun) {
 	return func(run runtime.BackgroundRun) { m.backgroundExited(session, run) }
 }
 
 // backgroundExited is the sandboxes' report of a background run's end:
 // its run.end record is written once.
-func (m *SessionSandboxes) backgroundExited(session string, run runtime.BackgroundRun) {
+func (m *Sandboxes) backgroundExited(session string, run runtime.BackgroundRun) {
 	m.mu.Lock()
 	br := m.runs[runKey{session, run.ID}]
 	if br == nil || isDone(br.done) {
@@ -562,7 +595,7 @@ func (m *SessionSandboxes) backgroundExited(session string, run runtime.Backgrou
 }
 
 // recordEnd writes a background run's run.end record.
-func (m *SessionSandboxes) recordEnd(br *backgroundRun, reason runtime.Reason, code int, signal, why string) {
+func (m *Sandboxes) recordEnd(br *backgroundRun, reason runtime.Reason, code int, signal, why string) {
 	end := *br.start
 	ri := *br.start.Run
 	end.Run = &ri
@@ -600,7 +633,7 @@ type BackgroundRun struct {
 }
 
 // lookup finds a background run of session (any session when "").
-func (m *SessionSandboxes) lookup(session, runID string) (*backgroundRun, error) {
+func (m *Sandboxes) lookup(session, runID string) (*backgroundRun, error) {
 	if m == nil {
 		return nil, errkind.Errorf(errkind.NotFound, "no background run %q", runID)
 	}
@@ -613,27 +646,27 @@ func (m *SessionSandboxes) lookup(session, runID string) (*backgroundRun, error)
 	return br, nil
 }
 
-func (m *SessionSandboxes) view(br *backgroundRun) BackgroundRun {
+func (m *Sandboxes) view(br *backgroundRun) BackgroundRun {
 	m.mu.Lock()
 	run := br.run
 	paused := br.box.sb == nil && br.box.ckpt != ""
 	m.mu.Unlock()
 	if run.ID == "" {
-		run.ID = br.plan.runID
+		run.ID = br.plan.ID
 	}
-	return BackgroundRun{BackgroundRun: run, SessionID: br.session, Sandbox: br.box.id, Skill: br.skillName(), Script: br.plan.script,
+	return BackgroundRun{BackgroundRun: run, SessionID: br.session, Sandbox: br.box.id, Skill: br.skillName(), Script: br.plan.Script,
 		Paused: paused && run.Running}
 }
 
 func (br *backgroundRun) skillName() string {
-	if br.skill != "" || (br.plan.code == nil && br.plan.request.Skill == nil) {
+	if br.skill != "" {
 		return br.skill
 	}
-	return br.plan.SkillName()
+	return br.plan.Skill
 }
 
 // Background lists the session's background runs, oldest first.
-func (m *SessionSandboxes) Background(session string) []BackgroundRun {
+func (m *Sandboxes) Background(session string) []BackgroundRun {
 	if m == nil {
 		return nil
 	}
@@ -654,7 +687,7 @@ func (m *SessionSandboxes) Background(session string) []BackgroundRun {
 }
 
 // BackgroundRunOf returns one background run of session.
-func (m *SessionSandboxes) BackgroundRunOf(session, runID string) (BackgroundRun, error) {
+func (m *Sandboxes) BackgroundRunOf(session, runID string) (BackgroundRun, error) {
 	br, err := m.lookup(session, runID)
 	if err != nil {
 		return BackgroundRun{}, err
@@ -664,7 +697,7 @@ func (m *SessionSandboxes) BackgroundRunOf(session, runID string) (BackgroundRun
 
 // Wait waits until the background run ended or ctx is done, and returns
 // it as it is then.
-func (m *SessionSandboxes) Wait(ctx context.Context, session, runID string) (BackgroundRun, error) {
+func (m *Sandboxes) Wait(ctx context.Context, session, runID string) (BackgroundRun, error) {
 	br, err := m.lookup(session, runID)
 	if err != nil {
 		return BackgroundRun{}, err
@@ -677,7 +710,7 @@ func (m *SessionSandboxes) Wait(ctx context.Context, session, runID string) (Bac
 }
 
 // Signal sends sig to a background run of session.
-func (m *SessionSandboxes) Signal(ctx context.Context, session, runID string, sig syscall.Signal) (BackgroundRun, error) {
+func (m *Sandboxes) Signal(ctx context.Context, session, runID string, sig syscall.Signal) (BackgroundRun, error) {
 	br, err := m.lookup(session, runID)
 	if err != nil {
 		return BackgroundRun{}, err
@@ -700,7 +733,7 @@ const maxLogRead = 1 << 20
 // Logs reads up to n bytes of a background run's log from offset. The log
 // is in the sandbox's /work, which the sandbox can change: it is opened
 // beneath the workdir, through no link, and must be a regular file.
-func (m *SessionSandboxes) Logs(session, runID string, offset, n int64) (data []byte, size int64, err error) {
+func (m *Sandboxes) Logs(session, runID string, offset, n int64) (data []byte, size int64, err error) {
 	br, err := m.lookup(session, runID)
 	if err != nil {
 		return nil, 0, err
@@ -751,7 +784,7 @@ func (m *SessionSandboxes) Logs(session, runID string, offset, n int64) (data []
 
 // endRuns forgets the background runs match picks, and writes the run.end
 // of each that had not ended (killed, for why).
-func (m *SessionSandboxes) endRuns(match func(runKey, *backgroundRun) bool, why string) {
+func (m *Sandboxes) endRuns(match func(runKey, *backgroundRun) bool, why string) {
 	m.mu.Lock()
 	var ending []*backgroundRun
 	for k, br := range m.runs {
@@ -771,7 +804,7 @@ func (m *SessionSandboxes) endRuns(match func(runKey, *backgroundRun) bool, why 
 
 // CloseSession destroys the session's sandboxes, and with them its
 // background runs (their run.end says the session closed).
-func (m *SessionSandboxes) CloseSession(ctx context.Context, session, why string) {
+func (m *Sandboxes) CloseSession(ctx context.Context, session, why string) {
 	if m == nil {
 		return
 	}
@@ -820,7 +853,7 @@ func (m *SessionSandboxes) CloseSession(ctx context.Context, session, why string
 // Close ends the keeper (daemon shutdown): every live session sandbox is
 // paused into a checkpoint, so its session resumes after a restart; one
 // that cannot be is destroyed.
-func (m *SessionSandboxes) Close(ctx context.Context) {
+func (m *Sandboxes) Close(ctx context.Context) {
 	if m == nil {
 		return
 	}
@@ -837,7 +870,7 @@ func (m *SessionSandboxes) Close(ctx context.Context) {
 	if m.o.Checkpoints == "" {
 		// Not the daemon: nothing outlives this process.
 		defer func() {
-			if strings.Contains(filepath.Base(m.o.Dir), SessionDirPIDPrefix) {
+			if strings.Contains(filepath.Base(m.o.Dir), DirPIDPrefix) {
 				_ = os.RemoveAll(m.o.Dir)
 			}
 		}()

@@ -1,4 +1,4 @@
-package runner
+package sessionbox
 
 import (
 	"encoding/json"
@@ -49,7 +49,7 @@ func TestPlacedMapRoundTrip(t *testing.T) {
 }
 
 // pausedBox is a box as a checkpoint of it would have it.
-func pausedBox(t *testing.T, m *SessionSandboxes) *sessionBox {
+func pausedBox(t *testing.T, m *Sandboxes) *sessionBox {
 	t.Helper()
 	b := testBox(t, m, "ses_1")
 	b.rootfs = "/var/lib/skillbox/images/python/rootfs"
@@ -152,7 +152,7 @@ func FuzzBoxOfManifest(f *testing.F) {
 	if err := os.Mkdir(filepath.Join(dir, "skillbox-s1"), 0o755); err != nil {
 		f.Fatal(err)
 	}
-	m := NewSessionSandboxes(SessionOptions{Dir: dir, Supervisor: "/nonexistent/skillbox"}, nil, nil)
+	m := New(Options{Dir: dir, Supervisor: "/nonexistent/skillbox"}, nil, nil)
 	f.Fuzz(func(t *testing.T, box, limits, image, skills string) {
 		b, err := m.boxOfManifest(&checkpoint.Manifest{Session: "ses_1", Owner: map[string]string{
 			ownerBox: box, ownerLimits: limits, ownerImageRef: image, ownerSkills: skills}})
@@ -174,14 +174,14 @@ func TestSweepDeadPIDDirs(t *testing.T) {
 	}
 	dead := cmd.Process.Pid
 	parent := t.TempDir()
-	own := SessionDirPIDPrefix + strconv.Itoa(os.Getpid())
+	own := DirPIDPrefix + strconv.Itoa(os.Getpid())
 	names := map[string]bool{ // name: kept
-		own:                                      true,
-		SessionDirPIDPrefix + "1":                true, // alive (init), or ours to not judge
-		SessionDirPIDPrefix + strconv.Itoa(dead): false,
-		SessionDirPIDPrefix + "x":                true,
-		SessionDirPIDPrefix + "0":                true,
-		"sbx-other":                              true,
+		own:                               true,
+		DirPIDPrefix + "1":                true, // alive (init), or ours to not judge
+		DirPIDPrefix + strconv.Itoa(dead): false,
+		DirPIDPrefix + "x":                true,
+		DirPIDPrefix + "0":                true,
+		"sbx-other":                       true,
 	}
 	for n := range names {
 		if err := os.MkdirAll(filepath.Join(parent, n, "skills"), 0o700); err != nil {

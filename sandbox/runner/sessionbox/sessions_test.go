@@ -1,4 +1,4 @@
-package runner
+package sessionbox
 
 import (
 	"context"
@@ -17,7 +17,6 @@ import (
 	"github.com/skillbox/skillbox/runtime/oci"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/skills"
 )
 
 // fakeSessionSandbox is a runtime.SessionSandbox whose methods are what
@@ -83,7 +82,7 @@ func (f *fakeSessionSandbox) Destroy(ctx context.Context) error {
 
 // testBox is a box whose skills dir is a fresh temp dir laid out as a
 // session sandbox's.
-func testBox(t *testing.T, m *SessionSandboxes, session string) *sessionBox {
+func testBox(t *testing.T, m *Sandboxes, session string) *sessionBox {
 	t.Helper()
 	b := &sessionBox{key: boxKey{session: session, image: "python"}, id: newBoxID(), ready: make(chan struct{}), skills: map[string]placedSkill{}}
 	b.skillsDir = filepath.Join(m.o.Dir, b.id)
@@ -94,9 +93,9 @@ func testBox(t *testing.T, m *SessionSandboxes, session string) *sessionBox {
 	return b
 }
 
-func newTestSessions(t *testing.T) *SessionSandboxes {
+func newTestSessions(t *testing.T) *Sandboxes {
 	t.Helper()
-	return NewSessionSandboxes(SessionOptions{Dir: t.TempDir(), Supervisor: "/nonexistent/skillbox"}, nil, nil)
+	return New(Options{Dir: t.TempDir(), Supervisor: "/nonexistent/skillbox"}, nil, nil)
 }
 
 // makeTree writes files (content by path; a trailing "/" makes a dir).
@@ -126,7 +125,7 @@ func TestSessionJobSkillPaths(t *testing.T) {
 	makeTree(t, skillRoot, map[string]string{"SKILL.md": "---\nname: pdf\n---\n", "scripts/run.py": "print(1)"})
 	layers := filepath.Join(t.TempDir(), "layers")
 	deps := filepath.Join(layers, "sha256-abc", "tree")
-	p := &Plan{runID: "run_1", request: RunRequest{Skill: &skills.Skill{Name: "pdf", Digest: "sha256:11"}}, origin: Origin{SessionID: "ses_1"}}
+	p := &Run{ID: "run_1", SessionID: "ses_1", Skill: "pdf", SkillDigest: "sha256:11"}
 	stdin := []byte("in")
 	job := runtime.Job{
 		Sandbox: runtime.SandboxSpec{
@@ -210,7 +209,7 @@ func TestSessionJobNoDeps(t *testing.T) {
 	m := newTestSessions(t)
 	b := testBox(t, m, "ses_1")
 	root := t.TempDir()
-	p := &Plan{runID: "run_1", request: RunRequest{Skill: &skills.Skill{Name: "s"}}}
+	p := &Run{ID: "run_1", Skill: "s"}
 	inv, err := m.sessionJob(b, p, runtime.Job{Sandbox: runtime.SandboxSpec{SkillDir: root}, Invocation: runtime.Invocation{Args: []string{"/skill/a", "/opt/x"}}}, "")
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +225,7 @@ func TestSessionJobDepsOutsideLayers(t *testing.T) {
 	b := testBox(t, m, "ses_1")
 	layers := t.TempDir()
 	for _, deps := range []string{filepath.Join(t.TempDir(), "sha256-abc", "tree"), filepath.Dir(layers)} {
-		p := &Plan{runID: "run_1", request: RunRequest{Skill: &skills.Skill{Name: "s"}}}
+		p := &Run{ID: "run_1", Skill: "s"}
 		_, err := m.sessionJob(b, p, runtime.Job{Sandbox: runtime.SandboxSpec{SkillDir: t.TempDir(), DepsDir: deps}}, layers)
 		if !errors.Is(err, api.ErrInternal) {
 			t.Errorf("deps %s outside %s: %v, want an internal error", deps, layers, err)
@@ -241,10 +240,10 @@ func TestSessionJobRunCode(t *testing.T) {
 	makeTree(t, a, map[string]string{"lib/a.py": "A"})
 	makeTree(t, c, map[string]string{"c.py": "C"})
 	prog := &runtime.Program{Name: "main.py", Data: []byte("import a")}
-	p := &Plan{runID: "run_42", origin: Origin{SessionID: "ses_1"}, code: &CodePlan{Mounts: []SkillMountPlan{
-		{Skill: &skills.Skill{Name: "alpha", Digest: "sha256:aa"}, Root: a, Path: runtime.SkillTarget("alpha")},
-		{Skill: &skills.Skill{Name: "charlie", Digest: "sha256:cc"}, Root: c, Path: runtime.SkillTarget("charlie")},
-	}}}
+	p := &Run{ID: "run_42", SessionID: "ses_1", Skill: "alpha,charlie", Code: true, Mounts: []Skill{
+		{Name: "alpha", Root: a, Digest: "sha256:aa"},
+		{Name: "charlie", Root: c, Digest: "sha256:cc"},
+	}}
 	job := runtime.Job{
 		Sandbox:    runtime.SandboxSpec{Program: prog},
 		Invocation: runtime.Invocation{Args: []string{"python3", prog.Path(), "/skill"}, ModuleEnv: []string{"PYTHONPATH=/skills/alpha:/skills/charlie:" + prog.Path()}},
@@ -373,12 +372,12 @@ func TestCopySkillTree(t *testing.T) {
 
 // logRun registers a background run of session in a box whose sandbox's
 // workdir is returned.
-func logRun(t *testing.T, m *SessionSandboxes, session, runID string) (workdir string, box *sessionBox) {
+func logRun(t *testing.T, m *Sandboxes, session, runID string) (workdir string, box *sessionBox) {
 	t.Helper()
 	wd := t.TempDir()
 	b := testBox(t, m, session)
 	b.sb = &fakeSessionSandbox{id: b.id, workdir: wd}
-	m.runs[runKey{session, runID}] = &backgroundRun{session: session, box: b, plan: &Plan{runID: runID, script: "scripts/s.py"}, done: make(chan struct{})}
+	m.runs[runKey{session, runID}] = &backgroundRun{session: session, box: b, plan: &Run{ID: runID, Script: "scripts/s.py"}, done: make(chan struct{})}
 	return wd, b
 }
 
@@ -535,7 +534,7 @@ func TestLogsLookup(t *testing.T) {
 			t.Errorf("session %q run %q: %v, want not found", tc.session, tc.run, err)
 		}
 	}
-	var none *SessionSandboxes
+	var none *Sandboxes
 	if _, _, err := none.Logs("ses_1", "run_1", 0, 0); !errors.Is(err, api.ErrNotFound) {
 		t.Errorf("no keeper: %v, want not found", err)
 	}
@@ -608,13 +607,13 @@ func (a *memAudit) events(ev string) []audit.Record {
 	return out
 }
 
-func backgroundPlan(t *testing.T, session, runID string) (*Plan, runtime.Job, *audit.Record) {
+func backgroundPlan(t *testing.T, session, runID string) (*Run, runtime.Job, *audit.Record) {
 	t.Helper()
-	p := &Plan{runID: runID, script: "scripts/serve.py", request: RunRequest{Skill: &skills.Skill{Name: "web", Digest: "sha256:w"}}, origin: Origin{SessionID: session}}
 	job := runtime.Job{
 		Sandbox:    runtime.SandboxSpec{Image: runtime.ImageRef{Name: "python", Digest: "sha256:img"}, RootFS: "/var/lib/fake/python", SkillDir: t.TempDir()},
 		Invocation: runtime.Invocation{Args: []string{"python3", "/skill/scripts/serve.py"}},
 	}
+	p := &Run{ID: runID, SessionID: session, Skill: "web", SkillDigest: "sha256:w", Script: "scripts/serve.py"}
 	start := &audit.Record{Event: audit.EventRunStart, SessionID: session, Run: &audit.RunInfo{RunID: runID, Started: time.Now().UTC()}}
 	return p, job, start
 }
@@ -627,12 +626,12 @@ func TestBackgroundRunLifecycle(t *testing.T) {
 	be := &fakeBackend{}
 	rec := &memAudit{}
 	cfg := policy.SessionConfig{BackgroundRuns: 2}
-	m := NewSessionSandboxes(SessionOptions{Backend: be, Dir: filepath.Join(t.TempDir(), "sessions"), Supervisor: "/nonexistent/skillbox", Config: cfg},
+	m := New(Options{Backend: be, Dir: filepath.Join(t.TempDir(), "sessions"), Supervisor: "/nonexistent/skillbox", Config: cfg},
 		audit.NewJournal(rec, nil), nil)
 	var boxID string
 	for i, id := range []string{"run_1", "run_2"} {
 		p, job, start := backgroundPlan(t, "ses_1", id)
-		run, box, err := m.startBackground(ctx, p, job, start)
+		run, box, err := m.StartBackground(ctx, p, job, start)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -653,13 +652,13 @@ func TestBackgroundRunLifecycle(t *testing.T) {
 	}
 	// The session's limit of live background runs.
 	p, job, start := backgroundPlan(t, "ses_1", "run_3")
-	if _, _, err := m.startBackground(ctx, p, job, start); !errors.Is(err, api.ErrLimitExceeded) {
+	if _, _, err := m.StartBackground(ctx, p, job, start); !errors.Is(err, api.ErrLimitExceeded) {
 		t.Errorf("a third background run: %v, want limit exceeded", err)
 	}
 	// A run with network cannot go to a session sandbox.
 	p, job, _ = backgroundPlan(t, "ses_1", "run_4")
 	job.Sandbox.Network = true
-	if _, _, err := m.run(ctx, p, job); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), `isolation = "run"`) {
+	if _, _, err := m.Foreground(ctx, p, job); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), `isolation = "run"`) {
 		t.Errorf("a run with network: %v", err)
 	}
 	list := m.Background("ses_1")
@@ -732,15 +731,15 @@ func TestBackgroundRunLifecycle(t *testing.T) {
 func TestSessionBoxReboot(t *testing.T) {
 	ctx := context.Background()
 	be := &fakeBackend{}
-	m := NewSessionSandboxes(SessionOptions{Backend: be, Dir: filepath.Join(t.TempDir(), "sessions"), Supervisor: "/nonexistent/skillbox"}, nil, nil)
+	m := New(Options{Backend: be, Dir: filepath.Join(t.TempDir(), "sessions"), Supervisor: "/nonexistent/skillbox"}, nil, nil)
 	p, job, _ := backgroundPlan(t, "ses_1", "run_1")
-	_, first, err := m.run(ctx, p, job)
+	_, first, err := m.Foreground(ctx, p, job)
 	if err != nil {
 		t.Fatal(err)
 	}
 	close(be.boxes[0].done)
 	p, job, _ = backgroundPlan(t, "ses_1", "run_2")
-	_, second, err := m.run(ctx, p, job)
+	_, second, err := m.Foreground(ctx, p, job)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -748,8 +747,8 @@ func TestSessionBoxReboot(t *testing.T) {
 		t.Errorf("after its supervisor died: %d sandboxes, run in %s (first %s)", len(be.specs), second, first)
 	}
 
-	none := NewSessionSandboxes(SessionOptions{Dir: t.TempDir(), Supervisor: "/x"}, nil, nil)
-	if _, _, err := none.run(ctx, p, job); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "runsc") {
+	none := New(Options{Dir: t.TempDir(), Supervisor: "/x"}, nil, nil)
+	if _, _, err := none.Foreground(ctx, p, job); !errors.Is(err, api.ErrUnavailable) || !strings.Contains(err.Error(), "runsc") {
 		t.Errorf("no backend: %v", err)
 	}
 }

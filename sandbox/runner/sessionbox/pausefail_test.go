@@ -1,4 +1,4 @@
-package runner
+package sessionbox
 
 import (
 	"context"
@@ -103,7 +103,7 @@ func (fakeSessionBackend) CreateSession(context.Context, runtime.SandboxSpec) (r
 	return nil, errors.New("no sandboxes here")
 }
 
-// recorded keeps what a SessionSandboxes audits.
+// recorded keeps what a Sandboxes audits.
 type recorded struct {
 	mu   sync.Mutex
 	recs []*audit.Record
@@ -159,9 +159,9 @@ func TestFailedCheckpointCleansUp(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := &recorded{}
 			store := filepath.Join(t.TempDir(), "checkpoints")
-			o := SessionOptions{Backend: fakeSessionBackend{}, Dir: t.TempDir(), Supervisor: "/nonexistent/skillbox", Checkpoints: store}
+			o := Options{Backend: fakeSessionBackend{}, Dir: t.TempDir(), Supervisor: "/nonexistent/skillbox", Checkpoints: store}
 			o.Config.CheckpointBudget = tc.budget
-			m := NewSessionSandboxes(o, rec, nil)
+			m := New(o, rec, nil)
 			b := pausedBox(t, m)
 			sb := newFakeCheckpointed(b.id)
 			sb.failThaw, sb.reserve, sb.charge = tc.failThaw, tc.reserve, tc.charge
