@@ -11,10 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
-	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -25,7 +22,6 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
-	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -55,13 +51,6 @@ type Deps struct {
 	// apart are the layers (by extrasKey) that failed with the image
 	// extras and built without them (→ why): built without them since.
 	apart map[string]string
-}
-
-// loadBuild is the build of a skill's layers a load started; done is
-// closed when it has ended, err is then its error.
-type loadBuild struct {
-	done chan struct{}
-	err  error
 }
 
 // ImageSource yields a ready, unpacked rootfs for an image name, building the
@@ -489,153 +478,6 @@ func (w layerWait) wait(ctx context.Context, limit time.Duration) (l *deps.Layer
 	return l, nil, true, nil
 }
 
-// Build builds (or finds) the layers skill sk needs, one per image family
-// its declarations use; it blocks. Images are the config's images for .py
-// and .js scripts.
-func (d *Deps) Build(ctx context.Context, sk *skills.Skill, root string) ([]*deps.Layer, error) {
-	set, err := d.Declared(sk, root)
-	if err != nil || set.Empty() && !d.hasExtras() {
-		return nil, err
-	}
-	var out []*deps.Layer
-	for _, probe := range d.probes(set) {
-		interp, err := d.cfg.Interpreter(probe, nil)
-		if err != nil {
-			return out, errkind.Wrap(errkind.InvalidParams, err)
-		}
-		img, rootfs, err := d.images.Ensure(ctx, interp.Image, nil)
-		if err != nil {
-			return out, errkind.Errorf(errkind.Unavailable, "image %q: %w", interp.Image, err)
-		}
-		req, _, err := d.request(sk, root, set, img, rootfs)
-		if err != nil {
-			return out, err
-		}
-		if req == nil {
-			continue
-		}
-		if err := layerImage(sk, img, rootfs); err != nil {
-			return out, err
-		}
-		l, err := d.buildLayer(ctx, sk, root, set, img, rootfs)
-		if err != nil {
-			return out, err
-		}
-		if l != nil {
-			out = append(out, l)
-		}
-	}
-	return out, nil
-}
-
-// buildLayer builds the layer of sk on img: the skill's own part, which
-// fails as it always did, and the image extras, which are optional
-// (deps.Builder.BuildOptional). What it leaves out is remembered, so that
-// runs plan the layer it built: an extra the source has no wheel of for
-// every layer on the image (in the store), extras a layer failed with for
-// that layer (here).
-func (d *Deps) buildLayer(ctx context.Context, sk *skills.Skill, root string, set *deps.Set, img runtime.ImageRef, rootfs string) (*deps.Layer, error) {
-	part, _, err := d.partOf(sk, root, set, img, rootfs)
-	if err != nil {
-		return nil, err
-	}
-	ex, known := d.extrasFor(img, part)
-	base := deps.Request{Image: img.Name, ImageDigest: img.Digest, RootFS: rootfs, Set: part, Skill: sk.Name, SkillDigest: sk.Digest}
-	if base.Set == nil {
-		base.Set = &deps.Set{}
-	}
-	l, left, err := d.builder.BuildOptional(ctx, base, ex, func(try deps.Request, left []deps.LeftOut, l *deps.Layer, err error) {
-		out := maps.Clone(known)
-		for _, o := range left {
-			if out == nil {
-				out = map[string]string{}
-			}
-			out[o.Name] = o.Why
-		}
-		d.auditBuild(ctx, sk, &try, l, err, out)
-	})
-	for _, o := range left {
-		if o.NoWheel { // the store remembers it
-			d.logger().Warn("image extra left out: the package source has no wheel of it", "image", img.Name, "extra", o.Name)
-			continue
-		}
-		d.logger().Warn("image extra left out: the layer failed with it", "image", img.Name, "skill", sk.Name, "extra", o.Name, "why", o.Why)
-		d.mu.Lock()
-		if d.apart == nil {
-			d.apart = map[string]string{}
-		}
-		d.apart[extrasKey(img, part)] = o.Why
-		d.mu.Unlock()
-	}
-	if err != nil {
-		// Runs plan what request says now: the failure is theirs to report.
-		if req, _, rerr := d.request(sk, root, set, img, rootfs); rerr == nil && req != nil {
-			if p := deps.PlanFor(*req); p.Digest != "" {
-				d.mu.Lock()
-				if d.errs == nil {
-					d.errs = map[string]error{}
-				}
-				d.errs[p.Digest] = err
-				d.mu.Unlock()
-			}
-		}
-		return nil, err
-	}
-	return l, nil
-}
-
-// partOf is the skill's own part of a layer on img (without the image
-// extras): what set declares for the image's family, less the packages no
-// script imports whose ecosystem has no source (deps.Unused; notes name
-// them).
-func (d *Deps) partOf(sk *skills.Skill, root string, set *deps.Set, img runtime.ImageRef, rootfs string) (*deps.Set, []string, error) {
-	part := forFamily(set, family(img.Name))
-	src := d.builder.Sources
-	if part == nil || rootfs == "" || src.Python() && src.NpmRegistry != "" {
-		return part, nil, nil
-	}
-	imp, err := d.importsOf(sk, root)
-	if err != nil {
-		return nil, nil, err
-	}
-	part, notes := deps.Unused(d.Image(rootfs).Missing(part), imp, src)
-	return part, notes, nil
-}
-
-// EventBuild is the audit event of a dependency layer build.
-const EventBuild = "deps.build"
-
-// auditBuild records how a layer build for sk ended (nothing when no layer
-// was needed).
-func (d *Deps) auditBuild(ctx context.Context, sk *skills.Skill, req *deps.Request, l *deps.Layer, err error, left map[string]string) {
-	if d.journal == nil || (l == nil && err == nil) {
-		return
-	}
-	r := &audit.Record{Event: EventBuild, Skill: &audit.SkillRef{Name: sk.Name, Digest: sk.Digest}, Outcome: audit.OutcomeOK,
-		Detail: map[string]string{"image": req.Image}}
-	if p := deps.PlanFor(*req); p.Digest != "" {
-		r.Detail["layer"] = p.Digest
-	}
-	switch {
-	case err != nil:
-		r.Outcome, r.Error = audit.OutcomeError, audit.ClipText(err.Error(), 2048)
-		if errors.Is(err, deps.ErrTooLarge) || errors.Is(err, deps.ErrRefused) || errors.Is(err, deps.ErrHash) {
-			r.Outcome = audit.OutcomeRefused
-		}
-	default:
-		r.Detail["size"] = strconv.FormatInt(l.Size, 10)
-	}
-	if len(left) > 0 {
-		var out []string
-		for e, why := range left {
-			out = append(out, e+" ("+why+")")
-		}
-		slices.Sort(out)
-		r.Detail["extras_left_out"] = audit.ClipText(strings.Join(out, "; "), 2048)
-	}
-	_ = d.journal.Record(ctx, r) // logged there; the build's own error is what the caller sees
-}
-
 // probes are script names whose extensions pick the images set needs.
 func (d *Deps) probes(set *deps.Set) []string {
 	var out []string
@@ -648,107 +490,6 @@ func (d *Deps) probes(set *deps.Set) []string {
 	return out
 }
 
-// OnLoad starts building sk's layers in the background (when the config
-// allows) and reports what the skill declares for the receipt.
-// ready, when set, is called once the layers are built.
-func (d *Deps) OnLoad(sk *skills.Skill, ready func()) *api.Dependencies {
-	if d == nil {
-		return nil
-	}
-	set, err := d.Declared(sk, sk.Dir)
-	if err != nil {
-		return &api.Dependencies{State: "invalid", Message: err.Error()}
-	}
-	if set.Empty() {
-		if d.hasExtras() && d.cfg.Deps.BuildOnLoad {
-			go d.buildInBackground(sk, ready, d.startLoading(sk)) // the image extras' layer
-		}
-		return nil
-	}
-	info := describe(set)
-	if !d.cfg.Deps.BuildOnLoad {
-		info.State = "not_built"
-		info.Message = "build_on_load is off: run skillbox deps build " + sk.Name
-		return info
-	}
-	info.State = "building"
-	go d.buildInBackground(sk, ready, d.startLoading(sk))
-	return info
-}
-
-// startLoading records that a load started sk's build; the returned func
-// says it ended, with its error (a second load while one builds shares
-// its record).
-func (d *Deps) startLoading(sk *skills.Skill) func(error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.loading == nil {
-		d.loading = map[string]*loadBuild{}
-	}
-	b := d.loading[sk.Digest]
-	if b == nil {
-		b = &loadBuild{done: make(chan struct{})}
-		d.loading[sk.Digest] = b
-	}
-	return func(err error) {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		if d.loading[sk.Digest] == b {
-			delete(d.loading, sk.Digest)
-			b.err = err
-			close(b.done)
-		}
-	}
-}
-
-// loadOf is the build a load of sk started, nil when none is under way.
-func (d *Deps) loadOf(sk *skills.Skill) *loadBuild {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.loading[sk.Digest]
-}
-
-// buildInBackground builds sk's layers; done is startLoading's, called
-// (before ready) when the build has ended.
-func (d *Deps) buildInBackground(sk *skills.Skill, ready func(), done func(error)) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
-	defer cancel()
-	var ls []*deps.Layer
-	err := errors.New("the build stopped unexpectedly")
-	defer func() { done(err) }() // a panic still ends the waits
-	ls, err = d.Build(ctx, sk, sk.Dir)
-	done(err)
-	log := d.logger()
-	if err != nil {
-		log.Warn("dependency layer build failed", "skill", sk.Name, "error", err)
-		return
-	}
-	for _, l := range ls {
-		log.Info("dependency layer ready", "skill", sk.Name, "layer", l.Digest)
-	}
-	if ready != nil {
-		ready()
-	}
-}
-
-func (d *Deps) logger() hclog.Logger {
-	if d.log == nil {
-		return hclog.NewNullLogger()
-	}
-	return d.log
-}
-
-func describe(set *deps.Set) *api.Dependencies {
-	info := &api.Dependencies{Files: set.Files}
-	for _, r := range set.Python {
-		info.Python = append(info.Python, r.Line())
-	}
-	for _, n := range set.Npm {
-		info.Npm = append(info.Npm, n.Name+"@"+n.Range)
-	}
-	return info
-}
-
 // ModuleEnv adds the layer to the module path of a run in image.
 func ModuleEnv(moduleEnv []string, image string, l *deps.Layer) []string {
 	if l == nil {
@@ -756,44 +497,3 @@ func ModuleEnv(moduleEnv []string, image string, l *deps.Layer) []string {
 	}
 	return runtime.WithDepsPath(moduleEnv, family(image))
 }
-
-var (
-	pyMissingRE   = regexp.MustCompile(`ModuleNotFoundError: No module named '([A-Za-z0-9_.]+)'`)
-	nodeMissingRE = regexp.MustCompile(`Cannot find (?:module|package) '([^'./][^']*)'`)
-)
-
-// ImportHint recognises a failed import in the stderr of a run of skill in
-// image and says how to provide the module.
-func (d *Deps) ImportHint(exitCode int, stderr []byte, image, skill string) string {
-	if exitCode == 0 {
-		return ""
-	}
-	if m := pyMissingRE.FindSubmatch(stderr); m != nil {
-		mod, _, _ := strings.Cut(string(m[1]), ".")
-		if extra := d.extraFor(image, mod); extra != "" {
-			return fmt.Sprintf("module %q is the image extra %q of image %q, which is not installed: configure python_index { url = … } and run: skillbox images build %s", mod, extra, image, image)
-		}
-		return fmt.Sprintf("module %q is neither in image %q nor in the skill's dependency layer: declare its package in the skill's requirements.txt or a PEP 723 block (# /// script … dependencies = [...]) and configure python_index; skillbox skills check %s lists every missing import",
-			mod, image, skill)
-	}
-	if m := nodeMissingRE.FindSubmatch(stderr); m != nil {
-		return fmt.Sprintf("module %q is neither in image %q nor in the skill's dependency layer: declare it in the skill's package.json and configure npm_registry", string(m[1]), image)
-	}
-	return ""
-}
-
-// extraFor returns the extra of image whose module is mod, if any.
-func (d *Deps) extraFor(image, mod string) string {
-	if d == nil {
-		return ""
-	}
-	for _, e := range d.extras[image] {
-		if r, err := deps.ParseRequirement(e, "image "+image+" python_extras"); err == nil && deps.ModuleOf(r.Name) == mod {
-			return e
-		}
-	}
-	return ""
-}
-
-// Extras are the packages image's recipe names as extras.
-func (d *Deps) Extras(image string) []string { return d.extras[image] }
