@@ -33,7 +33,7 @@ policy "net-x" {
 // claim is refused, saying why and what to do.
 func TestDaemonSkillNameCollision(t *testing.T) {
 	t.Setenv("SKILLBOX_NAMES_TEST_TOKEN", "net-x-token-value")
-	root, err := filepath.Abs("../../skills/testdata/collision/root")
+	root, err := filepath.Abs("../../../skills/testdata/collision/root")
 	if err != nil {
 		t.Fatal(err)
 	}

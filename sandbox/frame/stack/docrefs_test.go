@@ -48,7 +48,7 @@ var (
 // or fenced) or as a path in prose. A link's #anchor must name a heading of
 // the file it links to.
 func TestDocReferences(t *testing.T) {
-	root := filepath.Join("..", "..")
+	root := filepath.Join("..", "..", "..")
 	docs := []string{"README.md"}
 	md, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
 	if err != nil {
@@ -218,7 +218,7 @@ func repoPath(word string) (string, bool) {
 // TestDocPackages keeps docs/ARCHITECTURE.md's line per package with the
 // layer picture: every package of it is named there by its path.
 func TestDocPackages(t *testing.T) {
-	data, err := os.ReadFile(filepath.Join("..", "..", "docs", "ARCHITECTURE.md"))
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "ARCHITECTURE.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
