@@ -47,11 +47,11 @@ endif
 deps:
 	./hack/install-deps.sh
 
-# The console's pages: sources in sandbox/console/web/src, built into dist/
+# The console's pages: sources in sandbox/doors/console/web/src, built into dist/
 # (committed, embedded with go:embed) from the locked npm packages. The
 # build is deterministic, so console-check rebuilds and fails when the
 # committed dist/ is not what the sources build to.
-CONSOLE_WEB := sandbox/console/web
+CONSOLE_WEB := sandbox/doors/console/web
 console:
 	@command -v npm >/dev/null 2>&1 || { echo "console: Node.js 20 and npm are needed to build the console's pages ($(CONSOLE_WEB)); install them (the machine's nodejs package)"; exit 1; }
 	cd $(CONSOLE_WEB) && npm ci --no-audit --no-fund --loglevel=error && npm run --silent build

@@ -103,7 +103,7 @@ var unsafeSkillName = regexp.MustCompile(`[^a-z0-9_-]+`)
 // placeSkill copies a case's skill dir into the session's skills dir as
 // <name>, with the case's links as links and the single-use path
 // runtime.SkillMount in its files moved to the skill's session path, as
-// the runner places a skill (sandbox/runner's sessionJob).
+// the runner places a skill (sandbox/core/runner's sessionJob).
 func (sc *sessionCases) placeSkill(t *testing.T, tc runtimetest.Case, name string, secret runtimetest.HostSecret) string {
 	t.Helper()
 	dst := filepath.Join(sc.env.skillsDir, name)

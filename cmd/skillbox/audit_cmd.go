@@ -17,8 +17,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/sandbox/audit/siem"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
+	"github.com/skillbox/skillbox/sandbox/core/audit/siem"
 )
 
 // auditCommand is `skillbox audit`: the security team's view of the audit

@@ -14,8 +14,8 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/sandbox/audit/audittest"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
+	"github.com/skillbox/skillbox/sandbox/core/audit/audittest"
 )
 
 func runAudit(t *testing.T, args ...string) (string, string, int) {

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
 
 // replicasFixture writes the chains of replicas r0 and r1 under one audit

@@ -9,7 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skillbox/skillbox/policy"
-	"github.com/skillbox/skillbox/sandbox/bench"
+	"github.com/skillbox/skillbox/sandbox/frame/bench"
 )
 
 // benchCommand is package bench's command: its flags are bench.Options.

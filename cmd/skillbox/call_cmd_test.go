@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/jsonrpc"
-	"github.com/skillbox/skillbox/sandbox/sockfile"
+	"github.com/skillbox/skillbox/sandbox/doors/jsonrpc"
+	"github.com/skillbox/skillbox/sandbox/doors/sockfile"
 )
 
 func callServer(t *testing.T) string {

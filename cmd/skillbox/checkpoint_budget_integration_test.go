@@ -17,7 +17,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
 
 // checkpointScripts are sess-web's scripts that fill /work as a hostile

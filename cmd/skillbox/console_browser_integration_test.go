@@ -21,7 +21,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
-	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/core/runner"
 )
 
 // consoleChromium is Debian's Chromium (hack/install-deps.sh installs it);
@@ -143,7 +143,7 @@ func tickerSkill(t *testing.T) string {
 
 // TestConsoleBrowser drives the console's pages in Chromium against a real
 // daemon and a real gVisor run held for confirmation
-// (sandbox/console/web/e2e/console.mjs does the browser's part): approve
+// (sandbox/doors/console/web/e2e/console.mjs does the browser's part): approve
 // in the page and the held run completes; a second approval is refused; a
 // non-approver's console offers no approval and the socket refuses it;
 // audit search finds the run with the chain intact; a run that prints a

@@ -10,7 +10,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skillbox/skillbox/sandbox/client"
-	"github.com/skillbox/skillbox/sandbox/console"
+	"github.com/skillbox/skillbox/sandbox/doors/console"
 )
 
 func consoleCommand() *cli.Command {

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skillbox/skillbox/sandbox/console"
+	"github.com/skillbox/skillbox/sandbox/doors/console"
 )
 
 // TestConsoleDaemon: `skillbox serve` serves the console API on the

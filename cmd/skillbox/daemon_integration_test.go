@@ -39,9 +39,9 @@ import (
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
-	"github.com/skillbox/skillbox/sandbox/store"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
+	"github.com/skillbox/skillbox/sandbox/core/store"
 )
 
 var (
@@ -1220,7 +1220,7 @@ func TestDaemonAuditFullFailsClosed(t *testing.T) {
 	d := newItDaemon(t)
 	// This is the log that cannot be written at all; the free-space
 	// watermark (audit.min_free, far above this tmpfs) is off here and
-	// tested in sandbox/service.
+	// tested in sandbox/core/service.
 	cfg, err := os.OpenFile(d.cfgPath, os.O_APPEND|os.O_WRONLY, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -8,8 +8,8 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/urfave/cli/v2"
 
-	"github.com/skillbox/skillbox/sandbox/runner"
-	"github.com/skillbox/skillbox/sandbox/stack"
+	"github.com/skillbox/skillbox/sandbox/core/runner"
+	"github.com/skillbox/skillbox/sandbox/frame/stack"
 	"github.com/skillbox/skillbox/skills"
 )
 

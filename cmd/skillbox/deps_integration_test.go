@@ -32,7 +32,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
 
 // pyIndex is a PEP 503 simple index over files kept in memory.

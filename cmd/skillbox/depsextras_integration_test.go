@@ -22,7 +22,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
 
 // depsRunResult is the part of `skillbox run --json` these tests read.

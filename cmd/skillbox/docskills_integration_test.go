@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
 
 // docsSkill writes skill "docs25" (with a nonce, so its digest and its

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
 
 // egressItFetch is the skill script: one allowed and one denied request

@@ -15,8 +15,8 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/runner"
-	"github.com/skillbox/skillbox/sandbox/service"
+	"github.com/skillbox/skillbox/sandbox/core/runner"
+	"github.com/skillbox/skillbox/sandbox/core/service"
 	"github.com/skillbox/skillbox/skills"
 )
 

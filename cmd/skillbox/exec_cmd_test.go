@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/policy"
-	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/core/runner"
 )
 
 // parseExec runs only the argument parsing of `skillbox exec`.

@@ -26,7 +26,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
 
 // useRuntime switches a daemon under test (not yet started) to the named

@@ -20,7 +20,7 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/images/deps"
-	"github.com/skillbox/skillbox/sandbox/stack"
+	"github.com/skillbox/skillbox/sandbox/frame/stack"
 )
 
 // imagesCommand is `skillbox images build|list|prune`: it builds the

@@ -9,7 +9,7 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
-	"github.com/skillbox/skillbox/sandbox/stack"
+	"github.com/skillbox/skillbox/sandbox/frame/stack"
 )
 
 // containerdFlags say which containerd `images import|pull` talk to: the

@@ -28,8 +28,8 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
 	"golang.org/x/sys/unix"
 )
 

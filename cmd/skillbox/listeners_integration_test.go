@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/sandbox/console"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
+	"github.com/skillbox/skillbox/sandbox/doors/console"
 )
 
 // listenerFloodEnv makes this test binary a connection flooder of one HTTP

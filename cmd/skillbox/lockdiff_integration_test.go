@@ -17,7 +17,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/console"
+	"github.com/skillbox/skillbox/sandbox/doors/console"
 	"github.com/skillbox/skillbox/skills"
 )
 

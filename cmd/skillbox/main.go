@@ -1,7 +1,7 @@
 // Command skillbox is the one binary: the daemon (serve), the local runner
 // (run, exec), the MCP server, and the tools people use around them (skills,
 // policy, audit, images, deps, bench). Its commands parse flags, build their
-// parts through sandbox/stack and print results; nothing here decides what
+// parts through sandbox/frame/stack and print results; nothing here decides what
 // may run. Commands that start sandboxes run for an ordinary user through
 // runtime/rootless (withoutRoot), and SKILLBOX_LOG_LEVEL sets the log level
 // of every command.

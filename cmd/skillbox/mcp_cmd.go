@@ -17,8 +17,8 @@ import (
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
-	"github.com/skillbox/skillbox/sandbox/mcp"
-	"github.com/skillbox/skillbox/sandbox/stack"
+	"github.com/skillbox/skillbox/sandbox/doors/mcp"
+	"github.com/skillbox/skillbox/sandbox/frame/stack"
 )
 
 // mcpHosts are the hosts `skillbox mcp config` knows, with where their

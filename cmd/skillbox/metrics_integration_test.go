@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/metrics/metricstest"
+	"github.com/skillbox/skillbox/sandbox/frame/metrics/metricstest"
 )
 
 // TestDaemonMetrics: `skillbox serve` with daemon { metrics = "unix:…" }

@@ -14,7 +14,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	rtcontainerd "github.com/skillbox/skillbox/runtime/containerd"
-	"github.com/skillbox/skillbox/sandbox/stack"
+	"github.com/skillbox/skillbox/sandbox/frame/stack"
 	"github.com/skillbox/skillbox/skills"
 	"github.com/urfave/cli/v2"
 )

@@ -15,8 +15,8 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
-	"github.com/skillbox/skillbox/sandbox/service"
-	"github.com/skillbox/skillbox/sandbox/stack"
+	"github.com/skillbox/skillbox/sandbox/core/service"
+	"github.com/skillbox/skillbox/sandbox/frame/stack"
 	"github.com/skillbox/skillbox/skills"
 )
 

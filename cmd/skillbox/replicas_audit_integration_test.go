@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
 
 // replicaDaemon is a daemon under test writing its audit chain as replica

@@ -16,7 +16,7 @@ import (
 
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
-	"github.com/skillbox/skillbox/sandbox/store/storetest"
+	"github.com/skillbox/skillbox/sandbox/core/store/storetest"
 )
 
 // useEtcd makes d's config keep its state in etcd at endpoint.

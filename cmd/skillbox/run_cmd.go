@@ -27,9 +27,9 @@ import (
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/runner"
-	"github.com/skillbox/skillbox/sandbox/service"
-	"github.com/skillbox/skillbox/sandbox/stack"
+	"github.com/skillbox/skillbox/sandbox/core/runner"
+	"github.com/skillbox/skillbox/sandbox/core/service"
+	"github.com/skillbox/skillbox/sandbox/frame/stack"
 	"github.com/skillbox/skillbox/skills"
 )
 

@@ -17,7 +17,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
 
 // A GIF without any library: the header, a 1x1 screen, the trailer.

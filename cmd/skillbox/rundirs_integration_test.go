@@ -22,7 +22,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/runner"
+	"github.com/skillbox/skillbox/sandbox/core/runner"
 )
 
 func init() {

@@ -11,7 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skillbox/skillbox/policy/replicaname"
-	"github.com/skillbox/skillbox/sandbox/stack"
+	"github.com/skillbox/skillbox/sandbox/frame/stack"
 )
 
 func serveCommand() *cli.Command {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/policy"
-	"github.com/skillbox/skillbox/sandbox/runner"
-	"github.com/skillbox/skillbox/sandbox/stack"
+	"github.com/skillbox/skillbox/sandbox/core/runner"
+	"github.com/skillbox/skillbox/sandbox/frame/stack"
 )
 
 // serve (and run) report config errors on one line that names every problem

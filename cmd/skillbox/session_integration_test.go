@@ -17,9 +17,9 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
-	"github.com/skillbox/skillbox/sandbox/mcp"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
+	"github.com/skillbox/skillbox/sandbox/doors/mcp"
 )
 
 // sessionSkillRoot writes the skill sess-web (isolation = "session" by

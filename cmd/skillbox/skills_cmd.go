@@ -17,7 +17,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/skillbox/skillbox/images/deps"
-	"github.com/skillbox/skillbox/sandbox/stack"
+	"github.com/skillbox/skillbox/sandbox/frame/stack"
 	"github.com/skillbox/skillbox/skills"
 )
 

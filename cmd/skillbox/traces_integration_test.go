@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
-	"github.com/skillbox/skillbox/sandbox/tracing"
-	"github.com/skillbox/skillbox/sandbox/tracing/tracingtest"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
+	"github.com/skillbox/skillbox/sandbox/frame/tracing"
+	"github.com/skillbox/skillbox/sandbox/frame/tracing/tracingtest"
 )
 
 // TestDaemonTraces: `skillbox serve` with daemon { traces = "http://…" }

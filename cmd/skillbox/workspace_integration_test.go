@@ -20,7 +20,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
 
 var wsScripts = map[string]string{

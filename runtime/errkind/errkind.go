@@ -12,7 +12,7 @@
 //
 // It sits below every other package of skillbox and imports none of them.
 // The wire names of the kinds and their JSON-RPC codes are the wire
-// contract's (sandbox/api, sandbox/jsonrpc).
+// contract's (sandbox/api, sandbox/doors/jsonrpc).
 package errkind
 
 import (

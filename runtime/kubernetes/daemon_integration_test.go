@@ -22,8 +22,8 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime/runtimetest"
 	"github.com/skillbox/skillbox/sandbox/api"
-	"github.com/skillbox/skillbox/sandbox/audit"
 	"github.com/skillbox/skillbox/sandbox/client"
+	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
 
 // TestDaemonStartSweeps starts the real daemon (SKILLBOX_BIN serve) on the

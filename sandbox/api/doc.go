@@ -4,9 +4,9 @@
 // the error kinds' wire names (the kinds themselves are runtime/errkind's)
 // with the data an error carries on the wire.
 //
-// It is the contract between the transport-free service (sandbox/service)
+// It is the contract between the transport-free service (sandbox/core/service)
 // and its front ends: the JSON-RPC adapter on the Unix socket
-// (sandbox/jsonrpc), the MCP server, the Go client (sandbox/client) and the
+// (sandbox/doors/jsonrpc), the MCP server, the Go client (sandbox/client) and the
 // CLI. It imports nothing of skillbox but the error kinds, so every one of
 // them can depend on it; a field renamed here is renamed on every side at
 // once.

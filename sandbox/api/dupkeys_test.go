@@ -55,7 +55,7 @@ func members(n int) string {
 // FuzzDuplicateKey checks the scan against a reference built on
 // encoding/json's tokenizer for valid JSON, and that it never panics on
 // anything else. The front ends' own fuzz targets (FuzzDecodeRequest in
-// sandbox/jsonrpc) check that they refuse exactly what it finds.
+// sandbox/doors/jsonrpc) check that they refuse exactly what it finds.
 func FuzzDuplicateKey(f *testing.F) {
 	for _, s := range []string{
 		`{"jsonrpc":"2.0","id":1,"method":"skills.load","params":{"session_id":"ses_x","names":["pdf"]}}`,

@@ -10,7 +10,7 @@ import (
 // The wire names of the error kinds (runtime/errkind): what went wrong, in
 // words a host (or the model behind it) branches on, never on a message's
 // text. Over JSON-RPC a kind is data.kind of the error object
-// (sandbox/jsonrpc maps each to a code); over MCP it is part of the tool
+// (sandbox/doors/jsonrpc maps each to a code); over MCP it is part of the tool
 // error.
 const (
 	KindNotFound             = "not_found"

@@ -4,7 +4,7 @@ import "context"
 
 // Service is the tool-call surface every front end adapts: one method per
 // call, the caller's identity as a value, params and results as the types
-// of this package. The service (sandbox/service.Service) implements it;
+// of this package. The service (sandbox/core/service.Service) implements it;
 // front ends decode a request, call the method and encode the answer, and
 // pass a ctx that carries the request id (WithRequestID) and, for runs, an
 // EventSink (WithEventSink). Errors are classified with KindOf.

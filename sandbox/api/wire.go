@@ -5,7 +5,7 @@ import (
 )
 
 // Error is an error as it crosses the wire, the one type both ends use: the
-// JSON-RPC server (sandbox/jsonrpc) encodes a handler's error as one, and
+// JSON-RPC server (sandbox/doors/jsonrpc) encodes a handler's error as one, and
 // the Go client (sandbox/client) decodes the daemon's answer into one. On
 // the wire it is the JSON-RPC error object
 //
@@ -14,7 +14,7 @@ import (
 // Kind (data.kind) is always present on the wire; Detail (data.detail) when
 // the message starts with the kind's words; Data holds the other data
 // fields a host can act on (confirmation_id, limit, methods, ...). Code is
-// JSON-RPC's, which sandbox/jsonrpc derives from the kind.
+// JSON-RPC's, which sandbox/doors/jsonrpc derives from the kind.
 //
 // It unwraps to its kind's sentinel and reports Data through ErrorData, so
 // errors.Is(err, ErrDenied), KindOf and ErrorData work across the socket as

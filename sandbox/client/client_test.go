@@ -15,8 +15,8 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
-	"github.com/skillbox/skillbox/sandbox/jsonrpc"
-	"github.com/skillbox/skillbox/sandbox/sockfile"
+	"github.com/skillbox/skillbox/sandbox/doors/jsonrpc"
+	"github.com/skillbox/skillbox/sandbox/doors/sockfile"
 )
 
 // serve runs a real jsonrpc.Server on a socket in a temp dir.
