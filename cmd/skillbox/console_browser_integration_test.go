@@ -153,7 +153,7 @@ func tickerSkill(t *testing.T) string {
 // broken.
 func TestConsoleBrowser(t *testing.T) {
 	needDaemon(t)
-	webDir := filepath.Join(itRepo, "sandbox", "console", "web")
+	webDir := filepath.Join(itRepo, "sandbox", "doors", "console", "web")
 	needBrowser(t, webDir)
 	d := newItDaemon(t, tickerSkill(t))
 	d.start()
