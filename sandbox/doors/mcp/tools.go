@@ -232,11 +232,7 @@ func (c *Conn) runScript(ctx context.Context, req *sdk.CallToolRequest, in RunSc
 		Skill:     in.Skill,
 		Path:      in.Path,
 	}
-	return c.run(ctx, req, ToolRunScript, func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error) {
-		p.Stream = stream
-		if confirmationID != "" {
-			p.ConfirmationID = confirmationID
-		}
+	return c.run(ctx, req, ToolRunScript, &p.RunInputs, func(ctx context.Context) (*api.RunScriptResult, error) {
 		return c.s.svc.RunScript(ctx, c.caller, p)
 	}, in.ShowImages)
 }
@@ -247,24 +243,17 @@ func (c *Conn) runCode(ctx context.Context, req *sdk.CallToolRequest, in RunCode
 		Language:  in.Language,
 		Code:      in.Code,
 	}
-	return c.run(ctx, req, ToolRunCode, func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error) {
-		p.Stream = stream
-		if confirmationID != "" {
-			p.ConfirmationID = confirmationID
-		}
+	return c.run(ctx, req, ToolRunCode, &p.RunInputs, func(ctx context.Context) (*api.RunScriptResult, error) {
 		return c.s.svc.RunCode(ctx, c.caller, p)
 	}, in.ShowImages)
 }
 
-// runFunc makes the service call of a run, with the confirmation id to use
-// (if any) and whether to stream events.
-type runFunc func(ctx context.Context, confirmationID string, stream bool) (*api.RunScriptResult, error)
-
-// run makes a run call with progress from its events, asks the user to
-// confirm it when policy holds it for approval, and returns its result
-// sized for the model (runResult): a failed script is a tool error that
-// still carries it.
-func (c *Conn) run(ctx context.Context, req *sdk.CallToolRequest, tool string, call runFunc, showImages bool) (*sdk.CallToolResult, *RunOutput, error) {
+// run makes a run call (call, with the run's inputs in), with progress
+// from its events, asks the user to confirm it when policy holds it for
+// approval (in gets the confirmation id to use, if any, and whether to
+// stream events), and returns its result sized for the model (runResult):
+// a failed script is a tool error that still carries it.
+func (c *Conn) run(ctx context.Context, req *sdk.CallToolRequest, tool string, in *api.RunInputs, call func(context.Context) (*api.RunScriptResult, error), showImages bool) (*sdk.CallToolResult, *RunOutput, error) {
 	var res *api.RunScriptResult
 	ask, err := c.withConfirmation(ctx, req, tool, func(ids []string) error {
 		ctx, stream, stop := c.progress(ctx, req)
@@ -273,8 +262,12 @@ func (c *Conn) run(ctx context.Context, req *sdk.CallToolRequest, tool string, c
 		if len(ids) > 0 {
 			id = ids[0] // a run asks about one confirmation
 		}
+		in.Stream = stream
+		if id != "" {
+			in.ConfirmationID = id
+		}
 		var err error
-		res, err = call(ctx, id, stream)
+		res, err = call(ctx)
 		return err
 	})
 	if ask != nil || err != nil {
