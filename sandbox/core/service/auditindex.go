@@ -184,13 +184,23 @@ func (x *auditIndex) history(approver bool, caller api.Peer, skill string, since
 // refresh indexes and verifies what was appended since the last call; on a
 // change only a new pass can judge (retention removed files, a file
 // shrank) it starts over once.
-func (x *auditIndex) refresh() error {
+func (x *auditIndex) refresh() error { return x.refreshCtx(context.Background()) }
+
+// refreshCtx is refresh, given up (and the index left to be built by the
+// next read) when ctx ends.
+func (x *auditIndex) refreshCtx(ctx context.Context) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	err := x.cursor.Advance(x.add)
+	add := func(e *audit.Entry) error {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		return x.add(e)
+	}
+	err := x.cursor.Advance(add)
 	if errors.Is(err, audit.ErrRebuild) {
 		x.reset()
-		err = x.cursor.Advance(x.add)
+		err = x.cursor.Advance(add)
 	}
 	if err != nil {
 		x.reset() // a half-read index is not kept
@@ -481,4 +491,27 @@ func (s *Service) auditIndexFor(dir string) (*auditIndex, error) {
 type rootIndex struct {
 	root string
 	x    *auditIndex
+}
+
+// WarmAuditIndex builds the audit index and verifies the chain once, so
+// that the first search after the daemon starts costs what it returns
+// instead of a pass over the whole log. A search that arrives meanwhile
+// waits for the pass and then reads from the index. With no audit log,
+// or several chains (replicas, read by a merged scan), it does nothing;
+// when ctx ends first, the next read builds the index.
+func (s *Service) WarmAuditIndex(ctx context.Context) error {
+	if s.cfg.Daemon.AuditDir == "" {
+		return nil
+	}
+	x, err := s.auditIndexFor(s.cfg.Daemon.AuditDir)
+	if errors.Is(err, audit.ErrNoLog) || (err == nil && x == nil) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("indexing the audit log: %w", err)
+	}
+	if err := x.refreshCtx(ctx); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("indexing the audit log: %w", err)
+	}
+	return nil
 }

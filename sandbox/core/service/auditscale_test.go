@@ -317,3 +317,63 @@ func TestSkillHistoryFromIndexMatchesScan(t *testing.T) {
 		t.Logf("uid %d: %d buckets agree with the scan", who.UID, len(h.Buckets))
 	}
 }
+
+// TestWarmAuditIndex: the index built at start holds every record, so the
+// first search reads only what was appended since; a warm-up given up at
+// shutdown leaves the index for the next read to build.
+func TestWarmAuditIndex(t *testing.T) {
+	dir := t.TempDir()
+	l, err := audit.Open(dir, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const runs = 200
+	for i := range runs {
+		for _, r := range bigRunPair(i) {
+			if err := l.Append(context.Background(), r); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	newService := func() *service.Service {
+		return newFixtureOpts(t, true, serviceConfig, nil, func(o *service.Options) { o.Config.Daemon.AuditDir = dir }).svc
+	}
+
+	t.Run("cancelled", func(t *testing.T) {
+		svc := newService()
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if err := svc.WarmAuditIndex(ctx); err != nil {
+			t.Fatalf("a warm-up cut short by shutdown is not an error: %v", err)
+		}
+		if n := service.AuditIndexed(svc); n != 0 {
+			t.Fatalf("a cancelled warm-up kept %d records of a half-read index", n)
+		}
+		res, err := svc.SearchAudit(context.Background(), stranger, service.AuditSearchParams{})
+		if err != nil || res.Matched != 2*runs/100 || !res.Chain.Intact {
+			t.Fatalf("search after a cancelled warm-up: %+v, %v", res, err)
+		}
+	})
+	t.Run("warm", func(t *testing.T) {
+		svc := newService()
+		if err := svc.WarmAuditIndex(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if n := service.AuditIndexed(svc); n < 2*runs {
+			t.Fatalf("the warm index holds %d records, want at least the %d runs' %d", n, runs, 2*runs)
+		}
+		res, err := svc.SearchAudit(context.Background(), stranger, service.AuditSearchParams{})
+		if err != nil || res.Matched != 2*runs/100 || !res.Chain.Intact || !res.OwnOnly {
+			t.Fatalf("first search after the warm-up: %+v, %v", res, err)
+		}
+	})
+	t.Run("no log", func(t *testing.T) {
+		svc := newFixtureOpts(t, true, serviceConfig, nil, func(o *service.Options) { o.Config.Daemon.AuditDir = t.TempDir() }).svc
+		if err := svc.WarmAuditIndex(context.Background()); err != nil {
+			t.Fatalf("an empty audit dir: %v", err)
+		}
+	})
+}

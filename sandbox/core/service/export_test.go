@@ -26,3 +26,16 @@ func CountWorkspaceOpens(s *Service) *atomic.Int64 {
 	s.wsOpen.opened = func(string) { n.Add(1) }
 	return &n
 }
+
+// AuditIndexed is how many records the audit index of s holds now.
+func AuditIndexed(s *Service) int {
+	s.auditMu.Lock()
+	ri := s.auditIdx
+	s.auditMu.Unlock()
+	if ri == nil {
+		return 0
+	}
+	ri.x.mu.RLock()
+	defer ri.x.mu.RUnlock()
+	return len(ri.x.entries)
+}

@@ -66,6 +66,7 @@ func (s *Stack) buildServe(ctx context.Context, o Options) error {
 		s.log.Warn("sweeping the workspaces of ended sessions failed", "error", err)
 	}
 	s.startSweepers(ctx, sessions, confirms)
+	s.warmAuditIndex(ctx)
 	return nil
 }
 
@@ -101,6 +102,7 @@ func (s *Stack) buildMCP(ctx context.Context, o Options) error {
 	}
 	s.svc = service.New(so)
 	s.startSweepers(ctx, sessions, confirms)
+	s.warmAuditIndex(ctx)
 	return nil
 }
 

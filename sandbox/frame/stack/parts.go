@@ -184,3 +184,18 @@ func (s *Stack) startSweepers(ctx context.Context, sessions *store.SessionStore,
 	go func() { defer s.bg.Done(); sessions.RunSweeper(ctx, time.Minute) }()
 	go func() { defer s.bg.Done(); confirms.RunSweeper(ctx, time.Minute) }()
 }
+
+// warmAuditIndex indexes the audit log in the background, so the first
+// audit search or skill history after start does not pay for it.
+func (s *Stack) warmAuditIndex(ctx context.Context) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		start := time.Now()
+		if err := s.svc.WarmAuditIndex(ctx); err != nil {
+			s.log.Warn("the audit log could not be indexed at start; searches index it on demand", "error", err)
+			return
+		}
+		s.log.Debug("audit log indexed", "took", time.Since(start))
+	}()
+}
