@@ -15,10 +15,16 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/pkg/atomicfile"
+	"github.com/containerd/containerd/v2/plugins/content/local"
+	clog "github.com/containerd/log"
+	"github.com/hashicorp/go-hclog"
 	"github.com/klauspost/compress/gzip"
+	"github.com/sirupsen/logrus"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
 
@@ -55,9 +61,9 @@ var defaultEnv = []string{
 	"LANG=C.UTF-8",
 }
 
-// layerBlob is a gzip layer written to a temporary file, not yet in the store.
+// layerBlob is a gzip layer written to a content store writer, not yet
+// committed.
 type layerBlob struct {
-	tmpPath  string
 	digest   digest.Digest // of the compressed bytes: the blob's name
 	diffID   digest.Digest // of the uncompressed tar: the config's rootfs entry
 	size     int64
@@ -68,27 +74,15 @@ type countWriter struct{ n int64 }
 
 func (c *countWriter) Write(p []byte) (int, error) { c.n += int64(len(p)); return len(p), nil }
 
-// writeLayer copies the rootfs tar from r into a gzip layer file in tmpDir,
+// writeLayer copies the rootfs tar from r into w as a gzip layer,
 // normalising it so that equal file trees give equal bytes: names lose the
 // "./" prefix, modification times are clamped to epoch and cut to seconds,
 // access/change times, user and group names and every PAX record except
 // extended attributes are dropped. The entry order is kept as mmdebstrap
-// wrote it (sorted by name).
-func writeLayer(ctx context.Context, r io.Reader, tmpDir string, epoch time.Time) (lb *layerBlob, err error) {
-	f, err := os.CreateTemp(tmpDir, "layer-*.tar.gz")
-	if err != nil {
-		return nil, err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-
-	compressed := digest.SHA256.Digester()
-	ccount := &countWriter{}
-	gz, err := gzip.NewWriterLevel(io.MultiWriter(f, compressed.Hash(), ccount), gzip.DefaultCompression)
+// wrote it (sorted by name). The writer digests what it is given, so the
+// layer is read and hashed once; committing it is the caller's.
+func writeLayer(ctx context.Context, r io.Reader, w content.Writer, epoch time.Time) (*layerBlob, error) {
+	gz, err := gzip.NewWriterLevel(w, gzip.DefaultCompression)
 	if err != nil {
 		return nil, err
 	}
@@ -134,17 +128,14 @@ func writeLayer(ctx context.Context, r io.Reader, tmpDir string, epoch time.Time
 	if err := gz.Close(); err != nil {
 		return nil, err
 	}
-	if err := f.Sync(); err != nil {
-		return nil, err
-	}
-	if err := f.Close(); err != nil {
+	st, err := w.Status()
+	if err != nil {
 		return nil, err
 	}
 	return &layerBlob{
-		tmpPath:  f.Name(),
-		digest:   compressed.Digest(),
+		digest:   w.Digest(),
 		diffID:   uncompressed.Digest(),
-		size:     ccount.n,
+		size:     st.Offset,
 		unpacked: ucount.n,
 	}, nil
 }
@@ -294,98 +285,126 @@ func makeConfigAndManifest(m imageMeta, layer *layerBlob) (config, manifest []by
 // `skopeo copy oci:<dir>/oci:python …` and friends work on it as is.
 func (s *Store) ociDir() string { return filepath.Join(s.dir, "oci") }
 
-// blobPath maps a digest to its file, refusing anything that is not a valid
-// sha256 digest so a tampered index.json cannot name a path outside blobs/.
-func (s *Store) blobPath(d digest.Digest) (string, error) {
-	if err := d.Validate(); err != nil {
-		return "", fmt.Errorf("digest %q: %w", d, err)
-	}
-	if d.Algorithm() != digest.SHA256 {
-		return "", fmt.Errorf("digest %q: only sha256 is supported", d)
-	}
-	return filepath.Join(s.ociDir(), "blobs", "sha256", d.Encoded()), nil
+// openContent opens the layout's blobs as a containerd local content store,
+// whose blob tree (<root>/blobs/sha256/<hex>) is the layout's own. It writes
+// a blob into <root>/ingest/ first and renames it into place, read-only,
+// once its size and digest are checked, so readers only ever see whole
+// blobs. The layout's readers (rootfs unpack, the containerd and Kubernetes
+// imports, skopeo) open blobs by digest and never look at ingest/.
+func openContent(root string) (content.Store, error) {
+	quietFsverityProbe()
+	return local.NewStore(root)
 }
 
-// writeBlobBytes stores b under its digest (atomically; a blob that is
-// already there is left alone, content addressing makes it identical).
-func (s *Store) writeBlobBytes(b []byte) (digest.Digest, error) {
-	d := digest.FromBytes(b)
-	p, err := s.blobPath(d)
-	if err != nil {
-		return "", err
-	}
-	if _, err := os.Stat(p); err == nil {
-		return d, nil
-	}
-	if err := writeFileAtomic(p, b, 0o644); err != nil {
-		return "", err
-	}
-	return d, nil
+// quietFsverityProbe keeps one message of containerd's local content store
+// off the terminal: opening a store probes its filesystem for fs-verity and
+// reports a filesystem without it (nearly all) as a warning through
+// containerd's process-wide logger, not the context's, where a CLI command
+// would print it among its progress lines. Where the filesystem has
+// fs-verity the store turns it on for every blob it commits; where it has
+// not, nothing is missing: blobs are checked against their digests when read.
+var quietFsverityProbe = sync.OnceFunc(func() {
+	l := clog.L.Logger
+	l.SetFormatter(dropFormatter{next: l.Formatter, msg: "failed check for fsverity support"})
+})
+
+// dropFormatter formats entries as next does, except those whose message is
+// msg, which it turns into nothing; with no next it turns every entry into
+// nothing.
+type dropFormatter struct {
+	next logrus.Formatter
+	msg  string
 }
 
-// moveBlob renames a finished temporary blob into place.
-func (s *Store) moveBlob(tmp string, d digest.Digest) error {
-	p, err := s.blobPath(d)
-	if err != nil {
-		return err
+func (f dropFormatter) Format(e *logrus.Entry) ([]byte, error) {
+	if f.next == nil || e.Message == f.msg {
+		return nil, nil
 	}
-	if _, err := os.Stat(p); err == nil {
-		return os.Remove(tmp)
-	}
-	if err := os.Chmod(tmp, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
+	return f.next.Format(e)
 }
 
-// readBlob reads a blob named by desc and checks its size and digest, so a
-// damaged store is reported rather than used.
+// contentLogger is the logger the content store gets through its context:
+// what it says goes to logger at debug level, never to stderr. Everything it
+// reports there is housekeeping (an ingest directory left behind, a time
+// not set); what fails an operation comes back as its error.
+func contentLogger(logger hclog.Logger) *clog.Entry {
+	l := logrus.New()
+	l.SetOutput(io.Discard)
+	l.SetFormatter(dropFormatter{}) // nothing is written, so nothing need be formatted
+	l.SetLevel(logrus.DebugLevel)
+	l.AddHook(hclogHook{logger})
+	return logrus.NewEntry(l)
+}
+
+type hclogHook struct{ l hclog.Logger }
+
+func (hclogHook) Levels() []logrus.Level { return logrus.AllLevels }
+
+func (h hclogHook) Fire(e *logrus.Entry) error {
+	args := []any{"containerd_level", e.Level.String()}
+	for k, v := range e.Data {
+		args = append(args, k, v)
+	}
+	h.l.Debug("content store: "+e.Message, args...)
+	return nil
+}
+
+// contentCtx is ctx for a content store call: it carries contentLogger.
+func (s *Store) contentCtx(ctx context.Context) context.Context {
+	return clog.WithLogger(ctx, s.clog)
+}
+
+// blobFile is where the blob d lies, for messages that must name the file.
+func (s *Store) blobFile(d digest.Digest) string {
+	return filepath.Join(s.ociDir(), "blobs", d.Algorithm().String(), d.Encoded())
+}
+
+// readBlob reads the manifest or config desc names and checks its size and
+// digest, so a damaged store is reported rather than used.
 func (s *Store) readBlob(desc v1.Descriptor) ([]byte, error) {
-	p, err := s.blobPath(desc.Digest)
-	if err != nil {
-		return nil, err
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
 	const maxMeta = 4 << 20 // manifests and configs are small
 	if desc.Size < 0 || desc.Size > maxMeta {
 		return nil, fmt.Errorf("blob %s: size %d is not that of a manifest or config", desc.Digest, desc.Size)
 	}
-	b, err := io.ReadAll(io.LimitReader(f, desc.Size+1))
+	ctx := s.contentCtx(context.Background())
+	// Info validates the digest (it names a file below blobs/) and gives the
+	// size before anything is read.
+	info, err := s.content.Info(ctx, desc.Digest)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("blob %s: %w", desc.Digest, err)
 	}
-	if int64(len(b)) != desc.Size || digest.FromBytes(b) != desc.Digest {
-		return nil, fmt.Errorf("blob %s is damaged (size or digest differs); rebuild the image", desc.Digest)
+	var b []byte
+	if info.Size == desc.Size {
+		if b, err = content.ReadBlob(ctx, s.content, desc); err != nil {
+			return nil, fmt.Errorf("blob %s: %w", desc.Digest, err)
+		}
+	}
+	if int64(len(b)) != desc.Size || desc.Digest.Algorithm().FromBytes(b) != desc.Digest {
+		return nil, fmt.Errorf("blob %s is damaged (size or digest differs): %s; rebuild the image", desc.Digest, s.blobFile(desc.Digest))
 	}
 	return b, nil
 }
 
-// readIndex reads index.json; a store without one has no images yet.
+// readIndex reads index.json; a store without one has no images yet. The
+// index is the layout's one mutable file, outside the content store.
 func (s *Store) readIndex() (*v1.Index, error) {
-	b, err := os.ReadFile(filepath.Join(s.ociDir(), "index.json"))
+	p := filepath.Join(s.ociDir(), v1.ImageIndexFile)
+	b, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return emptyIndex(), nil
+		return &v1.Index{
+			Versioned: specs.Versioned{SchemaVersion: 2},
+			MediaType: v1.MediaTypeImageIndex,
+			Manifests: []v1.Descriptor{},
+		}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
 	var idx v1.Index
 	if err := json.Unmarshal(b, &idx); err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(s.ociDir(), "index.json"), err)
+		return nil, fmt.Errorf("%s: %w", p, err)
 	}
 	return &idx, nil
-}
-
-func emptyIndex() *v1.Index {
-	return &v1.Index{
-		Versioned: specs.Versioned{SchemaVersion: 2},
-		MediaType: v1.MediaTypeImageIndex,
-		Manifests: []v1.Descriptor{},
-	}
 }
 
 // writeIndex replaces index.json atomically, entries sorted by ref name so
@@ -398,7 +417,7 @@ func (s *Store) writeIndex(idx *v1.Index) error {
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(s.ociDir(), "index.json"), append(b, '\n'), 0o644)
+	return writeFileAtomic(filepath.Join(s.ociDir(), v1.ImageIndexFile), append(b, '\n'), 0o644)
 }
 
 // writeFileAtomic writes b to a temporary file beside p, syncs it and renames

@@ -1,7 +1,9 @@
 package images
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +14,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/errdefs"
+	clog "github.com/containerd/log"
 	"github.com/hashicorp/go-hclog"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
@@ -60,6 +65,7 @@ type Image struct {
 // Store keeps images as one OCI image layout plus unpacked rootfs trees:
 //
 //	<dir>/oci/                 OCI image layout: oci-layout, index.json, blobs/sha256/…
+//	                           (and ingest/: blobs being written, see openContent)
 //	<dir>/rootfs/sha256-<hex>/ read-only rootfs of the image with that manifest digest
 //	<dir>/tmp/                 build and unpack scratch space (same filesystem, for renames)
 //	<dir>/locks/               flock files: store.lock, build-<name>.lock, rootfs-<hex>.lock
@@ -71,6 +77,9 @@ type Image struct {
 type Store struct {
 	dir    string
 	logger hclog.Logger
+	// content holds the layout's blobs; clog is the logger its calls get.
+	content content.Store
+	clog    *clog.Entry
 
 	mu      sync.Mutex
 	recipes map[string]*Recipe
@@ -131,6 +140,10 @@ func OpenStore(dir string, logger hclog.Logger) (*Store, error) {
 	if s.asRoot && !othersCanReach(s.rootfsDir()) {
 		logger.Warn("the image rootfs directory cannot be reached by other uids: runc in a user namespace cannot mount an image's rootfs; give every directory above it o+x (e.g. chmod 0711)", "dir", s.rootfsDir())
 	}
+	if s.content, err = openContent(s.ociDir()); err != nil {
+		return nil, fmt.Errorf("open image store %s: %w", abs, err)
+	}
+	s.clog = contentLogger(logger)
 	layout := filepath.Join(s.ociDir(), v1.ImageLayoutFile)
 	if _, err := os.Stat(layout); errors.Is(err, os.ErrNotExist) {
 		b := []byte(`{"imageLayoutVersion":"` + v1.ImageLayoutVersion + `"}` + "\n")
@@ -276,14 +289,30 @@ func (s *Store) getFor(r *Recipe) (*Image, error) {
 }
 
 // commit turns a rootfs tar into image r in the store: it writes the layer
-// (outside any lock, it is the slow part), then under the store lock moves
-// the blobs into place and points the ref at the new manifest.
+// into the content store's ingest area (outside any lock, it is the slow
+// part), then under the store lock commits the blobs and points the ref at
+// the new manifest. Prune takes the same lock, so it never sees a committed
+// blob that no ref names yet.
 func (s *Store) commit(ctx context.Context, r *Recipe, rootfsTar io.Reader, epoch time.Time, history string) (*Image, error) {
-	layer, err := writeLayer(ctx, rootfsTar, s.tmpDir(), epoch)
+	ctx = s.contentCtx(ctx)
+	// A ref of its own: a build that dies leaves its ingest for Prune, not
+	// for the next build to resume.
+	ref := "skillbox-layer-" + r.Name + "-" + rand.Text()
+	cw, err := s.content.Writer(ctx, content.WithRef(ref))
+	if err != nil {
+		return nil, fmt.Errorf("write layer: %w", err)
+	}
+	committed := false
+	defer func() {
+		cw.Close()
+		if !committed {
+			s.content.Abort(context.WithoutCancel(ctx), ref)
+		}
+	}()
+	layer, err := writeLayer(ctx, rootfsTar, cw, epoch)
 	if err != nil {
 		return nil, err
 	}
-	defer os.Remove(layer.tmpPath) // gone already once moved into blobs/
 	config, manifest, err := makeConfigAndManifest(imageMeta{
 		name:         r.Name,
 		recipeHash:   r.Hash(),
@@ -300,15 +329,20 @@ func (s *Store) commit(ctx context.Context, r *Recipe, rootfsTar io.Reader, epoc
 		return nil, err
 	}
 	defer lock.release()
-	if err := s.moveBlob(layer.tmpPath, layer.digest); err != nil {
-		return nil, err
+	// A blob that is there already is the same bytes: content addressing.
+	if err := cw.Commit(ctx, layer.size, layer.digest); err != nil && !errdefs.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("store layer %s: %w", layer.digest, err)
 	}
-	if _, err := s.writeBlobBytes(config); err != nil {
-		return nil, err
-	}
-	md, err := s.writeBlobBytes(manifest)
-	if err != nil {
-		return nil, err
+	committed = true
+	md := digest.FromBytes(manifest)
+	for _, b := range []struct {
+		mediaType string
+		data      []byte
+	}{{v1.MediaTypeImageConfig, config}, {v1.MediaTypeImageManifest, manifest}} {
+		desc := v1.Descriptor{MediaType: b.mediaType, Digest: digest.FromBytes(b.data), Size: int64(len(b.data))}
+		if err := content.WriteBlob(ctx, s.content, "skillbox-"+desc.Digest.Encoded(), bytes.NewReader(b.data), desc); err != nil {
+			return nil, fmt.Errorf("store blob %s: %w", desc.Digest, err)
+		}
 	}
 	idx, err := s.readIndex()
 	if err != nil {
@@ -373,6 +407,9 @@ func (s *Store) Prune(ctx context.Context) ([]string, error) {
 			keepBlobs[l.Digest.Encoded()] = true
 		}
 	}
+	// Listed here rather than with the content store's Walk, which sends
+	// every name that is not a digest (a temporary file a crash left) to
+	// containerd's process-wide logger and cannot delete it.
 	var removed []string
 	blobDir := filepath.Join(s.ociDir(), "blobs", string(digest.SHA256))
 	entries, err := os.ReadDir(blobDir)
@@ -388,6 +425,21 @@ func (s *Store) Prune(ctx context.Context) ([]string, error) {
 			return removed, err
 		}
 		removed = append(removed, p)
+	}
+	// Layers of builds that died half-way stay in the content store's
+	// ingest area; one not written to for a day belongs to no running
+	// build (see the scratch below).
+	if err := s.walkIngests(s.contentCtx(ctx), func(st content.Status) error {
+		if time.Since(st.UpdatedAt) < 24*time.Hour {
+			return nil
+		}
+		if err := s.content.Abort(s.contentCtx(ctx), st.Ref); err != nil {
+			return err
+		}
+		removed = append(removed, "unfinished blob "+st.Ref)
+		return nil
+	}); err != nil {
+		return removed, err
 	}
 	entries, err = os.ReadDir(s.rootfsDir())
 	if err != nil {
@@ -423,6 +475,27 @@ func (s *Store) Prune(ctx context.Context) ([]string, error) {
 		removed = append(removed, p)
 	}
 	return removed, nil
+}
+
+// walkIngests calls fn with the status of every blob being written (or
+// left half-written) in the content store. Unlike the store's ListStatuses
+// it passes over an ingest whose status cannot be read (a build that died
+// before writing any data) instead of failing; containerd's own garbage
+// collector walks them the same way.
+func (s *Store) walkIngests(ctx context.Context, fn func(content.Status) error) error {
+	w, ok := s.content.(interface {
+		WalkStatusRefs(context.Context, func(string) error) error
+	})
+	if !ok {
+		return nil
+	}
+	return w.WalkStatusRefs(ctx, func(ref string) error {
+		st, err := s.content.Status(ctx, ref)
+		if err != nil {
+			return nil
+		}
+		return fn(st)
+	})
 }
 
 // removeTree removes p and everything below it, first making directories

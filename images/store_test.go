@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/content"
+	clog "github.com/containerd/log"
 	"github.com/hashicorp/go-hclog"
 	"github.com/opencontainers/go-digest"
 	v1 "github.com/opencontainers/image-spec/specs-go/v1"
@@ -239,14 +241,135 @@ func TestRootFSDetectsDamage(t *testing.T) {
 	s := openTestStore(t)
 	img := commitSample(t, s, testRecipe("shell"), sampleRootfs(t), testEpoch)
 	layer := filepath.Join(s.LayoutDir(), "blobs", "sha256", strings.TrimPrefix(img.Layers[0], "sha256:"))
-	b, _ := os.ReadFile(layer)
-	b[len(b)-12] ^= 0xff // inside the deflate data or trailer
-	os.WriteFile(layer, b, 0o644)
+	tamper(t, layer, func(b []byte) { b[len(b)-12] ^= 0xff }) // inside the deflate data or trailer
 	if _, err := s.RootFS(context.Background(), img); err == nil {
 		t.Fatal("damaged layer unpacked")
 	}
 	if entries, _ := os.ReadDir(filepath.Join(s.Dir(), "rootfs")); len(entries) != 0 {
 		t.Errorf("rootfs dir not clean after failure: %v", entries)
+	}
+}
+
+// tamper changes the blob file p with edit. The store commits blobs
+// read-only (and fs-verity protected where the filesystem has it), so the
+// damaged copy replaces the file rather than writing into it.
+func tamper(t *testing.T, p string, edit func([]byte)) {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(b)
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDamagedBlobsRefused: a manifest, config or layer whose bytes no
+// longer match its digest is refused, and the error names the file.
+func TestDamagedBlobsRefused(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		blob func(t *testing.T, s *Store, img *Image) digest.Digest
+		use  func(s *Store, img *Image) error
+	}{
+		{"manifest", func(t *testing.T, s *Store, img *Image) digest.Digest { return digest.Digest(img.Digest) },
+			func(s *Store, img *Image) error { _, err := s.Get(img.Name); return err }},
+		{"config", func(t *testing.T, s *Store, img *Image) digest.Digest {
+			m, err := s.readManifest(mustDesc(t, s, img.Name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return m.Config.Digest
+		}, func(s *Store, img *Image) error { _, err := s.Get(img.Name); return err }},
+		{"layer", func(t *testing.T, s *Store, img *Image) digest.Digest { return digest.Digest(img.Layers[0]) },
+			func(s *Store, img *Image) error { _, err := s.RootFS(context.Background(), img); return err }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openTestStore(t)
+			img := commitSample(t, s, testRecipe("shell"), sampleRootfs(t), testEpoch)
+			p := filepath.Join(s.LayoutDir(), "blobs", "sha256", tc.blob(t, s, img).Encoded())
+			tamper(t, p, func(b []byte) { b[len(b)/2] ^= 0x01 })
+			err := tc.use(s, img)
+			if err == nil || !strings.Contains(err.Error(), "damaged") || !strings.Contains(err.Error(), p) {
+				t.Errorf("damaged %s: err = %v, want one naming %s", tc.name, err, p)
+			}
+		})
+	}
+}
+
+// TestContentStoreQuiet: opening a store, building into it and pruning it
+// print nothing through containerd's process-wide logger, which would reach
+// a CLI user's terminal.
+func TestContentStoreQuiet(t *testing.T) {
+	var out bytes.Buffer
+	l := clog.L.Logger
+	l.SetOutput(&out)
+	defer l.SetOutput(os.Stderr)
+	s := openTestStore(t)
+	img := commitSample(t, s, testRecipe("shell"), sampleRootfs(t), testEpoch)
+	if _, err := s.RootFS(context.Background(), img); err != nil {
+		t.Fatal(err)
+	}
+	commitSample(t, s, testRecipe("shell"), makeTar(t, []entry{{name: "./etc/", typ: tar.TypeDir}}), testEpoch)
+	if _, err := s.Prune(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("containerd's logger printed:\n%s", out.String())
+	}
+}
+
+// TestFailedCommitLeavesNoIngest: a layer that cannot be written leaves
+// nothing in the content store, and Prune clears what a build that died
+// left once it is a day old.
+func TestFailedCommitLeavesNoIngest(t *testing.T) {
+	s := openTestStore(t)
+	_, err := s.commit(context.Background(), testRecipe("shell"), bytes.NewReader(makeTar(t, []entry{{name: "/evil", body: "x"}})), testEpoch, "test")
+	if !errors.Is(err, ErrUnsafeLayer) {
+		t.Fatalf("commit of an unsafe tar: %v", err)
+	}
+	ingests := func() []string {
+		var refs []string
+		s.walkIngests(context.Background(), func(st content.Status) error { refs = append(refs, st.Ref); return nil })
+		return refs
+	}
+	if refs := ingests(); len(refs) != 0 {
+		t.Errorf("failed commit left ingests %v", refs)
+	}
+
+	// A build that died: its ingest stays until Prune finds it old.
+	for _, ref := range []string{"fresh", "old"} {
+		w, err := s.content.Writer(context.Background(), content.WithRef(ref))
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Write([]byte("half a layer"))
+		w.Close()
+	}
+	// The local content store keeps an ingest in ingest/<sha256 of its
+	// ref>/; its age is the later of updatedat and the data's mtime.
+	dayAgo := time.Now().Add(-25 * time.Hour)
+	old := filepath.Join(s.LayoutDir(), "ingest", digest.FromString("old").Encoded())
+	ts, _ := dayAgo.MarshalText()
+	if err := os.WriteFile(filepath.Join(old, "updatedat"), ts, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(filepath.Join(old, "data"), dayAgo, dayAgo); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := s.Prune(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(removed, " ") != "unfinished blob old" {
+		t.Errorf("prune removed %q", removed)
+	}
+	if refs := ingests(); strings.Join(refs, " ") != "fresh" {
+		t.Errorf("ingests after prune: %v", refs)
 	}
 }
 

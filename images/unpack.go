@@ -3,6 +3,7 @@ package images
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime/errkind"
 
+	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/pkg/archive"
 	"github.com/hashicorp/go-hclog"
 	"github.com/moby/sys/userns"
@@ -82,15 +84,11 @@ func (s *Store) RootFS(ctx context.Context, img *Image) (string, error) {
 		}
 	}
 
-	mp, err := s.blobPath(d)
-	if err != nil {
-		return "", err
-	}
-	st, err := os.Stat(mp)
+	st, err := s.content.Info(s.contentCtx(ctx), d)
 	if err != nil {
 		return "", errkind.Errorf(ErrNotBuilt, "image %q: manifest %s is missing from %s; run: skillbox images build %s", img.Name, d, s.ociDir(), img.Name)
 	}
-	man, err := s.readManifest(v1.Descriptor{MediaType: v1.MediaTypeImageManifest, Digest: d, Size: st.Size()})
+	man, err := s.readManifest(v1.Descriptor{MediaType: v1.MediaTypeImageManifest, Digest: d, Size: st.Size})
 	if err != nil {
 		return "", err
 	}
@@ -145,23 +143,35 @@ func (s *Store) RootFS(ctx context.Context, img *Image) (string, error) {
 // unpackBlob unpacks one layer blob, checking both its digest and its diffID
 // as it streams: a damaged or swapped blob fails the unpack.
 func (s *Store) unpackBlob(ctx context.Context, u *unpacker, l v1.Descriptor, diffID digest.Digest) error {
-	p, err := s.blobPath(l.Digest)
-	if err != nil {
-		return err
-	}
-	f, err := os.Open(p)
+	ra, err := s.content.ReaderAt(s.contentCtx(ctx), l)
 	if err != nil {
 		return fmt.Errorf("%w (rebuild the image)", err)
 	}
-	defer f.Close()
+	defer ra.Close()
 	compressed := l.Digest.Algorithm().Digester()
-	src := io.TeeReader(f, compressed.Hash())
+	src := io.TeeReader(content.NewReader(ra), compressed.Hash())
+	// checkBlob reads the rest of the blob and says whether it is the one
+	// its digest names. A damaged blob mostly fails gzip or tar first; it
+	// is reported as damaged, not as whatever broke. A cancelled unpack
+	// does not read on.
+	checkBlob := func(failed error) error {
+		if ctx.Err() != nil {
+			return cmp.Or(failed, ctx.Err())
+		}
+		if _, err := io.Copy(io.Discard, src); err != nil {
+			return errors.Join(failed, err)
+		}
+		if got := compressed.Digest(); got != l.Digest {
+			return fmt.Errorf("blob %s is damaged: its digest is %s; rebuild the image", s.blobFile(l.Digest), got)
+		}
+		return failed
+	}
 	var tarStream io.Reader
 	switch l.MediaType {
 	case v1.MediaTypeImageLayerGzip, "application/vnd.docker.image.rootfs.diff.tar.gzip":
 		gz, err := gzip.NewReader(src)
 		if err != nil {
-			return err
+			return checkBlob(err)
 		}
 		defer gz.Close()
 		tarStream = gz
@@ -172,17 +182,14 @@ func (s *Store) unpackBlob(ctx context.Context, u *unpacker, l v1.Descriptor, di
 	}
 	uncompressed := diffID.Algorithm().Digester()
 	if err := u.apply(ctx, io.TeeReader(tarStream, uncompressed.Hash())); err != nil {
-		return err
+		return checkBlob(err)
 	}
 	// Hash what the tar reader did not need (end padding, gzip trailer).
 	if _, err := io.Copy(io.Discard, io.TeeReader(tarStream, uncompressed.Hash())); err != nil {
-		return err
+		return checkBlob(err)
 	}
-	if _, err := io.Copy(io.Discard, src); err != nil {
+	if err := checkBlob(nil); err != nil {
 		return err
-	}
-	if got := compressed.Digest(); got != l.Digest {
-		return fmt.Errorf("blob is damaged: its digest is %s; rebuild the image", got)
 	}
 	if got := uncompressed.Digest(); got != diffID {
 		return fmt.Errorf("layer content digest %s differs from the config's %s; rebuild the image", got, diffID)
