@@ -33,8 +33,28 @@ import (
 
 // ErrUnsafeLayer is returned when a layer holds an entry that would land
 // outside the rootfs (absolute path, "..", a path through a symlink, a hard
-// link to outside). Such an image is refused whole, never partly unpacked.
+// link to outside) or a sparse file, whose holes the unpack would write out
+// in full. Such an image is refused whole, never partly unpacked.
 var ErrUnsafeLayer = errors.New("unsafe layer entry")
+
+// ErrLayerTooLarge is returned when a layer's files come to more than
+// MaxLayerUnpackedBytes.
+var ErrLayerTooLarge = errors.New("layer too large")
+
+// MaxLayerUnpackedBytes bounds what one layer unpacks to: the sizes of its
+// regular files, summed. The layers unpacked here are those of the images
+// this store builds, one per image, from mmdebstrap's tree (the python
+// image's comes to 1.7 GiB); dependency layers are directories the layer
+// store writes, never unpacked from a tar, and the kubernetes backend
+// leaves unpacking to the nodes' containerd. A gzip layer can grow about a
+// thousandfold when unpacked and its digest is known only once it has been
+// read, so a damaged or planted blob would otherwise fill the disk before
+// it is found out. The bound is far above any image a recipe makes.
+const MaxLayerUnpackedBytes = 32 << 30
+
+// gnuSparseRecord prefixes the PAX records of GNU sparse files (formats
+// 0.0, 0.1 and 1.0).
+const gnuSparseRecord = "GNU.sparse."
 
 // UnpackedRootFS returns the directory of img's root filesystem if it is
 // unpacked already, without unpacking anything: for cheap looks at an
@@ -244,6 +264,8 @@ type unpacker struct {
 	// pending holds the extended attributes of the entry Apply is writing;
 	// they are set once it is written.
 	pending *pendingXattrs
+	// maxLayerBytes bounds the file sizes of one layer, summed.
+	maxLayerBytes int64
 }
 
 type dirMeta struct {
@@ -267,7 +289,7 @@ func newUnpacker(dir string, asRoot bool, logger hclog.Logger) (*unpacker, error
 		return nil, err
 	}
 	return &unpacker{dir: abs, root: root, asRoot: asRoot, logger: logger,
-		dirs: map[string]dirMeta{}, realDirs: map[string]bool{}}, nil
+		dirs: map[string]dirMeta{}, realDirs: map[string]bool{}, maxLayerBytes: MaxLayerUnpackedBytes}, nil
 }
 
 func (u *unpacker) close() error { return u.root.Close() }
@@ -315,6 +337,7 @@ type layerReader struct {
 	tw      *tar.Writer  // writes the segment into out
 	body    int64        // bytes of the current entry still to copy
 	held    *tar.Header  // the entry that starts the next segment
+	files   int64        // the sizes of the layer's files passed on, summed
 	entries int          // entries passed on in this segment
 	headers int          // headers read, for cancellation checks
 	closed  bool         // the segment's end is in out
@@ -394,6 +417,12 @@ func (l *layerReader) fill(max int) error {
 		if !pass {
 			continue
 		}
+		if hdr.Typeflag == tar.TypeReg {
+			if hdr.Size > l.u.maxLayerBytes-l.files {
+				return errkind.Errorf(ErrLayerTooLarge, "layer entry %s, of %s, brings the layer's files past %s, the limit on what one layer unpacks to (images.MaxLayerUnpackedBytes); the layer is refused", hdr.Name, HumanSize(hdr.Size), HumanSize(l.u.maxLayerBytes))
+			}
+			l.files += hdr.Size
+		}
 		if err := l.tw.WriteHeader(hdr); err != nil {
 			return fmt.Errorf("layer entry %s: %w", hdr.Name, err)
 		}
@@ -444,7 +473,9 @@ func unsafeErr(name, why string) error {
 // extended attributes of files and directories, nothing else. It is nil for
 // entries left out (the root itself, whose mode is the store's to set;
 // global headers; device nodes when not root) and an error for entries
-// refused.
+// refused, among them sparse files: archive/tar reads their holes as
+// zeros, so a few bytes of layer would be written out as the file's whole
+// length, and mmdebstrap makes none.
 func (u *unpacker) layerHeader(hdr *tar.Header) (*tar.Header, error) {
 	name, err := layerName(hdr.Name)
 	if err != nil {
@@ -456,6 +487,9 @@ func (u *unpacker) layerHeader(hdr *tar.Header) (*tar.Header, error) {
 	if victim, ok := strings.CutPrefix(path.Base(name), ".wh."); ok && victim != opaqueWhiteout[len(".wh."):] &&
 		(victim == "" || victim == "." || victim == "..") {
 		return nil, unsafeErr(name, "is a whiteout that names no entry of its directory")
+	}
+	if sparseEntry(hdr) {
+		return nil, unsafeErr(name, fmt.Sprintf("is a sparse file of %s (GNU sparse format), which a layer never holds: its holes would be written out in full", HumanSize(hdr.Size)))
 	}
 	out := &tar.Header{
 		Name:    name,
@@ -508,6 +542,20 @@ func (u *unpacker) layerHeader(hdr *tar.Header) (*tar.Header, error) {
 		}
 	}
 	return out, nil
+}
+
+// sparseEntry says whether hdr is a sparse file: the old GNU type 'S' or a
+// PAX entry with GNU sparse records.
+func sparseEntry(hdr *tar.Header) bool {
+	if hdr.Typeflag == tar.TypeGNUSparse {
+		return true
+	}
+	for k := range hdr.PAXRecords {
+		if strings.HasPrefix(k, gnuSparseRecord) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkParents refuses entry when a directory above p is a symlink or not a

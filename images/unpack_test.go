@@ -7,7 +7,10 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+
+	"github.com/hashicorp/go-hclog"
 )
 
 // TestUnpackConfinement feeds hostile layers to the unpacker. Each must be
@@ -126,12 +129,133 @@ func FuzzUnpackTar(f *testing.F) {
 	} {
 		f.Add(makeTar(f, entries))
 	}
+	for _, name := range sparseFixtures {
+		f.Add(readFixture(f, name))
+	}
+	f.Add(declaredSizeTar(f, "huge", 1<<40))
 	f.Fuzz(func(t *testing.T, layer []byte) {
 		base, target, outside := confinementDirs(t)
 		_ = UnpackTar(context.Background(), bytes.NewReader(layer), target, nil)
 		checkConfined(t, base, target, outside)
 		removeTree(target) // read-only dirs, when not root
 	})
+}
+
+// sparseFixtures are tars made by GNU tar 1.34 (tar -b1 --sparse, with
+// --format=gnu or --format=posix --sparse-version=V) of etc/hostname and
+// huge, a 1 TiB sparse file of 5 bytes of data at its end.
+var sparseFixtures = []string{"sparse-gnu.tar", "sparse-pax-0.0.tar", "sparse-pax-0.1.tar", "sparse-pax-1.0.tar"}
+
+func readFixture(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// declaredSizeTar is the header of a regular file of size bytes and
+// nothing after it: a layer claiming more than it holds.
+func declaredSizeTar(t testing.TB, name string, size int64) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: size, ModTime: testEpoch}); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes() // tw is not closed: the body is missing
+}
+
+// TestUnpackRefusesSparse: a sparse entry, in any of the GNU formats, is
+// refused before anything is written for it, however large it claims to be.
+func TestUnpackRefusesSparse(t *testing.T) {
+	for _, name := range sparseFixtures {
+		t.Run(name, func(t *testing.T) {
+			base, target, outside := confinementDirs(t)
+			err := UnpackTar(context.Background(), bytes.NewReader(readFixture(t, name)), target, nil)
+			if !errors.Is(err, ErrUnsafeLayer) {
+				t.Fatalf("sparse layer: err = %v, want ErrUnsafeLayer", err)
+			}
+			for _, want := range []string{`"huge"`, "sparse", "1.0 TiB"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %s", err, want)
+				}
+			}
+			if _, err := os.Lstat(filepath.Join(target, "huge")); err == nil {
+				t.Error("huge was written")
+			}
+			checkConfined(t, base, target, outside)
+		})
+	}
+}
+
+// unpackLimited unpacks layers into dir as RootFS does, with max as the
+// bound on each layer's files.
+func unpackLimited(t *testing.T, dir string, max int64, layers ...[]byte) error {
+	t.Helper()
+	u, err := newUnpacker(dir, os.Geteuid() == 0, hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer u.close()
+	u.maxLayerBytes = max
+	for _, l := range layers {
+		if err := u.apply(context.Background(), bytes.NewReader(l)); err != nil {
+			return err
+		}
+	}
+	return u.finish()
+}
+
+// TestUnpackLayerBound: the file sizes of one layer, summed, may not pass
+// the bound; an entry that would is refused before it is written.
+func TestUnpackLayerBound(t *testing.T) {
+	body := func(n int) string { return strings.Repeat("x", n) }
+	tests := []struct {
+		name    string
+		max     int64
+		layers  [][]byte
+		refused string // the entry named in the error, "" for none
+		absent  []string
+	}{
+		{name: "declared 1 TiB, default bound", max: MaxLayerUnpackedBytes,
+			layers: [][]byte{declaredSizeTar(t, "huge", 1<<40)}, refused: "huge", absent: []string{"huge"}},
+		{name: "sum over the bound", max: 1000,
+			layers:  [][]byte{makeTar(t, []entry{{name: "a", body: body(600)}, {name: "d/", typ: tar.TypeDir}, {name: "d/b", body: body(600)}})},
+			refused: "d/b", absent: []string{"d/b"}},
+		{name: "sum at the bound", max: 1000,
+			layers: [][]byte{makeTar(t, []entry{{name: "a", body: body(500)}, {name: "b", body: body(500)}})}},
+		{name: "hard links count once", max: 1000,
+			layers: [][]byte{makeTar(t, []entry{{name: "a", body: body(600)}, {name: "l", typ: tar.TypeLink, link: "a"}})}},
+		{name: "the bound is per layer", max: 1000,
+			layers: [][]byte{makeTar(t, []entry{{name: "a", body: body(600)}}), makeTar(t, []entry{{name: "b", body: body(600)}})}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			err := unpackLimited(t, dir, tt.max, tt.layers...)
+			if tt.refused == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrLayerTooLarge) {
+				t.Fatalf("err = %v, want ErrLayerTooLarge", err)
+			}
+			for _, want := range []string{"layer entry " + tt.refused + ",", HumanSize(tt.max), "MaxLayerUnpackedBytes"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("error %q does not say %q", err, want)
+				}
+			}
+			for _, p := range tt.absent {
+				if _, err := os.Lstat(filepath.Join(dir, p)); err == nil {
+					t.Errorf("%s was written", p)
+				}
+			}
+		})
+	}
 }
 
 func TestUnpackReplacesAndWhiteouts(t *testing.T) {

@@ -45,7 +45,7 @@ type sandbox struct {
 	spec  runtime.SandboxSpec
 	b     *oci.Bundle
 	cg    string
-	state int
+	stage process.Stage
 	// opts are the backend's spec options with this sandbox's egress
 	// (eg, nil without one) filled in.
 	opts oci.SpecOptions
@@ -70,19 +70,11 @@ type sandbox struct {
 	lim     runtime.Limits
 	started time.Time
 
-	done        chan struct{} // closed at Destroy
-	lifeCtx     context.Context
-	lifeCancel  context.CancelFunc
-	destroyOnce sync.Once
-	destroyErr  error
+	done       chan struct{} // closed at Destroy
+	lifeCtx    context.Context
+	lifeCancel context.CancelFunc
+	destroyed  process.DestroyOnce
 }
-
-const (
-	stateCreated = iota
-	stateStarted
-	stateDelivered
-	stateWaited
-)
 
 // execID is the id of the job exec'd into a BootExec sandbox.
 const execID = "job"
@@ -194,10 +186,9 @@ func (s *sandbox) ioCreator(stdin io.Reader, st *process.Streams) cio.Creator {
 
 // Start boots a warm sandbox's first process and waits until it is ready.
 func (s *sandbox) Start(ctx context.Context) error {
-	if s.state != stateCreated {
-		return fmt.Errorf("sandbox %s: Start after Start", s.spec.ID)
+	if err := s.stage.Start(s.spec.ID); err != nil {
+		return err
 	}
-	s.state = stateStarted
 	if s.spec.Boot == runtime.BootCold {
 		return nil
 	}
@@ -258,11 +249,7 @@ func (s *sandbox) startWatchdog() error {
 
 // Deliver writes the invocation's files into the workdir and starts it.
 func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
-	if s.state != stateStarted {
-		return fmt.Errorf("sandbox %s: Deliver before Start or twice", s.spec.ID)
-	}
-	s.state = stateDelivered
-	job, err := process.Admit(ctx, s.spec, inv, s.cg, s.b)
+	job, err := s.stage.Deliver(ctx, s.spec, inv, s.cg, s.b)
 	if err != nil {
 		return err
 	}
@@ -280,14 +267,9 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 	}
 	switch s.spec.Boot {
 	case runtime.BootPython:
-		msg, err := process.SupervisorMessage(job)
-		if err != nil {
+		if s.started, err = process.HandOver(&s.initIn, job); err != nil {
 			return err
 		}
-		in := s.initIn
-		s.initIn = nil
-		s.started = time.Now()
-		process.FeedAndClose(in, msg)
 		s.streams, s.initStreams = s.initStreams, nil
 		s.streams.Drain(s.lim, job.Invocation.Stdout, job.Invocation.Stderr)
 		s.exit, s.proc = s.initExit, s.task
@@ -339,10 +321,9 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) error {
 
 // Wait waits for the job to end and collects its result.
 func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
-	if s.state != stateDelivered || s.exit == nil {
-		return nil, fmt.Errorf("sandbox %s: Wait without a delivered job", s.spec.ID)
+	if err := s.stage.Wait(s.spec.ID, s.exit != nil); err != nil {
+		return nil, err
 	}
-	s.state = stateWaited
 	ex, exited, reason := process.AwaitEnd(ctx, s.exit, process.Ends{
 		Left:       s.lim.Timeout - time.Since(s.started),
 		StdoutOver: s.streams.Over(), StderrOver: s.streams.OverErr(), Egress: s.eg,
@@ -513,17 +494,17 @@ const runscKilledCode = 255
 
 // Destroy removes everything the sandbox made, with a context of its own.
 func (s *sandbox) Destroy(context.Context) error {
-	s.destroyOnce.Do(func() {
+	return s.destroyed.Do(func() error {
 		close(s.done)
-		s.destroyErr = s.teardown()
+		err := s.teardown()
 		s.lifeCancel()
 		s.c.live.Remove(s.spec.ID)
+		return err
 	})
-	return s.destroyErr
 }
 
 func (s *sandbox) teardown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), process.TeardownTimeout)
+	ctx, cancel := process.TeardownContext()
 	defer cancel()
 	var errs []error
 	if s.initIn != nil {

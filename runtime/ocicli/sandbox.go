@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 	"unsafe"
@@ -43,15 +42,6 @@ func reportingSupervisor() []string {
 // Names in the bundle dir.
 const execProcessFile = "process.json"
 
-type sandboxState int
-
-const (
-	stateCreated sandboxState = iota
-	stateStarted
-	stateDelivered
-	stateWaited
-)
-
 // sandbox is one container of an engine going through the lifecycle.
 type sandbox struct {
 	e       *engine
@@ -60,7 +50,7 @@ type sandbox struct {
 	opts    oci.SpecOptions
 	b       *oci.Bundle
 	cgPath  string
-	state   sandboxState
+	stage   process.Stage
 
 	// lifeCtx outlives the caller's ctx on purpose: the CLIs must stay
 	// until we have stopped the container and read its counters; Destroy
@@ -100,8 +90,7 @@ type sandbox struct {
 	// mem holds the memory limit of a rootless sandbox (nil otherwise).
 	mem *memoryWatch
 
-	destroyOnce sync.Once
-	destroyErr  error
+	destroyed process.DestroyOnce
 }
 
 var _ runtime.Sandbox = (*sandbox)(nil)
@@ -156,10 +145,9 @@ func (s *sandbox) ID() string { return s.spec.ID }
 
 // Start boots a warm sandbox's first process and waits until it is ready.
 func (s *sandbox) Start(ctx context.Context) (err error) {
-	if s.state != stateCreated {
-		return fmt.Errorf("sandbox %s: Start after Start", s.spec.ID)
+	if err := s.stage.Start(s.spec.ID); err != nil {
+		return err
 	}
-	s.state = stateStarted
 	if s.spec.Boot == runtime.BootCold {
 		return nil
 	}
@@ -376,11 +364,7 @@ func (s *sandbox) startCLI(global, args []string, stdin, stdout, stderr, extra *
 }
 
 func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) (err error) {
-	if s.state != stateStarted {
-		return fmt.Errorf("sandbox %s: Deliver before Start or twice", s.spec.ID)
-	}
-	s.state = stateDelivered
-	job, err := process.Admit(ctx, s.spec, inv, s.cgPath, s.b)
+	job, err := s.stage.Deliver(ctx, s.spec, inv, s.cgPath, s.b)
 	if err != nil {
 		return err
 	}
@@ -394,14 +378,9 @@ func (s *sandbox) Deliver(ctx context.Context, inv runtime.Invocation) (err erro
 
 	switch s.spec.Boot {
 	case runtime.BootPython:
-		msg, err := process.SupervisorMessage(job)
-		if err != nil {
+		if s.started, err = process.HandOver(&s.initIn, job); err != nil {
 			return err
 		}
-		in := s.initIn
-		s.initIn = nil
-		s.started = time.Now()
-		process.FeedAndClose(in, msg)
 		s.jobExited, s.jobStatus = s.initExited, s.initStatus
 		if !s.detached {
 			s.jobCmd = s.runCmd
@@ -502,10 +481,9 @@ func (s *sandbox) startJob(stdin []byte, start func(in, out, errw *os.File) erro
 }
 
 func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
-	if s.state != stateDelivered || s.jobExited == nil {
-		return nil, fmt.Errorf("sandbox %s: Wait without a delivered job", s.spec.ID)
+	if err := s.stage.Wait(s.spec.ID, s.jobExited != nil); err != nil {
+		return nil, err
 	}
-	s.state = stateWaited
 	e, id := s.e, s.spec.ID
 	_, exited, reason := process.AwaitEnd(ctx, s.jobExited, process.Ends{
 		Left:       s.lim.Timeout - time.Since(s.started),
@@ -574,15 +552,14 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 // Destroy removes everything the sandbox made. It uses its own context so
 // that a cancelled caller cannot leave a container, mount or cgroup behind.
 func (s *sandbox) Destroy(context.Context) error {
-	s.destroyOnce.Do(func() {
-		s.destroyErr = s.teardown()
-		s.e.live.Remove(s.spec.ID)
+	return s.destroyed.Do(func() error {
+		defer s.e.live.Remove(s.spec.ID)
+		return s.teardown()
 	})
-	return s.destroyErr
 }
 
 func (s *sandbox) teardown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), process.TeardownTimeout)
+	ctx, cancel := process.TeardownContext()
 	defer cancel()
 	var errs []error
 	if s.runCmd != nil {

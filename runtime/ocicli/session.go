@@ -107,8 +107,7 @@ type sessionSandbox struct {
 	frozen   bool
 	reserved runtime.CheckpointBudget
 
-	destroyOnce sync.Once
-	destroyErr  error
+	destroyed process.DestroyOnce
 }
 
 var _ runtime.SessionSandbox = (*sessionSandbox)(nil)
@@ -408,16 +407,15 @@ func (s *sessionSandbox) destroyLocked() error {
 		// Runs waiting for the thaw find the sandbox gone.
 		defer s.fg.Unlock()
 	}
-	s.destroyOnce.Do(func() {
-		s.destroyErr = s.teardown()
-		s.e.sessions.Remove(s.spec.ID)
-		s.markDone()
+	return s.destroyed.Do(func() error {
+		defer s.markDone()
+		defer s.e.sessions.Remove(s.spec.ID)
+		return s.teardown()
 	})
-	return s.destroyErr
 }
 
 func (s *sessionSandbox) teardown() error {
-	ctx, cancel := context.WithTimeout(context.Background(), process.TeardownTimeout)
+	ctx, cancel := process.TeardownContext()
 	defer cancel()
 	var errs []error
 	if s.runCmd != nil {
