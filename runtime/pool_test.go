@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/runtime/waitfor"
 )
 
@@ -44,7 +45,7 @@ func (s *fakeSB) Deliver(context.Context, Invocation) error {
 	return nil
 }
 func (s *fakeSB) Wait(context.Context) (*Result, error) {
-	return &Result{Reason: ReasonExit, Warm: s.spec.Boot != BootCold}, nil
+	return &Result{Summary: outcome.Summary{Reason: ReasonExit, Warm: s.spec.Boot != BootCold}}, nil
 }
 func (s *fakeSB) Destroy(context.Context) error {
 	s.lc.mu.Lock()

@@ -26,6 +26,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/outcome"
 )
 
 // Sentinel errors; backends wrap them with %w so callers can classify
@@ -39,20 +40,20 @@ var (
 	ErrUnknownRuntime = errors.New("unknown runtime")
 )
 
-// Reason says why a run ended.
-type Reason string
+// Reason says why a run ended; it is declared with the run's summary
+// (runtime/outcome), which the wire's types share.
+type Reason = outcome.Reason
 
+// Why a run ended (outcome's Reasons).
 const (
-	ReasonExit      Reason = "exit"       // the process exited by itself
-	ReasonTimeout   Reason = "timeout"    // wall-clock limit hit; the sandbox was killed
-	ReasonOOM       Reason = "oom"        // memory limit hit
-	ReasonPids      Reason = "pids"       // pids limit hit
-	ReasonOutputCap Reason = "output_cap" // stdout/stderr over the cap; the sandbox was killed
-	ReasonCancelled Reason = "cancelled"  // stopped on request (runs.cancel); the sandbox was killed
-	ReasonKilled    Reason = "killed"     // killed from outside (caller cancelled, signal)
-	// ReasonEgressCap: the run hit its cap on egress connections or bytes
-	// sent (Result.Egress.LimitHit says which); the sandbox was killed.
-	ReasonEgressCap Reason = "egress_cap"
+	ReasonExit      = outcome.ReasonExit
+	ReasonTimeout   = outcome.ReasonTimeout
+	ReasonOOM       = outcome.ReasonOOM
+	ReasonPids      = outcome.ReasonPids
+	ReasonOutputCap = outcome.ReasonOutputCap
+	ReasonCancelled = outcome.ReasonCancelled
+	ReasonKilled    = outcome.ReasonKilled
+	ReasonEgressCap = outcome.ReasonEgressCap
 )
 
 // Paths inside every container.
@@ -168,42 +169,20 @@ type OutputFile struct {
 
 // Result is what a run produced. A non-nil error from Run means the sandbox
 // itself could not be set up or torn down; a script failing is a Result.
+// Its Summary (exit, signal, reason, the caps hit, what the script deleted,
+// the runtime and what held each limit) is the part every result of the
+// run carries on; the streams, files and timing are the sandbox's own
+// forms of them. A backend sets LimitsEnforcedBy from the EnforcedBy
+// constants (see Enforcement) and OutputsTruncatedBy to a Cap constant.
 type Result struct {
-	ExitCode        int           `json:"exit_code"`
-	Signal          string        `json:"signal,omitempty"`
-	Reason          Reason        `json:"reason"`
-	Stdout          []byte        `json:"-"`
-	Stderr          []byte        `json:"-"`
-	StdoutTruncated bool          `json:"stdout_truncated"`
-	StderrTruncated bool          `json:"stderr_truncated"`
-	Duration        time.Duration `json:"-"`
-	Outputs         []OutputFile  `json:"outputs,omitempty"`
-	// OutputsSkipped names entries that were not collected and why
-	// (symlinks and special files the script made, files over a cap, ...),
-	// at most 100 by name, then a count.
-	OutputsSkipped []string `json:"outputs_skipped,omitempty"`
-	// OutputsTruncated says a cap left changed files out; OutputsTruncatedBy
-	// names the first cap hit (CapOutputFiles, CapOutputBytes or
-	// CapOutputFileBytes), OutputsOmittedFiles and OutputsOmittedBytes count
-	// what the caps left out (bytes by the files' sizes).
-	OutputsTruncated    bool   `json:"outputs_truncated,omitempty"`
-	OutputsTruncatedBy  string `json:"outputs_truncated_by,omitempty"`
-	OutputsOmittedFiles int    `json:"outputs_omitted_files,omitempty"`
-	OutputsOmittedBytes int64  `json:"outputs_omitted_bytes,omitempty"`
-	// Deleted are the input files and symlinks the script removed from
-	// /work (relative paths, in lexical order).
-	Deleted        []string `json:"deleted,omitempty"`
-	Runtime        string   `json:"runtime"`
-	RuntimeVersion string   `json:"runtime_version"`
-	// Warm says the job ran in a pre-booted sandbox (see Pool).
-	Warm bool `json:"warm"`
+	outcome.Summary
+	Stdout   []byte        `json:"-"`
+	Stderr   []byte        `json:"-"`
+	Duration time.Duration `json:"-"`
+	Outputs  []OutputFile  `json:"outputs,omitempty"`
 	// Egress sums up the run's connections through the egress proxy; nil
 	// for runs without egress.
 	Egress *egress.Stats `json:"egress,omitempty"`
-	// LimitsEnforcedBy names, for each limit by its HCL name (memory,
-	// pids, cpus, timeout, ...), what enforced it in this run (the
-	// EnforcedBy constants; see Enforcement).
-	LimitsEnforcedBy map[string]string `json:"limits_enforced_by,omitempty"`
 }
 
 // Runtime runs jobs. Implementations must remove every container, bundle and

@@ -19,6 +19,7 @@ import (
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/runner"
 	"github.com/skillbox/skillbox/skills"
@@ -468,18 +469,18 @@ func TestScriptExitCode(t *testing.T) {
 		res  runtime.Result
 		want int
 	}{
-		{runtime.Result{Reason: runtime.ReasonExit}, 0},
-		{runtime.Result{Reason: runtime.ReasonExit, ExitCode: 3}, 3},
-		{runtime.Result{Reason: runtime.ReasonExit, ExitCode: 255}, 255},
-		{runtime.Result{Reason: runtime.ReasonKilled, Signal: "SIGKILL", ExitCode: -1}, 137},
-		{runtime.Result{Reason: runtime.ReasonExit, Signal: "SIGTERM"}, 143},
-		{runtime.Result{Reason: runtime.ReasonExit, Signal: "TERM"}, 143},
-		{runtime.Result{Reason: runtime.ReasonExit, Signal: "SIGWHAT"}, 137},
-		{runtime.Result{Reason: runtime.ReasonTimeout, Signal: "SIGKILL"}, 137},
-		{runtime.Result{Reason: runtime.ReasonTimeout, ExitCode: 0}, exitTimeout}, // caught SIGTERM, exited 0
-		{runtime.Result{Reason: runtime.ReasonTimeout, ExitCode: 2}, 2},
-		{runtime.Result{Reason: runtime.ReasonOOM}, 1},
-		{runtime.Result{Reason: runtime.ReasonOutputCap}, 1},
+		{runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonExit}}, 0},
+		{runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonExit, ExitCode: 3}}, 3},
+		{runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonExit, ExitCode: 255}}, 255},
+		{runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonKilled, Signal: "SIGKILL", ExitCode: -1}}, 137},
+		{runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonExit, Signal: "SIGTERM"}}, 143},
+		{runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonExit, Signal: "TERM"}}, 143},
+		{runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonExit, Signal: "SIGWHAT"}}, 137},
+		{runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonTimeout, Signal: "SIGKILL"}}, 137},
+		{runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonTimeout, ExitCode: 0}}, exitTimeout}, // caught SIGTERM, exited 0
+		{runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonTimeout, ExitCode: 2}}, 2},
+		{runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonOOM}}, 1},
+		{runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonOutputCap}}, 1},
 	} {
 		if got := scriptExitCode(&tc.res); got != tc.want {
 			t.Errorf("%+v: got %d, want %d", tc.res, got, tc.want)

@@ -94,7 +94,7 @@ func TestDaemonStreamsRunOutput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Reason != string(runtime.ReasonExit) || res.ExitCode != 0 || !strings.Contains(res.Stdout, "tick 60\n") {
+	if res.Reason != runtime.ReasonExit || res.ExitCode != 0 || !strings.Contains(res.Stdout, "tick 60\n") {
 		t.Fatalf("result: %+v", res)
 	}
 	got := ev.list()
@@ -169,7 +169,7 @@ func TestDaemonCancelRun(t *testing.T) {
 	if a.err != nil {
 		t.Fatalf("cancelled run: %v", a.err)
 	}
-	if a.res.Reason != string(runtime.ReasonCancelled) || a.res.RunID != runID || strings.Contains(a.res.Stdout, "tick 60") {
+	if a.res.Reason != runtime.ReasonCancelled || a.res.RunID != runID || strings.Contains(a.res.Stdout, "tick 60") {
 		t.Fatalf("cancelled run's result: %+v", a.res)
 	}
 	got := ev.list()

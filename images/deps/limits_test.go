@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 )
 
 // A small wheel that unpacks hugely must not build a
@@ -34,7 +35,7 @@ func (f *fakeRuntime) Run(ctx context.Context, job runtime.Job) (*runtime.Result
 	f.jobs = append(f.jobs, job)
 	f.mu.Unlock()
 	if f.result == nil {
-		return &runtime.Result{Reason: runtime.ReasonExit}, nil
+		return &runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 	}
 	return f.result(job), nil
 }
@@ -150,13 +151,19 @@ func TestInstallBoundedByLayerCap(t *testing.T) {
 		want   error
 		says   string
 	}{
-		{"ran out of room while unpacking", &runtime.Result{Reason: runtime.ReasonExit, ExitCode: 1,
-			Stderr: []byte("ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device\n")}, ErrTooLarge, "while unpacking"},
-		{"outputs over the cap", &runtime.Result{Reason: runtime.ReasonExit, OutputsTruncated: true, OutputsTruncatedBy: runtime.CapOutputBytes,
-			Outputs: []runtime.OutputFile{{Path: "out/python/a.py", Size: 6 << 20}}, OutputsOmittedBytes: 6 << 20}, ErrTooLarge, "12.0 MiB"},
-		{"output cut", &runtime.Result{Reason: runtime.ReasonExit, ExitCode: 2, StderrTruncated: true,
-			Stderr: []byte("lots\nERROR: bad wheel\n")}, ErrBuild, "installer output cut at 262144 bytes"},
-		{"fits", &runtime.Result{Reason: runtime.ReasonExit, Outputs: []runtime.OutputFile{{Path: "out/python/a.py", Size: 1, Data: []byte("x")}}}, nil, ""},
+		{"ran out of room while unpacking", &runtime.Result{
+			Stderr:  []byte("ERROR: Could not install packages due to an OSError: [Errno 28] No space left on device\n"),
+			Summary: outcome.Summary{Reason: runtime.ReasonExit, ExitCode: 1},
+		}, ErrTooLarge, "while unpacking"},
+		{"outputs over the cap", &runtime.Result{
+			Outputs: []runtime.OutputFile{{Path: "out/python/a.py", Size: 6 << 20}},
+			Summary: outcome.Summary{Reason: runtime.ReasonExit, OutputsTruncated: true, OutputsTruncatedBy: runtime.CapOutputBytes, OutputsOmittedBytes: 6 << 20},
+		}, ErrTooLarge, "12.0 MiB"},
+		{"output cut", &runtime.Result{
+			Stderr:  []byte("lots\nERROR: bad wheel\n"),
+			Summary: outcome.Summary{Reason: runtime.ReasonExit, ExitCode: 2, StderrTruncated: true},
+		}, ErrBuild, "installer output cut at 262144 bytes"},
+		{"fits", &runtime.Result{Outputs: []runtime.OutputFile{{Path: "out/python/a.py", Size: 1, Data: []byte("x")}}, Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()

@@ -21,6 +21,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/runtime/process"
 )
 
@@ -355,19 +356,13 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 	}
 	reason, _ = s.streams.EndReason(reason, s.cg)
 	egStats, reason := process.FinishEgress(s.eg, reason)
-	res := &runtime.Result{
-		Egress:         egStats,
-		ExitCode:       code,
-		Signal:         process.ExitSignal(code),
-		Reason:         reason,
-		Duration:       duration,
-		Runtime:        Name,
-		RuntimeVersion: s.version,
-		Warm:           s.spec.Boot != runtime.BootCold,
+	res := &runtime.Result{Egress: egStats, Duration: duration, Summary: outcome.Summary{
+		ExitCode: code, Signal: process.ExitSignal(code), Reason: reason,
+		Runtime: Name, RuntimeVersion: s.version, Warm: s.spec.Boot != runtime.BootCold,
 		// The shim makes the run's cgroup from the spec; /work is
 		// skillbox's tmpfs, /tmp gVisor's (runsc) or the kernel's (runc).
 		LimitsEnforcedBy: s.c.enforcement(),
-	}
+	}}
 	s.streams.Fill(res, s.b, s.c.log)
 	s.c.log.Debug("run finished", "id", s.spec.ID, "boot", s.spec.Boot, "reason", reason, "exit_code", code,
 		"duration", duration, "stdout_bytes", len(res.Stdout), "stderr_bytes", len(res.Stderr), "outputs", len(res.Outputs))

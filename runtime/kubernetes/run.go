@@ -22,6 +22,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/runtime/process"
 )
 
@@ -184,15 +185,10 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 			reason, code = r, 128+9 // the sandbox was killed
 		}
 	}
-	res := &runtime.Result{
-		ExitCode:         code,
-		Signal:           process.ExitSignal(code),
-		Reason:           reason,
-		Duration:         duration,
-		Runtime:          Name,
-		RuntimeVersion:   version,
-		LimitsEnforcedBy: enforcement(),
-	}
+	res := &runtime.Result{Duration: duration, Summary: outcome.Summary{
+		ExitCode: code, Signal: process.ExitSignal(code), Reason: reason,
+		Runtime: Name, RuntimeVersion: version, LimitsEnforcedBy: enforcement(),
+	}}
 	res.Stdout, res.StdoutTruncated = stdout.Result()
 	res.Stderr, res.StderrTruncated = stderr.Result()
 	if reason == runtime.ReasonExit && (isClosed(stdout.Over) || isClosed(stderr.Over)) {

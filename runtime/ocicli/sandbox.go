@@ -21,6 +21,7 @@ import (
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/runtime/process"
 )
 
@@ -529,18 +530,12 @@ func (s *sandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 		}
 	}
 
-	res := &runtime.Result{
-		ExitCode:       code,
-		Signal:         signal,
-		Reason:         reason,
-		Duration:       duration,
-		Runtime:        e.name,
-		RuntimeVersion: s.version,
-		Warm:           s.spec.Boot != runtime.BootCold,
-		Egress:         egStats,
+	res := &runtime.Result{Duration: duration, Egress: egStats, Summary: outcome.Summary{
+		ExitCode: code, Signal: signal, Reason: reason,
+		Runtime: e.name, RuntimeVersion: s.version, Warm: s.spec.Boot != runtime.BootCold,
 		// What held the limits of this run on this host.
 		LimitsEnforcedBy: e.d.enforcement(),
-	}
+	}}
 	process.FillResult(res, s.outCap, s.errCap, s.b, e.log)
 	e.log.Debug("run finished", "id", id, "boot", s.spec.Boot, "reason", reason, "exit_code", code, "signal", signal,
 		"duration", duration, "oom_kills", ev.OOMKills, "pids_max_events", ev.PidsMax,

@@ -14,6 +14,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/runtime/process"
 	"github.com/skillbox/skillbox/runtime/supervisor"
 )
@@ -102,11 +103,10 @@ func (s *sessionSandbox) Run(ctx context.Context, runID string, inv runtime.Invo
 		ex = supervisor.Exit{Code: 128 + int(syscall.SIGKILL), Signal: "SIGKILL"}
 	}
 	reason, ev := process.SessionEndReason(reason, outCap, errCap, s.cgPath, cgBefore)
-	res := &runtime.Result{
-		ExitCode: ex.Code, Signal: ex.Signal, Reason: reason, Duration: duration,
-		Runtime: s.e.name, RuntimeVersion: s.version, Warm: true,
-		LimitsEnforcedBy: s.e.d.enforcement(),
-	}
+	res := &runtime.Result{Duration: duration, Summary: outcome.Summary{
+		ExitCode: ex.Code, Signal: ex.Signal, Reason: reason,
+		Runtime: s.e.name, RuntimeVersion: s.version, Warm: true, LimitsEnforcedBy: s.e.d.enforcement(),
+	}}
 	res.Stdout, res.StdoutTruncated = outCap.Result()
 	res.Stderr, res.StderrTruncated = errCap.Result()
 	outs, err := s.b.CollectChanges(before, lim)

@@ -7,7 +7,8 @@
 // It is the contract between the transport-free service (sandbox/core/service)
 // and its front ends: the JSON-RPC adapter on the Unix socket
 // (sandbox/doors/jsonrpc), the MCP server, the Go client (sandbox/client) and the
-// CLI. It imports nothing of skillbox but the error kinds, so every one of
-// them can depend on it; a field renamed here is renamed on every side at
-// once.
+// CLI. It imports nothing of skillbox but the error kinds and a run's
+// outcome (runtime/outcome, the summary a run result shares with the
+// sandbox's), so every one of them can depend on it; a field renamed here
+// is renamed on every side at once.
 package api

@@ -60,7 +60,7 @@ type RunExitedEvent struct {
 	RunID      string `json:"run_id"`
 	ExitCode   int    `json:"exit_code"`
 	Signal     string `json:"signal,omitempty"`
-	Reason     string `json:"reason"` // runtime.Reason's values, as RunScriptResult.Reason
+	Reason     string `json:"reason"` // outcome.Reason's values, as RunScriptResult.Reason
 	DurationMS int64  `json:"duration_ms"`
 	// Error is why a run that did not finish (Reason "error") ended.
 	Error string `json:"error,omitempty"`

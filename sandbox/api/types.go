@@ -4,6 +4,8 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"time"
+
+	"github.com/skillbox/skillbox/runtime/outcome"
 )
 
 // The params and results of the tool calls (docs/PROTOCOL.md).
@@ -267,49 +269,27 @@ type RunScriptResult struct {
 	RunID string `json:"run_id"`
 	// Skill and SkillDigest name the skill version that ran (empty for a
 	// skills.run_code run, whose mounted skills are in Skills).
-	Skill           string `json:"skill"`
-	SkillDigest     string `json:"skill_digest"`
-	Path            string `json:"path"`
-	ExitCode        int    `json:"exit_code"`
-	Signal          string `json:"signal"`
-	Stdout          string `json:"stdout"`
-	Stderr          string `json:"stderr"`
-	StdoutTruncated bool   `json:"stdout_truncated"`
-	StderrTruncated bool   `json:"stderr_truncated"`
-	DurationMS      int64  `json:"duration_ms"`
-	// Reason is why the run ended: one of runtime.Reason's values (exit,
-	// timeout, oom, pids, output_cap, cancelled, killed, egress_cap), which
-	// are declared there once.
-	Reason              string   `json:"reason"`
-	Outputs             []Output `json:"outputs"`
-	OutputsTruncated    bool     `json:"outputs_truncated"`
-	OutputsTruncatedBy  string   `json:"outputs_truncated_by"`
-	OutputsOmittedFiles int      `json:"outputs_omitted_files"`
-	OutputsOmittedBytes int64    `json:"outputs_omitted_bytes"`
-	OutputsSkipped      []string `json:"outputs_skipped"`
-	OutputsNotInlined   int      `json:"outputs_not_inlined,omitempty"`
-	// Deleted are the input files and symlinks the script removed from
-	// its working directory.
-	Deleted        []string `json:"deleted"`
-	Image          string   `json:"image"`
-	ImageDigest    string   `json:"image_digest"`
-	Runtime        string   `json:"runtime"`
-	RuntimeVersion string   `json:"runtime_version"`
+	Skill       string `json:"skill"`
+	SkillDigest string `json:"skill_digest"`
+	Path        string `json:"path"`
+	// Summary is how the run ended and what it left (exit code, signal,
+	// reason, the caps hit, the inputs deleted, the runtime, what held
+	// each limit, a warm start): the sandbox's result's, whole.
+	outcome.Summary
+	Stdout            string   `json:"stdout"`
+	Stderr            string   `json:"stderr"`
+	DurationMS        int64    `json:"duration_ms"`
+	Outputs           []Output `json:"outputs"`
+	OutputsNotInlined int      `json:"outputs_not_inlined,omitempty"`
+	Image             string   `json:"image"`
+	ImageDigest       string   `json:"image_digest"`
 	// Network says the run had a network (egress rules); Limits are the
 	// limits it ran under, in runtime.Limits' JSON form (every field, the
 	// same names as the config's limits block).
 	Network bool           `json:"network"`
 	Limits  map[string]any `json:"limits,omitempty"`
-	// LimitsEnforcedBy names, per limit, what held it in this run:
-	// "cgroup", "gvisor", "tmpfs", "skillbox" (its clock and caps),
-	// "skillbox-poll" (memory sampled, the sandbox killed above it: reason
-	// oom), "gvisor-rlimit" (tasks bounded; a refused fork is the script's
-	// error), or "none" (nothing on this host could: a rootless run's cpus).
-	LimitsEnforcedBy map[string]string `json:"limits_enforced_by,omitempty"`
 	// ConfirmationID is the approval the run consumed, if it needed one.
 	ConfirmationID string `json:"confirmation_id,omitempty"`
-	// Warm says the run used a pre-booted sandbox; false is a cold start.
-	Warm bool `json:"warm"`
 	// Skills are the skills a skills.run_code run mounted.
 	Skills []MountedSkill `json:"skills,omitempty"`
 	// DepsLayer is the digest of the dependency layer the run mounted.

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/doors/jsonrpc"
@@ -106,8 +107,14 @@ func TestTypedMethodsRoundTrip(t *testing.T) {
 		})
 		bind(s, api.MethodSkillsRunScript, func(p api.RunScriptParams) (any, error) {
 			gotRun = p
-			return api.RunScriptResult{RunID: "run_1", Path: p.Path, ExitCode: 3, Stdout: "out", Reason: string(runtime.ReasonExit), DurationMS: 12,
-				Outputs: []api.Output{{Path: "outputs/r.txt", Size: 2, SHA256: "x", Content: "b2s="}}}, nil
+			return api.RunScriptResult{
+				RunID:      "run_1",
+				Path:       p.Path,
+				Stdout:     "out",
+				DurationMS: 12,
+				Outputs:    []api.Output{{Path: "outputs/r.txt", Size: 2, SHA256: "x", Content: "b2s="}},
+				Summary:    outcome.Summary{ExitCode: 3, Reason: runtime.ReasonExit},
+			}, nil
 		})
 		bind(s, api.MethodToolsCheck, func(p api.CheckToolParams) (any, error) {
 			return api.CheckToolResult{Decision: api.DecisionDeny, Rule: "skill pdf allowed-tools", Reason: string(p.Input)}, nil

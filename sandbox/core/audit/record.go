@@ -166,7 +166,9 @@ type WorkspaceOpInfo struct {
 
 // RunInfo describes one run_script or run_code. The start record holds what
 // was asked and where it runs; the end record repeats that and adds how it
-// ended.
+// ended: the run's outcome.Summary in the record's own encoding (ExitCode
+// absent until the run has ended, every field omitempty), which the engine
+// fills in one place.
 type RunInfo struct {
 	RunID        string   `json:"run_id,omitempty"`
 	Script       string   `json:"script"`                  // path relative to the skill; run_code: the code's path in the sandbox
@@ -216,7 +218,7 @@ type RunInfo struct {
 	Signal         string `json:"signal,omitempty"`
 	Reason         string `json:"reason,omitempty"` // exit, timeout, oom, pids, output_cap, killed
 	// LimitsEnforcedBy names what held each limit (run.end; see
-	// runtime.Result.LimitsEnforcedBy): cgroup, gvisor, tmpfs, skillbox,
+	// outcome.Summary.LimitsEnforcedBy): cgroup, gvisor, tmpfs, skillbox,
 	// skillbox-poll, gvisor-rlimit, or none.
 	LimitsEnforcedBy map[string]string `json:"limits_enforced_by,omitempty"`
 	// Warm: the run used a pre-booted sandbox (run.end only).

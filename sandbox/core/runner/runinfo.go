@@ -5,6 +5,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
 
@@ -83,27 +84,35 @@ func planDetail(p *Plan) map[string]string {
 	return d
 }
 
+// fillRunResult adds to a run's run.end record how it ended: its summary
+// (summaryInfo), the streams by size and hash, the outputs by path, size
+// and hash, the egress stats and the duration.
 func fillRunResult(ri *audit.RunInfo, res *runtime.Result) {
-	ri.ExitCode = &res.ExitCode
-	ri.Signal = res.Signal
-	ri.Reason = string(res.Reason)
-	ri.Warm = res.Warm
+	summaryInfo(ri, &res.Summary)
 	ri.EgressStats = res.Egress
-	ri.LimitsEnforcedBy = res.LimitsEnforcedBy
-	if res.RuntimeVersion != "" {
-		ri.RuntimeVersion = res.RuntimeVersion
-	}
 	ri.DurationMS = res.Duration.Milliseconds()
 	ri.StdoutBytes = int64(len(res.Stdout))
 	ri.StderrBytes = int64(len(res.Stderr))
 	ri.StdoutSHA256 = SHA256Hex(res.Stdout)
 	ri.StderrSHA256 = SHA256Hex(res.Stderr)
-	ri.StdoutTruncated = res.StdoutTruncated
-	ri.StderrTruncated = res.StderrTruncated
 	for _, o := range res.Outputs {
 		ri.Outputs = append(ri.Outputs, audit.FileRef{Path: o.Path, Size: o.Size, SHA256: o.SHA256})
 	}
-	ri.OutputsSkipped = res.OutputsSkipped
-	ri.OutputsTruncated, ri.OutputsTruncatedBy = res.OutputsTruncated, res.OutputsTruncatedBy
-	ri.OutputsOmittedFiles, ri.OutputsOmittedBytes = res.OutputsOmittedFiles, res.OutputsOmittedBytes
+}
+
+// summaryInfo is the one place a run's summary becomes audit fields. The
+// record has its own encoding (no exit code until the run has ended, every
+// field omitempty), so RunInfo does not embed outcome.Summary. The runtime
+// stays the one run.start named, the version the run reports wins, and the
+// inputs the script deleted are not recorded.
+func summaryInfo(ri *audit.RunInfo, s *outcome.Summary) {
+	ri.ExitCode, ri.Signal, ri.Reason = &s.ExitCode, s.Signal, string(s.Reason)
+	ri.StdoutTruncated, ri.StderrTruncated = s.StdoutTruncated, s.StderrTruncated
+	ri.OutputsSkipped = s.OutputsSkipped
+	ri.OutputsTruncated, ri.OutputsTruncatedBy = s.OutputsTruncated, s.OutputsTruncatedBy
+	ri.OutputsOmittedFiles, ri.OutputsOmittedBytes = s.OutputsOmittedFiles, s.OutputsOmittedBytes
+	ri.LimitsEnforcedBy, ri.Warm = s.LimitsEnforcedBy, s.Warm
+	if s.RuntimeVersion != "" {
+		ri.RuntimeVersion = s.RuntimeVersion
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/audit"
 	"github.com/skillbox/skillbox/sandbox/core/runner"
@@ -55,10 +56,11 @@ func TestRunInWorkspace(t *testing.T) {
 		if strings.Contains(strings.Join(names, ","), ".env") {
 			t.Errorf("an excluded file went in: %q", names)
 		}
-		return &runtime.Result{Reason: runtime.ReasonExit,
+		return &runtime.Result{
 			Outputs: []runtime.OutputFile{{Path: "in.txt", Data: []byte("two"), Size: 3, SHA256: sha256Hex([]byte("two"))},
 				{Path: "new/made.txt", Data: []byte("made"), Size: 4, SHA256: sha256Hex([]byte("made"))}},
-			Deleted: []string{"old.txt"}}, nil
+			Summary: outcome.Summary{Reason: runtime.ReasonExit, Deleted: []string{"old.txt"}},
+		}, nil
 	}
 	req := runner.RunRequest{Skill: engineSkill(t, "writer"), Script: "scripts/a.py",
 		Files:     []runtime.InputFile{{Name: "call.txt", Data: []byte("c")}},
@@ -123,7 +125,7 @@ func TestRunInWorkspaceRefusals(t *testing.T) {
 	}
 	// Read-only by default: nothing comes back, and the report says so.
 	rt.RunFunc = func(context.Context, runtime.Job) (*runtime.Result, error) {
-		return &runtime.Result{Reason: runtime.ReasonExit, Outputs: []runtime.OutputFile{{Path: "a.txt", Data: []byte("b"), Size: 1}}}, nil
+		return &runtime.Result{Outputs: []runtime.OutputFile{{Path: "a.txt", Data: []byte("b"), Size: 1}}, Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 	}
 	out, err := e.Run(context.Background(), runner.RunRequest{Skill: engineSkill(t, "reader"), Script: "scripts/a.py",
 		Workspace: &runner.WorkspaceRequest{Dir: dir, Kind: api.WorkspaceHost}})
@@ -138,7 +140,7 @@ func TestRunInWorkspaceRefusals(t *testing.T) {
 	}
 	// A run that did not end by itself applies nothing.
 	rt.RunFunc = func(context.Context, runtime.Job) (*runtime.Result, error) {
-		return &runtime.Result{Reason: runtime.ReasonTimeout, Outputs: []runtime.OutputFile{{Path: "a.txt", Data: []byte("b"), Size: 1}}}, nil
+		return &runtime.Result{Outputs: []runtime.OutputFile{{Path: "a.txt", Data: []byte("b"), Size: 1}}, Summary: outcome.Summary{Reason: runtime.ReasonTimeout}}, nil
 	}
 	out, err = e.Run(context.Background(), runner.RunRequest{Skill: engineSkill(t, "writer"), Script: "scripts/a.py",
 		Workspace: &runner.WorkspaceRequest{Dir: dir, Kind: api.WorkspaceHost}})

@@ -10,6 +10,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/audit"
 	"github.com/skillbox/skillbox/sandbox/core/runner"
@@ -50,7 +51,7 @@ func TestRunEgress(t *testing.T) {
 			job.Sandbox.Egress.Report(egress.Attempt{Kind: "connect", Host: "api.example.com", Port: 443, Allowed: true, Rule: "r", Out: 10, In: 20})
 			job.Sandbox.Egress.Report(egress.Attempt{Kind: "connect", Host: "evil.example.com", Port: 443, Rule: "none", Reason: "no"})
 		}
-		return &runtime.Result{Reason: runtime.ReasonExit, Egress: &egress.Stats{Connections: 1, Denied: 1}}, nil
+		return &runtime.Result{Egress: &egress.Stats{Connections: 1, Denied: 1}, Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 	}
 	t.Setenv("SKILLBOX_SERVICE_TEST_TOKEN", "value-of-the-token")
 	ctx := context.Background()
@@ -166,7 +167,7 @@ func TestRunEgressAggregateRecord(t *testing.T) {
 		}
 		job.Sandbox.Egress.Report(egress.Attempt{Kind: "aggregate", Rule: "aggregate", Count: 500,
 			Aggregate: []egress.AttemptCount{{Kind: "connect", Host: "evil.example.com", Port: 443, Reason: "no", Count: 500}}})
-		return &runtime.Result{Reason: runtime.ReasonExit, Egress: &egress.Stats{Denied: 500}}, nil
+		return &runtime.Result{Egress: &egress.Stats{Denied: 500}, Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 	}
 	t.Setenv("SKILLBOX_SERVICE_TEST_TOKEN", "value-of-the-token")
 	ctx := context.Background()

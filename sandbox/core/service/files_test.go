@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/service"
 )
@@ -90,7 +91,7 @@ func TestFilesAPISeesRunChanges(t *testing.T) {
 	upload(t, f, sid, "a.bin", bytes.Repeat([]byte("a"), 500), 100)
 	out := bytes.Repeat([]byte("r"), 400)
 	f.rt.RunFunc = func(context.Context, runtime.Job) (*runtime.Result, error) {
-		return &runtime.Result{Reason: runtime.ReasonExit, Outputs: []runtime.OutputFile{{Path: "run.bin", Size: int64(len(out)), Data: out}}}, nil
+		return &runtime.Result{Outputs: []runtime.OutputFile{{Path: "run.bin", Size: int64(len(out)), Data: out}}, Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 	}
 	res, err := f.svc.RunScript(ctx, owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "plain", Path: "scripts/run.sh"})
 	if err != nil {
@@ -136,7 +137,7 @@ func TestCloseSessionDropsOpenWorkspace(t *testing.T) {
 func TestFilesAPIConcurrent(t *testing.T) {
 	f, sid, _ := newFilesFixture(t, 1<<20)
 	f.rt.RunFunc = func(context.Context, runtime.Job) (*runtime.Result, error) {
-		return &runtime.Result{Reason: runtime.ReasonExit, Outputs: []runtime.OutputFile{{Path: "run.txt", Size: 3, Data: []byte("run")}}}, nil
+		return &runtime.Result{Outputs: []runtime.OutputFile{{Path: "run.txt", Size: 3, Data: []byte("run")}}, Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 	}
 	ctx := context.Background()
 	var wg sync.WaitGroup

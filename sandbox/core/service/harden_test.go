@@ -11,6 +11,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/runtime/waitfor"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/audit"
@@ -96,7 +97,7 @@ policy "default" {
 			case <-ctx.Done():
 			}
 		}
-		return &runtime.Result{Reason: runtime.ReasonExit}, nil
+		return &runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 	}
 	sk := servicetest.MakeSkill(t, t.TempDir(), servicetest.SkillSpec{Name: "plain", Files: map[string]string{"scripts/run.sh": "echo hi\n"}})
 	eng := runner.New(runner.Options{Config: cfg, Images: &servicetest.Images{}, Runtime: rt, Pins: servicetest.LivePins{}})

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/audit"
 	"github.com/skillbox/skillbox/sandbox/core/service/servicetest"
@@ -54,7 +55,7 @@ func newHookFixture(t *testing.T) *fixture {
 	}
 	f := newFixtureWith(t, true, hookPolicyConfig, specs)
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-		return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit}, nil
+		return &runtime.Result{Summary: outcome.Summary{ExitCode: 0, Reason: runtime.ReasonExit}}, nil
 	}
 	return f
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/audit"
 )
@@ -83,16 +84,16 @@ func TestRunScriptOutputsTruncatedAndInlineBudget(t *testing.T) {
 	f := newFixture(t, true)
 	big := strings.Repeat("x", api.MaxInlineOutputBytes-10)
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-		return &runtime.Result{Reason: runtime.ReasonExit, Runtime: "fake",
+		return &runtime.Result{
 			Outputs: []runtime.OutputFile{
 				{Path: "outputs/a.txt", Size: 2, SHA256: "a", Data: []byte("ok")},
 				{Path: "unpacked/big.bin", Size: int64(len(big)), SHA256: "b", Data: []byte(big)},
 				{Path: "unpacked/c.xml", Size: 20, SHA256: "c", Data: []byte("twenty bytes of xml.")},
 				{Path: "z.txt", Size: 1, SHA256: "d", Data: []byte("z")},
 			},
-			OutputsSkipped:     []string{"unpacked/link: symlink, not followed", "unpacked/d.xml: over the cap of 4 output files (output_files); not collected"},
-			OutputsTruncated:   true,
-			OutputsTruncatedBy: runtime.CapOutputFiles, OutputsOmittedFiles: 1, OutputsOmittedBytes: 7,
+			Summary: outcome.Summary{Reason: runtime.ReasonExit, Runtime: "fake",
+				OutputsSkipped:   []string{"unpacked/link: symlink, not followed", "unpacked/d.xml: over the cap of 4 output files (output_files); not collected"},
+				OutputsTruncated: true, OutputsTruncatedBy: runtime.CapOutputFiles, OutputsOmittedFiles: 1, OutputsOmittedBytes: 7},
 		}, nil
 	}
 	ctx := context.Background()

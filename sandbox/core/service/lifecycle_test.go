@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/service"
 	"github.com/skillbox/skillbox/sandbox/core/service/servicetest"
@@ -107,9 +108,9 @@ func TestActivateRendersCommandsThroughPolicy(t *testing.T) {
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 		switch cmd := shellCommand(job); cmd {
 		case "echo hi from " + runtime.SkillMount:
-			return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit, Stdout: []byte("hi from the sandbox\n")}, nil
+			return &runtime.Result{Stdout: []byte("hi from the sandbox\n"), Summary: outcome.Summary{ExitCode: 0, Reason: runtime.ReasonExit}}, nil
 		case "false":
-			return &runtime.Result{ExitCode: 1, Reason: runtime.ReasonExit, Stderr: []byte("it failed\n")}, nil
+			return &runtime.Result{Stderr: []byte("it failed\n"), Summary: outcome.Summary{ExitCode: 1, Reason: runtime.ReasonExit}}, nil
 		default:
 			return nil, fmt.Errorf("unexpected job %q", job.Invocation.Args)
 		}
@@ -200,19 +201,19 @@ func TestCheckToolFoldsHooks(t *testing.T) {
 			} `json:"tool_input"`
 		}
 		if err := json.Unmarshal(job.Invocation.Stdin, &ev); err != nil || ev.HookEventName != skills.HookPreToolUse || ev.ToolName != "Bash" {
-			return &runtime.Result{ExitCode: 1, Reason: runtime.ReasonExit, Stderr: []byte("bad event")}
+			return &runtime.Result{Stderr: []byte("bad event"), Summary: outcome.Summary{ExitCode: 1, Reason: runtime.ReasonExit}}
 		}
 		switch c := ev.ToolInput.Command; {
 		case strings.HasPrefix(c, "rm"):
-			return &runtime.Result{ExitCode: 2, Reason: runtime.ReasonExit, Stderr: []byte("no rm here\n")}
+			return &runtime.Result{Stderr: []byte("no rm here\n"), Summary: outcome.Summary{ExitCode: 2, Reason: runtime.ReasonExit}}
 		case c == "ask":
-			return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit, Stdout: []byte(`{"hookSpecificOutput":{"permissionDecision":"ask","permissionDecisionReason":"sure?"}}`)}
+			return &runtime.Result{Stdout: []byte(`{"hookSpecificOutput":{"permissionDecision":"ask","permissionDecisionReason":"sure?"}}`), Summary: outcome.Summary{ExitCode: 0, Reason: runtime.ReasonExit}}
 		case c == "hang":
-			return &runtime.Result{ExitCode: -1, Reason: runtime.ReasonTimeout}
+			return &runtime.Result{Summary: outcome.Summary{ExitCode: -1, Reason: runtime.ReasonTimeout}}
 		case c == "junk":
-			return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit, Stdout: []byte(`{"decision":`)}
+			return &runtime.Result{Stdout: []byte(`{"decision":`), Summary: outcome.Summary{ExitCode: 0, Reason: runtime.ReasonExit}}
 		}
-		return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit}
+		return &runtime.Result{Summary: outcome.Summary{ExitCode: 0, Reason: runtime.ReasonExit}}
 	}
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 		stdin = append(stdin, string(job.Invocation.Stdin))
@@ -267,9 +268,9 @@ func TestReportToolRunsPostToolUse(t *testing.T) {
 	withHooks(f, "hooked", hook(skills.HookPostToolUse, "Bash|Read", "./hooks/post.sh"))
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 		if !strings.Contains(string(job.Invocation.Stdin), `"tool_response":{"ok":true}`) {
-			return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit}, nil
+			return &runtime.Result{Summary: outcome.Summary{ExitCode: 0, Reason: runtime.ReasonExit}}, nil
 		}
-		return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit, Stdout: []byte(`{"decision":"block","reason":"check the output"}`)}, nil
+		return &runtime.Result{Stdout: []byte(`{"decision":"block","reason":"check the output"}`), Summary: outcome.Summary{ExitCode: 0, Reason: runtime.ReasonExit}}, nil
 	}
 	sid := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{UsesSkills: []string{"hooked"}})).SessionID
 	r, err := f.svc.ReportTool(ctx, owner, api.ReportToolParams{SessionID: sid, Tool: "Read", Result: json.RawMessage(`{"ok":true}`)})

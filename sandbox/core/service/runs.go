@@ -12,6 +12,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/audit"
 	"github.com/skillbox/skillbox/sandbox/core/runner/sessionbox"
@@ -27,7 +28,7 @@ func backgroundResult(o *Started) api.RunScriptResult {
 	res := api.RunScriptResult{RunID: o.RunID, Path: o.Plan.Script(), Image: o.Image.Name, ImageDigest: o.Image.Digest,
 		Skills: o.Plan.Code().MountedSkills(), DepsLayer: o.DepsLayer, Warnings: o.Warnings,
 		Isolation: string(policy.IsolationSession), SessionSandbox: o.SessionSandbox,
-		Outputs: []api.Output{}, OutputsSkipped: []string{}, Deleted: []string{}}
+		Outputs: []api.Output{}, Summary: wireSummary(outcome.Summary{})}
 	if sk := o.Plan.Request().Skill; sk != nil {
 		res.Skill, res.SkillDigest = sk.Name, sk.Digest
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/audit"
 	"github.com/skillbox/skillbox/sandbox/core/runner"
@@ -365,16 +366,9 @@ func codeSkillNames(c *runner.CodePlan) string {
 func ResultOf(o *Finished, inlineBudget int64) api.RunScriptResult {
 	r := &o.Result
 	res := api.RunScriptResult{
-		RunID: o.RunID, Path: o.Plan.Script(), ExitCode: r.ExitCode, Signal: r.Signal,
-		Stdout: string(r.Stdout), Stderr: string(r.Stderr),
-		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
-		DurationMS: r.Duration.Milliseconds(), Reason: string(r.Reason),
-		OutputsTruncated: r.OutputsTruncated, OutputsTruncatedBy: r.OutputsTruncatedBy,
-		OutputsOmittedFiles: r.OutputsOmittedFiles, OutputsOmittedBytes: r.OutputsOmittedBytes,
-		OutputsSkipped: r.OutputsSkipped,
-		Image:          o.Image.Name, ImageDigest: o.Image.Digest, Runtime: r.Runtime,
-		Skills:         o.Plan.Code().MountedSkills(),
-		RuntimeVersion: r.RuntimeVersion, Warm: r.Warm,
+		RunID: o.RunID, Path: o.Plan.Script(), Summary: wireSummary(r.Summary),
+		Stdout: string(r.Stdout), Stderr: string(r.Stderr), DurationMS: r.Duration.Milliseconds(),
+		Image: o.Image.Name, ImageDigest: o.Image.Digest, Skills: o.Plan.Code().MountedSkills(),
 		DepsLayer: o.DepsLayer, Hint: o.Hint, Warnings: o.Warnings,
 	}
 	if e := r.Egress; e != nil {
@@ -385,10 +379,7 @@ func ResultOf(o *Finished, inlineBudget int64) api.RunScriptResult {
 	}
 	res.Network, res.ConfirmationID = o.Plan.Network(), o.ConfirmationID
 	res.Limits = o.Plan.Limits().Map()
-	res.LimitsEnforcedBy = r.LimitsEnforcedBy
-	// Every list is present, empty or not: a reader need not tell null from [].
-	res.Outputs, res.OutputsSkipped = []api.Output{}, append([]string{}, r.OutputsSkipped...)
-	res.Deleted = append([]string{}, r.Deleted...)
+	res.Outputs = []api.Output{} // present, empty or not, as wireSummary's lists
 	res.Workspace = o.Workspace
 	if o.Plan.Isolation() == policy.IsolationSession {
 		res.Isolation, res.SessionSandbox = string(o.Plan.Isolation()), o.SessionSandbox
@@ -406,4 +397,12 @@ func ResultOf(o *Finished, inlineBudget int64) api.RunScriptResult {
 		res.Outputs = append(res.Outputs, out)
 	}
 	return res
+}
+
+// wireSummary is a run's summary as a run result carries it: every list
+// present, empty or not, so that a reader need not tell null from [].
+func wireSummary(s outcome.Summary) outcome.Summary {
+	s.OutputsSkipped = append([]string{}, s.OutputsSkipped...)
+	s.Deleted = append([]string{}, s.Deleted...)
+	return s
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/audit"
 	"github.com/skillbox/skillbox/sandbox/core/runner"
@@ -138,7 +139,7 @@ func TestRunStreamsEventsInOrder(t *testing.T) {
 		write(job.Invocation.Stdout, "one\n")
 		write(job.Invocation.Stderr, "warn\n")
 		write(job.Invocation.Stdout, "two\n")
-		return &runtime.Result{Reason: runtime.ReasonExit, ExitCode: 2, Stdout: []byte("one\ntwo\n"), Stderr: []byte("warn\n")}, nil
+		return &runtime.Result{Stdout: []byte("one\ntwo\n"), Stderr: []byte("warn\n"), Summary: outcome.Summary{Reason: runtime.ReasonExit, ExitCode: 2}}, nil
 	}
 	ctx := context.Background()
 	sid := mustV(f.svc.CreateSession(ctx, owner, api.CreateSessionParams{})).SessionID
@@ -185,7 +186,7 @@ func TestCancelRunOnlyByOwner(t *testing.T) {
 	f.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 		write(job.Invocation.Stdout, "started\n")
 		<-ctx.Done()
-		return &runtime.Result{Reason: runtime.ReasonKilled, ExitCode: 137, Signal: "SIGKILL", Stdout: []byte("started\n")}, nil
+		return &runtime.Result{Stdout: []byte("started\n"), Summary: outcome.Summary{Reason: runtime.ReasonKilled, ExitCode: 137, Signal: "SIGKILL"}}, nil
 	}
 	col := newCollector()
 	ctx := api.WithEventSink(context.Background(), col.sink)
@@ -295,7 +296,7 @@ func TestFollowRun(t *testing.T) {
 		write(job.Invocation.Stdout, "first\n")
 		<-ctx.Done()
 		write(job.Invocation.Stderr, "stopping\n")
-		return &runtime.Result{Reason: runtime.ReasonKilled, ExitCode: 137, Signal: "SIGKILL"}, nil
+		return &runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonKilled, ExitCode: 137, Signal: "SIGKILL"}}, nil
 	}
 	col := newCollector()
 	ctx := api.WithEventSink(context.Background(), col.sink)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/service"
 )
@@ -54,7 +55,7 @@ policy "ws" {
 				for _, in := range job.Invocation.Files {
 					seen = append(seen, in.Name)
 				}
-				return &runtime.Result{Reason: runtime.ReasonExit}, nil
+				return &runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 			}
 			res, err := f.svc.RunScript(ctx, tc.caller, api.RunScriptParams{
 				RunInputs: api.RunInputs{SessionID: sid, WorkspaceParams: api.WorkspaceParams{Workspace: dir}},

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/service"
 )
@@ -132,10 +133,13 @@ func TestWorkspaceBudgetRunWriteBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.rt.RunFunc = func(context.Context, runtime.Job) (*runtime.Result, error) {
-		return &runtime.Result{Reason: runtime.ReasonExit, Outputs: []runtime.OutputFile{
-			{Path: "big.bin", Size: 600, Data: bytes.Repeat([]byte("b"), 600)},
-			{Path: "small.txt", Size: 5, Data: []byte("small")},
-		}}, nil
+		return &runtime.Result{
+			Outputs: []runtime.OutputFile{
+				{Path: "big.bin", Size: 600, Data: bytes.Repeat([]byte("b"), 600)},
+				{Path: "small.txt", Size: 5, Data: []byte("small")},
+			},
+			Summary: outcome.Summary{Reason: runtime.ReasonExit},
+		}, nil
 	}
 	res, err := svc.RunScript(context.Background(), owner, api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Skill: "plain", Path: "scripts/run.sh"})
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/core/audit"
@@ -654,8 +655,12 @@ policy "slow" {
 	sid := h.session(peerA)
 	h.load(peerA, sid, "", "hello")
 	h.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-		return &runtime.Result{ExitCode: 3, Reason: runtime.ReasonExit, Stdout: []byte("out"), Stderr: []byte("err!"),
-			Outputs: []runtime.OutputFile{{Path: "r.txt", Size: 2, SHA256: "abc", Data: []byte("ok")}}, Runtime: "fake"}, nil
+		return &runtime.Result{
+			Stdout:  []byte("out"),
+			Stderr:  []byte("err!"),
+			Outputs: []runtime.OutputFile{{Path: "r.txt", Size: 2, SHA256: "abc", Data: []byte("ok")}},
+			Summary: outcome.Summary{ExitCode: 3, Reason: runtime.ReasonExit, Runtime: "fake"},
+		}, nil
 	}
 	var res api.RunScriptResult
 	h.ok(peerA, "skills.run_script", api.RunScriptParams{
@@ -752,7 +757,7 @@ func TestDaemonRunRefusedWhenAuditFails(t *testing.T) {
 	// result is withheld.
 	h.rt.RunFunc = func(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
 		h.audit.Fail(errors.New("disk died"))
-		return &runtime.Result{Reason: runtime.ReasonExit, Stdout: []byte("secret")}, nil
+		return &runtime.Result{Stdout: []byte("secret"), Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 	}
 	h.fails(peerA, "skills.run_script", api.RunScriptParams{RunInputs: api.RunInputs{SessionID: sid}, Path: "scripts/run.py"}, api.KindUnavailable, "disk died")
 }

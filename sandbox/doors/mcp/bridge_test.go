@@ -11,6 +11,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/client"
 	"github.com/skillbox/skillbox/sandbox/core/service"
 	"github.com/skillbox/skillbox/sandbox/doors/daemon"
@@ -27,7 +28,7 @@ func TestBridge(t *testing.T) {
 	cfgText := strings.Replace(serviceConfig, `approvers = ["4242"]`, fmt.Sprintf(`approvers = ["%d"]`, os.Getuid()), 1)
 	rs := newRealServiceWith(t, cfgText)
 	rs.rt.RunFunc = func(_ context.Context, job runtime.Job) (*runtime.Result, error) {
-		return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit, Stdout: []byte("ran\n"), Runtime: "fake"}, nil
+		return &runtime.Result{Stdout: []byte("ran\n"), Summary: outcome.Summary{ExitCode: 0, Reason: runtime.ReasonExit, Runtime: "fake"}}, nil
 	}
 	ctx := context.Background()
 	bridge := serveBridge(t, rs)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/skills"
 )
@@ -167,7 +168,7 @@ func (f *fakeService) ReadSkillFile(_ context.Context, _ api.Peer, p api.ReadPar
 func (f *fakeService) RunScript(ctx context.Context, _ api.Peer, p api.RunScriptParams) (*api.RunScriptResult, error) {
 	f.record("run:" + p.Path + ":" + p.ConfirmationID)
 	if f.run == nil {
-		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Reason: string(runtime.ReasonExit)}, nil
+		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 	}
 	return f.run(ctx, p)
 }

@@ -13,6 +13,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/doors/mcp"
 )
@@ -227,7 +228,7 @@ func TestDuplicateKeysInElicitationAnswer(t *testing.T) {
 		if p.ConfirmationID != "c1" {
 			return nil, &api.ConfirmationRequiredError{ID: "c1", Reason: "scripts need approval", Rule: "test.hcl:3", Digest: "sha256:abc"}
 		}
-		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Reason: string(runtime.ReasonExit)}, nil
+		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 	}
 	srv := mcp.New(f, mcp.Options{PollInterval: -1, ElicitApprovals: true})
 	sr, cw := io.Pipe()

@@ -8,6 +8,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/service/servicetest"
 	"github.com/skillbox/skillbox/sandbox/doors/mcp"
@@ -47,7 +48,7 @@ func newHookService(t *testing.T, commands ...string) *realService {
 	sk.Hooks = skills.Hooks{skills.HookPreToolUse: {{Matcher: "*", Hooks: hcs}}}
 	rs := newRealServiceWith(t, hookConfig, sk)
 	rs.rt.RunFunc = func(context.Context, runtime.Job) (*runtime.Result, error) {
-		return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit, Runtime: "fake"}, nil
+		return &runtime.Result{Summary: outcome.Summary{ExitCode: 0, Reason: runtime.ReasonExit, Runtime: "fake"}}, nil
 	}
 	return rs
 }

@@ -12,6 +12,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/doors/mcp"
 )
@@ -78,9 +79,9 @@ func TestToolsListLoadReadRun(t *testing.T) {
 	f := newFake(t)
 	f.run = func(_ context.Context, p api.RunScriptParams) (*api.RunScriptResult, error) {
 		if p.Path == "scripts/fail.sh" {
-			return &api.RunScriptResult{RunID: "r2", Path: p.Path, ExitCode: 3, Stderr: "something broke\n", Reason: string(runtime.ReasonExit)}, nil
+			return &api.RunScriptResult{RunID: "r2", Path: p.Path, Stderr: "something broke\n", Summary: outcome.Summary{ExitCode: 3, Reason: runtime.ReasonExit}}, nil
 		}
-		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Stdout: "hello, " + strings.Join(p.Args, " ") + "\n", Reason: string(runtime.ReasonExit)}, nil
+		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Stdout: "hello, " + strings.Join(p.Args, " ") + "\n", Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 	}
 	cs := connect(t, f, mcp.Options{}, nil)
 
@@ -359,7 +360,7 @@ func TestElicitation(t *testing.T) {
 				if p.ConfirmationID != "c1" {
 					return nil, &api.ConfirmationRequiredError{ID: "c1", Reason: "scripts need approval", Rule: "test.hcl:3", Digest: "sha256:abc"}
 				}
-				return &api.RunScriptResult{RunID: "r1", Path: p.Path, Stdout: "ran\n", Reason: string(runtime.ReasonExit)}, nil
+				return &api.RunScriptResult{RunID: "r1", Path: p.Path, Stdout: "ran\n", Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 			}
 			var asked string
 			cs := connect(t, f, mcp.Options{ElicitApprovals: true}, &sdk.ClientOptions{
@@ -415,7 +416,7 @@ func TestProgress(t *testing.T) {
 		sink(api.RunOutputEvent{RunID: "r1", Stream: api.StreamStdout, Seq: 1, Data: "line 1\n"})
 		sink(api.RunOutputEvent{RunID: "r1", Stream: api.StreamStdout, Seq: 2, Data: "line 2\n"})
 		sink(api.RunExitedEvent{RunID: "r1", Reason: string(runtime.ReasonExit)})
-		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Stdout: "line 1\nline 2\n", Reason: string(runtime.ReasonExit)}, nil
+		return &api.RunScriptResult{RunID: "r1", Path: p.Path, Stdout: "line 1\nline 2\n", Summary: outcome.Summary{Reason: runtime.ReasonExit}}, nil
 	}
 	got := make(chan string, 10)
 	cs := connect(t, f, mcp.Options{}, &sdk.ClientOptions{

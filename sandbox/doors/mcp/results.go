@@ -40,7 +40,9 @@ const (
 
 // RunOutput is skills_run_script's and skills_run_code's structured
 // result: the run, sized for a model's context. Its names are those of
-// the API's run result where they mean the same.
+// the API's run result where they mean the same. It does not embed the
+// run's outcome.Summary: it keeps only part of it, with signal and the
+// truncation flags left out when empty; runOutput builds it.
 type RunOutput struct {
 	RunID      string `json:"run_id"`
 	Skill      string `json:"skill,omitempty"`
@@ -119,7 +121,7 @@ func (c *Conn) runResult(res *api.RunScriptResult) (*sdk.CallToolResult, *RunOut
 		out := runOutput(res, stored, cut)
 		tr := &sdk.CallToolResult{Content: resultContent(out)}
 		if resultSize(tr, out) <= budget || level >= 8 {
-			tr.IsError = res.Background == nil && (res.ExitCode != 0 || (res.Reason != "" && res.Reason != string(runtime.ReasonExit)))
+			tr.IsError = res.Background == nil && (res.ExitCode != 0 || (res.Reason != "" && res.Reason != runtime.ReasonExit))
 			return tr, out
 		}
 	}
@@ -136,15 +138,20 @@ func resultSize(tr *sdk.CallToolResult, out *RunOutput) int {
 // finding's reason.
 type resultCut struct{ tail, links, findings, why int }
 
+// runOutput is the one place a run result becomes the door's: its summary
+// (outcome.Summary) in the door's form, the streams' ends, the files as
+// links, the lists cut to cut.
 func runOutput(res *api.RunScriptResult, stored bool, cut resultCut) *RunOutput {
 	tail := cut.tail
+	s := &res.Summary
 	out := &RunOutput{
-		RunID: res.RunID, Skill: res.Skill, Path: res.Path, ExitCode: res.ExitCode, Signal: res.Signal,
-		Reason: res.Reason, DurationMS: res.DurationMS,
+		RunID: res.RunID, Skill: res.Skill, Path: res.Path, DurationMS: res.DurationMS,
+		ExitCode: s.ExitCode, Signal: s.Signal, Reason: string(s.Reason),
+		StdoutTruncated: s.StdoutTruncated, StderrTruncated: s.StderrTruncated,
+		OutputsTruncatedBy: s.OutputsTruncatedBy, LimitsEnforcedBy: s.LimitsEnforcedBy,
 		StdoutBytes: len(res.Stdout), StderrBytes: len(res.Stderr),
-		StdoutTruncated: res.StdoutTruncated, StderrTruncated: res.StderrTruncated,
-		OutputsTruncatedBy: res.OutputsTruncatedBy, Hint: res.Hint, Warnings: res.Warnings, ConfirmationID: res.ConfirmationID,
-		Files: []FileLink{}, Skills: res.Skills, LimitsEnforcedBy: res.LimitsEnforcedBy, Background: res.Background,
+		Hint: res.Hint, Warnings: res.Warnings, ConfirmationID: res.ConfirmationID,
+		Files: []FileLink{}, Skills: res.Skills, Background: res.Background,
 	}
 	var cutShort bool
 	if out.Stdout, cutShort = streamEnd(res.Stdout, tail); cutShort && stored {

@@ -8,6 +8,7 @@ import (
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 )
 
@@ -25,14 +26,23 @@ func TestRunResultStaysWithinBudget(t *testing.T) {
 		name string
 		res  api.RunScriptResult
 	}{
-		{"50 MB of stdout", api.RunScriptResult{RunID: "run_1", Path: "scripts/big.py", Stdout: big, Stderr: big[:1<<20], Reason: "exit"}},
-		{"a filled form in the workspace", api.RunScriptResult{RunID: "run_2", Path: "scripts/fill.py", Reason: "exit",
+		{"50 MB of stdout", api.RunScriptResult{RunID: "run_1", Path: "scripts/big.py", Stdout: big, Stderr: big[:1<<20], Summary: outcome.Summary{Reason: "exit"}}},
+		{"a filled form in the workspace", api.RunScriptResult{
+			RunID:   "run_2",
+			Path:    "scripts/fill.py",
 			Outputs: []api.Output{{Path: "filled.pdf", Size: int64(len(pdf)), SHA256: "ab", Content: base64.StdEncoding.EncodeToString(pdf)}},
 			Workspace: &api.WorkspaceReport{Dir: "/home/ann/project", Mode: api.WorkspaceWrite, Inputs: 1,
-				Written: []api.WorkspaceChange{{Path: "filled.pdf", After: "ab", Size: int64(len(pdf))}}}}},
-		{"many files and findings", api.RunScriptResult{RunID: "run_3", Path: "scripts/many.sh", Reason: "exit", ExitCode: 2, Outputs: outs,
+				Written: []api.WorkspaceChange{{Path: "filled.pdf", After: "ab", Size: int64(len(pdf))}}},
+			Summary: outcome.Summary{Reason: "exit"},
+		}},
+		{"many files and findings", api.RunScriptResult{
+			RunID:   "run_3",
+			Path:    "scripts/many.sh",
+			Outputs: outs,
 			Workspace: &api.WorkspaceReport{Dir: "/p", Mode: api.WorkspaceWrite,
-				Conflicts: repeatFindings(30, strings.Repeat("c", 300)), Refused: repeatFindings(30, strings.Repeat("r", 300))}}},
+				Conflicts: repeatFindings(30, strings.Repeat("c", 300)), Refused: repeatFindings(30, strings.Repeat("r", 300))},
+			Summary: outcome.Summary{Reason: "exit", ExitCode: 2},
+		}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/core/audit"
 	"github.com/skillbox/skillbox/sandbox/core/runner"
@@ -86,7 +87,7 @@ func newRealServiceWith(t *testing.T, config string, extra ...*skills.Skill) *re
 func TestRealService(t *testing.T) {
 	rs := newRealService(t)
 	rs.rt.RunFunc = func(_ context.Context, job runtime.Job) (*runtime.Result, error) {
-		return &runtime.Result{ExitCode: 3, Reason: runtime.ReasonExit, Stderr: []byte("boom\n"), Runtime: "fake"}, nil
+		return &runtime.Result{Stderr: []byte("boom\n"), Summary: outcome.Summary{ExitCode: 3, Reason: runtime.ReasonExit, Runtime: "fake"}}, nil
 	}
 	cs := connect(t, rs.svc, mcp.Options{Caller: someone}, nil)
 	call(t, cs, mcp.ToolLoad, map[string]any{"names": []string{"hello"}})

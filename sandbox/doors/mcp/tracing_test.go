@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/doors/mcp"
 )
@@ -31,7 +32,7 @@ func TestToolCallSpans(t *testing.T) {
 			var inSpan trace.SpanContext
 			f.run = func(ctx context.Context, p api.RunScriptParams) (*api.RunScriptResult, error) {
 				inSpan = trace.SpanContextFromContext(ctx)
-				return &api.RunScriptResult{RunID: "r1", Path: p.Path, Reason: "exit"}, nil
+				return &api.RunScriptResult{RunID: "r1", Path: p.Path, Summary: outcome.Summary{Reason: "exit"}}, nil
 			}
 			cs := connect(t, f, mcp.Options{Caller: api.Peer{UID: 1000}, Tracer: tc.tracer}, nil)
 			call(t, cs, mcp.ToolLoad, map[string]any{"names": []string{"greeter"}})

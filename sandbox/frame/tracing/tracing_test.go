@@ -13,6 +13,7 @@ import (
 
 	"github.com/skillbox/skillbox/policy"
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/runtime/span"
 	"github.com/skillbox/skillbox/sandbox/api"
 	"github.com/skillbox/skillbox/sandbox/client"
@@ -70,7 +71,7 @@ func (s *sandbox) Deliver(_ context.Context, inv runtime.Invocation) error {
 	return nil
 }
 func (s *sandbox) Wait(context.Context) (*runtime.Result, error) {
-	res := &runtime.Result{Reason: runtime.ReasonExit, Runtime: "fake"}
+	res := &runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonExit, Runtime: "fake"}}
 	if s.args[len(s.args)-1] == "fail" {
 		res.ExitCode = 3
 	}

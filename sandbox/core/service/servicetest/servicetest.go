@@ -19,6 +19,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/egress"
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/outcome"
 	"github.com/skillbox/skillbox/sandbox/core/audit"
 	"github.com/skillbox/skillbox/sandbox/core/runner"
 	"github.com/skillbox/skillbox/sandbox/core/service"
@@ -52,7 +53,7 @@ func (f *Runtime) Name() string { return "fake" }
 // (writes "talking\n" to stdout, then runs until cancelled); anything
 // else exits 0.
 func RunByLastArg(ctx context.Context, job runtime.Job) (*runtime.Result, error) {
-	res := &runtime.Result{Reason: runtime.ReasonExit, Runtime: "fake"}
+	res := &runtime.Result{Summary: outcome.Summary{Reason: runtime.ReasonExit, Runtime: "fake"}}
 	switch job.Invocation.Args[len(job.Invocation.Args)-1] {
 	case "warm":
 		res.Warm = true
@@ -91,7 +92,7 @@ func (f *Runtime) Run(ctx context.Context, job runtime.Job) (*runtime.Result, er
 	if f.RunFunc != nil {
 		return f.RunFunc(ctx, job)
 	}
-	return &runtime.Result{ExitCode: 0, Reason: runtime.ReasonExit, Stdout: []byte("ran " + strings.Join(job.Invocation.Args, " ") + "\n"), Runtime: "fake"}, nil
+	return &runtime.Result{Stdout: []byte("ran " + strings.Join(job.Invocation.Args, " ") + "\n"), Summary: outcome.Summary{ExitCode: 0, Reason: runtime.ReasonExit, Runtime: "fake"}}, nil
 }
 
 func (f *Runtime) Jobs() []runtime.Job {
