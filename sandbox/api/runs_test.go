@@ -3,20 +3,19 @@ package api
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
 	"time"
-)
 
-var updateRunsGolden = flag.Bool("update-runs", false, "rewrite testdata/runs/*.json from the types")
+	"github.com/skillbox/skillbox/runtime/golden"
+)
 
 // TestRunsWire: the params and results of runs.list, runs.logs, runs.wait,
 // runs.signal, sessions.pause, sessions.resume and sessions.fork keep
 // their wire names (testdata/runs/<name>.json, checked against the doc
-// comments; -update-runs rewrites them, so read the diff), and the golden
+// comments; -update-golden rewrites them, so read the diff), and the golden
 // text decodes back, with no field unknown, to what was encoded.
 func TestRunsWire(t *testing.T) {
 	started := time.Date(2026, 11, 26, 9, 30, 0, 123000000, time.UTC)
@@ -52,30 +51,18 @@ func TestRunsWire(t *testing.T) {
 		{"fork_session_result", &ForkSessionResult{SessionID: "ses_2", From: "ses_1", Sandboxes: []string{"skillbox-s2"}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := json.MarshalIndent(tc.v, "", "  ")
+			file := filepath.Join("testdata", "runs", tc.name+".json")
+			golden.JSON(t, file, tc.v)
+			want, err := os.ReadFile(file)
 			if err != nil {
 				t.Fatal(err)
-			}
-			got = append(got, '\n')
-			golden := filepath.Join("testdata", "runs", tc.name+".json")
-			if *updateRunsGolden {
-				if err := os.WriteFile(golden, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(golden)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, want) {
-				t.Errorf("%s encodes as\n%s\nwant (%s)\n%s", tc.name, got, golden, want)
 			}
 			// The golden text decodes to the same value.
 			back := reflect.New(reflect.TypeOf(tc.v).Elem())
 			dec := json.NewDecoder(bytes.NewReader(want))
 			dec.DisallowUnknownFields()
 			if err := dec.Decode(back.Interface()); err != nil {
-				t.Fatalf("decode %s: %v", golden, err)
+				t.Fatalf("decode %s: %v", file, err)
 			}
 			if !reflect.DeepEqual(back.Interface(), tc.v) {
 				t.Errorf("round trip of %s: %+v, want %+v", tc.name, back.Elem().Interface(), reflect.ValueOf(tc.v).Elem().Interface())
