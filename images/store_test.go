@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -661,5 +662,49 @@ func TestOpenStoreWarnsUnreachableRootfs(t *testing.T) {
 				t.Errorf("warned %v, want %v: %q", got, tc.warned, out.String())
 			}
 		})
+	}
+}
+
+// TestLayoutModes: the layout is the system's public store (docs/SECURITY.md,
+// "Host paths and their modes"): other uids may read and traverse every part
+// of it, the content store's ingest/ and read-only blobs included, and
+// nothing in it is writable by anyone but its owner.
+func TestLayoutModes(t *testing.T) {
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	s := openTestStore(t)
+	s.SetRecipes(map[string]*Recipe{"shell": testRecipe("shell")})
+	commitSample(t, s, testRecipe("shell"), sampleRootfs(t), testEpoch)
+	seen := map[string]bool{}
+	err := filepath.WalkDir(s.LayoutDir(), func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(s.LayoutDir(), p)
+		seen[strings.SplitN(rel, string(filepath.Separator), 2)[0]] = true
+		mode := fi.Mode().Perm()
+		want := fs.FileMode(0o004)
+		if fi.IsDir() {
+			want = 0o005
+		}
+		if mode&want != want {
+			t.Errorf("%s is %o: other uids cannot read it", rel, mode)
+		}
+		if mode&0o022 != 0 {
+			t.Errorf("%s is %o: writable by group or others", rel, mode)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, part := range []string{"blobs", "index.json", "oci-layout"} {
+		if !seen[part] {
+			t.Errorf("the layout has no %s", part)
+		}
 	}
 }
