@@ -20,8 +20,10 @@ all: build
 modules:
 	@$(GO) mod download
 
+# Static (CGO_ENABLED=0): the same binary is the agent in kubernetes pods,
+# whose images need not have this host's C library.
 build: modules
-	$(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/skillbox
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$(VERSION)" -o $(BIN) ./cmd/skillbox
 
 lint: modules
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi

@@ -67,6 +67,10 @@ type Artifacts struct {
 	// layer store (<layers>/sha256-<hex>/tree, immutable once made), so
 	// that a large layer is tarred once per process.
 	deps map[string]ocispec.Descriptor
+	// agents remembers the agent image made per interpreter image
+	// digest and binary path (agentimage.go), so that the binary is
+	// tarred once per process.
+	agents map[string]runtime.ImageRef
 }
 
 // NewArtifacts keeps derived images in the OCI layout dir (made if need be).
@@ -95,19 +99,8 @@ func (a *Artifacts) Build(job runtime.Job) (runtime.ImageRef, error) {
 	// The derived images hold the skills' files: the directory is root's
 	// alone, as the local snapshots are (oci.MakePrivateDir: one found
 	// open is closed, a link or another uid's is refused).
-	if err := oci.MakePrivateDir(a.dir, "the kubernetes runtime's artifacts dir"); err != nil {
+	if err := a.prepare(); err != nil {
 		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: the kubernetes runtime builds the image of a run's skill files in %s, and cannot: %w", job.Sandbox.ID, a.dir, err)
-	}
-	if err := os.MkdirAll(filepath.Join(a.dir, "blobs", "sha256"), 0o700); err != nil {
-		return runtime.ImageRef{}, errkind.Errorf(runtime.ErrUnavailable, "run %s: the kubernetes runtime builds the image of a run's skill files in %s, and cannot: %w", job.Sandbox.ID, a.dir, err)
-	}
-	var m ocispec.Manifest
-	if err := readBlobJSON(base.Layout, base.Digest, &m); err != nil {
-		return runtime.ImageRef{}, fmt.Errorf("image %s: manifest: %w", base.Name, err)
-	}
-	var cfg ocispec.Image
-	if err := readBlobJSON(base.Layout, m.Config.Digest.String(), &cfg); err != nil {
-		return runtime.ImageRef{}, fmt.Errorf("image %s: config: %w", base.Name, err)
 	}
 	var layers []ocispec.Descriptor
 	if job.Sandbox.SkillDir != "" || job.Sandbox.UsesSkillsDir() {
@@ -123,6 +116,23 @@ func (a *Artifacts) Build(job runtime.Job) (runtime.ImageRef, error) {
 			return runtime.ImageRef{}, fmt.Errorf("run %s: dependency layer %s: %w", job.Sandbox.ID, job.Sandbox.DepsDir, err)
 		}
 		layers = append(layers, d)
+	}
+	return a.derive(base, layers, nil)
+}
+
+// derive writes the image that is base with layers on top (and the
+// config changed by edit, if not nil), and returns it.
+func (a *Artifacts) derive(base runtime.ImageRef, layers []ocispec.Descriptor, edit func(*ocispec.Image)) (runtime.ImageRef, error) {
+	var m ocispec.Manifest
+	if err := readBlobJSON(base.Layout, base.Digest, &m); err != nil {
+		return runtime.ImageRef{}, fmt.Errorf("image %s: manifest: %w", base.Name, err)
+	}
+	var cfg ocispec.Image
+	if err := readBlobJSON(base.Layout, m.Config.Digest.String(), &cfg); err != nil {
+		return runtime.ImageRef{}, fmt.Errorf("image %s: config: %w", base.Name, err)
+	}
+	if edit != nil {
+		edit(&cfg)
 	}
 	for _, d := range layers {
 		// Uncompressed: a layer's diff id is its digest.
@@ -147,6 +157,14 @@ func (a *Artifacts) Build(job runtime.Job) (runtime.ImageRef, error) {
 		return runtime.ImageRef{}, err
 	}
 	return runtime.ImageRef{Name: base.Name, Digest: md.Digest.String(), Layout: a.dir}, nil
+}
+
+// prepare makes the layout's directories, root's alone.
+func (a *Artifacts) prepare() error {
+	if err := oci.MakePrivateDir(a.dir, "the kubernetes runtime's artifacts dir"); err != nil {
+		return err
+	}
+	return os.MkdirAll(filepath.Join(a.dir, "blobs", "sha256"), 0o700)
 }
 
 // depsLayer is the layer of the dependency layer directory dir, at
