@@ -85,3 +85,11 @@ try:
     report("ptrace", ptrace)
 except ImportError:
     print("ptrace: no ctypes")
+
+# With "hold", it stays until SIGTERM, so that the test may see the
+# supervisor's listeners still there after the checks.
+if sys.argv[4:] == ["hold"]:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    print("checked", flush=True)
+    while True:
+        signal.pause()
