@@ -71,6 +71,9 @@ func wantConfined(t *testing.T, got map[string]string, supNetNS string, eth, loo
 		"setuid 0":              {"EPERM", "EINVAL"},
 		"ptrace":                {"EPERM"},
 	}
+	if got["setns"] != "no os.setns" {
+		want["setns"] = []string{"EPERM", "EACCES"}
+	}
 	if eth {
 		want["dial eth0"] = []string{"ENETUNREACH"}
 		want["dial eth0 0.0.0.0 listener"] = []string{"ENETUNREACH"}

@@ -73,6 +73,20 @@ report("kill TERM", lambda: os.kill(sup, signal.SIGTERM))
 report("setuid 0", lambda: os.setuid(0))
 
 
+def setns():
+    fd = os.open(f"/proc/{sup}/ns/net", os.O_RDONLY)
+    try:
+        os.setns(fd, os.CLONE_NEWNET)
+    finally:
+        os.close(fd)
+
+
+if hasattr(os, "setns"):
+    report("setns", setns)
+else:
+    print("setns: no os.setns")
+
+
 def ptrace():
     import ctypes
     libc = ctypes.CDLL(None, use_errno=True)
