@@ -24,7 +24,7 @@ import (
 // which a network namespace outside a user namespace would need. The
 // supervisor owns the job's namespace, so it keeps every capability over
 // the job (the sweep's SIGKILL needs no CAP_KILL). docs/SECURITY.md ("The
-// job under the supervisor") has what was measured under gVisor.
+// job under the pod agent") has what was measured under gVisor.
 
 // JobConfinement is how every run is started away from the supervisor.
 type JobConfinement struct {
