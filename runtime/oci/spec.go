@@ -78,7 +78,21 @@ type SpecOptions struct {
 	// spec has none (nothing in it looks like a limit it does not get),
 	// and the sentry bounds the sandbox's tasks with RLIMIT_NPROC instead.
 	Rootless bool
+	// ConfiningSupervisor, for a session sandbox whose supervisor starts
+	// every run confined (`skillbox supervise --job-uid`), makes the first
+	// process uid 0 of the sandbox with ConfiningCapabilities and no other
+	// (no_new_privileges stays): the runs, as another uid in namespaces of
+	// their own, get none of them. Off, the supervisor runs as the job's
+	// user, without any capability.
+	ConfiningSupervisor bool
 }
+
+// ConfiningCapabilities are what a confining supervisor holds: CAP_SETUID
+// and CAP_SETGID to write its jobs' user namespace id maps, CAP_CHOWN to
+// give /work and the logs it makes to the job, CAP_DAC_OVERRIDE to write
+// the logs in the job's /work. All four are in containerd's default set
+// and allowed by Pod Security "baseline"; none is CAP_SYS_ADMIN.
+var ConfiningCapabilities = []string{"CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_SETGID", "CAP_SETUID"}
 
 // IDMap is a contiguous user/group ID mapping for a user namespace.
 type IDMap struct {
@@ -183,6 +197,9 @@ func BuildSpec(job runtime.Job, opts SpecOptions) (*specs.Spec, error) {
 	if opts.Rootless && (opts.UserNS != nil || job.Sandbox.Network || job.Sandbox.Egress != nil) {
 		return nil, errkind.Errorf(runtime.ErrInvalidJob, "a rootless sandbox has neither a user namespace mapping nor a network")
 	}
+	if opts.ConfiningSupervisor && (job.Sandbox.Session == nil || opts.Rootless) {
+		return nil, errkind.Errorf(runtime.ErrInvalidJob, "a confining supervisor needs a session sandbox with root (a rootless sandbox maps only one uid)")
+	}
 	lim := job.Limits()
 	cgPath := opts.CgroupsPath
 	if cgPath == "" {
@@ -223,6 +240,13 @@ func BuildSpec(job runtime.Job, opts SpecOptions) (*specs.Spec, error) {
 		// A delegated cgroup (CgroupsPath) is made with its limits
 		// before runsc joins it; none otherwise.
 		s.Linux.Resources, s.Linux.CgroupsPath = nil, opts.CgroupsPath
+	}
+	if opts.ConfiningSupervisor {
+		caps := append([]string(nil), ConfiningCapabilities...)
+		s.Process.User = specs.User{UID: 0, GID: 0}
+		s.Process.Capabilities = &specs.LinuxCapabilities{
+			Bounding: caps, Effective: caps, Permitted: caps, Inheritable: empty, Ambient: empty,
+		}
 	}
 	if opts.UserNS != nil {
 		s.Linux.UIDMappings = []specs.LinuxIDMapping{{ContainerID: 0, HostID: opts.UserNS.HostUID, Size: opts.UserNS.Size}}

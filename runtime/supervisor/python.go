@@ -119,7 +119,7 @@ func (p *pool) startLocked() error {
 		// supervisor.py).
 		Env:   []string{"PATH=" + runtime.DefaultPath, "HOME=" + runtime.HomeDir, "LANG=" + runtime.DefaultLang, "SKILLBOX_PRELOAD=0", "SKILLBOX_STATUS_FD=3"},
 		Files: []uintptr{ps[0].R.Fd(), ps[1].W.Fd(), ps[2].W.Fd(), ps[3].W.Fd()},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+		Sys:   p.s.sysProcAttr(),
 	}
 	pid, err := syscall.ForkExec(p.python, []string{p.python, "-c", process.SupervisorSource}, attr)
 	ps[0].R.Close()
@@ -131,7 +131,7 @@ func (p *pool) startLocked() error {
 		ps[1].R.Close()
 		ps[2].R.Close()
 		ps[3].R.Close()
-		return startError("python3", p.python, err)
+		return p.s.startError("python3", p.python, err)
 	}
 	w := &worker{pid: pid, stdin: ps[0].W, stdout: ps[1].R, stderr: ps[2].R, status: ps[3].R}
 	p.s.byPID[pid] = w

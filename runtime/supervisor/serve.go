@@ -64,6 +64,10 @@ type Options struct {
 	// open after its main process exited while another foreground run
 	// holds off the sweep (0: DefaultDrainTimeout).
 	DrainTimeout time.Duration
+	// Confine, when set, starts every run and python worker confined
+	// away from the supervisor (JobConfinement); Serve refuses to serve
+	// if the kernel refuses the confinement.
+	Confine *JobConfinement
 	// Logf, when set, receives what the supervisor has to say that is no
 	// event (a worker that would not start); pid 1's stderr is the usual.
 	Logf func(format string, args ...any)
@@ -129,6 +133,14 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error
 	cwd, err := os.Getwd()
 	if err != nil {
 		return fmt.Errorf("supervisor: working directory: %w", err)
+	}
+	if c := opts.Confine; c != nil {
+		if err := c.Check(); err != nil {
+			return fmt.Errorf("supervisor: %w", err)
+		}
+		if err := c.ownWorkDir(); err != nil {
+			return fmt.Errorf("supervisor: %w", err)
+		}
 	}
 	s := &server{
 		opts:  opts,
@@ -346,14 +358,10 @@ func (s *server) startProgram(req Request, path string) (*run, error) {
 	}
 	child[0], parent = inR, append(parent, inW)
 	if req.Background {
-		if err := os.MkdirAll(filepath.Dir(req.Log), 0o700); err != nil {
-			closeAll(append(parent, child[:]...))
-			return nil, fmt.Errorf("background log directory: %w", err)
-		}
-		f, err := os.OpenFile(req.Log, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+		f, err := s.openLog(req.Log)
 		if err != nil {
 			closeAll(append(parent, child[:]...))
-			return nil, fmt.Errorf("background log: %w", err)
+			return nil, err
 		}
 		child[1], child[2] = f, f
 	} else {
@@ -371,7 +379,7 @@ func (s *server) startProgram(req Request, path string) (*run, error) {
 		Dir:   req.Cwd,
 		Env:   req.Env,
 		Files: []uintptr{child[0].Fd(), child[1].Fd(), child[2].Fd()},
-		Sys:   &syscall.SysProcAttr{Setsid: true},
+		Sys:   s.sysProcAttr(),
 	}
 	s.mu.Lock()
 	if s.runs[req.ID] != nil {
@@ -393,7 +401,7 @@ func (s *server) startProgram(req Request, path string) (*run, error) {
 	child[0].Close()
 	if err != nil {
 		closeAll(parent)
-		return nil, startError(req.Argv[0], path, err)
+		return nil, s.startError(req.Argv[0], path, err)
 	}
 	for i, f := range r.outputs {
 		s.relay(r, f, []string{StreamStdout, StreamStderr}[i], nil)

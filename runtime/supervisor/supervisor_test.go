@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 			RunsDir:       os.Getenv(envRunsDir),
 			Python:        os.Getenv(envPython),
 			DrainTimeout:  300 * time.Millisecond,
+			Confine:       testConfinement(),
 			Logf:          func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) },
 		})
 		if err != nil {
