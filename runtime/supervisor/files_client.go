@@ -93,7 +93,8 @@ func (c *Client) Put(ctx context.Context, dir string, r io.Reader, digest string
 			break
 		}
 		select {
-		case ev := <-ch: // answered early: it failed
+		case ev := <-ch: // answered early: it failed; the stream is ended
+			_ = c.send(Request{Op: OpPutData, Seq: seq})
 			return Put{}, c.answer(OpPut, ev)
 		default:
 		}

@@ -294,6 +294,33 @@ func TestPutMerges(t *testing.T) {
 	if got := tree(t, fs.work); !slices.Equal(got, want) {
 		t.Errorf("after a refused put\n%q\nwant it unchanged\n%q", got, want)
 	}
+
+	// Links the job left are replaced or refused, never followed.
+	outside := t.TempDir()
+	if err := os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"flink": filepath.Join(outside, "secret"), "dlink": outside} {
+		if err := os.Symlink(target, filepath.Join(fs.work, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := put([]runtime.InputFile{{Name: "flink", Data: []byte("mine")}}); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Lstat(filepath.Join(fs.work, "flink")); err != nil || !fi.Mode().IsRegular() {
+		t.Errorf("flink after the put: %v %v, want the link replaced by a file", fi.Mode(), err)
+	}
+	err = put([]runtime.InputFile{{Name: "dlink/x", Data: []byte("x")}})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "dlink: a directory in the stream") {
+		t.Errorf("put through a job's link to a directory: %v, want refused", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(outside, "secret")); string(b) != "s" {
+		t.Errorf("the link's target was written: %q", b)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 1 {
+		t.Errorf("a put wrote through a link: %v", ents)
+	}
 }
 
 func TestPutReadOnly(t *testing.T) {

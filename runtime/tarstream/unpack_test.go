@@ -139,7 +139,7 @@ func TestLimitNotes(t *testing.T) {
 	notes := make([]string, MaxNotes+5)
 	got := LimitNotes(notes)
 	if len(got) != MaxNotes+1 || !strings.Contains(got[MaxNotes], "5 more") {
-		t.Errorf("limitNotes of %d: %d notes, last %q", len(notes), len(got), got[len(got)-1])
+		t.Errorf("LimitNotes of %d: %d notes, last %q", len(notes), len(got), got[len(got)-1])
 	}
 }
 
