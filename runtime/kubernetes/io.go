@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path"
 	"strings"
 	"time"
 
@@ -18,6 +17,7 @@ import (
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/errkind"
 	"github.com/skillbox/skillbox/runtime/oci"
+	"github.com/skillbox/skillbox/runtime/tarstream"
 )
 
 // A job travels into its pod and its outputs out of it as tar streams over
@@ -101,193 +101,23 @@ func shellQuote(s string) string {
 
 // writeDelivery writes the tar stream deliverCommand unpacks: the frame
 // at framePath (read-only, the pod's user's), then the input entries under
-// /work with their modes (0644 files and 0755 directories by default, as
-// the local backends make them), the directories their paths need first,
-// and an empty outputs/ unless the inputs give one. files must be valid
+// /work as tarstream.WriteInputs writes them. files must be valid
 // (runtime.ValidateInputs).
 func writeDelivery(w io.Writer, frame []byte, files []runtime.InputFile, now time.Time) error {
 	tw := tar.NewWriter(w)
-	hdr := func(h *tar.Header) error {
-		h.ModTime, h.Uid, h.Gid, h.Format = now, runtime.ContainerUID, runtime.ContainerGID, tar.FormatPAX
-		return tw.WriteHeader(h)
-	}
-	if err := hdr(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(framePath, "/"), Mode: 0o400, Size: int64(len(frame))}); err != nil {
+	if err := tw.WriteHeader(&tar.Header{
+		Typeflag: tar.TypeReg, Name: strings.TrimPrefix(framePath, "/"), Mode: 0o400, Size: int64(len(frame)),
+		ModTime: now, Uid: runtime.ContainerUID, Gid: runtime.ContainerGID, Format: tar.FormatPAX,
+	}); err != nil {
 		return err
 	}
 	if _, err := tw.Write(frame); err != nil {
 		return err
 	}
-	work := strings.TrimPrefix(runtime.WorkDir, "/") + "/"
-	made := map[string]bool{}
-	dir := func(name string, mode uint32) error {
-		made[name] = true
-		return hdr(&tar.Header{Typeflag: tar.TypeDir, Name: work + name + "/", Mode: int64(mode)})
-	}
-	outputs := path.Base(runtime.OutputsDir)
-	given := false
-	for i := range files {
-		f := &files[i]
-		// The directories the path needs, unless made already.
-		for j := strings.IndexByte(f.Name, '/'); j >= 0; {
-			if parent := f.Name[:j]; !made[parent] {
-				if err := dir(parent, 0o755); err != nil {
-					return err
-				}
-			}
-			next := strings.IndexByte(f.Name[j+1:], '/')
-			if next < 0 {
-				break
-			}
-			j += 1 + next
-		}
-		mode := f.Mode & 0o777
-		var err error
-		switch f.EffectiveKind() {
-		case runtime.InputDir:
-			if mode == 0 {
-				mode = 0o755
-			}
-			given = given || f.Name == outputs
-			err = dir(f.Name, mode)
-		case runtime.InputSymlink:
-			err = hdr(&tar.Header{Typeflag: tar.TypeSymlink, Name: work + f.Name, Linkname: f.Target, Mode: 0o777})
-		default:
-			if mode == 0 {
-				mode = 0o644
-			}
-			if err = hdr(&tar.Header{Typeflag: tar.TypeReg, Name: work + f.Name, Mode: int64(mode), Size: int64(len(f.Data))}); err == nil {
-				_, err = tw.Write(f.Data)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("input %s: %w", runtime.QuoteName(f.Name), err)
-		}
-	}
-	if !given && !made[outputs] {
-		if err := dir(outputs, 0o755); err != nil {
-			return err
-		}
+	if err := tarstream.WriteInputs(tw, strings.TrimPrefix(runtime.WorkDir, "/")+"/", files, now); err != nil {
+		return err
 	}
 	return tw.Close()
-}
-
-// errStreamOver is the error of a boundedReader past its bound.
-var errStreamOver = errors.New("stream over its bound")
-
-// boundedReader reads r up to n bytes, then fails with errStreamOver.
-type boundedReader struct {
-	r io.Reader
-	n int64
-}
-
-func (b *boundedReader) Read(p []byte) (int, error) {
-	if b.n <= 0 {
-		// One byte more says whether the stream ends here.
-		var one [1]byte
-		if n, err := b.r.Read(one[:]); n == 0 && err != nil {
-			return 0, err
-		}
-		return 0, errStreamOver
-	}
-	if int64(len(p)) > b.n {
-		p = p[:b.n]
-	}
-	n, err := b.r.Read(p)
-	b.n -= int64(n)
-	return n, err
-}
-
-// unpackOutputs unpacks the workdir's tar stream r into dir, a private
-// directory made for it, and returns what it did not unpack, as the local
-// backends' collector names it ("path: why"). Names are confined to dir
-// (os.Root: no "..", no link followed on the way); regular files become
-// 0600 and directories 0700 whatever their modes (the collector reads
-// content only); symlinks and hard links are made as such, never
-// followed; fifos and devices are named, never made. An error is a stream that broke or went over its
-// bound: what was unpacked until then stays, a file cut short removed.
-func unpackOutputs(r io.Reader, dir string) (skipped []string, err error) {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return nil, fmt.Errorf("open outputs dir: %w", err)
-	}
-	defer root.Close()
-	tr := tar.NewReader(r)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return skipped, nil
-		}
-		if err != nil {
-			return skipped, err
-		}
-		name := path.Clean(strings.TrimPrefix(h.Name, "/"))
-		if name == "." {
-			continue
-		}
-		if name == ".." || strings.HasPrefix(name, "../") {
-			skipped = append(skipped, oci.ReportName(h.Name)+": name outside the workdir, not collected")
-			continue
-		}
-		skip := func(why string) { skipped = append(skipped, oci.ReportName(name)+": "+why) }
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := root.MkdirAll(name, 0o700); err != nil {
-				skip("cannot make directory: " + err.Error())
-			}
-		case tar.TypeReg:
-			if sparseEntry(h) {
-				// archive/tar reads its holes as zeros: a few bytes of
-				// stream would be written out as h.Size bytes, past the
-				// stream's bound. tar -c without --sparse makes none.
-				skip(fmt.Sprintf("sparse file of %d bytes, not collected (write outputs as plain files)", h.Size))
-				continue
-			}
-			f, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err != nil {
-				skip("cannot create: " + err.Error())
-				continue
-			}
-			_, cerr := io.Copy(f, tr)
-			if err := errors.Join(cerr, f.Close()); err != nil {
-				_ = root.Remove(name)
-				if cerr != nil {
-					return skipped, cerr
-				}
-				skip("cannot write: " + err.Error())
-			}
-		case tar.TypeSymlink:
-			if err := root.Symlink(h.Linkname, name); err != nil {
-				skip("symlink, not followed")
-			}
-		case tar.TypeLink:
-			target := path.Clean(strings.TrimPrefix(h.Linkname, "/"))
-			if err := root.Link(target, name); err != nil {
-				skip("hard link to " + oci.ReportName(target) + " that cannot be made again, not collected: " + err.Error())
-			}
-		case tar.TypeFifo:
-			skip("fifo, not collected")
-		case tar.TypeChar:
-			skip("character device, not collected")
-		case tar.TypeBlock:
-			skip("block device, not collected")
-		default:
-			skip(fmt.Sprintf("tar entry of type %q, not collected", h.Typeflag))
-		}
-	}
-}
-
-// sparseEntry says whether a tar entry is a sparse file (GNU or PAX
-// sparse formats), whose length is not what the stream carries.
-func sparseEntry(h *tar.Header) bool {
-	if h.Typeflag == tar.TypeGNUSparse {
-		return true
-	}
-	for k := range h.PAXRecords {
-		if strings.HasPrefix(k, "GNU.sparse.") {
-			return true
-		}
-	}
-	return false
 }
 
 // maxNoteBytes bounds what an exec's stderr adds to an error or a note.
@@ -376,14 +206,14 @@ func (k *Kubernetes) collectOutputs(ctx context.Context, cs k8s.Interface, cfg *
 		exit <- err
 	}()
 	bound := lim.WorkdirBytes + outputsSlack
-	br := &boundedReader{r: pr, n: bound}
-	skipped, uerr := unpackOutputs(br, dir)
+	br := tarstream.Bounded(pr, bound)
+	skipped, uerr := tarstream.Unpack(br, dir)
 	if uerr == nil {
 		// tar pads its archive past the end the reader stops at: read
 		// the padding too, so that the exec ends by itself.
 		_, uerr = io.Copy(io.Discard, br)
 	}
-	over := errors.Is(uerr, errStreamOver)
+	over := errors.Is(uerr, tarstream.ErrOver)
 	if uerr != nil {
 		cancel() // the rest of the stream is not read
 	}
@@ -404,7 +234,7 @@ func (k *Kubernetes) collectOutputs(ctx context.Context, cs k8s.Interface, cfg *
 	if err != nil {
 		return nil, err
 	}
-	outs.Skipped = append(limitNotes(skipped), outs.Skipped...)
+	outs.Skipped = append(tarstream.LimitNotes(skipped), outs.Skipped...)
 	if over {
 		outs.Truncated = true
 		if outs.TruncatedBy == "" {
@@ -418,16 +248,4 @@ func (k *Kubernetes) collectOutputs(ctx context.Context, cs k8s.Interface, cfg *
 		}
 	}
 	return outs, nil
-}
-
-// maxNotes is how many entries unpackOutputs' notes name, as the
-// collector names at most so many skipped entries.
-const maxNotes = 100
-
-// limitNotes keeps the first maxNotes notes and counts the rest.
-func limitNotes(notes []string) []string {
-	if len(notes) <= maxNotes {
-		return notes
-	}
-	return append(notes[:maxNotes:maxNotes], fmt.Sprintf("... and %d more entries of the workdir's tar stream not collected", len(notes)-maxNotes))
 }

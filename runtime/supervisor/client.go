@@ -42,6 +42,8 @@ type Client struct {
 	ready   chan struct{}
 	dead    chan struct{}
 	err     error
+	// collects are the streams of collects in flight (files_client.go).
+	collects map[uint64]*collectStream
 }
 
 // ClientOption sets an option of NewClient.
@@ -57,11 +59,12 @@ func WithOnExit(f func(id string, e Exit)) ClientOption {
 // NewClient talks to a supervisor whose stdin is w and whose stdout is r.
 func NewClient(w io.WriteCloser, r io.Reader, opts ...ClientOption) *Client {
 	c := &Client{
-		w:       w,
-		pending: map[uint64]chan Event{},
-		runs:    map[string]*Run{},
-		ready:   make(chan struct{}),
-		dead:    make(chan struct{}),
+		w:        w,
+		pending:  map[uint64]chan Event{},
+		runs:     map[string]*Run{},
+		collects: map[uint64]*collectStream{},
+		ready:    make(chan struct{}),
+		dead:     make(chan struct{}),
 	}
 	for _, o := range opts {
 		o(c)
@@ -323,6 +326,12 @@ func (c *Client) dispatch(ev Event) {
 		}
 		if w != nil {
 			_, _ = w.Write(ev.Data)
+		}
+	case EvCollectData:
+		cs := c.collects[ev.Seq]
+		c.mu.Unlock()
+		if cs != nil {
+			cs.write(ev.Data) // files_client.go
 		}
 	case EvExit:
 		e := Exit{Code: ev.Code, Signal: ev.Signal}

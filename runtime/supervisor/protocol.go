@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
+	"github.com/skillbox/skillbox/runtime/tarstream"
 )
 
 // MaxFrame is the largest frame either side sends or accepts. The host
@@ -78,6 +79,9 @@ type Request struct {
 	Python bool `json:"python,omitempty"`
 	// Signal is the signal number for OpSignal.
 	Signal int `json:"signal,omitempty"`
+
+	// Files (put, put_data, collect, clear; see "Files" below).
+	FileRequest
 }
 
 // Events the supervisor sends.
@@ -117,6 +121,9 @@ type Event struct {
 	// Workers is the number of python workers ready (ready, reseeded,
 	// pong), and Error on ready and pong why there is none.
 	Workers int `json:"workers,omitempty"`
+
+	// Files (put, collect_data, collected, cleared; see "Files" below).
+	FileEvent
 }
 
 // Exit is how a run ended, as a shell has it: Code is the exit status, or
@@ -203,6 +210,10 @@ func DecodeEvent(b []byte) (Event, error) {
 		if ev.ID == "" || (ev.Stream != StreamStdout && ev.Stream != StreamStderr) {
 			return Event{}, errkind.Errorf(ErrProtocol, "output event with run id %q and stream %q", ev.ID, ev.Stream)
 		}
+	case EvPut, EvCollectData, EvCollected, EvCleared:
+		if err := checkFileEvent(ev); err != nil {
+			return Event{}, err
+		}
 	default:
 		return Event{}, errkind.Errorf(ErrProtocol, "unknown event %q", truncate(ev.Ev))
 	}
@@ -225,6 +236,10 @@ func DecodeRequest(b []byte) (Request, error) {
 		if req.ID == "" {
 			return Request{}, errkind.Errorf(ErrProtocol, "%s request without a run id", req.Op)
 		}
+	case OpPut, OpPutData, OpCollect, OpClear:
+		if err := checkFileRequest(req); err != nil {
+			return Request{}, err
+		}
 	default:
 		return Request{}, errkind.Errorf(ErrProtocol, "unknown op %q", truncate(req.Op))
 	}
@@ -237,4 +252,135 @@ func truncate(s string) string {
 		return s[:64] + "..."
 	}
 	return s
+}
+
+// ---- Files: put, collect, clear --------------------------------------
+//
+// A pod's agent has one connection and no shared directory with the
+// host, so a run's inputs and a skill's files go in, and its workdir
+// comes back, as tar streams in frames (served in files.go, asked for in
+// files_client.go). Every path is a clean absolute directory under one of
+// the agent's file roots (FileRoots).
+//
+//   - put: the request states the directory, the stream's Size and its
+//     sha256 Digest up front and carries its first PutChunk bytes; while
+//     More is set, put_data requests with the put's Seq carry the rest.
+//     The agent extracts the stream strictly (tarstream.Extract) into a
+//     staging directory and moves it into place only once the stream had
+//     exactly Size bytes of that digest, then answers put (or error).
+//   - collect: the agent answers with collect_data events of at most
+//     OutputChunk bytes, the collect's Seq on each, carrying a tar stream
+//     of the directory of at most MaxBytes bytes, then one collected
+//     event: its Size and Digest, and Truncated (with Omitted, the first
+//     entry left out) when the bound stopped it.
+//   - clear: every entry in the directory is removed, the directory kept.
+
+// Ops of the file requests.
+const (
+	OpPut     = "put"      // a tar stream into a directory, first part
+	OpPutData = "put_data" // more of a put's stream (Seq: the put's)
+	OpCollect = "collect"  // a tar stream of a directory back
+	OpClear   = "clear"    // empty a directory
+)
+
+// Events of the file requests.
+const (
+	EvPut         = "put"          // a put's stream is in place (Entries, Size)
+	EvCollectData = "collect_data" // part of a collect's stream (Data)
+	EvCollected   = "collected"    // a collect's stream ended (Size, Digest, Truncated, Omitted, Notes)
+	EvCleared     = "cleared"      // a directory was emptied (Entries: how many were removed)
+)
+
+// PutChunk is the most stream bytes one put or put_data request carries:
+// a frame stays well under MaxFrame after base64.
+const PutChunk = 256 << 10
+
+// Bounds on what a file event or request may hold: an untrusted peer's
+// paths, digests and notes are checked before they are used.
+const (
+	maxFileDirLen   = 4096
+	maxFileNotes    = 101 // tarstream.MaxNotes and the count of the rest
+	maxFileNoteLen  = 8192
+	maxFileDigest   = 128
+	maxFileOmitted  = 8192
+	maxCollectBytes = 1 << 40
+)
+
+// FileRequest are a Request's fields for the file ops.
+type FileRequest struct {
+	// Dir is the directory put into, collected or cleared.
+	Dir string `json:"dir,omitempty"`
+	// Size and Digest ("sha256:HEX") are a put's whole stream's.
+	Size   int64  `json:"size,omitempty"`
+	Digest string `json:"digest,omitempty"`
+	// ReadOnly puts files 0444 (0555 executable) and directories 0555,
+	// owned by the agent: a skill's files, which the job must not change.
+	ReadOnly bool `json:"read_only,omitempty"`
+	// Data is a part of a put's stream; More says more parts follow.
+	Data []byte `json:"data,omitempty"`
+	More bool   `json:"more,omitempty"`
+	// MaxBytes bounds a collect's stream.
+	MaxBytes int64 `json:"max_bytes,omitempty"`
+}
+
+// FileEvent are an Event's fields for the file ops.
+type FileEvent struct {
+	Size      int64    `json:"size,omitempty"`
+	Entries   int      `json:"entries,omitempty"`
+	Digest    string   `json:"digest,omitempty"`
+	Truncated bool     `json:"truncated,omitempty"`
+	Omitted   string   `json:"omitted,omitempty"`
+	Notes     []string `json:"notes,omitempty"`
+}
+
+// checkFileRequest checks a file request's fields (DecodeRequest).
+func checkFileRequest(req Request) error {
+	if req.Seq == 0 {
+		return errkind.Errorf(ErrProtocol, "%s request without a seq", req.Op)
+	}
+	if len(req.Data) > PutChunk {
+		return errkind.Errorf(ErrProtocol, "%s request carries %d bytes, at most %d", req.Op, len(req.Data), PutChunk)
+	}
+	if req.Op == OpPutData {
+		return nil
+	}
+	if req.Dir == "" || len(req.Dir) > maxFileDirLen {
+		return errkind.Errorf(ErrProtocol, "%s request needs a directory of at most %d bytes", req.Op, maxFileDirLen)
+	}
+	switch req.Op {
+	case OpPut:
+		if req.Size < 0 || int64(len(req.Data)) > req.Size {
+			return errkind.Errorf(ErrProtocol, "put request of %d bytes carries %d", req.Size, len(req.Data))
+		}
+		if !tarstream.ValidDigest(req.Digest) {
+			return errkind.Errorf(ErrProtocol, "put request's digest %q is not sha256:<64 hex digits>", truncate(req.Digest))
+		}
+	case OpCollect:
+		if req.MaxBytes <= 0 || req.MaxBytes > maxCollectBytes {
+			return errkind.Errorf(ErrProtocol, "collect request's bound of %d bytes is not in 1..%d", req.MaxBytes, int64(maxCollectBytes))
+		}
+	}
+	return nil
+}
+
+// checkFileEvent checks a file event's fields (DecodeEvent).
+func checkFileEvent(ev Event) error {
+	switch {
+	case ev.Seq == 0:
+		return errkind.Errorf(ErrProtocol, "%s event without a seq", ev.Ev)
+	case len(ev.Data) > OutputChunk:
+		return errkind.Errorf(ErrProtocol, "%s event carries %d bytes, at most %d", ev.Ev, len(ev.Data), OutputChunk)
+	case ev.Size < 0 || ev.Entries < 0:
+		return errkind.Errorf(ErrProtocol, "%s event with size %d, entries %d", ev.Ev, ev.Size, ev.Entries)
+	case len(ev.Digest) > maxFileDigest || len(ev.Omitted) > maxFileOmitted:
+		return errkind.Errorf(ErrProtocol, "%s event with a digest of %d bytes, an omitted name of %d", ev.Ev, len(ev.Digest), len(ev.Omitted))
+	case len(ev.Notes) > maxFileNotes:
+		return errkind.Errorf(ErrProtocol, "%s event with %d notes, at most %d", ev.Ev, len(ev.Notes), maxFileNotes)
+	}
+	for _, n := range ev.Notes {
+		if len(n) > maxFileNoteLen {
+			return errkind.Errorf(ErrProtocol, "%s event with a note of %d bytes, at most %d", ev.Ev, len(n), maxFileNoteLen)
+		}
+	}
+	return nil
 }

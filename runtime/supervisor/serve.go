@@ -262,6 +262,8 @@ func (s *server) handle(req Request) {
 			return
 		}
 		feed.add(req.Stdin, !req.StdinMore)
+	case OpPut, OpPutData, OpCollect, OpClear:
+		s.handleFile(req) // files.go
 	case OpRun:
 		if req.Python {
 			go s.startRun(req) // it may wait for a python worker

@@ -38,7 +38,7 @@ var layers = [][]string{
 	{"images/deps", "policy/glob"},
 	{"runtime/ocicli", "runtime/containerd", "runtime/kubernetes"},
 	{"runtime/supervisor"},
-	{"runtime/process"},
+	{"runtime/process", "runtime/tarstream"},
 	{"runtime/oci", "runtime/runtimetest"},
 	{"runtime"},
 	{"runtime/egress", "runtime/checkpoint", "runtime/rootless", "runtime/egress/egresstest"},

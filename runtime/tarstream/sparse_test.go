@@ -1,4 +1,4 @@
-package kubernetes
+package tarstream
 
 import (
 	"archive/tar"
@@ -69,13 +69,13 @@ func must(t *testing.T, err error) {
 // under 2 KiB.
 const sparseRealsize = 1 << 40
 
-// TestUnpackOutputsSparse: the workdir's tar stream is bounded in bytes,
+// TestUnpackSparse: the workdir's tar stream is bounded in bytes,
 // but a sparse entry expands past any such bound as it is written out; it
 // is refused by name instead of written.
-func TestUnpackOutputsSparse(t *testing.T) {
+func TestUnpackSparse(t *testing.T) {
 	stream := sparseTar(t, "./big", sparseRealsize)
 	dir := t.TempDir()
-	skipped, err := unpackOutputs(&boundedReader{r: bytes.NewReader(stream), n: 1 << 20}, dir)
+	skipped, err := Unpack(Bounded(bytes.NewReader(stream), 1<<20), dir)
 	if err != nil {
 		t.Fatal(err)
 	}
