@@ -10,7 +10,9 @@
 // process down. After a restore the sandbox's fds 0/1/2 are new host pipes,
 // so all control goes over stdin and stdout: length-prefixed JSON frames,
 // requests in, events out (this file). Serve is the sandbox side, Client the
-// host side.
+// host side. A pod's agent serves the same frames on a network listener
+// (ServeListener, mutual TLS), its runs outliving any one connection, and
+// the daemon dials it (Dial).
 package supervisor
 
 import (
