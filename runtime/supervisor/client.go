@@ -2,11 +2,14 @@ package supervisor
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/skillbox/skillbox/runtime/errkind"
 )
@@ -21,6 +24,9 @@ var (
 	// ErrGone is the kind of every call after the supervisor's stdout
 	// closed or the client was closed.
 	ErrGone = errors.New("supervisor gone")
+	// ErrVersion is the kind of NewConnClient's and Dial's error when the
+	// supervisor speaks another protocol Version.
+	ErrVersion = errors.New("supervisor protocol version mismatch")
 )
 
 // Client is the host's side of one supervisor: requests written to its
@@ -33,6 +39,11 @@ type Client struct {
 	w      io.WriteCloser
 	wmu    sync.Mutex
 	onExit func(id string, e Exit)
+	// nc is the network connection of a client made by NewConnClient,
+	// whose writes are bounded by writeTimeout.
+	nc           net.Conn
+	readyTimeout time.Duration
+	writeTimeout time.Duration
 
 	mu      sync.Mutex
 	seq     uint64
@@ -44,6 +55,7 @@ type Client struct {
 	err     error
 	// collects are the streams of collects in flight (files_client.go).
 	collects map[uint64]*collectStream
+	said    string // the last error event no request asked for
 }
 
 // ClientOption sets an option of NewClient.
@@ -56,21 +68,127 @@ func WithOnExit(f func(id string, e Exit)) ClientOption {
 	return func(c *Client) { c.onExit = f }
 }
 
+// WithReadyTimeout bounds how long NewConnClient and Dial wait for the
+// connection and the supervisor's ready event (0: DefaultReadyTimeout).
+func WithReadyTimeout(d time.Duration) ClientOption {
+	return func(c *Client) { c.readyTimeout = d }
+}
+
+// WithWriteTimeout bounds each request a client of NewConnClient or Dial
+// writes (0: DefaultWriteTimeout); a supervisor that reads none for that
+// long kills the client, not its caller's goroutine.
+func WithWriteTimeout(d time.Duration) ClientOption {
+	return func(c *Client) { c.writeTimeout = d }
+}
+
+// DefaultReadyTimeout is WithReadyTimeout's default: the supervisor's
+// first ready event waits for its first python workers, up to 30 s.
+const DefaultReadyTimeout = 45 * time.Second
+
+// DefaultWriteTimeout is WithWriteTimeout's default.
+const DefaultWriteTimeout = 30 * time.Second
+
 // NewClient talks to a supervisor whose stdin is w and whose stdout is r.
 func NewClient(w io.WriteCloser, r io.Reader, opts ...ClientOption) *Client {
+	c := newClient(w, opts)
+	go c.read(r)
+	return c
+}
+
+func newClient(w io.WriteCloser, opts []ClientOption) *Client {
 	c := &Client{
-		w:        w,
-		pending:  map[uint64]chan Event{},
-		runs:     map[string]*Run{},
-		collects: map[uint64]*collectStream{},
-		ready:    make(chan struct{}),
-		dead:     make(chan struct{}),
+		w:            w,
+		pending:      map[uint64]chan Event{},
+		runs:         map[string]*Run{},
+		ready:        make(chan struct{}),
+		dead:         make(chan struct{}),
+		collects:     map[uint64]*collectStream{},
+		readyTimeout: DefaultReadyTimeout,
+		writeTimeout: DefaultWriteTimeout,
 	}
 	for _, o := range opts {
 		o(c)
 	}
-	go c.read(r)
+	if c.readyTimeout <= 0 {
+		c.readyTimeout = DefaultReadyTimeout
+	}
+	if c.writeTimeout <= 0 {
+		c.writeTimeout = DefaultWriteTimeout
+	}
 	return c
+}
+
+// Dial connects to a supervisor's listener (ServeListener) at addr, over
+// TLS with tlsConfig (nil: plain TCP, for tests), and returns a client once
+// the supervisor sent its ready event in the protocol Version this one
+// speaks (else an ErrVersion error). The connection, its handshake and the
+// ready event together take at most the ready timeout (WithReadyTimeout).
+// The client takes over the supervisor: the connection that controlled it
+// is closed, and its foreground runs are killed; background runs live on,
+// and their exits go to this client's OnExit.
+func Dial(ctx context.Context, network, addr string, tlsConfig *tls.Config, opts ...ClientOption) (*Client, error) {
+	c := newClient(nil, opts)
+	deadline := time.Now().Add(c.readyTimeout)
+	dctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	var nc net.Conn
+	var err error
+	if tlsConfig != nil {
+		nc, err = (&tls.Dialer{Config: tlsConfig}).DialContext(dctx, network, addr)
+	} else {
+		nc, err = (&net.Dialer{}).DialContext(dctx, network, addr)
+	}
+	if err != nil {
+		return nil, errkind.Errorf(ErrGone, "connect to the supervisor at %s: %w", addr, err)
+	}
+	c.w = nc
+	return c.connect(ctx, nc, deadline)
+}
+
+// NewConnClient is a client over nc, a connection to a supervisor's
+// listener (ServeListener): it waits for the ready event, at most until ctx
+// ends or the ready timeout (WithReadyTimeout) passed, and checks its
+// protocol Version (else an ErrVersion error). On an error nc is closed.
+// Close closes nc, which gives up control of the supervisor: its
+// foreground runs are killed, its background runs live on.
+func NewConnClient(ctx context.Context, nc net.Conn, opts ...ClientOption) (*Client, error) {
+	c := newClient(nc, opts)
+	return c.connect(ctx, nc, time.Now().Add(c.readyTimeout))
+}
+
+// connect starts c's reader on nc and waits for the ready event until
+// deadline (or ctx's end).
+func (c *Client) connect(ctx context.Context, nc net.Conn, deadline time.Time) (*Client, error) {
+	c.nc = nc
+	peer := nc.RemoteAddr().String()
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := nc.SetReadDeadline(deadline); err != nil {
+		nc.Close()
+		return nil, errkind.Errorf(ErrGone, "supervisor at %s: %w", peer, err)
+	}
+	go c.read(nc)
+	h, err := c.Ready(ctx)
+	if err == nil {
+		err = nc.SetReadDeadline(time.Time{})
+	}
+	if err == nil {
+		err = c.Err() // the deadline passed as the ready event came
+	}
+	if err != nil {
+		c.Close()
+		var ne net.Error
+		if ctx.Err() == nil && errors.As(err, &ne) && ne.Timeout() {
+			return nil, errkind.Errorf(ErrGone, "supervisor at %s: no ready event within %s (a supervisor that is not one, or stuck)", peer, c.readyTimeout)
+		}
+		return nil, fmt.Errorf("supervisor at %s: %w", peer, err)
+	}
+	if h.Version != Version {
+		c.Close()
+		return nil, errkind.Errorf(ErrVersion, "supervisor at %s speaks protocol version %d, this skillbox version %d: the agent's image and the daemon need the same skillbox build", peer, h.Version, Version)
+	}
+	return c, nil
 }
 
 // Run is a run started through a Client.
@@ -111,7 +229,8 @@ func (c *Client) Err() error {
 }
 
 // Close closes the supervisor's stdin, which ends it (and with it, as pid
-// 1, its sandbox), and fails every waiting call.
+// 1, its sandbox), or the connection of NewConnClient, which gives up
+// control of it, and fails every waiting call.
 func (c *Client) Close() error {
 	err := c.w.Close()
 	c.fail(errkind.Errorf(ErrGone, "the client was closed"))
@@ -213,7 +332,7 @@ func (c *Client) Ping(ctx context.Context) error {
 // many python workers are ready for a job.
 func (c *Client) Status(ctx context.Context) (Hello, error) {
 	ev, err := c.call(ctx, Request{Op: OpPing})
-	return Hello{PID: ev.PID, Workers: ev.Workers, PythonError: ev.Error}, err
+	return Hello{PID: ev.PID, Workers: ev.Workers, PythonError: ev.Error, Version: ev.Version}, err
 }
 
 // call sends req and waits for the event that answers it. An error event
@@ -256,6 +375,9 @@ func (c *Client) call(ctx context.Context, req Request) (Event, error) {
 // send writes one request; a failed write kills the client.
 func (c *Client) send(req Request) error {
 	c.wmu.Lock()
+	if c.nc != nil {
+		_ = c.nc.SetWriteDeadline(time.Now().Add(c.writeTimeout))
+	}
 	err := WriteFrame(c.w, req)
 	c.wmu.Unlock()
 	if err != nil {
@@ -287,7 +409,17 @@ func (c *Client) read(r io.Reader) {
 	for {
 		b, err := ReadFrame(r)
 		if errors.Is(err, io.EOF) {
-			c.fail(errkind.Errorf(ErrGone, "its stdout closed: the sandbox ended or the supervisor exited"))
+			c.mu.Lock()
+			said := c.said
+			c.mu.Unlock()
+			switch {
+			case c.nc != nil && said != "":
+				c.fail(errkind.Errorf(ErrGone, "the supervisor closed the connection: %s", said))
+			case c.nc != nil:
+				c.fail(errkind.Errorf(ErrGone, "the supervisor closed the connection: it ended, or another client took over"))
+			default:
+				c.fail(errkind.Errorf(ErrGone, "its stdout closed: the sandbox ended or the supervisor exited"))
+			}
 			return
 		}
 		if err != nil {
@@ -310,7 +442,7 @@ func (c *Client) dispatch(ev Event) {
 		select {
 		case <-c.ready:
 		default:
-			c.hello = Hello{PID: ev.PID, Workers: ev.Workers, PythonError: ev.Error}
+			c.hello = Hello{PID: ev.PID, Workers: ev.Workers, PythonError: ev.Error, Version: ev.Version}
 			close(c.ready)
 		}
 		c.mu.Unlock()
@@ -346,6 +478,9 @@ func (c *Client) dispatch(ev Event) {
 			c.onExit(ev.ID, e)
 		}
 	default:
+		if ev.Ev == EvError && ev.Seq == 0 {
+			c.said = truncate(ev.Error) // why the stream may end next
+		}
 		ch := c.pending[ev.Seq]
 		c.mu.Unlock()
 		if ev.Seq != 0 && ch != nil {

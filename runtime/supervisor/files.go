@@ -61,21 +61,36 @@ const maxPuts = 8
 // errPutLonger ends a put whose host sent more than it stated.
 var errPutLonger = errors.New("the stream is longer than the put stated")
 
+// errPutConnEnded ends a put whose connection ended.
+var errPutConnEnded = errors.New("the connection that sent the put ended")
+
 // errPutAbandoned ends a put whose host stopped sending its parts.
 var errPutAbandoned = errors.New("the host sent no part of the stream for too long")
 
-// fileStates holds each server's puts in flight (one server per agent
-// connection).
-var fileStates sync.Map // *server -> *fileState
-
+// fileState is a connection's puts in flight: a put is its connection's,
+// and is given up when the connection ends.
 type fileState struct {
 	mu   sync.Mutex
 	puts map[uint64]*putStream
 }
 
-func (s *server) files() *fileState {
-	v, _ := fileStates.LoadOrStore(s, &fileState{puts: map[uint64]*putStream{}})
-	return v.(*fileState)
+func (c *conn) files() *fileState {
+	c.filesOnce.Do(func() { c.filesState = &fileState{puts: map[uint64]*putStream{}} })
+	return c.filesState
+}
+
+// abortPuts gives up c's puts in flight (c ended): nothing of them is put
+// in place.
+func (c *conn) abortPuts() {
+	fs := c.files()
+	fs.mu.Lock()
+	puts := fs.puts
+	fs.puts = map[uint64]*putStream{}
+	fs.mu.Unlock()
+	for _, p := range puts {
+		p.timer.Stop()
+		p.pw.CloseWithError(errPutConnEnded)
+	}
 }
 
 // putStream is a put whose stream is still coming.
@@ -87,34 +102,34 @@ type putStream struct {
 }
 
 // handleFile serves one file request (handle's dispatch).
-func (s *server) handleFile(req Request) {
+func (c *conn) handleFile(req Request) {
 	switch req.Op {
 	case OpPut:
-		s.putBegin(req)
+		c.putBegin(req)
 	case OpPutData:
-		s.putData(req)
+		c.putData(req)
 	case OpCollect:
-		go s.collect(req)
+		go c.collect(req)
 	case OpClear:
-		go s.clear(req)
+		go c.clear(req)
 	}
 }
 
-func (s *server) fileError(seq uint64, err error) {
-	s.send(Event{Ev: EvError, Seq: seq, Error: err.Error()})
+func (c *conn) fileError(seq uint64, err error) {
+	c.send(Event{Ev: EvError, Seq: seq, Error: err.Error()})
 }
 
-func (s *server) putBegin(req Request) {
-	fs := s.files()
+func (c *conn) putBegin(req Request) {
+	fs := c.files()
 	fs.mu.Lock()
 	if fs.puts[req.Seq] != nil {
 		fs.mu.Unlock()
-		s.fileError(req.Seq, fmt.Errorf("put: seq %d is a put in flight", req.Seq))
+		c.fileError(req.Seq, fmt.Errorf("put: seq %d is a put in flight", req.Seq))
 		return
 	}
 	if len(fs.puts) >= maxPuts {
 		fs.mu.Unlock()
-		s.fileError(req.Seq, fmt.Errorf("put into %s: %d puts in flight, at most %d", req.Dir, maxPuts, maxPuts))
+		c.fileError(req.Seq, fmt.Errorf("put into %s: %d puts in flight, at most %d", req.Dir, maxPuts, maxPuts))
 		return
 	}
 	pr, pw := io.Pipe()
@@ -131,32 +146,32 @@ func (s *server) putBegin(req Request) {
 	fs.puts[seq] = p
 	fs.mu.Unlock()
 	go func() {
-		n, err := s.put(req, pr)
+		n, err := c.s.put(req, pr)
 		pr.CloseWithError(io.ErrClosedPipe) // what the host still sends is dropped
 		if err != nil {
-			s.fileError(seq, fmt.Errorf("put into %s: %w", req.Dir, err))
+			c.fileError(seq, fmt.Errorf("put into %s: %w", req.Dir, err))
 			return
 		}
-		s.send(Event{Ev: EvPut, Seq: seq, FileEvent: FileEvent{Entries: n.Entries, Size: req.Size}})
+		c.send(Event{Ev: EvPut, Seq: seq, FileEvent: FileEvent{Entries: n.Entries, Size: req.Size}})
 	}()
-	s.feed(seq, p, req.Data, req.More)
+	c.feed(seq, p, req.Data, req.More)
 }
 
-func (s *server) putData(req Request) {
-	fs := s.files()
+func (c *conn) putData(req Request) {
+	fs := c.files()
 	fs.mu.Lock()
 	p := fs.puts[req.Seq]
 	fs.mu.Unlock()
 	if p == nil {
-		s.fileError(req.Seq, fmt.Errorf("put_data: seq %d is no put in flight (it ended, or was given up after %v without a part)", req.Seq, putIdleTimeout))
+		c.fileError(req.Seq, fmt.Errorf("put_data: seq %d is no put in flight (it ended, or was given up after %v without a part)", req.Seq, putIdleTimeout))
 		return
 	}
-	s.feed(req.Seq, p, req.Data, req.More)
+	c.feed(req.Seq, p, req.Data, req.More)
 }
 
 // feed hands one part of a put's stream to its extractor (which answers
 // for the put: a write that fails is a put that failed already).
-func (s *server) feed(seq uint64, p *putStream, data []byte, more bool) {
+func (c *conn) feed(seq uint64, p *putStream, data []byte, more bool) {
 	p.timer.Reset(putIdleTimeout)
 	if p.got += int64(len(data)); p.got > p.size {
 		p.pw.CloseWithError(errPutLonger)
@@ -168,7 +183,7 @@ func (s *server) feed(seq uint64, p *putStream, data []byte, more bool) {
 	}
 	p.timer.Stop()
 	_ = p.pw.Close()
-	fs := s.files()
+	fs := c.files()
 	fs.mu.Lock()
 	if fs.puts[seq] == p {
 		delete(fs.puts, seq)
@@ -395,8 +410,8 @@ func (c *countReader) Read(p []byte) (int, error) {
 }
 
 // collect streams a tar of req.Dir back in collect_data events.
-func (s *server) collect(req Request) {
-	fail := func(err error) { s.fileError(req.Seq, fmt.Errorf("collect %s: %w", req.Dir, err)) }
+func (c *conn) collect(req Request) {
+	fail := func(err error) { c.fileError(req.Seq, fmt.Errorf("collect %s: %w", req.Dir, err)) }
 	root, rel, err := openFileDir(req.Dir)
 	if err != nil {
 		fail(err)
@@ -414,7 +429,7 @@ func (s *server) collect(req Request) {
 		return
 	}
 	h := sha256.New()
-	cw := &chunkSender{s: s, seq: req.Seq, h: h}
+	cw := &chunkSender{c: c, seq: req.Seq, h: h}
 	bw := bufio.NewWriterSize(cw, OutputChunk)
 	wr, err := tarstream.WriteDir(bw, dir, req.MaxBytes)
 	if err == nil {
@@ -434,7 +449,7 @@ func (s *server) collect(req Request) {
 	if len(omitted) > maxFileOmitted {
 		omitted = strings.ToValidUTF8(omitted[:maxFileOmitted-3], "") + "..."
 	}
-	s.send(Event{Ev: EvCollected, Seq: req.Seq, FileEvent: FileEvent{
+	c.send(Event{Ev: EvCollected, Seq: req.Seq, FileEvent: FileEvent{
 		Size: cw.n, Entries: wr.Entries, Digest: tarstream.DigestPrefix + hex.EncodeToString(h.Sum(nil)),
 		Truncated: wr.Truncated, Omitted: omitted, Notes: notes,
 	}})
@@ -442,7 +457,7 @@ func (s *server) collect(req Request) {
 
 // chunkSender sends what is written to it as collect_data events.
 type chunkSender struct {
-	s   *server
+	c   *conn
 	seq uint64
 	h   hash.Hash
 	n   int64
@@ -451,11 +466,11 @@ type chunkSender struct {
 func (c *chunkSender) Write(p []byte) (int, error) {
 	for rest := p; len(rest) > 0; {
 		k := min(len(rest), OutputChunk)
-		c.s.send(Event{Ev: EvCollectData, Seq: c.seq, Data: rest[:k]})
+		c.c.send(Event{Ev: EvCollectData, Seq: c.seq, Data: rest[:k]})
 		rest = rest[k:]
 	}
 	select {
-	case <-c.s.dead:
+	case <-c.c.dead:
 		return 0, errors.New("the host went away")
 	default:
 	}
@@ -465,13 +480,13 @@ func (c *chunkSender) Write(p []byte) (int, error) {
 }
 
 // clear removes every entry in req.Dir.
-func (s *server) clear(req Request) {
+func (c *conn) clear(req Request) {
 	n, err := clearDir(req.Dir)
 	if err != nil {
-		s.fileError(req.Seq, fmt.Errorf("clear %s: %w", req.Dir, err))
+		c.fileError(req.Seq, fmt.Errorf("clear %s: %w", req.Dir, err))
 		return
 	}
-	s.send(Event{Ev: EvCleared, Seq: req.Seq, FileEvent: FileEvent{Entries: n}})
+	c.send(Event{Ev: EvCleared, Seq: req.Seq, FileEvent: FileEvent{Entries: n}})
 }
 
 func clearDir(dir string) (int, error) {

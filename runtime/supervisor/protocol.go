@@ -10,7 +10,9 @@
 // process down. After a restore the sandbox's fds 0/1/2 are new host pipes,
 // so all control goes over stdin and stdout: length-prefixed JSON frames,
 // requests in, events out (this file). Serve is the sandbox side, Client the
-// host side.
+// host side. A pod's agent serves the same frames on a network listener
+// (ServeListener, mutual TLS), its runs outliving any one connection, and
+// the daemon dials it (Dial).
 package supervisor
 
 import (
@@ -37,6 +39,11 @@ const (
 	OutputChunk = 64 << 10
 	StdinChunk  = 256 << 10
 )
+
+// Version is the protocol's version, which the ready and pong events
+// carry: a peer that speaks another one is refused before any request
+// (Dial), since the two would misread each other.
+const Version = 1
 
 // ErrProtocol is the kind of every error about a malformed frame or
 // message: the peer is broken or hostile, and the stream cannot be trusted
@@ -121,6 +128,8 @@ type Event struct {
 	// Workers is the number of python workers ready (ready, reseeded,
 	// pong), and Error on ready and pong why there is none.
 	Workers int `json:"workers,omitempty"`
+	// Version is the supervisor's protocol Version (ready, pong).
+	Version int `json:"version,omitempty"`
 
 	// Files (put, collect_data, collected, cleared; see "Files" below).
 	FileEvent
@@ -143,14 +152,19 @@ type RunStatus struct {
 	Running    bool      `json:"running,omitempty"`
 	Ended      time.Time `json:"ended,omitempty"`
 	Exit       *Exit     `json:"exit,omitempty"`
+	// Reason says why the supervisor killed the run, if it did (the
+	// connection that started it in the foreground ended).
+	Reason string `json:"reason,omitempty"`
 }
 
 // Hello is what the ready and pong events say: the supervisor's pid, how
-// many python workers wait for a job, and why there are none if so.
+// many python workers wait for a job, why there are none if so, and the
+// protocol Version it speaks (0: one from before versions).
 type Hello struct {
 	PID         int
 	Workers     int
 	PythonError string
+	Version     int
 }
 
 // WriteFrame writes v as one frame: a 4-byte big-endian length, then its

@@ -84,17 +84,15 @@ const (
 	readyTimeout = 30 * time.Second
 )
 
-// server is one Serve.
+// server is the state of one Serve or ServeListener, which outlives the
+// connections that carry its requests and events (conn.go).
 type server struct {
-	opts   Options
-	self   int
-	cwd    string
-	out    io.Writer
-	outMu  sync.Mutex
-	outErr error
-	dead   chan struct{} // closed when writing to the host failed
+	opts Options
+	self int
+	cwd  string
 
 	mu       sync.Mutex
+	ctrl     *conn       // the connection in control: exits go to it
 	byPID    map[int]any // *run or *worker: who gets the pid's exit status
 	runs     map[string]*run
 	ended    []RunStatus
@@ -114,6 +112,8 @@ type run struct {
 	stdin      *stdinFeed
 	mainExited bool
 	onEnd      func() // after the exit was sent
+	owner      *conn  // who started it, set before announced is closed
+	reason     string // why the supervisor killed it, if it did
 }
 
 // Serve is pid 1 of a session sandbox: it reads requests from in and
@@ -121,6 +121,33 @@ type run struct {
 // then kills every process it started and returns. It returns an error for
 // a broken stream (a frame it cannot read, out failing).
 func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error {
+	s, err := newServer(opts)
+	if err != nil {
+		return err
+	}
+	defer s.launch()()
+
+	c := newConn(s, out, nil, "the host")
+	s.mu.Lock()
+	s.ctrl = c
+	s.mu.Unlock()
+	workers, pyErr := s.pool.waitReady(readyTimeout)
+	c.send(Event{Ev: EvReady, PID: s.self, Workers: workers, Error: pyErr, Version: Version})
+
+	reqErr := make(chan error, 1)
+	go func() { reqErr <- c.readRequests(in) }()
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-c.dead:
+		return fmt.Errorf("supervisor: write to the host: %w", c.err())
+	case err := <-reqErr:
+		return err
+	}
+}
+
+// newServer is a server with opts' defaults filled in; launch sets it going.
+func newServer(opts Options) (*server, error) {
 	if opts.Python == "" {
 		opts.Python = "python3"
 	}
@@ -132,25 +159,30 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error
 	}
 	cwd, err := os.Getwd()
 	if err != nil {
-		return fmt.Errorf("supervisor: working directory: %w", err)
+		return nil, fmt.Errorf("supervisor: working directory: %w", err)
 	}
 	if c := opts.Confine; c != nil {
 		if err := c.Check(); err != nil {
-			return fmt.Errorf("supervisor: %w", err)
+			return nil, fmt.Errorf("supervisor: %w", err)
 		}
 		if err := c.ownWorkDir(); err != nil {
-			return fmt.Errorf("supervisor: %w", err)
+			return nil, fmt.Errorf("supervisor: %w", err)
 		}
 	}
-	s := &server{
+	return &server{
 		opts:  opts,
 		self:  os.Getpid(),
 		cwd:   cwd,
-		out:   out,
-		dead:  make(chan struct{}),
 		byPID: map[int]any{},
 		runs:  map[string]*run{},
-	}
+	}, nil
+}
+
+// launch makes the process the reaper of what it starts and starts the
+// python workers; the function it returns kills everything the server
+// started and undoes the rest. One server per process: its reaper waits
+// for every child.
+func (s *server) launch() (stop func()) {
 	// As pid 1 it is every orphan's parent anyway; natively it becomes so.
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	// Runs have its uid, and a process of the same uid may open another's
@@ -170,8 +202,6 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error
 		syscall.SIGTRAP, syscall.SIGPIPE, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM)
 	chld := make(chan os.Signal, 1)
 	signal.Notify(chld, syscall.SIGCHLD)
-	defer signal.Stop(sigs)
-	defer signal.Stop(chld)
 	reaperDone := make(chan struct{})
 	stopReaper := make(chan struct{})
 	go func() {
@@ -186,34 +216,25 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, opts Options) error
 			}
 		}
 	}()
-	defer func() { close(stopReaper); <-reaperDone }()
-	defer s.shutdown()
-
 	s.pool.init(s)
-	workers, pyErr := s.pool.waitReady(readyTimeout)
-	s.send(Event{Ev: EvReady, PID: s.self, Workers: workers, Error: pyErr})
-
-	reqErr := make(chan error, 1)
-	go func() { reqErr <- s.readRequests(in) }()
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-s.dead:
-		return fmt.Errorf("supervisor: write to the host: %w", s.outErr)
-	case err := <-reqErr:
-		return err
+	return func() {
+		s.shutdown()
+		close(stopReaper)
+		<-reaperDone
+		signal.Stop(chld)
+		signal.Stop(sigs)
 	}
 }
 
-// readRequests handles requests until in ends.
-func (s *server) readRequests(in io.Reader) error {
+// readRequests handles c's requests until in ends.
+func (c *conn) readRequests(in io.Reader) error {
 	for {
 		b, err := ReadFrame(in)
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
-			s.send(Event{Ev: EvError, Error: err.Error()})
+			c.send(Event{Ev: EvError, Error: err.Error()})
 			return fmt.Errorf("supervisor: read request: %w", err)
 		}
 		req, err := DecodeRequest(b)
@@ -224,32 +245,40 @@ func (s *server) readRequests(in io.Reader) error {
 				Seq uint64 `json:"seq"`
 			}
 			_ = json.Unmarshal(b, &seq)
-			s.send(Event{Ev: EvError, Seq: seq.Seq, Error: err.Error()})
+			c.send(Event{Ev: EvError, Seq: seq.Seq, Error: err.Error()})
 			continue
 		}
-		s.handle(req)
+		c.s.handle(c, req)
 	}
 }
 
-func (s *server) handle(req Request) {
+// handle does what req of connection c asks and answers on c.
+func (s *server) handle(c *conn, req Request) {
+	s.mu.Lock()
+	inControl := s.ctrl == c
+	s.mu.Unlock()
+	if !inControl {
+		c.send(Event{Ev: EvError, Seq: req.Seq, ID: req.ID, Error: "this connection no longer controls the supervisor: another one took over"})
+		return
+	}
 	switch req.Op {
 	case OpPing:
 		n, why := s.pool.status()
-		s.send(Event{Ev: EvPong, Seq: req.Seq, PID: s.self, Workers: n, Error: why})
+		c.send(Event{Ev: EvPong, Seq: req.Seq, PID: s.self, Workers: n, Error: why, Version: Version})
 	case OpList:
-		s.send(Event{Ev: EvRuns, Seq: req.Seq, Runs: s.list()})
+		c.send(Event{Ev: EvRuns, Seq: req.Seq, Runs: s.list()})
 	case OpReseed:
 		s.pool.reseed()
 		go func() {
 			n, _ := s.pool.waitReady(readyTimeout)
-			s.send(Event{Ev: EvReseeded, Seq: req.Seq, Workers: n})
+			c.send(Event{Ev: EvReseeded, Seq: req.Seq, Workers: n})
 		}()
 	case OpSignal:
 		if err := s.signal(req.ID, req.Signal); err != nil {
-			s.send(Event{Ev: EvError, Seq: req.Seq, ID: req.ID, Error: err.Error()})
+			c.send(Event{Ev: EvError, Seq: req.Seq, ID: req.ID, Error: err.Error()})
 			return
 		}
-		s.send(Event{Ev: EvSignaled, Seq: req.Seq, ID: req.ID})
+		c.send(Event{Ev: EvSignaled, Seq: req.Seq, ID: req.ID})
 	case OpStdin:
 		var feed *stdinFeed
 		s.mu.Lock()
@@ -258,43 +287,48 @@ func (s *server) handle(req Request) {
 		}
 		s.mu.Unlock()
 		if feed == nil {
-			s.send(Event{Ev: EvError, Seq: req.Seq, ID: req.ID, Error: fmt.Sprintf("stdin for run %q: no such live run", req.ID)})
+			c.send(Event{Ev: EvError, Seq: req.Seq, ID: req.ID, Error: fmt.Sprintf("stdin for run %q: no such live run", req.ID)})
 			return
 		}
 		feed.add(req.Stdin, !req.StdinMore)
 	case OpPut, OpPutData, OpCollect, OpClear:
-		s.handleFile(req) // files.go
+		c.handleFile(req) // files.go
 	case OpRun:
 		if req.Python {
-			go s.startRun(req) // it may wait for a python worker
+			go s.startRun(c, req) // it may wait for a python worker
 		} else {
-			s.startRun(req)
+			s.startRun(c, req)
 		}
 	}
 }
 
-// startRun starts req and says so.
-func (s *server) startRun(req Request) {
+// startRun starts req of connection c and says so on c. A foreground run
+// whose connection ended meanwhile is killed: its caller is gone.
+func (s *server) startRun(c *conn, req Request) {
 	r, err := s.start(req)
 	if err != nil {
-		s.send(Event{Ev: EvStartFailed, Seq: req.Seq, ID: req.ID, Error: err.Error()})
+		c.send(Event{Ev: EvStartFailed, Seq: req.Seq, ID: req.ID, Error: err.Error()})
 		return
 	}
-	s.send(Event{Ev: EvStarted, Seq: req.Seq, ID: r.id, PID: r.pid})
+	s.mu.Lock()
+	r.owner = c
+	if c.gone != "" && !r.background && !r.mainExited {
+		s.killOrphanLocked(r, c.gone)
+	}
+	s.mu.Unlock()
+	c.send(Event{Ev: EvStarted, Seq: req.Seq, ID: r.id, PID: r.pid})
 	close(r.announced)
 }
 
-// send writes one event; after a failed write every later one is dropped
-// and Serve returns.
+// send writes ev to the connection in control, if there is one: what no
+// request asked for (an exit) goes to whoever controls the supervisor
+// now.
 func (s *server) send(ev Event) {
-	s.outMu.Lock()
-	defer s.outMu.Unlock()
-	if s.outErr != nil {
-		return
-	}
-	if err := WriteFrame(s.out, ev); err != nil {
-		s.outErr = err
-		close(s.dead)
+	s.mu.Lock()
+	c := s.ctrl
+	s.mu.Unlock()
+	if c != nil {
+		c.send(ev)
 	}
 }
 
@@ -429,14 +463,14 @@ func (s *server) relay(r *run, f *os.File, stream string, prefix []byte) {
 		<-r.announced
 		for len(prefix) > 0 {
 			n := min(len(prefix), OutputChunk)
-			s.send(Event{Ev: EvOutput, ID: r.id, Stream: stream, Data: prefix[:n]})
+			r.owner.send(Event{Ev: EvOutput, ID: r.id, Stream: stream, Data: prefix[:n]})
 			prefix = prefix[n:]
 		}
 		buf := make([]byte, OutputChunk)
 		for {
 			n, err := f.Read(buf)
 			if n > 0 {
-				s.send(Event{Ev: EvOutput, ID: r.id, Stream: stream, Data: buf[:n]}) // send encodes it before returning
+				r.owner.send(Event{Ev: EvOutput, ID: r.id, Stream: stream, Data: buf[:n]}) // send encodes it before returning
 			}
 			if err != nil {
 				return
@@ -590,7 +624,7 @@ func (s *server) finish(r *run, e Exit) {
 	}
 	s.mu.Lock()
 	delete(s.runs, r.id)
-	s.ended = append(s.ended, RunStatus{ID: r.id, PID: r.pid, Background: r.background, Started: r.started, Ended: time.Now(), Exit: &e})
+	s.ended = append(s.ended, RunStatus{ID: r.id, PID: r.pid, Background: r.background, Started: r.started, Ended: time.Now(), Exit: &e, Reason: r.reason})
 	if len(s.ended) > maxEnded {
 		s.ended = s.ended[len(s.ended)-maxEnded:]
 	}

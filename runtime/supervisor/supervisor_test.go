@@ -30,6 +30,13 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(envServe) == "listen" {
+		if err := serveListen(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	if os.Getenv(envServe) == "1" {
 		n, _ := strconv.Atoi(os.Getenv(envWorkers))
 		err := supervisor.Serve(context.Background(), os.Stdin, os.Stdout, supervisor.Options{
@@ -104,6 +111,9 @@ func startPython(t *testing.T, workers int, python string) *sup {
 	defer cancel()
 	if s.hello, err = s.c.Ready(ctx); err != nil {
 		t.Fatal(err)
+	}
+	if s.hello.Version != supervisor.Version {
+		t.Fatalf("ready event of version %d, want %d", s.hello.Version, supervisor.Version)
 	}
 	return s
 }
