@@ -55,7 +55,7 @@ type Client struct {
 	err     error
 	// collects are the streams of collects in flight (files_client.go).
 	collects map[uint64]*collectStream
-	said    string // the last error event no request asked for
+	said     string // the last error event no request asked for
 }
 
 // ClientOption sets an option of NewClient.
