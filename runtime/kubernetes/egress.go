@@ -121,7 +121,7 @@ func (k *Kubernetes) startEgress(ctx context.Context, cs k8s.Interface, name str
 	cfg := job.Sandbox.EgressConfig()
 	l, err := listenNetNS(k.ko.EgressNetNS, netip.AddrPortFrom(k.egressAddr, 0).String())
 	if err != nil {
-		return nil, errkind.Errorf(runtime.ErrUnavailable, "egress proxy: listen on %s%s: %w: set runtime %q { egress_address } to an address of this daemon's", k.egressAddr, inNetNS(k.ko.EgressNetNS), err, Name)
+		return nil, errkind.Errorf(runtime.ErrUnavailable, "egress proxy: listen on %s%s: %w: set runtime %q { egress_address } to an address of this daemon's", k.egressAddr, netNSNote(k.ko.EgressNetNS), err, Name)
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	e := &podEgress{
@@ -146,7 +146,7 @@ func (k *Kubernetes) startEgress(ctx context.Context, cs k8s.Interface, name str
 	return e, nil
 }
 
-func inNetNS(ns string) string {
+func netNSNote(ns string) string {
 	if ns == "" {
 		return ""
 	}
@@ -227,44 +227,48 @@ var errSetnsReturn = errors.New("cannot return to the daemon's network namespace
 // the daemon's own). The socket stays in ns; the proxy's dials upstream
 // are made from the daemon's namespace.
 func listenNetNS(ns, addr string) (net.Listener, error) {
+	var l net.Listener
+	err := withNetNS(ns, func() (err error) {
+		l, err = net.Listen("tcp", addr)
+		return err
+	})
+	return l, err
+}
+
+// withNetNS calls f on a thread in the network namespace ns ("" the
+// daemon's own), so that the sockets f makes are there; the thread goes
+// back to the daemon's namespace after, or is never used again.
+func withNetNS(ns string, f func() error) error {
 	if ns == "" {
-		return net.Listen("tcp", addr)
+		return f()
 	}
-	type result struct {
-		l   net.Listener
-		err error
-	}
-	done := make(chan result, 1)
+	done := make(chan error, 1)
 	go func() {
 		goruntime.LockOSThread()
-		l, err := func() (net.Listener, error) {
+		err := func() error {
 			target, err := os.Open(ns)
 			if err != nil {
-				return nil, err
+				return err
 			}
 			defer target.Close()
 			self, err := os.Open("/proc/thread-self/ns/net")
 			if err != nil {
-				return nil, err
+				return err
 			}
 			defer self.Close()
 			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-				return nil, fmt.Errorf("setns %s: %w", ns, err)
+				return fmt.Errorf("setns %s: %w", ns, err)
 			}
-			l, lerr := net.Listen("tcp", addr)
+			ferr := f()
 			if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
-				if l != nil {
-					l.Close()
-				}
-				return nil, fmt.Errorf("%w: %v", errSetnsReturn, err)
+				return fmt.Errorf("%w: %v (and %v)", errSetnsReturn, err, ferr)
 			}
-			return l, lerr
+			return ferr
 		}()
 		if !errors.Is(err, errSetnsReturn) {
 			goruntime.UnlockOSThread()
 		}
-		done <- result{l, err}
+		done <- err
 	}()
-	r := <-done
-	return r.l, r.err
+	return <-done
 }

@@ -299,6 +299,13 @@ func (k *Kubernetes) nodeImage(ctx context.Context, job runtime.Job) (string, er
 		img, layouts = derived, k.artifacts.Blobs(derived, job.Sandbox.Image)
 		k.log.Debug("derived image built", "id", job.Sandbox.ID, "image", job.Sandbox.Image.Name, "base", job.Sandbox.Image.Digest, "digest", derived.Digest)
 	}
+	return k.reference(ctx, job, img, layouts)
+}
+
+// reference is the reference a node runs img (of the layouts) by: its
+// registry copy, pushed first, when the backend has a registry; else the
+// image as imported into the nodes.
+func (k *Kubernetes) reference(ctx context.Context, job runtime.Job, img runtime.ImageRef, layouts []string) (string, error) {
 	if k.registry == nil || img.Ref != "" || img.Layout == "" {
 		// A registry image is pulled from where it is; an image with no
 		// layout here cannot be pushed, and must be on the nodes.

@@ -181,6 +181,56 @@ func (k *Kubernetes) collect(ctx context.Context, cs k8s.Interface, cfg *rest.Co
 }
 
 func (k *Kubernetes) collectOutputs(ctx context.Context, cs k8s.Interface, cfg *rest.Config, name string, job runtime.Job) (*oci.Outputs, error) {
+	return k.outputsVia(job, func(dir string, bound int64) ([]string, bool, error) {
+		ctx, cancel := context.WithTimeout(ctx, collectTimeout)
+		defer cancel()
+		ex, err := k.executor(cs, cfg, name, collectCommand)
+		if err != nil {
+			return nil, false, err
+		}
+		pr, pw := io.Pipe()
+		var errOut noteBuffer
+		exit := make(chan error, 1)
+		go func() {
+			err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader(""), Stdout: pw, Stderr: &errOut})
+			pw.CloseWithError(err)
+			exit <- err
+		}()
+		br := tarstream.Bounded(pr, bound)
+		skipped, uerr := tarstream.Unpack(br, dir)
+		if uerr == nil {
+			// tar pads its archive past the end the reader stops at:
+			// read the padding too, so that the exec ends by itself.
+			_, uerr = io.Copy(io.Discard, br)
+		}
+		over := errors.Is(uerr, tarstream.ErrOver)
+		if uerr != nil {
+			cancel() // the rest of the stream is not read
+		}
+		pr.CloseWithError(io.ErrClosedPipe)
+		execErr := <-exit
+		switch {
+		case over:
+		case uerr != nil && execErr != nil:
+			return nil, false, fmt.Errorf("stream the workdir of pod %s/%s back (tar -c): %w: %s", k.namespace, name, execErr, errOut.String())
+		case uerr != nil:
+			return nil, false, fmt.Errorf("read the workdir's tar stream from pod %s/%s: %w", k.namespace, name, uerr)
+		case execErr != nil:
+			// tar read everything it could and said what it could not
+			// (a file that changed or vanished as it read, a socket).
+			skipped = append(skipped, fmt.Sprintf("outputs may be incomplete: tar -c in the pod: %v: %s", execErr, errOut.String()))
+		}
+		return skipped, over, nil
+	})
+}
+
+// outputsVia collects job's outputs from the pod's workdir, which fetch
+// unpacks into dir, a private directory made for it, reading at most
+// bound bytes of its tar stream: it returns what it did not unpack, and
+// whether the stream went over bound (the rest is then not collected).
+// The outputs are then taken from dir by runtime/oci's rules, as the local
+// backends take them.
+func (k *Kubernetes) outputsVia(job runtime.Job, fetch func(dir string, bound int64) (skipped []string, over bool, err error)) (*oci.Outputs, error) {
 	lim := job.Limits()
 	dir, err := os.MkdirTemp(k.opts.RunDir, "skillbox-kube-outputs-") // 0700
 	if err != nil {
@@ -191,44 +241,10 @@ func (k *Kubernetes) collectOutputs(ctx context.Context, cs k8s.Interface, cfg *
 			k.log.Warn("remove outputs dir", "dir", dir, "error", err)
 		}
 	}()
-	ctx, cancel := context.WithTimeout(ctx, collectTimeout)
-	defer cancel()
-	ex, err := k.executor(cs, cfg, name, collectCommand)
+	bound := lim.WorkdirBytes + outputsSlack
+	skipped, over, err := fetch(dir, bound)
 	if err != nil {
 		return nil, err
-	}
-	pr, pw := io.Pipe()
-	var errOut noteBuffer
-	exit := make(chan error, 1)
-	go func() {
-		err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: strings.NewReader(""), Stdout: pw, Stderr: &errOut})
-		pw.CloseWithError(err)
-		exit <- err
-	}()
-	bound := lim.WorkdirBytes + outputsSlack
-	br := tarstream.Bounded(pr, bound)
-	skipped, uerr := tarstream.Unpack(br, dir)
-	if uerr == nil {
-		// tar pads its archive past the end the reader stops at: read
-		// the padding too, so that the exec ends by itself.
-		_, uerr = io.Copy(io.Discard, br)
-	}
-	over := errors.Is(uerr, tarstream.ErrOver)
-	if uerr != nil {
-		cancel() // the rest of the stream is not read
-	}
-	pr.CloseWithError(io.ErrClosedPipe)
-	execErr := <-exit
-	switch {
-	case over:
-	case uerr != nil && execErr != nil:
-		return nil, fmt.Errorf("stream the workdir of pod %s/%s back (tar -c): %w: %s", k.namespace, name, execErr, errOut.String())
-	case uerr != nil:
-		return nil, fmt.Errorf("read the workdir's tar stream from pod %s/%s: %w", k.namespace, name, uerr)
-	case execErr != nil:
-		// tar read everything it could and said what it could not (a
-		// file that changed or vanished as it read, a socket).
-		skipped = append(skipped, fmt.Sprintf("outputs may be incomplete: tar -c in the pod: %v: %s", execErr, errOut.String()))
 	}
 	outs, err := oci.CollectCopy(dir, lim, job.Invocation.Files)
 	if err != nil {

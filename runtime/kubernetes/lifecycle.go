@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/agentauth"
+	"github.com/skillbox/skillbox/runtime/supervisor"
 )
 
 // The lifecycle on a cluster: Create makes the pod, Start waits until its
@@ -55,6 +57,11 @@ type podSandbox struct {
 	res  *runtime.Result
 	err  error
 
+	// agentID is the pod's identity and client the connection to its
+	// agent, with the agent data path (agent.go); zero and nil without.
+	agentID agentauth.PodIdentity
+	client  *supervisor.Client
+
 	destroyOnce sync.Once
 	destroyErr  error
 }
@@ -81,13 +88,22 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.SandboxSpec) (runt
 	// The pod is made from the sandbox's part of a job: a placeholder
 	// argv stands for the job to come, which Deliver validates.
 	shell := spec.ProcessJob("true")
-	image, err := k.nodeImage(ctx, shell)
+	agent := k.usesAgent(spec)
+	var image string
+	if agent {
+		image, err = k.agentImage(ctx, shell)
+	} else {
+		image, err = k.nodeImage(ctx, shell)
+	}
 	if err != nil {
 		return nil, err
 	}
 	pod, err := podSpec(shell, k.namespace, image)
 	if err != nil {
 		return nil, err
+	}
+	if agent {
+		agentPod(pod, image, pythonWorkers(spec), maxSkillBytes)
 	}
 	if err := k.ownPod(pod); err != nil {
 		return nil, err
@@ -113,6 +129,12 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.SandboxSpec) (runt
 	}
 	sb.uid = made.UID
 	k.track(sb)
+	if agent {
+		if sb.agentID, err = k.agentSecret(ctx, cs, made); err != nil {
+			_ = sb.Destroy(ctx)
+			return nil, fmt.Errorf("sandbox %s: %w", spec.ID, err)
+		}
+	}
 	k.log.Debug("pod created", "id", spec.ID, "pod", pod.Name, "image", pod.Spec.Containers[0].Image, "boot", spec.Boot)
 	return sb, nil
 }
@@ -130,6 +152,11 @@ func (s *podSandbox) Start(ctx context.Context) error {
 		return fmt.Errorf("sandbox %s: %w", s.spec.ID, err)
 	}
 	s.running = p
+	if s.agentID.Name != "" {
+		if err := s.startAgent(ctx); err != nil {
+			return fmt.Errorf("sandbox %s: %w", s.spec.ID, err)
+		}
+	}
 	return nil
 }
 
@@ -146,6 +173,9 @@ func (s *podSandbox) Deliver(ctx context.Context, inv runtime.Invocation) error 
 	}
 	if err := unsupported(job); err != nil {
 		return err
+	}
+	if s.client != nil {
+		return s.deliverAgent(ctx, job)
 	}
 	var egressEnv []string
 	if job.Sandbox.Egress != nil {
@@ -218,6 +248,9 @@ func (s *podSandbox) Wait(ctx context.Context) (*runtime.Result, error) {
 func (s *podSandbox) Destroy(ctx context.Context) error {
 	s.destroyOnce.Do(func() {
 		ctx := context.WithoutCancel(ctx)
+		if s.client != nil {
+			_ = s.client.Close()
+		}
 		if s.eg != nil {
 			s.eg.finish()
 		}

@@ -59,18 +59,29 @@ type Options struct {
 	// outside the cluster's network whose pods reach EgressAddress only
 	// there (the test cluster's node); "" means the daemon's own.
 	EgressNetNS string
+	// DataPath is how a run's job and files reach its pod: DataPathExec
+	// (pods/exec through the API server) or DataPathAgent (the pod's
+	// agent at its IP, over mutual TLS; agent.go); "" means DataPathExec.
+	// EgressNetNS is also where the agents are dialled from.
+	DataPath string
+	// AgentBinary is the static skillbox binary the agent's image
+	// carries; "" means this executable.
+	AgentBinary string
 }
 
 // EnvEgressAddress is read when Options.EgressAddress is "".
 const EnvEgressAddress = "SKILLBOX_EGRESS_ADDRESS"
 
 // DecodeOptions takes Options from a runtime "kubernetes" block's
-// settings: kubeconfig, namespace, state_dir, registry, egress_address
-// and egress_netns.
+// settings: kubeconfig, namespace, state_dir, registry, egress_address,
+// egress_netns, data_path and agent_binary.
 func DecodeOptions(s runtime.Settings) (Options, error) {
 	var o Options
 	err := s.Decode(map[string]any{"kubeconfig": &o.Kubeconfig, "namespace": &o.Namespace, "state_dir": &o.StateDir, "registry": &o.Registry,
-		"egress_address": &o.EgressAddress, "egress_netns": &o.EgressNetNS})
+		"egress_address": &o.EgressAddress, "egress_netns": &o.EgressNetNS, "data_path": &o.DataPath, "agent_binary": &o.AgentBinary})
+	if err == nil && o.DataPath != "" && o.DataPath != DataPathExec && o.DataPath != DataPathAgent {
+		err = fmt.Errorf("data_path = %q: use %q (pods/exec) or %q (the pod's agent over mutual TLS)", o.DataPath, DataPathExec, DataPathAgent)
+	}
 	return o, err
 }
 
@@ -97,6 +108,10 @@ type Kubernetes struct {
 	live   map[*podSandbox]struct{} // pods made and not deleted (Close)
 
 	own ownership // the labels of this instance's pods (sweep.go)
+
+	// agentCreds are the agents' CA and this daemon's certificate
+	// (agent.go), with DataPathAgent.
+	agentCreds agentCreds
 }
 
 var _ runtime.Runtime = (*Kubernetes)(nil)

@@ -204,13 +204,6 @@ func podSpec(job runtime.Job, namespace, image string) (*corev1.Pod, error) {
 		corev1.ResourceMemory: *resource.NewQuantity(lim.MemoryBytes, resource.BinarySI),
 		corev1.ResourceCPU:    *resource.NewMilliQuantity(int64(math.Ceil(lim.CPUs*1000)), resource.DecimalSI),
 	}
-	// Memory-backed emptyDirs are tmpfs on the node, of SizeLimit; what a
-	// script writes there counts against the pod's memory, as /work and
-	// /tmp do in the local backends' sandboxes.
-	tmpfs := func(name string, size int64) corev1.Volume {
-		return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
-			Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(size, resource.BinarySI)}}}
-	}
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name:        name,
@@ -257,7 +250,15 @@ func podSpec(job runtime.Job, namespace, image string) (*corev1.Pod, error) {
 					{Name: volumeFrame, MountPath: frameDir},
 				},
 			}},
-			Volumes: []corev1.Volume{tmpfs(volumeWork, lim.WorkdirBytes), tmpfs(volumeTmp, lim.TmpBytes), tmpfs(volumeFrame, frameDirBytes)},
+			Volumes: []corev1.Volume{memoryVolume(volumeWork, lim.WorkdirBytes), memoryVolume(volumeTmp, lim.TmpBytes), memoryVolume(volumeFrame, frameDirBytes)},
 		},
 	}, nil
+}
+
+// memoryVolume is a memory-backed emptyDir, a tmpfs on the node of size
+// bytes: what a script writes there counts against the pod's memory, as
+// /work and /tmp do in the local backends' sandboxes.
+func memoryVolume(name string, size int64) corev1.Volume {
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+		Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(size, resource.BinarySI)}}}
 }

@@ -12,7 +12,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/skillbox/skillbox/runtime"
 	"github.com/skillbox/skillbox/runtime/checkpoint"
@@ -70,8 +69,6 @@ func (e *engine) supervisorDigest(p string) (string, error) {
 	return d, nil
 }
 
-// sessionStopWait bounds how long a killed run may take to be reported.
-const sessionStopWait = 5 * time.Second
 
 type sessionSandbox struct {
 	e       *engine

@@ -79,7 +79,7 @@ func (s *sessionSandbox) Run(ctx context.Context, runID string, inv runtime.Invo
 		Left: lim.Timeout - time.Since(started), StdoutOver: outCap.Over, StderrOver: errCap.Over,
 	})
 	if !exited {
-		if err := s.stopRun(ctx, run, reason == runtime.ReasonTimeout); err != nil {
+		if err := s.client.Stop(ctx, run, reason == runtime.ReasonTimeout, s.e.grace); err != nil {
 			// A supervisor that cannot stop a run is not one to trust
 			// with the next: the sandbox goes.
 			closeStreams()
@@ -118,33 +118,6 @@ func (s *sessionSandbox) Run(ctx context.Context, runID string, inv runtime.Invo
 	s.e.log.Debug("session run finished", "id", s.spec.ID, "run_id", runID, "reason", reason, "exit_code", ex.Code,
 		"signal", ex.Signal, "duration", duration, "oom_kills", ev.OOMKills, "pids_max_events", ev.PidsMax)
 	return res, nil
-}
-
-// stopRun stops a foreground run that its limits or its caller ended: on
-// a timeout as on the cold path (TERM to its processes, the kill grace,
-// then KILL), else KILL at once. A signal that finds the run ended is no
-// failure; a run that is not reported ended after the KILL is.
-func (s *sessionSandbox) stopRun(ctx context.Context, run *supervisor.Run, graceful bool) error {
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.e.grace+2*sessionStopWait)
-	defer cancel()
-	if graceful {
-		_ = s.client.Signal(sctx, run.ID(), syscall.SIGTERM)
-		select {
-		case <-run.Done():
-			return nil
-		case <-time.After(s.e.grace):
-		}
-	}
-	err := s.client.Signal(sctx, run.ID(), syscall.SIGKILL)
-	select {
-	case <-run.Done():
-		return nil
-	case <-time.After(sessionStopWait):
-	}
-	if err != nil {
-		return err
-	}
-	return fmt.Errorf("the supervisor did not report the end of run %s %s after killing it", run.ID(), sessionStopWait)
 }
 
 // runError says why a run could not start: the program is missing (the

@@ -491,3 +491,34 @@ func (c *Client) dispatch(ev Event) {
 		}
 	}
 }
+
+// StopWait bounds how long a killed run may take to be reported ended.
+const StopWait = 5 * time.Second
+
+// Stop ends a foreground run that its limits or its caller ended: on a
+// timeout (graceful) as a cold run is stopped (TERM to its process group,
+// grace for it to end, then KILL), else KILL at once. A signal that finds
+// the run ended is no failure; a run not reported ended StopWait after
+// the KILL is, and then the supervisor is not one to trust with another.
+func (c *Client) Stop(ctx context.Context, run *Run, graceful bool, grace time.Duration) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), grace+2*StopWait)
+	defer cancel()
+	if graceful {
+		_ = c.Signal(sctx, run.ID(), syscall.SIGTERM)
+		select {
+		case <-run.Done():
+			return nil
+		case <-time.After(grace):
+		}
+	}
+	err := c.Signal(sctx, run.ID(), syscall.SIGKILL)
+	select {
+	case <-run.Done():
+		return nil
+	case <-time.After(StopWait):
+	}
+	if err != nil {
+		return err
+	}
+	return fmt.Errorf("the supervisor did not report the end of run %s %s after killing it", run.ID(), StopWait)
+}

@@ -284,6 +284,13 @@ func (s *server) put(req Request, r io.Reader) (tarstream.Extracted, error) {
 	if err := mergeDirs(src, dst, ".", true); err != nil {
 		return n, fmt.Errorf("move into place (some entries may be there): %w", err)
 	}
+	if req.ReadOnly {
+		// The directory itself too (a volume's root is open to all):
+		// nothing can be added beside the files put.
+		if err := dst.Chmod(0o555); err != nil {
+			return n, fmt.Errorf("make %s read-only: %w", req.Dir, err)
+		}
+	}
 	return n, nil
 }
 
