@@ -69,7 +69,6 @@ func (e *engine) supervisorDigest(p string) (string, error) {
 	return d, nil
 }
 
-
 type sessionSandbox struct {
 	e       *engine
 	spec    runtime.SandboxSpec
