@@ -154,6 +154,10 @@ func TestManifests(t *testing.T) {
 		{ns, "update", "", "pods", "", "", false},
 		{ns, "create", "", "pods", "attach", "", false},
 		{ns, "get", "", "secrets", "", "", false},
+		{ns, "list", "", "secrets", "", "", false},
+		{ns, "get", "", "secrets", "", caSecret, true}, // the agents' CA
+		{ns, "create", "", "secrets", "", "", true},    // a pod's agent certificate
+		{ns, "watch", "", "pods", "", "", true},
 		{ns, "create", "", "serviceaccounts", "token", "", false},
 		{ns, "create", "rbac.authorization.k8s.io", "roles", "", "", false},
 		{ns, "create", "networking.k8s.io", "networkpolicies", "", "", true}, // a run's egress policy
