@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,4 +214,96 @@ func streamRequests(ctx context.Context, t *testing.T, cs *k8s.Clientset) float6
 		}
 	}
 	return n
+}
+
+// BenchmarkAgentPod measures runs through the pods' agents on the test
+// cluster (docs/BENCHMARKS.md, "Kubernetes"): a cold pod run, a warm
+// claim and run, and the rate of 8 clients over a pool of 8.
+//
+//	SKILLBOX_BIN=$PWD/bin/skillbox SKILLBOX_TEST_REQUIRE_SANDBOXES=1 go test -tags integration -run '^$' \
+//	    -bench BenchmarkAgentPod -benchtime 20x -timeout 60m ./runtime/kubernetes/
+func BenchmarkAgentPod(b *testing.B) {
+	ctx := context.Background()
+	img := pythonImage(b)
+	bin := os.Getenv("SKILLBOX_BIN")
+	if bin == "" {
+		runtimetest.SkipUnlessRequired(b, "SKILLBOX_BIN is not set: the agent's image needs a static skillbox binary (make build)")
+	}
+	reg := newTestRegistry(b)
+	c := startCluster(b)
+	c.useRegistry(b, reg)
+	c.ensureNamespace(ctx, b)
+	c.importImage(ctx, b, img)
+	_, nodeNS := testNode(ctx, b, c)
+	k, err := New(runtime.Options{Backend: Options{Kubeconfig: c.kubeconfig, Registry: c.registry + "/skillbox", EgressNetNS: nodeNS, DataPath: DataPathAgent, AgentBinary: bin}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	k.artifacts = NewArtifacts(b.TempDir())
+	log := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: os.Stderr})
+	var seq atomic.Int64
+	job := func() runtime.Job {
+		return runtime.Job{
+			Sandbox:    runtime.SandboxSpec{ID: fmt.Sprintf("agent-bench-%d-%d", time.Now().UnixNano(), seq.Add(1)), Image: img, Limits: runtime.Limits{CPUs: benchCPUs}},
+			Invocation: runtime.Invocation{Args: []string{"python3", "-c", "print('hello')"}, Limits: runtime.Limits{Timeout: time.Minute}},
+		}
+	}
+	check := func(b *testing.B, res *runtime.Result, err error) {
+		if err != nil {
+			b.Fatal(err)
+		}
+		if res.ExitCode != 0 || string(res.Stdout) != "hello\n" {
+			b.Fatalf("exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+		}
+	}
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			res, err := k.Run(ctx, job())
+			check(b, res, err)
+		}
+	})
+	b.Run("warm", func(b *testing.B) {
+		pool := runtime.NewPool(k, runtime.PoolConfig{PerKey: 1, Total: 1, IdleTimeout: time.Hour}, log)
+		defer pool.Close(ctx)
+		key, _ := runtime.KeyFor(job(), "bench", "sha256:bench")
+		pool.Warm(key)
+		var took []time.Duration
+		for b.Loop() {
+			b.StopTimer()
+			waitPoolIdle(b, pool, 1)
+			b.StartTimer()
+			start := time.Now()
+			res, err := pool.Run(ctx, key, job())
+			took = append(took, time.Since(start))
+			check(b, res, err)
+			if !res.Warm {
+				b.Fatal("a cold run with a pod ready")
+			}
+		}
+		slices.Sort(took)
+		b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50_ms")
+	})
+	b.Run("warm_8_clients", func(b *testing.B) {
+		pool := runtime.NewPool(k, runtime.PoolConfig{PerKey: 8, Total: 8, IdleTimeout: time.Hour}, log)
+		defer pool.Close(ctx)
+		key, _ := runtime.KeyFor(job(), "bench", "sha256:bench")
+		pool.Warm(key)
+		waitPoolIdle(b, pool, 8)
+		b.ResetTimer()
+		start := time.Now()
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for next.Add(1) <= int64(b.N) {
+					res, err := pool.Run(ctx, key, job())
+					check(b, res, err)
+				}
+			})
+		}
+		wg.Wait()
+		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "runs/s")
+		st := pool.Stats()
+		b.ReportMetric(float64(st.Warm)/float64(st.Warm+st.Cold), "warm_fraction")
+	})
 }

@@ -375,7 +375,7 @@ func noPolicyLeft(ctx context.Context, t *testing.T, c *testCluster) {
 
 // testNode is the test cluster's node address (where pods reach the
 // node) and the path of its network namespace (hack/kube.sh's holder).
-func testNode(ctx context.Context, t *testing.T, c *testCluster) (netip.Addr, string) {
+func testNode(ctx context.Context, t testing.TB, c *testCluster) (netip.Addr, string) {
 	t.Helper()
 	nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil || len(nodes.Items) != 1 {

@@ -36,7 +36,7 @@ type testManifest struct {
 	data      []byte
 }
 
-func newTestRegistry(t *testing.T) *testRegistry {
+func newTestRegistry(t testing.TB) *testRegistry {
 	dir := t.TempDir()
 	for _, d := range []string{"blobs", "uploads"} {
 		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
