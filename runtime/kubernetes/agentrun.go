@@ -114,19 +114,10 @@ func (s *podSandbox) deliverAgent(ctx context.Context, job runtime.Job) error {
 // runOnAgent runs req, stops it at its limits, and collects its outputs.
 func (s *podSandbox) runOnAgent(ctx context.Context, job runtime.Job, req supervisor.Request) (*runtime.Result, error) {
 	lim := job.Limits()
-	stdout, stderr := oci.NewCapture(lim.StdoutBytes, job.Invocation.Stdout), oci.NewCapture(lim.StderrBytes, job.Invocation.Stderr)
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	go stdout.Drain(outR)
-	go stderr.Drain(errR)
-	closeStreams := func() {
-		outW.Close()
-		errW.Close()
-		<-stdout.Done
-		<-stderr.Done
-	}
+	caps := oci.NewCaptures(lim, job.Invocation)
+	stdout, stderr, closeStreams := caps.Out, caps.Err, caps.Close
 	start := time.Now()
-	run, err := s.client.Start(ctx, req, outW, errW)
+	run, err := s.client.Start(ctx, req, caps.Stdout, caps.Stderr)
 	if err != nil {
 		closeStreams()
 		if errors.Is(err, supervisor.ErrStart) {
@@ -157,15 +148,13 @@ func (s *podSandbox) runOnAgent(ctx context.Context, job runtime.Job, req superv
 		if r := s.k.podEnd(s.cs, s.name, sandboxEndWait).reason(); r != "" {
 			res.Reason, res.ExitCode = r, 128+9
 			res.Signal = process.ExitSignal(res.ExitCode)
-			res.Stdout, res.StdoutTruncated = stdout.Result()
-			res.Stderr, res.StderrTruncated = stderr.Result()
+			caps.Fill(res)
 			res.OutputsSkipped = []string{fmt.Sprintf("outputs not collected: the run ended (%s) with its pod, and the pod's workdir with it", r)}
 			return res, nil
 		}
 		return nil, s.agentError(job, "the run", run.Err())
 	}
-	res.Stdout, res.StdoutTruncated = stdout.Result()
-	res.Stderr, res.StderrTruncated = stderr.Result()
+	caps.Fill(res)
 	if reason == runtime.ReasonExit && (isClosed(stdout.Over) || isClosed(stderr.Over)) {
 		// As the local backends say it: a job that went over an output
 		// cap and ended before it was stopped is the same run.

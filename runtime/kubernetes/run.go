@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/url"
 	"strings"
 	"time"
@@ -72,12 +71,8 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", job.Sandbox.ID, err)
 	}
-	stdout := oci.NewCapture(lim.StdoutBytes, job.Invocation.Stdout)
-	stderr := oci.NewCapture(lim.StderrBytes, job.Invocation.Stderr)
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	go stdout.Drain(outR)
-	go stderr.Drain(errR)
+	caps := oci.NewCaptures(lim, job.Invocation)
+	stdout, stderr, outW, errW := caps.Out, caps.Err, caps.Stdout, caps.Stderr
 
 	execCtx, cancelExec := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelExec()
@@ -149,10 +144,7 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 		}
 	}
 	duration := time.Since(start)
-	outW.Close()
-	errW.Close()
-	<-stdout.Done
-	<-stderr.Done
+	caps.Close()
 
 	code := 0
 	var exitErr utilexec.CodeExitError
@@ -189,8 +181,7 @@ func (k *Kubernetes) exec(ctx context.Context, cs k8s.Interface, cfg *rest.Confi
 		ExitCode: code, Signal: process.ExitSignal(code), Reason: reason,
 		Runtime: Name, RuntimeVersion: version, LimitsEnforcedBy: enforcement(),
 	}}
-	res.Stdout, res.StdoutTruncated = stdout.Result()
-	res.Stderr, res.StderrTruncated = stderr.Result()
+	caps.Fill(res)
 	if reason == runtime.ReasonExit && (isClosed(stdout.Over) || isClosed(stderr.Over)) {
 		// As the local backends say it: a job that went over an output
 		// cap and ended before it was stopped is the same run.

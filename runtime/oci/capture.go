@@ -85,3 +85,38 @@ func StopDraining(f *os.File) {
 		_ = f.Close()
 	}
 }
+
+// Captures are a job's stdout and stderr captures at lim's caps, fed
+// through in-process pipes by whatever carries the job's output (a
+// supervisor's client, an exec stream): write to Stdout and Stderr, and
+// Close once nothing more comes.
+type Captures struct {
+	Out, Err       *Capture
+	Stdout, Stderr *io.PipeWriter
+}
+
+// NewCaptures starts draining a job's output at lim's caps into inv's
+// sinks.
+func NewCaptures(lim runtime.Limits, inv runtime.Invocation) *Captures {
+	c := &Captures{Out: NewCapture(lim.StdoutBytes, inv.Stdout), Err: NewCapture(lim.StderrBytes, inv.Stderr)}
+	outR, outW := io.Pipe()
+	errR, errW := io.Pipe()
+	c.Stdout, c.Stderr = outW, errW
+	go c.Out.Drain(outR)
+	go c.Err.Drain(errR)
+	return c
+}
+
+// Close ends both streams and waits until everything written is kept.
+func (c *Captures) Close() {
+	c.Stdout.Close()
+	c.Stderr.Close()
+	<-c.Out.Done
+	<-c.Err.Done
+}
+
+// Fill puts what was kept of both streams into res (after Close).
+func (c *Captures) Fill(res *runtime.Result) {
+	res.Stdout, res.StdoutTruncated = c.Out.Result()
+	res.Stderr, res.StderrTruncated = c.Err.Result()
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"path/filepath"
 	"sort"
@@ -58,19 +57,10 @@ func (s *sessionSandbox) Run(ctx context.Context, runID string, inv runtime.Invo
 		return nil, err
 	}
 	cgBefore := process.ReadCgroupEvents(s.cgPath)
-	outCap, errCap := oci.NewCapture(lim.StdoutBytes, job.Invocation.Stdout), oci.NewCapture(lim.StderrBytes, job.Invocation.Stderr)
-	outR, outW := io.Pipe()
-	errR, errW := io.Pipe()
-	go outCap.Drain(outR)
-	go errCap.Drain(errR)
-	closeStreams := func() {
-		outW.Close()
-		errW.Close()
-		<-outCap.Done
-		<-errCap.Done
-	}
+	caps := oci.NewCaptures(lim, job.Invocation)
+	outCap, errCap, closeStreams := caps.Out, caps.Err, caps.Close
 	started := time.Now()
-	run, err := s.client.Start(ctx, req, outW, errW)
+	run, err := s.client.Start(ctx, req, caps.Stdout, caps.Stderr)
 	if err != nil {
 		closeStreams()
 		return nil, s.runError(runID, err)
@@ -107,8 +97,7 @@ func (s *sessionSandbox) Run(ctx context.Context, runID string, inv runtime.Invo
 		ExitCode: ex.Code, Signal: ex.Signal, Reason: reason,
 		Runtime: s.e.name, RuntimeVersion: s.version, Warm: true, LimitsEnforcedBy: s.e.d.enforcement(),
 	}}
-	res.Stdout, res.StdoutTruncated = outCap.Result()
-	res.Stderr, res.StderrTruncated = errCap.Result()
+	caps.Fill(res)
 	outs, err := s.b.CollectChanges(before, lim)
 	if err != nil {
 		s.e.log.Warn("collecting outputs failed", "id", s.spec.ID, "run_id", runID, "error", err)
