@@ -268,11 +268,11 @@ func PoolFromPEM(caCertPEM []byte) (*x509.CertPool, error) {
 		p.AddCert(c)
 		n++
 	}
-	if len(bytes.TrimSpace(rest)) != 0 {
-		return nil, fmt.Errorf("CA bundle: %d bytes after certificate %d are not PEM", len(rest), n)
-	}
 	if n == 0 {
 		return nil, errors.New("CA bundle: no PEM certificate")
+	}
+	if len(bytes.TrimSpace(rest)) != 0 {
+		return nil, fmt.Errorf("CA bundle: %d bytes after certificate %d are not PEM", len(rest), n)
 	}
 	return p, nil
 }

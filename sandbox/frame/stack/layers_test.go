@@ -43,7 +43,7 @@ var layers = [][]string{
 	{"runtime"},
 	{"runtime/egress", "runtime/checkpoint", "runtime/rootless", "runtime/egress/egresstest"},
 	// the ground shelf: imports nothing of skillbox
-	{"runtime/errkind", "runtime/outcome", "runtime/span", "runtime/waitfor", "runtime/golden", "policy/replicaname"},
+	{"runtime/errkind", "runtime/outcome", "runtime/span", "runtime/waitfor", "runtime/golden", "policy/replicaname", "runtime/agentauth"},
 }
 
 // TestImportLayers keeps the imports of every package (its non-test files)
