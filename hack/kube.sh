@@ -404,7 +404,7 @@ log=$logs/runsc-cri$n_sfx.log
 hostnet=$n_dir/bin/runsc-cri.hostnet
 debug=${KUBE_RUNSC_DEBUG:-}
 EOF
-  cat >>"$dir/bin/runsc-cri" <<'EOF'
+  cat >>"$n_dir/bin/runsc-cri" <<'EOF'
 args=("$@")
 cmd= bundle= i=0 words=()
 while ((i < ${#args[@]})); do
