@@ -120,4 +120,3 @@ except OSError:
 		noPodsLeft(ctx, t, c, job.Sandbox.ID)
 	})
 }
-
