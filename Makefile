@@ -35,6 +35,8 @@ unit: modules
 
 # Integration tests need root, runsc, runc and the interpreter images; they run
 # one package at a time so two cores are not oversubscribed by sandboxes.
+# The kubernetes runtime's tests run on a two-node test cluster
+# (hack/kube.sh; KUBE_NODES=1 for one node, less time and memory).
 integration: deps console-check build kube-cache images
 	SKILLBOX_IMAGES=$(IMAGES) SKILLBOX_BIN=$(CURDIR)/$(BIN) SKILLBOX_TEST_BUILD=1 SKILLBOX_TEST_NPM_REGISTRY=1 SKILLBOX_TEST_REQUIRE_SANDBOXES=1 \
 	  $(GO) test $(GOFLAGS_TEST) -p 1 -timeout 40m -tags integration ./...

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -20,6 +22,8 @@ import (
 
 	"github.com/skillbox/skillbox/images"
 	"github.com/skillbox/skillbox/images/deps"
+	"github.com/skillbox/skillbox/runtime"
+	"github.com/skillbox/skillbox/runtime/kubernetes"
 	"github.com/skillbox/skillbox/sandbox/frame/stack"
 )
 
@@ -65,6 +69,18 @@ func imagesCommand() *cli.Command {
 					&cli.BoolFlag{Name: "containerd", Usage: "import into containerd (the only target so far; required)"},
 				}, containerdFlags()...),
 				Action: imagesImport,
+			},
+			{
+				Name:  "export",
+				Usage: "write built images as one OCI archive, each named skillbox.local/NAME@DIGEST as the kubernetes runtime's pods name it (all built images when no NAME is given)",
+				Description: "For Kubernetes nodes without a registry: import the archive into each node's containerd,\n" +
+					"  skillbox images export --out images.tar && ctr -n k8s.io images import images.tar\n" +
+					"One line per image (name, digest, reference) goes to stdout, or to stderr with --out -.",
+				ArgsUsage: "--out FILE|- [NAME...]",
+				Flags: []cli.Flag{dirFlag, recipesFlag,
+					&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "the archive's `FILE` (- for stdout; required)"},
+				},
+				Action: imagesExport,
 			},
 			{
 				Name:      "pull",
@@ -315,6 +331,79 @@ func imagesList(c *cli.Context) error {
 			images.HumanSize(l.Size), age(l.Built), strings.Join(users, ","))
 	}
 	return tw.Flush()
+}
+
+// imagesExport writes built images as one archive of
+// kubernetes.WriteImageArchive: the format `ctr images import` and
+// hack/kube.sh import take, each image under the digest reference the
+// kubernetes runtime's pods run.
+func imagesExport(c *cli.Context) error {
+	out := c.String("out")
+	if out == "" {
+		return exitCode(2, "usage: skillbox images export --out FILE|- [NAME...] (- writes the archive to stdout)")
+	}
+	store, _, err := openImages(c, imagesLogger())
+	if err != nil {
+		return err
+	}
+	var imgs []*images.Image
+	if c.NArg() == 0 {
+		if imgs, err = store.List(); err != nil {
+			return exitCode(1, "%v", err)
+		}
+		if len(imgs) == 0 {
+			return exitCode(1, "no built images in %s: build them first with skillbox images build", store.Dir())
+		}
+	}
+	for _, name := range c.Args().Slice() {
+		img, err := store.Get(name)
+		if err != nil {
+			return exitCode(1, "%v", err)
+		}
+		if !slices.ContainsFunc(imgs, func(i *images.Image) bool { return i.Name == img.Name }) {
+			imgs = append(imgs, img)
+		}
+	}
+	refs := make([]runtime.ImageRef, 0, len(imgs))
+	for _, img := range imgs {
+		refs = append(refs, runtime.ImageRef{Name: img.Name, Digest: img.Digest, Layout: store.LayoutDir()})
+	}
+	report := c.App.Writer
+	if out == "-" {
+		report = c.App.ErrWriter
+		if err := kubernetes.WriteImageArchive(c.App.Writer, refs...); err != nil {
+			return exitCode(1, "export: %v", err)
+		}
+	} else if err := writeFileAtomic(out, func(w io.Writer) error { return kubernetes.WriteImageArchive(w, refs...) }); err != nil {
+		return exitCode(1, "export: %v", err)
+	}
+	for _, r := range refs {
+		ref, _ := kubernetes.ImageReference(r)
+		fmt.Fprintf(report, "%s\t%s\t%s\n", r.Name, r.Digest, ref)
+	}
+	return nil
+}
+
+// writeFileAtomic writes path through write: a temporary file beside it,
+// renamed over it once complete, so that a failed export leaves no
+// partial archive under the name.
+func writeFileAtomic(path string, write func(io.Writer) error) error {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	if err := write(f); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), path)
 }
 
 func imagesPrune(c *cli.Context) error {

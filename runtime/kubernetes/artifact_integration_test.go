@@ -6,11 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -123,24 +119,4 @@ except OSError:
 		}
 		noPodsLeft(ctx, t, c, job.Sandbox.ID)
 	})
-}
-
-// listenInNode listens on addr in the test cluster's network namespace
-// (that of hack/kube.sh's holder process, $KUBE_DIR/pids/holder), where
-// the node's containerd pulls from, as the backend opens its egress
-// proxies' listeners there (listenNetNS).
-func listenInNode(addr string) (net.Listener, error) {
-	dir := os.Getenv("KUBE_DIR")
-	if dir == "" {
-		dir = "/var/tmp/skillbox-kube"
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "pids", "holder"))
-	if err != nil {
-		return nil, err
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return nil, err
-	}
-	return listenNetNS(fmt.Sprintf("/proc/%d/ns/net", pid), addr)
 }

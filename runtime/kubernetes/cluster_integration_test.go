@@ -12,12 +12,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +45,7 @@ type testCluster struct {
 	kubeconfig string
 	script     string
 	env        map[string]string // what hack/kube.sh env printed
+	nodes      []clusterNode     // the cluster's nodes, node 1 (the control plane's) first
 
 	// registry is HOST:PORT of the plain-HTTP registry the node's
 	// containerd may pull from (KUBE_REGISTRY of `up`): the cluster
@@ -53,6 +57,13 @@ type testCluster struct {
 
 	importMu sync.Mutex
 	imported map[string]bool // digests imported into the node
+}
+
+// clusterNode is one node of the test cluster, as hack/kube.sh env names it.
+type clusterNode struct {
+	name  string
+	ip    string
+	netns string // its network namespace, /proc/PID/ns/net
 }
 
 // The cluster of this `go test` run, started by the first test that needs
@@ -84,6 +95,11 @@ func (c *testCluster) kube(ctx context.Context, in io.Reader, args ...string) (s
 	var out bytes.Buffer
 	cmd := exec.CommandContext(ctx, c.script, args...)
 	cmd.Env = append(os.Environ(), "KUBE_REGISTRY="+c.registry)
+	if _, ok := os.LookupEnv("KUBE_IMAGES"); !ok {
+		// The interpreter image the tests run; others are imported
+		// by the tests that need them (importImage).
+		cmd.Env = append(cmd.Env, "KUBE_IMAGES=python")
+	}
 	cmd.Stdin = in
 	cmd.Stdout = &out
 	cmd.Stderr = &out
@@ -161,22 +177,33 @@ func bootCluster(t testing.TB) (*testCluster, error) {
 		return nil, fmt.Errorf("hack/kube.sh up: %w (the cluster could not start; its logs are under KUBE_DIR/logs, default /var/tmp/skillbox-kube/logs)\n%s", err, out)
 	}
 	t.Logf("hack/kube.sh up in %s (shared by the tests of this run):\n%s", time.Since(start).Round(time.Second), out)
-	nodeL, err := listenInNode(c.registry)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s in the node's network namespace: %w", c.registry, err)
+	// The images up imported into every node, by digest reference.
+	for _, m := range importedRef.FindAllStringSubmatch(out, -1) {
+		c.imported[m[1]] = true
 	}
-	c.listeners = append(c.listeners, nodeL)
-	c.serve(nodeL)
 	if err := c.connect(ctx); err != nil {
 		return nil, err
+	}
+	// Each node's containerd pulls from the registry on its own loopback.
+	for _, n := range c.nodes {
+		nodeL, err := listenNetNS(n.netns, c.registry)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s in node %s's network namespace: %w", c.registry, n.name, err)
+		}
+		c.listeners = append(c.listeners, nodeL)
+		c.serve(nodeL)
 	}
 	os.Setenv(envClusterOwner, strconv.Itoa(os.Getpid()))
 	os.Setenv(envClusterRegistry, c.registry)
 	return c, nil
 }
 
-// connect reads the cluster's kubeconfig (hack/kube.sh env) and makes a
-// client of it.
+// importedRef is a digest reference of an interpreter image in the output
+// of up.
+var importedRef = regexp.MustCompile(ImagePrefix + `[a-z0-9._/-]+@(sha256:[0-9a-f]{64})`)
+
+// connect reads the cluster's kubeconfig and nodes (hack/kube.sh env) and
+// makes a client of it.
 func (c *testCluster) connect(ctx context.Context) error {
 	env, err := c.kube(ctx, nil, "env")
 	if err != nil {
@@ -187,6 +214,18 @@ func (c *testCluster) connect(ctx context.Context) error {
 		if k, v, ok := strings.Cut(strings.TrimSpace(line), "="); ok {
 			c.env[k] = v
 		}
+	}
+	c.nodes = nil
+	for i := 1; c.env[fmt.Sprintf("KUBE_NODE_%d", i)] != ""; i++ {
+		k := fmt.Sprintf("KUBE_NODE_%d", i)
+		n := clusterNode{name: c.env[k], ip: c.env[k+"_IP"], netns: c.env[k+"_NETNS"]}
+		if n.ip == "" || n.netns == "" {
+			return fmt.Errorf("hack/kube.sh env: node %s has no %s_IP or %s_NETNS:\n%s", n.name, k, k, env)
+		}
+		c.nodes = append(c.nodes, n)
+	}
+	if len(c.nodes) == 0 {
+		return fmt.Errorf("hack/kube.sh env printed no nodes (KUBE_NODE_1=...):\n%s", env)
 	}
 	kubeconfig := c.env["KUBECONFIG"]
 	if kubeconfig == "" {
@@ -346,14 +385,74 @@ func (c *testCluster) importImage(ctx context.Context, t testing.TB, img runtime
 
 // TestCluster starts the test cluster once for its subtests.
 func TestCluster(t *testing.T) {
-	cs := startCluster(t).cs
-	t.Run("PodsRunOnGVisor", func(t *testing.T) { testPodsRunOnGVisor(t, cs) })
-	t.Run("PodNetwork", func(t *testing.T) { testPodNetwork(t, cs) })
+	c := startCluster(t)
+	t.Run("NodesReady", func(t *testing.T) { testNodesReady(t, c) })
+	t.Run("PodsRunOnGVisor", func(t *testing.T) {
+		for _, n := range c.nodes {
+			t.Run(n.name, func(t *testing.T) { testPodsRunOnGVisor(t, c.cs, n.name) })
+		}
+	})
+	t.Run("PodNetwork", func(t *testing.T) { testPodNetwork(t, c) })
 }
 
-// testPodsRunOnGVisor: a Pod of RuntimeClass gvisor, confined as the
-// backend's runs will be, reads gVisor's kernel, not the host's.
-func testPodsRunOnGVisor(t *testing.T, cs *k8s.Clientset) {
+// testNodesReady: the cluster has the nodes hack/kube.sh was asked for
+// (KUBE_NODES, default 2), distinct, each Ready at the address env names.
+func testNodesReady(t *testing.T, c *testCluster) {
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	want := 2
+	if v := os.Getenv("KUBE_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			t.Fatalf("KUBE_NODES=%q: %v", v, err)
+		}
+		want = n
+	}
+	if len(c.nodes) != want {
+		t.Fatalf("hack/kube.sh env names %d nodes (%+v), want %d (KUBE_NODES)", len(c.nodes), c.nodes, want)
+	}
+	list, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != want {
+		t.Errorf("the API server has %d nodes, want %d", len(list.Items), want)
+	}
+	byName := map[string]corev1.Node{}
+	for _, n := range list.Items {
+		byName[n.Name] = n
+	}
+	seen := map[string]bool{}
+	for _, n := range c.nodes {
+		if seen[n.name] || seen[n.ip] {
+			t.Errorf("node %s (%s): name or address not distinct", n.name, n.ip)
+		}
+		seen[n.name], seen[n.ip] = true, true
+		node, ok := byName[n.name]
+		if !ok {
+			t.Errorf("node %s is not registered", n.name)
+			continue
+		}
+		ready, ip := false, ""
+		for _, cond := range node.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				ready = true
+			}
+		}
+		for _, a := range node.Status.Addresses {
+			if a.Type == corev1.NodeInternalIP {
+				ip = a.Address
+			}
+		}
+		if !ready || ip != n.ip {
+			t.Errorf("node %s: Ready %v, InternalIP %q; want Ready at %s", n.name, ready, ip, n.ip)
+		}
+	}
+}
+
+// testPodsRunOnGVisor: a Pod of RuntimeClass gvisor on node, confined as
+// the backend's runs will be, reads gVisor's kernel, not the host's.
+func testPodsRunOnGVisor(t *testing.T, cs *k8s.Clientset, node string) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 
@@ -364,10 +463,15 @@ func testPodsRunOnGVisor(t *testing.T, cs *k8s.Clientset) {
 	if _, err := cs.NodeV1().RuntimeClasses().Get(ctx, "gvisor", metav1.GetOptions{}); err != nil {
 		t.Fatalf("RuntimeClass gvisor: %v", err)
 	}
-	pod := createPod(ctx, t, cs, kernelPod())
+	pod := kernelPod()
+	pod.Spec.NodeName = node
+	pod = createPod(ctx, t, cs, pod)
 	created := time.Now()
-	waitPod(ctx, t, cs, pod, corev1.PodSucceeded)
-	t.Logf("pod %s: created to Succeeded in %s", pod.Name, time.Since(created).Round(10*time.Millisecond))
+	pod = waitPod(ctx, t, cs, pod, corev1.PodSucceeded)
+	t.Logf("pod %s on %s: created to Succeeded in %s", pod.Name, pod.Spec.NodeName, time.Since(created).Round(10*time.Millisecond))
+	if pod.Spec.NodeName != node {
+		t.Errorf("pod %s ran on %s, want %s", pod.Name, pod.Spec.NodeName, node)
+	}
 	out := podLogs(ctx, t, cs, pod)
 	t.Logf("pod kernel:\n%s", out)
 	version, _, _ := strings.Cut(out, "\n")
@@ -379,24 +483,93 @@ func testPodsRunOnGVisor(t *testing.T, cs *k8s.Clientset) {
 	}
 }
 
-// testPodNetwork: pods reach each other over the pod network, and nothing
-// beyond the node (no address outside, not the host's end of the node link).
-func testPodNetwork(t *testing.T, cs *k8s.Clientset) {
+// testPodNetwork: pods reach each other over the pod network, on one node
+// and across nodes (a server on the last node, a client on every node),
+// and nothing beyond the nodes (no address outside, not the host's end of
+// node 1's link). The daemon side (this test, dialling from node 1's
+// network namespace, KUBE_NETNS) reaches the server by its pod IP.
+func testPodNetwork(t *testing.T, c *testCluster) {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
-	server := createPod(ctx, t, cs, shellPod("server", "exec nc -l -p 8080 -e /bin/echo hello"))
-	server = waitPod(ctx, t, cs, server, corev1.PodRunning)
+	last := c.nodes[len(c.nodes)-1]
+	srv := shellPod("server", "while true; do nc -l -p 8080 -e /bin/echo hello; done")
+	srv.Spec.NodeName = last.name
+	server := createPod(ctx, t, c.cs, srv)
+	server = waitPod(ctx, t, c.cs, server, corev1.PodRunning)
+	hostEnd := strings.TrimSuffix(c.nodes[0].ip, ".2") + ".1"
 	probe := fmt.Sprintf(`echo | nc -w 5 %s 8080; echo "pod=$?"; echo | nc -w 2 1.1.1.1 80; echo "outside=$?"; echo | nc -w 2 %s 22; echo "host=$?"`,
-		server.Status.PodIP, strings.TrimSuffix(server.Status.HostIP, ".2")+".1")
-	client := createPod(ctx, t, cs, shellPod("client", probe))
-	waitPod(ctx, t, cs, client, corev1.PodSucceeded)
-	out := podLogs(ctx, t, cs, client)
-	t.Logf("client pod:\n%s", out)
-	for _, want := range []string{"hello\npod=0\n", "outside=1\n", "host=1\n"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("client pod's output lacks %q: pods should reach pods only", want)
-		}
+		server.Status.PodIP, hostEnd)
+	for _, n := range c.nodes {
+		t.Run("from "+n.name, func(t *testing.T) {
+			cl := shellPod("client", probe)
+			cl.Spec.NodeName = n.name
+			client := createPod(ctx, t, c.cs, cl)
+			client = waitPod(ctx, t, c.cs, client, corev1.PodSucceeded)
+			out := podLogs(ctx, t, c.cs, client)
+			t.Logf("client pod %s (%s) to server %s (%s on %s):\n%s", client.Name, client.Status.PodIP, server.Name, server.Status.PodIP, last.name, out)
+			for _, want := range []string{"hello\npod=0\n", "outside=1\n", "host=1\n"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("client pod's output lacks %q: pods should reach pods (on every node) only", want)
+				}
+			}
+		})
 	}
+	t.Run("from the daemon side", func(t *testing.T) {
+		ns := c.env["KUBE_NETNS"]
+		if ns == "" {
+			t.Fatal("hack/kube.sh env printed no KUBE_NETNS")
+		}
+		conn, err := dialNetNS(ns, net.JoinHostPort(server.Status.PodIP, "8080"))
+		if err != nil {
+			t.Fatalf("dial pod %s on %s from %s: %v", server.Status.PodIP, last.name, ns, err)
+		}
+		defer conn.Close()
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		got, err := io.ReadAll(io.LimitReader(conn, 64))
+		if err != nil || string(got) != "hello\n" {
+			t.Errorf("pod %s on %s answered %q, %v; want hello", server.Status.PodIP, last.name, got, err)
+		}
+	})
+}
+
+// dialNetNS dials addr over TCP from the network namespace ns, as
+// listenNetNS listens there: the connection stays in ns.
+func dialNetNS(ns, addr string) (net.Conn, error) {
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		goruntime.LockOSThread() // not unlocked if the return fails: the thread ends with the goroutine
+		c, err := func() (net.Conn, error) {
+			target, err := os.Open(ns)
+			if err != nil {
+				return nil, err
+			}
+			defer target.Close()
+			self, err := os.Open("/proc/thread-self/ns/net")
+			if err != nil {
+				return nil, err
+			}
+			defer self.Close()
+			if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
+				return nil, fmt.Errorf("setns %s: %w", ns, err)
+			}
+			c, cerr := net.DialTimeout("tcp", addr, 10*time.Second)
+			if err := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); err != nil {
+				if c != nil {
+					c.Close()
+				}
+				return nil, fmt.Errorf("return from %s: %w", ns, err)
+			}
+			goruntime.UnlockOSThread()
+			return c, cerr
+		}()
+		done <- result{c, err}
+	}()
+	r := <-done
+	return r.c, r.err
 }
 
 func createPod(ctx context.Context, t *testing.T, cs *k8s.Clientset, pod *corev1.Pod) *corev1.Pod {

@@ -14,8 +14,6 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -373,34 +371,25 @@ func noPolicyLeft(ctx context.Context, t *testing.T, c *testCluster) {
 	}
 }
 
-// testNode is the test cluster's node address (where pods reach the
-// node) and the path of its network namespace (hack/kube.sh's holder).
+// testNode is the address of the test cluster's node 1, where pods of
+// every node reach it, and the path of its network namespace (hack/kube.sh
+// env: KUBE_NODE_1_IP, KUBE_NODE_1_NETNS), where the daemon side's
+// listeners go.
 func testNode(ctx context.Context, t testing.TB, c *testCluster) (netip.Addr, string) {
 	t.Helper()
-	nodes, err := c.cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil || len(nodes.Items) != 1 {
-		t.Fatalf("nodes: %v (%d), want one", err, len(nodes.Items))
+	n := c.nodes[0]
+	node, err := c.cs.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("node %s: %v", n.name, err)
 	}
 	var ip netip.Addr
-	for _, a := range nodes.Items[0].Status.Addresses {
+	for _, a := range node.Status.Addresses {
 		if a.Type == corev1.NodeInternalIP {
 			ip, _ = netip.ParseAddr(a.Address)
 		}
 	}
-	if !ip.IsValid() {
-		t.Fatalf("node %s has no InternalIP: %+v", nodes.Items[0].Name, nodes.Items[0].Status.Addresses)
+	if !ip.IsValid() || ip.String() != n.ip {
+		t.Fatalf("node %s has InternalIP %v, hack/kube.sh env says %s: %+v", n.name, ip, n.ip, node.Status.Addresses)
 	}
-	dir := os.Getenv("KUBE_DIR")
-	if dir == "" {
-		dir = "/var/tmp/skillbox-kube"
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "pids", "holder"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ip, fmt.Sprintf("/proc/%d/ns/net", pid)
+	return ip, n.netns
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -39,46 +40,64 @@ import (
 // an image by.
 const AnnotationImageName = "io.containerd.image.name"
 
-// WriteImageArchive writes img, an image of the OCI layout img.Layout, to
-// w as an OCI archive (oci-layout, index.json and the manifest's blobs)
-// whose one image is named ImageReference(img). Every blob is checked
-// against its digest on the way; a blob that does not match fails the
-// archive.
-func WriteImageArchive(w io.Writer, img runtime.ImageRef) error {
-	if img.Layout == "" {
-		return fmt.Errorf("image %s: no OCI layout to import it from", img.Name)
+// WriteImageArchive writes imgs, images of OCI layouts (each its own
+// img.Layout), to w as one OCI archive (oci-layout, index.json and the
+// manifests' blobs, each blob once) in which each image is named
+// ImageReference(img). Every blob is checked against its digest on the
+// way; a blob that does not match fails the archive. One archive for all
+// of a node's images is one import per node (hack/kube.sh import,
+// `skillbox images export`).
+func WriteImageArchive(w io.Writer, imgs ...runtime.ImageRef) error {
+	if len(imgs) == 0 {
+		return errors.New("image archive: no images to write")
 	}
-	name, err := ImageReference(img)
-	if err != nil {
-		return err
+	type entry struct {
+		img   runtime.ImageRef
+		raw   []byte
+		blobs []descriptor
+		ref   string
+		mtype string
 	}
-	raw, err := os.ReadFile(blobPath(img.Layout, img.Digest))
-	if err != nil {
-		return fmt.Errorf("image %s: read manifest: %w", img.Name, err)
-	}
-	if d := digestOf(raw); d != img.Digest {
-		return fmt.Errorf("image %s: manifest in %s is %s, not %s", img.Name, img.Layout, d, img.Digest)
-	}
-	var m struct {
-		MediaType string       `json:"mediaType"`
-		Config    descriptor   `json:"config"`
-		Layers    []descriptor `json:"layers"`
-	}
-	if err := json.Unmarshal(raw, &m); err != nil {
-		return fmt.Errorf("image %s: decode manifest: %w", img.Name, err)
-	}
-	if m.MediaType == "" {
-		m.MediaType = "application/vnd.oci.image.manifest.v1+json"
-	}
-	index, err := json.Marshal(map[string]any{
-		"schemaVersion": 2,
-		"mediaType":     "application/vnd.oci.image.index.v1+json",
-		"manifests": []map[string]any{{
+	entries := make([]entry, 0, len(imgs))
+	manifests := make([]map[string]any, 0, len(imgs))
+	for _, img := range imgs {
+		if img.Layout == "" {
+			return fmt.Errorf("image %s: no OCI layout to import it from", img.Name)
+		}
+		name, err := ImageReference(img)
+		if err != nil {
+			return err
+		}
+		raw, err := os.ReadFile(blobPath(img.Layout, img.Digest))
+		if err != nil {
+			return fmt.Errorf("image %s: read manifest: %w", img.Name, err)
+		}
+		if d := digestOf(raw); d != img.Digest {
+			return fmt.Errorf("image %s: manifest in %s is %s, not %s", img.Name, img.Layout, d, img.Digest)
+		}
+		var m struct {
+			MediaType string       `json:"mediaType"`
+			Config    descriptor   `json:"config"`
+			Layers    []descriptor `json:"layers"`
+		}
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return fmt.Errorf("image %s: decode manifest: %w", img.Name, err)
+		}
+		if m.MediaType == "" {
+			m.MediaType = "application/vnd.oci.image.manifest.v1+json"
+		}
+		entries = append(entries, entry{img: img, raw: raw, blobs: append([]descriptor{m.Config}, m.Layers...)})
+		manifests = append(manifests, map[string]any{
 			"mediaType":   m.MediaType,
 			"digest":      img.Digest,
 			"size":        len(raw),
 			"annotations": map[string]string{AnnotationImageName: name},
-		}},
+		})
+	}
+	index, err := json.Marshal(map[string]any{
+		"schemaVersion": 2,
+		"mediaType":     "application/vnd.oci.image.index.v1+json",
+		"manifests":     manifests,
 	})
 	if err != nil {
 		return err
@@ -90,12 +109,22 @@ func WriteImageArchive(w io.Writer, img runtime.ImageRef) error {
 	if err := writeFile(tw, "index.json", index); err != nil {
 		return err
 	}
-	if err := writeFile(tw, blobName(img.Digest), raw); err != nil {
-		return err
-	}
-	for _, d := range append([]descriptor{m.Config}, m.Layers...) {
-		if err := copyBlob(tw, img.Layout, d); err != nil {
-			return fmt.Errorf("image %s: %w", img.Name, err)
+	written := map[string]bool{}
+	for _, e := range entries {
+		if !written[e.img.Digest] {
+			if err := writeFile(tw, blobName(e.img.Digest), e.raw); err != nil {
+				return err
+			}
+			written[e.img.Digest] = true
+		}
+		for _, d := range e.blobs {
+			if written[d.Digest] {
+				continue
+			}
+			if err := copyBlob(tw, e.img.Layout, d); err != nil {
+				return fmt.Errorf("image %s: %w", e.img.Name, err)
+			}
+			written[d.Digest] = true
 		}
 	}
 	return tw.Close()

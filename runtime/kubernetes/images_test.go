@@ -85,6 +85,55 @@ func TestWriteImageArchive(t *testing.T) {
 	}
 }
 
+// TestWriteImageArchiveImages: images of several layouts go in one
+// archive, each named by its digest reference, each blob once.
+func TestWriteImageArchiveImages(t *testing.T) {
+	a, b := testLayout(t), testLayout(t) // the same blobs, in two layouts
+	b.Name = "tiny-too"
+	var buf bytes.Buffer
+	if err := WriteImageArchive(&buf, a, b); err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(&buf)
+	files := map[string][]byte{}
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(tr)
+		files[h.Name] = data
+		names = append(names, h.Name)
+	}
+	if len(names) != 5 {
+		t.Errorf("archive holds %q, want oci-layout, index.json and 3 blobs, each once", names)
+	}
+	var index struct {
+		Manifests []struct {
+			Digest      string
+			Annotations map[string]string
+		}
+	}
+	if err := json.Unmarshal(files["index.json"], &index); err != nil {
+		t.Fatal(err)
+	}
+	var refs []string
+	for _, m := range index.Manifests {
+		refs = append(refs, m.Annotations[AnnotationImageName])
+	}
+	want := []string{"skillbox.local/tiny@" + a.Digest, "skillbox.local/tiny-too@" + b.Digest}
+	if strings.Join(refs, " ") != strings.Join(want, " ") {
+		t.Errorf("index names %q, want %q", refs, want)
+	}
+	if err := WriteImageArchive(io.Discard); err == nil {
+		t.Error("WriteImageArchive of no images: no error")
+	}
+}
+
 func TestWriteImageArchiveRefuses(t *testing.T) {
 	for _, tc := range []struct {
 		name string
