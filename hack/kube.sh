@@ -849,8 +849,32 @@ EOF
   wait_for "service account default/default" 60 kube-controller-manager kubectl_ get serviceaccount default -n default
   step "NetworkPolicy: not enforced (no enforcer: kube-network-policies needs CONFIG_NFT_QUEUE, $(nft_queue_config))"
   import_interpreters
+  kubectl_ apply -f "$here/../examples/kubernetes/namespace.yaml" >>"$logs/kubectl.log" 2>&1 || die "namespace skillbox: kubectl apply failed (log $logs/kubectl.log)"
+  write_skillbox_config
   trap - EXIT INT TERM
   step "up in $((SECONDS - t0)) s, $nodes node(s); $(cmd_env | head -1)"
+  step "run skills on it: skillbox run --config $dir/skillbox.hcl SKILL SCRIPT"
+}
+
+# write_skillbox_config writes $dir/skillbox.hcl, a config that runs
+# skillbox's jobs on this cluster: its kubeconfig, the agent data path (no
+# registry: up imported the agent's images) and node 1's network
+# namespace, the one the daemon reaches the pods from (the host has no
+# route to them).
+write_skillbox_config() {
+  local h
+  h=$(holder_pid 1) || die "node 1's namespace is gone"
+  cat >"$dir/skillbox.hcl" <<EOF
+# Written by hack/kube.sh up: skillbox on the test cluster of $dir.
+daemon {
+  runtime = "kubernetes"
+}
+runtime "kubernetes" {
+  kubeconfig   = "$dir/admin.kubeconfig"
+  data_path    = "agent"
+  egress_netns = "/proc/$h/ns/net"
+}
+EOF
 }
 
 # import_interpreters imports skillbox's interpreter images (the image
@@ -877,7 +901,9 @@ import_interpreters() {
   fi
   local t=$SECONDS archive=$dir/interpreters.tar names=()
   [[ -n ${KUBE_IMAGES:-} ]] && read -r -a names <<<"$KUBE_IMAGES"
-  if ! "$sb" images export --dir "$store" --out "$archive" "${names[@]}" >"$logs/interpreters.log" 2>&1; then
+  # --agent: each image's agent image too (data_path = "agent"), built
+  # from the same binary the tests' daemon runs its agents from.
+  if ! "$sb" images export --agent --dir "$store" --out "$archive" "${names[@]}" >"$logs/interpreters.log" 2>&1; then
     cat "$logs/interpreters.log" >&2
     if grep -q 'no built images' "$logs/interpreters.log"; then
       step "interpreter images: not imported: none built in $store"
@@ -887,7 +913,7 @@ import_interpreters() {
   fi
   import_all "$archive" >>"$logs/images.log" 2>&1 || die "interpreter images: import failed (log $logs/images.log)"
   rm -f "$archive"
-  step "interpreter images on every node in $((SECONDS - t)) s: $(cut -f3 "$logs/interpreters.log" | paste -sd' ')"
+  step "interpreter images and their agent images on every node in $((SECONDS - t)) s: $(cut -f3 "$logs/interpreters.log" | paste -sd' ')"
 }
 
 # import_all FILE: import the OCI archive FILE into every running node's
@@ -931,6 +957,7 @@ cmd_import() {
 cmd_env() {
   echo "KUBECONFIG=$dir/admin.kubeconfig"
   echo "KUBECTL=$bin/kubectl"
+  [[ -f $dir/skillbox.hcl ]] && echo "KUBE_SKILLBOX_CONFIG=$dir/skillbox.hcl"
   local i h names=()
   for i in $(node_indexes); do
     node "$i"

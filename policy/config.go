@@ -176,6 +176,11 @@ type RuntimeConfig struct {
 	// Registry is the repository, HOST[:PORT]/REPO, the kubernetes
 	// runtime pushes the images of its pods to; "" means none.
 	Registry string
+	// DataPath is how the kubernetes runtime reaches its pods' jobs
+	// ("exec" or "agent"), and AgentBinary the static skillbox binary its
+	// agent's image carries (kubernetes.Options).
+	DataPath    string
+	AgentBinary string
 	// Handler is containerd's runtime handler (runtime.ContainerdHandlers);
 	// Binary is then the OCI runtime its shim runs ("" for the handler's
 	// own: the pinned runsc for gVisor's shim, runc for the runc v2 shim).
@@ -472,7 +477,8 @@ func (rc *RuntimeConfig) Settings() runtime.Settings {
 	s := runtime.Settings{}
 	for name, v := range map[string]string{"binary": rc.Binary, "state_dir": rc.StateDir, "platform": rc.Platform,
 		"address": rc.Address, "namespace": rc.Namespace, "handler": rc.Handler, "kubeconfig": rc.Kubeconfig,
-		"egress_address": rc.EgressAddress, "egress_netns": rc.EgressNetNS, "registry": rc.Registry} {
+		"egress_address": rc.EgressAddress, "egress_netns": rc.EgressNetNS, "registry": rc.Registry,
+		"data_path": rc.DataPath, "agent_binary": rc.AgentBinary} {
 		if v != "" {
 			s[name] = v
 		}

@@ -392,8 +392,8 @@ func TestKubernetesRuntime(t *testing.T) {
 		},
 		{
 			name: "egress",
-			src:  "runtime \"kubernetes\" {\n  egress_address = \"10.224.0.2\"\n  egress_netns = \"/proc/1/ns/net\"\n}\n",
-			want: runtime.Settings{"egress_address": "10.224.0.2", "egress_netns": "/proc/1/ns/net", "namespace": "skillbox", "state_dir": "/run/skillbox/kubernetes"},
+			src:  "runtime \"kubernetes\" {\n  egress_address = \"10.224.0.2\"\n  egress_netns = \"/proc/1/ns/net\"\n  data_path = \"agent\"\n  agent_binary = \"/usr/bin/skillbox\"\n}\n",
+			want: runtime.Settings{"egress_address": "10.224.0.2", "egress_netns": "/proc/1/ns/net", "data_path": "agent", "agent_binary": "/usr/bin/skillbox", "namespace": "skillbox", "state_dir": "/run/skillbox/kubernetes"},
 		},
 		{name: "egress_address on containerd", src: "runtime \"containerd\" {\n  egress_address = \"10.0.0.1\"\n}\n", err: `not used by runtime "containerd" (only by kubernetes)`},
 		{

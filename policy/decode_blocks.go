@@ -203,6 +203,12 @@ func (d *decoder) runtime(blk *hcl.Block) {
 	if only("registry", "kubernetes") {
 		b.str("registry", &rc.Registry) // checked by the runtime (kubernetes.ParseRegistry)
 	}
+	if only("data_path", "kubernetes") {
+		b.str("data_path", &rc.DataPath) // checked by the runtime (kubernetes.DecodeOptions)
+	}
+	if only("agent_binary", "kubernetes") {
+		b.path("agent_binary", &rc.AgentBinary)
+	}
 }
 
 func (d *decoder) images(blk *hcl.Block) {

@@ -64,6 +64,37 @@ func KeyFor(job Job, skill, skillDigest string) (PoolKey, bool) {
 	return k, !job.Sandbox.Network && job.Sandbox.Egress == nil
 }
 
+// SkillAtClaim is a Lifecycle whose sandboxes of some specs take their
+// skill's files when claimed rather than when made (BindSkill): their
+// pool keys name no skill, so one set of warm sandboxes per image serves
+// every skill, and a changed skill runs its new bytes on a sandbox that
+// was already warm.
+type SkillAtClaim interface {
+	SkillAtClaim(spec SandboxSpec) bool
+}
+
+// SkillBinder is a sandbox of a SkillAtClaim spec: BindSkill gives it
+// the skill directory its job is delivered with, before Deliver.
+type SkillBinder interface {
+	BindSkill(ctx context.Context, dir string) error
+}
+
+// spec is the sandbox a pooled one of k is made as.
+func (k PoolKey) spec(id string) SandboxSpec {
+	return SandboxSpec{ID: id, RootFS: k.RootFS, Image: k.Image, SkillDir: k.SkillDir, DepsDir: k.DepLayer, Limits: k.Limits.Limits(), Boot: k.Boot, Background: true}
+}
+
+// generic returns the key the pool keeps sandboxes of key under: with
+// no skill, when the backend binds skills at claim; key itself otherwise.
+func (p *Pool) generic(key PoolKey) (PoolKey, bool) {
+	sac, ok := p.lc.(SkillAtClaim)
+	if !ok || !sac.SkillAtClaim(key.spec("")) {
+		return key, false
+	}
+	key.Skill, key.SkillDigest, key.SkillDir = "", "", ""
+	return key, true
+}
+
 type pooled struct {
 	sb   Sandbox
 	born time.Time
@@ -130,6 +161,7 @@ func (p *Pool) Warm(key PoolKey) {
 	if p.cfg.PerKey <= 0 {
 		return
 	}
+	key, _ = p.generic(key)
 	p.mu.Lock()
 	if !p.closed {
 		p.wanted[key] = time.Now()
@@ -167,10 +199,20 @@ func (p *Pool) take(key PoolKey) *pooled {
 // otherwise; it never waits for a sandbox to boot. Result.Warm says which.
 func (p *Pool) Run(ctx context.Context, key PoolKey, job Job) (*Result, error) {
 	var pb *pooled
+	key, bind := p.generic(key)
 	// Pooled sandboxes mount one skill and no program: run_code jobs run cold.
 	if key.Limits == job.Sandbox.Limits.Sandbox() && !job.Sandbox.Network && job.Sandbox.Egress == nil && len(job.Sandbox.Skills) == 0 && job.Sandbox.Program == nil {
-		_, sp := span.Start(ctx, "pool.claim")
+		cctx, sp := span.Start(ctx, "pool.claim")
 		pb = p.take(key)
+		if pb != nil && bind && job.Sandbox.SkillDir != "" {
+			if err := bindSkill(cctx, pb.sb, job.Sandbox.SkillDir); err != nil {
+				// The sandbox has had nothing of the job: the
+				// run goes cold, as without one.
+				p.log.Warn("binding a skill to a warm sandbox failed; the run goes cold", "id", pb.sb.ID(), "error", err)
+				p.destroyLater(pb.sb)
+				pb = nil
+			}
+		}
 		sp.SetAttributes(span.AttrWarm.Bool(pb != nil))
 		sp.End()
 	}
@@ -189,6 +231,15 @@ func (p *Pool) Run(ctx context.Context, key PoolKey, job Job) (*Result, error) {
 	// The result does not wait for the teardown; Close does.
 	p.destroyLater(sb)
 	return res, err
+}
+
+// bindSkill gives sb, a sandbox of a SkillAtClaim key, the skill dir.
+func bindSkill(ctx context.Context, sb Sandbox, dir string) error {
+	b, ok := sb.(SkillBinder)
+	if !ok {
+		return fmt.Errorf("sandbox %s takes no skill at claim (%T is no SkillBinder)", sb.ID(), sb)
+	}
+	return b.BindSkill(ctx, dir)
 }
 
 func (p *Pool) destroyLater(sb Sandbox) {
@@ -387,7 +438,7 @@ func (p *Pool) boot(key PoolKey) {
 	defer cancel()
 	id := IDPrefix + "warm-" + randomID()
 	started := time.Now()
-	sb, err := p.lc.Create(ctx, SandboxSpec{ID: id, RootFS: key.RootFS, Image: key.Image, SkillDir: key.SkillDir, DepsDir: key.DepLayer, Limits: key.Limits.Limits(), Boot: key.Boot, Background: true})
+	sb, err := p.lc.Create(ctx, key.spec(id))
 	if err == nil {
 		if err = sb.Start(ctx); err != nil {
 			_ = sb.Destroy(ctx)

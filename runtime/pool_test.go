@@ -2,7 +2,9 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -18,6 +20,7 @@ type fakeLC struct {
 	created   int
 	destroyed map[string]bool
 	delivered map[string]bool
+	bound     []string // skill dirs bound at claim (claimLC)
 }
 
 type fakeSB struct {
@@ -144,5 +147,79 @@ func TestProcBytes(t *testing.T) {
 				t.Errorf("ProcBytes(%s, %s) = %d, %v", tt.path, tt.field, v, err)
 			}
 		})
+	}
+}
+
+// claimLC is a Lifecycle whose sandboxes take their skill at claim.
+type claimLC struct {
+	fakeLC
+	bindErr error
+}
+
+type claimSB struct {
+	fakeSB
+	lc *claimLC
+}
+
+func (f *claimLC) SkillAtClaim(SandboxSpec) bool { return true }
+func (f *claimLC) Create(ctx context.Context, s SandboxSpec) (Sandbox, error) {
+	sb, _ := f.fakeLC.Create(ctx, s)
+	return &claimSB{fakeSB: *sb.(*fakeSB), lc: f}, nil
+}
+func (f *claimLC) Run(ctx context.Context, j Job) (*Result, error) { return RunLifecycle(ctx, f, j) }
+
+func (s *claimSB) BindSkill(_ context.Context, dir string) error {
+	if s.lc.bindErr != nil {
+		return s.lc.bindErr
+	}
+	if s.spec.SkillDir != "" {
+		return errors.New("bound twice")
+	}
+	s.spec.SkillDir = dir
+	s.lc.mu.Lock()
+	defer s.lc.mu.Unlock()
+	s.lc.bound = append(s.lc.bound, dir)
+	return nil
+}
+
+func TestPoolBindsSkillsAtClaim(t *testing.T) {
+	lc := &claimLC{fakeLC: fakeLC{destroyed: map[string]bool{}, delivered: map[string]bool{}}}
+	p := NewPool(lc, PoolConfig{PerKey: 2, Total: 4, IdleTimeout: time.Hour}, nil)
+	defer p.Close(context.Background())
+	job := func(skill, dir string) (PoolKey, Job) {
+		j := Job{Sandbox: SandboxSpec{ID: "skillbox-" + skill, RootFS: "/r", SkillDir: dir}, Invocation: Invocation{Args: []string{"python3", "/skill/scripts/a.py"}}}
+		k, _ := KeyFor(j, skill, "sha256:"+skill)
+		return k, j
+	}
+	ka, ja := job("a", "/skills/a")
+	kb, jb := job("b", "/skills/b")
+	p.Warm(ka)
+	p.Warm(kb) // the same sandboxes: no more booted
+	waitfor.True(t, "two idle sandboxes", 5*time.Second, func() bool { return p.Stats().Idle == 2 })
+	if s := p.Stats(); s.Keys != 1 {
+		t.Errorf("%d keys for two skills of one image, want 1: %+v", s.Keys, s)
+	}
+	for _, tc := range []struct {
+		key PoolKey
+		job Job
+	}{{ka, ja}, {kb, jb}} {
+		res, err := p.Run(context.Background(), tc.key, tc.job)
+		if err != nil || !res.Warm {
+			t.Fatalf("skill %s: %+v %v, want a warm run", tc.key.Skill, res, err)
+		}
+	}
+	// A skill that changed leaves the warm sandboxes be.
+	p.Drain(func(k PoolKey) bool { return k.Skill == "a" })
+	waitfor.True(t, "refill", 5*time.Second, func() bool { return p.Stats().Idle == 2 })
+	// A bind that fails costs the sandbox, not the run.
+	lc.bindErr = errors.New("agent gone")
+	res, err := p.Run(context.Background(), ka, ja)
+	if err != nil || res.Warm {
+		t.Fatalf("failed bind: %+v %v, want a cold run", res, err)
+	}
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	if !slices.Equal(lc.bound, []string{"/skills/a", "/skills/b"}) {
+		t.Errorf("bound %v, want each skill's dir once", lc.bound)
 	}
 }

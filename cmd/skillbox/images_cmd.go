@@ -74,11 +74,13 @@ func imagesCommand() *cli.Command {
 				Name:  "export",
 				Usage: "write built images as one OCI archive, each named skillbox.local/NAME@DIGEST as the kubernetes runtime's pods name it (all built images when no NAME is given)",
 				Description: "For Kubernetes nodes without a registry: import the archive into each node's containerd,\n" +
-					"  skillbox images export --out images.tar && ctr -n k8s.io images import images.tar\n" +
+					"  skillbox images export --agent --out images.tar && ctr -n k8s.io images import images.tar\n" +
 					"One line per image (name, digest, reference) goes to stdout, or to stderr with --out -.",
 				ArgsUsage: "--out FILE|- [NAME...]",
 				Flags: []cli.Flag{dirFlag, recipesFlag,
 					&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "the archive's `FILE` (- for stdout; required)"},
+					&cli.BoolFlag{Name: "agent", Usage: "add each image's agent image (the image with the pod agent's binary: data_path = \"agent\")"},
+					&cli.StringFlag{Name: "agent-binary", Usage: "with --agent: the static skillbox `BINARY` the daemon's agent_binary names (default: this executable)"},
 				},
 				Action: imagesExport,
 			},
@@ -368,6 +370,24 @@ func imagesExport(c *cli.Context) error {
 	for _, img := range imgs {
 		refs = append(refs, runtime.ImageRef{Name: img.Name, Digest: img.Digest, Layout: store.LayoutDir()})
 	}
+	if c.Bool("agent") {
+		bin := c.String("agent-binary")
+		if bin == "" {
+			if bin, err = os.Executable(); err != nil {
+				return exitCode(1, "export: the agent's binary (this executable): %v", err)
+			}
+		}
+		tmp, err := os.MkdirTemp("", "skillbox-agent-images-")
+		if err != nil {
+			return exitCode(1, "export: %v", err)
+		}
+		defer os.RemoveAll(tmp)
+		agents, err := kubernetes.AgentImages(filepath.Join(tmp, "oci"), bin, refs...)
+		if err != nil {
+			return exitCode(1, "export: %v", err)
+		}
+		refs = append(refs, agents...)
+	}
 	report := c.App.Writer
 	if out == "-" {
 		report = c.App.ErrWriter
@@ -377,9 +397,13 @@ func imagesExport(c *cli.Context) error {
 	} else if err := writeFileAtomic(out, func(w io.Writer) error { return kubernetes.WriteImageArchive(w, refs...) }); err != nil {
 		return exitCode(1, "export: %v", err)
 	}
-	for _, r := range refs {
+	for i, r := range refs {
 		ref, _ := kubernetes.ImageReference(r)
-		fmt.Fprintf(report, "%s\t%s\t%s\n", r.Name, r.Digest, ref)
+		name := r.Name
+		if i >= len(imgs) {
+			name += "+agent"
+		}
+		fmt.Fprintf(report, "%s\t%s\t%s\n", name, r.Digest, ref)
 	}
 	return nil
 }

@@ -91,3 +91,20 @@ func staticBinary(p string) error {
 	}
 	return nil
 }
+
+// AgentImages builds the agent's image of each of bases with binary into
+// the OCI layout dir, as the daemon builds them (so with the same digests):
+// what `skillbox images export --agent` writes for nodes that have no
+// registry, beside the interpreter images their blobs are partly in.
+func AgentImages(dir, binary string, bases ...runtime.ImageRef) ([]runtime.ImageRef, error) {
+	a := NewArtifacts(dir)
+	out := make([]runtime.ImageRef, 0, len(bases))
+	for _, b := range bases {
+		img, err := a.BuildAgent(b, binary)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, img)
+	}
+	return out, nil
+}

@@ -39,6 +39,32 @@ func (k *Kubernetes) usesAgent(spec runtime.SandboxSpec) bool {
 	return k.ko.DataPath == DataPathAgent && spec.Egress == nil && !spec.Network && spec.DepsDir == "" && !spec.UsesSkillsDir()
 }
 
+var (
+	_ runtime.SkillAtClaim = (*Kubernetes)(nil)
+	_ runtime.SkillBinder  = (*podSandbox)(nil)
+)
+
+// SkillAtClaim says whether a warm pod of spec takes its skill when
+// claimed: the agent's pods do (their image is the interpreter's and the
+// agent's, the skill's files are put at delivery), so one pool of them
+// serves every skill of an image.
+func (k *Kubernetes) SkillAtClaim(spec runtime.SandboxSpec) bool { return k.usesAgent(spec) }
+
+// BindSkill gives a claimed agent's pod the skill directory its job is
+// delivered with (put into the pod by Deliver).
+func (s *podSandbox) BindSkill(_ context.Context, dir string) error {
+	switch {
+	case s.done != nil:
+		return fmt.Errorf("sandbox %s has had its job already", s.spec.ID)
+	case s.agentID.Name == "":
+		return fmt.Errorf("sandbox %s takes its skill's files in its image, not at claim", s.spec.ID)
+	case s.spec.SkillDir != "":
+		return fmt.Errorf("sandbox %s has skill %s already", s.spec.ID, s.spec.SkillDir)
+	}
+	s.spec.SkillDir = dir
+	return nil
+}
+
 // agentImage is the reference the agent's pod of job runs: its image with
 // the agent's binary (BuildAgent), pushed to the registry if there is one.
 func (k *Kubernetes) agentImage(ctx context.Context, job runtime.Job) (string, error) {
@@ -82,6 +108,7 @@ func (s *podSandbox) startAgent(ctx context.Context) error {
 
 // deliverAgent puts job's files into the pod and starts its run.
 func (s *podSandbox) deliverAgent(ctx context.Context, job runtime.Job) error {
+	s.steps.start = time.Now()
 	if job.Sandbox.SkillDir != "" {
 		if err := putDir(ctx, s.client, job.Sandbox.SkillDir, runtime.SkillMount, maxSkillBytes); err != nil {
 			return s.agentError(job, "put the skill's files", err)
@@ -94,6 +121,7 @@ func (s *podSandbox) deliverAgent(ctx context.Context, job runtime.Job) error {
 			return s.agentError(job, "put the input files", err)
 		}
 	}
+	s.steps.put = time.Since(s.steps.start)
 	env, err := runtime.ContainerEnv(job.Invocation.Env)
 	if err != nil {
 		return err
@@ -136,6 +164,7 @@ func (s *podSandbox) runOnAgent(ctx context.Context, job runtime.Job, req superv
 	}
 	duration := time.Since(start)
 	closeStreams()
+	collected := time.Now()
 	ex := run.Exit()
 	res := &runtime.Result{Duration: duration, Summary: outcome.Summary{
 		ExitCode: ex.Code, Signal: ex.Signal, Reason: reason,
@@ -174,7 +203,8 @@ func (s *podSandbox) runOnAgent(ctx context.Context, job runtime.Job, req superv
 		outs = &oci.Outputs{Skipped: []string{"outputs not collected: " + err.Error()}}
 	}
 	outs.Apply(res)
-	s.k.log.Debug("agent run finished", "id", job.Sandbox.ID, "pod", s.name, "reason", res.Reason, "exit_code", res.ExitCode, "duration", duration)
+	s.k.log.Debug("agent run finished", "id", job.Sandbox.ID, "pod", s.name, "reason", res.Reason, "exit_code", res.ExitCode,
+		"put", s.steps.put, "run", duration, "collect", time.Since(collected), "total", time.Since(s.steps.start))
 	return res, nil
 }
 

@@ -363,24 +363,33 @@ func (c *testCluster) ensureNamespace(ctx context.Context, t testing.TB) {
 	}
 }
 
-// importImage imports img of the image store into the node's containerd
-// by digest (hack/kube.sh import), once per digest and run.
-func (c *testCluster) importImage(ctx context.Context, t testing.TB, img runtime.ImageRef) {
+// importImage imports imgs (of the image store, or built beside it) into
+// every node's containerd by digest (hack/kube.sh import), each digest
+// once per run.
+func (c *testCluster) importImage(ctx context.Context, t testing.TB, imgs ...runtime.ImageRef) {
 	t.Helper()
 	c.importMu.Lock()
 	defer c.importMu.Unlock()
-	if c.imported[img.Digest] {
+	var want []runtime.ImageRef
+	for _, img := range imgs {
+		if !c.imported[img.Digest] {
+			want = append(want, img)
+		}
+	}
+	if len(want) == 0 {
 		return
 	}
 	start := time.Now()
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(WriteImageArchive(pw, img)) }()
+	go func() { pw.CloseWithError(WriteImageArchive(pw, want...)) }()
 	out, err := c.kube(ctx, pr, "import", "-")
 	if err != nil {
-		t.Fatalf("hack/kube.sh import - of %s@%s: %v\n%s", img.Name, img.Digest, err, out)
+		t.Fatalf("hack/kube.sh import - of %v: %v\n%s", want, err, out)
 	}
-	c.imported[img.Digest] = true
-	t.Logf("image %s@%s imported in %s:\n%s", img.Name, img.Digest, time.Since(start).Round(time.Second), out)
+	for _, img := range want {
+		c.imported[img.Digest] = true
+	}
+	t.Logf("images %v imported in %s:\n%s", want, time.Since(start).Round(time.Second), out)
 }
 
 // TestCluster starts the test cluster once for its subtests.

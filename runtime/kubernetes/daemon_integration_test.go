@@ -221,7 +221,7 @@ policy "default" {
 }
 
 // skillboxBin is SKILLBOX_BIN as an absolute path.
-func skillboxBin(t *testing.T) string {
+func skillboxBin(t testing.TB) string {
 	t.Helper()
 	bin := os.Getenv("SKILLBOX_BIN")
 	if bin == "" {

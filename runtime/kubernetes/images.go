@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -43,8 +44,11 @@ const AnnotationImageName = "io.containerd.image.name"
 // WriteImageArchive writes imgs, images of OCI layouts (each its own
 // img.Layout), to w as one OCI archive (oci-layout, index.json and the
 // manifests' blobs, each blob once) in which each image is named
-// ImageReference(img). Every blob is checked against its digest on the
-// way; a blob that does not match fails the archive. One archive for all
+// ImageReference(img). A blob is taken from its image's layout, else from
+// another image's (an agent's image adds one layer to its interpreter
+// image's, in a layout of its own: AgentImages). Every blob is checked
+// against its digest on the way; a blob that does not match fails the
+// archive. One archive for all
 // of a node's images is one import per node (hack/kube.sh import,
 // `skillbox images export`).
 func WriteImageArchive(w io.Writer, imgs ...runtime.ImageRef) error {
@@ -60,9 +64,13 @@ func WriteImageArchive(w io.Writer, imgs ...runtime.ImageRef) error {
 	}
 	entries := make([]entry, 0, len(imgs))
 	manifests := make([]map[string]any, 0, len(imgs))
+	var layouts []string
 	for _, img := range imgs {
 		if img.Layout == "" {
 			return fmt.Errorf("image %s: no OCI layout to import it from", img.Name)
+		}
+		if !slices.Contains(layouts, img.Layout) {
+			layouts = append(layouts, img.Layout)
 		}
 		name, err := ImageReference(img)
 		if err != nil {
@@ -121,13 +129,24 @@ func WriteImageArchive(w io.Writer, imgs ...runtime.ImageRef) error {
 			if written[d.Digest] {
 				continue
 			}
-			if err := copyBlob(tw, e.img.Layout, d); err != nil {
+			layout := e.img.Layout
+			if !fileExists(blobPath(layout, d.Digest)) {
+				if i := slices.IndexFunc(layouts, func(l string) bool { return fileExists(blobPath(l, d.Digest)) }); i >= 0 {
+					layout = layouts[i]
+				}
+			}
+			if err := copyBlob(tw, layout, d); err != nil {
 				return fmt.Errorf("image %s: %w", e.img.Name, err)
 			}
 			written[d.Digest] = true
 		}
 	}
 	return tw.Close()
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 type descriptor struct {

@@ -61,6 +61,11 @@ type podSandbox struct {
 	// agent, with the agent data path (agent.go); zero and nil without.
 	agentID agentauth.PodIdentity
 	client  *supervisor.Client
+	// steps times a run's parts over the agent, for its debug log.
+	steps struct {
+		start time.Time
+		put   time.Duration
+	}
 
 	destroyOnce sync.Once
 	destroyErr  error
