@@ -181,6 +181,8 @@ type RuntimeConfig struct {
 	// agent's image carries (kubernetes.Options).
 	DataPath    string
 	AgentBinary string
+	// CPURequest is the share of its CPU limit a pod requests, "N%".
+	CPURequest string
 	// Handler is containerd's runtime handler (runtime.ContainerdHandlers);
 	// Binary is then the OCI runtime its shim runs ("" for the handler's
 	// own: the pinned runsc for gVisor's shim, runc for the runc v2 shim).
@@ -478,7 +480,7 @@ func (rc *RuntimeConfig) Settings() runtime.Settings {
 	for name, v := range map[string]string{"binary": rc.Binary, "state_dir": rc.StateDir, "platform": rc.Platform,
 		"address": rc.Address, "namespace": rc.Namespace, "handler": rc.Handler, "kubeconfig": rc.Kubeconfig,
 		"egress_address": rc.EgressAddress, "egress_netns": rc.EgressNetNS, "registry": rc.Registry,
-		"data_path": rc.DataPath, "agent_binary": rc.AgentBinary} {
+		"data_path": rc.DataPath, "agent_binary": rc.AgentBinary, "cpu_request": rc.CPURequest} {
 		if v != "" {
 			s[name] = v
 		}

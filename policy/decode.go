@@ -44,7 +44,7 @@ var (
 		"catalog_budget", "max_depth", "max_skills", "max_read_bytes", "catalog_budget_tokens", "lock_file")}
 	runtimeSchema = &hcl.BodySchema{Attributes: attrs("binary", "state_dir", "platform", "flags",
 		"address", "namespace", "handler", "kubeconfig", "egress_address", "egress_netns", "registry",
-		"data_path", "agent_binary")}
+		"data_path", "agent_binary", "cpu_request")}
 	imagesSchema = &hcl.BodySchema{Attributes: attrs("dir", "recipes_dirs", "build_on_demand")}
 	imageSchema  = &hcl.BodySchema{Attributes: attrs("extensions", "interpreter", "shebangs", "recipe", "ref")}
 	limitsSchema = &hcl.BodySchema{Attributes: attrs(limitKeys()...)}

@@ -206,6 +206,9 @@ func (d *decoder) runtime(blk *hcl.Block) {
 	if only("data_path", "kubernetes") {
 		b.str("data_path", &rc.DataPath) // checked by the runtime (kubernetes.DecodeOptions)
 	}
+	if only("cpu_request", "kubernetes") {
+		b.str("cpu_request", &rc.CPURequest) // checked by the runtime (kubernetes.DecodeOptions)
+	}
 	if only("agent_binary", "kubernetes") {
 		b.path("agent_binary", &rc.AgentBinary)
 	}

@@ -245,21 +245,41 @@ func streamRequests(ctx context.Context, t *testing.T, cs *k8s.Clientset) float6
 	return n
 }
 
-// BenchmarkAgentPod measures runs through the pods' agents on the test
-// cluster (docs/BENCHMARKS.md, "Kubernetes"): a cold pod run, a warm
-// claim and run, and the rate of 8 clients over a pool of 8.
+// BenchmarkAgentPod measures runs of a skill's script through the pods'
+// agents on the test cluster, beside the same runs on this machine's runsc
+// in the same run (docs/BENCHMARKS.md, "Kubernetes"): a cold pod run, a
+// warm claim and run (p50), and the rate of 8 clients over a pool of 8
+// (pods of one core that request a quarter of it, cpu_request = "25%").
 //
-//	SKILLBOX_BIN=$PWD/bin/skillbox SKILLBOX_TEST_REQUIRE_SANDBOXES=1 go test -tags integration -run '^$' \
+//	make build && SKILLBOX_BIN=$PWD/bin/skillbox SKILLBOX_TEST_REQUIRE_SANDBOXES=1 go test -tags integration -run '^$' \
 //	    -bench BenchmarkAgentPod -benchtime 20x -timeout 60m ./runtime/kubernetes/
 func BenchmarkAgentPod(b *testing.B) {
 	ctx := context.Background()
-	k, _, img := agentBackend(ctx, b)
+	k, c, img := agentBackend(ctx, b)
+	_, nodeNS := testNode(ctx, b, c)
+	shared, err := New(runtime.Options{Backend: Options{Kubeconfig: c.kubeconfig, EgressNetNS: nodeNS, DataPath: DataPathAgent, AgentBinary: skillboxBin(b), CPURequestPercent: 25}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	shared.artifacts = k.artifacts
+	local, root := localRunsc(ctx, b)
 	log := hclog.New(&hclog.LoggerOptions{Name: "bench", Level: hclog.Warn, Output: os.Stderr})
 	var seq atomic.Int64
-	job := func() runtime.Job {
+	// A skill's script, as `skillbox bench` runs one: in a python worker
+	// of a warm sandbox, its skill's files put at claim.
+	skill := b.TempDir()
+	for name, data := range map[string]string{"SKILL.md": "---\nname: bench\n---\n", "scripts/hello.py": "print('hello')\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(skill, name)), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(skill, name), []byte(data), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	job := func(rootfs string) runtime.Job {
 		return runtime.Job{
-			Sandbox:    runtime.SandboxSpec{ID: fmt.Sprintf("agent-bench-%d-%d", time.Now().UnixNano(), seq.Add(1)), Image: img, Limits: runtime.Limits{CPUs: benchCPUs}},
-			Invocation: runtime.Invocation{Args: []string{"python3", "-c", "print('hello')"}, Limits: runtime.Limits{Timeout: time.Minute}},
+			Sandbox:    runtime.SandboxSpec{ID: fmt.Sprintf("agent-bench-%d-%d", time.Now().UnixNano(), seq.Add(1)), Image: img, RootFS: rootfs, SkillDir: skill},
+			Invocation: runtime.Invocation{Args: []string{"python3", "/skill/scripts/hello.py"}, Limits: runtime.Limits{Timeout: time.Minute}},
 		}
 	}
 	check := func(b *testing.B, res *runtime.Result, err error) {
@@ -270,41 +290,11 @@ func BenchmarkAgentPod(b *testing.B) {
 			b.Fatalf("exit %d stdout %q stderr %q", res.ExitCode, res.Stdout, res.Stderr)
 		}
 	}
-	b.Run("cold", func(b *testing.B) {
-		for b.Loop() {
-			res, err := k.Run(ctx, job())
-			check(b, res, err)
-		}
-	})
-	b.Run("warm", func(b *testing.B) {
-		pool := runtime.NewPool(k, runtime.PoolConfig{PerKey: 1, Total: 1, IdleTimeout: time.Hour}, log)
-		defer pool.Close(ctx)
-		key, _ := runtime.KeyFor(job(), "bench", "sha256:bench")
-		pool.Warm(key)
-		var took []time.Duration
-		for b.Loop() {
-			b.StopTimer()
-			waitPoolIdle(b, pool, 1)
-			b.StartTimer()
-			start := time.Now()
-			res, err := pool.Run(ctx, key, job())
-			took = append(took, time.Since(start))
-			check(b, res, err)
-			if !res.Warm {
-				b.Fatal("a cold run with a pod ready")
-			}
-		}
-		slices.Sort(took)
-		b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50_ms")
-	})
-	// The baseline of the same run: the same job warm on this machine's
-	// runsc, the local path the cluster is measured against.
-	b.Run("local_warm", func(b *testing.B) {
-		lc, root := localRunsc(ctx, b)
+	// warm claims and runs one at a time, the pool refilled between.
+	warm := func(b *testing.B, lc runtime.Lifecycle, rootfs string) {
 		pool := runtime.NewPool(lc, runtime.PoolConfig{PerKey: 1, Total: 1, IdleTimeout: time.Hour}, log)
 		defer pool.Close(ctx)
-		local := func() runtime.Job { j := job(); j.Sandbox.RootFS = root; return j }
-		key, _ := runtime.KeyFor(local(), "bench", "sha256:bench")
+		key, _ := runtime.KeyFor(job(rootfs), "bench", "sha256:bench")
 		pool.Warm(key)
 		var took []time.Duration
 		for b.Loop() {
@@ -312,7 +302,7 @@ func BenchmarkAgentPod(b *testing.B) {
 			waitPoolIdle(b, pool, 1)
 			b.StartTimer()
 			start := time.Now()
-			res, err := pool.Run(ctx, key, local())
+			res, err := pool.Run(ctx, key, job(rootfs))
 			took = append(took, time.Since(start))
 			check(b, res, err)
 			if !res.Warm {
@@ -321,21 +311,22 @@ func BenchmarkAgentPod(b *testing.B) {
 		}
 		slices.Sort(took)
 		b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50_ms")
-	})
-	b.Run("warm_8_clients", func(b *testing.B) {
-		pool := runtime.NewPool(k, runtime.PoolConfig{PerKey: 8, Total: 8, IdleTimeout: time.Hour}, log)
+	}
+	// clients runs b.N runs from n clients over a pool of n.
+	clients := func(b *testing.B, lc runtime.Lifecycle, rootfs string, n int) {
+		pool := runtime.NewPool(lc, runtime.PoolConfig{PerKey: n, Total: n, IdleTimeout: time.Hour}, log)
 		defer pool.Close(ctx)
-		key, _ := runtime.KeyFor(job(), "bench", "sha256:bench")
+		key, _ := runtime.KeyFor(job(rootfs), "bench", "sha256:bench")
 		pool.Warm(key)
-		waitPoolIdle(b, pool, 8)
+		waitPoolIdle(b, pool, n)
 		b.ResetTimer()
 		start := time.Now()
 		var next atomic.Int64
 		var wg sync.WaitGroup
-		for range 8 {
+		for range n {
 			wg.Go(func() {
 				for next.Add(1) <= int64(b.N) {
-					res, err := pool.Run(ctx, key, job())
+					res, err := pool.Run(ctx, key, job(rootfs))
 					check(b, res, err)
 				}
 			})
@@ -344,7 +335,17 @@ func BenchmarkAgentPod(b *testing.B) {
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "runs/s")
 		st := pool.Stats()
 		b.ReportMetric(float64(st.Warm)/float64(st.Warm+st.Cold), "warm_fraction")
+	}
+	b.Run("cold", func(b *testing.B) {
+		for b.Loop() {
+			res, err := k.Run(ctx, job(""))
+			check(b, res, err)
+		}
 	})
+	b.Run("warm", func(b *testing.B) { warm(b, k, "") })
+	b.Run("local_warm", func(b *testing.B) { warm(b, local, root) })
+	b.Run("warm_8_clients", func(b *testing.B) { clients(b, shared, "", 8) })
+	b.Run("local_warm_8_clients", func(b *testing.B) { clients(b, local, root, 8) })
 }
 
 // localRunsc is this machine's runsc backend, with dirs of its own, and
@@ -363,7 +364,9 @@ func localRunsc(ctx context.Context, b *testing.B) (runtime.Lifecycle, string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tmp := b.TempDir()
+	// A dir of its own that outlives the benchmark, as the runtime
+	// package's tests keep theirs: the backend keeps mounts in it.
+	tmp := "/var/tmp/skillbox-test-kube-local"
 	rt, err := runtime.New("runsc", runtime.Options{
 		Settings: runtime.Settings{"binary": runtime.PinnedRunscPath(), "state_dir": filepath.Join(tmp, "state")},
 		RunDir:   filepath.Join(tmp, "runs"),

@@ -110,6 +110,7 @@ func (k *Kubernetes) Create(ctx context.Context, spec runtime.SandboxSpec) (runt
 	if agent {
 		agentPod(pod, image, pythonWorkers(spec), maxSkillBytes)
 	}
+	requestCPU(pod, k.ko.CPURequestPercent)
 	if err := k.ownPod(pod); err != nil {
 		return nil, err
 	}

@@ -6,6 +6,8 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -67,6 +69,12 @@ type Options struct {
 	// AgentBinary is the static skillbox binary the agent's image
 	// carries; "" means this executable.
 	AgentBinary string
+	// CPURequestPercent is the share of its CPU limit a pod requests, 1
+	// to 100; 0 means 100. Below 100 a node holds more pods, warm ones
+	// above all, which spend nearly nothing while they wait; the pods of
+	// busy runs then share the node's cores beyond what was reserved
+	// (docs/SCALING.md, "Cost model").
+	CPURequestPercent int
 }
 
 // EnvEgressAddress is read when Options.EgressAddress is "".
@@ -77,12 +85,26 @@ const EnvEgressAddress = "SKILLBOX_EGRESS_ADDRESS"
 // egress_netns, data_path and agent_binary.
 func DecodeOptions(s runtime.Settings) (Options, error) {
 	var o Options
+	var cpuRequest string
 	err := s.Decode(map[string]any{"kubeconfig": &o.Kubeconfig, "namespace": &o.Namespace, "state_dir": &o.StateDir, "registry": &o.Registry,
-		"egress_address": &o.EgressAddress, "egress_netns": &o.EgressNetNS, "data_path": &o.DataPath, "agent_binary": &o.AgentBinary})
+		"egress_address": &o.EgressAddress, "egress_netns": &o.EgressNetNS, "data_path": &o.DataPath, "agent_binary": &o.AgentBinary,
+		"cpu_request": &cpuRequest})
 	if err == nil && o.DataPath != "" && o.DataPath != DataPathExec && o.DataPath != DataPathAgent {
 		err = fmt.Errorf("data_path = %q: use %q (pods/exec) or %q (the pod's agent over mutual TLS)", o.DataPath, DataPathExec, DataPathAgent)
 	}
+	if err == nil && cpuRequest != "" {
+		o.CPURequestPercent, err = parseCPURequest(cpuRequest)
+	}
 	return o, err
+}
+
+// parseCPURequest reads cpu_request, "N%" of a pod's CPU limit.
+func parseCPURequest(s string) (int, error) {
+	n, err := strconv.Atoi(strings.TrimSuffix(s, "%"))
+	if err != nil || !strings.HasSuffix(s, "%") || n < 1 || n > 100 {
+		return 0, fmt.Errorf("cpu_request = %q: want the share of a pod's CPU limit it requests, from \"1%%\" to \"100%%\"", s)
+	}
+	return n, nil
 }
 
 // Kubernetes runs jobs as Pods of RuntimeClass gvisor.

@@ -262,3 +262,19 @@ func memoryVolume(name string, size int64) corev1.Volume {
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
 		Medium: corev1.StorageMediumMemory, SizeLimit: resource.NewQuantity(size, resource.BinarySI)}}}
 }
+
+// requestCPU makes pod request percent of its CPU limit (at least one
+// millicore); 0 and 100 leave the request at the limit.
+func requestCPU(pod *corev1.Pod, percent int) {
+	if percent <= 0 || percent >= 100 {
+		return
+	}
+	for i := range pod.Spec.Containers {
+		r := &pod.Spec.Containers[i].Resources
+		lim, ok := r.Limits[corev1.ResourceCPU]
+		if !ok {
+			continue
+		}
+		r.Requests[corev1.ResourceCPU] = *resource.NewMilliQuantity(max(1, lim.MilliValue()*int64(percent)/100), resource.DecimalSI)
+	}
+}

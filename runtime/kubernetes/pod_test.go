@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -224,6 +225,11 @@ func TestDecodeOptions(t *testing.T) {
 		{"both", runtime.Settings{"kubeconfig": "/k", "namespace": "runs"}, Options{Kubeconfig: "/k", Namespace: "runs"}, ""},
 		{"unknown", runtime.Settings{"address": "/x"}, Options{}, "no setting address"},
 		{"wrong kind", runtime.Settings{"namespace": []string{"a"}}, Options{}, "want a string"},
+		{"agent", runtime.Settings{"data_path": "agent", "cpu_request": "25%"}, Options{DataPath: DataPathAgent, CPURequestPercent: 25}, ""},
+		{"bad data path", runtime.Settings{"data_path": "ssh"}, Options{}, `data_path = "ssh"`},
+		{"cpu request without %", runtime.Settings{"cpu_request": "25"}, Options{}, `cpu_request = "25"`},
+		{"cpu request of nothing", runtime.Settings{"cpu_request": "0%"}, Options{}, `from "1%" to "100%"`},
+		{"cpu request over the limit", runtime.Settings{"cpu_request": "150%"}, Options{}, `cpu_request = "150%"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			k, err := runtime.New(Name, runtime.Options{Settings: tc.settings})
@@ -280,5 +286,30 @@ func TestPodSpecDerivedImage(t *testing.T) {
 	c := pod.Spec.Containers[0]
 	if c.Image != derived || pod.Annotations[AnnotationImage] != "python@"+testDigest || !*c.SecurityContext.ReadOnlyRootFilesystem {
 		t.Errorf("image %q annotation %q, want %q on a read-only root and the interpreter image annotated", c.Image, pod.Annotations[AnnotationImage], derived)
+	}
+}
+
+func TestRequestCPU(t *testing.T) {
+	for _, tc := range []struct {
+		limit        float64
+		percent      int
+		wantRequestM int64
+	}{{1, 0, 1000}, {1, 100, 1000}, {1, 25, 250}, {0.2, 10, 20}, {0.001, 1, 1}} {
+		t.Run(fmt.Sprintf("%v cores at %d%%", tc.limit, tc.percent), func(t *testing.T) {
+			job := testJob()
+			job.Sandbox.Limits.CPUs = tc.limit
+			pod, err := podSpec(job, "skillbox", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			requestCPU(pod, tc.percent)
+			r := pod.Spec.Containers[0].Resources
+			if got := r.Requests.Cpu().MilliValue(); got != tc.wantRequestM {
+				t.Errorf("request %dm, want %dm", got, tc.wantRequestM)
+			}
+			if got := r.Limits.Cpu().MilliValue(); got != int64(tc.limit*1000) && tc.limit >= 0.001 {
+				t.Errorf("limit %dm changed, want %v cores", got, tc.limit)
+			}
+		})
 	}
 }
