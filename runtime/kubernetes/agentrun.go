@@ -158,8 +158,22 @@ func (s *podSandbox) runOnAgent(ctx context.Context, job runtime.Job, req superv
 	})
 	if !exited {
 		if err := s.client.Stop(ctx, run, reason == runtime.ReasonTimeout, s.k.opts.KillGraceOrDefault()); err != nil {
+			// The agent did not answer in time (a job that floods
+			// its pod, an agent gone): the pod goes, the job with it,
+			// and the run ends with the reason it was stopped for.
+			s.k.log.Warn("the agent did not stop the job; deleting its pod", "id", job.Sandbox.ID, "pod", s.name, "reason", reason, "error", err)
+			derr := s.k.deletePod(context.WithoutCancel(ctx), s.cs, s.name)
 			closeStreams()
-			return nil, s.agentError(job, "stop the job", err)
+			if derr != nil {
+				return nil, s.agentError(job, "stop the job", errors.Join(err, derr))
+			}
+			res := &runtime.Result{Duration: time.Since(start), Summary: outcome.Summary{
+				ExitCode: 128 + 9, Reason: reason, Runtime: Name, RuntimeVersion: s.version, LimitsEnforcedBy: enforcement(),
+			}}
+			res.Signal = process.ExitSignal(res.ExitCode)
+			caps.Fill(res)
+			res.OutputsSkipped = []string{fmt.Sprintf("outputs not collected: the pod's agent did not stop the job (%v), so the pod was deleted, and its workdir with it", err)}
+			return res, nil
 		}
 	}
 	duration := time.Since(start)
@@ -203,6 +217,19 @@ func (s *podSandbox) runOnAgent(ctx context.Context, job runtime.Job, req superv
 		outs = &oci.Outputs{Skipped: []string{"outputs not collected: " + err.Error()}}
 	}
 	outs.Apply(res)
+	if exited && res.Reason == runtime.ReasonExit && res.ExitCode > 128 {
+		// Killed with the agent alive: by the job itself, or by the
+		// node's kernel at the pod's memory limit (gVisor then kills
+		// the job and lives on)? As on the exec path (run.go), the pod
+		// ends, its outputs read, and the kubelet says how.
+		if err := s.client.Shutdown(context.WithoutCancel(ctx)); err != nil {
+			s.k.log.Debug("shut the agent down", "pod", s.name, "error", err)
+		}
+		if r := s.k.podEnd(s.cs, s.name, sandboxEndWait).reason(); r != "" {
+			res.Reason, res.ExitCode = r, 128+9
+			res.Signal = process.ExitSignal(res.ExitCode)
+		}
+	}
 	s.k.log.Debug("agent run finished", "id", job.Sandbox.ID, "pod", s.name, "reason", res.Reason, "exit_code", res.ExitCode,
 		"put", s.steps.put, "run", duration, "collect", time.Since(collected), "total", time.Since(s.steps.start))
 	return res, nil

@@ -335,6 +335,13 @@ func (c *Client) Status(ctx context.Context) (Hello, error) {
 	return Hello{PID: ev.PID, Workers: ev.Workers, PythonError: ev.Error, Version: ev.Version}, err
 }
 
+// Shutdown ends a listening supervisor (ServeListener): its runs are
+// killed and it returns, so the pod it is the process of ends with it.
+func (c *Client) Shutdown(ctx context.Context) error {
+	_, err := c.call(ctx, Request{Op: OpShutdown})
+	return err
+}
+
 // call sends req and waits for the event that answers it. An error event
 // is an ErrRefused error, except for a run request (start_failed's too).
 func (c *Client) call(ctx context.Context, req Request) (Event, error) {

@@ -90,6 +90,7 @@ func ServeListener(ctx context.Context, ln net.Listener, opts Options, lopts Lis
 		ln.Close()
 		return err
 	}
+	s.shutdownAsked = make(chan struct{})
 	stop := s.launch()
 	l := &listener{s: s, ln: ln, o: lopts, settled: make(chan struct{}), done: make(chan struct{}), conns: map[net.Conn]bool{}}
 	go func() {
@@ -113,6 +114,9 @@ func ServeListener(ctx context.Context, ln net.Listener, opts Options, lopts Lis
 	for {
 		select {
 		case <-ctx.Done():
+			return nil
+		case <-s.shutdownAsked:
+			s.logf("supervisor: shut down as the connection in control asked")
 			return nil
 		case err := <-acceptErr:
 			return err

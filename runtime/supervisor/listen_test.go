@@ -659,3 +659,26 @@ func TestDialServer(t *testing.T) {
 		})
 	}
 }
+
+// TestListenShutdown: the connection in control ends the agent, a
+// background run with it; the process exits 0.
+func TestListenShutdown(t *testing.T) {
+	a := startAgent(t, agentOpts{})
+	c := a.dial(t)
+	bg, err := c.Start(ctxT(t), supervisor.Request{ID: "bg", Argv: []string{"sleep", "1000"}, Env: testEnv, Background: true, Log: filepath.Join(a.runsDir, "bg.log")}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Shutdown(ctxT(t)); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	select {
+	case <-a.exited:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the agent did not end after its shutdown")
+	}
+	if code := a.cmd.ProcessState.ExitCode(); code != 0 || !strings.Contains(a.logText(), "shut down as the connection in control asked") {
+		t.Errorf("exit code %d, log:\n%s", code, a.logText())
+	}
+	waitGone(t, bg.PID(), "the background run after the shutdown")
+}

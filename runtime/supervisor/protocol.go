@@ -58,6 +58,9 @@ const (
 	OpList   = "list"   // list live and recently ended runs
 	OpReseed = "reseed" // replace the idle python workers
 	OpPing   = "ping"
+	// OpShutdown ends a listening agent (ServeListener), its runs killed,
+	// and the pod it is the process of with it.
+	OpShutdown = "shutdown"
 )
 
 // Request is what the host asks of the supervisor. Seq, when not 0, is
@@ -102,6 +105,7 @@ const (
 	EvRuns        = "runs"         // the answer to list (Runs)
 	EvReseeded    = "reseeded"     // the idle workers were replaced
 	EvPong        = "pong"         // the answer to ping (PID, Workers, Error)
+	EvShutdown    = "shutdown"     // the answer to shutdown, before the server ends
 	EvError       = "error"        // a request failed (ID when about a run, Error)
 )
 
@@ -215,7 +219,7 @@ func DecodeEvent(b []byte) (Event, error) {
 		return Event{}, errkind.Errorf(ErrProtocol, "event is not JSON: %w", err)
 	}
 	switch ev.Ev {
-	case EvReady, EvRuns, EvReseeded, EvPong, EvError:
+	case EvReady, EvRuns, EvReseeded, EvPong, EvShutdown, EvError:
 	case EvStarted, EvStartFailed, EvExit, EvSignaled:
 		if ev.ID == "" {
 			return Event{}, errkind.Errorf(ErrProtocol, "%s event without a run id", ev.Ev)
@@ -241,7 +245,7 @@ func DecodeRequest(b []byte) (Request, error) {
 		return Request{}, errkind.Errorf(ErrProtocol, "request is not JSON: %w", err)
 	}
 	switch req.Op {
-	case OpList, OpReseed, OpPing:
+	case OpList, OpReseed, OpPing, OpShutdown:
 	case OpRun:
 		if req.ID == "" || len(req.Argv) == 0 || req.Argv[0] == "" {
 			return Request{}, errkind.Errorf(ErrProtocol, "run request needs an id and a program (id %q, argv %q)", req.ID, req.Argv)

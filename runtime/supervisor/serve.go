@@ -98,6 +98,11 @@ type server struct {
 	ended    []RunStatus
 	activeFG int // foreground runs whose main process still runs
 	pool     pool
+
+	// shutdownAsked, made by ServeListener, is closed once a shutdown was
+	// asked for; nil when serving one connection (Serve).
+	shutdownAsked chan struct{}
+	shutdownOnce  sync.Once
 }
 
 // run is a live run.
@@ -262,6 +267,13 @@ func (s *server) handle(c *conn, req Request) {
 		return
 	}
 	switch req.Op {
+	case OpShutdown:
+		if s.shutdownAsked == nil {
+			c.send(Event{Ev: EvError, Seq: req.Seq, Error: "shutdown is for a listening supervisor; this one ends with its connection"})
+			return
+		}
+		c.send(Event{Ev: EvShutdown, Seq: req.Seq})
+		s.shutdownOnce.Do(func() { close(s.shutdownAsked) })
 	case OpPing:
 		n, why := s.pool.status()
 		c.send(Event{Ev: EvPong, Seq: req.Seq, PID: s.self, Workers: n, Error: why, Version: Version})
