@@ -34,6 +34,7 @@ var kubeNotApplicable = map[string]string{}
 // They are differences of the agent data path still open, not passes.
 var agentDiffers = map[string]string{
 	"host_env_invisible": "pid 1 is the agent, not the job's first process: the job's read of /proc/1/environ is refused (EACCES), which the case's script takes for a failure; the job cannot read the agent's environ, mem or fd (supervisor's confinement tests), and the agent's environment holds no secret",
+	"memory_hog":         "warm, the agent shares the pod's memory limit with the job and did not answer the stop in time: the run ended at its timeout with its pod deleted, not as oom (cold it ends as oom)",
 	"no_capabilities":    "the job has no capabilities (CapPrm, CapEff and CapAmb 0, NoNewPrivs 1), but its bounding set is its user namespace's full set: Go's process start cannot drop it before exec; dropping it needs a start helper in the pod",
 }
 
