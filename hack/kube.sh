@@ -724,17 +724,23 @@ node_procs() {
   echo "${!in[@]}"
 }
 
-# stop_procs PID...: TERM, up to 5 s, then KILL.
-stop_procs() {
+# wait_gone PID...: wait up to 5 s until none of PID... is left.
+wait_gone() {
   local p alive
-  (($# > 0)) || return 0
-  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
   for _ in $(seq 1 50); do
     alive=0
     for p in "$@"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    ((alive)) || break
+    ((alive)) || return 0
     sleep 0.1
   done
+}
+
+# stop_procs PID...: TERM, up to 5 s, then KILL.
+stop_procs() {
+  local p
+  (($# > 0)) || return 0
+  for p in "$@"; do kill -TERM "$p" 2>/dev/null || true; done
+  wait_gone "$@"
   for p in "$@"; do kill -KILL "$p" 2>/dev/null || true; done
 }
 
@@ -1041,12 +1047,7 @@ down() {
   if ((${#hs[@]} > 0)); then
     $say "down: removing the namespaces (pids ${hs[*]}) and interface $host_if"
     for p in "${hs[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-    for _ in $(seq 1 50); do
-      n=0
-      for p in "${hs[@]}"; do kill -0 "$p" 2>/dev/null && n=1; done
-      ((n)) || break
-      sleep 0.1
-    done
+    wait_gone "${hs[@]}"
   fi
   ip link del "$host_if" 2>/dev/null || true
   for _ in $(seq 1 50); do

@@ -267,15 +267,7 @@ func BenchmarkAgentPod(b *testing.B) {
 	var seq atomic.Int64
 	// A skill's script, as `skillbox bench` runs one: in a python worker
 	// of a warm sandbox, its skill's files put at claim.
-	skill := b.TempDir()
-	for name, data := range map[string]string{"SKILL.md": "---\nname: bench\n---\n", "scripts/hello.py": "print('hello')\n"} {
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(skill, name)), 0o755); err != nil {
-			b.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(skill, name), []byte(data), 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	skill := writeTree(b, b.TempDir(), map[string]string{"SKILL.md": "---\nname: bench\n---\n", "scripts/hello.py": "print('hello')\n"})
 	job := func(rootfs string) runtime.Job {
 		return runtime.Job{
 			Sandbox:    runtime.SandboxSpec{ID: fmt.Sprintf("agent-bench-%d-%d", time.Now().UnixNano(), seq.Add(1)), Image: img, RootFS: rootfs, SkillDir: skill},

@@ -19,7 +19,7 @@ import (
 
 // writeTree makes dir with files (name → content; a content "-> T" makes
 // a symlink to T, a name ending in / a directory) and returns it.
-func writeTree(t *testing.T, dir string, files map[string]string) string {
+func writeTree(t testing.TB, dir string, files map[string]string) string {
 	t.Helper()
 	for name, content := range files {
 		p := filepath.Join(dir, filepath.FromSlash(name))
