@@ -41,27 +41,34 @@ func testLayout(t *testing.T) runtime.ImageRef {
 	return runtime.ImageRef{Name: "tiny", Digest: manifest.Digest, Layout: dir}
 }
 
+// readArchive reads a tar archive: each file's bytes, and the names in
+// their order.
+func readArchive(t *testing.T, r io.Reader) (map[string][]byte, []string) {
+	t.Helper()
+	tr := tar.NewReader(r)
+	files := map[string][]byte{}
+	var names []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files, names
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		data, _ := io.ReadAll(tr)
+		files[h.Name] = data
+		names = append(names, h.Name)
+	}
+}
+
 func TestWriteImageArchive(t *testing.T) {
 	img := testLayout(t)
 	var buf bytes.Buffer
 	if err := WriteImageArchive(&buf, img); err != nil {
 		t.Fatal(err)
 	}
-	tr := tar.NewReader(&buf)
-	files := map[string][]byte{}
-	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
-		files[h.Name] = b
-		names = append(names, h.Name)
-	}
+	files, names := readArchive(t, &buf)
 	if len(names) != 5 || names[0] != "oci-layout" || names[1] != "index.json" || names[2] != blobName(img.Digest) {
 		t.Errorf("archive holds %q", names)
 	}
@@ -94,21 +101,7 @@ func TestWriteImageArchiveImages(t *testing.T) {
 	if err := WriteImageArchive(&buf, a, b); err != nil {
 		t.Fatal(err)
 	}
-	tr := tar.NewReader(&buf)
-	files := map[string][]byte{}
-	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		data, _ := io.ReadAll(tr)
-		files[h.Name] = data
-		names = append(names, h.Name)
-	}
+	files, names := readArchive(t, &buf)
 	if len(names) != 5 {
 		t.Errorf("archive holds %q, want oci-layout, index.json and 3 blobs, each once", names)
 	}
